@@ -1,0 +1,312 @@
+import { z } from 'zod';
+import { DECISION_CODES, REVOKE_REASONS, codesOf } from './codes.js';
+import { CorrelationId, DoorId, KeyId, LockId, MessageId, PersonId } from './ids.js';
+import { OUTCOME_STATUSES } from './outcome.js';
+
+/**
+ * The wire contract: a zod schema for every message of DESIGN.md §5. Types are
+ * inferred from the schemas. Objects are strict (unknown fields are refused):
+ * a new field is a new protocol version under a new topic root.
+ *
+ * Times are integer milliseconds since the Unix epoch (UTC), except the JWT
+ * claims `iat`/`exp`, which are seconds as RFC 7519 says.
+ */
+
+/** 64 KiB: the size limit of every message, checked before parsing. */
+export const MAX_MESSAGE_BYTES = 64 * 1024;
+
+const Millis = z.int().nonnegative();
+const Seq = z.int().positive();
+const Version = z.int().positive();
+
+// ---------------------------------------------------------------- key grant
+
+export const CredentialType = z.enum(['pin', 'card', 'mobile']);
+export type CredentialType = z.infer<typeof CredentialType>;
+
+/** A credential as the cloud sends it: never in clear, a keyed digest (see credential.ts). */
+export const CredentialDigest = z.strictObject({
+  type: CredentialType,
+  digest: z.string().regex(/^[A-Za-z0-9_-]{43}$/, 'base64url HMAC-SHA256'),
+});
+
+const HHMM = z.string().regex(/^([01]\d|2[0-3]):[0-5]\d$|^24:00$/, 'HH:MM');
+/** A week-day schedule in the site's time zone: the key opens only inside one of the windows. */
+export const Schedule = z.strictObject({
+  timeZone: z.string().min(1).max(64),
+  windows: z
+    .array(
+      z.strictObject({
+        /** 0 = Sunday ... 6 = Saturday */
+        days: z.array(z.int().min(0).max(6)).min(1).max(7),
+        start: HHMM,
+        end: HHMM,
+      }),
+    )
+    .min(1)
+    .max(32),
+});
+export type Schedule = z.infer<typeof Schedule>;
+
+export const KeyGrant = z.strictObject({
+  keyId: KeyId,
+  version: Version,
+  personId: PersonId,
+  credential: CredentialDigest,
+  doors: z.array(DoorId).min(1).max(256),
+  validFrom: Millis,
+  validUntil: Millis,
+  schedule: Schedule.nullable(),
+  /** Staff master keys: they keep working when the freshness lease has run out, and in lockdown. */
+  offlineCapable: z.boolean(),
+});
+export type KeyGrant = z.infer<typeof KeyGrant>;
+
+export const RevokeReason = z.enum(codesOf(REVOKE_REASONS));
+export type RevokeReason = z.infer<typeof RevokeReason>;
+
+export const KeyRevoke = z.strictObject({ keyId: KeyId, version: Version, reason: RevokeReason });
+export type KeyRevoke = z.infer<typeof KeyRevoke>;
+
+// ---------------------------------------------------------------- envelopes
+
+/** Claims common to every signed message. `seq` only on sequenced types. */
+const claims = {
+  jti: MessageId,
+  iss: z.string().min(1).max(128),
+  aud: z.string().min(1).max(128),
+  iat: z.int().nonnegative(),
+  exp: z.int().nonnegative(),
+  cid: CorrelationId,
+};
+
+function sequenced<T extends string, B extends z.ZodType>(type: T, body: B) {
+  return z.strictObject({ ...claims, type: z.literal(type), seq: Seq, body });
+}
+function unsequenced<T extends string, B extends z.ZodType>(type: T, body: B) {
+  return z.strictObject({ ...claims, type: z.literal(type), body });
+}
+
+// ---------------------------------------------------------------- downlink (cloud -> gateway)
+
+export const KeyGrantMessage = sequenced('key.grant', z.strictObject({ key: KeyGrant }));
+export const KeyRevokeMessage = sequenced('key.revoke', KeyRevoke);
+/** Names the last seq the cloud sent this gateway; the gateway's freshness lease hangs on it. */
+export const HeartbeatMessage = unsequenced(
+  'heartbeat',
+  z.strictObject({ lastSeq: z.int().nonnegative(), intervalMs: z.int().positive() }),
+);
+/** The cloud's answer to a resync request: it replays `fromSeq..toSeq`, or sends a snapshot. */
+export const ResyncAnswerMessage = unsequenced(
+  'resync.answer',
+  z.strictObject({
+    requestId: z.uuid(),
+    mode: z.enum(['replay', 'snapshot', 'up_to_date']),
+    fromSeq: z.int().nonnegative(),
+    toSeq: z.int().nonnegative(),
+    snapshotId: z.uuid().nullable(),
+  }),
+);
+/** One part of the gateway's whole key set as of `asOfSeq`; applied atomically once all parts are in. */
+export const KeySetSnapshotMessage = unsequenced(
+  'keyset.snapshot',
+  z
+    .strictObject({
+      snapshotId: z.uuid(),
+      asOfSeq: z.int().nonnegative(),
+      part: z.int().positive(),
+      parts: z.int().positive().max(10_000),
+      keys: z.array(KeyGrant).max(1000),
+      /** Tombstones: keys revoked at this version; a lower-version grant must not revive them. */
+      revoked: z.array(z.strictObject({ keyId: KeyId, version: Version })).max(5000),
+    })
+    .refine((b) => b.part <= b.parts, { message: 'part > parts' }),
+);
+
+export const DownlinkMessage = z.discriminatedUnion('type', [
+  KeyGrantMessage,
+  KeyRevokeMessage,
+  HeartbeatMessage,
+  ResyncAnswerMessage,
+  KeySetSnapshotMessage,
+]);
+export type DownlinkMessage = z.infer<typeof DownlinkMessage>;
+export type DownlinkType = DownlinkMessage['type'];
+
+// ---------------------------------------------------------------- uplink (gateway -> cloud)
+
+export const AckResult = z.enum(OUTCOME_STATUSES.filter((s) => s !== 'conflict') as ['applied', 'noop', 'refused']);
+/** The gateway's answer to one downlink message, sent after its local commit. */
+export const AckMessage = sequenced(
+  'ack',
+  z.strictObject({
+    ackOf: MessageId,
+    ackSeq: z.int().positive().nullable(),
+    result: AckResult,
+    code: z.string().regex(/^[A-Z][A-Z0-9_]{1,63}$/),
+    keyId: KeyId.nullable(),
+    keyVersion: Version.nullable(),
+  }),
+);
+
+export const DecisionCode = z.enum(codesOf(DECISION_CODES));
+export type DecisionCode = z.infer<typeof DecisionCode>;
+
+/** One door decision, allowed or not. */
+export const AccessEventMessage = sequenced(
+  'access.event',
+  z.strictObject({
+    eventId: z.uuid(),
+    requestId: z.string().min(1).max(128),
+    lockId: LockId,
+    doorId: DoorId.nullable(),
+    at: Millis,
+    allowed: z.boolean(),
+    code: DecisionCode,
+    keyId: KeyId.nullable(),
+    keyVersion: Version.nullable(),
+    personId: PersonId.nullable(),
+    credentialType: CredentialType.nullable(),
+    commandId: z.uuid().nullable(),
+  }),
+);
+
+export const AlarmKind = z.enum(['door_ajar', 'forced_open', 'tamper', 'jam', 'low_battery']);
+export type AlarmKind = z.infer<typeof AlarmKind>;
+
+export const AlarmMessage = sequenced(
+  'alarm',
+  z.strictObject({
+    alarmId: z.uuid(),
+    lockId: LockId,
+    doorId: DoorId.nullable(),
+    kind: AlarmKind,
+    at: Millis,
+  }),
+);
+
+export const BoltState = z.enum(['locked', 'unlocked', 'jammed']);
+export const DoorState = z.enum(['open', 'closed']);
+export const SiteMode = z.enum(['normal', 'lockdown']);
+
+export const GatewayStatusMessage = sequenced(
+  'gateway.status',
+  z.strictObject({
+    mode: SiteMode,
+    appliedSeq: z.int().nonnegative(),
+    leaseExpiresAt: Millis.nullable(),
+    outboxDepth: z.int().nonnegative(),
+    locks: z
+      .array(
+        z.strictObject({
+          lockId: LockId,
+          online: z.boolean(),
+          bolt: BoltState.nullable(),
+          door: DoorState.nullable(),
+          battery: z.int().min(0).max(100).nullable(),
+          at: Millis.nullable(),
+        }),
+      )
+      .max(256),
+  }),
+);
+
+/** The gateway saw a gap (or just started) and asks for everything after `lastAppliedSeq`. */
+export const ResyncRequestMessage = unsequenced(
+  'resync.request',
+  z.strictObject({
+    requestId: z.uuid(),
+    lastAppliedSeq: z.int().nonnegative(),
+    reason: z.enum(['gap', 'startup', 'stale', 'operator']),
+  }),
+);
+
+export const UplinkMessage = z.discriminatedUnion('type', [
+  AckMessage,
+  AccessEventMessage,
+  AlarmMessage,
+  GatewayStatusMessage,
+  ResyncRequestMessage,
+]);
+export type UplinkMessage = z.infer<typeof UplinkMessage>;
+export type UplinkType = UplinkMessage['type'];
+
+export type SignedMessage = DownlinkMessage | UplinkMessage;
+export type MessageOf<M extends SignedMessage, T extends M['type']> = Extract<M, { type: T }>;
+
+// ---------------------------------------------------------------- presence (retained, last will)
+
+export const Presence = z.strictObject({ online: z.boolean() });
+export type Presence = z.infer<typeof Presence>;
+
+// ---------------------------------------------------------------- gateway <-> lock (site broker)
+
+/** A credential presented at a lock: keypad PIN, card id or mobile token, in clear on the site broker only. */
+export const PresentedCredential = z.discriminatedUnion('type', [
+  z.strictObject({ type: z.literal('pin'), value: z.string().regex(/^\d{4,12}$/) }),
+  z.strictObject({ type: z.literal('card'), value: z.string().regex(/^[0-9A-Fa-f]{4,64}$/) }),
+  z.strictObject({ type: z.literal('mobile'), value: z.string().regex(/^[A-Za-z0-9_-]{16,256}$/) }),
+]);
+export type PresentedCredential = z.infer<typeof PresentedCredential>;
+
+export const LockRequest = z.strictObject({
+  requestId: z.string().regex(/^[A-Za-z0-9_.:-]{1,128}$/),
+  credential: PresentedCredential,
+  at: Millis,
+});
+export type LockRequest = z.infer<typeof LockRequest>;
+
+export const LockDecision = z.strictObject({
+  requestId: z.string().min(1).max(128),
+  allowed: z.boolean(),
+  code: DecisionCode,
+  commandId: z.uuid().nullable(),
+});
+export type LockDecision = z.infer<typeof LockDecision>;
+
+export const LockAction = z.enum(['unlock', 'lock']);
+/** A gateway -> lock command. `mac` is HMAC-SHA256 over the other fields (see lock-auth.ts). */
+export const LockCommand = z.strictObject({
+  commandId: z.uuid(),
+  lockId: LockId,
+  action: LockAction,
+  /** How long the bolt stays open before it relocks by itself. */
+  holdMs: z.int().min(0).max(60_000),
+  expiresAt: Millis,
+  mac: z.string().regex(/^[A-Za-z0-9_-]{43}$/),
+});
+export type LockCommand = z.infer<typeof LockCommand>;
+
+export const LockState = z.strictObject({
+  lockId: LockId,
+  bolt: BoltState,
+  door: DoorState,
+  battery: z.int().min(0).max(100),
+  at: Millis,
+  lastCommandId: z.uuid().nullable(),
+});
+export type LockState = z.infer<typeof LockState>;
+
+export const LockEvent = z.discriminatedUnion('kind', [
+  z.strictObject({ eventId: z.uuid(), lockId: LockId, at: Millis, kind: AlarmKind }),
+  z.strictObject({
+    eventId: z.uuid(),
+    lockId: LockId,
+    at: Millis,
+    kind: z.literal('command_result'),
+    commandId: z.string().max(64),
+    result: z.enum(['executed', 'refused']),
+    code: z.string().max(64).nullable(),
+  }),
+]);
+export type LockEvent = z.infer<typeof LockEvent>;
+
+/** Schema of the JSON payload carried on each plain (unsigned) topic channel. */
+export const LOCK_CHANNEL_SCHEMAS = Object.freeze({
+  request: LockRequest,
+  decision: LockDecision,
+  command: LockCommand,
+  state: LockState,
+  event: LockEvent,
+  presence: Presence,
+});

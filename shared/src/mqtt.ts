@@ -1,0 +1,41 @@
+import type { Socket } from 'node:net';
+import mqtt, { type IClientOptions, type MqttClient } from 'mqtt';
+
+/**
+ * Connects an MQTT client with TCP no-delay on every (re)connection.
+ * mqtt.js leaves Nagle's algorithm on; measured here a QoS 1 request/reply on
+ * loopback takes 88 ms with it and 0.2 ms without (DESIGN.md §5).
+ */
+export function connectMqtt(url: string, options: IClientOptions = {}): MqttClient {
+  const client = mqtt.connect(url, { protocolVersion: 5, reconnectPeriod: 1000, connectTimeout: 5000, ...options });
+  const noDelay = () => {
+    const stream = client.stream as Partial<Socket> | undefined;
+    stream?.setNoDelay?.(true);
+  };
+  noDelay();
+  client.on('connect', noDelay);
+  // The stream is replaced on reconnect before CONNECT is written; catch it as early as we can.
+  client.on('packetsend', (p) => {
+    if (p.cmd === 'connect') noDelay();
+  });
+  return client;
+}
+
+/** Resolves when the client is connected (or rejects on the first error / timeout). */
+export function waitConnected(client: MqttClient, timeoutMs = 10_000): Promise<void> {
+  if (client.connected) return Promise.resolve();
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => done(new Error(`MQTT connect timed out after ${timeoutMs} ms`)), timeoutMs);
+    const onConnect = () => done();
+    const onError = (e: Error) => done(e);
+    function done(err?: Error) {
+      clearTimeout(timer);
+      client.off('connect', onConnect);
+      client.off('error', onError);
+      if (err) reject(err);
+      else resolve();
+    }
+    client.on('connect', onConnect);
+    client.on('error', onError);
+  });
+}

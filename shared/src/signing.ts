@@ -1,0 +1,208 @@
+import {
+  SignJWT,
+  calculateJwkThumbprint,
+  decodeProtectedHeader,
+  errors,
+  exportJWK,
+  generateKeyPair,
+  importJWK,
+  jwtVerify,
+  type CryptoKey,
+  type JWK,
+} from 'jose';
+import type { z } from 'zod';
+import type { Clock } from './clock.js';
+import type { VerifyCode } from './codes.js';
+import { newMessageId, type CorrelationId, type MessageId } from './ids.js';
+import { DownlinkMessage, MAX_MESSAGE_BYTES, UplinkMessage, type SignedMessage } from './messages.js';
+import { decodeText, summarizeIssues } from './payload.js';
+
+/**
+ * Signed cloud <-> gateway messages: compact JWS, EdDSA over Ed25519, made and
+ * checked with `jose`. The algorithm, `typ`, issuer and audience are fixed by
+ * the verifier, never taken from the message; the key is looked up by `kid` in
+ * a key set the verifier was given (never fetched on demand).
+ */
+export const JWS_ALG = 'EdDSA';
+export const JWS_TYP = 'tobira-msg+jwt';
+/** Default lifetime of a signed message. Long enough for a broker to hold it while a gateway reconnects. */
+export const DEFAULT_TTL_SECONDS = 24 * 60 * 60;
+
+export interface SigningKey {
+  readonly kid: string;
+  readonly privateKey: CryptoKey;
+}
+
+export interface KeyPairJwk {
+  readonly kid: string;
+  readonly privateJwk: JWK;
+  readonly publicJwk: JWK;
+}
+
+export interface Jwks {
+  readonly keys: readonly JWK[];
+}
+
+/** Makes a new Ed25519 key pair; its `kid` is the RFC 7638 thumbprint of the public key. */
+export async function generateSigningKeyPair(): Promise<KeyPairJwk> {
+  const { publicKey, privateKey } = await generateKeyPair(JWS_ALG, { crv: 'Ed25519', extractable: true });
+  const publicJwk = await exportJWK(publicKey);
+  const kid = await calculateJwkThumbprint(publicJwk);
+  return {
+    kid,
+    publicJwk: { ...publicJwk, kid, alg: JWS_ALG, use: 'sig' },
+    privateJwk: { ...(await exportJWK(privateKey)), kid, alg: JWS_ALG, use: 'sig' },
+  };
+}
+
+export async function importSigningKey(privateJwk: JWK): Promise<SigningKey> {
+  if (typeof privateJwk.kid !== 'string' || privateJwk.d === undefined) throw new TypeError('private JWK with a kid expected');
+  return { kid: privateJwk.kid, privateKey: (await importJWK(privateJwk, JWS_ALG)) as CryptoKey };
+}
+
+/** A set of trusted public keys, by kid. */
+export class KeySet {
+  readonly #keys: ReadonlyMap<string, CryptoKey>;
+  readonly #jwks: Jwks;
+  private constructor(keys: Map<string, CryptoKey>, jwks: Jwks) {
+    this.#keys = keys;
+    this.#jwks = jwks;
+  }
+  static async fromJwks(jwks: Jwks): Promise<KeySet> {
+    const keys = new Map<string, CryptoKey>();
+    const kept: JWK[] = [];
+    for (const jwk of jwks.keys) {
+      if (typeof jwk.kid !== 'string' || jwk.kty !== 'OKP' || jwk.crv !== 'Ed25519') throw new TypeError('Ed25519 public JWK with a kid expected');
+      const { d: _private, ...pub } = jwk;
+      keys.set(jwk.kid, (await importJWK(pub, JWS_ALG)) as CryptoKey);
+      kept.push(pub);
+    }
+    return new KeySet(keys, { keys: kept });
+  }
+  get(kid: string): CryptoKey | undefined {
+    return this.#keys.get(kid);
+  }
+  get kids(): readonly string[] {
+    return [...this.#keys.keys()];
+  }
+  /** The public JWKS, for publishing (keys rotate by adding a kid, then removing the old one). */
+  toJwks(): Jwks {
+    return this.#jwks;
+  }
+}
+
+type Draft<M extends SignedMessage> = M extends unknown
+  ? Omit<M, 'jti' | 'iss' | 'iat' | 'exp' | 'cid'> & { jti?: MessageId; cid: CorrelationId; ttlSeconds?: number }
+  : never;
+
+/**
+ * Signs a message. `iss` is the signer's identity, `aud` the receiver's.
+ * The draft is validated against the schema first: we never send what we would refuse.
+ */
+export async function signMessage<M extends SignedMessage>(
+  key: SigningKey,
+  issuer: string,
+  draft: Draft<M>,
+  clock: Clock,
+): Promise<{ token: string; message: M }> {
+  const iat = Math.floor(clock.now() / 1000);
+  const { ttlSeconds = DEFAULT_TTL_SECONDS, jti = newMessageId(), ...rest } = draft as Draft<SignedMessage>;
+  const claims = { ...rest, jti, iss: issuer, iat, exp: iat + ttlSeconds };
+  const schema: z.ZodType = isDownlinkType(claims.type) ? DownlinkMessage : UplinkMessage;
+  const checked = schema.safeParse(claims);
+  if (!checked.success) throw new TypeError(`refusing to sign an invalid ${claims.type}: ${summarizeIssues(checked.error)}`);
+  const token = await new SignJWT(claims as unknown as Record<string, unknown>)
+    .setProtectedHeader({ alg: JWS_ALG, typ: JWS_TYP, kid: key.kid })
+    .sign(key.privateKey);
+  if (token.length > MAX_MESSAGE_BYTES) throw new RangeError(`signed ${claims.type} is ${token.length} bytes, over the 64 KiB limit`);
+  return { token, message: checked.data as M };
+}
+
+const DOWNLINK_TYPES: ReadonlySet<string> = new Set(DownlinkMessage.options.map((o) => o.shape.type.value));
+export const isDownlinkType = (type: string): boolean => DOWNLINK_TYPES.has(type);
+
+export type VerifyResult<M> =
+  | { readonly ok: true; readonly message: M; readonly kid: string }
+  | { readonly ok: false; readonly code: VerifyCode; readonly detail: string };
+
+export interface VerifyOptions<S extends z.ZodType> {
+  readonly keys: KeySet;
+  readonly issuer: string;
+  readonly audience: string;
+  readonly schema: S;
+  readonly clock: Clock;
+  /** Seconds of clock skew tolerated for `exp` and a future `iat` (default 60). */
+  readonly clockToleranceSeconds?: number;
+}
+
+const COMPACT_JWS = /^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*$/;
+const fail = (code: VerifyCode, detail: string) => ({ ok: false, code, detail }) as const;
+
+/**
+ * Verifies a signed message and validates its claims against `schema`.
+ * Order: size (before any parsing), encoding, header (alg, typ, kid), signature,
+ * issuer/audience/expiry, schema. Never throws on bad input.
+ */
+export async function verifyMessage<S extends z.ZodType>(input: unknown, opts: VerifyOptions<S>): Promise<VerifyResult<z.infer<S>>> {
+  const text = decodeText(input, MAX_MESSAGE_BYTES);
+  if (!text.ok) return fail(text.code === 'TOO_LARGE' ? 'TOO_LARGE' : 'MALFORMED', text.detail);
+  const token = text.value.trim();
+  if (!COMPACT_JWS.test(token)) return fail('MALFORMED', 'not a compact JWS');
+
+  let header: ReturnType<typeof decodeProtectedHeader>;
+  try {
+    header = decodeProtectedHeader(token);
+  } catch {
+    return fail('MALFORMED', 'unreadable protected header');
+  }
+  if (header.alg !== JWS_ALG) return fail('ALG_NOT_ALLOWED', `alg ${String(header.alg)}`);
+  if (header.typ !== JWS_TYP) return fail('WRONG_TYP', `typ ${String(header.typ)}`);
+  if (typeof header.kid !== 'string') return fail('UNKNOWN_KID', 'no kid');
+  const key = opts.keys.get(header.kid);
+  if (key === undefined) return fail('UNKNOWN_KID', `kid ${header.kid.slice(0, 80)}`);
+
+  let payload: unknown;
+  try {
+    ({ payload } = await jwtVerify(token, key, {
+      algorithms: [JWS_ALG],
+      typ: JWS_TYP,
+      issuer: opts.issuer,
+      audience: opts.audience,
+      currentDate: new Date(opts.clock.now()),
+      clockTolerance: opts.clockToleranceSeconds ?? 60,
+      requiredClaims: ['jti', 'iat', 'exp'],
+    }));
+  } catch (e) {
+    return mapJoseError(e);
+  }
+  const iat = (payload as { iat?: unknown }).iat;
+  if (typeof iat === 'number' && iat * 1000 > opts.clock.now() + (opts.clockToleranceSeconds ?? 60) * 1000) {
+    return fail('NOT_YET_VALID', 'issued in the future');
+  }
+  const parsed = opts.schema.safeParse(payload);
+  if (!parsed.success) return fail('SCHEMA_INVALID', summarizeIssues(parsed.error));
+  return { ok: true, message: parsed.data, kid: header.kid };
+}
+
+function mapJoseError(e: unknown): { ok: false; code: VerifyCode; detail: string } {
+  if (e instanceof errors.JWSSignatureVerificationFailed) return fail('BAD_SIGNATURE', 'signature does not verify');
+  if (e instanceof errors.JWTExpired) return fail('EXPIRED', 'exp passed');
+  if (e instanceof errors.JOSEAlgNotAllowed) return fail('ALG_NOT_ALLOWED', e.message);
+  if (e instanceof errors.JWTClaimValidationFailed) {
+    switch (e.claim) {
+      case 'aud':
+        return fail('WRONG_AUDIENCE', e.reason);
+      case 'iss':
+        return fail('WRONG_ISSUER', e.reason);
+      case 'typ':
+        return fail('WRONG_TYP', e.reason);
+      case 'nbf':
+      case 'iat':
+        return e.reason === 'check_failed' ? fail('NOT_YET_VALID', `${e.claim} ${e.reason}`) : fail('SCHEMA_INVALID', `${e.claim} ${e.reason}`);
+      default:
+        return fail('SCHEMA_INVALID', `${e.claim} ${e.reason}`);
+    }
+  }
+  if (e instanceof errors.JOSEError) return fail('MALFORMED', e.code);
+  return fail('MALFORMED', 'unreadable token');
+}

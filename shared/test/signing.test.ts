@@ -1,0 +1,176 @@
+import { CompactSign, SignJWT, base64url } from 'jose';
+import { describe, expect, it } from 'vitest';
+import { DownlinkMessage, JWS_TYP, MAX_MESSAGE_BYTES, signMessage, verifyMessage, type DownlinkMessage as Down } from '../src/index.js';
+import { CLOUD, GW, cid, sampleGrant, signingFixture } from './fixtures.js';
+
+const f = await signingFixture();
+const verify = (token: unknown, over: Partial<Parameters<typeof verifyMessage>[1]> = {}) =>
+  verifyMessage(token, { keys: f.keys, issuer: CLOUD, audience: GW, schema: DownlinkMessage, clock: f.clock, ...over });
+
+async function signedGrant(audience = GW) {
+  return signMessage<Down>(f.cloudKey, CLOUD, { type: 'key.grant', aud: audience, seq: 1, cid: cid(), body: { key: sampleGrant() } }, f.clock);
+}
+
+/** Re-signs arbitrary header + claims with the cloud's real key, to probe each check on its own. */
+async function rawSign(header: Record<string, unknown>, claims: Record<string, unknown>) {
+  return new SignJWT(claims).setProtectedHeader({ alg: 'EdDSA', ...header }).sign(f.cloudKey.privateKey);
+}
+
+describe('a message signed by the cloud', () => {
+  it('verifies and comes back equal', async () => {
+    const { token, message } = await signedGrant();
+    const r = await verify(token);
+    expect(r).toEqual({ ok: true, message, kid: f.cloudKey.kid });
+  });
+
+  it('verifies from raw MQTT bytes', async () => {
+    const { token } = await signedGrant();
+    expect((await verify(Buffer.from(token))).ok).toBe(true);
+  });
+});
+
+describe('a bad message is refused with its code and nothing throws', () => {
+  it('forged signature (signed by a key with the same kid but another secret) -> BAD_SIGNATURE', async () => {
+    const { token } = await signMessage<Down>(
+      { kid: f.cloudKey.kid, privateKey: f.otherKey.privateKey },
+      CLOUD,
+      { type: 'heartbeat', aud: GW, cid: cid(), body: { lastSeq: 3, intervalMs: 10_000 } },
+      f.clock,
+    );
+    expect(await verify(token)).toMatchObject({ ok: false, code: 'BAD_SIGNATURE' });
+  });
+
+  it('tampered payload -> BAD_SIGNATURE', async () => {
+    const { token } = await signedGrant();
+    const [h, p, s] = token.split('.') as [string, string, string];
+    const claims = JSON.parse(new TextDecoder().decode(base64url.decode(p))) as { body: { key: { offlineCapable: boolean } } };
+    claims.body.key.offlineCapable = true;
+    const forged = `${h}.${base64url.encode(JSON.stringify(claims))}.${s}`;
+    expect(await verify(forged)).toMatchObject({ ok: false, code: 'BAD_SIGNATURE' });
+  });
+
+  it('alg none -> ALG_NOT_ALLOWED', async () => {
+    const { token } = await signedGrant();
+    const [, p] = token.split('.') as [string, string];
+    const header = base64url.encode(JSON.stringify({ alg: 'none', typ: JWS_TYP, kid: f.cloudKey.kid }));
+    expect(await verify(`${header}.${p}.`)).toMatchObject({ ok: false, code: 'ALG_NOT_ALLOWED' });
+  });
+
+  it('algorithm swap to HS256 keyed with the public key -> ALG_NOT_ALLOWED', async () => {
+    const { token } = await signedGrant();
+    const [, p] = token.split('.') as [string, string];
+    const secret = new TextEncoder().encode(JSON.stringify(f.cloudPair.publicJwk));
+    const swapped = await new CompactSign(base64url.decode(p))
+      .setProtectedHeader({ alg: 'HS256', typ: JWS_TYP, kid: f.cloudKey.kid })
+      .sign(secret);
+    expect(await verify(swapped)).toMatchObject({ ok: false, code: 'ALG_NOT_ALLOWED' });
+  });
+
+  it('unknown kid -> UNKNOWN_KID', async () => {
+    const { token } = await signMessage<Down>(f.otherKey, CLOUD, { type: 'heartbeat', aud: GW, cid: cid(), body: { lastSeq: 0, intervalMs: 1 } }, f.clock);
+    expect(await verify(token)).toMatchObject({ ok: false, code: 'UNKNOWN_KID' });
+  });
+
+  it('missing kid -> UNKNOWN_KID', async () => {
+    const { message } = await signedGrant();
+    expect(await verify(await rawSign({ typ: JWS_TYP }, message))).toMatchObject({ ok: false, code: 'UNKNOWN_KID' });
+  });
+
+  it('wrong audience -> WRONG_AUDIENCE', async () => {
+    const { token } = await signedGrant('gw-2');
+    expect(await verify(token)).toMatchObject({ ok: false, code: 'WRONG_AUDIENCE' });
+  });
+
+  it('wrong issuer -> WRONG_ISSUER', async () => {
+    const { message } = await signedGrant();
+    const token = await rawSign({ typ: JWS_TYP, kid: f.cloudKey.kid }, { ...message, iss: 'someone-else' });
+    expect(await verify(token)).toMatchObject({ ok: false, code: 'WRONG_ISSUER' });
+  });
+
+  it('wrong typ -> WRONG_TYP', async () => {
+    const { message } = await signedGrant();
+    expect(await verify(await rawSign({ typ: 'JWT', kid: f.cloudKey.kid }, message))).toMatchObject({ ok: false, code: 'WRONG_TYP' });
+  });
+
+  it('expired -> EXPIRED', async () => {
+    const { token } = await signMessage<Down>(
+      f.cloudKey,
+      CLOUD,
+      { type: 'heartbeat', aud: GW, cid: cid(), ttlSeconds: 30, body: { lastSeq: 0, intervalMs: 1 } },
+      f.clock,
+    );
+    const later = { now: () => f.clock.now() + 10 * 60_000 };
+    expect(await verify(token, { clock: later })).toMatchObject({ ok: false, code: 'EXPIRED' });
+  });
+
+  it('issued in the future beyond the tolerance -> NOT_YET_VALID', async () => {
+    const { token } = await signedGrant();
+    const earlier = { now: () => f.clock.now() - 10 * 60_000 };
+    expect(await verify(token, { clock: earlier })).toMatchObject({ ok: false, code: 'NOT_YET_VALID' });
+  });
+
+  it('oversize -> TOO_LARGE, before any parsing', async () => {
+    const big = Buffer.alloc(MAX_MESSAGE_BYTES + 1, 0x41);
+    expect(await verify(big)).toMatchObject({ ok: false, code: 'TOO_LARGE' });
+    expect(await verify('x'.repeat(MAX_MESSAGE_BYTES + 1))).toMatchObject({ ok: false, code: 'TOO_LARGE' });
+  });
+
+  it('malformed JSON in the payload -> MALFORMED', async () => {
+    const header = base64url.encode(JSON.stringify({ alg: 'EdDSA', typ: JWS_TYP, kid: f.cloudKey.kid }));
+    const payload = base64url.encode('{"jti": nope');
+    const jws = await new CompactSign(new TextEncoder().encode('{"jti": nope'))
+      .setProtectedHeader({ alg: 'EdDSA', typ: JWS_TYP, kid: f.cloudKey.kid })
+      .sign(f.cloudKey.privateKey);
+    expect(jws.startsWith(`${header}.${payload}`)).toBe(true);
+    expect(await verify(jws)).toMatchObject({ ok: false, code: 'MALFORMED' });
+  });
+
+  it('malformed JSON in the header -> MALFORMED', async () => {
+    const { token } = await signedGrant();
+    const [, p, s] = token.split('.') as [string, string, string];
+    expect(await verify(`${base64url.encode('{alg:')}.${p}.${s}`)).toMatchObject({ ok: false, code: 'MALFORMED' });
+  });
+
+  it('invalid UTF-8 -> MALFORMED', async () => {
+    expect(await verify(Buffer.from([0x65, 0x79, 0xff, 0xfe, 0x2e]))).toMatchObject({ ok: false, code: 'MALFORMED' });
+  });
+
+  it('deeply nested JSON in a validly signed payload -> SCHEMA_INVALID, not a crash', async () => {
+    const depth = 20_000;
+    const nested = `${'['.repeat(depth)}${']'.repeat(depth)}`;
+    const jws = await new CompactSign(new TextEncoder().encode(`{"body":${nested},"jti":"x","iat":1,"exp":99999999999,"iss":"${CLOUD}","aud":"${GW}"}`))
+      .setProtectedHeader({ alg: 'EdDSA', typ: JWS_TYP, kid: f.cloudKey.kid })
+      .sign(f.cloudKey.privateKey);
+    const r = await verify(jws);
+    expect(r.ok).toBe(false);
+    expect(['SCHEMA_INVALID', 'MALFORMED']).toContain(r.ok ? '' : r.code);
+  });
+
+  it('truncated token -> MALFORMED or BAD_SIGNATURE, never ok', async () => {
+    const { token } = await signedGrant();
+    for (const cut of [1, 10, token.length / 2, token.length - 5, token.length - 1]) {
+      const r = await verify(token.slice(0, Math.floor(cut)));
+      expect(r.ok).toBe(false);
+    }
+    expect(await verify(token.slice(0, token.lastIndexOf('.')))).toMatchObject({ ok: false, code: 'MALFORMED' });
+    expect(await verify(token.slice(0, -3))).toMatchObject({ ok: false, code: 'BAD_SIGNATURE' });
+  });
+
+  it('a validly signed message of the wrong shape -> SCHEMA_INVALID', async () => {
+    const { message } = await signedGrant();
+    const token = await rawSign({ typ: JWS_TYP, kid: f.cloudKey.kid }, { ...message, body: { key: { keyId: 'k' } } });
+    expect(await verify(token)).toMatchObject({ ok: false, code: 'SCHEMA_INVALID' });
+  });
+
+  it('non-string, non-bytes input -> MALFORMED', async () => {
+    for (const x of [undefined, null, 42, {}, []]) expect(await verify(x)).toMatchObject({ ok: false, code: 'MALFORMED' });
+  });
+});
+
+describe('signing refuses to produce what a receiver would refuse', () => {
+  it('an invalid draft throws (a bug, not input)', async () => {
+    await expect(
+      signMessage<Down>(f.cloudKey, CLOUD, { type: 'key.grant', aud: GW, seq: 0, cid: cid(), body: { key: sampleGrant() } }, f.clock),
+    ).rejects.toThrow(/invalid key.grant/);
+  });
+});
