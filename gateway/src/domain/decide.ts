@@ -1,0 +1,87 @@
+import type { CredentialType, DecisionCode, DoorId, KeyGrant, LockId } from '@tobira/shared';
+import { isStale } from './freshness.js';
+import type { KeyStatus } from './keyset.js';
+import { isLockedOut, type LockoutState } from './lockout.js';
+import { inSchedule } from './schedule.js';
+
+/**
+ * The access decision at the door (DESIGN.md §3), a pure function of the
+ * request, the key set, the lock, the site and trusted time.
+ */
+export interface AccessRequest {
+  readonly lockId: LockId;
+  readonly credentialType: CredentialType;
+  /** `credentialDigest(pepper, type, value)` of what the lock presented. */
+  readonly digest: string;
+}
+
+export interface KeyCandidate {
+  readonly grant: KeyGrant;
+  readonly version: number;
+  readonly status: KeyStatus;
+}
+
+/** The key set as decide sees it: every key (active or revoked) that has this credential. */
+export interface KeySetView {
+  byCredential(type: CredentialType, digest: string): readonly KeyCandidate[];
+}
+
+/** null: the lock is not paired with this gateway. */
+export type LockView = (LockoutState & { readonly doorId: DoorId | null }) | null;
+
+export interface SiteView {
+  readonly mode: 'normal' | 'lockdown';
+  readonly leaseExpiresAt: number | null;
+}
+
+export interface Decision {
+  readonly allowed: boolean;
+  readonly code: DecisionCode;
+  readonly key?: KeyCandidate;
+}
+
+/** How far a key got through the checks: the refusal of the key that got furthest is the answer. */
+const PROGRESS: readonly DecisionCode[] = [
+  'KEY_REVOKED',
+  'DOOR_NOT_PERMITTED',
+  'KEY_NOT_YET_VALID',
+  'KEY_EXPIRED',
+  'OUTSIDE_SCHEDULE',
+  'SITE_LOCKDOWN',
+  'CLOUD_STALE',
+  'ALLOWED',
+];
+
+function judgeKey(k: KeyCandidate, doorId: DoorId, site: SiteView, now: number): DecisionCode {
+  const g = k.grant;
+  if (k.status !== 'active') return 'KEY_REVOKED';
+  if (!g.doors.includes(doorId)) return 'DOOR_NOT_PERMITTED';
+  if (now < g.validFrom) return 'KEY_NOT_YET_VALID';
+  if (now >= g.validUntil) return 'KEY_EXPIRED';
+  if (g.schedule !== null && !inSchedule(g.schedule, now)) return 'OUTSIDE_SCHEDULE';
+  // Offline-capable staff keys pass lockdown and a stale lease; nothing else does.
+  if (site.mode === 'lockdown' && !g.offlineCapable) return 'SITE_LOCKDOWN';
+  if (isStale(site.leaseExpiresAt, now) && !g.offlineCapable) return 'CLOUD_STALE';
+  return 'ALLOWED';
+}
+
+/**
+ * Invariant: `allowed` is true only for an active key at a version above any
+ * revoke, for this lock's door, inside its validity window and schedule, with
+ * the lock not locked out, and with a running lease and no lockdown unless
+ * the key is offline-capable.
+ */
+export function decide(request: AccessRequest, keySet: KeySetView, lock: LockView, site: SiteView, now: number): Decision {
+  if (lock === null || lock.doorId === null) return { allowed: false, code: 'BAD_REQUEST' };
+  if (isLockedOut(lock, now)) return { allowed: false, code: 'LOCKED_OUT' };
+  const candidates = keySet.byCredential(request.credentialType, request.digest);
+  let best: { code: DecisionCode; key: KeyCandidate; rank: number } | null = null;
+  for (const key of candidates) {
+    const code = judgeKey(key, lock.doorId, site, now);
+    if (code === 'ALLOWED') return { allowed: true, code, key };
+    const rank = PROGRESS.indexOf(code);
+    if (best === null || rank > best.rank) best = { code, key, rank };
+  }
+  if (best === null) return { allowed: false, code: 'UNKNOWN_CREDENTIAL' };
+  return { allowed: false, code: best.code, key: best.key };
+}

@@ -1,0 +1,151 @@
+import fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import { asKeyId, type KeyGrant } from '@tobira/shared';
+import { decide, type KeyCandidate, type KeySetView, type LockView, type SiteView } from '../src/domain/decide.js';
+import { isStale, onHeartbeat, trustedNow } from '../src/domain/freshness.js';
+import { applyGrant, applyRevoke, emptySlot, isActive, type KeySlot } from '../src/domain/keyset.js';
+import { isLockedOut, noLockout, recordAttempt } from '../src/domain/lockout.js';
+import { inSchedule } from '../src/domain/schedule.js';
+import { DOOR, LOCK, T0, grant } from './fixtures.js';
+
+const keys = (...ks: KeyCandidate[]): KeySetView => ({ byCredential: (t, d) => ks.filter((k) => k.grant.credential.type === t && k.grant.credential.digest === d) });
+const active = (g: KeyGrant): KeyCandidate => ({ grant: g, version: g.version, status: 'active' });
+const lock: LockView = { doorId: DOOR, failures: 0, lockedOutUntil: null };
+const fresh: SiteView = { mode: 'normal', leaseExpiresAt: T0 + 60_000 };
+const req = { lockId: LOCK, credentialType: 'pin' as const, digest: 'A'.repeat(43) };
+
+describe('decide', () => {
+  it('allows an active key for its door inside its window with a running lease', () => {
+    expect(decide(req, keys(active(grant())), lock, fresh, T0)).toMatchObject({ allowed: true, code: 'ALLOWED' });
+  });
+  it('answers each refusal with its code', () => {
+    const cases: [KeyCandidate | null, LockView, SiteView, string][] = [
+      [null, lock, fresh, 'UNKNOWN_CREDENTIAL'],
+      [{ ...active(grant()), status: 'revoked' }, lock, fresh, 'KEY_REVOKED'],
+      [active(grant({ doors: [asKeyId('door-2') as never] })), lock, fresh, 'DOOR_NOT_PERMITTED'],
+      [active(grant({ validFrom: T0 + 1 })), lock, fresh, 'KEY_NOT_YET_VALID'],
+      [active(grant({ validUntil: T0 })), lock, fresh, 'KEY_EXPIRED'],
+      [active(grant()), lock, { mode: 'lockdown', leaseExpiresAt: T0 + 1 }, 'SITE_LOCKDOWN'],
+      [active(grant()), lock, { mode: 'normal', leaseExpiresAt: T0 }, 'CLOUD_STALE'],
+      [active(grant()), lock, { mode: 'normal', leaseExpiresAt: null }, 'CLOUD_STALE'],
+      [active(grant()), { ...lock, lockedOutUntil: T0 + 1 }, fresh, 'LOCKED_OUT'],
+      [active(grant()), null, fresh, 'BAD_REQUEST'],
+    ];
+    for (const [k, l, s, code] of cases) {
+      const d = decide(req, k === null ? keys() : keys(k), l, s, T0);
+      expect({ code: d.code, allowed: d.allowed }).toEqual({ code, allowed: false });
+    }
+  });
+  it('lets offline-capable staff keys through lockdown and a stale lease', () => {
+    const staff = active(grant({ offlineCapable: true }));
+    expect(decide(req, keys(staff), lock, { mode: 'lockdown', leaseExpiresAt: null }, T0).code).toBe('ALLOWED');
+  });
+  it('evaluates the schedule in its time zone', () => {
+    // T0 is Monday 12:00 in Tokyo, Monday 03:00 UTC.
+    const tokyo = { timeZone: 'Asia/Tokyo', windows: [{ days: [1], start: '09:00', end: '17:00' }] };
+    const utc = { timeZone: 'UTC', windows: [{ days: [1], start: '09:00', end: '17:00' }] };
+    expect(decide(req, keys(active(grant({ schedule: tokyo }))), lock, fresh, T0).code).toBe('ALLOWED');
+    expect(decide(req, keys(active(grant({ schedule: utc }))), lock, fresh, T0).code).toBe('OUTSIDE_SCHEDULE');
+  });
+  it('picks the allowing key among several with the same credential', () => {
+    const other = active(grant({ keyId: asKeyId('key-2'), doors: [asKeyId('door-9') as never] }));
+    expect(decide(req, keys(other, active(grant())), lock, fresh, T0).key?.grant.keyId).toBe('key-1');
+  });
+});
+
+describe('schedule', () => {
+  it('matches windows that wrap past midnight on the next morning', () => {
+    const s = { timeZone: 'UTC', windows: [{ days: [0], start: '22:00', end: '06:00' }] }; // Sunday night
+    expect(inSchedule(s, Date.UTC(2026, 10, 29, 23, 0))).toBe(true); // Sun 23:00
+    expect(inSchedule(s, Date.UTC(2026, 10, 30, 5, 59))).toBe(true); // Mon 05:59
+    expect(inSchedule(s, Date.UTC(2026, 10, 30, 6, 0))).toBe(false);
+    expect(inSchedule(s, Date.UTC(2026, 10, 29, 21, 59))).toBe(false);
+  });
+  it('fails closed on an unknown time zone', () => {
+    expect(inSchedule({ timeZone: 'Mars/Olympus', windows: [{ days: [0, 1, 2, 3, 4, 5, 6], start: '00:00', end: '24:00' }] }, T0)).toBe(false);
+  });
+});
+
+describe('key set rules', () => {
+  it('ignores a grant at or below a tombstone (revoke before grant)', () => {
+    const r = applyRevoke(emptySlot, { keyId: asKeyId('key-1'), version: 2, reason: 'staff_revoked' });
+    expect(r.status).toBe('applied');
+    const slot = (r as { state: KeySlot }).state;
+    expect(applyGrant(slot, grant({ version: 2 }))).toMatchObject({ status: 'noop', code: 'STALE_VERSION' });
+    expect(applyGrant(slot, grant({ version: 1 }))).toMatchObject({ status: 'noop', code: 'STALE_VERSION' });
+  });
+  it('treats a duplicate grant as a noop and a replayed older grant as stale', () => {
+    const s = (applyGrant(emptySlot, grant({ version: 3 })) as { state: KeySlot }).state;
+    expect(applyGrant(s, grant({ version: 3 })).code).toBe('KEY_ALREADY_ACTIVE');
+    expect(applyGrant(s, grant({ version: 2 })).code).toBe('STALE_VERSION');
+  });
+  it('refuses an empty validity window', () => {
+    expect(applyGrant(emptySlot, grant({ validFrom: 5, validUntil: 5 }))).toMatchObject({ status: 'refused', code: 'INVALID_VALIDITY_WINDOW' });
+  });
+
+  type Op = { kind: 'grant' | 'revoke'; version: number };
+  const ops = fc.array(fc.record({ kind: fc.constantFrom<'grant' | 'revoke'>('grant', 'revoke'), version: fc.integer({ min: 1, max: 8 }) }), { minLength: 1, maxLength: 12 });
+  const run = (list: readonly Op[]): KeySlot =>
+    list.reduce<KeySlot>((slot, op) => {
+      const o = op.kind === 'grant' ? applyGrant(slot, grant({ version: op.version })) : applyRevoke(slot, { keyId: asKeyId('key-1'), version: op.version, reason: 'staff_revoked' });
+      return o.status === 'applied' || o.status === 'noop' ? o.state : slot;
+    }, emptySlot);
+
+  it('never lets a revoked version become active, whatever order grants and revokes arrive in', () => {
+    fc.assert(
+      fc.property(ops.chain((list) => fc.tuple(fc.constant(list), fc.shuffledSubarray(list, { minLength: list.length, maxLength: list.length }))), ([list, shuffled]) => {
+        const maxRevoke = Math.max(0, ...list.filter((o) => o.kind === 'revoke').map((o) => o.version));
+        const maxGrant = Math.max(0, ...list.filter((o) => o.kind === 'grant').map((o) => o.version));
+        for (const order of [list, shuffled]) {
+          const slot = run(order);
+          // Convergent: active iff the highest grant is above the highest revoke, at that version.
+          expect(isActive(slot)).toBe(maxGrant > maxRevoke);
+          if (isActive(slot)) expect(slot.key?.version).toBe(maxGrant);
+          // And no prefix of the delivery ever has an active key at or below a revoke seen so far.
+          let seenRevoke = 0;
+          order.reduce<Op[]>((prefix, op) => {
+            const next = [...prefix, op];
+            if (op.kind === 'revoke') seenRevoke = Math.max(seenRevoke, op.version);
+            const s = run(next);
+            if (isActive(s)) expect(s.key!.version).toBeGreaterThan(seenRevoke);
+            return next;
+          }, []);
+        }
+      }),
+      { numRuns: 300 },
+    );
+  });
+});
+
+describe('freshness', () => {
+  it('extends the lease only when everything up to lastSeq is applied', () => {
+    expect(onHeartbeat({ lastSeq: 5, iatMs: T0 }, 4, null, 300)).toEqual({ kind: 'behind', appliedSeq: 4, lastSeq: 5 });
+    expect(onHeartbeat({ lastSeq: 5, iatMs: T0 }, 5, null, 300)).toEqual({ kind: 'extend', leaseExpiresAt: T0 + 300_000 });
+  });
+  it('never shortens the lease', () => {
+    expect(onHeartbeat({ lastSeq: 0, iatMs: T0 - 10_000 }, 0, T0 + 1_000_000, 300)).toEqual({ kind: 'extend', leaseExpiresAt: T0 + 1_000_000 });
+  });
+  it('never takes trusted time earlier than the newest iat or the high-water mark', () => {
+    expect(trustedNow(T0 - 3_600_000, { maxIatMs: T0, highWaterMs: 0 })).toBe(T0);
+    expect(trustedNow(0, { maxIatMs: 0, highWaterMs: T0 })).toBe(T0);
+    expect(isStale(T0 + 1, trustedNow(0, { maxIatMs: T0 + 1, highWaterMs: 0 }))).toBe(true);
+  });
+});
+
+describe('lockout', () => {
+  const policy = { limit: 3, cooldownSeconds: 60 };
+  it('locks out after the limit of wrong credentials and lifts after the cool-down', () => {
+    let s = noLockout;
+    for (let i = 0; i < 3; i++) s = recordAttempt(s, 'UNKNOWN_CREDENTIAL', T0, policy);
+    expect(isLockedOut(s, T0)).toBe(true);
+    expect(isLockedOut(s, T0 + 60_000)).toBe(false);
+    s = recordAttempt(s, 'UNKNOWN_CREDENTIAL', T0 + 60_000, policy);
+    expect(s).toEqual({ failures: 1, lockedOutUntil: null });
+  });
+  it('resets on a right credential and ignores refusals of a real key', () => {
+    let s = recordAttempt(noLockout, 'UNKNOWN_CREDENTIAL', T0, policy);
+    s = recordAttempt(s, 'OUTSIDE_SCHEDULE', T0, policy);
+    expect(s.failures).toBe(1);
+    expect(recordAttempt(s, 'ALLOWED', T0, policy)).toEqual(noLockout);
+  });
+});
