@@ -148,6 +148,10 @@ export async function verifyMessage<S extends z.ZodType>(input: unknown, opts: V
   if (!text.ok) return fail(text.code === 'TOO_LARGE' ? 'TOO_LARGE' : 'MALFORMED', text.detail);
   const token = text.value.trim();
   if (!COMPACT_JWS.test(token)) return fail('MALFORMED', 'not a compact JWS');
+  // base64url is malleable in its padding bits; accept only the canonical
+  // encoding of the signature so one signed message has exactly one token.
+  const signature = token.slice(token.lastIndexOf('.') + 1);
+  if (Buffer.from(signature, 'base64url').toString('base64url') !== signature) return fail('MALFORMED', 'non-canonical signature encoding');
 
   let header: ReturnType<typeof decodeProtectedHeader>;
   try {

@@ -1,0 +1,39 @@
+import { describe, expect, it } from 'vitest';
+import { DECISION_CODES, DecisionCode, LOCK_COMMAND_CODES, OUTCOME_CODES, REVOKE_REASONS, VERIFY_CODES, applied, conflict, noop, refused } from '../src/index.js';
+
+describe('code tables', () => {
+  it.each([
+    ['OUTCOME_CODES', OUTCOME_CODES],
+    ['DECISION_CODES', DECISION_CODES],
+    ['VERIFY_CODES', VERIFY_CODES],
+    ['LOCK_COMMAND_CODES', LOCK_COMMAND_CODES],
+  ])('%s is frozen, upper snake case, each with a one-line meaning', (_n, table) => {
+    expect(Object.isFrozen(table)).toBe(true);
+    for (const [code, meaning] of Object.entries(table)) {
+      expect(code).toMatch(/^[A-Z][A-Z0-9_]+$/);
+      expect(meaning.length).toBeGreaterThan(5);
+      expect(meaning).not.toContain('\n');
+    }
+  });
+
+  it('has exactly the access decision codes of DESIGN.md §3', () => {
+    expect(Object.keys(DECISION_CODES).sort()).toEqual(
+      ['ALLOWED', 'UNKNOWN_CREDENTIAL', 'KEY_REVOKED', 'KEY_NOT_YET_VALID', 'KEY_EXPIRED', 'OUTSIDE_SCHEDULE', 'DOOR_NOT_PERMITTED', 'SITE_LOCKDOWN', 'CLOUD_STALE', 'LOCKED_OUT', 'BAD_REQUEST'].sort(),
+    );
+    expect(DecisionCode.options).toEqual(Object.keys(DECISION_CODES));
+  });
+
+  it('revoke reasons are lower snake case', () => {
+    for (const r of Object.keys(REVOKE_REASONS)) expect(r).toMatch(/^[a-z]+(_[a-z]+)*$/);
+  });
+});
+
+describe('Outcome constructors', () => {
+  it('build each status with its code', () => {
+    expect(applied('KEY_ISSUED', { v: 1 }, ['m'])).toEqual({ status: 'applied', code: 'KEY_ISSUED', state: { v: 1 }, emits: ['m'] });
+    expect(noop('KEY_ALREADY_REVOKED', { v: 2 })).toEqual({ status: 'noop', code: 'KEY_ALREADY_REVOKED', state: { v: 2 } });
+    expect(conflict('KEY_STATE_CHANGED', { v: 3 })).toEqual({ status: 'conflict', code: 'KEY_STATE_CHANGED', current: { v: 3 } });
+    expect(refused('KEY_NOT_FOUND')).toEqual({ status: 'refused', code: 'KEY_NOT_FOUND' });
+    expect(refused('KEY_NOT_FOUND', 'k1')).toEqual({ status: 'refused', code: 'KEY_NOT_FOUND', detail: 'k1' });
+  });
+});
