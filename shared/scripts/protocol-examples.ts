@@ -1,0 +1,236 @@
+import { readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import {
+  KeySet,
+  asDoorId,
+  asKeyId,
+  asLockId,
+  asPersonId,
+  LOCK_CHANNEL_SCHEMAS,
+  credentialDigest,
+  decodeSecret,
+  importSigningKey,
+  signLockCommand,
+  signMessage,
+  topics,
+  type Clock,
+  type CorrelationId,
+  type DownlinkMessage,
+  type KeyGrant,
+  type MessageId,
+  type UplinkMessage,
+} from '../src/index.js';
+
+/**
+ * Builds the examples in docs/protocol.md from the real code: real schemas,
+ * real signatures (Ed25519 is deterministic, so with the fixed docs-only keys,
+ * ids and clock below the output is stable). A test regenerates them and
+ * compares with the document, so the document cannot drift from the code.
+ */
+export const DOC_PATH = fileURLToPath(new URL('../../docs/protocol.md', import.meta.url));
+const keysFile = JSON.parse(readFileSync(new URL('./example-keys.json', import.meta.url), 'utf8')) as {
+  cloud: Record<string, string>;
+  gateway: Record<string, string>;
+  pairingSecret: string;
+  credentialPepper: string;
+};
+
+export const EXAMPLE = Object.freeze({ cloudIssuer: 'tobira-cloud', gatewayId: 'gw-1', lockId: 'L1', now: Date.UTC(2026, 10, 29, 9, 0, 0) });
+const clock: Clock = { now: () => EXAMPLE.now };
+const id = (n: number) => `01900000-0000-7000-8000-${String(n).padStart(12, '0')}`;
+const mid = (n: number) => id(n) as MessageId;
+const cid = 'req-7f3a9c' as CorrelationId;
+
+export async function exampleKeySets() {
+  const pub = (jwk: Record<string, string>) => {
+    const { d: _d, ...rest } = jwk;
+    return rest;
+  };
+  return {
+    cloud: await KeySet.fromJwks({ keys: [pub(keysFile.cloud)] }),
+    gateway: await KeySet.fromJwks({ keys: [pub(keysFile.gateway)] }),
+  };
+}
+
+const json = (v: unknown) => '```json\n' + JSON.stringify(v, null, 2) + '\n```';
+
+function signedBlock(topic: string, token: string, message: unknown): string {
+  const [h] = token.split('.') as [string];
+  return [
+    `Topic: \`${topic}\``,
+    '',
+    'Protected header:',
+    '',
+    json(JSON.parse(Buffer.from(h, 'base64url').toString('utf8'))),
+    '',
+    'Claims:',
+    '',
+    json(message),
+    '',
+    'On the wire (compact JWS, the whole MQTT payload):',
+    '',
+    '```text',
+    token,
+    '```',
+  ].join('\n');
+}
+
+export async function renderProtocolExamples(): Promise<Record<string, string>> {
+  const cloudKey = await importSigningKey(keysFile.cloud);
+  const gwKey = await importSigningKey(keysFile.gateway);
+  const gw = EXAMPLE.gatewayId;
+  const pepper = decodeSecret(keysFile.credentialPepper);
+  const grant: KeyGrant = {
+    keyId: asKeyId('key_01900000a'),
+    version: 1,
+    personId: asPersonId('person_01900000b'),
+    credential: { type: 'pin', digest: credentialDigest(pepper, 'pin', '1234') },
+    doors: [asDoorId('door-101')],
+    validFrom: Date.UTC(2026, 10, 29, 15),
+    validUntil: Date.UTC(2026, 11, 1, 10),
+    schedule: { timeZone: 'Asia/Tokyo', windows: [{ days: [1, 2, 3, 4, 5], start: '07:00', end: '22:00' }] },
+    offlineCapable: false,
+  };
+  const down = async (draft: Parameters<typeof signMessage<DownlinkMessage>>[2]) => {
+    const { token, message } = await signMessage<DownlinkMessage>(cloudKey, EXAMPLE.cloudIssuer, draft, clock);
+    return signedBlock(topics.gatewayDown(gw), token, message);
+  };
+  const up = async (draft: Parameters<typeof signMessage<UplinkMessage>>[2]) => {
+    const { token, message } = await signMessage<UplinkMessage>(gwKey, gw, draft, clock);
+    return signedBlock(topics.gatewayUp(gw), token, message);
+  };
+  const plain = (topic: string, schema: keyof typeof LOCK_CHANNEL_SCHEMAS, value: unknown) => {
+    LOCK_CHANNEL_SCHEMAS[schema].parse(value);
+    return [`Topic: \`${topic}\``, '', json(value)].join('\n');
+  };
+  const lockTopic = (c: Parameters<typeof topics.lock>[2]) => topics.lock(gw, EXAMPLE.lockId, c);
+  const command = signLockCommand(decodeSecret(keysFile.pairingSecret), {
+    commandId: id(301),
+    lockId: asLockId(EXAMPLE.lockId),
+    action: 'unlock',
+    holdMs: 5000,
+    expiresAt: EXAMPLE.now + 10_000,
+  });
+
+  return {
+    'key.grant': await down({ type: 'key.grant', jti: mid(1), aud: gw, seq: 42, cid, body: { key: grant } }),
+    'key.revoke': await down({
+      type: 'key.revoke',
+      jti: mid(2),
+      aud: gw,
+      seq: 43,
+      cid,
+      body: { keyId: grant.keyId, version: 2, reason: 'stay_cancelled' },
+    }),
+    heartbeat: await down({ type: 'heartbeat', jti: mid(3), aud: gw, cid, ttlSeconds: 60, body: { lastSeq: 43, intervalMs: 10_000 } }),
+    'resync.answer': await down({
+      type: 'resync.answer',
+      jti: mid(4),
+      aud: gw,
+      cid,
+      body: { requestId: id(104), mode: 'snapshot', fromSeq: 12, toSeq: 43, snapshotId: id(105) },
+    }),
+    'keyset.snapshot': await down({
+      type: 'keyset.snapshot',
+      jti: mid(5),
+      aud: gw,
+      cid,
+      body: { snapshotId: id(105), asOfSeq: 43, part: 1, parts: 1, keys: [grant], revoked: [{ keyId: asKeyId('key_01900000c'), version: 3 }] },
+    }),
+    ack: await up({
+      type: 'ack',
+      jti: mid(11),
+      aud: EXAMPLE.cloudIssuer,
+      seq: 7,
+      cid,
+      body: { ackOf: mid(1), ackSeq: 42, result: 'applied', code: 'MESSAGE_APPLIED', keyId: grant.keyId, keyVersion: 1 },
+    }),
+    'access.event': await up({
+      type: 'access.event',
+      jti: mid(12),
+      aud: EXAMPLE.cloudIssuer,
+      seq: 8,
+      cid,
+      body: {
+        eventId: id(201),
+        requestId: 'L1-000042',
+        lockId: asLockId(EXAMPLE.lockId),
+        doorId: asDoorId('door-101'),
+        at: EXAMPLE.now,
+        allowed: true,
+        code: 'ALLOWED',
+        keyId: grant.keyId,
+        keyVersion: 1,
+        personId: grant.personId,
+        credentialType: 'pin',
+        commandId: id(301),
+      },
+    }),
+    alarm: await up({
+      type: 'alarm',
+      jti: mid(13),
+      aud: EXAMPLE.cloudIssuer,
+      seq: 9,
+      cid: 'alarm-01900000d' as CorrelationId,
+      body: { alarmId: id(202), lockId: asLockId(EXAMPLE.lockId), doorId: asDoorId('door-101'), kind: 'forced_open', at: EXAMPLE.now },
+    }),
+    'gateway.status': await up({
+      type: 'gateway.status',
+      jti: mid(14),
+      aud: EXAMPLE.cloudIssuer,
+      seq: 10,
+      cid: 'status-01900000e' as CorrelationId,
+      body: {
+        mode: 'normal',
+        appliedSeq: 43,
+        leaseExpiresAt: EXAMPLE.now + 300_000,
+        outboxDepth: 0,
+        locks: [{ lockId: asLockId(EXAMPLE.lockId), online: true, bolt: 'locked', door: 'closed', battery: 87, at: EXAMPLE.now }],
+      },
+    }),
+    'resync.request': await up({
+      type: 'resync.request',
+      jti: mid(15),
+      aud: EXAMPLE.cloudIssuer,
+      cid: 'resync-01900000f' as CorrelationId,
+      body: { requestId: id(104), lastAppliedSeq: 12, reason: 'gap' },
+    }),
+    'lock.request': plain(lockTopic('request'), 'request', { requestId: 'L1-000042', credential: { type: 'pin', value: '1234' }, at: EXAMPLE.now }),
+    'lock.decision': plain(lockTopic('decision'), 'decision', { requestId: 'L1-000042', allowed: true, code: 'ALLOWED', commandId: id(301) }),
+    'lock.command': plain(lockTopic('command'), 'command', command),
+    'lock.state': plain(lockTopic('state'), 'state', {
+      lockId: EXAMPLE.lockId,
+      bolt: 'unlocked',
+      door: 'closed',
+      battery: 87,
+      at: EXAMPLE.now + 40,
+      lastCommandId: id(301),
+    }),
+    'lock.event': plain(lockTopic('event'), 'event', {
+      eventId: id(401),
+      lockId: EXAMPLE.lockId,
+      at: EXAMPLE.now + 40,
+      kind: 'command_result',
+      commandId: id(301),
+      result: 'executed',
+      code: null,
+    }),
+    'lock.alarm': plain(lockTopic('event'), 'event', { eventId: id(402), lockId: EXAMPLE.lockId, at: EXAMPLE.now + 90_000, kind: 'door_ajar' }),
+    presence: plain(lockTopic('presence'), 'presence', { online: false }),
+  };
+}
+
+const BLOCK = /<!-- BEGIN GENERATED: ([\w.-]+) -->\n[\s\S]*?<!-- END GENERATED: \1 -->/g;
+
+/** Replaces every generated block of the document with its fresh rendering. */
+export function applyExamples(doc: string, blocks: Record<string, string>): string {
+  return doc.replace(BLOCK, (_m, name: string) => {
+    const body = blocks[name];
+    if (body === undefined) throw new Error(`docs/protocol.md names an unknown example: ${name}`);
+    return `<!-- BEGIN GENERATED: ${name} -->\n${body}\n<!-- END GENERATED: ${name} -->`;
+  });
+}
+
+export function generatedNames(doc: string): string[] {
+  return [...doc.matchAll(BLOCK)].map((m) => m[1] as string);
+}
