@@ -1,0 +1,55 @@
+import { PGlite } from '@electric-sql/pglite';
+import type { Db, QueryResult, Queryable } from './db.js';
+
+/**
+ * PGlite is one connection: transactions are serialized through a mutex here
+ * (PGlite also serializes internally; ours makes the order explicit and keeps
+ * plain queries from interleaving with an open transaction).
+ */
+class Mutex {
+  #tail: Promise<void> = Promise.resolve();
+  run<T>(fn: () => Promise<T>): Promise<T> {
+    const result = this.#tail.then(fn);
+    this.#tail = result.then(
+      () => undefined,
+      () => undefined,
+    );
+    return result;
+  }
+}
+
+function wrap(c: Pick<PGlite, 'query' | 'exec'>): Queryable {
+  return {
+    async query<T>(sql: string, params: readonly unknown[] = []): Promise<QueryResult<T>> {
+      const r = await c.query<T>(sql, params as unknown[]);
+      return { rows: r.rows, rowCount: r.rowCount ?? r.affectedRows ?? r.rows.length };
+    },
+    async exec(sql: string): Promise<void> {
+      await c.exec(sql);
+    },
+  };
+}
+
+export async function openPgliteDb(dataDir: string): Promise<Db> {
+  const pglite = await PGlite.create(dataDir);
+  const mutex = new Mutex();
+  const direct = wrap(pglite);
+  let closed = false;
+  return {
+    kind: 'pglite',
+    query: (sql, params) => mutex.run(() => direct.query(sql, params)),
+    exec: (sql) => mutex.run(() => direct.exec(sql)),
+    transaction: (fn) => mutex.run(() => pglite.transaction((tx) => fn(wrap(tx)))),
+    async listen(channel, onNotify) {
+      const unlisten = await pglite.listen(channel, onNotify);
+      return async () => {
+        if (!closed) await unlisten();
+      };
+    },
+    async close() {
+      if (closed) return;
+      closed = true;
+      await mutex.run(() => pglite.close());
+    },
+  };
+}

@@ -1,0 +1,27 @@
+/**
+ * Named crash points (DESIGN.md §9). Production code calls `crash(point)` at
+ * each; a test turns a point into a throw (config CRASH_AT or an injected
+ * hook) to prove that state and outbox are both there or both absent, and
+ * that delivery happens once in effect after a restart.
+ */
+export const CRASH_POINTS = ['afterCas', 'afterOutboxInsert', 'afterCommit', 'afterPublishBeforeMark', 'afterInboxInsert'] as const;
+export type CrashPoint = (typeof CRASH_POINTS)[number];
+export type CrashHook = (point: CrashPoint) => void;
+
+export class SimulatedCrash extends Error {
+  constructor(readonly point: CrashPoint) {
+    super(`simulated crash at ${point}`);
+    this.name = 'SimulatedCrash';
+  }
+}
+
+export const noCrash: CrashHook = () => {};
+
+/** A hook that throws SimulatedCrash at the named points. */
+export function crashAt(points: readonly string[]): CrashHook {
+  if (points.length === 0) return noCrash;
+  const set = new Set(points);
+  return (point) => {
+    if (set.has(point)) throw new SimulatedCrash(point);
+  };
+}

@@ -1,0 +1,231 @@
+import {
+  conflict,
+  credentialDigest,
+  newCorrelationId,
+  refused,
+  withCorrelation,
+  type CorrelationId,
+  type CredentialType,
+  type DoorId,
+  type GatewayId,
+  type KeyId,
+  type Outcome,
+  type PersonId,
+  type RevokeReason,
+  type Schedule,
+  asKeyId,
+  newId,
+  asGatewayId,
+} from '@tobira/shared';
+import { pgErrorCode, type Queryable } from '../adapters/db/db.js';
+import { appendHistory, casKey, enterVerb, insertKey, listHistory, loadKey, type HistoryRow } from '../adapters/db/keys-repo.js';
+import { enqueue, type Enqueued } from '../adapters/outbox/enqueue.js';
+import * as domain from '../domain/keys.js';
+import type { EntryKey, KeyOutcome } from '../domain/keys.js';
+import type { AppDeps } from './deps.js';
+
+/** A verb's answer to its caller: the domain outcome, with the outbox rows it queued. */
+export type KeyResult = Outcome<EntryKey, Enqueued> & { readonly cid: CorrelationId };
+
+const MAX_CAS_ATTEMPTS = 3;
+
+type Verb = 'issueKey' | 'revokeKey' | 'expireKey' | 'recordGatewayReport';
+
+/**
+ * The adapter that owns a verb's transaction: load → decide (pure) → CAS →
+ * history → outbox, all in one transaction with the verb marker set; a lost
+ * CAS is retried a bounded number of times with a fresh load.
+ */
+async function transition(
+  deps: AppDeps,
+  verb: Verb,
+  keyId: string,
+  cid: CorrelationId,
+  decide: (current: EntryKey | null, now: number) => KeyOutcome,
+  tx?: Queryable,
+): Promise<KeyResult> {
+  const log = withCorrelation(deps.log, cid, { verb, keyId });
+  let last: EntryKey | null = null;
+  for (let attempt = 1; attempt <= MAX_CAS_ATTEMPTS; attempt++) {
+    const run = async (q: Queryable): Promise<KeyResult | 'lost'> => {
+      await enterVerb(q, verb);
+      const current = await loadKey(q, keyId);
+      last = current;
+      const now = deps.clock.now();
+      const out = decide(current, now);
+      if (out.status !== 'applied') return { ...out, cid };
+      const rows = current === null ? await insertKey(q, out.state) : await casKey(q, out.state, current.revision);
+      if (rows !== 1) return 'lost';
+      deps.crash('afterCas');
+      await appendHistory(q, historyOf(verb, current, out.state, out.code, now));
+      const queued: Enqueued[] = [];
+      for (const m of out.emits) {
+        queued.push(
+          await enqueue(
+            q,
+            { gatewayId: out.state.gatewayId, type: m.type, keyId: out.state.id, keyVersion: out.state.version, body: m.body, cid },
+            now,
+          ),
+        );
+      }
+      deps.crash('afterOutboxInsert');
+      return { status: 'applied', code: out.code, state: out.state, emits: queued, cid };
+    };
+    const result = tx ? await run(tx) : await deps.db.transaction(run);
+    if (result === 'lost') {
+      log.info({ attempt }, 'compare-and-set lost; reloading');
+      continue;
+    }
+    log.info({ status: result.status, code: result.code }, 'key verb done');
+    if (!tx && result.status === 'applied') {
+      deps.crash('afterCommit');
+      if (result.emits.length > 0) deps.wake();
+    }
+    return result;
+  }
+  log.warn('compare-and-set lost on every attempt');
+  return last === null ? { ...refused('KEY_NOT_FOUND'), cid } : { ...conflict('KEY_STATE_CHANGED', last), cid };
+}
+
+function historyOf(verb: Verb, from: EntryKey | null, to: EntryKey, code: string, now: number): HistoryRow {
+  return {
+    keyId: to.id,
+    version: to.version,
+    revision: to.revision,
+    event: domain.eventOfCode(code),
+    fromStatus: from?.status ?? null,
+    toStatus: to.status,
+    reason: verb === 'revokeKey' ? to.revokeReason : null,
+    code,
+    cid: to.cid,
+    verb,
+    detail: null,
+    at: now,
+  };
+}
+
+// ---------------------------------------------------------------- issue
+
+export interface IssueKeyInput {
+  readonly keyId?: string;
+  readonly personId: string;
+  readonly doors: readonly string[];
+  readonly credential: { readonly type: CredentialType; readonly value: string };
+  readonly validFrom: number;
+  readonly validUntil: number;
+  readonly schedule?: Schedule | null;
+  readonly offlineCapable?: boolean;
+  readonly cid?: CorrelationId;
+}
+
+export async function issueKey(deps: AppDeps, input: IssueKeyInput): Promise<KeyResult> {
+  const cid = input.cid ?? newCorrelationId();
+  const keyId = asKeyId(input.keyId ?? newId());
+  const pre = await deps.db.query<{ kind: string; id: string; gateway_id: string | null; pepper: string | null }>(
+    `SELECT 'person' AS kind, id, NULL AS gateway_id, NULL AS pepper FROM people WHERE id = $1
+     UNION ALL
+     SELECT 'door', d.id, d.gateway_id, g.credential_pepper FROM doors d JOIN gateways g ON g.id = d.gateway_id WHERE d.id = ANY($2::text[])`,
+    [input.personId, [...input.doors]],
+  );
+  if (!pre.rows.some((r) => r.kind === 'person')) return { ...refused('PERSON_NOT_FOUND'), cid };
+  const doors = pre.rows.filter((r) => r.kind === 'door');
+  const missing = input.doors.filter((d) => !doors.some((r) => r.id === d));
+  if (input.doors.length === 0 || missing.length > 0) return { ...refused('DOOR_NOT_FOUND', missing.join(',')), cid };
+  const gateways = new Set(doors.map((r) => r.gateway_id));
+  if (gateways.size !== 1) return { ...refused('DOORS_SPAN_GATEWAYS'), cid };
+  const first = doors[0];
+  if (!first?.gateway_id || !first.pepper) return { ...refused('GATEWAY_NOT_FOUND'), cid };
+  const gatewayId = asGatewayId(first.gateway_id);
+  const digest = credentialDigest(Buffer.from(first.pepper, 'base64url'), input.credential.type, input.credential.value);
+  const cmd: domain.IssueKeyCommand = {
+    keyId,
+    personId: input.personId as PersonId,
+    gatewayId,
+    credential: { type: input.credential.type, digest },
+    doors: input.doors as DoorId[],
+    validFrom: input.validFrom,
+    validUntil: input.validUntil,
+    schedule: input.schedule ?? null,
+    offlineCapable: input.offlineCapable ?? false,
+    cid,
+  };
+  const inUse = await deps.db.query(
+    `SELECT 1 FROM keys WHERE gateway_id = $1 AND credential_digest = $2 AND status IN ('issuing','active') AND id <> $3`,
+    [gatewayId, digest, keyId],
+  );
+  if (inUse.rowCount > 0) return { ...refused('CREDENTIAL_IN_USE'), cid };
+  try {
+    return await transition(deps, 'issueKey', keyId, cid, (current, now) => domain.issueKey(current, cmd, now));
+  } catch (e) {
+    // a concurrent issue took the credential between the check and the insert (keys_live_credential)
+    if (pgErrorCode(e) === '23505') return { ...refused('CREDENTIAL_IN_USE'), cid };
+    throw e;
+  }
+}
+
+// ---------------------------------------------------------------- revoke
+
+export interface RevokeKeyInput {
+  readonly keyId: string;
+  readonly reason: RevokeReason;
+  readonly expectedRevision?: number;
+  readonly cid?: CorrelationId;
+}
+
+export function revokeKey(deps: AppDeps, input: RevokeKeyInput): Promise<KeyResult> {
+  const cid = input.cid ?? newCorrelationId();
+  const cmd: domain.RevokeKeyCommand =
+    input.expectedRevision === undefined ? { reason: input.reason, cid } : { reason: input.reason, cid, expectedRevision: input.expectedRevision };
+  return transition(deps, 'revokeKey', input.keyId, cid, (current, now) => domain.revokeKey(current, cmd, now));
+}
+
+// ---------------------------------------------------------------- expire (sweeper)
+
+export function expireKey(deps: AppDeps, keyId: string, cid: CorrelationId = newCorrelationId()): Promise<KeyResult> {
+  return transition(deps, 'expireKey', keyId, cid, (current, now) => domain.expireKey(current, { cid }, now));
+}
+
+/** The sweeper: expires every live key whose window has ended. Each key is its own transaction. */
+export async function expireKeys(deps: AppDeps, opts: { limit?: number; cid?: CorrelationId } = {}): Promise<{ expired: string[]; outcomes: KeyResult[] }> {
+  const cid = opts.cid ?? newCorrelationId();
+  const due = await deps.db.query<{ id: string }>(
+    `SELECT id FROM keys WHERE status IN ('issuing','active') AND valid_until <= $1 ORDER BY valid_until LIMIT $2`,
+    [deps.clock.now(), opts.limit ?? 1000],
+  );
+  const outcomes: KeyResult[] = [];
+  for (const { id } of due.rows) outcomes.push(await expireKey(deps, id, cid));
+  return { expired: outcomes.filter((o) => o.status === 'applied').map((o) => (o.status === 'applied' ? o.state.id : '')), outcomes };
+}
+
+// ---------------------------------------------------------------- gateway report
+
+export interface GatewayReportInput {
+  readonly keyId: KeyId;
+  readonly gatewayId: GatewayId;
+  readonly keyVersion: number;
+  readonly result: 'applied' | 'noop' | 'refused';
+  readonly code: string;
+  readonly cid: CorrelationId;
+}
+
+/** Applies a gateway ack by (keyId, keyVersion). With `tx`, runs inside the caller's transaction (the uplink inbox). */
+export function recordGatewayReport(deps: AppDeps, input: GatewayReportInput, tx?: Queryable): Promise<KeyResult> {
+  const report: domain.GatewayReport = {
+    gatewayId: input.gatewayId,
+    keyVersion: input.keyVersion,
+    result: input.result,
+    code: input.code,
+    cid: input.cid,
+  };
+  return transition(deps, 'recordGatewayReport', input.keyId, input.cid, (current, now) => domain.recordGatewayReport(current, report, now), tx);
+}
+
+// ---------------------------------------------------------------- reads
+
+export function getKey(deps: AppDeps, keyId: string): Promise<EntryKey | null> {
+  return loadKey(deps.db, keyId);
+}
+
+export function listKeyHistory(deps: AppDeps, keyId: string): Promise<HistoryRow[]> {
+  return listHistory(deps.db, keyId);
+}

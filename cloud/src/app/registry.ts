@@ -1,0 +1,134 @@
+import { randomBytes } from 'node:crypto';
+import {
+  KeySet,
+  applied,
+  isSlug,
+  newId,
+  refused,
+  topics,
+  type Jwks,
+  type Outcome,
+} from '@tobira/shared';
+
+type JWK = Jwks['keys'][number];
+import { pgErrorCode } from '../adapters/db/db.js';
+import type { AppDeps } from './deps.js';
+
+/**
+ * Sites, gateways, doors and people: setup data, plain inserts that answer
+ * with an Outcome. Ids may be given by the caller or are generated.
+ */
+export interface Site {
+  readonly id: string;
+  readonly name: string;
+  readonly timeZone: string;
+  readonly offlineGraceSeconds: number;
+}
+
+export async function createSite(
+  deps: AppDeps,
+  input: { id?: string; name: string; timeZone?: string; offlineGraceSeconds?: number },
+): Promise<Outcome<Site>> {
+  const site: Site = {
+    id: input.id ?? newId(),
+    name: input.name,
+    timeZone: input.timeZone ?? 'Asia/Tokyo',
+    offlineGraceSeconds: input.offlineGraceSeconds ?? 300,
+  };
+  await deps.db.query('INSERT INTO sites (id, name, time_zone, offline_grace_seconds, created_at) VALUES ($1,$2,$3,$4,$5)', [
+    site.id,
+    site.name,
+    site.timeZone,
+    site.offlineGraceSeconds,
+    deps.clock.now(),
+  ]);
+  return applied('MESSAGE_APPLIED', site);
+}
+
+/** What a gateway receives at provisioning. */
+export interface GatewayProvisioning {
+  readonly gatewayId: string;
+  readonly siteId: string;
+  /** base64url, 32 bytes: key of the credential digests (shared/src/credential.ts). */
+  readonly credentialPepper: string;
+  readonly cloudIssuer: string;
+  readonly cloudJwks: Jwks;
+  readonly offlineGraceSeconds: number;
+  readonly topics: { readonly down: string; readonly up: string; readonly presence: string };
+}
+
+export async function registerGateway(
+  deps: AppDeps,
+  cloud: { issuer: string; jwks: Jwks },
+  input: { gatewayId: string; siteId: string; publicJwk: JWK },
+): Promise<Outcome<GatewayProvisioning>> {
+  if (!isSlug(input.gatewayId)) return refused('GATEWAY_NOT_FOUND', 'gateway id must be a slug');
+  try {
+    const { d: _private, ...pub } = input.publicJwk;
+    if (_private !== undefined) return refused('INVALID_PUBLIC_KEY', 'a private key was sent');
+    await KeySet.fromJwks({ keys: [pub] });
+  } catch (e) {
+    return refused('INVALID_PUBLIC_KEY', e instanceof Error ? e.message : 'bad key');
+  }
+  const site = await deps.db.query<{ offline_grace_seconds: number }>('SELECT offline_grace_seconds FROM sites WHERE id = $1', [input.siteId]);
+  const grace = site.rows[0]?.offline_grace_seconds;
+  if (grace === undefined) return refused('SITE_NOT_FOUND');
+  const pepper = randomBytes(32).toString('base64url');
+  try {
+    await deps.db.transaction(async (tx) => {
+      await tx.query('INSERT INTO gateways (id, site_id, public_jwk, credential_pepper, created_at) VALUES ($1,$2,$3::jsonb,$4,$5)', [
+        input.gatewayId,
+        input.siteId,
+        JSON.stringify(input.publicJwk),
+        pepper,
+        deps.clock.now(),
+      ]);
+      await tx.query('INSERT INTO gateway_seq (gateway_id, last_seq) VALUES ($1, 0)', [input.gatewayId]);
+    });
+  } catch (e) {
+    if (pgErrorCode(e) === '23505') return refused('GATEWAY_ALREADY_EXISTS');
+    throw e;
+  }
+  return applied('MESSAGE_APPLIED', {
+    gatewayId: input.gatewayId,
+    siteId: input.siteId,
+    credentialPepper: pepper,
+    cloudIssuer: cloud.issuer,
+    cloudJwks: cloud.jwks,
+    offlineGraceSeconds: grace,
+    topics: { down: topics.gatewayDown(input.gatewayId), up: topics.gatewayUp(input.gatewayId), presence: topics.gatewayPresence(input.gatewayId) },
+  });
+}
+
+export interface Door {
+  readonly id: string;
+  readonly siteId: string;
+  readonly gatewayId: string;
+  readonly name: string;
+}
+
+export async function createDoor(deps: AppDeps, input: { id?: string; gatewayId: string; name: string }): Promise<Outcome<Door>> {
+  const gw = await deps.db.query<{ site_id: string }>('SELECT site_id FROM gateways WHERE id = $1', [input.gatewayId]);
+  const siteId = gw.rows[0]?.site_id;
+  if (siteId === undefined) return refused('GATEWAY_NOT_FOUND');
+  const door: Door = { id: input.id ?? newId(), siteId, gatewayId: input.gatewayId, name: input.name };
+  await deps.db.query('INSERT INTO doors (id, site_id, gateway_id, name, created_at) VALUES ($1,$2,$3,$4,$5)', [
+    door.id,
+    door.siteId,
+    door.gatewayId,
+    door.name,
+    deps.clock.now(),
+  ]);
+  return applied('MESSAGE_APPLIED', door);
+}
+
+export interface Person {
+  readonly id: string;
+  readonly name: string;
+}
+
+export async function createPerson(deps: AppDeps, input: { id?: string; name: string }): Promise<Outcome<Person>> {
+  const person: Person = { id: input.id ?? newId(), name: input.name };
+  await deps.db.query('INSERT INTO people (id, name, created_at) VALUES ($1,$2,$3)', [person.id, person.name, deps.clock.now()]);
+  return applied('MESSAGE_APPLIED', person);
+}

@@ -1,0 +1,99 @@
+import { z } from 'zod';
+
+/**
+ * Cloud configuration, parsed once from the environment with zod into a frozen
+ * object that is passed down (never read from a global afterwards).
+ */
+const int = (def: number, min = 0) => z.coerce.number().int().min(min).default(def);
+
+export const CloudConfigSchema = z.object({
+  /** PostgreSQL URL. Unset: embedded PGlite in PGLITE_DATA_DIR. */
+  DATABASE_URL: z.string().url().optional(),
+  /** PGlite data directory (`memory://` keeps it in memory). */
+  PGLITE_DATA_DIR: z.string().min(1).default('memory://'),
+  MQTT_URL: z.string().url().default('mqtt://127.0.0.1:1883'),
+  /** Stable client id for a persistent MQTT session; one per replica. */
+  MQTT_CLIENT_ID: z.string().min(1).max(128).optional(),
+  MQTT_USERNAME: z.string().optional(),
+  MQTT_PASSWORD: z.string().optional(),
+  /** Issuer of every downlink message and audience of every uplink message. */
+  CLOUD_ISSUER: z.string().min(1).max(128).default('tobira-cloud'),
+  /** The cloud's Ed25519 private JWK(s) as JSON: one JWK or an array (the first signs). Unset: a key is generated at start. */
+  CLOUD_SIGNING_JWK: z.string().optional(),
+  HEARTBEAT_INTERVAL_MS: int(10_000, 1),
+  DISPATCH_POLL_MS: int(5_000, 1),
+  DISPATCH_BATCH: int(50, 1),
+  DISPATCH_LEASE_MS: int(30_000, 1),
+  DISPATCH_MAX_ATTEMPTS: int(10, 1),
+  DISPATCH_BACKOFF_BASE_MS: int(1_000, 1),
+  DISPATCH_BACKOFF_MAX_MS: int(300_000, 1),
+  PUBLISH_TIMEOUT_MS: int(10_000, 1),
+  /** A resync gap longer than this is answered with a snapshot instead of a replay. */
+  RESYNC_REPLAY_MAX: int(1_000, 0),
+  /** Crash points to turn into a throw (tests only): comma-separated names. */
+  CRASH_AT: z.string().optional(),
+});
+export type CloudConfigInput = z.input<typeof CloudConfigSchema>;
+
+export interface CloudConfig {
+  readonly databaseUrl: string | undefined;
+  readonly pgliteDataDir: string;
+  readonly mqttUrl: string;
+  readonly mqttClientId: string | undefined;
+  readonly mqttUsername: string | undefined;
+  readonly mqttPassword: string | undefined;
+  readonly issuer: string;
+  readonly signingJwk: string | undefined;
+  readonly heartbeatIntervalMs: number;
+  readonly dispatch: {
+    readonly pollMs: number;
+    readonly batch: number;
+    readonly leaseMs: number;
+    readonly maxAttempts: number;
+    readonly backoffBaseMs: number;
+    readonly backoffMaxMs: number;
+    readonly publishTimeoutMs: number;
+  };
+  readonly resyncReplayMax: number;
+  readonly crashAt: readonly string[];
+}
+
+/** Parses env-style input (strings) into the frozen config. Throws with every problem listed. */
+export function parseConfig(env: Record<string, string | undefined> = process.env): CloudConfig {
+  const picked: Record<string, string> = {};
+  for (const k of Object.keys(CloudConfigSchema.shape)) {
+    const v = env[k];
+    if (v !== undefined && v !== '') picked[k] = v;
+  }
+  const c = CloudConfigSchema.parse(picked);
+  return deepFreeze({
+    databaseUrl: c.DATABASE_URL,
+    pgliteDataDir: c.PGLITE_DATA_DIR,
+    mqttUrl: c.MQTT_URL,
+    mqttClientId: c.MQTT_CLIENT_ID,
+    mqttUsername: c.MQTT_USERNAME,
+    mqttPassword: c.MQTT_PASSWORD,
+    issuer: c.CLOUD_ISSUER,
+    signingJwk: c.CLOUD_SIGNING_JWK,
+    heartbeatIntervalMs: c.HEARTBEAT_INTERVAL_MS,
+    dispatch: {
+      pollMs: c.DISPATCH_POLL_MS,
+      batch: c.DISPATCH_BATCH,
+      leaseMs: c.DISPATCH_LEASE_MS,
+      maxAttempts: c.DISPATCH_MAX_ATTEMPTS,
+      backoffBaseMs: c.DISPATCH_BACKOFF_BASE_MS,
+      backoffMaxMs: c.DISPATCH_BACKOFF_MAX_MS,
+      publishTimeoutMs: c.PUBLISH_TIMEOUT_MS,
+    },
+    resyncReplayMax: c.RESYNC_REPLAY_MAX,
+    crashAt: c.CRASH_AT ? c.CRASH_AT.split(',').map((s) => s.trim()).filter(Boolean) : [],
+  });
+}
+
+function deepFreeze<T>(o: T): T {
+  if (typeof o === 'object' && o !== null) {
+    for (const v of Object.values(o)) deepFreeze(v);
+    Object.freeze(o);
+  }
+  return o;
+}

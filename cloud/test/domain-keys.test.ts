@@ -1,0 +1,117 @@
+import { asDoorId, asGatewayId, asKeyId, asPersonId, newCorrelationId } from '@tobira/shared';
+import { describe, expect, it } from 'vitest';
+import { expireKey, issueKey, recordGatewayReport, revokeKey, type EntryKey, type IssueKeyCommand } from '../src/domain/keys.js';
+
+const NOW = Date.UTC(2026, 10, 29, 9);
+const DAY = 86_400_000;
+const cid = newCorrelationId();
+
+const cmd = (over: Partial<IssueKeyCommand> = {}): IssueKeyCommand => ({
+  keyId: asKeyId('key-1'),
+  personId: asPersonId('p-1'),
+  gatewayId: asGatewayId('gw-1'),
+  credential: { type: 'pin', digest: 'A'.repeat(43) },
+  doors: [asDoorId('d-1')],
+  validFrom: NOW,
+  validUntil: NOW + DAY,
+  schedule: null,
+  offlineCapable: false,
+  cid,
+  ...over,
+});
+
+function issued(): EntryKey {
+  const o = issueKey(null, cmd(), NOW);
+  if (o.status !== 'applied') throw new Error('issue failed');
+  return o.state;
+}
+const withStatus = (status: EntryKey['status'], over: Partial<EntryKey> = {}): EntryKey => ({ ...issued(), status, ...over });
+
+describe('issueKey', () => {
+  it('creates an issuing key at version 1 and emits its grant', () => {
+    const o = issueKey(null, cmd(), NOW);
+    expect(o.status).toBe('applied');
+    if (o.status !== 'applied') return;
+    expect(o.code).toBe('KEY_ISSUED');
+    expect(o.state).toMatchObject({ status: 'issuing', version: 1, revision: 1 });
+    expect(o.emits).toEqual([{ type: 'key.grant', body: { key: expect.objectContaining({ keyId: 'key-1', version: 1 }) } }]);
+  });
+  it('refuses a window that ends before it starts or has already ended', () => {
+    expect(issueKey(null, cmd({ validUntil: NOW - 1, validFrom: NOW - DAY }), NOW)).toMatchObject({ status: 'refused', code: 'INVALID_VALIDITY_WINDOW' });
+    expect(issueKey(null, cmd({ validFrom: NOW + DAY, validUntil: NOW + DAY }), NOW)).toMatchObject({ status: 'refused', code: 'INVALID_VALIDITY_WINDOW' });
+  });
+  it('refuses a schedule window that does not start before it ends', () => {
+    const schedule = { timeZone: 'Asia/Tokyo', windows: [{ days: [1], start: '18:00', end: '09:00' }] };
+    expect(issueKey(null, cmd({ schedule }), NOW)).toMatchObject({ status: 'refused', code: 'INVALID_SCHEDULE' });
+  });
+  it('answers noop for the same id and content, conflict for other content', () => {
+    const k = issued();
+    expect(issueKey(k, cmd(), NOW)).toMatchObject({ status: 'noop', code: 'KEY_ALREADY_ISSUED' });
+    expect(issueKey(k, cmd({ validUntil: NOW + 2 * DAY }), NOW)).toMatchObject({ status: 'conflict', code: 'KEY_ALREADY_EXISTS' });
+  });
+});
+
+describe('revokeKey', () => {
+  it.each(['issuing', 'active'] as const)('moves %s to revoking with a higher version and emits the revoke', (status) => {
+    const o = revokeKey(withStatus(status), { reason: 'credential_lost', cid }, NOW);
+    expect(o).toMatchObject({ status: 'applied', code: 'KEY_REVOKE_QUEUED', state: { status: 'revoking', version: 2, revision: 2, revokeReason: 'credential_lost' } });
+    if (o.status === 'applied') expect(o.emits).toEqual([{ type: 'key.revoke', body: { keyId: 'key-1', version: 2, reason: 'credential_lost' } }]);
+  });
+  it.each(['revoking', 'revoked', 'expired', 'failed'] as const)('is a noop with KEY_ALREADY_REVOKED when %s', (status) => {
+    const k = withStatus(status);
+    expect(revokeKey(k, { reason: 'staff_revoked', cid }, NOW)).toEqual({ status: 'noop', code: 'KEY_ALREADY_REVOKED', state: k });
+  });
+  it('refuses an unknown key and conflicts on a stale expected revision', () => {
+    expect(revokeKey(null, { reason: 'staff_revoked', cid }, NOW)).toMatchObject({ status: 'refused', code: 'KEY_NOT_FOUND' });
+    expect(revokeKey(withStatus('active'), { reason: 'staff_revoked', cid, expectedRevision: 7 }, NOW)).toMatchObject({
+      status: 'conflict',
+      code: 'KEY_STATE_CHANGED',
+    });
+  });
+});
+
+describe('expireKey', () => {
+  it('does nothing before validUntil', () => {
+    expect(expireKey(withStatus('active'), { cid }, NOW)).toMatchObject({ status: 'noop', code: 'KEY_NOT_EXPIRED' });
+  });
+  it('expires a live key at validUntil and emits nothing', () => {
+    const o = expireKey(withStatus('active'), { cid }, NOW + DAY);
+    expect(o).toMatchObject({ status: 'applied', code: 'KEY_EXPIRED', state: { status: 'expired', version: 1 }, emits: [] });
+  });
+  it('leaves a revoked key alone', () => {
+    expect(expireKey(withStatus('revoked'), { cid }, NOW + DAY)).toMatchObject({ status: 'noop', code: 'KEY_ALREADY_REVOKED' });
+  });
+});
+
+describe('recordGatewayReport', () => {
+  const report = (over: Partial<Parameters<typeof recordGatewayReport>[1]> = {}) => ({
+    gatewayId: asGatewayId('gw-1'),
+    keyVersion: 1,
+    result: 'applied' as const,
+    code: 'MESSAGE_APPLIED',
+    cid,
+    ...over,
+  });
+  it('activates an issuing key on an applied ack of its version', () => {
+    expect(recordGatewayReport(withStatus('issuing'), report(), NOW)).toMatchObject({ status: 'applied', code: 'KEY_ACTIVATED', state: { status: 'active' } });
+  });
+  it('fails an issuing key on a refused ack', () => {
+    expect(recordGatewayReport(withStatus('issuing'), report({ result: 'refused' }), NOW)).toMatchObject({
+      status: 'applied',
+      code: 'KEY_DELIVERY_FAILED',
+      state: { status: 'failed' },
+    });
+  });
+  it('confirms a revoke on an ack of the revoke version', () => {
+    const k = withStatus('revoking', { version: 2 });
+    expect(recordGatewayReport(k, report({ keyVersion: 2 }), NOW)).toMatchObject({ status: 'applied', code: 'KEY_REVOKE_CONFIRMED', state: { status: 'revoked' } });
+  });
+  it('ignores an ack of an older version, and one from another gateway', () => {
+    const k = withStatus('revoking', { version: 2 });
+    expect(recordGatewayReport(k, report({ keyVersion: 1 }), NOW)).toEqual({ status: 'noop', code: 'REPORT_IGNORED', state: k });
+    expect(recordGatewayReport(k, report({ keyVersion: 2, gatewayId: asGatewayId('gw-2') }), NOW)).toMatchObject({ status: 'noop', code: 'REPORT_IGNORED' });
+  });
+  it('answers a duplicate ack for an active key with KEY_ALREADY_ACTIVE', () => {
+    expect(recordGatewayReport(withStatus('active'), report(), NOW)).toMatchObject({ status: 'noop', code: 'KEY_ALREADY_ACTIVE' });
+  });
+});

@@ -1,0 +1,237 @@
+import { credentialDigest } from '@tobira/shared';
+import { pgBackends } from '@tobira/shared/testing';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { crashAt, SimulatedCrash } from '../src/app/crash.js';
+import { expireKeys, getKey, issueKey, listKeyHistory, recordGatewayReport, revokeKey } from '../src/app/keys.js';
+import { asGatewayId, asKeyId, newCorrelationId } from '@tobira/shared';
+import { DAY, T0, deps, openTestDb, seed, type TestDb } from './helpers.js';
+
+describe.each(pgBackends())('entry-key verbs on %s', (backend) => {
+  let t: TestDb;
+  beforeAll(async () => {
+    t = await openTestDb(backend);
+  });
+  afterAll(async () => {
+    await t.close();
+  });
+
+  const outboxOf = async (gatewayId: string) =>
+    (await t.db.query<{ seq: number; type: string; key_id: string; key_version: number; status: string; cid: string }>(
+      'SELECT seq, type, key_id, key_version, status, cid FROM outbox WHERE gateway_id = $1 ORDER BY seq',
+      [gatewayId],
+    )).rows;
+
+  async function issue(d: ReturnType<typeof deps>, s: Awaited<ReturnType<typeof seed>>, over: Partial<Parameters<typeof issueKey>[1]> = {}) {
+    return issueKey(d, {
+      personId: s.personId,
+      doors: [s.doorA, s.doorB],
+      credential: { type: 'pin', value: '123456' },
+      validFrom: T0,
+      validUntil: T0 + DAY,
+      ...over,
+    });
+  }
+
+  describe('when a key is issued', () => {
+    it('stores the digest (never the clear PIN), writes history and queues the grant with seq 1', async () => {
+      const d = deps(t.db);
+      const s = await seed(d);
+      const o = await issue(d, s);
+      expect(o).toMatchObject({ status: 'applied', code: 'KEY_ISSUED' });
+      if (o.status !== 'applied') return;
+      expect(o.emits).toEqual([expect.objectContaining({ gatewayId: s.gatewayId, seq: 1, type: 'key.grant' })]);
+      const row = (await t.db.query<Record<string, unknown>>('SELECT * FROM keys WHERE id = $1', [o.state.id])).rows[0];
+      expect(JSON.stringify(row)).not.toContain('123456');
+      expect(row?.credential_digest).toBe(credentialDigest(Buffer.from(s.provisioning.credentialPepper, 'base64url'), 'pin', '123456'));
+      expect(await listKeyHistory(d, o.state.id)).toEqual([expect.objectContaining({ event: 'issue', fromStatus: null, toStatus: 'issuing', cid: o.cid })]);
+      expect(await outboxOf(s.gatewayId)).toEqual([{ seq: 1, type: 'key.grant', key_id: o.state.id, key_version: 1, status: 'pending', cid: o.cid }]);
+    });
+
+    it('refuses doors behind two gateways, unknown doors and unknown people, writing nothing', async () => {
+      const d = deps(t.db);
+      const s1 = await seed(d);
+      const s2 = await seed(d);
+      expect(await issue(d, s1, { doors: [s1.doorA, s2.doorA] })).toMatchObject({ status: 'refused', code: 'DOORS_SPAN_GATEWAYS' });
+      expect(await issue(d, s1, { doors: ['nope'] })).toMatchObject({ status: 'refused', code: 'DOOR_NOT_FOUND' });
+      expect(await issue(d, s1, { personId: 'nobody' })).toMatchObject({ status: 'refused', code: 'PERSON_NOT_FOUND' });
+      expect(await outboxOf(s1.gatewayId)).toEqual([]);
+    });
+
+    it('refuses a second live key with the same credential at one gateway', async () => {
+      const d = deps(t.db);
+      const s = await seed(d);
+      expect(await issue(d, s)).toMatchObject({ status: 'applied' });
+      expect(await issue(d, s)).toMatchObject({ status: 'refused', code: 'CREDENTIAL_IN_USE' });
+    });
+
+    it('is a noop when the same key id is issued again with the same content', async () => {
+      const d = deps(t.db);
+      const s = await seed(d);
+      const keyId = `k-${s.u}`;
+      expect(await issue(d, s, { keyId })).toMatchObject({ status: 'applied' });
+      expect(await issue(d, s, { keyId })).toMatchObject({ status: 'noop', code: 'KEY_ALREADY_ISSUED' });
+      expect(await issue(d, s, { keyId, validUntil: T0 + 2 * DAY, credential: { type: 'pin', value: '999999' } })).toMatchObject({
+        status: 'conflict',
+        code: 'KEY_ALREADY_EXISTS',
+      });
+      expect(await outboxOf(s.gatewayId)).toHaveLength(1);
+    });
+  });
+
+  describe('when a key is revoked', () => {
+    it('moves to revoking, queues the revoke at seq 2 with version 2, and a second revoke is a noop', async () => {
+      const d = deps(t.db);
+      const s = await seed(d);
+      const o = await issue(d, s);
+      if (o.status !== 'applied') throw new Error('issue');
+      const r = await revokeKey(d, { keyId: o.state.id, reason: 'stay_cancelled' });
+      expect(r).toMatchObject({ status: 'applied', code: 'KEY_REVOKE_QUEUED', state: { status: 'revoking', version: 2 } });
+      expect(await revokeKey(d, { keyId: o.state.id, reason: 'staff_revoked' })).toMatchObject({ status: 'noop', code: 'KEY_ALREADY_REVOKED' });
+      expect((await outboxOf(s.gatewayId)).map((r) => [r.seq, r.type, r.key_version])).toEqual([
+        [1, 'key.grant', 1],
+        [2, 'key.revoke', 2],
+      ]);
+      const h = await listKeyHistory(d, o.state.id);
+      expect(h.map((x) => [x.event, x.toStatus, x.reason])).toEqual([
+        ['issue', 'issuing', null],
+        ['revoke', 'revoking', 'stay_cancelled'],
+      ]);
+    });
+
+    it('answers revoke of an unknown key with KEY_NOT_FOUND', async () => {
+      expect(await revokeKey(deps(t.db), { keyId: 'no-such-key', reason: 'staff_revoked' })).toMatchObject({ status: 'refused', code: 'KEY_NOT_FOUND' });
+    });
+
+    it('lets exactly one of many concurrent revokes win; the others are noops', async () => {
+      const d = deps(t.db);
+      const s = await seed(d);
+      const o = await issue(d, s);
+      if (o.status !== 'applied') throw new Error('issue');
+      const results = await Promise.all(Array.from({ length: 6 }, () => revokeKey(d, { keyId: o.state.id, reason: 'staff_revoked' })));
+      expect(results.filter((r) => r.status === 'applied')).toHaveLength(1);
+      expect(results.filter((r) => r.status !== 'applied').every((r) => r.status === 'noop' && r.code === 'KEY_ALREADY_REVOKED')).toBe(true);
+      expect(await outboxOf(s.gatewayId)).toHaveLength(2);
+    });
+
+    it('conflicts when the caller names a revision that is no longer current', async () => {
+      const d = deps(t.db);
+      const s = await seed(d);
+      const o = await issue(d, s);
+      if (o.status !== 'applied') throw new Error('issue');
+      expect(await revokeKey(d, { keyId: o.state.id, reason: 'staff_revoked', expectedRevision: 5 })).toMatchObject({
+        status: 'conflict',
+        code: 'KEY_STATE_CHANGED',
+      });
+    });
+  });
+
+  describe('concurrent issue and revoke', () => {
+    it('gives each key version one writer and keeps seqs gap-free', async () => {
+      const d = deps(t.db);
+      const s = await seed(d);
+      const keyIds = Array.from({ length: 5 }, (_, i) => `k${i}-${s.u}`);
+      const ops = keyIds.flatMap((keyId, i) => [
+        issue(d, s, { keyId, credential: { type: 'pin', value: `10000${i}` } }),
+        issue(d, s, { keyId, credential: { type: 'pin', value: `10000${i}` } }),
+        revokeKey(d, { keyId, reason: 'staff_revoked' }),
+        revokeKey(d, { keyId, reason: 'credential_lost' }),
+      ]);
+      const results = await Promise.all(ops);
+      for (const r of results) expect(['applied', 'noop', 'conflict', 'refused']).toContain(r.status);
+      const rows = await outboxOf(s.gatewayId);
+      expect(rows.map((r) => r.seq)).toEqual(rows.map((_, i) => i + 1));
+      for (const keyId of keyIds) {
+        const mine = rows.filter((r) => r.key_id === keyId);
+        // at most one grant (v1) and one revoke (v2) per key, each version written once
+        expect(new Set(mine.map((r) => r.key_version)).size).toBe(mine.length);
+        const k = await getKey(d, keyId);
+        const history = await listKeyHistory(d, keyId);
+        expect(history.length).toBe(mine.length);
+        if (k) expect(k.version).toBe(Math.max(...mine.map((r) => r.key_version)));
+      }
+    });
+  });
+
+  describe('when the gateway reports', () => {
+    it('activates on an ack of the grant version, ignores older versions, confirms a revoke', async () => {
+      const d = deps(t.db);
+      const s = await seed(d);
+      const o = await issue(d, s);
+      if (o.status !== 'applied') throw new Error('issue');
+      const keyId = asKeyId(o.state.id);
+      const gatewayId = asGatewayId(s.gatewayId);
+      const ack = (keyVersion: number) => recordGatewayReport(d, { keyId, gatewayId, keyVersion, result: 'applied', code: 'MESSAGE_APPLIED', cid: newCorrelationId() });
+      expect(await ack(1)).toMatchObject({ status: 'applied', code: 'KEY_ACTIVATED' });
+      expect(await ack(1)).toMatchObject({ status: 'noop', code: 'KEY_ALREADY_ACTIVE' });
+      await revokeKey(d, { keyId, reason: 'membership_ended' });
+      expect(await ack(1)).toMatchObject({ status: 'noop', code: 'REPORT_IGNORED' });
+      expect(await ack(2)).toMatchObject({ status: 'applied', code: 'KEY_REVOKE_CONFIRMED', state: { status: 'revoked' } });
+    });
+  });
+
+  describe('when validity ends', () => {
+    it('the sweeper expires live keys past validUntil and leaves the others as they were', async () => {
+      const d = deps(t.db);
+      const s = await seed(d);
+      const short = await issue(d, s, { validUntil: T0 + 1000, credential: { type: 'card', value: 'ABCD01' } });
+      const long = await issue(d, s, { validUntil: T0 + DAY, credential: { type: 'card', value: 'ABCD02' } });
+      if (short.status !== 'applied' || long.status !== 'applied') throw new Error('issue');
+      d.clock.advance(2000);
+      const r = await expireKeys(d);
+      expect(r.expired).toContain(short.state.id);
+      expect(r.expired).not.toContain(long.state.id);
+      expect(await getKey(d, short.state.id)).toMatchObject({ status: 'expired', revision: 2 });
+      expect(await getKey(d, long.state.id)).toMatchObject({ status: 'issuing', revision: 1 });
+    });
+  });
+
+  describe('database enforcement', () => {
+    it('refuses a direct status update outside a verb', async () => {
+      const d = deps(t.db);
+      const s = await seed(d);
+      const o = await issue(d, s);
+      if (o.status !== 'applied') throw new Error('issue');
+      await expect(t.db.query(`UPDATE keys SET status = 'active' WHERE id = $1`, [o.state.id])).rejects.toThrow(/only change inside a key verb/);
+      await expect(t.db.query(`UPDATE keys SET version = 9 WHERE id = $1`, [o.state.id])).rejects.toThrow(/only change inside a key verb/);
+      expect(await getKey(d, o.state.id)).toMatchObject({ status: 'issuing', version: 1 });
+      // a non-status column may change (the trigger guards status and version only)
+      expect((await t.db.query(`UPDATE keys SET updated_at = updated_at WHERE id = $1`, [o.state.id])).rowCount).toBe(1);
+    });
+
+    it('refuses updating or deleting key history', async () => {
+      const d = deps(t.db);
+      const s = await seed(d);
+      const o = await issue(d, s);
+      if (o.status !== 'applied') throw new Error('issue');
+      await expect(t.db.query(`UPDATE key_history SET code = 'X' WHERE key_id = $1`, [o.state.id])).rejects.toThrow(/append-only/);
+      await expect(t.db.query(`DELETE FROM key_history WHERE key_id = $1`, [o.state.id])).rejects.toThrow(/append-only/);
+      expect(await listKeyHistory(d, o.state.id)).toHaveLength(1);
+    });
+  });
+
+  describe('crash points inside the verb transaction', () => {
+    it.each(['afterCas', 'afterOutboxInsert'] as const)('a crash at %s leaves neither the key change nor the outbox row', async (point) => {
+      const base = deps(t.db);
+      const s = await seed(base);
+      const o = await issue(base, s);
+      if (o.status !== 'applied') throw new Error('issue');
+      const crashing = deps(t.db, base.clock, { crash: crashAt([point]) });
+      await expect(revokeKey(crashing, { keyId: o.state.id, reason: 'staff_revoked' })).rejects.toBeInstanceOf(SimulatedCrash);
+      expect(await getKey(base, o.state.id)).toMatchObject({ status: 'issuing', version: 1, revision: 1 });
+      expect(await outboxOf(s.gatewayId)).toHaveLength(1);
+      expect(await listKeyHistory(base, o.state.id)).toHaveLength(1);
+      // after "restart" the verb works and takes the next seq with no gap
+      expect(await revokeKey(base, { keyId: o.state.id, reason: 'staff_revoked' })).toMatchObject({ status: 'applied' });
+      expect((await outboxOf(s.gatewayId)).map((r) => r.seq)).toEqual([1, 2]);
+    });
+
+    it('a crash after commit leaves both the key change and the outbox row', async () => {
+      const base = deps(t.db);
+      const s = await seed(base);
+      const crashing = deps(t.db, base.clock, { crash: crashAt(['afterCommit']) });
+      await expect(issue(crashing, s, { keyId: `k-${s.u}` })).rejects.toBeInstanceOf(SimulatedCrash);
+      expect(await getKey(base, `k-${s.u}`)).toMatchObject({ status: 'issuing' });
+      expect(await outboxOf(s.gatewayId)).toHaveLength(1);
+    });
+  });
+});

@@ -1,0 +1,40 @@
+import { readFileSync } from 'node:fs';
+import { describe, expect, it } from 'vitest';
+import { KEY_NOOPS, KEY_TRANSITIONS } from '../src/domain/key-states.js';
+
+const doc = readFileSync(new URL('../../docs/state-machines.md', import.meta.url), 'utf8');
+
+/** The rows of the first markdown table after `heading`, as arrays of trimmed cells. */
+function tableAfter(heading: string): string[][] {
+  const start = doc.indexOf(`\n${heading}\n`);
+  if (start < 0) throw new Error(`heading ${heading} not found`);
+  const lines = doc.slice(start).split('\n');
+  const first = lines.findIndex((l) => l.startsWith('|'));
+  const rows: string[][] = [];
+  for (const l of lines.slice(first + 2)) {
+    if (!l.startsWith('|')) break;
+    rows.push(l.split('|').slice(1, -1).map((c) => c.trim()));
+  }
+  return rows;
+}
+
+const states = (cell: string) => cell.split(',').map((s) => s.trim().replace(/`/g, '')).map((s) => (s === '—' ? null : s));
+const code = (cell: string) => cell.replace(/`/g, '');
+
+describe('docs/state-machines.md', () => {
+  it('lists exactly the entry-key transitions of the code table', () => {
+    const fromDoc = tableAfter('### Transitions').flatMap(([from = '', event = '', to = '', c = '']) =>
+      states(from).map((f) => `${f} --${event}--> ${to.replace(/`/g, '')} ${code(c)}`),
+    );
+    const fromCode = KEY_TRANSITIONS.flatMap((r) => r.from.map((f) => `${f} --${r.event}--> ${r.to} ${r.code}`));
+    expect(fromDoc.sort()).toEqual(fromCode.sort());
+    expect(fromDoc.length).toBeGreaterThan(5);
+  });
+
+  it('lists exactly the entry-key no-ops of the code table', () => {
+    const fromDoc = tableAfter('### No-ops').flatMap(([from = '', event = '', c = '']) => states(from).map((f) => `${f} --${event}--> noop ${code(c)}`));
+    const fromCode = KEY_NOOPS.flatMap((r) => r.from.map((f) => `${f} --${r.event}--> noop ${r.code}`));
+    expect(fromDoc.sort()).toEqual(fromCode.sort());
+    expect(fromDoc.length).toBeGreaterThan(3);
+  });
+});
