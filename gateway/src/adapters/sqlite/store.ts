@@ -1,0 +1,443 @@
+import {
+  KeyGrant,
+  newMessageId,
+  type CorrelationId,
+  type CredentialType,
+  type DownlinkMessage,
+  type MessageId,
+  type UplinkMessage,
+} from '@tobira/shared';
+import { z } from 'zod';
+import type { KeyCandidate, KeySetView } from '../../domain/decide.js';
+import type { KeySlot } from '../../domain/keyset.js';
+import type { LockoutState } from '../../domain/lockout.js';
+import type { WritableDb } from './db.js';
+
+/**
+ * SQL verbs of the gateway, all synchronous. Callers that need several verbs
+ * to commit together wrap them in `db.transaction(fn).immediate()` (never an
+ * `await` inside). Rows read back are validated; a row that cannot be a valid
+ * domain object is a `CorruptRow` error, not a half-built object.
+ */
+export class CorruptRow extends Error {
+  constructor(table: string, detail: string) {
+    super(`corrupt row in ${table}: ${detail}`);
+    this.name = 'CorruptRow';
+  }
+}
+
+export type SiteMode = 'normal' | 'lockdown';
+
+export interface Settings {
+  readonly appliedSeq: number;
+  readonly leaseExpiresAt: number | null;
+  readonly maxIatMs: number;
+  readonly highWaterMs: number;
+  readonly mode: SiteMode;
+  readonly nextUplinkSeq: number;
+  readonly lastResyncAt: number | null;
+}
+
+const SettingsRow = z.object({
+  applied_seq: z.int(),
+  lease_expires_at: z.int().nullable(),
+  max_iat_ms: z.int(),
+  high_water_ms: z.int(),
+  mode: z.enum(['normal', 'lockdown']),
+  next_uplink_seq: z.int(),
+  last_resync_at: z.int().nullable(),
+});
+
+export interface InboxRow {
+  readonly id: number;
+  readonly jti: string;
+  readonly type: DownlinkMessage['type'];
+  readonly seq: number | null;
+  readonly cid: string;
+  readonly message: DownlinkMessage;
+  readonly attempts: number;
+}
+
+/** Uplink types that go through the outbox (resync requests are sent directly: they carry no seq). */
+export type OutboxType = Exclude<UplinkMessage['type'], 'resync.request'>;
+export type OutboxBody<T extends OutboxType> = Extract<UplinkMessage, { type: T }>['body'];
+
+export interface OutboxRow {
+  readonly seq: number;
+  readonly jti: MessageId;
+  readonly type: OutboxType;
+  readonly cid: CorrelationId;
+  readonly body: unknown;
+}
+
+export interface LockRow extends LockoutState {
+  readonly lockId: string;
+  readonly doorId: string | null;
+  readonly online: boolean;
+  readonly bolt: string | null;
+  readonly door: string | null;
+  readonly battery: number | null;
+  readonly stateAt: number | null;
+}
+
+export interface AccessRow {
+  readonly eventId: string;
+  readonly lockId: string;
+  readonly requestId: string;
+  readonly doorId: string | null;
+  readonly at: number;
+  readonly allowed: boolean;
+  readonly code: string;
+  readonly keyId: string | null;
+  readonly keyVersion: number | null;
+  readonly personId: string | null;
+  readonly credentialType: string | null;
+  readonly commandId: string | null;
+  readonly commandExpiresAt: number | null;
+  readonly holdMs: number | null;
+  readonly cid: string;
+}
+
+export interface OutboxLimits {
+  /** Pending rows above which non-essential rows (gateway.status, heartbeat acks) are refused. */
+  readonly maxRows: number;
+}
+
+export type EnqueueResult = { readonly seq: number; readonly jti: MessageId } | { readonly refused: 'OUTBOX_FULL' };
+
+export class GatewayStore {
+  constructor(
+    readonly db: WritableDb,
+    private readonly limits: OutboxLimits = { maxRows: 100_000 },
+  ) {}
+
+  // ------------------------------------------------------------ settings
+
+  settings(): Settings {
+    const parsed = SettingsRow.safeParse(this.db.prepare('SELECT * FROM settings WHERE id = 1').get());
+    if (!parsed.success) throw new CorruptRow('settings', parsed.error.message);
+    const r = parsed.data;
+    return {
+      appliedSeq: r.applied_seq,
+      leaseExpiresAt: r.lease_expires_at,
+      maxIatMs: r.max_iat_ms,
+      highWaterMs: r.high_water_ms,
+      mode: r.mode,
+      nextUplinkSeq: r.next_uplink_seq,
+      lastResyncAt: r.last_resync_at,
+    };
+  }
+
+  setAppliedSeq(seq: number): void {
+    this.db.prepare('UPDATE settings SET applied_seq = ? WHERE id = 1').run(seq);
+  }
+  setLease(expiresAt: number): void {
+    this.db.prepare('UPDATE settings SET lease_expires_at = ? WHERE id = 1').run(expiresAt);
+  }
+  setMode(mode: SiteMode): void {
+    this.db.prepare('UPDATE settings SET mode = ? WHERE id = 1').run(mode);
+  }
+  setLastResyncAt(at: number): void {
+    this.db.prepare('UPDATE settings SET last_resync_at = ? WHERE id = 1').run(at);
+  }
+  /** Raises (never lowers) the trusted-time floor. */
+  raiseTimeFloor(maxIatMs: number, highWaterMs: number): void {
+    this.db
+      .prepare('UPDATE settings SET max_iat_ms = max(max_iat_ms, ?), high_water_ms = max(high_water_ms, ?) WHERE id = 1')
+      .run(maxIatMs, highWaterMs);
+  }
+
+  // ------------------------------------------------------------ inbox
+
+  /**
+   * Inserts a verified downlink message. Duplicate jti: nothing written.
+   * Guarantee: once this commits, the message will be applied (at least once
+   * attempted, exactly once in effect) even if the process dies right after.
+   */
+  insertInbox(m: DownlinkMessage, receivedAt: number): 'inserted' | 'duplicate' {
+    return this.db
+      .transaction(() => {
+        const r = this.db
+          .prepare(
+            `INSERT INTO inbox (jti, type, seq, cid, iat, message, received_at) VALUES (?, ?, ?, ?, ?, ?, ?)
+             ON CONFLICT (jti) DO NOTHING`,
+          )
+          .run(m.jti, m.type, 'seq' in m ? m.seq : null, m.cid, m.iat, JSON.stringify(m), receivedAt);
+        this.raiseTimeFloor(m.iat * 1000, 0);
+        return r.changes === 1 ? ('inserted' as const) : ('duplicate' as const);
+      })
+      .immediate();
+  }
+
+  recordRejected(topic: string, code: string, detail: string, bytes: number, at: number): void {
+    this.db.prepare('INSERT INTO rejected (at, topic, code, detail, bytes) VALUES (?, ?, ?, ?, ?)').run(at, topic.slice(0, 512), code, detail.slice(0, 500), bytes);
+  }
+
+  rejectedCount(): number {
+    return (this.db.prepare('SELECT count(*) AS n FROM rejected').get() as { n: number }).n;
+  }
+
+  /** Claims made before a crash are released: one process owns the file, so at startup nobody else holds a claim. */
+  releaseAllClaims(): void {
+    this.db.prepare("UPDATE inbox SET claimed_until = NULL WHERE status = 'pending'").run();
+  }
+
+  /** Reclaims claims whose lease ran out (the claimer died or hung). */
+  reclaimExpired(now: number): number {
+    return this.db.prepare("UPDATE inbox SET claimed_until = NULL WHERE status = 'pending' AND claimed_until <= ?").run(now).changes;
+  }
+
+  /**
+   * The next row the writer should look at, in this order: a sequenced row at
+   * or below the applied seq (a duplicate to settle), the row right after the
+   * applied seq, then unsequenced rows in arrival order. Claimed rows are skipped.
+   */
+  nextInbox(appliedSeq: number, now: number): InboxRow | null {
+    const free = '(claimed_until IS NULL OR claimed_until <= @now)';
+    const row =
+      this.db.prepare(`SELECT * FROM inbox WHERE status = 'pending' AND seq IS NOT NULL AND seq <= @applied AND ${free} ORDER BY seq, id LIMIT 1`).get({ applied: appliedSeq, now }) ??
+      this.db.prepare(`SELECT * FROM inbox WHERE status = 'pending' AND seq = @next AND ${free} ORDER BY id LIMIT 1`).get({ next: appliedSeq + 1, now }) ??
+      this.db.prepare(`SELECT * FROM inbox WHERE status = 'pending' AND seq IS NULL AND ${free} ORDER BY id LIMIT 1`).get({ now });
+    return row === undefined ? null : this.#inboxRow(row);
+  }
+
+  /** True when sequenced rows wait beyond a missing seq. */
+  hasGap(appliedSeq: number): boolean {
+    return this.db.prepare("SELECT 1 FROM inbox WHERE status = 'pending' AND seq > ? LIMIT 1").get(appliedSeq + 1) !== undefined;
+  }
+
+  /** Claim: one attempt more, with a lease. 0 rows: someone else has it. */
+  claimInbox(id: number, until: number): boolean {
+    return this.db.prepare("UPDATE inbox SET attempts = attempts + 1, claimed_until = ? WHERE id = ? AND status = 'pending'").run(until, id).changes === 1;
+  }
+
+  /** Mark: processed with the result the ack reports. Must run in the apply transaction. */
+  markProcessed(id: number, result: string, code: string, now: number): void {
+    this.db.prepare("UPDATE inbox SET status = 'processed', result = ?, code = ?, processed_at = ?, claimed_until = NULL WHERE id = ?").run(result, code, now, id);
+  }
+
+  /** Fail: release the claim with the error; after the allowed attempts the row is marked failed (visible to operators). */
+  failInbox(id: number, error: string, failed: boolean, now: number): void {
+    this.db
+      .prepare("UPDATE inbox SET claimed_until = NULL, last_error = ?, status = CASE WHEN ? THEN 'failed' ELSE status END, code = CASE WHEN ? THEN 'APPLY_FAILED' ELSE code END, processed_at = CASE WHEN ? THEN ? ELSE processed_at END WHERE id = ?")
+      .run(error.slice(0, 500), failed ? 1 : 0, failed ? 1 : 0, failed ? 1 : 0, now, id);
+  }
+
+  inboxDepth(): number {
+    return (this.db.prepare("SELECT count(*) AS n FROM inbox WHERE status = 'pending'").get() as { n: number }).n;
+  }
+
+  inboxByStatus(): Record<string, number> {
+    const rows = this.db.prepare('SELECT status, count(*) AS n FROM inbox GROUP BY status').all() as { status: string; n: number }[];
+    return Object.fromEntries(rows.map((r) => [r.status, r.n]));
+  }
+
+  /** Purges processed inbox rows older than `olderThan` (30 days in production); failed rows stay for operators. */
+  purgeProcessed(olderThan: number): number {
+    return this.db.prepare("DELETE FROM inbox WHERE status = 'processed' AND processed_at < ?").run(olderThan).changes;
+  }
+
+  #inboxRow(raw: unknown): InboxRow {
+    const r = raw as { id: number; jti: string; type: string; seq: number | null; cid: string; message: string; attempts: number };
+    let message: DownlinkMessage;
+    try {
+      message = JSON.parse(r.message) as DownlinkMessage;
+    } catch {
+      throw new CorruptRow('inbox', `id ${r.id}: unreadable message`);
+    }
+    if (message.type !== r.type || message.jti !== r.jti) throw new CorruptRow('inbox', `id ${r.id}: message does not match columns`);
+    return { id: r.id, jti: r.jti, type: message.type, seq: r.seq, cid: r.cid, message, attempts: r.attempts };
+  }
+
+  // ------------------------------------------------------------ key set
+
+  loadSlot(keyId: string): KeySlot {
+    const k = this.db.prepare('SELECT version, status, grant_json FROM keys WHERE key_id = ?').get(keyId) as
+      | { version: number; status: string; grant_json: string }
+      | undefined;
+    const t = this.db.prepare('SELECT version FROM tombstones WHERE key_id = ?').get(keyId) as { version: number } | undefined;
+    return { key: k === undefined ? null : this.#candidate(k), tombstone: t?.version ?? null };
+  }
+
+  /** Writes a slot back. `grantCid` is the cid of the grant that made the key (kept for access-event attribution). */
+  saveSlot(keyId: string, slot: KeySlot, grantCid: string | null, now: number): void {
+    if (slot.key !== null) {
+      const g = slot.key.grant;
+      this.db
+        .prepare(
+          `INSERT INTO keys (key_id, version, status, person_id, credential_type, credential_digest, grant_json, grant_cid, updated_at)
+           VALUES (@keyId, @version, @status, @personId, @type, @digest, @json, @cid, @now)
+           ON CONFLICT (key_id) DO UPDATE SET version = excluded.version, status = excluded.status, person_id = excluded.person_id,
+             credential_type = excluded.credential_type, credential_digest = excluded.credential_digest, grant_json = excluded.grant_json,
+             grant_cid = CASE WHEN excluded.status = 'active' THEN excluded.grant_cid ELSE keys.grant_cid END, updated_at = excluded.updated_at`,
+        )
+        .run({ keyId, version: slot.key.version, status: slot.key.status, personId: g.personId, type: g.credential.type, digest: g.credential.digest, json: JSON.stringify(g), cid: grantCid ?? '', now });
+    }
+    if (slot.tombstone !== null) {
+      this.db
+        .prepare('INSERT INTO tombstones (key_id, version, at) VALUES (?, ?, ?) ON CONFLICT (key_id) DO UPDATE SET version = max(tombstones.version, excluded.version), at = excluded.at')
+        .run(keyId, slot.tombstone, now);
+    }
+  }
+
+  /** The key set as `decide` reads it. Use inside the decision transaction. */
+  readonly keySet: KeySetView & { grantCid(keyId: string): string | null } = {
+    byCredential: (type: CredentialType, digest: string): readonly KeyCandidate[] =>
+      (this.db.prepare('SELECT version, status, grant_json FROM keys WHERE credential_type = ? AND credential_digest = ?').all(type, digest) as {
+        version: number;
+        status: string;
+        grant_json: string;
+      }[]).map((r) => this.#candidate(r)),
+    grantCid: (keyId: string) => (this.db.prepare('SELECT grant_cid FROM keys WHERE key_id = ?').get(keyId) as { grant_cid: string } | undefined)?.grant_cid || null,
+  };
+
+  /** Snapshot apply: drops every active key (revoked rows and tombstones stay), to be refilled from the snapshot. */
+  dropActiveKeys(): void {
+    this.db.prepare("DELETE FROM keys WHERE status = 'active'").run();
+  }
+
+  keyCounts(): { active: number; revoked: number; tombstones: number } {
+    const k = this.db.prepare("SELECT sum(status = 'active') AS a, sum(status = 'revoked') AS r FROM keys").get() as { a: number | null; r: number | null };
+    const t = this.db.prepare('SELECT count(*) AS n FROM tombstones').get() as { n: number };
+    return { active: k.a ?? 0, revoked: k.r ?? 0, tombstones: t.n };
+  }
+
+  #candidate(r: { version: number; status: string; grant_json: string }): KeyCandidate {
+    const g = KeyGrant.safeParse(JSON.parse(r.grant_json));
+    if (!g.success || (r.status !== 'active' && r.status !== 'revoked')) throw new CorruptRow('keys', 'invalid grant');
+    return { grant: g.data, version: r.version, status: r.status };
+  }
+
+  // ------------------------------------------------------------ snapshots
+
+  addSnapshotPart(p: { snapshotId: string; part: number; parts: number; asOfSeq: number; jti: string; cid: string; body: unknown }): number {
+    this.db
+      .prepare('INSERT INTO snapshot_parts (snapshot_id, part, parts, as_of_seq, jti, cid, body) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING')
+      .run(p.snapshotId, p.part, p.parts, p.asOfSeq, p.jti, p.cid, JSON.stringify(p.body));
+    return (this.db.prepare('SELECT count(*) AS n FROM snapshot_parts WHERE snapshot_id = ?').get(p.snapshotId) as { n: number }).n;
+  }
+  snapshotParts(snapshotId: string): { part: number; jti: string; cid: string; body: unknown }[] {
+    return (this.db.prepare('SELECT part, jti, cid, body FROM snapshot_parts WHERE snapshot_id = ? ORDER BY part').all(snapshotId) as { part: number; jti: string; cid: string; body: string }[]).map(
+      (r) => ({ ...r, body: JSON.parse(r.body) as unknown }),
+    );
+  }
+  dropSnapshot(snapshotId: string): void {
+    this.db.prepare('DELETE FROM snapshot_parts WHERE snapshot_id = ?').run(snapshotId);
+  }
+
+  // ------------------------------------------------------------ locks
+
+  /** Pairs the configured locks (door mapping from config); state columns are kept. */
+  upsertLock(lockId: string, doorId: string, now: number): void {
+    this.db
+      .prepare('INSERT INTO locks (lock_id, door_id, updated_at) VALUES (?, ?, ?) ON CONFLICT (lock_id) DO UPDATE SET door_id = excluded.door_id')
+      .run(lockId, doorId, now);
+  }
+  lock(lockId: string): LockRow | null {
+    const r = this.db.prepare('SELECT * FROM locks WHERE lock_id = ?').get(lockId);
+    return r === undefined ? null : this.#lockRow(r);
+  }
+  locks(): LockRow[] {
+    return this.db.prepare('SELECT * FROM locks ORDER BY lock_id').all().map((r) => this.#lockRow(r));
+  }
+  setLockout(lockId: string, s: LockoutState, now: number): void {
+    this.db.prepare('UPDATE locks SET failures = ?, locked_out_until = ?, updated_at = ? WHERE lock_id = ?').run(s.failures, s.lockedOutUntil, now, lockId);
+  }
+  setLockOnline(lockId: string, online: boolean, now: number): boolean {
+    return this.db.prepare('UPDATE locks SET online = ?, updated_at = ? WHERE lock_id = ? AND online != ?').run(online ? 1 : 0, now, lockId, online ? 1 : 0).changes === 1;
+  }
+  setLockState(lockId: string, s: { bolt: string; door: string; battery: number; at: number }, now: number): void {
+    this.db
+      .prepare('UPDATE locks SET bolt = ?, door = ?, battery = ?, state_at = ?, updated_at = ? WHERE lock_id = ? AND (state_at IS NULL OR state_at <= ?)')
+      .run(s.bolt, s.door, s.battery, s.at, now, lockId, s.at);
+  }
+  #lockRow(raw: unknown): LockRow {
+    const r = raw as { lock_id: string; door_id: string | null; online: number; bolt: string | null; door: string | null; battery: number | null; state_at: number | null; failures: number; locked_out_until: number | null };
+    return { lockId: r.lock_id, doorId: r.door_id, online: r.online === 1, bolt: r.bolt, door: r.door, battery: r.battery, stateAt: r.state_at, failures: r.failures, lockedOutUntil: r.locked_out_until };
+  }
+
+  // ------------------------------------------------------------ access log and alarms
+
+  insertAccess(a: AccessRow): void {
+    this.db
+      .prepare(
+        `INSERT INTO access_log (event_id, lock_id, request_id, door_id, at, allowed, code, key_id, key_version, person_id, credential_type, command_id, command_expires_at, hold_ms, cid)
+         VALUES (@eventId, @lockId, @requestId, @doorId, @at, @allowed, @code, @keyId, @keyVersion, @personId, @credentialType, @commandId, @commandExpiresAt, @holdMs, @cid)`,
+      )
+      .run({ ...a, allowed: a.allowed ? 1 : 0 });
+  }
+  findAccess(lockId: string, requestId: string): AccessRow | null {
+    const r = this.db.prepare('SELECT * FROM access_log WHERE lock_id = ? AND request_id = ?').get(lockId, requestId);
+    return r === undefined ? null : this.#accessRow(r);
+  }
+  accessLog(limit = 100): AccessRow[] {
+    return this.db.prepare('SELECT * FROM access_log ORDER BY id DESC LIMIT ?').all(limit).map((r) => this.#accessRow(r));
+  }
+  #accessRow(raw: unknown): AccessRow {
+    const r = raw as Record<string, unknown>;
+    return {
+      eventId: r.event_id as string,
+      lockId: r.lock_id as string,
+      requestId: r.request_id as string,
+      doorId: r.door_id as string | null,
+      at: r.at as number,
+      allowed: r.allowed === 1,
+      code: r.code as string,
+      keyId: r.key_id as string | null,
+      keyVersion: r.key_version as number | null,
+      personId: r.person_id as string | null,
+      credentialType: r.credential_type as string | null,
+      commandId: r.command_id as string | null,
+      commandExpiresAt: r.command_expires_at as number | null,
+      holdMs: r.hold_ms as number | null,
+      cid: r.cid as string,
+    };
+  }
+
+  /** Records an alarm once (by alarm id). Returns false for a redelivered alarm. */
+  insertAlarm(a: { alarmId: string; lockId: string; kind: string; at: number }, now: number): boolean {
+    return this.db.prepare('INSERT INTO alarms (alarm_id, lock_id, kind, at, received_at) VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING').run(a.alarmId, a.lockId, a.kind, a.at, now).changes === 1;
+  }
+
+  // ------------------------------------------------------------ outbox (uplink)
+
+  /**
+   * Enqueue: takes the next gap-free uplink seq in the caller's transaction.
+   * Essential rows (acks of sequenced messages, access events, alarms) are
+   * always written; non-essential rows are refused once `maxRows` rows are
+   * pending, so the outbox never drops anything silently (see docs/gateway.md).
+   */
+  enqueue<T extends OutboxType>(type: T, body: OutboxBody<T>, cid: string, essential: boolean, now: number): EnqueueResult {
+    if (!essential && this.outboxDepth() >= this.limits.maxRows) return { refused: 'OUTBOX_FULL' };
+    const { next_uplink_seq: seq } = this.db.prepare('SELECT next_uplink_seq FROM settings WHERE id = 1').get() as { next_uplink_seq: number };
+    const jti = newMessageId();
+    this.db.prepare('INSERT INTO outbox (seq, jti, type, cid, body, essential, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)').run(seq, jti, type, cid, JSON.stringify(body), essential ? 1 : 0, now);
+    this.db.prepare('UPDATE settings SET next_uplink_seq = ? WHERE id = 1').run(seq + 1);
+    return { seq, jti };
+  }
+
+  /** Claim for sending: the oldest pending rows in seq order (one sender per process, so no lease is needed). */
+  pendingOutbox(limit: number): OutboxRow[] {
+    return (this.db.prepare("SELECT seq, jti, type, cid, body FROM outbox WHERE status = 'pending' ORDER BY seq LIMIT ?").all(limit) as { seq: number; jti: string; type: string; cid: string; body: string }[]).map((r) => ({
+      seq: r.seq,
+      jti: r.jti as MessageId,
+      type: r.type as OutboxType,
+      cid: r.cid as CorrelationId,
+      body: JSON.parse(r.body) as unknown,
+    }));
+  }
+
+  /** Mark: sent once the broker acked it (QoS 1 PUBACK). At-least-once: a crash before this resends with the same jti. */
+  markSent(seqs: readonly number[], now: number): void {
+    const stmt = this.db.prepare("UPDATE outbox SET status = 'sent', sent_at = ? WHERE seq = ? AND status = 'pending'");
+    this.db.transaction(() => seqs.forEach((s) => stmt.run(now, s))).immediate();
+  }
+
+  outboxDepth(): number {
+    return (this.db.prepare("SELECT count(*) AS n FROM outbox WHERE status = 'pending'").get() as { n: number }).n;
+  }
+
+  purgeSentOutbox(olderThan: number): number {
+    return this.db.prepare("DELETE FROM outbox WHERE status = 'sent' AND sent_at < ?").run(olderThan).changes;
+  }
+}

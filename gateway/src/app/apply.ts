@@ -1,0 +1,218 @@
+import {
+  asKeyId,
+  assertNever,
+  newCorrelationId,
+  withCorrelation,
+  type KeyGrant,
+  type MessageId,
+  type Outcome,
+} from '@tobira/shared';
+import { onHeartbeat } from '../domain/freshness.js';
+import { applyGrant, applyRevoke, type KeySlot } from '../domain/keyset.js';
+import type { InboxRow } from '../adapters/sqlite/store.js';
+import { nowOf, type AppContext } from './context.js';
+
+/**
+ * The inbox writer: applies pending inbox rows one at a time, sequenced rows
+ * in `seq` order. It is the only code that changes the key set, the applied
+ * seq and the lease. Each apply, its inbox mark and its ack(s) in the outbox
+ * commit in one synchronous transaction, so a crash leaves either nothing
+ * or everything (and the ack is then sent by the uplink sender).
+ */
+export interface ApplyOptions {
+  readonly offlineGraceSeconds: number;
+  /** Attempts before a row is marked failed. */
+  readonly maxAttempts: number;
+  /** How long a claim holds before another pass may reclaim it. */
+  readonly claimLeaseMs: number;
+  /** Minimum time between two resync requests. */
+  readonly resyncIntervalMs: number;
+}
+
+export type ResyncReason = 'gap' | 'startup' | 'stale' | 'operator';
+
+export interface ApplyDeps extends AppContext {
+  readonly options: ApplyOptions;
+  /** Sends a signed resync.request (not through the outbox: it carries no seq and the next heartbeat repeats it). */
+  readonly requestResync: (reason: ResyncReason, lastAppliedSeq: number, cid: string) => void;
+  /** Test seam: throw here to make an apply fail. */
+  readonly beforeApply?: (row: InboxRow) => void;
+}
+
+interface AckDraft {
+  readonly result: 'applied' | 'noop' | 'refused';
+  readonly code: string;
+  readonly keyId: string | null;
+  readonly keyVersion: number | null;
+}
+
+type RowResult = { readonly result: AckDraft['result']; readonly code: string; readonly resync?: ResyncReason };
+
+/** Applies everything applicable now. Returns how many rows it settled. Synchronous. */
+export function applyPending(deps: ApplyDeps): number {
+  const { store } = deps;
+  let settled = 0;
+  for (;;) {
+    const now = nowOf(deps);
+    store.reclaimExpired(now);
+    const settings = store.settings();
+    const row = store.nextInbox(settings.appliedSeq, now);
+    if (row === null) {
+      if (store.hasGap(settings.appliedSeq)) maybeResync(deps, 'gap', newCorrelationId());
+      return settled;
+    }
+    if (!store.claimInbox(row.id, now + deps.options.claimLeaseMs)) continue;
+    const log = withCorrelation(deps.log, row.cid, { jti: row.jti, type: row.type, seq: row.seq });
+    try {
+      deps.beforeApply?.(row);
+      const r = store.db.transaction(() => applyRow(deps, row, now)).immediate();
+      deps.crash('afterApplyBeforeAck');
+      deps.metrics.applied.inc({ type: row.type, result: r.result });
+      log.info({ result: r.result, code: r.code }, 'inbox message applied');
+      settled++;
+      deps.outboxWritten();
+      if (r.resync !== undefined) maybeResync(deps, r.resync, row.cid);
+    } catch (e) {
+      const attempts = row.attempts + 1;
+      const failed = attempts >= deps.options.maxAttempts;
+      deps.metrics.applyFailures.inc();
+      log.error({ err: e, attempts, failed }, failed ? 'inbox message failed for good' : 'inbox apply failed; will retry');
+      store.db
+        .transaction(() => {
+          store.failInbox(row.id, e instanceof Error ? e.message : String(e), failed, now);
+          if (!failed) return;
+          ack(deps, row, { result: 'refused', code: 'APPLY_FAILED', ...keyOf(row) }, now);
+          // A grant that cannot be applied leaves the key inactive, which is safe: move on.
+          // A revoke that cannot be applied must not be skipped: the seq stays stuck, the
+          // lease cannot be renewed, and the site fails closed (DESIGN.md I1).
+          if (row.type === 'key.grant' && row.seq === store.settings().appliedSeq + 1) store.setAppliedSeq(row.seq);
+        })
+        .immediate();
+      deps.outboxWritten();
+      if (!failed) return settled; // retried on the next pass
+    }
+  }
+}
+
+function keyOf(row: InboxRow): { keyId: string | null; keyVersion: number | null } {
+  const m = row.message;
+  switch (m.type) {
+    case 'key.grant':
+      return { keyId: m.body.key.keyId, keyVersion: m.body.key.version };
+    case 'key.revoke':
+      return { keyId: m.body.keyId, keyVersion: m.body.version };
+    case 'heartbeat':
+    case 'resync.answer':
+    case 'keyset.snapshot':
+      return { keyId: null, keyVersion: null };
+    default:
+      return assertNever(m, 'downlink type');
+  }
+}
+
+/** Acks of sequenced messages and snapshots are essential; heartbeat and resync-answer acks are not (see docs/gateway.md). */
+function ack(deps: ApplyDeps, row: InboxRow, a: AckDraft, now: number, ackOf: string = row.jti): void {
+  const essential = row.type === 'key.grant' || row.type === 'key.revoke' || row.type === 'keyset.snapshot';
+  const r = deps.store.enqueue('ack', { ackOf: ackOf as MessageId, ackSeq: row.seq, result: a.result, code: a.code, keyId: a.keyId === null ? null : asKeyId(a.keyId), keyVersion: a.keyVersion }, row.cid, essential, now);
+  if ('refused' in r) deps.metrics.outboxRefused.inc({ type: 'ack' });
+}
+
+function settleKey(deps: ApplyDeps, row: InboxRow, keyId: string, o: Outcome<KeySlot>, version: number, grantCid: string | null, now: number): RowResult {
+  if (o.status === 'applied' || o.status === 'noop') deps.store.saveSlot(keyId, o.state, grantCid, now);
+  const result = o.status === 'conflict' ? 'refused' : o.status;
+  ack(deps, row, { result, code: o.code, keyId, keyVersion: version }, now);
+  return { result, code: o.code };
+}
+
+function applyRow(deps: ApplyDeps, row: InboxRow, now: number): RowResult {
+  const { store } = deps;
+  const settings = store.settings();
+  const m = row.message;
+  let r: RowResult;
+  switch (m.type) {
+    case 'key.grant':
+    case 'key.revoke': {
+      if (m.seq <= settings.appliedSeq) {
+        // Already past this seq (a replay under a new id, or covered by a snapshot): never re-applied.
+        r = { result: 'noop', code: 'DUPLICATE_MESSAGE' };
+        ack(deps, row, { ...r, ...keyOf(row) }, now);
+        break;
+      }
+      if (m.type === 'key.grant') {
+        const g = m.body.key;
+        r = settleKey(deps, row, g.keyId, applyGrant(store.loadSlot(g.keyId), g), g.version, m.cid, now);
+      } else {
+        r = settleKey(deps, row, m.body.keyId, applyRevoke(store.loadSlot(m.body.keyId), m.body), m.body.version, null, now);
+      }
+      store.setAppliedSeq(m.seq);
+      break;
+    }
+    case 'heartbeat': {
+      const v = onHeartbeat({ lastSeq: m.body.lastSeq, iatMs: m.iat * 1000 }, settings.appliedSeq, settings.leaseExpiresAt, deps.options.offlineGraceSeconds);
+      if (v.kind === 'extend') {
+        store.setLease(v.leaseExpiresAt);
+        r = { result: 'applied', code: 'MESSAGE_APPLIED' };
+      } else {
+        r = { result: 'noop', code: 'REPORT_IGNORED', resync: 'gap' };
+      }
+      ack(deps, row, { ...r, keyId: null, keyVersion: null }, now);
+      break;
+    }
+    case 'resync.answer':
+      r = { result: 'applied', code: 'MESSAGE_APPLIED' };
+      ack(deps, row, { ...r, keyId: null, keyVersion: null }, now);
+      break;
+    case 'keyset.snapshot':
+      r = applySnapshotPart(deps, row, m, now);
+      break;
+    default:
+      return assertNever(m, 'downlink type');
+  }
+  store.markProcessed(row.id, r.result, r.code, now);
+  store.raiseTimeFloor(0, now);
+  return r;
+}
+
+type SnapshotMessage = Extract<InboxRow['message'], { type: 'keyset.snapshot' }>;
+type SnapshotBody = SnapshotMessage['body'];
+
+/** Parts are kept until all have arrived; then the key set is replaced at once and every key and tombstone is acked. */
+function applySnapshotPart(deps: ApplyDeps, row: InboxRow, m: SnapshotMessage, now: number): RowResult {
+  const { store } = deps;
+  const b = m.body;
+  const count = store.addSnapshotPart({ snapshotId: b.snapshotId, part: b.part, parts: b.parts, asOfSeq: b.asOfSeq, jti: m.jti, cid: m.cid, body: b });
+  if (count < b.parts) return { result: 'applied', code: 'MESSAGE_APPLIED' };
+  const parts = store.snapshotParts(b.snapshotId);
+  store.dropSnapshot(b.snapshotId);
+  if (b.asOfSeq < store.settings().appliedSeq) return { result: 'noop', code: 'STALE_VERSION' };
+  const first = parts[0];
+  const ackOf = first?.jti ?? m.jti;
+  const cid = first?.cid ?? m.cid;
+  const snapRow: InboxRow = { ...row, seq: null, cid };
+  store.dropActiveKeys();
+  for (const p of parts) {
+    const body = p.body as SnapshotBody;
+    for (const g of body.keys as KeyGrant[]) {
+      const o = applyGrant(store.loadSlot(g.keyId), g);
+      if (o.status === 'applied' || o.status === 'noop') store.saveSlot(g.keyId, o.state, cid, now);
+      ack(deps, snapRow, { result: o.status === 'conflict' ? 'refused' : o.status, code: o.code, keyId: g.keyId, keyVersion: g.version }, now, ackOf);
+    }
+    for (const t of body.revoked) {
+      const o = applyRevoke(store.loadSlot(t.keyId), { keyId: t.keyId, version: t.version, reason: 'staff_revoked' });
+      if (o.status === 'applied' || o.status === 'noop') store.saveSlot(t.keyId, o.state, null, now);
+      ack(deps, snapRow, { result: o.status === 'conflict' ? 'refused' : o.status, code: o.code, keyId: t.keyId, keyVersion: t.version }, now, ackOf);
+    }
+  }
+  store.setAppliedSeq(b.asOfSeq);
+  return { result: 'applied', code: 'MESSAGE_APPLIED' };
+}
+
+/** Asks the cloud for a resync at most once per `resyncIntervalMs`. */
+export function maybeResync(deps: ApplyDeps, reason: ResyncReason, cid: string): void {
+  const now = nowOf(deps);
+  const s = deps.store.settings();
+  if (reason !== 'startup' && s.lastResyncAt !== null && now - s.lastResyncAt < deps.options.resyncIntervalMs && now >= s.lastResyncAt) return;
+  deps.store.setLastResyncAt(now);
+  withCorrelation(deps.log, cid).info({ reason, lastAppliedSeq: s.appliedSeq }, 'requesting resync');
+  deps.requestResync(reason, s.appliedSeq, cid);
+}

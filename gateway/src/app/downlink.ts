@@ -1,0 +1,39 @@
+import { DownlinkMessage, verifyMessage, withCorrelation, type KeySet } from '@tobira/shared';
+import { nowOf, type AppContext } from './context.js';
+
+/**
+ * Receiving one downlink message: size, signature, issuer, audience, expiry
+ * and schema are checked by `verifyMessage` (in that order, size first); a
+ * refused message is counted, logged and recorded in `rejected`, and never
+ * applied. A verified message is inserted into the inbox (unique jti). The
+ * caller acks the broker only after this returns, i.e. after the commit.
+ */
+export interface DownlinkDeps extends AppContext {
+  readonly cloudKeys: KeySet;
+  readonly cloudIssuer: string;
+  readonly applySoon: () => void;
+}
+
+export type DownlinkResult = { readonly kind: 'stored' | 'duplicate'; readonly jti: string } | { readonly kind: 'rejected'; readonly code: string };
+
+export async function receiveDownlink(deps: DownlinkDeps, topic: string, payload: Uint8Array): Promise<DownlinkResult> {
+  const clock = { now: () => nowOf(deps) };
+  const v = await verifyMessage(payload, { keys: deps.cloudKeys, issuer: deps.cloudIssuer, audience: deps.gatewayId, schema: DownlinkMessage, clock });
+  if (!v.ok) {
+    deps.metrics.rejected.inc({ code: v.code });
+    deps.store.recordRejected(topic, v.code, v.detail, payload.byteLength, clock.now());
+    deps.log.warn({ code: v.code, detail: v.detail, bytes: payload.byteLength }, 'downlink message rejected');
+    return { kind: 'rejected', code: v.code };
+  }
+  const m = v.message;
+  const log = withCorrelation(deps.log, m.cid, { jti: m.jti, type: m.type, seq: 'seq' in m ? m.seq : null });
+  const inserted = deps.store.insertInbox(m, clock.now());
+  if (inserted === 'duplicate') {
+    log.info('duplicate downlink message: acked, not applied again');
+    return { kind: 'duplicate', jti: m.jti };
+  }
+  log.debug('downlink message stored in inbox');
+  deps.crash('afterInboxInsertBeforeApply');
+  deps.applySoon();
+  return { kind: 'stored', jti: m.jti };
+}

@@ -1,0 +1,292 @@
+import { readFileSync } from 'node:fs';
+import {
+  KeySet,
+  createLogger,
+  decodeSecret,
+  filters,
+  importSigningKey,
+  newCorrelationId,
+  parseTopic,
+  systemClock,
+  topics,
+  withCorrelation,
+  type Clock,
+  type KeyPairJwk,
+  type Logger,
+} from '@tobira/shared';
+import type { FastifyInstance } from 'fastify';
+import { openDatabase } from './adapters/sqlite/db.js';
+import { GatewayStore, type InboxRow } from './adapters/sqlite/store.js';
+import { connectCloudLink, connectSiteLink, type Link } from './adapters/mqtt/links.js';
+import { handleLockRequest, type AccessDeps } from './app/access.js';
+import { applyPending, maybeResync, type ApplyDeps } from './app/apply.js';
+import { noCrash, nowOf, type AppContext, type CrashHook } from './app/context.js';
+import { receiveDownlink, type DownlinkDeps } from './app/downlink.js';
+import { enqueueStatus, handleLockMessage } from './app/locks.js';
+import { UplinkSender, sendResyncRequest, type UplinkDeps } from './app/uplink.js';
+import type { GatewayConfig } from './config.js';
+import { leaseRemainingSeconds } from './domain/freshness.js';
+import { buildApp } from './http/app.js';
+import { createMetrics, type Metrics } from './metrics.js';
+
+export interface GatewayDeps {
+  readonly clock?: Clock;
+  readonly log?: Logger;
+  readonly crash?: CrashHook;
+  /** Test seam: throw to make an inbox apply fail. */
+  readonly beforeApply?: (row: InboxRow) => void;
+  /** Periodic work interval (apply retries, claim reclaim). */
+  readonly tickMs?: number;
+}
+
+export interface Gateway {
+  start(): Promise<void>;
+  /** Drains (stops taking requests, flushes the outbox for up to drainTimeoutMs) unless `force`. */
+  stop(opts?: { force?: boolean }): Promise<void>;
+  readonly store: GatewayStore;
+  readonly metrics: Metrics;
+  /** The HTTP address once started (null when http is disabled). */
+  readonly httpUrl: string | null;
+  /** Runs the inbox writer now (tests; it also runs on every stored message and every tick). */
+  applyNow(): number;
+  /** Resolves when the uplink sender has nothing more it can send now. */
+  uplinkIdle(): Promise<void>;
+  setMode(mode: 'normal' | 'lockdown', by: string): { mode: 'normal' | 'lockdown'; changed: boolean };
+  enqueueStatus(): boolean;
+  readonly cloudConnected: boolean;
+  readonly siteConnected: boolean;
+}
+
+const DAY = 24 * 3600 * 1000;
+
+/** Constructs a gateway; does nothing until `start()`. */
+export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Gateway {
+  const clock = deps.clock ?? systemClock;
+  const log = (deps.log ?? createLogger('gateway')).child({ gatewayId: config.gatewayId });
+  const metrics = createMetrics(deps.log === undefined);
+  let store: GatewayStore | null = null;
+  let cloud: Link | null = null;
+  let site: Link | null = null;
+  let http: FastifyInstance | null = null;
+  let httpUrl: string | null = null;
+  let uplink: UplinkSender | null = null;
+  let applyDeps: ApplyDeps | null = null;
+  const timers: NodeJS.Timeout[] = [];
+  let stopping = false;
+  let applyScheduled = false;
+
+  const need = <T>(v: T | null): T => {
+    if (v === null) throw new Error('gateway not started');
+    return v;
+  };
+
+  const applyNow = (): number => (applyDeps === null ? 0 : applyPending(applyDeps));
+  const applySoon = () => {
+    if (applyScheduled) return;
+    applyScheduled = true;
+    setImmediate(() => {
+      applyScheduled = false;
+      try {
+        applyNow();
+      } catch (e) {
+        log.error({ err: e }, 'inbox writer pass failed');
+      }
+    });
+  };
+
+  function setMode(mode: 'normal' | 'lockdown', by: string) {
+    const s = need(store);
+    const changed = s.db
+      .transaction(() => {
+        if (s.settings().mode === mode) return false;
+        s.setMode(mode);
+        return true;
+      })
+      .immediate();
+    withCorrelation(log, newCorrelationId()).warn({ mode, by, changed }, 'site mode set locally');
+    if (changed) gw.enqueueStatus();
+    return { mode, changed };
+  }
+
+  const gw: Gateway = {
+    get store() {
+      return need(store);
+    },
+    metrics,
+    get httpUrl() {
+      return httpUrl;
+    },
+    get cloudConnected() {
+      return cloud?.connected ?? false;
+    },
+    get siteConnected() {
+      return site?.connected ?? false;
+    },
+    applyNow,
+    uplinkIdle: () => uplink?.idle() ?? Promise.resolve(),
+    setMode,
+    enqueueStatus: () => enqueueStatus(ctx()),
+
+    async start() {
+      const s = new GatewayStore(openDatabase(config.sqlitePath), { maxRows: config.outboxMaxRows });
+      store = s;
+      const now0 = clock.now();
+      for (const l of config.locks) s.upsertLock(l.lockId, l.doorId, now0);
+      s.releaseAllClaims();
+
+      const pair = JSON.parse(readFileSync(config.keyPairFile, 'utf8')) as KeyPairJwk;
+      const signingKey = await importSigningKey(pair.privateJwk);
+      const cloudKeys = await KeySet.fromJwks(config.cloud.jwks);
+
+      const base: AppContext = { gatewayId: config.gatewayId, store: s, clock, log, metrics, crash: deps.crash ?? noCrash, outboxWritten: () => uplink?.wake() };
+      const upDeps: UplinkDeps = { ...base, link: () => cloud, signingKey, cloudIssuer: config.cloud.issuer, batchSize: 100 };
+      uplink = new UplinkSender(upDeps);
+      const ad: ApplyDeps = {
+        ...base,
+        options: { offlineGraceSeconds: config.offlineGraceSeconds, maxAttempts: config.inboxMaxAttempts, claimLeaseMs: config.inboxClaimLeaseMs, resyncIntervalMs: config.resyncIntervalMs },
+        requestResync: (reason, seq, cid) => sendResyncRequest(upDeps, reason, seq, cid),
+        ...(deps.beforeApply ? { beforeApply: deps.beforeApply } : {}),
+      };
+      applyDeps = ad;
+      const downDeps: DownlinkDeps = { ...base, cloudKeys, cloudIssuer: config.cloud.issuer, applySoon };
+      const accessDeps: AccessDeps = {
+        ...base,
+        access: {
+          pepper: decodeSecret(config.credentialPepper),
+          lockout: config.lockout,
+          holdMs: config.holdMs,
+          commandTtlMs: config.commandTtlMs,
+          pairingSecrets: new Map(config.locks.map((l) => [l.lockId, decodeSecret(l.pairingSecret)])),
+        },
+      };
+      metrics.bind({
+        inboxDepth: () => s.inboxDepth(),
+        outboxDepth: () => s.outboxDepth(),
+        leaseRemainingSeconds: () => leaseRemainingSeconds(s.settings().leaseExpiresAt, nowOf(base)),
+        locks: () => s.locks(),
+      });
+
+      // Rows committed before a crash or a restart are applied first.
+      applyNow();
+
+      let firstConnect = true;
+      cloud = connectCloudLink(
+        config.cloud,
+        { clientId: `tobira-gw-${config.gatewayId}`, downTopic: topics.gatewayDown(config.gatewayId), presenceTopic: topics.gatewayPresence(config.gatewayId) },
+        {
+          onDownlink: async (topic, payload) => {
+            await receiveDownlink(downDeps, topic, payload);
+          },
+          onConnect: () => {
+            uplink?.wake();
+            // After a start or an outage, ask the cloud what we missed; the heartbeat then renews the lease.
+            maybeResync(ad, firstConnect ? 'startup' : 'stale', newCorrelationId());
+            firstConnect = false;
+          },
+        },
+        log.child({ link: 'cloud' }),
+      );
+
+      const siteFilters = (['request', 'state', 'event', 'presence'] as const).map((c) => filters.locksOf(config.gatewayId, c));
+      site = connectSiteLink(
+        config.site,
+        { clientId: `tobira-gw-${config.gatewayId}-site`, filters: siteFilters },
+        (topic, payload) => {
+          if (stopping) return;
+          const t = parseTopic(topic);
+          if (t === null || t.kind !== 'lock' || t.gatewayId !== config.gatewayId) return;
+          try {
+            if (t.channel === 'request') {
+              const answer = handleLockRequest(accessDeps, t.lockId, payload);
+              if (answer === null) return;
+              const link = site;
+              if (link === null) return;
+              const l = withCorrelation(log, answer.cid, { lockId: t.lockId, requestId: answer.decision.requestId });
+              link.publish(topics.lock(config.gatewayId, t.lockId, 'decision'), JSON.stringify(answer.decision), { qos: 1 }).catch((e: unknown) => l.warn({ err: String(e) }, 'decision not published'));
+              if (answer.command !== null) {
+                link.publish(topics.lock(config.gatewayId, t.lockId, 'command'), JSON.stringify(answer.command), { qos: 1 }).catch((e: unknown) => l.warn({ err: String(e) }, 'command not published'));
+              }
+            } else if (t.channel === 'state' || t.channel === 'event' || t.channel === 'presence') {
+              handleLockMessage(base, t.lockId, t.channel, payload);
+            }
+          } catch (e) {
+            log.error({ err: e, topic }, 'site message handling failed');
+          }
+        },
+        log.child({ link: 'site' }),
+      );
+
+      const tickMs = deps.tickMs ?? 1000;
+      timers.push(
+        setInterval(() => {
+          try {
+            applyNow();
+            s.db.transaction(() => s.raiseTimeFloor(0, nowOf(base))).immediate();
+          } catch (e) {
+            log.error({ err: e }, 'tick failed');
+          }
+        }, tickMs),
+        setInterval(() => gw.enqueueStatus(), config.statusIntervalMs),
+        setInterval(() => {
+          const now = nowOf(base);
+          const purged = s.purgeProcessed(now - 30 * DAY) + s.purgeSentOutbox(now - 7 * DAY);
+          if (purged > 0) log.info({ purged }, 'purged old inbox/outbox rows');
+        }, 3600 * 1000),
+      );
+      for (const t of timers) t.unref();
+
+      if (config.http !== null) {
+        http = buildApp({
+          registry: metrics.registry,
+          staffToken: config.staffToken,
+          setMode,
+          health: () => {
+            const st = s.settings();
+            const now = nowOf(base);
+            const remaining = leaseRemainingSeconds(st.leaseExpiresAt, now);
+            return {
+              ok: !stopping,
+              cloudConnected: cloud?.connected ?? false,
+              siteConnected: site?.connected ?? false,
+              mode: st.mode,
+              appliedSeq: st.appliedSeq,
+              leaseExpiresAt: st.leaseExpiresAt,
+              leaseRemainingSeconds: remaining,
+              inboxDepth: s.inboxDepth(),
+              outboxDepth: s.outboxDepth(),
+            };
+          },
+        });
+        httpUrl = await http.listen({ host: config.http.host, port: config.http.port });
+      }
+      log.info({ httpUrl, appliedSeq: s.settings().appliedSeq }, 'gateway started');
+    },
+
+    async stop(opts = {}) {
+      if (stopping) return;
+      stopping = true;
+      for (const t of timers) clearInterval(t);
+      const s = store;
+      if (!opts.force && s !== null && cloud?.connected) {
+        // Drain: give the outbox a bounded time to reach the cloud.
+        const deadline = Date.now() + config.drainTimeoutMs;
+        while (s.outboxDepth() > 0 && cloud.connected && Date.now() < deadline) {
+          uplink?.wake();
+          await Promise.race([uplink?.idle(), new Promise((r) => setTimeout(r, 50))]);
+        }
+      }
+      if (cloud?.connected && !opts.force) {
+        await cloud.publish(topics.gatewayPresence(config.gatewayId), JSON.stringify({ online: false }), { qos: 1, retain: true }).catch(() => {});
+      }
+      const force = opts.force ?? false;
+      await Promise.all([cloud?.end(force || !cloud.connected), site?.end(force || !site.connected), http?.close()]);
+      s?.db.close();
+      log.info({ forced: opts.force ?? false }, 'gateway stopped');
+    },
+  };
+
+  function ctx(): AppContext {
+    return { gatewayId: config.gatewayId, store: need(store), clock, log, metrics, crash: deps.crash ?? noCrash, outboxWritten: () => uplink?.wake() };
+  }
+  return gw;
+}

@@ -1,0 +1,52 @@
+import { Counter, Gauge, Registry, collectDefaultMetrics } from 'prom-client';
+
+/** Prometheus metrics of one gateway, on its own registry (several gateways can run in one test process). */
+export interface Metrics {
+  readonly registry: Registry;
+  readonly decisions: Counter<'code'>;
+  readonly rejected: Counter<'code'>;
+  readonly applied: Counter<'type' | 'result'>;
+  readonly applyFailures: Counter;
+  readonly outboxRefused: Counter<'type'>;
+  readonly uplinkSent: Counter;
+  readonly lockMessagesRefused: Counter<'channel' | 'code'>;
+}
+
+export interface MetricSources {
+  inboxDepth(): number;
+  outboxDepth(): number;
+  leaseRemainingSeconds(): number;
+  locks(): readonly { lockId: string; online: boolean }[];
+}
+
+export function createMetrics(defaults = false): Metrics & { bind(src: MetricSources): void } {
+  const registry = new Registry();
+  if (defaults) collectDefaultMetrics({ register: registry });
+  let src: MetricSources | null = null;
+  const m = {
+    registry,
+    decisions: new Counter({ name: 'tobira_gateway_decisions_total', help: 'Door decisions by code.', labelNames: ['code'] as const, registers: [registry] }),
+    rejected: new Counter({ name: 'tobira_gateway_downlink_rejected_total', help: 'Downlink messages refused by verification, by code.', labelNames: ['code'] as const, registers: [registry] }),
+    applied: new Counter({ name: 'tobira_gateway_inbox_applied_total', help: 'Inbox messages applied, by type and result.', labelNames: ['type', 'result'] as const, registers: [registry] }),
+    applyFailures: new Counter({ name: 'tobira_gateway_inbox_apply_failures_total', help: 'Failed apply attempts.', registers: [registry] }),
+    outboxRefused: new Counter({ name: 'tobira_gateway_outbox_refused_total', help: 'Non-essential uplink rows refused because the outbox was full.', labelNames: ['type'] as const, registers: [registry] }),
+    uplinkSent: new Counter({ name: 'tobira_gateway_uplink_sent_total', help: 'Uplink messages acked by the cloud broker.', registers: [registry] }),
+    lockMessagesRefused: new Counter({ name: 'tobira_gateway_lock_messages_refused_total', help: 'Site-broker messages refused, by channel and code.', labelNames: ['channel', 'code'] as const, registers: [registry] }),
+    bind(s: MetricSources) {
+      src = s;
+    },
+  };
+  new Gauge({ name: 'tobira_gateway_inbox_depth', help: 'Pending inbox rows.', registers: [registry], collect() { if (src) this.set(src.inboxDepth()); } });
+  new Gauge({ name: 'tobira_gateway_outbox_depth', help: 'Pending outbox rows.', registers: [registry], collect() { if (src) this.set(src.outboxDepth()); } });
+  new Gauge({ name: 'tobira_gateway_lease_remaining_seconds', help: 'Seconds left on the freshness lease (0: failing closed).', registers: [registry], collect() { if (src) this.set(src.leaseRemainingSeconds()); } });
+  new Gauge({
+    name: 'tobira_gateway_lock_online',
+    help: 'Lock availability (1 online, 0 offline).',
+    labelNames: ['lock'] as const,
+    registers: [registry],
+    collect() {
+      if (src) for (const l of src.locks()) this.set({ lock: l.lockId }, l.online ? 1 : 0);
+    },
+  });
+  return m;
+}
