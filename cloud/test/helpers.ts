@@ -55,3 +55,5 @@ export async function seed(d: AppDeps, opts: { gatewayId?: string } = {}) {
   if (d1.status !== 'applied' || d2.status !== 'applied' || p.status !== 'applied') throw new Error('seed');
   return { u, gatewayId, pair, provisioning: gw.state, siteId: site.state.id, doorA: d1.state.id, doorB: d2.state.id, personId: p.state.id };
 }
+
+export { parseConfig } from '../src/config.js';

@@ -1,0 +1,167 @@
+import { randomUUID } from 'node:crypto';
+import {
+  signMessage,
+  topics,
+  withCorrelation,
+  type Clock,
+  type CorrelationId,
+  type DownlinkMessage,
+  type Logger,
+  type MessageId,
+} from '@tobira/shared';
+import { SimulatedCrash, type CrashHook } from '../../app/crash.js';
+import type { Db } from '../db/db.js';
+import type { MqttLink } from '../mqtt/link.js';
+import type { CloudSigner } from '../signer.js';
+import { claim, type ClaimedRow } from './claim.js';
+import { OUTBOX_CHANNEL } from './enqueue.js';
+import { expediteAfterReconnect, failRow, type BackoffPolicy } from './fail.js';
+import { markSent } from './mark-sent.js';
+
+export interface DispatcherOptions extends BackoffPolicy {
+  readonly pollMs: number;
+  readonly batch: number;
+  readonly leaseMs: number;
+  readonly publishTimeoutMs: number;
+}
+
+export interface DispatcherDeps {
+  readonly db: Db;
+  readonly clock: Clock;
+  readonly log: Logger;
+  readonly crash: CrashHook;
+  readonly link: MqttLink;
+  readonly signer: CloudSigner;
+  readonly random: () => number;
+}
+
+/** Signs one sequenced outbox row as its downlink message (fresh iat/exp; same jti and seq on every attempt and replay). */
+export async function signRow(signer: CloudSigner, row: Pick<ClaimedRow, 'gatewayId' | 'seq' | 'jti' | 'type' | 'body' | 'cid'>, clock: Clock): Promise<string> {
+  const draft = {
+    type: row.type,
+    aud: row.gatewayId,
+    seq: row.seq,
+    jti: row.jti as MessageId,
+    cid: row.cid as CorrelationId,
+    body: row.body,
+  } as Parameters<typeof signMessage<DownlinkMessage>>[2];
+  return (await signMessage<DownlinkMessage>(signer.key, signer.issuer, draft, clock)).token;
+}
+
+/**
+ * The outbox dispatcher: claim → sign → publish (QoS 1, wait for PUBACK) →
+ * mark sent. Guarantee: every row is published at least once, and marked
+ * sent only after a PUBACK by the dispatcher that still holds its lease;
+ * receivers dedupe by jti/seq, so delivery is once in effect. It runs when
+ * woken (a commit in this process, a NOTIFY from another replica, the broker
+ * connection coming back) and on a slow poll as the safety net.
+ */
+export class Dispatcher {
+  readonly #d: DispatcherDeps;
+  readonly #o: DispatcherOptions;
+  #running = false;
+  #again = false;
+  #stopped = true;
+  #dead = false;
+  #timer: NodeJS.Timeout | undefined;
+  #unlisten: (() => Promise<void>) | undefined;
+  #current: Promise<void> = Promise.resolve();
+
+  constructor(deps: DispatcherDeps, opts: DispatcherOptions) {
+    this.#d = deps;
+    this.#o = opts;
+  }
+
+  async start(): Promise<void> {
+    this.#stopped = false;
+    this.#unlisten = await this.#d.db.listen(OUTBOX_CHANNEL, () => this.wake());
+    this.#d.link.onConnect(() => {
+      if (this.#stopped) return;
+      // rows that waited out the outage go now, not after their backoff
+      void expediteAfterReconnect(this.#d.db, this.#d.clock.now())
+        .catch((e: unknown) => this.#d.log.warn({ err: String(e) }, 'expedite after reconnect failed'))
+        .finally(() => this.wake());
+    });
+    this.#timer = setInterval(() => this.wake(), this.#o.pollMs);
+    this.#timer.unref();
+    this.wake();
+  }
+
+  /** Runs a pass now (or right after the current one). Never throws. */
+  wake(): void {
+    if (this.#stopped || this.#dead) return;
+    if (this.#running) {
+      this.#again = true;
+      return;
+    }
+    this.#running = true;
+    this.#current = this.#loop().finally(() => {
+      this.#running = false;
+    });
+  }
+
+  /** Resolves when no pass is running (tests use it after wake()). */
+  idle(): Promise<void> {
+    return this.#current;
+  }
+
+  get crashed(): boolean {
+    return this.#dead;
+  }
+
+  async stop(): Promise<void> {
+    this.#stopped = true;
+    if (this.#timer) clearInterval(this.#timer);
+    await this.#current;
+    await this.#unlisten?.();
+  }
+
+  async #loop(): Promise<void> {
+    do {
+      this.#again = false;
+      try {
+        while (!this.#stopped && this.#d.link.connected) {
+          const n = await this.#pass();
+          if (n === 0) break;
+        }
+      } catch (e) {
+        if (e instanceof SimulatedCrash) {
+          // a simulated process death: stop here, leaving claims as a dead process would
+          this.#dead = true;
+          this.#d.log.error({ point: e.point }, 'dispatcher crashed (simulated)');
+          return;
+        }
+        this.#d.log.error({ err: e instanceof Error ? e.message : String(e) }, 'dispatch pass failed');
+        return;
+      }
+    } while (this.#again && !this.#stopped);
+  }
+
+  async #pass(): Promise<number> {
+    const token = randomUUID();
+    const rows = await this.#d.db.transaction((tx) =>
+      claim(tx, { token, now: this.#d.clock.now(), leaseMs: this.#o.leaseMs, limit: this.#o.batch }),
+    );
+    for (const row of rows) await this.#deliver(row);
+    return rows.length;
+  }
+
+  async #deliver(row: ClaimedRow): Promise<void> {
+    const log = withCorrelation(this.#d.log, row.cid, { gatewayId: row.gatewayId, seq: row.seq, jti: row.jti, type: row.type, attempt: row.attempts });
+    try {
+      const token = await signRow(this.#d.signer, row, this.#d.clock);
+      await this.#d.link.publish(topics.gatewayDown(row.gatewayId), token, this.#o.publishTimeoutMs);
+    } catch (e) {
+      const err = e instanceof Error ? e.message : String(e);
+      const status = await failRow(this.#d.db, row, err, this.#d.clock.now(), this.#o, this.#d.random());
+      if (status === 'dead') log.error({ err }, 'outbox row dead-lettered');
+      else if (status === null) log.warn({ err }, 'publish failed and the lease was already lost');
+      else log.warn({ err }, 'publish failed; will retry');
+      return;
+    }
+    this.#d.crash('afterPublishBeforeMark');
+    const marked = await markSent(this.#d.db, row.id, row.leaseToken, this.#d.clock.now());
+    if (marked === 1) log.info('outbox row sent');
+    else log.warn('published, but the lease was lost before marking: another dispatcher owns the row (receiver dedupes by jti)');
+  }
+}

@@ -1,0 +1,47 @@
+import type { Queryable } from '../db/db.js';
+
+export interface BackoffPolicy {
+  readonly baseMs: number;
+  readonly maxMs: number;
+  readonly maxAttempts: number;
+}
+
+/**
+ * Capped exponential backoff with jitter ("equal jitter": half fixed, half
+ * random), so many rows failing together do not retry in lockstep.
+ * `random` is in [0, 1).
+ */
+export function backoffMs(attempts: number, p: BackoffPolicy, random: number): number {
+  const exp = Math.min(p.maxMs, p.baseMs * 2 ** Math.max(0, attempts - 1));
+  return Math.floor(exp / 2 + (exp / 2) * random);
+}
+
+/**
+ * Fail: releases the claim after a failed publish. Below `maxAttempts` the
+ * row goes back to pending with its next attempt pushed out by the backoff;
+ * at `maxAttempts` it is dead-lettered (visible through listDeadLetters, and
+ * still replayed on a gateway's resync). Names the lease token like markSent.
+ * Returns the new status, or null when the lease was lost.
+ */
+export async function failRow(
+  q: Queryable,
+  row: { id: number; leaseToken: string; attempts: number },
+  error: string,
+  now: number,
+  p: BackoffPolicy,
+  random: number,
+): Promise<'pending' | 'dead' | null> {
+  const status = row.attempts >= p.maxAttempts ? 'dead' : 'pending';
+  const r = await q.query(
+    `UPDATE outbox SET status = $3, next_attempt_at = $4, lease_token = NULL, lease_until = NULL, last_error = $5
+      WHERE id = $1 AND lease_token = $2 AND status = 'sending'`,
+    [row.id, row.leaseToken, status, now + backoffMs(row.attempts, p, random), error.slice(0, 500)],
+  );
+  return r.rowCount === 1 ? status : null;
+}
+
+/** After the broker connection came back, rows waiting out a backoff become due at once. */
+export async function expediteAfterReconnect(q: Queryable, now: number): Promise<number> {
+  const r = await q.query(`UPDATE outbox SET next_attempt_at = $1 WHERE status = 'pending' AND next_attempt_at > $1`, [now]);
+  return r.rowCount;
+}

@@ -1,0 +1,118 @@
+import {
+  newId,
+  signMessage,
+  topics,
+  withCorrelation,
+  MAX_MESSAGE_BYTES,
+  type CorrelationId,
+  type DownlinkMessage,
+  type KeyGrant,
+  type MessageOf,
+  type UplinkMessage,
+} from '@tobira/shared';
+import type { MqttLink } from '../adapters/mqtt/link.js';
+import { signRow } from '../adapters/outbox/dispatcher.js';
+import type { CloudSigner } from '../adapters/signer.js';
+import { keyFromRow } from '../adapters/db/keys-repo.js';
+import { toGrant } from '../domain/keys.js';
+import type { AppDeps } from './deps.js';
+
+type ResyncRequest = MessageOf<UplinkMessage, 'resync.request'>;
+type AnswerBody = MessageOf<DownlinkMessage, 'resync.answer'>['body'];
+type SnapshotBody = MessageOf<DownlinkMessage, 'keyset.snapshot'>['body'];
+type Draft = Parameters<typeof signMessage<DownlinkMessage>>[2];
+
+/** Raw JSON budget of one snapshot part: base64url grows it by 4/3, and the signed token must stay under 64 KiB. */
+export const SNAPSHOT_PART_BUDGET = Math.floor((MAX_MESSAGE_BYTES * 3) / 4) - 4096;
+
+export interface ResyncDeps {
+  readonly link: MqttLink;
+  readonly signer: CloudSigner;
+  readonly replayMax: number;
+  readonly publishTimeoutMs: number;
+}
+
+/** Splits a key set into snapshot parts whose bodies stay within the size budget and the schema's item limits. */
+export function chunkSnapshot(keys: readonly KeyGrant[], revoked: readonly { keyId: string; version: number }[], budget = SNAPSHOT_PART_BUDGET) {
+  const parts: { keys: KeyGrant[]; revoked: { keyId: string; version: number }[] }[] = [];
+  let cur: (typeof parts)[number] = { keys: [], revoked: [] };
+  let size = 0;
+  const push = () => {
+    parts.push(cur);
+    cur = { keys: [], revoked: [] };
+    size = 0;
+  };
+  for (const k of keys) {
+    const n = JSON.stringify(k).length + 1;
+    if (cur.keys.length > 0 && (size + n > budget || cur.keys.length >= 1000)) push();
+    cur.keys.push(k);
+    size += n;
+  }
+  for (const t of revoked) {
+    const n = JSON.stringify(t).length + 1;
+    if ((cur.keys.length > 0 || cur.revoked.length > 0) && (size + n > budget || cur.revoked.length >= 5000)) push();
+    cur.revoked.push(t);
+    size += n;
+  }
+  if (cur.keys.length > 0 || cur.revoked.length > 0 || parts.length === 0) push();
+  return parts;
+}
+
+/**
+ * Answers a gateway's resync request (docs/architecture.md): `up_to_date`
+ * when it has everything; `replay` of the missing sequenced messages (same
+ * jti and seq, freshly signed) when the gap is short and every row is still
+ * in the outbox; otherwise a `keyset.snapshot` of the gateway's whole current
+ * key set, in parts, as of the last seq assigned.
+ */
+export async function answerResync(app: AppDeps, r: ResyncDeps, gatewayId: string, req: ResyncRequest): Promise<AnswerBody['mode']> {
+  const cid = req.cid;
+  const log = withCorrelation(app.log, cid, { gatewayId, requestId: req.body.requestId });
+  const from = req.body.lastAppliedSeq;
+  const publish = async (draft: Draft) => {
+    const { token } = await signMessage<DownlinkMessage>(r.signer.key, r.signer.issuer, draft, app.clock);
+    await r.link.publish(topics.gatewayDown(gatewayId), token, r.publishTimeoutMs);
+  };
+  const answer = (body: AnswerBody) => publish({ type: 'resync.answer', aud: gatewayId, cid, body } as Draft);
+
+  const head = await app.db.query<{ last_seq: number }>('SELECT last_seq FROM gateway_seq WHERE gateway_id = $1', [gatewayId]);
+  const lastSeq = head.rows[0]?.last_seq ?? 0;
+  if (from === lastSeq) {
+    await answer({ requestId: req.body.requestId, mode: 'up_to_date', fromSeq: from, toSeq: lastSeq, snapshotId: null });
+    log.info({ lastSeq }, 'resync: up to date');
+    return 'up_to_date';
+  }
+  if (from < lastSeq && lastSeq - from <= r.replayMax) {
+    const rows = await app.db.query<{ seq: number; jti: string; type: 'key.grant' | 'key.revoke'; body: unknown; cid: string }>(
+      'SELECT seq, jti, type, body, cid FROM outbox WHERE gateway_id = $1 AND seq > $2 AND seq <= $3 ORDER BY seq',
+      [gatewayId, from, lastSeq],
+    );
+    if (rows.rows.length === lastSeq - from) {
+      await answer({ requestId: req.body.requestId, mode: 'replay', fromSeq: from + 1, toSeq: lastSeq, snapshotId: null });
+      for (const row of rows.rows) {
+        const token = await signRow(r.signer, { ...row, gatewayId }, app.clock);
+        await r.link.publish(topics.gatewayDown(gatewayId), token, r.publishTimeoutMs);
+      }
+      log.info({ fromSeq: from + 1, toSeq: lastSeq }, 'resync: replayed');
+      return 'replay';
+    }
+  }
+  // Snapshot: one consistent read of the counter and the key set.
+  const snap = await app.db.transaction(async (tx) => {
+    await tx.query('SET TRANSACTION ISOLATION LEVEL REPEATABLE READ');
+    const s = await tx.query<{ last_seq: number }>('SELECT last_seq FROM gateway_seq WHERE gateway_id = $1', [gatewayId]);
+    const k = await tx.query(`SELECT * FROM keys WHERE gateway_id = $1 AND status IN ('issuing','active','revoking','revoked') ORDER BY id`, [gatewayId]);
+    return { asOfSeq: s.rows[0]?.last_seq ?? 0, keys: k.rows.map(keyFromRow) };
+  });
+  const grants = snap.keys.filter((k) => k.status === 'issuing' || k.status === 'active').map(toGrant);
+  const tombstones = snap.keys.filter((k) => k.status === 'revoking' || k.status === 'revoked').map((k) => ({ keyId: k.id, version: k.version }));
+  const parts = chunkSnapshot(grants, tombstones);
+  const snapshotId = newId();
+  await answer({ requestId: req.body.requestId, mode: 'snapshot', fromSeq: from, toSeq: snap.asOfSeq, snapshotId });
+  for (const [i, p] of parts.entries()) {
+    const body: SnapshotBody = { snapshotId, asOfSeq: snap.asOfSeq, part: i + 1, parts: parts.length, keys: p.keys, revoked: p.revoked } as SnapshotBody;
+    await publish({ type: 'keyset.snapshot', aud: gatewayId, cid: cid as CorrelationId, body } as Draft);
+  }
+  log.info({ asOfSeq: snap.asOfSeq, parts: parts.length, keys: grants.length, tombstones: tombstones.length }, 'resync: snapshot sent');
+  return 'snapshot';
+}

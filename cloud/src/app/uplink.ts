@@ -1,0 +1,190 @@
+import {
+  KeySet,
+  Presence,
+  UplinkMessage,
+  asGatewayId,
+  asKeyId,
+  filters,
+  parsePayload,
+  parseTopic,
+  verifyMessage,
+  withCorrelation,
+  type Jwks,
+  type MessageOf,
+  type OutcomeCode,
+} from '@tobira/shared';
+import type { Queryable } from '../adapters/db/db.js';
+import type { MqttLink } from '../adapters/mqtt/link.js';
+import type { CloudSigner } from '../adapters/signer.js';
+import type { AppDeps } from './deps.js';
+import { recordGatewayReport } from './keys.js';
+import { answerResync } from './resync.js';
+
+/**
+ * Codes of rejected uplinks: every verification code of shared VERIFY_CODES,
+ * plus the ones only the cloud inbox can tell.
+ */
+export const UPLINK_REJECT_CODES = Object.freeze({
+  BAD_TOPIC: 'The topic is not a gateway uplink topic.',
+  UNKNOWN_GATEWAY: 'No gateway with the id in the topic is registered.',
+  SEQ_REUSED: 'The gateway sent a different message with an uplink seq it had already used.',
+});
+
+type Sequenced = Exclude<UplinkMessage, { type: 'resync.request' }>;
+type Applied = { result: 'applied' | 'noop' | 'refused'; code: string };
+
+/**
+ * The uplink inbox. Every message on `gw/+/up` is verified against the
+ * registered key of the gateway named in the topic (issuer = that gateway,
+ * audience = the cloud); a bad one is recorded in rejected_uplinks with its
+ * code, logged, and never applied. A good one is deduplicated by jti in the
+ * same transaction as its effect. The MQTT PUBACK goes out after the commit.
+ */
+export class Uplink {
+  readonly #app: AppDeps;
+  readonly #o: { link: MqttLink; signer: CloudSigner; replayMax: number; publishTimeoutMs: number };
+  readonly #keys = new Map<string, KeySet>();
+
+  constructor(app: AppDeps, o: { link: MqttLink; signer: CloudSigner; replayMax: number; publishTimeoutMs: number }) {
+    this.#app = app;
+    this.#o = o;
+  }
+
+  async start(): Promise<void> {
+    this.#o.link.onMessage((topic, payload) => this.handle(topic, payload));
+    const subscribe = () =>
+      Promise.all([this.#o.link.subscribe(filters.allGatewaysUp), this.#o.link.subscribe(filters.allGatewaysPresence)]).catch((e: unknown) =>
+        this.#app.log.warn({ err: String(e) }, 'subscribe failed; retried on the next connect'),
+      );
+    this.#o.link.onConnect(() => void subscribe());
+    if (this.#o.link.connected) await subscribe();
+  }
+
+  async stop(): Promise<void> {}
+
+  /** Handles one incoming message. Throws only when the database is unreachable (then no PUBACK: the broker redelivers). */
+  async handle(topic: string, payload: Buffer): Promise<void> {
+    const t = parseTopic(topic);
+    if (t?.kind === 'gateway' && t.channel === 'presence') return this.#presence(t.gatewayId, payload);
+    if (t?.kind !== 'gateway' || t.channel !== 'up') return this.#reject(null, topic, 'BAD_TOPIC', 'not a gateway uplink topic');
+    const gatewayId = t.gatewayId;
+    const keys = await this.#keysOf(gatewayId);
+    if (!keys) return this.#reject(gatewayId, topic, 'UNKNOWN_GATEWAY', `gateway ${gatewayId}`);
+    const v = await verifyMessage(payload, { keys, issuer: gatewayId, audience: this.#o.signer.issuer, schema: UplinkMessage, clock: this.#app.clock });
+    if (!v.ok) return this.#reject(gatewayId, topic, v.code, v.detail);
+    const m = v.message;
+    const log = withCorrelation(this.#app.log, m.cid, { gatewayId, jti: m.jti, type: m.type });
+    const now = this.#app.clock.now();
+    const seq = m.type === 'resync.request' ? null : m.seq;
+
+    const outcome = await this.#app.db.transaction(async (tx): Promise<Applied | 'duplicate' | 'seq_reused'> => {
+      const ins = await tx.query(
+        `INSERT INTO uplink_inbox (jti, gateway_id, type, seq, cid, result, code, received_at) VALUES ($1,$2,$3,$4,$5,'received','MESSAGE_APPLIED',$6)
+         ON CONFLICT DO NOTHING`,
+        [m.jti, gatewayId, m.type, seq, m.cid, now],
+      );
+      if (ins.rowCount === 0) {
+        const seen = await tx.query('SELECT 1 FROM uplink_inbox WHERE jti = $1', [m.jti]);
+        return seen.rowCount > 0 ? 'duplicate' : 'seq_reused';
+      }
+      this.#app.crash('afterInboxInsert');
+      if (m.type !== 'resync.request') await this.#trackSeq(tx, gatewayId, m, log);
+      const applied = await this.#apply(tx, gatewayId, m, now);
+      await tx.query('UPDATE uplink_inbox SET result = $2, code = $3 WHERE jti = $1', [m.jti, applied.result, applied.code]);
+      return applied;
+    });
+
+    if (outcome === 'duplicate') {
+      log.info({ code: 'DUPLICATE_MESSAGE' satisfies OutcomeCode }, 'duplicate uplink; not applied again');
+      return;
+    }
+    if (outcome === 'seq_reused') return this.#reject(gatewayId, topic, 'SEQ_REUSED', `seq ${String(seq)} jti ${m.jti}`);
+    log.info({ result: outcome.result, code: outcome.code }, 'uplink applied');
+    if (m.type === 'resync.request') {
+      await answerResync(this.#app, this.#o, gatewayId, m).catch((e: unknown) =>
+        log.warn({ err: String(e) }, 'resync answer not sent; the gateway asks again'),
+      );
+    }
+  }
+
+  async #apply(tx: Queryable, gatewayId: string, m: UplinkMessage, now: number): Promise<Applied> {
+    switch (m.type) {
+      case 'ack': {
+        const b = m.body;
+        if (b.keyId === null || b.keyVersion === null) return { result: 'noop', code: 'REPORT_RECORDED' };
+        const o = await recordGatewayReport(
+          this.#app,
+          { keyId: asKeyId(b.keyId), gatewayId: asGatewayId(gatewayId), keyVersion: b.keyVersion, result: b.result, code: b.code, cid: m.cid },
+          tx,
+        );
+        return { result: o.status === 'conflict' ? 'refused' : o.status, code: o.code };
+      }
+      case 'access.event': {
+        const b = m.body;
+        const r = await tx.query(
+          `INSERT INTO audit (event_id, gateway_id, seq, jti, lock_id, door_id, at, allowed, code, key_id, key_version, person_id, credential_type, command_id, cid, received_at)
+           VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16) ON CONFLICT (event_id) DO NOTHING`,
+          [b.eventId, gatewayId, m.seq, m.jti, b.lockId, b.doorId, b.at, b.allowed, b.code, b.keyId, b.keyVersion, b.personId, b.credentialType, b.commandId, m.cid, now],
+        );
+        return r.rowCount === 1 ? { result: 'applied', code: 'REPORT_RECORDED' } : { result: 'noop', code: 'DUPLICATE_MESSAGE' };
+      }
+      case 'alarm': {
+        const b = m.body;
+        const r = await tx.query(
+          `INSERT INTO alarms (alarm_id, gateway_id, lock_id, door_id, kind, at, cid, received_at) VALUES ($1,$2,$3,$4,$5,$6,$7,$8) ON CONFLICT (alarm_id) DO NOTHING`,
+          [b.alarmId, gatewayId, b.lockId, b.doorId, b.kind, b.at, m.cid, now],
+        );
+        return r.rowCount === 1 ? { result: 'applied', code: 'REPORT_RECORDED' } : { result: 'noop', code: 'DUPLICATE_MESSAGE' };
+      }
+      case 'gateway.status':
+        await tx.query('UPDATE gateways SET last_status = $2::jsonb, last_status_at = $3 WHERE id = $1', [gatewayId, JSON.stringify(m.body), now]);
+        return { result: 'applied', code: 'REPORT_RECORDED' };
+      case 'resync.request':
+        return { result: 'applied', code: 'MESSAGE_APPLIED' };
+      default: {
+        const never: never = m;
+        throw new Error(`unhandled uplink ${JSON.stringify(never)}`);
+      }
+    }
+  }
+
+  /** Per-gateway uplink seq: the highest seen, and a log line when one jumps past the next expected. */
+  async #trackSeq(tx: Queryable, gatewayId: string, m: MessageOf<UplinkMessage, Sequenced['type']>, log: AppDeps['log']): Promise<void> {
+    const prev = await tx.query<{ max_seq: number }>('SELECT max_seq FROM uplink_seq WHERE gateway_id = $1 FOR UPDATE', [gatewayId]);
+    const max = prev.rows[0]?.max_seq ?? 0;
+    if (m.seq > max + 1) log.warn({ missingFrom: max + 1, missingTo: m.seq - 1 }, 'uplink seq gap');
+    await tx.query(
+      `INSERT INTO uplink_seq (gateway_id, max_seq, received) VALUES ($1, $2, 1)
+       ON CONFLICT (gateway_id) DO UPDATE SET max_seq = GREATEST(uplink_seq.max_seq, EXCLUDED.max_seq), received = uplink_seq.received + 1`,
+      [gatewayId, m.seq],
+    );
+  }
+
+  async #presence(gatewayId: string, payload: Buffer): Promise<void> {
+    const p = parsePayload(Presence, payload);
+    if (!p.ok) return this.#reject(gatewayId, `presence/${gatewayId}`, p.code, p.detail);
+    await this.#app.db.query('UPDATE gateways SET online = $2, presence_at = $3 WHERE id = $1', [gatewayId, p.value.online, this.#app.clock.now()]);
+  }
+
+  async #keysOf(gatewayId: string): Promise<KeySet | null> {
+    const cached = this.#keys.get(gatewayId);
+    if (cached) return cached;
+    const r = await this.#app.db.query<{ public_jwk: Jwks['keys'][number] }>('SELECT public_jwk FROM gateways WHERE id = $1', [gatewayId]);
+    const jwk = r.rows[0]?.public_jwk;
+    if (!jwk) return null;
+    const ks = await KeySet.fromJwks({ keys: [jwk] });
+    this.#keys.set(gatewayId, ks);
+    return ks;
+  }
+
+  async #reject(gatewayId: string | null, topic: string, code: string, detail: string): Promise<void> {
+    this.#app.log.warn({ gatewayId, topic: topic.slice(0, 200), code, detail }, 'uplink rejected');
+    await this.#app.db.query('INSERT INTO rejected_uplinks (gateway_id, topic, code, detail, at) VALUES ($1,$2,$3,$4,$5)', [
+      gatewayId,
+      topic.slice(0, 512),
+      code,
+      detail.slice(0, 1000),
+      this.#app.clock.now(),
+    ]);
+  }
+}

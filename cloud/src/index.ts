@@ -1,0 +1,142 @@
+import { createLogger, systemClock, type Clock, type CorrelationId, type Logger } from '@tobira/shared';
+import type { Db } from './adapters/db/db.js';
+import { migrate } from './adapters/db/migrate.js';
+import { openDb } from './adapters/db/open.js';
+import { openMqttLink, type MqttLink } from './adapters/mqtt/link.js';
+import { listDeadLetters, retryDeadLetter, type DeadLetter } from './adapters/outbox/dead-letters.js';
+import { Dispatcher } from './adapters/outbox/dispatcher.js';
+import { loadSigner, type CloudSigner } from './adapters/signer.js';
+import { crashAt, type CrashHook } from './app/crash.js';
+import type { AppDeps } from './app/deps.js';
+import * as keys from './app/keys.js';
+import * as registry from './app/registry.js';
+import * as reads from './app/reads.js';
+import { Uplink } from './app/uplink.js';
+import { Heartbeat } from './app/heartbeat.js';
+import type { CloudConfig } from './config.js';
+
+export { parseConfig, type CloudConfig } from './config.js';
+export { CRASH_POINTS, SimulatedCrash, type CrashPoint, type CrashHook } from './app/crash.js';
+export type { KeyResult, IssueKeyInput, RevokeKeyInput } from './app/keys.js';
+export type { EntryKey } from './domain/keys.js';
+export { KEY_TRANSITIONS, KEY_NOOPS, KEY_STATUSES, type KeyStatus } from './domain/key-states.js';
+
+export interface CloudDeps {
+  /** An already-open database (tests share one PGlite between instances); not closed by stop(). */
+  readonly db?: Db;
+  readonly clock?: Clock;
+  readonly log?: Logger;
+  readonly crash?: CrashHook;
+  readonly random?: () => number;
+}
+
+export type Cloud = ReturnType<typeof createCloud>;
+
+/**
+ * The cloud core. The constructor does nothing; start() opens the database,
+ * applies migrations, loads the signing key, connects MQTT and starts the
+ * dispatcher, the uplink inbox and the heartbeat; stop() drains them.
+ */
+export function createCloud(config: CloudConfig, cloudDeps: CloudDeps = {}) {
+  const clock = cloudDeps.clock ?? systemClock;
+  const log = cloudDeps.log ?? createLogger('cloud');
+  const crash = cloudDeps.crash ?? crashAt(config.crashAt);
+  let db: Db | undefined;
+  let link: MqttLink | undefined;
+  let signer: CloudSigner | undefined;
+  let dispatcher: Dispatcher | undefined;
+  let uplink: Uplink | undefined;
+  let heartbeat: Heartbeat | undefined;
+
+  const need = <T>(v: T | undefined): T => {
+    if (v === undefined) throw new Error('cloud not started');
+    return v;
+  };
+  const app = (): AppDeps => ({ db: need(db), clock, log, crash, wake: () => dispatcher?.wake() });
+
+  return {
+    async start(): Promise<void> {
+      db = cloudDeps.db ?? (await openDb(config, log));
+      await migrate(db, log, clock.now());
+      signer = await loadSigner(config.issuer, config.signingJwk, log);
+      const opts = {
+        // a persistent session only makes sense under a stable client id
+        clean: config.mqttClientId === undefined,
+        ...(config.mqttClientId ? { clientId: config.mqttClientId } : {}),
+        ...(config.mqttUsername ? { username: config.mqttUsername } : {}),
+        ...(config.mqttPassword ? { password: config.mqttPassword } : {}),
+      };
+      link = openMqttLink(config.mqttUrl, log, opts);
+      dispatcher = new Dispatcher(
+        { db, clock, log, crash, link, signer, random: cloudDeps.random ?? Math.random },
+        {
+          pollMs: config.dispatch.pollMs,
+          batch: config.dispatch.batch,
+          leaseMs: config.dispatch.leaseMs,
+          publishTimeoutMs: config.dispatch.publishTimeoutMs,
+          baseMs: config.dispatch.backoffBaseMs,
+          maxMs: config.dispatch.backoffMaxMs,
+          maxAttempts: config.dispatch.maxAttempts,
+        },
+      );
+      uplink = new Uplink(app(), { link, signer, replayMax: config.resyncReplayMax, publishTimeoutMs: config.dispatch.publishTimeoutMs });
+      heartbeat = new Heartbeat(app(), { link, signer, intervalMs: config.heartbeatIntervalMs, publishTimeoutMs: config.dispatch.publishTimeoutMs });
+      await uplink.start();
+      await dispatcher.start();
+      heartbeat.start();
+    },
+
+    async stop(): Promise<void> {
+      heartbeat?.stop();
+      await dispatcher?.stop();
+      await uplink?.stop();
+      await link?.close();
+      if (!cloudDeps.db) await db?.close();
+      db = undefined;
+    },
+
+    get jwks() {
+      return need(signer).jwks;
+    },
+    get issuer() {
+      return config.issuer;
+    },
+    /** The dispatcher, for tests and the demo: wake it and wait for the pass to end. */
+    async flush(): Promise<void> {
+      const d = need(dispatcher);
+      d.wake();
+      await d.idle();
+    },
+    get dispatcherCrashed(): boolean {
+      return dispatcher?.crashed ?? false;
+    },
+    get mqttConnected(): boolean {
+      return link?.connected ?? false;
+    },
+
+    createSite: (input: Parameters<typeof registry.createSite>[1]) => registry.createSite(app(), input),
+    registerGateway: (input: Parameters<typeof registry.registerGateway>[2]) =>
+      registry.registerGateway(app(), { issuer: config.issuer, jwks: need(signer).jwks }, input),
+    createDoor: (input: Parameters<typeof registry.createDoor>[1]) => registry.createDoor(app(), input),
+    createPerson: (input: Parameters<typeof registry.createPerson>[1]) => registry.createPerson(app(), input),
+
+    issueKey: (input: keys.IssueKeyInput) => keys.issueKey(app(), input),
+    revokeKey: (input: keys.RevokeKeyInput) => keys.revokeKey(app(), input),
+    expireKeys: (opts: { limit?: number; cid?: CorrelationId } = {}) => keys.expireKeys(app(), opts),
+    getKey: (keyId: string) => keys.getKey(app(), keyId),
+    listKeyHistory: (keyId: string) => keys.listKeyHistory(app(), keyId),
+
+    listAudit: (opts: reads.AuditQuery = {}) => reads.listAudit(need(db), opts),
+    listRejectedUplinks: (opts: { gatewayId?: string; limit?: number } = {}) => reads.listRejectedUplinks(need(db), opts),
+    listUplinkGaps: (gatewayId: string) => reads.listUplinkGaps(need(db), gatewayId),
+    listOutbox: (gatewayId: string) => reads.listOutbox(need(db), gatewayId),
+    listDeadLetters: (opts: { gatewayId?: string; limit?: number } = {}): Promise<DeadLetter[]> => listDeadLetters(need(db), opts),
+    async retryDeadLetter(id: number) {
+      const n = await retryDeadLetter(need(db), id, clock.now());
+      if (n === 1) dispatcher?.wake();
+      return n === 1 ? ({ status: 'applied', code: 'MESSAGE_APPLIED' } as const) : ({ status: 'refused', code: 'DEAD_LETTER_NOT_FOUND' } as const);
+    },
+    /** Sends every online gateway a heartbeat now (the timer does this every HEARTBEAT_INTERVAL_MS). */
+    sendHeartbeats: () => need(heartbeat).beat(),
+  };
+}

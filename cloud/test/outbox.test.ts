@@ -1,0 +1,176 @@
+import { ManualClock, type DownlinkMessage } from '@tobira/shared';
+import { mqttBackends, pgBackends, startMqttBackend, type MqttTestBroker } from '@tobira/shared/testing';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { backoffMs } from '../src/adapters/outbox/fail.js';
+import { crashAt } from '../src/app/crash.js';
+import { DAY, T0, openTestDb, seed, deps, type TestDb } from './helpers.js';
+import { cloudSigningKey, startCloud } from './cloud-helpers.js';
+import { fakeGateway, startCutProxy, waitFor } from './mqtt-helpers.js';
+
+describe('backoff', () => {
+  const p = { baseMs: 1000, maxMs: 60_000, maxAttempts: 5 };
+  it('doubles per attempt, stays within [exp/2, exp] and is capped', () => {
+    expect(backoffMs(1, p, 0)).toBe(500);
+    expect(backoffMs(1, p, 0.999999)).toBe(999);
+    expect(backoffMs(3, p, 0)).toBe(2000);
+    expect(backoffMs(30, p, 0.5)).toBe(45_000);
+    expect(backoffMs(30, p, 0.999999)).toBeLessThanOrEqual(60_000);
+  });
+});
+
+const grantsOf = (msgs: DownlinkMessage[]) => msgs.filter((m) => m.type === 'key.grant' || m.type === 'key.revoke') as Extract<DownlinkMessage, { seq: number }>[];
+
+describe.each(pgBackends())('outbox dispatcher on %s', (pgBackend) => {
+  let t: TestDb;
+  beforeAll(async () => {
+    t = await openTestDb(pgBackend);
+  });
+  afterAll(async () => {
+    await t.close();
+  });
+
+  describe.each(mqttBackends())('with %s', (mqttBackend) => {
+    let broker: MqttTestBroker;
+    beforeAll(async () => {
+      broker = await startMqttBackend(mqttBackend);
+    });
+    afterAll(async () => {
+      await broker.stop();
+    });
+
+    async function setup(clock = new ManualClock(T0)) {
+      const s = await seed(deps(t.db, clock), { gatewayId: `gw-${broker.unique}-${Math.random().toString(36).slice(2, 8)}` });
+      const key = await cloudSigningKey();
+      const gw = await fakeGateway({ url: broker.url, gatewayId: s.gatewayId, pair: s.pair, cloudJwks: { keys: [key.publicJwk] }, cloudIssuer: 'tobira-cloud', clock });
+      return { s, gw, clock };
+    }
+    const issueInput = (s: Awaited<ReturnType<typeof seed>>, i: number) => ({
+      personId: s.personId,
+      doors: [s.doorA],
+      credential: { type: 'pin' as const, value: String(100000 + i) },
+      validFrom: T0,
+      validUntil: T0 + DAY,
+    });
+
+    it('publishes a queued grant, signed and carrying the command cid, and marks it sent after the PUBACK', async () => {
+      const { s, gw, clock } = await setup();
+      const cloud = await startCloud(t, broker.url, { clock });
+      try {
+        const o = await cloud.issueKey(issueInput(s, 1));
+        expect(o.status).toBe('applied');
+        await waitFor(async () => (await cloud.listOutbox(s.gatewayId)).every((r) => r.status === 'sent'), 'row sent');
+        const m = await waitFor(() => grantsOf(gw.received)[0], 'grant at the gateway');
+        expect(m).toMatchObject({ type: 'key.grant', seq: 1, cid: o.cid, iss: 'tobira-cloud', aud: s.gatewayId });
+        expect(gw.rejected).toEqual([]);
+      } finally {
+        await cloud.stop();
+        await gw.close();
+      }
+    });
+
+    it('two cloud instances on one database publish each row once', async () => {
+      const { s, gw, clock } = await setup();
+      const a = await startCloud(t, broker.url, { clock });
+      const b = await startCloud(t, broker.url, { clock, ownPool: true });
+      try {
+        const results = await Promise.all(Array.from({ length: 16 }, (_, i) => (i % 2 ? a : b).issueKey(issueInput(s, i))));
+        expect(results.every((r) => r.status === 'applied')).toBe(true);
+        await waitFor(async () => (await a.listOutbox(s.gatewayId)).filter((r) => r.status === 'sent').length === 16, 'all rows sent');
+        await waitFor(() => grantsOf(gw.received).length >= 16 || undefined, 'grants at the gateway');
+        await a.flush();
+        await b.flush();
+        const got = grantsOf(gw.received);
+        expect(new Set(got.map((m) => m.jti)).size).toBe(16);
+        expect(got).toHaveLength(16);
+        expect(got.map((m) => m.seq).sort((x, y) => x - y)).toEqual(Array.from({ length: 16 }, (_, i) => i + 1));
+      } finally {
+        await a.stop();
+        await b.stop();
+        await gw.close();
+      }
+    });
+
+    it('while the broker is unreachable rows wait, and go out when it returns', async () => {
+      const { s, gw, clock } = await setup();
+      const proxy = await startCutProxy(broker.url);
+      const cloud = await startCloud(t, proxy.url, { clock });
+      try {
+        await proxy.cut();
+        await waitFor(() => !cloud.mqttConnected, 'cloud sees the broker gone');
+        const o = await cloud.issueKey(issueInput(s, 1));
+        expect(o.status).toBe('applied');
+        await cloud.flush();
+        expect((await cloud.listOutbox(s.gatewayId)).map((r) => r.status)).toEqual(['pending']);
+        await proxy.restore();
+        await waitFor(async () => (await cloud.listOutbox(s.gatewayId))[0]?.status === 'sent', 'row sent after the broker returned');
+        const m = await waitFor(() => grantsOf(gw.received)[0], 'grant at the gateway');
+        expect(m.seq).toBe(1);
+      } finally {
+        await cloud.stop();
+        await proxy.stop();
+        await gw.close();
+      }
+    });
+
+    it('a crash after publish and before mark delivers again after restart, with the same jti and seq', async () => {
+      const { s, gw, clock } = await setup();
+      const crashing = await startCloud(t, broker.url, { clock, deps: { crash: crashAt(['afterPublishBeforeMark']) } });
+      let jti: string;
+      try {
+        await crashing.issueKey(issueInput(s, 1));
+        await waitFor(() => crashing.dispatcherCrashed, 'simulated crash');
+        const first = await waitFor(() => grantsOf(gw.received)[0], 'first delivery');
+        jti = first.jti;
+        expect((await crashing.listOutbox(s.gatewayId)).map((r) => r.status)).toEqual(['sending']);
+      } finally {
+        await crashing.stop();
+      }
+      const restarted = await startCloud(t, broker.url, { clock });
+      try {
+        clock.advance(31_000); // past the dead instance's lease
+        await restarted.flush();
+        await waitFor(async () => (await restarted.listOutbox(s.gatewayId))[0]?.status === 'sent', 'row sent after restart');
+        await waitFor(() => grantsOf(gw.received).length >= 2 || undefined, 'second delivery');
+        const got = grantsOf(gw.received);
+        expect(new Set(got.map((m) => m.jti))).toEqual(new Set([jti]));
+        expect(got.every((m) => m.seq === 1)).toBe(true);
+      } finally {
+        await restarted.stop();
+        await gw.close();
+      }
+    });
+
+    it('dead-letters a row that fails every attempt, shows it, and retries it on request', async () => {
+      const { s, gw, clock } = await setup();
+      const cloud = await startCloud(t, broker.url, { clock, env: { DISPATCH_MAX_ATTEMPTS: '3', DISPATCH_BACKOFF_BASE_MS: '1000' } });
+      try {
+        // a poison row: its body can never be signed (fails the schema)
+        await t.db.transaction(async (tx) => {
+          const seq = (await tx.query<{ last_seq: number }>('UPDATE gateway_seq SET last_seq = last_seq + 1 WHERE gateway_id = $1 RETURNING last_seq', [s.gatewayId])).rows[0]?.last_seq;
+          await tx.query(
+            `INSERT INTO outbox (gateway_id, seq, jti, type, body, cid, status, next_attempt_at, created_at) VALUES ($1,$2,gen_random_uuid(),'key.grant','{"key":{}}','cid-poison','pending',$3,$3)`,
+            [s.gatewayId, seq, clock.now()],
+          );
+        });
+        for (let i = 0; i < 3; i++) {
+          await cloud.flush();
+          clock.advance(60_000);
+        }
+        await cloud.flush();
+        const dead = await cloud.listDeadLetters({ gatewayId: s.gatewayId });
+        expect(dead).toEqual([expect.objectContaining({ seq: 1, attempts: 3, cid: 'cid-poison', lastError: expect.stringContaining('refusing to sign') })]);
+        const good = await cloud.issueKey(issueInput(s, 2));
+        expect(good.status).toBe('applied');
+        await waitFor(async () => (await cloud.listOutbox(s.gatewayId)).find((r) => r.seq === 2)?.status === 'sent', 'later row still sent');
+        expect(await cloud.retryDeadLetter(dead[0]?.id ?? -1)).toMatchObject({ status: 'applied' });
+        await cloud.flush();
+        // retried once more (and failed again): back to pending with a fresh attempt count
+        expect((await cloud.listOutbox(s.gatewayId)).find((r) => r.seq === 1)).toMatchObject({ status: 'pending', attempts: 1 });
+        expect(await cloud.retryDeadLetter(999_999_999)).toMatchObject({ status: 'refused', code: 'DEAD_LETTER_NOT_FOUND' });
+      } finally {
+        await cloud.stop();
+        await gw.close();
+      }
+    });
+  });
+});
