@@ -1,0 +1,143 @@
+import { parseArgs } from 'node:util';
+import { isSlug, PresentedCredential, type PresentedCredential as Credential } from '@tobira/shared';
+import { validateFaults, type Faults } from './faults.js';
+import { lockIds } from './fleet.js';
+
+/** The CLI configuration, parsed once and frozen. */
+export interface CliConfig {
+  readonly gatewayId: string;
+  readonly lockIds: readonly string[];
+  readonly mqttUrl: string;
+  readonly mqttUsername: string | null;
+  readonly mqttPassword: string | null;
+  readonly secretsFile: string | null;
+  readonly printSecrets: boolean;
+  readonly doorAjarMs: number | null;
+  readonly faults: Faults | null;
+  readonly present: readonly { readonly lockId: string; readonly credential: Credential }[];
+  readonly interactive: boolean;
+  readonly quiet: boolean;
+}
+
+export const USAGE = `Usage: npm run sim -- --gateway <id> [options]
+
+Starts simulated lock controllers for one gateway (firmware-sim).
+
+  --gateway, -g <id>       gateway id (required)
+  --locks, -n <N>          run locks L1..LN (default 3)
+  --lock-ids <a,b,c>       run these lock ids instead of L1..LN
+  --mqtt <url>             site broker (default $MQTT_URL or mqtt://127.0.0.1:1883)
+                           credentials from $MQTT_USERNAME / $MQTT_PASSWORD
+  --secrets <file.json>    pairing secrets {"L1":"<base64url>",...}; missing locks get
+                           generated secrets and the file is (re)written with mode 0600
+  --print-secrets          print the pairing secrets (they are never printed otherwise)
+  --door-ajar-ms <ms>      door-ajar alarm threshold (default 30000)
+  --faults <json>          fault plan for every lock, e.g. '{"incoming":{"drop":0.1,"delayMs":50}}'
+  --present <lock:type:value>  present a credential once all locks are online (repeatable),
+                           e.g. --present L1:pin:1234
+  --interactive, -i        read commands from stdin (type "help")
+  --quiet, -q              print only startup and results, not every message
+  --help, -h               this text
+
+SIGINT / SIGTERM: every lock publishes {online:false} and disconnects; a second signal exits at once.`;
+
+export class CliError extends Error {}
+
+/** Parses argv (without node and script) and the environment. Throws CliError with a message for the user. */
+export function parseCli(argv: readonly string[], env: Readonly<Record<string, string | undefined>>): CliConfig | 'help' {
+  let values;
+  try {
+    ({ values } = parseArgs({
+      args: [...argv],
+      strict: true,
+      allowPositionals: false,
+      options: {
+        gateway: { type: 'string', short: 'g' },
+        locks: { type: 'string', short: 'n' },
+        'lock-ids': { type: 'string' },
+        mqtt: { type: 'string' },
+        secrets: { type: 'string' },
+        'print-secrets': { type: 'boolean' },
+        'door-ajar-ms': { type: 'string' },
+        faults: { type: 'string' },
+        present: { type: 'string', multiple: true },
+        interactive: { type: 'boolean', short: 'i' },
+        quiet: { type: 'boolean', short: 'q' },
+        help: { type: 'boolean', short: 'h' },
+      },
+    }));
+  } catch (e) {
+    throw new CliError((e as Error).message);
+  }
+  if (values.help) return 'help';
+  const gatewayId = values.gateway;
+  if (!gatewayId) throw new CliError('--gateway is required');
+  if (!isSlug(gatewayId)) throw new CliError(`--gateway: not a valid id: ${gatewayId}`);
+
+  let ids: string[];
+  try {
+    if (values['lock-ids'] !== undefined) {
+      if (values.locks !== undefined) throw new CliError('give --locks or --lock-ids, not both');
+      ids = lockIds(values['lock-ids'].split(',').map((s) => s.trim()));
+    } else {
+      ids = lockIds(values.locks === undefined ? 3 : positiveInt(values.locks, '--locks'));
+    }
+  } catch (e) {
+    throw new CliError(`lock ids: ${(e as Error).message}`);
+  }
+
+  let faults: Faults | null = null;
+  if (values.faults !== undefined) {
+    try {
+      faults = validateFaults(JSON.parse(values.faults) as Faults);
+    } catch (e) {
+      throw new CliError(`--faults: ${(e as Error).message}`);
+    }
+  }
+
+  const present = (values.present ?? []).map((p) => {
+    const [lockId, type, ...rest] = p.split(':');
+    const parsed = PresentedCredential.safeParse({ type, value: rest.join(':') });
+    if (!lockId || !ids.includes(lockId)) throw new CliError(`--present ${p}: unknown lock ${lockId ?? ''}`);
+    if (!parsed.success) throw new CliError(`--present ${p}: expected <lock>:<pin|card|mobile>:<value>`);
+    return { lockId, credential: parsed.data };
+  });
+
+  return Object.freeze({
+    gatewayId,
+    lockIds: ids,
+    mqttUrl: values.mqtt ?? env.MQTT_URL ?? 'mqtt://127.0.0.1:1883',
+    mqttUsername: env.MQTT_USERNAME ?? null,
+    mqttPassword: env.MQTT_PASSWORD ?? null,
+    secretsFile: values.secrets ?? null,
+    printSecrets: values['print-secrets'] ?? false,
+    doorAjarMs: values['door-ajar-ms'] === undefined ? null : positiveInt(values['door-ajar-ms'], '--door-ajar-ms'),
+    faults,
+    present,
+    interactive: values.interactive ?? false,
+    quiet: values.quiet ?? false,
+  });
+}
+
+function positiveInt(s: string, what: string): number {
+  const n = Number(s);
+  if (!/^\d+$/.test(s) || !Number.isSafeInteger(n) || n < 1) throw new CliError(`${what}: expected a positive integer, got ${s}`);
+  return n;
+}
+
+/** Reads a secrets file: a JSON object of lock id -> base64url secret. Throws CliError on anything else. */
+export function parseSecretsFile(text: string): Record<string, string> {
+  let v: unknown;
+  try {
+    v = JSON.parse(text);
+  } catch (e) {
+    throw new CliError(`secrets file is not JSON: ${(e as Error).message}`);
+  }
+  if (typeof v !== 'object' || v === null || Array.isArray(v)) throw new CliError('secrets file must be a JSON object {"L1":"<base64url>",...}');
+  const out: Record<string, string> = {};
+  for (const [k, s] of Object.entries(v)) {
+    if (!isSlug(k) || typeof s !== 'string' || !/^[A-Za-z0-9_-]{22,}$/.test(s)) throw new CliError(`secrets file: bad entry for ${JSON.stringify(k)}`);
+    out[k] = s;
+  }
+  return out;
+}
