@@ -144,6 +144,7 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
       const ad: ApplyDeps = {
         ...base,
         options: { offlineGraceSeconds: config.offlineGraceSeconds, maxAttempts: config.inboxMaxAttempts, claimLeaseMs: config.inboxClaimLeaseMs, resyncIntervalMs: config.resyncIntervalMs },
+        resyncThrottle: { lastMono: Number.NEGATIVE_INFINITY },
         requestResync: (reason, seq, cid) => sendResyncRequest(upDeps, reason, seq, cid),
         ...(deps.beforeApply ? { beforeApply: deps.beforeApply } : {}),
       };

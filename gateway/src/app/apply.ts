@@ -35,6 +35,8 @@ export interface ApplyDeps extends AppContext {
   readonly options: ApplyOptions;
   /** Sends a signed resync.request (not through the outbox: it carries no seq and the next heartbeat repeats it). */
   readonly requestResync: (reason: ResyncReason, lastAppliedSeq: number, cid: string) => void;
+  /** Process-local rate limit of resync requests. */
+  readonly resyncThrottle: { lastMono: number };
   /** Test seam: throw here to make an apply fail. */
   readonly beforeApply?: (row: InboxRow) => void;
 }
@@ -189,30 +191,34 @@ function applySnapshotPart(deps: ApplyDeps, row: InboxRow, m: SnapshotMessage, n
   const ackOf = first?.jti ?? m.jti;
   const cid = first?.cid ?? m.cid;
   const snapRow: InboxRow = { ...row, seq: null, cid };
+  const bodies = parts.map((p) => p.body as SnapshotBody);
+  // Tombstones first, while the keys they revoke still have their rows (so doors can still say KEY_REVOKED).
+  for (const t of bodies.flatMap((x) => x.revoked)) {
+    const o = applyRevoke(store.loadSlot(t.keyId), { keyId: t.keyId, version: t.version, reason: 'staff_revoked' });
+    if (o.status === 'applied' || o.status === 'noop') store.saveSlot(t.keyId, o.state, null, now);
+    ack(deps, snapRow, { result: o.status === 'conflict' ? 'refused' : o.status, code: o.code, keyId: t.keyId, keyVersion: t.version }, now, ackOf);
+  }
+  // Then the active set is exactly the snapshot's keys (tombstones still hold back stale versions).
   store.dropActiveKeys();
-  for (const p of parts) {
-    const body = p.body as SnapshotBody;
-    for (const g of body.keys as KeyGrant[]) {
-      const o = applyGrant(store.loadSlot(g.keyId), g);
-      if (o.status === 'applied' || o.status === 'noop') store.saveSlot(g.keyId, o.state, cid, now);
-      ack(deps, snapRow, { result: o.status === 'conflict' ? 'refused' : o.status, code: o.code, keyId: g.keyId, keyVersion: g.version }, now, ackOf);
-    }
-    for (const t of body.revoked) {
-      const o = applyRevoke(store.loadSlot(t.keyId), { keyId: t.keyId, version: t.version, reason: 'staff_revoked' });
-      if (o.status === 'applied' || o.status === 'noop') store.saveSlot(t.keyId, o.state, null, now);
-      ack(deps, snapRow, { result: o.status === 'conflict' ? 'refused' : o.status, code: o.code, keyId: t.keyId, keyVersion: t.version }, now, ackOf);
-    }
+  for (const g of bodies.flatMap((x) => x.keys as KeyGrant[])) {
+    const o = applyGrant(store.loadSlot(g.keyId), g);
+    if (o.status === 'applied' || o.status === 'noop') store.saveSlot(g.keyId, o.state, cid, now);
+    ack(deps, snapRow, { result: o.status === 'conflict' ? 'refused' : o.status, code: o.code, keyId: g.keyId, keyVersion: g.version }, now, ackOf);
   }
   store.setAppliedSeq(b.asOfSeq);
   return { result: 'applied', code: 'MESSAGE_APPLIED' };
 }
 
-/** Asks the cloud for a resync at most once per `resyncIntervalMs`. */
+/**
+ * Asks the cloud for a resync at most once per `resyncIntervalMs` of process
+ * time (a rate limit, so it runs on the monotonic clock, not on trusted time).
+ */
 export function maybeResync(deps: ApplyDeps, reason: ResyncReason, cid: string): void {
-  const now = nowOf(deps);
+  const mono = performance.now();
+  if (reason !== 'startup' && mono - deps.resyncThrottle.lastMono < deps.options.resyncIntervalMs) return;
+  deps.resyncThrottle.lastMono = mono;
   const s = deps.store.settings();
-  if (reason !== 'startup' && s.lastResyncAt !== null && now - s.lastResyncAt < deps.options.resyncIntervalMs && now >= s.lastResyncAt) return;
-  deps.store.setLastResyncAt(now);
+  deps.store.setLastResyncAt(nowOf(deps));
   withCorrelation(deps.log, cid).info({ reason, lastAppliedSeq: s.appliedSeq }, 'requesting resync');
   deps.requestResync(reason, s.appliedSeq, cid);
 }

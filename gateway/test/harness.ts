@@ -1,0 +1,243 @@
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import {
+  KeySet,
+  LockCommand,
+  LockDecision,
+  ManualClock,
+  UplinkMessage,
+  connectMqtt,
+  credentialDigest,
+  encodeSecret,
+  generateSigningKeyPair,
+  importSigningKey,
+  newCorrelationId,
+  newPairingSecret,
+  signMessage,
+  topics,
+  verifyMessage,
+  waitConnected,
+  type DownlinkMessage,
+  type KeyGrant,
+  type KeyPairJwk,
+  type SigningKey,
+} from '@tobira/shared';
+import type { MqttClient } from 'mqtt';
+import { createGateway, type Gateway, type GatewayDeps } from '../src/gateway.js';
+import { parseConfig, type GatewayConfig, type GatewayConfigInput } from '../src/config.js';
+import { grant as baseGrant, T0 } from './fixtures.js';
+
+export const CLOUD_ISSUER = 'tobira-cloud';
+export const PIN = '123456';
+export const STAFF_PIN = '999999';
+export const STAFF_TOKEN = 'staff-token-0123456789';
+
+let counter = 0;
+
+export async function waitFor<T>(fn: () => T | undefined | null | false, what = 'condition', timeoutMs = 10_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const v = fn();
+    if (v !== undefined && v !== null && v !== false) return v;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
+
+export interface SiteFixture {
+  readonly dir: string;
+  readonly gatewayId: string;
+  readonly clock: ManualClock;
+  readonly pepper: Uint8Array;
+  readonly lockSecret: Uint8Array;
+  readonly cloudKey: SigningKey;
+  readonly cloudPair: KeyPairJwk;
+  readonly otherKey: SigningKey;
+  readonly gatewayPair: KeyPairJwk;
+  readonly config: GatewayConfig;
+  readonly configInput: GatewayConfigInput;
+  readonly configFile: string;
+  digest(pin: string): string;
+}
+
+/** Keys, secrets, a temp dir with a real SQLite path and a config file. */
+export async function siteFixture(cloudUrl: string, siteUrl: string, unique: string, overrides: Partial<GatewayConfigInput> = {}): Promise<SiteFixture> {
+  const dir = mkdtempSync(join(tmpdir(), 'tobira-gw-'));
+  const gatewayId = `gw-${unique}-${++counter}`;
+  const cloudPair = await generateSigningKeyPair();
+  const otherPair = await generateSigningKeyPair();
+  const gatewayPair = await generateSigningKeyPair();
+  const keyPairFile = join(dir, 'gateway-key.json');
+  writeFileSync(keyPairFile, JSON.stringify(gatewayPair));
+  const pepper = newPairingSecret();
+  const lockSecret = newPairingSecret();
+  const configInput: GatewayConfigInput = {
+    gatewayId,
+    keyPairFile,
+    cloud: { url: cloudUrl, issuer: CLOUD_ISSUER, jwks: { keys: [cloudPair.publicJwk as never] } },
+    site: { url: siteUrl },
+    sqlitePath: join(dir, 'gateway.sqlite'),
+    offlineGraceSeconds: 300,
+    locks: [{ lockId: 'lock-1', doorId: 'door-1', pairingSecret: encodeSecret(lockSecret) }],
+    credentialPepper: encodeSecret(pepper),
+    lockout: { limit: 3, cooldownSeconds: 60 },
+    http: { host: '127.0.0.1', port: 0 },
+    staffToken: STAFF_TOKEN,
+    inboxMaxAttempts: 3,
+    resyncIntervalMs: 100,
+    drainTimeoutMs: 2000,
+    ...overrides,
+  };
+  const configFile = join(dir, 'gateway.json');
+  writeFileSync(configFile, JSON.stringify(configInput));
+  return {
+    dir,
+    gatewayId,
+    clock: new ManualClock(T0),
+    pepper,
+    lockSecret,
+    cloudPair,
+    cloudKey: await importSigningKey(cloudPair.privateJwk),
+    otherKey: await importSigningKey(otherPair.privateJwk),
+    gatewayPair,
+    config: parseConfig(configInput),
+    configInput,
+    configFile,
+    digest: (pin: string) => credentialDigest(pepper, 'pin', pin),
+  };
+}
+
+type Sent<T extends DownlinkMessage['type']> = Extract<DownlinkMessage, { type: T }>;
+
+/** Plays the cloud: signs and publishes downlink, collects verified uplink. */
+export class FakeCloud {
+  readonly uplink: UplinkMessage[] = [];
+  readonly rawUplink: string[] = [];
+  seq = 0;
+  #client: MqttClient | null = null;
+  constructor(private readonly f: SiteFixture) {}
+
+  async connect(url: string): Promise<void> {
+    const gwKeys = await KeySet.fromJwks({ keys: [this.f.gatewayPair.publicJwk] });
+    const c = connectMqtt(url, { protocolVersion: 4, clientId: `cloud-${this.f.gatewayId}-${counter++}`, clean: true });
+    c.on('message', (_t, payload) => {
+      const text = payload.toString();
+      void verifyMessage(text, { keys: gwKeys, issuer: this.f.gatewayId, audience: CLOUD_ISSUER, schema: UplinkMessage, clock: this.f.clock, clockToleranceSeconds: 10 ** 7 }).then((v) => {
+        if (!v.ok) throw new Error(`uplink does not verify: ${v.code} ${v.detail}`);
+        this.rawUplink.push(text);
+        this.uplink.push(v.message);
+      });
+    });
+    await waitConnected(c);
+    await c.subscribeAsync(topics.gatewayUp(this.f.gatewayId), { qos: 1 });
+    this.#client = c;
+  }
+
+  async sign(draft: Record<string, unknown>, key: SigningKey = this.f.cloudKey, issuer = CLOUD_ISSUER): Promise<{ token: string; message: DownlinkMessage }> {
+    return signMessage<DownlinkMessage>(key, issuer, { aud: this.f.gatewayId, cid: newCorrelationId(), ...draft } as never, this.f.clock);
+  }
+
+  async publishRaw(payload: string | Buffer): Promise<void> {
+    await this.#client!.publishAsync(topics.gatewayDown(this.f.gatewayId), payload, { qos: 1 });
+  }
+
+  async send(draft: Record<string, unknown>): Promise<DownlinkMessage> {
+    const { token, message } = await this.sign(draft);
+    await this.publishRaw(token);
+    return message;
+  }
+
+  async grant(g: Partial<KeyGrant> = {}, seq = ++this.seq): Promise<Sent<'key.grant'>> {
+    return (await this.send({ type: 'key.grant', seq, body: { key: baseGrant({ credential: { type: 'pin', digest: this.f.digest(PIN) }, ...g }) } })) as Sent<'key.grant'>;
+  }
+  async revoke(keyId: string, version: number, seq = ++this.seq): Promise<Sent<'key.revoke'>> {
+    return (await this.send({ type: 'key.revoke', seq, body: { keyId, version, reason: 'staff_revoked' } })) as Sent<'key.revoke'>;
+  }
+  async heartbeat(lastSeq = this.seq): Promise<DownlinkMessage> {
+    return this.send({ type: 'heartbeat', body: { lastSeq, intervalMs: 30_000 } });
+  }
+
+  ofType<T extends UplinkMessage['type']>(type: T): Extract<UplinkMessage, { type: T }>[] {
+    return this.uplink.filter((m): m is Extract<UplinkMessage, { type: T }> => m.type === type);
+  }
+
+  async close(): Promise<void> {
+    await this.#client?.endAsync(true);
+  }
+}
+
+/** Plays a lock: sends requests and collects decisions and commands from the site broker. */
+export class FakeLock {
+  readonly decisions = new Map<string, LockDecision>();
+  readonly commands: LockCommand[] = [];
+  #client: MqttClient | null = null;
+  #n = 0;
+  constructor(
+    private readonly gatewayId: string,
+    readonly lockId = 'lock-1',
+  ) {}
+
+  async connect(url: string): Promise<void> {
+    const c = connectMqtt(url, { protocolVersion: 4, clientId: `lock-${this.gatewayId}-${this.lockId}-${counter++}`, clean: true });
+    c.on('message', (topic, payload) => {
+      const v = JSON.parse(payload.toString()) as unknown;
+      if (topic.endsWith('/decision')) {
+        const d = LockDecision.parse(v);
+        this.decisions.set(d.requestId, d);
+      } else this.commands.push(LockCommand.parse(v));
+    });
+    await waitConnected(c);
+    await c.subscribeAsync([topics.lock(this.gatewayId, this.lockId, 'decision'), topics.lock(this.gatewayId, this.lockId, 'command')], { qos: 1 });
+    this.#client = c;
+  }
+
+  async publish(channel: 'request' | 'state' | 'event' | 'presence', payload: unknown, retain = false): Promise<void> {
+    await this.#client!.publishAsync(topics.lock(this.gatewayId, this.lockId, channel), typeof payload === 'string' ? payload : JSON.stringify(payload), { qos: 1, retain });
+  }
+
+  /** Presents a PIN and waits for the decision. */
+  async present(pin: string, requestId = `req-${this.lockId}-${++this.#n}-${counter++}`): Promise<LockDecision> {
+    await this.publish('request', { requestId, credential: { type: 'pin', value: pin }, at: 0 });
+    return waitFor(() => this.decisions.get(requestId), `decision for ${requestId}`);
+  }
+
+  async close(): Promise<void> {
+    await this.#client?.endAsync(true);
+  }
+}
+
+export interface Running {
+  readonly f: SiteFixture;
+  readonly gw: Gateway;
+  readonly cloud: FakeCloud;
+  readonly lock: FakeLock;
+  close(): Promise<void>;
+}
+
+/** A started gateway (in process, manual clock) with a fake cloud and a fake lock. */
+export async function runSite(cloudUrl: string, siteUrl: string, unique: string, opts: { overrides?: Partial<GatewayConfigInput>; deps?: Partial<GatewayDeps> } = {}): Promise<Running> {
+  const f = await siteFixture(cloudUrl, siteUrl, unique, opts.overrides);
+  const cloud = new FakeCloud(f);
+  await cloud.connect(cloudUrl);
+  const gw = createGateway(f.config, { clock: f.clock, log: silentLog(), tickMs: 50, ...opts.deps });
+  await gw.start();
+  await waitFor(() => gw.cloudConnected && gw.siteConnected, 'gateway connected');
+  const lock = new FakeLock(f.gatewayId);
+  await lock.connect(siteUrl);
+  return {
+    f,
+    gw,
+    cloud,
+    lock,
+    async close() {
+      await lock.close();
+      await cloud.close();
+      await gw.stop({ force: true });
+      rmSync(f.dir, { recursive: true, force: true });
+    },
+  };
+}
+
+import { pino } from 'pino';
+export const silentLog = () => pino({ level: process.env.LOG_LEVEL ?? 'silent' });
