@@ -475,13 +475,9 @@ export class SimLock {
   #handle(channel: 'command' | 'decision', payload: Buffer): void {
     if (this.#stopping || !this.#lock) return;
     if (channel === 'command') {
-      const parsed = parsePayload(LockCommand, payload);
-      if (!parsed.ok) {
-        this.#reject(channel, parsed.code, parsed.detail);
-        void this.#step({ type: 'malformed_command', commandId: commandIdOf(payload) }, true);
-        return;
-      }
-      void this.#step({ type: 'command', command: parsed.value }, true);
+      const { input, rejected } = commandInput(payload);
+      if (rejected) this.#reject(channel, rejected.code, rejected.detail);
+      void this.#step(input, true);
       return;
     }
     const parsed = parsePayload(LockDecision, payload);
@@ -501,8 +497,19 @@ export class SimLock {
   }
 }
 
+/**
+ * Reads a command payload into a machine input: the parsed command, or
+ * `malformed_command` (with whatever id could be salvaged) and why it was
+ * rejected. Never throws, whatever the bytes.
+ */
+export function commandInput(payload: unknown): { readonly input: LockInput; readonly rejected: { readonly code: string; readonly detail: string } | null } {
+  const parsed = parsePayload(LockCommand, payload);
+  if (parsed.ok) return { input: { type: 'command', command: parsed.value }, rejected: null };
+  return { input: { type: 'malformed_command', commandId: commandIdOf(payload) }, rejected: { code: parsed.code, detail: parsed.detail } };
+}
+
 /** The id of a command that failed validation, if one can be read, so the gateway can match the refusal. */
-function commandIdOf(payload: Buffer): string {
+function commandIdOf(payload: unknown): string {
   const text = decodeText(payload);
   if (!text.ok) return '';
   const v = parseJson(text.value);
