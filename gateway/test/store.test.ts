@@ -1,0 +1,82 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { newCorrelationId, newMessageId, type DownlinkMessage } from '@tobira/shared';
+import { migrate, openDatabase, type WritableDb } from '../src/adapters/sqlite/db.js';
+import { GatewayStore } from '../src/adapters/sqlite/store.js';
+import { T0 } from './fixtures.js';
+
+const DAY = 86_400_000;
+
+describe('SQLite store', () => {
+  let dir: string;
+  let db: WritableDb;
+  let store: GatewayStore;
+  beforeEach(() => {
+    dir = mkdtempSync(join(tmpdir(), 'tobira-store-'));
+    db = openDatabase(join(dir, 'g.sqlite'));
+    store = new GatewayStore(db, { maxRows: 2 });
+  });
+  afterEach(() => {
+    db.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  const heartbeat = (): DownlinkMessage => ({ jti: newMessageId(), iss: 'tobira-cloud', aud: 'gw', iat: T0 / 1000, exp: T0 / 1000 + 60, cid: newCorrelationId(), type: 'heartbeat', body: { lastSeq: 0, intervalMs: 1000 } });
+
+  it('opens in WAL with synchronous=FULL and applies migrations once', () => {
+    expect(db.pragma('journal_mode', { simple: true })).toBe('wal');
+    expect(db.pragma('synchronous', { simple: true })).toBe(2);
+    expect(migrate(db)).toEqual([]);
+    expect(db.prepare('SELECT version, name FROM schema_migrations').all()).toEqual([{ version: 1, name: 'init' }]);
+  });
+
+  it('has STRICT tables that refuse wrongly typed values', () => {
+    expect(() => db.prepare("INSERT INTO tombstones (key_id, version, at) VALUES ('k', 'not a number', 0)").run()).toThrow(/cannot store TEXT value in INTEGER column/);
+  });
+
+  it('stores a message id once and raises the trusted-time floor', () => {
+    const m = heartbeat();
+    expect(store.insertInbox(m, T0)).toBe('inserted');
+    expect(store.insertInbox(m, T0)).toBe('duplicate');
+    expect(store.inboxDepth()).toBe(1);
+    expect(store.settings().maxIatMs).toBe(T0);
+  });
+
+  it('reclaims a claim whose lease ran out, and only then', () => {
+    store.insertInbox(heartbeat(), T0);
+    const row = store.nextInbox(0, T0)!;
+    expect(store.claimInbox(row.id, T0 + 30_000)).toBe(true);
+    expect(store.nextInbox(0, T0 + 1000)).toBeNull();
+    expect(store.reclaimExpired(T0 + 1000)).toBe(0);
+    expect(store.reclaimExpired(T0 + 30_000)).toBe(1);
+    expect(store.nextInbox(0, T0 + 30_000)?.id).toBe(row.id);
+  });
+
+  it('purges processed rows after 30 days and keeps failed and recent ones', () => {
+    for (let i = 0; i < 3; i++) store.insertInbox(heartbeat(), T0);
+    const [a, b, c] = db.prepare('SELECT id FROM inbox ORDER BY id').all() as { id: number }[];
+    store.markProcessed(a!.id, 'applied', 'MESSAGE_APPLIED', T0 - 31 * DAY);
+    store.markProcessed(b!.id, 'applied', 'MESSAGE_APPLIED', T0 - 29 * DAY);
+    store.failInbox(c!.id, 'boom', true, T0 - 40 * DAY);
+    expect(store.purgeProcessed(T0 - 30 * DAY)).toBe(1);
+    expect(store.inboxByStatus()).toEqual({ processed: 1, failed: 1 });
+  });
+
+  it('gives the outbox a gap-free seq and refuses only non-essential rows when full', () => {
+    const status = { mode: 'normal' as const, appliedSeq: 0, leaseExpiresAt: null, outboxDepth: 0, locks: [] };
+    const ack = { ackOf: newMessageId(), ackSeq: 1, result: 'applied' as const, code: 'KEY_ACTIVATED', keyId: null, keyVersion: null };
+    const tx = <T>(f: () => T) => db.transaction(f).immediate();
+    expect(tx(() => store.enqueue('gateway.status', status, 'c', false, T0))).toMatchObject({ seq: 1 });
+    expect(tx(() => store.enqueue('ack', ack, 'c', true, T0))).toMatchObject({ seq: 2 });
+    expect(tx(() => store.enqueue('gateway.status', status, 'c', false, T0))).toEqual({ refused: 'OUTBOX_FULL' });
+    expect(tx(() => store.enqueue('ack', ack, 'c', true, T0))).toMatchObject({ seq: 3 });
+    store.markSent([1, 2], T0);
+    expect(tx(() => store.enqueue('gateway.status', status, 'c', false, T0))).toMatchObject({ seq: 4 });
+    expect(store.pendingOutbox(10).map((r) => r.seq)).toEqual([3, 4]);
+    // a rolled-back enqueue does not burn a seq
+    expect(() => tx(() => { store.enqueue('ack', ack, 'c', true, T0); throw new Error('rollback'); })).toThrow('rollback');
+    expect(tx(() => store.enqueue('ack', ack, 'c', true, T0))).toMatchObject({ seq: 5 });
+  });
+});
