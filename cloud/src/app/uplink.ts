@@ -44,6 +44,7 @@ export class Uplink {
   readonly #app: AppDeps;
   readonly #o: { link: MqttLink; signer: CloudSigner; replayMax: number; publishTimeoutMs: number };
   readonly #keys = new Map<string, KeySet>();
+  readonly #pending = new Set<Promise<void>>();
 
   constructor(app: AppDeps, o: { link: MqttLink; signer: CloudSigner; replayMax: number; publishTimeoutMs: number }) {
     this.#app = app;
@@ -60,7 +61,9 @@ export class Uplink {
     if (this.#o.link.connected) await subscribe();
   }
 
-  async stop(): Promise<void> {}
+  async stop(): Promise<void> {
+    await Promise.all([...this.#pending]);
+  }
 
   /** Handles one incoming message. Throws only when the database is unreachable (then no PUBACK: the broker redelivers). */
   async handle(topic: string, payload: Buffer): Promise<void> {
@@ -101,9 +104,13 @@ export class Uplink {
     if (outcome === 'seq_reused') return this.#reject(gatewayId, topic, 'SEQ_REUSED', `seq ${String(seq)} jti ${m.jti}`);
     log.info({ result: outcome.result, code: outcome.code }, 'uplink applied');
     if (m.type === 'resync.request') {
-      await answerResync(this.#app, this.#o, gatewayId, m).catch((e: unknown) =>
-        log.warn({ err: String(e) }, 'resync answer not sent; the gateway asks again'),
-      );
+      // Answered outside the incoming-message pipeline: mqtt.js handles no
+      // PUBACK while a handler is pending, so publishing from inside it would wait on itself.
+      const p: Promise<void> = answerResync(this.#app, this.#o, gatewayId, m)
+        .then(() => undefined)
+        .catch((e: unknown) => log.warn({ err: String(e) }, 'resync answer not sent; the gateway asks again'))
+        .finally(() => this.#pending.delete(p));
+      this.#pending.add(p);
     }
   }
 

@@ -1,0 +1,306 @@
+import { ManualClock, newId, newMessageId, type DownlinkMessage, type KeyPairJwk } from '@tobira/shared';
+import { mqttBackends, pgBackends, startMqttBackend, type MqttTestBroker } from '@tobira/shared/testing';
+import { generateSigningKeyPair, importSigningKey, signMessage, topics, type UplinkMessage } from '@tobira/shared';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { chunkSnapshot } from '../src/app/resync.js';
+import type { Cloud } from '../src/index.js';
+import { DAY, T0, deps, openTestDb, seed, type TestDb } from './helpers.js';
+import { cloudSigningKey, startCloud } from './cloud-helpers.js';
+import { fakeGateway, waitFor, type FakeGateway } from './mqtt-helpers.js';
+
+type Seq = Extract<DownlinkMessage, { seq: number }>;
+const sequenced = (msgs: DownlinkMessage[]) => msgs.filter((m): m is Seq => m.type === 'key.grant' || m.type === 'key.revoke');
+
+describe('snapshot chunking', () => {
+  it('keeps every part under the budget and loses no key or tombstone', () => {
+    const grant = (i: number) => ({
+      keyId: `k-${i}`,
+      version: 1,
+      personId: `p-${i}`,
+      credential: { type: 'pin' as const, digest: 'A'.repeat(43) },
+      doors: Array.from({ length: 20 }, (_, d) => `door-${d}-with-a-long-name`),
+      validFrom: 0,
+      validUntil: 1,
+      schedule: null,
+      offlineCapable: false,
+    });
+    const keys = Array.from({ length: 400 }, (_, i) => grant(i)) as never[];
+    const revoked = Array.from({ length: 300 }, (_, i) => ({ keyId: `r-${i}`, version: 2 }));
+    const parts = chunkSnapshot(keys, revoked, 20_000);
+    expect(parts.length).toBeGreaterThan(1);
+    for (const p of parts) expect(JSON.stringify(p).length).toBeLessThan(22_000);
+    expect(parts.flatMap((p) => p.keys)).toHaveLength(400);
+    expect(parts.flatMap((p) => p.revoked)).toHaveLength(300);
+    expect(chunkSnapshot([], [])).toEqual([{ keys: [], revoked: [] }]);
+  });
+});
+
+describe.each(pgBackends())('uplink inbox on %s', (pgBackend) => {
+  let t: TestDb;
+  beforeAll(async () => {
+    t = await openTestDb(pgBackend);
+  });
+  afterAll(async () => {
+    await t.close();
+  });
+
+  describe.each(mqttBackends())('with %s', (mqttBackend) => {
+    let broker: MqttTestBroker;
+    let cloud: Cloud & { clock: ManualClock };
+    const clock = new ManualClock(T0);
+    beforeAll(async () => {
+      broker = await startMqttBackend(mqttBackend);
+      cloud = await startCloud(t, broker.url, { clock, env: { RESYNC_REPLAY_MAX: '3' } });
+    });
+    afterAll(async () => {
+      await cloud.stop();
+      await broker.stop();
+    });
+
+    let n = 0;
+    async function setup() {
+      const s = await seed(deps(t.db, clock), { gatewayId: `gw-${broker.unique}-u${++n}` });
+      const key = await cloudSigningKey();
+      const gw = await fakeGateway({ url: broker.url, gatewayId: s.gatewayId, pair: s.pair, cloudJwks: { keys: [key.publicJwk] }, cloudIssuer: 'tobira-cloud', clock });
+      return { s, gw };
+    }
+    const issue = (s: Awaited<ReturnType<typeof seed>>, i = 1) =>
+      cloud.issueKey({ personId: s.personId, doors: [s.doorA], credential: { type: 'pin', value: String(200000 + i) }, validFrom: T0, validUntil: T0 + DAY });
+    let upSeq = 0;
+    const ack = (gw: FakeGateway, m: Seq, result: 'applied' | 'refused' = 'applied') =>
+      gw.send({
+        type: 'ack',
+        seq: ++upSeq,
+        cid: m.cid,
+        body: {
+          ackOf: m.jti,
+          ackSeq: m.seq,
+          result,
+          code: result === 'applied' ? 'MESSAGE_APPLIED' : 'MESSAGE_REJECTED',
+          keyId: m.type === 'key.grant' ? m.body.key.keyId : m.body.keyId,
+          keyVersion: m.type === 'key.grant' ? m.body.key.version : m.body.version,
+        },
+      });
+    const statusOf = async (keyId: string) => (await cloud.getKey(keyId))?.status;
+
+    it('an ack of the grant activates the key, an ack of the revoke confirms it', async () => {
+      const { s, gw } = await setup();
+      try {
+        const o = await issue(s);
+        if (o.status !== 'applied') throw new Error('issue');
+        const grant = await waitFor(() => sequenced(gw.received)[0], 'grant');
+        await ack(gw, grant);
+        await waitFor(async () => (await statusOf(o.state.id)) === 'active', 'key active');
+        await cloud.revokeKey({ keyId: o.state.id, reason: 'staff_revoked' });
+        const revoke = await waitFor(() => sequenced(gw.received).find((m) => m.type === 'key.revoke'), 'revoke');
+        expect(revoke).toMatchObject({ seq: 2, body: { version: 2, reason: 'staff_revoked' } });
+        await ack(gw, revoke);
+        await waitFor(async () => (await statusOf(o.state.id)) === 'revoked', 'key revoked');
+        const h = await cloud.listKeyHistory(o.state.id);
+        expect(h.map((x) => x.toStatus)).toEqual(['issuing', 'active', 'revoking', 'revoked']);
+        expect(h[1]?.cid).toBe(o.cid);
+      } finally {
+        await gw.close();
+      }
+    });
+
+    it('a refused grant fails the key', async () => {
+      const { s, gw } = await setup();
+      try {
+        const o = await issue(s);
+        if (o.status !== 'applied') throw new Error('issue');
+        const grant = await waitFor(() => sequenced(gw.received)[0], 'grant');
+        await ack(gw, grant, 'refused');
+        await waitFor(async () => (await statusOf(o.state.id)) === 'failed', 'key failed');
+      } finally {
+        await gw.close();
+      }
+    });
+
+    it('a duplicate uplink is applied once', async () => {
+      const { s, gw } = await setup();
+      try {
+        const event = {
+          type: 'access.event',
+          seq: 1,
+          jti: newMessageId(),
+          body: {
+            eventId: newId(),
+            requestId: 'r-1',
+            lockId: 'lock-1',
+            doorId: s.doorA,
+            at: T0,
+            allowed: true,
+            code: 'ALLOWED',
+            keyId: 'k-1',
+            keyVersion: 1,
+            personId: s.personId,
+            credentialType: 'pin',
+            commandId: newId(),
+          },
+        };
+        const sent = await gw.send(event);
+        await gw.send(event); // same jti: a QoS 1 redelivery
+        await gw.send({ ...event, seq: 2, jti: newMessageId() }); // same event id under a new message
+        await waitFor(async () => (await t.db.query('SELECT 1 FROM uplink_inbox WHERE gateway_id = $1', [s.gatewayId])).rowCount === 2, 'two inbox rows');
+        const audit = await cloud.listAudit({ gatewayId: s.gatewayId });
+        expect(audit).toEqual([expect.objectContaining({ personId: s.personId, cid: sent.cid, allowed: true, code: 'ALLOWED', seq: 1 })]);
+      } finally {
+        await gw.close();
+      }
+    });
+
+    it('records gaps in a gateway uplink seq, and a late message fills its gap', async () => {
+      const { s, gw } = await setup();
+      try {
+        const ev = (seq: number) => ({
+          type: 'access.event',
+          seq,
+          body: { eventId: newId(), requestId: `r-${seq}`, lockId: 'lock-1', doorId: null, at: T0 + seq, allowed: false, code: 'UNKNOWN_CREDENTIAL', keyId: null, keyVersion: null, personId: null, credentialType: 'pin', commandId: null },
+        });
+        for (const seq of [1, 2, 5, 7]) await gw.send(ev(seq));
+        await waitFor(async () => (await cloud.listAudit({ gatewayId: s.gatewayId })).length === 4, 'four events');
+        expect(await cloud.listUplinkGaps(s.gatewayId)).toEqual([
+          { fromSeq: 3, toSeq: 4 },
+          { fromSeq: 6, toSeq: 6 },
+        ]);
+        await gw.send(ev(6));
+        await waitFor(async () => (await cloud.listAudit({ gatewayId: s.gatewayId })).length === 5, 'five events');
+        expect(await cloud.listUplinkGaps(s.gatewayId)).toEqual([{ fromSeq: 3, toSeq: 4 }]);
+      } finally {
+        await gw.close();
+      }
+    });
+
+    describe('bad uplinks are rejected with a code, recorded and never applied', () => {
+      let other: KeyPairJwk;
+      beforeAll(async () => {
+        other = await generateSigningKeyPair();
+      });
+
+      it.each([
+        ['forged (signed with a key the gateway never registered)', 'UNKNOWN_KID'],
+        ['tampered after signing', 'BAD_SIGNATURE'],
+        ['expired', 'EXPIRED'],
+        ['addressed to another audience', 'WRONG_AUDIENCE'],
+        ['signed by another issuer', 'WRONG_ISSUER'],
+        ['not a JWS at all', 'MALFORMED'],
+        ['on the topic of an unknown gateway', 'UNKNOWN_GATEWAY'],
+      ])('%s → %s', async (_what, code) => {
+        const { s, gw } = await setup();
+        try {
+          const o = await issue(s);
+          if (o.status !== 'applied') throw new Error('issue');
+          const grant = await waitFor(() => sequenced(gw.received)[0], 'grant');
+          const body = { ackOf: grant.jti, ackSeq: 1, result: 'applied', code: 'MESSAGE_APPLIED', keyId: o.state.id, keyVersion: 1 };
+          const sign = async (key: KeyPairJwk, over: Record<string, unknown> = {}, issuer = s.gatewayId) =>
+            (
+              await signMessage<UplinkMessage>(
+                await importSigningKey(key.privateJwk),
+                issuer,
+                { type: 'ack', aud: 'tobira-cloud', seq: 1, cid: grant.cid, body, ...over } as never,
+                clock,
+              )
+            ).token;
+          let topic = topics.gatewayUp(s.gatewayId);
+          let payload: string;
+          switch (code) {
+            case 'UNKNOWN_KID':
+              payload = await sign(other);
+              break;
+            case 'BAD_SIGNATURE': {
+              const [h, p, sig] = (await sign(s.pair)).split('.');
+              const claims = JSON.parse(Buffer.from(p ?? '', 'base64url').toString()) as { body: { result: string } };
+              claims.body.result = 'refused';
+              payload = `${h}.${Buffer.from(JSON.stringify(claims)).toString('base64url')}.${sig}`;
+              break;
+            }
+            case 'EXPIRED':
+              payload = await sign(s.pair, { ttlSeconds: 60 });
+              clock.advance(10 * 60_000);
+              break;
+            case 'WRONG_AUDIENCE':
+              payload = await sign(s.pair, { aud: 'someone-else' });
+              break;
+            case 'WRONG_ISSUER':
+              payload = await sign(s.pair, {}, 'gw-impostor');
+              break;
+            case 'UNKNOWN_GATEWAY':
+              payload = await sign(s.pair);
+              topic = topics.gatewayUp(`${s.gatewayId}-x`);
+              break;
+            default:
+              payload = 'not a jws {';
+          }
+          await gw.sendRaw(payload, topic);
+          const gwId = code === 'UNKNOWN_GATEWAY' ? `${s.gatewayId}-x` : s.gatewayId;
+          const rejected = await waitFor(async () => (await cloud.listRejectedUplinks({ gatewayId: gwId }))[0], 'rejection recorded');
+          expect(rejected.code).toBe(code);
+          expect(await statusOf(o.state.id)).toBe('issuing');
+          expect((await t.db.query('SELECT 1 FROM uplink_inbox WHERE gateway_id = $1', [s.gatewayId])).rowCount).toBe(0);
+        } finally {
+          await gw.close();
+        }
+      });
+    });
+
+    describe('resync', () => {
+      const request = (gw: FakeGateway, lastAppliedSeq: number) =>
+        gw.send({ type: 'resync.request', body: { requestId: newId(), lastAppliedSeq, reason: 'gap' } });
+
+      it('answers up_to_date, replays a short gap with the same jti and seq, and snapshots a long one', async () => {
+        const { s, gw } = await setup();
+        try {
+          const keys = [];
+          for (let i = 0; i < 4; i++) keys.push(await issue(s, i));
+          await cloud.revokeKey({ keyId: keys[0]?.status === 'applied' ? keys[0].state.id : '', reason: 'credential_lost' });
+          await waitFor(() => sequenced(gw.received).length >= 5 || undefined, 'five sequenced messages');
+          const original = new Map(sequenced(gw.received).map((m) => [m.seq, m.jti]));
+
+          await request(gw, 5);
+          const upToDate = await waitFor(() => gw.received.find((m) => m.type === 'resync.answer'), 'answer');
+          expect(upToDate).toMatchObject({ body: { mode: 'up_to_date', toSeq: 5 } });
+
+          gw.received.length = 0;
+          await request(gw, 3);
+          await waitFor(() => sequenced(gw.received).length >= 2 || undefined, 'replay');
+          expect(gw.received.find((m) => m.type === 'resync.answer')).toMatchObject({ body: { mode: 'replay', fromSeq: 4, toSeq: 5 } });
+          expect(sequenced(gw.received).map((m) => [m.seq, m.jti])).toEqual([
+            [4, original.get(4)],
+            [5, original.get(5)],
+          ]);
+
+          gw.received.length = 0;
+          await request(gw, 0);
+          const snap = await waitFor(() => gw.received.find((m) => m.type === 'keyset.snapshot'), 'snapshot');
+          expect(gw.received.find((m) => m.type === 'resync.answer')).toMatchObject({ body: { mode: 'snapshot', toSeq: 5 } });
+          if (snap.type !== 'keyset.snapshot') throw new Error('type');
+          expect(snap.body).toMatchObject({ asOfSeq: 5, part: 1, parts: 1 });
+          expect(snap.body.keys.map((k) => k.keyId).sort()).toEqual(keys.slice(1).map((k) => (k.status === 'applied' ? k.state.id : '')).sort());
+          expect(snap.body.revoked).toEqual([{ keyId: keys[0]?.status === 'applied' ? keys[0].state.id : '', version: 2 }]);
+        } finally {
+          await gw.close();
+        }
+      });
+    });
+
+    it('heartbeats name the last seq sent to each gateway', async () => {
+      const { s, gw } = await setup();
+      try {
+        await issue(s, 1);
+        await issue(s, 2);
+        await waitFor(async () => (await cloud.listOutbox(s.gatewayId)).every((r) => r.status === 'sent') || undefined, 'sent');
+        const sent = await cloud.sendHeartbeats();
+        expect(sent).toContainEqual({ gatewayId: s.gatewayId, lastSeq: 2 });
+        const hb = await waitFor(() => gw.received.find((m) => m.type === 'heartbeat'), 'heartbeat');
+        expect(hb).toMatchObject({ type: 'heartbeat', body: { lastSeq: 2 } });
+        // an offline gateway (retained presence) gets none
+        await gw.client.publishAsync(topics.gatewayPresence(s.gatewayId), JSON.stringify({ online: false }), { qos: 1, retain: true });
+        await waitFor(async () => !(await cloud.sendHeartbeats()).some((h) => h.gatewayId === s.gatewayId) || undefined, 'no heartbeat when offline');
+        await gw.client.publishAsync(topics.gatewayPresence(s.gatewayId), '', { qos: 1, retain: true });
+      } finally {
+        await gw.close();
+      }
+    });
+  });
+});
