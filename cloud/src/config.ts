@@ -1,3 +1,4 @@
+import { hostname } from 'node:os';
 import { z } from 'zod';
 
 /**
@@ -12,8 +13,10 @@ export const CloudConfigSchema = z.object({
   /** PGlite data directory (`memory://` keeps it in memory). */
   PGLITE_DATA_DIR: z.string().min(1).default('memory://'),
   MQTT_URL: z.string().url().default('mqtt://127.0.0.1:1883'),
-  /** Stable client id for a persistent MQTT session; one per replica. */
-  MQTT_CLIENT_ID: z.string().min(1).max(128).optional(),
+  /** Stable client id for the persistent MQTT session; one per replica, the same across its restarts. */
+  MQTT_CLIENT_ID: z.string().min(1).max(128).default(`tobira-cloud-${hostname()}`.slice(0, 128)),
+  /** Clean session (tests only): a restarted cloud would not get the uplinks it had not acknowledged. */
+  MQTT_CLEAN_SESSION: z.enum(['true', 'false']).default('false'),
   MQTT_USERNAME: z.string().optional(),
   MQTT_PASSWORD: z.string().optional(),
   /** Issuer of every downlink message and audience of every uplink message. */
@@ -39,7 +42,8 @@ export interface CloudConfig {
   readonly databaseUrl: string | undefined;
   readonly pgliteDataDir: string;
   readonly mqttUrl: string;
-  readonly mqttClientId: string | undefined;
+  readonly mqttClientId: string;
+  readonly mqttCleanSession: boolean;
   readonly mqttUsername: string | undefined;
   readonly mqttPassword: string | undefined;
   readonly issuer: string;
@@ -71,6 +75,7 @@ export function parseConfig(env: Record<string, string | undefined> = process.en
     pgliteDataDir: c.PGLITE_DATA_DIR,
     mqttUrl: c.MQTT_URL,
     mqttClientId: c.MQTT_CLIENT_ID,
+    mqttCleanSession: c.MQTT_CLEAN_SESSION === 'true',
     mqttUsername: c.MQTT_USERNAME,
     mqttPassword: c.MQTT_PASSWORD,
     issuer: c.CLOUD_ISSUER,

@@ -60,9 +60,9 @@ export function createCloud(config: CloudConfig, cloudDeps: CloudDeps = {}) {
       await migrate(db, log, clock.now());
       signer = await loadSigner(config.issuer, config.signingJwk, log);
       const opts = {
-        // a persistent session only makes sense under a stable client id
-        clean: config.mqttClientId === undefined,
-        ...(config.mqttClientId ? { clientId: config.mqttClientId } : {}),
+        // persistent session: uplinks not yet acknowledged (PUBACK after commit) are redelivered after a restart
+        clean: config.mqttCleanSession,
+        clientId: config.mqttClientId,
         ...(config.mqttUsername ? { username: config.mqttUsername } : {}),
         ...(config.mqttPassword ? { password: config.mqttPassword } : {}),
       };

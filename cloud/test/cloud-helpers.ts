@@ -22,6 +22,8 @@ export async function startCloud(
     CLOUD_SIGNING_JWK: JSON.stringify(key.privateJwk),
     DISPATCH_POLL_MS: '200',
     HEARTBEAT_INTERVAL_MS: '3600000',
+    MQTT_CLIENT_ID: `cloud-test-${newId().slice(-12)}`,
+    MQTT_CLEAN_SESSION: 'true',
     ...(opts.ownPool && t.databaseUrl ? { DATABASE_URL: t.databaseUrl } : {}),
     ...opts.env,
   });

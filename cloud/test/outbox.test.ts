@@ -2,7 +2,8 @@ import { ManualClock, type DownlinkMessage } from '@tobira/shared';
 import { mqttBackends, pgBackends, startMqttBackend, type MqttTestBroker } from '@tobira/shared/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { backoffMs } from '../src/adapters/outbox/fail.js';
-import { crashAt } from '../src/app/crash.js';
+import { SimulatedCrash, crashAt } from '../src/app/crash.js';
+import { newId } from '@tobira/shared';
 import { DAY, T0, openTestDb, seed, deps, type TestDb } from './helpers.js';
 import { cloudSigningKey, startCloud } from './cloud-helpers.js';
 import { fakeGateway, startCutProxy, waitFor } from './mqtt-helpers.js';
@@ -134,6 +135,53 @@ describe.each(pgBackends())('outbox dispatcher on %s', (pgBackend) => {
         const got = grantsOf(gw.received);
         expect(new Set(got.map((m) => m.jti))).toEqual(new Set([jti]));
         expect(got.every((m) => m.seq === 1)).toBe(true);
+      } finally {
+        await restarted.stop();
+        await gw.close();
+      }
+    });
+
+    it('an uplink whose handling crashed after the inbox insert is redelivered to the restarted cloud and applied once', async () => {
+      const { s, gw, clock } = await setup();
+      const clientId = `cloud-crash-${newId().slice(-12)}`;
+      const env = { MQTT_CLIENT_ID: clientId, MQTT_CLEAN_SESSION: 'false' };
+      let hits = 0;
+      const crashing = await startCloud(t, broker.url, {
+        clock,
+        env,
+        deps: {
+          crash: (p) => {
+            if (p === 'afterInboxInsert') {
+              hits++;
+              throw new SimulatedCrash(p);
+            }
+          },
+        },
+      });
+      let keyId = '';
+      let ackJti: string | undefined;
+      try {
+        const o = await crashing.issueKey(issueInput(s, 1));
+        if (o.status !== 'applied') throw new Error('issue');
+        keyId = o.state.id;
+        const grant = await waitFor(() => grantsOf(gw.received)[0], 'grant');
+        const ack = await gw.send({
+          type: 'ack',
+          seq: 1,
+          cid: grant.cid,
+          body: { ackOf: grant.jti, ackSeq: 1, result: 'applied', code: 'MESSAGE_APPLIED', keyId, keyVersion: 1 },
+        });
+        ackJti = ack.jti;
+        await waitFor(() => hits > 0, 'crash while handling the ack');
+        expect((await crashing.getKey(keyId))?.status).toBe('issuing');
+      } finally {
+        await crashing.stop();
+      }
+      const restarted = await startCloud(t, broker.url, { clock, env });
+      try {
+        await waitFor(async () => (await restarted.getKey(keyId))?.status === 'active', 'ack applied after restart');
+        expect((await t.db.query('SELECT 1 FROM uplink_inbox WHERE jti = $1', [ackJti])).rowCount).toBe(1);
+        expect((await restarted.listKeyHistory(keyId)).map((h) => h.event)).toEqual(['issue', 'grant_applied']);
       } finally {
         await restarted.stop();
         await gw.close();

@@ -16,6 +16,7 @@ import {
 import type { Queryable } from '../adapters/db/db.js';
 import type { MqttLink } from '../adapters/mqtt/link.js';
 import type { CloudSigner } from '../adapters/signer.js';
+import { SimulatedCrash } from './crash.js';
 import type { AppDeps } from './deps.js';
 import { recordGatewayReport } from './keys.js';
 import { answerResync } from './resync.js';
@@ -80,7 +81,7 @@ export class Uplink {
     const now = this.#app.clock.now();
     const seq = m.type === 'resync.request' ? null : m.seq;
 
-    const outcome = await this.#app.db.transaction(async (tx): Promise<Applied | 'duplicate' | 'seq_reused'> => {
+    const outcome = await this.#withRetry(log, () => this.#app.db.transaction(async (tx): Promise<Applied | 'duplicate' | 'seq_reused'> => {
       const ins = await tx.query(
         `INSERT INTO uplink_inbox (jti, gateway_id, type, seq, cid, result, code, received_at) VALUES ($1,$2,$3,$4,$5,'received','MESSAGE_APPLIED',$6)
          ON CONFLICT DO NOTHING`,
@@ -95,7 +96,7 @@ export class Uplink {
       const applied = await this.#apply(tx, gatewayId, m, now);
       await tx.query('UPDATE uplink_inbox SET result = $2, code = $3 WHERE jti = $1', [m.jti, applied.result, applied.code]);
       return applied;
-    });
+    }));
 
     if (outcome === 'duplicate') {
       log.info({ code: 'DUPLICATE_MESSAGE' satisfies OutcomeCode }, 'duplicate uplink; not applied again');
@@ -111,6 +112,24 @@ export class Uplink {
         .catch((e: unknown) => log.warn({ err: String(e) }, 'resync answer not sent; the gateway asks again'))
         .finally(() => this.#pending.delete(p));
       this.#pending.add(p);
+    }
+  }
+
+  /**
+   * A failed transaction (database briefly unreachable, serialization) is
+   * retried a few times; after that the error propagates, no PUBACK is sent,
+   * and the broker redelivers to the persistent session after a reconnect.
+   * A simulated crash propagates at once, as a dying process would.
+   */
+  async #withRetry<T>(log: AppDeps['log'], fn: () => Promise<T>): Promise<T> {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await fn();
+      } catch (e) {
+        if (e instanceof SimulatedCrash || attempt >= 3) throw e;
+        log.warn({ err: e instanceof Error ? e.message : String(e), attempt }, 'uplink transaction failed; retrying');
+        await new Promise((r) => setTimeout(r, 50 * attempt));
+      }
     }
   }
 
