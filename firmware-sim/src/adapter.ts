@@ -321,7 +321,11 @@ export class SimLock {
     let ready = false;
     client.on('message', (topic, payload) => this.#onMessage(topic, payload));
     client.on('error', (err) => this.#log.warn({ err }, 'mqtt error'));
-    client.on('offline', () => this.#log.info('offline'));
+    client.on('offline', () => {
+      if (this.#client !== client || this.#stopping) return;
+      this.#log.info('connection lost; mqtt.js reconnects by itself');
+      this.#o.onActivity?.({ type: 'disconnected' });
+    });
     // Every (re)connect: the will may have said offline, so say online again and re-publish the retained state.
     client.on('connect', () => {
       if (this.#client !== client || !ready) return;

@@ -1,4 +1,4 @@
-import { asLockId, ManualClock, newId, newPairingSecret, signLockCommand, topics, type LockEvent } from '@tobira/shared';
+import { asLockId, ManualClock, newId, newPairingSecret, signLockCommand, startEmbeddedBroker, topics, type LockEvent } from '@tobira/shared';
 import { mqttBackends, startMqttBackend, type MqttTestBroker } from '@tobira/shared/testing';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { SimLock } from '../src/adapter.js';
@@ -217,3 +217,44 @@ describe.each(mqttBackends())('with real timers (%s)', (backend) => {
     }
   });
 });
+
+// Needs a broker that can cut every connection at once, which only the embedded one can do from a test.
+describe('when the broker drops every connection (aedes)', () => {
+  it('mqtt.js reconnects, and the lock announces online and its state again', async () => {
+    const broker = await startEmbeddedBroker();
+    const gatewayId = 'gw-drop';
+    const secret = newPairingSecret();
+    const clock = new ManualClock(Date.UTC(2026, 10, 29, 9));
+    const gw = new FakeGateway(broker.url, gatewayId, () => secret, clock);
+    await gw.start();
+    const activity: string[] = [];
+    const lock = new SimLock({ url: broker.url, gatewayId, lockId: 'L1', secret, clock, timers: 'manual', onActivity: (a) => activity.push(a.type) });
+    try {
+      await lock.start();
+      await gw.waitFor(isPresence('L1', true));
+      const connects = activity.filter((a) => a === 'connected').length;
+      const seenBefore = gw.seen.length;
+      broker.dropAllConnections();
+      // The observer was cut too (it may miss the will itself; the will is tested with disconnect() above).
+      await until(() => activity.filter((a) => a === 'connected').length > connects);
+      expect(activity).toContain('disconnected');
+      await until(() => lock.connected);
+      await gw.waitFor((s) => isPresence('L1', true)(s) && gw.seen.indexOf(s) >= seenBefore);
+      expect(await retainedOf(broker.url, gatewayId, 'L1')).toMatchObject({ presence: { online: true }, state: { bolt: 'locked' } });
+      // Subscriptions came back too: the lock still opens.
+      expect((await lock.present({ type: 'pin', value: '1234' })).command).toMatchObject({ result: 'executed' });
+    } finally {
+      await lock.stop();
+      await gw.stop();
+      await broker.stop();
+    }
+  });
+});
+
+async function until(cond: () => boolean, timeoutMs = 10_000): Promise<void> {
+  const end = Date.now() + timeoutMs;
+  while (!cond()) {
+    if (Date.now() > end) throw new Error('condition not met in time');
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}

@@ -158,3 +158,27 @@ describe.each(mqttBackends())('a fleet with given ids and secrets (%s)', (backen
     }
   });
 });
+
+describe.each(mqttBackends())('a fleet of 20 locks under concurrent use (%s)', (backend) => {
+  it('every lock presents at once and every one opens with its own command', async () => {
+    const broker = await startMqttBackend(backend);
+    const gatewayId = `gw-${broker.unique}-twenty`;
+    const clock = new ManualClock(Date.UTC(2026, 10, 29, 9));
+    const fleet = await startFleet({ url: broker.url, gatewayId, locks: 20, clock, timers: 'manual' });
+    const gw = new FakeGateway(broker.url, gatewayId, (id) => fleet.secretOf(id), clock);
+    try {
+      await gw.start();
+      const results = await Promise.all(fleet.locks.map((l) => l.present(PIN, { timeoutMs: 10_000 })));
+      expect(results.map((r) => r.command?.result)).toEqual(Array(20).fill('executed'));
+      expect(new Set(results.map((r) => r.command?.commandId)).size).toBe(20);
+      expect(fleet.locks.every((l) => l.bolt === 'unlocked')).toBe(true);
+      clock.advance(gw.holdMs);
+      await fleet.tick();
+      expect(fleet.locks.every((l) => l.bolt === 'locked')).toBe(true);
+    } finally {
+      await fleet.stop();
+      await gw.stop();
+      await broker.stop();
+    }
+  });
+});
