@@ -85,11 +85,12 @@ export function connectCloudLink(
   };
   client.on('connect', (connack) => {
     log.info({ sessionPresent: connack.sessionPresent }, 'cloud broker connected');
+    client.publish(ids.presenceTopic, JSON.stringify({ online: true }), { qos: 1, retain: true });
+    // onConnect (which asks for a resync) only once the subscription stands, so the answer cannot be missed.
     client.subscribe(ids.downTopic, { qos: 1 }, (err) => {
       if (err) log.error({ err }, 'cloud subscribe failed');
+      else handlers.onConnect(connack.sessionPresent);
     });
-    client.publish(ids.presenceTopic, JSON.stringify({ online: true }), { qos: 1, retain: true });
-    handlers.onConnect(connack.sessionPresent);
   });
   client.on('close', () => log.debug('cloud broker connection closed'));
   client.on('error', (err) => log.warn({ err: err.message }, 'cloud broker error'));
