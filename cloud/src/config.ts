@@ -33,6 +33,8 @@ export const CloudConfigSchema = z.object({
   PUBLISH_TIMEOUT_MS: int(10_000, 1),
   /** A resync gap longer than this is answered with a snapshot instead of a replay. */
   RESYNC_REPLAY_MAX: int(1_000, 0),
+  /** Period of the expireKeys sweeper. */
+  EXPIRE_SWEEP_MS: int(60_000, 1),
   /** Crash points to turn into a throw (tests only): comma-separated names. */
   CRASH_AT: z.string().optional(),
 });
@@ -59,6 +61,7 @@ export interface CloudConfig {
     readonly publishTimeoutMs: number;
   };
   readonly resyncReplayMax: number;
+  readonly expireSweepMs: number;
   readonly crashAt: readonly string[];
 }
 
@@ -91,6 +94,7 @@ export function parseConfig(env: Record<string, string | undefined> = process.en
       publishTimeoutMs: c.PUBLISH_TIMEOUT_MS,
     },
     resyncReplayMax: c.RESYNC_REPLAY_MAX,
+    expireSweepMs: c.EXPIRE_SWEEP_MS,
     crashAt: c.CRASH_AT ? c.CRASH_AT.split(',').map((s) => s.trim()).filter(Boolean) : [],
   });
 }

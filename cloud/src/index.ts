@@ -47,6 +47,8 @@ export function createCloud(config: CloudConfig, cloudDeps: CloudDeps = {}) {
   let dispatcher: Dispatcher | undefined;
   let uplink: Uplink | undefined;
   let heartbeat: Heartbeat | undefined;
+  let sweeper: NodeJS.Timeout | undefined;
+  let sweeping = false;
 
   const need = <T>(v: T | undefined): T => {
     if (v === undefined) throw new Error('cloud not started');
@@ -84,9 +86,21 @@ export function createCloud(config: CloudConfig, cloudDeps: CloudDeps = {}) {
       await uplink.start();
       await dispatcher.start();
       heartbeat.start();
+      sweeper = setInterval(() => {
+        if (sweeping) return;
+        sweeping = true;
+        keys
+          .expireKeys(app())
+          .catch((e: unknown) => log.warn({ err: String(e) }, 'expire sweep failed'))
+          .finally(() => {
+            sweeping = false;
+          });
+      }, config.expireSweepMs);
+      sweeper.unref();
     },
 
     async stop(): Promise<void> {
+      if (sweeper) clearInterval(sweeper);
       heartbeat?.stop();
       await dispatcher?.stop();
       await uplink?.stop();

@@ -87,12 +87,11 @@ export async function answerResync(app: AppDeps, r: ResyncDeps, gatewayId: strin
       'SELECT seq, jti, type, body, cid FROM outbox WHERE gateway_id = $1 AND seq > $2 AND seq <= $3 ORDER BY seq',
       [gatewayId, from, lastSeq],
     );
-    if (rows.rows.length === lastSeq - from) {
+    // sign everything first: a row that cannot be signed (a poison row) makes it a snapshot instead
+    const tokens = rows.rows.length === lastSeq - from ? await Promise.all(rows.rows.map((row) => signRow(r.signer, { ...row, gatewayId }, app.clock).catch(() => null))) : [];
+    if (tokens.length > 0 && tokens.every((x) => x !== null)) {
       await answer({ requestId: req.body.requestId, mode: 'replay', fromSeq: from + 1, toSeq: lastSeq, snapshotId: null });
-      for (const row of rows.rows) {
-        const token = await signRow(r.signer, { ...row, gatewayId }, app.clock);
-        await r.link.publish(topics.gatewayDown(gatewayId), token, r.publishTimeoutMs);
-      }
+      for (const token of tokens) await r.link.publish(topics.gatewayDown(gatewayId), token as string, r.publishTimeoutMs);
       log.info({ fromSeq: from + 1, toSeq: lastSeq }, 'resync: replayed');
       return 'replay';
     }
