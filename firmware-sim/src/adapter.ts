@@ -357,7 +357,8 @@ export class SimLock {
     const { lock, outputs } = onMessage(this.#lock, i, this.#clock.now(), this.#ids);
     this.#lock = lock;
     for (const o of outputs) {
-      this.#o.onActivity?.({ type: 'output', output: o });
+      // The boot before the first connect is announced by the connect itself, not as an output.
+      if (publish) this.#o.onActivity?.({ type: 'output', output: o });
       if (o.kind === 'event' && o.event.kind === 'command_result') this.#recordResult(o.event.commandId, o.event.result, o.event.code, lock.bolt);
     }
     this.#armDeadline();
