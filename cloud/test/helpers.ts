@@ -57,3 +57,11 @@ export async function seed(d: AppDeps, opts: { gatewayId?: string } = {}) {
 }
 
 export { parseConfig } from '../src/config.js';
+
+/** A logger whose JSON lines a test can read back. */
+export async function capturingLogger(): Promise<{ log: Logger; lines: Record<string, unknown>[] }> {
+  const { pino } = await import('pino');
+  const lines: Record<string, unknown>[] = [];
+  const log = pino({ level: 'debug' }, { write: (s: string) => void lines.push(JSON.parse(s) as Record<string, unknown>) });
+  return { log, lines };
+}

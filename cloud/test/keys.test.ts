@@ -4,7 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { crashAt, SimulatedCrash } from '../src/app/crash.js';
 import { expireKeys, getKey, issueKey, listKeyHistory, recordGatewayReport, revokeKey } from '../src/app/keys.js';
 import { asGatewayId, asKeyId, newCorrelationId } from '@tobira/shared';
-import { DAY, T0, deps, openTestDb, seed, type TestDb } from './helpers.js';
+import { DAY, T0, capturingLogger, deps, openTestDb, seed, type TestDb } from './helpers.js';
 
 describe.each(pgBackends())('entry-key verbs on %s', (backend) => {
   let t: TestDb;
@@ -182,6 +182,26 @@ describe.each(pgBackends())('entry-key verbs on %s', (backend) => {
       expect(r.expired).not.toContain(long.state.id);
       expect(await getKey(d, short.state.id)).toMatchObject({ status: 'expired', revision: 2 });
       expect(await getKey(d, long.state.id)).toMatchObject({ status: 'issuing', revision: 1 });
+    });
+  });
+
+  describe('logs', () => {
+    it('carry the command cid on every line a verb writes', async () => {
+      const { log, lines } = await capturingLogger();
+      const d = { ...deps(t.db), log };
+      const s = await seed(d);
+      const cid = newCorrelationId();
+      const o = await issue(d, s, { cid });
+      if (o.status !== 'applied') throw new Error('issue');
+      const rcid = newCorrelationId();
+      await revokeKey(d, { keyId: o.state.id, reason: 'staff_revoked', cid: rcid });
+      const verbLines = lines.filter((l) => l.verb !== undefined);
+      expect(verbLines.length).toBeGreaterThanOrEqual(2);
+      expect(verbLines.filter((l) => l.verb === 'issueKey').every((l) => l.cid === cid)).toBe(true);
+      expect(verbLines.filter((l) => l.verb === 'revokeKey').every((l) => l.cid === rcid)).toBe(true);
+      expect(verbLines.filter((l) => l.verb === 'revokeKey').length).toBeGreaterThan(0);
+      // and the cid travels in the outbox row
+      expect((await outboxOf(s.gatewayId)).map((r) => r.cid)).toEqual([cid, rcid]);
     });
   });
 

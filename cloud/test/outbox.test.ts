@@ -4,7 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { backoffMs } from '../src/adapters/outbox/fail.js';
 import { SimulatedCrash, crashAt } from '../src/app/crash.js';
 import { newId } from '@tobira/shared';
-import { DAY, T0, openTestDb, seed, deps, type TestDb } from './helpers.js';
+import { DAY, T0, capturingLogger, openTestDb, seed, deps, type TestDb } from './helpers.js';
 import { cloudSigningKey, startCloud } from './cloud-helpers.js';
 import { fakeGateway, startCutProxy, waitFor } from './mqtt-helpers.js';
 
@@ -55,14 +55,20 @@ describe.each(pgBackends())('outbox dispatcher on %s', (pgBackend) => {
 
     it('publishes a queued grant, signed and carrying the command cid, and marks it sent after the PUBACK', async () => {
       const { s, gw, clock } = await setup();
-      const cloud = await startCloud(t, broker.url, { clock });
+      const { log, lines } = await capturingLogger();
+      const cloud = await startCloud(t, broker.url, { clock, deps: { log } });
       try {
         const o = await cloud.issueKey(issueInput(s, 1));
         expect(o.status).toBe('applied');
+        if (o.status !== 'applied') return;
         await waitFor(async () => (await cloud.listOutbox(s.gatewayId)).every((r) => r.status === 'sent'), 'row sent');
         const m = await waitFor(() => grantsOf(gw.received)[0], 'grant at the gateway');
-        expect(m).toMatchObject({ type: 'key.grant', seq: 1, cid: o.cid, iss: 'tobira-cloud', aud: s.gatewayId });
+        expect(m).toMatchObject({ type: 'key.grant', seq: 1, cid: o.cid, iss: 'tobira-cloud', aud: s.gatewayId, jti: o.emits[0]?.jti });
         expect(gw.rejected).toEqual([]);
+        // every dispatcher line about the row carries the command's cid
+        const rowLines = lines.filter((l) => l.jti === m.jti);
+        expect(rowLines.some((l) => l.msg === 'outbox row sent')).toBe(true);
+        expect(rowLines.every((l) => l.cid === o.cid)).toBe(true);
       } finally {
         await cloud.stop();
         await gw.close();

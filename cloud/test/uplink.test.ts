@@ -1,3 +1,6 @@
+import fc from 'fast-check';
+import { Uplink } from '../src/app/uplink.js';
+import { NotConnected, type MqttLink } from '../src/adapters/mqtt/link.js';
 import { ManualClock, newId, newMessageId, type DownlinkMessage, type KeyPairJwk } from '@tobira/shared';
 import { mqttBackends, pgBackends, startMqttBackend, type MqttTestBroker } from '@tobira/shared/testing';
 import { generateSigningKeyPair, importSigningKey, signMessage, topics, type UplinkMessage } from '@tobira/shared';
@@ -10,6 +13,8 @@ import { fakeGateway, waitFor, type FakeGateway } from './mqtt-helpers.js';
 
 type Seq = Extract<DownlinkMessage, { seq: number }>;
 const sequenced = (msgs: DownlinkMessage[]) => msgs.filter((m): m is Seq => m.type === 'key.grant' || m.type === 'key.revoke');
+
+const cloud0 = (t: TestDb) => t.db.query('SELECT id FROM rejected_uplinks');
 
 describe('snapshot chunking', () => {
   it('keeps every part under the budget and loses no key or tombstone', () => {
@@ -42,6 +47,50 @@ describe.each(pgBackends())('uplink inbox on %s', (pgBackend) => {
   });
   afterAll(async () => {
     await t.close();
+  });
+
+  describe('fuzzed uplinks', () => {
+    it('never crash the inbox: every malformed payload or topic is rejected and recorded', async () => {
+      const d = deps(t.db);
+      const s = await seed(d);
+      // the inbox's own port, disconnected: fuzzing needs no broker (nothing here publishes)
+      const link: MqttLink = {
+        connected: false,
+        publish: () => Promise.reject(new NotConnected()),
+        onMessage: () => {},
+        subscribe: async () => {},
+        onConnect: () => {},
+        close: async () => {},
+      };
+      const key = await cloudSigningKey();
+      const inbox = new Uplink(d, { link, signer: { issuer: 'tobira-cloud', key: await importSigningKey(key.privateJwk), jwks: { keys: [key.publicJwk] } }, replayMax: 10, publishTimeoutMs: 100 });
+      const before = (await cloud0(t)).rowCount;
+      let runs = 0;
+      await fc.assert(
+        fc.asyncProperty(
+          fc.oneof(
+            fc.constant(topics.gatewayUp(s.gatewayId)),
+            fc.constant(topics.gatewayPresence(s.gatewayId)),
+            fc.string({ maxLength: 80 }),
+            fc.constant('tobira/v1/gw/+/up'),
+          ),
+          fc.oneof(
+            fc.uint8Array({ maxLength: 300 }).map((b) => Buffer.from(b)),
+            fc.string({ maxLength: 300 }).map((x) => Buffer.from(x)),
+            fc.tuple(fc.base64String(), fc.base64String(), fc.base64String()).map(([a, b, c]) => Buffer.from(`${a}.${b}.${c}`.replace(/[+/=]/g, '_'))),
+            fc.constant(Buffer.alloc(70 * 1024, 65)),
+          ),
+          async (topic, payload) => {
+            runs++;
+            await inbox.handle(topic, payload);
+          },
+        ),
+        { numRuns: 150 },
+      );
+      const after = (await cloud0(t)).rowCount;
+      expect(after - before).toBeGreaterThan(runs / 2);
+      expect((await t.db.query('SELECT 1 FROM uplink_inbox WHERE gateway_id = $1', [s.gatewayId])).rowCount).toBe(0);
+    });
   });
 
   describe.each(mqttBackends())('with %s', (mqttBackend) => {
