@@ -3,11 +3,11 @@ import { mkdtempSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { encodeSecret, newPairingSecret } from '@tobira/shared';
+import { encodeSecret, newPairingSecret, systemClock } from '@tobira/shared';
 import { mqttBackends, startMqttBackend } from '@tobira/shared/testing';
 import { describe, expect, it } from 'vitest';
 import { CliError, parseCli, parseSecretsFile } from '../src/cli-args.js';
-import { retainedOf } from './fake-gateway.js';
+import { FakeGateway, retainedOf } from './fake-gateway.js';
 
 const root = resolve(fileURLToPath(import.meta.url), '../../..');
 const cli = join(root, 'firmware-sim/src/cli.ts');
@@ -114,6 +114,52 @@ describe.each(mqttBackends())('the CLI as a process (%s)', (backend) => {
       for (const id of ['L1', 'L2']) expect((await retainedOf(broker.url, gatewayId, id)).presence).toEqual({ online: false });
     } finally {
       child.kill('SIGKILL');
+      await broker.stop();
+    }
+  });
+});
+
+describe.each(mqttBackends())('the CLI, interactive (%s)', (backend) => {
+  it('--present prints the outcome; stdin commands drive the locks; end of input stops cleanly', async () => {
+    const broker = await startMqttBackend(backend);
+    const gatewayId = `gw-${broker.unique}-repl`;
+    const dir = mkdtempSync(join(tmpdir(), 'tobira-sim-'));
+    const secretsFile = join(dir, 'secrets.json');
+    const secret = newPairingSecret();
+    writeFileSync(secretsFile, JSON.stringify({ L1: encodeSecret(secret) }));
+    const gw = new FakeGateway(broker.url, gatewayId, () => secret, systemClock);
+    await gw.start();
+    const child = spawn(
+      process.execPath,
+      ['--import', 'tsx', cli, '-g', gatewayId, '--lock-ids', 'L1', '--mqtt', broker.url, '--secrets', secretsFile, '--present', 'L1:pin:1234', '-i'],
+      { cwd: root, env: { ...process.env, LOG_LEVEL: 'silent' }, stdio: ['pipe', 'pipe', 'pipe'] },
+    );
+    let stdout = '';
+    const exited = new Promise<number | null>((r) => child.on('exit', (code) => r(code)));
+    const printed = (s: string) =>
+      new Promise<void>((resolveSeen, reject) => {
+        const check = () => {
+          if (stdout.includes(s)) resolveSeen();
+        };
+        child.stdout.on('data', check);
+        check();
+        void exited.then(() => (stdout.includes(s) ? resolveSeen() : reject(new Error(`exited before printing ${s}: ${stdout}`))));
+      });
+    child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
+    try {
+      await printed('result L1');
+      expect(stdout).toMatch(/result L1 .*"status":"decided".*"result":"executed"/);
+      expect(stdout).not.toContain('1234');
+      child.stdin.write('tamper L1\nforce L1\nstatus\n');
+      await gw.waitFor((s) => s.channel === 'event' && s.value.kind === 'tamper');
+      await printed('ALARM     tamper');
+      await printed('door open');
+      child.stdin.end();
+      expect(await exited).toBe(0);
+      await gw.waitFor((s) => s.channel === 'presence' && !s.value.online);
+    } finally {
+      child.kill('SIGKILL');
+      await gw.stop();
       await broker.stop();
     }
   });
