@@ -218,6 +218,16 @@ describe.each(pgBackends())('entry-key verbs on %s', (backend) => {
       expect((await t.db.query(`UPDATE keys SET updated_at = updated_at WHERE id = $1`, [o.state.id])).rowCount).toBe(1);
     });
 
+    it('reports a row that cannot be a key as CorruptRow, never as a half-built key', async () => {
+      const d = deps(t.db);
+      const s = await seed(d);
+      const o = await issue(d, s);
+      if (o.status !== 'applied') throw new Error('issue');
+      await t.db.query(`UPDATE keys SET doors = '"not-a-list"'::jsonb WHERE id = $1`, [o.state.id]);
+      await expect(getKey(d, o.state.id)).rejects.toThrow(/corrupt row in keys/);
+      await expect(revokeKey(d, { keyId: o.state.id, reason: 'staff_revoked' })).rejects.toThrow(/corrupt row/);
+    });
+
     it('refuses updating or deleting key history', async () => {
       const d = deps(t.db);
       const s = await seed(d);

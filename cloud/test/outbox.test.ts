@@ -194,6 +194,40 @@ describe.each(pgBackends())('outbox dispatcher on %s', (pgBackend) => {
       }
     });
 
+    it('a commit in one replica wakes another replica through LISTEN/NOTIFY (no poll needed)', async () => {
+      const { s, gw, clock } = await setup();
+      const proxy = await startCutProxy(broker.url);
+      const noPoll = { DISPATCH_POLL_MS: '3600000' };
+      // writer: its broker link is cut, so its own dispatcher cannot send
+      const writer = await startCloud(t, proxy.url, { clock, env: noPoll, ownPool: true });
+      const sender = await startCloud(t, broker.url, { clock, env: noPoll });
+      try {
+        await proxy.cut();
+        await waitFor(() => !writer.mqttConnected, 'writer offline');
+        const o = await writer.issueKey(issueInput(s, 1));
+        expect(o.status).toBe('applied');
+        await waitFor(async () => (await sender.listOutbox(s.gatewayId))[0]?.status === 'sent', 'row sent by the other replica');
+        await waitFor(() => grantsOf(gw.received)[0], 'grant at the gateway');
+      } finally {
+        await writer.stop();
+        await sender.stop();
+        await proxy.stop();
+        await gw.close();
+      }
+    });
+
+    it('sends heartbeats on its own timer', async () => {
+      const { gw, clock } = await setup();
+      const cloud = await startCloud(t, broker.url, { clock, env: { HEARTBEAT_INTERVAL_MS: '100' } });
+      try {
+        const hb = await waitFor(() => gw.received.find((m) => m.type === 'heartbeat'), 'heartbeat');
+        expect(hb).toMatchObject({ body: { lastSeq: 0, intervalMs: 100 } });
+      } finally {
+        await cloud.stop();
+        await gw.close();
+      }
+    });
+
     it('dead-letters a row that fails every attempt, shows it, and retries it on request', async () => {
       const { s, gw, clock } = await setup();
       const cloud = await startCloud(t, broker.url, { clock, env: { DISPATCH_MAX_ATTEMPTS: '3', DISPATCH_BACKOFF_BASE_MS: '1000' } });
