@@ -121,13 +121,16 @@ export class FakeCloud {
   async connect(url: string): Promise<void> {
     const gwKeys = await KeySet.fromJwks({ keys: [this.f.gatewayPair.publicJwk] });
     const c = connectMqtt(url, { protocolVersion: 4, clientId: `cloud-${this.f.gatewayId}-${counter++}`, clean: true });
+    // Verify one message at a time so `uplink` keeps broker order (verification is async).
+    let chain: Promise<void> = Promise.resolve();
     c.on('message', (_t, payload) => {
       const text = payload.toString();
-      void verifyMessage(text, { keys: gwKeys, issuer: this.f.gatewayId, audience: CLOUD_ISSUER, schema: UplinkMessage, clock: this.f.clock, clockToleranceSeconds: 10 ** 7 }).then((v) => {
+      chain = chain.then(() => verifyMessage(text, { keys: gwKeys, issuer: this.f.gatewayId, audience: CLOUD_ISSUER, schema: UplinkMessage, clock: this.f.clock, clockToleranceSeconds: 10 ** 7 }).then((v) => {
         if (!v.ok) throw new Error(`uplink does not verify: ${v.code} ${v.detail}`);
         this.rawUplink.push(text);
-        this.uplink.push(v.message);
-      });
+        // The cloud deduplicates by jti (QoS 1 and outbox resends are at least once); so does this fake.
+        if (!this.uplink.some((m) => m.jti === v.message.jti)) this.uplink.push(v.message);
+      }));
     });
     await waitConnected(c);
     await c.subscribeAsync(topics.gatewayUp(this.f.gatewayId), { qos: 1 });
