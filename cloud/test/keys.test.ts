@@ -4,7 +4,10 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { crashAt, SimulatedCrash } from '../src/app/crash.js';
 import { expireKeys, getKey, issueKey, listKeyHistory, recordGatewayReport, revokeKey } from '../src/app/keys.js';
 import { asGatewayId, asKeyId, newCorrelationId } from '@tobira/shared';
-import { DAY, T0, capturingLogger, deps, openTestDb, seed, type TestDb } from './helpers.js';
+import { DAY, T0, capturingLogger, deps, openTestDb, seed, testLog, type TestDb } from './helpers.js';
+import { migrate } from '../src/adapters/db/migrate.js';
+import { createDoor, createPerson, createSite, registerGateway } from '../src/app/registry.js';
+import { generateSigningKeyPair } from '@tobira/shared';
 
 describe.each(pgBackends())('entry-key verbs on %s', (backend) => {
   let t: TestDb;
@@ -31,6 +34,41 @@ describe.each(pgBackends())('entry-key verbs on %s', (backend) => {
       ...over,
     });
   }
+
+  describe('migrations', () => {
+    it('are recorded and applied once', async () => {
+      const versions = (await t.db.query<{ version: number }>('SELECT version FROM schema_migrations ORDER BY version')).rows.map((r) => r.version);
+      expect(versions).toEqual([1, 2]);
+      expect(await migrate(t.db, testLog, T0)).toEqual([]);
+    });
+  });
+
+  describe('bad input', () => {
+    it('is refused with a code and writes nothing', async () => {
+      const d = deps(t.db);
+      const s = await seed(d);
+      expect(await issue(d, s, { credential: { type: 'pin', value: 'abc' } })).toMatchObject({ status: 'refused', code: 'INVALID_CREDENTIAL' });
+      expect(await issue(d, s, { credential: { type: 'card', value: 'XYZ!' } })).toMatchObject({ status: 'refused', code: 'INVALID_CREDENTIAL' });
+      expect(await issue(d, s, { keyId: 'has space' })).toMatchObject({ status: 'refused', code: 'INVALID_REQUEST' });
+      expect(await issue(d, s, { schedule: { timeZone: 'Asia/Tokyo', windows: [{ days: [9], start: '25:00', end: '10:00' }] } })).toMatchObject({
+        status: 'refused',
+        code: 'INVALID_SCHEDULE',
+      });
+      expect(await revokeKey(d, { keyId: 'k', reason: 'bored' as never })).toMatchObject({ status: 'refused', code: 'INVALID_REQUEST' });
+      expect(await outboxOf(s.gatewayId)).toEqual([]);
+      expect(await createDoor(d, { id: s.doorA, gatewayId: s.gatewayId, name: 'again' })).toMatchObject({ status: 'refused', code: 'ALREADY_EXISTS' });
+      expect(await createDoor(d, { id: 'bad id', gatewayId: s.gatewayId, name: 'x' })).toMatchObject({ status: 'refused', code: 'INVALID_REQUEST' });
+      expect(await createDoor(d, { gatewayId: 'gw-nope', name: 'x' })).toMatchObject({ status: 'refused', code: 'GATEWAY_NOT_FOUND' });
+      expect(await createPerson(d, { id: s.personId, name: 'x' })).toMatchObject({ status: 'refused', code: 'ALREADY_EXISTS' });
+      expect(await createSite(d, { id: s.siteId, name: 'x' })).toMatchObject({ status: 'refused', code: 'ALREADY_EXISTS' });
+      const pair = await generateSigningKeyPair();
+      const cloud = { issuer: 'tobira-cloud', jwks: { keys: [] } };
+      expect(await registerGateway(d, cloud, { gatewayId: s.gatewayId, siteId: s.siteId, publicJwk: pair.publicJwk })).toMatchObject({ code: 'GATEWAY_ALREADY_EXISTS' });
+      expect(await registerGateway(d, cloud, { gatewayId: `gw-x-${s.u}`, siteId: s.siteId, publicJwk: pair.privateJwk })).toMatchObject({ code: 'INVALID_PUBLIC_KEY' });
+      expect(await registerGateway(d, cloud, { gatewayId: `gw-x-${s.u}`, siteId: 'nope', publicJwk: pair.publicJwk })).toMatchObject({ code: 'SITE_NOT_FOUND' });
+      expect(await registerGateway(d, cloud, { gatewayId: 'bad/id', siteId: s.siteId, publicJwk: pair.publicJwk })).toMatchObject({ code: 'INVALID_REQUEST' });
+    });
+  });
 
   describe('when a key is issued', () => {
     it('stores the digest (never the clear PIN), writes history and queues the grant with seq 1', async () => {

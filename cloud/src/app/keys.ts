@@ -23,6 +23,7 @@ import { enqueue, type Enqueued } from '../adapters/outbox/enqueue.js';
 import * as domain from '../domain/keys.js';
 import type { EntryKey, KeyOutcome } from '../domain/keys.js';
 import type { AppDeps } from './deps.js';
+import { RevokeKeyInput as RevokeKeySchema, check, checkIssue } from './inputs.js';
 
 /** A verb's answer to its caller: the domain outcome, with the outbox rows it queued. */
 export type KeyResult = Outcome<EntryKey, Enqueued> & { readonly cid: CorrelationId };
@@ -120,6 +121,8 @@ export interface IssueKeyInput {
 
 export async function issueKey(deps: AppDeps, input: IssueKeyInput): Promise<KeyResult> {
   const cid = input.cid ?? newCorrelationId();
+  const invalid = checkIssue(input);
+  if (invalid) return { ...invalid, cid };
   const keyId = asKeyId(input.keyId ?? newId());
   const pre = await deps.db.query<{ kind: string; id: string; gateway_id: string | null; pepper: string | null }>(
     `SELECT 'person' AS kind, id, NULL AS gateway_id, NULL AS pepper FROM people WHERE id = $1
@@ -172,8 +175,10 @@ export interface RevokeKeyInput {
   readonly cid?: CorrelationId;
 }
 
-export function revokeKey(deps: AppDeps, input: RevokeKeyInput): Promise<KeyResult> {
+export async function revokeKey(deps: AppDeps, input: RevokeKeyInput): Promise<KeyResult> {
   const cid = input.cid ?? newCorrelationId();
+  const invalid = check(RevokeKeySchema, input);
+  if (invalid) return { ...invalid, cid };
   const cmd: domain.RevokeKeyCommand =
     input.expectedRevision === undefined ? { reason: input.reason, cid } : { reason: input.reason, cid, expectedRevision: input.expectedRevision };
   return transition(deps, 'revokeKey', input.keyId, cid, (current, now) => domain.revokeKey(current, cmd, now));

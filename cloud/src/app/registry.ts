@@ -2,7 +2,6 @@ import { randomBytes } from 'node:crypto';
 import {
   KeySet,
   applied,
-  isSlug,
   newId,
   refused,
   topics,
@@ -13,6 +12,13 @@ import {
 type JWK = Jwks['keys'][number];
 import { pgErrorCode } from '../adapters/db/db.js';
 import type { AppDeps } from './deps.js';
+import { CreateDoorInput, CreatePersonInput, CreateSiteInput, RegisterGatewayInput, check } from './inputs.js';
+import type { Queryable } from '../adapters/db/db.js';
+
+/** Inserts a setup row; a taken id is ALREADY_EXISTS, judged by rows affected. */
+async function insertNew(q: Queryable, sql: string, params: unknown[]): Promise<boolean> {
+  return (await q.query(`${sql} ON CONFLICT (id) DO NOTHING`, params)).rowCount === 1;
+}
 
 /**
  * Sites, gateways, doors and people: setup data, plain inserts that answer
@@ -29,19 +35,22 @@ export async function createSite(
   deps: AppDeps,
   input: { id?: string; name: string; timeZone?: string; offlineGraceSeconds?: number },
 ): Promise<Outcome<Site>> {
+  const invalid = check(CreateSiteInput, input);
+  if (invalid) return invalid;
   const site: Site = {
     id: input.id ?? newId(),
     name: input.name,
     timeZone: input.timeZone ?? 'Asia/Tokyo',
     offlineGraceSeconds: input.offlineGraceSeconds ?? 300,
   };
-  await deps.db.query('INSERT INTO sites (id, name, time_zone, offline_grace_seconds, created_at) VALUES ($1,$2,$3,$4,$5)', [
+  const ok = await insertNew(deps.db, 'INSERT INTO sites (id, name, time_zone, offline_grace_seconds, created_at) VALUES ($1,$2,$3,$4,$5)', [
     site.id,
     site.name,
     site.timeZone,
     site.offlineGraceSeconds,
     deps.clock.now(),
   ]);
+  if (!ok) return refused('ALREADY_EXISTS', `site ${site.id}`);
   return applied('MESSAGE_APPLIED', site);
 }
 
@@ -62,7 +71,8 @@ export async function registerGateway(
   cloud: { issuer: string; jwks: Jwks },
   input: { gatewayId: string; siteId: string; publicJwk: JWK },
 ): Promise<Outcome<GatewayProvisioning>> {
-  if (!isSlug(input.gatewayId)) return refused('GATEWAY_NOT_FOUND', 'gateway id must be a slug');
+  const invalid = check(RegisterGatewayInput, input);
+  if (invalid) return invalid;
   try {
     const { d: _private, ...pub } = input.publicJwk;
     if (_private !== undefined) return refused('INVALID_PUBLIC_KEY', 'a private key was sent');
@@ -108,17 +118,20 @@ export interface Door {
 }
 
 export async function createDoor(deps: AppDeps, input: { id?: string; gatewayId: string; name: string }): Promise<Outcome<Door>> {
+  const invalid = check(CreateDoorInput, input);
+  if (invalid) return invalid;
   const gw = await deps.db.query<{ site_id: string }>('SELECT site_id FROM gateways WHERE id = $1', [input.gatewayId]);
   const siteId = gw.rows[0]?.site_id;
   if (siteId === undefined) return refused('GATEWAY_NOT_FOUND');
   const door: Door = { id: input.id ?? newId(), siteId, gatewayId: input.gatewayId, name: input.name };
-  await deps.db.query('INSERT INTO doors (id, site_id, gateway_id, name, created_at) VALUES ($1,$2,$3,$4,$5)', [
+  const ok = await insertNew(deps.db, 'INSERT INTO doors (id, site_id, gateway_id, name, created_at) VALUES ($1,$2,$3,$4,$5)', [
     door.id,
     door.siteId,
     door.gatewayId,
     door.name,
     deps.clock.now(),
   ]);
+  if (!ok) return refused('ALREADY_EXISTS', `door ${door.id}`);
   return applied('MESSAGE_APPLIED', door);
 }
 
@@ -128,7 +141,10 @@ export interface Person {
 }
 
 export async function createPerson(deps: AppDeps, input: { id?: string; name: string }): Promise<Outcome<Person>> {
+  const invalid = check(CreatePersonInput, input);
+  if (invalid) return invalid;
   const person: Person = { id: input.id ?? newId(), name: input.name };
-  await deps.db.query('INSERT INTO people (id, name, created_at) VALUES ($1,$2,$3)', [person.id, person.name, deps.clock.now()]);
+  const ok = await insertNew(deps.db, 'INSERT INTO people (id, name, created_at) VALUES ($1,$2,$3)', [person.id, person.name, deps.clock.now()]);
+  if (!ok) return refused('ALREADY_EXISTS', `person ${person.id}`);
   return applied('MESSAGE_APPLIED', person);
 }

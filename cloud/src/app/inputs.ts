@@ -1,0 +1,70 @@
+import { z } from 'zod';
+import {
+  CorrelationId,
+  CredentialType,
+  DoorId,
+  GatewayId,
+  KeyId,
+  PersonId,
+  PresentedCredential,
+  RevokeReason,
+  Schedule,
+  SiteId,
+  refused,
+  summarizeIssues,
+  type OutcomeCode,
+} from '@tobira/shared';
+
+/**
+ * Boundary schemas of the programmatic API (the HTTP layer validates again
+ * with its own schemas). Ids must be valid on the wire: an id that could not
+ * be signed into a grant would make an outbox row that can never be sent.
+ */
+const Name = z.string().min(1).max(200);
+const Millis = z.int().nonnegative();
+
+export const CreateSiteInput = z.strictObject({
+  id: SiteId.optional(),
+  name: Name,
+  timeZone: z.string().min(1).max(64).optional(),
+  offlineGraceSeconds: z.int().min(0).max(7 * 86_400).optional(),
+});
+export const RegisterGatewayInput = z.strictObject({ gatewayId: GatewayId, siteId: SiteId, publicJwk: z.record(z.string(), z.unknown()) });
+export const CreateDoorInput = z.strictObject({ id: DoorId.optional(), gatewayId: GatewayId, name: Name });
+export const CreatePersonInput = z.strictObject({ id: PersonId.optional(), name: Name });
+export const IssueKeyInput = z.strictObject({
+  keyId: KeyId.optional(),
+  personId: PersonId,
+  doors: z.array(DoorId).min(1).max(256),
+  credential: z.strictObject({ type: CredentialType, value: z.string().max(256) }),
+  validFrom: Millis,
+  validUntil: Millis,
+  schedule: z.unknown().optional(),
+  offlineCapable: z.boolean().optional(),
+  cid: CorrelationId.optional(),
+});
+export const RevokeKeyInput = z.strictObject({
+  keyId: KeyId,
+  reason: RevokeReason,
+  expectedRevision: z.int().positive().optional(),
+  cid: CorrelationId.optional(),
+});
+
+type Refusal = ReturnType<typeof refused<OutcomeCode>>;
+
+/** Checks an input; undefined when valid, else the refusal to return. */
+export function check(schema: z.ZodType, input: unknown, code: OutcomeCode = 'INVALID_REQUEST'): Refusal | undefined {
+  const r = schema.safeParse(input);
+  return r.success ? undefined : refused(code, summarizeIssues(r.error));
+}
+
+/** Issue-specific checks: credential format for its type, and the schedule schema. */
+export function checkIssue(input: unknown): Refusal | undefined {
+  const bad = check(IssueKeyInput, input);
+  if (bad) return bad;
+  const i = input as z.infer<typeof IssueKeyInput>;
+  const cred = check(PresentedCredential, i.credential, 'INVALID_CREDENTIAL');
+  if (cred) return cred;
+  if (i.schedule !== undefined && i.schedule !== null) return check(Schedule, i.schedule, 'INVALID_SCHEDULE');
+  return undefined;
+}
