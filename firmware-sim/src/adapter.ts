@@ -159,7 +159,7 @@ export class SimLock {
   #deadlineTimer: NodeJS.Timeout | null = null;
   readonly #delayed = new Set<NodeJS.Timeout>();
   readonly #decisionWaiters = new Map<string, (d: LockDecision) => void>();
-  readonly #resultWaiters = new Map<string, (r: CommandOutcome) => void>();
+  readonly #resultListeners = new Set<(r: CommandOutcome) => void>();
   readonly #recentResults = new Map<string, CommandOutcome>();
   #stopping = false;
 
@@ -277,28 +277,49 @@ export class SimLock {
     if (!this.connected) return { status: 'offline', requestId, decision: null, command: null, waitedFor: null, bolt: this.bolt };
     const deadline = Date.now() + timeoutMs;
     const decision = new Promise<LockDecision>((resolve) => this.#decisionWaiters.set(requestId, resolve));
+    // Results of commands handled from now on: the command may arrive before the decision, and an
+    // earlier delivery of the same id (the gateway replaying an old command) must not count.
+    const results = new Map<string, CommandOutcome>();
+    const wanted = new Map<string, (r: CommandOutcome) => void>();
+    const listener = (r: CommandOutcome) => {
+      if (!results.has(r.commandId)) results.set(r.commandId, r);
+      wanted.get(r.commandId)?.(r);
+    };
+    this.#resultListeners.add(listener);
     try {
       // Not awaited on purpose: the publish ack may come after the decision, and an outage must not hang us.
       void this.#step({ type: 'present', requestId, credential }, true);
       const d = await raceTimeout(decision, timeoutMs);
       if (d === null) return { status: 'timeout', requestId, decision: null, command: null, waitedFor: 'decision', bolt: this.bolt };
       if (!d.allowed || d.commandId === null) return { status: 'decided', requestId, decision: d, command: null, waitedFor: null, bolt: this.bolt };
-      const c = await this.waitForCommand(d.commandId, Math.max(0, deadline - Date.now()));
+      const commandId = d.commandId;
+      const c = results.get(commandId) ?? (await raceTimeout(new Promise<CommandOutcome>((resolve) => wanted.set(commandId, resolve)), Math.max(0, deadline - Date.now())));
       return { status: 'decided', requestId, decision: d, command: c, waitedFor: c ? null : 'command', bolt: this.bolt };
     } finally {
       this.#decisionWaiters.delete(requestId);
+      this.#resultListeners.delete(listener);
     }
   }
 
-  /** What the lock did with a command id (recent ones are remembered), waiting up to `timeoutMs`; null on timeout. */
+  /**
+   * What the lock did with a command id, waiting up to `timeoutMs`; null on timeout. The first result
+   * for an id is remembered (the last 256 ids), so a later replay's refusal does not hide that the
+   * original was executed. `present()` instead reports the delivery that followed its own request.
+   */
   async waitForCommand(commandId: string, timeoutMs = 5000): Promise<CommandOutcome | null> {
     const known = this.#recentResults.get(commandId);
     if (known) return known;
-    const p = new Promise<CommandOutcome>((resolve) => this.#resultWaiters.set(commandId, resolve));
+    let listener: ((r: CommandOutcome) => void) | null = null;
+    const p = new Promise<CommandOutcome>((resolve) => {
+      listener = (r) => {
+        if (r.commandId === commandId) resolve(r);
+      };
+      this.#resultListeners.add(listener);
+    });
     try {
       return await raceTimeout(p, timeoutMs);
     } finally {
-      this.#resultWaiters.delete(commandId);
+      if (listener) this.#resultListeners.delete(listener);
     }
   }
 
@@ -376,7 +397,7 @@ export class SimLock {
         if (oldest !== undefined) this.#recentResults.delete(oldest);
       }
     }
-    this.#resultWaiters.get(commandId)?.(r);
+    for (const l of [...this.#resultListeners]) l(r);
   }
 
   #armDeadline(): void {

@@ -108,6 +108,10 @@ export class Fleet {
   secrets(): Record<string, string> {
     return Object.fromEntries([...this.#secrets].map(([id, s]) => [id, encodeSecret(s)]));
   }
+  /** The `locks` entries of a gateway config for this fleet (gateway/src/config.ts). Handle as a secret. */
+  gatewayLocks(doorOf: (lockId: string) => string = (id) => `door-${id}`): { lockId: string; doorId: string; pairingSecret: string }[] {
+    return [...this.#secrets].map(([lockId, s]) => ({ lockId, doorId: doorOf(lockId), pairingSecret: encodeSecret(s) }));
+  }
   secretOf(id: string): Uint8Array {
     const s = this.#secrets.get(id);
     if (!s) throw new Error(`no lock ${JSON.stringify(id)} in fleet ${this.gatewayId}`);

@@ -93,7 +93,9 @@ describe.each(mqttBackends())('one simulated lock over MQTT (%s)', (backend) => 
       gw.mode = 'replay';
       const again = lock.waitForCommand(first.command?.commandId ?? '', 5000);
       const second = await lock.present({ type: 'pin', value: '1234' });
-      // The first result for an id is what waitForCommand reports; the replay is visible as its own event.
+      // present() reports what happened to the delivery that answered it; waitForCommand the first result for the id.
+      expect(second.decision?.commandId).toBe(first.command?.commandId);
+      expect(second.command).toMatchObject({ result: 'refused', code: 'COMMAND_REPLAYED', bolt: 'locked' });
       expect((await again)?.result).toBe('executed');
       await gw.waitFor(isEvent('L1', (e) => e.kind === 'command_result' && e.code === 'COMMAND_REPLAYED'));
       expect(second.bolt).toBe('locked');

@@ -152,6 +152,11 @@ describe.each(mqttBackends())('a fleet with given ids and secrets (%s)', (backen
       expect(out.door_a).toBe(secrets.door_a);
       expect(out.door_b).toBe(encodeSecret(secrets.door_b));
       expect(out.door_c).toMatch(/^[A-Za-z0-9_-]{43}$/);
+      expect(fleet.gatewayLocks((id) => `d-${id}`)).toEqual([
+        { lockId: 'door_a', doorId: 'd-door_a', pairingSecret: secrets.door_a },
+        { lockId: 'door_b', doorId: 'd-door_b', pairingSecret: encodeSecret(secrets.door_b) },
+        { lockId: 'door_c', doorId: 'd-door_c', pairingSecret: out.door_c },
+      ]);
     } finally {
       await fleet.stop();
       await broker.stop();
