@@ -18,7 +18,7 @@ import type { FastifyInstance } from 'fastify';
 import { openDatabase } from './adapters/sqlite/db.js';
 import { GatewayStore, type InboxRow } from './adapters/sqlite/store.js';
 import { connectCloudLink, connectSiteLink, type Link } from './adapters/mqtt/links.js';
-import { handleLockRequest, type AccessDeps } from './app/access.js';
+import { handleLockRequests, type AccessDeps } from './app/access.js';
 import { applyPending, maybeResync, type ApplyDeps } from './app/apply.js';
 import { noCrash, nowOf, type AppContext, type CrashHook } from './app/context.js';
 import { receiveDownlink, type DownlinkDeps } from './app/downlink.js';
@@ -188,6 +188,30 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
         log.child({ link: 'cloud' }),
       );
 
+      const pendingRequests: { lockId: string; payload: Buffer }[] = [];
+      const flushRequests = () => {
+        const batch = pendingRequests.splice(0);
+        if (batch.length === 0 || stopping) return;
+        let answers: ReturnType<typeof handleLockRequests>;
+        try {
+          answers = handleLockRequests(accessDeps, batch);
+        } catch (e) {
+          // Nothing was committed, nothing is published: the locks stay locked and retry (fail closed).
+          log.error({ err: e, requests: batch.length }, 'lock requests not decided');
+          return;
+        }
+        const link = site;
+        if (link === null) return;
+        for (const [i, answer] of answers.entries()) {
+          if (answer === null) continue;
+          const lockId = batch[i]!.lockId;
+          const l = withCorrelation(log, answer.cid, { lockId, requestId: answer.decision.requestId });
+          link.publish(topics.lock(config.gatewayId, lockId, 'decision'), JSON.stringify(answer.decision), { qos: 1 }).catch((e: unknown) => l.warn({ err: String(e) }, 'decision not published'));
+          if (answer.command !== null) {
+            link.publish(topics.lock(config.gatewayId, lockId, 'command'), JSON.stringify(answer.command), { qos: 1 }).catch((e: unknown) => l.warn({ err: String(e) }, 'command not published'));
+          }
+        }
+      };
       const siteFilters = (['request', 'state', 'event', 'presence'] as const).map((c) => filters.locksOf(config.gatewayId, c));
       site = connectSiteLink(
         config.site,
@@ -198,15 +222,9 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
           if (t === null || t.kind !== 'lock' || t.gatewayId !== config.gatewayId) return;
           try {
             if (t.channel === 'request') {
-              const answer = handleLockRequest(accessDeps, t.lockId, payload);
-              if (answer === null) return;
-              const link = site;
-              if (link === null) return;
-              const l = withCorrelation(log, answer.cid, { lockId: t.lockId, requestId: answer.decision.requestId });
-              link.publish(topics.lock(config.gatewayId, t.lockId, 'decision'), JSON.stringify(answer.decision), { qos: 1 }).catch((e: unknown) => l.warn({ err: String(e) }, 'decision not published'));
-              if (answer.command !== null) {
-                link.publish(topics.lock(config.gatewayId, t.lockId, 'command'), JSON.stringify(answer.command), { qos: 1 }).catch((e: unknown) => l.warn({ err: String(e) }, 'command not published'));
-              }
+              // Group commit: requests that arrive in the same turn share one transaction (one fsync).
+              pendingRequests.push({ lockId: t.lockId, payload });
+              if (pendingRequests.length === 1) setImmediate(flushRequests);
             } else if (t.channel === 'state' || t.channel === 'event' || t.channel === 'presence') {
               handleLockMessage(base, t.lockId, t.channel, payload);
             }

@@ -64,101 +64,127 @@ function salvageRequestId(payload: unknown): string | null {
 
 /** Handles one lock request. Returns null when the lock is not paired with this gateway (nothing can be sent to it). */
 export function handleLockRequest(deps: AccessDeps, lockId: string, payload: unknown): AccessAnswer | null {
-  const { store, access } = deps;
-  const secret = access.pairingSecrets.get(lockId);
-  if (secret === undefined) {
-    deps.metrics.lockMessagesRefused.inc({ channel: 'request', code: 'UNKNOWN_LOCK' });
-    deps.log.warn({ lockId }, 'request from a lock that is not paired with this gateway');
-    return null;
-  }
-  const parsed = parsePayload(LockRequest, payload);
-  const requestId = parsed.ok ? parsed.value.requestId : (salvageRequestId(payload) ?? `invalid-${newId()}`);
-
-  const earlier = store.findAccess(lockId, requestId);
-  if (earlier !== null) return replay(deps, earlier, secret);
-
-  const digest = parsed.ok ? credentialDigest(access.pepper, parsed.value.credential.type, parsed.value.credential.value) : null;
-  const credentialType: CredentialType | null = parsed.ok ? parsed.value.credential.type : null;
-
-  const answer = store.db
-    .transaction((): { row: AccessRow; command: LockCommand | null } => {
-      const now = nowOf(deps);
-      const settings = store.settings();
-      const lock = store.lock(lockId);
-      const d =
-        digest === null || credentialType === null
-          ? ({ allowed: false, code: 'BAD_REQUEST' } as const)
-          : decide({ lockId: asLockId(lockId), credentialType, digest }, store.keySet, lock === null ? null : { ...lock, doorId: lock.doorId === null ? null : asDoorId(lock.doorId) }, settings, now);
-      if (lock !== null && d.code !== 'LOCKED_OUT') store.setLockout(lockId, recordAttempt(lock, d.code, now, access.lockout), now);
-      store.raiseTimeFloor(0, now);
-      const key = d.key ?? null;
-      const cid = (key !== null ? store.keySet.grantCid(key.grant.keyId) : null) ?? newCorrelationId();
-      const command = d.allowed
-        ? signLockCommand(secret, { commandId: newId(), lockId: asLockId(lockId), action: 'unlock', holdMs: access.holdMs, expiresAt: now + access.commandTtlMs })
-        : null;
-      const row: AccessRow = {
-        eventId: newId(),
-        lockId,
-        requestId,
-        doorId: lock?.doorId ?? null,
-        at: now,
-        allowed: d.allowed,
-        code: d.code,
-        keyId: key?.grant.keyId ?? null,
-        keyVersion: key?.version ?? null,
-        personId: key?.grant.personId ?? null,
-        credentialType,
-        commandId: command?.commandId ?? null,
-        commandExpiresAt: command?.expiresAt ?? null,
-        holdMs: command?.holdMs ?? null,
-        cid,
-      };
-      store.insertAccess(row);
-      store.enqueue(
-        'access.event',
-        {
-          eventId: row.eventId,
-          requestId,
-          lockId: asLockId(lockId),
-          doorId: row.doorId === null ? null : asDoorId(row.doorId),
-          at: now,
-          allowed: row.allowed,
-          code: d.code,
-          keyId: row.keyId === null ? null : asKeyId(row.keyId),
-          keyVersion: row.keyVersion,
-          personId: row.personId === null ? null : asPersonId(row.personId),
-          credentialType,
-          commandId: row.commandId,
-        },
-        cid,
-        true,
-        now,
-      );
-      return { row, command };
-    })
-    .immediate();
-
-  deps.metrics.decisions.inc({ code: answer.row.code });
-  withCorrelation(deps.log, answer.row.cid, { lockId, requestId }).info(
-    { allowed: answer.row.allowed, code: answer.row.code, keyId: answer.row.keyId, personId: answer.row.personId, commandId: answer.row.commandId },
-    'door decision',
-  );
-  deps.outboxWritten();
-  deps.crash('afterDecisionBeforePublish');
-  return {
-    decision: { requestId, allowed: answer.row.allowed, code: answer.row.code as DecisionCode, commandId: answer.row.commandId },
-    command: answer.command,
-    replayed: false,
-    cid: answer.row.cid,
-  };
+  return handleLockRequests(deps, [{ lockId, payload }])[0] ?? null;
 }
 
-/** The same answer again: same decision, same command id and expiry (so the same MAC); a lock refuses it if already executed. */
-function replay(deps: AccessDeps, row: AccessRow, secret: Uint8Array): AccessAnswer {
-  withCorrelation(deps.log, row.cid, { lockId: row.lockId, requestId: row.requestId }).info({ code: row.code }, 'repeated request: answering the recorded decision');
-  const command =
-    row.commandId !== null && row.commandExpiresAt !== null && row.holdMs !== null
-      ? signLockCommand(secret, { commandId: row.commandId, lockId: asLockId(row.lockId), action: 'unlock', holdMs: row.holdMs, expiresAt: row.commandExpiresAt })
-      : null;
-  return { decision: { requestId: row.requestId, allowed: row.allowed, code: row.code as DecisionCode, commandId: row.commandId }, command, replayed: true, cid: row.cid };
+type Decided = { readonly row: AccessRow; readonly command: LockCommand | null; readonly replayed: boolean };
+
+/**
+ * Handles the lock requests that arrived together (group commit): each is
+ * decided in arrival order inside ONE transaction, so one fsync covers them
+ * all and each decision sees the lockout state the previous one left. Nothing
+ * is published before that commit.
+ */
+export function handleLockRequests(deps: AccessDeps, items: readonly { lockId: string; payload: unknown }[]): (AccessAnswer | null)[] {
+  const { store, access } = deps;
+  const prepared = items.map(({ lockId, payload }) => {
+    const secret = access.pairingSecrets.get(lockId);
+    if (secret === undefined) {
+      deps.metrics.lockMessagesRefused.inc({ channel: 'request', code: 'UNKNOWN_LOCK' });
+      deps.log.warn({ lockId }, 'request from a lock that is not paired with this gateway');
+      return null;
+    }
+    const parsed = parsePayload(LockRequest, payload);
+    const requestId = parsed.ok ? parsed.value.requestId : (salvageRequestId(payload) ?? `invalid-${newId()}`);
+    const credential = parsed.ok ? { type: parsed.value.credential.type, digest: credentialDigest(access.pepper, parsed.value.credential.type, parsed.value.credential.value) } : null;
+    return { lockId, secret, requestId, credential };
+  });
+
+  const decided = store.db
+    .transaction((): (Decided | null)[] =>
+      prepared.map((p) => {
+        if (p === null) return null;
+        const earlier = store.findAccess(p.lockId, p.requestId);
+        if (earlier !== null) return { row: earlier, command: recordedCommand(earlier, p.secret), replayed: true };
+        return { ...decideOne(deps, p.lockId, p.secret, p.requestId, p.credential), replayed: false };
+      }),
+    )
+    .immediate();
+
+  const answers = decided.map((d): AccessAnswer | null => {
+    if (d === null) return null;
+    const { row } = d;
+    const log = withCorrelation(deps.log, row.cid, { lockId: row.lockId, requestId: row.requestId });
+    if (d.replayed) log.info({ code: row.code }, 'repeated request: answering the recorded decision');
+    else {
+      deps.metrics.decisions.inc({ code: row.code });
+      log.info({ allowed: row.allowed, code: row.code, keyId: row.keyId, personId: row.personId, commandId: row.commandId }, 'door decision');
+    }
+    return {
+      decision: { requestId: row.requestId, allowed: row.allowed, code: row.code as DecisionCode, commandId: row.commandId },
+      command: d.command,
+      replayed: d.replayed,
+      cid: row.cid,
+    };
+  });
+  if (decided.some((d) => d !== null && !d.replayed)) {
+    deps.outboxWritten();
+    deps.crash('afterDecisionBeforePublish');
+  }
+  return answers;
+}
+
+/** One decision, inside the caller's transaction: decide, lockout, access log, outbox. */
+function decideOne(deps: AccessDeps, lockId: string, secret: Uint8Array, requestId: string, credential: { type: CredentialType; digest: string } | null): { row: AccessRow; command: LockCommand | null } {
+  const { store, access } = deps;
+  const now = nowOf(deps);
+  const settings = store.settings();
+  const lock = store.lock(lockId);
+  const d =
+    credential === null
+      ? ({ allowed: false, code: 'BAD_REQUEST' } as const)
+      : decide({ lockId: asLockId(lockId), credentialType: credential.type, digest: credential.digest }, store.keySet, lock === null ? null : { ...lock, doorId: lock.doorId === null ? null : asDoorId(lock.doorId) }, settings, now);
+  if (lock !== null && d.code !== 'LOCKED_OUT') store.setLockout(lockId, recordAttempt(lock, d.code, now, access.lockout), now);
+  store.raiseTimeFloor(0, now);
+  const key = d.key ?? null;
+  const cid = (key !== null ? store.keySet.grantCid(key.grant.keyId) : null) ?? newCorrelationId();
+  const command = d.allowed
+    ? signLockCommand(secret, { commandId: newId(), lockId: asLockId(lockId), action: 'unlock', holdMs: access.holdMs, expiresAt: now + access.commandTtlMs })
+    : null;
+  const row: AccessRow = {
+    eventId: newId(),
+    lockId,
+    requestId,
+    doorId: lock?.doorId ?? null,
+    at: now,
+    allowed: d.allowed,
+    code: d.code,
+    keyId: key?.grant.keyId ?? null,
+    keyVersion: key?.version ?? null,
+    personId: key?.grant.personId ?? null,
+    credentialType: credential?.type ?? null,
+    commandId: command?.commandId ?? null,
+    commandExpiresAt: command?.expiresAt ?? null,
+    holdMs: command?.holdMs ?? null,
+    cid,
+  };
+  store.insertAccess(row);
+  store.enqueue(
+    'access.event',
+    {
+      eventId: row.eventId,
+      requestId,
+      lockId: asLockId(lockId),
+      doorId: row.doorId === null ? null : asDoorId(row.doorId),
+      at: now,
+      allowed: row.allowed,
+      code: d.code,
+      keyId: row.keyId === null ? null : asKeyId(row.keyId),
+      keyVersion: row.keyVersion,
+      personId: row.personId === null ? null : asPersonId(row.personId),
+      credentialType: credential?.type ?? null,
+      commandId: row.commandId,
+    },
+    cid,
+    true,
+    now,
+  );
+  return { row, command };
+}
+
+/** The same command again: same id and expiry, so the same MAC; a lock refuses it if already executed or expired. */
+function recordedCommand(row: AccessRow, secret: Uint8Array): LockCommand | null {
+  return row.commandId !== null && row.commandExpiresAt !== null && row.holdMs !== null
+    ? signLockCommand(secret, { commandId: row.commandId, lockId: asLockId(row.lockId), action: 'unlock', holdMs: row.holdMs, expiresAt: row.commandExpiresAt })
+    : null;
 }

@@ -430,7 +430,16 @@ export class GatewayStore {
   /** Mark: sent once the broker acked it (QoS 1 PUBACK). At-least-once: a crash before this resends with the same jti. */
   markSent(seqs: readonly number[], now: number): void {
     const stmt = this.db.prepare("UPDATE outbox SET status = 'sent', sent_at = ? WHERE seq = ? AND status = 'pending'");
-    this.db.transaction(() => seqs.forEach((s) => stmt.run(now, s))).immediate();
+    // This commit need not be durable: losing a 'sent' mark in a power cut only
+    // resends the row with the same jti, which the cloud deduplicates. So it
+    // skips the fsync (WAL + synchronous=NORMAL stays consistent), and the next
+    // FULL commit makes it durable anyway. Every other commit stays FULL.
+    this.db.pragma('synchronous = NORMAL');
+    try {
+      this.db.transaction(() => seqs.forEach((s) => stmt.run(now, s))).immediate();
+    } finally {
+      this.db.pragma('synchronous = FULL');
+    }
   }
 
   outboxDepth(): number {
