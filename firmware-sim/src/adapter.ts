@@ -242,7 +242,7 @@ export class SimLock {
   /** Fault: reconnects after `disconnect()`; publishes presence and the current state again. */
   async reconnect(): Promise<void> {
     if (this.#client) return;
-    if (!this.#lock) throw new Error(`lock ${this.lockId} not started`);
+    if (!this.#lock || this.#stopping) throw new Error(`lock ${this.lockId} is not running (start() it; a stopped lock stays stopped)`);
     await this.#connect();
   }
 
