@@ -33,7 +33,9 @@ export const CloudConfigSchema = z.object({
   PUBLISH_TIMEOUT_MS: int(10_000, 1),
   /** A resync gap longer than this is answered with a snapshot instead of a replay. */
   RESYNC_REPLAY_MAX: int(1_000, 0),
-  /** Period of the expireKeys sweeper. */
+  /** Sent outbox rows and uplink dedupe rows older than this are purged by the sweeper. */
+  RETENTION_MS: int(7 * 86_400_000, 1),
+  /** Period of the sweeper (expireKeys, purge). */
   EXPIRE_SWEEP_MS: int(60_000, 1),
   /** Crash points to turn into a throw (tests only): comma-separated names. */
   CRASH_AT: z.string().optional(),
@@ -62,6 +64,7 @@ export interface CloudConfig {
   };
   readonly resyncReplayMax: number;
   readonly expireSweepMs: number;
+  readonly retentionMs: number;
   readonly crashAt: readonly string[];
 }
 
@@ -95,6 +98,7 @@ export function parseConfig(env: Record<string, string | undefined> = process.en
     },
     resyncReplayMax: c.RESYNC_REPLAY_MAX,
     expireSweepMs: c.EXPIRE_SWEEP_MS,
+    retentionMs: c.RETENTION_MS,
     crashAt: c.CRASH_AT ? c.CRASH_AT.split(',').map((s) => s.trim()).filter(Boolean) : [],
   });
 }

@@ -5,6 +5,7 @@ import { openDb } from './adapters/db/open.js';
 import { openMqttLink, type MqttLink } from './adapters/mqtt/link.js';
 import { listDeadLetters, retryDeadLetter, type DeadLetter } from './adapters/outbox/dead-letters.js';
 import { Dispatcher } from './adapters/outbox/dispatcher.js';
+import { purgeOld } from './adapters/outbox/purge.js';
 import { loadSigner, type CloudSigner } from './adapters/signer.js';
 import { crashAt, type CrashHook } from './app/crash.js';
 import type { AppDeps } from './app/deps.js';
@@ -91,6 +92,7 @@ export function createCloud(config: CloudConfig, cloudDeps: CloudDeps = {}) {
         sweeping = true;
         keys
           .expireKeys(app())
+          .then(() => purgeOld(need(db), clock.now() - config.retentionMs))
           .catch((e: unknown) => log.warn({ err: String(e) }, 'expire sweep failed'))
           .finally(() => {
             sweeping = false;
@@ -150,6 +152,10 @@ export function createCloud(config: CloudConfig, cloudDeps: CloudDeps = {}) {
       if (n === 1) dispatcher?.wake();
       return n === 1 ? ({ status: 'applied', code: 'MESSAGE_APPLIED' } as const) : ({ status: 'refused', code: 'DEAD_LETTER_NOT_FOUND' } as const);
     },
+    /** The sweeper's purge, on demand: sent outbox rows and uplink dedupe rows older than RETENTION_MS. */
+    purge: () => purgeOld(need(db), clock.now() - config.retentionMs),
+    /** Delivery status of a key's messages (one outbox row per grant or revoke). */
+    listKeyDeliveries: (keyId: string) => reads.listKeyDeliveries(need(db), keyId),
     /** Sends every online gateway a heartbeat now (the timer does this every HEARTBEAT_INTERVAL_MS). */
     sendHeartbeats: () => need(heartbeat).beat(),
   };

@@ -38,7 +38,7 @@ describe.each(pgBackends())('entry-key verbs on %s', (backend) => {
   describe('migrations', () => {
     it('are recorded and applied once', async () => {
       const versions = (await t.db.query<{ version: number }>('SELECT version FROM schema_migrations ORDER BY version')).rows.map((r) => r.version);
-      expect(versions).toEqual([1, 2]);
+      expect(versions).toEqual([1, 2, 3]);
       expect(await migrate(t.db, testLog, T0)).toEqual([]);
     });
   });
@@ -264,6 +264,15 @@ describe.each(pgBackends())('entry-key verbs on %s', (backend) => {
       await t.db.query(`UPDATE keys SET doors = '"not-a-list"'::jsonb WHERE id = $1`, [o.state.id]);
       await expect(getKey(d, o.state.id)).rejects.toThrow(/corrupt row in keys/);
       await expect(revokeKey(d, { keyId: o.state.id, reason: 'staff_revoked' })).rejects.toThrow(/corrupt row/);
+    });
+
+    it('refuses an outbox status change that is not in the outbox state machine', async () => {
+      const d = deps(t.db);
+      const s = await seed(d);
+      await issue(d, s);
+      await expect(t.db.query(`UPDATE outbox SET status = 'sent' WHERE gateway_id = $1`, [s.gatewayId])).rejects.toThrow(/not a transition/);
+      await expect(t.db.query(`UPDATE outbox SET status = 'dead' WHERE gateway_id = $1`, [s.gatewayId])).rejects.toThrow(/not a transition/);
+      expect((await outboxOf(s.gatewayId)).map((r) => r.status)).toEqual(['pending']);
     });
 
     it('refuses updating or deleting key history', async () => {

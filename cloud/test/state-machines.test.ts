@@ -1,6 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { KEY_NOOPS, KEY_TRANSITIONS } from '../src/domain/key-states.js';
+import { OUTBOX_TRANSITIONS } from '../src/adapters/outbox/states.js';
 
 const doc = readFileSync(new URL('../../docs/state-machines.md', import.meta.url), 'utf8');
 
@@ -36,5 +37,11 @@ describe('docs/state-machines.md', () => {
     const fromCode = KEY_NOOPS.flatMap((r) => r.from.map((f) => `${f} --${r.event}--> noop ${r.code}`));
     expect(fromDoc.sort()).toEqual(fromCode.sort());
     expect(fromDoc.length).toBeGreaterThan(3);
+  });
+
+  it('lists exactly the outbox transitions of the code table', () => {
+    const fromDoc = tableAfter('### Outbox transitions').map(([from = '', event = '', to = '', by = '']) => [code(from), event, code(to), code(by)].join(' | '));
+    const fromCode = OUTBOX_TRANSITIONS.map((r) => [r.from, r.event, r.to, r.by].join(' | '));
+    expect(fromDoc).toEqual(fromCode);
   });
 });

@@ -334,6 +334,28 @@ describe.each(pgBackends())('uplink inbox on %s', (pgBackend) => {
       });
     });
 
+    it('answers with a snapshot when the missing rows were purged, even for a short gap', async () => {
+      const { s, gw } = await setup();
+      const start = clock.now();
+      try {
+        await issue(s, 1);
+        await issue(s, 2);
+        await waitFor(async () => (await cloud.listOutbox(s.gatewayId)).every((r) => r.status === 'sent') || undefined, 'sent');
+        clock.advance(8 * DAY);
+        const purged = await cloud.purge();
+        expect(purged.outbox).toBeGreaterThanOrEqual(1);
+        expect((await cloud.listOutbox(s.gatewayId)).map((r) => r.seq)).toEqual([2]);
+        gw.received.length = 0;
+        await gw.send({ type: 'resync.request', body: { requestId: newId(), lastAppliedSeq: 0, reason: 'startup' } });
+        const answer = await waitFor(() => gw.received.find((m) => m.type === 'resync.answer'), 'answer');
+        expect(answer).toMatchObject({ body: { mode: 'snapshot', fromSeq: 0, toSeq: 2 } });
+        await waitFor(() => gw.received.find((m) => m.type === 'keyset.snapshot'), 'snapshot part');
+      } finally {
+        clock.set(start);
+        await gw.close();
+      }
+    });
+
     it('heartbeats name the last seq sent to each gateway', async () => {
       const { s, gw } = await setup();
       try {

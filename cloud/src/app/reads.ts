@@ -115,3 +115,23 @@ export async function listOutbox(q: Queryable, gatewayId: string): Promise<Outbo
     cid: x.cid as string,
   }));
 }
+
+export async function listKeyDeliveries(q: Queryable, keyId: string): Promise<(OutboxEntry & { gatewayId: string; lastError: string | null })[]> {
+  const r = await q.query<Record<string, unknown>>(
+    'SELECT id, gateway_id, seq, jti, type, key_id, key_version, status, attempts, cid, last_error FROM outbox WHERE key_id = $1 ORDER BY key_version',
+    [keyId],
+  );
+  return r.rows.map((x) => ({
+    id: x.id as number,
+    gatewayId: x.gateway_id as string,
+    seq: x.seq as number,
+    jti: x.jti as string,
+    type: x.type as string,
+    keyId: (x.key_id as string | null) ?? null,
+    keyVersion: (x.key_version as number | null) ?? null,
+    status: x.status as OutboxEntry['status'],
+    attempts: x.attempts as number,
+    cid: x.cid as string,
+    lastError: (x.last_error as string | null) ?? null,
+  }));
+}

@@ -1,0 +1,18 @@
+import type { Queryable } from '../db/db.js';
+
+/**
+ * Purge: deletes `sent` rows older than the retention, keeping each
+ * gateway's newest row (so `seq` never restarts: the counter is in
+ * gateway_seq anyway). A resync reaching back past the purged rows is
+ * answered with a snapshot. Also drops old uplink dedupe rows: a duplicate
+ * older than the retention is no longer expected from a QoS 1 redelivery.
+ */
+export async function purgeOld(q: Queryable, olderThan: number): Promise<{ outbox: number; inbox: number }> {
+  const o = await q.query(
+    `DELETE FROM outbox o WHERE o.status = 'sent' AND o.sent_at < $1
+       AND o.seq < (SELECT last_seq FROM gateway_seq s WHERE s.gateway_id = o.gateway_id)`,
+    [olderThan],
+  );
+  const i = await q.query('DELETE FROM uplink_inbox WHERE received_at < $1', [olderThan]);
+  return { outbox: o.rowCount, inbox: i.rowCount };
+}
