@@ -1,0 +1,236 @@
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer, connect as tcpConnect, type Server, type Socket } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { createCloud, parseConfig as parseCloudConfig, type Cloud } from '@tobira/cloud';
+import { createGateway, parseConfig as parseGatewayConfig, type Gateway, type GatewayConfigInput } from '@tobira/gateway';
+import { createLogger, encodeSecret, generateSigningKeyPair, newPairingSecret, type Clock, type KeyPairJwk } from '@tobira/shared';
+import { createTestDatabase, startMqttBackend, type MqttTestBroker, type TestDatabase } from '@tobira/shared/testing';
+import { startFleet, type Fleet } from '../../src/index.js';
+
+/**
+ * The whole system in one process over real brokers and a real database:
+ * cloud (PGlite or PostgreSQL) + gateway (SQLite file) + firmware-sim locks.
+ * The gateway reaches the cloud broker through a TCP proxy a test can cut,
+ * like an internet outage at the site.
+ */
+export type Backend = 'embedded' | 'real';
+export const backends = (): Backend[] => (process.env.TOBIRA_TEST_MQTT_URL && process.env.TOBIRA_TEST_PG_URL ? ['embedded', 'real'] : ['embedded']);
+
+/** Real time plus an offset a test can push forward (time keeps flowing for timers and backoff). */
+export class OffsetClock implements Clock {
+  #offset = 0;
+  now(): number {
+    return Date.now() + this.#offset;
+  }
+  advance(ms: number): void {
+    this.#offset += ms;
+  }
+}
+
+export interface TcpProxy {
+  readonly url: string;
+  cut(): void;
+  restore(): void;
+  stop(): Promise<void>;
+}
+
+export async function startTcpProxy(target: string): Promise<TcpProxy> {
+  const t = new URL(target);
+  const sockets = new Set<Socket>();
+  let open = true;
+  const server: Server = createServer((client) => {
+    if (!open) return void client.destroy();
+    const upstream = tcpConnect(Number(t.port || 1883), t.hostname);
+    client.setNoDelay(true);
+    upstream.setNoDelay(true);
+    for (const s of [client, upstream]) {
+      sockets.add(s);
+      s.on('error', () => {});
+      s.once('close', () => {
+        sockets.delete(s);
+        client.destroy();
+        upstream.destroy();
+      });
+    }
+    client.pipe(upstream).pipe(client);
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  const port = (server.address() as { port: number }).port;
+  const dropAll = () => {
+    for (const s of sockets) s.destroy();
+  };
+  return {
+    url: `mqtt://127.0.0.1:${port}`,
+    cut() {
+      open = false;
+      dropAll();
+    },
+    restore() {
+      open = true;
+    },
+    async stop() {
+      open = false;
+      dropAll();
+      await new Promise<void>((r) => server.close(() => r()));
+    },
+  };
+}
+
+export async function waitFor<T>(fn: () => Promise<T | undefined | null | false> | T | undefined | null | false, what: string, timeoutMs = 20_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const v = await fn();
+    if (v !== undefined && v !== null && v !== false) return v;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 25));
+  }
+}
+
+export interface SystemOptions {
+  readonly offlineGraceSeconds?: number;
+  readonly locks?: readonly string[];
+  /** Pairing secrets the locks use, when a test wants one to differ from the gateway's. */
+  readonly lockSecretsOverride?: Readonly<Record<string, Uint8Array>>;
+}
+
+let n = 0;
+
+export class System {
+  readonly clock = new OffsetClock();
+  readonly log = createLogger('e2e');
+  readonly dir = mkdtempSync(join(tmpdir(), 'tobira-e2e-'));
+  readonly siteId: string;
+  readonly gatewayId: string;
+  readonly personId = 'person-1';
+  readonly doors: Record<string, string>;
+  readonly lockIds: readonly string[];
+  readonly secrets: Record<string, Uint8Array>;
+  cloud!: Cloud;
+  gateway!: Gateway;
+  fleet!: Fleet;
+  proxy!: TcpProxy;
+  gatewayConfig!: GatewayConfigInput;
+  gatewayKeyFile = '';
+  #brokers: MqttTestBroker[] = [];
+  #db!: TestDatabase;
+
+  constructor(
+    readonly backend: Backend,
+    readonly opts: SystemOptions = {},
+  ) {
+    const tag = `${process.pid}-${++n}-${Math.random().toString(36).slice(2, 6)}`;
+    this.siteId = `site-${tag}`;
+    this.gatewayId = `gw-${tag}`;
+    this.lockIds = opts.locks ?? ['L1', 'L2'];
+    this.doors = Object.fromEntries(this.lockIds.map((l) => [l, `door-${tag}-${l}`]));
+    this.secrets = Object.fromEntries(this.lockIds.map((l) => [l, newPairingSecret()]));
+  }
+
+  get cloudBrokerUrl(): string {
+    return (this.#brokers[0] as MqttTestBroker).url;
+  }
+  get siteBrokerUrl(): string {
+    return (this.#brokers[1] as MqttTestBroker).url;
+  }
+
+  async start(): Promise<this> {
+    const mqtt = this.backend === 'embedded' ? 'aedes' : 'mosquitto';
+    this.#brokers = [await startMqttBackend(mqtt), await startMqttBackend(mqtt)];
+    this.#db = await createTestDatabase(this.backend === 'embedded' ? 'pglite' : 'postgres');
+    this.proxy = await startTcpProxy(this.cloudBrokerUrl);
+
+    this.cloud = createCloud(
+      parseCloudConfig({
+        ...(this.#db.backend === 'postgres' ? { DATABASE_URL: this.#db.url } : { PGLITE_DATA_DIR: this.#db.dataDir }),
+        MQTT_URL: this.cloudBrokerUrl,
+        MQTT_CLIENT_ID: `cloud-${this.gatewayId}`,
+        HEARTBEAT_INTERVAL_MS: '250',
+        DISPATCH_POLL_MS: '500',
+        DISPATCH_BACKOFF_BASE_MS: '100',
+        DISPATCH_BACKOFF_MAX_MS: '1000',
+      }),
+      { clock: this.clock, log: this.log.child({ part: 'cloud' }) },
+    );
+    await this.cloud.start();
+
+    const site = await this.cloud.createSite({ id: this.siteId, name: 'E2E site', timeZone: 'Asia/Tokyo', offlineGraceSeconds: this.opts.offlineGraceSeconds ?? 300 });
+    expectApplied(site, 'createSite');
+    const pair: KeyPairJwk = await generateSigningKeyPair();
+    this.gatewayKeyFile = join(this.dir, 'gateway-key.json');
+    writeFileSync(this.gatewayKeyFile, JSON.stringify(pair));
+    const prov = await this.cloud.registerGateway({ gatewayId: this.gatewayId, siteId: this.siteId, publicJwk: pair.publicJwk });
+    const p = expectApplied(prov, 'registerGateway');
+    for (const lockId of this.lockIds) expectApplied(await this.cloud.createDoor({ id: this.doors[lockId] as string, gatewayId: this.gatewayId, name: `Door ${lockId}` }), 'createDoor');
+    expectApplied(await this.cloud.createPerson({ id: this.personId, name: 'Aiko Tanaka' }), 'createPerson');
+
+    this.gatewayConfig = {
+      gatewayId: this.gatewayId,
+      keyPairFile: this.gatewayKeyFile,
+      cloud: { url: this.proxy.url, issuer: p.cloudIssuer, jwks: p.cloudJwks as GatewayConfigInput['cloud']['jwks'] },
+      site: { url: this.siteBrokerUrl },
+      sqlitePath: join(this.dir, 'gateway.sqlite'),
+      offlineGraceSeconds: p.offlineGraceSeconds,
+      locks: this.lockIds.map((lockId) => ({ lockId, doorId: this.doors[lockId] as string, pairingSecret: encodeSecret(this.secrets[lockId] as Uint8Array) })),
+      credentialPepper: p.credentialPepper,
+      http: null,
+      resyncIntervalMs: 500,
+      statusIntervalMs: 60_000,
+      drainTimeoutMs: 2000,
+    };
+    writeFileSync(join(this.dir, 'gateway.json'), JSON.stringify(this.gatewayConfig));
+    await this.startGateway();
+
+    this.fleet = await startFleet({
+      url: this.siteBrokerUrl,
+      gatewayId: this.gatewayId,
+      locks: this.lockIds,
+      secrets: { ...this.secrets, ...this.opts.lockSecretsOverride },
+      clock: this.clock,
+      log: this.log.child({ part: 'sim' }),
+    });
+    return this;
+  }
+
+  async startGateway(): Promise<void> {
+    this.gateway = createGateway(parseGatewayConfig(this.gatewayConfig), { clock: this.clock, log: this.log.child({ part: 'gateway' }) });
+    await this.gateway.start();
+  }
+
+  /** Issues a PIN key for the given locks' doors, valid from an hour ago for a day. */
+  async issuePin(pin: string, locks: readonly string[] = this.lockIds, extra: { offlineCapable?: boolean; cid?: string } = {}) {
+    const now = this.clock.now();
+    return this.cloud.issueKey({
+      personId: this.personId,
+      doors: locks.map((l) => this.doors[l] as string),
+      credential: { type: 'pin', value: pin },
+      validFrom: now - 3_600_000,
+      validUntil: now + 86_400_000,
+      ...(extra.offlineCapable !== undefined && { offlineCapable: extra.offlineCapable }),
+      ...(extra.cid !== undefined && { cid: extra.cid as never }),
+    });
+  }
+
+  async keyStatus(keyId: string): Promise<string | undefined> {
+    return (await this.cloud.getKey(keyId))?.status;
+  }
+
+  async waitKeyStatus(keyId: string, status: string): Promise<void> {
+    await waitFor(async () => (await this.keyStatus(keyId)) === status, `key ${keyId} to become ${status}`);
+  }
+
+  async stop(): Promise<void> {
+    await this.fleet?.stop().catch(() => {});
+    await this.gateway?.stop({ force: true }).catch(() => {});
+    await this.cloud?.stop().catch(() => {});
+    await this.proxy?.stop().catch(() => {});
+    for (const b of this.#brokers) await b.stop().catch(() => {});
+    await this.#db?.drop().catch(() => {});
+    rmSync(this.dir, { recursive: true, force: true });
+  }
+}
+
+export function expectApplied<T>(o: { status: string; code: string } & ({ state: T } | object), what: string): T {
+  if (o.status !== 'applied' || !('state' in o)) throw new Error(`${what}: ${o.status} ${o.code}`);
+  return o.state;
+}
