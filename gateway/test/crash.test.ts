@@ -99,14 +99,18 @@ describe.each(mqttBackends())('kill -9 at each crash point and restart (broker: 
     await cloud.heartbeat();
     await waitFor(() => cloud.ofType('ack').find((a) => a.body.ackSeq === null), 'heartbeat ack');
     expect((await lock.present(PIN, 'req-ok')).code).toBe('ALLOWED');
+    await waitFor(() => cloud.presence === true, 'presence online');
     expect(await daemon.term()).toEqual({ code: 0, signal: null });
+    await waitFor(() => cloud.presence === false, 'presence offline after a clean stop');
     await waitFor(() => cloud.ofType('access.event').find((e) => e.body.requestId === 'req-ok'), 'event up before exit');
   });
 
   it('afterDecisionBeforePublish: the decision is recorded once; a retried request gets it without a second event', async () => {
     expect(await started('afterDecisionBeforePublish')).toBe('ready');
+    await waitFor(() => cloud.presence === true, 'presence online');
     await lock.publish('request', { requestId: 'req-crash', credential: { type: 'pin', value: PIN }, at: 0 });
     expect((await daemon.exited()).signal).toBe('SIGKILL');
+    await waitFor(() => cloud.presence === false, 'last will: offline after kill -9');
     expect(lock.decisions.get('req-crash')).toBeUndefined();
     expect(readDb(f).access.filter((a) => a.request_id === 'req-crash')).toHaveLength(1);
   });

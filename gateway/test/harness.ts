@@ -115,6 +115,8 @@ export class FakeCloud {
   readonly uplink: UplinkMessage[] = [];
   readonly rawUplink: string[] = [];
   seq = 0;
+  /** The gateway's retained presence (last will), as last seen. */
+  presence: boolean | null = null;
   #client: MqttClient | null = null;
   constructor(private readonly f: SiteFixture) {}
 
@@ -123,8 +125,12 @@ export class FakeCloud {
     const c = connectMqtt(url, { protocolVersion: 4, clientId: `cloud-${this.f.gatewayId}-${counter++}`, clean: true });
     // Verify one message at a time so `uplink` keeps broker order (verification is async).
     let chain: Promise<void> = Promise.resolve();
-    c.on('message', (_t, payload) => {
+    c.on('message', (topic, payload) => {
       const text = payload.toString();
+      if (topic === topics.gatewayPresence(this.f.gatewayId)) {
+        this.presence = text === '' ? null : (JSON.parse(text) as { online: boolean }).online;
+        return;
+      }
       chain = chain.then(() => verifyMessage(text, { keys: gwKeys, issuer: this.f.gatewayId, audience: CLOUD_ISSUER, schema: UplinkMessage, clock: this.f.clock, clockToleranceSeconds: 10 ** 7 }).then((v) => {
         if (!v.ok) throw new Error(`uplink does not verify: ${v.code} ${v.detail}`);
         this.rawUplink.push(text);
@@ -133,7 +139,7 @@ export class FakeCloud {
       }));
     });
     await waitConnected(c);
-    await c.subscribeAsync(topics.gatewayUp(this.f.gatewayId), { qos: 1 });
+    await c.subscribeAsync([topics.gatewayUp(this.f.gatewayId), topics.gatewayPresence(this.f.gatewayId)], { qos: 1 });
     this.#client = c;
   }
 

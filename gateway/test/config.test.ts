@@ -1,0 +1,60 @@
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import { encodeSecret, generateSigningKeyPair, newPairingSecret } from '@tobira/shared';
+import { loadConfig, parseConfig } from '../src/config.js';
+import { crashHookFromEnv } from '../src/app/context.js';
+import { buildApp } from '../src/http/app.js';
+import { createMetrics } from '../src/metrics.js';
+
+describe('config', () => {
+  const dirs: string[] = [];
+  afterEach(() => dirs.splice(0).forEach((d) => rmSync(d, { recursive: true, force: true })));
+
+  async function minimal() {
+    const cloud = await generateSigningKeyPair();
+    return {
+      gatewayId: 'gw-1',
+      keyPairFile: 'key.json',
+      cloud: { url: 'mqtt://cloud:1883', jwks: { keys: [cloud.publicJwk] } },
+      site: { url: 'mqtt://127.0.0.1:1883' },
+      sqlitePath: 'gw.sqlite',
+      credentialPepper: encodeSecret(newPairingSecret()),
+    };
+  }
+
+  it('reads a file, fills defaults, resolves paths next to the file, overlays env and freezes the result', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'tobira-cfg-'));
+    dirs.push(dir);
+    const file = join(dir, 'gateway.json');
+    writeFileSync(file, JSON.stringify(await minimal()));
+    const c = loadConfig({ file, env: { TOBIRA_OFFLINE_GRACE_SECONDS: '60', TOBIRA_STAFF_TOKEN: 'a-long-enough-staff-token' } });
+    expect(c).toMatchObject({ offlineGraceSeconds: 60, staffToken: 'a-long-enough-staff-token', keyPairFile: join(dir, 'key.json'), sqlitePath: join(dir, 'gw.sqlite') });
+    expect(c.cloud.issuer).toBe('tobira-cloud');
+    expect(c.lockout).toEqual({ limit: 5, cooldownSeconds: 60 });
+    expect(c.commandTtlMs).toBeLessThanOrEqual(30_000);
+    expect(Object.isFrozen(c) && Object.isFrozen(c.cloud)).toBe(true);
+  });
+
+  it('has no default staff token and refuses bad values with the field named', async () => {
+    const m = await minimal();
+    expect(parseConfig(m).staffToken).toBeUndefined();
+    expect(() => parseConfig({ ...m, gatewayId: 'bad/id' })).toThrow(/gatewayId/);
+    expect(() => parseConfig({ ...m, commandTtlMs: 60_000 })).toThrow(/commandTtlMs/);
+    expect(() => parseConfig({ ...m, credentialPepper: 'short' })).toThrow(/credentialPepper/);
+    expect(() => parseConfig({ ...m, surprise: 1 })).toThrow();
+  });
+
+  it('refuses an unknown crash point', () => {
+    expect(() => crashHookFromEnv('somewhere')).toThrow(/unknown crash point/);
+  });
+
+  it('refuses staff actions when no staff token is configured', async () => {
+    const app = buildApp({ registry: createMetrics().registry, staffToken: undefined, setMode: () => ({ mode: 'lockdown', changed: true }), health: () => ({}) as never });
+    const r = await app.inject({ method: 'POST', url: '/staff/mode', payload: { mode: 'lockdown' }, headers: { authorization: 'Bearer anything-at-all-here' } });
+    expect(r.statusCode).toBe(503);
+    expect(r.json()).toEqual({ code: 'STAFF_AUTH_NOT_CONFIGURED' });
+    await app.close();
+  });
+});
