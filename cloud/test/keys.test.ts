@@ -6,6 +6,7 @@ import { expireKeys, getKey, issueKey, listKeyHistory, recordGatewayReport, revo
 import { asGatewayId, asKeyId, newCorrelationId } from '@tobira/shared';
 import { DAY, T0, capturingLogger, deps, openTestDb, seed, testLog, type TestDb } from './helpers.js';
 import { migrate } from '../src/adapters/db/migrate.js';
+import { runKeyModel } from './keys-model.js';
 import { createDoor, createPerson, createSite, registerGateway } from '../src/app/registry.js';
 import { generateSigningKeyPair } from '@tobira/shared';
 
@@ -220,6 +221,12 @@ describe.each(pgBackends())('entry-key verbs on %s', (backend) => {
       expect(r.expired).not.toContain(long.state.id);
       expect(await getKey(d, short.state.id)).toMatchObject({ status: 'expired', revision: 2 });
       expect(await getKey(d, long.state.id)).toMatchObject({ status: 'issuing', revision: 1 });
+    });
+  });
+
+  describe('any sequence of issue, revoke, acks (late, duplicate, refused) and crashes', () => {
+    it('leaves the database equal to the model, with gap-free seqs and one history row per transition', async () => {
+      await runKeyModel(t.db);
     });
   });
 
