@@ -9,7 +9,6 @@ import {
   withCorrelation,
   type LockChannel,
 } from '@tobira/shared';
-import { isStale } from '../domain/freshness.js';
 import { nowOf, type AppContext } from './context.js';
 
 /**
@@ -88,7 +87,7 @@ export function enqueueStatus(ctx: AppContext): boolean {
         {
           mode: s.mode,
           appliedSeq: s.appliedSeq,
-          leaseExpiresAt: isStale(s.leaseExpiresAt, now) && s.leaseExpiresAt === null ? null : s.leaseExpiresAt,
+          leaseExpiresAt: s.leaseExpiresAt,
           outboxDepth: store.outboxDepth(),
           locks: store.locks().slice(0, 256).map((l) => ({
             lockId: asLockId(l.lockId),

@@ -33,9 +33,11 @@ export class UplinkSender {
       return;
     }
     this.#running = true;
-    this.#idle = this.#drain().finally(() => {
-      this.#running = false;
-    });
+    this.#idle = this.#drain()
+      .catch((e: unknown) => this.deps.log.error({ err: e }, 'uplink pass failed; rows stay pending'))
+      .finally(() => {
+        this.#running = false;
+      });
   }
 
   /** Resolves when the current pass is over. */
