@@ -24,6 +24,8 @@ export const CloudConfigSchema = z.object({
   /** The cloud's Ed25519 private JWK(s) as JSON: one JWK or an array (the first signs). Unset: a key is generated at start. */
   CLOUD_SIGNING_JWK: z.string().optional(),
   HEARTBEAT_INTERVAL_MS: int(10_000, 1),
+  /** QoS of heartbeats: 1 as every downlink (docs/protocol.md); 0 keeps them out of offline gateways' broker queues. */
+  HEARTBEAT_QOS: z.enum(['0', '1']).default('1'),
   DISPATCH_POLL_MS: int(5_000, 1),
   DISPATCH_BATCH: int(50, 1),
   DISPATCH_LEASE_MS: int(30_000, 1),
@@ -53,6 +55,7 @@ export interface CloudConfig {
   readonly issuer: string;
   readonly signingJwk: string | undefined;
   readonly heartbeatIntervalMs: number;
+  readonly heartbeatQos: 0 | 1;
   readonly dispatch: {
     readonly pollMs: number;
     readonly batch: number;
@@ -87,6 +90,7 @@ export function parseConfig(env: Record<string, string | undefined> = process.en
     issuer: c.CLOUD_ISSUER,
     signingJwk: c.CLOUD_SIGNING_JWK,
     heartbeatIntervalMs: c.HEARTBEAT_INTERVAL_MS,
+    heartbeatQos: c.HEARTBEAT_QOS === '0' ? 0 : 1,
     dispatch: {
       pollMs: c.DISPATCH_POLL_MS,
       batch: c.DISPATCH_BATCH,

@@ -83,7 +83,7 @@ export function createCloud(config: CloudConfig, cloudDeps: CloudDeps = {}) {
         },
       );
       uplink = new Uplink(app(), { link, signer, replayMax: config.resyncReplayMax, publishTimeoutMs: config.dispatch.publishTimeoutMs });
-      heartbeat = new Heartbeat(app(), { link, signer, intervalMs: config.heartbeatIntervalMs, publishTimeoutMs: config.dispatch.publishTimeoutMs });
+      heartbeat = new Heartbeat(app(), { link, signer, intervalMs: config.heartbeatIntervalMs, qos: config.heartbeatQos, publishTimeoutMs: config.dispatch.publishTimeoutMs });
       await uplink.start();
       await dispatcher.start();
       heartbeat.start();

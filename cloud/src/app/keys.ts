@@ -199,7 +199,8 @@ export async function expireKeys(deps: AppDeps, opts: { limit?: number; cid?: Co
   );
   const outcomes: KeyResult[] = [];
   for (const { id } of due.rows) outcomes.push(await expireKey(deps, id, cid));
-  return { expired: outcomes.filter((o) => o.status === 'applied').map((o) => (o.status === 'applied' ? o.state.id : '')), outcomes };
+  const expired = outcomes.flatMap((o) => (o.status === 'applied' ? [o.state.id] : []));
+  return { expired, outcomes };
 }
 
 // ---------------------------------------------------------------- gateway report
