@@ -92,6 +92,8 @@ export interface SystemOptions {
   readonly locks?: readonly string[];
   /** Pairing secrets the locks use, when a test wants one to differ from the gateway's. */
   readonly lockSecretsOverride?: Readonly<Record<string, Uint8Array>>;
+  /** false: the test runs the gateway itself (as a child process from `gatewayConfigFile`). */
+  readonly gatewayInProcess?: boolean;
 }
 
 let n = 0;
@@ -178,8 +180,8 @@ export class System {
       statusIntervalMs: 60_000,
       drainTimeoutMs: 2000,
     };
-    writeFileSync(join(this.dir, 'gateway.json'), JSON.stringify(this.gatewayConfig));
-    await this.startGateway();
+    writeFileSync(this.gatewayConfigFile, JSON.stringify(this.gatewayConfig));
+    if (this.opts.gatewayInProcess !== false) await this.startGateway();
 
     this.fleet = await startFleet({
       url: this.siteBrokerUrl,
@@ -190,6 +192,10 @@ export class System {
       log: this.log.child({ part: 'sim' }),
     });
     return this;
+  }
+
+  get gatewayConfigFile(): string {
+    return join(this.dir, 'gateway.json');
   }
 
   async startGateway(): Promise<void> {
