@@ -63,7 +63,9 @@ const DAY = 24 * 3600 * 1000;
 export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Gateway {
   const clock = deps.clock ?? systemClock;
   const log = (deps.log ?? createLogger('gateway')).child({ gatewayId: config.gatewayId });
-  const metrics = createMetrics(deps.log === undefined);
+  // Lifecycle lines (start, stop, periodic work) carry the cid of this run of the daemon.
+  const runLog = withCorrelation(log, newCorrelationId());
+  const metrics = createMetrics(true);
   let store: GatewayStore | null = null;
   let cloud: Link | null = null;
   let site: Link | null = null;
@@ -89,7 +91,7 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
       try {
         applyNow();
       } catch (e) {
-        log.error({ err: e }, 'inbox writer pass failed');
+        runLog.error({ err: e }, 'inbox writer pass failed');
       }
     });
   };
@@ -185,7 +187,7 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
             firstConnect = false;
           },
         },
-        log.child({ link: 'cloud' }),
+        withCorrelation(log, newCorrelationId(), { link: 'cloud' }),
       );
 
       const pendingRequests: { lockId: string; payload: Buffer }[] = [];
@@ -197,7 +199,7 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
           answers = handleLockRequests(accessDeps, batch);
         } catch (e) {
           // Nothing was committed, nothing is published: the locks stay locked and retry (fail closed).
-          log.error({ err: e, requests: batch.length }, 'lock requests not decided');
+          runLog.error({ err: e, requests: batch.length }, 'lock requests not decided');
           return;
         }
         const link = site;
@@ -229,10 +231,10 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
               handleLockMessage(base, t.lockId, t.channel, payload);
             }
           } catch (e) {
-            log.error({ err: e, topic }, 'site message handling failed');
+            runLog.error({ err: e, topic }, 'site message handling failed');
           }
         },
-        log.child({ link: 'site' }),
+        withCorrelation(log, newCorrelationId(), { link: 'site' }),
       );
 
       const tickMs = deps.tickMs ?? 1000;
@@ -242,14 +244,14 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
             applyNow();
             s.db.transaction(() => s.raiseTimeFloor(0, nowOf(base))).immediate();
           } catch (e) {
-            log.error({ err: e }, 'tick failed');
+            runLog.error({ err: e }, 'tick failed');
           }
         }, tickMs),
         setInterval(() => gw.enqueueStatus(), config.statusIntervalMs),
         setInterval(() => {
           const now = nowOf(base);
           const purged = s.purgeProcessed(now - 30 * DAY) + s.purgeSentOutbox(now - 7 * DAY);
-          if (purged > 0) log.info({ purged }, 'purged old inbox/outbox rows');
+          if (purged > 0) runLog.info({ purged }, 'purged old inbox/outbox rows');
         }, 3600 * 1000),
       );
       for (const t of timers) t.unref();
@@ -278,7 +280,7 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
         });
         httpUrl = await http.listen({ host: config.http.host, port: config.http.port });
       }
-      log.info({ httpUrl, appliedSeq: s.settings().appliedSeq }, 'gateway started');
+      runLog.info({ httpUrl, appliedSeq: s.settings().appliedSeq }, 'gateway started');
     },
 
     async stop(opts = {}) {
@@ -300,7 +302,7 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
       const force = opts.force ?? false;
       await Promise.all([cloud?.end(force || !cloud.connected), site?.end(force || !site.connected), http?.close()]);
       s?.db.close();
-      log.info({ forced: opts.force ?? false }, 'gateway stopped');
+      runLog.info({ forced: opts.force ?? false }, 'gateway stopped');
     },
   };
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-import { createLogger } from '@tobira/shared';
+import { createLogger, newCorrelationId, withCorrelation } from '@tobira/shared';
 import { crashHookFromEnv } from './app/context.js';
 import { loadConfig } from './config.js';
 import { createGateway } from './gateway.js';
@@ -9,7 +9,9 @@ import { createGateway } from './gateway.js';
  * Config from the file and/or TOBIRA_* env (docs/gateway.md). SIGTERM/SIGINT
  * drain and stop; a second signal forces the stop.
  */
-const log = createLogger('gateway');
+// The CLI's own lines carry the cid of this process run.
+const baseLog = createLogger('gateway');
+const log = withCorrelation(baseLog, newCorrelationId());
 
 function argValue(name: string): string | undefined {
   const i = process.argv.indexOf(name);
@@ -18,7 +20,7 @@ function argValue(name: string): string | undefined {
 
 async function main(): Promise<void> {
   const config = loadConfig({ file: argValue('--config') });
-  const gateway = createGateway(config, { log, crash: crashHookFromEnv(process.env.TOBIRA_CRASH_AT) });
+  const gateway = createGateway(config, { log: baseLog, crash: crashHookFromEnv(process.env.TOBIRA_CRASH_AT) });
   let signals = 0;
   const onSignal = (sig: NodeJS.Signals) => {
     signals++;

@@ -81,7 +81,7 @@ export function handleLockRequests(deps: AccessDeps, items: readonly { lockId: s
     const secret = access.pairingSecrets.get(lockId);
     if (secret === undefined) {
       deps.metrics.lockMessagesRefused.inc({ channel: 'request', code: 'UNKNOWN_LOCK' });
-      deps.log.warn({ lockId }, 'request from a lock that is not paired with this gateway');
+      withCorrelation(deps.log, newCorrelationId(), { lockId }).warn('request from a lock that is not paired with this gateway');
       return null;
     }
     const parsed = parsePayload(LockRequest, payload);

@@ -1,4 +1,4 @@
-import { DownlinkMessage, verifyMessage, withCorrelation, type KeySet } from '@tobira/shared';
+import { DownlinkMessage, newCorrelationId, verifyMessage, withCorrelation, type KeySet } from '@tobira/shared';
 import { nowOf, type AppContext } from './context.js';
 
 /**
@@ -22,7 +22,8 @@ export async function receiveDownlink(deps: DownlinkDeps, topic: string, payload
   if (!v.ok) {
     deps.metrics.rejected.inc({ code: v.code });
     deps.store.recordRejected(topic, v.code, v.detail, payload.byteLength, clock.now());
-    deps.log.warn({ code: v.code, detail: v.detail, bytes: payload.byteLength }, 'downlink message rejected');
+    // An unverified message's own cid cannot be trusted: the rejection is its own unit of work.
+    withCorrelation(deps.log, newCorrelationId()).warn({ code: v.code, detail: v.detail, bytes: payload.byteLength }, 'downlink message rejected');
     return { kind: 'rejected', code: v.code };
   }
   const m = v.message;

@@ -18,13 +18,15 @@ import { nowOf, type AppContext } from './context.js';
  */
 export function handleLockMessage(ctx: AppContext, lockId: string, channel: Exclude<LockChannel, 'request' | 'decision' | 'command'>, payload: unknown): void {
   const { store } = ctx;
+  // Each lock message is its own unit of work (alarms get theirs below, carried up with the alarm).
+  const log = withCorrelation(ctx.log, newCorrelationId(), { lockId, channel });
   if (store.lock(lockId) === null) {
     ctx.metrics.lockMessagesRefused.inc({ channel, code: 'UNKNOWN_LOCK' });
     return;
   }
   const refuse = (code: string, detail: string) => {
     ctx.metrics.lockMessagesRefused.inc({ channel, code });
-    ctx.log.warn({ lockId, channel, code, detail }, 'lock message refused');
+    log.warn({ code, detail }, 'lock message refused');
   };
   const now = nowOf(ctx);
   switch (channel) {
@@ -32,7 +34,7 @@ export function handleLockMessage(ctx: AppContext, lockId: string, channel: Excl
       // An empty retained payload clears the topic: treat it as offline.
       const p = payload instanceof Uint8Array && payload.byteLength === 0 ? { ok: true as const, value: { online: false } } : parsePayload(Presence, payload);
       if (!p.ok) return refuse(p.code, p.detail);
-      if (store.setLockOnline(lockId, p.value.online, now)) ctx.log.info({ lockId, online: p.value.online }, 'lock availability changed');
+      if (store.setLockOnline(lockId, p.value.online, now)) log.info({ online: p.value.online }, 'lock availability changed');
       return;
     }
     case 'state': {
@@ -49,7 +51,7 @@ export function handleLockMessage(ctx: AppContext, lockId: string, channel: Excl
       const ev = e.value;
       if (ev.lockId !== lockId) return refuse('WRONG_LOCK', 'event names another lock');
       if (ev.kind === 'command_result') {
-        ctx.log.info({ lockId, commandId: ev.commandId, result: ev.result, code: ev.code }, 'lock command result');
+        log.info({ commandId: ev.commandId, result: ev.result, code: ev.code }, 'lock command result');
         return;
       }
       const cid = newCorrelationId();

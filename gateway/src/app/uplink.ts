@@ -1,4 +1,4 @@
-import { newId, signMessage, topics, withCorrelation, type SigningKey, type UplinkMessage } from '@tobira/shared';
+import { newCorrelationId, newId, signMessage, topics, withCorrelation, type SigningKey, type UplinkMessage } from '@tobira/shared';
 import type { Link } from '../adapters/mqtt/links.js';
 import type { ResyncReason } from './apply.js';
 import { nowOf, type AppContext } from './context.js';
@@ -34,7 +34,7 @@ export class UplinkSender {
     }
     this.#running = true;
     this.#idle = this.#drain()
-      .catch((e: unknown) => this.deps.log.error({ err: e }, 'uplink pass failed; rows stay pending'))
+      .catch((e: unknown) => withCorrelation(this.deps.log, newCorrelationId()).error({ err: e }, 'uplink pass failed; rows stay pending'))
       .finally(() => {
         this.#running = false;
       });
@@ -72,7 +72,7 @@ export class UplinkSender {
             ),
           );
         } catch (e) {
-          deps.log.warn({ err: e instanceof Error ? e.message : String(e), pending: rows.length - sent.length }, 'uplink publish interrupted; will resend');
+          withCorrelation(deps.log, rows[0]!.cid, { fromSeq: rows[0]!.seq }).warn({ err: e instanceof Error ? e.message : String(e), pending: rows.length - sent.length }, 'uplink publish interrupted; will resend');
           if (sent.length > 0) deps.store.markSent(sent, nowOf(deps));
           return;
         } finally {
