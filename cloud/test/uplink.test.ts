@@ -56,6 +56,7 @@ describe.each(pgBackends())('uplink inbox on %s', (pgBackend) => {
       // the inbox's own port, disconnected: fuzzing needs no broker (nothing here publishes)
       const link: MqttLink = {
         connected: false,
+        waitConnected: async () => false,
         publish: () => Promise.reject(new NotConnected()),
         onMessage: () => {},
         subscribe: async () => {},
@@ -145,6 +146,7 @@ describe.each(pgBackends())('uplink inbox on %s', (pgBackend) => {
         expect(revoke).toMatchObject({ seq: 2, body: { version: 2, reason: 'staff_revoked' } });
         await ack(gw, revoke);
         await waitFor(async () => (await statusOf(o.state.id)) === 'revoked', 'key revoked');
+        expect(await cloud.revokeKey({ keyId: o.state.id, reason: 'staff_revoked' })).toMatchObject({ status: 'noop', code: 'KEY_ALREADY_REVOKED' });
         const h = await cloud.listKeyHistory(o.state.id);
         expect(h.map((x) => x.toStatus)).toEqual(['issuing', 'active', 'revoking', 'revoked']);
         expect(h[1]?.cid).toBe(o.cid);

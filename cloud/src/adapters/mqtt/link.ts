@@ -1,4 +1,4 @@
-import { connectMqtt, type Logger } from '@tobira/shared';
+import { connectMqtt, waitConnected, type Logger } from '@tobira/shared';
 import type { MqttClient, IClientOptions } from 'mqtt';
 
 /**
@@ -15,6 +15,8 @@ export interface MqttLink {
   onMessage(handler: (topic: string, payload: Buffer) => Promise<void>): void;
   subscribe(filter: string): Promise<void>;
   onConnect(cb: () => void): void;
+  /** Resolves true once connected, false after `timeoutMs` (the link keeps trying). */
+  waitConnected(timeoutMs: number): Promise<boolean>;
   close(): Promise<void>;
 }
 
@@ -69,6 +71,12 @@ export function openMqttLink(url: string, log: Logger, opts: IClientOptions = {}
     },
     onConnect(cb) {
       connectCbs.push(cb);
+    },
+    waitConnected(timeoutMs) {
+      return waitConnected(client, timeoutMs).then(
+        () => true,
+        () => false,
+      );
     },
     async close() {
       await client.endAsync(true);
