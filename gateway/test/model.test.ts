@@ -133,3 +133,26 @@ describe('lock request parsing, fuzzed', () => {
     });
   });
 });
+
+describe('a message that kills the process while it is applied', () => {
+  it('is failed, not retried forever, once crashed claims used up its attempts', () => {
+    withStore((open) => {
+      const s = open();
+      const m = message({ kind: 'grant', key: 1, version: 1 }, 1);
+      s.store.insertInbox(m, T0);
+      const row = s.store.nextInbox(0, T0)!;
+      for (let i = 0; i < 3; i++) {
+        // claim, then "crash": the restart releases the claim
+        expect(s.store.claimInbox(row.id, T0 + 30_000)).toBe(true);
+        s.store.releaseAllClaims();
+      }
+      let tried = false;
+      applyPending({ ...s.deps, beforeApply: () => (tried = true) });
+      expect(tried).toBe(false);
+      expect(s.store.db.prepare('SELECT status, code FROM inbox').get()).toEqual({ status: 'failed', code: 'APPLY_FAILED' });
+      expect(JSON.parse((s.store.db.prepare("SELECT body FROM outbox WHERE type = 'ack'").get() as { body: string }).body)).toMatchObject({ ackOf: m.jti, result: 'refused', code: 'APPLY_FAILED', keyId: 'key-1' });
+      expect(s.store.settings().appliedSeq).toBe(1);
+      s.close();
+    });
+  });
+});

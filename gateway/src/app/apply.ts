@@ -63,8 +63,16 @@ export function applyPending(deps: ApplyDeps): number {
       if (store.hasGap(settings.appliedSeq)) maybeResync(deps, 'gap', newCorrelationId());
       return settled;
     }
-    if (!store.claimInbox(row.id, now + deps.options.claimLeaseMs)) continue;
     const log = withCorrelation(deps.log, row.cid, { jti: row.jti, type: row.type, seq: row.seq });
+    if (row.attempts >= deps.options.maxAttempts) {
+      // Its attempts were used up by claims that never finished: a message that kills the process
+      // while being applied. Do not try it again (that would be a crash loop): fail it.
+      failRow(deps, row, 'attempts exhausted by claims that never finished (process died while applying)', now, true);
+      log.error({ attempts: row.attempts }, 'inbox message failed for good');
+      settled++;
+      continue;
+    }
+    if (!store.claimInbox(row.id, now + deps.options.claimLeaseMs)) continue;
     try {
       deps.beforeApply?.(row);
       const r = store.db.transaction(() => applyRow(deps, row, now)).immediate();
@@ -79,21 +87,27 @@ export function applyPending(deps: ApplyDeps): number {
       const failed = attempts >= deps.options.maxAttempts;
       deps.metrics.applyFailures.inc();
       log.error({ err: e, attempts, failed }, failed ? 'inbox message failed for good' : 'inbox apply failed; will retry');
-      store.db
-        .transaction(() => {
-          store.failInbox(row.id, e instanceof Error ? e.message : String(e), failed, now);
-          if (!failed) return;
-          ack(deps, row, { result: 'refused', code: 'APPLY_FAILED', ...keyOf(row) }, now);
-          // A grant that cannot be applied leaves the key inactive, which is safe: move on.
-          // A revoke that cannot be applied must not be skipped: the seq stays stuck, the
-          // lease cannot be renewed, and the site fails closed (DESIGN.md I1).
-          if (row.type === 'key.grant' && row.seq === store.settings().appliedSeq + 1) store.setAppliedSeq(row.seq);
-        })
-        .immediate();
-      deps.outboxWritten();
+      failRow(deps, row, e instanceof Error ? e.message : String(e), now, failed);
       if (!failed) return settled; // retried on the next pass
     }
   }
+}
+
+/** Releases the claim with the error; when `failed`, marks the row failed and acks it refused. */
+function failRow(deps: ApplyDeps, row: InboxRow, error: string, now: number, failed: boolean): void {
+  const { store } = deps;
+  store.db
+    .transaction(() => {
+      store.failInbox(row.id, error, failed, now);
+      if (!failed) return;
+      ack(deps, row, { result: 'refused', code: 'APPLY_FAILED', ...keyOf(row) }, now);
+      // A grant that cannot be applied leaves the key inactive, which is safe: move on.
+      // A revoke that cannot be applied must not be skipped: the seq stays stuck, the
+      // lease cannot be renewed, and the site fails closed (DESIGN.md I1).
+      if (row.type === 'key.grant' && row.seq === store.settings().appliedSeq + 1) store.setAppliedSeq(row.seq);
+    })
+    .immediate();
+  deps.outboxWritten();
 }
 
 function keyOf(row: InboxRow): { keyId: string | null; keyVersion: number | null } {
