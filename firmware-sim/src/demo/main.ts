@@ -1,0 +1,252 @@
+#!/usr/bin/env node
+/**
+ * `npm start`: the whole of Tobira on one machine, on embedded parts.
+ *
+ *   embedded MQTT broker (aedes) -> cloud (PGlite) -> gateway gw-1 (SQLite)
+ *   -> three simulated locks, with a seeded site, doors, a guest and her key.
+ *
+ * Everything lives under one folder (./data, or TOBIRA_DATA_DIR) and survives
+ * a restart. DATABASE_URL and MQTT_URL select a real PostgreSQL / broker.
+ * Ctrl-C stops everything cleanly; a second Ctrl-C forces.
+ */
+import { mkdirSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import { createCloud, parseConfig as parseCloudConfig, type Cloud } from '@tobira/cloud';
+import { createGateway, parseConfig as parseGatewayConfig, type Gateway, type GatewayConfigInput } from '@tobira/gateway';
+import {
+  encodeSecret,
+  generateSigningKeyPair,
+  newCorrelationId,
+  newPairingSecret,
+  startEmbeddedBroker,
+  systemClock,
+  type EmbeddedBroker,
+} from '@tobira/shared';
+import { pino } from 'pino';
+import { z } from 'zod';
+import { startFleet, type Fleet } from '../fleet.js';
+import { startLockPanel } from './control.js';
+import { once, readJson, writeJson } from './files.js';
+
+const Env = z.object({
+  TOBIRA_DATA_DIR: z.string().default('data'),
+  DATABASE_URL: z.string().url().optional(),
+  MQTT_URL: z.string().url().optional(),
+  TOBIRA_DEMO_HOST: z.string().default('127.0.0.1'),
+  /** 1884, not 1883: a system Mosquitto may be listening there. */
+  TOBIRA_DEMO_MQTT_PORT: z.coerce.number().int().min(0).max(65535).default(1884),
+  TOBIRA_DEMO_GATEWAY_PORT: z.coerce.number().int().min(0).max(65535).default(8081),
+  TOBIRA_DEMO_LOCKS_PORT: z.coerce.number().int().min(0).max(65535).default(8082),
+  LOG_LEVEL: z.string().default('info'),
+});
+
+const GATEWAY_ID = 'gw-1';
+const LOCKS = [
+  { lockId: 'L1', doorId: 'door-101', name: 'Room 101' },
+  { lockId: 'L2', doorId: 'door-102', name: 'Room 102' },
+  { lockId: 'L3', doorId: 'door-lobby', name: 'Lobby' },
+] as const;
+const GUEST_PIN = '1234';
+
+interface Seed {
+  siteId: string;
+  gatewayId: string;
+  personId: string;
+  keyId: string;
+  gatewayConfig: GatewayConfigInput;
+}
+
+const step = (what: string) => process.stdout.write(`  • ${what} … `);
+const ok = (detail = 'ok') => process.stdout.write(`${detail}\n`);
+
+async function main(): Promise<void> {
+  const env = Env.parse(process.env);
+  const data = resolve(env.TOBIRA_DATA_DIR);
+  mkdirSync(join(data, 'logs'), { recursive: true });
+  const logFile = join(data, 'logs', 'demo.log');
+  const root = pino({ level: env.LOG_LEVEL, base: { svc: 'demo' }, timestamp: pino.stdTimeFunctions.isoTime }, pino.destination({ dest: logFile, mkdir: true, sync: false }));
+  const log = root.child({ cid: newCorrelationId() });
+  const parts: { name: string; stop: () => Promise<unknown> }[] = [];
+
+  let stopping = 0;
+  const shutdown = async (sig: string) => {
+    stopping++;
+    if (stopping > 1) {
+      process.stdout.write('\nsecond signal: exiting now (committed data is safe on disk)\n');
+      process.exit(1);
+    }
+    process.stdout.write(`\n${sig}: stopping (Ctrl-C again to force)\n`);
+    log.info({ sig }, 'demo stopping');
+    for (const p of [...parts].reverse()) {
+      step(`stopping ${p.name}`);
+      try {
+        await p.stop();
+        ok();
+      } catch (e) {
+        ok(`failed: ${(e as Error).message}`);
+      }
+    }
+    root.flush();
+    process.exit(0);
+  };
+  process.on('SIGINT', () => void shutdown('SIGINT'));
+  process.on('SIGTERM', () => void shutdown('SIGTERM'));
+
+  process.stdout.write(`\nTobira demo — data in ${data} (JSON logs: ${logFile})\n\n`);
+
+  // 1. broker
+  let mqttUrl = env.MQTT_URL;
+  if (mqttUrl === undefined) {
+    step(`embedded MQTT broker on ${env.TOBIRA_DEMO_HOST}:${env.TOBIRA_DEMO_MQTT_PORT}`);
+    let broker: EmbeddedBroker;
+    try {
+      broker = await startEmbeddedBroker({ host: env.TOBIRA_DEMO_HOST, port: env.TOBIRA_DEMO_MQTT_PORT });
+    } catch (e) {
+      throw new Error(`cannot listen on port ${env.TOBIRA_DEMO_MQTT_PORT} (${(e as Error).message}); set TOBIRA_DEMO_MQTT_PORT or MQTT_URL`, { cause: e });
+    }
+    parts.push({ name: 'MQTT broker', stop: () => broker.stop() });
+    mqttUrl = broker.url;
+    ok(mqttUrl);
+  } else {
+    process.stdout.write(`  • MQTT broker: ${mqttUrl} (MQTT_URL)\n`);
+  }
+
+  // 2. cloud
+  const cloudKey = await once(join(data, 'cloud', 'signing-key.json'), async () => (await generateSigningKeyPair()).privateJwk, true);
+  step(env.DATABASE_URL ? 'cloud on PostgreSQL (DATABASE_URL)' : `cloud on embedded PostgreSQL (PGlite, ${join(data, 'cloud', 'db')})`);
+  const cloud: Cloud = createCloud(
+    parseCloudConfig({
+      ...(env.DATABASE_URL ? { DATABASE_URL: env.DATABASE_URL } : { PGLITE_DATA_DIR: join(data, 'cloud', 'db') }),
+      MQTT_URL: mqttUrl,
+      MQTT_CLIENT_ID: 'tobira-cloud-demo',
+      CLOUD_SIGNING_JWK: JSON.stringify(cloudKey),
+    }),
+    { log: root.child({ part: 'cloud' }), clock: systemClock },
+  );
+  await cloud.start();
+  parts.push({ name: 'cloud', stop: () => cloud.stop() });
+  ok();
+
+  // 3. seed (first run only)
+  const seedFile = join(data, 'seed.json');
+  let seed = readJson<Seed>(seedFile);
+  if (seed === undefined) {
+    step('seeding a site, gateway gw-1, three doors, a guest and her key');
+    seed = await seedDemo(cloud, data);
+    writeJson(seedFile, seed, true);
+    ok();
+  }
+
+  // 4. gateway
+  step(`gateway ${GATEWAY_ID} (SQLite ${seed.gatewayConfig.sqlitePath})`);
+  const gateway: Gateway = createGateway(
+    parseGatewayConfig({ ...seed.gatewayConfig, cloud: { ...seed.gatewayConfig.cloud, url: mqttUrl }, site: { url: mqttUrl }, http: { host: env.TOBIRA_DEMO_HOST, port: env.TOBIRA_DEMO_GATEWAY_PORT } }),
+    { log: root.child({ part: 'gateway' }) },
+  );
+  await gateway.start();
+  parts.push({ name: 'gateway', stop: () => gateway.stop() });
+  ok(gateway.httpUrl ?? 'no http');
+
+  // 5. locks
+  step(`simulated locks ${LOCKS.map((l) => l.lockId).join(', ')}`);
+  const secrets = readJson<Record<string, string>>(join(data, GATEWAY_ID, 'lock-secrets.json')) ?? {};
+  const fleet: Fleet = await startFleet({ url: mqttUrl, gatewayId: GATEWAY_ID, locks: LOCKS.map((l) => l.lockId), secrets, log: root.child({ part: 'sim' }) });
+  parts.push({ name: 'locks', stop: () => fleet.stop() });
+  ok();
+  step("waiting for the gateway's first proven sync with the cloud (until then it fails closed)");
+  await cloud.sendHeartbeats();
+  const synced = await waitUntil(() => (gateway.store.settings().leaseExpiresAt ?? 0) > Date.now(), 30_000);
+  ok(synced ? 'in sync' : 'not yet: doors answer CLOUD_STALE until it is (see the gateway /healthz)');
+  const panel = await startLockPanel(fleet, env.TOBIRA_DEMO_HOST, env.TOBIRA_DEMO_LOCKS_PORT);
+  parts.push({ name: 'lock panel', stop: () => panel.app.close() });
+
+  const staffToken = seed.gatewayConfig.staffToken ?? '';
+  process.stdout.write(
+    [
+      '',
+      'Tobira is running.',
+      '',
+      `  Gateway (site ${seed.siteId}):  ${gateway.httpUrl}/healthz   ${gateway.httpUrl}/metrics`,
+      `    staff token (lockdown etc.):  ${staffToken}`,
+      `  Lock panel (simulated doors):   ${panel.url}/locks`,
+      `  Seeded guest ${seed.personId} with PIN ${GUEST_PIN} for Room 101 (L1) and the Lobby (L3).`,
+      '',
+      'Try it:',
+      '',
+      '  # present the guest PIN at Room 101 (allowed: the bolt opens, then relocks)',
+      `  curl -s -X POST ${panel.url}/locks/L1/present -H 'content-type: application/json' -d '{"type":"pin","value":"${GUEST_PIN}"}'`,
+      '',
+      '  # the same PIN at Room 102 (denied: DOOR_NOT_PERMITTED)',
+      `  curl -s -X POST ${panel.url}/locks/L2/present -H 'content-type: application/json' -d '{"type":"pin","value":"${GUEST_PIN}"}'`,
+      '',
+      '  # lock the whole site down (only staff master keys open doors), then lift it',
+      `  curl -s -X POST ${gateway.httpUrl}/staff/mode -H 'authorization: Bearer ${staffToken}' -H 'content-type: application/json' -d '{"mode":"lockdown"}'`,
+      `  curl -s -X POST ${gateway.httpUrl}/staff/mode -H 'authorization: Bearer ${staffToken}' -H 'content-type: application/json' -d '{"mode":"normal"}'`,
+      '',
+      'Ctrl-C stops everything.',
+      '',
+    ].join('\n'),
+  );
+  log.info({ gateway: gateway.httpUrl, panel: panel.url, mqttUrl }, 'demo ready');
+}
+
+async function waitUntil(cond: () => boolean, timeoutMs: number): Promise<boolean> {
+  const deadline = Date.now() + timeoutMs;
+  while (!cond()) {
+    if (Date.now() > deadline) return false;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  return true;
+}
+
+async function seedDemo(cloud: Cloud, data: string): Promise<Seed> {
+  const site = await cloud.createSite({ id: 'site-demo', name: 'Hotel Tobira (demo)', timeZone: 'Asia/Tokyo', offlineGraceSeconds: 300 });
+  if (site.status !== 'applied') throw new Error(`seeding the site: ${site.code}`);
+  const pair = await generateSigningKeyPair();
+  const keyPairFile = join(data, GATEWAY_ID, 'gateway-key.json');
+  writeJson(keyPairFile, pair, true);
+  const prov = await cloud.registerGateway({ gatewayId: GATEWAY_ID, siteId: site.state.id, publicJwk: pair.publicJwk });
+  if (prov.status !== 'applied') {
+    throw new Error(`registering ${GATEWAY_ID}: ${prov.code} (the database already knows it but ${data} has no seed: use a fresh database or the data folder that seeded it)`);
+  }
+  for (const l of LOCKS) {
+    const door = await cloud.createDoor({ id: l.doorId, gatewayId: GATEWAY_ID, name: l.name });
+    if (door.status !== 'applied') throw new Error(`seeding ${l.doorId}: ${door.code}`);
+  }
+  const person = await cloud.createPerson({ id: 'guest-aiko', name: 'Aiko Tanaka' });
+  if (person.status !== 'applied') throw new Error(`seeding the guest: ${person.code}`);
+  const now = Date.now();
+  const key = await cloud.issueKey({
+    personId: person.state.id,
+    doors: ['door-101', 'door-lobby'],
+    credential: { type: 'pin', value: GUEST_PIN },
+    validFrom: now - 60_000,
+    validUntil: now + 7 * 86_400_000,
+  });
+  if (key.status !== 'applied') throw new Error(`seeding the key: ${key.code}`);
+  const secrets = Object.fromEntries(LOCKS.map((l) => [l.lockId, encodeSecret(newPairingSecret())]));
+  writeJson(join(data, GATEWAY_ID, 'lock-secrets.json'), secrets, true);
+  const p = prov.state;
+  return {
+    siteId: site.state.id,
+    gatewayId: GATEWAY_ID,
+    personId: person.state.id,
+    keyId: key.state.id,
+    gatewayConfig: {
+      gatewayId: GATEWAY_ID,
+      keyPairFile,
+      cloud: { url: 'mqtt://replaced-at-start', issuer: p.cloudIssuer, jwks: p.cloudJwks as GatewayConfigInput['cloud']['jwks'] },
+      site: { url: 'mqtt://replaced-at-start' },
+      sqlitePath: join(data, GATEWAY_ID, 'gateway.sqlite'),
+      offlineGraceSeconds: p.offlineGraceSeconds,
+      locks: LOCKS.map((l) => ({ lockId: l.lockId, doorId: l.doorId, pairingSecret: secrets[l.lockId] as string })),
+      credentialPepper: p.credentialPepper,
+      staffToken: encodeSecret(newPairingSecret()),
+    },
+  };
+}
+
+main().catch((e: unknown) => {
+  process.stderr.write(`\ndemo failed to start: ${(e as Error).message}\n`);
+  process.exit(1);
+});
