@@ -250,7 +250,7 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
         setInterval(() => gw.enqueueStatus(), config.statusIntervalMs),
         setInterval(() => {
           const now = nowOf(base);
-          const purged = s.purgeProcessed(now - 30 * DAY) + s.purgeSentOutbox(now - 7 * DAY);
+          const purged = s.purgeProcessed(now - 30 * DAY) + s.purgeSentOutbox(now - 7 * DAY) + s.purgeIncompleteSnapshots(now - DAY);
           if (purged > 0) runLog.info({ purged }, 'purged old inbox/outbox rows');
         }, 3600 * 1000),
       );

@@ -29,7 +29,10 @@ describe('SQLite store', () => {
     expect(db.pragma('journal_mode', { simple: true })).toBe('wal');
     expect(db.pragma('synchronous', { simple: true })).toBe(2);
     expect(migrate(db)).toEqual([]);
-    expect(db.prepare('SELECT version, name FROM schema_migrations').all()).toEqual([{ version: 1, name: 'init' }]);
+    expect(db.prepare('SELECT version, name FROM schema_migrations').all()).toEqual([
+      { version: 1, name: 'init' },
+      { version: 2, name: 'snapshot_parts_received_at' },
+    ]);
   });
 
   it('has STRICT tables that refuse wrongly typed values', () => {
@@ -62,6 +65,14 @@ describe('SQLite store', () => {
     store.failInbox(c!.id, 'boom', true, T0 - 40 * DAY);
     expect(store.purgeProcessed(T0 - 30 * DAY)).toBe(1);
     expect(store.inboxByStatus()).toEqual({ processed: 1, failed: 1 });
+  });
+
+  it('drops snapshots whose parts never all arrived after a day', () => {
+    const part = (snapshotId: string, part: number) => ({ snapshotId, part, parts: 2, asOfSeq: 1, jti: newMessageId(), cid: 'c', body: {} });
+    store.addSnapshotPart(part('old', 1), T0 - 2 * DAY);
+    store.addSnapshotPart(part('new', 1), T0);
+    expect(store.purgeIncompleteSnapshots(T0 - DAY)).toBe(1);
+    expect(store.snapshotParts('new')).toHaveLength(1);
   });
 
   it('gives the outbox a gap-free seq and refuses only non-essential rows when full', () => {

@@ -196,7 +196,7 @@ type SnapshotBody = SnapshotMessage['body'];
 function applySnapshotPart(deps: ApplyDeps, row: InboxRow, m: SnapshotMessage, now: number): RowResult {
   const { store } = deps;
   const b = m.body;
-  const count = store.addSnapshotPart({ snapshotId: b.snapshotId, part: b.part, parts: b.parts, asOfSeq: b.asOfSeq, jti: m.jti, cid: m.cid, body: b });
+  const count = store.addSnapshotPart({ snapshotId: b.snapshotId, part: b.part, parts: b.parts, asOfSeq: b.asOfSeq, jti: m.jti, cid: m.cid, body: b }, now);
   if (count < b.parts) return { result: 'applied', code: 'MESSAGE_APPLIED' };
   const parts = store.snapshotParts(b.snapshotId);
   store.dropSnapshot(b.snapshotId);

@@ -310,16 +310,20 @@ export class GatewayStore {
 
   // ------------------------------------------------------------ snapshots
 
-  addSnapshotPart(p: { snapshotId: string; part: number; parts: number; asOfSeq: number; jti: string; cid: string; body: unknown }): number {
+  addSnapshotPart(p: { snapshotId: string; part: number; parts: number; asOfSeq: number; jti: string; cid: string; body: unknown }, now: number): number {
     this.db
-      .prepare('INSERT INTO snapshot_parts (snapshot_id, part, parts, as_of_seq, jti, cid, body) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING')
-      .run(p.snapshotId, p.part, p.parts, p.asOfSeq, p.jti, p.cid, JSON.stringify(p.body));
+      .prepare('INSERT INTO snapshot_parts (snapshot_id, part, parts, as_of_seq, jti, cid, body, received_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING')
+      .run(p.snapshotId, p.part, p.parts, p.asOfSeq, p.jti, p.cid, JSON.stringify(p.body), now);
     return (this.db.prepare('SELECT count(*) AS n FROM snapshot_parts WHERE snapshot_id = ?').get(p.snapshotId) as { n: number }).n;
   }
   snapshotParts(snapshotId: string): { part: number; jti: string; cid: string; body: unknown }[] {
     return (this.db.prepare('SELECT part, jti, cid, body FROM snapshot_parts WHERE snapshot_id = ? ORDER BY part').all(snapshotId) as { part: number; jti: string; cid: string; body: string }[]).map(
       (r) => ({ ...r, body: JSON.parse(r.body) as unknown }),
     );
+  }
+  /** Drops parts of snapshots that never completed (by their newest part's arrival). */
+  purgeIncompleteSnapshots(olderThan: number): number {
+    return this.db.prepare('DELETE FROM snapshot_parts WHERE snapshot_id IN (SELECT snapshot_id FROM snapshot_parts GROUP BY snapshot_id HAVING max(received_at) < ?)').run(olderThan).changes;
   }
   dropSnapshot(snapshotId: string): void {
     this.db.prepare('DELETE FROM snapshot_parts WHERE snapshot_id = ?').run(snapshotId);
