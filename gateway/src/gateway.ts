@@ -242,7 +242,7 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
         setInterval(() => {
           try {
             applyNow();
-            s.db.transaction(() => s.raiseTimeFloor(0, nowOf(base))).immediate();
+            s.touchHighWater(nowOf(base));
           } catch (e) {
             runLog.error({ err: e }, 'tick failed');
           }

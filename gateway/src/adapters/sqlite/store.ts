@@ -1,9 +1,9 @@
 import {
+  DownlinkMessage,
   KeyGrant,
   newMessageId,
   type CorrelationId,
   type CredentialType,
-  type DownlinkMessage,
   type MessageId,
   type UplinkMessage,
 } from '@tobira/shared';
@@ -140,6 +140,21 @@ export class GatewayStore {
   setLastResyncAt(at: number): void {
     this.db.prepare('UPDATE settings SET last_resync_at = ? WHERE id = 1').run(at);
   }
+  /**
+   * The periodic high-water update. Not fsynced (synchronous=NORMAL for this
+   * commit): a power cut can lose at most the last few seconds of it, and the
+   * next FULL commit (any decision or apply) makes it durable. Saves the
+   * gateway's flash storage one fsync a second.
+   */
+  touchHighWater(now: number): void {
+    this.db.pragma('synchronous = NORMAL');
+    try {
+      this.db.transaction(() => this.raiseTimeFloor(0, now)).immediate();
+    } finally {
+      this.db.pragma('synchronous = FULL');
+    }
+  }
+
   /** Raises (never lowers) the trusted-time floor. */
   raiseTimeFloor(maxIatMs: number, highWaterMs: number): void {
     this.db
@@ -239,12 +254,14 @@ export class GatewayStore {
 
   #inboxRow(raw: unknown): InboxRow {
     const r = raw as { id: number; jti: string; type: string; seq: number | null; cid: string; message: string; attempts: number };
-    let message: DownlinkMessage;
+    let parsed: ReturnType<typeof DownlinkMessage.safeParse>;
     try {
-      message = JSON.parse(r.message) as DownlinkMessage;
+      parsed = DownlinkMessage.safeParse(JSON.parse(r.message));
     } catch {
       throw new CorruptRow('inbox', `id ${r.id}: unreadable message`);
     }
+    if (!parsed.success) throw new CorruptRow('inbox', `id ${r.id}: ${parsed.error.message.slice(0, 200)}`);
+    const message = parsed.data;
     if (message.type !== r.type || message.jti !== r.jti) throw new CorruptRow('inbox', `id ${r.id}: message does not match columns`);
     return { id: r.id, jti: r.jti, type: message.type, seq: r.seq, cid: r.cid, message, attempts: r.attempts };
   }
