@@ -84,9 +84,10 @@ export function createCloud(config: CloudConfig, cloudDeps: CloudDeps = {}) {
       );
       uplink = new Uplink(app(), { link, signer, replayMax: config.resyncReplayMax, publishTimeoutMs: config.dispatch.publishTimeoutMs });
       heartbeat = new Heartbeat(app(), { link, signer, intervalMs: config.heartbeatIntervalMs, qos: config.heartbeatQos, publishTimeoutMs: config.dispatch.publishTimeoutMs });
+      uplink.start();
       // not fatal: the link keeps reconnecting, and the uplink subscription is made on every connect
-      if (!(await link.waitConnected(5_000))) log.warn({ url: config.mqttUrl }, 'MQTT not connected yet; starting anyway');
-      await uplink.start();
+      const ready = await Promise.race([uplink.subscribed.then(() => true), new Promise<boolean>((r) => setTimeout(() => r(false), 5_000).unref())]);
+      if (!ready) log.warn({ url: config.mqttUrl }, 'MQTT not connected yet; starting anyway');
       await dispatcher.start();
       heartbeat.start();
       sweeper = setInterval(() => {

@@ -52,14 +52,22 @@ export class Uplink {
     this.#o = o;
   }
 
-  async start(): Promise<void> {
+  #onSubscribed: () => void = () => {};
+  /** Resolves after the first successful subscription. */
+  readonly subscribed = new Promise<void>((resolve) => {
+    this.#onSubscribed = resolve;
+  });
+
+  /** Registers the handler (before anything can arrive) and subscribes on every connect. */
+  start(): void {
     this.#o.link.onMessage((topic, payload) => this.handle(topic, payload));
     const subscribe = () =>
-      Promise.all([this.#o.link.subscribe(filters.allGatewaysUp), this.#o.link.subscribe(filters.allGatewaysPresence)]).catch((e: unknown) =>
-        this.#app.log.warn({ err: String(e) }, 'subscribe failed; retried on the next connect'),
+      Promise.all([this.#o.link.subscribe(filters.allGatewaysUp), this.#o.link.subscribe(filters.allGatewaysPresence)]).then(
+        () => this.#onSubscribed(),
+        (e: unknown) => this.#app.log.warn({ err: String(e) }, 'subscribe failed; retried on the next connect'),
       );
     this.#o.link.onConnect(() => void subscribe());
-    if (this.#o.link.connected) await subscribe();
+    if (this.#o.link.connected) void subscribe();
   }
 
   async stop(): Promise<void> {

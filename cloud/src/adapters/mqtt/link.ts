@@ -29,7 +29,14 @@ export class NotConnected extends Error {
 
 export function openMqttLink(url: string, log: Logger, opts: IClientOptions = {}): MqttLink {
   const client: MqttClient = connectMqtt(url, { clean: false, reconnectPeriod: 500, ...opts });
-  let handler: (topic: string, payload: Buffer) => Promise<void> = async () => {};
+  // A persistent session redelivers unacknowledged messages right at CONNECT,
+  // possibly before the inbox registered its handler: they wait for it instead
+  // of being acknowledged unhandled.
+  let registered: (h: (topic: string, payload: Buffer) => Promise<void>) => void = () => {};
+  const handlerReady = new Promise<(topic: string, payload: Buffer) => Promise<void>>((resolve) => {
+    registered = resolve;
+  });
+  let handler: (topic: string, payload: Buffer) => Promise<void> = async (topic, payload) => (await handlerReady)(topic, payload);
   const connectCbs: (() => void)[] = [];
   client.on('connect', () => {
     log.info({ url }, 'mqtt connected');
@@ -65,6 +72,7 @@ export function openMqttLink(url: string, log: Logger, opts: IClientOptions = {}
     },
     onMessage(h) {
       handler = h;
+      registered(h);
     },
     async subscribe(filter) {
       await client.subscribeAsync(filter, { qos: 1 });
