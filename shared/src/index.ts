@@ -11,3 +11,4 @@ export * from './payload.js';
 export * from './signing.js';
 export * from './topics.js';
 export * from './broker.js';
+export * from './lifecycle.js';

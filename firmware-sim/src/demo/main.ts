@@ -18,6 +18,7 @@ import {
   generateSigningKeyPair,
   newCorrelationId,
   newPairingSecret,
+  onShutdownSignals,
   startEmbeddedBroker,
   systemClock,
   type EmbeddedBroker,
@@ -68,13 +69,7 @@ async function main(): Promise<void> {
   const log = root.child({ cid: newCorrelationId() });
   const parts: { name: string; stop: () => Promise<unknown> }[] = [];
 
-  let stopping = 0;
   const shutdown = async (sig: string) => {
-    stopping++;
-    if (stopping > 1) {
-      process.stdout.write('\nsecond signal: exiting now (committed data is safe on disk)\n');
-      process.exit(1);
-    }
     process.stdout.write(`\n${sig}: stopping (Ctrl-C again to force)\n`);
     log.info({ sig }, 'demo stopping');
     for (const p of [...parts].reverse()) {
@@ -89,8 +84,13 @@ async function main(): Promise<void> {
     root.flush();
     process.exit(0);
   };
-  process.on('SIGINT', () => void shutdown('SIGINT'));
-  process.on('SIGTERM', () => void shutdown('SIGTERM'));
+  onShutdownSignals({
+    graceful: (sig) => void shutdown(sig),
+    forced: () => {
+      process.stdout.write('\nsecond signal: exiting now (committed data is safe on disk)\n');
+      process.exit(1);
+    },
+  });
 
   process.stdout.write(`\nTobira demo — data in ${data} (JSON logs: ${logFile})\n\n`);
 

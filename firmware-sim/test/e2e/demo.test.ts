@@ -1,0 +1,87 @@
+import { execFile, spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+import { afterAll, describe, expect, it } from 'vitest';
+
+const ROOT = fileURLToPath(new URL('../../..', import.meta.url));
+const sh = promisify(execFile);
+
+/** `npm start` as a newcomer runs it, in a data folder of its own, on free ports. */
+class Demo {
+  child: ChildProcess | null = null;
+  out = '';
+  constructor(readonly data: string) {}
+  start(): Promise<void> {
+    const child = spawn('npm', ['start', '--silent'], {
+      cwd: ROOT,
+      env: { ...process.env, TOBIRA_DATA_DIR: this.data, TOBIRA_DEMO_MQTT_PORT: '0', TOBIRA_DEMO_GATEWAY_PORT: '0', TOBIRA_DEMO_LOCKS_PORT: '0', LOG_LEVEL: 'info' },
+      stdio: ['ignore', 'pipe', 'pipe'],
+      detached: true,
+    });
+    this.child = child;
+    return new Promise((resolve, reject) => {
+      child.stdout?.on('data', (b: Buffer) => {
+        this.out += b.toString();
+        if (this.out.includes('Ctrl-C stops everything.')) resolve();
+      });
+      child.stderr?.on('data', (b: Buffer) => (this.out += b.toString()));
+      child.once('exit', (code) => reject(new Error(`demo exited (${code}) before it was ready:\n${this.out}`)));
+    });
+  }
+  /**
+   * Ctrl-C, as a person would press it (to the whole process group, like a
+   * terminal does). Resolves when every process holding the output closed it,
+   * with what the demo said while stopping.
+   */
+  async interrupt(): Promise<string> {
+    const child = this.child;
+    if (!child?.pid) return '';
+    const closed = new Promise<void>((r) => child.once('close', () => r()));
+    const before = this.out.length;
+    process.kill(-child.pid, 'SIGINT');
+    await closed;
+    return this.out.slice(before);
+  }
+  /** The curl commands it printed, exactly as printed. */
+  curls(): string[] {
+    return this.out.split('\n').filter((l) => l.trim().startsWith('curl ')).map((l) => l.trim());
+  }
+}
+
+const run = async (cmd: string) => JSON.parse((await sh('bash', ['-c', cmd])).stdout) as Record<string, unknown>;
+
+describe('npm start (the one-command demo)', () => {
+  const data = mkdtempSync(join(tmpdir(), 'tobira-demo-'));
+  afterAll(() => rmSync(data, { recursive: true, force: true }));
+
+  it('comes up on a fresh data folder, and the printed examples work as printed', { timeout: 120_000 }, async () => {
+    const demo = new Demo(data);
+    try {
+      await demo.start();
+      expect(demo.out).toContain('seeding a site');
+      expect(demo.out).toContain('in sync');
+      const [allowed, denied, lockdown, normal] = demo.curls();
+      expect(await run(allowed as string)).toMatchObject({ status: 'decided', decision: { allowed: true, code: 'ALLOWED' }, command: { result: 'executed' } });
+      expect(await run(denied as string)).toMatchObject({ status: 'decided', decision: { allowed: false, code: 'DOOR_NOT_PERMITTED' } });
+      expect(await run(lockdown as string)).toMatchObject({ mode: 'lockdown' });
+      expect(await run(normal as string)).toMatchObject({ mode: 'normal' });
+    } finally {
+      const said = await demo.interrupt();
+      for (const part of ['lock panel', 'locks', 'gateway', 'cloud', 'MQTT broker']) expect(said).toContain(`stopping ${part} … ok`);
+    }
+  });
+
+  it('keeps its data across a restart: no second seeding, and the guest key still opens', { timeout: 120_000 }, async () => {
+    const demo = new Demo(data);
+    try {
+      await demo.start();
+      expect(demo.out).not.toContain('seeding');
+      expect(await run(demo.curls()[0] as string)).toMatchObject({ decision: { allowed: true, code: 'ALLOWED' } });
+    } finally {
+      expect(await demo.interrupt()).toContain('stopping cloud … ok');
+    }
+  });
+});
