@@ -38,6 +38,35 @@ describe('snapshot chunking', () => {
     expect(parts.flatMap((p) => p.revoked)).toHaveLength(300);
     expect(chunkSnapshot([], [])).toEqual([{ keys: [], revoked: [] }]);
   });
+
+  it('with the default budget, every signed part stays under the 64 KiB message limit', async () => {
+    const key = await cloudSigningKey();
+    const signing = await importSigningKey(key.privateJwk);
+    const keys = Array.from({ length: 900 }, (_, i) => ({
+      keyId: `key-${i}-${'x'.repeat(60)}`,
+      version: 3,
+      personId: `person-${i}-${'y'.repeat(60)}`,
+      credential: { type: 'card' as const, digest: 'B'.repeat(43) },
+      doors: Array.from({ length: 6 }, (_, d) => `door-${d}-${'z'.repeat(50)}`),
+      validFrom: 1,
+      validUntil: 2,
+      schedule: { timeZone: 'Asia/Tokyo', windows: [{ days: [1, 2, 3, 4, 5], start: '08:00', end: '18:00' }] },
+      offlineCapable: false,
+    })) as never[];
+    const revoked = Array.from({ length: 2000 }, (_, i) => ({ keyId: `gone-${i}-${'w'.repeat(40)}`, version: 7 }));
+    const parts = chunkSnapshot(keys, revoked);
+    expect(parts.length).toBeGreaterThan(2);
+    const snapshotId = newId();
+    for (const [i, p] of parts.entries()) {
+      const { token } = await signMessage<DownlinkMessage>(
+        signing,
+        'tobira-cloud',
+        { type: 'keyset.snapshot', aud: 'gw-1', cid: 'c-1', body: { snapshotId, asOfSeq: 9, part: i + 1, parts: parts.length, ...p } } as never,
+        new ManualClock(T0),
+      );
+      expect(Buffer.byteLength(token)).toBeLessThanOrEqual(64 * 1024);
+    }
+  });
 });
 
 describe.each(pgBackends())('uplink inbox on %s', (pgBackend) => {
