@@ -24,6 +24,7 @@ import {
   type SigningKey,
 } from '@tobira/shared';
 import type { MqttClient } from 'mqtt';
+import { pino } from 'pino';
 import { createGateway, type Gateway, type GatewayDeps } from '../src/gateway.js';
 import { parseConfig, type GatewayConfig, type GatewayConfigInput } from '../src/config.js';
 import { grant as baseGrant, T0 } from './fixtures.js';
@@ -248,5 +249,4 @@ export async function runSite(cloudUrl: string, siteUrl: string, unique: string,
   };
 }
 
-import { pino } from 'pino';
 export const silentLog = () => pino({ level: process.env.LOG_LEVEL ?? 'silent' });
