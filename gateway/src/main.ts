@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-import { createLogger, newCorrelationId, withCorrelation } from '@tobira/shared';
+import { createLogger, newCorrelationId, onShutdownSignals, withCorrelation } from '@tobira/shared';
 import { crashHookFromEnv } from './app/context.js';
 import { loadConfig } from './config.js';
 import { createGateway } from './gateway.js';
@@ -21,25 +21,25 @@ function argValue(name: string): string | undefined {
 async function main(): Promise<void> {
   const config = loadConfig({ file: argValue('--config') });
   const gateway = createGateway(config, { log: baseLog, crash: crashHookFromEnv(process.env.TOBIRA_CRASH_AT) });
-  let signals = 0;
-  const onSignal = (sig: NodeJS.Signals) => {
-    signals++;
-    if (signals > 1) {
+  // One Ctrl-C can arrive several times (npm and tsx forward it): onShutdownSignals
+  // takes those as one request; only a later, separate signal forces.
+  onShutdownSignals({
+    graceful: (sig) => {
+      log.info({ sig }, 'draining and stopping');
+      gateway.stop().then(
+        () => process.exit(0),
+        (e: unknown) => {
+          log.error({ err: e }, 'stop failed');
+          process.exit(1);
+        },
+      );
+    },
+    forced: (sig) => {
       // Everything that matters is already committed in SQLite (inbox, outbox, access log): exiting now loses nothing durable.
       log.warn({ sig }, 'second signal: forcing exit');
       process.exit(1);
-    }
-    log.info({ sig }, 'draining and stopping');
-    gateway.stop().then(
-      () => process.exit(0),
-      (e: unknown) => {
-        log.error({ err: e }, 'stop failed');
-        process.exit(1);
-      },
-    );
-  };
-  process.on('SIGTERM', onSignal);
-  process.on('SIGINT', onSignal);
+    },
+  });
   await gateway.start();
   // Tests wait for this line on stdout (pino JSON): it says the daemon took its config and opened its database.
   log.info({ gatewayId: config.gatewayId, http: gateway.httpUrl }, 'tobira-gateway ready');
