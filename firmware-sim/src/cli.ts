@@ -1,6 +1,6 @@
 import { chmodSync, existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { createInterface } from 'node:readline';
-import { PresentedCredential, createLogger } from '@tobira/shared';
+import { PresentedCredential, createLogger, onShutdownSignals } from '@tobira/shared';
 import type { SimActivity } from './adapter.js';
 import { CliError, USAGE, parseCli, parseSecretsFile, type CliConfig } from './cli-args.js';
 import { validateFaults, type Faults } from './faults.js';
@@ -80,21 +80,22 @@ async function main(): Promise<number> {
   });
 
   out(`firmware-sim: gateway ${config.gatewayId}, ${config.lockIds.length} lock(s) at ${config.mqttUrl.replace(/\/\/[^@/]*@/, '//***@')}`);
-  let stopping = false;
-  const stop = async (why: string) => {
-    if (stopping) {
-      out('firmware-sim: second signal, exiting now');
-      process.exit(1);
-    }
-    stopping = true;
-    out(`firmware-sim: ${why}: locks go offline and disconnect`);
-    await fleet.stop();
-    out('firmware-sim: stopped');
-  };
+  let stopping: Promise<void> | null = null;
+  const stop = (why: string): Promise<void> =>
+    (stopping ??= (async () => {
+      out(`firmware-sim: ${why}: locks go offline and disconnect`);
+      await fleet.stop();
+      out('firmware-sim: stopped');
+    })());
   const stopped = new Promise<void>((resolve) => {
-    const onSignal = (sig: string) => void stop(sig).then(resolve, resolve);
-    process.on('SIGINT', () => onSignal('SIGINT'));
-    process.on('SIGTERM', () => onSignal('SIGTERM'));
+    // One Ctrl-C can arrive several times (npm and tsx forward it); only a later, separate signal forces.
+    onShutdownSignals({
+      graceful: (sig) => void stop(sig).then(resolve, resolve),
+      forced: () => {
+        out('firmware-sim: second signal, exiting now');
+        process.exit(1);
+      },
+    });
   });
 
   try {
