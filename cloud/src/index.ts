@@ -117,6 +117,13 @@ export function createCloud(config: CloudConfig, cloudDeps: CloudDeps = {}) {
     get jwks() {
       return need(signer).jwks;
     },
+    /** The cloud's database, for the HTTP layer's own tables and scoped reads (after start()). */
+    get db(): Db {
+      return need(db);
+    },
+    get clock(): Clock {
+      return clock;
+    },
     get issuer() {
       return config.issuer;
     },
