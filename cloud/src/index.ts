@@ -121,9 +121,6 @@ export function createCloud(config: CloudConfig, cloudDeps: CloudDeps = {}) {
     get db(): Db {
       return need(db);
     },
-    get clock(): Clock {
-      return clock;
-    },
     get issuer() {
       return config.issuer;
     },
