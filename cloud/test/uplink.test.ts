@@ -197,6 +197,28 @@ describe.each(pgBackends())('uplink inbox on %s', (pgBackend) => {
       }
     });
 
+    it('an access event is attributed to the holder the cloud has on record for its key', async () => {
+      const { s, gw } = await setup();
+      try {
+        const o = await issue(s, 7);
+        if (o.status !== 'applied') throw new Error('issue');
+        await gw.send({
+          type: 'access.event',
+          seq: 1,
+          cid: o.cid,
+          body: { eventId: newId(), requestId: 'r-9', lockId: 'lock-1', doorId: s.doorA, at: T0, allowed: true, code: 'ALLOWED', keyId: o.state.id, keyVersion: 1, personId: null, credentialType: 'pin', commandId: null },
+        });
+        const [a] = await waitFor(async () => {
+          const rows = await cloud.listAudit({ gatewayId: s.gatewayId });
+          return rows.length > 0 ? rows : undefined;
+        }, 'audit row');
+        expect(a).toMatchObject({ personId: s.personId, keyId: o.state.id, cid: o.cid });
+        expect(await cloud.listAudit({ personId: s.personId })).toHaveLength(1);
+      } finally {
+        await gw.close();
+      }
+    });
+
     it('a duplicate uplink is applied once', async () => {
       const { s, gw } = await setup();
       try {
@@ -240,6 +262,7 @@ describe.each(pgBackends())('uplink inbox on %s', (pgBackend) => {
         });
         for (const seq of [1, 2, 5, 7]) await gw.send(ev(seq));
         await waitFor(async () => (await cloud.listAudit({ gatewayId: s.gatewayId })).length === 4, 'four events');
+        expect((await cloud.listAudit({ gatewayId: s.gatewayId })).every((a) => a.personId === null)).toBe(true);
         expect(await cloud.listUplinkGaps(s.gatewayId)).toEqual([
           { fromSeq: 3, toSeq: 4 },
           { fromSeq: 6, toSeq: 6 },

@@ -157,7 +157,10 @@ export class Uplink {
         const b = m.body;
         const r = await tx.query(
           `INSERT INTO audit (event_id, gateway_id, seq, jti, lock_id, door_id, at, allowed, code, key_id, key_version, person_id, credential_type, command_id, cid, received_at)
-           VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16) ON CONFLICT (event_id) DO NOTHING`,
+           VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,
+                   -- the cloud's own record names the holder; the gateway's copy is the fallback
+                   COALESCE((SELECT person_id FROM keys WHERE id = $10 AND gateway_id = $2), $12),
+                   $13,$14,$15,$16) ON CONFLICT (event_id) DO NOTHING`,
           [b.eventId, gatewayId, m.seq, m.jti, b.lockId, b.doorId, b.at, b.allowed, b.code, b.keyId, b.keyVersion, b.personId, b.credentialType, b.commandId, m.cid, now],
         );
         return r.rowCount === 1 ? { result: 'applied', code: 'REPORT_RECORDED' } : { result: 'noop', code: 'DUPLICATE_MESSAGE' };
