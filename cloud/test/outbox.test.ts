@@ -1,4 +1,7 @@
-import { ManualClock, type DownlinkMessage } from '@tobira/shared';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { ManualClock, systemClock, type DownlinkMessage } from '@tobira/shared';
+import { issueKey } from '../src/app/keys.js';
 import { mqttBackends, pgBackends, startMqttBackend, type MqttTestBroker } from '@tobira/shared/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { backoffMs } from '../src/adapters/outbox/fail.js';
@@ -243,6 +246,55 @@ describe.each(pgBackends())('outbox dispatcher on %s', (pgBackend) => {
         await gw.close();
       }
     });
+
+    // kill -9 needs a second process on the same database: PostgreSQL only (an in-memory PGlite lives in one process)
+    if (pgBackend === 'postgres') {
+      it('a cloud process killed with SIGKILL mid-dispatch loses nothing: a new one sends the rest, every seq arrives once in effect', async () => {
+        const d = deps(t.db, systemClock as ManualClock);
+        const s = await seed(d, { gatewayId: `gw-${broker.unique}-kill${Math.random().toString(36).slice(2, 6)}` });
+        const key = await cloudSigningKey();
+        const gw = await fakeGateway({ url: broker.url, gatewayId: s.gatewayId, pair: s.pair, cloudJwks: { keys: [key.publicJwk] }, cloudIssuer: 'tobira-cloud', clock: systemClock });
+        let child: ChildProcess | undefined;
+        const sequencedAt = () => new Map(grantsOf(gw.received).map((m) => [m.seq, m.jti]));
+        try {
+          const now = Date.now();
+          for (let i = 0; i < 30; i++) {
+            const o = await issueKey(d, { personId: s.personId, doors: [s.doorA], credential: { type: 'pin', value: String(500000 + i) }, validFrom: now, validUntil: now + DAY });
+            expect(o.status).toBe('applied');
+          }
+          child = spawn(process.execPath, ['--import', 'tsx', fileURLToPath(new URL('./fixtures/child-cloud.ts', import.meta.url))], {
+            env: {
+              ...process.env,
+              DATABASE_URL: t.databaseUrl,
+              MQTT_URL: broker.url,
+              MQTT_CLIENT_ID: `cloud-child-${broker.unique}-${s.u}`,
+              MQTT_CLEAN_SESSION: 'true',
+              CLOUD_SIGNING_JWK: JSON.stringify(key.privateJwk),
+              DISPATCH_BATCH: '1',
+              DISPATCH_LEASE_MS: '500',
+              HEARTBEAT_INTERVAL_MS: '3600000',
+              LOG_LEVEL: 'silent',
+            },
+            stdio: ['ignore', 'ignore', 'inherit'],
+          });
+          await waitFor(() => sequencedAt().size >= 3 || undefined, 'the child has sent some rows', 30_000);
+          child.kill('SIGKILL');
+          await new Promise((r) => child?.once('exit', r));
+          const cloud = await startCloud(t, broker.url, { ownPool: true, deps: { clock: systemClock } });
+          try {
+            await waitFor(async () => (await cloud.listOutbox(s.gatewayId)).every((r) => r.status === 'sent') || undefined, 'every row sent', 30_000);
+            await waitFor(() => sequencedAt().size === 30 || undefined, 'every seq at the gateway');
+            const bySeq = sequencedAt();
+            for (const r of await cloud.listOutbox(s.gatewayId)) expect(bySeq.get(r.seq)).toBe(r.jti);
+          } finally {
+            await cloud.stop();
+          }
+        } finally {
+          if (child && child.exitCode === null) child.kill('SIGKILL');
+          await gw.close();
+        }
+      });
+    }
 
     it('a commit in one replica wakes another replica through LISTEN/NOTIFY (no poll needed)', async () => {
       const { s, gw, clock } = await setup();
