@@ -21,6 +21,11 @@ export { CRASH_POINTS, SimulatedCrash, type CrashPoint, type CrashHook } from '.
 export type { KeyResult, IssueKeyInput, RevokeKeyInput } from './app/keys.js';
 export type { EntryKey } from './domain/keys.js';
 export { KEY_TRANSITIONS, KEY_NOOPS, KEY_STATUSES, type KeyStatus } from './domain/key-states.js';
+export { buildApp } from './http/app.js';
+export { startAdminApi, type AdminApi, type AdminApiOptions } from './http/server.js';
+export { DEFAULT_API_CONFIG, type ApiConfig, type ApiDeps } from './http/context.js';
+export { createApiToken, installApiToken, revokeApiToken, type Role } from './http/tokens.js';
+export { API_CODES, type ApiCode } from './http/codes.js';
 
 export interface CloudDeps {
   /** An already-open database (tests share one PGlite between instances); not closed by stop(). */

@@ -1,0 +1,163 @@
+import { createHash } from 'node:crypto';
+import rateLimit from '@fastify/rate-limit';
+import swagger from '@fastify/swagger';
+import swaggerUi from '@fastify/swagger-ui';
+import { CorrelationId, newCorrelationId } from '@tobira/shared';
+import Fastify, { LogController, type FastifyBaseLogger, type FastifyError, type FastifyInstance } from 'fastify';
+import {
+  hasZodFastifySchemaValidationErrors,
+  isResponseSerializationError,
+  jsonSchemaTransform,
+  serializerCompiler,
+  validatorCompiler,
+  type ZodTypeProvider,
+} from 'fastify-type-provider-zod';
+import { z } from 'zod';
+import { pgErrorCode } from '../adapters/db/db.js';
+import { DEFAULT_API_CONFIG, problem, type ApiDeps, type Ctx } from './context.js';
+import { authenticate } from './tokens.js';
+import { sitesRoutes } from './routes/sites.js';
+import { gatewaysRoutes } from './routes/gateways.js';
+import { doorsRoutes } from './routes/doors.js';
+import { peopleRoutes } from './routes/people.js';
+import { keysRoutes } from './routes/keys.js';
+import { eventsRoutes } from './routes/events.js';
+import { deadLettersRoutes } from './routes/dead-letters.js';
+import { tokensRoutes } from './routes/tokens.js';
+
+export type ApiApp = FastifyInstance;
+
+const PUBLIC_PREFIXES = ['/docs', '/openapi.json', '/healthz'];
+const WRITE_METHODS = new Set(['POST', 'PUT', 'PATCH', 'DELETE']);
+
+/** Driver errors that mean the database is unreachable, not that the request was bad. */
+function dependencyDown(e: unknown): boolean {
+  const code = pgErrorCode(e);
+  if (code === undefined) return false;
+  return ['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', '57P01', '57P03', '53300'].includes(code) || code.startsWith('08');
+}
+
+/**
+ * The admin HTTP API (docs/api.md), thin over the cloud's verbs: each
+ * resource is a plugin, every body/query/param is a strict zod schema, every
+ * status has a response schema, and one error handler answers with stable
+ * codes and hides 5xx details (logged with the correlation id). Listening is
+ * server.ts's job; tests use `app.inject`.
+ */
+export async function buildApp(deps: ApiDeps): Promise<FastifyInstance> {
+  const config = { ...DEFAULT_API_CONFIG, ...deps.config };
+  const ctx: Ctx = { cloud: deps.cloud, db: deps.db, clock: deps.clock, config };
+  const app = Fastify({
+    loggerInstance: deps.log as FastifyBaseLogger,
+    bodyLimit: config.bodyLimit,
+    logController: new LogController({ requestIdLogLabel: 'cid' }),
+    requestIdHeader: false,
+    genReqId: (req) => {
+      const h = req.headers['x-correlation-id'];
+      return typeof h === 'string' && CorrelationId.safeParse(h).success ? h : newCorrelationId();
+    },
+    routerOptions: { ignoreTrailingSlash: true },
+  });
+  app.setValidatorCompiler(validatorCompiler);
+  app.setSerializerCompiler(serializerCompiler);
+  app.decorateRequest('principal', null);
+
+  app.setErrorHandler((err: FastifyError, req, reply) => {
+    if (hasZodFastifySchemaValidationErrors(err)) {
+      const detail = err.validation
+        .slice(0, 10)
+        .map((v) => `${err.validationContext ?? ''}${v.instancePath || ''}: ${v.message ?? 'invalid'}`)
+        .join('; ');
+      req.log.info({ code: 'BAD_REQUEST', detail }, 'request refused');
+      return reply.status(400).send(problem('BAD_REQUEST', detail));
+    }
+    if (isResponseSerializationError(err)) {
+      req.log.error({ err, issues: err.cause.issues }, 'response does not match its schema');
+      return reply.status(500).send(problem('INTERNAL'));
+    }
+    const code = err.code;
+    if (code === 'FST_ERR_CTP_INVALID_JSON_BODY' || code === 'FST_ERR_CTP_EMPTY_JSON_BODY' || err instanceof SyntaxError) {
+      req.log.info({ code: 'MALFORMED_JSON' }, 'request refused');
+      return reply.status(400).send(problem('MALFORMED_JSON', code === 'FST_ERR_CTP_EMPTY_JSON_BODY' ? 'empty body' : 'body is not valid JSON'));
+    }
+    if (code === 'FST_ERR_CTP_BODY_TOO_LARGE') return reply.status(413).send(problem('PAYLOAD_TOO_LARGE', `limit ${config.bodyLimit} bytes`));
+    if (code === 'FST_ERR_CTP_INVALID_MEDIA_TYPE') return reply.status(415).send(problem('UNSUPPORTED_MEDIA_TYPE', 'send application/json'));
+    if (err.statusCode === 429) return reply.status(429).send(problem('RATE_LIMITED', err.message));
+    if (err.statusCode !== undefined && err.statusCode >= 400 && err.statusCode < 500) {
+      return reply.status(err.statusCode).send(problem('BAD_REQUEST', err.message));
+    }
+    if (dependencyDown(err)) {
+      req.log.error({ err }, 'dependency down');
+      return reply.status(503).header('retry-after', '5').send(problem('SERVICE_UNAVAILABLE'));
+    }
+    req.log.error({ err }, 'internal error');
+    return reply.status(500).send(problem('INTERNAL', `correlation id ${req.id}`));
+  });
+  app.setNotFoundHandler((_req, reply) => reply.status(404).send(problem('NOT_FOUND', 'no such route')));
+
+  // correlation id: a bad X-Correlation-Id is refused rather than silently replaced
+  app.addHook('onRequest', async (req, reply) => {
+    void reply.header('x-correlation-id', req.id);
+    const h = req.headers['x-correlation-id'];
+    if (h !== undefined && (typeof h !== 'string' || !CorrelationId.safeParse(h).success)) {
+      return reply.status(400).send(problem('BAD_REQUEST', 'X-Correlation-Id: 1-128 of [A-Za-z0-9_.:-]'));
+    }
+    return undefined;
+  });
+
+  await app.register(rateLimit, {
+    global: true,
+    max: config.rateLimitMax,
+    timeWindow: config.rateLimitWindowMs,
+    // per token (its hash, so the clear token never sits in memory as a map key); per IP without one
+    keyGenerator: (req) => {
+      const h = req.headers.authorization;
+      return typeof h === 'string' && h.startsWith('Bearer ') ? `t:${createHash('sha256').update(h.slice(7)).digest('hex')}` : `ip:${req.ip}`;
+    },
+    errorResponseBuilder: (_req, c) => ({ statusCode: 429, code: 'RATE_LIMITED', message: `retry in ${c.after}` }),
+  });
+
+  // authentication, then role: before the body is parsed, so a refused request writes nothing
+  app.addHook('onRequest', async (req, reply) => {
+    const path = req.url.split('?')[0] ?? '';
+    if (req.routeOptions.config.public || PUBLIC_PREFIXES.some((p) => path === p || path.startsWith(`${p}/`))) return undefined;
+    const h = req.headers.authorization;
+    const token = typeof h === 'string' && h.startsWith('Bearer ') ? h.slice(7).trim() : undefined;
+    const p = token ? await authenticate(deps.db, token) : null;
+    if (!p) {
+      req.log.info({ code: 'UNAUTHENTICATED' }, 'request refused');
+      return reply.status(401).header('www-authenticate', 'Bearer').send(problem('UNAUTHENTICATED'));
+    }
+    req.principal = p;
+    req.log = req.log.child({ tokenId: p.tokenId, role: p.role });
+    if ((p.role === 'auditor' && WRITE_METHODS.has(req.method)) || (req.routeOptions.config.adminOnly && p.role !== 'admin')) {
+      req.log.info({ code: 'FORBIDDEN_ROLE' }, 'request refused');
+      return reply.status(403).send(problem('FORBIDDEN_ROLE', `role ${p.role}`));
+    }
+    return undefined;
+  });
+
+  await app.register(swagger, {
+    openapi: {
+      openapi: '3.0.3',
+      info: { title: 'Tobira cloud admin API', version: '1.0.0', description: 'See docs/api.md. Every answer is {status, code, ...}.' },
+      components: { securitySchemes: { bearer: { type: 'http', scheme: 'bearer' } } },
+      security: [{ bearer: [] }],
+    },
+    transform: jsonSchemaTransform,
+  });
+  await app.register(swaggerUi, { routePrefix: '/docs' });
+
+  const z_ = app.withTypeProvider<ZodTypeProvider>();
+  z_.get(
+    '/healthz',
+    { config: { public: true }, schema: { hide: true, response: { 200: z.object({ ok: z.boolean() }) } } },
+    async () => ({ ok: true }),
+  );
+  z_.get('/openapi.json', { config: { public: true }, schema: { hide: true } }, async () => app.swagger());
+
+  for (const plugin of [sitesRoutes, gatewaysRoutes, doorsRoutes, peopleRoutes, keysRoutes, eventsRoutes, deadLettersRoutes, tokensRoutes]) {
+    await app.register(async (scope) => plugin(scope.withTypeProvider<ZodTypeProvider>(), ctx));
+  }
+  return app;
+}

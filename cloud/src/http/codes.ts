@@ -1,0 +1,21 @@
+/**
+ * Codes the HTTP layer answers with on its own (the verbs' codes are in
+ * shared/src/codes.ts). Stable contract: clients match on the code.
+ */
+export const API_CODES = Object.freeze({
+  BAD_REQUEST: 'The request does not match its schema (types, unknown fields, bad query or header); nothing changed.',
+  MALFORMED_JSON: 'The body is not valid JSON; nothing changed.',
+  PAYLOAD_TOO_LARGE: 'The body is larger than the limit; nothing changed.',
+  UNSUPPORTED_MEDIA_TYPE: 'The body is not application/json.',
+  UNAUTHENTICATED: 'No bearer token, or the token is unknown or revoked.',
+  FORBIDDEN_ROLE: 'The token role may not do this (auditors read only; only admins manage sites and tokens).',
+  NOT_FOUND: 'No such route or resource visible to this token.',
+  TOKEN_NOT_FOUND: 'No such live API token.',
+  PRECONDITION_FAILED: 'If-Match names a revision that is not the current one; reload and retry.',
+  IDEMPOTENCY_KEY_REUSED: 'This Idempotency-Key was used with a different request.',
+  IDEMPOTENCY_IN_PROGRESS: 'A request with this Idempotency-Key is still running; retry later.',
+  RATE_LIMITED: 'Too many requests for this token; retry after the Retry-After seconds.',
+  SERVICE_UNAVAILABLE: 'A dependency (database, broker) is down; retry later.',
+  INTERNAL: 'An internal error; details are in the server log under the correlation id.',
+});
+export type ApiCode = keyof typeof API_CODES;

@@ -1,0 +1,151 @@
+import type { Clock, CorrelationId, Logger } from '@tobira/shared';
+import type { FastifyReply, FastifyRequest } from 'fastify';
+import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
+import type { Queryable } from '../adapters/db/db.js';
+import type { Cloud } from '../index.js';
+import type { ApiCode } from './codes.js';
+import { claim, complete, derivedId, release, requestHash } from './idempotency.js';
+import type { Principal } from './tokens.js';
+
+/** The verbs the API calls: the cloud's programmatic API (a subset, so tests may pass a fake). */
+export type AdminCloud = Pick<
+  Cloud,
+  'createSite' | 'registerGateway' | 'createDoor' | 'createPerson' | 'issueKey' | 'revokeKey' | 'retryDeadLetter'
+>;
+
+export interface ApiConfig {
+  /** Largest accepted body in bytes (413 PAYLOAD_TOO_LARGE beyond). */
+  readonly bodyLimit: number;
+  /** Requests per token (per client IP without a token) per window; 429 RATE_LIMITED beyond. */
+  readonly rateLimitMax: number;
+  readonly rateLimitWindowMs: number;
+  /** Broker URL handed to a gateway at provisioning (null: the operator configures it). */
+  readonly gatewayBrokerUrl: string | null;
+}
+export const DEFAULT_API_CONFIG: ApiConfig = Object.freeze({ bodyLimit: 64 * 1024, rateLimitMax: 600, rateLimitWindowMs: 60_000, gatewayBrokerUrl: null });
+
+export interface ApiDeps {
+  readonly cloud: AdminCloud;
+  /** The cloud's database (tokens, idempotency keys, scoped reads): `cloud.db`. */
+  readonly db: Queryable;
+  readonly log: Logger;
+  readonly clock: Clock;
+  readonly config?: Partial<ApiConfig>;
+}
+
+/** A resource plugin's Fastify instance (zod type provider). */
+export type Api = Parameters<FastifyPluginAsyncZod>[0];
+
+export interface Ctx {
+  readonly cloud: AdminCloud;
+  readonly db: Queryable;
+  readonly clock: Clock;
+  readonly config: ApiConfig;
+}
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    principal: Principal | null;
+  }
+  interface FastifyContextConfig {
+    /** Only admin tokens (sites, tokens). */
+    adminOnly?: boolean;
+    /** No token needed (health, OpenAPI). */
+    public?: boolean;
+  }
+}
+
+/** The authenticated caller; the auth hook has run for every non-public route. */
+export function who(req: FastifyRequest): Principal {
+  if (!req.principal) throw new Error('no principal on an authenticated route');
+  return req.principal;
+}
+export const cidOf = (req: FastifyRequest): CorrelationId => req.id as CorrelationId;
+
+export interface OutcomeLike {
+  readonly status: 'applied' | 'noop' | 'conflict' | 'refused';
+  readonly code: string;
+}
+/** Outcome → HTTP status (DESIGN.md §3). `appliedAs` is 201 for creations, 202 when a gateway delivery is pending. */
+export function statusOf(o: OutcomeLike, appliedAs: 200 | 201 | 202 = 200): number {
+  switch (o.status) {
+    case 'applied':
+      return appliedAs;
+    case 'noop':
+      return 200;
+    case 'conflict':
+      return 409;
+    case 'refused':
+      if (o.code.endsWith('_NOT_FOUND')) return 404;
+      if (o.code === 'BILLING_UNAVAILABLE') return 503;
+      return 422;
+  }
+}
+
+export const problem = (code: ApiCode | string, detail?: string, status: 'refused' | 'conflict' = 'refused') =>
+  detail === undefined ? { status, code } : { status, code, detail };
+
+export interface Answer {
+  readonly statusCode: number;
+  readonly body: Record<string, unknown>;
+  readonly headers?: Record<string, string>;
+}
+
+/** Drops undefined properties (exactOptionalPropertyTypes: a parsed optional field may be undefined, a verb input may not). */
+export type Defined<T> = { [K in keyof T as undefined extends T[K] ? never : K]: T[K] } & {
+  [K in keyof T as undefined extends T[K] ? K : never]?: Exclude<T[K], undefined>;
+};
+export function defined<T extends object>(o: T): Defined<T> {
+  return Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) as Defined<T>;
+}
+
+const IDEMPOTENCY_KEY = /^[A-Za-z0-9_.:-]{1,200}$/;
+
+/**
+ * Runs a POST under its Idempotency-Key (when given): a replay answers the
+ * stored response, a different request under the key is 422
+ * IDEMPOTENCY_KEY_REUSED, a duplicate still running is 409
+ * IDEMPOTENCY_IN_PROGRESS (retryable). `run` gets `derive(prefix)`: an id
+ * fixed by (token, key) for entities the caller did not name, so a retry after
+ * a crash between the effect and the stored response finds its own effect.
+ */
+export async function idempotent(
+  ctx: Ctx,
+  req: FastifyRequest,
+  reply: FastifyReply,
+  run: (derive: (prefix: string) => string | undefined) => Promise<Answer>,
+): Promise<void> {
+  const p = who(req);
+  const raw = req.headers['idempotency-key'];
+  const send = (a: Answer): void => {
+    if (a.headers) void reply.headers(a.headers);
+    void reply.status(a.statusCode).send(a.body);
+  };
+  const say = (status: number, body: unknown, headers: Record<string, string> = {}): void => {
+    void reply.status(status).headers(headers).send(body);
+  };
+  if (raw === undefined) return send(await run(() => undefined));
+  if (typeof raw !== 'string' || !IDEMPOTENCY_KEY.test(raw)) return say(400, problem('BAD_REQUEST', 'Idempotency-Key: 1-200 of [A-Za-z0-9_.:-]'));
+  const hash = requestHash(req.method, req.routeOptions.url ?? req.url, req.params, req.body ?? null, { ifMatch: req.headers['if-match'] ?? null });
+  const c = await claim(ctx.db, p.tokenId, raw, hash, ctx.clock.now());
+  switch (c.kind) {
+    case 'reused':
+      return say(422, problem('IDEMPOTENCY_KEY_REUSED'));
+    case 'in_progress':
+      return say(409, problem('IDEMPOTENCY_IN_PROGRESS', undefined, 'conflict'), { 'retry-after': '1' });
+    case 'replay':
+      return say(c.statusCode, c.body, { 'idempotent-replayed': 'true' });
+    case 'run':
+      break;
+  }
+  let a: Answer;
+  try {
+    a = await run((prefix) => derivedId(prefix, p.tokenId, raw));
+  } catch (e) {
+    await release(ctx.db, p.tokenId, raw).catch((err: unknown) => req.log.warn({ err: String(err) }, 'idempotency release failed'));
+    throw e;
+  }
+  if (a.statusCode >= 500) await release(ctx.db, p.tokenId, raw);
+  else await complete(ctx.db, p.tokenId, raw, a.statusCode, a.body);
+  return send(a);
+}

@@ -1,0 +1,81 @@
+import { createHash } from 'node:crypto';
+import type { Queryable } from '../adapters/db/db.js';
+
+/** How long a first request holds its Idempotency-Key before a retry may take it over (a crashed holder). */
+export const IDEMPOTENCY_LOCK_MS = 60_000;
+
+/** JSON with sorted object keys, so the same request hashes the same whatever the key order. */
+export function canonicalJson(v: unknown): string {
+  if (Array.isArray(v)) return `[${v.map(canonicalJson).join(',')}]`;
+  if (v !== null && typeof v === 'object') {
+    const o = v as Record<string, unknown>;
+    return `{${Object.keys(o)
+      .filter((k) => o[k] !== undefined)
+      .sort()
+      .map((k) => `${JSON.stringify(k)}:${canonicalJson(o[k])}`)
+      .join(',')}}`;
+  }
+  return JSON.stringify(v) ?? 'null';
+}
+
+export const requestHash = (method: string, route: string, params: unknown, body: unknown, extra: unknown): string =>
+  createHash('sha256').update(canonicalJson({ method, route, params, body, extra })).digest('hex');
+
+/**
+ * An id derived from (token, Idempotency-Key) for entities the caller did not
+ * name: if the first attempt's effect committed but its stored response did
+ * not (a crash between the two), the retry runs the verb again with the same
+ * id and gets a noop or ALREADY_EXISTS instead of a second entity.
+ */
+export const derivedId = (prefix: string, tokenId: string, key: string): string =>
+  `${prefix}-${createHash('sha256').update(`${tokenId}\n${key}`).digest('hex').slice(0, 32)}`;
+
+export type Claim =
+  | { readonly kind: 'run' }
+  | { readonly kind: 'replay'; readonly statusCode: number; readonly body: unknown }
+  | { readonly kind: 'reused' }
+  | { readonly kind: 'in_progress' };
+
+/**
+ * Claims (token, key) for this request. `run`: the caller runs the request and
+ * then calls `complete` (or `release` on an error). A finished key replays
+ * its stored response; a different request under the same key is refused; a
+ * live holder makes the duplicate wait (retryable 409); a holder whose lock
+ * ran out (crashed) is taken over by compare-and-set on `locked_until`.
+ */
+export async function claim(db: Queryable, tokenId: string, key: string, hash: string, now: number): Promise<Claim> {
+  const ins = await db.query(
+    `INSERT INTO idempotency_keys (token_id, key, request_hash, state, locked_until, created_at) VALUES ($1,$2,$3,'in_progress',$4,$5)
+      ON CONFLICT (token_id, key) DO NOTHING`,
+    [tokenId, key, hash, now + IDEMPOTENCY_LOCK_MS, now],
+  );
+  if (ins.rowCount === 1) return { kind: 'run' };
+  const r = await db.query<{ request_hash: string; state: string; locked_until: number; status_code: number | null; response: unknown }>(
+    'SELECT request_hash, state, locked_until, status_code, response FROM idempotency_keys WHERE token_id = $1 AND key = $2',
+    [tokenId, key],
+  );
+  const row = r.rows[0];
+  if (!row) return claim(db, tokenId, key, hash, now); // released between the insert and the select
+  if (row.request_hash !== hash) return { kind: 'reused' };
+  if (row.state === 'done' && row.status_code !== null) return { kind: 'replay', statusCode: row.status_code, body: row.response };
+  if (row.locked_until > now) return { kind: 'in_progress' };
+  const took = await db.query(
+    `UPDATE idempotency_keys SET locked_until = $4 WHERE token_id = $1 AND key = $2 AND state = 'in_progress' AND locked_until = $3`,
+    [tokenId, key, row.locked_until, now + IDEMPOTENCY_LOCK_MS],
+  );
+  return took.rowCount === 1 ? { kind: 'run' } : { kind: 'in_progress' };
+}
+
+export async function complete(db: Queryable, tokenId: string, key: string, statusCode: number, body: unknown): Promise<void> {
+  await db.query(`UPDATE idempotency_keys SET state = 'done', status_code = $3, response = $4::jsonb WHERE token_id = $1 AND key = $2`, [
+    tokenId,
+    key,
+    statusCode,
+    JSON.stringify(body),
+  ]);
+}
+
+/** A request that failed with a 5xx leaves no trace: the client may retry it under the same key. */
+export async function release(db: Queryable, tokenId: string, key: string): Promise<void> {
+  await db.query(`DELETE FROM idempotency_keys WHERE token_id = $1 AND key = $2 AND state = 'in_progress'`, [tokenId, key]);
+}

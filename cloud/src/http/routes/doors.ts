@@ -1,0 +1,57 @@
+import { z } from 'zod';
+import { defined, idempotent, problem, statusOf, who, type Api, type Ctx } from '../context.js';
+import { getDoor, getGateway, listDoors } from '../queries.js';
+import { Door, Id, OutcomeStatus, Problem, Slug, errorResponses } from '../schemas.js';
+
+const CreateDoor = z.strictObject({ id: Id.optional(), gatewayId: Slug, name: z.string().min(1).max(200) });
+
+/** Doors: each behind one gateway of a site the caller may see. */
+export function doorsRoutes(app: Api, ctx: Ctx): void {
+  app.post(
+    '/doors',
+    {
+      schema: {
+        tags: ['doors'],
+        summary: 'Create a door behind a gateway',
+        body: CreateDoor,
+        response: { ...errorResponses, 200: Problem, 201: z.object({ status: OutcomeStatus, code: z.string(), door: Door }) },
+      },
+    },
+    (req, reply) =>
+      idempotent(ctx, req, reply, async (derive) => {
+        if (!(await getGateway(ctx.db, who(req).sites, req.body.gatewayId))) return { statusCode: 404, body: problem('GATEWAY_NOT_FOUND') };
+        const o = await ctx.cloud.createDoor(defined({ ...req.body, id: req.body.id ?? derive('door') }));
+        if (o.status === 'applied') return { statusCode: 201, body: { status: o.status, code: o.code, door: o.state } };
+        return { statusCode: statusOf(o), body: o.status === 'refused' ? problem(o.code, o.detail) : { status: o.status, code: o.code } };
+      }),
+  );
+
+  app.get(
+    '/doors',
+    {
+      schema: {
+        tags: ['doors'],
+        summary: 'List doors',
+        querystring: z.strictObject({ siteId: Id.optional(), gatewayId: Slug.optional() }),
+        response: { ...errorResponses, 200: z.object({ items: z.array(Door) }) },
+      },
+    },
+    async (req) => ({ items: await listDoors(ctx.db, who(req).sites, req.query) }),
+  );
+
+  app.get(
+    '/doors/:doorId',
+    {
+      schema: {
+        tags: ['doors'],
+        summary: 'Get a door',
+        params: z.strictObject({ doorId: Id }),
+        response: { ...errorResponses, 200: z.object({ door: Door }) },
+      },
+    },
+    async (req, reply) => {
+      const door = await getDoor(ctx.db, who(req).sites, req.params.doorId);
+      return door ? { door } : reply.status(404).send(problem('DOOR_NOT_FOUND'));
+    },
+  );
+}

@@ -1,0 +1,56 @@
+import { z } from 'zod';
+import { defined, idempotent, problem, statusOf, who, type Api, type Ctx } from '../context.js';
+import { getSite, listSites } from '../queries.js';
+import { Id, OutcomeStatus, Problem, Site, errorResponses } from '../schemas.js';
+
+const CreateSite = z.strictObject({
+  id: Id.optional(),
+  name: z.string().min(1).max(200),
+  timeZone: z.string().min(1).max(64).optional(),
+  offlineGraceSeconds: z.int().min(0).max(7 * 86_400).optional(),
+});
+
+/** Sites: created by admins; listed and read within the caller's sites. */
+export function sitesRoutes(app: Api, ctx: Ctx): void {
+  app.post(
+    '/sites',
+    {
+      config: { adminOnly: true },
+      schema: {
+        tags: ['sites'],
+        summary: 'Create a site (admin)',
+        body: CreateSite,
+        response: { ...errorResponses, 200: Problem, 201: z.object({ status: OutcomeStatus, code: z.string(), site: Site }) },
+      },
+    },
+    (req, reply) =>
+      idempotent(ctx, req, reply, async (derive) => {
+        const id = req.body.id ?? derive('site');
+        const o = await ctx.cloud.createSite(defined({ ...req.body, id }));
+        if (o.status === 'applied') return { statusCode: 201, body: { status: o.status, code: o.code, site: o.state } };
+        return { statusCode: statusOf(o), body: o.status === 'refused' ? problem(o.code, o.detail) : { status: o.status, code: o.code } };
+      }),
+  );
+
+  app.get(
+    '/sites',
+    { schema: { tags: ['sites'], summary: 'List the sites visible to the token', response: { ...errorResponses, 200: z.object({ items: z.array(Site) }) } } },
+    async (req) => ({ items: await listSites(ctx.db, who(req).sites) }),
+  );
+
+  app.get(
+    '/sites/:siteId',
+    {
+      schema: {
+        tags: ['sites'],
+        summary: 'Get a site',
+        params: z.strictObject({ siteId: Id }),
+        response: { ...errorResponses, 200: z.object({ site: Site }) },
+      },
+    },
+    async (req, reply) => {
+      const site = await getSite(ctx.db, who(req).sites, req.params.siteId);
+      return site ? { site } : reply.status(404).send(problem('SITE_NOT_FOUND'));
+    },
+  );
+}

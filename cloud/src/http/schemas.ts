@@ -1,0 +1,115 @@
+import { CredentialType, RevokeReason, Schedule } from '@tobira/shared';
+import { z } from 'zod';
+
+/** Shared HTTP schemas: ids, the error body, pagination, and the response map every route spreads. */
+export const Id = z.string().regex(/^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$/, 'expected 1-128 of [A-Za-z0-9_.:-], starting alphanumeric');
+export const Slug = z.string().regex(/^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$/, 'expected 1-64 of [A-Za-z0-9_-], starting alphanumeric');
+export const Millis = z.int().nonnegative().max(8_640_000_000_000_000);
+export const QueryMillis = z.coerce.number().int().nonnegative().max(8_640_000_000_000_000);
+export const Limit = z.coerce.number().int().min(1).max(500).default(100);
+export const Cursor = z.string().min(1).max(400);
+
+/** Every non-2xx body (and the outcome part of every 2xx body). */
+export const Problem = z.object({
+  status: z.enum(['refused', 'conflict']),
+  code: z.string(),
+  detail: z.string().optional(),
+  cid: z.string().optional(),
+});
+
+/** The error statuses any authenticated route can answer. */
+export const errorResponses = {
+  400: Problem.describe('BAD_REQUEST, MALFORMED_JSON: the request does not match its schema'),
+  401: Problem.describe('UNAUTHENTICATED'),
+  403: Problem.describe('FORBIDDEN_ROLE'),
+  404: Problem.describe('*_NOT_FOUND or NOT_FOUND: no such resource visible to this token'),
+  409: Problem.describe('a conflict outcome, or IDEMPOTENCY_IN_PROGRESS (retryable)'),
+  413: Problem.describe('PAYLOAD_TOO_LARGE'),
+  415: Problem.describe('UNSUPPORTED_MEDIA_TYPE'),
+  422: Problem.describe('a refused outcome, or IDEMPOTENCY_KEY_REUSED'),
+  429: Problem.describe('RATE_LIMITED'),
+  500: Problem.describe('INTERNAL (details only in the server log, under the correlation id)'),
+  503: Problem.describe('SERVICE_UNAVAILABLE'),
+} as const;
+
+export const OutcomeStatus = z.enum(['applied', 'noop', 'conflict', 'refused']);
+
+export const Site = z.object({ id: z.string(), name: z.string(), timeZone: z.string(), offlineGraceSeconds: z.int(), createdAt: z.int().optional() });
+export const Gateway = z.object({ id: z.string(), siteId: z.string(), online: z.boolean().nullable(), lastStatusAt: z.int().nullable(), createdAt: z.int() });
+export const Door = z.object({ id: z.string(), siteId: z.string(), gatewayId: z.string(), name: z.string(), createdAt: z.int().optional() });
+export const Person = z.object({ id: z.string(), name: z.string(), sites: z.array(z.string()), createdAt: z.int().optional() });
+
+export const PublicJwk = z.strictObject({
+  kty: z.literal('OKP'),
+  crv: z.literal('Ed25519'),
+  x: z.string().regex(/^[A-Za-z0-9_-]{43}$/),
+  kid: z.string().min(1).max(128),
+  alg: z.literal('EdDSA').optional(),
+  use: z.literal('sig').optional(),
+});
+
+export const Provisioning = z.object({
+  gatewayId: z.string(),
+  siteId: z.string(),
+  credentialPepper: z.string().describe('base64url secret for credential digests; shown once, at registration'),
+  cloudIssuer: z.string(),
+  cloudJwks: z.object({ keys: z.array(z.record(z.string(), z.unknown())) }),
+  offlineGraceSeconds: z.int(),
+  topics: z.object({ down: z.string(), up: z.string(), presence: z.string() }),
+  broker: z.object({ url: z.string().nullable() }),
+});
+
+export const KeyStatusEnum = z.enum(['issuing', 'active', 'revoking', 'revoked', 'expired', 'failed']);
+export const Key = z.object({
+  id: z.string(),
+  siteId: z.string(),
+  personId: z.string(),
+  gatewayId: z.string(),
+  credentialType: z.string(),
+  doors: z.array(z.string()),
+  validFrom: z.int(),
+  validUntil: z.int(),
+  schedule: z.unknown(),
+  offlineCapable: z.boolean(),
+  version: z.int(),
+  revision: z.int().describe('compare-and-set revision; the ETag, and what If-Match names'),
+  status: z.string(),
+  revokeReason: z.string().nullable(),
+  lastCode: z.string(),
+  cid: z.string(),
+  createdAt: z.int(),
+  updatedAt: z.int(),
+});
+export const Notice = z.object({ code: z.string(), message: z.string() });
+export const Delivery = z.object({
+  outboxId: z.int(),
+  gatewayId: z.string(),
+  seq: z.int(),
+  type: z.string(),
+  keyVersion: z.int().nullable(),
+  status: z.enum(['pending', 'sending', 'sent', 'dead']),
+  attempts: z.int(),
+  lastError: z.string().nullable(),
+  cid: z.string(),
+  createdAt: z.int(),
+  sentAt: z.int().nullable(),
+});
+export const KeyView = z.object({
+  key: Key,
+  delivery: z.enum(['pending', 'succeeded', 'failed']).describe('of the latest command for this key (grant or revoke)'),
+  errors: z.array(Notice),
+  warnings: z.array(Notice),
+  deliveries: z.array(Delivery),
+});
+
+export const IssueKeyBody = z.strictObject({
+  keyId: Id.optional(),
+  personId: Id,
+  doors: z.array(Id).min(1).max(256),
+  credential: z.strictObject({ type: CredentialType, value: z.string().min(1).max(256) }),
+  validFrom: Millis.describe('epoch milliseconds'),
+  validUntil: Millis.describe('epoch milliseconds'),
+  schedule: Schedule.nullable().optional(),
+  offlineCapable: z.boolean().optional(),
+});
+export const RevokeKeyBody = z.strictObject({ reason: RevokeReason });

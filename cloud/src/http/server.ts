@@ -1,0 +1,40 @@
+import type { AddressInfo } from 'node:net';
+import type { FastifyInstance } from 'fastify';
+import { buildApp } from './app.js';
+import type { ApiDeps } from './context.js';
+import { installApiToken } from './tokens.js';
+
+export interface AdminApiOptions extends ApiDeps {
+  /** Default 127.0.0.1. */
+  readonly host?: string;
+  /** Default 0 (a free port). */
+  readonly port?: number;
+  /**
+   * A clear admin token the operator chose (`TOBIRA_BOOTSTRAP_ADMIN_TOKEN`,
+   * `tbr_` + 43 base64url chars): installed at start if not there yet, so the
+   * first admin can call the API. There is no default token.
+   */
+  readonly bootstrapAdminToken?: string;
+}
+
+export interface AdminApi {
+  readonly url: string;
+  readonly app: FastifyInstance;
+  /** Stops accepting connections and waits for in-flight requests (Fastify close). */
+  close(): Promise<void>;
+}
+
+/** Builds the admin API and listens. The cloud must be started (its database open) first. */
+export async function startAdminApi(opts: AdminApiOptions): Promise<AdminApi> {
+  if (opts.bootstrapAdminToken) await installApiToken(opts.db, opts.bootstrapAdminToken, { name: 'bootstrap admin', role: 'admin' }, opts.clock.now());
+  const app = await buildApp(opts);
+  await app.listen({ host: opts.host ?? '127.0.0.1', port: opts.port ?? 0 });
+  const addr = app.server.address() as AddressInfo;
+  const host = addr.family === 'IPv6' ? `[${addr.address}]` : addr.address;
+  let closing: Promise<void> | undefined;
+  return {
+    url: `http://${host}:${addr.port}`,
+    app,
+    close: () => (closing ??= app.close()),
+  };
+}

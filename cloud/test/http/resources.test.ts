@@ -1,0 +1,181 @@
+import { pgBackends } from '@tobira/shared/testing';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { bearer, issueBody, openHarness, seedSite, type Harness } from './harness.js';
+
+describe.each(pgBackends())('admin API resources on %s', (backend) => {
+  let h: Harness;
+  beforeAll(async () => {
+    h = await openHarness(backend);
+  });
+  afterAll(async () => {
+    await h?.close();
+  });
+
+  describe('sites', () => {
+    it('an admin creates a site and gets 201 with the site', async () => {
+      const r = await h.app.inject({ method: 'POST', url: '/sites', headers: bearer(h.tokens.admin), payload: { name: 'Kyoto', timeZone: 'Asia/Tokyo' } });
+      expect(r.statusCode).toBe(201);
+      expect(r.json()).toMatchObject({ status: 'applied', code: 'MESSAGE_APPLIED', site: { name: 'Kyoto', offlineGraceSeconds: 300 } });
+    });
+
+    it('a taken site id is 422 ALREADY_EXISTS', async () => {
+      const r = await h.app.inject({ method: 'POST', url: '/sites', headers: bearer(h.tokens.admin), payload: { id: h.siteA, name: 'again' } });
+      expect(r.statusCode).toBe(422);
+      expect(r.json()).toMatchObject({ status: 'refused', code: 'ALREADY_EXISTS' });
+    });
+
+    it('a manager lists only its own sites', async () => {
+      const r = await h.app.inject({ method: 'GET', url: '/sites', headers: bearer(h.tokens.managerA) });
+      expect(r.statusCode).toBe(200);
+      expect(r.json().items.map((s: { id: string }) => s.id)).toEqual([h.siteA]);
+      expect((await h.app.inject({ method: 'GET', url: `/sites/${h.siteA}`, headers: bearer(h.tokens.managerA) })).statusCode).toBe(200);
+    });
+  });
+
+  describe('gateways, doors, people', () => {
+    it('registering a gateway answers its provisioning data; doors and people are created and read back', async () => {
+      const s = await seedSite(h, h.siteA, h.tokens.managerA);
+      expect(s.provisioning).toMatchObject({ gatewayId: s.gatewayId, siteId: h.siteA, cloudIssuer: 'tobira-cloud', offlineGraceSeconds: 300 });
+      expect(s.provisioning.credentialPepper).toMatch(/^[A-Za-z0-9_-]{43}$/);
+      expect(s.provisioning.cloudJwks.keys.length).toBeGreaterThan(0);
+      expect(s.provisioning.topics.down).toContain(s.gatewayId);
+      const gw = await h.app.inject({ method: 'GET', url: `/gateways/${s.gatewayId}`, headers: bearer(h.tokens.managerA) });
+      expect(gw.json()).toMatchObject({ gateway: { id: s.gatewayId, siteId: h.siteA } });
+      expect(gw.json().gateway).not.toHaveProperty('credentialPepper');
+      const doors = await h.app.inject({ method: 'GET', url: `/doors?gatewayId=${s.gatewayId}`, headers: bearer(h.tokens.managerA) });
+      expect(doors.json().items).toEqual([expect.objectContaining({ id: s.doorId, siteId: h.siteA })]);
+      const person = await h.app.inject({ method: 'GET', url: `/people/${s.personId}`, headers: bearer(h.tokens.managerA) });
+      expect(person.json()).toMatchObject({ person: { id: s.personId, sites: [h.siteA] } });
+      const list = await h.app.inject({ method: 'GET', url: `/gateways?siteId=${h.siteA}`, headers: bearer(h.tokens.auditorA) });
+      expect(list.json().items.map((g: { id: string }) => g.id)).toContain(s.gatewayId);
+    });
+
+    it('a gateway id that is taken is 422 GATEWAY_ALREADY_EXISTS', async () => {
+      const s = await seedSite(h, h.siteA);
+      const r = await h.app.inject({ method: 'POST', url: '/gateways', headers: bearer(h.tokens.admin), payload: { gatewayId: s.gatewayId, siteId: h.siteA, publicJwk: s.pair.publicJwk } });
+      expect(r.statusCode).toBe(422);
+      expect(r.json()).toMatchObject({ status: 'refused', code: 'GATEWAY_ALREADY_EXISTS' });
+    });
+
+    it('a door behind an unknown gateway is 404 GATEWAY_NOT_FOUND', async () => {
+      const r = await h.app.inject({ method: 'POST', url: '/doors', headers: bearer(h.tokens.admin), payload: { gatewayId: 'no-such-gw', name: 'X' } });
+      expect(r.statusCode).toBe(404);
+      expect(r.json()).toMatchObject({ status: 'refused', code: 'GATEWAY_NOT_FOUND' });
+    });
+  });
+
+  describe('keys', () => {
+    it('issue answers 202 with delivery pending, the cid lands in the outbox row, and the key goes active after the gateway acks', async () => {
+      const s = await seedSite(h, h.siteA);
+      const r = await h.app.inject({
+        method: 'POST',
+        url: '/keys',
+        headers: { ...bearer(h.tokens.managerA), 'x-correlation-id': 'corr-issue-1' },
+        payload: issueBody(s, { keyId: `key-${s.u}` }),
+      });
+      expect(r.statusCode).toBe(202);
+      expect(r.headers['x-correlation-id']).toBe('corr-issue-1');
+      expect(r.headers.etag).toBe('"1"');
+      expect(r.json()).toMatchObject({ status: 'applied', code: 'KEY_ISSUED', cid: 'corr-issue-1', delivery: 'pending', errors: [], key: { id: `key-${s.u}`, status: 'issuing', siteId: h.siteA } });
+      const outbox = await h.cloud.db.query<{ cid: string; type: string }>('SELECT cid, type FROM outbox WHERE key_id = $1', [`key-${s.u}`]);
+      expect(outbox.rows).toEqual([{ cid: 'corr-issue-1', type: 'key.grant' }]);
+      const got = await h.app.inject({ method: 'GET', url: `/keys/key-${s.u}`, headers: bearer(h.tokens.auditorA) });
+      expect(got.statusCode).toBe(200);
+      expect(got.json()).toMatchObject({ key: { status: 'issuing', cid: 'corr-issue-1' }, delivery: 'pending' });
+      expect(got.json().deliveries).toHaveLength(1);
+    });
+
+    it('revoke with a reason answers 202, a second revoke is 200 noop KEY_ALREADY_REVOKED, and the history lists both', async () => {
+      const s = await seedSite(h, h.siteA);
+      const issued = await h.app.inject({ method: 'POST', url: '/keys', headers: bearer(h.tokens.managerA), payload: issueBody(s) });
+      const keyId = issued.json().key.id as string;
+      const r = await h.app.inject({ method: 'POST', url: `/keys/${keyId}/revoke`, headers: bearer(h.tokens.managerA), payload: { reason: 'credential_lost' } });
+      expect(r.statusCode).toBe(202);
+      expect(r.json()).toMatchObject({ status: 'applied', code: 'KEY_REVOKE_QUEUED', key: { status: 'revoking', revokeReason: 'credential_lost' }, delivery: 'pending' });
+      const again = await h.app.inject({ method: 'POST', url: `/keys/${keyId}/revoke`, headers: bearer(h.tokens.managerA), payload: { reason: 'credential_lost' } });
+      expect(again.statusCode).toBe(200);
+      expect(again.json()).toMatchObject({ status: 'noop', code: 'KEY_ALREADY_REVOKED' });
+      const hist = await h.app.inject({ method: 'GET', url: `/keys/${keyId}/history`, headers: bearer(h.tokens.auditorA) });
+      expect(hist.json().items.map((x: { event: string }) => x.event)).toEqual(['issue', 'revoke']);
+    });
+
+    it('revoke with the current revision in If-Match is applied', async () => {
+      const s = await seedSite(h, h.siteA);
+      const issued = await h.app.inject({ method: 'POST', url: '/keys', headers: bearer(h.tokens.managerA), payload: issueBody(s) });
+      const r = await h.app.inject({
+        method: 'POST',
+        url: `/keys/${issued.json().key.id}/revoke`,
+        headers: { ...bearer(h.tokens.managerA), 'if-match': issued.headers.etag as string },
+        payload: { reason: 'staff_revoked' },
+      });
+      expect(r.statusCode).toBe(202);
+    });
+
+    it('issuing with a credential already live at the gateway is 422 CREDENTIAL_IN_USE', async () => {
+      const s = await seedSite(h, h.siteA);
+      const body = issueBody(s);
+      expect((await h.app.inject({ method: 'POST', url: '/keys', headers: bearer(h.tokens.admin), payload: body })).statusCode).toBe(202);
+      const r = await h.app.inject({ method: 'POST', url: '/keys', headers: bearer(h.tokens.admin), payload: body });
+      expect(r.statusCode).toBe(422);
+      expect(r.json()).toMatchObject({ status: 'refused', code: 'CREDENTIAL_IN_USE' });
+    });
+
+    it('lists keys with filters and a cursor that walks every page once', async () => {
+      const s = await seedSite(h, h.siteB, h.tokens.managerB);
+      const ids: string[] = [];
+      for (let i = 0; i < 5; i++) {
+        const r = await h.app.inject({ method: 'POST', url: '/keys', headers: bearer(h.tokens.managerB), payload: issueBody(s, { keyId: `k${i}-${s.u}` }) });
+        ids.push(r.json().key.id);
+      }
+      const seen: string[] = [];
+      let cursor: string | null = null;
+      do {
+        const q: string = `/keys?personId=${s.personId}&status=issuing&limit=2${cursor ? `&cursor=${cursor}` : ''}`;
+        const page = await h.app.inject({ method: 'GET', url: q, headers: bearer(h.tokens.managerB) });
+        expect(page.statusCode).toBe(200);
+        seen.push(...page.json().items.map((k: { id: string }) => k.id));
+        cursor = page.json().nextCursor;
+      } while (cursor);
+      expect(seen.sort()).toEqual([...ids].sort());
+      const revoked = await h.app.inject({ method: 'GET', url: `/keys?personId=${s.personId}&status=revoked`, headers: bearer(h.tokens.managerB) });
+      expect(revoked.json().items).toEqual([]);
+      const otherSite = await h.app.inject({ method: 'GET', url: `/keys?personId=${s.personId}`, headers: bearer(h.tokens.managerA) });
+      expect(otherSite.json().items).toEqual([]);
+    });
+  });
+
+  describe('dead letters', () => {
+    it('a dead-lettered grant is listed, shown as a failed delivery on its key, and retried back to pending', async () => {
+      const s = await seedSite(h, h.siteA);
+      const issued = await h.app.inject({ method: 'POST', url: '/keys', headers: bearer(h.tokens.admin), payload: issueBody(s) });
+      const keyId = issued.json().key.id as string;
+      // a row the dispatcher gave up on, made in one transaction (pending → sending → dead) so the live dispatcher never sees it pending
+      await h.cloud.db.transaction(async (tx) => {
+        const seq = (await tx.query<{ last_seq: number }>('UPDATE gateway_seq SET last_seq = last_seq + 1 WHERE gateway_id = $1 RETURNING last_seq', [s.gatewayId])).rows[0]?.last_seq;
+        const id = (
+          await tx.query<{ id: number }>(
+            `INSERT INTO outbox (gateway_id, seq, jti, type, key_id, key_version, body, cid, status, next_attempt_at, created_at)
+             VALUES ($1,$2,gen_random_uuid(),'key.grant',$3,1,'{"key":{}}','cid-dead','pending',9e15,0) RETURNING id`,
+            [s.gatewayId, seq, keyId],
+          )
+        ).rows[0]?.id;
+        await tx.query(`UPDATE outbox SET status = 'sending', lease_token = gen_random_uuid(), lease_until = 9e15 WHERE id = $1`, [id]);
+        await tx.query(`UPDATE outbox SET status = 'dead', lease_token = NULL, lease_until = NULL, last_error = 'broker said no' WHERE id = $1`, [id]);
+      });
+      const list = await h.app.inject({ method: 'GET', url: `/dead-letters?gatewayId=${s.gatewayId}`, headers: bearer(h.tokens.managerA) });
+      expect(list.statusCode).toBe(200);
+      const row = list.json().items[0];
+      expect(row).toMatchObject({ gatewayId: s.gatewayId, keyId, lastError: 'broker said no', siteId: h.siteA });
+      const key = await h.app.inject({ method: 'GET', url: `/keys/${keyId}`, headers: bearer(h.tokens.managerA) });
+      expect(key.json()).toMatchObject({ delivery: 'failed', errors: [expect.objectContaining({ code: 'DELIVERY_DEAD_LETTERED' })] });
+      expect((await h.app.inject({ method: 'GET', url: `/dead-letters?gatewayId=${s.gatewayId}`, headers: bearer(h.tokens.managerB) })).json().items).toEqual([]);
+      expect((await h.app.inject({ method: 'POST', url: `/dead-letters/${row.id}/retry`, headers: bearer(h.tokens.managerB) })).statusCode).toBe(404);
+      const retry = await h.app.inject({ method: 'POST', url: `/dead-letters/${row.id}/retry`, headers: bearer(h.tokens.managerA) });
+      expect(retry.statusCode).toBe(200);
+      expect(retry.json()).toEqual({ status: 'applied', code: 'MESSAGE_APPLIED' });
+      const again = await h.app.inject({ method: 'POST', url: `/dead-letters/${row.id}/retry`, headers: bearer(h.tokens.managerA) });
+      expect(again.statusCode).toBe(404);
+      expect(again.json()).toMatchObject({ code: 'DEAD_LETTER_NOT_FOUND' });
+    });
+  });
+});
