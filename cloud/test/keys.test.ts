@@ -8,6 +8,7 @@ import { DAY, T0, capturingLogger, deps, openTestDb, seed, testLog, type TestDb 
 import { readdir } from 'node:fs/promises';
 import { MIGRATIONS_DIR, migrate } from '../src/adapters/db/migrate.js';
 import { runKeyModel } from './keys-model.js';
+import { waitFor } from './mqtt-helpers.js';
 import { createDoor, createPerson, createSite, registerGateway } from '../src/app/registry.js';
 import { generateSigningKeyPair } from '@tobira/shared';
 
@@ -46,6 +47,30 @@ describe.each(pgBackends())('entry-key verbs on %s', (backend) => {
       expect(await migrate(t.db, testLog, T0)).toEqual([]);
     });
   });
+
+  if (backend === 'postgres') {
+    describe('LISTEN session (PostgreSQL)', () => {
+      it('is re-opened after the server ends it, and notifications arrive again', async () => {
+        const got: string[] = [];
+        const unlisten = await t.db.listen('tobira_test_channel', (p) => got.push(p));
+        try {
+          const pid = async () =>
+            (await t.db.query<{ pid: number }>(`SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'LISTEN%'`)).rows[0]?.pid;
+          const before = await pid();
+          expect(before).toBeDefined();
+          await t.db.query('SELECT pg_terminate_backend($1)', [before]);
+          await waitFor(async () => {
+            const now = await pid();
+            return now !== undefined && now !== before;
+          }, 're-opened LISTEN session');
+          await t.db.query(`SELECT pg_notify('tobira_test_channel', 'after')`);
+          await waitFor(() => got.includes('after'), 'notification after re-open');
+        } finally {
+          await unlisten();
+        }
+      });
+    });
+  }
 
   describe('bad input', () => {
     it('is refused with a code and writes nothing', async () => {

@@ -26,7 +26,8 @@ export function openPgDb(url: string, log: Logger, opts: { max?: number } = {}):
   // An idle client that errors (server restart) must not crash the process.
   pool.on('error', (e) => log.warn({ err: e }, 'idle pg client error'));
   const base = wrap(pool);
-  const listeners: pg.Client[] = [];
+  const listeners = new Set<pg.Client>();
+  let dbClosed = false;
   return {
     kind: 'pg',
     query: base.query,
@@ -47,22 +48,53 @@ export function openPgDb(url: string, log: Logger, opts: { max?: number } = {}):
     },
     async listen(channel, onNotify) {
       // LISTEN needs one long-lived session; a pooled client would lose it.
-      const client = new pg.Client({ connectionString: url, types });
-      client.on('error', (e) => log.warn({ err: e, channel }, 'pg listen client error; the slow poll covers until restart'));
-      client.on('notification', (n) => {
-        if (n.channel === channel) onNotify(n.payload ?? '');
-      });
-      await client.connect();
-      await client.query(`LISTEN ${pg.escapeIdentifier(channel)}`);
-      listeners.push(client);
+      // When that session dies (server restart), it is re-opened after a pause;
+      // the dispatcher's slow poll covers the gap, and a wake after
+      // reconnecting catches up on anything committed meanwhile.
+      let closed = false;
+      let client: pg.Client | undefined;
+      const open = async (): Promise<void> => {
+        const c = new pg.Client({ connectionString: url, types });
+        c.on('notification', (n) => {
+          if (n.channel === channel) onNotify(n.payload ?? '');
+        });
+        c.on('error', (e) => log.warn({ err: e.message, channel }, 'pg listen session error'));
+        c.on('end', () => {
+          if (closed || dbClosed) return;
+          log.warn({ channel }, 'pg listen session ended; re-opening');
+          setTimeout(() => void reopen(), 1000).unref();
+        });
+        await c.connect();
+        await c.query(`LISTEN ${pg.escapeIdentifier(channel)}`);
+        client = c;
+        listeners.add(c);
+      };
+      const reopen = async (): Promise<void> => {
+        if (client) listeners.delete(client);
+        client = undefined;
+        if (closed || dbClosed) return;
+        try {
+          await open();
+          onNotify('');
+        } catch (e) {
+          log.warn({ err: e instanceof Error ? e.message : String(e), channel }, 'pg listen re-open failed; retrying');
+          setTimeout(() => void reopen(), 1000).unref();
+        }
+      };
+      await open();
       return async () => {
-        const i = listeners.indexOf(client);
-        if (i >= 0) listeners.splice(i, 1);
-        await client.end().catch(() => {});
+        closed = true;
+        if (client) {
+          listeners.delete(client);
+          await client.end().catch(() => {});
+        }
       };
     },
     async close() {
-      await Promise.all(listeners.splice(0).map((c) => c.end().catch(() => {})));
+      dbClosed = true;
+      const open = [...listeners];
+      listeners.clear();
+      await Promise.all(open.map((c) => c.end().catch(() => {})));
       await pool.end();
     },
   };
