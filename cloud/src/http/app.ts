@@ -27,6 +27,10 @@ import { tokensRoutes } from './routes/tokens.js';
 
 export type ApiApp = FastifyInstance;
 
+const ROUTES = new WeakMap<FastifyInstance, { method: string; url: string; hidden: boolean }[]>();
+/** Every route the app registered (for the OpenAPI completeness test and the docs). */
+export const routesOf = (app: FastifyInstance): readonly { method: string; url: string; hidden: boolean }[] => ROUTES.get(app) ?? [];
+
 const PUBLIC_PREFIXES = ['/docs', '/openapi.json', '/healthz'];
 const WRITE_METHODS = new Set(['POST', 'PUT', 'PATCH', 'DELETE']);
 
@@ -58,9 +62,18 @@ export async function buildApp(deps: ApiDeps): Promise<FastifyInstance> {
     },
     routerOptions: { ignoreTrailingSlash: true },
   });
+  const routes: { method: string; url: string; hidden: boolean }[] = [];
+  ROUTES.set(app, routes);
+  app.addHook('onRoute', (r) => {
+    for (const method of [r.method].flat()) {
+      if (method !== 'HEAD') routes.push({ method, url: r.url, hidden: (r.schema as { hide?: boolean } | undefined)?.hide === true || r.url.startsWith('/docs') });
+    }
+  });
   app.setValidatorCompiler(validatorCompiler);
   app.setSerializerCompiler(serializerCompiler);
   app.decorateRequest('principal', null);
+  // JSON only: a text/plain body is 415, not a string the schema then refuses
+  app.removeContentTypeParser('text/plain');
 
   app.setErrorHandler((err: FastifyError, req, reply) => {
     if (hasZodFastifySchemaValidationErrors(err)) {

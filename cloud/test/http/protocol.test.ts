@@ -1,0 +1,222 @@
+import { ManualClock, newId } from '@tobira/shared';
+import { pgBackends } from '@tobira/shared/testing';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { buildApp, routesOf } from '../../src/http/app.js';
+import type { AdminCloud } from '../../src/http/context.js';
+import { IDEMPOTENCY_LOCK_MS, claim, requestHash } from '../../src/http/idempotency.js';
+import { createApiToken } from '../../src/http/tokens.js';
+import { capturingLogger, testLog } from '../helpers.js';
+import { bearer, count, issueBody, openHarness, seedSite, type Harness } from './harness.js';
+
+describe.each(pgBackends())('admin API protocol on %s', (backend) => {
+  let h: Harness;
+  let s: Awaited<ReturnType<typeof seedSite>>;
+  beforeAll(async () => {
+    h = await openHarness(backend);
+    s = await seedSite(h, h.siteA);
+  });
+  afterAll(async () => {
+    await h?.close();
+  });
+
+  describe('Idempotency-Key', () => {
+    it('a replay answers the stored response and creates nothing more', async () => {
+      const headers = { ...bearer(h.tokens.managerA), 'idempotency-key': `replay-${s.u}` };
+      const body = issueBody(s);
+      const first = await h.app.inject({ method: 'POST', url: '/keys', headers, payload: body });
+      expect(first.statusCode).toBe(202);
+      const keys = await count(h, 'keys');
+      const outbox = await count(h, 'outbox');
+      const again = await h.app.inject({ method: 'POST', url: '/keys', headers, payload: { ...body } });
+      expect(again.statusCode).toBe(202);
+      expect(again.headers['idempotent-replayed']).toBe('true');
+      expect(again.json()).toEqual(first.json());
+      expect(await count(h, 'keys')).toBe(keys);
+      expect(await count(h, 'outbox')).toBe(outbox);
+    });
+
+    it('the same body with its fields in another order is the same request', async () => {
+      const headers = { ...bearer(h.tokens.managerA), 'idempotency-key': `order-${s.u}`, 'content-type': 'application/json' };
+      const a = await h.app.inject({ method: 'POST', url: '/people', headers, payload: `{"name":"Mei","siteId":"${h.siteA}"}` });
+      const b = await h.app.inject({ method: 'POST', url: '/people', headers, payload: `{"siteId":"${h.siteA}","name":"Mei"}` });
+      expect(a.statusCode).toBe(201);
+      expect(b.statusCode).toBe(201);
+      expect(b.json().person.id).toBe(a.json().person.id);
+    });
+
+    it('a duplicate while the first is in flight is a retryable 409 IDEMPOTENCY_IN_PROGRESS; after a crashed holder lock runs out the retry runs once', async () => {
+      const key = `inflight-${s.u}`;
+      const body = { name: 'Ren', siteId: h.siteA };
+      const tokenId = (await h.cloud.db.query<{ id: string }>(`SELECT id FROM api_tokens WHERE name = 'mA' AND $1 = ANY(sites)`, [h.siteA])).rows[0]?.id ?? '';
+      // the first request claimed the key and then its process died before answering
+      const hash = requestHash('POST', '/people', {}, body, { ifMatch: null });
+      expect(await claim(h.cloud.db, tokenId, key, hash, h.cloud.clock.now())).toEqual({ kind: 'run' });
+      const people = await count(h, 'people');
+      const dup = await h.app.inject({ method: 'POST', url: '/people', headers: { ...bearer(h.tokens.managerA), 'idempotency-key': key }, payload: body });
+      expect(dup.statusCode).toBe(409);
+      expect(dup.json()).toMatchObject({ status: 'conflict', code: 'IDEMPOTENCY_IN_PROGRESS' });
+      expect(dup.headers['retry-after']).toBe('1');
+      expect(await count(h, 'people')).toBe(people);
+      h.cloud.clock.advance(IDEMPOTENCY_LOCK_MS + 1);
+      const retry = await h.app.inject({ method: 'POST', url: '/people', headers: { ...bearer(h.tokens.managerA), 'idempotency-key': key }, payload: body });
+      expect(retry.statusCode).toBe(201);
+      const replay = await h.app.inject({ method: 'POST', url: '/people', headers: { ...bearer(h.tokens.managerA), 'idempotency-key': key }, payload: body });
+      expect(replay.json().person.id).toBe(retry.json().person.id);
+      expect(await count(h, 'people')).toBe(people + 1);
+    });
+
+    it('keys are per token: another token may use the same Idempotency-Key', async () => {
+      const key = `shared-${s.u}`;
+      const a = await h.app.inject({ method: 'POST', url: '/people', headers: { ...bearer(h.tokens.managerA), 'idempotency-key': key }, payload: { name: 'A', siteId: h.siteA } });
+      const b = await h.app.inject({ method: 'POST', url: '/people', headers: { ...bearer(h.tokens.managerB), 'idempotency-key': key }, payload: { name: 'B', siteId: h.siteB } });
+      expect([a.statusCode, b.statusCode]).toEqual([201, 201]);
+      expect(a.json().person.id).not.toBe(b.json().person.id);
+    });
+
+    it('a refused request is stored too: its replay is the same refusal', async () => {
+      const headers = { ...bearer(h.tokens.managerA), 'idempotency-key': `refused-${s.u}` };
+      const body = issueBody(s, { validFrom: 1000, validUntil: 2000 });
+      const a = await h.app.inject({ method: 'POST', url: '/keys', headers, payload: body });
+      const b = await h.app.inject({ method: 'POST', url: '/keys', headers, payload: body });
+      expect([a.statusCode, b.statusCode]).toEqual([422, 422]);
+      expect(b.headers['idempotent-replayed']).toBe('true');
+    });
+  });
+
+  describe('correlation', () => {
+    it('X-Correlation-Id is echoed, bound to every log line of the request, and carried into the key, its outbox row and its history', async () => {
+      const { log, lines } = await capturingLogger();
+      const app = await buildApp({ cloud: h.cloud, db: h.cloud.db, log, clock: h.cloud.clock });
+      try {
+        const cid = `corr-${s.u}`;
+        const r = await app.inject({ method: 'POST', url: '/keys', headers: { ...bearer(h.tokens.managerA), 'x-correlation-id': cid }, payload: issueBody(s) });
+        expect(r.statusCode).toBe(202);
+        expect(r.headers['x-correlation-id']).toBe(cid);
+        expect(lines.length).toBeGreaterThanOrEqual(2);
+        for (const l of lines) expect(l.cid).toBe(cid);
+        const keyId = r.json().key.id as string;
+        expect(r.json().key.cid).toBe(cid);
+        const rows = await h.cloud.db.query<{ cid: string }>('SELECT cid FROM outbox WHERE key_id = $1 UNION ALL SELECT cid FROM key_history WHERE key_id = $1', [keyId]);
+        expect(rows.rows.map((x) => x.cid)).toEqual([cid, cid]);
+      } finally {
+        await app.close();
+      }
+    });
+
+    it('without X-Correlation-Id one is generated, echoed and logged', async () => {
+      const { log, lines } = await capturingLogger();
+      const app = await buildApp({ cloud: h.cloud, db: h.cloud.db, log, clock: h.cloud.clock });
+      try {
+        const r = await app.inject({ method: 'GET', url: '/keys', headers: bearer(h.tokens.managerA) });
+        const cid = r.headers['x-correlation-id'] as string;
+        expect(cid).toMatch(/^[0-9a-f-]{36}$/);
+        expect(lines.length).toBeGreaterThan(0);
+        for (const l of lines) expect(l.cid).toBe(cid);
+      } finally {
+        await app.close();
+      }
+    });
+  });
+
+  describe('errors', () => {
+    const failing = (e: unknown): AdminCloud =>
+      ({
+        createPerson: () => Promise.reject(e),
+      }) as unknown as AdminCloud;
+
+    it('a 5xx hides its details from the caller and logs them with the correlation id', async () => {
+      const { log, lines } = await capturingLogger();
+      const app = await buildApp({ cloud: failing(new Error('secret connection string postgres://u:pw@db')), db: h.cloud.db, log, clock: h.cloud.clock });
+      try {
+        const r = await app.inject({ method: 'POST', url: '/people', headers: { ...bearer(h.tokens.admin), 'x-correlation-id': 'corr-500' }, payload: { name: 'X', siteId: h.siteA } });
+        expect(r.statusCode).toBe(500);
+        expect(r.json()).toMatchObject({ status: 'refused', code: 'INTERNAL' });
+        expect(r.body).not.toContain('secret');
+        const err = lines.find((l) => l.level === 50);
+        expect(err).toMatchObject({ cid: 'corr-500' });
+        expect(JSON.stringify(err)).toContain('secret connection string');
+      } finally {
+        await app.close();
+      }
+    });
+
+    it('a database that is down is 503 SERVICE_UNAVAILABLE, and an Idempotency-Key of a failed request can be used again', async () => {
+      const app = await buildApp({ cloud: failing(Object.assign(new Error('connect ECONNREFUSED'), { code: 'ECONNREFUSED' })), db: h.cloud.db, log: testLog, clock: h.cloud.clock });
+      try {
+        const headers = { ...bearer(h.tokens.admin), 'idempotency-key': `down-${s.u}` };
+        const r = await app.inject({ method: 'POST', url: '/people', headers, payload: { name: 'X', siteId: h.siteA } });
+        expect(r.statusCode).toBe(503);
+        expect(r.json()).toMatchObject({ status: 'refused', code: 'SERVICE_UNAVAILABLE' });
+        const ok = await h.app.inject({ method: 'POST', url: '/people', headers, payload: { name: 'X', siteId: h.siteA } });
+        expect(ok.statusCode).toBe(201);
+      } finally {
+        await app.close();
+      }
+    });
+  });
+
+  describe('rate limiting', () => {
+    it('is per token: past the limit a token gets 429 RATE_LIMITED while another token is unaffected', async () => {
+      const clock = new ManualClock(h.cloud.clock.now());
+      const app = await buildApp({ cloud: h.cloud, db: h.cloud.db, log: testLog, clock, config: { rateLimitMax: 3, rateLimitWindowMs: 60_000 } });
+      try {
+        const t = (await createApiToken(h.cloud.db, { name: `rl-${newId()}`, role: 'auditor', sites: [h.siteA] })).token;
+        const codes: number[] = [];
+        for (let i = 0; i < 4; i++) codes.push((await app.inject({ method: 'GET', url: '/sites', headers: bearer(t) })).statusCode);
+        expect(codes).toEqual([200, 200, 200, 429]);
+        const limited = await app.inject({ method: 'GET', url: '/sites', headers: bearer(t) });
+        expect(limited.json()).toMatchObject({ status: 'refused', code: 'RATE_LIMITED' });
+        expect(limited.headers['retry-after']).toBeDefined();
+        expect((await app.inject({ method: 'GET', url: '/sites', headers: bearer(h.tokens.auditorA) })).statusCode).toBe(200);
+      } finally {
+        await app.close();
+      }
+    });
+  });
+
+  describe('OpenAPI', () => {
+    it('is served at /openapi.json without a token, is structurally valid OpenAPI 3, and lists every route', async () => {
+      const r = await h.app.inject({ method: 'GET', url: '/openapi.json' });
+      expect(r.statusCode).toBe(200);
+      const doc = r.json() as {
+        openapi: string;
+        info: { title: string; version: string };
+        paths: Record<string, Record<string, { responses: Record<string, { content?: Record<string, { schema: unknown }> }>; parameters?: { in: string; name: string }[] }>>;
+      };
+      expect(doc.openapi).toMatch(/^3\.\d+\.\d+$/);
+      expect(doc.info.title).toBeTruthy();
+      expect(doc.info.version).toBeTruthy();
+      const documented = new Set<string>();
+      for (const [path, ops] of Object.entries(doc.paths)) {
+        expect(path.startsWith('/')).toBe(true);
+        for (const [method, op] of Object.entries(ops)) {
+          documented.add(`${method.toUpperCase()} ${path}`);
+          const statuses = Object.keys(op.responses);
+          expect(statuses.some((x) => /^2\d\d$/.test(x))).toBe(true);
+          for (const st of statuses) {
+            expect(st).toMatch(/^[1-5]\d\d$/);
+            expect(op.responses[st]?.content?.['application/json']?.schema).toBeDefined();
+          }
+          for (const name of [...path.matchAll(/\{(\w+)\}/g)].map((m) => m[1])) {
+            expect(op.parameters?.some((p) => p.in === 'path' && p.name === name)).toBe(true);
+          }
+        }
+      }
+      const refs = [...JSON.stringify(doc).matchAll(/"\$ref":"#\/([^"]+)"/g)].map((m) => m[1] ?? '');
+      for (const ref of refs) {
+        let node: unknown = doc;
+        for (const part of ref.split('/')) node = (node as Record<string, unknown> | undefined)?.[part];
+        expect([ref, node !== undefined]).toEqual([ref, true]);
+      }
+      const routes = routesOf(h.app).filter((x) => !x.hidden);
+      expect(routes.length).toBeGreaterThanOrEqual(20);
+      for (const route of routes) expect(documented).toContain(`${route.method} ${route.url.replace(/:(\w+)/g, '{$1}')}`);
+    });
+
+    it('interactive docs are served at /docs', async () => {
+      const r = await h.app.inject({ method: 'GET', url: '/docs/' });
+      expect(r.statusCode).toBe(200);
+      expect(r.headers['content-type']).toContain('text/html');
+    });
+  });
+});
