@@ -9,6 +9,11 @@ import { readdir } from 'node:fs/promises';
 import { MIGRATIONS_DIR, migrate } from '../src/adapters/db/migrate.js';
 import { runKeyModel } from './keys-model.js';
 import { waitFor } from './mqtt-helpers.js';
+import { claim } from '../src/adapters/outbox/claim.js';
+import { markSent } from '../src/adapters/outbox/mark-sent.js';
+import { failRow } from '../src/adapters/outbox/fail.js';
+import { retryDeadLetter } from '../src/adapters/outbox/dead-letters.js';
+import { randomUUID } from 'node:crypto';
 import { createDoor, createPerson, createSite, registerGateway } from '../src/app/registry.js';
 import { generateSigningKeyPair } from '@tobira/shared';
 
@@ -71,6 +76,68 @@ describe.each(pgBackends())('entry-key verbs on %s', (backend) => {
       });
     });
   }
+
+  describe('outbox SQL verbs', () => {
+    const policy = { baseMs: 1000, maxMs: 60_000, maxAttempts: 2 };
+    const statusOf = async (gatewayId: string) =>
+      (await t.db.query<{ seq: number; status: string; attempts: number; lease_token: string | null }>(
+        'SELECT seq, status, attempts, lease_token FROM outbox WHERE gateway_id = $1 ORDER BY seq',
+        [gatewayId],
+      )).rows;
+    // other tests' rows share this database: claims here take everything due, so give each claim a far-future "now" only for our gateway's rows
+    async function twoRows() {
+      const d = deps(t.db);
+      const s = await seed(d);
+      await issue(d, s, { credential: { type: 'pin', value: '700001' } });
+      await issue(d, s, { credential: { type: 'pin', value: '700002' } });
+      // park every other pending row so that claims below see only this gateway's rows
+      await t.db.query(`UPDATE outbox SET next_attempt_at = 9e15 WHERE status = 'pending' AND gateway_id <> $1`, [s.gatewayId]);
+      return s;
+    }
+
+    it('concurrent claims never share a row; a lost lease cannot mark; others stay as they were', async () => {
+      const s = await twoRows();
+      const [a, b] = await Promise.all([
+        t.db.transaction((tx) => claim(tx, { token: randomUUID(), now: T0, leaseMs: 1000, limit: 1 })),
+        t.db.transaction((tx) => claim(tx, { token: randomUUID(), now: T0, leaseMs: 1000, limit: 1 })),
+      ]);
+      const claimed = [...(a ?? []), ...(b ?? [])];
+      expect(claimed.map((r) => r.seq).sort()).toEqual([1, 2]);
+      const first = claimed.find((r) => r.seq === 1);
+      if (!first) throw new Error('claim');
+      // nothing is due before the lease runs out
+      expect(await t.db.transaction((tx) => claim(tx, { token: randomUUID(), now: T0 + 999, leaseMs: 1000, limit: 10 }))).toEqual([]);
+      // after it, another dispatcher takes the row over, and the first one's mark changes nothing
+      const again = await t.db.transaction((tx) => claim(tx, { token: randomUUID(), now: T0 + 1000, leaseMs: 1000, limit: 10 }));
+      const second = again.find((r) => r.seq === 1);
+      expect(second?.attempts).toBe(2);
+      expect(await markSent(t.db, first.id, first.leaseToken, T0 + 1001)).toBe(0);
+      expect(await markSent(t.db, first.id, second?.leaseToken ?? '', T0 + 1001)).toBe(1);
+      const rows = await statusOf(s.gatewayId);
+      expect(rows.map((r) => [r.seq, r.status])).toEqual([
+        [1, 'sent'],
+        [2, 'sending'],
+      ]);
+    });
+
+    it('fail backs off, then dead-letters at the last attempt; an operator retry makes it pending again', async () => {
+      const s = await twoRows();
+      const [r1] = await t.db.transaction((tx) => claim(tx, { token: randomUUID(), now: T0, leaseMs: 1000, limit: 1 }));
+      if (!r1) throw new Error('claim');
+      expect(await failRow(t.db, r1, 'boom', T0, policy, 0)).toBe('pending');
+      expect(await t.db.transaction((tx) => claim(tx, { token: randomUUID(), now: T0 + 499, leaseMs: 1000, limit: 10 }))).toEqual(
+        expect.not.arrayContaining([expect.objectContaining({ id: r1.id })]),
+      );
+      const [again] = (await t.db.transaction((tx) => claim(tx, { token: randomUUID(), now: T0 + 500, leaseMs: 1000, limit: 10 }))).filter((r) => r.id === r1.id);
+      if (!again) throw new Error('reclaim');
+      expect(await failRow(t.db, { ...again, leaseToken: randomUUID() }, 'x', T0, policy, 0)).toBeNull(); // not the lease holder
+      expect(await failRow(t.db, again, 'boom again', T0 + 500, policy, 0)).toBe('dead');
+      expect((await statusOf(s.gatewayId)).find((r) => r.seq === r1.seq)).toMatchObject({ status: 'dead', attempts: 2, lease_token: null });
+      expect(await retryDeadLetter(t.db, r1.id, T0 + 600)).toBe(1);
+      expect(await retryDeadLetter(t.db, r1.id, T0 + 600)).toBe(0);
+      expect((await statusOf(s.gatewayId)).find((r) => r.seq === r1.seq)).toMatchObject({ status: 'pending', attempts: 0 });
+    });
+  });
 
   describe('bad input', () => {
     it('is refused with a code and writes nothing', async () => {
