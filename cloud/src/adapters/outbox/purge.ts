@@ -5,14 +5,17 @@ import type { Queryable } from '../db/db.js';
  * gateway's newest row (so `seq` never restarts: the counter is in
  * gateway_seq anyway). A resync reaching back past the purged rows is
  * answered with a snapshot. Also drops old uplink dedupe rows: a duplicate
- * older than the retention is no longer expected from a QoS 1 redelivery.
+ * older than the retention is no longer expected from a QoS 1 redelivery,
+ * and old rejected-uplink records.
  */
-export async function purgeOld(q: Queryable, olderThan: number): Promise<{ outbox: number; inbox: number }> {
+export async function purgeOld(q: Queryable, olderThan: number): Promise<{ outbox: number; inbox: number; rejected: number }> {
   const o = await q.query(
     `DELETE FROM outbox o WHERE o.status = 'sent' AND o.sent_at < $1
        AND o.seq < (SELECT last_seq FROM gateway_seq s WHERE s.gateway_id = o.gateway_id)`,
     [olderThan],
   );
   const i = await q.query('DELETE FROM uplink_inbox WHERE received_at < $1', [olderThan]);
-  return { outbox: o.rowCount, inbox: i.rowCount };
+  // anyone can publish on a broker topic: the record of rejected uplinks is bounded by age too
+  const r = await q.query('DELETE FROM rejected_uplinks WHERE at < $1', [olderThan]);
+  return { outbox: o.rowCount, inbox: i.rowCount, rejected: r.rowCount };
 }
