@@ -330,6 +330,19 @@ describe.each(pgBackends())('outbox dispatcher on %s', (pgBackend) => {
       }
     });
 
+    it('CRASH_AT from the config turns a crash point into a throw, leaving nothing half-written', async () => {
+      const { s, gw, clock } = await setup();
+      const cloud = await startCloud(t, broker.url, { clock, env: { CRASH_AT: 'afterOutboxInsert' } });
+      try {
+        await expect(cloud.issueKey(issueInput(s, 1))).rejects.toBeInstanceOf(SimulatedCrash);
+        expect(await cloud.listOutbox(s.gatewayId)).toEqual([]);
+        expect((await t.db.query('SELECT 1 FROM keys WHERE person_id = $1', [s.personId])).rowCount).toBe(0);
+      } finally {
+        await cloud.stop();
+        await gw.close();
+      }
+    });
+
     it('dead-letters a row that fails every attempt, shows it, and retries it on request', async () => {
       const { s, gw, clock } = await setup();
       const cloud = await startCloud(t, broker.url, { clock, env: { DISPATCH_MAX_ATTEMPTS: '3', DISPATCH_BACKOFF_BASE_MS: '1000' } });
