@@ -144,6 +144,43 @@ describe.each(pgBackends())('admin API resources on %s', (backend) => {
     });
   });
 
+  describe('access events', () => {
+    it('are filtered by site, door, person, code and time range, paginated by cursor, and scoped to the token sites', async () => {
+      const a = await seedSite(h, h.siteA);
+      const b = await seedSite(h, h.siteB);
+      // audit rows as the uplink inbox writes them (the uplink path itself is tested in cloud/test/uplink.test.ts)
+      const insert = (gw: string, door: string, person: string | null, at: number, code: string) =>
+        h.cloud.db.query(
+          `INSERT INTO audit (event_id, gateway_id, seq, jti, lock_id, door_id, at, allowed, code, person_id, cid, received_at)
+           VALUES (gen_random_uuid(), $1, $2, gen_random_uuid(), 'lock-1', $3, $4, $5, $6, $7, 'cid-ev', $4)`,
+          [gw, at, door, at, code === 'ALLOWED', code, person],
+        );
+      const t0 = 1_800_000_000_000;
+      for (let i = 0; i < 5; i++) await insert(a.gatewayId, a.doorId, a.personId, t0 + i, i % 2 === 0 ? 'ALLOWED' : 'UNKNOWN_CREDENTIAL');
+      await insert(b.gatewayId, b.doorId, b.personId, t0 + 2, 'ALLOWED');
+      const get = (q: string, token = h.tokens.managerA) => h.app.inject({ method: 'GET', url: `/access-events?${q}`, headers: bearer(token) });
+      const all = await get(`doorId=${a.doorId}`);
+      expect(all.statusCode).toBe(200);
+      expect(all.json().items.map((e: { at: number }) => e.at)).toEqual([0, 1, 2, 3, 4].map((i) => t0 + i));
+      expect(all.json().items[0]).toMatchObject({ siteId: h.siteA, gatewayId: a.gatewayId, personId: a.personId, cid: 'cid-ev' });
+      expect((await get(`gatewayId=${a.gatewayId}&code=UNKNOWN_CREDENTIAL`)).json().items).toHaveLength(2);
+      expect((await get(`personId=${a.personId}&from=${t0 + 1}&to=${t0 + 3}`)).json().items.map((e: { at: number }) => e.at)).toEqual([t0 + 1, t0 + 2]);
+      const pages: number[] = [];
+      let cursor: string | null = null;
+      do {
+        const r = await get(`doorId=${a.doorId}&limit=2${cursor ? `&cursor=${cursor}` : ''}`);
+        pages.push(...r.json().items.map((e: { at: number }) => e.at));
+        cursor = r.json().nextCursor;
+      } while (cursor);
+      expect(pages).toEqual([0, 1, 2, 3, 4].map((i) => t0 + i));
+      expect((await get(`doorId=${b.doorId}`)).json().items).toEqual([]);
+      expect((await get(`doorId=${b.doorId}`, h.tokens.managerB)).json().items).toHaveLength(1);
+      expect((await get(`gatewayId=${b.gatewayId}`, h.tokens.admin)).json().items).toHaveLength(1);
+      const bad = await get('from=yesterday');
+      expect([bad.statusCode, bad.json().code]).toEqual([400, 'BAD_REQUEST']);
+    });
+  });
+
   describe('dead letters', () => {
     it('a dead-lettered grant is listed, shown as a failed delivery on its key, and retried back to pending', async () => {
       const s = await seedSite(h, h.siteA);
