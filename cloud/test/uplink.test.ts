@@ -270,6 +270,17 @@ describe.each(pgBackends())('uplink inbox on %s', (pgBackend) => {
         await gw.send(ev(6));
         await waitFor(async () => (await cloud.listAudit({ gatewayId: s.gatewayId })).length === 5, 'five events');
         expect(await cloud.listUplinkGaps(s.gatewayId)).toEqual([{ fromSeq: 3, toSeq: 4 }]);
+        // after the retention purge, purged seqs are not reported as missing
+        const start = clock.now();
+        try {
+          clock.advance(8 * DAY);
+          await gw.send(ev(9));
+          await waitFor(async () => (await cloud.listAudit({ gatewayId: s.gatewayId })).length === 6, 'six events');
+          await cloud.purge(); // purges seqs 1..7 (received 8 days ago), keeps 9
+          expect(await cloud.listUplinkGaps(s.gatewayId)).toEqual([{ fromSeq: 8, toSeq: 8 }]);
+        } finally {
+          clock.set(start);
+        }
       } finally {
         await gw.close();
       }

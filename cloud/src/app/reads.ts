@@ -74,12 +74,14 @@ export async function listRejectedUplinks(q: Queryable, f: { gatewayId?: string;
   }));
 }
 
-/** Missing uplink seqs of a gateway, as ranges below the highest seq seen (late arrivals fill them). */
+/** Missing uplink seqs of a gateway, as ranges between the purge floor and the highest seq seen (late arrivals fill them). */
 export async function listUplinkGaps(q: Queryable, gatewayId: string): Promise<{ fromSeq: number; toSeq: number }[]> {
   const r = await q.query<{ from_seq: number; to_seq: number }>(
     `SELECT seq + 1 AS from_seq, next - 1 AS to_seq FROM (
         SELECT seq, lead(seq) OVER (ORDER BY seq) AS next FROM (
-          SELECT 0::bigint AS seq UNION ALL SELECT seq FROM uplink_inbox WHERE gateway_id = $1 AND seq IS NOT NULL) a) s
+          SELECT COALESCE((SELECT floor FROM uplink_seq WHERE gateway_id = $1), 0) AS seq
+          UNION ALL SELECT seq FROM uplink_inbox WHERE gateway_id = $1 AND seq IS NOT NULL
+            AND seq > COALESCE((SELECT floor FROM uplink_seq WHERE gateway_id = $1), 0)) a) s
       WHERE next > seq + 1 ORDER BY seq`,
     [gatewayId],
   );

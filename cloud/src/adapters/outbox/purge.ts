@@ -14,6 +14,14 @@ export async function purgeOld(q: Queryable, olderThan: number): Promise<{ outbo
        AND o.seq < (SELECT last_seq FROM gateway_seq s WHERE s.gateway_id = o.gateway_id)`,
     [olderThan],
   );
+  // raise each gateway's gap floor to the highest seq about to be purged, so listUplinkGaps does not
+  // report purged seqs as missing (no transaction needed: rows arriving meanwhile are newer than the cut)
+  await q.query(
+    `UPDATE uplink_seq s SET floor = GREATEST(s.floor, m.mx)
+       FROM (SELECT gateway_id, max(seq) AS mx FROM uplink_inbox WHERE received_at < $1 AND seq IS NOT NULL GROUP BY gateway_id) m
+      WHERE s.gateway_id = m.gateway_id`,
+    [olderThan],
+  );
   const i = await q.query('DELETE FROM uplink_inbox WHERE received_at < $1', [olderThan]);
   // anyone can publish on a broker topic: the record of rejected uplinks is bounded by age too
   const r = await q.query('DELETE FROM rejected_uplinks WHERE at < $1', [olderThan]);
