@@ -1,0 +1,270 @@
+import { randomUUID } from 'node:crypto';
+import { readFile } from 'node:fs/promises';
+import { realpathSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
+import { createLogger } from '@tobira/shared';
+import type { Queryable } from './adapters/db/db.js';
+import { migrate } from './adapters/db/migrate.js';
+import { openDb } from './adapters/db/open.js';
+import { parseConfig } from './config.js';
+import { createApiToken } from './http/tokens.js';
+
+/**
+ * Operator CLI for the admin HTTP API (docs/api.md):
+ * `npm run admin -w @tobira/cloud -- keys issue ...`. It calls the API at
+ * TOBIRA_API with the token TOBIRA_TOKEN, prints the JSON answer and exits 0
+ * on 2xx, 1 otherwise. Every POST carries an Idempotency-Key (random, or
+ * --idempotency-key to retry safely). Only `tokens bootstrap` talks to the
+ * database directly: it makes the first admin token.
+ */
+const HELP = `usage: npm run admin -w @tobira/cloud -- <command> [options]
+env: TOBIRA_API (e.g. http://127.0.0.1:8080), TOBIRA_TOKEN (bearer token)
+
+  sites list | sites get <id> | sites create --name N [--id ID] [--tz Asia/Tokyo] [--grace SECONDS]
+  gateways list [--site S] | gateways get <id> | gateways register --id GW --site S --jwk-file public.jwk.json
+  doors list [--site S] [--gateway GW] | doors get <id> | doors create --gateway GW --name N [--id ID]
+  people list [--site S] | people get <id> | people create --name N --site S [--id ID]
+  keys issue --person P --door D [--door D2 ...] (--pin V | --card V | --mobile V) --from T --until T [--id ID] [--offline]
+  keys revoke <id> --reason R [--if-match REVISION]
+  keys get <id> | keys history <id> | keys list [--site S] [--person P] [--gateway GW] [--status ST] [--limit N] [--cursor C]
+  events [--site S] [--gateway GW] [--door D] [--person P] [--key K] [--code C] [--from T] [--until T] [--limit N] [--cursor C]
+  dead-letters list [--site S] [--gateway GW] | dead-letters retry <id>
+  tokens create --name N --role admin|manager|auditor [--site S ...] | tokens list | tokens revoke <id>
+  tokens bootstrap --name N     direct to the database (DATABASE_URL or PGLITE_DATA_DIR): prints a new admin token once
+options: --idempotency-key K, --cid CORRELATION_ID
+times (T): ISO 8601 (2026-01-01T00:00:00Z) or epoch milliseconds`;
+
+export interface CliIo {
+  readonly env: Readonly<Record<string, string | undefined>>;
+  readonly out: (s: string) => void;
+  readonly err: (s: string) => void;
+  readonly fetch?: typeof fetch;
+  /** Tests: the database `tokens bootstrap` writes to (default: opened from the environment). */
+  readonly db?: Queryable;
+}
+
+class Usage extends Error {}
+
+function time(v: string | undefined, name: string): number | undefined {
+  if (v === undefined) return undefined;
+  if (/^\d+$/.test(v)) return Number(v);
+  const t = Date.parse(v);
+  if (Number.isNaN(t)) throw new Usage(`--${name}: not a time: ${v}`);
+  return t;
+}
+
+function need<T>(v: T | undefined, what: string): T {
+  if (v === undefined || v === '') throw new Usage(`missing ${what}`);
+  return v;
+}
+
+const query = (q: Record<string, string | number | undefined>): string => {
+  const p = new URLSearchParams();
+  for (const [k, v] of Object.entries(q)) if (v !== undefined) p.set(k, String(v));
+  const s = p.toString();
+  return s ? `?${s}` : '';
+};
+
+/** Runs one CLI invocation; returns the process exit code. */
+export async function runAdminCli(argv: readonly string[], io: CliIo): Promise<number> {
+  let parsed;
+  try {
+    parsed = parseArgs({
+      args: [...argv],
+      allowPositionals: true,
+      options: {
+        name: { type: 'string' },
+        id: { type: 'string' },
+        tz: { type: 'string' },
+        grace: { type: 'string' },
+        site: { type: 'string', multiple: true },
+        gateway: { type: 'string' },
+        'jwk-file': { type: 'string' },
+        door: { type: 'string', multiple: true },
+        person: { type: 'string' },
+        key: { type: 'string' },
+        pin: { type: 'string' },
+        card: { type: 'string' },
+        mobile: { type: 'string' },
+        from: { type: 'string' },
+        until: { type: 'string' },
+        offline: { type: 'boolean' },
+        reason: { type: 'string' },
+        'if-match': { type: 'string' },
+        status: { type: 'string' },
+        code: { type: 'string' },
+        limit: { type: 'string' },
+        cursor: { type: 'string' },
+        role: { type: 'string' },
+        'idempotency-key': { type: 'string' },
+        cid: { type: 'string' },
+        help: { type: 'boolean', short: 'h' },
+      },
+    });
+  } catch (e) {
+    io.err(`${e instanceof Error ? e.message : String(e)}\n${HELP}`);
+    return 2;
+  }
+  const { values: o, positionals } = parsed;
+  const [group, verb, arg] = positionals;
+  if (o.help || group === undefined || group === 'help') {
+    io.out(HELP);
+    return 0;
+  }
+  const site = o.site?.[0];
+
+  try {
+    if (group === 'tokens' && verb === 'bootstrap') return await bootstrap(io, need(o.name, '--name'));
+
+    const api = need(io.env.TOBIRA_API, 'TOBIRA_API').replace(/\/$/, '');
+    const token = need(io.env.TOBIRA_TOKEN, 'TOBIRA_TOKEN');
+    const doFetch = io.fetch ?? fetch;
+    const call = async (method: 'GET' | 'POST', path: string, body?: unknown, extra: Record<string, string> = {}): Promise<number> => {
+      const headers: Record<string, string> = { authorization: `Bearer ${token}`, ...extra };
+      if (o.cid) headers['x-correlation-id'] = o.cid;
+      if (method === 'POST') {
+        headers['idempotency-key'] = o['idempotency-key'] ?? randomUUID();
+        if (body !== undefined) headers['content-type'] = 'application/json';
+      }
+      const res = await doFetch(`${api}${path}`, { method, headers, ...(body !== undefined ? { body: JSON.stringify(body) } : {}) });
+      const text = await res.text();
+      let pretty = text;
+      try {
+        pretty = JSON.stringify(JSON.parse(text), null, 2);
+      } catch {
+        // not JSON: print as is
+      }
+      (res.ok ? io.out : io.err)(`${res.status} ${pretty}`);
+      return res.ok ? 0 : 1;
+    };
+    const id = (what: string) => encodeURIComponent(need(arg, what));
+
+    switch (`${group} ${verb ?? ''}`.trim()) {
+      case 'sites list':
+        return await call('GET', '/sites');
+      case 'sites get':
+        return await call('GET', `/sites/${id('<id>')}`);
+      case 'sites create':
+        return await call('POST', '/sites', {
+          name: need(o.name, '--name'),
+          ...(o.id ? { id: o.id } : {}),
+          ...(o.tz ? { timeZone: o.tz } : {}),
+          ...(o.grace ? { offlineGraceSeconds: Number(o.grace) } : {}),
+        });
+      case 'gateways list':
+        return await call('GET', `/gateways${query({ siteId: site })}`);
+      case 'gateways get':
+        return await call('GET', `/gateways/${id('<id>')}`);
+      case 'gateways register': {
+        const jwk = JSON.parse(await readFile(need(o['jwk-file'], '--jwk-file'), 'utf8')) as unknown;
+        return await call('POST', '/gateways', { gatewayId: need(o.id, '--id'), siteId: need(site, '--site'), publicJwk: jwk });
+      }
+      case 'doors list':
+        return await call('GET', `/doors${query({ siteId: site, gatewayId: o.gateway })}`);
+      case 'doors get':
+        return await call('GET', `/doors/${id('<id>')}`);
+      case 'doors create':
+        return await call('POST', '/doors', { gatewayId: need(o.gateway, '--gateway'), name: need(o.name, '--name'), ...(o.id ? { id: o.id } : {}) });
+      case 'people list':
+        return await call('GET', `/people${query({ siteId: site })}`);
+      case 'people get':
+        return await call('GET', `/people/${id('<id>')}`);
+      case 'people create':
+        return await call('POST', '/people', { name: need(o.name, '--name'), siteId: need(site, '--site'), ...(o.id ? { id: o.id } : {}) });
+      case 'keys issue': {
+        const creds = (['pin', 'card', 'mobile'] as const).filter((k) => o[k] !== undefined);
+        if (creds.length !== 1) throw new Usage('give exactly one of --pin, --card, --mobile');
+        const type = creds[0] as 'pin' | 'card' | 'mobile';
+        return await call('POST', '/keys', {
+          personId: need(o.person, '--person'),
+          doors: need(o.door, '--door'),
+          credential: { type, value: o[type] },
+          validFrom: need(time(o.from, 'from'), '--from'),
+          validUntil: need(time(o.until, 'until'), '--until'),
+          ...(o.id ? { keyId: o.id } : {}),
+          ...(o.offline ? { offlineCapable: true } : {}),
+        });
+      }
+      case 'keys revoke':
+        return await call('POST', `/keys/${id('<id>')}/revoke`, { reason: need(o.reason, '--reason') }, o['if-match'] ? { 'if-match': `"${o['if-match']}"` } : {});
+      case 'keys get':
+        return await call('GET', `/keys/${id('<id>')}`);
+      case 'keys history':
+        return await call('GET', `/keys/${id('<id>')}/history`);
+      case 'keys list':
+        return await call('GET', `/keys${query({ siteId: site, personId: o.person, gatewayId: o.gateway, status: o.status, limit: o.limit, cursor: o.cursor })}`);
+      case 'events':
+        return await call(
+          'GET',
+          `/access-events${query({
+            siteId: site,
+            gatewayId: o.gateway,
+            doorId: o.door?.[0],
+            personId: o.person,
+            keyId: o.key,
+            code: o.code,
+            from: time(o.from, 'from'),
+            to: time(o.until, 'until'),
+            limit: o.limit,
+            cursor: o.cursor,
+          })}`,
+        );
+      case 'dead-letters list':
+        return await call('GET', `/dead-letters${query({ siteId: site, gatewayId: o.gateway })}`);
+      case 'dead-letters retry':
+        return await call('POST', `/dead-letters/${id('<id>')}/retry`);
+      case 'tokens create':
+        return await call('POST', '/api-tokens', { name: need(o.name, '--name'), role: need(o.role, '--role'), ...(o.site ? { sites: o.site } : {}) });
+      case 'tokens list':
+        return await call('GET', '/api-tokens');
+      case 'tokens revoke':
+        return await call('POST', `/api-tokens/${id('<id>')}/revoke`);
+      default:
+        throw new Usage(`unknown command: ${positionals.join(' ')}`);
+    }
+  } catch (e) {
+    if (e instanceof Usage) {
+      io.err(`${e.message}\n${HELP}`);
+      return 2;
+    }
+    io.err(`error: ${e instanceof Error ? e.message : String(e)}`);
+    return 1;
+  }
+
+  async function bootstrap(cli: CliIo, name: string): Promise<number> {
+    if (cli.db) {
+      const t = await createApiToken(cli.db, { name, role: 'admin' });
+      cli.out(JSON.stringify({ id: t.id, role: t.role, token: t.token }, null, 2));
+      return 0;
+    }
+    const config = parseConfig(cli.env);
+    const log = createLogger('admin-cli');
+    const db = await openDb(config, log);
+    try {
+      await migrate(db, log, Date.now());
+      const t = await createApiToken(db, { name, role: 'admin' });
+      cli.out(JSON.stringify({ id: t.id, role: t.role, token: t.token }, null, 2));
+      cli.err('store this token now: it is shown once and only its hash is kept');
+      return 0;
+    } finally {
+      await db.close();
+    }
+  }
+}
+
+const invokedDirectly = (() => {
+  try {
+    return process.argv[1] !== undefined && realpathSync(process.argv[1]) === realpathSync(fileURLToPath(import.meta.url));
+  } catch {
+    return false;
+  }
+})();
+if (invokedDirectly) {
+  const code = await runAdminCli(process.argv.slice(2), {
+    env: process.env,
+    out: (s) => void process.stdout.write(`${s}\n`),
+    err: (s) => void process.stderr.write(`${s}\n`),
+  });
+  process.exitCode = code;
+}
