@@ -9,9 +9,10 @@
  * a restart. DATABASE_URL and MQTT_URL select a real PostgreSQL / broker.
  * Ctrl-C stops everything cleanly; a second Ctrl-C forces.
  */
+import { randomBytes, randomInt } from 'node:crypto';
 import { mkdirSync } from 'node:fs';
 import { join, resolve } from 'node:path';
-import { createCloud, parseConfig as parseCloudConfig, type Cloud } from '@tobira/cloud';
+import { createCloud, parseConfig as parseCloudConfig, startAdminApi, type Cloud } from '@tobira/cloud';
 import { createGateway, parseConfig as parseGatewayConfig, type Gateway, type GatewayConfigInput } from '@tobira/gateway';
 import {
   encodeSecret,
@@ -36,6 +37,7 @@ const Env = z.object({
   TOBIRA_DEMO_HOST: z.string().default('127.0.0.1'),
   /** 1884, not 1883: a system Mosquitto may be listening there. */
   TOBIRA_DEMO_MQTT_PORT: z.coerce.number().int().min(0).max(65535).default(1884),
+  TOBIRA_DEMO_API_PORT: z.coerce.number().int().min(0).max(65535).default(8080),
   TOBIRA_DEMO_GATEWAY_PORT: z.coerce.number().int().min(0).max(65535).default(8081),
   TOBIRA_DEMO_LOCKS_PORT: z.coerce.number().int().min(0).max(65535).default(8082),
   LOG_LEVEL: z.string().default('info'),
@@ -127,6 +129,21 @@ async function main(): Promise<void> {
   parts.push({ name: 'cloud', stop: () => cloud.stop() });
   ok();
 
+  // 2b. admin API, with an admin token made for this data folder (there is no default token)
+  const adminToken = await once(join(data, 'cloud', 'admin-token.json'), () => ({ token: `tbr_${randomBytes(32).toString('base64url')}` }), true);
+  step(`admin API on ${env.TOBIRA_DEMO_HOST}:${env.TOBIRA_DEMO_API_PORT}`);
+  const api = await startAdminApi({
+    cloud,
+    db: cloud.db,
+    log: root.child({ part: 'api' }),
+    clock: systemClock,
+    host: env.TOBIRA_DEMO_HOST,
+    port: env.TOBIRA_DEMO_API_PORT,
+    bootstrapAdminToken: adminToken.token,
+  });
+  parts.push({ name: 'admin API', stop: () => api.close() });
+  ok(api.url);
+
   // 3. seed (first run only)
   const seedFile = join(data, 'seed.json');
   let seed = readJson<Seed>(seedFile);
@@ -161,33 +178,55 @@ async function main(): Promise<void> {
   parts.push({ name: 'lock panel', stop: () => panel.app.close() });
 
   const staffToken = seed.gatewayConfig.staffToken ?? '';
+  const auth = `-H 'authorization: Bearer ${adminToken.token}'`;
+  const json = `-H 'content-type: application/json'`;
+  // A fresh PIN and key id each run, so the printed examples work as printed on every start.
+  const pin = String(randomInt(100000, 1000000));
+  const keyId = `demo-key-${randomBytes(3).toString('hex')}`;
+  const now = Date.now();
+  const issueBody = JSON.stringify({ keyId, personId: seed.personId, doors: ['door-102'], credential: { type: 'pin', value: pin }, validFrom: now, validUntil: now + 86_400_000 });
+  const presentBody = (value: string) => `'{"type":"pin","value":"${value}"}'`;
   process.stdout.write(
     [
       '',
       'Tobira is running.',
       '',
-      `  Gateway (site ${seed.siteId}):  ${gateway.httpUrl}/healthz   ${gateway.httpUrl}/metrics`,
-      `    staff token (lockdown etc.):  ${staffToken}`,
+      `  Admin API:     ${api.url}   (OpenAPI: ${api.url}/openapi.json, interactive docs: ${api.url}/docs)`,
+      `    admin token: ${adminToken.token}`,
+      `  Gateway ${GATEWAY_ID} (site ${seed.siteId}):  ${gateway.httpUrl}/healthz   ${gateway.httpUrl}/metrics`,
+      `    staff token: ${staffToken}`,
       `  Lock panel (simulated doors):   ${panel.url}/locks`,
       `  Seeded guest ${seed.personId} with PIN ${GUEST_PIN} for Room 101 (L1) and the Lobby (L3).`,
       '',
       'Try it:',
       '',
-      '  # present the guest PIN at Room 101 (allowed: the bolt opens, then relocks)',
-      `  curl -s -X POST ${panel.url}/locks/L1/present -H 'content-type: application/json' -d '{"type":"pin","value":"${GUEST_PIN}"}'`,
+      '  # 1. present the guest PIN at Room 101: allowed, the bolt opens (and relocks after 5 s)',
+      `  curl -s -X POST ${panel.url}/locks/L1/present ${json} -d ${presentBody(GUEST_PIN)}`,
       '',
-      '  # the same PIN at Room 102 (denied: DOOR_NOT_PERMITTED)',
-      `  curl -s -X POST ${panel.url}/locks/L2/present -H 'content-type: application/json' -d '{"type":"pin","value":"${GUEST_PIN}"}'`,
+      '  # 2. the same PIN at Room 102: denied with DOOR_NOT_PERMITTED',
+      `  curl -s -X POST ${panel.url}/locks/L2/present ${json} -d ${presentBody(GUEST_PIN)}`,
       '',
-      '  # lock the whole site down (only staff master keys open doors), then lift it',
-      `  curl -s -X POST ${gateway.httpUrl}/staff/mode -H 'authorization: Bearer ${staffToken}' -H 'content-type: application/json' -d '{"mode":"lockdown"}'`,
-      `  curl -s -X POST ${gateway.httpUrl}/staff/mode -H 'authorization: Bearer ${staffToken}' -H 'content-type: application/json' -d '{"mode":"normal"}'`,
+      `  # 3. issue her a key for Room 102 with PIN ${pin} (202: queued for the gateway)`,
+      `  curl -s -X POST ${api.url}/keys ${auth} ${json} -d '${issueBody}'`,
+      '',
+      '  # 4. watch its delivery status (pending until the gateway acks, then succeeded)',
+      `  curl -s ${api.url}/keys/${keyId} ${auth}`,
+      '',
+      '  # 5. present the new PIN at Room 102: allowed',
+      `  curl -s -X POST ${panel.url}/locks/L2/present ${json} -d ${presentBody(pin)}`,
+      '',
+      '  # 6. the audit log of every door decision, attributed to a person',
+      `  curl -s '${api.url}/access-events?limit=20' ${auth}`,
+      '',
+      '  # 7. lock the whole site down (only staff master keys open doors), then lift it',
+      `  curl -s -X POST ${gateway.httpUrl}/staff/mode -H 'authorization: Bearer ${staffToken}' ${json} -d '{"mode":"lockdown"}'`,
+      `  curl -s -X POST ${gateway.httpUrl}/staff/mode -H 'authorization: Bearer ${staffToken}' ${json} -d '{"mode":"normal"}'`,
       '',
       'Ctrl-C stops everything.',
       '',
     ].join('\n'),
   );
-  log.info({ gateway: gateway.httpUrl, panel: panel.url, mqttUrl }, 'demo ready');
+  log.info({ api: api.url, gateway: gateway.httpUrl, panel: panel.url, mqttUrl }, 'demo ready');
 }
 
 async function waitUntil(cond: () => boolean, timeoutMs: number): Promise<boolean> {

@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { afterAll, describe, expect, it } from 'vitest';
+import { waitFor } from './system.js';
 
 const ROOT = fileURLToPath(new URL('../../..', import.meta.url));
 const sh = promisify(execFile);
@@ -17,7 +18,7 @@ class Demo {
   start(): Promise<void> {
     const child = spawn('npm', ['start', '--silent'], {
       cwd: ROOT,
-      env: { ...process.env, TOBIRA_DATA_DIR: this.data, TOBIRA_DEMO_MQTT_PORT: '0', TOBIRA_DEMO_GATEWAY_PORT: '0', TOBIRA_DEMO_LOCKS_PORT: '0', LOG_LEVEL: 'info' },
+      env: { ...process.env, TOBIRA_DATA_DIR: this.data, TOBIRA_DEMO_MQTT_PORT: '0', TOBIRA_DEMO_API_PORT: '0', TOBIRA_DEMO_GATEWAY_PORT: '0', TOBIRA_DEMO_LOCKS_PORT: '0', LOG_LEVEL: 'info' },
       stdio: ['ignore', 'pipe', 'pipe'],
       detached: true,
     });
@@ -63,14 +64,19 @@ describe('npm start (the one-command demo)', () => {
       await demo.start();
       expect(demo.out).toContain('seeding a site');
       expect(demo.out).toContain('in sync');
-      const [allowed, denied, lockdown, normal] = demo.curls();
+      const [allowed, denied, issue, status, presentNew, events, lockdown, normal, ...rest] = demo.curls();
+      expect(rest).toEqual([]);
       expect(await run(allowed as string)).toMatchObject({ status: 'decided', decision: { allowed: true, code: 'ALLOWED' }, command: { result: 'executed' } });
       expect(await run(denied as string)).toMatchObject({ status: 'decided', decision: { allowed: false, code: 'DOOR_NOT_PERMITTED' } });
+      expect(await run(issue as string)).toMatchObject({ status: 'applied', code: 'KEY_ISSUED' });
+      await waitFor(async () => (await run(status as string)).delivery === 'succeeded', 'the new key to be delivered');
+      expect(await run(presentNew as string)).toMatchObject({ decision: { allowed: true, code: 'ALLOWED' } });
+      expect(JSON.stringify(await run(events as string))).toContain('DOOR_NOT_PERMITTED');
       expect(await run(lockdown as string)).toMatchObject({ mode: 'lockdown' });
       expect(await run(normal as string)).toMatchObject({ mode: 'normal' });
     } finally {
       const said = await demo.interrupt();
-      for (const part of ['lock panel', 'locks', 'gateway', 'cloud', 'MQTT broker']) expect(said).toContain(`stopping ${part} … ok`);
+      for (const part of ['lock panel', 'locks', 'gateway', 'admin API', 'cloud', 'MQTT broker']) expect(said).toContain(`stopping ${part} … ok`);
     }
   });
 
