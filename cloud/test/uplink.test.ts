@@ -252,6 +252,23 @@ describe.each(pgBackends())('uplink inbox on %s', (pgBackend) => {
       }
     });
 
+    it('applies an access event whose uplink seq was used before by another message (a gateway whose store was reset)', async () => {
+      const { s, gw } = await setup();
+      try {
+        const ev = () => ({
+          type: 'access.event',
+          seq: 1,
+          body: { eventId: newId(), requestId: 'r', lockId: 'lock-1', doorId: null, at: T0, allowed: false, code: 'UNKNOWN_CREDENTIAL', keyId: null, keyVersion: null, personId: null, credentialType: 'pin', commandId: null },
+        });
+        await gw.send(ev());
+        await gw.send(ev());
+        await waitFor(async () => (await cloud.listAudit({ gatewayId: s.gatewayId })).length === 2, 'both events in the audit log');
+        expect(await cloud.listRejectedUplinks({ gatewayId: s.gatewayId })).toEqual([]);
+      } finally {
+        await gw.close();
+      }
+    });
+
     it('records gaps in a gateway uplink seq, and a late message fills its gap', async () => {
       const { s, gw } = await setup();
       try {

@@ -28,7 +28,6 @@ import { answerResync } from './resync.js';
 export const UPLINK_REJECT_CODES = Object.freeze({
   BAD_TOPIC: 'The topic is not a gateway uplink topic.',
   UNKNOWN_GATEWAY: 'No gateway with the id in the topic is registered.',
-  SEQ_REUSED: 'The gateway sent a different message with an uplink seq it had already used.',
 });
 
 type Sequenced = Exclude<UplinkMessage, { type: 'resync.request' }>;
@@ -89,15 +88,17 @@ export class Uplink {
     const now = this.#app.clock.now();
     const seq = m.type === 'resync.request' ? null : m.seq;
 
-    const outcome = await this.#withRetry(log, () => this.#app.db.transaction(async (tx): Promise<Applied | 'duplicate' | 'seq_reused'> => {
+    const outcome = await this.#withRetry(log, () => this.#app.db.transaction(async (tx): Promise<Applied | 'duplicate'> => {
       const ins = await tx.query(
         `INSERT INTO uplink_inbox (jti, gateway_id, type, seq, cid, result, code, received_at) VALUES ($1,$2,$3,$4,$5,'received','MESSAGE_APPLIED',$6)
-         ON CONFLICT DO NOTHING`,
+         ON CONFLICT (jti) DO NOTHING`,
         [m.jti, gatewayId, m.type, seq, m.cid, now],
       );
-      if (ins.rowCount === 0) {
-        const seen = await tx.query('SELECT 1 FROM uplink_inbox WHERE jti = $1', [m.jti]);
-        return seen.rowCount > 0 ? 'duplicate' : 'seq_reused';
+      if (ins.rowCount === 0) return 'duplicate';
+      if (seq !== null) {
+        const reused = await tx.query('SELECT 1 FROM uplink_inbox WHERE gateway_id = $1 AND seq = $2 AND jti <> $3 LIMIT 1', [gatewayId, seq, m.jti]);
+        // applied anyway (dedupe is by jti): most likely the gateway's store was reset and its seq started again
+        if (reused.rowCount > 0) log.warn({ seq }, 'uplink seq reused by another message; applied, gap tracking may be off');
       }
       this.#app.crash('afterInboxInsert');
       if (m.type !== 'resync.request') await this.#trackSeq(tx, gatewayId, m, log);
@@ -110,7 +111,6 @@ export class Uplink {
       log.info({ code: 'DUPLICATE_MESSAGE' satisfies OutcomeCode }, 'duplicate uplink; not applied again');
       return;
     }
-    if (outcome === 'seq_reused') return this.#reject(gatewayId, topic, 'SEQ_REUSED', `seq ${String(seq)} jti ${m.jti}`);
     log.info({ result: outcome.result, code: outcome.code }, 'uplink applied');
     if (m.type === 'resync.request') {
       // Answered outside the incoming-message pipeline: mqtt.js handles no

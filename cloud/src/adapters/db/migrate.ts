@@ -13,6 +13,10 @@ const NAME = /^(\d{4})_([a-z0-9_]+)\.sql$/;
  */
 export async function migrate(db: Db, log: Logger, nowMs: number, dir = MIGRATIONS_DIR): Promise<string[]> {
   const files = (await readdir(dir)).filter((f) => NAME.test(f)).sort();
+  // two files with one number (parallel branches) would apply in an arbitrary order: refuse to start
+  const numbers = files.map((f) => f.slice(0, 4));
+  const dup = numbers.find((n, i) => numbers.indexOf(n) !== i);
+  if (dup !== undefined) throw new Error(`two migrations are numbered ${dup}: ${files.filter((f) => f.startsWith(dup)).join(', ')}`);
   const applied: string[] = [];
   await db.transaction(async (tx) => {
     await tx.query('SELECT pg_advisory_xact_lock(7461626972)');
