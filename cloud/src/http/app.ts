@@ -24,6 +24,7 @@ import { keysRoutes } from './routes/keys.js';
 import { eventsRoutes } from './routes/events.js';
 import { deadLettersRoutes } from './routes/dead-letters.js';
 import { tokensRoutes } from './routes/tokens.js';
+import { webhooksRoutes } from './routes/webhooks.js';
 
 export type ApiApp = FastifyInstance;
 
@@ -169,7 +170,7 @@ export async function buildApp(deps: ApiDeps): Promise<FastifyInstance> {
   );
   z_.get('/openapi.json', { config: { public: true }, schema: { hide: true } }, async () => app.swagger());
 
-  for (const plugin of [sitesRoutes, gatewaysRoutes, doorsRoutes, peopleRoutes, keysRoutes, eventsRoutes, deadLettersRoutes, tokensRoutes]) {
+  for (const plugin of [sitesRoutes, gatewaysRoutes, doorsRoutes, peopleRoutes, keysRoutes, eventsRoutes, deadLettersRoutes, tokensRoutes, webhooksRoutes]) {
     await app.register(async (scope) => plugin(scope.withTypeProvider<ZodTypeProvider>(), ctx));
   }
   return app;

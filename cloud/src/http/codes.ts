@@ -11,6 +11,8 @@ export const API_CODES = Object.freeze({
   FORBIDDEN_ROLE: 'The token role may not do this (auditors read only; only admins manage sites and tokens).',
   NOT_FOUND: 'No such route or resource visible to this token.',
   TOKEN_NOT_FOUND: 'No such live API token.',
+  WEBHOOK_NOT_FOUND: 'No such webhook endpoint visible to this token.',
+  WEBHOOK_ALREADY_DISABLED: 'The webhook endpoint is already disabled; nothing changed.',
   PRECONDITION_FAILED: 'If-Match names a revision that is not the current one; reload and retry.',
   IDEMPOTENCY_KEY_REUSED: 'This Idempotency-Key was used with a different request.',
   IDEMPOTENCY_IN_PROGRESS: 'A request with this Idempotency-Key is still running; retry later.',

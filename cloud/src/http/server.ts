@@ -3,6 +3,7 @@ import type { FastifyInstance } from 'fastify';
 import { buildApp } from './app.js';
 import type { ApiDeps } from './context.js';
 import { installApiToken } from './tokens.js';
+import { WebhookDispatcher, type WebhookOptions } from './webhooks.js';
 
 export interface AdminApiOptions extends ApiDeps {
   /** Default 127.0.0.1. */
@@ -15,6 +16,8 @@ export interface AdminApiOptions extends ApiDeps {
    * first admin can call the API. There is no default token.
    */
   readonly bootstrapAdminToken?: string;
+  /** Webhook dispatcher options; false: do not deliver webhooks from this process. */
+  readonly webhooks?: Partial<WebhookOptions> | false;
 }
 
 export interface AdminApi {
@@ -24,17 +27,23 @@ export interface AdminApi {
   close(): Promise<void>;
 }
 
-/** Builds the admin API and listens. The cloud must be started (its database open) first. */
+/** Builds the admin API, listens, and starts the webhook dispatcher. The cloud must be started (its database open) first. */
 export async function startAdminApi(opts: AdminApiOptions): Promise<AdminApi> {
   if (opts.bootstrapAdminToken) await installApiToken(opts.db, opts.bootstrapAdminToken, { name: 'bootstrap admin', role: 'admin' }, opts.clock.now());
   const app = await buildApp(opts);
   await app.listen({ host: opts.host ?? '127.0.0.1', port: opts.port ?? 0 });
+  const webhooks = opts.webhooks === false ? undefined : new WebhookDispatcher({ db: opts.db, clock: opts.clock, log: opts.log.child({ part: 'webhooks' }) }, opts.webhooks ?? {});
+  webhooks?.start();
   const addr = app.server.address() as AddressInfo;
   const host = addr.family === 'IPv6' ? `[${addr.address}]` : addr.address;
   let closing: Promise<void> | undefined;
   return {
     url: `http://${host}:${addr.port}`,
     app,
-    close: () => (closing ??= app.close()),
+    close: () =>
+      (closing ??= (async () => {
+        await app.close();
+        await webhooks?.stop();
+      })()),
   };
 }

@@ -1,0 +1,168 @@
+import { createHmac, randomBytes, randomUUID } from 'node:crypto';
+import { newId, type Clock, type Logger } from '@tobira/shared';
+import type { Queryable } from '../adapters/db/db.js';
+
+/**
+ * Webhook delivery (docs/api.md "Webhooks"). Triggers (migration 0006) write
+ * one `webhook_outbox` row per matching endpoint in the transaction of the
+ * change itself; this dispatcher claims due rows with a lease (FOR UPDATE
+ * SKIP LOCKED, so replicas share the work), POSTs the signed body, and marks
+ * the row delivered or backs it off (capped exponential, dead after
+ * maxAttempts). Guarantee: at least once per endpoint; receivers dedupe by
+ * the `id` in the body (also the `Tobira-Event-Id` header).
+ */
+export const WEBHOOK_EVENTS = ['key.state_changed', 'access.event', 'alarm'] as const;
+export type WebhookEvent = (typeof WEBHOOK_EVENTS)[number];
+
+export interface WebhookOptions {
+  readonly pollMs: number;
+  readonly batch: number;
+  readonly leaseMs: number;
+  readonly timeoutMs: number;
+  readonly maxAttempts: number;
+  readonly baseMs: number;
+  readonly maxMs: number;
+}
+export const DEFAULT_WEBHOOK_OPTIONS: WebhookOptions = Object.freeze({
+  pollMs: 1_000,
+  batch: 20,
+  leaseMs: 30_000,
+  timeoutMs: 10_000,
+  maxAttempts: 8,
+  baseMs: 1_000,
+  maxMs: 15 * 60_000,
+});
+
+/** `Tobira-Signature: t=<unix ms>,v1=<hex HMAC-SHA256(secret, "<t>.<body>")>`; receivers check it and reject old `t`. */
+export function signWebhook(secret: string, t: number, body: string): string {
+  return `t=${t},v1=${createHmac('sha256', secret).update(`${t}.${body}`).digest('hex')}`;
+}
+
+export async function createWebhook(db: Queryable, input: { siteId: string; url: string; events: readonly WebhookEvent[] }, now: number) {
+  const id = newId();
+  const secret = `whsec_${randomBytes(32).toString('base64url')}`;
+  await db.query('INSERT INTO webhook_endpoints (id, site_id, url, secret, events, created_at) VALUES ($1,$2,$3,$4,$5,$6)', [
+    id,
+    input.siteId,
+    input.url,
+    secret,
+    [...input.events],
+    now,
+  ]);
+  return { id, siteId: input.siteId, url: input.url, events: [...input.events], enabled: true, createdAt: now, secret };
+}
+
+interface Claimed {
+  id: number;
+  endpoint_id: string;
+  event_id: string;
+  type: string;
+  body: unknown;
+  cid: string | null;
+  attempts: number;
+  lease_token: string;
+  url: string;
+  secret: string;
+  created_at: number;
+}
+
+export class WebhookDispatcher {
+  readonly #o: WebhookOptions;
+  #timer: NodeJS.Timeout | undefined;
+  #running: Promise<void> | undefined;
+
+  constructor(
+    private readonly deps: { db: Queryable; clock: Clock; log: Logger; fetch?: typeof fetch; random?: () => number },
+    options: Partial<WebhookOptions> = {},
+  ) {
+    this.#o = { ...DEFAULT_WEBHOOK_OPTIONS, ...options };
+  }
+
+  start(): void {
+    this.#timer ??= setInterval(() => {
+      this.#running ??= this.runOnce()
+        .then(() => undefined)
+        .catch((e: unknown) => this.deps.log.warn({ err: String(e) }, 'webhook pass failed'))
+        .finally(() => {
+          this.#running = undefined;
+        });
+    }, this.#o.pollMs);
+    this.#timer.unref();
+  }
+
+  async stop(): Promise<void> {
+    if (this.#timer) clearInterval(this.#timer);
+    this.#timer = undefined;
+    await this.#running;
+  }
+
+  /** One pass: claim due rows (pending and due, or sending with an expired lease), deliver each. Returns how many were tried. */
+  async runOnce(): Promise<number> {
+    const now = this.deps.clock.now();
+    const token = randomUUID();
+    const r = await this.deps.db.query<Claimed>(
+      `UPDATE webhook_outbox w SET status = 'sending', lease_token = $1, lease_until = $2, attempts = w.attempts + 1
+         FROM (SELECT id FROM webhook_outbox
+                WHERE (status = 'pending' AND next_attempt_at <= $3) OR (status = 'sending' AND lease_until <= $3)
+                ORDER BY id LIMIT $4 FOR UPDATE SKIP LOCKED) due, webhook_endpoints e
+        WHERE w.id = due.id AND e.id = w.endpoint_id
+        RETURNING w.id, w.endpoint_id, w.event_id, w.type, w.body, w.cid, w.attempts, w.lease_token, e.url, e.secret, w.created_at`,
+      [token, now + this.#o.leaseMs, now, this.#o.batch],
+    );
+    await Promise.all(r.rows.map((row) => this.#deliver(row)));
+    return r.rows.length;
+  }
+
+  async #deliver(row: Claimed): Promise<void> {
+    const log = this.deps.log.child({ cid: row.cid ?? undefined, webhook: row.endpoint_id, outboxId: row.id, attempt: row.attempts });
+    const body = JSON.stringify({ id: row.event_id, type: row.type, createdAt: row.created_at, cid: row.cid, data: row.body });
+    const t = this.deps.clock.now();
+    let statusCode: number | null = null;
+    let error: string | null = null;
+    try {
+      const res = await (this.deps.fetch ?? fetch)(row.url, {
+        method: 'POST',
+        headers: {
+          'content-type': 'application/json',
+          'tobira-event-id': row.event_id,
+          'tobira-event-type': row.type,
+          'tobira-signature': signWebhook(row.secret, t, body),
+          ...(row.cid ? { 'x-correlation-id': row.cid } : {}),
+        },
+        body,
+        redirect: 'manual',
+        signal: AbortSignal.timeout(this.#o.timeoutMs),
+      });
+      statusCode = res.status;
+      await res.body?.cancel().catch(() => undefined);
+      if (!res.ok) error = `HTTP ${res.status}`;
+    } catch (e) {
+      error = e instanceof Error ? e.message : String(e);
+    }
+    const now = this.deps.clock.now();
+    await this.deps.db.query('INSERT INTO webhook_deliveries (outbox_id, endpoint_id, attempt, status_code, error, at) VALUES ($1,$2,$3,$4,$5,$6)', [
+      row.id,
+      row.endpoint_id,
+      row.attempts,
+      statusCode,
+      error,
+      now,
+    ]);
+    if (error === null) {
+      const m = await this.deps.db.query(
+        `UPDATE webhook_outbox SET status = 'delivered', delivered_at = $3, lease_token = NULL, lease_until = NULL, last_error = NULL WHERE id = $1 AND lease_token = $2`,
+        [row.id, row.lease_token, now],
+      );
+      log.info({ statusCode, marked: m.rowCount === 1 }, 'webhook delivered');
+      return;
+    }
+    const dead = row.attempts >= this.#o.maxAttempts;
+    const cap = Math.min(this.#o.maxMs, this.#o.baseMs * 2 ** (row.attempts - 1));
+    const delay = cap / 2 + ((this.deps.random ?? Math.random)() * cap) / 2;
+    await this.deps.db.query(
+      `UPDATE webhook_outbox SET status = $3, next_attempt_at = $4, last_error = $5, lease_token = NULL, lease_until = NULL WHERE id = $1 AND lease_token = $2`,
+      [row.id, row.lease_token, dead ? 'dead' : 'pending', Math.round(now + delay), error.slice(0, 500)],
+    );
+    log.warn({ statusCode, error, dead }, 'webhook delivery failed');
+  }
+}
