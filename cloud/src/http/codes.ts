@@ -13,7 +13,6 @@ export const API_CODES = Object.freeze({
   TOKEN_NOT_FOUND: 'No such live API token.',
   WEBHOOK_NOT_FOUND: 'No such webhook endpoint visible to this token.',
   WEBHOOK_ALREADY_DISABLED: 'The webhook endpoint is already disabled; nothing changed.',
-  PRECONDITION_FAILED: 'If-Match names a revision that is not the current one; reload and retry.',
   IDEMPOTENCY_KEY_REUSED: 'This Idempotency-Key was used with a different request.',
   IDEMPOTENCY_IN_PROGRESS: 'A request with this Idempotency-Key is still running; retry later.',
   RATE_LIMITED: 'Too many requests for this token; retry after the Retry-After seconds.',
