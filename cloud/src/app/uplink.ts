@@ -13,7 +13,7 @@ import {
   type MessageOf,
   type OutcomeCode,
 } from '@tobira/shared';
-import type { Queryable } from '../adapters/db/db.js';
+import { pgErrorCode, type Queryable } from '../adapters/db/db.js';
 import type { MqttLink } from '../adapters/mqtt/link.js';
 import type { CloudSigner } from '../adapters/signer.js';
 import { SimulatedCrash } from './crash.js';
@@ -28,6 +28,7 @@ import { answerResync } from './resync.js';
 export const UPLINK_REJECT_CODES = Object.freeze({
   BAD_TOPIC: 'The topic is not a gateway uplink topic.',
   UNKNOWN_GATEWAY: 'No gateway with the id in the topic is registered.',
+  APPLY_FAILED: 'The message verified, but the database refused its data (it would fail the same way on every redelivery).',
 });
 
 type Sequenced = Exclude<UplinkMessage, { type: 'resync.request' }>;
@@ -88,7 +89,7 @@ export class Uplink {
     const now = this.#app.clock.now();
     const seq = m.type === 'resync.request' ? null : m.seq;
 
-    const outcome = await this.#withRetry(log, () => this.#app.db.transaction(async (tx): Promise<Applied | 'duplicate'> => {
+    const outcome = await this.#withRetry(log, () => this.#app.db.transaction(async (tx): Promise<Applied | 'duplicate' | 'unstorable'> => {
       const ins = await tx.query(
         `INSERT INTO uplink_inbox (jti, gateway_id, type, seq, cid, result, code, received_at) VALUES ($1,$2,$3,$4,$5,'received','MESSAGE_APPLIED',$6)
          ON CONFLICT (jti) DO NOTHING`,
@@ -105,7 +106,14 @@ export class Uplink {
       const applied = await this.#apply(tx, gatewayId, m, now);
       await tx.query('UPDATE uplink_inbox SET result = $2, code = $3 WHERE jti = $1', [m.jti, applied.result, applied.code]);
       return applied;
-    }));
+    })).catch((e: unknown) => {
+      // A signed message the database refuses as data (SQLSTATE class 22/23: say a NUL in a
+      // string) would fail the same way forever: record it and let it be acknowledged.
+      const code = pgErrorCode(e);
+      if (code !== undefined && (code.startsWith('22') || code.startsWith('23'))) return 'unstorable' as const;
+      throw e;
+    });
+    if (outcome === 'unstorable') return this.#reject(gatewayId, topic, 'APPLY_FAILED', `jti ${m.jti}: the database refused its data`);
 
     if (outcome === 'duplicate') {
       log.info({ code: 'DUPLICATE_MESSAGE' satisfies OutcomeCode }, 'duplicate uplink; not applied again');
@@ -215,13 +223,22 @@ export class Uplink {
   }
 
   async #reject(gatewayId: string | null, topic: string, code: string, detail: string): Promise<void> {
-    this.#app.log.warn({ gatewayId, topic: topic.slice(0, 200), code, detail }, 'uplink rejected');
+    // details can quote the bad input (JSON.parse does), and PostgreSQL text refuses NUL: keep them printable
+    const safeTopic = printable(topic, 512);
+    const safeDetail = printable(detail, 1000);
+    this.#app.log.warn({ gatewayId, topic: safeTopic.slice(0, 200), code, detail: safeDetail }, 'uplink rejected');
     await this.#app.db.query('INSERT INTO rejected_uplinks (gateway_id, topic, code, detail, at) VALUES ($1,$2,$3,$4,$5)', [
       gatewayId,
-      topic.slice(0, 512),
+      safeTopic,
       code,
-      detail.slice(0, 1000),
+      safeDetail,
       this.#app.clock.now(),
     ]);
   }
+}
+
+/** Control characters (NUL included) replaced, length bounded. */
+function printable(s: string, max: number): string {
+  // eslint-disable-next-line no-control-regex
+  return s.slice(0, max).replace(/[\u0000-\u001f\u007f]/g, '?');
 }
