@@ -31,6 +31,8 @@ env: TOBIRA_API (e.g. http://127.0.0.1:8080), TOBIRA_TOKEN (bearer token)
   events [--site S] [--gateway GW] [--door D] [--person P] [--key K] [--code C] [--from T] [--until T] [--limit N] [--cursor C]
   dead-letters list [--site S] [--gateway GW] | dead-letters retry <id>
   tokens create --name N --role admin|manager|auditor [--site S ...] | tokens list | tokens revoke <id>
+  webhooks create --site S --url URL --event key.state_changed|access.event|alarm [--event ...] | webhooks list [--site S]
+  webhooks deliveries <id> | webhooks disable <id>
   tokens bootstrap --name N     direct to the database (DATABASE_URL or PGLITE_DATA_DIR): prints a new admin token once
 options: --idempotency-key K, --cid CORRELATION_ID
 times (T): ISO 8601 (2026-01-01T00:00:00Z) or epoch milliseconds`;
@@ -97,6 +99,8 @@ export async function runAdminCli(argv: readonly string[], io: CliIo): Promise<n
         limit: { type: 'string' },
         cursor: { type: 'string' },
         role: { type: 'string' },
+        url: { type: 'string' },
+        event: { type: 'string', multiple: true },
         'idempotency-key': { type: 'string' },
         cid: { type: 'string' },
         help: { type: 'boolean', short: 'h' },
@@ -220,6 +224,14 @@ export async function runAdminCli(argv: readonly string[], io: CliIo): Promise<n
         return await call('GET', '/api-tokens');
       case 'tokens revoke':
         return await call('POST', `/api-tokens/${id('<id>')}/revoke`);
+      case 'webhooks create':
+        return await call('POST', '/webhooks', { siteId: need(site, '--site'), url: need(o.url, '--url'), events: need(o.event, '--event') });
+      case 'webhooks list':
+        return await call('GET', `/webhooks${query({ siteId: site })}`);
+      case 'webhooks deliveries':
+        return await call('GET', `/webhooks/${id('<id>')}/deliveries`);
+      case 'webhooks disable':
+        return await call('POST', `/webhooks/${id('<id>')}/disable`);
       default:
         throw new Usage(`unknown command: ${positionals.join(' ')}`);
     }

@@ -20,7 +20,7 @@ describe.each(pgBackends())('admin CLI against a listening API on %s', (backend)
     t = await openTestDb(backend);
     broker = await startMqttBackend('aedes');
     cloud = await startCloud(t, broker.url);
-    api = await startAdminApi({ cloud, db: cloud.db, log: testLog, clock: systemClock });
+    api = await startAdminApi({ cloud, db: cloud.db, log: testLog, clock: systemClock, webhooks: false });
   });
   afterAll(async () => {
     await api?.close();
@@ -73,6 +73,9 @@ describe.each(pgBackends())('admin CLI against a listening API on %s', (backend)
     expect(((await cli('keys', 'history', `k-${u}`)).json.items as unknown[]).length).toBe(2);
     expect((await cli('events', '--site', `s-${u}`, '--from', '2026-01-01T00:00:00Z')).json).toMatchObject({ items: [] });
     expect((await cli('dead-letters', 'list', '--site', `s-${u}`)).json).toMatchObject({ items: [] });
+    const wh = await cli('webhooks', 'create', '--site', `s-${u}`, '--url', 'http://127.0.0.1:9/hook', '--event', 'alarm', '--event', 'access.event');
+    expect(wh.json).toMatchObject({ status: 'applied', webhook: { events: ['alarm', 'access.event'] }, secret: expect.stringMatching(/^whsec_/) });
+    expect((await cli('webhooks', 'disable', (wh.json.webhook as { id: string }).id)).json).toMatchObject({ status: 'applied' });
   });
 
   it('a refusal exits 1 with the code; bad usage exits 2 with the help', async () => {
