@@ -4,6 +4,7 @@ import { buildApp } from './app.js';
 import type { ApiDeps } from './context.js';
 import { installApiToken } from './tokens.js';
 import { WebhookDispatcher, type WebhookOptions } from './webhooks.js';
+import { purgeApiTables } from './purge.js';
 
 export interface AdminApiOptions extends ApiDeps {
   /** Default 127.0.0.1. */
@@ -34,6 +35,11 @@ export async function startAdminApi(opts: AdminApiOptions): Promise<AdminApi> {
   await app.listen({ host: opts.host ?? '127.0.0.1', port: opts.port ?? 0 });
   const webhooks = opts.webhooks === false ? undefined : new WebhookDispatcher({ db: opts.db, clock: opts.clock, log: opts.log.child({ part: 'webhooks' }) }, opts.webhooks ?? {});
   webhooks?.start();
+  // retention of idempotency keys and delivered webhooks, hourly; a failed pass is retried at the next
+  const sweeper = setInterval(() => {
+    purgeApiTables(opts.db, opts.clock.now()).catch((e: unknown) => opts.log.warn({ err: String(e) }, 'admin API purge failed'));
+  }, 3_600_000);
+  sweeper.unref();
   const addr = app.server.address() as AddressInfo;
   const host = addr.family === 'IPv6' ? `[${addr.address}]` : addr.address;
   let closing: Promise<void> | undefined;
@@ -42,6 +48,7 @@ export async function startAdminApi(opts: AdminApiOptions): Promise<AdminApi> {
     app,
     close: () =>
       (closing ??= (async () => {
+        clearInterval(sweeper);
         await app.close();
         await webhooks?.stop();
       })()),

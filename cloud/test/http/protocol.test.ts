@@ -3,7 +3,8 @@ import { pgBackends } from '@tobira/shared/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildApp, routesOf } from '../../src/http/app.js';
 import type { AdminCloud } from '../../src/http/context.js';
-import { IDEMPOTENCY_LOCK_MS, claim, requestHash } from '../../src/http/idempotency.js';
+import { IDEMPOTENCY_LOCK_MS, claim, complete, requestHash } from '../../src/http/idempotency.js';
+import { IDEMPOTENCY_RETENTION_MS, purgeApiTables } from '../../src/http/purge.js';
 import { createApiToken } from '../../src/http/tokens.js';
 import { capturingLogger, testLog } from '../helpers.js';
 import { bearer, count, issueBody, openHarness, seedSite, type Harness } from './harness.js';
@@ -80,6 +81,22 @@ describe.each(pgBackends())('admin API protocol on %s', (backend) => {
       const b = await h.app.inject({ method: 'POST', url: '/keys', headers, payload: body });
       expect([a.statusCode, b.statusCode]).toEqual([422, 422]);
       expect(b.headers['idempotent-replayed']).toBe('true');
+    });
+  });
+
+  describe('retention', () => {
+    it('purges finished idempotency keys after a day and keeps in-progress ones and recent ones', async () => {
+      const tokenId = (await h.cloud.db.query<{ id: string }>(`SELECT id FROM api_tokens WHERE name = 'admin'`)).rows[0]?.id ?? '';
+      const now = h.cloud.clock.now();
+      const old = now - IDEMPOTENCY_RETENTION_MS - 1;
+      await claim(h.cloud.db, tokenId, `old-done-${s.u}`, 'h', old);
+      await complete(h.cloud.db, tokenId, `old-done-${s.u}`, 201, {});
+      await claim(h.cloud.db, tokenId, `old-running-${s.u}`, 'h', old);
+      await claim(h.cloud.db, tokenId, `new-done-${s.u}`, 'h', now);
+      await complete(h.cloud.db, tokenId, `new-done-${s.u}`, 201, {});
+      await purgeApiTables(h.cloud.db, now);
+      const left = (await h.cloud.db.query<{ key: string }>('SELECT key FROM idempotency_keys WHERE token_id = $1 AND key LIKE $2 ORDER BY key', [tokenId, `%-${s.u}`])).rows;
+      expect(left.map((x) => x.key)).toEqual([`new-done-${s.u}`, `old-running-${s.u}`]);
     });
   });
 
