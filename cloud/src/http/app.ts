@@ -35,6 +35,14 @@ export const routesOf = (app: FastifyInstance): readonly { method: string; url: 
 const PUBLIC_PREFIXES = ['/docs', '/openapi.json', '/healthz'];
 const WRITE_METHODS = new Set(['POST', 'PUT', 'PATCH', 'DELETE']);
 
+/** True when any string (or key) in a parsed value holds a NUL, which PostgreSQL text cannot store. */
+function hasNul(v: unknown, depth = 0): boolean {
+  if (typeof v === 'string') return v.includes('\u0000');
+  if (depth > 64 || v === null || typeof v !== 'object') return false;
+  if (Array.isArray(v)) return v.some((x) => hasNul(x, depth + 1));
+  return Object.entries(v).some(([k, x]) => k.includes('\u0000') || hasNul(x, depth + 1));
+}
+
 /** Driver errors that mean the database is unreachable, not that the request was bad. */
 function dependencyDown(e: unknown): boolean {
   const code = pgErrorCode(e);
@@ -115,6 +123,15 @@ export async function buildApp(deps: ApiDeps): Promise<FastifyInstance> {
     const h = req.headers['x-correlation-id'];
     if (h !== undefined && (typeof h !== 'string' || !CorrelationId.safeParse(h).success)) {
       return reply.status(400).send(problem('BAD_REQUEST', 'X-Correlation-Id: 1-128 of [A-Za-z0-9_.:-]'));
+    }
+    return undefined;
+  });
+
+  // before the schemas: a NUL would otherwise pass a free-text schema and fail in the database as a 500
+  app.addHook('preValidation', async (req, reply) => {
+    if (hasNul(req.body) || hasNul(req.query) || hasNul(req.params)) {
+      req.log.info({ code: 'BAD_REQUEST' }, 'request refused: NUL character');
+      return reply.status(400).send(problem('BAD_REQUEST', 'strings may not contain NUL (\\u0000)'));
     }
     return undefined;
   });

@@ -13,7 +13,7 @@ const sc = (s: Scope): string[] | null => (s === null ? null : [...s]);
 
 /** Opaque keyset cursor: base64url JSON of the last row's sort key. */
 export const encodeCursor = (k: readonly [number, string]): string => Buffer.from(JSON.stringify(k)).toString('base64url');
-const CursorKey = z.tuple([z.int().nonnegative(), z.string().min(1).max(200)]);
+const CursorKey = z.tuple([z.int().nonnegative(), z.string().min(1).max(200).refine((x) => !x.includes('\u0000'))]);
 export function decodeCursor(c: string | undefined): [number, string] | null | 'bad' {
   if (c === undefined) return null;
   try {

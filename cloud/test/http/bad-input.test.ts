@@ -48,6 +48,14 @@ describe.each(pgBackends())('admin API bad input on %s', (backend) => {
     await refusedWithoutWrites(() => h.app.inject({ method: 'GET', url: '/keys?sortBy=id', headers: bearer(h.tokens.admin) }), 400, 'BAD_REQUEST');
   });
 
+  it('a NUL character in a string (PostgreSQL text cannot hold it) is 400 BAD_REQUEST', async () => {
+    await refusedWithoutWrites(
+      () => h.app.inject({ method: 'POST', url: '/people', headers: bearer(h.tokens.admin), payload: { name: 'Ha\u0000na', siteId: h.siteA } }),
+      400,
+      'BAD_REQUEST',
+    );
+  });
+
   it('an oversize body is 413 PAYLOAD_TOO_LARGE', async () => {
     await refusedWithoutWrites(
       () => h.app.inject({ method: 'POST', url: '/people', headers: bearer(h.tokens.admin), payload: { name: 'x'.repeat(10_000), siteId: h.siteA } }),
