@@ -3,7 +3,7 @@ import { pgBackends } from '@tobira/shared/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildApp, routesOf } from '../../src/http/app.js';
 import type { AdminCloud } from '../../src/http/context.js';
-import { IDEMPOTENCY_LOCK_MS, claim, complete, requestHash } from '../../src/http/idempotency.js';
+import { IDEMPOTENCY_LOCK_MS, claim, complete, derivedId, requestHash } from '../../src/http/idempotency.js';
 import { IDEMPOTENCY_RETENTION_MS, purgeApiTables } from '../../src/http/purge.js';
 import { createApiToken } from '../../src/http/tokens.js';
 import { capturingLogger, testLog } from '../helpers.js';
@@ -45,7 +45,7 @@ describe.each(pgBackends())('admin API protocol on %s', (backend) => {
       expect(b.json().person.id).toBe(a.json().person.id);
     });
 
-    it('a duplicate while the first is in flight is a retryable 409 IDEMPOTENCY_IN_PROGRESS; after a crashed holder lock runs out the retry runs once', async () => {
+    it('a duplicate while the first is in flight is a retryable 409 IDEMPOTENCY_IN_PROGRESS; after a crashed holder lock runs out the retry finds its committed effect instead of making a second', async () => {
       const key = `inflight-${s.u}`;
       const body = { name: 'Ren', siteId: h.siteA };
       const tokenId = (await h.cloud.db.query<{ id: string }>(`SELECT id FROM api_tokens WHERE name = 'mA' AND $1 = ANY(sites)`, [h.siteA])).rows[0]?.id ?? '';
@@ -58,9 +58,12 @@ describe.each(pgBackends())('admin API protocol on %s', (backend) => {
       expect(dup.json()).toMatchObject({ status: 'conflict', code: 'IDEMPOTENCY_IN_PROGRESS' });
       expect(dup.headers['retry-after']).toBe('1');
       expect(await count(h, 'people')).toBe(people);
+      // the crashed holder had committed its effect (the person, under the id derived from token and key) but not its answer
+      expect(await h.cloud.createPerson({ id: derivedId('person', tokenId, key), name: 'Ren' })).toMatchObject({ status: 'applied' });
       h.cloud.clock.advance(IDEMPOTENCY_LOCK_MS + 1);
       const retry = await h.app.inject({ method: 'POST', url: '/people', headers: { ...bearer(h.tokens.managerA), 'idempotency-key': key }, payload: body });
       expect(retry.statusCode).toBe(201);
+      expect(retry.json().person).toMatchObject({ id: derivedId('person', tokenId, key), sites: [h.siteA] });
       const replay = await h.app.inject({ method: 'POST', url: '/people', headers: { ...bearer(h.tokens.managerA), 'idempotency-key': key }, payload: body });
       expect(replay.json().person.id).toBe(retry.json().person.id);
       expect(await count(h, 'people')).toBe(people + 1);

@@ -26,6 +26,12 @@ export function peopleRoutes(app: Api, ctx: Ctx): void {
           await recordPersonSite(ctx.db, o.state.id, req.body.siteId);
           return { statusCode: 201, body: { status: o.status, code: o.code, person: { ...o.state, sites: [req.body.siteId] } } };
         }
+        // our own effect, committed by an earlier attempt under this Idempotency-Key whose answer was lost
+        if (o.status === 'refused' && o.code === 'ALREADY_EXISTS' && req.body.id === undefined && id !== undefined) {
+          await recordPersonSite(ctx.db, id, req.body.siteId);
+          const person = await getPerson(ctx.db, null, id);
+          if (person) return { statusCode: 201, body: { status: 'applied', code: 'MESSAGE_APPLIED', person } };
+        }
         return { statusCode: statusOf(o), body: o.status === 'refused' ? problem(o.code, o.detail) : { status: o.status, code: o.code } };
       }),
   );
