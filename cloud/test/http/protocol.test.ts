@@ -69,6 +69,19 @@ describe.each(pgBackends())('admin API protocol on %s', (backend) => {
       expect(await count(h, 'people')).toBe(people + 1);
     });
 
+    it('concurrent duplicates make one key: each answer is the 202 or a retryable 409 IDEMPOTENCY_IN_PROGRESS', async () => {
+      const headers = { ...bearer(h.tokens.managerA), 'idempotency-key': `race-${s.u}` };
+      const body = issueBody(s);
+      const keys = await count(h, 'keys');
+      const answers = await Promise.all(Array.from({ length: 6 }, () => h.app.inject({ method: 'POST', url: '/keys', headers, payload: body })));
+      for (const a of answers) {
+        if (a.statusCode === 409) expect(a.json()).toMatchObject({ status: 'conflict', code: 'IDEMPOTENCY_IN_PROGRESS' });
+        else expect(a.statusCode).toBe(202);
+      }
+      expect(answers.filter((a) => a.statusCode === 202).length).toBeGreaterThanOrEqual(1);
+      expect(await count(h, 'keys')).toBe(keys + 1);
+    });
+
     it('keys are per token: another token may use the same Idempotency-Key', async () => {
       const key = `shared-${s.u}`;
       const a = await h.app.inject({ method: 'POST', url: '/people', headers: { ...bearer(h.tokens.managerA), 'idempotency-key': key }, payload: { name: 'A', siteId: h.siteA } });
