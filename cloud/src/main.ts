@@ -1,27 +1,50 @@
-import { createLogger, newCorrelationId, onShutdownSignals, withCorrelation } from '@tobira/shared';
-import { createCloud, parseConfig } from './index.js';
+import { createLogger, newCorrelationId, onShutdownSignals, systemClock, withCorrelation } from '@tobira/shared';
+import { z } from 'zod';
+import { createCloud, parseConfig, startAdminApi } from './index.js';
 
 /**
- * Runs the cloud core from the environment. SIGTERM/SIGINT drain; a later,
- * separate signal forces exit (one Ctrl-C forwarded by npm/tsx counts once).
+ * Runs the cloud from the environment: the core (docs/cloud.md) and the admin
+ * HTTP API (docs/api.md) on ADMIN_API_HOST:ADMIN_API_PORT. The first admin
+ * token is TOBIRA_BOOTSTRAP_ADMIN_TOKEN (or `npm run admin -- tokens
+ * bootstrap`); there is no default. SIGTERM/SIGINT drain; a later, separate
+ * signal forces exit (one Ctrl-C forwarded by npm/tsx counts once).
  */
+const ApiEnv = z.object({
+  ADMIN_API_HOST: z.string().default('127.0.0.1'),
+  ADMIN_API_PORT: z.coerce.number().int().min(0).max(65535).default(8080),
+  TOBIRA_BOOTSTRAP_ADMIN_TOKEN: z.string().optional(),
+});
+
 const baseLog = createLogger('cloud');
 // The process's own lines carry the cid of this run.
 const log = withCorrelation(baseLog, newCorrelationId());
+const apiEnv = ApiEnv.parse(process.env);
 const cloud = createCloud(parseConfig(process.env), { log: baseLog });
 await cloud.start();
-log.info({ issuer: cloud.issuer }, 'cloud started');
+const api = await startAdminApi({
+  cloud,
+  db: cloud.db,
+  log: baseLog,
+  clock: systemClock,
+  host: apiEnv.ADMIN_API_HOST,
+  port: apiEnv.ADMIN_API_PORT,
+  ...(apiEnv.TOBIRA_BOOTSTRAP_ADMIN_TOKEN ? { bootstrapAdminToken: apiEnv.TOBIRA_BOOTSTRAP_ADMIN_TOKEN } : {}),
+});
+log.info({ issuer: cloud.issuer, api: api.url }, 'cloud started');
 
 onShutdownSignals({
   graceful: (signal) => {
     log.info({ signal }, 'stopping');
-    cloud.stop().then(
-      () => process.exit(0),
-      (e: unknown) => {
-        log.error({ err: String(e) }, 'stop failed');
-        process.exit(1);
-      },
-    );
+    api
+      .close()
+      .then(() => cloud.stop())
+      .then(
+        () => process.exit(0),
+        (e: unknown) => {
+          log.error({ err: String(e) }, 'stop failed');
+          process.exit(1);
+        },
+      );
   },
   forced: (signal) => {
     log.warn({ signal }, 'second signal: exiting now');
