@@ -1,4 +1,4 @@
-import { createLogger, systemClock, type Clock, type CorrelationId, type Logger } from '@tobira/shared';
+import { createLogger, newCorrelationId, systemClock, withCorrelation, type Clock, type CorrelationId, type Logger } from '@tobira/shared';
 import type { Db } from './adapters/db/db.js';
 import { migrate } from './adapters/db/migrate.js';
 import { openDb } from './adapters/db/open.js';
@@ -64,9 +64,11 @@ export function createCloud(config: CloudConfig, cloudDeps: CloudDeps = {}) {
 
   return {
     async start(): Promise<void> {
-      db = cloudDeps.db ?? (await openDb(config, log));
-      await migrate(db, log, clock.now());
-      signer = await loadSigner(config.issuer, config.signingJwk, log);
+      // Start-up work (database, migrations, key, broker link) is one unit of work with its own cid.
+      const startLog = withCorrelation(log, newCorrelationId(), { phase: 'start' });
+      db = cloudDeps.db ?? (await openDb(config, startLog));
+      await migrate(db, startLog, clock.now());
+      signer = await loadSigner(config.issuer, config.signingJwk, startLog);
       const opts = {
         // persistent session: uplinks not yet acknowledged (PUBACK after commit) are redelivered after a restart
         clean: config.mqttCleanSession,
@@ -74,7 +76,7 @@ export function createCloud(config: CloudConfig, cloudDeps: CloudDeps = {}) {
         ...(config.mqttUsername ? { username: config.mqttUsername } : {}),
         ...(config.mqttPassword ? { password: config.mqttPassword } : {}),
       };
-      link = openMqttLink(config.mqttUrl, log, opts);
+      link = openMqttLink(config.mqttUrl, withCorrelation(log, newCorrelationId(), { part: 'mqtt-link' }), opts);
       dispatcher = new Dispatcher(
         { db, clock, log, crash, link, signer, random: cloudDeps.random ?? Math.random },
         {
@@ -92,7 +94,7 @@ export function createCloud(config: CloudConfig, cloudDeps: CloudDeps = {}) {
       uplink.start();
       // not fatal: the link keeps reconnecting, and the uplink subscription is made on every connect
       const ready = await Promise.race([uplink.subscribed.then(() => true), new Promise<boolean>((r) => setTimeout(() => r(false), 5_000).unref())]);
-      if (!ready) log.warn({ url: config.mqttUrl }, 'MQTT not connected yet; starting anyway');
+      if (!ready) startLog.warn({ url: config.mqttUrl }, 'MQTT not connected yet; starting anyway');
       await dispatcher.start();
       heartbeat.start();
       sweeper = setInterval(() => {
