@@ -201,6 +201,9 @@ export class System {
   async startGateway(): Promise<void> {
     this.gateway = createGateway(parseGatewayConfig(this.gatewayConfig), { clock: this.clock, log: this.log.child({ part: 'gateway' }) });
     await this.gateway.start();
+    // Until its first proven sync (a heartbeat it is caught up with) a gateway fails closed: wait for it.
+    await this.cloud.sendHeartbeats();
+    await waitFor(() => (this.gateway.store.settings().leaseExpiresAt ?? 0) > this.clock.now(), "the gateway's first freshness lease");
   }
 
   /** Issues a PIN key for the given locks' doors, valid from an hour ago for a day. */
