@@ -31,7 +31,12 @@ export async function listAudit(q: Queryable, f: AuditQuery): Promise<AuditEntry
       ORDER BY at, seq LIMIT $4`,
     [f.gatewayId ?? null, f.personId ?? null, f.keyId ?? null, f.limit ?? 500],
   );
-  return r.rows.map((x) => ({
+  return r.rows.map(auditEntryFromRow);
+}
+
+/** An `audit` row as the code sees it (one mapping for every reader of the table). */
+export function auditEntryFromRow(x: Record<string, unknown>): AuditEntry {
+  return {
     eventId: x.event_id as string,
     gatewayId: x.gateway_id as string,
     seq: x.seq as number,
@@ -47,7 +52,7 @@ export async function listAudit(q: Queryable, f: AuditQuery): Promise<AuditEntry
     commandId: (x.command_id as string | null) ?? null,
     cid: x.cid as string,
     receivedAt: x.received_at as number,
-  }));
+  };
 }
 
 export interface RejectedUplink {

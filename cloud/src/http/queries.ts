@@ -1,5 +1,7 @@
 import { z } from 'zod';
 import type { Queryable } from '../adapters/db/db.js';
+import { deadLetterFromRow } from '../adapters/outbox/dead-letters.js';
+import { auditEntryFromRow } from '../app/reads.js';
 
 /**
  * Reads of the admin API, each scoped to the caller's sites in SQL
@@ -316,22 +318,10 @@ export async function listEvents(q: Queryable, s: Scope, f: EventFilter) {
       f.limit + 1,
     ],
   );
-  const rows: EventRow[] = r.rows.map((x) => ({
-    eventId: x.event_id as string,
-    siteId: x.site_id as string,
-    gatewayId: x.gateway_id as string,
-    lockId: x.lock_id as string,
-    doorId: (x.door_id as string | null) ?? null,
-    at: x.at as number,
-    allowed: x.allowed as boolean,
-    code: x.code as string,
-    keyId: (x.key_id as string | null) ?? null,
-    keyVersion: (x.key_version as number | null) ?? null,
-    personId: (x.person_id as string | null) ?? null,
-    credentialType: (x.credential_type as string | null) ?? null,
-    cid: x.cid as string,
-    receivedAt: x.received_at as number,
-  }));
+  const rows: EventRow[] = r.rows.map((x) => {
+    const { seq: _seq, commandId: _commandId, ...event } = auditEntryFromRow(x);
+    return { ...event, siteId: x.site_id as string };
+  });
   return page(rows, f.limit, (e) => [e.at, e.eventId]);
 }
 
@@ -358,19 +348,10 @@ export async function listDeadLetters(q: Queryable, s: Scope, f: { siteId?: stri
         AND ($3::text IS NULL OR o.gateway_id = $3) ORDER BY o.gateway_id, o.seq LIMIT $4`,
     [sc(s), f.siteId ?? null, f.gatewayId ?? null, f.limit],
   );
-  return r.rows.map((x) => ({
-    id: x.id as number,
-    siteId: x.site_id as string,
-    gatewayId: x.gateway_id as string,
-    seq: x.seq as number,
-    type: x.type as string,
-    keyId: (x.key_id as string | null) ?? null,
-    keyVersion: (x.key_version as number | null) ?? null,
-    attempts: x.attempts as number,
-    lastError: (x.last_error as string | null) ?? null,
-    cid: x.cid as string,
-    createdAt: x.created_at as number,
-  }));
+  return r.rows.map((x) => {
+    const { jti: _jti, ...dead } = deadLetterFromRow(x);
+    return { ...dead, siteId: x.site_id as string };
+  });
 }
 /** True when the outbox row exists and belongs to a site of the scope (any status). */
 export async function outboxRowVisible(q: Queryable, s: Scope, id: number): Promise<boolean> {

@@ -20,7 +20,12 @@ export async function listDeadLetters(q: Queryable, opts: { gatewayId?: string; 
       WHERE status = 'dead' AND ($1::text IS NULL OR gateway_id = $1) ORDER BY gateway_id, seq LIMIT $2`,
     [opts.gatewayId ?? null, opts.limit ?? 100],
   );
-  return r.rows.map((x) => ({
+  return r.rows.map(deadLetterFromRow);
+}
+
+/** A dead `outbox` row as the code sees it (one mapping for every reader). */
+export function deadLetterFromRow(x: Record<string, unknown>): DeadLetter {
+  return {
     id: x.id as number,
     gatewayId: x.gateway_id as string,
     seq: x.seq as number,
@@ -32,7 +37,7 @@ export async function listDeadLetters(q: Queryable, opts: { gatewayId?: string; 
     lastError: (x.last_error as string | null) ?? null,
     cid: x.cid as string,
     createdAt: x.created_at as number,
-  }));
+  };
 }
 
 /** Operator retry: a dead row goes back to pending with its attempts reset. 1 = retried, 0 = no such dead row. */
