@@ -13,6 +13,10 @@ const ApiEnv = z.object({
   ADMIN_API_HOST: z.string().default('127.0.0.1'),
   ADMIN_API_PORT: z.coerce.number().int().min(0).max(65535).default(8080),
   TOBIRA_BOOTSTRAP_ADMIN_TOKEN: z.string().optional(),
+  /** Let webhook URLs point at internal addresses (SSRF guard off); only for a closed network. */
+  TOBIRA_WEBHOOK_ALLOW_PRIVATE: z.enum(['true', 'false']).default('false'),
+  /** Lifetime in days of a new API token that names none; 0: no expiry unless asked. */
+  TOBIRA_API_TOKEN_TTL_DAYS: z.coerce.number().int().min(0).max(3650).default(90),
 });
 
 const baseLog = createLogger('cloud');
@@ -28,6 +32,10 @@ const api = await startAdminApi({
   clock: systemClock,
   host: apiEnv.ADMIN_API_HOST,
   port: apiEnv.ADMIN_API_PORT,
+  config: {
+    webhookAllowPrivateNetworks: apiEnv.TOBIRA_WEBHOOK_ALLOW_PRIVATE === 'true',
+    tokenDefaultTtlMs: apiEnv.TOBIRA_API_TOKEN_TTL_DAYS === 0 ? null : apiEnv.TOBIRA_API_TOKEN_TTL_DAYS * 86_400_000,
+  },
   ...(apiEnv.TOBIRA_BOOTSTRAP_ADMIN_TOKEN ? { bootstrapAdminToken: apiEnv.TOBIRA_BOOTSTRAP_ADMIN_TOKEN } : {}),
 });
 log.info({ issuer: cloud.issuer, api: api.url }, 'cloud started');

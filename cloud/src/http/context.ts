@@ -21,8 +21,23 @@ export interface ApiConfig {
   readonly rateLimitWindowMs: number;
   /** Broker URL handed to a gateway at provisioning (null: the operator configures it). */
   readonly gatewayBrokerUrl: string | null;
+  /**
+   * Webhook URLs may point at loopback, private, link-local or other internal
+   * addresses (SSRF guard off). Default false; tests and the all-on-one-box
+   * demo turn it on (TOBIRA_WEBHOOK_ALLOW_PRIVATE=true).
+   */
+  readonly webhookAllowPrivateNetworks: boolean;
+  /** Lifetime of a new API token when the request names none (ms); null: tokens do not expire unless asked. */
+  readonly tokenDefaultTtlMs: number | null;
 }
-export const DEFAULT_API_CONFIG: ApiConfig = Object.freeze({ bodyLimit: 64 * 1024, rateLimitMax: 600, rateLimitWindowMs: 60_000, gatewayBrokerUrl: null });
+export const DEFAULT_API_CONFIG: ApiConfig = Object.freeze({
+  bodyLimit: 64 * 1024,
+  rateLimitMax: 600,
+  rateLimitWindowMs: 60_000,
+  gatewayBrokerUrl: null,
+  webhookAllowPrivateNetworks: false,
+  tokenDefaultTtlMs: 90 * 86_400_000,
+});
 
 export interface ApiDeps {
   readonly cloud: AdminCloud;
