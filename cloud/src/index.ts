@@ -1,5 +1,5 @@
 import { createLogger, newCorrelationId, systemClock, withCorrelation, type Clock, type CorrelationId, type Logger } from '@tobira/shared';
-import type { Db } from './adapters/db/db.js';
+import type { Db, Tx } from './adapters/db/db.js';
 import { migrate } from './adapters/db/migrate.js';
 import { openDb } from './adapters/db/open.js';
 import { openMqttLink, type MqttLink } from './adapters/mqtt/link.js';
@@ -8,6 +8,7 @@ import { Dispatcher } from './adapters/outbox/dispatcher.js';
 import { purgeOld } from './adapters/outbox/purge.js';
 import { loadSigner, type CloudSigner } from './adapters/signer.js';
 import { crashAt, type CrashHook } from './app/crash.js';
+import { unmanagedBrokerAccounts, type BrokerAccounts } from './app/broker-accounts.js';
 import type { AppDeps } from './app/deps.js';
 import * as keys from './app/keys.js';
 import * as registry from './app/registry.js';
@@ -27,6 +28,19 @@ export { DEFAULT_API_CONFIG, type ApiConfig, type ApiDeps } from './http/context
 export { createApiToken, installApiToken, revokeApiToken, type Role } from './http/tokens.js';
 export { API_CODES, type ApiCode } from './http/codes.js';
 
+export { BrokerUnavailable, unmanagedBrokerAccounts, type BrokerAccounts, type BrokerCredentials } from './app/broker-accounts.js';
+export type { Db, Tx, Queryable } from './adapters/db/db.js';
+
+/**
+ * Options of a write verb. `db`: run inside the caller's open transaction
+ * (the verb's own transaction becomes a savepoint of it), so the caller can
+ * commit its own rows with the effect: the admin API stores an idempotent
+ * response this way.
+ */
+export interface VerbOptions {
+  readonly db?: Tx;
+}
+
 export interface CloudDeps {
   /** An already-open database (tests share one PGlite between instances); not closed by stop(). */
   readonly db?: Db;
@@ -34,6 +48,8 @@ export interface CloudDeps {
   readonly log?: Logger;
   readonly crash?: CrashHook;
   readonly random?: () => number;
+  /** The cloud broker's per-gateway accounts; default: not managed (provisioning carries no credentials). */
+  readonly brokerAccounts?: BrokerAccounts;
 }
 
 export type Cloud = ReturnType<typeof createCloud>;
@@ -60,7 +76,8 @@ export function createCloud(config: CloudConfig, cloudDeps: CloudDeps = {}) {
     if (v === undefined) throw new Error('cloud not started');
     return v;
   };
-  const app = (): AppDeps => ({ db: need(db), clock, log, crash, wake: () => dispatcher?.wake() });
+  const brokerAccounts = cloudDeps.brokerAccounts ?? unmanagedBrokerAccounts;
+  const app = (o: VerbOptions = {}): AppDeps => ({ db: o.db ?? need(db), clock, log, crash, wake: () => dispatcher?.wake(), brokerAccounts });
 
   return {
     async start(): Promise<void> {
@@ -144,14 +161,14 @@ export function createCloud(config: CloudConfig, cloudDeps: CloudDeps = {}) {
       return link?.connected ?? false;
     },
 
-    createSite: (input: Parameters<typeof registry.createSite>[1]) => registry.createSite(app(), input),
-    registerGateway: (input: Parameters<typeof registry.registerGateway>[2]) =>
-      registry.registerGateway(app(), { issuer: config.issuer, jwks: need(signer).jwks }, input),
-    createDoor: (input: Parameters<typeof registry.createDoor>[1]) => registry.createDoor(app(), input),
-    createPerson: (input: Parameters<typeof registry.createPerson>[1]) => registry.createPerson(app(), input),
+    createSite: (input: Parameters<typeof registry.createSite>[1], o?: VerbOptions) => registry.createSite(app(o), input),
+    registerGateway: (input: Parameters<typeof registry.registerGateway>[2], o?: VerbOptions) =>
+      registry.registerGateway(app(o), { issuer: config.issuer, jwks: need(signer).jwks }, input),
+    createDoor: (input: Parameters<typeof registry.createDoor>[1], o?: VerbOptions) => registry.createDoor(app(o), input),
+    createPerson: (input: Parameters<typeof registry.createPerson>[1], o?: VerbOptions) => registry.createPerson(app(o), input),
 
-    issueKey: (input: keys.IssueKeyInput) => keys.issueKey(app(), input),
-    revokeKey: (input: keys.RevokeKeyInput) => keys.revokeKey(app(), input),
+    issueKey: (input: keys.IssueKeyInput, o?: VerbOptions) => keys.issueKey(app(o), input),
+    revokeKey: (input: keys.RevokeKeyInput, o?: VerbOptions) => keys.revokeKey(app(o), input),
     expireKeys: (opts: { limit?: number; cid?: CorrelationId } = {}) => keys.expireKeys(app(), opts),
     getKey: (keyId: string) => keys.getKey(app(), keyId),
     listKeyHistory: (keyId: string) => keys.listKeyHistory(app(), keyId),
@@ -161,8 +178,8 @@ export function createCloud(config: CloudConfig, cloudDeps: CloudDeps = {}) {
     listUplinkGaps: (gatewayId: string) => reads.listUplinkGaps(need(db), gatewayId),
     listOutbox: (gatewayId: string) => reads.listOutbox(need(db), gatewayId),
     listDeadLetters: (opts: { gatewayId?: string; limit?: number } = {}): Promise<DeadLetter[]> => listDeadLetters(need(db), opts),
-    async retryDeadLetter(id: number) {
-      const n = await retryDeadLetter(need(db), id, clock.now());
+    async retryDeadLetter(id: number, o: VerbOptions = {}) {
+      const n = await retryDeadLetter(o.db ?? need(db), id, clock.now());
       if (n === 1) dispatcher?.wake();
       return n === 1 ? ({ status: 'applied', code: 'MESSAGE_APPLIED' } as const) : ({ status: 'refused', code: 'DEAD_LETTER_NOT_FOUND' } as const);
     },

@@ -4,6 +4,7 @@ import type { Db } from '../src/adapters/db/db.js';
 import { migrate } from '../src/adapters/db/migrate.js';
 import { openDb } from '../src/adapters/db/open.js';
 import { noCrash, type CrashHook } from '../src/app/crash.js';
+import { unmanagedBrokerAccounts } from '../src/app/broker-accounts.js';
 import type { AppDeps } from '../src/app/deps.js';
 import { createPerson, createSite, createDoor, registerGateway } from '../src/app/registry.js';
 
@@ -37,7 +38,7 @@ export async function openTestDb(backend: PgBackendName): Promise<TestDb> {
 }
 
 export function deps(db: Db, clock = new ManualClock(T0), opts: { crash?: CrashHook; wake?: () => void } = {}): AppDeps & { clock: ManualClock } {
-  return { db, clock, log: testLog, crash: opts.crash ?? noCrash, wake: opts.wake ?? (() => {}) };
+  return { db, clock, log: testLog, crash: opts.crash ?? noCrash, wake: opts.wake ?? (() => {}), brokerAccounts: unmanagedBrokerAccounts };
 }
 
 /** A site, a gateway with two doors and a person, under fresh ids (tests share one database and isolate by id). */

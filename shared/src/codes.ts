@@ -48,6 +48,7 @@ export const OUTCOME_CODES = table({
   INVALID_SCHEDULE: 'The week-day schedule is malformed.',
   INVALID_TRANSITION: 'The event is not allowed from the current state.',
   BILLING_UNAVAILABLE: 'The payment provider could not be reached; nothing changed.',
+  BROKER_UNAVAILABLE: 'The MQTT broker could not create or change the account; nothing changed.',
   CHECKOUT_IN_PROGRESS: 'A checkout for this subject is already in progress.',
   MESSAGE_REJECTED: 'The message failed verification or validation and was not applied.',
   APPLY_FAILED: 'The message could not be applied after the allowed attempts.',

@@ -11,6 +11,7 @@ import {
 
 type JWK = Jwks['keys'][number];
 import { pgErrorCode } from '../adapters/db/db.js';
+import { BrokerUnavailable, type BrokerCredentials } from './broker-accounts.js';
 import type { AppDeps } from './deps.js';
 import { CreateDoorInput, CreatePersonInput, CreateSiteInput, RegisterGatewayInput, check } from './inputs.js';
 import type { Queryable } from '../adapters/db/db.js';
@@ -64,6 +65,8 @@ export interface GatewayProvisioning {
   readonly cloudJwks: Jwks;
   readonly offlineGraceSeconds: number;
   readonly topics: { readonly down: string; readonly up: string; readonly presence: string };
+  /** The gateway's own login on the cloud broker; null when the cloud does not manage broker accounts. */
+  readonly mqtt: BrokerCredentials | null;
 }
 
 export async function registerGateway(
@@ -84,8 +87,9 @@ export async function registerGateway(
   const grace = site.rows[0]?.offline_grace_seconds;
   if (grace === undefined) return refused('SITE_NOT_FOUND');
   const pepper = randomBytes(32).toString('base64url');
+  let mqtt: BrokerCredentials | null;
   try {
-    await deps.db.transaction(async (tx) => {
+    mqtt = await deps.db.transaction(async (tx) => {
       await tx.query('INSERT INTO gateways (id, site_id, public_jwk, credential_pepper, created_at) VALUES ($1,$2,$3::jsonb,$4,$5)', [
         input.gatewayId,
         input.siteId,
@@ -94,9 +98,15 @@ export async function registerGateway(
         deps.clock.now(),
       ]);
       await tx.query('INSERT INTO gateway_seq (gateway_id, last_seq) VALUES ($1, 0)', [input.gatewayId]);
+      // last: the rows are in, so an existing gateway never gets its broker password replaced here
+      return deps.brokerAccounts.provisionGateway(tx, input.gatewayId, deps.log);
     });
   } catch (e) {
     if (pgErrorCode(e) === '23505') return refused('GATEWAY_ALREADY_EXISTS');
+    if (e instanceof BrokerUnavailable) {
+      deps.log.warn({ gatewayId: input.gatewayId, err: e.message }, 'broker account not created; registration rolled back');
+      return refused('BROKER_UNAVAILABLE', e.message);
+    }
     throw e;
   }
   return applied('MESSAGE_APPLIED', {
@@ -107,6 +117,7 @@ export async function registerGateway(
     cloudJwks: cloud.jwks,
     offlineGraceSeconds: grace,
     topics: { down: topics.gatewayDown(input.gatewayId), up: topics.gatewayUp(input.gatewayId), presence: topics.gatewayPresence(input.gatewayId) },
+    mqtt,
   });
 }
 

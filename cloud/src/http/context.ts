@@ -92,7 +92,7 @@ export function statusOf(o: OutcomeLike, appliedAs: 200 | 201 | 202 = 200): numb
       return 409;
     case 'refused':
       if (o.code.endsWith('_NOT_FOUND')) return 404;
-      if (o.code === 'BILLING_UNAVAILABLE') return 503;
+      if (o.code === 'BILLING_UNAVAILABLE' || o.code === 'BROKER_UNAVAILABLE') return 503;
       return 422;
   }
 }

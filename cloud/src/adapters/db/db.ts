@@ -16,10 +16,40 @@ export interface Queryable {
   exec(sql: string): Promise<void>;
 }
 
-export interface Db extends Queryable {
+/**
+ * A handle that can open a unit of work: the database itself (BEGIN ...
+ * COMMIT) or an open transaction (SAVEPOINT ... RELEASE), so a use case that
+ * owns its transaction also runs inside a caller's (pg-boss `send(..., { db })`):
+ * the admin API stores an idempotent response in the transaction of the effect.
+ */
+export interface Tx extends Queryable {
+  /** Runs `fn` as one unit: committed (or released) together, rolled back on throw. */
+  transaction<T>(fn: (tx: Tx) => Promise<T>): Promise<T>;
+}
+
+/** Nested units of an open transaction are savepoints; a throw rolls back to the savepoint and rethrows. */
+export function withSavepoints(q: Queryable, depth = 0): Tx {
+  return {
+    query: (sql, params) => q.query(sql, params),
+    exec: (sql) => q.exec(sql),
+    async transaction(fn) {
+      const sp = `tobira_sp_${depth + 1}`;
+      await q.query(`SAVEPOINT ${sp}`);
+      let result;
+      try {
+        result = await fn(withSavepoints(q, depth + 1));
+      } catch (e) {
+        await q.query(`ROLLBACK TO SAVEPOINT ${sp}`).catch(() => {});
+        throw e;
+      }
+      await q.query(`RELEASE SAVEPOINT ${sp}`);
+      return result;
+    },
+  };
+}
+
+export interface Db extends Tx {
   readonly kind: 'pg' | 'pglite';
-  /** Runs `fn` in one transaction (BEGIN ... COMMIT, ROLLBACK on throw). The use case owns it. */
-  transaction<T>(fn: (tx: Queryable) => Promise<T>): Promise<T>;
   /** LISTEN on a channel; NOTIFYs are delivered after the sender's commit. Returns an unlisten function. */
   listen(channel: string, onNotify: (payload: string) => void): Promise<() => Promise<void>>;
   close(): Promise<void>;

@@ -1,6 +1,6 @@
 import pg from 'pg';
 import type { Logger } from '@tobira/shared';
-import type { Db, QueryResult, Queryable } from './db.js';
+import { withSavepoints, type Db, type QueryResult, type Queryable } from './db.js';
 
 const INT8_OID = 20;
 /** int8 (bigint epoch ms, seq) as a JS number, as PGlite returns it; values stay far below 2^53. */
@@ -36,7 +36,7 @@ export function openPgDb(url: string, log: Logger, opts: { max?: number } = {}):
       const client = await pool.connect();
       try {
         await client.query('BEGIN');
-        const result = await fn(wrap(client));
+        const result = await fn(withSavepoints(wrap(client)));
         await client.query('COMMIT');
         return result;
       } catch (e) {

@@ -1,5 +1,5 @@
 import { PGlite } from '@electric-sql/pglite';
-import type { Db, QueryResult, Queryable } from './db.js';
+import { withSavepoints, type Db, type QueryResult, type Queryable } from './db.js';
 
 /**
  * PGlite is one connection: transactions are serialized through a mutex here
@@ -39,7 +39,7 @@ export async function openPgliteDb(dataDir: string): Promise<Db> {
     kind: 'pglite',
     query: (sql, params) => mutex.run(() => direct.query(sql, params)),
     exec: (sql) => mutex.run(() => direct.exec(sql)),
-    transaction: (fn) => mutex.run(() => pglite.transaction((tx) => fn(wrap(tx)))),
+    transaction: (fn) => mutex.run(() => pglite.transaction((tx) => fn(withSavepoints(wrap(tx))))),
     async listen(channel, onNotify) {
       const unlisten = await pglite.listen(channel, onNotify);
       return async () => {
