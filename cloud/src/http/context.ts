@@ -1,10 +1,10 @@
 import type { Clock, CorrelationId, Logger } from '@tobira/shared';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
-import type { Queryable } from '../adapters/db/db.js';
+import type { Tx } from '../adapters/db/db.js';
 import type { Cloud } from '../index.js';
 import type { ApiCode } from './codes.js';
-import { claim, complete, derivedId, release, requestHash } from './idempotency.js';
+import { claim, complete, release, requestHash } from './idempotency.js';
 import type { Principal } from './tokens.js';
 
 /** The verbs the API calls: the cloud's programmatic API (a subset, so tests may pass a fake). */
@@ -42,7 +42,7 @@ export const DEFAULT_API_CONFIG: ApiConfig = Object.freeze({
 export interface ApiDeps {
   readonly cloud: AdminCloud;
   /** The cloud's database (tokens, idempotency keys, scoped reads): `cloud.db`. */
-  readonly db: Queryable;
+  readonly db: Tx;
   readonly log: Logger;
   readonly clock: Clock;
   readonly config?: Partial<ApiConfig>;
@@ -53,7 +53,7 @@ export type Api = Parameters<FastifyPluginAsyncZod>[0];
 
 export interface Ctx {
   readonly cloud: AdminCloud;
-  readonly db: Queryable;
+  readonly db: Tx;
   readonly clock: Clock;
   readonly config: ApiConfig;
 }
@@ -116,20 +116,53 @@ export function defined<T extends object>(o: T): Defined<T> {
 
 const IDEMPOTENCY_KEY = /^[A-Za-z0-9_.:-]{1,200}$/;
 
+/** What a write route's body runs in. */
+export interface Unit {
+  /**
+   * The open transaction of this request: every read and write of the route
+   * goes through it, the verbs included (`ctx.cloud.issueKey(input, { db })`),
+   * and the stored Idempotency-Key response commits in it too.
+   */
+  readonly db: Tx;
+}
+
+/** A 5xx answer rolls the unit back (nothing of a failed request stays). */
+class Rollback {
+  constructor(readonly answer: Answer) {}
+}
+
+/** Runs `run` in one transaction; `store` writes the idempotent response in it. A 5xx answer is returned but rolled back. */
+async function inUnit(ctx: Ctx, run: (u: Unit) => Promise<Answer>, store?: (db: Tx, a: Answer) => Promise<void>): Promise<Answer> {
+  if (run.length === 0) {
+    // MIGRATING: a route body that takes no unit still uses ctx.db (outside any transaction)
+    const a = await run({ db: ctx.db });
+    if (a.statusCode < 500) await store?.(ctx.db, a);
+    return a;
+  }
+  try {
+    return await ctx.db.transaction(async (db) => {
+      const a = await run({ db });
+      if (a.statusCode >= 500) throw new Rollback(a);
+      await store?.(db, a);
+      return a;
+    });
+  } catch (e) {
+    if (e instanceof Rollback) return e.answer;
+    throw e;
+  }
+}
+
 /**
- * Runs a POST under its Idempotency-Key (when given): a replay answers the
- * stored response, a different request under the key is 422
- * IDEMPOTENCY_KEY_REUSED, a duplicate still running is 409
- * IDEMPOTENCY_IN_PROGRESS (retryable). `run` gets `derive(prefix)`: an id
- * fixed by (token, key) for entities the caller did not name, so a retry after
- * a crash between the effect and the stored response finds its own effect.
+ * Runs a POST as one unit of work, under its Idempotency-Key when given.
+ * The effect and the stored response commit in the same transaction, so a
+ * replay answers exactly what the first request answered (secrets shown once,
+ * such as a gateway's pepper, included: records are kept 24 h, see
+ * purge.ts), and a request that failed left nothing behind. A different
+ * request under the key is 422 IDEMPOTENCY_KEY_REUSED; a duplicate while the
+ * first still runs is 409 IDEMPOTENCY_IN_PROGRESS (retryable; the claim is a
+ * committed lock row whose lease lets a retry take over from a crashed holder).
  */
-export async function idempotent(
-  ctx: Ctx,
-  req: FastifyRequest,
-  reply: FastifyReply,
-  run: (derive: (prefix: string) => string | undefined) => Promise<Answer>,
-): Promise<void> {
+export async function idempotent(ctx: Ctx, req: FastifyRequest, reply: FastifyReply, run: (u: Unit) => Promise<Answer>): Promise<void> {
   const p = who(req);
   const raw = req.headers['idempotency-key'];
   const send = (a: Answer): void => {
@@ -139,7 +172,7 @@ export async function idempotent(
   const say = (status: number, body: unknown, headers: Record<string, string> = {}): void => {
     void reply.status(status).headers(headers).send(body);
   };
-  if (raw === undefined) return send(await run(() => undefined));
+  if (raw === undefined) return send(await inUnit(ctx, run));
   if (typeof raw !== 'string' || !IDEMPOTENCY_KEY.test(raw)) return say(400, problem('BAD_REQUEST', 'Idempotency-Key: 1-200 of [A-Za-z0-9_.:-]'));
   const hash = requestHash(req.method, req.routeOptions.url ?? req.url, req.params, req.body ?? null, { ifMatch: req.headers['if-match'] ?? null });
   const c = await claim(ctx.db, p.tokenId, raw, hash, ctx.clock.now());
@@ -155,12 +188,11 @@ export async function idempotent(
   }
   let a: Answer;
   try {
-    a = await run((prefix) => derivedId(prefix, p.tokenId, raw));
+    a = await inUnit(ctx, run, (db, done) => complete(db, p.tokenId, raw, done.statusCode, done.body));
   } catch (e) {
     await release(ctx.db, p.tokenId, raw).catch((err: unknown) => req.log.warn({ err: String(err) }, 'idempotency release failed'));
     throw e;
   }
   if (a.statusCode >= 500) await release(ctx.db, p.tokenId, raw);
-  else await complete(ctx.db, p.tokenId, raw, a.statusCode, a.body);
   return send(a);
 }

@@ -21,15 +21,6 @@ export function canonicalJson(v: unknown): string {
 export const requestHash = (method: string, route: string, params: unknown, body: unknown, extra: unknown): string =>
   createHash('sha256').update(canonicalJson({ method, route, params, body, extra })).digest('hex');
 
-/**
- * An id derived from (token, Idempotency-Key) for entities the caller did not
- * name: if the first attempt's effect committed but its stored response did
- * not (a crash between the two), the retry runs the verb again with the same
- * id and gets a noop or ALREADY_EXISTS instead of a second entity.
- */
-export const derivedId = (prefix: string, tokenId: string, key: string): string =>
-  `${prefix}-${createHash('sha256').update(`${tokenId}\n${key}`).digest('hex').slice(0, 32)}`;
-
 export type Claim =
   | { readonly kind: 'run' }
   | { readonly kind: 'replay'; readonly statusCode: number; readonly body: unknown }
@@ -37,8 +28,9 @@ export type Claim =
   | { readonly kind: 'in_progress' };
 
 /**
- * Claims (token, key) for this request. `run`: the caller runs the request and
- * then calls `complete` (or `release` on an error). A finished key replays
+ * Claims (token, key) for this request, committed on its own as a lock row.
+ * `run`: the caller runs the request and calls `complete` in the effect's own
+ * transaction (or `release` when it failed). A finished key replays
  * its stored response; a different request under the same key is refused; a
  * live holder makes the duplicate wait (retryable 409); a holder whose lock
  * ran out (crashed) is taken over by compare-and-set on `locked_until`.
@@ -66,6 +58,7 @@ export async function claim(db: Queryable, tokenId: string, key: string, hash: s
   return took.rowCount === 1 ? { kind: 'run' } : { kind: 'in_progress' };
 }
 
+/** Stores the response; called inside the transaction of the effect, so both commit or neither does. */
 export async function complete(db: Queryable, tokenId: string, key: string, statusCode: number, body: unknown): Promise<void> {
   await db.query(`UPDATE idempotency_keys SET state = 'done', status_code = $3, response = $4::jsonb WHERE token_id = $1 AND key = $2`, [
     tokenId,

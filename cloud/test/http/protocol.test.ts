@@ -1,9 +1,9 @@
-import { ManualClock, newId } from '@tobira/shared';
+import { ManualClock, generateSigningKeyPair, newId } from '@tobira/shared';
 import { pgBackends } from '@tobira/shared/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildApp, routesOf } from '../../src/http/app.js';
 import type { AdminCloud } from '../../src/http/context.js';
-import { IDEMPOTENCY_LOCK_MS, claim, complete, derivedId, requestHash } from '../../src/http/idempotency.js';
+import { IDEMPOTENCY_LOCK_MS, claim, complete, requestHash } from '../../src/http/idempotency.js';
 import { IDEMPOTENCY_RETENTION_MS, purgeApiTables } from '../../src/http/purge.js';
 import { createApiToken } from '../../src/http/tokens.js';
 import { capturingLogger, testLog } from '../helpers.js';
@@ -45,11 +45,11 @@ describe.each(pgBackends())('admin API protocol on %s', (backend) => {
       expect(b.json().person.id).toBe(a.json().person.id);
     });
 
-    it('a duplicate while the first is in flight is a retryable 409 IDEMPOTENCY_IN_PROGRESS; after a crashed holder lock runs out the retry finds its committed effect instead of making a second', async () => {
+    it('a duplicate while the first is in flight is a retryable 409 IDEMPOTENCY_IN_PROGRESS; after a crashed holder lock runs out the retry runs the request once', async () => {
       const key = `inflight-${s.u}`;
       const body = { name: 'Ren', siteId: h.siteA };
       const tokenId = (await h.cloud.db.query<{ id: string }>(`SELECT id FROM api_tokens WHERE name = 'mA' AND $1 = ANY(sites)`, [h.siteA])).rows[0]?.id ?? '';
-      // the first request claimed the key and then its process died before answering
+      // the first request claimed the key and then its process died before committing (its effect and answer commit together, so neither is there)
       const hash = requestHash('POST', '/people', {}, body, { ifMatch: null });
       expect(await claim(h.cloud.db, tokenId, key, hash, h.cloud.clock.now())).toEqual({ kind: 'run' });
       const people = await count(h, 'people');
@@ -58,15 +58,53 @@ describe.each(pgBackends())('admin API protocol on %s', (backend) => {
       expect(dup.json()).toMatchObject({ status: 'conflict', code: 'IDEMPOTENCY_IN_PROGRESS' });
       expect(dup.headers['retry-after']).toBe('1');
       expect(await count(h, 'people')).toBe(people);
-      // the crashed holder had committed its effect (the person, under the id derived from token and key) but not its answer
-      expect(await h.cloud.createPerson({ id: derivedId('person', tokenId, key), name: 'Ren' })).toMatchObject({ status: 'applied' });
       h.cloud.clock.advance(IDEMPOTENCY_LOCK_MS + 1);
       const retry = await h.app.inject({ method: 'POST', url: '/people', headers: { ...bearer(h.tokens.managerA), 'idempotency-key': key }, payload: body });
       expect(retry.statusCode).toBe(201);
-      expect(retry.json().person).toMatchObject({ id: derivedId('person', tokenId, key), sites: [h.siteA] });
+      expect(retry.json().person).toMatchObject({ name: 'Ren', sites: [h.siteA] });
       const replay = await h.app.inject({ method: 'POST', url: '/people', headers: { ...bearer(h.tokens.managerA), 'idempotency-key': key }, payload: body });
       expect(replay.json().person.id).toBe(retry.json().person.id);
       expect(await count(h, 'people')).toBe(people + 1);
+    });
+
+    it('the effect and the stored response are one transaction: when storing the response fails, the effect is rolled back and the key is free for a retry', async () => {
+      const key = `atomic-${s.u}`;
+      // the database refuses to store this one response (as a crash or a lost connection at that point would)
+      await h.cloud.db.exec(`
+        CREATE FUNCTION refuse_response_${s.u}() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN IF NEW.key = '${key}' AND NEW.state = 'done' THEN RAISE EXCEPTION 'storing the response failed'; END IF; RETURN NEW; END $$;
+        CREATE TRIGGER refuse_response_${s.u} BEFORE UPDATE ON idempotency_keys FOR EACH ROW EXECUTE FUNCTION refuse_response_${s.u}();`);
+      const people = await count(h, 'people');
+      const links = await count(h, 'api_person_sites');
+      const headers = { ...bearer(h.tokens.managerA), 'idempotency-key': key };
+      const body = { name: 'Aoi', siteId: h.siteA };
+      const failed = await h.app.inject({ method: 'POST', url: '/people', headers, payload: body });
+      expect(failed.statusCode).toBe(500);
+      expect(failed.json()).toMatchObject({ status: 'refused', code: 'INTERNAL' });
+      expect(await count(h, 'people')).toBe(people);
+      expect(await count(h, 'api_person_sites')).toBe(links);
+      expect((await h.cloud.db.query('SELECT 1 FROM idempotency_keys WHERE key = $1', [key])).rowCount).toBe(0);
+      await h.cloud.db.exec(`DROP TRIGGER refuse_response_${s.u} ON idempotency_keys; DROP FUNCTION refuse_response_${s.u}();`);
+      const retry = await h.app.inject({ method: 'POST', url: '/people', headers, payload: body });
+      expect(retry.statusCode).toBe(201);
+      expect(await count(h, 'people')).toBe(people + 1);
+    });
+
+    it('a gateway registration replayed under its Idempotency-Key shows the same provisioning (pepper included) and registers nothing more', async () => {
+      const pair = await generateSigningKeyPair();
+      const headers = { ...bearer(h.tokens.managerA), 'idempotency-key': `gw-${s.u}` };
+      const payload = { gatewayId: `gw-replay-${s.u}`, siteId: h.siteA, publicJwk: pair.publicJwk };
+      const first = await h.app.inject({ method: 'POST', url: '/gateways', headers, payload });
+      expect(first.statusCode).toBe(201);
+      const gateways = await count(h, 'gateways');
+      const again = await h.app.inject({ method: 'POST', url: '/gateways', headers, payload });
+      expect(again.statusCode).toBe(201);
+      expect(again.headers['idempotent-replayed']).toBe('true');
+      expect(again.json().provisioning.credentialPepper).toBe(first.json().provisioning.credentialPepper);
+      expect(await count(h, 'gateways')).toBe(gateways);
+      // without the key, the same registration is refused: the pepper is shown once
+      const bare = await h.app.inject({ method: 'POST', url: '/gateways', headers: bearer(h.tokens.managerA), payload });
+      expect(bare.json()).toMatchObject({ status: 'refused', code: 'GATEWAY_ALREADY_EXISTS' });
     });
 
     it('concurrent duplicates make one key: each answer is the 202 or a retryable 409 IDEMPOTENCY_IN_PROGRESS', async () => {

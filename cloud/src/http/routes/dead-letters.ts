@@ -43,9 +43,9 @@ export function deadLettersRoutes(app: Api, ctx: Ctx): void {
       },
     },
     (req, reply) =>
-      idempotent(ctx, req, reply, async () => {
-        if (!(await outboxRowVisible(ctx.db, who(req).sites, req.params.id))) return { statusCode: 404, body: problem('DEAD_LETTER_NOT_FOUND') };
-        const o = await ctx.cloud.retryDeadLetter(req.params.id);
+      idempotent(ctx, req, reply, async ({ db }) => {
+        if (!(await outboxRowVisible(db, who(req).sites, req.params.id))) return { statusCode: 404, body: problem('DEAD_LETTER_NOT_FOUND') };
+        const o = await ctx.cloud.retryDeadLetter(req.params.id, { db });
         return { statusCode: statusOf(o), body: o.status === 'refused' ? problem(o.code) : { status: o.status, code: o.code } };
       }),
   );

@@ -18,15 +18,10 @@ export function doorsRoutes(app: Api, ctx: Ctx): void {
       },
     },
     (req, reply) =>
-      idempotent(ctx, req, reply, async (derive) => {
-        if (!(await getGateway(ctx.db, who(req).sites, req.body.gatewayId))) return { statusCode: 404, body: problem('GATEWAY_NOT_FOUND') };
-        const id = req.body.id ?? derive('door');
-        const o = await ctx.cloud.createDoor(defined({ ...req.body, id }));
+      idempotent(ctx, req, reply, async ({ db }) => {
+        if (!(await getGateway(db, who(req).sites, req.body.gatewayId))) return { statusCode: 404, body: problem('GATEWAY_NOT_FOUND') };
+        const o = await ctx.cloud.createDoor(defined(req.body), { db });
         if (o.status === 'applied') return { statusCode: 201, body: { status: o.status, code: o.code, door: o.state } };
-        if (o.status === 'refused' && o.code === 'ALREADY_EXISTS' && req.body.id === undefined && id !== undefined) {
-          const door = await getDoor(ctx.db, null, id); // an earlier attempt under this Idempotency-Key committed it
-          if (door) return { statusCode: 201, body: { status: 'applied', code: 'MESSAGE_APPLIED', door } };
-        }
         return { statusCode: statusOf(o), body: o.status === 'refused' ? problem(o.code, o.detail) : { status: o.status, code: o.code } };
       }),
   );

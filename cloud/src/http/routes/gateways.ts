@@ -19,10 +19,10 @@ export function gatewaysRoutes(app: Api, ctx: Ctx): void {
       },
     },
     (req, reply) =>
-      idempotent(ctx, req, reply, async () => {
-        if (!(await getSite(ctx.db, who(req).sites, req.body.siteId))) return { statusCode: 404, body: problem('SITE_NOT_FOUND') };
+      idempotent(ctx, req, reply, async ({ db }) => {
+        if (!(await getSite(db, who(req).sites, req.body.siteId))) return { statusCode: 404, body: problem('SITE_NOT_FOUND') };
         const jwk = req.body.publicJwk as unknown as Jwks['keys'][number];
-        const o = await ctx.cloud.registerGateway({ gatewayId: req.body.gatewayId, siteId: req.body.siteId, publicJwk: jwk });
+        const o = await ctx.cloud.registerGateway({ gatewayId: req.body.gatewayId, siteId: req.body.siteId, publicJwk: jwk }, { db });
         if (o.status === 'applied') {
           return {
             statusCode: 201,

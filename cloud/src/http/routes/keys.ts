@@ -1,5 +1,6 @@
 import type { CorrelationId } from '@tobira/shared';
 import { z } from 'zod';
+import type { Queryable } from '../../adapters/db/db.js';
 import { defined, idempotent, problem, statusOf, who, cidOf, type Api, type Ctx } from '../context.js';
 import { decodeCursor, getGateway, getKey, getPerson, listKeyDeliveries, listKeys, visibleDoors, type DeliveryRow, type KeyRow, type Scope } from '../queries.js';
 import {
@@ -24,11 +25,11 @@ type Notice = { code: string; message: string };
  * command (pending → succeeded / failed, in the manner of an action attempt)
  * and its errors and warnings.
  */
-async function view(ctx: Ctx, scope: Scope, keyId: string) {
-  const key = await getKey(ctx.db, scope, keyId);
+async function view(db: Queryable, scope: Scope, keyId: string) {
+  const key = await getKey(db, scope, keyId);
   if (!key) return null;
-  const deliveries = await listKeyDeliveries(ctx.db, keyId);
-  const gw = await getGateway(ctx.db, null, key.gatewayId);
+  const deliveries = await listKeyDeliveries(db, keyId);
+  const gw = await getGateway(db, null, key.gatewayId);
   return { key, ...deliveryOf(key, deliveries, gw?.online ?? null), deliveries };
 }
 
@@ -64,17 +65,16 @@ export function keysRoutes(app: Api, ctx: Ctx): void {
       },
     },
     (req, reply) =>
-      idempotent(ctx, req, reply, async (derive) => {
+      idempotent(ctx, req, reply, async ({ db }) => {
         const scope = who(req).sites;
         const cid = cidOf(req);
-        if (!(await getPerson(ctx.db, scope, req.body.personId))) return { statusCode: 404, body: { ...problem('PERSON_NOT_FOUND'), cid } };
-        const seen = await visibleDoors(ctx.db, scope, req.body.doors);
+        if (!(await getPerson(db, scope, req.body.personId))) return { statusCode: 404, body: { ...problem('PERSON_NOT_FOUND'), cid } };
+        const seen = await visibleDoors(db, scope, req.body.doors);
         const missing = req.body.doors.filter((d) => !seen.has(d));
         if (missing.length > 0) return { statusCode: 404, body: { ...problem('DOOR_NOT_FOUND', missing.join(',')), cid } };
-        const keyId = req.body.keyId ?? derive('key');
-        const o = await ctx.cloud.issueKey(defined({ ...req.body, keyId, cid }));
+        const o = await ctx.cloud.issueKey(defined({ ...req.body, cid }), { db });
         if (o.status === 'refused') return { statusCode: statusOf(o), body: { ...problem(o.code, o.detail), cid } };
-        const v = await view(ctx, scope, o.status === 'conflict' ? o.current.id : o.state.id);
+        const v = await view(db, scope, o.status === 'conflict' ? o.current.id : o.state.id);
         if (!v) return { statusCode: 404, body: { ...problem('KEY_NOT_FOUND'), cid } };
         if (o.status === 'conflict') return { statusCode: 409, body: { status: o.status, code: o.code, cid, key: v.key } };
         return {
@@ -98,17 +98,17 @@ export function keysRoutes(app: Api, ctx: Ctx): void {
       },
     },
     (req, reply) =>
-      idempotent(ctx, req, reply, async () => {
+      idempotent(ctx, req, reply, async ({ db }) => {
         const scope = who(req).sites;
         const cid = cidOf(req);
         const ifMatch = req.headers['if-match'];
         const m = ifMatch === undefined ? undefined : IfMatch.exec(ifMatch);
         if (m === null) return { statusCode: 400, body: { ...problem('BAD_REQUEST', 'If-Match: "<revision>"'), cid } };
-        if (!(await getKey(ctx.db, scope, req.params.keyId))) return { statusCode: 404, body: { ...problem('KEY_NOT_FOUND'), cid } };
+        if (!(await getKey(db, scope, req.params.keyId))) return { statusCode: 404, body: { ...problem('KEY_NOT_FOUND'), cid } };
         const expectedRevision = m ? Number(m[1]) : undefined;
-        const o = await ctx.cloud.revokeKey(defined({ keyId: req.params.keyId, reason: req.body.reason, cid: cid as CorrelationId, expectedRevision }));
+        const o = await ctx.cloud.revokeKey(defined({ keyId: req.params.keyId, reason: req.body.reason, cid: cid as CorrelationId, expectedRevision }), { db });
         if (o.status === 'refused') return { statusCode: statusOf(o), body: { ...problem(o.code, o.detail), cid } };
-        const v = await view(ctx, scope, req.params.keyId);
+        const v = await view(db, scope, req.params.keyId);
         if (!v) return { statusCode: 404, body: { ...problem('KEY_NOT_FOUND'), cid } };
         if (o.status === 'conflict') {
           return { statusCode: expectedRevision === undefined ? 409 : 412, body: { status: o.status, code: o.code, cid, key: v.key }, headers: { etag: `"${v.key.revision}"` } };
@@ -128,7 +128,7 @@ export function keysRoutes(app: Api, ctx: Ctx): void {
       },
     },
     async (req, reply) => {
-      const v = await view(ctx, who(req).sites, req.params.keyId);
+      const v = await view(ctx.db, who(req).sites, req.params.keyId);
       if (!v) return reply.status(404).send(problem('KEY_NOT_FOUND'));
       return reply.header('etag', `"${v.key.revision}"`).send(v);
     },

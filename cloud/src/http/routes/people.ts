@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { idempotent, problem, statusOf, who, type Api, type Ctx } from '../context.js';
+import { defined, idempotent, problem, statusOf, who, type Api, type Ctx } from '../context.js';
 import { getPerson, getSite, listPeople, recordPersonSite } from '../queries.js';
 import { Id, OutcomeStatus, Person, Problem, errorResponses } from '../schemas.js';
 
@@ -18,19 +18,13 @@ export function peopleRoutes(app: Api, ctx: Ctx): void {
       },
     },
     (req, reply) =>
-      idempotent(ctx, req, reply, async (derive) => {
-        if (!(await getSite(ctx.db, who(req).sites, req.body.siteId))) return { statusCode: 404, body: problem('SITE_NOT_FOUND') };
-        const id = req.body.id ?? derive('person');
-        const o = await ctx.cloud.createPerson(id === undefined ? { name: req.body.name } : { id, name: req.body.name });
+      idempotent(ctx, req, reply, async ({ db }) => {
+        if (!(await getSite(db, who(req).sites, req.body.siteId))) return { statusCode: 404, body: problem('SITE_NOT_FOUND') };
+        const { siteId, ...person } = req.body;
+        const o = await ctx.cloud.createPerson(defined(person), { db });
         if (o.status === 'applied') {
-          await recordPersonSite(ctx.db, o.state.id, req.body.siteId);
-          return { statusCode: 201, body: { status: o.status, code: o.code, person: { ...o.state, sites: [req.body.siteId] } } };
-        }
-        // our own effect, committed by an earlier attempt under this Idempotency-Key whose answer was lost
-        if (o.status === 'refused' && o.code === 'ALREADY_EXISTS' && req.body.id === undefined && id !== undefined) {
-          await recordPersonSite(ctx.db, id, req.body.siteId);
-          const person = await getPerson(ctx.db, null, id);
-          if (person) return { statusCode: 201, body: { status: 'applied', code: 'MESSAGE_APPLIED', person } };
+          await recordPersonSite(db, o.state.id, siteId);
+          return { statusCode: 201, body: { status: o.status, code: o.code, person: { ...o.state, sites: [siteId] } } };
         }
         return { statusCode: statusOf(o), body: o.status === 'refused' ? problem(o.code, o.detail) : { status: o.status, code: o.code } };
       }),

@@ -24,14 +24,9 @@ export function sitesRoutes(app: Api, ctx: Ctx): void {
       },
     },
     (req, reply) =>
-      idempotent(ctx, req, reply, async (derive) => {
-        const id = req.body.id ?? derive('site');
-        const o = await ctx.cloud.createSite(defined({ ...req.body, id }));
+      idempotent(ctx, req, reply, async ({ db }) => {
+        const o = await ctx.cloud.createSite(defined(req.body), { db });
         if (o.status === 'applied') return { statusCode: 201, body: { status: o.status, code: o.code, site: o.state } };
-        if (o.status === 'refused' && o.code === 'ALREADY_EXISTS' && req.body.id === undefined && id !== undefined) {
-          const site = await getSite(ctx.db, null, id); // an earlier attempt under this Idempotency-Key committed it
-          if (site) return { statusCode: 201, body: { status: 'applied', code: 'MESSAGE_APPLIED', site } };
-        }
         return { statusCode: statusOf(o), body: o.status === 'refused' ? problem(o.code, o.detail) : { status: o.status, code: o.code } };
       }),
   );
