@@ -30,10 +30,13 @@ env: TOBIRA_API (e.g. http://127.0.0.1:8080), TOBIRA_TOKEN (bearer token)
   keys get <id> | keys history <id> | keys list [--site S] [--person P] [--gateway GW] [--status ST] [--limit N] [--cursor C]
   events [--site S] [--gateway GW] [--door D] [--person P] [--key K] [--code C] [--from T] [--until T] [--limit N] [--cursor C]
   dead-letters list [--site S] [--gateway GW] | dead-letters retry <id>
-  tokens create --name N --role admin|manager|auditor [--site S ...] | tokens list | tokens revoke <id>
+  tokens create --name N --role admin|manager|auditor [--site S ...] [--expires-in-days N] | tokens list | tokens revoke <id>
+  tokens rotate <id> [--grace-seconds N] [--expires-in-days N]   new token, same role and sites, shown once; the old one
+                                works N more seconds (default 3600; 0: revoked now). Any token may rotate itself.
   webhooks create --site S --url URL --event key.state_changed|access.event|alarm [--event ...] | webhooks list [--site S]
   webhooks deliveries <id> | webhooks disable <id>
-  tokens bootstrap --name N     direct to the database (DATABASE_URL or PGLITE_DATA_DIR): prints a new admin token once
+  tokens bootstrap --name N [--expires-in-days N]   direct to the database (DATABASE_URL or PGLITE_DATA_DIR): prints a new
+                                admin token once; it never expires unless --expires-in-days (rotate it once you have others)
 options: --idempotency-key K, --cid CORRELATION_ID
 times (T): ISO 8601 (2026-01-01T00:00:00Z) or epoch milliseconds`;
 
@@ -54,6 +57,13 @@ function time(v: string | undefined, name: string): number | undefined {
   const t = Date.parse(v);
   if (Number.isNaN(t)) throw new Usage(`--${name}: not a time: ${v}`);
   return t;
+}
+
+/** A non-negative whole number option (the server checks its range). */
+function count(v: string | undefined, name: string): number | undefined {
+  if (v === undefined) return undefined;
+  if (!/^\d{1,9}$/.test(v)) throw new Usage(`--${name}: not a whole number: ${v}`);
+  return Number(v);
 }
 
 function need<T>(v: T | undefined, what: string): T {
@@ -99,6 +109,8 @@ export async function runAdminCli(argv: readonly string[], io: CliIo): Promise<n
         limit: { type: 'string' },
         cursor: { type: 'string' },
         role: { type: 'string' },
+        'expires-in-days': { type: 'string' },
+        'grace-seconds': { type: 'string' },
         url: { type: 'string' },
         event: { type: 'string', multiple: true },
         'idempotency-key': { type: 'string' },
@@ -117,6 +129,16 @@ export async function runAdminCli(argv: readonly string[], io: CliIo): Promise<n
     return 0;
   }
   const site = o.site?.[0];
+  let expiresInDays: number | undefined;
+  let graceSeconds: number | undefined;
+  try {
+    expiresInDays = count(o['expires-in-days'], 'expires-in-days');
+    graceSeconds = count(o['grace-seconds'], 'grace-seconds');
+  } catch (e) {
+    io.err(`${e instanceof Error ? e.message : String(e)}\n${HELP}`);
+    return 2;
+  }
+  const lifetime = expiresInDays !== undefined ? { expiresInDays } : {};
 
   try {
     if (group === 'tokens' && verb === 'bootstrap') return await bootstrap(io, need(o.name, '--name'));
@@ -219,11 +241,13 @@ export async function runAdminCli(argv: readonly string[], io: CliIo): Promise<n
       case 'dead-letters retry':
         return await call('POST', `/dead-letters/${id('<id>')}/retry`);
       case 'tokens create':
-        return await call('POST', '/api-tokens', { name: need(o.name, '--name'), role: need(o.role, '--role'), ...(o.site ? { sites: o.site } : {}) });
+        return await call('POST', '/api-tokens', { name: need(o.name, '--name'), role: need(o.role, '--role'), ...(o.site ? { sites: o.site } : {}), ...lifetime });
       case 'tokens list':
         return await call('GET', '/api-tokens');
       case 'tokens revoke':
         return await call('POST', `/api-tokens/${id('<id>')}/revoke`);
+      case 'tokens rotate':
+        return await call('POST', `/api-tokens/${id('<id>')}/rotate`, { ...(graceSeconds !== undefined ? { graceSeconds } : {}), ...lifetime });
       case 'webhooks create':
         return await call('POST', '/webhooks', { siteId: need(site, '--site'), url: need(o.url, '--url'), events: need(o.event, '--event') });
       case 'webhooks list':
@@ -246,8 +270,8 @@ export async function runAdminCli(argv: readonly string[], io: CliIo): Promise<n
 
   async function bootstrap(cli: CliIo, name: string): Promise<number> {
     if (cli.db) {
-      const t = await createApiToken(cli.db, { name, role: 'admin' });
-      cli.out(JSON.stringify({ id: t.id, role: t.role, token: t.token }, null, 2));
+      const t = await createApiToken(cli.db, { name, role: 'admin', ...lifetime });
+      cli.out(JSON.stringify({ id: t.id, role: t.role, token: t.token, expiresAt: t.expiresAt }, null, 2));
       return 0;
     }
     const config = parseConfig(cli.env);
@@ -255,8 +279,8 @@ export async function runAdminCli(argv: readonly string[], io: CliIo): Promise<n
     const db = await openDb(config, log);
     try {
       await migrate(db, log, Date.now());
-      const t = await createApiToken(db, { name, role: 'admin' });
-      cli.out(JSON.stringify({ id: t.id, role: t.role, token: t.token }, null, 2));
+      const t = await createApiToken(db, { name, role: 'admin', ...lifetime });
+      cli.out(JSON.stringify({ id: t.id, role: t.role, token: t.token, expiresAt: t.expiresAt }, null, 2));
       cli.err('store this token now: it is shown once and only its hash is kept');
       return 0;
     } finally {

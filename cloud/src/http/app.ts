@@ -15,7 +15,7 @@ import {
 import { z } from 'zod';
 import { pgErrorCode } from '../adapters/db/db.js';
 import { DEFAULT_API_CONFIG, problem, type ApiDeps, type Ctx } from './context.js';
-import { authenticate } from './tokens.js';
+import { TOKEN_EXPIRES_HEADER, authenticate, expiryWarning } from './tokens.js';
 import { sitesRoutes } from './routes/sites.js';
 import { gatewaysRoutes } from './routes/gateways.js';
 import { doorsRoutes } from './routes/doors.js';
@@ -154,14 +154,25 @@ export async function buildApp(deps: ApiDeps): Promise<FastifyInstance> {
     if (req.routeOptions.config.public || PUBLIC_PREFIXES.some((p) => path === p || path.startsWith(`${p}/`))) return undefined;
     const h = req.headers.authorization;
     const token = typeof h === 'string' && h.startsWith('Bearer ') ? h.slice(7).trim() : undefined;
-    const p = token ? await authenticate(deps.db, token) : null;
-    if (!p) {
+    const now = deps.clock.now();
+    const a = token ? await authenticate(deps.db, token, now) : ({ kind: 'unknown' } as const);
+    if (a.kind === 'expired') {
+      req.log.info({ code: 'TOKEN_EXPIRED', tokenId: a.tokenId }, 'request refused');
+      const at = new Date(a.expiresAt).toISOString();
+      return reply.status(401).header('www-authenticate', 'Bearer error="invalid_token", error_description="token expired"').send(problem('TOKEN_EXPIRED', `expired at ${at}`));
+    }
+    if (a.kind !== 'ok') {
       req.log.info({ code: 'UNAUTHENTICATED' }, 'request refused');
       return reply.status(401).header('www-authenticate', 'Bearer').send(problem('UNAUTHENTICATED'));
     }
+    const p = a.principal;
     req.principal = p;
     req.log = req.log.child({ tokenId: p.tokenId, role: p.role });
-    if ((p.role === 'auditor' && WRITE_METHODS.has(req.method)) || (req.routeOptions.config.adminOnly && p.role !== 'admin')) {
+    // so a property system rotates in time: on every answer in the last week of the token's life
+    const expiring = expiryWarning(a.expiresAt, now);
+    if (expiring !== undefined) void reply.header(TOKEN_EXPIRES_HEADER, expiring);
+    const auditorWrite = p.role === 'auditor' && WRITE_METHODS.has(req.method) && !req.routeOptions.config.selfService;
+    if (auditorWrite || (req.routeOptions.config.adminOnly && p.role !== 'admin')) {
       req.log.info({ code: 'FORBIDDEN_ROLE' }, 'request refused');
       return reply.status(403).send(problem('FORBIDDEN_ROLE', `role ${p.role}`));
     }

@@ -20,7 +20,7 @@ describe.each(pgBackends())('admin CLI against a listening API on %s', (backend)
     t = await openTestDb(backend);
     broker = await startMqttBackend('aedes');
     cloud = await startCloud(t, broker.url);
-    api = await startAdminApi({ cloud, db: cloud.db, log: testLog, clock: systemClock, webhooks: false });
+    api = await startAdminApi({ cloud, db: cloud.db, log: testLog, clock: systemClock, webhooks: false, config: { webhookAllowPrivateNetworks: true } });
   });
   afterAll(async () => {
     await api?.close();
@@ -47,7 +47,7 @@ describe.each(pgBackends())('admin CLI against a listening API on %s', (backend)
     const boot = await cli('tokens', 'bootstrap', '--name', 'ops');
     expect(boot.code).toBe(0);
     token = boot.json.token as string;
-    expect(await authenticate(cloud.db, token)).toMatchObject({ role: 'admin', sites: null });
+    expect(await authenticate(cloud.db, token, Date.now())).toMatchObject({ kind: 'ok', principal: { role: 'admin', sites: null }, expiresAt: null });
     const u = newId().slice(-8);
     expect((await cli('sites', 'create', '--id', `s-${u}`, '--name', 'Kyoto')).code).toBe(0);
     const jwkFile = join(tmpdir(), `jwk-${u}.json`);
@@ -76,6 +76,29 @@ describe.each(pgBackends())('admin CLI against a listening API on %s', (backend)
     const wh = await cli('webhooks', 'create', '--site', `s-${u}`, '--url', 'http://127.0.0.1:9/hook', '--event', 'alarm', '--event', 'access.event');
     expect(wh.json).toMatchObject({ status: 'applied', webhook: { events: ['alarm', 'access.event'] }, secret: expect.stringMatching(/^whsec_/) });
     expect((await cli('webhooks', 'disable', (wh.json.webhook as { id: string }).id)).json).toMatchObject({ status: 'applied' });
+  });
+
+  it('creates a token with a lifetime and rotates it: the new one works, the old one is revoked with --grace-seconds 0', async () => {
+    const u = newId().slice(-8);
+    const made = await cli('tokens', 'create', '--name', `pms-${u}`, '--role', 'manager', '--site', 'kyoto', '--expires-in-days', '5');
+    expect(made.code).toBe(0);
+    expect(made.json).toMatchObject({ status: 'applied', role: 'manager', sites: ['kyoto'], expiresAt: expect.any(Number) });
+    const oldToken = made.json.token as string;
+    const expiresAt = made.json.expiresAt as number;
+    expect(expiresAt - Date.now()).toBeGreaterThan(4 * DAY);
+    expect(expiresAt - Date.now()).toBeLessThanOrEqual(5 * DAY);
+    const rotated = await cli('tokens', 'rotate', made.json.id as string, '--grace-seconds', '0', '--expires-in-days', '30');
+    expect(rotated.code).toBe(0);
+    expect(rotated.json).toMatchObject({ status: 'applied', name: `pms-${u}`, role: 'manager', sites: ['kyoto'], rotatedFrom: { id: made.json.id, revokedAt: expect.any(Number) } });
+    expect(await authenticate(cloud.db, rotated.json.token as string, Date.now())).toMatchObject({ kind: 'ok', principal: { role: 'manager', sites: ['kyoto'] } });
+    expect(await authenticate(cloud.db, oldToken, Date.now())).toEqual({ kind: 'unknown' });
+    const again = await cli('tokens', 'rotate', made.json.id as string);
+    expect(again.code).toBe(1);
+    expect(again.json).toMatchObject({ status: 'refused', code: 'TOKEN_REVOKED' });
+    const bad = await cli('tokens', 'rotate', made.json.id as string, '--grace-seconds', 'soon');
+    expect(bad.code).toBe(2);
+    expect(bad.err).toContain('--grace-seconds');
+    expect((await cli('help')).out).toContain('tokens rotate <id>');
   });
 
   it('a refusal exits 1 with the code; bad usage exits 2 with the help', async () => {

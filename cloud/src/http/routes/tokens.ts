@@ -1,12 +1,42 @@
 import { z } from 'zod';
-import { idempotent, problem, type Api, type Ctx } from '../context.js';
-import { CreateTokenInput, Role, createApiToken, revokeApiToken } from '../tokens.js';
-import { OutcomeStatus, errorResponses } from '../schemas.js';
+import { idempotent, problem, who, type Api, type Ctx } from '../context.js';
+import { CreateTokenInput, Role, RotateTokenInput, TokenState, createApiToken, revokeApiToken, rotateApiToken, tokenState } from '../tokens.js';
+import { OutcomeStatus, Problem, errorResponses } from '../schemas.js';
 
-const TokenOut = z.object({ id: z.string(), name: z.string(), role: Role, sites: z.array(z.string()).nullable(), createdAt: z.int(), revokedAt: z.int().nullable() });
+const Expiry = z.int().nullable().describe('epoch ms from which the token is refused (401 TOKEN_EXPIRED); null: never');
+const TokenOut = z.object({
+  id: z.string(),
+  name: z.string(),
+  role: Role,
+  sites: z.array(z.string()).nullable(),
+  createdAt: z.int(),
+  revokedAt: z.int().nullable(),
+  expiresAt: Expiry,
+  lastUsedAt: z.int().nullable().describe('last authenticated request, to the minute; null: never used'),
+  rotatedTo: z.string().nullable().describe('the successor made by rotating this token'),
+  rotatedFrom: z.string().nullable().describe('the token this one was rotated from'),
+  state: TokenState.describe('revoked > expired > expiring (within 7 days) > active'),
+});
+const NewTokenOut = z.object({
+  status: OutcomeStatus,
+  code: z.string(),
+  token: z.string().describe('the clear token: shown once, only its hash is stored'),
+  id: z.string(),
+  name: z.string(),
+  role: Role,
+  sites: z.array(z.string()).nullable(),
+  expiresAt: Expiry,
+});
 
-/** API tokens (admin only). The clear token is in the creation answer and nowhere else. */
+/**
+ * API tokens. The clear token is in the creation (or rotation) answer and
+ * nowhere else. Creating, listing and revoking are admin only; rotating is
+ * "self or admin": any token may rotate itself (auditors included: it grants
+ * nothing new), an admin any token.
+ */
 export function tokensRoutes(app: Api, ctx: Ctx): void {
+  const lifetime = { defaultTtlMs: ctx.config.tokenDefaultTtlMs };
+
   app.post(
     '/api-tokens',
     {
@@ -15,16 +45,13 @@ export function tokensRoutes(app: Api, ctx: Ctx): void {
         tags: ['api tokens'],
         summary: 'Create an API token; the clear token is shown once',
         body: CreateTokenInput,
-        response: {
-          ...errorResponses,
-          201: z.object({ status: OutcomeStatus, code: z.string(), token: z.string(), id: z.string(), role: Role, sites: z.array(z.string()).nullable() }),
-        },
+        response: { ...errorResponses, 201: NewTokenOut },
       },
     },
     (req, reply) =>
-      idempotent(ctx, req, reply, async () => {
+      idempotent(ctx, req, reply, async ({ db }) => {
         if ((req.body.sites ?? null) === null && req.body.role !== 'admin') return { statusCode: 422, body: problem('INVALID_REQUEST', 'only admin tokens may cover every site') };
-        const t = await createApiToken(ctx.db, req.body, ctx.clock.now());
+        const t = await createApiToken(db, req.body, ctx.clock.now(), lifetime);
         return { statusCode: 201, body: { status: 'applied', code: 'MESSAGE_APPLIED', ...t } };
       }),
   );
@@ -33,15 +60,35 @@ export function tokensRoutes(app: Api, ctx: Ctx): void {
     '/api-tokens',
     { config: { adminOnly: true }, schema: { tags: ['api tokens'], summary: 'List API tokens (never the tokens themselves)', response: { ...errorResponses, 200: z.object({ items: z.array(TokenOut) }) } } },
     async () => {
-      const r = await ctx.db.query<Record<string, unknown>>('SELECT id, name, role, sites, created_at, revoked_at FROM api_tokens ORDER BY created_at, id');
+      const now = ctx.clock.now();
+      const r = await ctx.db.query<{
+        id: string;
+        name: string;
+        role: Role;
+        sites: string[] | null;
+        created_at: number;
+        revoked_at: number | null;
+        expires_at: number | null;
+        last_used_at: number | null;
+        rotated_to: string | null;
+        rotated_from: string | null;
+      }>(
+        `SELECT t.id, t.name, t.role, t.sites, t.created_at, t.revoked_at, t.expires_at, t.last_used_at, t.rotated_to, p.id AS rotated_from
+           FROM api_tokens t LEFT JOIN api_tokens p ON p.rotated_to = t.id ORDER BY t.created_at, t.id`,
+      );
       return {
         items: r.rows.map((x) => ({
-          id: x.id as string,
-          name: x.name as string,
-          role: x.role as Role,
-          sites: (x.sites as string[] | null) ?? null,
-          createdAt: x.created_at as number,
-          revokedAt: (x.revoked_at as number | null) ?? null,
+          id: x.id,
+          name: x.name,
+          role: x.role,
+          sites: x.sites ?? null,
+          createdAt: x.created_at,
+          revokedAt: x.revoked_at,
+          expiresAt: x.expires_at,
+          lastUsedAt: x.last_used_at,
+          rotatedTo: x.rotated_to,
+          rotatedFrom: x.rotated_from,
+          state: tokenState({ revokedAt: x.revoked_at, expiresAt: x.expires_at }, now),
         })),
       };
     },
@@ -59,10 +106,44 @@ export function tokensRoutes(app: Api, ctx: Ctx): void {
       },
     },
     (req, reply) =>
-      idempotent(ctx, req, reply, async () =>
-        (await revokeApiToken(ctx.db, req.params.id, ctx.clock.now()))
+      idempotent(ctx, req, reply, async ({ db }) =>
+        (await revokeApiToken(db, req.params.id, ctx.clock.now()))
           ? { statusCode: 200, body: { status: 'applied', code: 'MESSAGE_APPLIED' } }
           : { statusCode: 404, body: problem('TOKEN_NOT_FOUND') },
       ),
+  );
+
+  app.post(
+    '/api-tokens/:id/rotate',
+    {
+      // not adminOnly, and open to auditors: the handler enforces "self or admin"
+      config: { selfService: true },
+      schema: {
+        tags: ['api tokens'],
+        summary: 'Rotate an API token (admin: any; any token: itself); the new clear token is shown once',
+        description:
+          'A new token with the same name, role and sites. The old one keeps working until now + graceSeconds (default 3600; 0 revokes it now; ' +
+          'an earlier expiry is never extended). A non-admin naming another token gets 404 TOKEN_NOT_FOUND.',
+        params: z.strictObject({ id: z.string().min(1).max(64) }),
+        body: RotateTokenInput.nullish().describe('optional; {} or no body: the defaults'),
+        response: {
+          ...errorResponses,
+          201: NewTokenOut.extend({
+            rotatedFrom: z.object({ id: z.string(), expiresAt: Expiry, revokedAt: z.int().nullable() }).describe('the old token after the rotation'),
+          }),
+          422: Problem.describe('TOKEN_REVOKED, TOKEN_EXPIRED, TOKEN_ALREADY_ROTATED, or IDEMPOTENCY_KEY_REUSED'),
+        },
+      },
+    },
+    (req, reply) =>
+      idempotent(ctx, req, reply, async ({ db }) => {
+        const p = who(req);
+        // never confirm that another token exists
+        if (p.role !== 'admin' && p.tokenId !== req.params.id) return { statusCode: 404, body: problem('TOKEN_NOT_FOUND') };
+        const o = await rotateApiToken(db, req.params.id, req.body ?? {}, ctx.clock.now(), lifetime);
+        if (o.status === 'refused') return { statusCode: o.code === 'TOKEN_NOT_FOUND' ? 404 : 422, body: problem(o.code, o.detail) };
+        req.log.info({ rotatedFrom: o.previous.id, rotatedTo: o.token.id, oldExpiresAt: o.previous.expiresAt, oldRevokedAt: o.previous.revokedAt }, 'api token rotated');
+        return { statusCode: 201, body: { status: o.status, code: o.code, ...o.token, rotatedFrom: o.previous } };
+      }),
   );
 }
