@@ -16,6 +16,10 @@ export const API_CODES = Object.freeze({
   TOKEN_ALREADY_ROTATED: 'The token named for rotation already has a live successor (rotate that one); nothing changed.',
   WEBHOOK_NOT_FOUND: 'No such webhook endpoint visible to this token.',
   WEBHOOK_ALREADY_DISABLED: 'The webhook endpoint is already disabled; nothing changed.',
+  WEBHOOK_URL_FORBIDDEN:
+    'The webhook URL is refused by the SSRF guard: not https, carries userinfo, or points at (resolves to) a loopback, private, link-local or other internal address; nothing changed.',
+  WEBHOOK_URL_UNRESOLVABLE: 'The host of the webhook URL does not resolve; nothing changed.',
+  WEBHOOK_ADDRESS_FORBIDDEN: 'Delivery log: the attempt was refused before connecting, the endpoint now resolves to an internal address (a failed attempt, retried with backoff).',
   IDEMPOTENCY_KEY_REUSED: 'This Idempotency-Key was used with a different request.',
   IDEMPOTENCY_IN_PROGRESS: 'A request with this Idempotency-Key is still running; retry later.',
   RATE_LIMITED: 'Too many requests for this token; retry after the Retry-After seconds.',

@@ -1,7 +1,7 @@
 import type { AddressInfo } from 'node:net';
 import type { FastifyInstance } from 'fastify';
 import { buildApp } from './app.js';
-import type { ApiDeps } from './context.js';
+import { DEFAULT_API_CONFIG, type ApiDeps } from './context.js';
 import { installApiToken } from './tokens.js';
 import { WebhookDispatcher, type WebhookOptions } from './webhooks.js';
 import { purgeApiTables } from './purge.js';
@@ -17,7 +17,7 @@ export interface AdminApiOptions extends ApiDeps {
    * first admin can call the API. There is no default token.
    */
   readonly bootstrapAdminToken?: string;
-  /** Webhook dispatcher options; false: do not deliver webhooks from this process. */
+  /** Webhook dispatcher options (its `allowPrivateNetworks` is `config.webhookAllowPrivateNetworks`); false: do not deliver webhooks from this process. */
   readonly webhooks?: Partial<WebhookOptions> | false;
 }
 
@@ -33,7 +33,12 @@ export async function startAdminApi(opts: AdminApiOptions): Promise<AdminApi> {
   if (opts.bootstrapAdminToken) await installApiToken(opts.db, opts.bootstrapAdminToken, { name: 'bootstrap admin', role: 'admin' }, opts.clock.now());
   const app = await buildApp(opts);
   await app.listen({ host: opts.host ?? '127.0.0.1', port: opts.port ?? 0 });
-  const webhooks = opts.webhooks === false ? undefined : new WebhookDispatcher({ db: opts.db, clock: opts.clock, log: opts.log.child({ part: 'webhooks' }) }, opts.webhooks ?? {});
+  // one SSRF switch for registration and delivery: the API config's
+  const allowPrivateNetworks = opts.config?.webhookAllowPrivateNetworks ?? DEFAULT_API_CONFIG.webhookAllowPrivateNetworks;
+  const webhooks =
+    opts.webhooks === false
+      ? undefined
+      : new WebhookDispatcher({ db: opts.db, clock: opts.clock, log: opts.log.child({ part: 'webhooks' }) }, { ...opts.webhooks, allowPrivateNetworks });
   webhooks?.start();
   // retention of idempotency keys and delivered webhooks, hourly; a failed pass is retried at the next
   const sweeper = setInterval(() => {

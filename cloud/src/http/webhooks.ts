@@ -1,6 +1,10 @@
 import { createHmac, randomBytes, randomUUID } from 'node:crypto';
+import { request as httpRequest } from 'node:http';
+import { request as httpsRequest } from 'node:https';
 import { newId, type Clock, type Logger } from '@tobira/shared';
 import type { Queryable } from '../adapters/db/db.js';
+import type { ApiCode } from './codes.js';
+import { EgressRefusedError, checkUrlShape, guardedLookup, resolveAll, type ResolveAll } from './egress.js';
 
 /**
  * Webhook delivery (docs/api.md "Webhooks"). Triggers (migration 0006) write
@@ -10,7 +14,14 @@ import type { Queryable } from '../adapters/db/db.js';
  * the row delivered or backs it off (capped exponential, dead after
  * maxAttempts). Guarantee: at least once per endpoint; receivers dedupe by
  * the `id` in the body (also the `Tobira-Event-Id` header).
+ *
+ * SSRF guard (egress.ts): unless `allowPrivateNetworks`, the address actually
+ * connected to must be public (checked in the connection's DNS lookup, so a
+ * host re-pointed at an internal address after registration is refused before
+ * any byte is sent), and redirects are never followed (a 3xx is a failure).
  */
+const ADDRESS_FORBIDDEN: ApiCode = 'WEBHOOK_ADDRESS_FORBIDDEN';
+
 export const WEBHOOK_EVENTS = ['key.state_changed', 'access.event', 'alarm'] as const;
 export type WebhookEvent = (typeof WEBHOOK_EVENTS)[number];
 
@@ -22,6 +33,8 @@ export interface WebhookOptions {
   readonly maxAttempts: number;
   readonly baseMs: number;
   readonly maxMs: number;
+  /** Deliver to loopback, private and other internal addresses, and over plain http (the SSRF guard off). */
+  readonly allowPrivateNetworks: boolean;
 }
 export const DEFAULT_WEBHOOK_OPTIONS: WebhookOptions = Object.freeze({
   pollMs: 1_000,
@@ -31,6 +44,7 @@ export const DEFAULT_WEBHOOK_OPTIONS: WebhookOptions = Object.freeze({
   maxAttempts: 8,
   baseMs: 1_000,
   maxMs: 15 * 60_000,
+  allowPrivateNetworks: false,
 });
 
 /** `Tobira-Signature: t=<unix ms>,v1=<hex HMAC-SHA256(secret, "<t>.<body>")>`; receivers check it and reject old `t`. */
@@ -72,7 +86,7 @@ export class WebhookDispatcher {
   #running: Promise<void> | undefined;
 
   constructor(
-    private readonly deps: { db: Queryable; clock: Clock; log: Logger; fetch?: typeof fetch; random?: () => number },
+    private readonly deps: { db: Queryable; clock: Clock; log: Logger; random?: () => number; resolve?: ResolveAll },
     options: Partial<WebhookOptions> = {},
   ) {
     this.#o = { ...DEFAULT_WEBHOOK_OPTIONS, ...options };
@@ -119,25 +133,29 @@ export class WebhookDispatcher {
     const t = this.deps.clock.now();
     let statusCode: number | null = null;
     let error: string | null = null;
-    try {
-      const res = await (this.deps.fetch ?? fetch)(row.url, {
-        method: 'POST',
-        headers: {
+    // a refusal by the egress guard: its code leads the logged error; the address goes to the server log only
+    let refused: Record<string, unknown> = {};
+    const shape = checkUrlShape(row.url, { allowPrivateNetworks: this.#o.allowPrivateNetworks });
+    if (!shape.ok) {
+      refused = { code: ADDRESS_FORBIDDEN };
+      error = `${ADDRESS_FORBIDDEN}: ${shape.detail}`;
+    } else {
+      try {
+        statusCode = await this.#post(shape.url, {
           'content-type': 'application/json',
           'tobira-event-id': row.event_id,
           'tobira-event-type': row.type,
           'tobira-signature': signWebhook(row.secret, t, body),
           ...(row.cid ? { 'x-correlation-id': row.cid } : {}),
-        },
-        body,
-        redirect: 'manual',
-        signal: AbortSignal.timeout(this.#o.timeoutMs),
-      });
-      statusCode = res.status;
-      await res.body?.cancel().catch(() => undefined);
-      if (!res.ok) error = `HTTP ${res.status}`;
-    } catch (e) {
-      error = e instanceof Error ? e.message : String(e);
+        }, body);
+        if (statusCode >= 300 && statusCode < 400) error = `HTTP ${statusCode}: redirects are not followed`;
+        else if (statusCode < 200 || statusCode >= 300) error = `HTTP ${statusCode}`;
+      } catch (e) {
+        if (e instanceof EgressRefusedError) {
+          refused = { code: e.code, addressClass: e.addressClass, address: e.address };
+          error = `${e.code}: ${e.message}`;
+        } else error = e instanceof Error ? e.message : String(e);
+      }
     }
     const now = this.deps.clock.now();
     await this.deps.db.query('INSERT INTO webhook_deliveries (outbox_id, endpoint_id, attempt, status_code, error, at) VALUES ($1,$2,$3,$4,$5,$6)', [
@@ -163,6 +181,39 @@ export class WebhookDispatcher {
       `UPDATE webhook_outbox SET status = $3, next_attempt_at = $4, last_error = $5, lease_token = NULL, lease_until = NULL WHERE id = $1 AND lease_token = $2`,
       [row.id, row.lease_token, dead ? 'dead' : 'pending', Math.round(now + delay), error.slice(0, 500)],
     );
-    log.warn({ statusCode, error, dead }, 'webhook delivery failed');
+    log.warn({ statusCode, error, dead, ...refused }, 'webhook delivery failed');
+  }
+
+  /**
+   * One POST with node:http(s) (not fetch: it takes a `lookup` hook), a fresh
+   * connection each time (`agent: false`: a pooled socket could have been
+   * opened under another policy), redirects not followed (node:http never
+   * does), the whole exchange bounded by `timeoutMs`. Resolves the status.
+   */
+  #post(url: URL, headers: Record<string, string>, body: string): Promise<number> {
+    const guard = !this.#o.allowPrivateNetworks;
+    const request = url.protocol === 'https:' ? httpsRequest : httpRequest;
+    return new Promise<number>((resolve, reject) => {
+      const req = request(
+        url,
+        {
+          method: 'POST',
+          headers: { ...headers, 'content-length': String(Buffer.byteLength(body)), 'user-agent': 'tobira-webhooks' },
+          agent: false,
+          ...(guard ? { lookup: guardedLookup(this.deps.resolve ?? resolveAll) } : {}),
+        },
+        (res) => {
+          clearTimeout(timer);
+          resolve(res.statusCode ?? 0);
+          res.destroy(); // the answer's body is not read
+        },
+      );
+      const timer = setTimeout(() => req.destroy(new Error(`timed out after ${this.#o.timeoutMs} ms`)), this.#o.timeoutMs);
+      req.on('error', (e) => {
+        clearTimeout(timer);
+        reject(e);
+      });
+      req.end(body);
+    });
   }
 }

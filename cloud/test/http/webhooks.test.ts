@@ -18,7 +18,8 @@ describe.each(pgBackends())('webhooks on %s', (backend) => {
   const received: Received[] = [];
   let answer = 204;
   beforeAll(async () => {
-    h = await openHarness(backend);
+    // the receiver below is a local server: the SSRF guard must be off (webhook-egress.test.ts tests it on)
+    h = await openHarness(backend, { webhookAllowPrivateNetworks: true });
     server = createServer((req, res) => {
       let body = '';
       req.on('data', (c: Buffer) => (body += c.toString('utf8')));
@@ -36,7 +37,8 @@ describe.each(pgBackends())('webhooks on %s', (backend) => {
     await h?.close();
   });
 
-  const dispatcher = () => new WebhookDispatcher({ db: h.cloud.db, clock: h.cloud.clock, log: testLog, random: () => 1 }, { maxAttempts: 2, baseMs: 1000 });
+  const dispatcher = () =>
+    new WebhookDispatcher({ db: h.cloud.db, clock: h.cloud.clock, log: testLog, random: () => 1 }, { maxAttempts: 2, baseMs: 1000, allowPrivateNetworks: true });
   const register = async (events: string[], token = h.tokens.managerA) =>
     h.app.inject({ method: 'POST', url: '/webhooks', headers: bearer(token), payload: { siteId: h.siteA, url, events } });
 
@@ -107,6 +109,6 @@ describe.each(pgBackends())('webhooks on %s', (backend) => {
     await h.app.inject({ method: 'POST', url: '/keys', headers: bearer(h.tokens.managerA), payload: issueBody(s) });
     expect(await count(h, 'webhook_outbox')).toBe(before);
     const bad = await h.app.inject({ method: 'POST', url: '/webhooks', headers: bearer(h.tokens.managerA), payload: { siteId: h.siteA, url: 'file:///etc/passwd', events: ['alarm'] } });
-    expect([bad.statusCode, bad.json().code]).toEqual([400, 'BAD_REQUEST']);
+    expect([bad.statusCode, bad.json().code]).toEqual([422, 'WEBHOOK_URL_FORBIDDEN']);
   });
 });

@@ -2,13 +2,15 @@ import { z } from 'zod';
 import { idempotent, problem, who, type Api, type Ctx } from '../context.js';
 import { getSite } from '../queries.js';
 import { Id, OutcomeStatus, errorResponses } from '../schemas.js';
+import { checkWebhookUrl } from '../egress.js';
 import { WEBHOOK_EVENTS, createWebhook } from '../webhooks.js';
 
 const Webhook = z.object({ id: z.string(), siteId: z.string(), url: z.string(), events: z.array(z.string()), enabled: z.boolean(), createdAt: z.int() });
+// any URL parses here; which ones may be used is the SSRF guard's answer (egress.ts, 422)
 const Url = z
   .string()
   .max(2000)
-  .refine((u) => URL.canParse(u) && /^https?:$/.test(new URL(u).protocol), 'expected an http(s) URL');
+  .refine((u) => URL.canParse(u), 'expected a URL');
 
 /** Webhook endpoints per site: key state changes, access events and alarms, HMAC-signed, retried with backoff, every attempt logged. */
 export function webhooksRoutes(app: Api, ctx: Ctx): void {
@@ -22,12 +24,19 @@ export function webhooksRoutes(app: Api, ctx: Ctx): void {
         response: { ...errorResponses, 201: z.object({ status: OutcomeStatus, code: z.string(), webhook: Webhook, secret: z.string() }) },
       },
     },
-    (req, reply) =>
-      idempotent(ctx, req, reply, async () => {
-        if (!(await getSite(ctx.db, who(req).sites, req.body.siteId))) return { statusCode: 404, body: problem('SITE_NOT_FOUND') };
-        const { secret, ...webhook } = await createWebhook(ctx.db, { ...req.body, events: [...new Set(req.body.events)] }, ctx.clock.now());
+    async (req, reply) => {
+      // the SSRF guard (egress.ts) may wait on DNS: checked before the unit, so no transaction stays open meanwhile;
+      // its answer depends on the URL alone, so it tells nothing about sites the token cannot see
+      const checked = await checkWebhookUrl(req.body.url, { allowPrivateNetworks: ctx.config.webhookAllowPrivateNetworks });
+      if (!checked.ok) return reply.status(422).send(problem(checked.code, checked.detail));
+      // stored as parsed (scheme and host lower-cased, IP forms canonical): the dispatcher parses the same string again
+      const url = checked.url.href;
+      return idempotent(ctx, req, reply, async ({ db }) => {
+        if (!(await getSite(db, who(req).sites, req.body.siteId))) return { statusCode: 404, body: problem('SITE_NOT_FOUND') };
+        const { secret, ...webhook } = await createWebhook(db, { ...req.body, url, events: [...new Set(req.body.events)] }, ctx.clock.now());
         return { statusCode: 201, body: { status: 'applied', code: 'MESSAGE_APPLIED', webhook, secret } };
-      }),
+      });
+    },
   );
 
   const visible = async (scope: readonly string[] | null, id: string) =>
