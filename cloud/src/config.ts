@@ -19,6 +19,22 @@ export const CloudConfigSchema = z.object({
   MQTT_CLEAN_SESSION: z.enum(['true', 'false']).default('false'),
   MQTT_USERNAME: z.string().optional(),
   MQTT_PASSWORD: z.string().optional(),
+  /**
+   * Who makes the gateways' cloud-broker logins (docs/cloud.md "Broker accounts"):
+   * `unmanaged` (the operator does; provisioning carries none) or
+   * `mosquitto-dynsec` (the cloud creates one account per gateway through
+   * Mosquitto's dynamic security plugin).
+   */
+  BROKER_ACCOUNTS: z.enum(['unmanaged', 'mosquitto-dynsec']).default('unmanaged'),
+  /** The dynsec admin login (a client with the dynsec admin role). Unset: MQTT_USERNAME / MQTT_PASSWORD. */
+  BROKER_ADMIN_USERNAME: z.string().optional(),
+  BROKER_ADMIN_PASSWORD: z.string().optional(),
+  /** The broker the admin login connects to. Unset: MQTT_URL. */
+  BROKER_ADMIN_URL: z.string().url().optional(),
+  /** How long a dynsec command may take before a registration is refused with BROKER_UNAVAILABLE. */
+  BROKER_ADMIN_TIMEOUT_MS: int(5_000, 1),
+  /** The cloud broker URL handed to gateways at provisioning (as they reach it; may differ from MQTT_URL). Unset: null. */
+  GATEWAY_BROKER_URL: z.string().url().optional(),
   /** Issuer of every downlink message and audience of every uplink message. */
   CLOUD_ISSUER: z.string().min(1).max(128).default('tobira-cloud'),
   /** The cloud's Ed25519 private JWK(s) as JSON: one JWK or an array (the first signs). Unset: a key is generated at start. */
@@ -52,6 +68,14 @@ export interface CloudConfig {
   readonly mqttCleanSession: boolean;
   readonly mqttUsername: string | undefined;
   readonly mqttPassword: string | undefined;
+  readonly brokerAccounts: {
+    readonly kind: 'unmanaged' | 'mosquitto-dynsec';
+    readonly adminUrl: string;
+    readonly adminUsername: string | undefined;
+    readonly adminPassword: string | undefined;
+    readonly timeoutMs: number;
+  };
+  readonly gatewayBrokerUrl: string | null;
   readonly issuer: string;
   readonly signingJwk: string | undefined;
   readonly heartbeatIntervalMs: number;
@@ -79,6 +103,9 @@ export function parseConfig(env: Record<string, string | undefined> = process.en
     if (v !== undefined && v !== '') picked[k] = v;
   }
   const c = CloudConfigSchema.parse(picked);
+  if (c.BROKER_ACCOUNTS === 'mosquitto-dynsec' && !((c.BROKER_ADMIN_USERNAME ?? c.MQTT_USERNAME) && (c.BROKER_ADMIN_PASSWORD ?? c.MQTT_PASSWORD))) {
+    throw new Error('BROKER_ACCOUNTS=mosquitto-dynsec needs the dynsec admin login: BROKER_ADMIN_USERNAME and BROKER_ADMIN_PASSWORD (or MQTT_USERNAME and MQTT_PASSWORD)');
+  }
   return deepFreeze({
     databaseUrl: c.DATABASE_URL,
     pgliteDataDir: c.PGLITE_DATA_DIR,
@@ -87,6 +114,14 @@ export function parseConfig(env: Record<string, string | undefined> = process.en
     mqttCleanSession: c.MQTT_CLEAN_SESSION === 'true',
     mqttUsername: c.MQTT_USERNAME,
     mqttPassword: c.MQTT_PASSWORD,
+    brokerAccounts: {
+      kind: c.BROKER_ACCOUNTS,
+      adminUrl: c.BROKER_ADMIN_URL ?? c.MQTT_URL,
+      adminUsername: c.BROKER_ADMIN_USERNAME ?? c.MQTT_USERNAME,
+      adminPassword: c.BROKER_ADMIN_PASSWORD ?? c.MQTT_PASSWORD,
+      timeoutMs: c.BROKER_ADMIN_TIMEOUT_MS,
+    },
+    gatewayBrokerUrl: c.GATEWAY_BROKER_URL ?? null,
     issuer: c.CLOUD_ISSUER,
     signingJwk: c.CLOUD_SIGNING_JWK,
     heartbeatIntervalMs: c.HEARTBEAT_INTERVAL_MS,

@@ -12,6 +12,7 @@ import { unmanagedBrokerAccounts, type BrokerAccounts } from './app/broker-accou
 import type { AppDeps } from './app/deps.js';
 import * as keys from './app/keys.js';
 import * as registry from './app/registry.js';
+import { rotateGatewayBrokerCredentials } from './app/broker-rotation.js';
 import * as reads from './app/reads.js';
 import { Uplink } from './app/uplink.js';
 import { Heartbeat } from './app/heartbeat.js';
@@ -30,6 +31,7 @@ export { API_CODES, type ApiCode } from './http/codes.js';
 
 export { BrokerUnavailable, unmanagedBrokerAccounts, type BrokerAccounts, type BrokerCredentials } from './app/broker-accounts.js';
 export type { Db, Tx, Queryable } from './adapters/db/db.js';
+export * from './adapters/broker/index.js';
 
 /**
  * Options of a write verb. `db`: run inside the caller's open transaction
@@ -164,6 +166,8 @@ export function createCloud(config: CloudConfig, cloudDeps: CloudDeps = {}) {
     createSite: (input: Parameters<typeof registry.createSite>[1], o?: VerbOptions) => registry.createSite(app(o), input),
     registerGateway: (input: Parameters<typeof registry.registerGateway>[2], o?: VerbOptions) =>
       registry.registerGateway(app(o), { issuer: config.issuer, jwks: need(signer).jwks }, input),
+    /** A new cloud-broker password for a gateway (BROKER_ACCOUNTS_UNMANAGED when accounts are not managed). */
+    rotateGatewayBrokerCredentials: (gatewayId: string, o?: VerbOptions) => rotateGatewayBrokerCredentials(app(o), gatewayId),
     createDoor: (input: Parameters<typeof registry.createDoor>[1], o?: VerbOptions) => registry.createDoor(app(o), input),
     createPerson: (input: Parameters<typeof registry.createPerson>[1], o?: VerbOptions) => registry.createPerson(app(o), input),
 

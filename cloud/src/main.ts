@@ -1,6 +1,6 @@
 import { createLogger, newCorrelationId, onShutdownSignals, systemClock, withCorrelation } from '@tobira/shared';
 import { z } from 'zod';
-import { createCloud, parseConfig, startAdminApi } from './index.js';
+import { brokerAccountsFromConfig, createCloud, parseConfig, startAdminApi } from './index.js';
 
 /**
  * Runs the cloud from the environment: the core (docs/cloud.md) and the admin
@@ -23,7 +23,11 @@ const baseLog = createLogger('cloud');
 // The process's own lines carry the cid of this run.
 const log = withCorrelation(baseLog, newCorrelationId());
 const apiEnv = ApiEnv.parse(process.env);
-const cloud = createCloud(parseConfig(process.env), { log: baseLog });
+const config = parseConfig(process.env);
+// The broker accounts' admin link (BROKER_ACCOUNTS) starts before the cloud and stops after it.
+const brokerAccounts = brokerAccountsFromConfig(config, baseLog);
+await brokerAccounts.start();
+const cloud = createCloud(config, { log: baseLog, brokerAccounts });
 await cloud.start();
 const api = await startAdminApi({
   cloud,
@@ -33,12 +37,13 @@ const api = await startAdminApi({
   host: apiEnv.ADMIN_API_HOST,
   port: apiEnv.ADMIN_API_PORT,
   config: {
+    gatewayBrokerUrl: config.gatewayBrokerUrl,
     webhookAllowPrivateNetworks: apiEnv.TOBIRA_WEBHOOK_ALLOW_PRIVATE === 'true',
     tokenDefaultTtlMs: apiEnv.TOBIRA_API_TOKEN_TTL_DAYS === 0 ? null : apiEnv.TOBIRA_API_TOKEN_TTL_DAYS * 86_400_000,
   },
   ...(apiEnv.TOBIRA_BOOTSTRAP_ADMIN_TOKEN ? { bootstrapAdminToken: apiEnv.TOBIRA_BOOTSTRAP_ADMIN_TOKEN } : {}),
 });
-log.info({ issuer: cloud.issuer, api: api.url }, 'cloud started');
+log.info({ issuer: cloud.issuer, api: api.url, brokerAccounts: brokerAccounts.kind }, 'cloud started');
 
 onShutdownSignals({
   graceful: (signal) => {
@@ -46,6 +51,7 @@ onShutdownSignals({
     api
       .close()
       .then(() => cloud.stop())
+      .then(() => brokerAccounts.stop())
       .then(
         () => process.exit(0),
         (e: unknown) => {

@@ -19,6 +19,7 @@ export const OUTCOME_CODES = table({
   KEY_EXPIRED: 'The key validity window ended; the key expired.',
   REPORT_RECORDED: 'A gateway report was recorded.',
   MESSAGE_APPLIED: 'A message was applied.',
+  BROKER_CREDENTIALS_ROTATED: "The gateway's cloud-broker password was replaced; the old one no longer logs in.",
   // noop
   KEY_ALREADY_REVOKED: 'The key is already revoked, revoking, expired or failed; nothing changed.',
   KEY_ALREADY_ACTIVE: 'The key is already active; nothing changed.',
@@ -49,6 +50,7 @@ export const OUTCOME_CODES = table({
   INVALID_TRANSITION: 'The event is not allowed from the current state.',
   BILLING_UNAVAILABLE: 'The payment provider could not be reached; nothing changed.',
   BROKER_UNAVAILABLE: 'The MQTT broker could not create or change the account; nothing changed.',
+  BROKER_ACCOUNTS_UNMANAGED: 'The cloud does not manage broker accounts (BROKER_ACCOUNTS=unmanaged); the operator sets broker logins.',
   CHECKOUT_IN_PROGRESS: 'A checkout for this subject is already in progress.',
   MESSAGE_REJECTED: 'The message failed verification or validation and was not applied.',
   APPLY_FAILED: 'The message could not be applied after the allowed attempts.',

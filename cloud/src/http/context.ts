@@ -10,7 +10,7 @@ import type { Principal } from './tokens.js';
 /** The verbs the API calls: the cloud's programmatic API (a subset, so tests may pass a fake). */
 export type AdminCloud = Pick<
   Cloud,
-  'createSite' | 'registerGateway' | 'createDoor' | 'createPerson' | 'issueKey' | 'revokeKey' | 'retryDeadLetter'
+  'createSite' | 'registerGateway' | 'rotateGatewayBrokerCredentials' | 'createDoor' | 'createPerson' | 'issueKey' | 'revokeKey' | 'retryDeadLetter'
 >;
 
 export interface ApiConfig {

@@ -56,7 +56,19 @@ export const Provisioning = z.object({
   cloudJwks: z.object({ keys: z.array(z.record(z.string(), z.unknown())) }),
   offlineGraceSeconds: z.int(),
   topics: z.object({ down: z.string(), up: z.string(), presence: z.string() }),
-  broker: z.object({ url: z.string().nullable() }),
+  broker: z
+    .object({
+      url: z.string().nullable().describe('the cloud broker as the gateway reaches it (GATEWAY_BROKER_URL); null: the operator configures it'),
+      username: z.string().nullable().describe("the gateway's own broker login (`gw:{gatewayId}`); null when the cloud does not manage broker accounts"),
+      password: z.string().nullable().describe('its password, shown once here (only a hash is kept); null when unmanaged'),
+    })
+    .describe("the gateway's cloud broker login: it may subscribe to its down topic and publish its up and presence topics, nothing else"),
+});
+
+/** A gateway's new broker login (POST /gateways/{gatewayId}/broker-credentials). */
+export const BrokerLogin = z.object({
+  gatewayId: z.string(),
+  broker: z.object({ url: z.string().nullable(), username: z.string(), password: z.string().describe('shown once; the old password no longer logs in') }),
 });
 
 export const KeyStatusEnum = z.enum(['issuing', 'active', 'revoking', 'revoked', 'expired', 'failed']);

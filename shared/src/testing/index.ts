@@ -1,1 +1,2 @@
 export * from './backends.js';
+export * from './mosquitto.js';

@@ -2,7 +2,7 @@ import type { Jwks } from '@tobira/shared';
 import { z } from 'zod';
 import { idempotent, problem, statusOf, who, type Api, type Ctx } from '../context.js';
 import { getGateway, getSite, listGateways } from '../queries.js';
-import { Gateway, Id, OutcomeStatus, Problem, Provisioning, PublicJwk, Slug, errorResponses } from '../schemas.js';
+import { BrokerLogin, Gateway, Id, OutcomeStatus, Problem, Provisioning, PublicJwk, Slug, errorResponses } from '../schemas.js';
 
 const RegisterGateway = z.strictObject({ gatewayId: Slug, siteId: Id, publicJwk: PublicJwk });
 
@@ -24,10 +24,31 @@ export function gatewaysRoutes(app: Api, ctx: Ctx): void {
         const jwk = req.body.publicJwk as unknown as Jwks['keys'][number];
         const o = await ctx.cloud.registerGateway({ gatewayId: req.body.gatewayId, siteId: req.body.siteId, publicJwk: jwk }, { db });
         if (o.status === 'applied') {
-          return {
-            statusCode: 201,
-            body: { status: o.status, code: o.code, provisioning: { ...o.state, broker: { url: ctx.config.gatewayBrokerUrl } } },
-          };
+          const { mqtt, ...provisioning } = o.state;
+          const broker = { url: ctx.config.gatewayBrokerUrl, username: mqtt?.username ?? null, password: mqtt?.password ?? null };
+          return { statusCode: 201, body: { status: o.status, code: o.code, provisioning: { ...provisioning, broker } } };
+        }
+        return { statusCode: statusOf(o), body: o.status === 'refused' ? problem(o.code, o.detail) : { status: o.status, code: o.code } };
+      }),
+  );
+
+  app.post(
+    '/gateways/:gatewayId/broker-credentials',
+    {
+      schema: {
+        tags: ['gateways'],
+        summary: "Give a gateway a new cloud broker password (the old one no longer logs in); answers the new login once",
+        params: z.strictObject({ gatewayId: Slug }),
+        response: { ...errorResponses, 200: z.object({ status: OutcomeStatus, code: z.string(), ...BrokerLogin.shape }) },
+      },
+    },
+    (req, reply) =>
+      idempotent(ctx, req, reply, async ({ db }) => {
+        if (!(await getGateway(db, who(req).sites, req.params.gatewayId))) return { statusCode: 404, body: problem('GATEWAY_NOT_FOUND') };
+        const o = await ctx.cloud.rotateGatewayBrokerCredentials(req.params.gatewayId, { db });
+        if (o.status === 'applied') {
+          const broker = { url: ctx.config.gatewayBrokerUrl, username: o.state.mqtt.username, password: o.state.mqtt.password };
+          return { statusCode: 200, body: { status: o.status, code: o.code, gatewayId: o.state.gatewayId, broker } };
         }
         return { statusCode: statusOf(o), body: o.status === 'refused' ? problem(o.code, o.detail) : { status: o.status, code: o.code } };
       }),

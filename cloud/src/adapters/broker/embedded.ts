@@ -1,0 +1,138 @@
+import { createHash, timingSafeEqual } from 'node:crypto';
+import { systemClock, type Clock, type Logger, type startEmbeddedBroker } from '@tobira/shared';
+import type { Queryable, Tx } from '../db/db.js';
+import type { BrokerAccounts, BrokerCredentials } from '../../app/broker-accounts.js';
+import { gatewayUsername, mayPublish, mayReceive, maySubscribe, type BrokerAccount } from './acl.js';
+import { DUMMY_HASH, hashPassword, newBrokerPassword, verifyPassword } from './password.js';
+
+/** aedes options as startEmbeddedBroker takes them (no direct aedes dependency here). */
+export type AedesOptions = NonNullable<NonNullable<Parameters<typeof startEmbeddedBroker>[0]>['aedes']>;
+export type AedesAuthHooks = Required<Pick<AedesOptions, 'authenticate' | 'authorizeSubscribe' | 'authorizePublish' | 'authorizeForward'>>;
+type AedesClient = Parameters<AedesAuthHooks['authenticate']>[0];
+
+/**
+ * Broker accounts for the embedded (aedes) cloud broker, stored in the cloud
+ * database (table broker_accounts, migration 0009): provisioning writes the
+ * gateway's account in the registration's transaction, and `hooks()` make
+ * aedes authenticate every CONNECT against the table and enforce the ACL of
+ * acl.ts on every subscribe, publish and delivery, as Mosquitto's dynamic
+ * security does with the same rules (dynsec.ts). One difference: Mosquitto
+ * acknowledges and drops a denied publish, aedes closes the connection; in
+ * both, no one receives it.
+ *
+ * Verified passwords are cached for `cacheMs` keyed by the stored hash, so a
+ * rotation (a new hash) takes effect for the next connection at once; the
+ * cache only saves the scrypt work of a reconnect storm.
+ */
+export class EmbeddedBrokerAccounts implements BrokerAccounts {
+  readonly kind = 'embedded';
+  readonly #db: Queryable;
+  readonly #clock: Clock;
+  readonly #log: Logger;
+  readonly #cacheMs: number;
+  readonly #verified = new Map<string, { digest: Buffer; until: number }>();
+  readonly #accounts = new WeakMap<AedesClient, BrokerAccount>();
+
+  constructor(opts: { db: Queryable; log: Logger; clock?: Clock; cacheMs?: number }) {
+    this.#db = opts.db;
+    this.#log = opts.log;
+    this.#clock = opts.clock ?? systemClock;
+    this.#cacheMs = opts.cacheMs ?? 60_000;
+  }
+
+  async provisionGateway(db: Tx, gatewayId: string, log: Logger): Promise<BrokerCredentials> {
+    const username = gatewayUsername(gatewayId);
+    const password = newBrokerPassword();
+    const now = this.#clock.now();
+    const r = await db.query<{ created: boolean }>(
+      `INSERT INTO broker_accounts (username, kind, gateway_id, password_hash, created_at, rotated_at) VALUES ($1, 'gateway', $2, $3, $4, $4)
+        ON CONFLICT (username) DO UPDATE SET password_hash = EXCLUDED.password_hash, rotated_at = EXCLUDED.rotated_at
+        RETURNING (created_at = rotated_at) AS created`,
+      [username, gatewayId, await hashPassword(password), now],
+    );
+    log.info({ gatewayId, username, broker: this.kind, created: r.rows[0]?.created ?? null }, 'broker account password set');
+    return { username, password };
+  }
+
+  /** The aedes hooks that enforce the accounts (startEmbeddedBroker({ aedes: accounts.hooks() })). */
+  hooks(): AedesAuthHooks {
+    return {
+      authenticate: (client, username, password, done) => {
+        this.#authenticate(username, password).then(
+          (account) => {
+            if (account) this.#accounts.set(client, account);
+            else this.#log.warn({ username: username ?? null, clientId: client.id }, 'broker login refused');
+            done(null, account !== null);
+          },
+          (e: unknown) => {
+            this.#log.error({ err: String(e), clientId: client.id }, 'broker login check failed');
+            // 3: server unavailable (the client retries), not "bad password"
+            done(Object.assign(new Error('account store unavailable'), { returnCode: 3 as const }), false);
+          },
+        );
+      },
+      authorizeSubscribe: (client, sub, done) => {
+        const account = this.#accounts.get(client);
+        const ok = account !== undefined && maySubscribe(account, sub.topic);
+        if (!ok) this.#log.warn({ clientId: client.id, filter: sub.topic }, 'broker subscribe refused');
+        done(null, ok ? sub : null);
+      },
+      authorizePublish: (client, packet, done) => {
+        // client null: a will left by a client of an earlier broker run; nobody vouches for it
+        const account = client ? this.#accounts.get(client) : undefined;
+        if (account !== undefined && mayPublish(account, packet.topic)) return done(null);
+        this.#log.warn({ clientId: client?.id ?? null, topic: packet.topic }, 'broker publish refused');
+        done(new Error('publish not allowed'));
+      },
+      authorizeForward: (client, packet) => {
+        const account = this.#accounts.get(client);
+        return account !== undefined && mayReceive(account, packet.topic) ? packet : null;
+      },
+    };
+  }
+
+  async #authenticate(username: string | undefined, password: Readonly<Buffer> | undefined): Promise<BrokerAccount | null> {
+    if (username === undefined || password === undefined) return null;
+    const r = await this.#db.query<{ kind: 'gateway' | 'service'; gateway_id: string | null; password_hash: string }>(
+      'SELECT kind, gateway_id, password_hash FROM broker_accounts WHERE username = $1',
+      [username],
+    );
+    const row = r.rows[0];
+    const pw = password.toString('utf8');
+    const hash = row?.password_hash ?? DUMMY_HASH;
+    const cacheKey = `${username}\n${hash}`;
+    const digest = createHash('sha256').update(pw).digest();
+    const cached = this.#verified.get(cacheKey);
+    const now = Date.now();
+    let ok: boolean;
+    if (cached && cached.until > now) ok = timingSafeEqual(cached.digest, digest);
+    else {
+      ok = await verifyPassword(pw, hash);
+      if (ok && row) {
+        this.#verified.set(cacheKey, { digest, until: now + this.#cacheMs });
+        if (this.#verified.size > 10_000) this.#verified.clear();
+      }
+    }
+    if (!ok || !row) return null;
+    if (row.kind === 'service') return { kind: 'service' };
+    return row.gateway_id === null ? null : { kind: 'gateway', gatewayId: row.gateway_id };
+  }
+}
+
+/**
+ * Creates the cloud's own service account (full access to tobira/v1/gw/#) or
+ * gives it a new random password; answers the login to connect with. The
+ * demo calls it at each start, so no service password is kept on disk and
+ * none is a default.
+ */
+export async function setServiceAccount(db: Queryable, username: string, now: number): Promise<BrokerCredentials> {
+  if (username.startsWith('gw:')) throw new Error(`a service account cannot be named like a gateway: ${username}`);
+  const password = newBrokerPassword();
+  await db.query(
+    `INSERT INTO broker_accounts (username, kind, gateway_id, password_hash, created_at, rotated_at) VALUES ($1, 'service', NULL, $2, $3, $3)
+      ON CONFLICT (username) DO UPDATE SET password_hash = EXCLUDED.password_hash, rotated_at = EXCLUDED.rotated_at
+      WHERE broker_accounts.kind = 'service'`,
+    [username, await hashPassword(password), now],
+  );
+  return { username, password };
+}
