@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import type { Queryable } from '../../adapters/db/db.js';
 import { idempotent, problem, who, type Api, type Ctx } from '../context.js';
 import { getSite } from '../queries.js';
 import { Id, OutcomeStatus, errorResponses } from '../schemas.js';
@@ -39,9 +40,9 @@ export function webhooksRoutes(app: Api, ctx: Ctx): void {
     },
   );
 
-  const visible = async (scope: readonly string[] | null, id: string) =>
+  const visible = async (scope: readonly string[] | null, id: string, db: Queryable = ctx.db) =>
     (
-      await ctx.db.query<Record<string, unknown>>(
+      await db.query<Record<string, unknown>>(
         'SELECT id, site_id, url, events, enabled, created_at FROM webhook_endpoints WHERE id = $2 AND ($1::text[] IS NULL OR site_id = ANY($1))',
         [scope === null ? null : [...scope], id],
       )
@@ -136,9 +137,9 @@ export function webhooksRoutes(app: Api, ctx: Ctx): void {
       },
     },
     (req, reply) =>
-      idempotent(ctx, req, reply, async () => {
-        if (!(await visible(who(req).sites, req.params.id))) return { statusCode: 404, body: problem('WEBHOOK_NOT_FOUND') };
-        const r = await ctx.db.query('UPDATE webhook_endpoints SET enabled = false WHERE id = $1 AND enabled', [req.params.id]);
+      idempotent(ctx, req, reply, async ({ db }) => {
+        if (!(await visible(who(req).sites, req.params.id, db))) return { statusCode: 404, body: problem('WEBHOOK_NOT_FOUND') };
+        const r = await db.query('UPDATE webhook_endpoints SET enabled = false WHERE id = $1 AND enabled', [req.params.id]);
         return { statusCode: 200, body: r.rowCount === 1 ? { status: 'applied', code: 'MESSAGE_APPLIED' } : { status: 'noop', code: 'WEBHOOK_ALREADY_DISABLED' } };
       }),
   );
