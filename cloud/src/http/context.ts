@@ -4,7 +4,7 @@ import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import type { Tx } from '../adapters/db/db.js';
 import type { Cloud } from '../index.js';
 import type { ApiCode } from './codes.js';
-import { claim, complete, release, requestHash } from './idempotency.js';
+import { answerKey, claim, complete, release, requestHash, seal, unseal } from './idempotency.js';
 import type { Principal } from './tokens.js';
 
 /** The verbs the API calls: the cloud's programmatic API (a subset, so tests may pass a fake). */
@@ -70,6 +70,13 @@ declare module 'fastify' {
   }
 }
 
+/** The clear bearer token of an authenticated request (the auth hook checked it). */
+export function bearerOf(req: FastifyRequest): string {
+  const h = req.headers.authorization;
+  if (typeof h !== 'string' || !h.startsWith('Bearer ')) throw new Error('no bearer token on an authenticated route');
+  return h.slice(7).trim();
+}
+
 /** The authenticated caller; the auth hook has run for every non-public route. */
 export function who(req: FastifyRequest): Principal {
   if (!req.principal) throw new Error('no principal on an authenticated route');
@@ -133,12 +140,6 @@ class Rollback {
 
 /** Runs `run` in one transaction; `store` writes the idempotent response in it. A 5xx answer is returned but rolled back. */
 async function inUnit(ctx: Ctx, run: (u: Unit) => Promise<Answer>, store?: (db: Tx, a: Answer) => Promise<void>): Promise<Answer> {
-  if (run.length === 0) {
-    // MIGRATING: a route body that takes no unit still uses ctx.db (outside any transaction)
-    const a = await run({ db: ctx.db });
-    if (a.statusCode < 500) await store?.(ctx.db, a);
-    return a;
-  }
   try {
     return await ctx.db.transaction(async (db) => {
       const a = await run({ db });
@@ -157,7 +158,8 @@ async function inUnit(ctx: Ctx, run: (u: Unit) => Promise<Answer>, store?: (db: 
  * The effect and the stored response commit in the same transaction, so a
  * replay answers exactly what the first request answered (secrets shown once,
  * such as a gateway's pepper, included: records are kept 24 h, see
- * purge.ts), and a request that failed left nothing behind. A different
+ * purge.ts, sealed under a key only the caller's token opens, see
+ * idempotency.ts), and a request that failed left nothing behind. A different
  * request under the key is 422 IDEMPOTENCY_KEY_REUSED; a duplicate while the
  * first still runs is 409 IDEMPOTENCY_IN_PROGRESS (retryable; the claim is a
  * committed lock row whose lease lets a retry take over from a crashed holder).
@@ -175,20 +177,24 @@ export async function idempotent(ctx: Ctx, req: FastifyRequest, reply: FastifyRe
   if (raw === undefined) return send(await inUnit(ctx, run));
   if (typeof raw !== 'string' || !IDEMPOTENCY_KEY.test(raw)) return say(400, problem('BAD_REQUEST', 'Idempotency-Key: 1-200 of [A-Za-z0-9_.:-]'));
   const hash = requestHash(req.method, req.routeOptions.url ?? req.url, req.params, req.body ?? null, { ifMatch: req.headers['if-match'] ?? null });
+  const key = answerKey(bearerOf(req), raw);
   const c = await claim(ctx.db, p.tokenId, raw, hash, ctx.clock.now());
   switch (c.kind) {
     case 'reused':
       return say(422, problem('IDEMPOTENCY_KEY_REUSED'));
     case 'in_progress':
       return say(409, problem('IDEMPOTENCY_IN_PROGRESS', undefined, 'conflict'), { 'retry-after': '1' });
-    case 'replay':
-      return say(c.statusCode, c.body, { 'idempotent-replayed': 'true' });
+    case 'replay': {
+      const stored = unseal(key, c.body) as { body: unknown; headers?: Record<string, string> } | undefined;
+      if (stored === undefined) throw new Error('a stored idempotent answer does not open with the caller token');
+      return say(c.statusCode, stored.body, { ...stored.headers, 'idempotent-replayed': 'true' });
+    }
     case 'run':
       break;
   }
   let a: Answer;
   try {
-    a = await inUnit(ctx, run, (db, done) => complete(db, p.tokenId, raw, done.statusCode, done.body));
+    a = await inUnit(ctx, run, (db, done) => complete(db, p.tokenId, raw, done.statusCode, seal(key, { body: done.body, headers: done.headers ?? {} })));
   } catch (e) {
     await release(ctx.db, p.tokenId, raw).catch((err: unknown) => req.log.warn({ err: String(err) }, 'idempotency release failed'));
     throw e;

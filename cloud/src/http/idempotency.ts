@@ -1,4 +1,4 @@
-import { createHash } from 'node:crypto';
+import { createCipheriv, createDecipheriv, createHash, createHmac, randomBytes } from 'node:crypto';
 import type { Queryable } from '../adapters/db/db.js';
 
 /** How long a first request holds its Idempotency-Key before a retry may take it over (a crashed holder). */
@@ -20,6 +20,44 @@ export function canonicalJson(v: unknown): string {
 
 export const requestHash = (method: string, route: string, params: unknown, body: unknown, extra: unknown): string =>
   createHash('sha256').update(canonicalJson({ method, route, params, body, extra })).digest('hex');
+
+/**
+ * Stored answers are sealed (AES-256-GCM) under a key only the caller holds:
+ * HMAC-SHA256(clear bearer token, Idempotency-Key). The database keeps the
+ * token's hash, never the token, so whoever reads the database cannot open a
+ * stored answer (a new API token, a gateway's pepper or broker password shown
+ * once stay secret at rest), while the caller's replay, which presents the
+ * token again, can.
+ */
+export const answerKey = (bearerToken: string, idempotencyKey: string): Buffer =>
+  createHmac('sha256', bearerToken).update(`tobira-idempotent-answer\n${idempotencyKey}`).digest();
+
+export interface Sealed {
+  readonly v: 1;
+  readonly iv: string;
+  readonly tag: string;
+  readonly data: string;
+}
+
+export function seal(key: Buffer, value: unknown): Sealed {
+  const iv = randomBytes(12);
+  const c = createCipheriv('aes-256-gcm', key, iv);
+  const data = Buffer.concat([c.update(JSON.stringify(value), 'utf8'), c.final()]);
+  return { v: 1, iv: iv.toString('base64url'), tag: c.getAuthTag().toString('base64url'), data: data.toString('base64url') };
+}
+
+/** The sealed value, or undefined when it is not a sealed answer or the key does not open it. */
+export function unseal(key: Buffer, sealed: unknown): unknown {
+  const s = sealed as Partial<Sealed> | null;
+  if (s === null || typeof s !== 'object' || s.v !== 1 || typeof s.iv !== 'string' || typeof s.tag !== 'string' || typeof s.data !== 'string') return undefined;
+  try {
+    const d = createDecipheriv('aes-256-gcm', key, Buffer.from(s.iv, 'base64url'));
+    d.setAuthTag(Buffer.from(s.tag, 'base64url'));
+    return JSON.parse(Buffer.concat([d.update(Buffer.from(s.data, 'base64url')), d.final()]).toString('utf8')) as unknown;
+  } catch {
+    return undefined;
+  }
+}
 
 export type Claim =
   | { readonly kind: 'run' }

@@ -32,6 +32,7 @@ describe.each(pgBackends())('admin API protocol on %s', (backend) => {
       expect(again.statusCode).toBe(202);
       expect(again.headers['idempotent-replayed']).toBe('true');
       expect(again.json()).toEqual(first.json());
+      expect([again.headers.etag, again.headers.location]).toEqual([first.headers.etag, first.headers.location]);
       expect(await count(h, 'keys')).toBe(keys);
       expect(await count(h, 'outbox')).toBe(outbox);
     });
@@ -102,6 +103,10 @@ describe.each(pgBackends())('admin API protocol on %s', (backend) => {
       expect(again.headers['idempotent-replayed']).toBe('true');
       expect(again.json().provisioning.credentialPepper).toBe(first.json().provisioning.credentialPepper);
       expect(await count(h, 'gateways')).toBe(gateways);
+      // at rest the stored answer is sealed under the caller's token: the pepper is not in the database's copy
+      const stored = await h.cloud.db.query<{ response: string }>('SELECT response::text AS response FROM idempotency_keys WHERE key = $1', [`gw-${s.u}`]);
+      expect(stored.rows[0]?.response).not.toContain(first.json().provisioning.credentialPepper);
+      expect(JSON.parse(stored.rows[0]?.response ?? '{}')).toMatchObject({ v: 1, iv: expect.any(String), tag: expect.any(String), data: expect.any(String) });
       // without the key, the same registration is refused: the pepper is shown once
       const bare = await h.app.inject({ method: 'POST', url: '/gateways', headers: bearer(h.tokens.managerA), payload });
       expect(bare.json()).toMatchObject({ status: 'refused', code: 'GATEWAY_ALREADY_EXISTS' });
