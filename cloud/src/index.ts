@@ -26,7 +26,7 @@ export { KEY_TRANSITIONS, KEY_NOOPS, KEY_STATUSES, type KeyStatus } from './doma
 export { buildApp } from './http/app.js';
 export { startAdminApi, type AdminApi, type AdminApiOptions } from './http/server.js';
 export { DEFAULT_API_CONFIG, type ApiConfig, type ApiDeps } from './http/context.js';
-export { createApiToken, installApiToken, revokeApiToken, type Role } from './http/tokens.js';
+export { createApiToken, installApiToken, revokeApiToken, rotateApiToken, type Role, type TokenLifetimeOptions } from './http/tokens.js';
 export { API_CODES, type ApiCode } from './http/codes.js';
 
 export { BrokerUnavailable, unmanagedBrokerAccounts, type BrokerAccounts, type BrokerCredentials } from './app/broker-accounts.js';

@@ -20,7 +20,7 @@ export const Problem = z.object({
 /** The error statuses any authenticated route can answer. */
 export const errorResponses = {
   400: Problem.describe('BAD_REQUEST, MALFORMED_JSON: the request does not match its schema'),
-  401: Problem.describe('UNAUTHENTICATED'),
+  401: Problem.describe('UNAUTHENTICATED or TOKEN_EXPIRED'),
   403: Problem.describe('FORBIDDEN_ROLE'),
   404: Problem.describe('*_NOT_FOUND or NOT_FOUND: no such resource visible to this token'),
   409: Problem.describe('a conflict outcome, or IDEMPOTENCY_IN_PROGRESS (retryable)'),
