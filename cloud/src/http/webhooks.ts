@@ -20,10 +20,11 @@ import { EgressRefusedError, checkUrlShape, guardedLookup, resolveAll, type Reso
  * host re-pointed at an internal address after registration is refused before
  * any byte is sent), and redirects are never followed (a 3xx is a failure).
  */
-const ADDRESS_FORBIDDEN: ApiCode = 'WEBHOOK_ADDRESS_FORBIDDEN';
-
 export const WEBHOOK_EVENTS = ['key.state_changed', 'access.event', 'alarm'] as const;
 export type WebhookEvent = (typeof WEBHOOK_EVENTS)[number];
+
+/** Leads the logged error of an attempt the egress guard refused. */
+const ADDRESS_FORBIDDEN: ApiCode = 'WEBHOOK_ADDRESS_FORBIDDEN';
 
 export interface WebhookOptions {
   readonly pollMs: number;
@@ -188,7 +189,7 @@ export class WebhookDispatcher {
    * One POST with node:http(s) (not fetch: it takes a `lookup` hook), a fresh
    * connection each time (`agent: false`: a pooled socket could have been
    * opened under another policy), redirects not followed (node:http never
-   * does), the whole exchange bounded by `timeoutMs`. Resolves the status.
+   * does), bounded by `timeoutMs` up to the answer's status. Resolves the status.
    */
   #post(url: URL, headers: Record<string, string>, body: string): Promise<number> {
     const guard = !this.#o.allowPrivateNetworks;
