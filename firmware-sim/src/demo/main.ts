@@ -2,17 +2,26 @@
 /**
  * `npm start`: the whole of Tobira on one machine, on embedded parts.
  *
- *   embedded MQTT broker (aedes) -> cloud (PGlite) -> gateway gw-1 (SQLite)
- *   -> three simulated locks, with a seeded site, doors, a guest and her key.
+ *   cloud broker (aedes, with login) -> cloud (PGlite) -> gateway gw-1 (SQLite)
+ *   -> site broker (aedes, loopback) -> three simulated locks, with a seeded
+ *   site, doors, a guest and her key.
+ *
+ * The cloud broker enforces per-gateway accounts (docs/architecture.md
+ * "Broker accounts"): the cloud logs in with its service account (a new
+ * random password at each start, never on disk), the gateway with the login
+ * its provisioning gave it (kept in seed.json, mode 0600). The locks talk to
+ * the gateway on a site broker of their own, as on a real site.
  *
  * Everything lives under one folder (./data, or TOBIRA_DATA_DIR) and survives
- * a restart. DATABASE_URL and MQTT_URL select a real PostgreSQL / broker.
+ * a restart. DATABASE_URL and MQTT_URL select a real PostgreSQL / broker
+ * (with MQTT_URL, that one broker carries both links and its logins are the
+ * operator's: broker accounts are not managed).
  * Ctrl-C stops everything cleanly; a second Ctrl-C forces.
  */
 import { randomBytes, randomInt } from 'node:crypto';
 import { mkdirSync } from 'node:fs';
 import { join, resolve } from 'node:path';
-import { createCloud, parseConfig as parseCloudConfig, startAdminApi, type Cloud } from '@tobira/cloud';
+import { createCloud, openEmbeddedBrokerAccounts, parseConfig as parseCloudConfig, startAdminApi, type AedesAuthHooks, type BrokerAccounts, type Cloud, type Db } from '@tobira/cloud';
 import { createGateway, parseConfig as parseGatewayConfig, type Gateway, type GatewayConfigInput } from '@tobira/gateway';
 import {
   encodeSecret,
@@ -37,6 +46,8 @@ const Env = z.object({
   TOBIRA_DEMO_HOST: z.string().default('127.0.0.1'),
   /** 1884, not 1883: a system Mosquitto may be listening there. */
   TOBIRA_DEMO_MQTT_PORT: z.coerce.number().int().min(0).max(65535).default(1884),
+  /** The site broker of the locks. */
+  TOBIRA_DEMO_SITE_MQTT_PORT: z.coerce.number().int().min(0).max(65535).default(1885),
   TOBIRA_DEMO_API_PORT: z.coerce.number().int().min(0).max(65535).default(8080),
   TOBIRA_DEMO_GATEWAY_PORT: z.coerce.number().int().min(0).max(65535).default(8081),
   TOBIRA_DEMO_LOCKS_PORT: z.coerce.number().int().min(0).max(65535).default(8082),
@@ -96,34 +107,46 @@ async function main(): Promise<void> {
 
   process.stdout.write(`\nTobira demo — data in ${data} (JSON logs: ${logFile})\n\n`);
 
-  // 1. broker
+  // 1. cloud database and broker accounts, then the brokers
+  const cloudKey = await once(join(data, 'cloud', 'signing-key.json'), async () => (await generateSigningKeyPair()).privateJwk, true);
+  const dbConfig = env.DATABASE_URL ? { DATABASE_URL: env.DATABASE_URL } : { PGLITE_DATA_DIR: join(data, 'cloud', 'db') };
   let mqttUrl = env.MQTT_URL;
+  let siteUrl = env.MQTT_URL;
+  let cloudLogin: { MQTT_USERNAME: string; MQTT_PASSWORD: string } | Record<string, never> = {};
+  let db: Db | undefined;
+  let brokerAccounts: BrokerAccounts | undefined;
   if (mqttUrl === undefined) {
-    step(`embedded MQTT broker on ${env.TOBIRA_DEMO_HOST}:${env.TOBIRA_DEMO_MQTT_PORT}`);
-    let broker: EmbeddedBroker;
-    try {
-      broker = await startEmbeddedBroker({ host: env.TOBIRA_DEMO_HOST, port: env.TOBIRA_DEMO_MQTT_PORT });
-    } catch (e) {
-      throw new Error(`cannot listen on port ${env.TOBIRA_DEMO_MQTT_PORT} (${(e as Error).message}); set TOBIRA_DEMO_MQTT_PORT or MQTT_URL`, { cause: e });
-    }
-    parts.push({ name: 'MQTT broker', stop: () => broker.stop() });
-    mqttUrl = broker.url;
-    ok(mqttUrl);
+    step(env.DATABASE_URL ? 'cloud database on PostgreSQL (DATABASE_URL)' : `cloud database: embedded PostgreSQL (PGlite, ${join(data, 'cloud', 'db')})`);
+    const opened = await openEmbeddedBrokerAccounts(parseCloudConfig(dbConfig), { log: root.child({ part: 'broker-accounts' }), clock: systemClock });
+    const openedDb = opened.db;
+    db = openedDb;
+    brokerAccounts = opened.accounts;
+    cloudLogin = { MQTT_USERNAME: opened.service.username, MQTT_PASSWORD: opened.service.password };
+    parts.push({ name: 'database', stop: () => openedDb.close() });
+    ok();
+    const cloudBroker = await listen('cloud MQTT broker (gateway logins enforced)', env.TOBIRA_DEMO_HOST, env.TOBIRA_DEMO_MQTT_PORT, 'TOBIRA_DEMO_MQTT_PORT', opened.accounts.hooks());
+    parts.push({ name: 'MQTT broker', stop: () => cloudBroker.stop() });
+    mqttUrl = cloudBroker.url;
+    const siteBroker = await listen('site MQTT broker (locks)', env.TOBIRA_DEMO_HOST, env.TOBIRA_DEMO_SITE_MQTT_PORT, 'TOBIRA_DEMO_SITE_MQTT_PORT');
+    parts.push({ name: 'site MQTT broker', stop: () => siteBroker.stop() });
+    siteUrl = siteBroker.url;
   } else {
-    process.stdout.write(`  • MQTT broker: ${mqttUrl} (MQTT_URL)\n`);
+    process.stdout.write(`  • MQTT broker: ${mqttUrl} (MQTT_URL; its logins are the operator's)\n`);
   }
+  const cloudUrl = mqttUrl;
+  const locksUrl = siteUrl ?? mqttUrl;
 
   // 2. cloud
-  const cloudKey = await once(join(data, 'cloud', 'signing-key.json'), async () => (await generateSigningKeyPair()).privateJwk, true);
   step(env.DATABASE_URL ? 'cloud on PostgreSQL (DATABASE_URL)' : `cloud on embedded PostgreSQL (PGlite, ${join(data, 'cloud', 'db')})`);
   const cloud: Cloud = createCloud(
     parseCloudConfig({
-      ...(env.DATABASE_URL ? { DATABASE_URL: env.DATABASE_URL } : { PGLITE_DATA_DIR: join(data, 'cloud', 'db') }),
-      MQTT_URL: mqttUrl,
+      ...dbConfig,
+      MQTT_URL: cloudUrl,
       MQTT_CLIENT_ID: 'tobira-cloud-demo',
       CLOUD_SIGNING_JWK: JSON.stringify(cloudKey),
+      ...cloudLogin,
     }),
-    { log: root.child({ part: 'cloud' }), clock: systemClock },
+    { log: root.child({ part: 'cloud' }), clock: systemClock, ...(db ? { db } : {}), ...(brokerAccounts ? { brokerAccounts } : {}) },
   );
   await cloud.start();
   parts.push({ name: 'cloud', stop: () => cloud.stop() });
@@ -141,7 +164,7 @@ async function main(): Promise<void> {
     port: env.TOBIRA_DEMO_API_PORT,
     bootstrapAdminToken: adminToken.token,
     // everything runs on this one box, so a webhook receiver will be local too: SSRF guard off (docs/api.md "Webhooks")
-    config: { webhookAllowPrivateNetworks: true },
+    config: { webhookAllowPrivateNetworks: true, gatewayBrokerUrl: cloudUrl },
   });
   parts.push({ name: 'admin API', stop: () => api.close() });
   ok(api.url);
@@ -154,12 +177,26 @@ async function main(): Promise<void> {
     seed = await seedDemo(cloud, data);
     writeJson(seedFile, seed, true);
     ok();
+  } else if (brokerAccounts && seed.gatewayConfig.cloud.username === undefined) {
+    // a data folder from before broker logins: give the gateway its own now
+    step(`giving ${GATEWAY_ID} its own cloud broker login`);
+    const r = await cloud.rotateGatewayBrokerCredentials(GATEWAY_ID);
+    if (r.status !== 'applied') throw new Error(`broker login for ${GATEWAY_ID}: ${r.code}`);
+    seed = { ...seed, gatewayConfig: { ...seed.gatewayConfig, cloud: { ...seed.gatewayConfig.cloud, ...r.state.mqtt } } };
+    writeJson(seedFile, seed, true);
+    ok();
   }
 
   // 4. gateway
   step(`gateway ${GATEWAY_ID} (SQLite ${seed.gatewayConfig.sqlitePath})`);
   const gateway: Gateway = createGateway(
-    parseGatewayConfig({ ...seed.gatewayConfig, cloud: { ...seed.gatewayConfig.cloud, url: mqttUrl }, site: { url: mqttUrl }, http: { host: env.TOBIRA_DEMO_HOST, port: env.TOBIRA_DEMO_GATEWAY_PORT } }),
+    parseGatewayConfig({
+      ...seed.gatewayConfig,
+      // with MQTT_URL the broker's logins are the operator's, not the ones the embedded broker gave
+      cloud: brokerAccounts ? { ...seed.gatewayConfig.cloud, url: cloudUrl } : { ...withoutLogin(seed.gatewayConfig.cloud), url: cloudUrl },
+      site: { url: locksUrl },
+      http: { host: env.TOBIRA_DEMO_HOST, port: env.TOBIRA_DEMO_GATEWAY_PORT },
+    }),
     { log: root.child({ part: 'gateway' }) },
   );
   await gateway.start();
@@ -169,7 +206,7 @@ async function main(): Promise<void> {
   // 5. locks
   step(`simulated locks ${LOCKS.map((l) => l.lockId).join(', ')}`);
   const secrets = readJson<Record<string, string>>(join(data, GATEWAY_ID, 'lock-secrets.json')) ?? {};
-  const fleet: Fleet = await startFleet({ url: mqttUrl, gatewayId: GATEWAY_ID, locks: LOCKS.map((l) => l.lockId), secrets, log: root.child({ part: 'sim' }) });
+  const fleet: Fleet = await startFleet({ url: locksUrl, gatewayId: GATEWAY_ID, locks: LOCKS.map((l) => l.lockId), secrets, log: root.child({ part: 'sim' }) });
   parts.push({ name: 'locks', stop: () => fleet.stop() });
   ok();
   step("waiting for the gateway's first proven sync with the cloud (until then it fails closed)");
@@ -228,7 +265,25 @@ async function main(): Promise<void> {
       '',
     ].join('\n'),
   );
-  log.info({ api: api.url, gateway: gateway.httpUrl, panel: panel.url, mqttUrl }, 'demo ready');
+  log.info({ api: api.url, gateway: gateway.httpUrl, panel: panel.url, mqttUrl: cloudUrl, siteMqttUrl: locksUrl }, 'demo ready');
+}
+
+/** Starts an embedded broker (with the given auth hooks) and says where. */
+async function listen(what: string, host: string, port: number, portVar: string, hooks?: AedesAuthHooks): Promise<EmbeddedBroker> {
+  step(`${what} on ${host}:${port}`);
+  let broker: EmbeddedBroker;
+  try {
+    broker = await startEmbeddedBroker({ host, port, ...(hooks ? { aedes: hooks } : {}) });
+  } catch (e) {
+    throw new Error(`cannot listen on port ${port} (${(e as Error).message}); set ${portVar} or MQTT_URL`, { cause: e });
+  }
+  ok(broker.url);
+  return broker;
+}
+
+function withoutLogin<T extends { username?: string | undefined; password?: string | undefined }>(c: T): Omit<T, 'username' | 'password'> {
+  const { username: _u, password: _p, ...rest } = c;
+  return rest;
 }
 
 async function waitUntil(cond: () => boolean, timeoutMs: number): Promise<boolean> {
@@ -276,7 +331,7 @@ async function seedDemo(cloud: Cloud, data: string): Promise<Seed> {
     gatewayConfig: {
       gatewayId: GATEWAY_ID,
       keyPairFile,
-      cloud: { url: 'mqtt://replaced-at-start', issuer: p.cloudIssuer, jwks: p.cloudJwks as GatewayConfigInput['cloud']['jwks'] },
+      cloud: { url: 'mqtt://replaced-at-start', issuer: p.cloudIssuer, jwks: p.cloudJwks as GatewayConfigInput['cloud']['jwks'], ...(p.mqtt ?? {}) },
       site: { url: 'mqtt://replaced-at-start' },
       sqlitePath: join(data, GATEWAY_ID, 'gateway.sqlite'),
       offlineGraceSeconds: p.offlineGraceSeconds,

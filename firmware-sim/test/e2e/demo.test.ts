@@ -1,9 +1,10 @@
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
+import { connectMqtt, waitConnected } from '@tobira/shared';
 import { afterAll, describe, expect, it } from 'vitest';
 import { waitFor } from './system.js';
 
@@ -18,7 +19,7 @@ class Demo {
   start(): Promise<void> {
     const child = spawn('npm', ['start', '--silent'], {
       cwd: ROOT,
-      env: { ...process.env, TOBIRA_DATA_DIR: this.data, TOBIRA_DEMO_MQTT_PORT: '0', TOBIRA_DEMO_API_PORT: '0', TOBIRA_DEMO_GATEWAY_PORT: '0', TOBIRA_DEMO_LOCKS_PORT: '0', LOG_LEVEL: 'info' },
+      env: { ...process.env, TOBIRA_DATA_DIR: this.data, TOBIRA_DEMO_MQTT_PORT: '0', TOBIRA_DEMO_SITE_MQTT_PORT: '0', TOBIRA_DEMO_API_PORT: '0', TOBIRA_DEMO_GATEWAY_PORT: '0', TOBIRA_DEMO_LOCKS_PORT: '0', LOG_LEVEL: 'info' },
       stdio: ['ignore', 'pipe', 'pipe'],
       detached: true,
     });
@@ -30,6 +31,8 @@ class Demo {
       });
       child.stderr?.on('data', (b: Buffer) => (this.out += b.toString()));
       child.once('exit', (code) => reject(new Error(`demo exited (${code}) before it was ready:\n${this.out}`)));
+      // said in the output, so a failing assertion shows how the process ended
+      child.once('exit', (code, signal) => (this.out += `\n[npm start exited: ${code ?? signal}]\n`));
     });
   }
   /**
@@ -49,6 +52,19 @@ class Demo {
   /** The curl commands it printed, exactly as printed. */
   curls(): string[] {
     return this.out.split('\n').filter((l) => l.trim().startsWith('curl ')).map((l) => l.trim());
+  }
+}
+
+/** The CONNACK return code a login gets (0: accepted). */
+async function connackCode(url: string, login: { username?: string; password?: string } = {}): Promise<number> {
+  const c = connectMqtt(url, { ...login, reconnectPeriod: 0 });
+  try {
+    await waitConnected(c, 5000);
+    return 0;
+  } catch (e) {
+    return (e as { code?: number }).code ?? -1;
+  } finally {
+    c.end(true);
   }
 }
 
@@ -74,9 +90,16 @@ describe('npm start (the one-command demo)', () => {
       expect(JSON.stringify(await run(events as string))).toContain('DOOR_NOT_PERMITTED');
       expect(await run(lockdown as string)).toMatchObject({ mode: 'lockdown' });
       expect(await run(normal as string)).toMatchObject({ mode: 'normal' });
+      // the cloud broker enforces logins: no anonymous client, and the gateway has a login of its own
+      const cloudBroker = /cloud MQTT broker[^\n]* … (mqtt:\/\/[^\s]+)/.exec(demo.out)?.[1];
+      expect(cloudBroker).toBeDefined();
+      expect(await connackCode(cloudBroker as string)).toBe(5);
+      const seed = JSON.parse(readFileSync(join(data, 'seed.json'), 'utf8')) as { gatewayConfig: { cloud: { username?: string; password?: string } } };
+      expect(seed.gatewayConfig.cloud.username).toBe('gw:gw-1');
+      expect(await connackCode(cloudBroker as string, { username: 'gw:gw-1', password: 'not-the-password' })).toBe(5);
     } finally {
       const said = await demo.interrupt();
-      for (const part of ['lock panel', 'locks', 'gateway', 'admin API', 'cloud', 'MQTT broker']) expect(said).toContain(`stopping ${part} … ok`);
+      for (const part of ['lock panel', 'locks', 'gateway', 'admin API', 'cloud', 'site MQTT broker', 'MQTT broker', 'database']) expect(said, demo.out).toContain(`stopping ${part} … ok`);
     }
   });
 
@@ -87,7 +110,7 @@ describe('npm start (the one-command demo)', () => {
       expect(demo.out).not.toContain('seeding');
       expect(await run(demo.curls()[0] as string)).toMatchObject({ decision: { allowed: true, code: 'ALLOWED' } });
     } finally {
-      expect(await demo.interrupt()).toContain('stopping cloud … ok');
+      expect(await demo.interrupt(), demo.out).toContain('stopping cloud … ok');
     }
   });
 });

@@ -1,6 +1,9 @@
 import { createHash, timingSafeEqual } from 'node:crypto';
 import { systemClock, type Clock, type Logger, type startEmbeddedBroker } from '@tobira/shared';
-import type { Queryable, Tx } from '../db/db.js';
+import type { Db, Queryable, Tx } from '../db/db.js';
+import { migrate } from '../db/migrate.js';
+import { openDb } from '../db/open.js';
+import type { CloudConfig } from '../../config.js';
 import type { BrokerAccounts, BrokerCredentials } from '../../app/broker-accounts.js';
 import { gatewayUsername, mayPublish, mayReceive, maySubscribe, type BrokerAccount } from './acl.js';
 import { DUMMY_HASH, hashPassword, newBrokerPassword, verifyPassword } from './password.js';
@@ -135,4 +138,27 @@ export async function setServiceAccount(db: Queryable, username: string, now: nu
     [username, await hashPassword(password), now],
   );
   return { username, password };
+}
+
+/**
+ * The embedded broker's accounts for a cloud that runs next to it (the demo):
+ * opens and migrates the cloud database first, so the cloud's own service
+ * login exists before the broker and the cloud start. Pass `db` to
+ * createCloud ({ db }) and close it after the cloud stopped.
+ */
+export async function openEmbeddedBrokerAccounts(
+  config: Pick<CloudConfig, 'databaseUrl' | 'pgliteDataDir'>,
+  opts: { log: Logger; clock?: Clock; serviceUsername?: string; cacheMs?: number },
+): Promise<{ db: Db; accounts: EmbeddedBrokerAccounts; service: BrokerCredentials }> {
+  const clock = opts.clock ?? systemClock;
+  const db = await openDb({ databaseUrl: config.databaseUrl, pgliteDataDir: config.pgliteDataDir }, opts.log);
+  try {
+    await migrate(db, opts.log, clock.now());
+    const service = await setServiceAccount(db, opts.serviceUsername ?? 'tobira-cloud', clock.now());
+    const accounts = new EmbeddedBrokerAccounts({ db, log: opts.log, clock, ...(opts.cacheMs !== undefined ? { cacheMs: opts.cacheMs } : {}) });
+    return { db, accounts, service };
+  } catch (e) {
+    await db.close();
+    throw e;
+  }
 }

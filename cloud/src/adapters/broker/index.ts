@@ -5,7 +5,7 @@ import { DynsecBrokerAccounts } from './dynsec.js';
 
 export * from './acl.js';
 export { DynsecBrokerAccounts, type DynsecOptions } from './dynsec.js';
-export { EmbeddedBrokerAccounts, setServiceAccount, type AedesAuthHooks } from './embedded.js';
+export { EmbeddedBrokerAccounts, openEmbeddedBrokerAccounts, setServiceAccount, type AedesAuthHooks } from './embedded.js';
 
 /** Broker accounts with a lifecycle of their own (an admin connection): main.ts starts them before the cloud and stops them after. */
 export interface ManagedBrokerAccounts extends BrokerAccounts {
