@@ -167,7 +167,7 @@ export function createCloud(config: CloudConfig, cloudDeps: CloudDeps = {}) {
     registerGateway: (input: Parameters<typeof registry.registerGateway>[2], o?: VerbOptions) =>
       registry.registerGateway(app(o), { issuer: config.issuer, jwks: need(signer).jwks }, input),
     /** A new cloud-broker password for a gateway (BROKER_ACCOUNTS_UNMANAGED when accounts are not managed). */
-    rotateGatewayBrokerCredentials: (gatewayId: string, o?: VerbOptions) => rotateGatewayBrokerCredentials(app(o), gatewayId),
+    rotateGatewayBrokerCredentials: (input: Parameters<typeof rotateGatewayBrokerCredentials>[1], o?: VerbOptions) => rotateGatewayBrokerCredentials(app(o), input),
     createDoor: (input: Parameters<typeof registry.createDoor>[1], o?: VerbOptions) => registry.createDoor(app(o), input),
     createPerson: (input: Parameters<typeof registry.createPerson>[1], o?: VerbOptions) => registry.createPerson(app(o), input),
 

@@ -1,14 +1,16 @@
-import { connectMqtt, generateSigningKeyPair, newId, startEmbeddedBroker, topics, waitConnected, type EmbeddedBroker } from '@tobira/shared';
+import { ManualClock, connectMqtt, generateSigningKeyPair, newId, startEmbeddedBroker, topics, waitConnected, type EmbeddedBroker } from '@tobira/shared';
 import { pgBackends, startMosquitto, type TestMosquitto } from '@tobira/shared/testing';
 import type { IClientOptions, MqttClient } from 'mqtt';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { DynsecBrokerAccounts } from '../src/adapters/broker/dynsec.js';
 import { EmbeddedBrokerAccounts, setServiceAccount } from '../src/adapters/broker/embedded.js';
 import { SERVICE_ROLE } from '../src/adapters/broker/acl.js';
-import type { BrokerCredentials } from '../src/app/broker-accounts.js';
+import type { BrokerAccounts, BrokerCredentials } from '../src/app/broker-accounts.js';
+import { rotateGatewayBrokerCredentials } from '../src/app/broker-rotation.js';
+import { noCrash } from '../src/app/crash.js';
 import type { Cloud } from '../src/index.js';
 import { startCloud } from './cloud-helpers.js';
-import { DAY, T0, openTestDb, testLog, type TestDb } from './helpers.js';
+import { DAY, T0, capturingLogger, openTestDb, testLog, type TestDb } from './helpers.js';
 import { waitFor } from './mqtt-helpers.js';
 
 /**
@@ -26,6 +28,7 @@ interface Setup {
   readonly service: BrokerCredentials;
   readonly mosquitto: TestMosquitto | null;
   readonly dynsec: DynsecBrokerAccounts | null;
+  readonly accounts: BrokerAccounts;
   close(): Promise<void>;
 }
 
@@ -44,6 +47,7 @@ async function setUp(kind: BrokerKind, backend: 'pglite' | 'postgres'): Promise<
       service,
       mosquitto: null,
       dynsec: null,
+      accounts,
       async close() {
         await cloud.stop();
         await broker.stop();
@@ -67,6 +71,7 @@ async function setUp(kind: BrokerKind, backend: 'pglite' | 'postgres'): Promise<
     service,
     mosquitto,
     dynsec,
+    accounts: dynsec,
     async close() {
       await cloud.stop();
       await dynsec.stop();
@@ -237,7 +242,7 @@ describe.each(kinds.flatMap((k) => pgBackends().map((b) => [k, b] as const)))('b
 
   it('rotation: the old password no longer logs in, the new one does; the gateway id must exist', async () => {
     const g = await gateway();
-    const r = await s.cloud.rotateGatewayBrokerCredentials(g.gatewayId);
+    const r = await s.cloud.rotateGatewayBrokerCredentials({ gatewayId: g.gatewayId });
     if (r.status !== 'applied') throw new Error(r.code);
     expect(r.code).toBe('BROKER_CREDENTIALS_ROTATED');
     expect(r.state.mqtt.username).toBe(g.creds.username);
@@ -246,7 +251,18 @@ describe.each(kinds.flatMap((k) => pgBackends().map((b) => [k, b] as const)))('b
     const p = await login(s.url, r.state.mqtt);
     expect(await p.subscribe(topics.gatewayDown(g.gatewayId))).toBe(1);
     await p.close();
-    expect(await s.cloud.rotateGatewayBrokerCredentials('no-such-gateway')).toMatchObject({ status: 'refused', code: 'GATEWAY_NOT_FOUND' });
+    expect(await s.cloud.rotateGatewayBrokerCredentials({ gatewayId: 'no-such-gateway' })).toMatchObject({ status: 'refused', code: 'GATEWAY_NOT_FOUND' });
+  });
+
+  it("rotation's log lines, the broker adapter's included, carry the caller's correlation id", async () => {
+    const g = await gateway();
+    const { log, lines } = await capturingLogger();
+    const cid = `corr-rotate-${newId()}` as never;
+    const o = await rotateGatewayBrokerCredentials({ db: s.t.db, clock: new ManualClock(T0), log, crash: noCrash, wake: () => {}, brokerAccounts: s.accounts }, { gatewayId: g.gatewayId, cid });
+    expect(o.status).toBe('applied');
+    const mine = lines.filter((l) => l.gatewayId === g.gatewayId);
+    expect(mine.map((l) => l.msg)).toContain(kind === 'embedded' ? 'broker account password set' : 'broker account password rotated');
+    for (const l of lines) expect(l.cid).toBe(cid);
   });
 
   it("registering a taken gateway id again leaves the gateway's broker password as it was", async () => {

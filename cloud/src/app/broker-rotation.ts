@@ -1,4 +1,4 @@
-import { applied, refused, type Outcome } from '@tobira/shared';
+import { applied, newCorrelationId, refused, withCorrelation, type CorrelationId, type Outcome } from '@tobira/shared';
 import { BrokerUnavailable, type BrokerCredentials } from './broker-accounts.js';
 import type { AppDeps } from './deps.js';
 
@@ -13,15 +13,18 @@ export interface RotatedBrokerCredentials {
  * the cloud does not manage broker accounts; BROKER_UNAVAILABLE when the broker
  * could not make the change (nothing changed in the database).
  */
-export async function rotateGatewayBrokerCredentials(deps: AppDeps, gatewayId: string): Promise<Outcome<RotatedBrokerCredentials>> {
+export async function rotateGatewayBrokerCredentials(deps: AppDeps, input: { gatewayId: string; cid?: CorrelationId }): Promise<Outcome<RotatedBrokerCredentials>> {
+  const { gatewayId } = input;
+  // the caller's correlation on every line, the broker adapter's included
+  const log = withCorrelation(deps.log, input.cid ?? newCorrelationId(), { gatewayId });
   const gw = await deps.db.query('SELECT 1 FROM gateways WHERE id = $1', [gatewayId]);
   if (gw.rowCount === 0) return refused('GATEWAY_NOT_FOUND');
   let mqtt: BrokerCredentials | null;
   try {
-    mqtt = await deps.db.transaction((tx) => deps.brokerAccounts.provisionGateway(tx, gatewayId, deps.log));
+    mqtt = await deps.db.transaction((tx) => deps.brokerAccounts.provisionGateway(tx, gatewayId, log));
   } catch (e) {
     if (e instanceof BrokerUnavailable) {
-      deps.log.warn({ gatewayId, err: e.message }, 'broker password not rotated');
+      log.warn({ err: e.message }, 'broker password not rotated');
       return refused('BROKER_UNAVAILABLE', e.message);
     }
     throw e;

@@ -180,7 +180,7 @@ async function main(): Promise<void> {
   } else if (brokerAccounts && seed.gatewayConfig.cloud.username === undefined) {
     // a data folder from before broker logins: give the gateway its own now
     step(`giving ${GATEWAY_ID} its own cloud broker login`);
-    const r = await cloud.rotateGatewayBrokerCredentials(GATEWAY_ID);
+    const r = await cloud.rotateGatewayBrokerCredentials({ gatewayId: GATEWAY_ID });
     if (r.status !== 'applied') throw new Error(`broker login for ${GATEWAY_ID}: ${r.code}`);
     seed = { ...seed, gatewayConfig: { ...seed.gatewayConfig, cloud: { ...seed.gatewayConfig.cloud, ...r.state.mqtt } } };
     writeJson(seedFile, seed, true);

@@ -1,6 +1,6 @@
 import type { Jwks } from '@tobira/shared';
 import { z } from 'zod';
-import { idempotent, problem, statusOf, who, type Api, type Ctx } from '../context.js';
+import { cidOf, idempotent, problem, statusOf, who, type Api, type Ctx } from '../context.js';
 import { getGateway, getSite, listGateways } from '../queries.js';
 import { BrokerLogin, Gateway, Id, OutcomeStatus, Problem, Provisioning, PublicJwk, Slug, errorResponses } from '../schemas.js';
 
@@ -45,7 +45,7 @@ export function gatewaysRoutes(app: Api, ctx: Ctx): void {
     (req, reply) =>
       idempotent(ctx, req, reply, async ({ db }) => {
         if (!(await getGateway(db, who(req).sites, req.params.gatewayId))) return { statusCode: 404, body: problem('GATEWAY_NOT_FOUND') };
-        const o = await ctx.cloud.rotateGatewayBrokerCredentials(req.params.gatewayId, { db });
+        const o = await ctx.cloud.rotateGatewayBrokerCredentials({ gatewayId: req.params.gatewayId, cid: cidOf(req) }, { db });
         if (o.status === 'applied') {
           const broker = { url: ctx.config.gatewayBrokerUrl, username: o.state.mqtt.username, password: o.state.mqtt.password };
           return { statusCode: 200, body: { status: o.status, code: o.code, gatewayId: o.state.gatewayId, broker } };
