@@ -242,6 +242,8 @@ describe.each(kinds.flatMap((k) => pgBackends().map((b) => [k, b] as const)))('b
 
   it('rotation: the old password no longer logs in, the new one does; the gateway id must exist', async () => {
     const g = await gateway();
+    // a login first, so that a cache of verified passwords would hold the old one
+    await (await login(s.url, g.creds)).close();
     const r = await s.cloud.rotateGatewayBrokerCredentials({ gatewayId: g.gatewayId });
     if (r.status !== 'applied') throw new Error(r.code);
     expect(r.code).toBe('BROKER_CREDENTIALS_ROTATED');
