@@ -78,6 +78,10 @@ export async function startMosquitto(opts: MosquittoOptions = {}): Promise<TestM
     stderr = '';
     const c = spawn('mosquitto', ['-c', confFile], { stdio: ['ignore', 'ignore', 'pipe'] });
     child = c;
+    // a test process that dies without its afterAll leaves no broker behind
+    const orphan = () => c.kill('SIGKILL');
+    process.once('exit', orphan);
+    c.once('exit', () => process.off('exit', orphan));
     c.stderr?.on('data', (b: Buffer) => (stderr += b.toString()));
     const exited = new Promise<never>((_, reject) => c.once('exit', (code) => reject(new Error(`mosquitto exited (${code}): ${stderr}`))));
     exited.catch(() => {});
