@@ -8,6 +8,7 @@ import { SERVICE_ROLE } from '../src/adapters/broker/acl.js';
 import type { BrokerAccounts, BrokerCredentials } from '../src/app/broker-accounts.js';
 import { rotateGatewayBrokerCredentials } from '../src/app/broker-rotation.js';
 import { noCrash } from '../src/app/crash.js';
+import { createSite, registerGateway } from '../src/app/registry.js';
 import type { Cloud } from '../src/index.js';
 import { startCloud } from './cloud-helpers.js';
 import { DAY, T0, capturingLogger, openTestDb, testLog, type TestDb } from './helpers.js';
@@ -264,6 +265,21 @@ describe.each(kinds.flatMap((k) => pgBackends().map((b) => [k, b] as const)))('b
     expect(o.status).toBe('applied');
     const mine = lines.filter((l) => l.gatewayId === g.gatewayId);
     expect(mine.map((l) => l.msg)).toContain(kind === 'embedded' ? 'broker account password set' : 'broker account password rotated');
+    for (const l of lines) expect(l.cid).toBe(cid);
+  });
+
+  it("registration's log lines, the broker adapter's included, carry the caller's correlation id", async () => {
+    const { log, lines } = await capturingLogger();
+    const cid = `corr-register-${newId()}` as never;
+    const d = { db: s.t.db, clock: new ManualClock(T0), log, crash: noCrash, wake: () => {}, brokerAccounts: s.accounts };
+    const u = newId().slice(-10);
+    const site = await createSite(d, { id: `site-reg-${u}`, name: 'Reg' });
+    if (site.status !== 'applied') throw new Error(site.code);
+    lines.length = 0;
+    const pair = await generateSigningKeyPair();
+    const o = await registerGateway(d, { issuer: 'tobira-cloud', jwks: { keys: [] } }, { gatewayId: `gw-reg-${u}`, siteId: site.state.id, publicJwk: pair.publicJwk, cid });
+    expect(o.status).toBe('applied');
+    expect(lines.map((l) => l.msg)).toEqual(expect.arrayContaining(['gateway registered', kind === 'embedded' ? 'broker account password set' : 'broker account created']));
     for (const l of lines) expect(l.cid).toBe(cid);
   });
 

@@ -29,7 +29,12 @@ export const CreateSiteInput = z.strictObject({
   timeZone: z.string().min(1).max(64).optional(),
   offlineGraceSeconds: z.int().min(0).max(7 * 86_400).optional(),
 });
-export const RegisterGatewayInput = z.strictObject({ gatewayId: GatewayId, siteId: SiteId, publicJwk: z.record(z.string(), z.unknown()) });
+export const RegisterGatewayInput = z.strictObject({
+  gatewayId: GatewayId,
+  siteId: SiteId,
+  publicJwk: z.record(z.string(), z.unknown()),
+  cid: CorrelationId.optional(),
+});
 export const CreateDoorInput = z.strictObject({ id: DoorId.optional(), gatewayId: GatewayId, name: Name });
 export const CreatePersonInput = z.strictObject({ id: PersonId.optional(), name: Name });
 export const IssueKeyInput = z.strictObject({

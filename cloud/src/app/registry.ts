@@ -1,13 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import {
-  KeySet,
-  applied,
-  newId,
-  refused,
-  topics,
-  type Jwks,
-  type Outcome,
-} from '@tobira/shared';
+import { KeySet, applied, newCorrelationId, newId, refused, topics, withCorrelation, type CorrelationId, type Jwks, type Outcome } from '@tobira/shared';
 
 type JWK = Jwks['keys'][number];
 import { pgErrorCode } from '../adapters/db/db.js';
@@ -72,7 +64,7 @@ export interface GatewayProvisioning {
 export async function registerGateway(
   deps: AppDeps,
   cloud: { issuer: string; jwks: Jwks },
-  input: { gatewayId: string; siteId: string; publicJwk: JWK },
+  input: { gatewayId: string; siteId: string; publicJwk: JWK; cid?: CorrelationId },
 ): Promise<Outcome<GatewayProvisioning>> {
   const invalid = check(RegisterGatewayInput, input);
   if (invalid) return invalid;
@@ -86,6 +78,7 @@ export async function registerGateway(
   const site = await deps.db.query<{ offline_grace_seconds: number }>('SELECT offline_grace_seconds FROM sites WHERE id = $1', [input.siteId]);
   const grace = site.rows[0]?.offline_grace_seconds;
   if (grace === undefined) return refused('SITE_NOT_FOUND');
+  const log = withCorrelation(deps.log, input.cid ?? newCorrelationId(), { verb: 'registerGateway', gatewayId: input.gatewayId });
   const pepper = randomBytes(32).toString('base64url');
   let mqtt: BrokerCredentials | null;
   try {
@@ -99,16 +92,17 @@ export async function registerGateway(
       ]);
       await tx.query('INSERT INTO gateway_seq (gateway_id, last_seq) VALUES ($1, 0)', [input.gatewayId]);
       // last: the rows are in, so an existing gateway never gets its broker password replaced here
-      return deps.brokerAccounts.provisionGateway(tx, input.gatewayId, deps.log);
+      return deps.brokerAccounts.provisionGateway(tx, input.gatewayId, log);
     });
   } catch (e) {
     if (pgErrorCode(e) === '23505') return refused('GATEWAY_ALREADY_EXISTS');
     if (e instanceof BrokerUnavailable) {
-      deps.log.warn({ gatewayId: input.gatewayId, err: e.message }, 'broker account not created; registration rolled back');
+      log.warn({ err: e.message }, 'broker account not created; registration rolled back');
       return refused('BROKER_UNAVAILABLE', e.message);
     }
     throw e;
   }
+  log.info({ siteId: input.siteId, brokerAccount: mqtt?.username ?? null }, 'gateway registered');
   return applied('MESSAGE_APPLIED', {
     gatewayId: input.gatewayId,
     siteId: input.siteId,

@@ -22,7 +22,7 @@ export function gatewaysRoutes(app: Api, ctx: Ctx): void {
       idempotent(ctx, req, reply, async ({ db }) => {
         if (!(await getSite(db, who(req).sites, req.body.siteId))) return { statusCode: 404, body: problem('SITE_NOT_FOUND') };
         const jwk = req.body.publicJwk as unknown as Jwks['keys'][number];
-        const o = await ctx.cloud.registerGateway({ gatewayId: req.body.gatewayId, siteId: req.body.siteId, publicJwk: jwk }, { db });
+        const o = await ctx.cloud.registerGateway({ gatewayId: req.body.gatewayId, siteId: req.body.siteId, publicJwk: jwk, cid: cidOf(req) }, { db });
         if (o.status === 'applied') {
           const { mqtt, ...provisioning } = o.state;
           const broker = { url: ctx.config.gatewayBrokerUrl, username: mqtt?.username ?? null, password: mqtt?.password ?? null };
