@@ -1,5 +1,6 @@
 import { ManualClock, generateSigningKeyPair, newId } from '@tobira/shared';
 import { pgBackends } from '@tobira/shared/testing';
+import { Validator } from '@seriousme/openapi-schema-validator';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildApp, routesOf } from '../../src/http/app.js';
 import type { AdminCloud } from '../../src/http/context.js';
@@ -251,7 +252,7 @@ describe.each(pgBackends())('admin API protocol on %s', (backend) => {
   });
 
   describe('OpenAPI', () => {
-    it('is served at /openapi.json without a token, is structurally valid OpenAPI 3, and lists every route', async () => {
+    it('is served at /openapi.json without a token, validates against the OpenAPI 3 schema, and lists every route', async () => {
       const r = await h.app.inject({ method: 'GET', url: '/openapi.json' });
       expect(r.statusCode).toBe(200);
       const doc = r.json() as {
@@ -260,6 +261,10 @@ describe.each(pgBackends())('admin API protocol on %s', (backend) => {
         paths: Record<string, Record<string, { responses: Record<string, { content?: Record<string, { schema: unknown }> }>; parameters?: { in: string; name: string }[] }>>;
       };
       expect(doc.openapi).toMatch(/^3\.\d+\.\d+$/);
+      // validated against the official OpenAPI JSON schema of its version
+      const validation = await new Validator().validate(r.json() as Record<string, unknown>);
+      expect(validation.errors ?? []).toEqual([]);
+      expect(validation.valid).toBe(true);
       expect(doc.info.title).toBeTruthy();
       expect(doc.info.version).toBeTruthy();
       const documented = new Set<string>();
