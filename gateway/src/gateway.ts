@@ -22,10 +22,11 @@ import { handleLockRequests, type AccessDeps } from './app/access.js';
 import { applyPending, maybeResync, type ApplyDeps } from './app/apply.js';
 import { noCrash, nowOf, type AppContext, type CrashHook } from './app/context.js';
 import { receiveDownlink, type DownlinkDeps } from './app/downlink.js';
-import { enqueueStatus, handleLockMessage } from './app/locks.js';
+import { enqueueStatus, handleLockMessage, recordLockRefusal } from './app/locks.js';
 import { UplinkSender, sendResyncRequest, type UplinkDeps } from './app/uplink.js';
 import type { GatewayConfig } from './config.js';
-import { leaseRemainingSeconds } from './domain/freshness.js';
+import { isStale, leaseRemainingSeconds } from './domain/freshness.js';
+import { staffCounts, staffLists } from './adapters/sqlite/staff-queries.js';
 import { buildApp } from './http/app.js';
 import { createMetrics, type Metrics } from './metrics.js';
 
@@ -51,7 +52,8 @@ export interface Gateway {
   applyNow(): number;
   /** Resolves when the uplink sender has nothing more it can send now. */
   uplinkIdle(): Promise<void>;
-  setMode(mode: 'normal' | 'lockdown', by: string): { mode: 'normal' | 'lockdown'; changed: boolean };
+  /** `cid`: the correlation id of the staff request (a fresh one when absent). */
+  setMode(mode: 'normal' | 'lockdown', by: string, cid?: string): { mode: 'normal' | 'lockdown'; changed: boolean };
   enqueueStatus(): boolean;
   readonly cloudConnected: boolean;
   readonly siteConnected: boolean;
@@ -96,7 +98,7 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
     });
   };
 
-  function setMode(mode: 'normal' | 'lockdown', by: string) {
+  function setMode(mode: 'normal' | 'lockdown', by: string, cid: string = newCorrelationId()) {
     const s = need(store);
     const changed = s.db
       .transaction(() => {
@@ -105,7 +107,7 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
         return true;
       })
       .immediate();
-    withCorrelation(log, newCorrelationId()).warn({ mode, by, changed }, 'site mode set locally');
+    withCorrelation(log, cid).warn({ mode, by, changed }, 'site mode set locally');
     if (changed) gw.enqueueStatus();
     return { mode, changed };
   }
@@ -221,7 +223,12 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
         (topic, payload) => {
           if (stopping) return;
           const t = parseTopic(topic);
-          if (t === null || t.kind !== 'lock' || t.gatewayId !== config.gatewayId) return;
+          if (t === null || t.kind !== 'lock' || t.gatewayId !== config.gatewayId) {
+            // Only this gateway's lock filters are subscribed: this is a lock id that is not a slug.
+            const channel = topic.slice(topic.lastIndexOf('/') + 1);
+            recordLockRefusal(base, withCorrelation(log, newCorrelationId()), { origin: 'gateway', lockId: null, channel, topic, code: 'BAD_TOPIC', detail: 'not a lock topic of this gateway', payload });
+            return;
+          }
           try {
             if (t.channel === 'request') {
               // Group commit: requests that arrive in the same turn share one transaction (one fsync).
@@ -250,7 +257,7 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
         setInterval(() => gw.enqueueStatus(), config.statusIntervalMs),
         setInterval(() => {
           const now = nowOf(base);
-          const purged = s.purgeProcessed(now - 30 * DAY) + s.purgeSentOutbox(now - 7 * DAY) + s.purgeIncompleteSnapshots(now - DAY);
+          const purged = s.purgeProcessed(now - 30 * DAY) + s.purgeSentOutbox(now - 7 * DAY) + s.purgeIncompleteSnapshots(now - DAY) + s.purgeLockRefusals(now);
           if (purged > 0) runLog.info({ purged }, 'purged old inbox/outbox rows');
         }, 3600 * 1000),
       );
@@ -260,7 +267,40 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
         http = buildApp({
           registry: metrics.registry,
           staffToken: config.staffToken,
+          log,
           setMode,
+          staff: {
+            status: () => {
+              const st = s.settings();
+              const now = nowOf(base);
+              const c = staffCounts(s.db);
+              const stale = isStale(st.leaseExpiresAt, now);
+              return {
+                gatewayId: config.gatewayId,
+                now,
+                mode: st.mode,
+                cloudConnected: cloud?.connected ?? false,
+                siteConnected: site?.connected ?? false,
+                appliedSeq: st.appliedSeq,
+                leaseExpiresAt: st.leaseExpiresAt,
+                leaseRemainingSeconds: leaseRemainingSeconds(st.leaseExpiresAt, now),
+                failClosed: stale,
+                failClosedReason: !stale ? null : st.leaseExpiresAt === null ? 'NO_LEASE' : 'LEASE_EXPIRED',
+                waitingOnGap: s.hasGap(st.appliedSeq),
+                newestVerifiedIatMs: st.maxIatMs,
+                lastResyncAt: st.lastResyncAt,
+                inboxDepth: c.inboxPending,
+                outboxDepth: c.outboxPending,
+                inboxFailed: c.inboxFailed,
+                rejectedDownlinks: c.rejected,
+                lockRefusals: c.lockRefusals,
+                openAlarms: c.openAlarms,
+                locksTotal: c.locks,
+                locksOnline: c.locksOnline,
+              };
+            },
+            ...staffLists(s.db, () => nowOf(base)),
+          },
           health: () => {
             const st = s.settings();
             const now = nowOf(base);

@@ -32,6 +32,7 @@ describe('SQLite store', () => {
     expect(db.prepare('SELECT version, name FROM schema_migrations').all()).toEqual([
       { version: 1, name: 'init' },
       { version: 2, name: 'snapshot_parts_received_at' },
+      { version: 3, name: 'lock_refusals' },
     ]);
   });
 

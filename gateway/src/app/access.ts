@@ -11,6 +11,7 @@ import {
   parsePayload,
   decodeText,
   signLockCommand,
+  topics,
   withCorrelation,
   type CredentialType,
   type DecisionCode,
@@ -21,6 +22,7 @@ import { decide } from '../domain/decide.js';
 import { recordAttempt, type LockoutPolicy } from '../domain/lockout.js';
 import type { AccessRow } from '../adapters/sqlite/store.js';
 import { nowOf, type AppContext } from './context.js';
+import { recordLockRefusal } from './locks.js';
 
 /**
  * A lock asks; the gateway decides, records and answers. The decision, the
@@ -79,12 +81,20 @@ export function handleLockRequests(deps: AccessDeps, items: readonly { lockId: s
   const { store, access } = deps;
   const prepared = items.map(({ lockId, payload }) => {
     const secret = access.pairingSecrets.get(lockId);
+    const topic = topics.lock(deps.gatewayId, lockId, 'request');
     if (secret === undefined) {
-      deps.metrics.lockMessagesRefused.inc({ channel: 'request', code: 'UNKNOWN_LOCK' });
-      withCorrelation(deps.log, newCorrelationId(), { lockId }).warn('request from a lock that is not paired with this gateway');
+      const log = withCorrelation(deps.log, newCorrelationId(), { lockId });
+      recordLockRefusal(deps, log, { origin: 'gateway', lockId, channel: 'request', topic, code: 'UNKNOWN_LOCK', detail: 'request from a lock that is not paired with this gateway', payload });
       return null;
     }
     const parsed = parsePayload(LockRequest, payload);
+    if (!parsed.ok) {
+      // Still answered (BAD_REQUEST, in the access log); the refusal keeps the parse code and a detail
+      // that cannot hold a credential value: zod's issue messages name paths and rules, never the input,
+      // but V8's JSON.parse message quotes the text around the error, so MALFORMED gets a fixed detail.
+      const detail = parsed.code === 'MALFORMED' ? 'payload is not UTF-8 JSON' : parsed.detail;
+      recordLockRefusal(deps, withCorrelation(deps.log, newCorrelationId(), { lockId }), { origin: 'gateway', lockId, channel: 'request', topic, code: parsed.code, detail, payload });
+    }
     const requestId = parsed.ok ? parsed.value.requestId : (salvageRequestId(payload) ?? `invalid-${newId()}`);
     const credential = parsed.ok ? { type: parsed.value.credential.type, digest: credentialDigest(access.pepper, parsed.value.credential.type, parsed.value.credential.value) } : null;
     return { lockId, secret, requestId, credential };

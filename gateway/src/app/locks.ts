@@ -6,10 +6,43 @@ import {
   asLockId,
   newCorrelationId,
   parsePayload,
+  topics,
   withCorrelation,
   type LockChannel,
+  type Logger,
 } from '@tobira/shared';
 import { nowOf, type AppContext } from './context.js';
+
+/** What one refused lock message is recorded as (lock_refusals; never the payload). */
+export interface RefusedLockMessage {
+  readonly origin: 'gateway' | 'lock';
+  readonly lockId: string | null;
+  readonly channel: string;
+  readonly topic: string;
+  readonly code: string;
+  readonly detail: string;
+  readonly payload: unknown;
+}
+
+const byteLength = (payload: unknown): number =>
+  payload instanceof Uint8Array ? payload.byteLength : typeof payload === 'string' ? Buffer.byteLength(payload, 'utf8') : 0;
+
+/**
+ * Every refused lock message goes through here: counted, logged with the
+ * caller's correlation id, and stored in `lock_refusals` for operators
+ * (DESIGN.md I5). A refusal a lock reported (origin 'lock') is logged and
+ * stored but not counted as a message the gateway refused.
+ */
+export function recordLockRefusal(ctx: Pick<AppContext, 'store' | 'clock' | 'metrics'>, log: Logger, r: RefusedLockMessage): void {
+  if (r.origin === 'gateway') ctx.metrics.lockMessagesRefused.inc({ channel: r.channel, code: r.code });
+  log.warn({ origin: r.origin, lockId: r.lockId, channel: r.channel, code: r.code, detail: r.detail }, r.origin === 'gateway' ? 'lock message refused' : 'lock refused a command');
+  try {
+    ctx.store.recordLockRefusal({ origin: r.origin, lockId: r.lockId, channel: r.channel, topic: r.topic, code: r.code, detail: r.detail, bytes: byteLength(r.payload) }, nowOf(ctx));
+  } catch (e) {
+    // Diagnostics only: a full disk must not turn a refused message into a crash of the site handler.
+    log.error({ err: e }, 'lock refusal not recorded');
+  }
+}
 
 /**
  * What locks report on the site broker: availability (retained presence with
@@ -20,14 +53,9 @@ export function handleLockMessage(ctx: AppContext, lockId: string, channel: Excl
   const { store } = ctx;
   // Each lock message is its own unit of work (alarms get theirs below, carried up with the alarm).
   const log = withCorrelation(ctx.log, newCorrelationId(), { lockId, channel });
-  if (store.lock(lockId) === null) {
-    ctx.metrics.lockMessagesRefused.inc({ channel, code: 'UNKNOWN_LOCK' });
-    return;
-  }
-  const refuse = (code: string, detail: string) => {
-    ctx.metrics.lockMessagesRefused.inc({ channel, code });
-    log.warn({ code, detail }, 'lock message refused');
-  };
+  const topic = topics.lock(ctx.gatewayId, lockId, channel);
+  const refuse = (code: string, detail: string) => recordLockRefusal(ctx, log, { origin: 'gateway', lockId, channel, topic, code, detail, payload });
+  if (store.lock(lockId) === null) return refuse('UNKNOWN_LOCK', 'no lock with this id is paired with this gateway');
   const now = nowOf(ctx);
   switch (channel) {
     case 'presence': {
@@ -51,7 +79,10 @@ export function handleLockMessage(ctx: AppContext, lockId: string, channel: Excl
       const ev = e.value;
       if (ev.lockId !== lockId) return refuse('WRONG_LOCK', 'event names another lock');
       if (ev.kind === 'command_result') {
-        log.info({ commandId: ev.commandId, result: ev.result, code: ev.code }, 'lock command result');
+        if (ev.result === 'refused') {
+          // The lock refused one of our commands (bad MAC, replayed, expired, jammed...): an operator must see it.
+          recordLockRefusal(ctx, log, { origin: 'lock', lockId, channel, topic, code: ev.code ?? 'UNSPECIFIED', detail: `command ${ev.commandId}`, payload });
+        } else log.info({ commandId: ev.commandId, result: ev.result, code: ev.code }, 'lock command result');
         return;
       }
       const cid = newCorrelationId();

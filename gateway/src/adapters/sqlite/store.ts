@@ -103,12 +103,32 @@ export interface OutboxLimits {
   readonly maxRows: number;
 }
 
+/** Bounds of the lock_refusals table (diagnostics, not audit): the newest `maxRows`, none older than `maxAgeMs`. */
+export interface RetentionLimits {
+  readonly lockRefusalsMaxRows: number;
+  readonly lockRefusalsMaxAgeMs: number;
+}
+export const DEFAULT_RETENTION: RetentionLimits = { lockRefusalsMaxRows: 10_000, lockRefusalsMaxAgeMs: 30 * 24 * 3600 * 1000 };
+
+export interface LockRefusal {
+  /** 'gateway': the gateway refused a message from a lock; 'lock': a lock reported refusing a gateway command. */
+  readonly origin: 'gateway' | 'lock';
+  /** The lock id as the topic claims it (null when the topic itself was unusable). */
+  readonly lockId: string | null;
+  readonly channel: string;
+  readonly topic: string;
+  readonly code: string;
+  readonly detail: string;
+  readonly bytes: number;
+}
+
 export type EnqueueResult = { readonly seq: number; readonly jti: MessageId } | { readonly refused: 'OUTBOX_FULL' };
 
 export class GatewayStore {
   constructor(
     readonly db: WritableDb,
     private readonly limits: OutboxLimits = { maxRows: 100_000 },
+    private readonly retention: RetentionLimits = DEFAULT_RETENTION,
   ) {}
 
   // ------------------------------------------------------------ settings
@@ -418,6 +438,39 @@ export class GatewayStore {
   /** Records an alarm once (by alarm id). Returns false for a redelivered alarm. */
   insertAlarm(a: { alarmId: string; lockId: string; kind: string; at: number }, now: number): boolean {
     return this.db.prepare('INSERT INTO alarms (alarm_id, lock_id, kind, at, received_at) VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING').run(a.alarmId, a.lockId, a.kind, a.at, now).changes === 1;
+  }
+
+  // ------------------------------------------------------------ lock refusals
+
+  /**
+   * Records a refused lock message (never its payload) and keeps the table to
+   * its newest `lockRefusalsMaxRows` rows in the same transaction: ids only
+   * grow and only the oldest are deleted, so `id <= newest - max` is the
+   * overflow. Diagnostics, not audit: the commit skips the fsync
+   * (synchronous=NORMAL, like markSent), so a lock flooding the site broker
+   * with garbage cannot cost the gateway one flash fsync per message; a power
+   * cut loses at most the last few rows. Inside a caller's transaction it
+   * simply joins it.
+   */
+  recordLockRefusal(r: LockRefusal, at: number): void {
+    const write = () => {
+      const { lastInsertRowid } = this.db
+        .prepare('INSERT INTO lock_refusals (at, origin, lock_id, channel, topic, code, detail, bytes) VALUES (?, ?, ?, ?, ?, ?, ?, ?)')
+        .run(at, r.origin, r.lockId === null ? null : r.lockId.slice(0, 128), r.channel.slice(0, 32), r.topic.slice(0, 512), r.code.slice(0, 64), r.detail.slice(0, 500), r.bytes);
+      this.db.prepare('DELETE FROM lock_refusals WHERE id <= ?').run(Number(lastInsertRowid) - this.retention.lockRefusalsMaxRows);
+    };
+    if (this.db.inTransaction) return write();
+    this.db.pragma('synchronous = NORMAL');
+    try {
+      this.db.transaction(write).immediate();
+    } finally {
+      this.db.pragma('synchronous = FULL');
+    }
+  }
+
+  /** Age bound of lock_refusals (hourly, with the other purges). */
+  purgeLockRefusals(now: number): number {
+    return this.db.prepare('DELETE FROM lock_refusals WHERE at < ?').run(now - this.retention.lockRefusalsMaxAgeMs).changes;
   }
 
   // ------------------------------------------------------------ outbox (uplink)

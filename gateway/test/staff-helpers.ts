@@ -1,0 +1,72 @@
+import { Writable } from 'node:stream';
+import type { FastifyInstance } from 'fastify';
+import { pino, type Logger } from 'pino';
+import { staffLists } from '../src/adapters/sqlite/staff-queries.js';
+import type { GatewayStore } from '../src/adapters/sqlite/store.js';
+import { buildApp, type StaffStatus } from '../src/http/app.js';
+import { createMetrics } from '../src/metrics.js';
+
+/** A logger whose JSON lines are kept, to check what a request logged. */
+export function capturingLog(): { log: Logger; lines: () => Record<string, unknown>[]; raw: () => string } {
+  let buf = '';
+  const sink = new Writable({
+    write(chunk: Buffer, _enc, cb) {
+      buf += chunk.toString();
+      cb();
+    },
+  });
+  return {
+    log: pino({ level: 'debug' }, sink),
+    raw: () => buf,
+    lines: () =>
+      buf
+        .split('\n')
+        .filter((l) => l.trim() !== '')
+        .map((l) => JSON.parse(l) as Record<string, unknown>),
+  };
+}
+
+/** The gateway's HTTP app over a store alone (no brokers): the staff lists read the real SQLite file. */
+export function staffAppOver(store: GatewayStore, opts: { staffToken?: string | undefined; now?: () => number; log?: Logger; status?: () => StaffStatus } = {}): FastifyInstance {
+  return buildApp({
+    registry: createMetrics().registry,
+    staffToken: opts.staffToken,
+    log: opts.log ?? pino({ level: 'silent' }),
+    setMode: () => {
+      throw new Error('not in this test');
+    },
+    health: () => {
+      throw new Error('not in this test');
+    },
+    staff: {
+      ...staffLists(store.db, opts.now ?? (() => 0)),
+      status:
+        opts.status ??
+        (() => {
+          throw new Error('not in this test');
+        }),
+    },
+  });
+}
+
+export interface ListPage<T> {
+  items: T[];
+  nextCursor: string | null;
+}
+
+/** Follows `nextCursor` from the first page to the last; fails if a page answers anything but 200. */
+export async function walk<T>(app: FastifyInstance, token: string, path: string, query: Record<string, string> = {}, maxPages = 10_000): Promise<{ items: T[]; pages: number }> {
+  const items: T[] = [];
+  let cursor: string | null = null;
+  let pages = 0;
+  do {
+    const q: URLSearchParams = new URLSearchParams({ ...query, ...(cursor === null ? {} : { cursor }) });
+    const r: Awaited<ReturnType<FastifyInstance['inject']>> = await app.inject({ method: 'GET', url: `${path}?${q.toString()}`, headers: { authorization: `Bearer ${token}` } });
+    if (r.statusCode !== 200) throw new Error(`${path} answered ${r.statusCode}: ${r.body}`);
+    const p: ListPage<T> = r.json();
+    items.push(...p.items);
+    cursor = p.nextCursor;
+    if (++pages > maxPages) throw new Error('pagination does not end');
+  } while (cursor !== null);
+  return { items, pages };
+}
