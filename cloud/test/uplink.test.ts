@@ -7,7 +7,7 @@ import { generateSigningKeyPair, importSigningKey, signMessage, topics, type Upl
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { chunkSnapshot } from '../src/app/resync.js';
 import type { Cloud } from '../src/index.js';
-import { DAY, T0, deps, openTestDb, seed, type TestDb } from './helpers.js';
+import { DAY, T0, capturingLogger, deps, openTestDb, seed, type TestDb } from './helpers.js';
 import { cloudSigningKey, startCloud } from './cloud-helpers.js';
 import { fakeGateway, waitFor, type FakeGateway } from './mqtt-helpers.js';
 
@@ -456,6 +456,73 @@ describe.each(pgBackends())('uplink inbox on %s', (pgBackend) => {
         await waitFor(async () => !(await cloud.sendHeartbeats()).some((h) => h.gatewayId === s.gatewayId) || undefined, 'no heartbeat when offline');
         await gw.client.publishAsync(topics.gatewayPresence(s.gatewayId), '', { qos: 1, retain: true });
       } finally {
+        await gw.close();
+      }
+    });
+  });
+
+  // A cloud of its own (no other cloud on this database subscribed to the uplinks), with a persistent
+  // session so that a message it did not acknowledge would come back to it after a restart.
+  describe.each(mqttBackends())('when the database refuses the data of a verified uplink, with %s', (mqttBackend) => {
+    let broker: MqttTestBroker;
+    beforeAll(async () => {
+      broker = await startMqttBackend(mqttBackend);
+    });
+    afterAll(async () => {
+      await broker.stop();
+    });
+
+    it('it is rejected APPLY_FAILED, logged with its cid, acknowledged (not redelivered after a restart) and writes nothing else', async () => {
+      const clock = new ManualClock(T0);
+      const s = await seed(deps(t.db, clock), { gatewayId: `gw-${broker.unique}-unstorable` });
+      const key = await cloudSigningKey();
+      const env = { MQTT_CLIENT_ID: `cloud-unstorable-${newId().slice(-12)}`, MQTT_CLEAN_SESSION: 'false' };
+      const { log, lines } = await capturingLogger();
+      const first = await startCloud(t, broker.url, { clock, env, deps: { log } });
+      const gw = await fakeGateway({ url: broker.url, gatewayId: s.gatewayId, pair: s.pair, cloudJwks: { keys: [key.publicJwk] }, cloudIssuer: 'tobira-cloud', clock });
+      const event = (seq: number, keyVersion: number) => ({
+        type: 'access.event',
+        seq,
+        body: {
+          eventId: newId(),
+          requestId: `r-${seq}`,
+          lockId: 'lock-1',
+          doorId: s.doorA,
+          at: T0,
+          allowed: false,
+          code: 'UNKNOWN_CREDENTIAL',
+          keyId: 'k-1',
+          keyVersion,
+          personId: null,
+          credentialType: 'pin',
+          commandId: null,
+        },
+      });
+      let restarted: Cloud | undefined;
+      let firstRunning = true;
+      try {
+        // a valid message (a version is any positive safe integer) that audit.key_version (int) cannot hold: SQLSTATE 22003
+        const bad = await gw.send(event(1, 2 ** 31));
+        const rejected = await waitFor(async () => (await first.listRejectedUplinks({ gatewayId: s.gatewayId }))[0], 'the rejection recorded');
+        expect(rejected).toMatchObject({ code: 'APPLY_FAILED', detail: expect.stringContaining(bad.jti) });
+        const line = lines.find((l) => l.msg === 'uplink rejected' && l.code === 'APPLY_FAILED');
+        expect(line).toMatchObject({ cid: bad.cid, gatewayId: s.gatewayId });
+        // the transaction rolled back whole: no inbox row, no seq tracking, no audit row
+        expect((await t.db.query('SELECT 1 FROM uplink_inbox WHERE gateway_id = $1', [s.gatewayId])).rowCount).toBe(0);
+        expect((await t.db.query('SELECT 1 FROM uplink_seq WHERE gateway_id = $1', [s.gatewayId])).rowCount).toBe(0);
+        expect(await first.listAudit({ gatewayId: s.gatewayId })).toEqual([]);
+        await first.stop();
+        firstRunning = false;
+
+        // the same session again: an unacknowledged message would be redelivered before the next one
+        restarted = await startCloud(t, broker.url, { clock, env });
+        const good = await gw.send(event(2, 1));
+        await waitFor(async () => (await restarted?.listAudit({ gatewayId: s.gatewayId }))?.length === 1, 'the next event applied');
+        expect((await restarted.listAudit({ gatewayId: s.gatewayId })).map((a) => a.cid)).toEqual([good.cid]);
+        expect(await restarted.listRejectedUplinks({ gatewayId: s.gatewayId })).toHaveLength(1);
+      } finally {
+        await restarted?.stop();
+        if (firstRunning) await first.stop();
         await gw.close();
       }
     });

@@ -113,7 +113,7 @@ export class Uplink {
       if (code !== undefined && (code.startsWith('22') || code.startsWith('23'))) return 'unstorable' as const;
       throw e;
     });
-    if (outcome === 'unstorable') return this.#reject(gatewayId, topic, 'APPLY_FAILED', `jti ${m.jti}: the database refused its data`);
+    if (outcome === 'unstorable') return this.#reject(gatewayId, topic, 'APPLY_FAILED', `jti ${m.jti}: the database refused its data`, log);
 
     if (outcome === 'duplicate') {
       log.info({ code: 'DUPLICATE_MESSAGE' satisfies OutcomeCode }, 'duplicate uplink; not applied again');
@@ -222,11 +222,12 @@ export class Uplink {
     return ks;
   }
 
-  async #reject(gatewayId: string | null, topic: string, code: string, detail: string): Promise<void> {
+  /** `log`: the message's correlated logger once it verified (APPLY_FAILED); before that there is no trusted cid. */
+  async #reject(gatewayId: string | null, topic: string, code: string, detail: string, log = this.#app.log): Promise<void> {
     // details can quote the bad input (JSON.parse does), and PostgreSQL text refuses NUL: keep them printable
     const safeTopic = printable(topic, 512);
     const safeDetail = printable(detail, 1000);
-    this.#app.log.warn({ gatewayId, topic: safeTopic.slice(0, 200), code, detail: safeDetail }, 'uplink rejected');
+    log.warn({ gatewayId, topic: safeTopic.slice(0, 200), code, detail: safeDetail }, 'uplink rejected');
     await this.#app.db.query('INSERT INTO rejected_uplinks (gateway_id, topic, code, detail, at) VALUES ($1,$2,$3,$4,$5)', [
       gatewayId,
       safeTopic,
