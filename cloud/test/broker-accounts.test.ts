@@ -37,7 +37,8 @@ async function setUp(kind: BrokerKind, backend: 'pglite' | 'postgres'): Promise<
   const t = await openTestDb(backend);
   const clientId = `cloud-${newId().slice(-12)}`;
   if (kind === 'embedded') {
-    const accounts = new EmbeddedBrokerAccounts({ db: t.db, log: testLog });
+    // a clock that stands still: a rotation in the same millisecond as the registration is still a rotation
+    const accounts = new EmbeddedBrokerAccounts({ db: t.db, log: testLog, clock: new ManualClock(T0) });
     const broker: EmbeddedBroker = await startEmbeddedBroker({ aedes: accounts.hooks() });
     const service = await setServiceAccount(t.db, 'tobira-cloud', T0);
     const cloud = await startCloud(t, broker.url, { env: { MQTT_USERNAME: service.username, MQTT_PASSWORD: service.password, MQTT_CLIENT_ID: clientId }, deps: { brokerAccounts: accounts } });
@@ -85,6 +86,8 @@ async function setUp(kind: BrokerKind, backend: 'pglite' | 'postgres'): Promise<
 interface Probe {
   readonly client: MqttClient;
   readonly messages: { topic: string; payload: string }[];
+  /** How many times the connection closed (no reconnects: at most once). */
+  closes(): number;
   /** Granted QoS per filter (128: refused). */
   subscribe(filter: string): Promise<number>;
   close(): Promise<void>;
@@ -94,6 +97,8 @@ async function login(url: string, creds: { username: string; password: string },
   const client = connectMqtt(url, { ...creds, clientId: `probe-${newId().slice(-12)}`, reconnectPeriod: 0, clean: true, ...extra });
   const messages: Probe['messages'] = [];
   client.on('message', (topic, payload) => messages.push({ topic, payload: payload.toString() }));
+  let closes = 0;
+  client.on('close', () => void closes++);
   try {
     await waitConnected(client, 5000);
   } catch (e) {
@@ -103,6 +108,7 @@ async function login(url: string, creds: { username: string; password: string },
   return {
     client,
     messages,
+    closes: () => closes,
     subscribe: (filter) =>
       new Promise((resolve, reject) =>
         client.subscribe(filter, { qos: 1 }, (err, granted) => {
@@ -255,6 +261,65 @@ describe.each(kinds.flatMap((k) => pgBackends().map((b) => [k, b] as const)))('b
     expect(await p.subscribe(topics.gatewayDown(g.gatewayId))).toBe(1);
     await p.close();
     expect(await s.cloud.rotateGatewayBrokerCredentials({ gatewayId: 'no-such-gateway' })).toMatchObject({ status: 'refused', code: 'GATEWAY_NOT_FOUND' });
+  });
+
+  describe('when a gateway is connected and its password is rotated', () => {
+    it('its sessions are disconnected, the old password cannot log in again, the new one can; the cut is logged with the caller’s cid', async () => {
+      const g = await gateway();
+      const first = await login(s.url, g.creds);
+      const second = await login(s.url, g.creds);
+      try {
+        expect(await first.subscribe(topics.gatewayDown(g.gatewayId))).toBe(1);
+        const { log, lines } = await capturingLogger();
+        const cid = `corr-cut-${newId()}` as never;
+        const o = await rotateGatewayBrokerCredentials({ db: s.t.db, clock: new ManualClock(T0), log, crash: noCrash, wake: () => {}, brokerAccounts: s.accounts }, { gatewayId: g.gatewayId, cid });
+        if (o.status !== 'applied') throw new Error(o.code);
+        await waitFor(() => first.closes() > 0 && second.closes() > 0, 'both sessions of the old password to be closed by the broker');
+        expect([4, 5]).toContain(await refusedCode(s.url, g.creds));
+        const cut = lines.find((l) => l.msg === 'broker sessions of the old password cut');
+        // aedes counts the sessions it closed; dynsec kicks without a count
+        expect(cut).toMatchObject({ cid, gatewayId: g.gatewayId, sessionsCut: kind === 'embedded' ? 2 : null });
+        const p = await login(s.url, o.state.mqtt);
+        try {
+          expect(await p.subscribe(topics.gatewayDown(g.gatewayId))).toBe(1);
+          await p.client.publishAsync(topics.gatewayUp(g.gatewayId), 'after-rotation', { qos: 1 });
+          expect(p.closes()).toBe(0);
+        } finally {
+          await p.close();
+        }
+      } finally {
+        await first.close();
+        await second.close();
+      }
+    });
+
+    it("another gateway's session stays open, and a first registration cuts nobody", async () => {
+      const a = await gateway();
+      const b = await gateway();
+      const pa = await login(s.url, a.creds);
+      const pb = await login(s.url, b.creds);
+      try {
+        expect(await pb.subscribe(topics.gatewayDown(b.gatewayId))).toBe(1);
+        const { log, lines } = await capturingLogger();
+        const d = { db: s.t.db, clock: new ManualClock(T0), log, crash: noCrash, wake: () => {}, brokerAccounts: s.accounts };
+        const u = newId().slice(-10);
+        const site = await createSite(d, { id: `site-first-${u}`, name: 'First' });
+        if (site.status !== 'applied') throw new Error(site.code);
+        const fresh = await registerGateway(d, { issuer: 'tobira-cloud', jwks: { keys: [] } }, { gatewayId: `gw-first-${u}`, siteId: site.state.id, publicJwk: (await generateSigningKeyPair()).publicJwk });
+        expect(fresh.status).toBe('applied');
+        expect(lines.map((l) => l.msg)).not.toContain('broker sessions of the old password cut');
+        expect(await rotateGatewayBrokerCredentials(d, { gatewayId: a.gatewayId })).toMatchObject({ status: 'applied' });
+        await waitFor(() => pa.closes() > 0, "a's session to be closed by its rotation");
+        // b's own round trip after a's cut: had the broker closed b with a, this PUBACK would never come
+        await pb.client.publishAsync(topics.gatewayUp(b.gatewayId), 'still-here', { qos: 1 });
+        expect(await pb.subscribe(topics.gatewayDown(b.gatewayId))).toBe(1);
+        expect(pb.closes()).toBe(0);
+        expect(pb.client.connected).toBe(true);
+      } finally {
+        await pa.close();
+        await pb.close();
+      }
+    });
   });
 
   it("rotation's log lines, the broker adapter's included, carry the caller's correlation id", async () => {

@@ -38,7 +38,9 @@ interface DynsecResponse {
  * `tobira-cloud` (everything under tobira/v1/gw/#) exists for the cloud's own
  * link account. A gateway gets a role named like its client (`gw:{id}`) with
  * exactly the ACLs of acl.ts, and a fresh random password at each
- * provisioning or rotation.
+ * provisioning or rotation. A rotation also disconnects every live session of
+ * the client (disable, then enable), so a session that logged in with the old
+ * password does not outlive it.
  *
  * Not transactional with the database: the broker change is made inside the
  * registration's transaction and cannot be rolled back with it. A commit that
@@ -121,6 +123,13 @@ export class DynsecBrokerAccounts implements BrokerAccounts {
     const created = await this.command({ command: 'createClient', username, password, roles: [{ rolename }] }, log);
     if (created.error === 'Client already exists') {
       need(await this.command({ command: 'setClientPassword', username, password }, log));
+      // cut the sessions that logged in with the old password: disableClient kicks every connection of the
+      // username, enableClient lets the new password in again. Failing between the two leaves the account
+      // disabled; the rotation answers BROKER_UNAVAILABLE and a retry enables it.
+      need(await this.command({ command: 'disableClient', username }, log));
+      need(await this.command({ command: 'enableClient', username }, log));
+      // dynsec kicks without saying how many connections it closed
+      log.info({ gatewayId, username, broker: this.kind, sessionsCut: null }, 'broker sessions of the old password cut');
       const got = need(await this.command({ command: 'getClient', username }, log));
       const roles = (got.data as { client?: { roles?: { rolename?: string }[] } } | undefined)?.client?.roles ?? [];
       if (!roles.some((r) => r.rolename === rolename)) need(await this.command({ command: 'addClientRole', username, rolename }, log));

@@ -26,6 +26,16 @@ type AedesClient = Parameters<AedesAuthHooks['authenticate']>[0];
  * Verified passwords are cached for `cacheMs` keyed by the stored hash, so a
  * rotation (a new hash) takes effect for the next connection at once; the
  * cache only saves the scrypt work of a reconnect storm.
+ *
+ * A rotation also cuts the sessions that logged in before it: the hooks keep
+ * the live clients of each username, and provisionGateway closes them (their
+ * last will is published, as for any dropped client). Two races are closed:
+ * a reconnect during the rotation's transaction reads the account row
+ * `FOR SHARE`, so it waits for the commit (PGlite: for the one connection)
+ * and checks the new hash; a login that read the old hash before the
+ * rotation and finishes after it sees the username's rotation count moved
+ * and checks again. A rotation whose transaction rolls back has still cut the
+ * sessions; they log in again with the password that stayed valid.
  */
 export class EmbeddedBrokerAccounts implements BrokerAccounts {
   readonly kind = 'embedded';
@@ -35,6 +45,10 @@ export class EmbeddedBrokerAccounts implements BrokerAccounts {
   readonly #cacheMs: number;
   readonly #verified = new Map<string, { digest: Buffer; until: number }>();
   readonly #accounts = new WeakMap<AedesClient, BrokerAccount>();
+  /** The clients that logged in as each username (closed ones are pruned as they are met). */
+  readonly #sessions = new Map<string, Set<AedesClient>>();
+  /** How many rotations each username has had in this process: a login that spans one checks again. */
+  readonly #rotations = new Map<string, number>();
 
   constructor(opts: { db: Queryable; log: Logger; clock?: Clock; cacheMs?: number }) {
     this.#db = opts.db;
@@ -50,11 +64,33 @@ export class EmbeddedBrokerAccounts implements BrokerAccounts {
     const r = await db.query<{ created: boolean }>(
       `INSERT INTO broker_accounts (username, kind, gateway_id, password_hash, created_at, rotated_at) VALUES ($1, 'gateway', $2, $3, $4, $4)
         ON CONFLICT (username) DO UPDATE SET password_hash = EXCLUDED.password_hash, rotated_at = EXCLUDED.rotated_at
-        RETURNING (created_at = rotated_at) AS created`,
+        RETURNING (xmax = 0) AS created`,
       [username, gatewayId, await hashPassword(password), now],
     );
-    log.info({ gatewayId, username, broker: this.kind, created: r.rows[0]?.created ?? null }, 'broker account password set');
+    // xmax = 0: the row was inserted, not updated (a first registration, not a rotation); unlike created_at = rotated_at it holds when both happen in one millisecond
+    const created = r.rows[0]?.created ?? null;
+    log.info({ gatewayId, username, broker: this.kind, created }, 'broker account password set');
+    if (created !== true) {
+      const cut = this.#cutSessions(username);
+      log.info({ gatewayId, username, broker: this.kind, sessionsCut: cut }, 'broker sessions of the old password cut');
+    }
     return { username, password };
+  }
+
+  /** Closes the live clients logged in as `username` and makes a login in flight check again; answers how many were closed. */
+  #cutSessions(username: string): number {
+    this.#rotations.set(username, (this.#rotations.get(username) ?? 0) + 1);
+    const live = [...(this.#sessions.get(username) ?? [])].filter((c) => !c.closed);
+    this.#sessions.delete(username);
+    for (const c of live) c.close();
+    return live.length;
+  }
+
+  #track(username: string, client: AedesClient): void {
+    const set = this.#sessions.get(username) ?? new Set<AedesClient>();
+    for (const c of set) if (c.closed) set.delete(c);
+    set.add(client);
+    this.#sessions.set(username, set);
   }
 
   /** The aedes hooks that enforce the accounts (startEmbeddedBroker({ aedes: accounts.hooks() })). */
@@ -63,8 +99,10 @@ export class EmbeddedBrokerAccounts implements BrokerAccounts {
       authenticate: (client, username, password, done) => {
         this.#authenticate(username, password).then(
           (account) => {
-            if (account) this.#accounts.set(client, account);
-            else this.#log.warn({ username: username ?? null, clientId: client.id }, 'broker login refused');
+            if (account && username !== undefined) {
+              this.#accounts.set(client, account);
+              this.#track(username, client);
+            } else this.#log.warn({ username: username ?? null, clientId: client.id }, 'broker login refused');
             done(null, account !== null);
           },
           (e: unknown) => {
@@ -96,8 +134,18 @@ export class EmbeddedBrokerAccounts implements BrokerAccounts {
 
   async #authenticate(username: string | undefined, password: Readonly<Buffer> | undefined): Promise<BrokerAccount | null> {
     if (username === undefined || password === undefined) return null;
+    for (;;) {
+      const rotations = this.#rotations.get(username) ?? 0;
+      const account = await this.#check(username, password);
+      // a rotation ran while this login was checked against the hash it read: check again, against the new one
+      if ((this.#rotations.get(username) ?? 0) === rotations) return account;
+    }
+  }
+
+  async #check(username: string, password: Readonly<Buffer>): Promise<BrokerAccount | null> {
+    // FOR SHARE: a rotation not yet committed holds the row; wait for it rather than accept the password it replaces
     const r = await this.#db.query<{ kind: 'gateway' | 'service'; gateway_id: string | null; password_hash: string }>(
-      'SELECT kind, gateway_id, password_hash FROM broker_accounts WHERE username = $1',
+      'SELECT kind, gateway_id, password_hash FROM broker_accounts WHERE username = $1 FOR SHARE',
       [username],
     );
     const row = r.rows[0];
