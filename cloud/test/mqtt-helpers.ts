@@ -16,16 +16,8 @@ import {
 } from '@tobira/shared';
 import type { MqttClient } from 'mqtt';
 
-/** Polls `cond` until it holds; fails with `what` after `timeoutMs`. A wait, not a timing assertion. */
-export async function waitFor<T>(cond: () => Promise<T | undefined | false> | T | undefined | false, what: string, timeoutMs = 15_000): Promise<T> {
-  const until = Date.now() + timeoutMs;
-  for (;;) {
-    const v = await cond();
-    if (v !== undefined && v !== false) return v;
-    if (Date.now() > until) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}
+// the suite's one polling helper (shared/src/testing/wait.ts), re-exported for the tests that import it from here
+export { waitFor } from '@tobira/shared/testing';
 
 /**
  * A TCP proxy in front of a broker that a test can cut and restore: "the

@@ -23,6 +23,7 @@ import {
   type KeyPairJwk,
   type SigningKey,
 } from '@tobira/shared';
+import { waitFor } from '@tobira/shared/testing';
 import type { MqttClient } from 'mqtt';
 import { pino } from 'pino';
 import { createGateway, type Gateway, type GatewayDeps } from '../src/gateway.js';
@@ -36,15 +37,8 @@ export const STAFF_TOKEN = 'staff-token-0123456789';
 
 let counter = 0;
 
-export async function waitFor<T>(fn: () => T | undefined | null | false, what = 'condition', timeoutMs = 10_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const v = fn();
-    if (v !== undefined && v !== null && v !== false) return v;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 10));
-  }
-}
+// the suite's one polling helper (shared/src/testing/wait.ts), re-exported for the tests that import it from here
+export { waitFor };
 
 export interface SiteFixture {
   readonly dir: string;

@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import { createCloud, parseConfig as parseCloudConfig, type Cloud } from '@tobira/cloud';
 import { createGateway, parseConfig as parseGatewayConfig, type Gateway, type GatewayConfigInput } from '@tobira/gateway';
 import { createLogger, encodeSecret, generateSigningKeyPair, newPairingSecret, type Clock, type KeyPairJwk } from '@tobira/shared';
-import { createTestDatabase, startMqttBackend, type MqttTestBroker, type TestDatabase } from '@tobira/shared/testing';
+import { createTestDatabase, startMqttBackend, waitFor, type MqttTestBroker, type TestDatabase } from '@tobira/shared/testing';
 import { startFleet, type Fleet } from '../../src/index.js';
 
 /**
@@ -77,15 +77,8 @@ export async function startTcpProxy(target: string): Promise<TcpProxy> {
   };
 }
 
-export async function waitFor<T>(fn: () => Promise<T | undefined | null | false> | T | undefined | null | false, what: string, timeoutMs = 20_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const v = await fn();
-    if (v !== undefined && v !== null && v !== false) return v;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 25));
-  }
-}
+// the suite's one polling helper (shared/src/testing/wait.ts), re-exported for the tests that import it from here
+export { waitFor };
 
 export interface SystemOptions {
   readonly offlineGraceSeconds?: number;

@@ -1,2 +1,3 @@
 export * from './backends.js';
 export * from './mosquitto.js';
+export * from './wait.js';
