@@ -418,6 +418,44 @@ describe.each(pgBackends())('uplink inbox on %s', (pgBackend) => {
       });
     });
 
+    it("a gateway ahead of the cloud (its database restored to an earlier point), or one that reports a seq conflict, gets a snapshot past both histories, and no seq is handed out twice", async () => {
+      const { s, gw } = await setup();
+      try {
+        const k1 = await issue(s, 11);
+        await issue(s, 12);
+        await waitFor(() => sequenced(gw.received).length >= 2 || undefined, 'seqs 1 and 2');
+        const lastSeq = async () => (await t.db.query<{ last_seq: number }>('SELECT last_seq FROM gateway_seq WHERE gateway_id = $1', [s.gatewayId])).rows[0]?.last_seq;
+        expect(await lastSeq()).toBe(2);
+
+        // the gateway applied up to 7: seqs 3..7 came from a history this database no longer has
+        gw.received.length = 0;
+        await gw.send({ type: 'resync.request', body: { requestId: newId(), lastAppliedSeq: 7, reason: 'gap' } });
+        const snap = await waitFor(() => gw.received.find((m) => m.type === 'keyset.snapshot'), 'snapshot');
+        expect(gw.received.find((m) => m.type === 'resync.answer')).toMatchObject({ body: { mode: 'snapshot', fromSeq: 7, toSeq: 8 } });
+        if (snap.type !== 'keyset.snapshot') throw new Error('type');
+        expect(snap.body.asOfSeq).toBe(8);
+        expect(snap.body.keys).toHaveLength(2);
+        expect(await lastSeq()).toBe(8);
+        // the next message gets a seq neither history used
+        gw.received.length = 0;
+        if (k1.status !== 'applied') throw new Error(k1.code);
+        await cloud.revokeKey({ keyId: k1.state.id, reason: 'credential_lost' });
+        const revoke = await waitFor(() => sequenced(gw.received)[0], 'revoke');
+        expect(revoke.seq).toBe(9);
+
+        // a conflict report: even when the gateway is not ahead, the counter moves past and a snapshot (never a replay) follows
+        gw.received.length = 0;
+        await gw.send({ type: 'resync.request', body: { requestId: newId(), lastAppliedSeq: 8, reason: 'conflict' } });
+        const again = await waitFor(() => gw.received.find((m) => m.type === 'keyset.snapshot'), 'snapshot after a conflict');
+        expect(gw.received.find((m) => m.type === 'resync.answer')).toMatchObject({ body: { mode: 'snapshot', fromSeq: 8, toSeq: 10 } });
+        if (again.type !== 'keyset.snapshot') throw new Error('type');
+        expect(again.body).toMatchObject({ asOfSeq: 10, revoked: [{ keyId: k1.state.id, version: 2 }] });
+        expect(sequenced(gw.received)).toEqual([]);
+      } finally {
+        await gw.close();
+      }
+    });
+
     it('answers with a snapshot when the missing rows were purged, even for a short gap', async () => {
       const { s, gw } = await setup();
       const start = clock.now();

@@ -285,7 +285,7 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
                 leaseExpiresAt: st.leaseExpiresAt,
                 leaseRemainingSeconds: leaseRemainingSeconds(st.leaseExpiresAt, now),
                 failClosed: stale,
-                failClosedReason: !stale ? null : st.leaseExpiresAt === null ? 'NO_LEASE' : 'LEASE_EXPIRED',
+                failClosedReason: !stale ? null : st.seqConflictAt !== null ? 'SEQ_CONFLICT' : st.leaseExpiresAt === null ? 'NO_LEASE' : 'LEASE_EXPIRED',
                 waitingOnGap: s.hasGap(st.appliedSeq),
                 newestVerifiedIatMs: st.maxIatMs,
                 lastResyncAt: st.lastResyncAt,

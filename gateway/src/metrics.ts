@@ -7,6 +7,7 @@ export interface Metrics {
   readonly rejected: Counter<'code'>;
   readonly applied: Counter<'type' | 'result'>;
   readonly applyFailures: Counter;
+  readonly seqConflicts: Counter;
   readonly outboxRefused: Counter<'type'>;
   readonly uplinkSent: Counter;
   readonly lockMessagesRefused: Counter<'channel' | 'code'>;
@@ -29,6 +30,7 @@ export function createMetrics(defaults = false): Metrics & { bind(src: MetricSou
     rejected: new Counter({ name: 'tobira_gateway_downlink_rejected_total', help: 'Downlink messages refused by verification, by code.', labelNames: ['code'] as const, registers: [registry] }),
     applied: new Counter({ name: 'tobira_gateway_inbox_applied_total', help: 'Inbox messages applied, by type and result.', labelNames: ['type', 'result'] as const, registers: [registry] }),
     applyFailures: new Counter({ name: 'tobira_gateway_inbox_apply_failures_total', help: 'Failed apply attempts.', registers: [registry] }),
+    seqConflicts: new Counter({ name: 'tobira_gateway_seq_conflicts_total', help: 'Messages for a seq already applied under another id (the cloud history differs; the site fails closed until a snapshot).', registers: [registry] }),
     outboxRefused: new Counter({ name: 'tobira_gateway_outbox_refused_total', help: 'Non-essential uplink rows refused because the outbox was full.', labelNames: ['type'] as const, registers: [registry] }),
     uplinkSent: new Counter({ name: 'tobira_gateway_uplink_sent_total', help: 'Uplink messages acked by the cloud broker.', registers: [registry] }),
     lockMessagesRefused: new Counter({ name: 'tobira_gateway_lock_messages_refused_total', help: 'Site-broker messages refused, by channel and code.', labelNames: ['channel', 'code'] as const, registers: [registry] }),

@@ -33,6 +33,7 @@ describe('SQLite store', () => {
       { version: 1, name: 'init' },
       { version: 2, name: 'snapshot_parts_received_at' },
       { version: 3, name: 'lock_refusals' },
+      { version: 4, name: 'seq_conflict' },
     ]);
   });
 

@@ -26,6 +26,7 @@ export const OUTCOME_CODES = table({
   KEY_NOT_EXPIRED: 'The key validity window has not ended; nothing changed.',
   KEY_ALREADY_ISSUED: 'A key with this id and the same content already exists; nothing changed.',
   DUPLICATE_MESSAGE: 'The message id was seen before; it was not applied again.',
+  SEQ_CONFLICT: 'The gateway already applied another message at this seq: its history and the cloud differ (a restored cloud database); it fails closed until a snapshot.',
   STALE_VERSION: 'A newer version of the key is already known; the message was ignored.',
   REPORT_IGNORED: 'The report does not match the current state of the key; nothing changed.',
   // conflict

@@ -211,13 +211,20 @@ export const GatewayStatusMessage = sequenced(
   }),
 );
 
-/** The gateway saw a gap (or just started) and asks for everything after `lastAppliedSeq`. */
+/**
+ * The gateway saw a gap (or just started) and asks for everything after
+ * `lastAppliedSeq`. `conflict`: it was sent a message for a seq it had
+ * already applied under another id, so its history and the cloud's differ;
+ * the cloud answers with a snapshot past both (docs/architecture.md).
+ * `ahead`: a heartbeat named a last seq below the gateway's applied one (a
+ * restored cloud database, or a heartbeat overtaken by a newer message).
+ */
 export const ResyncRequestMessage = unsequenced(
   'resync.request',
   z.strictObject({
     requestId: z.uuid(),
     lastAppliedSeq: z.int().nonnegative(),
-    reason: z.enum(['gap', 'startup', 'stale', 'operator']),
+    reason: z.enum(['gap', 'startup', 'stale', 'operator', 'conflict', 'ahead']),
   }),
 );
 

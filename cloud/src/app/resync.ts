@@ -77,12 +77,25 @@ export async function answerResync(app: AppDeps, r: ResyncDeps, gatewayId: strin
 
   const head = await app.db.query<{ last_seq: number }>('SELECT last_seq FROM gateway_seq WHERE gateway_id = $1', [gatewayId]);
   const lastSeq = head.rows[0]?.last_seq ?? 0;
-  if (from === lastSeq) {
+  if (from > lastSeq || req.body.reason === 'conflict') {
+    // The gateway applied seqs this database never handed out, or it was sent a seq it had
+    // already used: this database was restored to an earlier point. Seqs must never be handed
+    // out twice, so the counter moves past both histories (committed before the snapshot is
+    // read), and the snapshot as of that seq replaces the gateway's key set with this database's.
+    const bumped = await app.db.query<{ last_seq: number }>(
+      'UPDATE gateway_seq SET last_seq = GREATEST(last_seq, $2) + 1 WHERE gateway_id = $1 RETURNING last_seq',
+      [gatewayId, from],
+    );
+    log.error(
+      { code: 'GATEWAY_SEQ_CONFLICT', reason: req.body.reason, gatewayAppliedSeq: from, cloudLastSeq: lastSeq, newLastSeq: bumped.rows[0]?.last_seq ?? null },
+      "the gateway's history differs from this database's (restored from a backup?): seq moved past both, snapshot follows; changes made after the backup are not in it and must be made again",
+    );
+  } else if (from === lastSeq) {
     await answer({ requestId: req.body.requestId, mode: 'up_to_date', fromSeq: from, toSeq: lastSeq, snapshotId: null });
     log.info({ lastSeq }, 'resync: up to date');
     return 'up_to_date';
   }
-  if (from < lastSeq && lastSeq - from <= r.replayMax) {
+  if (from < lastSeq && lastSeq - from <= r.replayMax && req.body.reason !== 'conflict') {
     const rows = await app.db.query<{ seq: number; jti: string; type: 'key.grant' | 'key.revoke'; body: unknown; cid: string }>(
       'SELECT seq, jti, type, body, cid FROM outbox WHERE gateway_id = $1 AND seq > $2 AND seq <= $3 ORDER BY seq',
       [gatewayId, from, lastSeq],

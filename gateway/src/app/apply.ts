@@ -29,7 +29,7 @@ export interface ApplyOptions {
   readonly resyncIntervalMs: number;
 }
 
-export type ResyncReason = 'gap' | 'startup' | 'stale' | 'operator';
+export type ResyncReason = 'gap' | 'startup' | 'stale' | 'operator' | 'conflict' | 'ahead';
 
 export interface ApplyDeps extends AppContext {
   readonly options: ApplyOptions;
@@ -48,7 +48,7 @@ interface AckDraft {
   readonly keyVersion: number | null;
 }
 
-type RowResult = { readonly result: AckDraft['result']; readonly code: string; readonly resync?: ResyncReason };
+type RowResult = { readonly result: AckDraft['result']; readonly code: string; readonly resync?: ResyncReason; readonly resyncNow?: boolean };
 
 /** Applies everything applicable now. Returns how many rows it settled. Synchronous. */
 export function applyPending(deps: ApplyDeps): number {
@@ -81,7 +81,7 @@ export function applyPending(deps: ApplyDeps): number {
       log.info({ result: r.result, code: r.code }, 'inbox message applied');
       settled++;
       deps.outboxWritten();
-      if (r.resync !== undefined) maybeResync(deps, r.resync, row.cid);
+      if (r.resync !== undefined) maybeResync(deps, r.resync, row.cid, r.resyncNow);
     } catch (e) {
       const attempts = row.attempts + 1;
       const failed = attempts >= deps.options.maxAttempts;
@@ -148,10 +148,26 @@ function applyRow(deps: ApplyDeps, row: InboxRow, now: number): RowResult {
   switch (m.type) {
     case 'key.grant':
     case 'key.revoke': {
-      if (m.seq <= settings.appliedSeq) {
-        // Already past this seq (a replay under a new id, or covered by a snapshot): never re-applied.
+      if (m.seq <= settings.snapshotSeq) {
+        // Covered by a snapshot (a message still in flight when the snapshot was taken): never re-applied.
         r = { result: 'noop', code: 'DUPLICATE_MESSAGE' };
         ack(deps, row, { ...r, ...keyOf(row) }, now);
+        break;
+      }
+      if (m.seq <= settings.appliedSeq) {
+        // This seq was applied here one message at a time, under another id (a redelivery of the
+        // same id never reaches the inbox): the cloud handed out a seq we already used, so its
+        // history and ours differ (its database was restored to an earlier point). Neither this
+        // message nor our key set can be trusted against the other: fail closed and ask for a
+        // snapshot. No ack: the key stays pending in the cloud until the snapshot's acks settle it.
+        store.markSeqConflict(now);
+        deps.metrics.seqConflicts.inc();
+        withCorrelation(deps.log, m.cid, { jti: m.jti, seq: m.seq }).error(
+          { code: 'SEQ_CONFLICT', appliedSeq: settings.appliedSeq, snapshotSeq: settings.snapshotSeq },
+          'the cloud sent a seq this gateway already applied under another id; failing closed until a snapshot',
+        );
+        // the first conflict asks at once (whatever the rate limit); later ones and heartbeats keep to it
+        r = { result: 'refused', code: 'SEQ_CONFLICT', resync: 'conflict', resyncNow: settings.seqConflictAt === null };
         break;
       }
       if (m.type === 'key.grant') {
@@ -164,10 +180,19 @@ function applyRow(deps: ApplyDeps, row: InboxRow, now: number): RowResult {
       break;
     }
     case 'heartbeat': {
+      if (settings.seqConflictAt !== null) {
+        // an open seq conflict: no lease until a snapshot settles it; each heartbeat asks again (rate-limited)
+        r = { result: 'noop', code: 'SEQ_CONFLICT', resync: 'conflict' };
+        ack(deps, row, { ...r, keyId: null, keyVersion: null }, now);
+        break;
+      }
       const v = onHeartbeat({ lastSeq: m.body.lastSeq, iatMs: m.iat * 1000 }, settings.appliedSeq, settings.leaseExpiresAt, deps.options.offlineGraceSeconds);
       if (v.kind === 'extend') {
         store.setLease(v.leaseExpiresAt);
-        r = { result: 'applied', code: 'MESSAGE_APPLIED' };
+        // The cloud names a last seq below ours: its database may have been restored to an earlier
+        // point (or this heartbeat was overtaken by a newer message). Ask, so a cloud that lost our
+        // history moves past it and sends its key set; the lease stands, the answer settles which.
+        r = m.body.lastSeq < settings.appliedSeq ? { result: 'applied', code: 'MESSAGE_APPLIED', resync: 'ahead' } : { result: 'applied', code: 'MESSAGE_APPLIED' };
       } else {
         r = { result: 'noop', code: 'REPORT_IGNORED', resync: 'gap' };
       }
@@ -219,7 +244,7 @@ function applySnapshotPart(deps: ApplyDeps, row: InboxRow, m: SnapshotMessage, n
     if (o.status === 'applied' || o.status === 'noop') store.saveSlot(g.keyId, o.state, cid, now);
     ack(deps, snapRow, { result: o.status === 'conflict' ? 'refused' : o.status, code: o.code, keyId: g.keyId, keyVersion: g.version }, now, ackOf);
   }
-  store.setAppliedSeq(b.asOfSeq);
+  store.setSnapshotApplied(b.asOfSeq);
   return { result: 'applied', code: 'MESSAGE_APPLIED' };
 }
 
@@ -227,9 +252,9 @@ function applySnapshotPart(deps: ApplyDeps, row: InboxRow, m: SnapshotMessage, n
  * Asks the cloud for a resync at most once per `resyncIntervalMs` of process
  * time (a rate limit, so it runs on the monotonic clock, not on trusted time).
  */
-export function maybeResync(deps: ApplyDeps, reason: ResyncReason, cid: string): void {
+export function maybeResync(deps: ApplyDeps, reason: ResyncReason, cid: string, now = false): void {
   const mono = performance.now();
-  if (reason !== 'startup' && mono - deps.resyncThrottle.lastMono < deps.options.resyncIntervalMs) return;
+  if (!now && reason !== 'startup' && mono - deps.resyncThrottle.lastMono < deps.options.resyncIntervalMs) return;
   deps.resyncThrottle.lastMono = mono;
   const s = deps.store.settings();
   deps.store.setLastResyncAt(nowOf(deps));

@@ -33,7 +33,7 @@ export interface Health {
 }
 
 /** Why the site denies ordinary keys with CLOUD_STALE (DESIGN.md I1). */
-export const FAIL_CLOSED_REASONS = ['NO_LEASE', 'LEASE_EXPIRED'] as const;
+export const FAIL_CLOSED_REASONS = ['NO_LEASE', 'LEASE_EXPIRED', 'SEQ_CONFLICT'] as const;
 export type FailClosedReason = (typeof FAIL_CLOSED_REASONS)[number];
 
 export interface StaffStatus {

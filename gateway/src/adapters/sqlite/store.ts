@@ -36,6 +36,10 @@ export interface Settings {
   readonly mode: SiteMode;
   readonly nextUplinkSeq: number;
   readonly lastResyncAt: number | null;
+  /** asOfSeq of the last applied snapshot: seqs up to it are settled by the snapshot. */
+  readonly snapshotSeq: number;
+  /** When a message showed that the cloud's history differs from ours (SEQ_CONFLICT); null: none open. */
+  readonly seqConflictAt: number | null;
 }
 
 const SettingsRow = z.object({
@@ -46,6 +50,8 @@ const SettingsRow = z.object({
   mode: z.enum(['normal', 'lockdown']),
   next_uplink_seq: z.int(),
   last_resync_at: z.int().nullable(),
+  snapshot_seq: z.int(),
+  seq_conflict_at: z.int().nullable(),
 });
 
 export interface InboxRow {
@@ -145,11 +151,21 @@ export class GatewayStore {
       mode: r.mode,
       nextUplinkSeq: r.next_uplink_seq,
       lastResyncAt: r.last_resync_at,
+      snapshotSeq: r.snapshot_seq,
+      seqConflictAt: r.seq_conflict_at,
     };
   }
 
   setAppliedSeq(seq: number): void {
     this.db.prepare('UPDATE settings SET applied_seq = ? WHERE id = 1').run(seq);
+  }
+  /** A snapshot replaced the key set as of `asOfSeq`: it is the applied seq and the snapshot seq, and it settles an open seq conflict. */
+  setSnapshotApplied(asOfSeq: number): void {
+    this.db.prepare('UPDATE settings SET applied_seq = ?, snapshot_seq = ?, seq_conflict_at = NULL WHERE id = 1').run(asOfSeq, asOfSeq);
+  }
+  /** The cloud's history differs from ours: the lease ends now (fail closed) and stays unrenewed until a snapshot. */
+  markSeqConflict(at: number): void {
+    this.db.prepare('UPDATE settings SET seq_conflict_at = COALESCE(seq_conflict_at, ?), lease_expires_at = NULL WHERE id = 1').run(at);
   }
   setLease(expiresAt: number): void {
     this.db.prepare('UPDATE settings SET lease_expires_at = ? WHERE id = 1').run(expiresAt);
