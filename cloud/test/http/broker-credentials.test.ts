@@ -7,6 +7,7 @@ import { buildApp } from '../../src/http/app.js';
 import { createApiToken } from '../../src/http/tokens.js';
 import type { Cloud } from '../../src/index.js';
 import { startCloud } from '../cloud-helpers.js';
+import { waitFor } from '../mqtt-helpers.js';
 import { T0, openTestDb, testLog, type TestDb } from '../helpers.js';
 import { bearer, openHarness, type Harness } from './harness.js';
 
@@ -102,10 +103,15 @@ describe.each(pgBackends())('gateway broker credentials over the admin API on %s
     expect(await logsIn(h.broker.url, b.username, b.password)).toBe(true);
   });
 
-  it('rotation by a manager of the site: 200 with a new password; the old one no longer logs in, the new one does', async () => {
+  it('rotation by a manager of the site: 200 with a new password; the session open with the old one is closed, the old one no longer logs in, the new one does', async () => {
     const { gatewayId, r } = await register(h.tokens.admin, h.siteA);
     const old = r.json().provisioning.broker;
+    const session = connectMqtt(h.broker.url, { username: old.username, password: old.password, clientId: `gw-session-${newId().slice(-12)}`, reconnectPeriod: 0 });
+    let closed = false;
+    session.on('close', () => void (closed = true));
+    await waitConnected(session, 5000);
     const rot = await rotate(h.tokens.managerA, gatewayId);
+    await waitFor(() => closed, 'the session of the old password to be closed').finally(() => session.end(true));
     expect(rot.statusCode).toBe(200);
     expect(rot.json()).toEqual({
       status: 'applied',
