@@ -1,10 +1,11 @@
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { cpSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, connect as tcpConnect, type Server, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createCloud, parseConfig as parseCloudConfig, type Cloud } from '@tobira/cloud';
 import { createGateway, parseConfig as parseGatewayConfig, type Gateway, type GatewayConfigInput } from '@tobira/gateway';
 import { createLogger, encodeSecret, generateSigningKeyPair, newPairingSecret, type Clock, type KeyPairJwk } from '@tobira/shared';
+import pg from 'pg';
 import { createTestDatabase, startMqttBackend, waitFor, type MqttTestBroker, type TestDatabase } from '@tobira/shared/testing';
 import { startFleet, type Fleet } from '../../src/index.js';
 
@@ -87,6 +88,8 @@ export interface SystemOptions {
   readonly lockSecretsOverride?: Readonly<Record<string, Uint8Array>>;
   /** false: the test runs the gateway itself (as a child process from `gatewayConfigFile`). */
   readonly gatewayInProcess?: boolean;
+  /** PGlite in a directory (not in memory), so a test can back the cloud's database up and restore it. */
+  readonly pgliteOnDisk?: boolean;
 }
 
 let n = 0;
@@ -109,6 +112,8 @@ export class System {
   gatewayKeyFile = '';
   #brokers: MqttTestBroker[] = [];
   #db!: TestDatabase;
+  #signingJwk: string | undefined;
+  readonly #extraDatabases = new Set<string>();
 
   constructor(
     readonly backend: Backend,
@@ -134,20 +139,7 @@ export class System {
     this.#brokers = [await startMqttBackend(mqtt), await startMqttBackend(mqtt)];
     this.#db = await createTestDatabase(this.backend === 'embedded' ? 'pglite' : 'postgres');
     this.proxy = await startTcpProxy(this.cloudBrokerUrl);
-
-    this.cloud = createCloud(
-      parseCloudConfig({
-        ...(this.#db.backend === 'postgres' ? { DATABASE_URL: this.#db.url } : { PGLITE_DATA_DIR: this.#db.dataDir }),
-        MQTT_URL: this.cloudBrokerUrl,
-        MQTT_CLIENT_ID: `cloud-${this.gatewayId}`,
-        HEARTBEAT_INTERVAL_MS: '250',
-        DISPATCH_POLL_MS: '500',
-        DISPATCH_BACKOFF_BASE_MS: '100',
-        DISPATCH_BACKOFF_MAX_MS: '1000',
-      }),
-      { clock: this.clock, log: this.log.child({ part: 'cloud' }) },
-    );
-    await this.cloud.start();
+    await this.startCloud();
 
     const site = await this.cloud.createSite({ id: this.siteId, name: 'E2E site', timeZone: 'Asia/Tokyo', offlineGraceSeconds: this.opts.offlineGraceSeconds ?? 300 });
     expectApplied(site, 'createSite');
@@ -185,6 +177,92 @@ export class System {
       log: this.log.child({ part: 'sim' }),
     });
     return this;
+  }
+
+  get #pgliteDir(): string {
+    return join(this.dir, 'cloud-pglite');
+  }
+
+  /** (Re)starts the cloud on its database (the same signing key every time: the gateway trusts it). */
+  async startCloud(): Promise<void> {
+    const database =
+      this.#db.backend === 'postgres' ? { DATABASE_URL: this.#db.url } : { PGLITE_DATA_DIR: this.opts.pgliteOnDisk ? this.#pgliteDir : this.#db.dataDir };
+    this.#signingJwk ??= JSON.stringify((await generateSigningKeyPair()).privateJwk);
+    this.cloud = createCloud(
+      parseCloudConfig({
+        ...database,
+        MQTT_URL: this.cloudBrokerUrl,
+        MQTT_CLIENT_ID: `cloud-${this.gatewayId}`,
+        CLOUD_SIGNING_JWK: this.#signingJwk,
+        HEARTBEAT_INTERVAL_MS: '250',
+        DISPATCH_POLL_MS: '500',
+        DISPATCH_BACKOFF_BASE_MS: '100',
+        DISPATCH_BACKOFF_MAX_MS: '1000',
+      }),
+      { clock: this.clock, log: this.log.child({ part: 'cloud' }) },
+    );
+    await this.cloud.start();
+  }
+
+  async stopCloud(): Promise<void> {
+    await this.cloud.stop();
+  }
+
+  /**
+   * A backup of the cloud's database, as an operator takes one (the cloud is
+   * stopped first): a template copy in PostgreSQL, a copy of the PGlite
+   * directory (needs `pgliteOnDisk`).
+   */
+  async backupCloudDatabase(): Promise<void> {
+    await this.#copyDatabase('backup');
+  }
+
+  /** Restores the backup over the cloud's database (the cloud is stopped first). */
+  async restoreCloudDatabase(): Promise<void> {
+    await this.#copyDatabase('restore');
+  }
+
+  async #copyDatabase(direction: 'backup' | 'restore'): Promise<void> {
+    const db = this.#db;
+    if (db.backend === 'pglite') {
+      if (!this.opts.pgliteOnDisk) throw new Error('backup/restore of PGlite needs pgliteOnDisk');
+      const [from, to] = direction === 'backup' ? [this.#pgliteDir, `${this.#pgliteDir}.bak`] : [`${this.#pgliteDir}.bak`, this.#pgliteDir];
+      rmSync(to, { recursive: true, force: true });
+      cpSync(from, to, { recursive: true });
+      return;
+    }
+    const live = new URL(db.url).pathname.slice(1);
+    const bak = `${live}_bak`;
+    // CREATE DATABASE ... TEMPLATE needs nobody connected to the source: work from the maintenance database
+    const maint = new URL(db.url);
+    maint.pathname = '/postgres';
+    const c = new pg.Client({ connectionString: maint.toString() });
+    await c.connect();
+    try {
+      if (direction === 'backup') {
+        await c.query(`DROP DATABASE IF EXISTS ${bak}`);
+        await c.query(`CREATE DATABASE ${bak} TEMPLATE ${live}`);
+      } else {
+        await c.query(`DROP DATABASE ${live} WITH (FORCE)`);
+        await c.query(`CREATE DATABASE ${live} TEMPLATE ${bak}`);
+      }
+    } finally {
+      await c.end();
+    }
+    this.#extraDatabases.add(bak);
+  }
+
+  async #dropExtraDatabases(): Promise<void> {
+    if (this.#db?.backend !== 'postgres' || this.#extraDatabases.size === 0) return;
+    const maint = new URL(this.#db.url);
+    maint.pathname = '/postgres';
+    const c = new pg.Client({ connectionString: maint.toString() });
+    await c.connect();
+    try {
+      for (const name of this.#extraDatabases) await c.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+    } finally {
+      await c.end();
+    }
   }
 
   get gatewayConfigFile(): string {
@@ -228,6 +306,7 @@ export class System {
     await this.proxy?.stop().catch(() => {});
     for (const b of this.#brokers) await b.stop().catch(() => {});
     await this.#db?.drop().catch(() => {});
+    await this.#dropExtraDatabases().catch(() => {});
     rmSync(this.dir, { recursive: true, force: true });
   }
 }
