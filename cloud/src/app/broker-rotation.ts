@@ -8,8 +8,8 @@ export interface RotatedBrokerCredentials {
 }
 
 /**
- * Gives a gateway a new cloud-broker password (the old one stops working for
- * new connections). Refused: GATEWAY_NOT_FOUND; BROKER_ACCOUNTS_UNMANAGED when
+ * Gives a gateway a new cloud-broker password: the old one stops working, and
+ * the sessions that logged in with it are cut (docs/architecture.md). Refused: GATEWAY_NOT_FOUND; BROKER_ACCOUNTS_UNMANAGED when
  * the cloud does not manage broker accounts; BROKER_UNAVAILABLE when the broker
  * could not make the change (nothing changed in the database).
  */

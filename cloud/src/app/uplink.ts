@@ -135,14 +135,17 @@ export class Uplink {
    * A failed transaction (database briefly unreachable, serialization) is
    * retried a few times; after that the error propagates, no PUBACK is sent,
    * and the broker redelivers to the persistent session after a reconnect.
-   * A simulated crash propagates at once, as a dying process would.
+   * A simulated crash propagates at once, as a dying process would, and so
+   * does data the database refuses (SQLSTATE class 22/23): it would fail the
+   * same way again.
    */
   async #withRetry<T>(log: AppDeps['log'], fn: () => Promise<T>): Promise<T> {
     for (let attempt = 1; ; attempt++) {
       try {
         return await fn();
       } catch (e) {
-        if (e instanceof SimulatedCrash || attempt >= 3) throw e;
+        const code = pgErrorCode(e);
+        if (e instanceof SimulatedCrash || attempt >= 3 || code?.startsWith('22') || code?.startsWith('23')) throw e;
         log.warn({ err: e instanceof Error ? e.message : String(e), attempt }, 'uplink transaction failed; retrying');
         await new Promise((r) => setTimeout(r, 50 * attempt));
       }
