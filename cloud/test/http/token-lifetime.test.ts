@@ -136,6 +136,23 @@ describe.each(pgBackends())('API token lifetime and rotation on %s', (backend) =
     });
   });
 
+  describe('GET /api-tokens/self', () => {
+    it('shows any role its own token (expiry and state, never the token), and only its own', async () => {
+      const t = await mint('auditor', { expiresInDays: 30 });
+      const r = await get(t.token, '/api-tokens/self');
+      expect(r.statusCode).toBe(200);
+      expect(r.json().token).toMatchObject({ id: t.id, role: 'auditor', sites: [h.siteA], expiresAt: t.expiresAt, state: 'active', revokedAt: null });
+      expect(r.body).not.toContain(t.token);
+      expect(r.body).not.toContain(hashToken(t.token));
+      const other = await get(h.tokens.managerA, '/api-tokens/self');
+      expect(other.json().token.id).not.toBe(t.id);
+      h.cloud.clock.advance(24 * DAY);
+      expect((await get(t.token, '/api-tokens/self')).json().token).toMatchObject({ state: 'expiring' });
+      // the list stays admin only
+      expect((await get(t.token, '/api-tokens')).statusCode).toBe(403);
+    });
+  });
+
   describe('rotation', () => {
     it('an admin rotates a token: the new one (shown once, stored hashed) has the same name, role and sites', async () => {
       const old = await mint('manager', { expiresInDays: 30 });
