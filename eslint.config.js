@@ -38,6 +38,17 @@ export default tseslint.config(
     },
   },
   {
+    // the gateway's staff web UI: plain browser JavaScript, no build step (type-checked by gateway/ui/tsconfig.json)
+    files: ['gateway/ui/**/*.js'],
+    languageOptions: {
+      sourceType: 'module',
+      globals: Object.fromEntries(
+        ['window', 'document', 'location', 'history', 'sessionStorage', 'fetch', 'performance', 'AbortSignal', 'URLSearchParams', 'Intl', 'HTMLElement', 'Node', 'console'].map((g) => [g, 'readonly']),
+      ),
+    },
+    rules: { 'no-console': 'error' },
+  },
+  {
     files: ['**/scripts/**/*.ts', '**/bench/**/*.ts', '**/cli*.ts', '**/main.ts', 'scripts/**'],
     rules: { 'no-console': 'off' },
   },

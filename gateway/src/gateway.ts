@@ -26,7 +26,7 @@ import { enqueueStatus, handleLockMessage, recordLockRefusal } from './app/locks
 import { UplinkSender, sendResyncRequest, type UplinkDeps } from './app/uplink.js';
 import type { GatewayConfig } from './config.js';
 import { isStale, leaseRemainingSeconds } from './domain/freshness.js';
-import { staffCounts, staffLists } from './adapters/sqlite/staff-queries.js';
+import { getAlarm, staffCounts, staffLists } from './adapters/sqlite/staff-queries.js';
 import { buildApp } from './http/app.js';
 import { createMetrics, type Metrics } from './metrics.js';
 
@@ -269,6 +269,13 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
           staffToken: config.staffToken,
           log,
           setMode,
+          ackAlarm: (alarmId, by, cid) => {
+            const result = s.ackAlarm(alarmId, by, nowOf(base));
+            const alarm = getAlarm(s.db, alarmId);
+            withCorrelation(log, cid).info({ alarmId, by, result }, 'alarm acknowledged locally');
+            if (result === 'not_found' || alarm === null) return { status: 'refused', code: 'ALARM_NOT_FOUND' };
+            return { status: result, alarm };
+          },
           staff: {
             status: () => {
               const st = s.settings();

@@ -52,7 +52,7 @@ describe('config', () => {
   });
 
   it('refuses staff actions when no staff token is configured', async () => {
-    const app = buildApp({ registry: createMetrics().registry, staffToken: undefined, log: pino({ level: 'silent' }), staff: {} as never, setMode: () => ({ mode: 'lockdown', changed: true }), health: () => ({}) as never });
+    const app = buildApp({ registry: createMetrics().registry, staffToken: undefined, log: pino({ level: 'silent' }), staff: {} as never, setMode: () => ({ mode: 'lockdown', changed: true }), ackAlarm: () => ({ status: 'refused', code: 'ALARM_NOT_FOUND' }), health: () => ({}) as never });
     const r = await app.inject({ method: 'POST', url: '/staff/mode', payload: { mode: 'lockdown' }, headers: { authorization: 'Bearer anything-at-all-here' } });
     expect(r.statusCode).toBe(503);
     expect(r.json()).toEqual({ code: 'STAFF_AUTH_NOT_CONFIGURED' });

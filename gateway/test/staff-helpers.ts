@@ -1,7 +1,7 @@
 import { Writable } from 'node:stream';
 import type { FastifyInstance } from 'fastify';
 import { pino, type Logger } from 'pino';
-import { staffLists } from '../src/adapters/sqlite/staff-queries.js';
+import { getAlarm, staffLists } from '../src/adapters/sqlite/staff-queries.js';
 import type { GatewayStore } from '../src/adapters/sqlite/store.js';
 import { buildApp, type StaffStatus } from '../src/http/app.js';
 import { createMetrics } from '../src/metrics.js';
@@ -34,6 +34,11 @@ export function staffAppOver(store: GatewayStore, opts: { staffToken?: string | 
     log: opts.log ?? pino({ level: 'silent' }),
     setMode: () => {
       throw new Error('not in this test');
+    },
+    ackAlarm: (alarmId, by) => {
+      const result = store.ackAlarm(alarmId, by, (opts.now ?? (() => 0))());
+      const alarm = getAlarm(store.db, alarmId);
+      return result === 'not_found' || alarm === null ? { status: 'refused', code: 'ALARM_NOT_FOUND' } : { status: result, alarm };
     },
     health: () => {
       throw new Error('not in this test');

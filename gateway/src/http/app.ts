@@ -1,4 +1,5 @@
 import { timingSafeEqual, createHash } from 'node:crypto';
+import { readFileSync } from 'node:fs';
 import { CorrelationId, SiteMode, newCorrelationId, type Logger } from '@tobira/shared';
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import type { Registry } from 'prom-client';
@@ -7,6 +8,7 @@ import {
   AlarmCursor,
   TimeIdCursor,
   decodeCursor,
+  type StaffAlarm,
   type StaffLists,
 } from '../adapters/sqlite/staff-queries.js';
 
@@ -18,7 +20,10 @@ import {
  * refused (503), there is no default password. The check runs on request,
  * before the query or body is looked at, so a refused caller learns nothing.
  * Every request carries a correlation id (`X-Correlation-Id`, echoed, or a
- * fresh one) in its log line. One error handler hides 5xx details.
+ * fresh one) in its log line. One error handler hides 5xx details. The staff
+ * web UI (gateway/ui: one HTML page, one ES module, one CSS file, no build
+ * step) is served at /ui/ with a strict CSP; it holds no secret itself and
+ * signs in against the same staff token.
  */
 export interface Health {
   ok: boolean;
@@ -72,10 +77,43 @@ export interface HttpDeps {
   readonly staffToken: string | undefined;
   readonly log: Logger;
   setMode(mode: 'normal' | 'lockdown', by: string, cid: string): { mode: 'normal' | 'lockdown'; changed: boolean };
+  /** Closes an open alarm once (`by` is recorded as closed_by); a second ack is a noop. */
+  ackAlarm(alarmId: string, by: string, cid: string): AlarmAck;
   readonly staff: StaffReads;
+  /** Folder of the staff web UI files (tests); default gateway/ui next to this package's src/. */
+  readonly uiDir?: URL;
 }
 
+export type AlarmAck = { readonly status: 'applied' | 'noop'; readonly alarm: StaffAlarm } | { readonly status: 'refused'; readonly code: 'ALARM_NOT_FOUND' };
+
 const ModeBody = z.strictObject({ mode: SiteMode, reason: z.string().min(1).max(200).optional() });
+const AckBody = z.strictObject({ note: z.string().trim().min(1).max(200).optional() });
+const AckParams = z.strictObject({ alarmId: z.string().min(1).max(128) });
+
+// ---------------------------------------------------------------- staff web UI (static files)
+
+/**
+ * Sent on every UI answer. The page loads only its own script and style files
+ * (no inline script or style, nothing from elsewhere), talks only to this
+ * gateway, cannot be framed, and sends no Referer.
+ */
+export const UI_SECURITY_HEADERS = Object.freeze({
+  'content-security-policy':
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'",
+  'x-content-type-options': 'nosniff',
+  'referrer-policy': 'no-referrer',
+  'x-frame-options': 'DENY',
+  'cache-control': 'no-cache',
+});
+
+/** The UI's files, fixed: a request can only name one of these, never a path on disk. */
+const UI_FILES = [
+  { route: '/ui/', file: 'index.html', type: 'text/html; charset=utf-8' },
+  { route: '/ui/app.js', file: 'app.js', type: 'text/javascript; charset=utf-8' },
+  { route: '/ui/app.css', file: 'app.css', type: 'text/css; charset=utf-8' },
+] as const;
+
+const DEFAULT_UI_DIR = new URL('../../ui/', import.meta.url);
 
 // ---------------------------------------------------------------- query schemas (strings in, typed values out)
 
@@ -167,6 +205,21 @@ export function buildApp(deps: HttpDeps): FastifyInstance {
     return reply.status(h.ok ? 200 : 503).send(h);
   });
 
+  // The staff web UI: three files read once at start (a handler of our own: three fixed files need no
+  // file-system lookup, no range requests and no directory listing, so no @fastify/static).
+  void app.register(async (ui) => {
+    ui.addHook('onRequest', async (_req, reply) => {
+      void reply.headers(UI_SECURITY_HEADERS);
+    });
+    const dir = deps.uiDir ?? DEFAULT_UI_DIR;
+    for (const f of UI_FILES) {
+      const body = readFileSync(new URL(f.file, dir));
+      ui.get(f.route, async (_req, reply) => reply.header('content-type', f.type).send(body));
+    }
+    ui.get('/', async (_req, reply) => reply.redirect('/ui/', 302));
+    ui.get('/ui', async (_req, reply) => reply.redirect('/ui/', 302));
+  });
+
   app.get('/metrics', async (_req, reply) => {
     const body = await deps.registry.metrics();
     return reply.header('content-type', deps.registry.contentType).send(body);
@@ -190,6 +243,17 @@ export function buildApp(deps: HttpDeps): FastifyInstance {
       if (!body.success) return reply.status(422).send({ code: 'BAD_REQUEST', detail: issues(body.error) });
       const r = deps.setMode(body.data.mode, body.data.reason ?? 'staff', req.id);
       return reply.status(200).send({ status: r.changed ? 'applied' : 'noop', mode: r.mode });
+    });
+
+    staff.post('/staff/alarms/:alarmId/ack', async (req, reply) => {
+      const params = AckParams.safeParse(req.params);
+      if (!params.success) return reply.status(400).send({ code: 'BAD_REQUEST', detail: issues(params.error) });
+      const body = AckBody.safeParse(req.body ?? {});
+      if (!body.success) return reply.status(422).send({ code: 'BAD_REQUEST', detail: issues(body.error) });
+      const note = body.data.note;
+      const r = deps.ackAlarm(params.data.alarmId, note === undefined ? 'staff' : `staff: ${note}`, req.id);
+      if (r.status === 'refused') return reply.status(404).send({ code: r.code });
+      return reply.status(200).send(r);
     });
 
     staff.get('/staff/status', async (req) => {

@@ -9,7 +9,7 @@ import { CorruptRow } from './store.js';
  * pages): the page asks for `limit + 1` rows, and the last row's key becomes
  * the opaque `nextCursor`. Rows read back are validated with zod; a row that
  * does not fit is a `CorruptRow` (a 500 at the HTTP edge, details logged).
- * Nothing here writes.
+ * Nothing here writes (acknowledging an alarm is `GatewayStore.ackAlarm`).
  */
 
 export interface Page<T> {
@@ -252,19 +252,29 @@ export function listAlarms(db: ReadableDb, f: AlarmFilter): Page<StaffAlarm> {
   const parsed = parseRows('alarms', AlarmRowSchema, rows);
   return mapPage(
     page(parsed, f.limit, (r) => [r.closed_at === null ? 0 : 1, r.at, r.alarm_id]),
-    (r): StaffAlarm => ({
-      alarmId: r.alarm_id,
-      lockId: r.lock_id,
-      doorId: r.door_id,
-      kind: r.kind,
-      status: r.closed_at === null ? 'open' : 'closed',
-      at: r.at,
-      receivedAt: r.received_at,
-      closedAt: r.closed_at,
-      closedBy: r.closed_by,
-    }),
+    toStaffAlarm,
   );
 }
+
+/** One alarm by id (null when there is none). */
+export function getAlarm(db: ReadableDb, alarmId: string): StaffAlarm | null {
+  const row = db.prepare('SELECT a.*, l.door_id FROM alarms a LEFT JOIN locks l ON l.lock_id = a.lock_id WHERE a.alarm_id = ?').get(alarmId);
+  if (row === undefined) return null;
+  const [r] = parseRows('alarms', AlarmRowSchema, [row]);
+  return r === undefined ? null : toStaffAlarm(r);
+}
+
+const toStaffAlarm = (r: z.infer<typeof AlarmRowSchema>): StaffAlarm => ({
+  alarmId: r.alarm_id,
+  lockId: r.lock_id,
+  doorId: r.door_id,
+  kind: r.kind,
+  status: r.closed_at === null ? 'open' : 'closed',
+  at: r.at,
+  receivedAt: r.received_at,
+  closedAt: r.closed_at,
+  closedBy: r.closed_by,
+});
 
 // ---------------------------------------------------------------- failed inbox rows
 

@@ -456,6 +456,21 @@ export class GatewayStore {
     return this.db.prepare('INSERT INTO alarms (alarm_id, lock_id, kind, at, received_at) VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING').run(a.alarmId, a.lockId, a.kind, a.at, now).changes === 1;
   }
 
+  /**
+   * Acknowledges (closes) an alarm: sets closed_at/closed_by once. Judged by
+   * rows affected: 1 is applied, 0 on an existing alarm is a noop (already
+   * closed; the first acknowledgement is kept), 0 on no alarm is not_found.
+   */
+  ackAlarm(alarmId: string, by: string, now: number): 'applied' | 'noop' | 'not_found' {
+    return this.db
+      .transaction(() => {
+        const r = this.db.prepare('UPDATE alarms SET closed_at = ?, closed_by = ? WHERE alarm_id = ? AND closed_at IS NULL').run(now, by.slice(0, 200), alarmId);
+        if (r.changes === 1) return 'applied' as const;
+        return this.db.prepare('SELECT 1 FROM alarms WHERE alarm_id = ?').get(alarmId) === undefined ? ('not_found' as const) : ('noop' as const);
+      })
+      .immediate();
+  }
+
   // ------------------------------------------------------------ lock refusals
 
   /**

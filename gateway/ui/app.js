@@ -1,0 +1,945 @@
+// @ts-check
+/**
+ * The gateway's staff web UI: one ES module, no framework, no build step.
+ *
+ * Rules this file keeps:
+ * - Every value from the API goes into the page as text (`el()` / textContent),
+ *   never through innerHTML, so a lock id or a code cannot inject markup.
+ * - The staff token lives in sessionStorage only (gone with the tab) and is
+ *   sent as `Authorization: Bearer`; 401 sends the user back to sign in.
+ * - Data is never shown as current when the gateway stopped answering: the
+ *   banner turns to "status unknown" and the age of what is shown is stated.
+ *
+ * The tables at the top are exported so a test can check them against the
+ * gateway's code tables; the page itself starts only in a browser.
+ */
+
+/** Plain words for every access decision code (shared/src/codes.ts DECISION_CODES). */
+export const DECISION_WORDS = Object.freeze({
+  ALLOWED: 'Allowed: the door was unlocked',
+  UNKNOWN_CREDENTIAL: 'Unknown PIN or card: no key on this site has it',
+  KEY_REVOKED: 'Key was revoked',
+  KEY_NOT_YET_VALID: 'Key is not valid yet (it starts later)',
+  KEY_EXPIRED: 'Key has expired',
+  OUTSIDE_SCHEDULE: 'Key is not valid at this time of the week',
+  DOOR_NOT_PERMITTED: 'Key does not open this door',
+  SITE_LOCKDOWN: 'Site is in lockdown: only staff master keys open doors',
+  CLOUD_STALE: 'Refused because the gateway is not in sync with the cloud (failing closed)',
+  LOCKED_OUT: 'Too many wrong tries at this lock: it is cooling down',
+  BAD_REQUEST: 'The lock sent a malformed request',
+});
+
+/** Why the doors fail closed (`failClosedReason` of /staff/status): a title and what to do. */
+export const FAIL_CLOSED_WORDS = Object.freeze({
+  NO_LEASE: {
+    title: 'no proof of sync with the cloud yet',
+    detail:
+      'The gateway has not yet heard from the cloud since it was set up, so it cannot know which keys are valid and refuses ordinary keys. Check that the gateway is connected to the internet; doors work again by themselves as soon as the cloud answers.',
+  },
+  LEASE_EXPIRED: {
+    title: 'lost contact with the cloud',
+    detail:
+      'The gateway has not heard from the cloud for longer than the allowed offline time, so it cannot be sure no key was revoked and refuses ordinary keys. Check the internet connection (see "Cloud" below); doors recover by themselves once the cloud is reachable. If failed messages show under Problems, call support.',
+  },
+  SEQ_CONFLICT: {
+    title: 'the gateway and the cloud disagree on the key history',
+    detail:
+      "The cloud's record of keys differs from this gateway's (for example after the cloud's database was restored), so ordinary keys are refused until the cloud sends a full key list. This normally clears by itself within minutes while the cloud is reachable; if it does not, call support.",
+  },
+});
+
+/** Alarm kinds in plain words (shared AlarmKind). */
+export const ALARM_WORDS = Object.freeze({
+  door_ajar: 'Door left open',
+  forced_open: 'Door forced open',
+  tamper: 'Lock tampered with',
+  jam: 'Bolt jammed',
+  low_battery: 'Battery low',
+});
+
+/**
+ * Plain words for a decision code; an unknown code is shown as it is.
+ * @param {string} code
+ * @returns {string}
+ */
+export function decisionWords(code) {
+  return Object.prototype.hasOwnProperty.call(DECISION_WORDS, code) ? DECISION_WORDS[/** @type {keyof typeof DECISION_WORDS} */ (code)] : `Unrecognised code ${code}`;
+}
+
+/**
+ * @param {string} kind
+ * @returns {string}
+ */
+export function alarmWords(kind) {
+  return Object.prototype.hasOwnProperty.call(ALARM_WORDS, kind) ? ALARM_WORDS[/** @type {keyof typeof ALARM_WORDS} */ (kind)] : kind;
+}
+
+const TOKEN_KEY = 'tobira.staffToken';
+const REFRESH_MS = 5000;
+const PAGE = 50;
+
+/** An answer other than 2xx, or no answer at all (status 0). */
+class ApiError extends Error {
+  /**
+   * @param {number} status
+   * @param {string} code
+   * @param {string} [detail]
+   */
+  constructor(status, code, detail) {
+    super(`${status} ${code}${detail ? `: ${detail}` : ''}`);
+    this.status = status;
+    this.code = code;
+  }
+}
+
+/**
+ * Calls the staff API with the token from sessionStorage.
+ * @param {string} path
+ * @param {{ method?: string, body?: unknown }} [opts]
+ * @returns {Promise<any>}
+ */
+async function api(path, opts = {}) {
+  /** @type {Record<string, string>} */
+  const headers = { accept: 'application/json' };
+  const token = sessionStorage.getItem(TOKEN_KEY);
+  if (token !== null) headers.authorization = `Bearer ${token}`;
+  /** @type {RequestInit} */
+  const init = { method: opts.method ?? 'GET', headers, cache: 'no-store', signal: AbortSignal.timeout(8000) };
+  if (opts.body !== undefined) {
+    headers['content-type'] = 'application/json';
+    init.body = JSON.stringify(opts.body);
+  }
+  let res;
+  try {
+    res = await fetch(path, init);
+  } catch {
+    throw new ApiError(0, 'GATEWAY_UNREACHABLE');
+  }
+  /** @type {any} */
+  const json = await res.json().catch(() => null);
+  if (!res.ok) throw new ApiError(res.status, typeof json?.code === 'string' ? json.code : `HTTP_${res.status}`, typeof json?.detail === 'string' ? json.detail : undefined);
+  return json;
+}
+
+// ---------------------------------------------------------------- DOM helpers (text only)
+
+/**
+ * Builds an element; strings among the children become text nodes.
+ * @param {string} tag
+ * @param {{ class?: string, title?: string, data?: Record<string, string> } | null} [attrs]
+ * @param {...(Node | string | null | undefined | false)} children
+ * @returns {HTMLElement}
+ */
+function el(tag, attrs, ...children) {
+  const e = document.createElement(tag);
+  if (attrs?.class) e.className = attrs.class;
+  if (attrs?.title) e.title = attrs.title;
+  if (attrs?.data) for (const [k, v] of Object.entries(attrs.data)) e.dataset[k] = v;
+  for (const c of children) {
+    if (c === null || c === undefined || c === false) continue;
+    e.append(typeof c === 'string' ? document.createTextNode(c) : c);
+  }
+  return e;
+}
+
+/**
+ * @template {HTMLElement} T
+ * @param {string} id
+ * @returns {T}
+ */
+function $(id) {
+  const e = document.getElementById(id);
+  if (e === null) throw new Error(`#${id} missing`);
+  return /** @type {T} */ (e);
+}
+
+/**
+ * @param {HTMLElement} e
+ * @param {string} text
+ */
+function setText(e, text) {
+  e.textContent = text;
+}
+
+// ---------------------------------------------------------------- time
+
+/** @type {string | undefined} */
+let timeZone;
+/** @type {Intl.DateTimeFormat} */
+let dateFormat = makeFormat(undefined);
+
+/**
+ * @param {string | undefined} tz
+ * @returns {Intl.DateTimeFormat}
+ */
+function makeFormat(tz) {
+  /** @type {Intl.DateTimeFormatOptions} */
+  const o = { year: 'numeric', month: 'short', day: 'numeric', hour: '2-digit', minute: '2-digit', second: '2-digit', hourCycle: 'h23' };
+  try {
+    return new Intl.DateTimeFormat(undefined, tz === undefined ? o : { ...o, timeZone: tz });
+  } catch {
+    return new Intl.DateTimeFormat(undefined, o);
+  }
+}
+
+/**
+ * Date and time, in the site's zone when the API names one, else the browser's.
+ * @param {number | null | undefined} ms
+ * @returns {string}
+ */
+function fmtTime(ms) {
+  if (ms === null || ms === undefined || ms <= 0) return 'never';
+  return dateFormat.format(new Date(ms));
+}
+
+/**
+ * @param {number} seconds
+ * @returns {string}
+ */
+function fmtDuration(seconds) {
+  const s = Math.max(0, Math.floor(seconds));
+  const d = Math.floor(s / 86400);
+  const h = Math.floor((s % 86400) / 3600);
+  const m = Math.floor((s % 3600) / 60);
+  const r = s % 60;
+  if (d > 0) return `${d} d ${h} h`;
+  if (h > 0) return `${h} h ${m} min`;
+  if (m > 0) return `${m} min ${r} s`;
+  return `${r} s`;
+}
+
+// ---------------------------------------------------------------- state
+
+/**
+ * @typedef {{ gatewayId: string, now: number, mode: 'normal' | 'lockdown', cloudConnected: boolean, siteConnected: boolean,
+ *   appliedSeq: number, leaseExpiresAt: number | null, leaseRemainingSeconds: number, failClosed: boolean,
+ *   failClosedReason: string | null, waitingOnGap: boolean, newestVerifiedIatMs: number, lastResyncAt: number | null,
+ *   inboxDepth: number, outboxDepth: number, inboxFailed: number, rejectedDownlinks: number, lockRefusals: number,
+ *   openAlarms: number, locksTotal: number, locksOnline: number, timeZone?: string }} Status
+ */
+
+const state = {
+  /** @type {Status | null} */
+  status: null,
+  /** performance.now() when `status` arrived (the lease counts down from there). */
+  statusAtMono: 0,
+  /** Wall-clock ms of the last complete refresh. */
+  lastOkAt: 0,
+  /** Wall-clock ms of the first failure since the last success (null while answering). */
+  failingSince: /** @type {number | null} */ (null),
+  failCode: '',
+  tab: 'locks',
+  /** @type {number | undefined} */
+  timer: undefined,
+  /** @type {number | undefined} */
+  ticker: undefined,
+  running: false,
+  inFlight: /** @type {Promise<void> | null} */ (null),
+};
+
+// ---------------------------------------------------------------- paged lists
+
+/**
+ * One paginated list (`{ items, nextCursor }`): a refresh merges the newest
+ * page into what is shown (so "load more" pages stay), load more follows the
+ * cursor. If the newest page does not reach what is shown, rows may be
+ * missing in between: the list starts over from the newest page.
+ * @template T
+ */
+class PagedList {
+  /**
+   * @param {{ path: string, name: string, key: (item: T) => string, order: (a: T, b: T) => number,
+   *   render: (item: T) => HTMLElement, params?: () => Record<string, string> }} o
+   */
+  constructor(o) {
+    this.o = o;
+    /** @type {Map<string, T>} */
+    this.items = new Map();
+    /** @type {string | null} */
+    this.cursor = null;
+    this.loaded = false;
+    /** Bumped by reset(): an answer to a request made before it is dropped. */
+    this.generation = 0;
+  }
+
+  /** @param {Record<string, string>} extra */
+  url(extra) {
+    const q = new URLSearchParams({ limit: String(PAGE), ...(this.o.params?.() ?? {}), ...extra });
+    return `${this.o.path}?${q.toString()}`;
+  }
+
+  reset() {
+    this.generation++;
+    this.items.clear();
+    this.cursor = null;
+    this.loaded = false;
+    this.draw();
+  }
+
+  async refresh() {
+    const gen = this.generation;
+    /** @type {{ items: T[], nextCursor: string | null }} */
+    const page = await api(this.url({}));
+    if (gen !== this.generation) return;
+    const last = page.items[page.items.length - 1];
+    const gap = !this.loaded || page.nextCursor === null || last === undefined || !this.items.has(this.o.key(last));
+    if (gap) {
+      this.items.clear();
+      this.cursor = page.nextCursor;
+    }
+    for (const it of page.items) this.items.set(this.o.key(it), it);
+    this.loaded = true;
+    this.draw();
+  }
+
+  async more() {
+    if (this.cursor === null) return;
+    const gen = this.generation;
+    /** @type {{ items: T[], nextCursor: string | null }} */
+    const page = await api(this.url({ cursor: this.cursor }));
+    if (gen !== this.generation) return;
+    for (const it of page.items) this.items.set(this.o.key(it), it);
+    this.cursor = page.nextCursor;
+    this.draw();
+  }
+
+  draw() {
+    const list = $(`${this.o.name}-list`);
+    const rows = [...this.items.values()].sort(this.o.order).map((it) => this.o.render(it));
+    list.replaceChildren(...rows);
+    $(`${this.o.name}-empty`).hidden = !this.loaded || rows.length > 0;
+    $(`${this.o.name}-more`).hidden = this.cursor === null;
+  }
+}
+
+/**
+ * @param {number} a
+ * @param {number} b
+ */
+const desc = (a, b) => b - a;
+
+/**
+ * @typedef {{ eventId: string, at: number, lockId: string, doorId: string | null, requestId: string, allowed: boolean,
+ *   code: string, keyId: string | null, personId: string | null, credentialType: string | null }} AccessEvent
+ * @typedef {{ alarmId: string, lockId: string, doorId: string | null, kind: string, status: 'open' | 'closed', at: number,
+ *   receivedAt: number, closedAt: number | null, closedBy: string | null }} Alarm
+ * @typedef {{ jti: string, type: string, seq: number | null, keyId: string | null, keyVersion: number | null, attempts: number,
+ *   code: string | null, lastError: string | null, receivedAt: number, failedAt: number, cid: string }} FailedRow
+ * @typedef {{ id: number, at: number, topic: string, code: string, detail: string, bytes: number }} Rejected
+ * @typedef {{ id: number, at: number, origin: 'gateway' | 'lock', lockId: string | null, channel: string, topic: string,
+ *   code: string, detail: string, bytes: number }} Refusal
+ * @typedef {{ lockId: string, doorId: string | null, online: boolean,
+ *   state: { bolt: string | null, door: string | null, battery: number | null, at: number | null },
+ *   lockout: { failures: number, lockedOutUntil: number | null, lockedOut: boolean }, openAlarms: number, updatedAt: number }} Lock
+ */
+
+/**
+ * @param {string} label
+ * @param {string} value
+ */
+const fact = (label, value) => el('span', { class: 'meta-item' }, el('span', { class: 'meta-label' }, `${label} `), value);
+
+/** @type {PagedList<AccessEvent>} */
+const accessList = new PagedList({
+  path: '/staff/access-events',
+  name: 'access',
+  key: (e) => e.eventId,
+  order: (a, b) => desc(a.at, b.at) || (a.eventId < b.eventId ? 1 : a.eventId > b.eventId ? -1 : 0),
+  params: () => {
+    /** @type {Record<string, string>} */
+    const p = {};
+    const door = /** @type {HTMLSelectElement} */ ($('filter-door')).value;
+    const allowed = /** @type {HTMLSelectElement} */ ($('filter-allowed')).value;
+    if (door !== '') p.door = door;
+    if (allowed !== '') p.allowed = allowed;
+    return p;
+  },
+  render: (e) =>
+    el(
+      'li',
+      { class: `row ${e.allowed ? 'ok' : 'bad'}`, data: { eventId: e.eventId } },
+      el('span', { class: `badge ${e.allowed ? 'ok' : 'bad'}` }, e.allowed ? 'ALLOWED' : 'DENIED'),
+      el(
+        'div',
+        { class: 'row-main' },
+        el('div', { class: 'row-title' }, decisionWords(e.code)),
+        el(
+          'div',
+          { class: 'meta' },
+          fact('When', fmtTime(e.at)),
+          fact('Door', e.doorId ?? '–'),
+          fact('Lock', e.lockId),
+          e.personId !== null && fact('Person', e.personId),
+          e.credentialType !== null && fact('Credential', e.credentialType),
+          el('code', { class: 'code' }, e.code),
+        ),
+      ),
+    ),
+});
+
+/** @type {PagedList<Alarm>} */
+const alarmsList = new PagedList({
+  path: '/staff/alarms',
+  name: 'alarms',
+  key: (a) => a.alarmId,
+  // open first, then each newest first (the API's order)
+  order: (a, b) => (a.status === b.status ? 0 : a.status === 'open' ? -1 : 1) || desc(a.at, b.at) || (a.alarmId < b.alarmId ? 1 : -1),
+  render: (a) => {
+    const open = a.status === 'open';
+    const ack = open ? el('button', { class: 'ack big', data: { alarmId: a.alarmId } }, 'Acknowledge') : null;
+    ack?.addEventListener('click', () => void acknowledge(a));
+    return el(
+      'li',
+      { class: `row ${open ? 'bad' : 'done'}`, data: { alarmId: a.alarmId } },
+      el('span', { class: `badge ${open ? 'bad' : 'muted'}` }, open ? 'OPEN' : 'CLOSED'),
+      el(
+        'div',
+        { class: 'row-main' },
+        el('div', { class: 'row-title' }, alarmWords(a.kind)),
+        el(
+          'div',
+          { class: 'meta' },
+          fact('When', fmtTime(a.at)),
+          fact('Door', a.doorId ?? '–'),
+          fact('Lock', a.lockId),
+          !open && fact('Acknowledged', `${fmtTime(a.closedAt)}${a.closedBy ? ` by ${a.closedBy}` : ''}`),
+          el('code', { class: 'code' }, a.kind),
+        ),
+      ),
+      ack,
+    );
+  },
+});
+
+/** @type {PagedList<FailedRow>} */
+const failedList = new PagedList({
+  path: '/staff/inbox/failed',
+  name: 'failed',
+  key: (r) => r.jti,
+  order: (a, b) => desc(a.failedAt, b.failedAt),
+  render: (r) =>
+    el(
+      'li',
+      { class: 'row bad' },
+      el('span', { class: 'badge bad' }, r.code ?? 'FAILED'),
+      el(
+        'div',
+        { class: 'row-main' },
+        el('div', { class: 'row-title' }, `${r.type}${r.keyId !== null ? ` for key ${r.keyId} v${r.keyVersion ?? '?'}` : ''}`),
+        el(
+          'div',
+          { class: 'meta' },
+          fact('Failed', fmtTime(r.failedAt)),
+          fact('Received', fmtTime(r.receivedAt)),
+          fact('Seq', r.seq === null ? '–' : String(r.seq)),
+          fact('Attempts', String(r.attempts)),
+          fact('Correlation id', r.cid),
+        ),
+        r.lastError !== null && el('div', { class: 'detail' }, r.lastError),
+      ),
+    ),
+});
+
+/** @type {PagedList<Rejected>} */
+const rejectedList = new PagedList({
+  path: '/staff/rejected',
+  name: 'rejected',
+  key: (r) => String(r.id),
+  order: (a, b) => desc(a.at, b.at) || desc(a.id, b.id),
+  render: (r) =>
+    el(
+      'li',
+      { class: 'row warn' },
+      el('span', { class: 'badge warn' }, r.code),
+      el('div', { class: 'row-main' }, el('div', { class: 'meta' }, fact('When', fmtTime(r.at)), fact('Topic', r.topic), fact('Bytes', String(r.bytes))), el('div', { class: 'detail' }, r.detail)),
+    ),
+});
+
+/** @type {PagedList<Refusal>} */
+const refusalsList = new PagedList({
+  path: '/staff/lock-refusals',
+  name: 'refusals',
+  key: (r) => String(r.id),
+  order: (a, b) => desc(a.at, b.at) || desc(a.id, b.id),
+  render: (r) =>
+    el(
+      'li',
+      { class: 'row warn' },
+      el('span', { class: 'badge warn' }, r.code),
+      el(
+        'div',
+        { class: 'row-main' },
+        el('div', { class: 'row-title' }, r.origin === 'lock' ? `Lock ${r.lockId ?? '?'} refused a gateway command` : `Gateway refused a ${r.channel} message from lock ${r.lockId ?? '(bad topic)'}`),
+        el('div', { class: 'meta' }, fact('When', fmtTime(r.at)), fact('Topic', r.topic), fact('Bytes', String(r.bytes))),
+        el('div', { class: 'detail' }, r.detail),
+      ),
+    ),
+});
+
+const TAB_LISTS = /** @type {Record<string, PagedList<any>[]>} */ ({
+  access: [accessList],
+  alarms: [alarmsList],
+  problems: [failedList, rejectedList, refusalsList],
+});
+
+// ---------------------------------------------------------------- rendering
+
+/** @param {Status} s */
+function drawStatus(s) {
+  const tz = typeof s.timeZone === 'string' ? s.timeZone : undefined;
+  if (tz !== timeZone) {
+    timeZone = tz;
+    dateFormat = makeFormat(tz);
+  }
+  setText($('gateway-id'), s.gatewayId);
+  setText($('count-alarms'), s.openAlarms > 0 ? String(s.openAlarms) : '');
+  const problems = s.inboxFailed + s.rejectedDownlinks + s.lockRefusals;
+  setText($('count-problems'), problems > 0 ? String(problems) : '');
+  setText($('count-failed'), `(${s.inboxFailed})`);
+  setText($('count-rejected'), `(${s.rejectedDownlinks})`);
+  setText($('count-refusals'), `(${s.lockRefusals})`);
+  setText($('fact-cloud'), s.cloudConnected ? 'connected' : 'NOT connected');
+  $('fact-cloud').className = s.cloudConnected ? 'good' : 'bad';
+  setText($('fact-site'), s.siteConnected ? 'connected' : 'NOT connected');
+  $('fact-site').className = s.siteConnected ? 'good' : 'bad';
+  setText($('fact-sync'), s.newestVerifiedIatMs > 0 ? `${fmtTime(s.newestVerifiedIatMs)} (${fmtDuration((s.now - s.newestVerifiedIatMs) / 1000)} ago)` : 'never');
+  setText($('fact-locks'), `${s.locksOnline} of ${s.locksTotal}`);
+  $('fact-locks').className = s.locksOnline < s.locksTotal ? 'bad' : 'good';
+
+  const lockdown = s.mode === 'lockdown';
+  setText($('mode-now'), lockdown ? 'LOCKDOWN' : 'normal');
+  setText(
+    $('mode-explain'),
+    lockdown
+      ? 'Lockdown: every door refuses ordinary keys (SITE_LOCKDOWN); only staff master keys open doors. End it when the situation is over.'
+      : 'Normal: doors open for every valid key. Lockdown makes every door refuse ordinary keys at once; only staff master keys still open doors.',
+  );
+  const sw = $('mode-switch');
+  setText(sw, lockdown ? 'End lockdown (back to normal)' : 'Start lockdown');
+  sw.className = `big ${lockdown ? 'primary' : 'danger'}`;
+  sw.dataset.target = lockdown ? 'normal' : 'lockdown';
+  drawBanner();
+}
+
+/** The banner: never green unless the latest answer from the gateway says so and is fresh. */
+function drawBanner() {
+  const s = state.status;
+  const banner = $('banner');
+  const warnings = [];
+  let cls = 'unknown';
+  let title = 'Status not known yet';
+  let detail = '';
+  if (state.failingSince !== null) {
+    cls = 'unknown';
+    title = 'STATUS UNKNOWN: the gateway is not answering';
+    detail = `No answer since ${fmtTime(state.failingSince)}. What is shown below is from ${fmtTime(state.lastOkAt)} and may be out of date. Check the gateway's power and network.`;
+  } else if (s !== null) {
+    const reason = s.failClosedReason !== null && Object.prototype.hasOwnProperty.call(FAIL_CLOSED_WORDS, s.failClosedReason) ? FAIL_CLOSED_WORDS[/** @type {keyof typeof FAIL_CLOSED_WORDS} */ (s.failClosedReason)] : null;
+    if (s.failClosed) {
+      cls = 'failing';
+      title = `FAILING CLOSED: ${reason?.title ?? s.failClosedReason ?? 'not in sync with the cloud'}`;
+      detail = `${reason?.detail ?? 'Ordinary keys are refused until the gateway is back in sync with the cloud.'}${s.mode === 'lockdown' ? ' The site is also in lockdown.' : ''}`;
+    } else if (s.mode === 'lockdown') {
+      cls = 'lockdown';
+      title = 'LOCKDOWN: only staff master keys open doors';
+      detail = 'Every door refuses ordinary keys. End the lockdown on the Lockdown screen when the situation is over.';
+    } else {
+      cls = 'normal';
+      title = 'Doors operating normally';
+      detail = 'The gateway is in sync with the cloud; valid keys open their doors.';
+    }
+    if (s.failClosedReason !== null) warnings.push(`Reason code: ${s.failClosedReason}`);
+    if (s.inboxFailed > 0) warnings.push(`${s.inboxFailed} cloud message(s) failed to apply: see Problems.`);
+    if (s.waitingOnGap) warnings.push('Waiting for missing messages from the cloud (a resend has been asked for).');
+    if (s.openAlarms > 0) warnings.push(`${s.openAlarms} open alarm(s): see Alarms.`);
+  }
+  banner.className = `banner ${cls}`;
+  banner.dataset.state = cls;
+  setText($('banner-title'), title);
+  setText($('banner-detail'), detail);
+  $('banner-warnings').replaceChildren(...warnings.map((w) => el('div', null, w)));
+  drawTicking();
+}
+
+/** Parts that change every second: the lease countdown and the age of the data. */
+function drawTicking() {
+  const s = state.status;
+  if (s !== null) {
+    const elapsed = (performance.now() - state.statusAtMono) / 1000;
+    const remaining = s.leaseExpiresAt === null ? null : Math.max(0, s.leaseRemainingSeconds - elapsed);
+    const lease = $('fact-lease');
+    if (remaining === null) {
+      setText(lease, 'none');
+      lease.className = 'bad';
+    } else if (remaining <= 0) {
+      setText(lease, `expired (at ${fmtTime(s.leaseExpiresAt)})`);
+      lease.className = 'bad';
+    } else {
+      setText(lease, `${fmtDuration(remaining)} left`);
+      lease.className = remaining < 60 ? 'warn' : 'good';
+    }
+  }
+  const upd = $('last-updated');
+  if (state.lastOkAt === 0) setText(upd, 'Not updated yet');
+  else setText(upd, `Updated ${fmtTime(state.lastOkAt)} (${fmtDuration((Date.now() - state.lastOkAt) / 1000)} ago)`);
+  upd.className = `updated${state.failingSince !== null ? ' bad' : ''}`;
+}
+
+/** @param {Lock[]} locks */
+function drawLocks(locks) {
+  const cards = locks.map((l) => {
+    const battery = l.state.battery;
+    return el(
+      'article',
+      { class: `lock card ${l.online ? '' : 'offline'}`, data: { lockId: l.lockId } },
+      el('header', { class: 'lock-head' }, el('h3', null, l.doorId ?? l.lockId), el('span', { class: `badge ${l.online ? 'ok' : 'bad'}` }, l.online ? 'ONLINE' : 'OFFLINE')),
+      el(
+        'dl',
+        { class: 'lock-facts' },
+        el('div', null, el('dt', null, 'Lock'), el('dd', null, l.lockId)),
+        el('div', null, el('dt', null, 'Bolt'), el('dd', { class: l.state.bolt === 'jammed' ? 'bad' : '' }, l.state.bolt ?? 'not reported')),
+        el('div', null, el('dt', null, 'Door'), el('dd', null, l.state.door ?? 'not reported')),
+        el('div', null, el('dt', null, 'Battery'), el('dd', { class: battery !== null && battery < 20 ? 'bad' : '' }, battery === null ? 'not reported' : `${battery}%`)),
+        el('div', null, el('dt', null, 'Last report'), el('dd', null, fmtTime(l.state.at))),
+        l.lockout.lockedOut && el('div', null, el('dt', null, 'Wrong tries'), el('dd', { class: 'bad' }, `cooling down until ${fmtTime(l.lockout.lockedOutUntil)}`)),
+        l.openAlarms > 0 && el('div', null, el('dt', null, 'Open alarms'), el('dd', { class: 'bad' }, String(l.openAlarms))),
+      ),
+    );
+  });
+  $('locks-list').replaceChildren(...cards);
+  $('locks-empty').hidden = locks.length > 0;
+
+  // the door filter of Recent access offers the doors the gateway knows
+  const select = /** @type {HTMLSelectElement} */ ($('filter-door'));
+  const doors = [...new Set(locks.map((l) => l.doorId).filter((d) => d !== null))].sort();
+  const have = [...select.options].slice(1).map((o) => o.value);
+  if (doors.join('\n') !== have.join('\n')) {
+    const chosen = select.value;
+    select.replaceChildren(el('option', null, 'All doors'), ...doors.map((d) => el('option', null, /** @type {string} */ (d))));
+    /** @type {HTMLOptionElement} */ (select.options[0]).value = '';
+    select.value = doors.includes(chosen) ? chosen : '';
+  }
+}
+
+// ---------------------------------------------------------------- screens
+
+/** @param {'loading' | 'signin' | 'unconfigured' | 'app'} name */
+function show(name) {
+  for (const s of ['loading', 'signin', 'unconfigured', 'app']) $(`screen-${s}`).hidden = s !== name;
+}
+
+/** Forgets the token and every value shown, stops refreshing. @param {string} message */
+function toSignIn(message) {
+  sessionStorage.removeItem(TOKEN_KEY);
+  stopRefreshing();
+  clearData();
+  setText($('signin-message'), message);
+  show('signin');
+  /** @type {HTMLInputElement} */ ($('signin-token')).focus();
+}
+
+function clearData() {
+  state.status = null;
+  state.lastOkAt = 0;
+  state.failingSince = null;
+  $('locks-list').replaceChildren();
+  for (const lists of Object.values(TAB_LISTS)) for (const l of lists) l.reset();
+  setText($('gateway-id'), '');
+  setText($('mode-result'), '');
+  setText($('alarms-result'), '');
+  $('conn-error').hidden = true;
+  drawBanner();
+}
+
+/**
+ * Handles an error of any staff call: 401 signs out, 503 not configured
+ * shows how to configure; anything else is for the caller.
+ * @param {unknown} e
+ * @returns {boolean} true when handled
+ */
+function handleAuthError(e) {
+  if (!(e instanceof ApiError)) return false;
+  if (e.status === 401) {
+    toSignIn('The gateway did not accept the staff token. Sign in again.');
+    return true;
+  }
+  if (e.status === 503 && e.code === 'STAFF_AUTH_NOT_CONFIGURED') {
+    sessionStorage.removeItem(TOKEN_KEY);
+    stopRefreshing();
+    clearData();
+    show('unconfigured');
+    return true;
+  }
+  return false;
+}
+
+/** @param {string} tab */
+function selectTab(tab) {
+  state.tab = tab;
+  for (const b of document.querySelectorAll('[data-tab]')) {
+    const on = /** @type {HTMLElement} */ (b).dataset.tab === tab;
+    b.setAttribute('aria-selected', on ? 'true' : 'false');
+    b.classList.toggle('active', on);
+  }
+  for (const s of document.querySelectorAll('.tab')) /** @type {HTMLElement} */ (s).hidden = s.id !== `tab-${tab}`;
+  if (location.hash !== `#${tab}`) history.replaceState(null, '', `#${tab}`);
+  void refresh();
+}
+
+// ---------------------------------------------------------------- refresh loop
+
+/**
+ * One refresh: the status, the locks and the lists of the open screen. Overlapping calls share one run.
+ * @returns {Promise<void>}
+ */
+function refresh() {
+  if (!state.running) return Promise.resolve();
+  // a refresh asked for while one runs (a new tab, a filter) runs again after it, with what is asked now
+  if (state.inFlight !== null) return state.inFlight.then(() => refresh());
+  state.inFlight = (async () => {
+    try {
+      const [status, locks] = await Promise.all([api('/staff/status'), api('/staff/locks')]);
+      await Promise.all((TAB_LISTS[state.tab] ?? []).map((l) => l.refresh()));
+      if (!state.running) return;
+      state.status = /** @type {Status} */ (status);
+      state.statusAtMono = performance.now();
+      state.lastOkAt = Date.now();
+      state.failingSince = null;
+      $('conn-error').hidden = true;
+      document.body.classList.remove('stale');
+      drawStatus(state.status);
+      drawLocks(/** @type {{ items: Lock[] }} */ (locks).items);
+    } catch (e) {
+      if (handleAuthError(e) || !state.running) return;
+      state.failingSince ??= Date.now();
+      state.failCode = e instanceof ApiError ? e.code : 'ERROR';
+      const box = $('conn-error');
+      setText(
+        box,
+        `The gateway is not answering (${state.failCode}) since ${fmtTime(state.failingSince)}. ` +
+          (state.lastOkAt > 0 ? `Everything below was last updated ${fmtTime(state.lastOkAt)} and may be out of date.` : 'Nothing could be loaded.') +
+          ' Retrying every few seconds.',
+      );
+      box.hidden = false;
+      document.body.classList.add('stale');
+      drawBanner();
+    } finally {
+      state.inFlight = null;
+    }
+  })();
+  return state.inFlight;
+}
+
+function startRefreshing() {
+  state.running = true;
+  stopTimers();
+  if (!document.hidden) {
+    state.timer = window.setInterval(() => void refresh(), REFRESH_MS);
+    state.ticker = window.setInterval(drawTicking, 1000);
+  }
+}
+
+function stopTimers() {
+  window.clearInterval(state.timer);
+  window.clearInterval(state.ticker);
+  state.timer = undefined;
+  state.ticker = undefined;
+}
+
+function stopRefreshing() {
+  state.running = false;
+  stopTimers();
+}
+
+// ---------------------------------------------------------------- actions
+
+/**
+ * Asks for confirmation (and a text) in the dialog.
+ * @param {{ title: string, text: string, inputLabel: string, required: boolean, ok: string, act: (input: string) => Promise<string | null> }} o
+ *   `act` returns an error to show in the dialog, or null to close it.
+ */
+function confirmDialog(o) {
+  const dialog = /** @type {HTMLDialogElement} */ ($('confirm'));
+  const input = /** @type {HTMLInputElement} */ ($('confirm-input'));
+  setText($('confirm-title'), o.title);
+  setText($('confirm-text'), o.text);
+  setText($('confirm-input-label'), o.inputLabel);
+  setText($('confirm-ok'), o.ok);
+  setText($('confirm-error'), '');
+  input.value = '';
+  input.required = o.required;
+  const form = /** @type {HTMLFormElement} */ ($('confirm-form'));
+  form.onsubmit = (ev) => {
+    ev.preventDefault();
+    const value = input.value.trim();
+    if (o.required && value === '') {
+      setText($('confirm-error'), 'Please give a reason.');
+      return;
+    }
+    const ok = /** @type {HTMLButtonElement} */ ($('confirm-ok'));
+    ok.disabled = true;
+    void o
+      .act(value)
+      .then((err) => {
+        if (err === null) dialog.close();
+        else setText($('confirm-error'), err);
+      })
+      .finally(() => {
+        ok.disabled = false;
+      });
+  };
+  $('confirm-cancel').onclick = () => dialog.close();
+  dialog.showModal();
+  input.focus();
+}
+
+/**
+ * Runs a staff write; returns an error text for the dialog, or null.
+ * @param {() => Promise<void>} f
+ * @returns {Promise<string | null>}
+ */
+async function write(f) {
+  try {
+    await f();
+    return null;
+  } catch (e) {
+    if (handleAuthError(e)) {
+      /** @type {HTMLDialogElement} */ ($('confirm')).close();
+      return null;
+    }
+    return e instanceof ApiError ? (e.status === 0 ? 'The gateway is not answering; nothing was changed. Try again.' : `The gateway refused: ${e.code}`) : String(e);
+  }
+}
+
+function switchMode() {
+  const target = $('mode-switch').dataset.target === 'normal' ? 'normal' : 'lockdown';
+  const toLockdown = target === 'lockdown';
+  confirmDialog({
+    title: toLockdown ? 'Start lockdown?' : 'End lockdown?',
+    text: toLockdown
+      ? 'Every door will refuse ordinary keys at once. Only staff master keys will open doors until the lockdown is ended.'
+      : 'Doors will open again for every valid key.',
+    inputLabel: 'Reason (recorded in the gateway log)',
+    required: true,
+    ok: toLockdown ? 'Start lockdown' : 'End lockdown',
+    act: (reason) =>
+      write(async () => {
+        /** @type {{ status: string, mode: string }} */
+        const r = await api('/staff/mode', { method: 'POST', body: { mode: target, reason } });
+        const what = r.mode === 'lockdown' ? 'Lockdown' : 'Normal mode';
+        setText($('mode-result'), r.status === 'applied' ? `${what} is on (changed at ${fmtTime(Date.now())}).` : `${what} was already on; nothing changed.`);
+        await refresh();
+      }),
+  });
+}
+
+/** @param {Alarm} a */
+function acknowledge(a) {
+  confirmDialog({
+    title: `Acknowledge: ${alarmWords(a.kind)}?`,
+    text: `${a.doorId ?? a.lockId}, ${fmtTime(a.at)}. The alarm is closed on this gateway.`,
+    inputLabel: 'Note (optional)',
+    required: false,
+    ok: 'Acknowledge',
+    act: (note) =>
+      write(async () => {
+        /** @type {{ status: string }} */
+        const r = await api(`/staff/alarms/${encodeURIComponent(a.alarmId)}/ack`, { method: 'POST', body: note === '' ? {} : { note } });
+        setText($('alarms-result'), r.status === 'applied' ? `Acknowledged: ${alarmWords(a.kind)} at ${a.doorId ?? a.lockId}.` : 'That alarm was already acknowledged.');
+        await refresh();
+      }),
+  });
+}
+
+/**
+ * Signs in with the token typed (kept in sessionStorage), or shows why not.
+ * @param {string} token
+ */
+async function signIn(token) {
+  sessionStorage.setItem(TOKEN_KEY, token);
+  setText($('signin-message'), '');
+  try {
+    await api('/staff/status');
+  } catch (e) {
+    if (e instanceof ApiError && e.status === 401) {
+      toSignIn('That staff token was not accepted.');
+      return;
+    }
+    if (handleAuthError(e)) return;
+    sessionStorage.removeItem(TOKEN_KEY);
+    setText($('signin-message'), e instanceof ApiError && e.status === 0 ? 'The gateway is not answering. Try again.' : `Sign-in failed: ${e instanceof ApiError ? e.code : String(e)}`);
+    return;
+  }
+  enterApp();
+}
+
+function enterApp() {
+  show('app');
+  startRefreshing();
+  selectTab(state.tab);
+}
+
+/** At load: a token from this tab's session is tried; without one, ask the gateway whether staff access is configured at all. */
+async function boot() {
+  const fromHash = location.hash.slice(1);
+  if (['locks', 'access', 'alarms', 'problems', 'lockdown'].includes(fromHash)) state.tab = fromHash;
+
+  $('signin-form').addEventListener('submit', (ev) => {
+    ev.preventDefault();
+    const input = /** @type {HTMLInputElement} */ ($('signin-token'));
+    const token = input.value.trim();
+    input.value = '';
+    if (token === '') return;
+    void signIn(token);
+  });
+  $('signout').addEventListener('click', () => toSignIn('Signed out.'));
+  $('refresh').addEventListener('click', () => void refresh());
+  $('unconfigured-retry').addEventListener('click', () => void probe());
+  $('mode-switch').addEventListener('click', switchMode);
+  for (const b of document.querySelectorAll('[data-tab]')) b.addEventListener('click', () => selectTab(/** @type {HTMLElement} */ (b).dataset.tab ?? 'locks'));
+  for (const id of ['filter-door', 'filter-allowed']) {
+    $(id).addEventListener('change', () => {
+      accessList.reset();
+      void refresh();
+    });
+  }
+  for (const l of [accessList, alarmsList, failedList, rejectedList, refusalsList]) {
+    $(`${l.o.name}-more`).addEventListener('click', () => {
+      l.more().catch((e) => {
+        if (!handleAuthError(e)) void refresh();
+      });
+    });
+  }
+  document.addEventListener('visibilitychange', () => {
+    if (!state.running) return;
+    if (document.hidden) stopTimers();
+    else {
+      startRefreshing();
+      void refresh();
+    }
+  });
+}
+
+async function probe() {
+  if (sessionStorage.getItem(TOKEN_KEY) !== null) {
+    await signIn(/** @type {string} */ (sessionStorage.getItem(TOKEN_KEY)));
+    return;
+  }
+  try {
+    await api('/staff/status');
+    enterApp();
+  } catch (e) {
+    if (e instanceof ApiError && e.status === 401) {
+      setText($('signin-message'), '');
+      show('signin');
+      /** @type {HTMLInputElement} */ ($('signin-token')).focus();
+    } else if (!handleAuthError(e)) {
+      setText($('signin-message'), 'The gateway is not answering. Reload the page to try again.');
+      show('signin');
+    }
+  }
+}
+
+if (typeof document !== 'undefined') {
+  void boot().then(probe);
+}
