@@ -350,7 +350,7 @@ export class SimLock {
     // Every (re)connect: the will may have said offline, so say online again and re-publish the retained state.
     client.on('connect', () => {
       if (this.#client !== client || !ready) return;
-      this.#announce(client);
+      void this.#announce(client);
     });
     try {
       await waitConnected(client);
@@ -362,15 +362,16 @@ export class SimLock {
       throw e;
     }
     // The first 'connect' fired before the subscription: announce now so nobody commands a lock that cannot hear.
+    // Started means announced: the retained presence and state are at the broker (or their publish failed and was logged).
     ready = true;
-    this.#announce(client);
+    await this.#announce(client);
   }
 
-  #announce(client: MqttClient): void {
+  /** Publishes the retained presence and state. Never rejects. */
+  async #announce(client: MqttClient): Promise<void> {
     if (!this.#lock || this.#stopping) return;
     this.#o.onActivity?.({ type: 'connected' });
-    void this.#send(client, 'presence', json({ online: true }), true);
-    void this.#send(client, 'state', json(stateOf(this.#lock)), true);
+    await Promise.all([this.#send(client, 'presence', json({ online: true }), true), this.#send(client, 'state', json(stateOf(this.#lock)), true)]);
   }
 
   #step(i: LockInput, publish: boolean): Promise<readonly LockOutput[]> {
