@@ -568,7 +568,10 @@ function drawTicking() {
     const elapsed = (performance.now() - state.statusAtMono) / 1000;
     const remaining = s.leaseExpiresAt === null ? null : Math.max(0, s.leaseRemainingSeconds - elapsed);
     const lease = $('fact-lease');
-    if (remaining === null) {
+    if (state.failingSince !== null) {
+      setText(lease, 'unknown (gateway not answering)');
+      lease.className = 'bad';
+    } else if (remaining === null) {
       setText(lease, 'none');
       lease.className = 'bad';
     } else if (remaining <= 0) {
@@ -768,6 +771,7 @@ function confirmDialog(o) {
   setText($('confirm-error'), '');
   input.value = '';
   input.required = o.required;
+  input.oninput = () => setText($('confirm-error'), '');
   const form = /** @type {HTMLFormElement} */ ($('confirm-form'));
   form.onsubmit = (ev) => {
     ev.preventDefault();

@@ -1,0 +1,339 @@
+import { connectMqtt, newCorrelationId, newId, topics, waitConnected } from '@tobira/shared';
+import { startMqttBackend, type MqttTestBroker } from '@tobira/shared/testing';
+import { chromium, type Browser, type BrowserContext, type Page } from 'playwright-core';
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import type { AccessRow } from '../src/adapters/sqlite/store.js';
+import { T0 } from './fixtures.js';
+import { PIN, STAFF_TOKEN, runSite, waitFor, type Running } from './harness.js';
+
+/**
+ * The staff web UI in a real Chromium (Debian's, never a downloaded build)
+ * against a real running gateway (embedded broker, fake cloud, fake lock,
+ * manual clock). Waits are Playwright's auto-waiting locators or waitFor:
+ * no sleeps, no timing assertions. Set TOBIRA_UI_SCREENSHOT_DIR to keep a
+ * screenshot of each screen for a person to look at.
+ */
+const CHROMIUM = process.env.TOBIRA_CHROMIUM ?? '/usr/bin/chromium';
+const SHOTS = process.env.TOBIRA_UI_SCREENSHOT_DIR;
+const MARKUP_LOCK = '<img src=x onerror="window.__xss=1">';
+const MARKUP_CODE = '<img src=x onerror="window.__xss=2">';
+
+describe('staff web UI in Chromium against a running gateway', () => {
+  let browser: Browser;
+  let broker: MqttTestBroker;
+  let site: Running | undefined;
+  let context: BrowserContext | undefined;
+  let pageErrors: string[] = [];
+
+  beforeAll(async () => {
+    browser = await chromium.launch({ executablePath: CHROMIUM, args: ['--no-sandbox'] });
+  });
+  afterAll(async () => {
+    await browser?.close();
+  });
+  beforeEach(async () => {
+    broker = await startMqttBackend('aedes');
+    pageErrors = [];
+  });
+  afterEach(async () => {
+    await context?.close();
+    context = undefined;
+    await site?.close();
+    site = undefined;
+    await broker.stop();
+    // a script error in the page fails the test that caused it
+    expect(pageErrors).toEqual([]);
+  });
+
+  const start = async (opts: Parameters<typeof runSite>[3] = {}) => {
+    site = await runSite(broker.url, broker.url, broker.unique, opts);
+    return site;
+  };
+
+  async function open(s: Running, viewport = { width: 1024, height: 900 }): Promise<Page> {
+    context = await browser.newContext({ viewport });
+    // below the test timeout, so a wait that fails names its locator
+    context.setDefaultTimeout(15_000);
+    const page = await context.newPage();
+    page.on('pageerror', (e) => pageErrors.push(String(e)));
+    await page.goto(`${s.gw.httpUrl!}/`);
+    return page;
+  }
+
+  async function signIn(page: Page, token = STAFF_TOKEN): Promise<void> {
+    await page.locator('#signin-token').fill(token);
+    await page.locator('#signin-form button[type=submit]').click();
+  }
+
+  async function provision(s: Running) {
+    await s.cloud.grant();
+    await s.cloud.heartbeat();
+    await waitFor(() => s.gw.store.settings().leaseExpiresAt !== null && s.gw.store.settings().appliedSeq >= s.cloud.seq, 'grant and heartbeat applied');
+  }
+
+  const banner = (page: Page, state: 'normal' | 'failing' | 'lockdown' | 'unknown', text: string) => page.locator(`#banner[data-state="${state}"]`).filter({ hasText: text }).waitFor();
+  const tab = (page: Page, name: string) => page.locator(`[data-tab="${name}"]`).click();
+  const shot = async (page: Page, name: string) => {
+    if (SHOTS !== undefined) await page.screenshot({ path: `${SHOTS}/${name}.png` });
+  };
+  const token = (page: Page) => page.evaluate<string | null>("sessionStorage.getItem('tobira.staffToken')");
+
+  function accessRow(over: Partial<AccessRow>): AccessRow {
+    return {
+      eventId: newId(),
+      lockId: 'lock-1',
+      requestId: `req-${newId()}`,
+      doorId: 'door-1',
+      at: T0,
+      allowed: false,
+      code: 'UNKNOWN_CREDENTIAL',
+      keyId: null,
+      keyVersion: null,
+      personId: null,
+      credentialType: 'pin',
+      commandId: null,
+      commandExpiresAt: null,
+      holdMs: null,
+      cid: newCorrelationId(),
+      ...over,
+    };
+  }
+
+  describe('signing in', () => {
+    it('redirects / to the sign-in screen; a wrong token gets a message and shows no data, the right one shows the gateway, sign-out forgets the token', async () => {
+      const s = await start();
+      const page = await open(s);
+      expect(new URL(page.url()).pathname).toBe('/ui/');
+      await page.locator('#screen-signin').waitFor();
+
+      await signIn(page, 'not-the-staff-token-000');
+      await page.locator('#signin-message').filter({ hasText: 'not accepted' }).waitFor();
+      expect(await page.locator('#screen-app').isHidden()).toBe(true);
+      expect(await page.locator('body').innerText()).not.toContain(s.f.gatewayId);
+      expect(await page.locator('#locks-list > *').count()).toBe(0);
+      expect(await token(page)).toBeNull();
+
+      await signIn(page);
+      await page.locator('#gateway-id').filter({ hasText: s.f.gatewayId }).waitFor();
+      await page.locator('#locks-list [data-lock-id="lock-1"]').waitFor();
+      expect(await token(page)).toBe(STAFF_TOKEN);
+
+      // a reload in the same tab stays signed in (sessionStorage), with no token typed again
+      await page.reload();
+      await page.locator('#gateway-id').filter({ hasText: s.f.gatewayId }).waitFor();
+
+      await page.locator('#signout').click();
+      await page.locator('#screen-signin').waitFor();
+      expect(await token(page)).toBeNull();
+      expect(await page.evaluate('sessionStorage.length')).toBe(0);
+      expect(await page.locator('#screen-app').isHidden()).toBe(true);
+      expect(await page.locator('#locks-list > *').count()).toBe(0);
+      expect(await page.locator('#gateway-id').textContent()).toBe('');
+    });
+
+    it('says staff access is not configured, and names the config key, when the gateway has no staff token', async () => {
+      const s = await start({ overrides: { staffToken: undefined } as never });
+      const page = await open(s);
+      await page.locator('#screen-unconfigured').filter({ hasText: 'staffToken' }).waitFor();
+      expect(await page.locator('#screen-signin').isHidden()).toBe(true);
+    });
+  });
+
+  describe('the status banner', () => {
+    it('fails closed without a lease, is green once in sync, and says FAILING CLOSED when the lease expires', async () => {
+      const s = await start();
+      const page = await open(s);
+      await signIn(page);
+      await banner(page, 'failing', 'FAILING CLOSED: no proof of sync with the cloud yet');
+      await page.locator('#banner-warnings').filter({ hasText: 'NO_LEASE' }).waitFor();
+
+      await provision(s);
+      await page.locator('#refresh').click();
+      await banner(page, 'normal', 'Doors operating normally');
+      await page.locator('#fact-lease').filter({ hasText: 'left' }).waitFor();
+      await page.locator('#fact-cloud').filter({ hasText: 'connected' }).waitFor();
+      await shot(page, 'normal');
+
+      s.f.clock.advance(300_001);
+      // the page refreshes by itself every few seconds: no click here
+      await banner(page, 'failing', 'FAILING CLOSED: lost contact with the cloud');
+      await page.locator('#banner-warnings').filter({ hasText: 'LEASE_EXPIRED' }).waitFor();
+      await page.locator('#fact-lease').filter({ hasText: 'expired' }).waitFor();
+      await shot(page, 'failing-closed');
+    });
+
+    it('says the status is unknown, with the age of what is shown, when the gateway stops answering', async () => {
+      const s = await start();
+      await provision(s);
+      const page = await open(s);
+      await signIn(page);
+      await banner(page, 'normal', 'Doors operating normally');
+      await s.gw.stop({ force: true });
+      await page.locator('#refresh').click();
+      await banner(page, 'unknown', 'STATUS UNKNOWN');
+      await page.locator('#conn-error').filter({ hasText: 'may be out of date' }).waitFor();
+      expect(await page.locator('#banner').textContent()).not.toContain('operating normally');
+      await shot(page, 'gateway-gone');
+    });
+  });
+
+  describe('locks and recent access', () => {
+    it('show real decisions made through the lock, newest first, with the code in plain words, filtered and paged', async () => {
+      const s = await start();
+      await provision(s);
+      await s.lock.publish('presence', { online: true }, true);
+      await s.lock.publish('state', { lockId: 'lock-1', bolt: 'locked', door: 'closed', battery: 17, at: T0, lastCommandId: null }, true);
+      await waitFor(() => s.gw.store.lock('lock-1')?.battery === 17 && s.gw.store.lock('lock-1')?.online, 'lock state and presence');
+      expect((await s.lock.present(PIN)).code).toBe('ALLOWED');
+      s.f.clock.advance(1000);
+      expect((await s.lock.present('000000')).code).toBe('UNKNOWN_CREDENTIAL');
+
+      const page = await open(s);
+      await signIn(page);
+      const card = page.locator('#locks-list [data-lock-id="lock-1"]');
+      await card.filter({ hasText: 'ONLINE' }).waitFor();
+      expect(await card.innerText()).toMatch(/Bolt\s+locked/);
+      expect(await card.innerText()).toMatch(/Door\s+closed/);
+      expect(await card.innerText()).toMatch(/Battery\s+17%/);
+      await shot(page, 'locks');
+
+      await tab(page, 'access');
+      const rows = page.locator('#access-list > li');
+      await rows.nth(1).waitFor();
+      expect(await rows.count()).toBe(2);
+      expect(await rows.nth(0).innerText()).toContain('DENIED');
+      expect(await rows.nth(0).innerText()).toContain('Unknown PIN or card');
+      expect(await rows.nth(0).innerText()).toContain('UNKNOWN_CREDENTIAL');
+      expect(await rows.nth(1).innerText()).toContain('ALLOWED');
+      expect(await rows.nth(1).innerText()).toContain('the door was unlocked');
+
+      await page.locator('#filter-allowed').selectOption('true');
+      await waitFor(async () => (await rows.count()) === 1, 'only the allowed decision');
+      expect(await rows.nth(0).innerText()).toContain('ALLOWED');
+
+      // more than one page: "load more" follows the cursor
+      await page.locator('#filter-allowed').selectOption('');
+      for (let i = 0; i < 60; i++) s.gw.store.insertAccess(accessRow({ at: T0 - 10_000 - i }));
+      await page.locator('#refresh').click();
+      await waitFor(async () => (await rows.count()) === 50, 'first page of 50');
+      await page.locator('#access-more').click();
+      await waitFor(async () => (await rows.count()) === 62, 'all 62 decisions');
+      expect(await rows.filter({ hasText: 'ALLOWED' }).count()).toBe(1);
+      const order = await page.locator('#access-list > li').evaluateAll((lis) => lis.map((li) => li.getAttribute('data-event-id')));
+      expect(new Set(order).size).toBe(62);
+      await page.locator('#access-more').waitFor({ state: 'hidden' });
+      await shot(page, 'access');
+    });
+
+    it('shows a lock id or a code that carries markup as text: no element is created and no script runs', async () => {
+      const s = await start();
+      s.gw.store.insertAccess(accessRow({ lockId: MARKUP_LOCK, doorId: MARKUP_LOCK, code: MARKUP_CODE }));
+      s.gw.store.insertAlarm({ alarmId: newId(), lockId: MARKUP_LOCK, kind: MARKUP_CODE, at: T0 }, T0);
+      // a real refusal through the site broker: a lock topic whose lock id is markup (BAD_TOPIC)
+      const raw = connectMqtt(broker.url, { protocolVersion: 4, clientId: `raw-${newId()}`, clean: true });
+      await waitConnected(raw);
+      await raw.publishAsync(topics.lock(s.f.gatewayId, 'lock-1', 'request').replace('/lock-1/', `/${MARKUP_LOCK}/`), '{}', { qos: 1 });
+      await raw.endAsync(true);
+      await waitFor(() => s.gw.store.db.prepare("SELECT 1 FROM lock_refusals WHERE code = 'BAD_TOPIC'").get(), 'BAD_TOPIC refusal');
+
+      const page = await open(s);
+      await signIn(page);
+      await tab(page, 'access');
+      await page.locator('#access-list').filter({ hasText: MARKUP_LOCK }).waitFor();
+      expect(await page.locator('#access-list').innerText()).toContain(`Unrecognised code ${MARKUP_CODE}`);
+      await tab(page, 'alarms');
+      await page.locator('#alarms-list').filter({ hasText: MARKUP_CODE }).waitFor();
+      await tab(page, 'problems');
+      await page.locator('#refusals-list').filter({ hasText: MARKUP_LOCK }).waitFor();
+      expect(await page.locator('#count-refusals').textContent()).toBe('(1)');
+
+      expect(await page.locator('img').count()).toBe(0);
+      expect(await page.evaluate('typeof window.__xss')).toBe('undefined');
+    });
+  });
+
+  describe('lockdown', () => {
+    it('asks for a reason, switches the site to lockdown (doors then answer SITE_LOCKDOWN) and back to normal', async () => {
+      const s = await start();
+      await provision(s);
+      const page = await open(s);
+      await signIn(page);
+      await banner(page, 'normal', 'Doors operating normally');
+      await tab(page, 'lockdown');
+
+      // cancel changes nothing; an empty reason is refused
+      await page.locator('#mode-switch').filter({ hasText: 'Start lockdown' }).click();
+      await page.locator('#confirm-cancel').click();
+      await page.locator('#confirm').waitFor({ state: 'hidden' });
+      await page.locator('#mode-switch').click();
+      await page.locator('#confirm-ok').click();
+      await page.locator('#confirm-error').filter({ hasText: 'reason' }).waitFor();
+      expect(s.gw.store.settings().mode).toBe('normal');
+
+      await page.locator('#confirm-input').fill('fire alarm in wing B');
+      await shot(page, 'lockdown-confirm');
+      await page.locator('#confirm-ok').click();
+      await page.locator('#mode-result').filter({ hasText: 'Lockdown is on' }).waitFor();
+      await banner(page, 'lockdown', 'LOCKDOWN');
+      expect(s.gw.store.settings().mode).toBe('lockdown');
+      await shot(page, 'lockdown');
+
+      expect((await s.lock.present(PIN)).code).toBe('SITE_LOCKDOWN');
+      await tab(page, 'access');
+      await page.locator('#access-list > li').filter({ hasText: 'Site is in lockdown' }).filter({ hasText: 'SITE_LOCKDOWN' }).waitFor();
+
+      await tab(page, 'lockdown');
+      await page.locator('#mode-switch').filter({ hasText: 'End lockdown' }).click();
+      await page.locator('#confirm-input').fill('all clear');
+      await page.locator('#confirm-ok').click();
+      await page.locator('#mode-result').filter({ hasText: 'Normal mode is on' }).waitFor();
+      await banner(page, 'normal', 'Doors operating normally');
+      expect(s.gw.store.settings().mode).toBe('normal');
+      s.f.clock.advance(1000);
+      expect((await s.lock.present(PIN)).code).toBe('ALLOWED');
+    });
+  });
+
+  describe('alarms', () => {
+    it('lists an open alarm from the lock and acknowledges it with a note', async () => {
+      const s = await start();
+      await provision(s);
+      const alarmId = newId();
+      await s.lock.publish('event', { eventId: alarmId, lockId: 'lock-1', at: T0, kind: 'forced_open' });
+      await waitFor(() => s.gw.store.db.prepare('SELECT 1 FROM alarms WHERE alarm_id = ?').get(alarmId), 'alarm stored');
+
+      const page = await open(s);
+      await signIn(page);
+      await page.locator('#count-alarms').filter({ hasText: '1' }).waitFor();
+      await tab(page, 'alarms');
+      const row = page.locator(`#alarms-list > li[data-alarm-id="${alarmId}"]`);
+      await row.filter({ hasText: 'OPEN' }).filter({ hasText: 'Door forced open' }).waitFor();
+      await shot(page, 'alarms');
+      await row.locator('button.ack').click();
+      await page.locator('#confirm-input').fill('guard checked, door shut');
+      await page.locator('#confirm-ok').click();
+      await row.filter({ hasText: 'CLOSED' }).waitFor();
+      await page.locator('#alarms-result').filter({ hasText: 'Acknowledged' }).waitFor();
+      expect(await row.locator('button.ack').count()).toBe(0);
+      expect(s.gw.store.db.prepare('SELECT closed_by FROM alarms WHERE alarm_id = ?').get(alarmId)).toEqual({ closed_by: 'staff: guard checked, door shut' });
+      await waitFor(async () => (await page.locator('#count-alarms').textContent()) === '', 'open-alarm count cleared');
+    });
+  });
+
+  describe('at phone width', () => {
+    it('fits the screen without sideways scrolling', async () => {
+      const s = await start();
+      await provision(s);
+      const page = await open(s, { width: 390, height: 844 });
+      await signIn(page);
+      await banner(page, 'normal', 'Doors operating normally');
+      for (const t of ['locks', 'access', 'alarms', 'problems', 'lockdown']) {
+        await tab(page, t);
+        await page.locator(`#tab-${t}`).waitFor();
+        expect(await page.evaluate('document.documentElement.scrollWidth <= window.innerWidth'), t).toBe(true);
+      }
+      await tab(page, 'locks');
+      await shot(page, 'phone');
+    });
+  });
+});
