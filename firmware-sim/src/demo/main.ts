@@ -187,6 +187,12 @@ async function main(): Promise<void> {
     ok();
   }
 
+  if (seed.gatewayConfig.staffToken === undefined) {
+    // a data folder seeded before the staff UI: give the gateway a random staff token now (there is no default)
+    seed = { ...seed, gatewayConfig: { ...seed.gatewayConfig, staffToken: encodeSecret(newPairingSecret()) } };
+    writeJson(seedFile, seed, true);
+  }
+
   // 4. gateway
   step(`gateway ${GATEWAY_ID} (SQLite ${seed.gatewayConfig.sqlitePath})`);
   const gateway: Gateway = createGateway(
@@ -233,6 +239,7 @@ async function main(): Promise<void> {
       `  Admin API:     ${api.url}   (OpenAPI: ${api.url}/openapi.json, interactive docs: ${api.url}/docs)`,
       `    admin token: ${adminToken.token}`,
       `  Gateway ${GATEWAY_ID} (site ${seed.siteId}):  ${gateway.httpUrl}/healthz   ${gateway.httpUrl}/metrics`,
+      `    staff web UI: ${gateway.httpUrl}/ui/   (sign in with the staff token)`,
       `    staff token: ${staffToken}`,
       `  Lock panel (simulated doors):   ${panel.url}/locks`,
       `  Seeded guest ${seed.personId} with PIN ${GUEST_PIN} for Room 101 (L1) and the Lobby (L3).`,
