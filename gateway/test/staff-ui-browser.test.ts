@@ -41,7 +41,7 @@ describe('staff web UI in Chromium against a running gateway', () => {
     await site?.close();
     site = undefined;
     await broker.stop();
-    // a script error in the page fails the test that caused it
+    // a script error or a CSP violation in the page fails the test that caused it
     expect(pageErrors).toEqual([]);
   });
 
@@ -56,6 +56,10 @@ describe('staff web UI in Chromium against a running gateway', () => {
     context.setDefaultTimeout(15_000);
     const page = await context.newPage();
     page.on('pageerror', (e) => pageErrors.push(String(e)));
+    // the page must need nothing its own Content-Security-Policy forbids
+    page.on('console', (m) => {
+      if (/Content Security Policy/i.test(m.text())) pageErrors.push(m.text());
+    });
     await page.goto(`${s.gw.httpUrl!}/`);
     return page;
   }

@@ -235,6 +235,7 @@ const state = {
   ticker: undefined,
   running: false,
   inFlight: /** @type {Promise<void> | null} */ (null),
+  queued: /** @type {Promise<void> | null} */ (null),
 };
 
 // ---------------------------------------------------------------- paged lists
@@ -697,8 +698,15 @@ function selectTab(tab) {
  */
 function refresh() {
   if (!state.running) return Promise.resolve();
-  // a refresh asked for while one runs (a new tab, a filter) runs again after it, with what is asked now
-  if (state.inFlight !== null) return state.inFlight.then(() => refresh());
+  // a refresh asked for while one runs (a new tab, a filter, a write) runs once more after it, with
+  // what is asked then; at most one waits, so a gateway that hangs does not pile refreshes up
+  if (state.inFlight !== null) {
+    state.queued ??= state.inFlight.then(() => {
+      state.queued = null;
+      return refresh();
+    });
+    return state.queued;
+  }
   state.inFlight = (async () => {
     try {
       const [status, locks] = await Promise.all([api('/staff/status'), api('/staff/locks')]);
