@@ -135,6 +135,19 @@ describe('staff web UI in Chromium against a running gateway', () => {
       expect(await page.locator('#gateway-id').textContent()).toBe('');
     });
 
+    it('goes back to sign-in, with a message and nothing shown, when the gateway stops accepting the token mid-session', async () => {
+      const s = await start();
+      const page = await open(s);
+      await signIn(page);
+      await page.locator('#locks-list [data-lock-id="lock-1"]').waitFor();
+      // as if the staff token in the gateway's config had been changed since sign-in
+      await page.evaluate("sessionStorage.setItem('tobira.staffToken', 'an-old-staff-token-0000')");
+      await page.locator('#refresh').click();
+      await page.locator('#screen-signin').filter({ hasText: 'did not accept the staff token' }).waitFor();
+      expect(await token(page)).toBeNull();
+      expect(await page.locator('#locks-list > *').count()).toBe(0);
+    });
+
     it('says staff access is not configured, and names the config key, when the gateway has no staff token', async () => {
       const s = await start({ overrides: { staffToken: undefined } as never });
       const page = await open(s);
