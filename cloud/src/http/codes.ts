@@ -19,6 +19,10 @@ export const API_CODES = Object.freeze({
   WEBHOOK_URL_FORBIDDEN:
     'The webhook URL is refused by the SSRF guard: not https, carries userinfo, or points at (resolves to) a loopback, private, link-local or other internal address; nothing changed.',
   WEBHOOK_URL_UNRESOLVABLE: 'The host of the webhook URL does not resolve; nothing changed.',
+  WEBHOOK_HTTP_STATUS: 'Delivery log: the endpoint answered a status other than 2xx (in statusCode); retried with backoff.',
+  WEBHOOK_REDIRECT_NOT_FOLLOWED: 'Delivery log: the endpoint answered a redirect (3xx), which is never followed; retried with backoff.',
+  WEBHOOK_TIMEOUT: 'Delivery log: no answer within the delivery timeout; retried with backoff.',
+  WEBHOOK_CONNECTION_FAILED: 'Delivery log: the connection failed (DNS, refused, reset, TLS); retried with backoff.',
   WEBHOOK_ADDRESS_FORBIDDEN: 'Delivery log: the attempt was refused before connecting, the endpoint now resolves to an internal address (a failed attempt, retried with backoff).',
   IDEMPOTENCY_KEY_REUSED: 'This Idempotency-Key was used with a different request.',
   IDEMPOTENCY_IN_PROGRESS: 'A request with this Idempotency-Key is still running; retry later.',

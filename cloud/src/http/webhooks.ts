@@ -24,7 +24,14 @@ export const WEBHOOK_EVENTS = ['key.state_changed', 'access.event', 'alarm'] as 
 export type WebhookEvent = (typeof WEBHOOK_EVENTS)[number];
 
 /** Leads the logged error of an attempt the egress guard refused. */
-const ADDRESS_FORBIDDEN: ApiCode = 'WEBHOOK_ADDRESS_FORBIDDEN';
+const ADDRESS_FORBIDDEN = 'WEBHOOK_ADDRESS_FORBIDDEN' satisfies ApiCode;
+
+/** The stable code of a failed delivery attempt (webhook_deliveries.code; null when delivered). */
+export type DeliveryCode = Extract<ApiCode, 'WEBHOOK_HTTP_STATUS' | 'WEBHOOK_REDIRECT_NOT_FOLLOWED' | 'WEBHOOK_ADDRESS_FORBIDDEN' | 'WEBHOOK_TIMEOUT' | 'WEBHOOK_CONNECTION_FAILED'>;
+
+class DeliveryTimeout extends Error {
+  override readonly name = 'DeliveryTimeout';
+}
 
 export interface WebhookOptions {
   readonly pollMs: number;
@@ -134,11 +141,13 @@ export class WebhookDispatcher {
     const t = this.deps.clock.now();
     let statusCode: number | null = null;
     let error: string | null = null;
+    let code: DeliveryCode | null = null;
     // a refusal by the egress guard: its code leads the logged error; the address goes to the server log only
     let refused: Record<string, unknown> = {};
     const shape = checkUrlShape(row.url, { allowPrivateNetworks: this.#o.allowPrivateNetworks });
     if (!shape.ok) {
       refused = { code: ADDRESS_FORBIDDEN };
+      code = ADDRESS_FORBIDDEN;
       error = `${ADDRESS_FORBIDDEN}: ${shape.detail}`;
     } else {
       try {
@@ -149,22 +158,32 @@ export class WebhookDispatcher {
           'tobira-signature': signWebhook(row.secret, t, body),
           ...(row.cid ? { 'x-correlation-id': row.cid } : {}),
         }, body);
-        if (statusCode >= 300 && statusCode < 400) error = `HTTP ${statusCode}: redirects are not followed`;
-        else if (statusCode < 200 || statusCode >= 300) error = `HTTP ${statusCode}`;
+        if (statusCode >= 300 && statusCode < 400) {
+          code = 'WEBHOOK_REDIRECT_NOT_FOLLOWED';
+          error = `HTTP ${statusCode}: redirects are not followed`;
+        } else if (statusCode < 200 || statusCode >= 300) {
+          code = 'WEBHOOK_HTTP_STATUS';
+          error = `HTTP ${statusCode}`;
+        }
       } catch (e) {
         if (e instanceof EgressRefusedError) {
           refused = { code: e.code, addressClass: e.addressClass, address: e.address };
+          code = e.code;
           error = `${e.code}: ${e.message}`;
-        } else error = e instanceof Error ? e.message : String(e);
+        } else {
+          code = e instanceof DeliveryTimeout ? 'WEBHOOK_TIMEOUT' : 'WEBHOOK_CONNECTION_FAILED';
+          error = e instanceof Error ? e.message : String(e);
+        }
       }
     }
     const now = this.deps.clock.now();
-    await this.deps.db.query('INSERT INTO webhook_deliveries (outbox_id, endpoint_id, attempt, status_code, error, at) VALUES ($1,$2,$3,$4,$5,$6)', [
+    await this.deps.db.query('INSERT INTO webhook_deliveries (outbox_id, endpoint_id, attempt, status_code, error, code, at) VALUES ($1,$2,$3,$4,$5,$6,$7)', [
       row.id,
       row.endpoint_id,
       row.attempts,
       statusCode,
       error,
+      code,
       now,
     ]);
     if (error === null) {
@@ -182,7 +201,7 @@ export class WebhookDispatcher {
       `UPDATE webhook_outbox SET status = $3, next_attempt_at = $4, last_error = $5, lease_token = NULL, lease_until = NULL WHERE id = $1 AND lease_token = $2`,
       [row.id, row.lease_token, dead ? 'dead' : 'pending', Math.round(now + delay), error.slice(0, 500)],
     );
-    log.warn({ statusCode, error, dead, ...refused }, 'webhook delivery failed');
+    log.warn({ statusCode, error, dead, code, ...refused }, 'webhook delivery failed');
   }
 
   /**
@@ -209,7 +228,7 @@ export class WebhookDispatcher {
           res.destroy(); // the answer's body is not read
         },
       );
-      const timer = setTimeout(() => req.destroy(new Error(`timed out after ${this.#o.timeoutMs} ms`)), this.#o.timeoutMs);
+      const timer = setTimeout(() => req.destroy(new DeliveryTimeout(`timed out after ${this.#o.timeoutMs} ms`)), this.#o.timeoutMs);
       req.on('error', (e) => {
         clearTimeout(timer);
         reject(e);

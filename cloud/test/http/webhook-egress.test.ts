@@ -286,6 +286,7 @@ describe.each(pgBackends())('webhook SSRF guard on %s', (backend) => {
         attempt: number;
         statusCode: number | null;
         error: string | null;
+        code: string | null;
         eventStatus: string;
       }[];
     // the row is written directly: registration would refuse it (that is the point: DNS may change after registration)
@@ -302,7 +303,7 @@ describe.each(pgBackends())('webhook SSRF guard on %s', (backend) => {
       expect(await dispatcher(false, log).runOnce()).toBe(1);
       expect([local.connections, local.requests]).toEqual([0, 0]);
       expect(await deliveries(id)).toEqual([
-        expect.objectContaining({ attempt: 1, statusCode: null, error: 'WEBHOOK_ADDRESS_FORBIDDEN: the URL points at a loopback address', eventStatus: 'pending' }),
+        expect.objectContaining({ attempt: 1, statusCode: null, code: 'WEBHOOK_ADDRESS_FORBIDDEN', error: 'WEBHOOK_ADDRESS_FORBIDDEN: the URL points at a loopback address', eventStatus: 'pending' }),
       ]);
       expect(Number((await outbox(row))?.next_attempt_at)).toBeGreaterThan(h.cloud.clock.now()); // backing off
       expect(lines).toContainEqual(expect.objectContaining({ cid: 'cid-ssrf-literal', code: 'WEBHOOK_ADDRESS_FORBIDDEN', msg: 'webhook delivery failed' }));
@@ -321,7 +322,7 @@ describe.each(pgBackends())('webhook SSRF guard on %s', (backend) => {
       await enqueue(id, 'cid-ssrf-localhost');
       expect(await dispatcher(false).runOnce()).toBe(1);
       expect(self?.connections).toBe(0);
-      expect((await deliveries(id))[0]).toMatchObject({ statusCode: null, error: 'WEBHOOK_ADDRESS_FORBIDDEN: the host resolves to a loopback address' });
+      expect((await deliveries(id))[0]).toMatchObject({ statusCode: null, code: 'WEBHOOK_ADDRESS_FORBIDDEN', error: 'WEBHOOK_ADDRESS_FORBIDDEN: the host resolves to a loopback address' });
     });
 
     it('a host re-pointed at an internal address after registration (DNS rebinding) is refused at delivery', async () => {
@@ -349,9 +350,31 @@ describe.each(pgBackends())('webhook SSRF guard on %s', (backend) => {
       expect(await dispatcher(true).runOnce()).toBe(1);
       expect([redirecting.requests, target.connections]).toEqual([1, 0]);
       expect(await deliveries(id)).toEqual([
-        expect.objectContaining({ attempt: 1, statusCode: 302, error: 'HTTP 302: redirects are not followed', eventStatus: 'pending' }),
+        expect.objectContaining({ attempt: 1, statusCode: 302, code: 'WEBHOOK_REDIRECT_NOT_FOLLOWED', error: 'HTTP 302: redirects are not followed', eventStatus: 'pending' }),
       ]);
       expect(Number((await outbox(row))?.next_attempt_at)).toBeGreaterThan(h.cloud.clock.now());
+    });
+
+    it('every attempt carries a stable code: WEBHOOK_HTTP_STATUS, WEBHOOK_TIMEOUT, WEBHOOK_CONNECTION_FAILED; null when delivered', async () => {
+      const failing = await httpServer((_, res) => res.writeHead(503).end());
+      const silent = await httpServer(() => {}); // takes the request and never answers
+      const ok = await httpServer((_, res) => res.writeHead(204).end());
+      servers.push(failing, silent, ok);
+      const closed = await httpServer(() => {});
+      await closed.close(); // a port nobody listens on any more
+      const cases: [string, string | null][] = [
+        [failing.url, 'WEBHOOK_HTTP_STATUS'],
+        [silent.url, 'WEBHOOK_TIMEOUT'],
+        [closed.url, 'WEBHOOK_CONNECTION_FAILED'],
+        [ok.url, null],
+      ];
+      const short = new WebhookDispatcher({ db: h.cloud.db, clock: h.cloud.clock, log: testLog, random: () => 1 }, { allowPrivateNetworks: true, baseMs: 1000, timeoutMs: 300 });
+      for (const [url, code] of cases) {
+        const id = await endpoint(url);
+        await enqueue(id, `cid-code-${code ?? 'ok'}`);
+        expect(await short.runOnce()).toBe(1);
+        expect((await deliveries(id))[0]).toMatchObject({ attempt: 1, code });
+      }
     });
   });
 });

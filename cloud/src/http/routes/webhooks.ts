@@ -96,6 +96,7 @@ export function webhooksRoutes(app: Api, ctx: Ctx): void {
                 attempt: z.int(),
                 statusCode: z.int().nullable(),
                 error: z.string().nullable(),
+                code: z.string().nullable().describe('stable code of a failed attempt (WEBHOOK_HTTP_STATUS, WEBHOOK_REDIRECT_NOT_FOLLOWED, WEBHOOK_ADDRESS_FORBIDDEN, WEBHOOK_TIMEOUT, WEBHOOK_CONNECTION_FAILED); null when delivered'),
                 at: z.int(),
                 eventStatus: z.string(),
               }),
@@ -107,7 +108,7 @@ export function webhooksRoutes(app: Api, ctx: Ctx): void {
     async (req, reply) => {
       if (!(await visible(who(req).sites, req.params.id))) return reply.status(404).send(problem('WEBHOOK_NOT_FOUND'));
       const r = await ctx.db.query<Record<string, unknown>>(
-        `SELECT d.outbox_id, o.event_id, o.type, d.attempt, d.status_code, d.error, d.at, o.status FROM webhook_deliveries d
+        `SELECT d.outbox_id, o.event_id, o.type, d.attempt, d.status_code, d.error, d.code, d.at, o.status FROM webhook_deliveries d
            JOIN webhook_outbox o ON o.id = d.outbox_id WHERE d.endpoint_id = $1 ORDER BY d.id DESC LIMIT $2`,
         [req.params.id, req.query.limit],
       );
@@ -119,6 +120,7 @@ export function webhooksRoutes(app: Api, ctx: Ctx): void {
           attempt: x.attempt as number,
           statusCode: (x.status_code as number | null) ?? null,
           error: (x.error as string | null) ?? null,
+          code: (x.code as string | null) ?? null,
           at: x.at as number,
           eventStatus: x.status as string,
         })),
