@@ -80,8 +80,6 @@ export interface HttpDeps {
   /** Closes an open alarm once (`by` is recorded as closed_by); a second ack is a noop. */
   ackAlarm(alarmId: string, by: string, cid: string): AlarmAck;
   readonly staff: StaffReads;
-  /** Folder of the staff web UI files (tests); default gateway/ui next to this package's src/. */
-  readonly uiDir?: URL;
 }
 
 export type AlarmAck = { readonly status: 'applied' | 'noop'; readonly alarm: StaffAlarm } | { readonly status: 'refused'; readonly code: 'ALARM_NOT_FOUND' };
@@ -113,7 +111,8 @@ const UI_FILES = [
   { route: '/ui/app.css', file: 'app.css', type: 'text/css; charset=utf-8' },
 ] as const;
 
-const DEFAULT_UI_DIR = new URL('../../ui/', import.meta.url);
+/** gateway/ui, next to this package's src/ (no build step: the files are used as they are in the repository). */
+const UI_DIR = new URL('../../ui/', import.meta.url);
 
 // ---------------------------------------------------------------- query schemas (strings in, typed values out)
 
@@ -211,9 +210,8 @@ export function buildApp(deps: HttpDeps): FastifyInstance {
     ui.addHook('onRequest', async (_req, reply) => {
       void reply.headers(UI_SECURITY_HEADERS);
     });
-    const dir = deps.uiDir ?? DEFAULT_UI_DIR;
     for (const f of UI_FILES) {
-      const body = readFileSync(new URL(f.file, dir));
+      const body = readFileSync(new URL(f.file, UI_DIR));
       ui.get(f.route, async (_req, reply) => reply.header('content-type', f.type).send(body));
     }
     ui.get('/', async (_req, reply) => reply.redirect('/ui/', 302));
