@@ -56,6 +56,8 @@ export interface GatewayProvisioning {
   readonly cloudIssuer: string;
   readonly cloudJwks: Jwks;
   readonly offlineGraceSeconds: number;
+  /** The site's IANA time zone: the gateway's staff UI shows times in it. */
+  readonly timeZone: string;
   readonly topics: { readonly down: string; readonly up: string; readonly presence: string };
   /** The gateway's own login on the cloud broker; null when the cloud does not manage broker accounts. */
   readonly mqtt: BrokerCredentials | null;
@@ -75,9 +77,8 @@ export async function registerGateway(
   } catch (e) {
     return refused('INVALID_PUBLIC_KEY', e instanceof Error ? e.message : 'bad key');
   }
-  const site = await deps.db.query<{ offline_grace_seconds: number }>('SELECT offline_grace_seconds FROM sites WHERE id = $1', [input.siteId]);
-  const grace = site.rows[0]?.offline_grace_seconds;
-  if (grace === undefined) return refused('SITE_NOT_FOUND');
+  const site = (await deps.db.query<{ offline_grace_seconds: number; time_zone: string }>('SELECT offline_grace_seconds, time_zone FROM sites WHERE id = $1', [input.siteId])).rows[0];
+  if (site === undefined) return refused('SITE_NOT_FOUND');
   const log = withCorrelation(deps.log, input.cid ?? newCorrelationId(), { verb: 'registerGateway', gatewayId: input.gatewayId });
   const pepper = randomBytes(32).toString('base64url');
   let mqtt: BrokerCredentials | null;
@@ -109,7 +110,8 @@ export async function registerGateway(
     credentialPepper: pepper,
     cloudIssuer: cloud.issuer,
     cloudJwks: cloud.jwks,
-    offlineGraceSeconds: grace,
+    offlineGraceSeconds: site.offline_grace_seconds,
+    timeZone: site.time_zone,
     topics: { down: topics.gatewayDown(input.gatewayId), up: topics.gatewayUp(input.gatewayId), presence: topics.gatewayPresence(input.gatewayId) },
     mqtt,
   });

@@ -55,6 +55,7 @@ export const Provisioning = z.object({
   cloudIssuer: z.string(),
   cloudJwks: z.object({ keys: z.array(z.record(z.string(), z.unknown())) }),
   offlineGraceSeconds: z.int(),
+  timeZone: z.string().describe("the site's IANA time zone (e.g. Asia/Tokyo); the gateway's staff UI shows times in it (gateway config `timeZone`)"),
   topics: z.object({ down: z.string(), up: z.string(), presence: z.string() }),
   broker: z
     .object({

@@ -1,3 +1,4 @@
+import { newId } from '@tobira/shared';
 import { pgBackends } from '@tobira/shared/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { bearer, issueBody, openHarness, seedSite, type Harness } from './harness.js';
@@ -35,7 +36,7 @@ describe.each(pgBackends())('admin API resources on %s', (backend) => {
   describe('gateways, doors, people', () => {
     it('registering a gateway answers its provisioning data; doors and people are created and read back', async () => {
       const s = await seedSite(h, h.siteA, h.tokens.managerA);
-      expect(s.provisioning).toMatchObject({ gatewayId: s.gatewayId, siteId: h.siteA, cloudIssuer: 'tobira-cloud', offlineGraceSeconds: 300 });
+      expect(s.provisioning).toMatchObject({ gatewayId: s.gatewayId, siteId: h.siteA, cloudIssuer: 'tobira-cloud', offlineGraceSeconds: 300, timeZone: 'Asia/Tokyo' });
       expect(s.provisioning.credentialPepper).toMatch(/^[A-Za-z0-9_-]{43}$/);
       expect(s.provisioning.cloudJwks.keys.length).toBeGreaterThan(0);
       expect(s.provisioning.topics.down).toContain(s.gatewayId);
@@ -48,6 +49,16 @@ describe.each(pgBackends())('admin API resources on %s', (backend) => {
       expect(person.json()).toMatchObject({ person: { id: s.personId, sites: [h.siteA] } });
       const list = await h.app.inject({ method: 'GET', url: `/gateways?siteId=${h.siteA}`, headers: bearer(h.tokens.auditorA) });
       expect(list.json().items.map((g: { id: string }) => g.id)).toContain(s.gatewayId);
+    });
+
+    it("the provisioning names the site's own time zone, not a default", async () => {
+      const siteId = `site-lisbon-${newId().slice(-8)}`;
+      const site = await h.app.inject({ method: 'POST', url: '/sites', headers: bearer(h.tokens.admin), payload: { id: siteId, name: 'Lisbon', timeZone: 'Europe/Lisbon' } });
+      expect(site.statusCode).toBe(201);
+      const s = await seedSite(h, siteId);
+      expect(s.provisioning).toMatchObject({ siteId, timeZone: 'Europe/Lisbon' });
+      const other = await seedSite(h, h.siteA);
+      expect(other.provisioning.timeZone).toBe('Asia/Tokyo');
     });
 
     it('a gateway id that is taken is 422 GATEWAY_ALREADY_EXISTS', async () => {
