@@ -27,6 +27,19 @@ const Broker = z.strictObject({
   protocolVersion: z.union([z.literal(4), z.literal(5)]).default(4),
 });
 
+/** An IANA zone the runtime knows: `Intl.DateTimeFormat` throws a RangeError on any other. */
+const TimeZone = z
+  .string()
+  .max(64)
+  .refine((tz) => {
+    try {
+      new Intl.DateTimeFormat(undefined, { timeZone: tz });
+      return true;
+    } catch {
+      return false;
+    }
+  }, { error: (iss) => `unknown time zone ${JSON.stringify(iss.input)}: expected an IANA name such as Asia/Tokyo` });
+
 const Jwk = z.looseObject({ kty: z.literal('OKP'), crv: z.literal('Ed25519'), x: z.string(), kid: z.string() });
 
 export const GatewayConfig = z.strictObject({
@@ -48,6 +61,8 @@ export const GatewayConfig = z.strictObject({
     .nullable()
     .default({ host: '127.0.0.1', port: 8080 }),
   staffToken: z.string().min(16).optional(),
+  /** The site's IANA time zone (`provisioning.timeZone`): the staff UI shows times in it. Absent: the browser's zone. */
+  timeZone: TimeZone.optional(),
   holdMs: z.int().min(0).max(60_000).default(5000),
   commandTtlMs: z.int().min(1000).max(DEFAULT_MAX_COMMAND_TTL_MS).default(10_000),
   outboxMaxRows: z.int().min(1).default(100_000),
@@ -112,6 +127,7 @@ export function loadConfig(opts: { file?: string | undefined; env?: Env } = {}):
   str('TOBIRA_SQLITE_PATH', ['sqlitePath']);
   str('TOBIRA_CREDENTIAL_PEPPER', ['credentialPepper']);
   str('TOBIRA_STAFF_TOKEN', ['staffToken']);
+  str('TOBIRA_SITE_TIME_ZONE', ['timeZone']);
   num('TOBIRA_OFFLINE_GRACE_SECONDS', ['offlineGraceSeconds']);
   num('TOBIRA_HTTP_PORT', ['http', 'port']);
   str('TOBIRA_HTTP_HOST', ['http', 'host']);

@@ -304,6 +304,7 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
                 openAlarms: c.openAlarms,
                 locksTotal: c.locks,
                 locksOnline: c.locksOnline,
+                timeZone: config.timeZone ?? null,
               };
             },
             ...staffLists(s.db, () => nowOf(base)),

@@ -47,6 +47,32 @@ describe('config', () => {
     expect(() => parseConfig({ ...m, surprise: 1 })).toThrow();
   });
 
+  describe("the site's time zone", () => {
+    it('is optional, and an IANA zone is kept as given', async () => {
+      const m = await minimal();
+      expect(parseConfig(m).timeZone).toBeUndefined();
+      expect(parseConfig({ ...m, timeZone: 'Asia/Tokyo' }).timeZone).toBe('Asia/Tokyo');
+      expect(parseConfig({ ...m, timeZone: 'America/New_York' }).timeZone).toBe('America/New_York');
+    });
+
+    it('refuses a zone the runtime does not know, naming the field and the value', async () => {
+      const m = await minimal();
+      expect(() => parseConfig({ ...m, timeZone: 'Mars/Olympus' })).toThrow('invalid gateway config: timeZone: unknown time zone "Mars/Olympus": expected an IANA name such as Asia/Tokyo');
+      expect(() => parseConfig({ ...m, timeZone: '' })).toThrow(/timeZone: unknown time zone ""/);
+      expect(() => parseConfig({ ...m, timeZone: 9 })).toThrow(/timeZone/);
+    });
+
+    it('is read from TOBIRA_SITE_TIME_ZONE over the file, and a bad one there is refused too', async () => {
+      const dir = mkdtempSync(join(tmpdir(), 'tobira-cfg-'));
+      dirs.push(dir);
+      const file = join(dir, 'gateway.json');
+      writeFileSync(file, JSON.stringify({ ...(await minimal()), timeZone: 'Europe/Lisbon' }));
+      expect(loadConfig({ file, env: {} }).timeZone).toBe('Europe/Lisbon');
+      expect(loadConfig({ file, env: { TOBIRA_SITE_TIME_ZONE: 'Asia/Tokyo' } }).timeZone).toBe('Asia/Tokyo');
+      expect(() => loadConfig({ file, env: { TOBIRA_SITE_TIME_ZONE: 'Mars/Olympus' } })).toThrow(/timeZone: unknown time zone "Mars\/Olympus"/);
+    });
+  });
+
   it('refuses an unknown crash point', () => {
     expect(() => crashHookFromEnv('somewhere')).toThrow(/unknown crash point/);
   });

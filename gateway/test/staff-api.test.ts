@@ -56,7 +56,7 @@ describe.each(mqttBackends())('staff read API of a running gateway against %s', 
     it('reports status: fail-closed without a lease, open with one, LEASE_EXPIRED after it, with the counts the database holds', async () => {
       const s = await start();
       let st = (await staffGet(s, '/staff/status')).body;
-      expect(st).toMatchObject({ gatewayId: s.f.gatewayId, mode: 'normal', cloudConnected: true, siteConnected: true, appliedSeq: 0, leaseExpiresAt: null, failClosed: true, failClosedReason: 'NO_LEASE' });
+      expect(st).toMatchObject({ gatewayId: s.f.gatewayId, mode: 'normal', cloudConnected: true, siteConnected: true, appliedSeq: 0, leaseExpiresAt: null, failClosed: true, failClosedReason: 'NO_LEASE', timeZone: null });
 
       await provision(s);
       st = (await staffGet(s, '/staff/status')).body;
@@ -74,6 +74,13 @@ describe.each(mqttBackends())('staff read API of a running gateway against %s', 
       s.f.clock.advance(300_000);
       st = (await staffGet(s, '/staff/status')).body;
       expect(st).toMatchObject({ failClosed: true, failClosedReason: 'LEASE_EXPIRED', leaseRemainingSeconds: 0, waitingOnGap: true, inboxDepth: 1, outboxDepth: 0, rejectedDownlinks: 1, openAlarms: 1 });
+    });
+
+    it("reports the site's time zone from the config (null when none is configured, above)", async () => {
+      const s = await start({ overrides: { timeZone: 'Asia/Tokyo' } });
+      const r = await staffGet(s, '/staff/status');
+      expect(r.status).toBe(200);
+      expect(r.body.timeZone).toBe('Asia/Tokyo');
     });
 
     it('lists decisions, alarms, locks, failed inbox rows and rejected downlinks as the database holds them after real traffic', async () => {

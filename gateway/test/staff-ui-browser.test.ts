@@ -1,6 +1,6 @@
 import { connectMqtt, newCorrelationId, newId, topics, waitConnected } from '@tobira/shared';
 import { startMqttBackend, type MqttTestBroker } from '@tobira/shared/testing';
-import { chromium, type Browser, type BrowserContext, type Page } from 'playwright-core';
+import { chromium, type Browser, type BrowserContext, type BrowserContextOptions, type Page } from 'playwright-core';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import type { AccessRow } from '../src/adapters/sqlite/store.js';
 import { T0 } from './fixtures.js';
@@ -50,8 +50,8 @@ describe('staff web UI in Chromium against a running gateway', () => {
     return site;
   };
 
-  async function open(s: Running, viewport = { width: 1024, height: 900 }): Promise<Page> {
-    context = await browser.newContext({ viewport });
+  async function open(s: Running, viewport = { width: 1024, height: 900 }, options: BrowserContextOptions = {}): Promise<Page> {
+    context = await browser.newContext({ viewport, ...options });
     // below the test timeout, so a wait that fails names its locator
     context.setDefaultTimeout(15_000);
     const page = await context.newPage();
@@ -266,6 +266,44 @@ describe('staff web UI in Chromium against a running gateway', () => {
 
       expect(await page.locator('img').count()).toBe(0);
       expect(await page.evaluate('typeof window.__xss')).toBe('undefined');
+    });
+  });
+
+  describe("times, read in a browser set to another zone than the site's", () => {
+    // 2026-01-15 03:04:05 UTC: 12:04:05 on Jan 15 in Tokyo (UTC+9), 22:04:05 on Jan 14 in New York (UTC-5)
+    const AT = Date.UTC(2026, 0, 15, 3, 4, 5);
+    const NEW_YORK = { timezoneId: 'America/New_York', locale: 'en-US' };
+
+    it("are shown in the site's zone the gateway names, and the header says which zone that is", async () => {
+      const s = await start({ overrides: { timeZone: 'Asia/Tokyo' } });
+      const eventId = newId();
+      s.gw.store.insertAccess(accessRow({ eventId, at: AT }));
+      const page = await open(s, undefined, NEW_YORK);
+      expect(await page.evaluate('Intl.DateTimeFormat().resolvedOptions().timeZone')).toBe('America/New_York');
+      await signIn(page);
+      await page.locator('#time-zone[data-source="site"]').filter({ hasText: 'Asia/Tokyo' }).waitFor();
+      expect(await page.locator('#time-zone').innerText()).toBe('Times: Asia/Tokyo (site time)');
+      await tab(page, 'access');
+      const row = page.locator(`#access-list > li[data-event-id="${eventId}"]`);
+      await row.waitFor();
+      expect(await row.innerText()).toContain('Jan 15, 2026, 12:04:05');
+      expect(await row.innerText()).not.toContain('22:04:05');
+      await shot(page, 'site-time-zone');
+    });
+
+    it("are shown in the browser's zone, and the header says so, when the gateway names none", async () => {
+      const s = await start();
+      const eventId = newId();
+      s.gw.store.insertAccess(accessRow({ eventId, at: AT }));
+      const page = await open(s, undefined, NEW_YORK);
+      await signIn(page);
+      await page.locator('#time-zone[data-source="device"]').filter({ hasText: 'America/New_York' }).waitFor();
+      expect(await page.locator('#time-zone').innerText()).toContain("this device's zone; the gateway does not know the site's zone");
+      await tab(page, 'access');
+      const row = page.locator(`#access-list > li[data-event-id="${eventId}"]`);
+      await row.waitFor();
+      expect(await row.innerText()).toContain('Jan 14, 2026, 22:04:05');
+      expect(await row.innerText()).not.toContain('12:04:05');
     });
   });
 

@@ -163,23 +163,52 @@ function setText(e, text) {
 
 // ---------------------------------------------------------------- time
 
+/** The zone `/staff/status` names (undefined: none; times are then in the browser's zone). */
 /** @type {string | undefined} */
 let timeZone;
-/** @type {Intl.DateTimeFormat} */
+/** @type {{ format: Intl.DateTimeFormat, site: boolean }} */
 let dateFormat = makeFormat(undefined);
 
 /**
+ * The site's zone when there is one and this browser knows it, else the browser's own.
  * @param {string | undefined} tz
- * @returns {Intl.DateTimeFormat}
+ * @returns {{ format: Intl.DateTimeFormat, site: boolean }}
  */
 function makeFormat(tz) {
   /** @type {Intl.DateTimeFormatOptions} */
   const o = { year: 'numeric', month: 'short', day: 'numeric', hour: '2-digit', minute: '2-digit', second: '2-digit', hourCycle: 'h23' };
-  try {
-    return new Intl.DateTimeFormat(undefined, tz === undefined ? o : { ...o, timeZone: tz });
-  } catch {
-    return new Intl.DateTimeFormat(undefined, o);
+  if (tz !== undefined) {
+    try {
+      return { format: new Intl.DateTimeFormat(undefined, { ...o, timeZone: tz }), site: true };
+    } catch {
+      // a zone this browser's time zone data does not have: the header says the device's zone is used
+    }
   }
+  return { format: new Intl.DateTimeFormat(undefined, o), site: false };
+}
+
+/**
+ * Takes the `timeZone` of a `/staff/status` answer (null, or absent from an older gateway: none).
+ * @param {unknown} zone
+ * @returns {boolean} true when it changed, so times already drawn must be drawn again
+ */
+function useTimeZone(zone) {
+  const tz = typeof zone === 'string' ? zone : undefined;
+  if (tz === timeZone) return false;
+  timeZone = tz;
+  dateFormat = makeFormat(tz);
+  return true;
+}
+
+/** The header names the zone every time on the page is in, so staff know which clock they read. */
+function drawTimeZone() {
+  const shown = dateFormat.format.resolvedOptions().timeZone;
+  const e = $('time-zone');
+  e.dataset.zone = shown;
+  e.dataset.source = dateFormat.site ? 'site' : 'device';
+  if (dateFormat.site) setText(e, `Times: ${shown} (site time)`);
+  else if (timeZone !== undefined) setText(e, `Times: ${shown} (this device's zone; this browser does not know the site's zone ${timeZone})`);
+  else setText(e, `Times: ${shown} (this device's zone; the gateway does not know the site's zone)`);
 }
 
 /**
@@ -189,7 +218,7 @@ function makeFormat(tz) {
  */
 function fmtTime(ms) {
   if (ms === null || ms === undefined || ms <= 0) return 'never';
-  return dateFormat.format(new Date(ms));
+  return dateFormat.format.format(new Date(ms));
 }
 
 /**
@@ -215,7 +244,7 @@ function fmtDuration(seconds) {
  *   appliedSeq: number, leaseExpiresAt: number | null, leaseRemainingSeconds: number, failClosed: boolean,
  *   failClosedReason: string | null, waitingOnGap: boolean, newestVerifiedIatMs: number, lastResyncAt: number | null,
  *   inboxDepth: number, outboxDepth: number, inboxFailed: number, rejectedDownlinks: number, lockRefusals: number,
- *   openAlarms: number, locksTotal: number, locksOnline: number, timeZone?: string }} Status
+ *   openAlarms: number, locksTotal: number, locksOnline: number, timeZone?: string | null }} Status
  */
 
 const state = {
@@ -487,12 +516,8 @@ const TAB_LISTS = /** @type {Record<string, PagedList<any>[]>} */ ({
 
 /** @param {Status} s */
 function drawStatus(s) {
-  const tz = typeof s.timeZone === 'string' ? s.timeZone : undefined;
-  if (tz !== timeZone) {
-    timeZone = tz;
-    dateFormat = makeFormat(tz);
-  }
   setText($('gateway-id'), s.gatewayId);
+  drawTimeZone();
   setText($('count-alarms'), s.openAlarms > 0 ? String(s.openAlarms) : '');
   const problems = s.inboxFailed + s.rejectedDownlinks + s.lockRefusals;
   setText($('count-problems'), problems > 0 ? String(problems) : '');
@@ -649,6 +674,8 @@ function clearData() {
   $('locks-list').replaceChildren();
   for (const lists of Object.values(TAB_LISTS)) for (const l of lists) l.reset();
   setText($('gateway-id'), '');
+  useTimeZone(null);
+  setText($('time-zone'), '');
   setText($('mode-result'), '');
   setText($('alarms-result'), '');
   $('conn-error').hidden = true;
@@ -710,6 +737,8 @@ function refresh() {
   state.inFlight = (async () => {
     try {
       const [status, locks] = await Promise.all([api('/staff/status'), api('/staff/locks')]);
+      // the zone first, so the lists below are drawn in it; lists drawn before in another zone are drawn again
+      if (useTimeZone(/** @type {Status} */ (status).timeZone)) for (const lists of Object.values(TAB_LISTS)) for (const l of lists) l.draw();
       await Promise.all((TAB_LISTS[state.tab] ?? []).map((l) => l.refresh()));
       if (!state.running) return;
       state.status = /** @type {Status} */ (status);

@@ -193,6 +193,20 @@ async function main(): Promise<void> {
     writeJson(seedFile, seed, true);
   }
 
+  if (seed.gatewayConfig.timeZone === undefined) {
+    // a data folder seeded before provisioning carried the site's zone: ask the admin API for it now
+    step(`the time zone of site ${seed.siteId}`);
+    const timeZone = await siteTimeZone(api.url, adminToken.token, seed.siteId);
+    if (typeof timeZone === 'string') {
+      seed = { ...seed, gatewayConfig: { ...seed.gatewayConfig, timeZone } };
+      writeJson(seedFile, seed, true);
+      ok(timeZone);
+    } else {
+      // not fatal: the staff UI then shows the browser's zone, and says so
+      ok(`not known (${timeZone.problem}); the staff UI shows the browser's zone`);
+    }
+  }
+
   // 4. gateway
   step(`gateway ${GATEWAY_ID} (SQLite ${seed.gatewayConfig.sqlitePath})`);
   const gateway: Gateway = createGateway(
@@ -275,6 +289,18 @@ async function main(): Promise<void> {
   log.info({ api: api.url, gateway: gateway.httpUrl, panel: panel.url, mqttUrl: cloudUrl, siteMqttUrl: locksUrl }, 'demo ready');
 }
 
+/** A site's time zone as the admin API reports it, or what went wrong. */
+async function siteTimeZone(apiUrl: string, token: string, siteId: string): Promise<string | { problem: string }> {
+  try {
+    const r = await fetch(`${apiUrl}/sites/${encodeURIComponent(siteId)}`, { headers: { authorization: `Bearer ${token}` } });
+    if (!r.ok) return { problem: `the admin API answered ${r.status}` };
+    const timeZone = ((await r.json()) as { site?: { timeZone?: unknown } }).site?.timeZone;
+    return typeof timeZone === 'string' ? timeZone : { problem: 'the site has none' };
+  } catch (e) {
+    return { problem: (e as Error).message };
+  }
+}
+
 /** Starts an embedded broker (with the given auth hooks) and says where. */
 async function listen(what: string, host: string, port: number, portVar: string, hooks?: AedesAuthHooks): Promise<EmbeddedBroker> {
   step(`${what} on ${host}:${port}`);
@@ -342,6 +368,7 @@ async function seedDemo(cloud: Cloud, data: string): Promise<Seed> {
       site: { url: 'mqtt://replaced-at-start' },
       sqlitePath: join(data, GATEWAY_ID, 'gateway.sqlite'),
       offlineGraceSeconds: p.offlineGraceSeconds,
+      timeZone: p.timeZone,
       locks: LOCKS.map((l) => ({ lockId: l.lockId, doorId: l.doorId, pairingSecret: secrets[l.lockId] as string })),
       credentialPepper: p.credentialPepper,
       staffToken: encodeSecret(newPairingSecret()),

@@ -1,5 +1,5 @@
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -68,6 +68,19 @@ async function connackCode(url: string, login: { username?: string; password?: s
   }
 }
 
+/** GET /staff/status of the demo's gateway, with the staff token it printed. */
+async function staffStatus(demo: Demo): Promise<Record<string, unknown>> {
+  const ui = /staff web UI: (http:\/\/\S+)\/ui\//.exec(demo.out)?.[1];
+  const token = /staff token: (\S+)/.exec(demo.out)?.[1];
+  if (ui === undefined || token === undefined) throw new Error(`no staff UI address or token in the output:\n${demo.out}`);
+  const r = await fetch(`${ui}/staff/status`, { headers: { authorization: `Bearer ${token}` } });
+  expect(r.status).toBe(200);
+  return (await r.json()) as Record<string, unknown>;
+}
+
+const seedFile = (data: string) => join(data, 'seed.json');
+const readSeed = (data: string) => JSON.parse(readFileSync(seedFile(data), 'utf8')) as { gatewayConfig: Record<string, unknown> & { cloud: { username?: string; password?: string } } };
+
 const run = async (cmd: string) => JSON.parse((await sh('bash', ['-c', cmd])).stdout) as Record<string, unknown>;
 
 describe('npm start (the one-command demo)', () => {
@@ -94,8 +107,11 @@ describe('npm start (the one-command demo)', () => {
       const cloudBroker = /cloud MQTT broker[^\n]* … (mqtt:\/\/[^\s]+)/.exec(demo.out)?.[1];
       expect(cloudBroker).toBeDefined();
       expect(await connackCode(cloudBroker as string)).toBe(5);
-      const seed = JSON.parse(readFileSync(join(data, 'seed.json'), 'utf8')) as { gatewayConfig: { cloud: { username?: string; password?: string } } };
+      const seed = readSeed(data);
       expect(seed.gatewayConfig.cloud.username).toBe('gw:gw-1');
+      // the site's time zone came with the provisioning, and the staff UI is told it
+      expect(seed.gatewayConfig.timeZone).toBe('Asia/Tokyo');
+      expect((await staffStatus(demo)).timeZone).toBe('Asia/Tokyo');
       expect(await connackCode(cloudBroker as string, { username: 'gw:gw-1', password: 'not-the-password' })).toBe(5);
     } finally {
       const said = await demo.interrupt();
@@ -103,11 +119,18 @@ describe('npm start (the one-command demo)', () => {
     }
   });
 
-  it('keeps its data across a restart: no second seeding, and the guest key still opens', { timeout: 120_000 }, async () => {
+  it("keeps its data across a restart: no second seeding, and the guest key still opens; a folder seeded before the gateway knew its site's zone gets it from the cloud", { timeout: 120_000 }, async () => {
+    // as seeded by an older demo: no timeZone in the gateway's config
+    const old = readSeed(data);
+    delete old.gatewayConfig.timeZone;
+    writeFileSync(seedFile(data), JSON.stringify(old));
     const demo = new Demo(data);
     try {
       await demo.start();
       expect(demo.out).not.toContain('seeding');
+      expect(demo.out).toContain('the time zone of site site-demo … Asia/Tokyo');
+      expect(readSeed(data).gatewayConfig.timeZone).toBe('Asia/Tokyo');
+      expect((await staffStatus(demo)).timeZone).toBe('Asia/Tokyo');
       expect(await run(demo.curls()[0] as string)).toMatchObject({ decision: { allowed: true, code: 'ALLOWED' } });
     } finally {
       expect(await demo.interrupt(), demo.out).toContain('stopping cloud … ok');

@@ -158,6 +158,7 @@ export class System {
       site: { url: this.siteBrokerUrl },
       sqlitePath: join(this.dir, 'gateway.sqlite'),
       offlineGraceSeconds: p.offlineGraceSeconds,
+      timeZone: p.timeZone,
       locks: this.lockIds.map((lockId) => ({ lockId, doorId: this.doors[lockId] as string, pairingSecret: encodeSecret(this.secrets[lockId] as Uint8Array) })),
       credentialPepper: p.credentialPepper,
       http: null,

@@ -65,6 +65,8 @@ export interface StaffStatus {
   openAlarms: number;
   locksTotal: number;
   locksOnline: number;
+  /** The site's IANA time zone from the config (the staff UI shows times in it); null: not configured. */
+  timeZone: string | null;
 }
 
 export interface StaffReads extends StaffLists {
