@@ -16,7 +16,7 @@ import {
 } from '@tobira/shared';
 import type { FastifyInstance } from 'fastify';
 import { openDatabase } from './adapters/sqlite/db.js';
-import { GatewayStore, type InboxRow } from './adapters/sqlite/store.js';
+import { GatewayStore, type InboxRow, type RetentionLimits } from './adapters/sqlite/store.js';
 import { connectCloudLink, connectSiteLink, type Link } from './adapters/mqtt/links.js';
 import { handleLockRequests, type AccessDeps } from './app/access.js';
 import { applyPending, maybeResync, type ApplyDeps } from './app/apply.js';
@@ -38,6 +38,8 @@ export interface GatewayDeps {
   readonly beforeApply?: (row: InboxRow) => void;
   /** Periodic work interval (apply retries, claim reclaim). */
   readonly tickMs?: number;
+  /** Test seam: bounds of the diagnostic tables (default DEFAULT_RETENTION: 10,000 rows, 30 days each). */
+  readonly retention?: Partial<RetentionLimits>;
 }
 
 export interface Gateway {
@@ -50,6 +52,8 @@ export interface Gateway {
   readonly httpUrl: string | null;
   /** Runs the inbox writer now (tests; it also runs on every stored message and every tick). */
   applyNow(): number;
+  /** Runs the hourly purge now (tests); returns the rows deleted. */
+  purgeNow(): number;
   /** Resolves when the uplink sender has nothing more it can send now. */
   uplinkIdle(): Promise<void>;
   /** `cid`: the correlation id of the staff request (a fresh one when absent). */
@@ -85,6 +89,12 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
   };
 
   const applyNow = (): number => (applyDeps === null ? 0 : applyPending(applyDeps));
+  /** Retention: processed inbox 30 days, sent outbox 7 days, incomplete snapshots 1 day, lock refusals and rejected downlinks by `retention`. */
+  const purgeNow = (): number => {
+    const s = need(store);
+    const now = nowOf({ store: s, clock });
+    return s.purgeProcessed(now - 30 * DAY) + s.purgeSentOutbox(now - 7 * DAY) + s.purgeIncompleteSnapshots(now - DAY) + s.purgeLockRefusals(now) + s.purgeRejected(now);
+  };
   const applySoon = () => {
     if (applyScheduled) return;
     applyScheduled = true;
@@ -127,12 +137,13 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
       return site?.connected ?? false;
     },
     applyNow,
+    purgeNow,
     uplinkIdle: () => uplink?.idle() ?? Promise.resolve(),
     setMode,
     enqueueStatus: () => enqueueStatus(ctx()),
 
     async start() {
-      const s = new GatewayStore(openDatabase(config.sqlitePath), { maxRows: config.outboxMaxRows });
+      const s = new GatewayStore(openDatabase(config.sqlitePath), { maxRows: config.outboxMaxRows }, deps.retention);
       store = s;
       const now0 = clock.now();
       for (const l of config.locks) s.upsertLock(l.lockId, l.doorId, now0);
@@ -256,9 +267,12 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
         }, tickMs),
         setInterval(() => gw.enqueueStatus(), config.statusIntervalMs),
         setInterval(() => {
-          const now = nowOf(base);
-          const purged = s.purgeProcessed(now - 30 * DAY) + s.purgeSentOutbox(now - 7 * DAY) + s.purgeIncompleteSnapshots(now - DAY) + s.purgeLockRefusals(now);
-          if (purged > 0) runLog.info({ purged }, 'purged old inbox/outbox rows');
+          try {
+            const purged = purgeNow();
+            if (purged > 0) runLog.info({ purged }, 'purged old rows (inbox, outbox, snapshot parts, lock refusals, rejected downlinks)');
+          } catch (e) {
+            runLog.error({ err: e }, 'purge failed');
+          }
         }, 3600 * 1000),
       );
       for (const t of timers) t.unref();

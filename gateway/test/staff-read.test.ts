@@ -2,11 +2,11 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import fc from 'fast-check';
-import { newCorrelationId, newId, newMessageId, type DownlinkMessage } from '@tobira/shared';
+import { NO_CLAIMS, newCorrelationId, newId, newMessageId, type DownlinkMessage } from '@tobira/shared';
 import type { FastifyInstance } from 'fastify';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { openDatabase, type WritableDb } from '../src/adapters/sqlite/db.js';
-import { GatewayStore, type AccessRow } from '../src/adapters/sqlite/store.js';
+import { DEFAULT_RETENTION, GatewayStore, type AccessRow } from '../src/adapters/sqlite/store.js';
 import { T0 } from './fixtures.js';
 import { capturingLog, staffAppOver, walk } from './staff-helpers.js';
 
@@ -318,13 +318,80 @@ describe('staff read API over a real SQLite file', () => {
       expect((await get(`/staff/inbox/failed?since=${T0 + 12}`)).json<{ items: unknown[] }>().items).toHaveLength(2);
     });
 
-    it('lists rejected downlinks newest first, filtered by code', async () => {
-      store.recordRejected('tobira/v1/gw/gw/down', 'BAD_SIGNATURE', 'signature does not verify', 300, T0);
-      store.recordRejected('tobira/v1/gw/gw/down', 'EXPIRED', 'exp in the past', 310, T0 + 1);
+    it('lists rejected downlinks newest first, filtered by code, with what each claimed (null when it claimed nothing)', async () => {
+      const claimed = { jti: newMessageId(), cid: 'cloud-cid-1', type: 'key.grant', seq: 7, iss: 'tobira-cloud' };
+      store.recordRejected({ topic: 'tobira/v1/gw/gw/down', code: 'BAD_SIGNATURE', detail: 'signature does not verify', bytes: 300, claimed }, T0);
+      store.recordRejected({ topic: 'tobira/v1/gw/gw/down', code: 'EXPIRED', detail: 'exp in the past', bytes: 310, claimed: NO_CLAIMS }, T0 + 1);
       const all = (await get('/staff/rejected')).json<{ items: Record<string, unknown>[] }>().items;
       expect(all.map((r) => r.code)).toEqual(['EXPIRED', 'BAD_SIGNATURE']);
-      expect(all[1]).toMatchObject({ at: T0, topic: 'tobira/v1/gw/gw/down', code: 'BAD_SIGNATURE', detail: 'signature does not verify', bytes: 300 });
+      expect(all[1]).toEqual({
+        id: expect.any(Number),
+        at: T0,
+        topic: 'tobira/v1/gw/gw/down',
+        code: 'BAD_SIGNATURE',
+        detail: 'signature does not verify',
+        bytes: 300,
+        claimedJti: claimed.jti,
+        claimedCid: 'cloud-cid-1',
+        claimedType: 'key.grant',
+        claimedSeq: 7,
+        claimedIssuer: 'tobira-cloud',
+      });
+      expect(all[0]).toMatchObject({ claimedJti: null, claimedCid: null, claimedType: null, claimedSeq: null, claimedIssuer: null });
       expect((await get('/staff/rejected?code=EXPIRED')).json<{ items: unknown[] }>().items).toHaveLength(1);
+    });
+  });
+
+  describe('rejected downlinks retention', () => {
+    const rejected = (i: number) => ({ topic: 't', code: 'MALFORMED', detail: `n${i}`, bytes: i, claimed: NO_CLAIMS });
+    const details = () => (db.prepare('SELECT detail FROM rejected ORDER BY id').all() as { detail: string }[]).map((r) => r.detail);
+
+    it('keeps only the newest rows once the row bound is reached, on every insert', async () => {
+      db.close();
+      open({ rejectedMaxRows: 4 });
+      const small = staffAppOver(store, { staffToken: TOKEN });
+      for (let i = 1; i <= 9; i++) {
+        store.recordRejected(rejected(i), T0 + i);
+        expect(store.rejectedCount()).toBe(Math.min(i, 4));
+      }
+      const { items } = await walk<{ detail: string }>(small, TOKEN, '/staff/rejected', { limit: '3' });
+      expect(items.map((r) => r.detail)).toEqual(['n9', 'n8', 'n7', 'n6']);
+      await small.close();
+    });
+
+    it('drops rows older than the age bound when the purge runs, and only those; lock refusals keep their own bound', () => {
+      db.close();
+      open({ rejectedMaxAgeMs: DAY });
+      store.recordRejected(rejected(1), T0 - 2 * DAY);
+      store.recordRejected(rejected(2), T0 - DAY - 1);
+      store.recordRejected(rejected(3), T0 - DAY);
+      store.recordRejected(rejected(4), T0);
+      store.recordLockRefusal({ origin: 'gateway', lockId: 'lock-1', channel: 'state', topic: 't', code: 'SCHEMA_INVALID', detail: 'old', bytes: 1 }, T0 - 2 * DAY);
+      expect(store.purgeRejected(T0)).toBe(2);
+      expect(details()).toEqual(['n3', 'n4']);
+      expect(store.purgeLockRefusals(T0)).toBe(0); // 30 days by default
+    });
+
+    it('defaults to 10,000 rows and 30 days', () => {
+      expect(DEFAULT_RETENTION).toMatchObject({ rejectedMaxRows: 10_000, rejectedMaxAgeMs: 30 * DAY });
+      store.recordRejected(rejected(1), T0 - 30 * DAY - 1);
+      store.recordRejected(rejected(2), T0 - 30 * DAY);
+      expect(store.purgeRejected(T0)).toBe(1);
+      expect(details()).toEqual(['n2']);
+    });
+
+    it('commits with synchronous back at FULL, and joins the caller transaction when there is one', () => {
+      store.recordRejected(rejected(1), T0);
+      expect(db.pragma('synchronous', { simple: true })).toBe(2);
+      expect(() =>
+        db
+          .transaction(() => {
+            store.recordRejected(rejected(2), T0);
+            throw new Error('rollback');
+          })
+          .immediate(),
+      ).toThrow('rollback');
+      expect(details()).toEqual(['n1']);
     });
   });
 
@@ -333,7 +400,7 @@ describe('staff read API over a real SQLite file', () => {
 
     it('keeps only the newest rows once the row bound is reached, on every insert', async () => {
       db.close();
-      open({ lockRefusalsMaxRows: 5, lockRefusalsMaxAgeMs: 30 * DAY });
+      open({ lockRefusalsMaxRows: 5 });
       const small = staffAppOver(store, { staffToken: TOKEN });
       for (let i = 1; i <= 12; i++) {
         store.recordLockRefusal(refusal(i), T0 + i);
@@ -346,7 +413,7 @@ describe('staff read API over a real SQLite file', () => {
 
     it('drops rows older than the age bound when the purge runs, and only those', () => {
       db.close();
-      open({ lockRefusalsMaxRows: 1000, lockRefusalsMaxAgeMs: DAY });
+      open({ lockRefusalsMaxAgeMs: DAY });
       store.recordLockRefusal(refusal(1), T0 - 2 * DAY);
       store.recordLockRefusal(refusal(2), T0 - DAY - 1);
       store.recordLockRefusal(refusal(3), T0 - DAY);

@@ -1,9 +1,9 @@
-import { mkdtempSync, rmSync } from 'node:fs';
+import { copyFileSync, mkdirSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { newCorrelationId, newMessageId, type DownlinkMessage } from '@tobira/shared';
-import { migrate, openDatabase, type WritableDb } from '../src/adapters/sqlite/db.js';
+import { MIGRATIONS_DIR, migrate, openDatabase, type WritableDb } from '../src/adapters/sqlite/db.js';
 import { GatewayStore } from '../src/adapters/sqlite/store.js';
 import { T0 } from './fixtures.js';
 
@@ -34,7 +34,22 @@ describe('SQLite store', () => {
       { version: 2, name: 'snapshot_parts_received_at' },
       { version: 3, name: 'lock_refusals' },
       { version: 4, name: 'seq_conflict' },
+      { version: 5, name: 'rejected_claims' },
     ]);
+  });
+
+  it('upgrades a database from before 0005 in place: its rejected rows keep their data and claim nothing', () => {
+    const old = join(dir, 'before-0005');
+    mkdirSync(old);
+    for (const f of readdirSync(MIGRATIONS_DIR).filter((f) => /^000[1-4]_/.test(f))) copyFileSync(join(MIGRATIONS_DIR, f), join(old, f));
+    const earlier = openDatabase(join(dir, 'earlier.sqlite'), old);
+    earlier.prepare("INSERT INTO rejected (at, topic, code, detail, bytes) VALUES (1, 't', 'MALFORMED', 'not a compact JWS', 9)").run();
+    expect(migrate(earlier)).toEqual([5]);
+    expect(earlier.prepare('SELECT * FROM rejected').all()).toEqual([
+      { id: 1, at: 1, topic: 't', code: 'MALFORMED', detail: 'not a compact JWS', bytes: 9, claimed_jti: null, claimed_cid: null, claimed_type: null, claimed_seq: null, claimed_issuer: null },
+    ]);
+    expect(() => earlier.prepare("INSERT INTO rejected (at, topic, code, detail, bytes, claimed_cid) VALUES (1, 't', 'c', 'd', 1, ?)").run('x'.repeat(129))).toThrow(/CHECK constraint failed/);
+    earlier.close();
   });
 
   it('has STRICT tables that refuse wrongly typed values', () => {

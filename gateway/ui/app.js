@@ -355,7 +355,9 @@ const desc = (a, b) => b - a;
  *   receivedAt: number, closedAt: number | null, closedBy: string | null }} Alarm
  * @typedef {{ jti: string, type: string, seq: number | null, keyId: string | null, keyVersion: number | null, attempts: number,
  *   code: string | null, lastError: string | null, receivedAt: number, failedAt: number, cid: string }} FailedRow
- * @typedef {{ id: number, at: number, topic: string, code: string, detail: string, bytes: number }} Rejected
+ * @typedef {{ id: number, at: number, topic: string, code: string, detail: string, bytes: number,
+ *   claimedJti: string | null, claimedCid: string | null, claimedType: string | null, claimedSeq: number | null,
+ *   claimedIssuer: string | null }} Rejected
  * @typedef {{ id: number, at: number, origin: 'gateway' | 'lock', lockId: string | null, channel: string, topic: string,
  *   code: string, detail: string, bytes: number }} Refusal
  * @typedef {{ lockId: string, doorId: string | null, online: boolean,
@@ -481,9 +483,39 @@ const rejectedList = new PagedList({
       'li',
       { class: 'row warn' },
       el('span', { class: 'badge warn' }, r.code),
-      el('div', { class: 'row-main' }, el('div', { class: 'meta' }, fact('When', fmtTime(r.at)), fact('Topic', r.topic), fact('Bytes', String(r.bytes))), el('div', { class: 'detail' }, r.detail)),
+      el(
+        'div',
+        { class: 'row-main' },
+        el('div', { class: 'meta' }, fact('When', fmtTime(r.at)), fact('Topic', r.topic), fact('Bytes', String(r.bytes))),
+        el('div', { class: 'detail' }, r.detail),
+        claimedFacts(r),
+      ),
     ),
 });
+
+/**
+ * What a rejected message said about itself. It did not verify, so these are
+ * claims anyone could have written: labelled unverified, shown as text, and
+ * only to help find the cloud's side of it (outbox row by message id, logs by
+ * correlation id). Null when the message claimed nothing readable.
+ * @param {Rejected} r
+ */
+function claimedFacts(r) {
+  const claims = /** @type {[string, string | number | null][]} */ ([
+    ['Message id', r.claimedJti],
+    ['Correlation id', r.claimedCid],
+    ['Type', r.claimedType],
+    ['Seq', r.claimedSeq],
+    ['Issuer', r.claimedIssuer],
+  ]).filter(([, v]) => v !== null);
+  if (claims.length === 0) return null;
+  return el(
+    'div',
+    { class: 'meta claimed', title: 'Read from the message without verifying it: anyone could have written these values.' },
+    el('span', { class: 'meta-item meta-label' }, 'Claimed (unverified):'),
+    ...claims.map(([label, v]) => fact(label, String(v))),
+  );
+}
 
 /** @type {PagedList<Refusal>} */
 const refusalsList = new PagedList({

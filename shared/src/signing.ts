@@ -1,6 +1,7 @@
 import {
   SignJWT,
   calculateJwkThumbprint,
+  decodeJwt,
   decodeProtectedHeader,
   errors,
   exportJWK,
@@ -13,7 +14,7 @@ import {
 import type { z } from 'zod';
 import type { Clock } from './clock.js';
 import type { VerifyCode } from './codes.js';
-import { newMessageId, type CorrelationId, type MessageId } from './ids.js';
+import { CorrelationId, MessageId, newMessageId } from './ids.js';
 import { DownlinkMessage, MAX_MESSAGE_BYTES, UplinkMessage, type SignedMessage } from './messages.js';
 import { decodeText, summarizeIssues } from './payload.js';
 
@@ -209,4 +210,58 @@ function mapJoseError(e: unknown): { ok: false; code: VerifyCode; detail: string
   }
   if (e instanceof errors.JOSEError) return fail('MALFORMED', e.code);
   return fail('MALFORMED', 'unreadable token');
+}
+
+/**
+ * What a message that did NOT verify says about itself, read without trusting
+ * it (the payload segment is decoded, the signature is not checked), so a
+ * refusal can be matched with the sender's records (outbox row, logs).
+ * Anyone can write these values: they say where to look, never what happened.
+ */
+export interface UnverifiedClaims {
+  readonly jti: string | null;
+  readonly cid: string | null;
+  readonly type: string | null;
+  readonly seq: number | null;
+  readonly iss: string | null;
+}
+
+export const NO_CLAIMS: UnverifiedClaims = Object.freeze({ jti: null, cid: null, type: null, seq: null, iss: null });
+
+/**
+ * The rule for each claim: kept only when it has the form the protocol gives
+ * it (which also bounds its length), else null. Never truncated: a cut-off id
+ * would look like a real one and match nothing, or the wrong thing.
+ */
+const CLAIM_TYPE = /^[A-Za-z0-9_.:-]{1,64}$/;
+const CLAIM_ISSUER = /^[\x20-\x7e]{1,128}$/;
+const claimOf = <T>(ok: boolean, v: T): T | null => (ok ? v : null);
+
+/**
+ * Reads the claimed `jti`, `cid`, `type`, `seq` and `iss` of a compact JWS
+ * without verifying it. Oversize (> 64 KiB), non-UTF-8, non-JWS or
+ * undecodable input gives `NO_CLAIMS`; each claim that is missing or not of
+ * its protocol form (`jti` a UUID, `cid` 1-128 of [A-Za-z0-9_.:-], `type` 1-64
+ * of the same, `seq` a non-negative safe integer, `iss` 1-128 printable ASCII)
+ * is null. Never throws.
+ */
+export function readClaimsUnverified(input: unknown): UnverifiedClaims {
+  const text = decodeText(input, MAX_MESSAGE_BYTES);
+  if (!text.ok) return NO_CLAIMS;
+  const token = text.value.trim();
+  if (!COMPACT_JWS.test(token)) return NO_CLAIMS;
+  let c: Record<string, unknown>;
+  try {
+    c = decodeJwt(token);
+  } catch {
+    return NO_CLAIMS;
+  }
+  const { jti, cid, type, seq, iss } = c;
+  return {
+    jti: claimOf(MessageId.safeParse(jti).success, jti as string),
+    cid: claimOf(CorrelationId.safeParse(cid).success, cid as string),
+    type: claimOf(typeof type === 'string' && CLAIM_TYPE.test(type), type as string),
+    seq: claimOf(Number.isSafeInteger(seq) && (seq as number) >= 0, seq as number),
+    iss: claimOf(typeof iss === 'string' && CLAIM_ISSUER.test(iss), iss as string),
+  };
 }

@@ -1,6 +1,6 @@
 import { CompactSign, SignJWT, base64url } from 'jose';
 import { describe, expect, it } from 'vitest';
-import { DownlinkMessage, JWS_TYP, MAX_MESSAGE_BYTES, signMessage, verifyMessage, type DownlinkMessage as Down } from '../src/index.js';
+import { DownlinkMessage, JWS_TYP, MAX_MESSAGE_BYTES, NO_CLAIMS, readClaimsUnverified, signMessage, verifyMessage, type DownlinkMessage as Down } from '../src/index.js';
 import { CLOUD, GW, cid, sampleGrant, signingFixture } from './fixtures.js';
 
 const f = await signingFixture();
@@ -181,5 +181,34 @@ describe('signing refuses to produce what a receiver would refuse', () => {
     await expect(
       signMessage<Down>(f.cloudKey, CLOUD, { type: 'key.grant', aud: GW, seq: 0, cid: cid(), body: { key: sampleGrant() } }, f.clock),
     ).rejects.toThrow(/invalid key.grant/);
+  });
+});
+
+describe('reading what a refused message claims, without trusting it', () => {
+  it('reads jti, cid, type, seq and iss of a message signed with a foreign key (the signature is not checked)', async () => {
+    const { token, message } = await signMessage<Down>(f.otherKey, 'someone-else', { type: 'key.grant', aud: GW, seq: 4, cid: cid(), body: { key: sampleGrant() } }, f.clock);
+    expect(await verify(token)).toMatchObject({ ok: false, code: 'UNKNOWN_KID' });
+    expect(readClaimsUnverified(Buffer.from(token))).toEqual({ jti: message.jti, cid: message.cid, type: 'key.grant', seq: 4, iss: 'someone-else' });
+  });
+
+  it('gives no claims for input that is not a decodable compact JWS, or is over 64 KiB', async () => {
+    const { token } = await signedGrant();
+    const [h, , s] = token.split('.');
+    const notJson = `${h}.${base64url.encode('not json')}.${s}`;
+    const notObject = `${h}.${base64url.encode('[1,2]')}.${s}`;
+    const huge = `${token}${'A'.repeat(MAX_MESSAGE_BYTES)}`;
+    for (const x of ['not a jws', '', notJson, notObject, huge, Buffer.from([0xff, 0xfe]), undefined, 42]) expect(readClaimsUnverified(x)).toEqual(NO_CLAIMS);
+  });
+
+  it('keeps a claim only in its protocol form, never a truncated one', async () => {
+    const long = 'c'.repeat(129);
+    const claims = { jti: 'not-a-uuid', cid: long, type: 'x'.repeat(65), seq: -1, iss: 'bad\nissuer', aud: GW };
+    const token = await rawSign({ typ: JWS_TYP, kid: f.cloudKey.kid }, claims);
+    expect(readClaimsUnverified(token)).toEqual(NO_CLAIMS);
+    const edge = await rawSign({ typ: JWS_TYP, kid: f.cloudKey.kid }, { cid: 'c'.repeat(128), type: 'some.future-type', seq: 0, iss: 'x'.repeat(128), jti: 42 });
+    expect(readClaimsUnverified(edge)).toEqual({ jti: null, cid: 'c'.repeat(128), type: 'some.future-type', seq: 0, iss: 'x'.repeat(128) });
+    for (const seq of [1.5, 2 ** 53, '3']) {
+      expect(readClaimsUnverified(await rawSign({ typ: JWS_TYP, kid: f.cloudKey.kid }, { seq })).seq).toBeNull();
+    }
   });
 });

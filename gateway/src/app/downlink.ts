@@ -1,12 +1,15 @@
-import { DownlinkMessage, newCorrelationId, verifyMessage, withCorrelation, type KeySet } from '@tobira/shared';
+import { DownlinkMessage, newCorrelationId, readClaimsUnverified, verifyMessage, withCorrelation, type KeySet } from '@tobira/shared';
 import { nowOf, type AppContext } from './context.js';
 
 /**
  * Receiving one downlink message: size, signature, issuer, audience, expiry
  * and schema are checked by `verifyMessage` (in that order, size first); a
  * refused message is counted, logged and recorded in `rejected`, and never
- * applied. A verified message is inserted into the inbox (unique jti). The
- * caller acks the broker only after this returns, i.e. after the commit.
+ * applied. What a refused message claims about itself (jti, cid, type, seq,
+ * iss) is read without trusting it and recorded as "claimed" so an operator
+ * can find the cloud's side of it; nothing is decided on it. A verified
+ * message is inserted into the inbox (unique jti). The caller acks the broker
+ * only after this returns, i.e. after the commit.
  */
 export interface DownlinkDeps extends AppContext {
   readonly cloudKeys: KeySet;
@@ -21,9 +24,15 @@ export async function receiveDownlink(deps: DownlinkDeps, topic: string, payload
   const v = await verifyMessage(payload, { keys: deps.cloudKeys, issuer: deps.cloudIssuer, audience: deps.gatewayId, schema: DownlinkMessage, clock });
   if (!v.ok) {
     deps.metrics.rejected.inc({ code: v.code });
-    deps.store.recordRejected(topic, v.code, v.detail, payload.byteLength, clock.now());
-    // An unverified message's own cid cannot be trusted: the rejection is its own unit of work.
-    withCorrelation(deps.log, newCorrelationId()).warn({ code: v.code, detail: v.detail, bytes: payload.byteLength }, 'downlink message rejected');
+    const claimed = readClaimsUnverified(payload);
+    deps.store.recordRejected({ topic, code: v.code, detail: v.detail, bytes: payload.byteLength, claimed }, clock.now());
+    // The claimed cid is logged as the line's cid so the refusal sits next to the cloud's lines of
+    // that work; it is unverified (anyone can publish here), so `cidClaimed` says so. No cid of the
+    // right form: the rejection is its own unit of work.
+    withCorrelation(deps.log, claimed.cid ?? newCorrelationId(), { cidClaimed: claimed.cid !== null }).warn(
+      { code: v.code, detail: v.detail, bytes: payload.byteLength, claimed },
+      'downlink message rejected',
+    );
     return { kind: 'rejected', code: v.code };
   }
   const m = v.message;

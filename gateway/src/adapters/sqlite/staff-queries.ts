@@ -370,11 +370,27 @@ const timeParams = (f: TimePageFilter & { lock?: string | undefined }) => ({
 
 // ---------------------------------------------------------------- rejected downlinks
 
-const RejectedRowSchema = z.object({ id: z.int(), at: z.int(), topic: z.string(), code: z.string(), detail: z.string(), bytes: z.int() });
+const RejectedRowSchema = z.object({
+  id: z.int(),
+  at: z.int(),
+  topic: z.string(),
+  code: z.string(),
+  detail: z.string(),
+  bytes: z.int(),
+  claimed_jti: nullableText,
+  claimed_cid: nullableText,
+  claimed_type: nullableText,
+  claimed_seq: nullableInt,
+  claimed_issuer: nullableText,
+});
 
 /**
- * A downlink message refused by verification. Its claimed jti and cid are not
- * recorded (the message did not verify, and its payload is not kept).
+ * A downlink message refused by verification (its payload is not kept). The
+ * `claimed…` fields are what the message said about itself, read WITHOUT
+ * verifying it: UNVERIFIED, anyone who can publish on the downlink topic
+ * chooses them. They say where to look in the cloud (outbox row by jti, log
+ * lines by cid), never what happened. Null when the message did not decode
+ * as a JWS or the claim was missing or not of its protocol form.
  */
 export interface StaffRejected {
   readonly id: number;
@@ -383,6 +399,11 @@ export interface StaffRejected {
   readonly code: string;
   readonly detail: string;
   readonly bytes: number;
+  readonly claimedJti: string | null;
+  readonly claimedCid: string | null;
+  readonly claimedType: string | null;
+  readonly claimedSeq: number | null;
+  readonly claimedIssuer: string | null;
 }
 
 export function listRejected(db: ReadableDb, f: TimePageFilter): Page<StaffRejected> {
@@ -394,7 +415,19 @@ export function listRejected(db: ReadableDb, f: TimePageFilter): Page<StaffRejec
         ORDER BY at DESC, id DESC LIMIT @n`,
     )
     .all(timeParams(f));
-  return page(parseRows('rejected', RejectedRowSchema, rows), f.limit, (r) => [r.at, r.id]);
+  return mapPage(page(parseRows('rejected', RejectedRowSchema, rows), f.limit, (r) => [r.at, r.id]), (r) => ({
+    id: r.id,
+    at: r.at,
+    topic: r.topic,
+    code: r.code,
+    detail: r.detail,
+    bytes: r.bytes,
+    claimedJti: r.claimed_jti,
+    claimedCid: r.claimed_cid,
+    claimedType: r.claimed_type,
+    claimedSeq: r.claimed_seq,
+    claimedIssuer: r.claimed_issuer,
+  }));
 }
 
 // ---------------------------------------------------------------- lock refusals

@@ -5,6 +5,7 @@ import {
   type CorrelationId,
   type CredentialType,
   type MessageId,
+  type UnverifiedClaims,
   type UplinkMessage,
 } from '@tobira/shared';
 import { z } from 'zod';
@@ -109,12 +110,33 @@ export interface OutboxLimits {
   readonly maxRows: number;
 }
 
-/** Bounds of the lock_refusals table (diagnostics, not audit): the newest `maxRows`, none older than `maxAgeMs`. */
+/**
+ * Bounds of the diagnostic tables (not audit): lock_refusals and rejected each
+ * keep their newest `…MaxRows` rows (pruned on insert) and none older than
+ * `…MaxAgeMs` (pruned by the hourly purge).
+ */
 export interface RetentionLimits {
   readonly lockRefusalsMaxRows: number;
   readonly lockRefusalsMaxAgeMs: number;
+  readonly rejectedMaxRows: number;
+  readonly rejectedMaxAgeMs: number;
 }
-export const DEFAULT_RETENTION: RetentionLimits = { lockRefusalsMaxRows: 10_000, lockRefusalsMaxAgeMs: 30 * 24 * 3600 * 1000 };
+export const DEFAULT_RETENTION: RetentionLimits = Object.freeze({
+  lockRefusalsMaxRows: 10_000,
+  lockRefusalsMaxAgeMs: 30 * 24 * 3600 * 1000,
+  rejectedMaxRows: 10_000,
+  rejectedMaxAgeMs: 30 * 24 * 3600 * 1000,
+});
+
+/** A downlink message refused by verification, as recorded (never its payload). */
+export interface RejectedDownlink {
+  readonly topic: string;
+  readonly code: string;
+  readonly detail: string;
+  readonly bytes: number;
+  /** What the message claimed about itself, UNVERIFIED (`readClaimsUnverified`); all null when it did not decode. */
+  readonly claimed: UnverifiedClaims;
+}
 
 export interface LockRefusal {
   /** 'gateway': the gateway refused a message from a lock; 'lock': a lock reported refusing a gateway command. */
@@ -131,11 +153,15 @@ export interface LockRefusal {
 export type EnqueueResult = { readonly seq: number; readonly jti: MessageId } | { readonly refused: 'OUTBOX_FULL' };
 
 export class GatewayStore {
+  private readonly retention: RetentionLimits;
   constructor(
     readonly db: WritableDb,
     private readonly limits: OutboxLimits = { maxRows: 100_000 },
-    private readonly retention: RetentionLimits = DEFAULT_RETENTION,
-  ) {}
+    /** Missing limits take DEFAULT_RETENTION's. */
+    retention: Partial<RetentionLimits> = {},
+  ) {
+    this.retention = { ...DEFAULT_RETENTION, ...retention };
+  }
 
   // ------------------------------------------------------------ settings
 
@@ -220,8 +246,39 @@ export class GatewayStore {
       .immediate();
   }
 
-  recordRejected(topic: string, code: string, detail: string, bytes: number, at: number): void {
-    this.db.prepare('INSERT INTO rejected (at, topic, code, detail, bytes) VALUES (?, ?, ?, ?, ?)').run(at, topic.slice(0, 512), code, detail.slice(0, 500), bytes);
+  /**
+   * Records a downlink message refused by verification (never its payload)
+   * with what it claimed about itself (unverified), and keeps the table to its
+   * newest `rejectedMaxRows` rows in the same transaction (ids only grow and
+   * only the oldest are deleted). Diagnostics, not audit: the commit skips the
+   * fsync (synchronous=NORMAL, like recordLockRefusal), so a flood of garbage
+   * on the downlink topic costs no flash fsync per message; a power cut loses
+   * at most the last few rows. The claims are bounded by the caller's rule
+   * (`readClaimsUnverified`); the slices here are a second fence only.
+   */
+  recordRejected(r: RejectedDownlink, at: number): void {
+    const c = r.claimed;
+    const write = () => {
+      const { lastInsertRowid } = this.db
+        .prepare(
+          `INSERT INTO rejected (at, topic, code, detail, bytes, claimed_jti, claimed_cid, claimed_type, claimed_seq, claimed_issuer)
+           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+        )
+        .run(at, r.topic.slice(0, 512), r.code.slice(0, 64), r.detail.slice(0, 500), r.bytes, c.jti?.slice(0, 36) ?? null, c.cid?.slice(0, 128) ?? null, c.type?.slice(0, 64) ?? null, c.seq, c.iss?.slice(0, 128) ?? null);
+      this.db.prepare('DELETE FROM rejected WHERE id <= ?').run(Number(lastInsertRowid) - this.retention.rejectedMaxRows);
+    };
+    if (this.db.inTransaction) return write();
+    this.db.pragma('synchronous = NORMAL');
+    try {
+      this.db.transaction(write).immediate();
+    } finally {
+      this.db.pragma('synchronous = FULL');
+    }
+  }
+
+  /** Age bound of rejected (hourly, with the other purges). */
+  purgeRejected(now: number): number {
+    return this.db.prepare('DELETE FROM rejected WHERE at < ?').run(now - this.retention.rejectedMaxAgeMs).changes;
   }
 
   rejectedCount(): number {
