@@ -151,6 +151,12 @@ describe.each(pgBackends())('entry-key verbs on %s', (backend) => {
         status: 'refused',
         code: 'INVALID_SCHEDULE',
       });
+      // a zone no door could evaluate is refused where it enters
+      expect(await issue(d, s, { schedule: { timeZone: 'Mars/Olympus', windows: [{ days: [1], start: '08:00', end: '10:00' }] } })).toMatchObject({
+        status: 'refused',
+        code: 'INVALID_SCHEDULE',
+      });
+      expect(await createSite(d, { name: 'x', timeZone: 'Mars/Olympus' })).toMatchObject({ status: 'refused', code: 'INVALID_REQUEST' });
       expect(await revokeKey(d, { keyId: 'k', reason: 'bored' as never })).toMatchObject({ status: 'refused', code: 'INVALID_REQUEST' });
       expect(await outboxOf(s.gatewayId)).toEqual([]);
       expect(await createDoor(d, { id: s.doorA, gatewayId: s.gatewayId, name: 'again' })).toMatchObject({ status: 'refused', code: 'ALREADY_EXISTS' });

@@ -30,10 +30,22 @@ export const CredentialDigest = z.strictObject({
   digest: z.string().regex(/^[A-Za-z0-9_-]{43}$/, 'base64url HMAC-SHA256'),
 });
 
+/** True for an IANA time zone this runtime knows (Asia/Tokyo, UTC, ...). */
+export function isTimeZone(tz: string): boolean {
+  try {
+    new Intl.DateTimeFormat('en', { timeZone: tz });
+    return true;
+  } catch {
+    return false;
+  }
+}
+/** An IANA time zone name; an unknown one is refused where it enters (a schedule or a site), never found out at a door. */
+export const TimeZone = z.string().min(1).max(64).refine(isTimeZone, { message: 'an IANA time zone such as Asia/Tokyo' });
+
 const HHMM = z.string().regex(/^([01]\d|2[0-3]):[0-5]\d$|^24:00$/, 'HH:MM');
 /** A week-day schedule in the site's time zone: the key opens only inside one of the windows. */
 export const Schedule = z.strictObject({
-  timeZone: z.string().min(1).max(64),
+  timeZone: TimeZone,
   windows: z
     .array(
       z.strictObject({

@@ -10,6 +10,7 @@ import {
   RevokeReason,
   Schedule,
   SiteId,
+  TimeZone,
   refused,
   summarizeIssues,
   type OutcomeCode,
@@ -26,7 +27,7 @@ const Millis = z.int().nonnegative();
 export const CreateSiteInput = z.strictObject({
   id: SiteId.optional(),
   name: Name,
-  timeZone: z.string().min(1).max(64).optional(),
+  timeZone: TimeZone.optional(),
   offlineGraceSeconds: z.int().min(0).max(7 * 86_400).optional(),
 });
 export const RegisterGatewayInput = z.strictObject({

@@ -1,7 +1,7 @@
 import { pgBackends } from '@tobira/shared/testing';
 import type { LightMyRequestResponse } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { bearer, issueBody, openHarness, seedSite, snapshot, type Harness } from './harness.js';
+import { bearer, count, issueBody, openHarness, seedSite, snapshot, type Harness } from './harness.js';
 
 /** DESIGN.md I5/I6: every bad request gets its status and a stable code, and nothing is written. */
 describe.each(pgBackends())('admin API bad input on %s', (backend) => {
@@ -41,6 +41,15 @@ describe.each(pgBackends())('admin API bad input on %s', (backend) => {
       'BAD_REQUEST',
     );
     expect(r.json().detail).toContain('validFrom');
+  });
+
+  it('an unknown time zone is 400 BAD_REQUEST naming the field, and no site is made', async () => {
+    const sites = await count(h, 'sites');
+    const r = await h.app.inject({ method: 'POST', url: '/sites', headers: bearer(h.tokens.admin), payload: { name: 'Olympus base', timeZone: 'Mars/Olympus' } });
+    expect(r.statusCode).toBe(400);
+    expect(r.json()).toMatchObject({ status: 'refused', code: 'BAD_REQUEST' });
+    expect(JSON.stringify(r.json())).toContain('timeZone');
+    expect(await count(h, 'sites')).toBe(sites);
   });
 
   it('unknown fields are 400 BAD_REQUEST (strict objects)', async () => {

@@ -1,3 +1,4 @@
+import { TimeZone } from '@tobira/shared';
 import { z } from 'zod';
 import { defined, idempotent, problem, statusOf, who, type Api, type Ctx } from '../context.js';
 import { getSite, listSites } from '../queries.js';
@@ -6,7 +7,7 @@ import { Id, OutcomeStatus, Problem, Site, errorResponses } from '../schemas.js'
 const CreateSite = z.strictObject({
   id: Id.optional(),
   name: z.string().min(1).max(200),
-  timeZone: z.string().min(1).max(64).optional(),
+  timeZone: TimeZone.optional(),
   offlineGraceSeconds: z.int().min(0).max(7 * 86_400).optional(),
 });
 
