@@ -267,13 +267,7 @@ export class GatewayStore {
         .run(at, r.topic.slice(0, 512), r.code.slice(0, 64), r.detail.slice(0, 500), r.bytes, c.jti?.slice(0, 36) ?? null, c.cid?.slice(0, 128) ?? null, c.type?.slice(0, 64) ?? null, c.seq, c.iss?.slice(0, 128) ?? null);
       this.db.prepare('DELETE FROM rejected WHERE id <= ?').run(Number(lastInsertRowid) - this.retention.rejectedMaxRows);
     };
-    if (this.db.inTransaction) return write();
-    this.db.pragma('synchronous = NORMAL');
-    try {
-      this.db.transaction(write).immediate();
-    } finally {
-      this.db.pragma('synchronous = FULL');
-    }
+    this.#writeDiagnostic(write);
   }
 
   /** Age bound of rejected (hourly, with the other purges). */
@@ -547,6 +541,17 @@ export class GatewayStore {
         .run(at, r.origin, r.lockId === null ? null : r.lockId.slice(0, 128), r.channel.slice(0, 32), r.topic.slice(0, 512), r.code.slice(0, 64), r.detail.slice(0, 500), r.bytes);
       this.db.prepare('DELETE FROM lock_refusals WHERE id <= ?').run(Number(lastInsertRowid) - this.retention.lockRefusalsMaxRows);
     };
+    this.#writeDiagnostic(write);
+  }
+
+  /**
+   * A diagnostics row (a refusal, bounded by its own retention) commits
+   * without waiting for the disk flush (synchronous=NORMAL for this one
+   * transaction), so a flood of garbage cannot cost one flush per message; a
+   * power cut loses at most the last few rows. Inside a caller's transaction
+   * it simply joins it.
+   */
+  #writeDiagnostic(write: () => void): void {
     if (this.db.inTransaction) return write();
     this.db.pragma('synchronous = NORMAL');
     try {
