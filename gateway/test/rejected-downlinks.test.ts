@@ -63,6 +63,10 @@ describe.each(mqttBackends())('rejected downlinks of a running gateway against %
         { id: 1, at: expect.any(Number), topic, code: 'UNKNOWN_KID', detail: expect.stringContaining('kid '), bytes: foreign.token.length, claimedJti: foreign.message.jti, claimedCid: 'cloud-req-42', claimedType: 'key.grant', claimedSeq: 7, claimedIssuer: CLOUD_ISSUER },
       ]);
 
+      // the rejections of one cloud request, by the correlation id they claimed
+      expect(((await staffGet(s, '/staff/rejected?cid=cloud-req-42')).items as Json[]).map((r) => r.id)).toEqual([1]);
+      expect((await staffGet(s, '/staff/rejected?cid=no-such-cid')).items).toEqual([]);
+
       const lines = rejectionLines();
       expect(lines).toHaveLength(2);
       expect(lines[0]).toMatchObject({ cid: 'cloud-req-42', cidClaimed: true, code: 'UNKNOWN_KID', claimed: { jti: foreign.message.jti, cid: 'cloud-req-42', type: 'key.grant', seq: 7, iss: CLOUD_ISSUER } });

@@ -137,6 +137,7 @@ describe('staff read API over a real SQLite file', () => {
       ['/staff/status?verbose=1', 'verbose'],
       ['/staff/inbox/failed?since=1.5', 'since'],
       ['/staff/rejected?door=d', 'door'],
+      ['/staff/rejected?cid=has%20space', 'cid'],
       ['/staff/lock-refusals?origin=cloud', 'origin'],
     ])('answers 400 BAD_REQUEST naming the problem for %s', async (url, named) => {
       const r = await get(url);

@@ -11,18 +11,11 @@ import {
   type LockChannel,
   type Logger,
 } from '@tobira/shared';
+import type { LockRefusal } from '../adapters/sqlite/store.js';
 import { nowOf, type AppContext } from './context.js';
 
 /** What one refused lock message is recorded as (lock_refusals; never the payload). */
-export interface RefusedLockMessage {
-  readonly origin: 'gateway' | 'lock';
-  readonly lockId: string | null;
-  readonly channel: string;
-  readonly topic: string;
-  readonly code: string;
-  readonly detail: string;
-  readonly payload: unknown;
-}
+export type RefusedLockMessage = Omit<LockRefusal, 'bytes'> & { readonly payload: unknown };
 
 const byteLength = (payload: unknown): number =>
   payload instanceof Uint8Array ? payload.byteLength : typeof payload === 'string' ? Buffer.byteLength(payload, 'utf8') : 0;

@@ -135,6 +135,7 @@ const NoQuery = z.strictObject({});
 const AccessQuery = z.strictObject({ door: Id.optional(), lock: Id.optional(), allowed: Bool.optional(), ...TimePage });
 const AlarmQuery = z.strictObject({ status: z.enum(['open', 'all']).default('all'), lock: Id.optional(), cursor: Cursor.optional(), limit: Limit });
 const TimeQuery = z.strictObject(TimePage);
+const RejectedQuery = z.strictObject({ cid: z.string().regex(/^[A-Za-z0-9_.:-]{1,128}$/).optional(), ...TimePage });
 const RefusalQuery = z.strictObject({ lock: Id.optional(), origin: z.enum(['gateway', 'lock']).optional(), ...TimePage });
 
 const issues = (e: z.ZodError): string =>
@@ -282,7 +283,7 @@ export function buildApp(deps: HttpDeps): FastifyInstance {
     });
 
     staff.get('/staff/rejected', async (req) => {
-      const q = query(TimeQuery, req);
+      const q = query(RejectedQuery, req);
       return deps.staff.rejected({ ...q, cursor: cursorOf(TimeIdCursor, q.cursor) });
     });
 

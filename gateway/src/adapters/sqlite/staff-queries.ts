@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import type { ReadableDb } from './db.js';
-import { CorruptRow } from './store.js';
+import { CorruptRow, type LockRefusal } from './store.js';
 
 /**
  * Read-only queries of the staff read API (docs/gateway.md "Staff read API").
@@ -406,15 +406,18 @@ export interface StaffRejected {
   readonly claimedIssuer: string | null;
 }
 
-export function listRejected(db: ReadableDb, f: TimePageFilter): Page<StaffRejected> {
+/** `cid`: the correlation id the message claimed (to find the rejections of one cloud request). */
+export type RejectedFilter = TimePageFilter & { readonly cid?: string | undefined };
+
+export function listRejected(db: ReadableDb, f: RejectedFilter): Page<StaffRejected> {
   const rows = db
     .prepare(
       `SELECT * FROM rejected
-        WHERE (@code IS NULL OR code = @code) AND (@since IS NULL OR at >= @since) AND (@until IS NULL OR at < @until)
+        WHERE (@code IS NULL OR code = @code) AND (@cid IS NULL OR claimed_cid = @cid) AND (@since IS NULL OR at >= @since) AND (@until IS NULL OR at < @until)
           AND (@cAt IS NULL OR (at, id) < (@cAt, @cId))
         ORDER BY at DESC, id DESC LIMIT @n`,
     )
-    .all(timeParams(f));
+    .all({ ...timeParams(f), cid: f.cid ?? null });
   return mapPage(page(parseRows('rejected', RejectedRowSchema, rows), f.limit, (r) => [r.at, r.id]), (r) => ({
     id: r.id,
     at: r.at,
@@ -444,17 +447,7 @@ const RefusalRowSchema = z.object({
   bytes: z.int(),
 });
 
-export interface StaffLockRefusal {
-  readonly id: number;
-  readonly at: number;
-  readonly origin: 'gateway' | 'lock';
-  readonly lockId: string | null;
-  readonly channel: string;
-  readonly topic: string;
-  readonly code: string;
-  readonly detail: string;
-  readonly bytes: number;
-}
+export type StaffLockRefusal = LockRefusal & { readonly id: number; readonly at: number };
 
 export function listLockRefusals(db: ReadableDb, f: RefusalFilter): Page<StaffLockRefusal> {
   const rows = db
@@ -513,7 +506,7 @@ export interface StaffLists {
   accessEvents(f: AccessFilter): Page<StaffAccessEvent>;
   alarms(f: AlarmFilter): Page<StaffAlarm>;
   failedInbox(f: TimePageFilter): Page<StaffFailedInboxRow>;
-  rejected(f: TimePageFilter): Page<StaffRejected>;
+  rejected(f: RejectedFilter): Page<StaffRejected>;
   lockRefusals(f: RefusalFilter): Page<StaffLockRefusal>;
 }
 
