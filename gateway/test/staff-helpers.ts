@@ -2,9 +2,11 @@ import { Writable } from 'node:stream';
 import type { FastifyInstance } from 'fastify';
 import { pino, type Logger } from 'pino';
 import { getAlarm, staffLists } from '../src/adapters/sqlite/staff-queries.js';
-import type { GatewayStore } from '../src/adapters/sqlite/store.js';
+import { newCorrelationId, newId } from '@tobira/shared';
+import type { AccessRow, GatewayStore } from '../src/adapters/sqlite/store.js';
 import { buildApp, type StaffStatus } from '../src/http/app.js';
 import { createMetrics } from '../src/metrics.js';
+import { T0 } from './fixtures.js';
 
 /** A logger whose JSON lines are kept, to check what a request logged. */
 export function capturingLog(): { log: Logger; lines: () => Record<string, unknown>[]; raw: () => string } {
@@ -74,4 +76,26 @@ export async function walk<T>(app: FastifyInstance, token: string, path: string,
     if (++pages > maxPages) throw new Error('pagination does not end');
   } while (cursor !== null);
   return { items, pages };
+}
+
+/** An access-log row with defaults (a denied unknown PIN at lock-1 at T0). */
+export function accessRow(over: Partial<AccessRow> = {}): AccessRow {
+  return {
+    eventId: newId(),
+    lockId: 'lock-1',
+    requestId: `req-${newId()}`,
+    doorId: 'door-1',
+    at: T0,
+    allowed: false,
+    code: 'UNKNOWN_CREDENTIAL',
+    keyId: null,
+    keyVersion: null,
+    personId: null,
+    credentialType: 'pin',
+    commandId: null,
+    commandExpiresAt: null,
+    holdMs: null,
+    cid: newCorrelationId(),
+    ...over,
+  };
 }

@@ -6,9 +6,9 @@ import { NO_CLAIMS, newCorrelationId, newId, newMessageId, type DownlinkMessage 
 import type { FastifyInstance } from 'fastify';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { openDatabase, type WritableDb } from '../src/adapters/sqlite/db.js';
-import { DEFAULT_RETENTION, GatewayStore, type AccessRow } from '../src/adapters/sqlite/store.js';
+import { DEFAULT_RETENTION, GatewayStore } from '../src/adapters/sqlite/store.js';
 import { T0 } from './fixtures.js';
-import { capturingLog, staffAppOver, walk } from './staff-helpers.js';
+import { accessRow, capturingLog, staffAppOver, walk } from './staff-helpers.js';
 
 const TOKEN = 'staff-token-for-read-tests';
 const auth = { authorization: `Bearer ${TOKEN}` };
@@ -16,26 +16,7 @@ const DAY = 86_400_000;
 
 const STAFF_GETS = ['/staff/status', '/staff/locks', '/staff/access-events', '/staff/alarms', '/staff/inbox/failed', '/staff/rejected', '/staff/lock-refusals'];
 
-function access(over: Partial<AccessRow> = {}): AccessRow {
-  return {
-    eventId: newId(),
-    lockId: 'lock-1',
-    requestId: `req-${newId()}`,
-    doorId: 'door-1',
-    at: T0,
-    allowed: false,
-    code: 'UNKNOWN_CREDENTIAL',
-    keyId: null,
-    keyVersion: null,
-    personId: null,
-    credentialType: 'pin',
-    commandId: null,
-    commandExpiresAt: null,
-    holdMs: null,
-    cid: newCorrelationId(),
-    ...over,
-  };
-}
+
 
 describe('staff read API over a real SQLite file', () => {
   let dir: string;
@@ -63,7 +44,7 @@ describe('staff read API over a real SQLite file', () => {
 
   describe('when the caller is not staff', () => {
     it('answers 503 STAFF_AUTH_NOT_CONFIGURED on every staff route when no token is configured, whatever the caller sends', async () => {
-      store.insertAccess(access());
+      store.insertAccess(accessRow());
       const bare = staffAppOver(store, { staffToken: undefined });
       for (const url of STAFF_GETS) {
         for (const headers of [{}, auth, { authorization: 'Bearer ' }]) {
@@ -76,7 +57,7 @@ describe('staff read API over a real SQLite file', () => {
     });
 
     it('answers 401 UNAUTHORIZED with nothing else for a missing, wrong, prefixed or non-bearer token, before looking at the query', async () => {
-      store.insertAccess(access());
+      store.insertAccess(accessRow());
       for (const url of STAFF_GETS) {
         for (const headers of [{}, { authorization: `Bearer ${TOKEN}x` }, { authorization: `Bearer ${TOKEN.slice(0, -1)}` }, { authorization: TOKEN }, { authorization: `Basic ${TOKEN}` }]) {
           // a bad query too: a refused caller must not learn which parameters exist
@@ -150,7 +131,7 @@ describe('staff read API over a real SQLite file', () => {
 
   describe('when the query is anything at all', () => {
     it('answers 200 or 400 with a code, never a 5xx, for random parameters on every list', async () => {
-      store.insertAccess(access());
+      store.insertAccess(accessRow());
       store.insertAlarm({ alarmId: newId(), lockId: 'lock-1', kind: 'jam', at: T0 }, T0);
       store.recordLockRefusal({ origin: 'gateway', lockId: 'lock-1', channel: 'state', topic: 't', code: 'MALFORMED', detail: 'd', bytes: 1 }, T0);
       const names = fc.constantFrom('door', 'lock', 'allowed', 'code', 'since', 'until', 'limit', 'cursor', 'status', 'origin', 'x', '');
@@ -171,10 +152,10 @@ describe('staff read API over a real SQLite file', () => {
   describe('access events', () => {
     it('filters by door, lock, allowed, code and time window (since inclusive, until exclusive), newest first', async () => {
       const rows = [
-        access({ at: T0, lockId: 'lock-1', doorId: 'door-1', allowed: true, code: 'ALLOWED' }),
-        access({ at: T0 + 1, lockId: 'lock-2', doorId: 'door-2', allowed: false, code: 'CLOUD_STALE' }),
-        access({ at: T0 + 2, lockId: 'lock-1', doorId: 'door-1', allowed: false, code: 'UNKNOWN_CREDENTIAL' }),
-        access({ at: T0 + 3, lockId: 'lock-2', doorId: 'door-2', allowed: true, code: 'ALLOWED' }),
+        accessRow({ at: T0, lockId: 'lock-1', doorId: 'door-1', allowed: true, code: 'ALLOWED' }),
+        accessRow({ at: T0 + 1, lockId: 'lock-2', doorId: 'door-2', allowed: false, code: 'CLOUD_STALE' }),
+        accessRow({ at: T0 + 2, lockId: 'lock-1', doorId: 'door-1', allowed: false, code: 'UNKNOWN_CREDENTIAL' }),
+        accessRow({ at: T0 + 3, lockId: 'lock-2', doorId: 'door-2', allowed: true, code: 'ALLOWED' }),
       ];
       for (const r of rows) store.insertAccess(r);
       const ids = async (q: string) => (await get(`/staff/access-events${q}`)).json<{ items: { eventId: string }[] }>().items.map((i) => i.eventId);
@@ -191,7 +172,7 @@ describe('staff read API over a real SQLite file', () => {
 
     it('exposes the decision and its attribution but no credential value or digest', async () => {
       const cmd = newId();
-      store.insertAccess(access({ allowed: true, code: 'ALLOWED', keyId: 'key-1', keyVersion: 2, personId: 'person-1', commandId: cmd, commandExpiresAt: T0 + 10_000, holdMs: 5000 }));
+      store.insertAccess(accessRow({ allowed: true, code: 'ALLOWED', keyId: 'key-1', keyVersion: 2, personId: 'person-1', commandId: cmd, commandExpiresAt: T0 + 10_000, holdMs: 5000 }));
       const item = (await get('/staff/access-events')).json<{ items: Record<string, unknown>[] }>().items[0]!;
       expect(Object.keys(item).sort()).toEqual(
         ['allowed', 'at', 'cid', 'code', 'commandExpiresAt', 'commandId', 'credentialType', 'doorId', 'eventId', 'keyId', 'keyVersion', 'lockId', 'personId', 'requestId'].sort(),
@@ -209,7 +190,7 @@ describe('staff read API over a real SQLite file', () => {
             db.exec('DELETE FROM access_log');
             // insertion order is not time order: ties in `at` are broken by id
             const inserted = specs.map((s) => {
-              const r = access({ at: T0 + s.dt, lockId: s.lock, allowed: s.allowed, code: s.allowed ? 'ALLOWED' : 'UNKNOWN_CREDENTIAL' });
+              const r = accessRow({ at: T0 + s.dt, lockId: s.lock, allowed: s.allowed, code: s.allowed ? 'ALLOWED' : 'UNKNOWN_CREDENTIAL' });
               store.insertAccess(r);
               return r;
             });
@@ -228,10 +209,10 @@ describe('staff read API over a real SQLite file', () => {
     });
 
     it('does not repeat or skip a row when newer rows arrive between pages', async () => {
-      const old = [0, 1, 2, 3].map((i) => access({ at: T0 + i }));
+      const old = [0, 1, 2, 3].map((i) => accessRow({ at: T0 + i }));
       for (const r of old) store.insertAccess(r);
       const first = (await get('/staff/access-events?limit=2')).json<{ items: { eventId: string }[]; nextCursor: string }>();
-      store.insertAccess(access({ at: T0 + 10 }));
+      store.insertAccess(accessRow({ at: T0 + 10 }));
       const second = (await get(`/staff/access-events?limit=2&cursor=${first.nextCursor}`)).json<{ items: { eventId: string }[]; nextCursor: string | null }>();
       expect([...first.items, ...second.items].map((i) => i.eventId)).toEqual([old[3], old[2], old[1], old[0]].map((r) => r!.eventId));
       expect(second.nextCursor).toBeNull();

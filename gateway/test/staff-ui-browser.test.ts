@@ -1,10 +1,10 @@
-import { connectMqtt, newCorrelationId, newId, topics, waitConnected } from '@tobira/shared';
-import { startMqttBackend, type MqttTestBroker } from '@tobira/shared/testing';
-import { chromium, type Browser, type BrowserContext, type BrowserContextOptions, type Page } from 'playwright-core';
-import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import type { AccessRow } from '../src/adapters/sqlite/store.js';
+import { connectMqtt, newId, topics, waitConnected } from '@tobira/shared';
+import type { Page } from 'playwright-core';
+import { describe, expect, it } from 'vitest';
 import { T0 } from './fixtures.js';
-import { PIN, STAFF_TOKEN, runSite, waitFor, type Running } from './harness.js';
+import { PIN, STAFF_TOKEN, waitFor, type Running } from './harness.js';
+import { accessRow } from './staff-helpers.js';
+import { browserSuite } from './ui-browser.js';
 
 /**
  * The staff web UI in a real Chromium (Debian's, never a downloaded build)
@@ -13,61 +13,15 @@ import { PIN, STAFF_TOKEN, runSite, waitFor, type Running } from './harness.js';
  * no sleeps, no timing assertions. Set TOBIRA_UI_SCREENSHOT_DIR to keep a
  * screenshot of each screen for a person to look at.
  */
-const CHROMIUM = process.env.TOBIRA_CHROMIUM ?? '/usr/bin/chromium';
 const SHOTS = process.env.TOBIRA_UI_SCREENSHOT_DIR;
 const MARKUP_LOCK = '<img src=x onerror="window.__xss=1">';
 const MARKUP_CODE = '<img src=x onerror="window.__xss=2">';
 
 describe('staff web UI in Chromium against a running gateway', () => {
-  let browser: Browser;
-  let broker: MqttTestBroker;
-  let site: Running | undefined;
-  let context: BrowserContext | undefined;
-  let pageErrors: string[] = [];
-
-  beforeAll(async () => {
-    browser = await chromium.launch({ executablePath: CHROMIUM, args: ['--no-sandbox'] });
-  });
-  afterAll(async () => {
-    await browser?.close();
-  });
-  beforeEach(async () => {
-    broker = await startMqttBackend('aedes');
-    pageErrors = [];
-  });
-  afterEach(async () => {
-    await context?.close();
-    context = undefined;
-    await site?.close();
-    site = undefined;
-    await broker.stop();
-    // a script error or a CSP violation in the page fails the test that caused it
-    expect(pageErrors).toEqual([]);
-  });
-
-  const start = async (opts: Parameters<typeof runSite>[3] = {}) => {
-    site = await runSite(broker.url, broker.url, broker.unique, opts);
-    return site;
-  };
-
-  async function open(s: Running, viewport = { width: 1024, height: 900 }, options: BrowserContextOptions = {}): Promise<Page> {
-    context = await browser.newContext({ viewport, ...options });
-    // below the test timeout, so a wait that fails names its locator
-    context.setDefaultTimeout(15_000);
-    const page = await context.newPage();
-    page.on('pageerror', (e) => pageErrors.push(String(e)));
-    // the page must need nothing its own Content-Security-Policy forbids
-    page.on('console', (m) => {
-      if (/Content Security Policy/i.test(m.text())) pageErrors.push(m.text());
-    });
-    await page.goto(`${s.gw.httpUrl!}/`);
-    return page;
-  }
-
-  async function signIn(page: Page, token = STAFF_TOKEN): Promise<void> {
-    await page.locator('#signin-token').fill(token);
-    await page.locator('#signin-form button[type=submit]').click();
-  }
+  const ui = browserSuite();
+  const start = ui.start;
+  const open = ui.open;
+  const signIn = ui.signIn;
 
   async function provision(s: Running) {
     await s.cloud.grant();
@@ -81,27 +35,6 @@ describe('staff web UI in Chromium against a running gateway', () => {
     if (SHOTS !== undefined) await page.screenshot({ path: `${SHOTS}/${name}.png` });
   };
   const token = (page: Page) => page.evaluate<string | null>("sessionStorage.getItem('tobira.staffToken')");
-
-  function accessRow(over: Partial<AccessRow>): AccessRow {
-    return {
-      eventId: newId(),
-      lockId: 'lock-1',
-      requestId: `req-${newId()}`,
-      doorId: 'door-1',
-      at: T0,
-      allowed: false,
-      code: 'UNKNOWN_CREDENTIAL',
-      keyId: null,
-      keyVersion: null,
-      personId: null,
-      credentialType: 'pin',
-      commandId: null,
-      commandExpiresAt: null,
-      holdMs: null,
-      cid: newCorrelationId(),
-      ...over,
-    };
-  }
 
   describe('signing in', () => {
     it('redirects / to the sign-in screen; a wrong token gets a message and shows no data, the right one shows the gateway, sign-out forgets the token', async () => {
@@ -247,7 +180,7 @@ describe('staff web UI in Chromium against a running gateway', () => {
       s.gw.store.insertAccess(accessRow({ lockId: MARKUP_LOCK, doorId: MARKUP_LOCK, code: MARKUP_CODE }));
       s.gw.store.insertAlarm({ alarmId: newId(), lockId: MARKUP_LOCK, kind: MARKUP_CODE, at: T0 }, T0);
       // a real refusal through the site broker: a lock topic whose lock id is markup (BAD_TOPIC)
-      const raw = connectMqtt(broker.url, { protocolVersion: 4, clientId: `raw-${newId()}`, clean: true });
+      const raw = connectMqtt(ui.broker.url, { protocolVersion: 4, clientId: `raw-${newId()}`, clean: true });
       await waitConnected(raw);
       await raw.publishAsync(topics.lock(s.f.gatewayId, 'lock-1', 'request').replace('/lock-1/', `/${MARKUP_LOCK}/`), '{}', { qos: 1 });
       await raw.endAsync(true);

@@ -1,7 +1,6 @@
-import { startMqttBackend, type MqttTestBroker } from '@tobira/shared/testing';
-import { chromium, type Browser, type BrowserContext } from 'playwright-core';
-import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { STAFF_TOKEN, runSite, waitFor, type Running } from './harness.js';
+import { describe, expect, it } from 'vitest';
+import { waitFor } from './harness.js';
+import { browserSuite } from './ui-browser.js';
 
 /**
  * The Problems tab of the staff web UI shows what a rejected downlink claimed
@@ -9,38 +8,13 @@ import { STAFF_TOKEN, runSite, waitFor, type Running } from './harness.js';
  * staff-ui-browser.test.ts (Debian's Chromium, never a downloaded build; no
  * sleeps, no timing assertions).
  */
-const CHROMIUM = process.env.TOBIRA_CHROMIUM ?? '/usr/bin/chromium';
 const MARKUP_ISSUER = '<img src=x onerror="window.__xss=3">';
 
 describe('staff web UI: rejected downlinks in Chromium against a running gateway', () => {
-  let browser: Browser;
-  let broker: MqttTestBroker;
-  let site: Running | undefined;
-  let context: BrowserContext | undefined;
-  let pageErrors: string[] = [];
-
-  beforeAll(async () => {
-    browser = await chromium.launch({ executablePath: CHROMIUM, args: ['--no-sandbox'] });
-  });
-  afterAll(async () => {
-    await browser?.close();
-  });
-  beforeEach(async () => {
-    broker = await startMqttBackend('aedes');
-    pageErrors = [];
-  });
-  afterEach(async () => {
-    await context?.close();
-    context = undefined;
-    await site?.close();
-    site = undefined;
-    await broker.stop();
-    expect(pageErrors).toEqual([]);
-  });
+  const ui = browserSuite();
 
   it('shows the claimed message id, correlation id, type, seq and issuer as unverified text, and nothing claimed for garbage', async () => {
-    const s = await runSite(broker.url, broker.url, broker.unique);
-    site = s;
+    const s = await ui.start();
     // signed with a key the gateway does not know; the issuer it claims carries markup (printable ASCII, so it is kept)
     const foreign = await s.cloud.sign({ type: 'key.revoke', seq: 5, cid: 'cloud-req-77', body: { keyId: 'key-1', version: 2, reason: 'staff_revoked' } }, s.f.otherKey, MARKUP_ISSUER);
     await s.cloud.publishRaw(foreign.token);
@@ -48,16 +22,8 @@ describe('staff web UI: rejected downlinks in Chromium against a running gateway
     await s.cloud.publishRaw('garbage, not a JWS');
     await waitFor(() => s.gw.store.rejectedCount() === 2, 'garbage rejected');
 
-    context = await browser.newContext({ viewport: { width: 1024, height: 900 } });
-    context.setDefaultTimeout(15_000);
-    const page = await context.newPage();
-    page.on('pageerror', (e) => pageErrors.push(String(e)));
-    page.on('console', (m) => {
-      if (/Content Security Policy/i.test(m.text())) pageErrors.push(m.text());
-    });
-    await page.goto(`${s.gw.httpUrl!}/`);
-    await page.locator('#signin-token').fill(STAFF_TOKEN);
-    await page.locator('#signin-form button[type=submit]').click();
+    const page = await ui.open(s);
+    await ui.signIn(page);
     await page.locator('[data-tab="problems"]').click();
 
     const rows = page.locator('#rejected-list > li');

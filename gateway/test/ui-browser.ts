@@ -1,0 +1,69 @@
+import { startMqttBackend, type MqttTestBroker } from '@tobira/shared/testing';
+import { chromium, type Browser, type BrowserContext, type BrowserContextOptions, type Page } from 'playwright-core';
+import { afterAll, afterEach, beforeAll, beforeEach, expect } from 'vitest';
+import { STAFF_TOKEN, runSite, type Running } from './harness.js';
+
+/** Debian's Chromium, never a downloaded build. */
+export const CHROMIUM = process.env.TOBIRA_CHROMIUM ?? '/usr/bin/chromium';
+
+/**
+ * One browser per file, and per test a fresh embedded broker, gateway and
+ * browser context, all closed after the test. A script error or a
+ * Content-Security-Policy violation in a page fails the test that caused it.
+ * Call inside a describe block: it registers the hooks.
+ */
+export function browserSuite() {
+  let browser: Browser;
+  let broker: MqttTestBroker;
+  let site: Running | undefined;
+  let context: BrowserContext | undefined;
+  let pageErrors: string[] = [];
+
+  beforeAll(async () => {
+    browser = await chromium.launch({ executablePath: CHROMIUM, args: ['--no-sandbox'] });
+  });
+  afterAll(async () => {
+    await browser?.close();
+  });
+  beforeEach(async () => {
+    broker = await startMqttBackend('aedes');
+    pageErrors = [];
+  });
+  afterEach(async () => {
+    await context?.close();
+    context = undefined;
+    await site?.close();
+    site = undefined;
+    await broker.stop();
+    expect(pageErrors).toEqual([]);
+  });
+
+  return {
+    get broker(): MqttTestBroker {
+      return broker;
+    },
+    /** A gateway on this test's broker (closed after the test). */
+    async start(opts: Parameters<typeof runSite>[3] = {}): Promise<Running> {
+      site = await runSite(broker.url, broker.url, broker.unique, opts);
+      return site;
+    },
+    /** A page on the gateway's `/`, in a fresh context (closed after the test). */
+    async open(s: Running, viewport = { width: 1024, height: 900 }, options: BrowserContextOptions = {}): Promise<Page> {
+      context = await browser.newContext({ viewport, ...options });
+      // below the test timeout, so a wait that fails names its locator
+      context.setDefaultTimeout(15_000);
+      const page = await context.newPage();
+      page.on('pageerror', (e) => pageErrors.push(String(e)));
+      // the page must need nothing its own Content-Security-Policy forbids
+      page.on('console', (m) => {
+        if (/Content Security Policy/i.test(m.text())) pageErrors.push(m.text());
+      });
+      await page.goto(`${s.gw.httpUrl!}/`);
+      return page;
+    },
+    async signIn(page: Page, token = STAFF_TOKEN): Promise<void> {
+      await page.locator('#signin-token').fill(token);
+      await page.locator('#signin-form button[type=submit]').click();
+    },
+  };
+}
