@@ -16,8 +16,6 @@ const DAY = 86_400_000;
 
 const STAFF_GETS = ['/staff/status', '/staff/locks', '/staff/access-events', '/staff/alarms', '/staff/inbox/failed', '/staff/rejected', '/staff/lock-refusals'];
 
-
-
 describe('staff read API over a real SQLite file', () => {
   let dir: string;
   let db: WritableDb;
