@@ -69,6 +69,7 @@ export const GatewayConfig = z.strictObject({
   inboxMaxAttempts: z.int().min(1).default(5),
   inboxClaimLeaseMs: z.int().min(1000).default(30_000),
   resyncIntervalMs: z.int().min(100).default(10_000),
+  uplinkAckTimeoutMs: z.int().min(1000).default(60_000),
   statusIntervalMs: z.int().min(1000).default(60_000),
   drainTimeoutMs: z.int().min(0).default(5000),
 });

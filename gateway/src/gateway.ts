@@ -5,6 +5,7 @@ import {
   decodeSecret,
   filters,
   importSigningKey,
+  monotonicClock,
   newCorrelationId,
   parseTopic,
   systemClock,
@@ -13,25 +14,34 @@ import {
   type Clock,
   type KeyPairJwk,
   type Logger,
+  type MonotonicClock,
 } from '@tobira/shared';
 import type { FastifyInstance } from 'fastify';
 import { openDatabase } from './adapters/sqlite/db.js';
-import { GatewayStore, type InboxRow, type RetentionLimits } from './adapters/sqlite/store.js';
+import { GatewayStore, type InboxRow, type RetentionLimits, type Settings } from './adapters/sqlite/store.js';
 import { connectCloudLink, connectSiteLink, type Link } from './adapters/mqtt/links.js';
 import { handleLockRequests, type AccessDeps } from './app/access.js';
 import { applyPending, maybeResync, type ApplyDeps } from './app/apply.js';
-import { noCrash, nowOf, type AppContext, type CrashHook } from './app/context.js';
+import { TrustedTime, noCrash, nowOf, type AppContext, type CrashHook } from './app/context.js';
 import { receiveDownlink, type DownlinkDeps } from './app/downlink.js';
 import { enqueueStatus, handleLockMessage, recordLockRefusal } from './app/locks.js';
 import { UplinkSender, sendResyncRequest, type UplinkDeps } from './app/uplink.js';
 import type { GatewayConfig } from './config.js';
 import { isStale, leaseRemainingSeconds } from './domain/freshness.js';
 import { getAlarm, staffCounts, staffLists } from './adapters/sqlite/staff-queries.js';
-import { buildApp } from './http/app.js';
+import { buildApp, type FailClosedReason } from './http/app.js';
 import { createMetrics, type Metrics } from './metrics.js';
 
 export interface GatewayDeps {
+  /** Wall clock (default: the system's). */
   readonly clock?: Clock;
+  /**
+   * Elapsed-time clock for trusted time (default: performance.now(); when a
+   * test passes only `clock`, that clock: a hand-moved wall clock then also
+   * measures elapsed time, as the tests written before it expect). A test of
+   * a wrong wall clock passes both.
+   */
+  readonly monotonic?: MonotonicClock;
   readonly log?: Logger;
   readonly crash?: CrashHook;
   /** Test seam: throw to make an inbox apply fail. */
@@ -65,9 +75,20 @@ export interface Gateway {
 
 const DAY = 24 * 3600 * 1000;
 
+/** Why ordinary keys are denied CLOUD_STALE (null when they are not). */
+function failClosedReason(st: Settings, stale: boolean): FailClosedReason | null {
+  if (!stale) return null;
+  if (st.seqConflictAt !== null) return 'SEQ_CONFLICT';
+  if (st.leaseExpiresAt === null) return 'NO_LEASE';
+  // the cloud has handed out seqs we never got (a revoke stuck in its backoff or dead-lettered, a lost resync)
+  if (st.cloudLastSeq !== null && st.cloudLastSeq > st.appliedSeq) return 'BEHIND_CLOUD';
+  return 'LEASE_EXPIRED';
+}
+
 /** Constructs a gateway; does nothing until `start()`. */
 export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Gateway {
   const clock = deps.clock ?? systemClock;
+  const time = new TrustedTime(clock, deps.monotonic ?? (deps.clock ?? monotonicClock));
   const log = (deps.log ?? createLogger('gateway')).child({ gatewayId: config.gatewayId });
   // Lifecycle lines (start, stop, periodic work) carry the cid of this run of the daemon.
   const runLog = withCorrelation(log, newCorrelationId());
@@ -92,7 +113,7 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
   /** Retention: processed inbox 30 days, sent outbox 7 days, incomplete snapshots 1 day, lock refusals and rejected downlinks by `retention`. */
   const purgeNow = (): number => {
     const s = need(store);
-    const now = nowOf({ store: s, clock });
+    const now = nowOf({ store: s, time });
     return s.purgeProcessed(now - 30 * DAY) + s.purgeSentOutbox(now - 7 * DAY) + s.purgeIncompleteSnapshots(now - DAY) + s.purgeLockRefusals(now) + s.purgeRejected(now);
   };
   const applySoon = () => {
@@ -153,12 +174,12 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
       const signingKey = await importSigningKey(pair.privateJwk);
       const cloudKeys = await KeySet.fromJwks(config.cloud.jwks);
 
-      const base: AppContext = { gatewayId: config.gatewayId, store: s, clock, log, metrics, crash: deps.crash ?? noCrash, outboxWritten: () => uplink?.wake() };
+      const base: AppContext = { gatewayId: config.gatewayId, store: s, time, log, metrics, crash: deps.crash ?? noCrash, outboxWritten: () => uplink?.wake() };
       const upDeps: UplinkDeps = { ...base, link: () => cloud, signingKey, cloudIssuer: config.cloud.issuer, batchSize: 100 };
       uplink = new UplinkSender(upDeps);
       const ad: ApplyDeps = {
         ...base,
-        options: { offlineGraceSeconds: config.offlineGraceSeconds, maxAttempts: config.inboxMaxAttempts, claimLeaseMs: config.inboxClaimLeaseMs, resyncIntervalMs: config.resyncIntervalMs },
+        options: { offlineGraceSeconds: config.offlineGraceSeconds, maxAttempts: config.inboxMaxAttempts, claimLeaseMs: config.inboxClaimLeaseMs, resyncIntervalMs: config.resyncIntervalMs, uplinkAckTimeoutMs: config.uplinkAckTimeoutMs },
         resyncThrottle: { lastMono: Number.NEGATIVE_INFINITY },
         requestResync: (reason, seq, cid) => sendResyncRequest(upDeps, reason, seq, cid),
         ...(deps.beforeApply ? { beforeApply: deps.beforeApply } : {}),
@@ -306,8 +327,11 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
                 leaseExpiresAt: st.leaseExpiresAt,
                 leaseRemainingSeconds: leaseRemainingSeconds(st.leaseExpiresAt, now),
                 failClosed: stale,
-                failClosedReason: !stale ? null : st.seqConflictAt !== null ? 'SEQ_CONFLICT' : st.leaseExpiresAt === null ? 'NO_LEASE' : 'LEASE_EXPIRED',
+                failClosedReason: failClosedReason(st, stale),
                 waitingOnGap: s.hasGap(st.appliedSeq),
+                cloudLastSeq: st.cloudLastSeq,
+                uplinkUnacked: s.outboxUnacked(),
+                uplinkAckedSeq: st.uplinkAckedSeq,
                 newestVerifiedIatMs: st.maxIatMs,
                 lastResyncAt: st.lastResyncAt,
                 inboxDepth: c.inboxPending,
@@ -350,6 +374,12 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
       stopping = true;
       for (const t of timers) clearInterval(t);
       const s = store;
+      // Where trusted time resumes after a restart (a restart must not hand back elapsed lease time).
+      try {
+        if (s !== null) s.touchHighWater(nowOf({ store: s, time }));
+      } catch (e) {
+        runLog.error({ err: e }, 'time floor not saved at stop');
+      }
       if (!opts.force && s !== null && cloud?.connected) {
         // Drain: give the outbox a bounded time to reach the cloud.
         const deadline = Date.now() + config.drainTimeoutMs;
@@ -369,7 +399,7 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
   };
 
   function ctx(): AppContext {
-    return { gatewayId: config.gatewayId, store: need(store), clock, log, metrics, crash: deps.crash ?? noCrash, outboxWritten: () => uplink?.wake() };
+    return { gatewayId: config.gatewayId, store: need(store), time, log, metrics, crash: deps.crash ?? noCrash, outboxWritten: () => uplink?.wake() };
   }
   return gw;
 }

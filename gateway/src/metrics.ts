@@ -10,6 +10,7 @@ export interface Metrics {
   readonly seqConflicts: Counter;
   readonly outboxRefused: Counter<'type'>;
   readonly uplinkSent: Counter;
+  readonly uplinkResent: Counter;
   readonly lockMessagesRefused: Counter<'channel' | 'code'>;
 }
 
@@ -33,6 +34,7 @@ export function createMetrics(defaults = false): Metrics & { bind(src: MetricSou
     seqConflicts: new Counter({ name: 'tobira_gateway_seq_conflicts_total', help: 'Messages for a seq already applied under another id (the cloud history differs; the site fails closed until a snapshot).', registers: [registry] }),
     outboxRefused: new Counter({ name: 'tobira_gateway_outbox_refused_total', help: 'Non-essential uplink rows refused because the outbox was full.', labelNames: ['type'] as const, registers: [registry] }),
     uplinkSent: new Counter({ name: 'tobira_gateway_uplink_sent_total', help: 'Uplink messages acked by the cloud broker.', registers: [registry] }),
+    uplinkResent: new Counter({ name: 'tobira_gateway_uplink_resent_total', help: 'Uplink messages sent again because the cloud had not acknowledged applying them in time.', registers: [registry] }),
     lockMessagesRefused: new Counter({ name: 'tobira_gateway_lock_messages_refused_total', help: 'Site-broker messages refused, by channel and code.', labelNames: ['channel', 'code'] as const, registers: [registry] }),
     bind(s: MetricSources) {
       src = s;

@@ -2,7 +2,7 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { asKeyId, type KeyGrant } from '@tobira/shared';
 import { decide, type KeyCandidate, type KeySetView, type LockView, type SiteView } from '../src/domain/decide.js';
-import { isStale, onHeartbeat, trustedNow } from '../src/domain/freshness.js';
+import { advanceFloor, isStale, onHeartbeat, trustedNow, type TimeAnchor } from '../src/domain/freshness.js';
 import { applyGrant, applyRevoke, emptySlot, isActive, type KeySlot } from '../src/domain/keyset.js';
 import { isLockedOut, noLockout, recordAttempt } from '../src/domain/lockout.js';
 import { inSchedule } from '../src/domain/schedule.js';
@@ -125,10 +125,52 @@ describe('freshness', () => {
   it('never shortens the lease', () => {
     expect(onHeartbeat({ lastSeq: 0, iatMs: T0 - 10_000 }, 0, T0 + 1_000_000, 300)).toEqual({ kind: 'extend', leaseExpiresAt: T0 + 1_000_000 });
   });
+  const trusted = (wall: number, floor: { maxIatMs: number; highWaterMs: number }, anchor: TimeAnchor | null = null, mono = 0) =>
+    trustedNow(wall, advanceFloor(anchor, floor, mono).nowFloorMs);
   it('never takes trusted time earlier than the newest iat or the high-water mark', () => {
-    expect(trustedNow(T0 - 3_600_000, { maxIatMs: T0, highWaterMs: 0 })).toBe(T0);
-    expect(trustedNow(0, { maxIatMs: 0, highWaterMs: T0 })).toBe(T0);
-    expect(isStale(T0 + 1, trustedNow(0, { maxIatMs: T0 + 1, highWaterMs: 0 }))).toBe(true);
+    expect(trusted(T0 - 3_600_000, { maxIatMs: T0, highWaterMs: 0 })).toBe(T0);
+    expect(trusted(0, { maxIatMs: 0, highWaterMs: T0 })).toBe(T0);
+    expect(isStale(T0 + 1, trusted(0, { maxIatMs: T0 + 1, highWaterMs: 0 }))).toBe(true);
+  });
+  it('carries the floor forward by elapsed monotonic time, so a stopped or reset wall clock cannot freeze it', () => {
+    const a = advanceFloor(null, { maxIatMs: T0, highWaterMs: 0 }, 5_000);
+    expect(a).toEqual({ floorMs: T0, monoMs: 5_000, nowFloorMs: T0 });
+    expect(trusted(0, { maxIatMs: T0, highWaterMs: 0 }, a, 5_000 + 120_000)).toBe(T0 + 120_000);
+    // a newer persisted floor (a fresh iat) becomes the anchor
+    const b = advanceFloor(a, { maxIatMs: T0 + 200_000, highWaterMs: 0 }, 5_000 + 120_000);
+    expect(b).toEqual({ floorMs: T0 + 200_000, monoMs: 125_000, nowFloorMs: T0 + 200_000 });
+    // a wall clock ahead wins; it never pulls trusted time back when it returns
+    expect(trusted(T0 + 10 * 86_400_000, { maxIatMs: T0, highWaterMs: 0 }, a, 5_000)).toBe(T0 + 10 * 86_400_000);
+  });
+  it('runs the lease out after at most offlineGraceSeconds of elapsed time, whatever the wall clock reads (property)', () => {
+    fc.assert(
+      fc.property(
+        fc.integer({ min: 0, max: 4_000_000_000_000 }), // iat of the heartbeat
+        fc.array(fc.tuple(fc.integer({ min: 0, max: 4_000_000_000_000 }), fc.integer({ min: 0, max: 60_000 })), { minLength: 1, maxLength: 40 }), // (wall reading, elapsed ms) steps
+        fc.integer({ min: 0, max: 3600 }), // grace
+        (iat, steps, grace) => {
+          let floor = { maxIatMs: iat, highWaterMs: 0 };
+          let mono = 1_000;
+          let anchor: TimeAnchor | null = advanceFloor(null, floor, mono);
+          const lease = onHeartbeat({ lastSeq: 0, iatMs: iat }, 0, null, grace);
+          if (lease.kind !== 'extend') throw new Error('unexpected');
+          let elapsed = 0;
+          let prev = Number.NEGATIVE_INFINITY;
+          for (const [wall, dt] of steps) {
+            mono += dt;
+            elapsed += dt;
+            const a = advanceFloor(anchor, floor, mono);
+            anchor = a;
+            const now = trustedNow(wall, a.nowFloorMs);
+            expect(now).toBeGreaterThanOrEqual(prev); // never backwards, with the time acted on checkpointed
+            prev = now;
+            floor = { ...floor, highWaterMs: Math.max(floor.highWaterMs, now) };
+            if (elapsed >= grace * 1000) expect(isStale(lease.leaseExpiresAt, now)).toBe(true);
+          }
+        },
+      ),
+      { numRuns: 300 },
+    );
   });
 });
 

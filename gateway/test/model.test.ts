@@ -9,7 +9,7 @@ import { openDatabase } from '../src/adapters/sqlite/db.js';
 import { GatewayStore } from '../src/adapters/sqlite/store.js';
 import { handleLockRequests } from '../src/app/access.js';
 import { applyPending, type ApplyDeps } from '../src/app/apply.js';
-import { noCrash } from '../src/app/context.js';
+import { TrustedTime, noCrash } from '../src/app/context.js';
 import { createMetrics } from '../src/metrics.js';
 import { T0, grant } from './fixtures.js';
 
@@ -31,12 +31,12 @@ function withStore<T>(fn: (open: () => { store: GatewayStore; deps: ApplyDeps; c
     const deps: ApplyDeps = {
       gatewayId: 'gw-model',
       store,
-      clock,
+      time: new TrustedTime(clock, clock),
       log: pino({ level: 'silent' }),
       metrics: createMetrics(),
       crash: noCrash,
       outboxWritten: () => {},
-      options: { offlineGraceSeconds: 300, maxAttempts: 3, claimLeaseMs: 30_000, resyncIntervalMs: 0 },
+      options: { offlineGraceSeconds: 300, maxAttempts: 3, claimLeaseMs: 30_000, resyncIntervalMs: 0, uplinkAckTimeoutMs: 60_000 },
       resyncThrottle: { lastMono: Number.NEGATIVE_INFINITY },
       requestResync: () => {},
     };

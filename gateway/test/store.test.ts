@@ -35,6 +35,7 @@ describe('SQLite store', () => {
       { version: 3, name: 'lock_refusals' },
       { version: 4, name: 'seq_conflict' },
       { version: 5, name: 'rejected_claims' },
+      { version: 6, name: 'uplink_ack_behind' },
     ]);
   });
 
@@ -44,7 +45,7 @@ describe('SQLite store', () => {
     for (const f of readdirSync(MIGRATIONS_DIR).filter((f) => /^000[1-4]_/.test(f))) copyFileSync(join(MIGRATIONS_DIR, f), join(old, f));
     const earlier = openDatabase(join(dir, 'earlier.sqlite'), old);
     earlier.prepare("INSERT INTO rejected (at, topic, code, detail, bytes) VALUES (1, 't', 'MALFORMED', 'not a compact JWS', 9)").run();
-    expect(migrate(earlier)).toEqual([5]);
+    expect(migrate(earlier)[0]).toBe(5);
     expect(earlier.prepare('SELECT * FROM rejected').all()).toEqual([
       { id: 1, at: 1, topic: 't', code: 'MALFORMED', detail: 'not a compact JWS', bytes: 9, claimed_jti: null, claimed_cid: null, claimed_type: null, claimed_seq: null, claimed_issuer: null },
     ]);
@@ -106,5 +107,57 @@ describe('SQLite store', () => {
     // a rolled-back enqueue does not burn a seq
     expect(() => tx(() => { store.enqueue('ack', ack, 'c', true, T0); throw new Error('rollback'); })).toThrow('rollback');
     expect(tx(() => store.enqueue('ack', ack, 'c', true, T0))).toMatchObject({ seq: 5 });
+  });
+
+  describe('when uplinks wait for the cloud to acknowledge them', () => {
+    const status = { mode: 'normal' as const, appliedSeq: 0, leaseExpiresAt: null, outboxDepth: 0, locks: [] };
+    const tx = <T>(f: () => T) => db.transaction(f).immediate();
+    const jtiAt = (seq: number) => (db.prepare('SELECT jti FROM outbox WHERE seq = ?').get(seq) as { jti: string }).jti;
+    const unacked = () => (db.prepare('SELECT seq, status FROM outbox WHERE acked_at IS NULL ORDER BY seq').all() as { seq: number; status: string }[]);
+    beforeEach(() => {
+      store = new GatewayStore(db, { maxRows: 100 });
+      for (let i = 0; i < 4; i++) tx(() => store.enqueue('gateway.status', status, 'c', false, T0));
+      store.markSent([1, 2, 3, 4], T0);
+    });
+
+    it('keeps every row the broker took until the cloud acknowledges it, and never purges an unacknowledged one', () => {
+      expect(store.outboxDepth()).toBe(0);
+      expect(store.outboxUnacked()).toBe(4);
+      expect(store.purgeSentOutbox(T0 + 30 * DAY)).toBe(0);
+      expect(tx(() => store.ackUplink(2, jtiAt(2), T0 + 1000))).toEqual({ acked: 2 });
+      expect(unacked()).toEqual([{ seq: 3, status: 'sent' }, { seq: 4, status: 'sent' }]);
+      expect(store.settings().uplinkAckedSeq).toBe(2);
+      expect(store.purgeSentOutbox(T0 + 30 * DAY)).toBe(2); // only the acknowledged rows
+      expect(tx(() => store.ackUplink(1, 'ignored: purged and acknowledged before', T0 + 2000))).toEqual({ acked: 0 });
+    });
+
+    it('ignores an acknowledgement whose jti is not its own at that seq (another history), and drops nothing', () => {
+      expect(tx(() => store.ackUplink(3, newMessageId(), T0))).toEqual({ foreign: true, ourJti: jtiAt(3) });
+      expect(tx(() => store.ackUplink(9, newMessageId(), T0))).toEqual({ foreign: true, ourJti: null });
+      expect(store.outboxUnacked()).toBe(4);
+    });
+
+    it('sends again what the cloud has not acknowledged in time, and an acknowledgement covers rows waiting to be sent again', () => {
+      expect(tx(() => store.requeueUnacked(T0))).toBe(0); // taken at T0: not overdue yet
+      expect(tx(() => store.requeueUnacked(T0 + 1))).toBe(4);
+      expect(store.pendingOutbox(10).map((r) => r.seq)).toEqual([1, 2, 3, 4]);
+      expect(tx(() => store.ackUplink(3, jtiAt(3), T0 + 5))).toEqual({ acked: 3 });
+      expect(store.pendingOutbox(10).map((r) => r.seq)).toEqual([4]);
+    });
+  });
+
+  it('upgrades a database from before 0006 in place: rows already sent count as acknowledged, pending ones do not', () => {
+    const old = join(dir, 'before-0006');
+    mkdirSync(old);
+    for (const f of readdirSync(MIGRATIONS_DIR).filter((f) => /^000[1-5]_/.test(f))) copyFileSync(join(MIGRATIONS_DIR, f), join(old, f));
+    const earlier = openDatabase(join(dir, 'earlier6.sqlite'), old);
+    earlier.prepare("INSERT INTO outbox (seq, jti, type, cid, body, essential, status, created_at, sent_at) VALUES (1, 'a', 'ack', 'c', '{}', 1, 'sent', 1, 2), (2, 'b', 'ack', 'c', '{}', 1, 'pending', 1, NULL)").run();
+    expect(migrate(earlier)[0]).toBe(6);
+    expect(earlier.prepare('SELECT seq, status, acked_at FROM outbox ORDER BY seq').all()).toEqual([
+      { seq: 1, status: 'sent', acked_at: 2 },
+      { seq: 2, status: 'pending', acked_at: null },
+    ]);
+    expect(new GatewayStore(earlier).settings()).toMatchObject({ cloudLastSeq: null, behindHeartbeat: null, uplinkAckedSeq: 0 });
+    earlier.close();
   });
 });

@@ -103,10 +103,21 @@ function unsequenced<T extends string, B extends z.ZodType>(type: T, body: B) {
 
 export const KeyGrantMessage = sequenced('key.grant', z.strictObject({ key: KeyGrant }));
 export const KeyRevokeMessage = sequenced('key.revoke', KeyRevoke);
-/** Names the last seq the cloud sent this gateway; the gateway's freshness lease hangs on it. */
+/**
+ * Names the last seq the cloud has handed out to this gateway (committed,
+ * sent or not); the gateway's freshness lease hangs on it. `uplinkAck`: the
+ * highest uplink seq up to which the cloud has durably applied every uplink
+ * of this gateway, with that message's jti (so a gateway whose store was
+ * reset never takes another history's ack); the gateway keeps each uplink
+ * until it is covered, and sends again what stays uncovered.
+ */
 export const HeartbeatMessage = unsequenced(
   'heartbeat',
-  z.strictObject({ lastSeq: z.int().nonnegative(), intervalMs: z.int().positive() }),
+  z.strictObject({
+    lastSeq: z.int().nonnegative(),
+    intervalMs: z.int().positive(),
+    uplinkAck: z.strictObject({ seq: z.int().positive(), jti: MessageId }).optional(),
+  }),
 );
 /** The cloud's answer to a resync request: it replays `fromSeq..toSeq`, or sends a snapshot. */
 export const ResyncAnswerMessage = unsequenced(

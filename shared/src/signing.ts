@@ -134,7 +134,16 @@ export interface VerifyOptions<S extends z.ZodType> {
   readonly clock: Clock;
   /** Seconds of clock skew tolerated for `exp` and a future `iat` (default 60). */
   readonly clockToleranceSeconds?: number;
+  /**
+   * Accept any `iat` and `exp`: a verified, correctly addressed message is
+   * never dropped for clock skew. For the cloud's uplink inbox (DESIGN.md §5),
+   * which records the skew instead and refuses replays by its jti dedupe.
+   */
+  readonly anySkew?: boolean;
 }
+
+/** The tolerance `anySkew` stands for: finite (jose requires it), larger than any clock error. */
+const ANY_SKEW_SECONDS = Math.floor(Number.MAX_SAFE_INTEGER / 1000);
 
 const COMPACT_JWS = /^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*$/;
 const fail = (code: VerifyCode, detail: string) => ({ ok: false, code, detail }) as const;
@@ -166,6 +175,7 @@ export async function verifyMessage<S extends z.ZodType>(input: unknown, opts: V
   const key = opts.keys.get(header.kid);
   if (key === undefined) return fail('UNKNOWN_KID', `kid ${header.kid.slice(0, 80)}`);
 
+  const tolerance = opts.anySkew === true ? ANY_SKEW_SECONDS : (opts.clockToleranceSeconds ?? 60);
   let payload: unknown;
   try {
     ({ payload } = await jwtVerify(token, key, {
@@ -174,14 +184,14 @@ export async function verifyMessage<S extends z.ZodType>(input: unknown, opts: V
       issuer: opts.issuer,
       audience: opts.audience,
       currentDate: new Date(opts.clock.now()),
-      clockTolerance: opts.clockToleranceSeconds ?? 60,
+      clockTolerance: tolerance,
       requiredClaims: ['jti', 'iat', 'exp'],
     }));
   } catch (e) {
     return mapJoseError(e);
   }
   const iat = (payload as { iat?: unknown }).iat;
-  if (typeof iat === 'number' && iat * 1000 > opts.clock.now() + (opts.clockToleranceSeconds ?? 60) * 1000) {
+  if (typeof iat === 'number' && iat * 1000 > opts.clock.now() + tolerance * 1000) {
     return fail('NOT_YET_VALID', 'issued in the future');
   }
   const parsed = opts.schema.safeParse(payload);

@@ -8,8 +8,13 @@ type Draft = Parameters<typeof signMessage<DownlinkMessage>>[2];
 /**
  * Heartbeats: every interval, each gateway not known to be offline (its
  * retained presence, with a last will) gets a signed heartbeat naming the
- * last seq the cloud has sent it (the highest `sent` outbox row). The
- * gateway extends its freshness lease only if it has applied up to that seq.
+ * last seq the cloud has **handed out** to it (gateway_seq: committed, sent
+ * or not — a revoke waiting out a backoff or dead-lettered included). The
+ * gateway extends its freshness lease only once it has applied up to that
+ * seq, so a stuck revoke leaves it behind (it asks for a resync, which
+ * replays pending and dead rows too) and failing closed, never fresh.
+ * The heartbeat also acknowledges the gateway's uplinks (uplink_seq.acked_*),
+ * which the gateway keeps until then.
  * Skipping gateways known offline keeps heartbeats out of their broker
  * queues, where they would push out real messages; HEARTBEAT_QOS=0 goes further.
  */
@@ -43,18 +48,22 @@ export class Heartbeat {
 
   /** One round; returns what was sent to whom. */
   async beat(): Promise<{ gatewayId: string; lastSeq: number }[]> {
-    const r = await this.#app.db.query<{ id: string; last_sent: number }>(
-      `SELECT g.id, COALESCE((SELECT max(seq) FROM outbox o WHERE o.gateway_id = g.id AND o.status = 'sent'), 0) AS last_sent
-         FROM gateways g WHERE g.online IS DISTINCT FROM false ORDER BY g.id`,
+    const r = await this.#app.db.query<{ id: string; last_seq: string | number; acked_seq: string | number | null; acked_jti: string | null }>(
+      `SELECT g.id, COALESCE(s.last_seq, 0) AS last_seq, u.acked_seq, u.acked_jti
+         FROM gateways g LEFT JOIN gateway_seq s ON s.gateway_id = g.id LEFT JOIN uplink_seq u ON u.gateway_id = g.id
+        WHERE g.online IS DISTINCT FROM false ORDER BY g.id`,
     );
     const sent: { gatewayId: string; lastSeq: number }[] = [];
     await Promise.all(r.rows.map(async (g) => {
       const cid = newCorrelationId();
-      const draft = { type: 'heartbeat', aud: g.id, cid, ttlSeconds: Math.max(60, Math.ceil((3 * this.#o.intervalMs) / 1000)), body: { lastSeq: Number(g.last_sent), intervalMs: this.#o.intervalMs } } as Draft;
+      const lastSeq = Number(g.last_seq);
+      const ackedSeq = Number(g.acked_seq ?? 0);
+      const body = { lastSeq, intervalMs: this.#o.intervalMs, ...(ackedSeq > 0 && g.acked_jti !== null ? { uplinkAck: { seq: ackedSeq, jti: g.acked_jti } } : {}) };
+      const draft = { type: 'heartbeat', aud: g.id, cid, ttlSeconds: Math.max(60, Math.ceil((3 * this.#o.intervalMs) / 1000)), body } as Draft;
       try {
         const { token } = await signMessage<DownlinkMessage>(this.#o.signer.key, this.#o.signer.issuer, draft, this.#app.clock);
         await this.#o.link.publish(topics.gatewayDown(g.id), token, this.#o.publishTimeoutMs, this.#o.qos);
-        sent.push({ gatewayId: g.id, lastSeq: Number(g.last_sent) });
+        sent.push({ gatewayId: g.id, lastSeq });
       } catch (e) {
         withCorrelation(this.#app.log, cid, { gatewayId: g.id }).warn({ err: String(e) }, 'heartbeat not sent');
       }

@@ -31,6 +31,11 @@ export const UPLINK_REJECT_CODES = Object.freeze({
   APPLY_FAILED: 'The message verified, but the database refused its data (it would fail the same way on every redelivery).',
 });
 
+/** A gateway clock further off than this is logged (CLOCK_SKEW); its messages are applied all the same. */
+export const SKEW_WARN_MS = 60_000;
+const SKEW_RESOLUTION_MS = 1_000;
+const SKEW_REFRESH_MS = 60_000;
+
 type Sequenced = Exclude<UplinkMessage, { type: 'resync.request' }>;
 type Applied = { result: 'applied' | 'noop' | 'refused'; code: string };
 
@@ -45,6 +50,7 @@ export class Uplink {
   readonly #app: AppDeps;
   readonly #o: { link: MqttLink; signer: CloudSigner; replayMax: number; publishTimeoutMs: number };
   readonly #keys = new Map<string, KeySet>();
+  readonly #skew = new Map<string, { skewMs: number; at: number }>();
   readonly #pending = new Set<Promise<void>>();
 
   constructor(app: AppDeps, o: { link: MqttLink; signer: CloudSigner; replayMax: number; publishTimeoutMs: number }) {
@@ -82,7 +88,10 @@ export class Uplink {
     const gatewayId = t.gatewayId;
     const keys = await this.#keysOf(gatewayId);
     if (!keys) return this.#reject(gatewayId, topic, 'UNKNOWN_GATEWAY', `gateway ${gatewayId}`);
-    const v = await verifyMessage(payload, { keys, issuer: gatewayId, audience: this.#o.signer.issuer, schema: UplinkMessage, clock: this.#app.clock });
+    // anySkew: a verified, correctly addressed message is never dropped for the gateway's clock
+    // (its access events would be lost for good); the skew is recorded instead, and replays are
+    // refused by the jti dedupe below.
+    const v = await verifyMessage(payload, { keys, issuer: gatewayId, audience: this.#o.signer.issuer, schema: UplinkMessage, clock: this.#app.clock, anySkew: true });
     if (!v.ok) return this.#reject(gatewayId, topic, v.code, v.detail);
     const m = v.message;
     const log = withCorrelation(this.#app.log, m.cid, { gatewayId, jti: m.jti, type: m.type });
@@ -95,7 +104,11 @@ export class Uplink {
          ON CONFLICT (jti) DO NOTHING`,
         [m.jti, gatewayId, m.type, seq, m.cid, now],
       );
-      if (ins.rowCount === 0) return 'duplicate';
+      if (ins.rowCount === 0) {
+        // a resend the gateway made because it had no acknowledgement yet: it may move the pointer on
+        if (m.type !== 'resync.request') await this.#advanceAck(tx, gatewayId, m.seq, m.jti);
+        return 'duplicate';
+      }
       if (seq !== null) {
         const reused = await tx.query('SELECT 1 FROM uplink_inbox WHERE gateway_id = $1 AND seq = $2 AND jti <> $3 LIMIT 1', [gatewayId, seq, m.jti]);
         // applied anyway (dedupe is by jti): most likely the gateway's store was reset and its seq started again
@@ -119,6 +132,7 @@ export class Uplink {
       log.info({ code: 'DUPLICATE_MESSAGE' satisfies OutcomeCode }, 'duplicate uplink; not applied again');
       return;
     }
+    await this.#recordSkew(gatewayId, m.iat * 1000 - now, now, log);
     log.info({ result: outcome.result, code: outcome.code }, 'uplink applied');
     if (m.type === 'resync.request') {
       // Answered outside the incoming-message pipeline: mqtt.js handles no
@@ -196,16 +210,50 @@ export class Uplink {
     }
   }
 
-  /** Per-gateway uplink seq: the highest seen, and a log line when one jumps past the next expected. */
+  /**
+   * Per-gateway uplink seq: the highest seen (a log line when one jumps past
+   * the next expected), and the acknowledgement pointer heartbeats carry.
+   */
   async #trackSeq(tx: Queryable, gatewayId: string, m: MessageOf<UplinkMessage, Sequenced['type']>, log: AppDeps['log']): Promise<void> {
-    const prev = await tx.query<{ max_seq: number }>('SELECT max_seq FROM uplink_seq WHERE gateway_id = $1 FOR UPDATE', [gatewayId]);
-    const max = prev.rows[0]?.max_seq ?? 0;
+    const prev = await tx.query<{ max_seq: string | number; acked_seq: string | number }>('SELECT max_seq, acked_seq FROM uplink_seq WHERE gateway_id = $1 FOR UPDATE', [gatewayId]);
+    const max = Number(prev.rows[0]?.max_seq ?? 0);
+    const acked = Number(prev.rows[0]?.acked_seq ?? 0);
     if (m.seq > max + 1) log.warn({ missingFrom: max + 1, missingTo: m.seq - 1 }, 'uplink seq gap');
+    if (m.seq <= acked) {
+      // A new message (its jti is new) at a seq already acknowledged: the gateway's history
+      // started again (its store was reset or restored). Acknowledge from the start of the new one.
+      log.warn({ code: 'UPLINK_HISTORY_RESTARTED', seq: m.seq, ackedSeq: acked }, "the gateway's uplink seq started again; acknowledgement restarts");
+      await tx.query('UPDATE uplink_seq SET acked_seq = 0, acked_jti = NULL WHERE gateway_id = $1', [gatewayId]);
+    }
     await tx.query(
       `INSERT INTO uplink_seq (gateway_id, max_seq, received) VALUES ($1, $2, 1)
        ON CONFLICT (gateway_id) DO UPDATE SET max_seq = GREATEST(uplink_seq.max_seq, EXCLUDED.max_seq), received = uplink_seq.received + 1`,
       [gatewayId, m.seq],
     );
+    await this.#advanceAck(tx, gatewayId, m.seq, m.jti);
+  }
+
+  /**
+   * The acknowledgement pointer moves over the next seq only, in the same
+   * transaction as the message's effect: a message lost on the way (a broker
+   * restarted without its queue) holds it until the gateway, seeing no
+   * acknowledgement, sends it again, and its resends of the rest walk it on.
+   */
+  async #advanceAck(tx: Queryable, gatewayId: string, seq: number, jti: string): Promise<void> {
+    await tx.query('UPDATE uplink_seq SET acked_seq = $2, acked_jti = $3 WHERE gateway_id = $1 AND acked_seq = $2 - 1', [gatewayId, seq, jti]);
+  }
+
+  /**
+   * The gateway's clock skew (its iat minus our now), written when it moved by
+   * more than a second or a minute has passed, and logged (CLOCK_SKEW) when
+   * over a minute: the message is applied whatever it is.
+   */
+  async #recordSkew(gatewayId: string, skewMs: number, now: number, log: AppDeps['log']): Promise<void> {
+    const last = this.#skew.get(gatewayId);
+    if (last !== undefined && Math.abs(last.skewMs - skewMs) < SKEW_RESOLUTION_MS && now - last.at < SKEW_REFRESH_MS) return;
+    this.#skew.set(gatewayId, { skewMs, at: now });
+    if (Math.abs(skewMs) > SKEW_WARN_MS) log.warn({ code: 'CLOCK_SKEW', skewMs }, "the gateway's clock is off; its messages are applied with its own times");
+    await this.#app.db.query('UPDATE gateways SET clock_skew_ms = $2, clock_skew_at = $3 WHERE id = $1', [gatewayId, skewMs, now]);
   }
 
   async #presence(gatewayId: string, payload: Buffer): Promise<void> {

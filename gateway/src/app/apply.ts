@@ -27,6 +27,8 @@ export interface ApplyOptions {
   readonly claimLeaseMs: number;
   /** Minimum time between two resync requests. */
   readonly resyncIntervalMs: number;
+  /** An uplink the broker took this long ago that a heartbeat still does not acknowledge is sent again. */
+  readonly uplinkAckTimeoutMs: number;
 }
 
 export type ResyncReason = 'gap' | 'startup' | 'stale' | 'operator' | 'conflict' | 'ahead';
@@ -180,6 +182,8 @@ function applyRow(deps: ApplyDeps, row: InboxRow, now: number): RowResult {
       break;
     }
     case 'heartbeat': {
+      store.setCloudLastSeq(m.body.lastSeq);
+      if (m.body.uplinkAck !== undefined) settleUplinks(deps, row, m.body.uplinkAck, now);
       if (settings.seqConflictAt !== null) {
         // an open seq conflict: no lease until a snapshot settles it; each heartbeat asks again (rate-limited)
         r = { result: 'noop', code: 'SEQ_CONFLICT', resync: 'conflict' };
@@ -194,6 +198,10 @@ function applyRow(deps: ApplyDeps, row: InboxRow, now: number): RowResult {
         // history moves past it and sends its key set; the lease stands, the answer settles which.
         r = m.body.lastSeq < settings.appliedSeq ? { result: 'applied', code: 'MESSAGE_APPLIED', resync: 'ahead' } : { result: 'applied', code: 'MESSAGE_APPLIED' };
       } else {
+        // Behind: the cloud has handed out a seq we do not have (in flight, held in its backoff,
+        // or dead-lettered). No lease from it now; we ask, and once the missing rows are applied
+        // this heartbeat's proof counts (settleBehindHeartbeat).
+        store.setBehindHeartbeat({ seq: m.body.lastSeq, iatMs: m.iat * 1000 });
         r = { result: 'noop', code: 'REPORT_IGNORED', resync: 'gap' };
       }
       ack(deps, row, { ...r, keyId: null, keyVersion: null }, now);
@@ -209,9 +217,43 @@ function applyRow(deps: ApplyDeps, row: InboxRow, now: number): RowResult {
     default:
       return assertNever(m, 'downlink type');
   }
+  settleBehindHeartbeat(deps);
   store.markProcessed(row.id, r.result, r.code, now);
   store.raiseTimeFloor(0, now);
   return r;
+}
+
+/**
+ * A heartbeat that found us behind proves freshness as of its `iat` once
+ * everything up to its seq is applied: the lease it would have given is
+ * granted then (never beyond iat + grace, so never longer than in order).
+ */
+function settleBehindHeartbeat(deps: ApplyDeps): void {
+  const s = deps.store.settings();
+  const hb = s.behindHeartbeat;
+  if (hb === null || s.appliedSeq < hb.seq || s.seqConflictAt !== null) return;
+  const v = onHeartbeat({ lastSeq: hb.seq, iatMs: hb.iatMs }, s.appliedSeq, s.leaseExpiresAt, deps.options.offlineGraceSeconds);
+  if (v.kind === 'extend') deps.store.setLease(v.leaseExpiresAt);
+  deps.store.setBehindHeartbeat(null);
+}
+
+/**
+ * The heartbeat's uplink acknowledgement: rows up to its seq are done; rows
+ * the broker took over `uplinkAckTimeoutMs` ago and still not acknowledged
+ * go again (the broker lost them, or the cloud could not apply them). An
+ * acknowledgement of another history (our store was reset or restored) is
+ * ignored: our rows stay and are sent again, and the cloud restarts its count.
+ */
+function settleUplinks(deps: ApplyDeps, row: InboxRow, a: { seq: number; jti: string }, now: number): void {
+  const r = deps.store.ackUplink(a.seq, a.jti, now);
+  if ('foreign' in r) {
+    withCorrelation(deps.log, row.cid).warn({ code: 'UPLINK_ACK_FOREIGN', ackSeq: a.seq, ackJti: a.jti, ourJti: r.ourJti }, 'the cloud acknowledged an uplink that is not ours at that seq; nothing dropped');
+  }
+  const again = deps.store.requeueUnacked(now - deps.options.uplinkAckTimeoutMs);
+  if (again > 0) {
+    deps.metrics.uplinkResent.inc(again);
+    withCorrelation(deps.log, row.cid).warn({ code: 'UPLINK_UNACKED', rows: again, ackedSeq: a.seq }, 'uplinks the cloud has not acknowledged are sent again');
+  }
 }
 
 type SnapshotMessage = Extract<InboxRow['message'], { type: 'keyset.snapshot' }>;

@@ -1,5 +1,5 @@
-import type { Clock, Logger } from '@tobira/shared';
-import { trustedNow } from '../domain/freshness.js';
+import type { Clock, Logger, MonotonicClock } from '@tobira/shared';
+import { advanceFloor, trustedNow, type TimeAnchor } from '../domain/freshness.js';
 import type { GatewayStore } from '../adapters/sqlite/store.js';
 import type { Metrics } from '../metrics.js';
 
@@ -11,7 +11,7 @@ export type CrashHook = (point: CrashPoint) => void;
 export interface AppContext {
   readonly gatewayId: string;
   readonly store: GatewayStore;
-  readonly clock: Clock;
+  readonly time: TrustedTime;
   readonly log: Logger;
   readonly metrics: Metrics;
   readonly crash: CrashHook;
@@ -19,9 +19,28 @@ export interface AppContext {
   readonly outboxWritten: () => void;
 }
 
-/** Trusted time: never earlier than the newest verified iat or the time already acted on. */
-export function nowOf(ctx: Pick<AppContext, 'store' | 'clock'>): number {
-  return trustedNow(ctx.clock.now(), ctx.store.settings());
+/**
+ * The gateway's one source of trusted time (domain/freshness.ts): the wall
+ * clock, floored by the persisted time floor carried forward on the
+ * monotonic clock. One instance per running gateway: the anchor is process state.
+ */
+export class TrustedTime {
+  #anchor: TimeAnchor | null = null;
+  constructor(
+    readonly wall: Clock,
+    readonly mono: MonotonicClock,
+  ) {}
+
+  now(store: Pick<GatewayStore, 'settings'>): number {
+    const a = advanceFloor(this.#anchor, store.settings(), this.mono.now());
+    this.#anchor = { floorMs: a.floorMs, monoMs: a.monoMs };
+    return trustedNow(this.wall.now(), a.nowFloorMs);
+  }
+}
+
+/** Trusted time: never earlier than the newest verified iat or the time already acted on, and advancing with real elapsed time. */
+export function nowOf(ctx: Pick<AppContext, 'store' | 'time'>): number {
+  return ctx.time.now(ctx.store);
 }
 
 export const noCrash: CrashHook = () => {};

@@ -26,7 +26,7 @@ const byteLength = (payload: unknown): number =>
  * (DESIGN.md I5). A refusal a lock reported (origin 'lock') is logged and
  * stored but not counted as a message the gateway refused.
  */
-export function recordLockRefusal(ctx: Pick<AppContext, 'store' | 'clock' | 'metrics'>, log: Logger, r: RefusedLockMessage): void {
+export function recordLockRefusal(ctx: Pick<AppContext, 'store' | 'time' | 'metrics'>, log: Logger, r: RefusedLockMessage): void {
   if (r.origin === 'gateway') ctx.metrics.lockMessagesRefused.inc({ channel: r.channel, code: r.code });
   log.warn({ origin: r.origin, lockId: r.lockId, channel: r.channel, code: r.code, detail: r.detail }, r.origin === 'gateway' ? 'lock message refused' : 'lock refused a command');
   try {

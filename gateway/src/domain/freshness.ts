@@ -6,9 +6,20 @@
  * up to the heartbeat's `lastSeq` has been applied; otherwise the gateway is
  * behind and must resync first. The lease never moves backwards.
  *
- * Trusted time is never earlier than the newest verified `iat` nor than the
- * highest time the gateway has already acted on, so a clock set backwards
- * cannot make an expired key or an expired lease valid again.
+ * Trusted time is the latest of: the wall clock; the newest verified `iat`
+ * and the highest time already acted on (both persisted); and that persisted
+ * floor carried forward by the real time elapsed since it was taken, measured
+ * on a monotonic clock. So trusted time never goes backwards, and it advances
+ * at least as fast as real time whatever the wall clock does: with the wall
+ * clock stopped, set back to 1970 or a day behind, the lease (`iat + grace`,
+ * with trusted time >= iat when the heartbeat arrives) still runs out after
+ * at most `offlineGraceSeconds` of real elapsed time, and key validity
+ * windows keep expiring. A wall clock ahead of real time only makes leases
+ * and keys end sooner (fail closed).
+ *
+ * Across a restart the monotonic reading means nothing; the persisted floor
+ * (raised every second while running, and at stop) is where trusted time
+ * resumes, so a restart never hands back lease time that had elapsed.
  */
 export interface TimeFloor {
   /** Newest verified `iat`, in ms. */
@@ -17,9 +28,29 @@ export interface TimeFloor {
   readonly highWaterMs: number;
 }
 
-/** Invariant: the result is >= every input, so trusted time never goes backwards. */
-export function trustedNow(clockNow: number, floor: TimeFloor): number {
-  return Math.max(clockNow, floor.maxIatMs, floor.highWaterMs);
+/** A floor value and the monotonic reading taken when trusted time was last at it. */
+export interface TimeAnchor {
+  readonly floorMs: number;
+  readonly monoMs: number;
+}
+
+/**
+ * Carries the floor forward by elapsed real time. A persisted floor at or
+ * above the carried one (a newer iat, a restart) becomes the new anchor.
+ * Invariant: the floor never decreases while the monotonic clock does not.
+ */
+export function advanceFloor(anchor: TimeAnchor | null, persisted: TimeFloor, monoNow: number): TimeAnchor & { readonly nowFloorMs: number } {
+  const stored = Math.max(persisted.maxIatMs, persisted.highWaterMs);
+  if (anchor !== null) {
+    const carried = anchor.floorMs + Math.max(0, monoNow - anchor.monoMs);
+    if (carried > stored) return { floorMs: anchor.floorMs, monoMs: anchor.monoMs, nowFloorMs: carried };
+  }
+  return { floorMs: stored, monoMs: monoNow, nowFloorMs: stored };
+}
+
+/** Invariant: the result is >= the wall clock and >= the (carried) floor, so trusted time never goes backwards. */
+export function trustedNow(clockNow: number, floorMs: number): number {
+  return Math.max(clockNow, floorMs);
 }
 
 export type HeartbeatVerdict =

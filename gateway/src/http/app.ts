@@ -38,7 +38,7 @@ export interface Health {
 }
 
 /** Why the site denies ordinary keys with CLOUD_STALE (DESIGN.md I1). */
-export const FAIL_CLOSED_REASONS = ['NO_LEASE', 'LEASE_EXPIRED', 'SEQ_CONFLICT'] as const;
+export const FAIL_CLOSED_REASONS = ['NO_LEASE', 'LEASE_EXPIRED', 'BEHIND_CLOUD', 'SEQ_CONFLICT'] as const;
 export type FailClosedReason = (typeof FAIL_CLOSED_REASONS)[number];
 
 export interface StaffStatus {
@@ -55,6 +55,12 @@ export interface StaffStatus {
   failClosedReason: FailClosedReason | null;
   /** Sequenced inbox rows wait behind a missing seq (a resync is asked for). */
   waitingOnGap: boolean;
+  /** The last seq a heartbeat named (the cloud has handed out up to it); null before the first heartbeat. */
+  cloudLastSeq: number | null;
+  /** Uplinks the broker took that the cloud has not acknowledged applying yet (kept, sent again when overdue). */
+  uplinkUnacked: number;
+  /** The highest uplink seq the cloud has acknowledged. */
+  uplinkAckedSeq: number;
   newestVerifiedIatMs: number;
   lastResyncAt: number | null;
   inboxDepth: number;

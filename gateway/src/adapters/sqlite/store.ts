@@ -41,7 +41,16 @@ export interface Settings {
   readonly snapshotSeq: number;
   /** When a message showed that the cloud's history differs from ours (SEQ_CONFLICT); null: none open. */
   readonly seqConflictAt: number | null;
+  /** The last seq a heartbeat named: the cloud has handed out up to it (null: no heartbeat yet). */
+  readonly cloudLastSeq: number | null;
+  /** The newest heartbeat that found us behind; its proof of freshness counts once we applied up to its seq. */
+  readonly behindHeartbeat: { readonly seq: number; readonly iatMs: number } | null;
+  /** The highest uplink seq the cloud has acknowledged applying. */
+  readonly uplinkAckedSeq: number;
 }
+
+/** What a heartbeat's uplink acknowledgement did: rows acknowledged now, or `foreign` (its jti is not ours at that seq: another history). */
+export type UplinkAckResult = { readonly acked: number } | { readonly foreign: true; readonly ourJti: string | null };
 
 const SettingsRow = z.object({
   applied_seq: z.int(),
@@ -53,6 +62,10 @@ const SettingsRow = z.object({
   last_resync_at: z.int().nullable(),
   snapshot_seq: z.int(),
   seq_conflict_at: z.int().nullable(),
+  cloud_last_seq: z.int().nullable(),
+  behind_hb_seq: z.int().nullable(),
+  behind_hb_iat_ms: z.int().nullable(),
+  uplink_acked_seq: z.int(),
 });
 
 export interface InboxRow {
@@ -179,6 +192,9 @@ export class GatewayStore {
       lastResyncAt: r.last_resync_at,
       snapshotSeq: r.snapshot_seq,
       seqConflictAt: r.seq_conflict_at,
+      cloudLastSeq: r.cloud_last_seq,
+      behindHeartbeat: r.behind_hb_seq === null || r.behind_hb_iat_ms === null ? null : { seq: r.behind_hb_seq, iatMs: r.behind_hb_iat_ms },
+      uplinkAckedSeq: r.uplink_acked_seq,
     };
   }
 
@@ -192,6 +208,12 @@ export class GatewayStore {
   /** The cloud's history differs from ours: the lease ends now (fail closed) and stays unrenewed until a snapshot. */
   markSeqConflict(at: number): void {
     this.db.prepare('UPDATE settings SET seq_conflict_at = COALESCE(seq_conflict_at, ?), lease_expires_at = NULL WHERE id = 1').run(at);
+  }
+  setCloudLastSeq(seq: number): void {
+    this.db.prepare('UPDATE settings SET cloud_last_seq = ? WHERE id = 1').run(seq);
+  }
+  setBehindHeartbeat(hb: { seq: number; iatMs: number } | null): void {
+    this.db.prepare('UPDATE settings SET behind_hb_seq = ?, behind_hb_iat_ms = ? WHERE id = 1').run(hb?.seq ?? null, hb?.iatMs ?? null);
   }
   setLease(expiresAt: number): void {
     this.db.prepare('UPDATE settings SET lease_expires_at = ? WHERE id = 1').run(expiresAt);
@@ -613,7 +635,40 @@ export class GatewayStore {
     return (this.db.prepare("SELECT count(*) AS n FROM outbox WHERE status = 'pending'").get() as { n: number }).n;
   }
 
+  /** Rows the broker took (PUBACK) that the cloud has not acknowledged applying yet. */
+  outboxUnacked(): number {
+    return (this.db.prepare("SELECT count(*) AS n FROM outbox WHERE status = 'sent' AND acked_at IS NULL").get() as { n: number }).n;
+  }
+
+  /**
+   * The cloud acknowledged applying every uplink up to `seq`, whose message is
+   * `jti`. Only if our row at `seq` is that message (a store that was reset
+   * or restored has another history under the same seqs): then every row up
+   * to it is done, whether sent or waiting to be sent again. In the caller's transaction.
+   */
+  ackUplink(seq: number, jti: string, now: number): UplinkAckResult {
+    const ours = this.db.prepare('SELECT jti FROM outbox WHERE seq = ?').get(seq) as { jti: string } | undefined;
+    if (ours === undefined && seq <= this.settings().uplinkAckedSeq) return { acked: 0 }; // acknowledged before, and purged since
+    if (ours?.jti !== jti) return { foreign: true, ourJti: ours?.jti ?? null };
+    const r = this.db
+      .prepare("UPDATE outbox SET status = 'sent', sent_at = COALESCE(sent_at, ?), acked_at = ? WHERE seq <= ? AND acked_at IS NULL")
+      .run(now, now, seq);
+    this.db.prepare('UPDATE settings SET uplink_acked_seq = max(uplink_acked_seq, ?) WHERE id = 1').run(seq);
+    return { acked: r.changes };
+  }
+
+  /**
+   * Rows the broker took longer than `sentBefore` ago that the cloud still has
+   * not acknowledged go back to pending, to be sent again with the same jti
+   * and seq (the broker lost them, or the cloud could not apply them yet; the
+   * cloud deduplicates). In the caller's transaction. Returns how many.
+   */
+  requeueUnacked(sentBefore: number): number {
+    return this.db.prepare("UPDATE outbox SET status = 'pending' WHERE status = 'sent' AND acked_at IS NULL AND sent_at < ?").run(sentBefore).changes;
+  }
+
+  /** Only rows the cloud acknowledged are ever deleted. */
   purgeSentOutbox(olderThan: number): number {
-    return this.db.prepare("DELETE FROM outbox WHERE status = 'sent' AND sent_at < ?").run(olderThan).changes;
+    return this.db.prepare('DELETE FROM outbox WHERE acked_at IS NOT NULL AND acked_at < ?').run(olderThan).changes;
   }
 }
