@@ -25,8 +25,10 @@ export const DECISION_WORDS = Object.freeze({
   DOOR_NOT_PERMITTED: 'Key does not open this door',
   SITE_LOCKDOWN: 'Site is in lockdown: only staff master keys open doors',
   CLOUD_STALE: 'Refused because the gateway is not in sync with the cloud (failing closed)',
-  LOCKED_OUT: 'Too many wrong tries at this lock: it is cooling down',
+  LOCKED_OUT: 'Too many wrong tries at this lock, or with this kind of credential across the site: it is cooling down',
   BAD_REQUEST: 'The lock sent a malformed request',
+  RATE_LIMITED: 'The lock sent too many requests too fast: refused without deciding',
+  STORAGE_FULL: 'Refused because the gateway is almost out of disk space (only staff master keys open)',
 });
 
 /** Why the doors fail closed (`failClosedReason` of /staff/status): a title and what to do. */
