@@ -63,6 +63,8 @@ async function main() {
     credentialPepper: encodeSecret(pepper),
     http: null,
     lockout: { limit: 0, cooldownSeconds: 60 },
+    // Measures decisions, not the flood guard: one lock sends thousands of requests.
+    requestRate: { burst: 1_000_000, perSecond: 1000 },
   });
   const gw = createGateway(config, { log: pino({ level: 'silent' }) });
   await gw.start();

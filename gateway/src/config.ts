@@ -56,6 +56,18 @@ export const GatewayConfig = z.strictObject({
   locks: z.array(z.strictObject({ lockId: LockId, doorId: DoorId, pairingSecret: Secret })).max(256).default([]),
   credentialPepper: Secret,
   lockout: z.strictObject({ limit: z.int().min(0).default(5), cooldownSeconds: z.int().min(1).default(60) }).default({ limit: 5, cooldownSeconds: 60 }),
+  /** Wrong credentials of one type across all locks (guessing spread over doors); limit 0 = off. */
+  siteLockout: z
+    .strictObject({ limit: z.int().min(0).default(20), windowSeconds: z.int().min(1).default(600), cooldownSeconds: z.int().min(1).default(300) })
+    .default({ limit: 20, windowSeconds: 600, cooldownSeconds: 300 }),
+  /** Per-lock token bucket, applied before anything is written; a person at a keypad never comes near it. */
+  requestRate: z.strictObject({ burst: z.int().min(1).default(10), perSecond: z.number().positive().max(1000).default(1) }).default({ burst: 10, perSecond: 1 }),
+  /** access_log retention (hourly purge); rows the cloud does not have yet are never pruned. */
+  accessLog: z.strictObject({ maxAgeDays: z.int().min(1).default(30), maxRows: z.int().min(1).default(100_000) }).default({ maxAgeDays: 30, maxRows: 100_000 }),
+  /** Free space the data folder's file system must keep; below it only offline-capable keys open (STORAGE_FULL). */
+  storage: z
+    .strictObject({ minFreeBytes: z.int().min(0).default(256 * 1024 * 1024), checkIntervalMs: z.int().min(1000).default(30_000) })
+    .default({ minFreeBytes: 256 * 1024 * 1024, checkIntervalMs: 30_000 }),
   http: z
     .strictObject({ host: z.string().default('127.0.0.1'), port: z.int().min(0).max(65535).default(8080) })
     .nullable()

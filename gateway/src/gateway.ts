@@ -1,4 +1,5 @@
 import { readFileSync } from 'node:fs';
+import { dirname, resolve } from 'node:path';
 import {
   KeySet,
   createLogger,
@@ -20,6 +21,7 @@ import type { FastifyInstance } from 'fastify';
 import { openDatabase } from './adapters/sqlite/db.js';
 import { GatewayStore, type InboxRow, type RetentionLimits, type Settings } from './adapters/sqlite/store.js';
 import { connectCloudLink, connectSiteLink, type Link } from './adapters/mqtt/links.js';
+import { StorageGuard, statfsFreeBytes, type FreeSpaceReader, type StorageStatus } from './adapters/storage.js';
 import { handleLockRequests, type AccessDeps } from './app/access.js';
 import { applyPending, maybeResync, type ApplyDeps } from './app/apply.js';
 import { TrustedTime, noCrash, nowOf, type AppContext, type CrashHook } from './app/context.js';
@@ -50,6 +52,8 @@ export interface GatewayDeps {
   readonly tickMs?: number;
   /** Test seam: bounds of the diagnostic tables (default DEFAULT_RETENTION: 10,000 rows, 30 days each). */
   readonly retention?: Partial<RetentionLimits>;
+  /** Test seam: the free-space reader of the data folder (default fs.statfs). */
+  readonly freeSpace?: FreeSpaceReader;
 }
 
 export interface Gateway {
@@ -64,6 +68,8 @@ export interface Gateway {
   applyNow(): number;
   /** Runs the hourly purge now (tests); returns the rows deleted. */
   purgeNow(): number;
+  /** Reads the data folder's free space now (tests; it also runs at start and every storage.checkIntervalMs). */
+  checkStorageNow(): Promise<StorageStatus>;
   /** Resolves when the uplink sender has nothing more it can send now. */
   uplinkIdle(): Promise<void>;
   /** `cid`: the correlation id of the staff request (a fresh one when absent). */
@@ -100,6 +106,7 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
   let httpUrl: string | null = null;
   let uplink: UplinkSender | null = null;
   let applyDeps: ApplyDeps | null = null;
+  let storage: StorageGuard | null = null;
   const timers: NodeJS.Timeout[] = [];
   let stopping = false;
   let applyScheduled = false;
@@ -110,11 +117,16 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
   };
 
   const applyNow = (): number => (applyDeps === null ? 0 : applyPending(applyDeps));
-  /** Retention: processed inbox 30 days, sent outbox 7 days, incomplete snapshots 1 day, lock refusals and rejected downlinks by `retention`. */
+  /**
+   * Retention: processed inbox 30 days, sent outbox 7 days, incomplete snapshots 1 day, lock refusals and
+   * rejected downlinks by `retention`, the access log by `accessLog` (only rows the cloud already has).
+   */
   const purgeNow = (): number => {
     const s = need(store);
     const now = nowOf({ store: s, time });
-    return s.purgeProcessed(now - 30 * DAY) + s.purgeSentOutbox(now - 7 * DAY) + s.purgeIncompleteSnapshots(now - DAY) + s.purgeLockRefusals(now) + s.purgeRejected(now);
+    return (
+      s.purgeProcessed(now - 30 * DAY) + s.purgeSentOutbox(now - 7 * DAY) + s.purgeIncompleteSnapshots(now - DAY) + s.purgeLockRefusals(now) + s.purgeRejected(now) + s.purgeAccessLog(now)
+    );
   };
   const applySoon = () => {
     if (applyScheduled) return;
@@ -159,13 +171,23 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
     },
     applyNow,
     purgeNow,
+    checkStorageNow: () => need(storage).check(),
     uplinkIdle: () => uplink?.idle() ?? Promise.resolve(),
     setMode,
     enqueueStatus: () => enqueueStatus(ctx()),
 
     async start() {
-      const s = new GatewayStore(openDatabase(config.sqlitePath), { maxRows: config.outboxMaxRows }, deps.retention);
+      const s = new GatewayStore(
+        openDatabase(config.sqlitePath),
+        { maxRows: config.outboxMaxRows },
+        { accessLogMaxRows: config.accessLog.maxRows, accessLogMaxAgeMs: config.accessLog.maxAgeDays * DAY, ...deps.retention },
+      );
       store = s;
+      const dataDir = config.sqlitePath === ':memory:' ? process.cwd() : dirname(resolve(config.sqlitePath));
+      const guard = new StorageGuard(dataDir, config.storage.minFreeBytes, deps.freeSpace ?? statfsFreeBytes, runLog, () => nowOf({ store: s, time }));
+      storage = guard;
+      // Before the first request is decided: a gateway started on a full disk starts refusing.
+      await guard.check();
       const now0 = clock.now();
       for (const l of config.locks) s.upsertLock(l.lockId, l.doorId, now0);
       s.releaseAllClaims();
@@ -191,16 +213,21 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
         access: {
           pepper: decodeSecret(config.credentialPepper),
           lockout: config.lockout,
+          siteLockout: config.siteLockout,
+          requestRate: config.requestRate,
           holdMs: config.holdMs,
           commandTtlMs: config.commandTtlMs,
           pairingSecrets: new Map(config.locks.map((l) => [l.lockId, decodeSecret(l.pairingSecret)])),
         },
+        buckets: new Map(),
+        storageLow: () => guard.low,
       };
       metrics.bind({
         inboxDepth: () => s.inboxDepth(),
         outboxDepth: () => s.outboxDepth(),
         leaseRemainingSeconds: () => leaseRemainingSeconds(s.settings().leaseExpiresAt, nowOf(base)),
         locks: () => s.locks(),
+        storage: () => guard.status(),
       });
 
       // Rows committed before a crash or a restart are applied first.
@@ -288,6 +315,9 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
         }, tickMs),
         setInterval(() => gw.enqueueStatus(), config.statusIntervalMs),
         setInterval(() => {
+          guard.check().catch((e: unknown) => runLog.error({ err: e }, 'disk headroom check failed'));
+        }, config.storage.checkIntervalMs),
+        setInterval(() => {
           try {
             const purged = purgeNow();
             if (purged > 0) runLog.info({ purged }, 'purged old rows (inbox, outbox, snapshot parts, lock refusals, rejected downlinks)');
@@ -343,6 +373,7 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
                 locksTotal: c.locks,
                 locksOnline: c.locksOnline,
                 timeZone: config.timeZone ?? null,
+                storage: guard.status(),
               };
             },
             ...staffLists(s.db, () => nowOf(base)),

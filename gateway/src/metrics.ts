@@ -19,6 +19,7 @@ export interface MetricSources {
   outboxDepth(): number;
   leaseRemainingSeconds(): number;
   locks(): readonly { lockId: string; online: boolean }[];
+  storage?(): { readonly low: boolean; readonly freeBytes: number | null };
 }
 
 export function createMetrics(defaults = false): Metrics & { bind(src: MetricSources): void } {
@@ -43,6 +44,24 @@ export function createMetrics(defaults = false): Metrics & { bind(src: MetricSou
   new Gauge({ name: 'tobira_gateway_inbox_depth', help: 'Pending inbox rows.', registers: [registry], collect() { if (src) this.set(src.inboxDepth()); } });
   new Gauge({ name: 'tobira_gateway_outbox_depth', help: 'Pending outbox rows.', registers: [registry], collect() { if (src) this.set(src.outboxDepth()); } });
   new Gauge({ name: 'tobira_gateway_lease_remaining_seconds', help: 'Seconds left on the freshness lease (0: failing closed).', registers: [registry], collect() { if (src) this.set(src.leaseRemainingSeconds()); } });
+  new Gauge({
+    name: 'tobira_gateway_storage_low',
+    help: 'Data folder below its free-disk headroom (1: ordinary keys refused STORAGE_FULL).',
+    registers: [registry],
+    collect() {
+      const st = src?.storage?.();
+      if (st) this.set(st.low ? 1 : 0);
+    },
+  });
+  new Gauge({
+    name: 'tobira_gateway_storage_free_bytes',
+    help: 'Free bytes on the data folder file system at the last check.',
+    registers: [registry],
+    collect() {
+      const free = src?.storage?.().freeBytes;
+      if (free !== undefined && free !== null) this.set(free);
+    },
+  });
   new Gauge({
     name: 'tobira_gateway_lock_online',
     help: 'Lock availability (1 online, 0 offline).',

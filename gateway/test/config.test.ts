@@ -34,6 +34,10 @@ describe('config', () => {
     expect(c).toMatchObject({ offlineGraceSeconds: 60, staffToken: 'a-long-enough-staff-token', keyPairFile: join(dir, 'key.json'), sqlitePath: join(dir, 'gw.sqlite') });
     expect(c.cloud.issuer).toBe('tobira-cloud');
     expect(c.lockout).toEqual({ limit: 5, cooldownSeconds: 60 });
+    expect(c.siteLockout).toEqual({ limit: 20, windowSeconds: 600, cooldownSeconds: 300 });
+    expect(c.requestRate).toEqual({ burst: 10, perSecond: 1 });
+    expect(c.accessLog).toEqual({ maxAgeDays: 30, maxRows: 100_000 });
+    expect(c.storage).toEqual({ minFreeBytes: 256 * 1024 * 1024, checkIntervalMs: 30_000 });
     expect(c.commandTtlMs).toBeLessThanOrEqual(30_000);
     expect(Object.isFrozen(c) && Object.isFrozen(c.cloud)).toBe(true);
   });
@@ -45,6 +49,9 @@ describe('config', () => {
     expect(() => parseConfig({ ...m, commandTtlMs: 60_000 })).toThrow(/commandTtlMs/);
     expect(() => parseConfig({ ...m, credentialPepper: 'short' })).toThrow(/credentialPepper/);
     expect(() => parseConfig({ ...m, surprise: 1 })).toThrow();
+    expect(() => parseConfig({ ...m, requestRate: { burst: 0 } })).toThrow(/requestRate\.burst/);
+    expect(() => parseConfig({ ...m, requestRate: { perSecond: 0 } })).toThrow(/requestRate\.perSecond/);
+    expect(() => parseConfig({ ...m, storage: { minFreeBytes: -1 } })).toThrow(/storage\.minFreeBytes/);
   });
 
   describe("the site's time zone", () => {

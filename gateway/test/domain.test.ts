@@ -4,7 +4,8 @@ import { asKeyId, type KeyGrant } from '@tobira/shared';
 import { decide, type KeyCandidate, type KeySetView, type LockView, type SiteView } from '../src/domain/decide.js';
 import { advanceFloor, isStale, onHeartbeat, trustedNow, type TimeAnchor } from '../src/domain/freshness.js';
 import { applyGrant, applyRevoke, emptySlot, isActive, type KeySlot } from '../src/domain/keyset.js';
-import { isLockedOut, noLockout, recordAttempt } from '../src/domain/lockout.js';
+import { isLockedOut, noLockout, noSiteLockout, recordAttempt, recordSiteAttempt, type SiteLockoutState } from '../src/domain/lockout.js';
+import { fullBucket, takeToken, type Bucket } from '../src/domain/ratelimit.js';
 import { inSchedule } from '../src/domain/schedule.js';
 import { DOOR, LOCK, T0, grant } from './fixtures.js';
 
@@ -29,6 +30,8 @@ describe('decide', () => {
       [active(grant()), lock, { mode: 'normal', leaseExpiresAt: T0 }, 'CLOUD_STALE'],
       [active(grant()), lock, { mode: 'normal', leaseExpiresAt: null }, 'CLOUD_STALE'],
       [active(grant()), { ...lock, lockedOutUntil: T0 + 1 }, fresh, 'LOCKED_OUT'],
+      [active(grant()), lock, { ...fresh, credentialLockout: { failures: 0, lockedOutUntil: T0 + 1 } }, 'LOCKED_OUT'],
+      [active(grant()), lock, { ...fresh, storageLow: true }, 'STORAGE_FULL'],
       [active(grant()), null, fresh, 'BAD_REQUEST'],
     ];
     for (const [k, l, s, code] of cases) {
@@ -39,6 +42,17 @@ describe('decide', () => {
   it('lets offline-capable staff keys through lockdown and a stale lease', () => {
     const staff = active(grant({ offlineCapable: true }));
     expect(decide(req, keys(staff), lock, { mode: 'lockdown', leaseExpiresAt: null }, T0).code).toBe('ALLOWED');
+  });
+  it('below the disk headroom refuses ordinary keys (an unrecorded unlock breaks I2) and still opens for staff keys', () => {
+    const low: SiteView = { ...fresh, storageLow: true };
+    expect(decide(req, keys(active(grant())), lock, low, T0)).toMatchObject({ allowed: false, code: 'STORAGE_FULL', key: { grant: { keyId: 'key-1' } } });
+    expect(decide(req, keys(active(grant({ offlineCapable: true }))), lock, low, T0).code).toBe('ALLOWED');
+    expect(decide(req, keys(active(grant())), lock, { ...fresh, storageLow: false }, T0).code).toBe('ALLOWED');
+  });
+  it('refuses everything, staff keys too, while the credential type is locked out across the site, and opens again after', () => {
+    const locked: SiteView = { ...fresh, credentialLockout: { failures: 0, lockedOutUntil: T0 + 1000 } };
+    expect(decide(req, keys(active(grant({ offlineCapable: true }))), lock, locked, T0).code).toBe('LOCKED_OUT');
+    expect(decide(req, keys(active(grant())), lock, locked, T0 + 1000).code).toBe('ALLOWED');
   });
   it('evaluates the schedule in its time zone', () => {
     // T0 is Monday 12:00 in Tokyo, Monday 03:00 UTC.
@@ -189,5 +203,82 @@ describe('lockout', () => {
     s = recordAttempt(s, 'OUTSIDE_SCHEDULE', T0, policy);
     expect(s.failures).toBe(1);
     expect(recordAttempt(s, 'ALLOWED', T0, policy)).toEqual(noLockout);
+  });
+});
+
+describe('site-wide lockout (per credential type)', () => {
+  const policy = { limit: 4, windowSeconds: 600, cooldownSeconds: 300 };
+  const wrong = (s: SiteLockoutState, at: number) => recordSiteAttempt(s, 'UNKNOWN_CREDENTIAL', at, policy);
+
+  it('locks the type out after the limit of wrong credentials inside the window, and lifts after the cool-down', () => {
+    let s = noSiteLockout;
+    for (let i = 0; i < 3; i++) s = wrong(s, T0 + i * 1000);
+    expect(s).toEqual({ failures: 3, windowStart: T0, lockedOutUntil: null });
+    s = wrong(s, T0 + 3000);
+    expect(isLockedOut(s, T0 + 3000)).toBe(true);
+    expect(isLockedOut(s, T0 + 3000 + 299_999)).toBe(true);
+    expect(isLockedOut(s, T0 + 3000 + 300_000)).toBe(false);
+    expect(wrong(s, T0 + 10_000)).toBe(s); // wrong tries during the cool-down change nothing
+    expect(wrong(s, T0 + 303_000)).toEqual({ failures: 1, windowStart: T0 + 303_000, lockedOutUntil: null });
+  });
+
+  it('is not reset by a right credential (one valid card must not wipe a guesser tally), nor by refusals of a real key', () => {
+    let s = wrong(wrong(noSiteLockout, T0), T0 + 1);
+    s = recordSiteAttempt(s, 'ALLOWED', T0 + 2, policy);
+    s = recordSiteAttempt(s, 'OUTSIDE_SCHEDULE', T0 + 3, policy);
+    expect(s).toEqual({ failures: 2, windowStart: T0, lockedOutUntil: null });
+    s = wrong(wrong(s, T0 + 4), T0 + 5);
+    expect(isLockedOut(s, T0 + 5)).toBe(true);
+  });
+
+  it('starts a new count when the window has passed, and when the clock went back before the window', () => {
+    const s = wrong(wrong(wrong(noSiteLockout, T0), T0), T0);
+    expect(wrong(s, T0 + 600_000)).toEqual({ failures: 1, windowStart: T0 + 600_000, lockedOutUntil: null });
+    expect(wrong(s, T0 - 1)).toEqual({ failures: 1, windowStart: T0 - 1, lockedOutUntil: null });
+  });
+
+  it('is off with limit 0', () => {
+    let s = noSiteLockout;
+    for (let i = 0; i < 50; i++) s = recordSiteAttempt(s, 'UNKNOWN_CREDENTIAL', T0, { ...policy, limit: 0 });
+    expect(s).toBe(noSiteLockout);
+  });
+});
+
+describe('request rate limit (token bucket)', () => {
+  const policy = { burst: 3, perSecond: 2 };
+
+  it('lets a burst through, refuses the rest, and flags only the first refusal of a flood', () => {
+    let b: Bucket = fullBucket(policy, T0);
+    const results = [];
+    for (let i = 0; i < 6; i++) {
+      const t = takeToken(b, T0, policy);
+      b = t.bucket;
+      results.push(t.ok ? 'ok' : t.first ? 'first' : 'refused');
+    }
+    expect(results).toEqual(['ok', 'ok', 'ok', 'first', 'refused', 'refused']);
+    const after = takeToken(b, T0 + 500, policy); // one token back after 0.5 s at 2/s
+    expect(after).toMatchObject({ ok: true, refusedBefore: 3 });
+    expect(takeToken(after.bucket, T0 + 500, policy)).toMatchObject({ ok: false, first: true });
+  });
+
+  it('never lets more than burst + rate x time through, whatever the clock does', () => {
+    fc.assert(
+      fc.property(fc.array(fc.integer({ min: -5_000, max: 5_000 }), { minLength: 1, maxLength: 200 }), (steps) => {
+        let b = fullBucket(policy, T0);
+        let now = T0;
+        let maxNow = T0;
+        let passed = 0;
+        for (const step of steps) {
+          now += step;
+          maxNow = Math.max(maxNow, now);
+          const t = takeToken(b, now, policy);
+          b = t.bucket;
+          if (t.ok) passed++;
+        }
+        // A clock going backwards refills nothing: only forward progress of the newest time counts.
+        expect(passed).toBeLessThanOrEqual(policy.burst + Math.floor(((maxNow - T0) * policy.perSecond) / 1000));
+      }),
+      { numRuns: 300 },
+    );
   });
 });

@@ -111,7 +111,20 @@ describe('lock request parsing, fuzzed', () => {
       const s = open();
       const lockSecret = newPairingSecret();
       s.store.upsertLock('lock-1', 'door-1', T0);
-      const deps = { ...s.deps, access: { pepper: newPairingSecret(), lockout: { limit: 0, cooldownSeconds: 60 }, holdMs: 1000, commandTtlMs: 10_000, pairingSecrets: new Map([['lock-1', lockSecret]]) } };
+      const deps = {
+        ...s.deps,
+        access: {
+          pepper: newPairingSecret(),
+          lockout: { limit: 0, cooldownSeconds: 60 },
+          siteLockout: { limit: 0, windowSeconds: 600, cooldownSeconds: 300 },
+          requestRate: { burst: 1_000_000, perSecond: 1000 },
+          holdMs: 1000,
+          commandTtlMs: 10_000,
+          pairingSecrets: new Map([['lock-1', lockSecret]]),
+        },
+        buckets: new Map(),
+        storageLow: () => false,
+      };
       const payload = fc.oneof(
         fc.uint8Array({ maxLength: 300 }),
         fc.string({ maxLength: 300 }).map((t) => Buffer.from(t)),

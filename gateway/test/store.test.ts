@@ -2,10 +2,11 @@ import { copyFileSync, mkdirSync, mkdtempSync, readdirSync, rmSync } from 'node:
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { newCorrelationId, newMessageId, type DownlinkMessage } from '@tobira/shared';
+import { asLockId, newCorrelationId, newMessageId, type DownlinkMessage } from '@tobira/shared';
 import { MIGRATIONS_DIR, migrate, openDatabase, type WritableDb } from '../src/adapters/sqlite/db.js';
-import { GatewayStore } from '../src/adapters/sqlite/store.js';
+import { GatewayStore, type AccessRow } from '../src/adapters/sqlite/store.js';
 import { T0 } from './fixtures.js';
+import { accessRow } from './staff-helpers.js';
 
 const DAY = 86_400_000;
 
@@ -36,6 +37,7 @@ describe('SQLite store', () => {
       { version: 4, name: 'seq_conflict' },
       { version: 5, name: 'rejected_claims' },
       { version: 6, name: 'uplink_ack_behind' },
+      { version: 9, name: 'flood_bounds' },
     ]);
   });
 
@@ -45,7 +47,7 @@ describe('SQLite store', () => {
     for (const f of readdirSync(MIGRATIONS_DIR).filter((f) => /^000[1-4]_/.test(f))) copyFileSync(join(MIGRATIONS_DIR, f), join(old, f));
     const earlier = openDatabase(join(dir, 'earlier.sqlite'), old);
     earlier.prepare("INSERT INTO rejected (at, topic, code, detail, bytes) VALUES (1, 't', 'MALFORMED', 'not a compact JWS', 9)").run();
-    expect(migrate(earlier)[0]).toBe(5);
+    expect(migrate(earlier)[0]).toBe(5); // and every later one
     expect(earlier.prepare('SELECT * FROM rejected').all()).toEqual([
       { id: 1, at: 1, topic: 't', code: 'MALFORMED', detail: 'not a compact JWS', bytes: 9, claimed_jti: null, claimed_cid: null, claimed_type: null, claimed_seq: null, claimed_issuer: null },
     ]);
@@ -159,5 +161,104 @@ describe('SQLite store', () => {
     ]);
     expect(new GatewayStore(earlier).settings()).toMatchObject({ cloudLastSeq: null, behindHeartbeat: null, uplinkAckedSeq: 0 });
     earlier.close();
+  });
+
+  describe('access-log retention', () => {
+    /** The broker took these rows and the cloud acknowledged applying them (a heartbeat's uplinkAck). */
+    const reachedCloud = (st: GatewayStore, seqs: number[], at: number) => {
+      st.markSent(seqs, at);
+      for (const seq of seqs) st.db.prepare('UPDATE outbox SET acked_at = ? WHERE seq = ?').run(at, seq);
+    };
+    /** A decision as access.ts writes it: its access.event outbox row and its access-log row, in one transaction. */
+    const decided = (st: GatewayStore, at: number): AccessRow & { seq: number } => {
+      const row = accessRow({ at });
+      const body = { eventId: row.eventId, requestId: row.requestId, lockId: asLockId(row.lockId), doorId: null, at, allowed: false, code: 'UNKNOWN_CREDENTIAL' as const, keyId: null, keyVersion: null, personId: null, credentialType: 'pin' as const, commandId: null };
+      return st.db
+        .transaction(() => {
+          const q = st.enqueue('access.event', body, row.cid, true, at);
+          if (!('seq' in q)) throw new Error('refused');
+          st.insertAccess(row, q.seq);
+          return { ...row, seq: q.seq };
+        })
+        .immediate();
+    };
+    const kept = (st: GatewayStore) => (st.db.prepare('SELECT event_id FROM access_log ORDER BY id').all() as { event_id: string }[]).map((r) => r.event_id);
+
+    it('prunes rows older than the age bound only once their event reached the cloud; an unsent one is kept however old', () => {
+      const st = new GatewayStore(db, { maxRows: 100 }, { accessLogMaxAgeMs: 30 * DAY });
+      const sentOld = decided(st, T0 - 31 * DAY);
+      const unsentOld = decided(st, T0 - 40 * DAY);
+      const sentAndOutboxPurged = decided(st, T0 - 32 * DAY);
+      const sentRecent = decided(st, T0 - 29 * DAY);
+      reachedCloud(st, [sentOld.seq, sentAndOutboxPurged.seq, sentRecent.seq], T0 - 20 * DAY);
+      expect(st.purgeSentOutbox(T0 - 7 * DAY)).toBe(3);
+
+      expect(st.purgeAccessLog(T0)).toBe(2);
+      expect(kept(st)).toEqual([unsentOld.eventId, sentRecent.eventId]);
+      // The unsent event is still on its way: once sent, the next purge takes it.
+      reachedCloud(st, [unsentOld.seq], T0);
+      expect(st.purgeAccessLog(T0)).toBe(1);
+      expect(kept(st)).toEqual([sentRecent.eventId]);
+    });
+
+    it('keeps the newest rows beyond the row bound, pruning the oldest sent ones and never an unsent one', () => {
+      const st = new GatewayStore(db, { maxRows: 100 }, { accessLogMaxRows: 2 });
+      const rows = Array.from({ length: 6 }, (_, i) => decided(st, T0 + i));
+      // Rows 0 and 2 never reached the cloud (a long outage); the rest did.
+      reachedCloud(st, [rows[1]!.seq, rows[3]!.seq, rows[4]!.seq, rows[5]!.seq], T0 + 10);
+      expect(st.purgeAccessLog(T0 + 10)).toBe(2);
+      expect(kept(st)).toEqual([rows[0]!.eventId, rows[2]!.eventId, rows[4]!.eventId, rows[5]!.eventId]);
+      // Nothing else changed: the outbox rows are the purge of the outbox's business.
+      expect(st.outboxDepth()).toBe(2);
+      expect(st.purgeAccessLog(T0 + 10)).toBe(0);
+    });
+
+    it('upgrades a database from before 0009: its access rows find their outbox rows, so an unsent old one survives the purge', () => {
+      const old = join(dir, 'before-0009');
+      mkdirSync(old);
+      for (const f of readdirSync(MIGRATIONS_DIR).filter((f) => Number(f.slice(0, 4)) < 9)) copyFileSync(join(MIGRATIONS_DIR, f), join(old, f));
+      const earlier = openDatabase(join(dir, 'earlier.sqlite'), old);
+      const before = new GatewayStore(earlier);
+      // Written as the code before 0009 did: the access row has no outbox seq column yet.
+      const write = (at: number) => {
+        const row = accessRow({ at });
+        const body = { eventId: row.eventId, requestId: row.requestId, lockId: asLockId(row.lockId), doorId: null, at, allowed: false, code: 'UNKNOWN_CREDENTIAL' as const, keyId: null, keyVersion: null, personId: null, credentialType: 'pin' as const, commandId: null };
+        return earlier
+          .transaction(() => {
+            earlier
+              .prepare(
+                `INSERT INTO access_log (event_id, lock_id, request_id, door_id, at, allowed, code, key_id, key_version, person_id, credential_type, command_id, command_expires_at, hold_ms, cid)
+                 VALUES (?, ?, ?, NULL, ?, 0, 'UNKNOWN_CREDENTIAL', NULL, NULL, NULL, 'pin', NULL, NULL, NULL, ?)`,
+              )
+              .run(row.eventId, row.lockId, row.requestId, at, row.cid);
+            const q = before.enqueue('access.event', body, row.cid, true, at);
+            return { eventId: row.eventId, seq: 'seq' in q ? q.seq : -1 };
+          })
+          .immediate();
+      };
+      const unsent = write(T0 - 40 * DAY);
+      const sentGone = write(T0 - 40 * DAY);
+      reachedCloud(before, [sentGone.seq], T0 - 39 * DAY);
+      before.purgeSentOutbox(T0 - 7 * DAY);
+      expect(migrate(earlier)).toEqual([9]);
+      expect(earlier.prepare('SELECT event_id, outbox_seq FROM access_log ORDER BY id').all()).toEqual([
+        { event_id: unsent.eventId, outbox_seq: unsent.seq },
+        { event_id: sentGone.eventId, outbox_seq: null },
+      ]);
+      const after = new GatewayStore(earlier);
+      expect(after.purgeAccessLog(T0)).toBe(1);
+      expect(kept(after)).toEqual([unsent.eventId]);
+      earlier.close();
+    });
+  });
+
+  it('keeps the site-wide lockout per credential type', () => {
+    expect(store.siteLockout('pin')).toEqual({ failures: 0, windowStart: null, lockedOutUntil: null });
+    store.setSiteLockout('pin', { failures: 3, windowStart: T0, lockedOutUntil: null }, T0);
+    store.setSiteLockout('pin', { failures: 0, windowStart: null, lockedOutUntil: T0 + 5 }, T0);
+    store.setSiteLockout('card', { failures: 1, windowStart: T0, lockedOutUntil: null }, T0);
+    expect(store.siteLockout('pin')).toEqual({ failures: 0, windowStart: null, lockedOutUntil: T0 + 5 });
+    expect(store.siteLockout('card')).toEqual({ failures: 1, windowStart: T0, lockedOutUntil: null });
+    expect(store.siteLockout('mobile')).toEqual({ failures: 0, windowStart: null, lockedOutUntil: null });
   });
 });

@@ -25,8 +25,10 @@ export const DECISION_WORDS = Object.freeze({
   DOOR_NOT_PERMITTED: 'Key does not open this door',
   SITE_LOCKDOWN: 'Site is in lockdown: only staff master keys open doors',
   CLOUD_STALE: 'Refused because the gateway is not in sync with the cloud (failing closed)',
-  LOCKED_OUT: 'Too many wrong tries at this lock: it is cooling down',
+  LOCKED_OUT: 'Too many wrong tries at this lock, or with this kind of credential across the site: it is cooling down',
   BAD_REQUEST: 'The lock sent a malformed request',
+  RATE_LIMITED: 'The lock sent too many requests too fast: refused without deciding',
+  STORAGE_FULL: 'Refused because the gateway is almost out of disk space (only staff master keys open)',
 });
 
 /** Why the doors fail closed (`failClosedReason` of /staff/status): a title and what to do. */
@@ -244,7 +246,8 @@ function fmtDuration(seconds) {
  *   appliedSeq: number, leaseExpiresAt: number | null, leaseRemainingSeconds: number, failClosed: boolean,
  *   failClosedReason: string | null, waitingOnGap: boolean, newestVerifiedIatMs: number, lastResyncAt: number | null,
  *   inboxDepth: number, outboxDepth: number, inboxFailed: number, rejectedDownlinks: number, lockRefusals: number,
- *   openAlarms: number, locksTotal: number, locksOnline: number, timeZone?: string | null }} Status
+ *   openAlarms: number, locksTotal: number, locksOnline: number, timeZone?: string | null,
+ *   storage?: { low: boolean, freeBytes: number | null, minFreeBytes: number } }} Status
  */
 
 const state = {
@@ -597,6 +600,11 @@ function drawBanner() {
       cls = 'failing';
       title = `FAILING CLOSED: ${reason?.title ?? s.failClosedReason ?? 'not in sync with the cloud'}`;
       detail = `${reason?.detail ?? 'Ordinary keys are refused until the gateway is back in sync with the cloud.'}${s.mode === 'lockdown' ? ' The site is also in lockdown.' : ''}`;
+    } else if (s.storage?.low === true) {
+      // Absent from an older gateway: treated as not low.
+      cls = 'failing';
+      title = 'FAILING CLOSED: the gateway is almost out of disk space';
+      detail = 'It cannot promise to record who opens a door, so it refuses ordinary keys (STORAGE_FULL); staff master keys still open. Free space on the gateway or call support; doors work again by themselves once there is room.';
     } else if (s.mode === 'lockdown') {
       cls = 'lockdown';
       title = 'LOCKDOWN: only staff master keys open doors';
@@ -610,6 +618,7 @@ function drawBanner() {
     if (s.inboxFailed > 0) warnings.push(`${s.inboxFailed} cloud message(s) failed to apply: see Problems.`);
     if (s.waitingOnGap) warnings.push('Waiting for missing messages from the cloud (a resend has been asked for).');
     if (s.openAlarms > 0) warnings.push(`${s.openAlarms} open alarm(s): see Alarms.`);
+    if (s.storage?.low === true) warnings.push(`Disk almost full (DISK_LOW): ${Math.floor((s.storage.freeBytes ?? 0) / 2 ** 20)} MiB free, ${Math.floor(s.storage.minFreeBytes / 2 ** 20)} MiB needed.`);
   }
   banner.className = `banner ${cls}`;
   banner.dataset.state = cls;

@@ -69,8 +69,10 @@ export const DECISION_CODES = table({
   DOOR_NOT_PERMITTED: 'The key does not open this door.',
   SITE_LOCKDOWN: 'The site is in lockdown; only offline-capable staff keys open doors.',
   CLOUD_STALE: 'The gateway cannot prove it is in sync with the cloud (freshness lease ran out); failing closed.',
-  LOCKED_OUT: 'Too many wrong credentials at this lock; it is cooling down.',
+  LOCKED_OUT: 'Too many wrong credentials at this lock, or of this credential type across the site; it is cooling down.',
   BAD_REQUEST: 'The access request was malformed.',
+  RATE_LIMITED: 'The lock sent more requests than its rate limit allows; refused before anything was decided or recorded.',
+  STORAGE_FULL: 'The gateway is below its free-disk headroom and cannot promise to record the decision; only offline-capable staff keys open.',
 });
 
 /** Why a signed cloud <-> gateway message was refused by `verifyMessage`. */

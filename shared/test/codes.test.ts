@@ -16,9 +16,9 @@ describe('code tables', () => {
     }
   });
 
-  it('has exactly the access decision codes of DESIGN.md §3', () => {
+  it('has exactly the access decision codes of DESIGN.md §3, plus the flood bounds of the gateway (docs/gateway.md)', () => {
     expect(Object.keys(DECISION_CODES).sort()).toEqual(
-      ['ALLOWED', 'UNKNOWN_CREDENTIAL', 'KEY_REVOKED', 'KEY_NOT_YET_VALID', 'KEY_EXPIRED', 'OUTSIDE_SCHEDULE', 'DOOR_NOT_PERMITTED', 'SITE_LOCKDOWN', 'CLOUD_STALE', 'LOCKED_OUT', 'BAD_REQUEST'].sort(),
+      ['ALLOWED', 'UNKNOWN_CREDENTIAL', 'KEY_REVOKED', 'KEY_NOT_YET_VALID', 'KEY_EXPIRED', 'OUTSIDE_SCHEDULE', 'DOOR_NOT_PERMITTED', 'SITE_LOCKDOWN', 'CLOUD_STALE', 'LOCKED_OUT', 'BAD_REQUEST', 'RATE_LIMITED', 'STORAGE_FULL'].sort(),
     );
     expect(DecisionCode.options).toEqual(Object.keys(DECISION_CODES));
   });

@@ -19,7 +19,8 @@ import {
   type LockDecision,
 } from '@tobira/shared';
 import { decide } from '../domain/decide.js';
-import { recordAttempt, type LockoutPolicy } from '../domain/lockout.js';
+import { recordAttempt, recordSiteAttempt, type LockoutPolicy, type SiteLockoutPolicy } from '../domain/lockout.js';
+import { fullBucket, takeToken, type Bucket, type RatePolicy } from '../domain/ratelimit.js';
 import type { AccessRow } from '../adapters/sqlite/store.js';
 import { nowOf, type AppContext } from './context.js';
 import { recordLockRefusal } from './locks.js';
@@ -34,6 +35,10 @@ import { recordLockRefusal } from './locks.js';
 export interface AccessOptions {
   readonly pepper: Uint8Array;
   readonly lockout: LockoutPolicy;
+  /** Wrong credentials of one type across every lock of the site. */
+  readonly siteLockout: SiteLockoutPolicy;
+  /** Per-lock token bucket, checked before anything is read or written. */
+  readonly requestRate: RatePolicy;
   /** How long the bolt stays open. */
   readonly holdMs: number;
   /** Command lifetime; locks refuse more than 30 s (DEFAULT_MAX_COMMAND_TTL_MS). */
@@ -43,6 +48,10 @@ export interface AccessOptions {
 
 export interface AccessDeps extends AppContext {
   readonly access: AccessOptions;
+  /** The rate-limit buckets, by lock id (in memory: a restart refills them, which only lets a burst through). */
+  readonly buckets: Map<string, Bucket>;
+  /** Cached free-space verdict of the data folder (StorageGuard): a decision reads it, never the disk. */
+  readonly storageLow: () => boolean;
 }
 
 export interface AccessAnswer {
@@ -64,12 +73,50 @@ function salvageRequestId(payload: unknown): string | null {
   return typeof id === 'string' && REQUEST_ID.test(id) ? id : null;
 }
 
-/** Handles one lock request. Returns null when the lock is not paired with this gateway (nothing can be sent to it). */
+/** Lock ids that are not paired share one bucket, so made-up ids can neither grow the map nor dodge the limit. */
+const UNPAIRED = '\u0000unpaired';
+
+/**
+ * The rate limit, before anything else: a request over it is answered
+ * RATE_LIMITED (when its request id can be read) and otherwise only counted.
+ * The first refusal of a flood is logged with its cid and recorded in
+ * lock_refusals (bounded); the end of the flood logs how many were refused.
+ * No access-log or outbox row, so a flood cannot fill the disk or the uplink.
+ * Returns undefined when the request may go on.
+ */
+function rateLimit(deps: AccessDeps, lockId: string, payload: unknown, now: number): AccessAnswer | null | undefined {
+  const paired = deps.access.pairingSecrets.has(lockId);
+  const key = paired ? lockId : UNPAIRED;
+  const policy = deps.access.requestRate;
+  const t = takeToken(deps.buckets.get(key) ?? fullBucket(policy, now), now, policy);
+  deps.buckets.set(key, t.bucket);
+  if (t.ok) {
+    if (t.refusedBefore > 0) withCorrelation(deps.log, newCorrelationId(), { lockId }).info({ code: 'RATE_LIMITED', refused: t.refusedBefore, paired }, 'lock request flood over: requests refused by the rate limit');
+    return undefined;
+  }
+  const cid = newCorrelationId();
+  const topic = topics.lock(deps.gatewayId, lockId, 'request');
+  if (t.first) {
+    recordLockRefusal(deps, withCorrelation(deps.log, cid, { lockId }), {
+      origin: 'gateway',
+      lockId,
+      channel: 'request',
+      topic,
+      code: 'RATE_LIMITED',
+      detail: `over ${policy.burst} requests at once or ${policy.perSecond}/s; further refusals until it slows down are only counted`,
+      payload,
+    });
+  } else deps.metrics.lockMessagesRefused.inc({ channel: 'request', code: 'RATE_LIMITED' });
+  const requestId = paired ? salvageRequestId(payload) : null;
+  return requestId === null ? null : { decision: { requestId, allowed: false, code: 'RATE_LIMITED', commandId: null }, command: null, replayed: false, cid };
+}
+
+/** Handles one lock request. Returns null when there is nothing to answer (a lock not paired with this gateway, or a rate-limited request without a readable request id). */
 export function handleLockRequest(deps: AccessDeps, lockId: string, payload: unknown): AccessAnswer | null {
   return handleLockRequests(deps, [{ lockId, payload }])[0] ?? null;
 }
 
-type Decided = { readonly row: AccessRow; readonly command: LockCommand | null; readonly replayed: boolean };
+type Decided = { readonly row: AccessRow; readonly command: LockCommand | null; readonly replayed: boolean; readonly siteLockoutUntil?: number };
 
 /**
  * Handles the lock requests that arrived together (group commit): each is
@@ -79,7 +126,10 @@ type Decided = { readonly row: AccessRow; readonly command: LockCommand | null; 
  */
 export function handleLockRequests(deps: AccessDeps, items: readonly { lockId: string; payload: unknown }[]): (AccessAnswer | null)[] {
   const { store, access } = deps;
-  const prepared = items.map(({ lockId, payload }) => {
+  const arrivedAt = nowOf(deps);
+  const limited = items.map(({ lockId, payload }) => rateLimit(deps, lockId, payload, arrivedAt));
+  const prepared = items.map(({ lockId, payload }, i) => {
+    if (limited[i] !== undefined) return null;
     const secret = access.pairingSecrets.get(lockId);
     const topic = topics.lock(deps.gatewayId, lockId, 'request');
     if (secret === undefined) {
@@ -111,10 +161,15 @@ export function handleLockRequests(deps: AccessDeps, items: readonly { lockId: s
     )
     .immediate();
 
-  const answers = decided.map((d): AccessAnswer | null => {
+  const answers = decided.map((d, i): AccessAnswer | null => {
+    const refusal = limited[i];
+    if (refusal !== undefined) return refusal;
     if (d === null) return null;
     const { row } = d;
     const log = withCorrelation(deps.log, row.cid, { lockId: row.lockId, requestId: row.requestId });
+    if (d.siteLockoutUntil !== undefined) {
+      log.warn({ code: 'LOCKED_OUT', credentialType: row.credentialType, until: d.siteLockoutUntil, policy: access.siteLockout }, 'wrong credentials of one type across the site: that type is locked out at every lock');
+    }
     if (d.replayed) log.info({ code: row.code }, 'repeated request: answering the recorded decision');
     else {
       deps.metrics.decisions.inc({ code: row.code });
@@ -134,17 +189,30 @@ export function handleLockRequests(deps: AccessDeps, items: readonly { lockId: s
   return answers;
 }
 
-/** One decision, inside the caller's transaction: decide, lockout, access log, outbox. */
-function decideOne(deps: AccessDeps, lockId: string, secret: Uint8Array, requestId: string, credential: { type: CredentialType; digest: string } | null): { row: AccessRow; command: LockCommand | null } {
+/** One decision, inside the caller's transaction: decide, lockouts (lock and site), access log, outbox. */
+function decideOne(
+  deps: AccessDeps,
+  lockId: string,
+  secret: Uint8Array,
+  requestId: string,
+  credential: { type: CredentialType; digest: string } | null,
+): { row: AccessRow; command: LockCommand | null; siteLockoutUntil?: number } {
   const { store, access } = deps;
   const now = nowOf(deps);
-  const settings = store.settings();
   const lock = store.lock(lockId);
+  const siteLockout = credential === null ? null : store.siteLockout(credential.type);
+  const site = { ...store.settings(), storageLow: deps.storageLow(), ...(siteLockout === null ? {} : { credentialLockout: siteLockout }) };
   const d =
     credential === null
       ? ({ allowed: false, code: 'BAD_REQUEST' } as const)
-      : decide({ lockId: asLockId(lockId), credentialType: credential.type, digest: credential.digest }, store.keySet, lock === null ? null : { ...lock, doorId: lock.doorId === null ? null : asDoorId(lock.doorId) }, settings, now);
+      : decide({ lockId: asLockId(lockId), credentialType: credential.type, digest: credential.digest }, store.keySet, lock === null ? null : { ...lock, doorId: lock.doorId === null ? null : asDoorId(lock.doorId) }, site, now);
   if (lock !== null && d.code !== 'LOCKED_OUT') store.setLockout(lockId, recordAttempt(lock, d.code, now, access.lockout), now);
+  let siteLockoutUntil: number | undefined;
+  if (credential !== null && siteLockout !== null) {
+    const next = recordSiteAttempt(siteLockout, d.code, now, access.siteLockout);
+    if (next !== siteLockout) store.setSiteLockout(credential.type, next, now);
+    if (next.lockedOutUntil !== null && next.lockedOutUntil !== siteLockout.lockedOutUntil) siteLockoutUntil = next.lockedOutUntil;
+  }
   store.raiseTimeFloor(0, now);
   const key = d.key ?? null;
   const cid = (key !== null ? store.keySet.grantCid(key.grant.keyId) : null) ?? newCorrelationId();
@@ -168,8 +236,7 @@ function decideOne(deps: AccessDeps, lockId: string, secret: Uint8Array, request
     holdMs: command?.holdMs ?? null,
     cid,
   };
-  store.insertAccess(row);
-  store.enqueue(
+  const queued = store.enqueue(
     'access.event',
     {
       eventId: row.eventId,
@@ -189,7 +256,8 @@ function decideOne(deps: AccessDeps, lockId: string, secret: Uint8Array, request
     true,
     now,
   );
-  return { row, command };
+  store.insertAccess(row, 'seq' in queued ? queued.seq : null);
+  return { row, command, ...(siteLockoutUntil === undefined ? {} : { siteLockoutUntil }) };
 }
 
 /** The same command again: same id and expiry, so the same MAC; a lock refuses it if already executed or expired. */

@@ -32,6 +32,10 @@ export type LockView = (LockoutState & { readonly doorId: DoorId | null }) | nul
 export interface SiteView {
   readonly mode: 'normal' | 'lockdown';
   readonly leaseExpiresAt: number | null;
+  /** The site-wide lockout of the presented credential type (absent: none). */
+  readonly credentialLockout?: LockoutState;
+  /** The data folder is below its free-space headroom: a decision might not be recorded (absent: false). */
+  readonly storageLow?: boolean;
 }
 
 export interface Decision {
@@ -49,6 +53,7 @@ const PROGRESS: readonly DecisionCode[] = [
   'OUTSIDE_SCHEDULE',
   'SITE_LOCKDOWN',
   'CLOUD_STALE',
+  'STORAGE_FULL',
   'ALLOWED',
 ];
 
@@ -62,18 +67,21 @@ function judgeKey(k: KeyCandidate, doorId: DoorId, site: SiteView, now: number):
   // Offline-capable staff keys pass lockdown and a stale lease; nothing else does.
   if (site.mode === 'lockdown' && !g.offlineCapable) return 'SITE_LOCKDOWN';
   if (isStale(site.leaseExpiresAt, now) && !g.offlineCapable) return 'CLOUD_STALE';
+  // An unlock that may not reach the audit log breaks I2; staff keys still open (the headroom is kept for them).
+  if (site.storageLow === true && !g.offlineCapable) return 'STORAGE_FULL';
   return 'ALLOWED';
 }
 
 /**
  * Invariant: `allowed` is true only for an active key at a version above any
  * revoke, for this lock's door, inside its validity window and schedule, with
- * the lock not locked out, and with a running lease and no lockdown unless
- * the key is offline-capable.
+ * neither the lock nor the credential type locked out, and with a running
+ * lease, no lockdown and disk headroom unless the key is offline-capable.
  */
 export function decide(request: AccessRequest, keySet: KeySetView, lock: LockView, site: SiteView, now: number): Decision {
   if (lock === null || lock.doorId === null) return { allowed: false, code: 'BAD_REQUEST' };
   if (isLockedOut(lock, now)) return { allowed: false, code: 'LOCKED_OUT' };
+  if (site.credentialLockout !== undefined && isLockedOut(site.credentialLockout, now)) return { allowed: false, code: 'LOCKED_OUT' };
   const candidates = keySet.byCredential(request.credentialType, request.digest);
   let best: { code: DecisionCode; key: KeyCandidate; rank: number } | null = null;
   for (const key of candidates) {

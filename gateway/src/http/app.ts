@@ -1,3 +1,4 @@
+import type { StorageStatus } from '../adapters/storage.js';
 import { timingSafeEqual, createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { CorrelationId, SiteMode, newCorrelationId, type Logger } from '@tobira/shared';
@@ -73,6 +74,8 @@ export interface StaffStatus {
   locksOnline: number;
   /** The site's IANA time zone from the config (the staff UI shows times in it); null: not configured. */
   timeZone: string | null;
+  /** Disk headroom of the data folder: while `low`, ordinary keys are refused STORAGE_FULL (docs/gateway.md "Flood bounds"). */
+  storage: StorageStatus;
 }
 
 export interface StaffReads extends StaffLists {

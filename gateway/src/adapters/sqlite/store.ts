@@ -11,7 +11,7 @@ import {
 import { z } from 'zod';
 import type { KeyCandidate, KeySetView } from '../../domain/decide.js';
 import type { KeySlot } from '../../domain/keyset.js';
-import type { LockoutState } from '../../domain/lockout.js';
+import { noSiteLockout, type LockoutState, type SiteLockoutState } from '../../domain/lockout.js';
 import type { WritableDb } from './db.js';
 
 /**
@@ -133,12 +133,17 @@ export interface RetentionLimits {
   readonly lockRefusalsMaxAgeMs: number;
   readonly rejectedMaxRows: number;
   readonly rejectedMaxAgeMs: number;
+  /** access_log (audit, not diagnostics): pruned beyond these by the hourly purge, but only rows the cloud already has. */
+  readonly accessLogMaxRows: number;
+  readonly accessLogMaxAgeMs: number;
 }
 export const DEFAULT_RETENTION: RetentionLimits = Object.freeze({
   lockRefusalsMaxRows: 10_000,
   lockRefusalsMaxAgeMs: 30 * 24 * 3600 * 1000,
   rejectedMaxRows: 10_000,
   rejectedMaxAgeMs: 30 * 24 * 3600 * 1000,
+  accessLogMaxRows: 100_000,
+  accessLogMaxAgeMs: 30 * 24 * 3600 * 1000,
 });
 
 /** A downlink message refused by verification, as recorded (never its payload). */
@@ -488,13 +493,52 @@ export class GatewayStore {
 
   // ------------------------------------------------------------ access log and alarms
 
-  insertAccess(a: AccessRow): void {
+  /** `outboxSeq`: the uplink seq of the row's access.event (retention keeps the row until that is delivered). */
+  insertAccess(a: AccessRow, outboxSeq: number | null = null): void {
     this.db
       .prepare(
-        `INSERT INTO access_log (event_id, lock_id, request_id, door_id, at, allowed, code, key_id, key_version, person_id, credential_type, command_id, command_expires_at, hold_ms, cid)
-         VALUES (@eventId, @lockId, @requestId, @doorId, @at, @allowed, @code, @keyId, @keyVersion, @personId, @credentialType, @commandId, @commandExpiresAt, @holdMs, @cid)`,
+        `INSERT INTO access_log (event_id, lock_id, request_id, door_id, at, allowed, code, key_id, key_version, person_id, credential_type, command_id, command_expires_at, hold_ms, cid, outbox_seq)
+         VALUES (@eventId, @lockId, @requestId, @doorId, @at, @allowed, @code, @keyId, @keyVersion, @personId, @credentialType, @commandId, @commandExpiresAt, @holdMs, @cid, @outboxSeq)`,
       )
-      .run({ ...a, allowed: a.allowed ? 1 : 0 });
+      .run({ ...a, allowed: a.allowed ? 1 : 0, outboxSeq });
+  }
+
+  /**
+   * Retention of the access log: rows older than `accessLogMaxAgeMs` (by
+   * decision time) or beyond the newest `accessLogMaxRows` are deleted, but
+   * ONLY rows whose access.event the cloud already has: a row whose outbox
+   * row is still pending is kept however old, so a long outage can hold more
+   * than the bound (DESIGN I2 wins; the disk headroom check bounds that).
+   * An outbox row is deleted only once sent, so a row with no outbox row left
+   * (or none recorded, from before 0009) was delivered.
+   */
+  purgeAccessLog(now: number): number {
+    const overflow = this.db.prepare('SELECT id FROM access_log ORDER BY id DESC LIMIT 1 OFFSET ?').get(this.retention.accessLogMaxRows) as { id: number } | undefined;
+    return this.db
+      .prepare(
+        `DELETE FROM access_log WHERE id IN (
+           SELECT a.id FROM access_log a
+           WHERE (a.at < @cutoff OR a.id <= @overflowId)
+             AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.seq = a.outbox_seq AND o.acked_at IS NULL))`,
+      )
+      .run({ cutoff: now - this.retention.accessLogMaxAgeMs, overflowId: overflow?.id ?? -1 }).changes;
+  }
+
+  // ------------------------------------------------------------ site-wide lockout
+
+  siteLockout(credentialType: string): SiteLockoutState {
+    const r = this.db.prepare('SELECT failures, window_start, locked_out_until FROM site_lockout WHERE credential_type = ?').get(credentialType) as
+      | { failures: number; window_start: number | null; locked_out_until: number | null }
+      | undefined;
+    return r === undefined ? noSiteLockout : { failures: r.failures, windowStart: r.window_start, lockedOutUntil: r.locked_out_until };
+  }
+  setSiteLockout(credentialType: string, s: SiteLockoutState, now: number): void {
+    this.db
+      .prepare(
+        `INSERT INTO site_lockout (credential_type, failures, window_start, locked_out_until, updated_at) VALUES (?, ?, ?, ?, ?)
+         ON CONFLICT (credential_type) DO UPDATE SET failures = excluded.failures, window_start = excluded.window_start, locked_out_until = excluded.locked_out_until, updated_at = excluded.updated_at`,
+      )
+      .run(credentialType, s.failures, s.windowStart, s.lockedOutUntil, now);
   }
   findAccess(lockId: string, requestId: string): AccessRow | null {
     const r = this.db.prepare('SELECT * FROM access_log WHERE lock_id = ? AND request_id = ?').get(lockId, requestId);
