@@ -158,8 +158,8 @@ export class FakeCloud {
   async revoke(keyId: string, version: number, seq = ++this.seq): Promise<Sent<'key.revoke'>> {
     return (await this.send({ type: 'key.revoke', seq, body: { keyId, version, reason: 'staff_revoked' } })) as Sent<'key.revoke'>;
   }
-  async heartbeat(lastSeq = this.seq): Promise<DownlinkMessage> {
-    return this.send({ type: 'heartbeat', body: { lastSeq, intervalMs: 30_000 } });
+  async heartbeat(lastSeq = this.seq, uplinkAck?: { seq: number; jti: string }): Promise<DownlinkMessage> {
+    return this.send({ type: 'heartbeat', body: { lastSeq, intervalMs: 30_000, ...(uplinkAck && { uplinkAck }) } });
   }
 
   ofType<T extends UplinkMessage['type']>(type: T): Extract<UplinkMessage, { type: T }>[] {
