@@ -11,12 +11,13 @@ import {
 } from '@tobira/shared';
 import { SimulatedCrash, type CrashHook } from '../../app/crash.js';
 import type { Db } from '../db/db.js';
-import type { MqttLink } from '../mqtt/link.js';
+import { NotConnected, type MqttLink } from '../mqtt/link.js';
 import type { CloudSigner } from '../signer.js';
 import { claim, type ClaimedRow } from './claim.js';
 import { OUTBOX_CHANNEL } from './enqueue.js';
-import { expediteAfterReconnect, failRow, type BackoffPolicy } from './fail.js';
+import { expediteAfterReconnect, failRow, releaseUnspent, type BackoffPolicy } from './fail.js';
 import { markSent } from './mark-sent.js';
+import { renewLease } from './renew.js';
 
 export interface DispatcherOptions extends BackoffPolicy {
   readonly pollMs: number;
@@ -142,26 +143,62 @@ export class Dispatcher {
     const rows = await this.#d.db.transaction((tx) =>
       claim(tx, { token, now: this.#d.clock.now(), leaseMs: this.#o.leaseMs, limit: this.#o.batch }),
     );
-    for (const row of rows) await this.#deliver(row);
+    for (const [i, row] of rows.entries()) {
+      if (i > 0) {
+        // the claim's lease covers the whole batch; renew what is left before each publish (renew.ts)
+        const held = await renewLease(this.#d.db, rows.slice(i).map((r) => r.id), token, this.#d.clock.now(), this.#o.leaseMs);
+        if (!held.has(row.id)) {
+          this.#rowLog(row).warn('lease lost before publishing: another dispatcher claimed the row; not publishing it');
+          continue;
+        }
+      }
+      if ((await this.#deliver(row)) === 'disconnected') {
+        const rest = rows.slice(i + 1);
+        const released = await releaseUnspent(this.#d.db, rest.map((r) => r.id), token, this.#d.clock.now());
+        this.#d.log.warn({ released, seqs: rest.map((r) => `${r.gatewayId}:${r.seq}`) }, 'broker connection lost mid-batch: unsent rows back to pending, no attempt spent');
+        break;
+      }
+    }
     return rows.length;
   }
 
-  async #deliver(row: ClaimedRow): Promise<void> {
-    const log = withCorrelation(this.#d.log, row.cid, { gatewayId: row.gatewayId, seq: row.seq, jti: row.jti, type: row.type, attempt: row.attempts });
+  #rowLog(row: ClaimedRow): Logger {
+    return withCorrelation(this.#d.log, row.cid, { gatewayId: row.gatewayId, seq: row.seq, jti: row.jti, type: row.type, attempt: row.attempts });
+  }
+
+  /** Signs and publishes one row, then marks it; 'disconnected' when the broker link was lost (the row is released unspent). */
+  async #deliver(row: ClaimedRow): Promise<'done' | 'disconnected'> {
+    const log = this.#rowLog(row);
+    let token: string;
     try {
-      const token = await signRow(this.#d.signer, row, this.#d.clock);
+      token = await signRow(this.#d.signer, row, this.#d.clock);
+    } catch (e) {
+      await this.#fail(row, log, e);
+      return 'done';
+    }
+    try {
       await this.#d.link.publish(topics.gatewayDown(row.gatewayId), token, this.#o.publishTimeoutMs);
     } catch (e) {
-      const err = e instanceof Error ? e.message : String(e);
-      const status = await failRow(this.#d.db, row, err, this.#d.clock.now(), this.#o, this.#d.random());
-      if (status === 'dead') log.error({ err }, 'outbox row dead-lettered');
-      else if (status === null) log.warn({ err }, 'publish failed and the lease was already lost');
-      else log.warn({ err }, 'publish failed; will retry');
-      return;
+      if (e instanceof NotConnected || !this.#d.link.connected) {
+        const released = await releaseUnspent(this.#d.db, [row.id], row.leaseToken, this.#d.clock.now());
+        log.warn({ err: e instanceof Error ? e.message : String(e), released }, 'publish broken by the broker connection; back to pending, no attempt spent');
+        return 'disconnected';
+      }
+      await this.#fail(row, log, e);
+      return 'done';
     }
     this.#d.crash('afterPublishBeforeMark');
     const marked = await markSent(this.#d.db, row.id, row.leaseToken, this.#d.clock.now());
     if (marked === 1) log.info('outbox row sent');
     else log.warn('published, but the lease was lost before marking: another dispatcher owns the row (receiver dedupes by jti)');
+    return 'done';
+  }
+
+  async #fail(row: ClaimedRow, log: Logger, e: unknown): Promise<void> {
+    const err = e instanceof Error ? e.message : String(e);
+    const status = await failRow(this.#d.db, row, err, this.#d.clock.now(), this.#o, this.#d.random());
+    if (status === 'dead') log.error({ err }, 'outbox row dead-lettered');
+    else if (status === null) log.warn({ err }, 'publish failed and the lease was already lost');
+    else log.warn({ err }, 'publish failed; will retry');
   }
 }
