@@ -125,6 +125,7 @@ describe.each(pgBackends())('outbox claim lease on %s', (pgBackend) => {
           await d.dispatcher.start();
           await waitFor(async () => (await rowsOf(s.gatewayId)).every((r) => r.status !== 'pending') || undefined, 'the batch claimed');
           await d.dispatcher.idle();
+          expect(d.lines.filter((l) => Number(l.level) >= 50)).toEqual([]);
           expect(rival).toEqual([]);
           expect(await rowsOf(s.gatewayId)).toEqual(Array.from({ length: ROWS }, (_, i) => expect.objectContaining({ seq: i + 1, status: 'sent', attempts: 1, lease_token: null })));
           expect(d.publishes()).toBe(ROWS);

@@ -14,7 +14,7 @@ import type { Queryable } from '../db/db.js';
 export async function renewLease(q: Queryable, ids: readonly number[], token: string, now: number, leaseMs: number): Promise<Set<number>> {
   if (ids.length === 0) return new Set();
   const r = await q.query<{ id: number }>(
-    `UPDATE outbox SET lease_until = $3 + $4
+    `UPDATE outbox SET lease_until = $3::bigint + $4::bigint
       WHERE id = ANY($1::bigint[]) AND lease_token = $2 AND status = 'sending'
       RETURNING id`,
     [ids, token, now, leaseMs],
