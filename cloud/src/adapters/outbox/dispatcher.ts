@@ -50,10 +50,16 @@ export async function signRow(signer: CloudSigner, row: Pick<ClaimedRow, 'gatewa
 }
 
 /**
- * The outbox dispatcher: claim → sign → publish (QoS 1, wait for PUBACK) →
- * mark sent. Guarantee: every row is published at least once, and marked
- * sent only after a PUBACK by the dispatcher that still holds its lease;
- * receivers dedupe by jti/seq, so delivery is once in effect. It runs when
+ * The outbox dispatcher: claim → (renew) → sign → publish (QoS 1, wait for
+ * PUBACK) → mark sent, row by row through the claimed batch. Guarantee: every
+ * row is published at least once, and marked sent only after a PUBACK by the
+ * dispatcher that still holds its lease; receivers dedupe by jti/seq, so
+ * delivery is once in effect. The batch's lease is renewed before each
+ * publish (renew.ts), so a slow broker does not hand the rest of the batch
+ * to another replica, and a row whose lease was lost anyway is not
+ * published. A broker cut mid-batch gives the unsent rows back (pending, due
+ * at once, the attempt returned: fail.ts releaseUnspent); an outage never
+ * walks a row towards the dead letter. It runs when
  * woken (a commit in this process, a NOTIFY from another replica, the broker
  * connection coming back) and on a slow poll as the safety net.
  */
@@ -154,8 +160,13 @@ export class Dispatcher {
       }
       if ((await this.#deliver(row)) === 'disconnected') {
         const rest = rows.slice(i + 1);
+        if (rest.length === 0) break;
         const released = await releaseUnspent(this.#d.db, rest.map((r) => r.id), token, this.#d.clock.now());
-        this.#d.log.warn({ released, seqs: rest.map((r) => `${r.gatewayId}:${r.seq}`) }, 'broker connection lost mid-batch: unsent rows back to pending, no attempt spent');
+        // one line for the batch; it names every row's cid so each command's trail still finds it
+        this.#d.log.warn(
+          { released, seqs: rest.map((r) => `${r.gatewayId}:${r.seq}`), cids: rest.map((r) => r.cid) },
+          'broker connection lost mid-batch: unsent rows back to pending, no attempt spent',
+        );
         break;
       }
     }
