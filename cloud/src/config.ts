@@ -37,7 +37,12 @@ export const CloudConfigSchema = z.object({
   GATEWAY_BROKER_URL: z.string().url().optional(),
   /** Issuer of every downlink message and audience of every uplink message. */
   CLOUD_ISSUER: z.string().min(1).max(128).default('tobira-cloud'),
-  /** The cloud's Ed25519 private JWK(s) as JSON: one JWK or an array (the first signs). Unset: a key is generated at start. */
+  /**
+   * The cloud's Ed25519 private JWK(s) as JSON: one JWK or an array (the first signs, all are published).
+   * Required to start a cloud (SIGNING_KEY_REQUIRED): a key made up at start would differ per process and
+   * per restart, and every gateway trusting the old one would fail closed. Checked here when set
+   * (SIGNING_KEY_INVALID); tools that never sign (the admin CLI) may leave it unset.
+   */
   CLOUD_SIGNING_JWK: z.string().optional(),
   HEARTBEAT_INTERVAL_MS: int(10_000, 1),
   /** QoS of heartbeats: 1 as every downlink (docs/protocol.md); 0 keeps them out of offline gateways' broker queues. */
@@ -95,6 +100,48 @@ export interface CloudConfig {
   readonly crashAt: readonly string[];
 }
 
+/** Why the cloud refuses to start with its configuration (docs/cloud.md "Configuration"). */
+export const CONFIG_CODES = Object.freeze({
+  SIGNING_KEY_REQUIRED: 'CLOUD_SIGNING_JWK is unset: the cloud does not make up a signing key (each process and each restart would sign with another one, and every site would fail closed).',
+  SIGNING_KEY_INVALID: 'CLOUD_SIGNING_JWK is not JSON holding one Ed25519 private JWK with a kid, or a non-empty array of them.',
+});
+export type ConfigCode = keyof typeof CONFIG_CODES;
+
+/** A configuration the cloud refuses, with its stable code and the variable to fix. */
+export class ConfigError extends Error {
+  constructor(
+    readonly code: ConfigCode,
+    readonly variable: string,
+    detail?: string,
+  ) {
+    super(`${code}: ${CONFIG_CODES[code]}${detail ? ` (${detail})` : ''}`);
+    this.name = 'ConfigError';
+  }
+}
+
+const SigningJwk = z.object({ kty: z.literal('OKP'), crv: z.literal('Ed25519'), kid: z.string().min(1), x: z.string().min(1), d: z.string().min(1) }).passthrough();
+const SigningJwks = z.union([SigningJwk.transform((k) => [k]), z.array(SigningJwk).min(1)]);
+
+/** The private JWKs of CLOUD_SIGNING_JWK, first (the signing one) first. Throws ConfigError SIGNING_KEY_INVALID. */
+export function parseSigningJwks(json: string): [z.infer<typeof SigningJwk>, ...z.infer<typeof SigningJwk>[]] {
+  let raw: unknown;
+  try {
+    raw = JSON.parse(json);
+  } catch {
+    throw new ConfigError('SIGNING_KEY_INVALID', 'CLOUD_SIGNING_JWK', 'not JSON');
+  }
+  const r = SigningJwks.safeParse(raw);
+  // the issue paths only, never the values: the input is a private key
+  if (!r.success) throw new ConfigError('SIGNING_KEY_INVALID', 'CLOUD_SIGNING_JWK', r.error.issues.map((i) => i.path.join('.') || '(root)').join(', '));
+  return r.data as [z.infer<typeof SigningJwk>, ...z.infer<typeof SigningJwk>[]];
+}
+
+/** The signing key a starting cloud needs. Throws ConfigError SIGNING_KEY_REQUIRED when there is none. */
+export function requireSigningJwk(config: Pick<CloudConfig, 'signingJwk'>): string {
+  if (config.signingJwk === undefined) throw new ConfigError('SIGNING_KEY_REQUIRED', 'CLOUD_SIGNING_JWK');
+  return config.signingJwk;
+}
+
 /** Parses env-style input (strings) into the frozen config. Throws with every problem listed. */
 export function parseConfig(env: Record<string, string | undefined> = process.env): CloudConfig {
   const picked: Record<string, string> = {};
@@ -103,6 +150,7 @@ export function parseConfig(env: Record<string, string | undefined> = process.en
     if (v !== undefined && v !== '') picked[k] = v;
   }
   const c = CloudConfigSchema.parse(picked);
+  if (c.CLOUD_SIGNING_JWK !== undefined) parseSigningJwks(c.CLOUD_SIGNING_JWK);
   if (c.BROKER_ACCOUNTS === 'mosquitto-dynsec' && !((c.BROKER_ADMIN_USERNAME ?? c.MQTT_USERNAME) && (c.BROKER_ADMIN_PASSWORD ?? c.MQTT_PASSWORD))) {
     throw new Error('BROKER_ACCOUNTS=mosquitto-dynsec needs the dynsec admin login: BROKER_ADMIN_USERNAME and BROKER_ADMIN_PASSWORD (or MQTT_USERNAME and MQTT_PASSWORD)');
   }

@@ -18,7 +18,7 @@ import { Uplink } from './app/uplink.js';
 import { Heartbeat } from './app/heartbeat.js';
 import type { CloudConfig } from './config.js';
 
-export { parseConfig, type CloudConfig } from './config.js';
+export { CONFIG_CODES, ConfigError, parseConfig, type CloudConfig, type ConfigCode } from './config.js';
 export { CRASH_POINTS, SimulatedCrash, type CrashPoint, type CrashHook } from './app/crash.js';
 export type { KeyResult, IssueKeyInput, RevokeKeyInput } from './app/keys.js';
 export type { EntryKey } from './domain/keys.js';

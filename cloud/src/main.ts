@@ -1,5 +1,6 @@
 import { createLogger, newCorrelationId, onShutdownSignals, systemClock, withCorrelation } from '@tobira/shared';
 import { z } from 'zod';
+import { ConfigError, requireSigningJwk, type CloudConfig } from './config.js';
 import { brokerAccountsFromConfig, createCloud, parseConfig, startAdminApi } from './index.js';
 
 /**
@@ -23,7 +24,17 @@ const baseLog = createLogger('cloud');
 // The process's own lines carry the cid of this run.
 const log = withCorrelation(baseLog, newCorrelationId());
 const apiEnv = ApiEnv.parse(process.env);
-const config = parseConfig(process.env);
+let config: CloudConfig;
+try {
+  config = parseConfig(process.env);
+  // before anything starts: a cloud without its signing key must not come up (docs/cloud.md "Configuration")
+  requireSigningJwk(config);
+} catch (e) {
+  if (!(e instanceof ConfigError)) throw e;
+  log.fatal({ code: e.code, variable: e.variable, err: e.message }, 'configuration refused; not starting');
+  log.flush();
+  process.exit(1);
+}
 // The broker accounts' admin link (BROKER_ACCOUNTS) starts before the cloud and stops after it.
 const brokerAccounts = brokerAccountsFromConfig(config, baseLog);
 await brokerAccounts.start();

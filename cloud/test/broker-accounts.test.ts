@@ -1,10 +1,10 @@
-import { ManualClock, connectMqtt, generateSigningKeyPair, newId, startEmbeddedBroker, topics, waitConnected, type EmbeddedBroker } from '@tobira/shared';
+import { ManualClock, connectMqtt, gatewayCloudClientId, generateSigningKeyPair, newId, startEmbeddedBroker, topics, waitConnected, type EmbeddedBroker } from '@tobira/shared';
 import { pgBackends, startMosquitto, type TestMosquitto } from '@tobira/shared/testing';
 import type { IClientOptions, MqttClient } from 'mqtt';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { DynsecBrokerAccounts } from '../src/adapters/broker/dynsec.js';
 import { EmbeddedBrokerAccounts, setServiceAccount } from '../src/adapters/broker/embedded.js';
-import { SERVICE_ROLE } from '../src/adapters/broker/acl.js';
+import { SERVICE_ROLE, gatewayIdOfUsername } from '../src/adapters/broker/acl.js';
 import type { BrokerAccounts, BrokerCredentials } from '../src/app/broker-accounts.js';
 import { rotateGatewayBrokerCredentials } from '../src/app/broker-rotation.js';
 import { noCrash } from '../src/app/crash.js';
@@ -93,8 +93,14 @@ interface Probe {
   close(): Promise<void>;
 }
 
+/** The client id a login connects with unless told otherwise: a gateway login's own (the broker pins it), else a fresh one. */
+function ownClientId(username: string | undefined): string {
+  const gatewayId = username === undefined ? null : gatewayIdOfUsername(username);
+  return gatewayId === null ? `probe-${newId().slice(-12)}` : gatewayCloudClientId(gatewayId);
+}
+
 async function login(url: string, creds: { username: string; password: string }, extra: IClientOptions = {}): Promise<Probe> {
-  const client = connectMqtt(url, { ...creds, clientId: `probe-${newId().slice(-12)}`, reconnectPeriod: 0, clean: true, ...extra });
+  const client = connectMqtt(url, { ...creds, clientId: ownClientId(creds.username), reconnectPeriod: 0, clean: true, ...extra });
   const messages: Probe['messages'] = [];
   client.on('message', (topic, payload) => messages.push({ topic, payload: payload.toString() }));
   let closes = 0;
@@ -123,8 +129,8 @@ async function login(url: string, creds: { username: string; password: string },
 }
 
 /** The CONNACK return code of a refused login (4 bad user name or password, 5 not authorized). */
-async function refusedCode(url: string, creds: { username?: string; password?: string }): Promise<number> {
-  const client = connectMqtt(url, { ...creds, clientId: `probe-${newId().slice(-12)}`, reconnectPeriod: 0 });
+async function refusedCode(url: string, creds: { username?: string; password?: string }, clientId = ownClientId(creds.username)): Promise<number> {
+  const client = connectMqtt(url, { ...creds, clientId, reconnectPeriod: 0 });
   try {
     await waitConnected(client, 5000);
     return 0;
@@ -247,6 +253,39 @@ describe.each(kinds.flatMap((k) => pgBackends().map((b) => [k, b] as const)))('b
     }
   });
 
+  describe("when a gateway's login presents a client id that is not its own", () => {
+    it("gateway A's credentials under gateway B's client id are refused at CONNACK, and B's live session is not taken over", async () => {
+      const a = await gateway();
+      const b = await gateway();
+      // B online with a persistent session, as the real gateway runs
+      const pb = await login(s.url, b.creds, { clean: false });
+      try {
+        expect(await pb.subscribe(topics.gatewayDown(b.gatewayId))).toBe(1);
+        expect(await refusedCode(s.url, a.creds, gatewayCloudClientId(b.gatewayId))).toBe(5);
+        // B's own round trip after the attempt: had the broker let A in under B's id, B would have been evicted
+        await pb.client.publishAsync(topics.gatewayUp(b.gatewayId), 'still-b', { qos: 1 });
+        expect(pb.closes()).toBe(0);
+        await b.issue();
+        await s.cloud.flush();
+        await waitFor(() => pb.messages.some((m) => m.topic === topics.gatewayDown(b.gatewayId)), "b's grant, still delivered to b");
+      } finally {
+        await pb.close();
+      }
+    });
+
+    it("any other client id is refused too (a made-up one, the cloud's own, the site link's), and the gateway's own still logs in", async () => {
+      const g = await gateway();
+      for (const clientId of [`probe-${newId().slice(-12)}`, 'tobira-cloud', `${gatewayCloudClientId(g.gatewayId)}-site`, `${gatewayCloudClientId(g.gatewayId)}x`, g.gatewayId]) {
+        expect(await refusedCode(s.url, g.creds, clientId), clientId).toBe(5);
+      }
+      expect(await refusedCode(s.url, g.creds, gatewayCloudClientId(g.gatewayId))).toBe(0);
+    });
+
+    it('the service login is not pinned: each cloud replica connects under its own id', async () => {
+      expect(await refusedCode(s.url, s.service, `cloud-replica-${newId().slice(-12)}`)).toBe(0);
+    });
+  });
+
   it('rotation: the old password no longer logs in, the new one does; the gateway id must exist', async () => {
     const g = await gateway();
     // a login first, so that a cache of verified passwords would hold the old one
@@ -264,21 +303,21 @@ describe.each(kinds.flatMap((k) => pgBackends().map((b) => [k, b] as const)))('b
   });
 
   describe('when a gateway is connected and its password is rotated', () => {
-    it('its sessions are disconnected, the old password cannot log in again, the new one can; the cut is logged with the caller’s cid', async () => {
+    it('its session is disconnected, the old password cannot log in again, the new one can; the cut is logged with the caller’s cid', async () => {
       const g = await gateway();
+      // one live session: the login is pinned to one client id, and a second connection under it replaces the first
       const first = await login(s.url, g.creds);
-      const second = await login(s.url, g.creds);
       try {
         expect(await first.subscribe(topics.gatewayDown(g.gatewayId))).toBe(1);
         const { log, lines } = await capturingLogger();
         const cid = `corr-cut-${newId()}` as never;
         const o = await rotateGatewayBrokerCredentials({ db: s.t.db, clock: new ManualClock(T0), log, crash: noCrash, wake: () => {}, brokerAccounts: s.accounts }, { gatewayId: g.gatewayId, cid });
         if (o.status !== 'applied') throw new Error(o.code);
-        await waitFor(() => first.closes() > 0 && second.closes() > 0, 'both sessions of the old password to be closed by the broker');
+        await waitFor(() => first.closes() > 0, 'the session of the old password to be closed by the broker');
         expect([4, 5]).toContain(await refusedCode(s.url, g.creds));
         const cut = lines.find((l) => l.msg === 'broker sessions of the old password cut');
         // aedes counts the sessions it closed; dynsec kicks without a count
-        expect(cut).toMatchObject({ cid, gatewayId: g.gatewayId, sessionsCut: kind === 'embedded' ? 2 : null });
+        expect(cut).toMatchObject({ cid, gatewayId: g.gatewayId, sessionsCut: kind === 'embedded' ? 1 : null });
         const p = await login(s.url, o.state.mqtt);
         try {
           expect(await p.subscribe(topics.gatewayDown(g.gatewayId))).toBe(1);
@@ -289,7 +328,6 @@ describe.each(kinds.flatMap((k) => pgBackends().map((b) => [k, b] as const)))('b
         }
       } finally {
         await first.close();
-        await second.close();
       }
     });
 

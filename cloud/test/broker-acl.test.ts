@@ -1,4 +1,4 @@
-import { GatewayId, topics } from '@tobira/shared';
+import { GatewayId, gatewayCloudClientId, topics } from '@tobira/shared';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import {
@@ -10,6 +10,7 @@ import {
   mayPublish,
   mayReceive,
   maySubscribe,
+  mayUseClientId,
   serviceDynsecAcls,
   type BrokerAccount,
 } from '../src/adapters/broker/acl.js';
@@ -76,6 +77,16 @@ describe('a gateway broker account', () => {
     );
   });
 
+  it("connects only under its cloud link's client id (what the gateway uses), never another gateway's, the site link's or a made-up one", () => {
+    expect(gatewayCloudClientId('a')).toBe('tobira-gw-a');
+    expect(mayUseClientId(gw('a'), gatewayCloudClientId('a'))).toBe(true);
+    for (const other of [gatewayCloudClientId('b'), gatewayCloudClientId('ab'), 'tobira-gw-a-site', 'tobira-gw-A', 'a', 'tobira-cloud', '', ' tobira-gw-a']) {
+      expect(mayUseClientId(gw('a'), other), other).toBe(false);
+    }
+    const id = fc.stringMatching(/^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$/);
+    fc.assert(fc.property(id, id, (a, b) => a === b || !mayUseClientId(gw(a), gatewayCloudClientId(b))));
+  });
+
   it('its dynsec role is the same ACL as literal entries', () => {
     expect(gatewayDynsecAcls('a')).toEqual([
       { acltype: 'subscribeLiteral', topic: 'tobira/v1/gw/a/down', allow: true },
@@ -99,5 +110,9 @@ describe('the service account', () => {
     expect(mayPublish(service, 'tobira/v1/site/g/lock/L1/command')).toBe(false);
     expect(mayPublish(service, 'tobira/v1/gw/')).toBe(false);
     expect(serviceDynsecAcls().every((a) => a.topic === SERVICE_FILTER)).toBe(true);
+  });
+
+  it('is not pinned to a client id: every replica connects under its own MQTT_CLIENT_ID', () => {
+    for (const clientId of ['tobira-cloud-host-1', 'cloud-test-x', 'any']) expect(mayUseClientId(service, clientId)).toBe(true);
   });
 });

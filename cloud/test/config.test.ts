@@ -1,5 +1,8 @@
 import { describe, expect, it } from 'vitest';
-import { parseConfig } from '../src/config.js';
+import { generateSigningKeyPair } from '@tobira/shared';
+import { loadSigner } from '../src/adapters/signer.js';
+import { CONFIG_CODES, ConfigError, parseConfig, requireSigningJwk } from '../src/config.js';
+import { testLog } from './helpers.js';
 
 describe('parseConfig', () => {
   it('fills defaults and freezes the result', () => {
@@ -31,5 +34,46 @@ describe('parseConfig', () => {
     expect(() => parseConfig({ HEARTBEAT_INTERVAL_MS: 'soon' })).toThrow(/HEARTBEAT_INTERVAL_MS/);
     expect(() => parseConfig({ DATABASE_URL: 'not a url' })).toThrow(/DATABASE_URL/);
     expect(() => parseConfig({ MQTT_CLEAN_SESSION: 'yes' })).toThrow(/MQTT_CLEAN_SESSION/);
+  });
+
+  describe('the signing key (CLOUD_SIGNING_JWK)', () => {
+    const refusal = (f: () => unknown): ConfigError => {
+      try {
+        f();
+      } catch (e) {
+        if (e instanceof ConfigError) return e;
+        throw e;
+      }
+      throw new Error('not refused');
+    };
+
+    it('a cloud without one refuses to start with SIGNING_KEY_REQUIRED naming the variable, instead of making up a key of its own', async () => {
+      const c = parseConfig({});
+      expect(refusal(() => requireSigningJwk(c))).toMatchObject({ code: 'SIGNING_KEY_REQUIRED', variable: 'CLOUD_SIGNING_JWK' });
+      await expect(loadSigner('tobira-cloud', c.signingJwk, testLog)).rejects.toMatchObject({ name: 'ConfigError', code: 'SIGNING_KEY_REQUIRED', variable: 'CLOUD_SIGNING_JWK' });
+      expect(Object.keys(CONFIG_CODES)).toEqual(['SIGNING_KEY_REQUIRED', 'SIGNING_KEY_INVALID']);
+    });
+
+    it('one that is not an Ed25519 private JWK with a kid is refused at parse with SIGNING_KEY_INVALID, and the message never quotes the key', async () => {
+      const { privateJwk, publicJwk } = await generateSigningKeyPair();
+      const { kid: _kid, ...noKid } = privateJwk;
+      const bad = ['not json', '[]', '{}', JSON.stringify(publicJwk), JSON.stringify(noKid), JSON.stringify({ ...privateJwk, crv: 'P-256' }), JSON.stringify([privateJwk, noKid])];
+      for (const v of bad) {
+        const e = refusal(() => parseConfig({ CLOUD_SIGNING_JWK: v }));
+        expect(e, v).toMatchObject({ code: 'SIGNING_KEY_INVALID', variable: 'CLOUD_SIGNING_JWK' });
+        expect(e.message).not.toContain(String(privateJwk.d));
+      }
+    });
+
+    it('one key, or several (the first signs, all are published): every kid is in the JWKS and the signing one is the first', async () => {
+      const a = await generateSigningKeyPair();
+      const b = await generateSigningKeyPair();
+      const one = await loadSigner('tobira-cloud', parseConfig({ CLOUD_SIGNING_JWK: JSON.stringify(a.privateJwk) }).signingJwk, testLog);
+      expect(one.key.kid).toBe(a.kid);
+      const two = await loadSigner('tobira-cloud', parseConfig({ CLOUD_SIGNING_JWK: JSON.stringify([b.privateJwk, a.privateJwk]) }).signingJwk, testLog);
+      expect(two.key.kid).toBe(b.kid);
+      expect(two.jwks.keys.map((k) => k.kid)).toEqual([b.kid, a.kid]);
+      expect(two.jwks.keys.every((k) => k.d === undefined)).toBe(true);
+    });
   });
 });

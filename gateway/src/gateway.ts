@@ -5,6 +5,7 @@ import {
   createLogger,
   decodeSecret,
   filters,
+  gatewayCloudClientId,
   importSigningKey,
   monotonicClock,
   newCorrelationId,
@@ -236,7 +237,7 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
       let firstConnect = true;
       cloud = connectCloudLink(
         config.cloud,
-        { clientId: `tobira-gw-${config.gatewayId}`, downTopic: topics.gatewayDown(config.gatewayId), presenceTopic: topics.gatewayPresence(config.gatewayId) },
+        { clientId: gatewayCloudClientId(config.gatewayId), downTopic: topics.gatewayDown(config.gatewayId), presenceTopic: topics.gatewayPresence(config.gatewayId) },
         {
           onDownlink: async (topic, payload) => {
             await receiveDownlink(downDeps, topic, payload);

@@ -83,6 +83,25 @@ describe.each(mqttBackends())('rejected downlinks of a running gateway against %
       }
     });
 
+    it('refuses a grant truly signed by the trusted cloud key but naming no kid (UNKNOWN_KID), and applies the same claims once they name it', async () => {
+      const s = await start();
+      const signed = await s.cloud.sign({ type: 'key.grant', seq: 1, cid: 'cloud-req-nokid', body: { key: baseGrant({ credential: { type: 'pin', digest: s.f.digest(PIN) } }) } });
+      const [header, payload] = signed.token.split('.') as [string, string, string];
+      expect(JSON.parse(Buffer.from(header, 'base64url').toString())).toMatchObject({ kid: s.f.cloudPair.kid });
+      // the same claims under a header without the kid, signed with the cloud's own private key: only the kid is missing
+      const bare = Buffer.from(JSON.stringify({ alg: 'EdDSA', typ: JWS_TYP })).toString('base64url');
+      const sig = Buffer.from(await crypto.subtle.sign('Ed25519', s.f.cloudKey.privateKey, Buffer.from(`${bare}.${payload}`))).toString('base64url');
+      await s.cloud.publishRaw(`${bare}.${payload}.${sig}`);
+      await waitFor(() => lastRejectedId(s) === 1, 'the grant without a kid rejected');
+      expect((await rejectedItems(s))[0]).toMatchObject({ code: 'UNKNOWN_KID', detail: 'no kid', claimedJti: signed.message.jti, claimedCid: 'cloud-req-nokid', claimedSeq: 1 });
+      expect(rejectionLines()[0]).toMatchObject({ cid: 'cloud-req-nokid', code: 'UNKNOWN_KID' });
+      expect(s.gw.store.settings().appliedSeq).toBe(0);
+      expect(s.gw.store.keyCounts()).toEqual({ active: 0, revoked: 0, tombstones: 0 });
+      await s.cloud.publishRaw(signed.token);
+      await waitFor(() => s.gw.store.settings().appliedSeq === 1 || undefined, 'the grant with its kid applied');
+      expect(s.gw.store.keyCounts()).toMatchObject({ active: 1 });
+    });
+
     it('gives a payload that does not decode a row with null claims, and its log line a cid of its own', async () => {
       const s = await start();
       const garbage = ['not a jws at all', Buffer.from([0xff, 0xfe, 0x00]), 'aaa.bbb.ccc', `${Buffer.from('{"alg":"EdDSA"}').toString('base64url')}.${Buffer.from('[1]').toString('base64url')}.`];

@@ -24,6 +24,18 @@ export function connectMqtt(url: string, options: IClientOptions = {}): MqttClie
   return client;
 }
 
+/**
+ * The MQTT client id of a gateway's link to the cloud broker. One definition,
+ * because the cloud's broker accounts pin each gateway login to exactly this
+ * id (docs/architecture.md "Broker accounts"): a login presenting any other
+ * id is refused at CONNACK, so no gateway's credentials can take over another
+ * client's session (MQTT lets a new connection with a taken client id evict
+ * the old one and inherit its persistent session).
+ */
+export function gatewayCloudClientId(gatewayId: string): string {
+  return `tobira-gw-${gatewayId}`;
+}
+
 /** Resolves when the client is connected (or rejects on the first error / timeout). */
 export function waitConnected(client: MqttClient, timeoutMs = 10_000): Promise<void> {
   if (client.connected) return Promise.resolve();

@@ -1,4 +1,5 @@
-import { KeySet, generateSigningKeyPair, importSigningKey, type Jwks, type SigningKey, type Logger } from '@tobira/shared';
+import { KeySet, importSigningKey, type Jwks, type SigningKey, type Logger } from '@tobira/shared';
+import { parseSigningJwks, requireSigningJwk } from '../config.js';
 
 /** The cloud's signing identity: the key that signs every downlink message and the JWKS gateways trust. */
 export interface CloudSigner {
@@ -7,26 +8,21 @@ export interface CloudSigner {
   readonly jwks: Jwks;
 }
 
-type JwkJson = Parameters<typeof importSigningKey>[0];
-
 /**
  * Loads CLOUD_SIGNING_JWK (one private JWK or an array; the first signs, all
- * are published so keys can rotate). Without it a key is generated: fine for
- * the demo and tests, wrong for several replicas (each would sign differently).
+ * are published so keys can rotate). There is no generated fallback: a key
+ * made up at start differs per process and per restart, so with two
+ * replicas, or after a restart, the gateways would refuse every downlink
+ * (UNKNOWN_KID) and fail closed. Throws ConfigError SIGNING_KEY_REQUIRED or
+ * SIGNING_KEY_INVALID. Every message it signs names the signing key's `kid`
+ * in its protected header (shared signMessage), so a gateway knows which of
+ * the published keys to check it with.
  */
 export async function loadSigner(issuer: string, jwkJson: string | undefined, log: Logger): Promise<CloudSigner> {
-  let privates: JwkJson[];
-  if (jwkJson) {
-    const parsed = JSON.parse(jwkJson) as JwkJson | JwkJson[];
-    privates = Array.isArray(parsed) ? parsed : [parsed];
-  } else {
-    log.warn('CLOUD_SIGNING_JWK unset: generated an ephemeral signing key');
-    privates = [(await generateSigningKeyPair()).privateJwk];
-  }
-  const first = privates[0];
-  if (!first) throw new Error('CLOUD_SIGNING_JWK holds no key');
-  const key = await importSigningKey(first);
+  const privates = parseSigningJwks(requireSigningJwk({ signingJwk: jwkJson }));
+  const key = await importSigningKey(privates[0]);
   const publics = privates.map(({ d: _d, ...pub }) => pub);
   const jwks = (await KeySet.fromJwks({ keys: publics })).toJwks();
+  log.info({ kid: key.kid, published: publics.map((k) => k.kid) }, 'cloud signing key loaded');
   return { issuer, key, jwks };
 }

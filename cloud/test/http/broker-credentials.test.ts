@@ -1,8 +1,9 @@
-import { connectMqtt, generateSigningKeyPair, newId, startEmbeddedBroker, waitConnected, type EmbeddedBroker } from '@tobira/shared';
+import { connectMqtt, gatewayCloudClientId, generateSigningKeyPair, newId, startEmbeddedBroker, waitConnected, type EmbeddedBroker } from '@tobira/shared';
 import { pgBackends } from '@tobira/shared/testing';
 import type { FastifyInstance } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { EmbeddedBrokerAccounts, setServiceAccount } from '../../src/adapters/broker/embedded.js';
+import { gatewayIdOfUsername } from '../../src/adapters/broker/acl.js';
 import { buildApp } from '../../src/http/app.js';
 import { createApiToken } from '../../src/http/tokens.js';
 import type { Cloud } from '../../src/index.js';
@@ -44,9 +45,15 @@ async function openManaged(backend: 'pglite' | 'postgres'): Promise<Managed> {
   return { t, broker, cloud, app, tokens, siteA, siteB };
 }
 
+/** The client id a login may use: a gateway login is pinned to its cloud link's id (docs/architecture.md "Broker accounts"). */
+const clientIdOf = (username: string) => {
+  const gatewayId = gatewayIdOfUsername(username);
+  return gatewayId === null ? `probe-${newId().slice(-12)}` : gatewayCloudClientId(gatewayId);
+};
+
 /** Logs in to the broker: true when the CONNACK accepts. */
 async function logsIn(url: string, username: string, password: string): Promise<boolean> {
-  const c = connectMqtt(url, { username, password, clientId: `probe-${newId().slice(-12)}`, reconnectPeriod: 0 });
+  const c = connectMqtt(url, { username, password, clientId: clientIdOf(username), reconnectPeriod: 0 });
   try {
     await waitConnected(c, 5000);
     return true;
@@ -106,7 +113,7 @@ describe.each(pgBackends())('gateway broker credentials over the admin API on %s
   it('rotation by a manager of the site: 200 with a new password; the session open with the old one is closed, the old one no longer logs in, the new one does', async () => {
     const { gatewayId, r } = await register(h.tokens.admin, h.siteA);
     const old = r.json().provisioning.broker;
-    const session = connectMqtt(h.broker.url, { username: old.username, password: old.password, clientId: `gw-session-${newId().slice(-12)}`, reconnectPeriod: 0 });
+    const session = connectMqtt(h.broker.url, { username: old.username, password: old.password, clientId: clientIdOf(old.username), reconnectPeriod: 0 });
     let closed = false;
     session.on('close', () => void (closed = true));
     await waitConnected(session, 5000);

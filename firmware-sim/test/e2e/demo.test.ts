@@ -81,6 +81,14 @@ async function staffStatus(demo: Demo): Promise<Record<string, unknown>> {
 const seedFile = (data: string) => join(data, 'seed.json');
 const readSeed = (data: string) => JSON.parse(readFileSync(seedFile(data), 'utf8')) as { gatewayConfig: Record<string, unknown> & { cloud: { username?: string; password?: string } } };
 
+/** The kid of the cloud signing key kept in the data folder, and the kids the cloud logged loading at each start. */
+const keptKid = (data: string) => (JSON.parse(readFileSync(join(data, 'cloud', 'signing-key.json'), 'utf8')) as { kid: string }).kid;
+const loadedKids = (data: string) =>
+  readFileSync(join(data, 'logs', 'demo.log'), 'utf8')
+    .split('\n')
+    .filter((l) => l.includes('"cloud signing key loaded"'))
+    .map((l) => (JSON.parse(l) as { kid: string }).kid);
+
 const run = async (cmd: string) => JSON.parse((await sh('bash', ['-c', cmd])).stdout) as Record<string, unknown>;
 
 describe('npm start (the one-command demo)', () => {
@@ -113,6 +121,8 @@ describe('npm start (the one-command demo)', () => {
       expect(seed.gatewayConfig.timeZone).toBe('Asia/Tokyo');
       expect((await staffStatus(demo)).timeZone).toBe('Asia/Tokyo');
       expect(await connackCode(cloudBroker as string, { username: 'gw:gw-1', password: 'not-the-password' })).toBe(5);
+      // the cloud signs with the key it keeps in the data folder
+      expect(loadedKids(data)).toEqual([keptKid(data)]);
     } finally {
       const said = await demo.interrupt();
       for (const part of ['lock panel', 'locks', 'gateway', 'admin API', 'cloud', 'site MQTT broker', 'MQTT broker', 'database']) expect(said, demo.out).toContain(`stopping ${part} … ok`);
@@ -124,10 +134,14 @@ describe('npm start (the one-command demo)', () => {
     const old = readSeed(data);
     delete old.gatewayConfig.timeZone;
     writeFileSync(seedFile(data), JSON.stringify(old));
+    const kid = keptKid(data);
     const demo = new Demo(data);
     try {
       await demo.start();
       expect(demo.out).not.toContain('seeding');
+      // the restarted cloud signs with the same key (a new one would make the gateway refuse every downlink)
+      expect(keptKid(data)).toBe(kid);
+      expect(loadedKids(data)).toEqual([kid, kid]);
       expect(demo.out).toContain('the time zone of site site-demo … Asia/Tokyo');
       expect(readSeed(data).gatewayConfig.timeZone).toBe('Asia/Tokyo');
       expect((await staffStatus(demo)).timeZone).toBe('Asia/Tokyo');

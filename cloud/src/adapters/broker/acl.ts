@@ -1,4 +1,4 @@
-import { GatewayId, TOPIC_ROOT, topics } from '@tobira/shared';
+import { GatewayId, TOPIC_ROOT, gatewayCloudClientId, topics } from '@tobira/shared';
 
 /**
  * Who may do what on the cloud broker (docs/architecture.md "Broker
@@ -11,6 +11,8 @@ import { GatewayId, TOPIC_ROOT, topics } from '@tobira/shared';
  *   retained presence and last will);
  * - the cloud's service account may publish, subscribe and receive anything
  *   under `tobira/v1/gw/#` (every gateway's down, up and presence);
+ * - a gateway's login connects only with the client id of its cloud link,
+ *   `tobira-gw-G` (mayUseClientId);
  * - nothing else is allowed (deny by default).
  *
  * Gateway ids are slugs (shared/src/ids.ts: [A-Za-z0-9_-]), so an id can
@@ -56,6 +58,18 @@ const SERVICE_PREFIX = `${TOPIC_ROOT}/gw/`;
 
 /** A broker account: one gateway's, or the cloud's own service account. */
 export type BrokerAccount = { readonly kind: 'gateway'; readonly gatewayId: string } | { readonly kind: 'service' };
+
+/**
+ * The only MQTT client id a gateway's login may connect with: the one its
+ * cloud link uses (shared gatewayCloudClientId). Without the pin, one
+ * gateway's credentials could connect under another client's id, evict it
+ * and take over its persistent session (and its queued downlinks). The
+ * service account is not pinned: each cloud replica has its own id
+ * (MQTT_CLIENT_ID).
+ */
+export function mayUseClientId(account: BrokerAccount, clientId: string): boolean {
+  return account.kind === 'service' || clientId === gatewayCloudClientId(account.gatewayId);
+}
 
 /** May this account subscribe with this filter? A gateway: only its own down, literally; the service: filters inside tobira/v1/gw/#. */
 export function maySubscribe(account: BrokerAccount, filter: string): boolean {

@@ -1,4 +1,4 @@
-import { connectMqtt, newCorrelationId, withCorrelation, type Logger } from '@tobira/shared';
+import { connectMqtt, gatewayCloudClientId, newCorrelationId, withCorrelation, type Logger } from '@tobira/shared';
 import type { MqttClient } from 'mqtt';
 import type { Tx } from '../db/db.js';
 import { BrokerUnavailable, type BrokerAccounts, type BrokerCredentials } from '../../app/broker-accounts.js';
@@ -37,8 +37,10 @@ interface DynsecResponse {
  * (a client gets nothing it was not granted) and makes sure the role
  * `tobira-cloud` (everything under tobira/v1/gw/#) exists for the cloud's own
  * link account. A gateway gets a role named like its client (`gw:{id}`) with
- * exactly the ACLs of acl.ts, and a fresh random password at each
- * provisioning or rotation. A rotation also disconnects every live session of
+ * exactly the ACLs of acl.ts, a fixed `clientid` (the gateway's cloud link
+ * id, so the login cannot connect as any other client and take over its
+ * session; dynsec refuses such a CONNECT), and a fresh random password at
+ * each provisioning or rotation. A rotation also disconnects every live session of
  * the client (disable, then enable), so a session that logged in with the old
  * password does not outlive it.
  *
@@ -120,9 +122,12 @@ export class DynsecBrokerAccounts implements BrokerAccounts {
     // an existing role gets exactly these ACLs again (modifyRole replaces the list)
     if (role.error === 'Role already exists') need(await this.command({ command: 'modifyRole', rolename, acls }, log));
     else need(role);
-    const created = await this.command({ command: 'createClient', username, password, roles: [{ rolename }] }, log);
+    const clientid = gatewayCloudClientId(gatewayId);
+    const created = await this.command({ command: 'createClient', username, password, clientid, roles: [{ rolename }] }, log);
     if (created.error === 'Client already exists') {
       need(await this.command({ command: 'setClientPassword', username, password }, log));
+      // an account made before the pin gets it now (the same id again is harmless)
+      need(await this.command({ command: 'setClientId', username, clientid }, log));
       // cut the sessions that logged in with the old password: disableClient kicks every connection of the
       // username, enableClient lets the new password in again. Failing between the two leaves the account
       // disabled; the rotation answers BROKER_UNAVAILABLE and a retry enables it.

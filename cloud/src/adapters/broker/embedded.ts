@@ -5,7 +5,7 @@ import { migrate } from '../db/migrate.js';
 import { openDb } from '../db/open.js';
 import type { CloudConfig } from '../../config.js';
 import type { BrokerAccounts, BrokerCredentials } from '../../app/broker-accounts.js';
-import { gatewayUsername, mayPublish, mayReceive, maySubscribe, type BrokerAccount } from './acl.js';
+import { gatewayUsername, mayPublish, mayReceive, maySubscribe, mayUseClientId, type BrokerAccount } from './acl.js';
 import { DUMMY_HASH, hashPassword, newBrokerPassword, verifyPassword } from './password.js';
 
 /** aedes options as startEmbeddedBroker takes them (no direct aedes dependency here). */
@@ -18,7 +18,8 @@ type AedesClient = Parameters<AedesAuthHooks['authenticate']>[0];
  * database (table broker_accounts, migration 0009): provisioning writes the
  * gateway's account in the registration's transaction, and `hooks()` make
  * aedes authenticate every CONNECT against the table and enforce the ACL of
- * acl.ts on every subscribe, publish and delivery, as Mosquitto's dynamic
+ * acl.ts on every subscribe, publish and delivery (and a gateway login's
+ * client id at CONNECT), as Mosquitto's dynamic
  * security does with the same rules (dynsec.ts). One difference: Mosquitto
  * acknowledges and drops a denied publish, aedes closes the connection; in
  * both, no one receives it.
@@ -98,11 +99,14 @@ export class EmbeddedBrokerAccounts implements BrokerAccounts {
     return {
       authenticate: (client, username, password, done) => {
         this.#authenticate(username, password).then(
-          (account) => {
+          (found) => {
+            // checked here, before aedes evicts a live client with the same id: a refused CONNECT takes over nothing
+            const account = found && mayUseClientId(found, client.id) ? found : null;
             if (account && username !== undefined) {
               this.#accounts.set(client, account);
               this.#track(username, client);
-            } else this.#log.warn({ username: username ?? null, clientId: client.id }, 'broker login refused');
+            } else if (found) this.#log.warn({ username: username ?? null, clientId: client.id }, 'broker login refused: not the client id of this login');
+            else this.#log.warn({ username: username ?? null, clientId: client.id }, 'broker login refused');
             done(null, account !== null);
           },
           (e: unknown) => {

@@ -11,12 +11,13 @@ import {
 } from '@tobira/shared';
 import { SimulatedCrash, type CrashHook } from '../../app/crash.js';
 import type { Db } from '../db/db.js';
-import type { MqttLink } from '../mqtt/link.js';
+import { NotConnected, type MqttLink } from '../mqtt/link.js';
 import type { CloudSigner } from '../signer.js';
 import { claim, type ClaimedRow } from './claim.js';
 import { OUTBOX_CHANNEL } from './enqueue.js';
-import { expediteAfterReconnect, failRow, type BackoffPolicy } from './fail.js';
+import { expediteAfterReconnect, failRow, releaseUnspent, type BackoffPolicy } from './fail.js';
 import { markSent } from './mark-sent.js';
+import { renewLease } from './renew.js';
 
 export interface DispatcherOptions extends BackoffPolicy {
   readonly pollMs: number;
@@ -49,10 +50,16 @@ export async function signRow(signer: CloudSigner, row: Pick<ClaimedRow, 'gatewa
 }
 
 /**
- * The outbox dispatcher: claim → sign → publish (QoS 1, wait for PUBACK) →
- * mark sent. Guarantee: every row is published at least once, and marked
- * sent only after a PUBACK by the dispatcher that still holds its lease;
- * receivers dedupe by jti/seq, so delivery is once in effect. It runs when
+ * The outbox dispatcher: claim → (renew) → sign → publish (QoS 1, wait for
+ * PUBACK) → mark sent, row by row through the claimed batch. Guarantee: every
+ * row is published at least once, and marked sent only after a PUBACK by the
+ * dispatcher that still holds its lease; receivers dedupe by jti/seq, so
+ * delivery is once in effect. The batch's lease is renewed before each
+ * publish (renew.ts), so a slow broker does not hand the rest of the batch
+ * to another replica, and a row whose lease was lost anyway is not
+ * published. A broker cut mid-batch gives the unsent rows back (pending, due
+ * at once, the attempt returned: fail.ts releaseUnspent); an outage never
+ * walks a row towards the dead letter. It runs when
  * woken (a commit in this process, a NOTIFY from another replica, the broker
  * connection coming back) and on a slow poll as the safety net.
  */
@@ -142,26 +149,67 @@ export class Dispatcher {
     const rows = await this.#d.db.transaction((tx) =>
       claim(tx, { token, now: this.#d.clock.now(), leaseMs: this.#o.leaseMs, limit: this.#o.batch }),
     );
-    for (const row of rows) await this.#deliver(row);
+    for (const [i, row] of rows.entries()) {
+      if (i > 0) {
+        // the claim's lease covers the whole batch; renew what is left before each publish (renew.ts)
+        const held = await renewLease(this.#d.db, rows.slice(i).map((r) => r.id), token, this.#d.clock.now(), this.#o.leaseMs);
+        if (!held.has(row.id)) {
+          this.#rowLog(row).warn('lease lost before publishing: another dispatcher claimed the row; not publishing it');
+          continue;
+        }
+      }
+      if ((await this.#deliver(row)) === 'disconnected') {
+        const rest = rows.slice(i + 1);
+        if (rest.length === 0) break;
+        const released = await releaseUnspent(this.#d.db, rest.map((r) => r.id), token, this.#d.clock.now());
+        // one line for the batch; it names every row's cid so each command's trail still finds it
+        this.#d.log.warn(
+          { released, seqs: rest.map((r) => `${r.gatewayId}:${r.seq}`), cids: rest.map((r) => r.cid) },
+          'broker connection lost mid-batch: unsent rows back to pending, no attempt spent',
+        );
+        break;
+      }
+    }
     return rows.length;
   }
 
-  async #deliver(row: ClaimedRow): Promise<void> {
-    const log = withCorrelation(this.#d.log, row.cid, { gatewayId: row.gatewayId, seq: row.seq, jti: row.jti, type: row.type, attempt: row.attempts });
+  #rowLog(row: ClaimedRow): Logger {
+    return withCorrelation(this.#d.log, row.cid, { gatewayId: row.gatewayId, seq: row.seq, jti: row.jti, type: row.type, attempt: row.attempts });
+  }
+
+  /** Signs and publishes one row, then marks it; 'disconnected' when the broker link was lost (the row is released unspent). */
+  async #deliver(row: ClaimedRow): Promise<'done' | 'disconnected'> {
+    const log = this.#rowLog(row);
+    let token: string;
     try {
-      const token = await signRow(this.#d.signer, row, this.#d.clock);
+      token = await signRow(this.#d.signer, row, this.#d.clock);
+    } catch (e) {
+      await this.#fail(row, log, e);
+      return 'done';
+    }
+    try {
       await this.#d.link.publish(topics.gatewayDown(row.gatewayId), token, this.#o.publishTimeoutMs);
     } catch (e) {
-      const err = e instanceof Error ? e.message : String(e);
-      const status = await failRow(this.#d.db, row, err, this.#d.clock.now(), this.#o, this.#d.random());
-      if (status === 'dead') log.error({ err }, 'outbox row dead-lettered');
-      else if (status === null) log.warn({ err }, 'publish failed and the lease was already lost');
-      else log.warn({ err }, 'publish failed; will retry');
-      return;
+      if (e instanceof NotConnected || !this.#d.link.connected) {
+        const released = await releaseUnspent(this.#d.db, [row.id], row.leaseToken, this.#d.clock.now());
+        log.warn({ err: e instanceof Error ? e.message : String(e), released }, 'publish broken by the broker connection; back to pending, no attempt spent');
+        return 'disconnected';
+      }
+      await this.#fail(row, log, e);
+      return 'done';
     }
     this.#d.crash('afterPublishBeforeMark');
     const marked = await markSent(this.#d.db, row.id, row.leaseToken, this.#d.clock.now());
     if (marked === 1) log.info('outbox row sent');
     else log.warn('published, but the lease was lost before marking: another dispatcher owns the row (receiver dedupes by jti)');
+    return 'done';
+  }
+
+  async #fail(row: ClaimedRow, log: Logger, e: unknown): Promise<void> {
+    const err = e instanceof Error ? e.message : String(e);
+    const status = await failRow(this.#d.db, row, err, this.#d.clock.now(), this.#o, this.#d.random());
+    if (status === 'dead') log.error({ err }, 'outbox row dead-lettered');
+    else if (status === null) log.warn({ err }, 'publish failed and the lease was already lost');
+    else log.warn({ err }, 'publish failed; will retry');
   }
 }
