@@ -139,10 +139,11 @@ describe.each(pgBackends())('uplink inbox on %s', (pgBackend) => {
     });
 
     let n = 0;
-    async function setup() {
+    /** `gwClock`: the fake gateway's own clock (default: the cloud's). */
+    async function setup(gwClock: { now(): number } = clock) {
       const s = await seed(deps(t.db, clock), { gatewayId: `gw-${broker.unique}-u${++n}` });
       const key = await cloudSigningKey();
-      const gw = await fakeGateway({ url: broker.url, gatewayId: s.gatewayId, pair: s.pair, cloudJwks: { keys: [key.publicJwk] }, cloudIssuer: 'tobira-cloud', clock });
+      const gw = await fakeGateway({ url: broker.url, gatewayId: s.gatewayId, pair: s.pair, cloudJwks: { keys: [key.publicJwk] }, cloudIssuer: 'tobira-cloud', clock: gwClock });
       return { s, gw };
     }
     const issue = (s: Awaited<ReturnType<typeof seed>>, i = 1) =>
@@ -314,7 +315,6 @@ describe.each(pgBackends())('uplink inbox on %s', (pgBackend) => {
       it.each([
         ['forged (signed with a key the gateway never registered)', 'UNKNOWN_KID'],
         ['tampered after signing', 'BAD_SIGNATURE'],
-        ['expired', 'EXPIRED'],
         ['addressed to another audience', 'WRONG_AUDIENCE'],
         ['signed by another issuer', 'WRONG_ISSUER'],
         ['not a JWS at all', 'MALFORMED'],
@@ -475,6 +475,104 @@ describe.each(pgBackends())('uplink inbox on %s', (pgBackend) => {
         await waitFor(() => gw.received.find((m) => m.type === 'keyset.snapshot'), 'snapshot part');
       } finally {
         clock.set(start);
+        await gw.close();
+      }
+    });
+
+    const accessEvent = (s: Awaited<ReturnType<typeof seed>>, at: number) => ({
+      eventId: newId(),
+      requestId: `r-${newId()}`,
+      lockId: 'lock-1',
+      doorId: s.doorA,
+      at,
+      allowed: false,
+      code: 'UNKNOWN_CREDENTIAL',
+      keyId: null,
+      keyVersion: null,
+      personId: null,
+      credentialType: 'pin',
+      commandId: null,
+    });
+    const heartbeatTo = async (gw: FakeGateway, gatewayId: string) => {
+      gw.received.length = 0;
+      await cloud.sendHeartbeats();
+      return waitFor(() => gw.received.find((m): m is Extract<DownlinkMessage, { type: 'heartbeat' }> => m.type === 'heartbeat' && m.aud === gatewayId), 'heartbeat');
+    };
+
+    it.each([
+      ['10 minutes ahead', 10 * 60_000],
+      ['2 days behind', -2 * DAY],
+    ])('applies a verified uplink from a gateway whose clock is %s, with the gateway\'s own time, and records the skew', async (_what, offset) => {
+      const gwClock = { now: () => clock.now() + offset };
+      const { s, gw } = await setup(gwClock);
+      try {
+        const body = accessEvent(s, gwClock.now());
+        await gw.send({ type: 'access.event', seq: 1, body, ttlSeconds: 60 });
+        const row = await waitFor(async () => (await cloud.listAudit({ gatewayId: s.gatewayId })).find((a) => a.eventId === body.eventId), 'event in the audit log');
+        expect(row.at).toBe(body.at);
+        expect(await cloud.listRejectedUplinks({ gatewayId: s.gatewayId })).toEqual([]);
+        const skew = await waitFor(async () => (await t.db.query<{ clock_skew_ms: string | null }>('SELECT clock_skew_ms FROM gateways WHERE id = $1', [s.gatewayId])).rows[0]?.clock_skew_ms ?? undefined, 'skew recorded');
+        expect(Math.abs(Number(skew) - offset)).toBeLessThan(2_000);
+        // sent again (no acknowledgement reached the gateway): applied once
+        await gw.send({ type: 'access.event', seq: 1, body, ttlSeconds: 60 });
+        await gw.send({ type: 'alarm', seq: 2, body: { alarmId: newId(), lockId: 'lock-1', doorId: null, kind: 'tamper', at: gwClock.now() } });
+        await waitFor(async () => (await t.db.query('SELECT 1 FROM alarms WHERE gateway_id = $1', [s.gatewayId])).rowCount === 1 || undefined, 'alarm applied');
+        expect((await cloud.listAudit({ gatewayId: s.gatewayId })).filter((a) => a.eventId === body.eventId)).toHaveLength(1);
+      } finally {
+        await gw.close();
+      }
+    });
+
+    it('acknowledges uplinks in heartbeats only up to the first missing seq; resends walk the pointer on; a restarted history starts it again', async () => {
+      const { s, gw } = await setup();
+      try {
+        const send = (seq: number, jti = newMessageId()) => gw.send({ type: 'access.event', seq, jti, body: accessEvent(s, clock.now()) });
+        expect((await heartbeatTo(gw, s.gatewayId)).body.uplinkAck).toBeUndefined(); // nothing from it yet
+        const m1 = await send(1);
+        const m2 = await send(2);
+        const m4 = await send(4); // 3 was lost on the way (say a broker restarted without its queue)
+        await waitFor(async () => (await t.db.query('SELECT 1 FROM uplink_inbox WHERE jti = $1', [m4.jti])).rowCount === 1 || undefined, 'seq 4 applied');
+        expect((await heartbeatTo(gw, s.gatewayId)).body.uplinkAck).toEqual({ seq: 2, jti: m2.jti });
+        // the gateway, unacknowledged, sends 3 and 4 again (4 with its same jti): the pointer walks over both
+        const m3 = await send(3);
+        await send(4, m4.jti);
+        await waitFor(async () => ((await heartbeatTo(gw, s.gatewayId)).body.uplinkAck?.seq === 4 ? true : undefined), 'acknowledged up to 4');
+        expect((await heartbeatTo(gw, s.gatewayId)).body.uplinkAck).toEqual({ seq: 4, jti: m4.jti });
+        expect(new Set([m1.jti, m2.jti, m3.jti, m4.jti]).size).toBe(4);
+        // the gateway's store was reset: its seq starts again at 1 with new messages
+        const again = await send(1);
+        await waitFor(async () => ((await heartbeatTo(gw, s.gatewayId)).body.uplinkAck?.jti === again.jti ? true : undefined), 'acknowledgement restarted');
+        expect((await heartbeatTo(gw, s.gatewayId)).body.uplinkAck).toEqual({ seq: 1, jti: again.jti });
+      } finally {
+        await gw.close();
+      }
+    });
+
+    it('heartbeats name the last seq handed out, with a row held in backoff or dead-lettered (the gateway stays behind, never fresh over it)', async () => {
+      const { s, gw } = await setup();
+      try {
+        await issue(s, 1);
+        await waitFor(async () => (await cloud.listOutbox(s.gatewayId)).every((r) => r.status === 'sent') || undefined, 'sent');
+        // two more rows handed out that the dispatcher does not send: one waiting out a backoff, one dead-lettered
+        await t.db.transaction(async (tx) => {
+          for (const status of ['pending', 'dead']) {
+            const seq = (await tx.query<{ last_seq: number }>('UPDATE gateway_seq SET last_seq = last_seq + 1 WHERE gateway_id = $1 RETURNING last_seq', [s.gatewayId])).rows[0]?.last_seq;
+            await tx.query(
+              `INSERT INTO outbox (gateway_id, seq, jti, type, body, cid, status, attempts, next_attempt_at, created_at)
+               VALUES ($1, $2, gen_random_uuid(), 'key.revoke', $3, 'cid-stuck', $4, 3, $5, $5)`,
+              [s.gatewayId, seq, JSON.stringify({ keyId: 'k-stuck', version: 2, reason: 'staff_revoked' }), status, clock.now() + DAY],
+            );
+          }
+        });
+        const sent = await cloud.sendHeartbeats();
+        expect(sent).toContainEqual({ gatewayId: s.gatewayId, lastSeq: 3 });
+        expect((await cloud.listOutbox(s.gatewayId)).map((r) => r.status)).toEqual(['sent', 'pending', 'dead']);
+        // and a resync from the gateway gets them replayed, pending and dead alike
+        gw.received.length = 0;
+        await gw.send({ type: 'resync.request', body: { requestId: newId(), lastAppliedSeq: 1, reason: 'gap' } });
+        await waitFor(() => (sequenced(gw.received).length === 2 ? true : undefined), 'replayed');
+        expect(sequenced(gw.received).map((m) => [m.seq, m.type])).toEqual([[2, 'key.revoke'], [3, 'key.revoke']]);
+      } finally {
         await gw.close();
       }
     });
