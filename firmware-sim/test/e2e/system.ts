@@ -90,6 +90,10 @@ export interface SystemOptions {
   readonly gatewayInProcess?: boolean;
   /** PGlite in a directory (not in memory), so a test can back the cloud's database up and restore it. */
   readonly pgliteOnDisk?: boolean;
+  /** The gateway's wall clock is off from the cloud's by this much (ms; the cloud's clock is real time plus the test's offset). */
+  readonly gatewayClockOffsetMs?: number;
+  /** Gateway config fields a test sets (e.g. uplinkAckTimeoutMs). */
+  readonly gatewayOverrides?: Partial<GatewayConfigInput>;
 }
 
 let n = 0;
@@ -165,6 +169,7 @@ export class System {
       resyncIntervalMs: 500,
       statusIntervalMs: 60_000,
       drainTimeoutMs: 2000,
+      ...this.opts.gatewayOverrides,
     };
     writeFileSync(this.gatewayConfigFile, JSON.stringify(this.gatewayConfig));
     if (this.opts.gatewayInProcess !== false) await this.startGateway();
@@ -185,7 +190,8 @@ export class System {
   }
 
   /** (Re)starts the cloud on its database (the same signing key every time: the gateway trusts it). */
-  async startCloud(): Promise<void> {
+  /** `clientId`: another MQTT client id than the first run's, whose persistent session (and what the broker queued in it) the cloud then never sees. */
+  async startCloud(opts: { clientId?: string } = {}): Promise<void> {
     const database =
       this.#db.backend === 'postgres' ? { DATABASE_URL: this.#db.url } : { PGLITE_DATA_DIR: this.opts.pgliteOnDisk ? this.#pgliteDir : this.#db.dataDir };
     this.#signingJwk ??= JSON.stringify((await generateSigningKeyPair()).privateJwk);
@@ -193,7 +199,7 @@ export class System {
       parseCloudConfig({
         ...database,
         MQTT_URL: this.cloudBrokerUrl,
-        MQTT_CLIENT_ID: `cloud-${this.gatewayId}`,
+        MQTT_CLIENT_ID: opts.clientId ?? `cloud-${this.gatewayId}`,
         CLOUD_SIGNING_JWK: this.#signingJwk,
         HEARTBEAT_INTERVAL_MS: '250',
         DISPATCH_POLL_MS: '500',
@@ -271,11 +277,18 @@ export class System {
   }
 
   async startGateway(): Promise<void> {
-    this.gateway = createGateway(parseGatewayConfig(this.gatewayConfig), { clock: this.clock, log: this.log.child({ part: 'gateway' }) });
-    await this.gateway.start();
+    await this.startGatewayOnly();
     // Until its first proven sync (a heartbeat it is caught up with) a gateway fails closed: wait for it.
     await this.cloud.sendHeartbeats();
     await waitFor(() => (this.gateway.store.settings().leaseExpiresAt ?? 0) > this.clock.now(), "the gateway's first freshness lease");
+  }
+
+  /** Starts the in-process gateway without waiting for its first lease (it fails closed until then). */
+  async startGatewayOnly(): Promise<void> {
+    const offset = this.opts.gatewayClockOffsetMs ?? 0;
+    const clock: Clock = offset === 0 ? this.clock : { now: () => this.clock.now() + offset };
+    this.gateway = createGateway(parseGatewayConfig(this.gatewayConfig), { clock, log: this.log.child({ part: 'gateway' }) });
+    await this.gateway.start();
   }
 
   /** Issues a PIN key for the given locks' doors, valid from an hour ago for a day. */
