@@ -27,7 +27,7 @@ import { UplinkSender, sendResyncRequest, type UplinkDeps } from './app/uplink.j
 import type { GatewayConfig } from './config.js';
 import { isStale, leaseRemainingSeconds } from './domain/freshness.js';
 import { getAlarm, staffCounts, staffLists } from './adapters/sqlite/staff-queries.js';
-import { buildApp } from './http/app.js';
+import { buildApp, healthVerdict, type FailClosedReason } from './http/app.js';
 import { createMetrics, type Metrics } from './metrics.js';
 
 export interface GatewayDeps {
@@ -277,10 +277,29 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
       );
       for (const t of timers) t.unref();
 
+      /** Why ordinary keys are denied now, if they are: one projection for `/staff/status` and `/healthz`. */
+      const freshness = () => {
+        const st = s.settings();
+        const now = nowOf(base);
+        const failClosedReason: FailClosedReason | null = !isStale(st.leaseExpiresAt, now)
+          ? null
+          : st.seqConflictAt !== null
+            ? 'SEQ_CONFLICT'
+            : st.leaseExpiresAt === null
+              ? 'NO_LEASE'
+              : 'LEASE_EXPIRED';
+        return { st, now, failClosedReason };
+      };
+
       if (config.http !== null) {
         http = buildApp({
           registry: metrics.registry,
           staffToken: config.staffToken,
+          metricsToken: config.metricsToken,
+          listenHost: config.http.host,
+          allowedHosts: config.http.allowedHosts,
+          authFailures: config.http.authFailures,
+          now: () => clock.now(),
           log,
           setMode,
           ackAlarm: (alarmId, by, cid) => {
@@ -292,10 +311,8 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
           },
           staff: {
             status: () => {
-              const st = s.settings();
-              const now = nowOf(base);
+              const { st, now, failClosedReason } = freshness();
               const c = staffCounts(s.db);
-              const stale = isStale(st.leaseExpiresAt, now);
               return {
                 gatewayId: config.gatewayId,
                 now,
@@ -305,8 +322,8 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
                 appliedSeq: st.appliedSeq,
                 leaseExpiresAt: st.leaseExpiresAt,
                 leaseRemainingSeconds: leaseRemainingSeconds(st.leaseExpiresAt, now),
-                failClosed: stale,
-                failClosedReason: !stale ? null : st.seqConflictAt !== null ? 'SEQ_CONFLICT' : st.leaseExpiresAt === null ? 'NO_LEASE' : 'LEASE_EXPIRED',
+                failClosed: failClosedReason !== null,
+                failClosedReason,
                 waitingOnGap: s.hasGap(st.appliedSeq),
                 newestVerifiedIatMs: st.maxIatMs,
                 lastResyncAt: st.lastResyncAt,
@@ -324,13 +341,15 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
             ...staffLists(s.db, () => nowOf(base)),
           },
           health: () => {
-            const st = s.settings();
-            const now = nowOf(base);
+            const { st, now, failClosedReason } = freshness();
             const remaining = leaseRemainingSeconds(st.leaseExpiresAt, now);
+            const cloudConnected = cloud?.connected ?? false;
+            const siteConnected = site?.connected ?? false;
             return {
-              ok: !stopping,
-              cloudConnected: cloud?.connected ?? false,
-              siteConnected: site?.connected ?? false,
+              ...healthVerdict({ stopping, failClosedReason, cloudConnected, siteConnected }),
+              failClosedReason,
+              cloudConnected,
+              siteConnected,
               mode: st.mode,
               appliedSeq: st.appliedSeq,
               leaseExpiresAt: st.leaseExpiresAt,
