@@ -1,5 +1,6 @@
 import { request } from 'node:http';
 import { rmSync } from 'node:fs';
+import { connect } from 'node:net';
 import { startEmbeddedBroker, type EmbeddedBroker } from '@tobira/shared';
 import { mqttBackends, startMqttBackend, type MqttTestBroker } from '@tobira/shared/testing';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
@@ -37,6 +38,19 @@ function get(baseUrl: string, path: string, headers: Record<string, string> = {}
     });
     req.on('error', reject);
     req.end();
+  });
+}
+
+/** Bytes as written, answer as read until the server closes (HTTP/1.0). */
+function rawRequest(baseUrl: string, text: string): Promise<string> {
+  const u = new URL(baseUrl);
+  return new Promise((resolve, reject) => {
+    let out = '';
+    const sock = connect({ host: u.hostname, port: Number(u.port) }, () => sock.end(text));
+    sock.setEncoding('utf8');
+    sock.on('data', (c: string) => (out += c));
+    sock.on('end', () => resolve(out));
+    sock.on('error', reject);
   });
 }
 
@@ -130,13 +144,17 @@ describe.each(mqttBackends())('gateway health, metrics and HTTP guards against %
       const s = await start({ deps: { log: cap.log } });
       const url = s.gw.httpUrl!;
       const port = new URL(url).port;
-      for (const host of ['attacker.example', `attacker.example:${port}`, `127.0.0.1:${Number(port) + 1}`, `localhost.attacker.example:${port}`, '']) {
+      for (const host of ['attacker.example', `attacker.example:${port}`, `127.0.0.1:${Number(port) + 1}`, `localhost.attacker.example:${port}`, `[::1]:${port}.attacker.example`]) {
         for (const path of ['/staff/status', '/healthz', '/metrics', '/ui/']) {
           const r = await get(url, path, { host, ...bearer(STAFF_TOKEN), 'x-correlation-id': 'cid-host-1' });
           expect(r.status, `${host} ${path}`).toBe(421);
           expect(r.body).toEqual({ code: 'HOST_NOT_ALLOWED' });
         }
       }
+      // HTTP/1.0 may leave Host out: no name is no allowed name
+      const raw = await rawRequest(url, `GET /staff/status HTTP/1.0\r\nAuthorization: Bearer ${STAFF_TOKEN}\r\n\r\n`);
+      expect(raw).toMatch(/^HTTP\/1\.[01] 421 /);
+      expect(raw).toContain('"code":"HOST_NOT_ALLOWED"');
       const line = cap.lines().find((l) => l.code === 'HOST_NOT_ALLOWED');
       expect(line).toMatchObject({ cid: 'cid-host-1', level: 40 });
       for (const host of [`127.0.0.1:${port}`, `localhost:${port}`, `LOCALHOST:${port}`]) {

@@ -1,9 +1,12 @@
 import { createServer } from 'node:net';
+import { startEmbeddedBroker } from '@tobira/shared';
 import { pgBackends } from '@tobira/shared/testing';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { Tx } from '../../src/adapters/db/db.js';
 import { openPgDb } from '../../src/adapters/db/pg.js';
 import { buildApp } from '../../src/http/app.js';
+import type { AdminCloud } from '../../src/http/context.js';
+import { startCloud } from '../cloud-helpers.js';
 import { capturingLogger, openTestDb, testLog } from '../helpers.js';
 import { waitFor } from '../mqtt-helpers.js';
 import { openHarness, type Harness } from './harness.js';
@@ -18,20 +21,23 @@ async function closedPort(): Promise<number> {
 }
 
 describe.each(pgBackends())('cloud /healthz on %s', (backend) => {
+  // one harness for the file (PGlite starts slowly): each test breaks only a database handle or a broker of its own
   let h: Harness;
-  const apps: { close(): Promise<unknown> }[] = [];
-  beforeEach(async () => {
+  const cleanups: (() => Promise<unknown>)[] = [];
+  beforeAll(async () => {
     h = await openHarness(backend);
   });
-  afterEach(async () => {
-    for (const a of apps.splice(0)) await a.close();
+  afterAll(async () => {
     await h?.close();
+  });
+  afterEach(async () => {
+    for (const c of cleanups.splice(0).reverse()) await c();
   });
 
   /** The API over another database handle (the cloud itself keeps its own). */
-  const appOver = async (db: Tx, config: { healthDbTimeoutMs?: number } = {}, log = testLog) => {
-    const app = await buildApp({ cloud: h.cloud, db, log, clock: h.cloud.clock, config });
-    apps.push(app);
+  const appOver = async (db: Tx, config: { healthDbTimeoutMs?: number } = {}, log = testLog, cloud: AdminCloud = h.cloud) => {
+    const app = await buildApp({ cloud, db, log, clock: h.cloud.clock, config });
+    cleanups.push(() => app.close());
     return app;
   };
 
@@ -72,9 +78,14 @@ describe.each(pgBackends())('cloud /healthz on %s', (backend) => {
   });
 
   it('is 503 BROKER_DISCONNECTED when the broker goes away', async () => {
-    await h.broker.stop();
-    await waitFor(() => !h.cloud.mqttConnected, 'cloud MQTT link down');
-    const r = await h.app.inject({ method: 'GET', url: '/healthz' });
+    const broker = await startEmbeddedBroker();
+    const cloud = await startCloud(h.t, broker.url);
+    cleanups.push(() => broker.stop().catch(() => {}), () => cloud.stop());
+    const app = await appOver(h.cloud.db, {}, testLog, cloud);
+    expect((await app.inject({ method: 'GET', url: '/healthz' })).statusCode).toBe(200);
+    await broker.stop();
+    await waitFor(() => !cloud.mqttConnected, 'cloud MQTT link down');
+    const r = await app.inject({ method: 'GET', url: '/healthz' });
     expect(r.statusCode).toBe(503);
     expect(r.json()).toEqual({ ok: false, status: 'unavailable', code: 'SERVICE_UNAVAILABLE', reasons: ['BROKER_DISCONNECTED'] });
   });
