@@ -71,7 +71,7 @@ export const GatewayConfig = z.strictObject({
        * Absent: the listen address, localhost, 127.0.0.1 and [::1], each with the bound port.
        */
       allowedHosts: z.array(HostName).min(1).max(64).optional(),
-      /** Failed token checks (staff or metrics) per client IP per window, then 429 AUTH_RATE_LIMITED until the window ends. */
+      /** Wrong tokens (staff or metrics) per client IP per window, then 429 AUTH_RATE_LIMITED until the window ends. */
       authFailures: z
         .strictObject({ max: z.int().min(1).max(10_000).default(10), windowSeconds: z.int().min(1).max(86_400).default(300) })
         .default({ max: 10, windowSeconds: 300 }),

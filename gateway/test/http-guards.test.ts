@@ -179,6 +179,8 @@ describe.each(mqttBackends())('gateway health, metrics and HTTP guards against %
       const cap = capturingLog();
       const s = await start({ overrides: { http: { host: '127.0.0.1', port: 0, authFailures: { max: 5, windowSeconds: 60 } } }, deps: { log: cap.log } });
       const url = s.gw.httpUrl!;
+      // no token at all guesses nothing: answered 401, not counted (the staff UI probes like this on every page load)
+      for (let i = 0; i < 8; i++) expect((await get(url, '/staff/status')).status).toBe(401);
       const codes: number[] = [];
       for (let i = 0; i < 8; i++) codes.push((await get(url, '/staff/status', bearer(`wrong-token-${i}-0123456789`))).status);
       expect(codes).toEqual([401, 401, 401, 401, 401, 429, 429, 429]);

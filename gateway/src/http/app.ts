@@ -21,7 +21,7 @@ import { defaultHostRules, hostAllowed, hostRules, type HostRule } from './hosts
  * DNS rebinding). Every `/staff/*` route needs the configured staff token
  * (`Authorization: Bearer <token>`, compared in constant time); with no token
  * configured they are refused (503), there is no default password. `/metrics`
- * needs the metrics token when one is configured. Failed token checks are
+ * needs the metrics token when one is configured. Wrong tokens are
  * counted per client address: past the limit it gets 429 for the rest of the
  * window. The checks run on request, before the query or body is looked at,
  * so a refused caller learns nothing.
@@ -72,7 +72,7 @@ export const GATEWAY_HTTP_CODES = Object.freeze({
   NOT_FOUND: 'No such route.',
   HOST_NOT_ALLOWED: 'The Host header names no allowed host (http.allowedHosts; DNS rebinding guard); 421, before any auth.',
   UNAUTHORIZED: 'No bearer token, or not the staff (or metrics) token; 401.',
-  AUTH_RATE_LIMITED: 'Too many failed token checks from this client address in the window (http.authFailures); 429 with Retry-After, whatever token is sent.',
+  AUTH_RATE_LIMITED: 'Too many wrong tokens from this client address in the window (http.authFailures); 429 with Retry-After, whatever token is sent.',
   STAFF_AUTH_NOT_CONFIGURED: 'No staff token is configured: staff routes are refused (503).',
   ALARM_NOT_FOUND: 'No such alarm (404).',
   INTERNAL: 'An internal error; details are in the log under the correlation id.',
@@ -122,7 +122,7 @@ export interface HttpDeps {
   readonly listenHost?: string;
   /** Allowed Host header values (`name` or `name:port`); undefined: the default (hosts.ts defaultHostRules). */
   readonly allowedHosts?: readonly string[] | undefined;
-  /** Failed token checks per client IP per window (default 10 per 300 s). */
+  /** Wrong tokens per client IP per window (default 10 per 300 s). */
   readonly authFailures?: { readonly max: number; readonly windowSeconds: number };
   /** Clock (ms) of the auth-failure windows; default Date.now. */
   readonly now?: () => number;
@@ -275,7 +275,8 @@ export function buildApp(deps: HttpDeps): FastifyInstance {
       return reply.status(429).header('retry-after', String(Math.ceil(wait / 1000))).send({ code: 'AUTH_RATE_LIMITED' });
     }
     if (bearerMatches(req, token)) return undefined;
-    limiter.failed(req.ip);
+    // Only a presented token is a guess: the UI's first probe (and a monitor) send none, and must not use up the limit.
+    if (req.headers.authorization !== undefined) limiter.failed(req.ip);
     req.log.warn({ code: 'UNAUTHORIZED', ip: req.ip }, `${what} request refused`);
     return reply.status(401).header('www-authenticate', 'Bearer').send({ code: 'UNAUTHORIZED' });
   };

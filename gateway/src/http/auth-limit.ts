@@ -1,5 +1,5 @@
 /**
- * Failed token checks per client IP in a fixed window (a small bounded
+ * Wrong tokens per client IP in a fixed window (a small bounded
  * counter: one map entry per client that failed recently). Once an IP has
  * `max` failures in its window, every token check from it is refused until
  * the window ends, the right token included: answering a right token while
