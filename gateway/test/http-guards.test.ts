@@ -5,6 +5,8 @@ import { startEmbeddedBroker, type EmbeddedBroker } from '@tobira/shared';
 import { mqttBackends, startMqttBackend, type MqttTestBroker } from '@tobira/shared/testing';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { createGateway } from '../src/gateway.js';
+import { AuthFailureLimiter } from '../src/http/auth-limit.js';
+import { defaultHostRules, hostAllowed } from '../src/http/hosts.js';
 import { FakeCloud, STAFF_TOKEN, runSite, silentLog, siteFixture, waitFor, type Running } from './harness.js';
 import { capturingLog } from './staff-helpers.js';
 
@@ -283,5 +285,66 @@ describe.each(mqttBackends())('/healthz when a broker link is down (site broker:
     const h = await get(gw.httpUrl!, '/healthz');
     expect(h.status).toBe(503);
     expect(h.body).toMatchObject({ status: 'degraded', reasons: ['SITE_LINK_DOWN'], cloudConnected: true, siteConnected: false });
+  });
+});
+
+describe('the Host rules', () => {
+  const rules = defaultHostRules('127.0.0.1', 8080);
+  it.each([
+    ['127.0.0.1:8080', true],
+    ['localhost:8080', true],
+    ['LocalHost:8080', true],
+    ['[::1]:8080', true],
+    ['localhost', false], // port 80 by default, not the bound one
+    ['localhost:8081', false],
+    ['localhost:99999', false],
+    ['localhost:8080:8080', false],
+    ['localhost.:8080', false],
+    ['user@localhost:8080', false],
+    ['[::1]x:8080', false],
+    ['', false],
+  ])('%s → %s', (host, ok) => {
+    expect(hostAllowed(rules, host)).toBe(ok);
+  });
+
+  it('refuse a request with no Host at all', () => {
+    expect(hostAllowed(rules, undefined)).toBe(false);
+  });
+});
+
+describe('the wrong-token counter', () => {
+  it('holds at most maxClients addresses, dropping expired windows first, then the oldest', () => {
+    let now = 0;
+    const l = new AuthFailureLimiter({ max: 2, windowMs: 1000, maxClients: 3 }, () => now);
+    l.failed('a');
+    now = 10;
+    l.failed('b');
+    l.failed('b');
+    l.failed('c');
+    l.failed('c');
+    expect([l.blockedFor('b'), l.blockedFor('c')]).toEqual([1000, 1000]);
+    // a's window is over: a new address takes its place, b and c stay blocked
+    now = 1005;
+    l.failed('d');
+    expect(l.size).toBe(3);
+    expect([l.blockedFor('b'), l.blockedFor('c')]).toEqual([5, 5]);
+    // a flood of new addresses: the counter never grows past 3, the oldest windows go
+    for (let i = 0; i < 1000; i++) l.failed(`x${i}`);
+    expect(l.size).toBe(3);
+    expect([l.blockedFor('b'), l.blockedFor('c')]).toEqual([0, 0]);
+  });
+
+  it('ends a window after windowMs, and when the clock is set back before it began', () => {
+    let now = 5000;
+    const l = new AuthFailureLimiter({ max: 1, windowMs: 1000 }, () => now);
+    l.failed('a');
+    expect(l.blockedFor('a')).toBe(1000);
+    now = 5999;
+    expect(l.blockedFor('a')).toBe(1);
+    now = 6000;
+    expect(l.blockedFor('a')).toBe(0);
+    l.failed('a');
+    now = 100;
+    expect(l.blockedFor('a')).toBe(0);
   });
 });
