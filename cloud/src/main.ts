@@ -18,6 +18,8 @@ const ApiEnv = z.object({
   TOBIRA_WEBHOOK_ALLOW_PRIVATE: z.enum(['true', 'false']).default('false'),
   /** Lifetime in days of a new API token that names none; 0: no expiry unless asked. */
   TOBIRA_API_TOKEN_TTL_DAYS: z.coerce.number().int().min(0).max(3650).default(90),
+  /** How long /healthz waits for the database before it reports DATABASE_UNREACHABLE. */
+  TOBIRA_HEALTH_DB_TIMEOUT_MS: z.coerce.number().int().min(10).max(60_000).default(2000),
 });
 
 const baseLog = createLogger('cloud');
@@ -51,6 +53,7 @@ const api = await startAdminApi({
     gatewayBrokerUrl: config.gatewayBrokerUrl,
     webhookAllowPrivateNetworks: apiEnv.TOBIRA_WEBHOOK_ALLOW_PRIVATE === 'true',
     tokenDefaultTtlMs: apiEnv.TOBIRA_API_TOKEN_TTL_DAYS === 0 ? null : apiEnv.TOBIRA_API_TOKEN_TTL_DAYS * 86_400_000,
+    healthDbTimeoutMs: apiEnv.TOBIRA_HEALTH_DB_TIMEOUT_MS,
   },
   ...(apiEnv.TOBIRA_BOOTSTRAP_ADMIN_TOKEN ? { bootstrapAdminToken: apiEnv.TOBIRA_BOOTSTRAP_ADMIN_TOKEN } : {}),
 });

@@ -40,6 +40,12 @@ const TimeZone = z
     }
   }, { error: (iss) => `unknown time zone ${JSON.stringify(iss.input)}: expected an IANA name such as Asia/Tokyo` });
 
+/** A Host header value to accept: a DNS name, an IPv4 address or a bracketed IPv6 address, optionally with `:port`. */
+const HostName = z
+  .string()
+  .regex(/^(?:[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?|\[[0-9A-Fa-f:.]{2,45}\])(?::\d{1,5})?$/, 'a host name, IPv4 address or [IPv6] address, optionally with :port')
+  .transform((h) => h.toLowerCase());
+
 const Jwk = z.looseObject({ kty: z.literal('OKP'), crv: z.literal('Ed25519'), x: z.string(), kid: z.string() });
 
 export const GatewayConfig = z.strictObject({
@@ -69,10 +75,24 @@ export const GatewayConfig = z.strictObject({
     .strictObject({ minFreeBytes: z.int().min(0).default(256 * 1024 * 1024), checkIntervalMs: z.int().min(1000).default(30_000) })
     .default({ minFreeBytes: 256 * 1024 * 1024, checkIntervalMs: 30_000 }),
   http: z
-    .strictObject({ host: z.string().default('127.0.0.1'), port: z.int().min(0).max(65535).default(8080) })
+    .strictObject({
+      host: z.string().default('127.0.0.1'),
+      port: z.int().min(0).max(65535).default(8080),
+      /**
+       * Host header values answered (DNS rebinding): `name` (any port) or `name:port`, matched without case.
+       * Absent: the listen address, localhost, 127.0.0.1 and [::1], each with the bound port.
+       */
+      allowedHosts: z.array(HostName).min(1).max(64).optional(),
+      /** Wrong tokens (staff or metrics) per client IP per window, then 429 AUTH_RATE_LIMITED until the window ends. */
+      authFailures: z
+        .strictObject({ max: z.int().min(1).max(10_000).default(10), windowSeconds: z.int().min(1).max(86_400).default(300) })
+        .default({ max: 10, windowSeconds: 300 }),
+    })
     .nullable()
-    .default({ host: '127.0.0.1', port: 8080 }),
+    .default({ host: '127.0.0.1', port: 8080, authFailures: { max: 10, windowSeconds: 300 } }),
   staffToken: z.string().min(16).optional(),
+  /** Bearer token `/metrics` asks for; absent: `/metrics` is open (it holds counts, no keys or names). */
+  metricsToken: z.string().min(16).optional(),
   /** The site's IANA time zone (`provisioning.timeZone`): the staff UI shows times in it. Absent: the browser's zone. */
   timeZone: TimeZone.optional(),
   holdMs: z.int().min(0).max(60_000).default(5000),
@@ -140,10 +160,13 @@ export function loadConfig(opts: { file?: string | undefined; env?: Env } = {}):
   str('TOBIRA_SQLITE_PATH', ['sqlitePath']);
   str('TOBIRA_CREDENTIAL_PEPPER', ['credentialPepper']);
   str('TOBIRA_STAFF_TOKEN', ['staffToken']);
+  str('TOBIRA_METRICS_TOKEN', ['metricsToken']);
   str('TOBIRA_SITE_TIME_ZONE', ['timeZone']);
   num('TOBIRA_OFFLINE_GRACE_SECONDS', ['offlineGraceSeconds']);
   num('TOBIRA_HTTP_PORT', ['http', 'port']);
   str('TOBIRA_HTTP_HOST', ['http', 'host']);
+  const hosts = env.TOBIRA_HTTP_ALLOWED_HOSTS;
+  if (hosts !== undefined && hosts !== '') set(['http', 'allowedHosts'], hosts.split(',').map((h) => h.trim()));
   const jwks = env.TOBIRA_CLOUD_JWKS;
   if (jwks !== undefined && jwks !== '') set(['cloud', 'jwks'], JSON.parse(jwks) as unknown);
   return parseConfig(raw);

@@ -32,7 +32,7 @@ import { UplinkSender, sendResyncRequest, type UplinkDeps } from './app/uplink.j
 import type { GatewayConfig } from './config.js';
 import { isStale, leaseRemainingSeconds } from './domain/freshness.js';
 import { getAlarm, staffCounts, staffLists } from './adapters/sqlite/staff-queries.js';
-import { buildApp, type FailClosedReason } from './http/app.js';
+import { buildApp, healthVerdict, type FailClosedReason } from './http/app.js';
 import { createMetrics, type Metrics } from './metrics.js';
 
 export interface GatewayDeps {
@@ -83,7 +83,7 @@ export interface Gateway {
 const DAY = 24 * 3600 * 1000;
 
 /** Why ordinary keys are denied CLOUD_STALE (null when they are not). */
-function failClosedReason(st: Settings, stale: boolean): FailClosedReason | null {
+function failClosedReasonOf(st: Settings, stale: boolean): FailClosedReason | null {
   if (!stale) return null;
   if (st.seqConflictAt !== null) return 'SEQ_CONFLICT';
   if (st.leaseExpiresAt === null) return 'NO_LEASE';
@@ -329,10 +329,22 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
       );
       for (const t of timers) t.unref();
 
+      /** Why ordinary keys are denied now, if they are: one projection for `/staff/status` and `/healthz`. */
+      const freshness = () => {
+        const st = s.settings();
+        const now = nowOf(base);
+        return { st, now, failClosedReason: failClosedReasonOf(st, isStale(st.leaseExpiresAt, now)) };
+      };
+
       if (config.http !== null) {
         http = buildApp({
           registry: metrics.registry,
           staffToken: config.staffToken,
+          metricsToken: config.metricsToken,
+          listenHost: config.http.host,
+          allowedHosts: config.http.allowedHosts,
+          authFailures: config.http.authFailures,
+          now: () => clock.now(),
           log,
           setMode,
           ackAlarm: (alarmId, by, cid) => {
@@ -344,10 +356,8 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
           },
           staff: {
             status: () => {
-              const st = s.settings();
-              const now = nowOf(base);
+              const { st, now, failClosedReason } = freshness();
               const c = staffCounts(s.db);
-              const stale = isStale(st.leaseExpiresAt, now);
               return {
                 gatewayId: config.gatewayId,
                 now,
@@ -357,8 +367,8 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
                 appliedSeq: st.appliedSeq,
                 leaseExpiresAt: st.leaseExpiresAt,
                 leaseRemainingSeconds: leaseRemainingSeconds(st.leaseExpiresAt, now),
-                failClosed: stale,
-                failClosedReason: failClosedReason(st, stale),
+                failClosed: failClosedReason !== null,
+                failClosedReason,
                 waitingOnGap: s.hasGap(st.appliedSeq),
                 cloudLastSeq: st.cloudLastSeq,
                 uplinkUnacked: s.outboxUnacked(),
@@ -380,13 +390,15 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
             ...staffLists(s.db, () => nowOf(base)),
           },
           health: () => {
-            const st = s.settings();
-            const now = nowOf(base);
+            const { st, now, failClosedReason } = freshness();
             const remaining = leaseRemainingSeconds(st.leaseExpiresAt, now);
+            const cloudConnected = cloud?.connected ?? false;
+            const siteConnected = site?.connected ?? false;
             return {
-              ok: !stopping,
-              cloudConnected: cloud?.connected ?? false,
-              siteConnected: site?.connected ?? false,
+              ...healthVerdict({ stopping, failClosedReason, cloudConnected, siteConnected }),
+              failClosedReason,
+              cloudConnected,
+              siteConnected,
               mode: st.mode,
               appliedSeq: st.appliedSeq,
               leaseExpiresAt: st.leaseExpiresAt,

@@ -80,6 +80,32 @@ describe('config', () => {
     });
   });
 
+  describe('HTTP guards', () => {
+    it('default to the built-in Host names, 10 wrong tokens per 300 s and an open /metrics', async () => {
+      const c = parseConfig(await minimal());
+      expect(c.http).toEqual({ host: '127.0.0.1', port: 8080, authFailures: { max: 10, windowSeconds: 300 } });
+      expect(c.metricsToken).toBeUndefined();
+      // a partial http block gets the same defaults
+      expect(parseConfig({ ...(await minimal()), http: { port: 0 } }).http?.authFailures).toEqual({ max: 10, windowSeconds: 300 });
+    });
+
+    it('read TOBIRA_METRICS_TOKEN and TOBIRA_HTTP_ALLOWED_HOSTS (comma-separated, lower-cased), and refuse a host that is not a host', async () => {
+      const dir = mkdtempSync(join(tmpdir(), 'tobira-cfg-'));
+      dirs.push(dir);
+      const file = join(dir, 'gateway.json');
+      writeFileSync(file, JSON.stringify(await minimal()));
+      const c = loadConfig({ file, env: { TOBIRA_METRICS_TOKEN: 'a-long-enough-metrics-token', TOBIRA_HTTP_ALLOWED_HOSTS: 'Gateway.Site.Example, 192.168.1.5:8080,[fe80::1]' } });
+      expect(c.metricsToken).toBe('a-long-enough-metrics-token');
+      expect(c.http?.allowedHosts).toEqual(['gateway.site.example', '192.168.1.5:8080', '[fe80::1]']);
+      const m = await minimal();
+      for (const bad of ['evil.example/x', 'http://gateway', '*', '', 'a b']) {
+        expect(() => parseConfig({ ...m, http: { allowedHosts: [bad] } }), bad).toThrow(/allowedHosts/);
+      }
+      expect(() => parseConfig({ ...m, metricsToken: 'short' })).toThrow(/metricsToken/);
+      expect(() => parseConfig({ ...m, http: { authFailures: { max: 0 } } })).toThrow(/authFailures/);
+    });
+  });
+
   it('refuses an unknown crash point', () => {
     expect(() => crashHookFromEnv('somewhere')).toThrow(/unknown crash point/);
   });

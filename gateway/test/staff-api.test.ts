@@ -41,14 +41,17 @@ describe.each(mqttBackends())('staff read API of a running gateway against %s', 
   }
 
   describe('when no staff token is configured', () => {
-    it('refuses every staff read with 503 over real HTTP and still serves health', async () => {
+    it('refuses every staff read with 503 over real HTTP and still serves health (no token needed)', async () => {
       const s = await start({ overrides: { staffToken: undefined } as never });
       for (const path of ['/staff/status', '/staff/locks', '/staff/access-events', '/staff/alarms', '/staff/inbox/failed', '/staff/rejected', '/staff/lock-refusals']) {
         const r = await staffGet(s, path, 'anything-at-all-0123456789');
         expect(r.status, path).toBe(503);
         expect(r.body).toEqual({ code: 'STAFF_AUTH_NOT_CONFIGURED' });
       }
-      expect((await fetch(`${s.gw.httpUrl!}/healthz`)).status).toBe(200);
+      // no lease yet: health answers (503, failing closed), it is not refused for the missing token
+      const health = await fetch(`${s.gw.httpUrl!}/healthz`);
+      expect(health.status).toBe(503);
+      expect(await health.json()).toMatchObject({ status: 'failing_closed', reasons: ['NO_LEASE'] });
     });
   });
 

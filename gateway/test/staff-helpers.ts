@@ -29,10 +29,14 @@ export function capturingLog(): { log: Logger; lines: () => Record<string, unkno
 }
 
 /** The gateway's HTTP app over a store alone (no brokers): the staff lists read the real SQLite file. */
-export function staffAppOver(store: GatewayStore, opts: { staffToken?: string | undefined; now?: () => number; log?: Logger; status?: () => StaffStatus } = {}): FastifyInstance {
+export function staffAppOver(
+  store: GatewayStore,
+  opts: { staffToken?: string | undefined; now?: () => number; log?: Logger; status?: () => StaffStatus; authFailures?: { max: number; windowSeconds: number } } = {},
+): FastifyInstance {
   return buildApp({
     registry: createMetrics().registry,
     staffToken: opts.staffToken,
+    ...(opts.authFailures ? { authFailures: opts.authFailures } : {}),
     log: opts.log ?? pino({ level: 'silent' }),
     setMode: () => {
       throw new Error('not in this test');

@@ -81,6 +81,19 @@ describe('staff web UI in Chromium against a running gateway', () => {
       expect(await page.locator('#locks-list > *').count()).toBe(0);
     });
 
+    it('says to wait, and signs in with nothing, once this address has tried too many wrong tokens (the right one included)', async () => {
+      const s = await start({ overrides: { http: { host: '127.0.0.1', port: 0, authFailures: { max: 2, windowSeconds: 300 } } } });
+      const page = await open(s);
+      for (const wrong of ['not-the-staff-token-001', 'not-the-staff-token-002']) {
+        await signIn(page, wrong);
+        await page.locator('#signin-message').filter({ hasText: 'not accepted' }).waitFor();
+      }
+      await signIn(page);
+      await page.locator('#signin-message').filter({ hasText: 'Too many wrong staff tokens' }).waitFor();
+      expect(await page.locator('#screen-app').isHidden()).toBe(true);
+      expect(await token(page)).toBeNull();
+    });
+
     it('says staff access is not configured, and names the config key, when the gateway has no staff token', async () => {
       const s = await start({ overrides: { staffToken: undefined } as never });
       const page = await open(s);

@@ -724,7 +724,8 @@ function clearData() {
 }
 
 /**
- * Handles an error of any staff call: 401 signs out, 503 not configured
+ * Handles an error of any staff call: 401 signs out, 429 (too many wrong
+ * tokens from this address) signs out and says to wait, 503 not configured
  * shows how to configure; anything else is for the caller.
  * @param {unknown} e
  * @returns {boolean} true when handled
@@ -733,6 +734,10 @@ function handleAuthError(e) {
   if (!(e instanceof ApiError)) return false;
   if (e.status === 401) {
     toSignIn('The gateway did not accept the staff token. Sign in again.');
+    return true;
+  }
+  if (e.status === 429 && e.code === 'AUTH_RATE_LIMITED') {
+    toSignIn('Too many wrong staff tokens were tried from this computer. Wait a few minutes, then sign in again.');
     return true;
   }
   if (e.status === 503 && e.code === 'STAFF_AUTH_NOT_CONFIGURED') {

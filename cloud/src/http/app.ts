@@ -13,7 +13,7 @@ import {
   type ZodTypeProvider,
 } from 'fastify-type-provider-zod';
 import { z } from 'zod';
-import { pgErrorCode } from '../adapters/db/db.js';
+import { pgErrorCode, type Tx } from '../adapters/db/db.js';
 import { DEFAULT_API_CONFIG, problem, type ApiDeps, type Ctx } from './context.js';
 import { TOKEN_EXPIRES_HEADER, authenticate, expiryWarning } from './tokens.js';
 import { sitesRoutes } from './routes/sites.js';
@@ -48,6 +48,22 @@ function dependencyDown(e: unknown): boolean {
   const code = pgErrorCode(e);
   if (code === undefined) return false;
   return ['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', '57P01', '57P03', '53300'].includes(code) || code.startsWith('08');
+}
+
+/** Why `/healthz` answers 503 (codes.ts). */
+const HEALTH_REASONS = ['DATABASE_UNREACHABLE', 'BROKER_DISCONNECTED'] as const;
+
+/** null when `SELECT 1` answers within `timeoutMs`, else why not: a hung connection counts as down, not as a hung health check. */
+async function databaseFailure(db: Tx, timeoutMs: number): Promise<string | null> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<string>((resolve) => {
+    timer = setTimeout(() => resolve(`no answer within ${timeoutMs} ms`), timeoutMs);
+  });
+  try {
+    return await Promise.race([db.query('SELECT 1').then(() => null, (e: unknown) => String(e)), timeout]);
+  } finally {
+    clearTimeout(timer);
+  }
 }
 
 /**
@@ -191,11 +207,22 @@ export async function buildApp(deps: ApiDeps): Promise<FastifyInstance> {
   await app.register(swaggerUi, { routePrefix: '/docs' });
 
   const z_ = app.withTypeProvider<ZodTypeProvider>();
-  z_.get(
-    '/healthz',
-    { config: { public: true }, schema: { hide: true, response: { 200: z.object({ ok: z.boolean() }) } } },
-    async () => ({ ok: true }),
-  );
+  // Both dependencies are asked on each call (a load balancer takes a replica out on 503); concurrent calls share one query.
+  let dbCheck: Promise<string | null> | null = null;
+  const databaseCheck = (): Promise<string | null> =>
+    (dbCheck ??= databaseFailure(deps.db, config.healthDbTimeoutMs).finally(() => {
+      dbCheck = null;
+    }));
+  const Health = z.object({ ok: z.boolean(), status: z.enum(['ok', 'unavailable']), code: z.literal('SERVICE_UNAVAILABLE').optional(), reasons: z.array(z.enum(HEALTH_REASONS)) });
+  z_.get('/healthz', { config: { public: true }, schema: { hide: true, response: { 200: Health, 503: Health } } }, async (req, reply) => {
+    const reasons: (typeof HEALTH_REASONS)[number][] = [];
+    const dbFailure = await databaseCheck();
+    if (dbFailure !== null) reasons.push('DATABASE_UNREACHABLE');
+    if (!deps.cloud.mqttConnected) reasons.push('BROKER_DISCONNECTED');
+    if (reasons.length === 0) return reply.status(200).send({ ok: true, status: 'ok', reasons });
+    req.log.warn({ code: 'SERVICE_UNAVAILABLE', reasons, ...(dbFailure === null ? {} : { database: dbFailure }) }, 'health check failed');
+    return reply.status(503).header('retry-after', '5').send({ ok: false, status: 'unavailable', code: 'SERVICE_UNAVAILABLE', reasons });
+  });
   z_.get('/openapi.json', { config: { public: true }, schema: { hide: true } }, async () => app.swagger());
 
   for (const plugin of [sitesRoutes, gatewaysRoutes, doorsRoutes, peopleRoutes, keysRoutes, eventsRoutes, deadLettersRoutes, tokensRoutes, webhooksRoutes]) {

@@ -27,7 +27,9 @@ export const API_CODES = Object.freeze({
   IDEMPOTENCY_KEY_REUSED: 'This Idempotency-Key was used with a different request.',
   IDEMPOTENCY_IN_PROGRESS: 'A request with this Idempotency-Key is still running; retry later.',
   RATE_LIMITED: 'Too many requests for this token; retry after the Retry-After seconds.',
-  SERVICE_UNAVAILABLE: 'A dependency (database, broker) is down; retry later.',
+  SERVICE_UNAVAILABLE: 'A dependency (database, broker) is down; retry later. `/healthz` names which in `reasons`.',
+  DATABASE_UNREACHABLE: '`/healthz` reason: the database did not answer a query within healthDbTimeoutMs (or refused it).',
+  BROKER_DISCONNECTED: "`/healthz` reason: the cloud's MQTT link to the broker is not connected (nothing is dispatched or received).",
   INTERNAL: 'An internal error; details are in the server log under the correlation id.',
 });
 export type ApiCode = keyof typeof API_CODES;

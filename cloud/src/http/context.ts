@@ -10,7 +10,7 @@ import type { Principal } from './tokens.js';
 /** The verbs the API calls: the cloud's programmatic API (a subset, so tests may pass a fake). */
 export type AdminCloud = Pick<
   Cloud,
-  'createSite' | 'registerGateway' | 'rotateGatewayBrokerCredentials' | 'createDoor' | 'createPerson' | 'issueKey' | 'revokeKey' | 'retryDeadLetter'
+  'createSite' | 'registerGateway' | 'rotateGatewayBrokerCredentials' | 'createDoor' | 'createPerson' | 'issueKey' | 'revokeKey' | 'retryDeadLetter' | 'mqttConnected'
 >;
 
 export interface ApiConfig {
@@ -29,6 +29,8 @@ export interface ApiConfig {
   readonly webhookAllowPrivateNetworks: boolean;
   /** Lifetime of a new API token when the request names none (ms); null: tokens do not expire unless asked. */
   readonly tokenDefaultTtlMs: number | null;
+  /** How long `/healthz` waits for its database query before it reports DATABASE_UNREACHABLE (ms). */
+  readonly healthDbTimeoutMs: number;
 }
 export const DEFAULT_API_CONFIG: ApiConfig = Object.freeze({
   bodyLimit: 64 * 1024,
@@ -37,6 +39,7 @@ export const DEFAULT_API_CONFIG: ApiConfig = Object.freeze({
   gatewayBrokerUrl: null,
   webhookAllowPrivateNetworks: false,
   tokenDefaultTtlMs: 90 * 86_400_000,
+  healthDbTimeoutMs: 2_000,
 });
 
 export interface ApiDeps {

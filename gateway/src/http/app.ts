@@ -12,22 +12,39 @@ import {
   type StaffAlarm,
   type StaffLists,
 } from '../adapters/sqlite/staff-queries.js';
+import { AuthFailureLimiter } from './auth-limit.js';
+import { defaultHostRules, hostAllowed, hostRules, type HostRule } from './hosts.js';
 
 /**
  * The gateway's local HTTP surface, kept thin: health, Prometheus metrics,
- * the staff lockdown switch and the staff read API (docs/gateway.md). Every
- * `/staff/*` route needs the configured staff token (`Authorization: Bearer
- * <token>`, compared in constant time); with no token configured they are
- * refused (503), there is no default password. The check runs on request,
- * before the query or body is looked at, so a refused caller learns nothing.
+ * the staff lockdown switch and the staff read API (docs/gateway.md). A
+ * request whose Host header names no allowed host is refused first (421,
+ * DNS rebinding). Every `/staff/*` route needs the configured staff token
+ * (`Authorization: Bearer <token>`, compared in constant time); with no token
+ * configured they are refused (503), there is no default password. `/metrics`
+ * needs the metrics token when one is configured. Wrong tokens are
+ * counted per client address: past the limit it gets 429 for the rest of the
+ * window. The checks run on request, before the query or body is looked at,
+ * so a refused caller learns nothing.
  * Every request carries a correlation id (`X-Correlation-Id`, echoed, or a
  * fresh one) in its log line. One error handler hides 5xx details. The staff
  * web UI (gateway/ui: one HTML page, one ES module, one CSS file, no build
  * step) is served at /ui/ with a strict CSP; it holds no secret itself and
  * signs in against the same staff token.
  */
+/** Why `/healthz` answers 503: the site fails closed (FAIL_CLOSED_REASONS), a broker link is down, or the daemon is stopping. */
+/** Why the site denies ordinary keys with CLOUD_STALE (DESIGN.md I1). */
+export const FAIL_CLOSED_REASONS = ['NO_LEASE', 'LEASE_EXPIRED', 'BEHIND_CLOUD', 'SEQ_CONFLICT'] as const;
+export type FailClosedReason = (typeof FAIL_CLOSED_REASONS)[number];
+export const HEALTH_REASONS = [...FAIL_CLOSED_REASONS, 'CLOUD_LINK_DOWN', 'SITE_LINK_DOWN', 'STOPPING'] as const;
+export type HealthReason = (typeof HEALTH_REASONS)[number];
+
 export interface Health {
+  /** `ok` (200) or why not (503): `stopping`, else `failing_closed` (ordinary keys are denied), else `degraded` (a link is down). */
+  status: 'ok' | 'failing_closed' | 'degraded' | 'stopping';
+  reasons: HealthReason[];
   ok: boolean;
+  failClosedReason: FailClosedReason | null;
   cloudConnected: boolean;
   siteConnected: boolean;
   mode: 'normal' | 'lockdown';
@@ -38,9 +55,30 @@ export interface Health {
   outboxDepth: number;
 }
 
-/** Why the site denies ordinary keys with CLOUD_STALE (DESIGN.md I1). */
-export const FAIL_CLOSED_REASONS = ['NO_LEASE', 'LEASE_EXPIRED', 'BEHIND_CLOUD', 'SEQ_CONFLICT'] as const;
-export type FailClosedReason = (typeof FAIL_CLOSED_REASONS)[number];
+
+/** The answer of `/healthz` from the same projection as `/staff/status` (its failClosedReason and link states). */
+export function healthVerdict(s: { stopping: boolean; failClosedReason: FailClosedReason | null; cloudConnected: boolean; siteConnected: boolean }): Pick<Health, 'status' | 'reasons' | 'ok'> {
+  const reasons: HealthReason[] = [];
+  if (s.stopping) reasons.push('STOPPING');
+  if (s.failClosedReason !== null) reasons.push(s.failClosedReason);
+  if (!s.cloudConnected) reasons.push('CLOUD_LINK_DOWN');
+  if (!s.siteConnected) reasons.push('SITE_LINK_DOWN');
+  const status = s.stopping ? 'stopping' : s.failClosedReason !== null ? 'failing_closed' : reasons.length > 0 ? 'degraded' : 'ok';
+  return { status, reasons, ok: status === 'ok' };
+}
+
+/** Codes the gateway's HTTP layer answers with (stable: clients match on the code; docs/gateway.md#http). */
+export const GATEWAY_HTTP_CODES = Object.freeze({
+  BAD_REQUEST: 'A malformed query, body, parameter or X-Correlation-Id; nothing changed.',
+  NOT_FOUND: 'No such route.',
+  HOST_NOT_ALLOWED: 'The Host header names no allowed host (http.allowedHosts; DNS rebinding guard); 421, before any auth.',
+  UNAUTHORIZED: 'No bearer token, or not the staff (or metrics) token; 401.',
+  AUTH_RATE_LIMITED: 'Too many wrong tokens from this client address in the window (http.authFailures); 429 with Retry-After, whatever token is sent.',
+  STAFF_AUTH_NOT_CONFIGURED: 'No staff token is configured: staff routes are refused (503).',
+  ALARM_NOT_FOUND: 'No such alarm (404).',
+  INTERNAL: 'An internal error; details are in the log under the correlation id.',
+});
+export type GatewayHttpCode = keyof typeof GATEWAY_HTTP_CODES;
 
 export interface StaffStatus {
   gatewayId: string;
@@ -86,7 +124,17 @@ export interface HttpDeps {
   health(): Health;
   readonly registry: Registry;
   readonly staffToken: string | undefined;
+  /** Bearer token `/metrics` asks for; undefined: `/metrics` is open. */
+  readonly metricsToken?: string | undefined;
   readonly log: Logger;
+  /** The address the server listens on (default 127.0.0.1): one of the default allowed Host names. */
+  readonly listenHost?: string;
+  /** Allowed Host header values (`name` or `name:port`); undefined: the default (hosts.ts defaultHostRules). */
+  readonly allowedHosts?: readonly string[] | undefined;
+  /** Wrong tokens per client IP per window (default 10 per 300 s). */
+  readonly authFailures?: { readonly max: number; readonly windowSeconds: number };
+  /** Clock (ms) of the auth-failure windows; default Date.now. */
+  readonly now?: () => number;
   setMode(mode: 'normal' | 'lockdown', by: string, cid: string): { mode: 'normal' | 'lockdown'; changed: boolean };
   /** Closes an open alarm once (`by` is recorded as closed_by); a second ack is a noop. */
   ackAlarm(alarmId: string, by: string, cid: string): AlarmAck;
@@ -170,7 +218,7 @@ function cursorOf<S extends z.ZodType>(schema: S, c: string | undefined): z.infe
 const digest = (s: string) => createHash('sha256').update(s).digest();
 
 /** Constant time in the token's length too: both sides are hashed first. */
-function staffAllowed(req: FastifyRequest, token: string): boolean {
+function bearerMatches(req: FastifyRequest, token: string): boolean {
   const h = req.headers.authorization;
   if (typeof h !== 'string' || !h.startsWith('Bearer ')) return false;
   return timingSafeEqual(digest(h.slice(7)), digest(token));
@@ -206,6 +254,42 @@ export function buildApp(deps: HttpDeps): FastifyInstance {
     }
     return undefined;
   });
+  // DNS rebinding guard, before any auth: a request naming a host we do not serve is answered with nothing but the code.
+  const configuredHosts = deps.allowedHosts === undefined ? null : hostRules(deps.allowedHosts);
+  let defaultHosts: HostRule[] | null = null;
+  const allowedHosts = (): readonly HostRule[] => {
+    if (configuredHosts !== null) return configuredHosts;
+    if (defaultHosts !== null) return defaultHosts;
+    const addr = app.server.address();
+    // Not listening (inject): any port. Listening: the bound port (config port 0 picks one), computed once.
+    if (addr === null || typeof addr === 'string') return defaultHostRules(deps.listenHost ?? '127.0.0.1', null);
+    return (defaultHosts = defaultHostRules(deps.listenHost ?? '127.0.0.1', addr.port));
+  };
+  app.addHook('onRequest', async (req, reply) => {
+    if (hostAllowed(allowedHosts(), req.headers.host)) return undefined;
+    req.log.warn({ code: 'HOST_NOT_ALLOWED', host: String(req.headers.host ?? '').slice(0, 100) }, 'request refused');
+    return reply.status(421).send({ code: 'HOST_NOT_ALLOWED' });
+  });
+
+  // One failure counter for both tokens: a guesser of either gets `max` tries per window per address.
+  const limiter = new AuthFailureLimiter(
+    { max: deps.authFailures?.max ?? 10, windowMs: (deps.authFailures?.windowSeconds ?? 300) * 1000 },
+    deps.now ?? Date.now,
+  );
+  /** undefined: the token matched; otherwise the reply has been sent. */
+  const checkToken = (req: FastifyRequest, reply: FastifyReply, token: string, what: 'staff' | 'metrics'): FastifyReply | undefined => {
+    const wait = limiter.blockedFor(req.ip);
+    if (wait > 0) {
+      req.log.warn({ code: 'AUTH_RATE_LIMITED', ip: req.ip }, `${what} request refused`);
+      return reply.status(429).header('retry-after', String(Math.ceil(wait / 1000))).send({ code: 'AUTH_RATE_LIMITED' });
+    }
+    if (bearerMatches(req, token)) return undefined;
+    // Only a presented token is a guess: the UI's first probe (and a monitor) send none, and must not use up the limit.
+    if (req.headers.authorization !== undefined) limiter.failed(req.ip);
+    req.log.warn({ code: 'UNAUTHORIZED', ip: req.ip }, `${what} request refused`);
+    return reply.status(401).header('www-authenticate', 'Bearer').send({ code: 'UNAUTHORIZED' });
+  };
+
   app.addHook('onResponse', async (req, reply) => {
     // No headers: the Authorization header must never reach a log.
     req.log.info({ method: req.method, url: req.url, status: reply.statusCode, ms: Math.round(reply.elapsedTime * 10) / 10 }, 'http request');
@@ -230,7 +314,11 @@ export function buildApp(deps: HttpDeps): FastifyInstance {
     ui.get('/ui', async (_req, reply) => reply.redirect('/ui/', 302));
   });
 
-  app.get('/metrics', async (_req, reply) => {
+  app.get('/metrics', async (req, reply) => {
+    if (deps.metricsToken !== undefined) {
+      const refused = checkToken(req, reply, deps.metricsToken, 'metrics');
+      if (refused !== undefined) return refused;
+    }
     const body = await deps.registry.metrics();
     return reply.header('content-type', deps.registry.contentType).send(body);
   });
@@ -241,11 +329,7 @@ export function buildApp(deps: HttpDeps): FastifyInstance {
         req.log.warn({ code: 'STAFF_AUTH_NOT_CONFIGURED' }, 'staff request refused');
         return reply.status(503).send({ code: 'STAFF_AUTH_NOT_CONFIGURED' });
       }
-      if (!staffAllowed(req, deps.staffToken)) {
-        req.log.warn({ code: 'UNAUTHORIZED' }, 'staff request refused');
-        return reply.status(401).header('www-authenticate', 'Bearer').send({ code: 'UNAUTHORIZED' });
-      }
-      return undefined;
+      return checkToken(req, reply, deps.staffToken, 'staff');
     });
 
     staff.post('/staff/mode', async (req, reply) => {
