@@ -41,7 +41,8 @@ describe.each(backends())('site broker logins and ACLs (%s)', (backend) => {
 
   /** Publishes and waits for the broker's answer; aedes answers a refused publish by closing the connection. */
   async function publishAsL2(c: MqttClient, t: string, body: unknown, retain = false): Promise<MqttClient> {
-    await c.publishAsync(t, JSON.stringify(body), { qos: 1, retain }).catch(() => {});
+    const closed = new Promise<void>((r) => c.once('close', () => r()));
+    await Promise.race([c.publishAsync(t, JSON.stringify(body), { qos: 1, retain }).catch(() => {}), closed]);
     if (c.connected) return c;
     await c.endAsync(true);
     return asL2();
