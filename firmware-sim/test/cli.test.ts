@@ -157,8 +157,8 @@ describe('the CLI against a site broker with lock logins (aedes with the gateway
     const dir = mkdtempSync(join(tmpdir(), 'tobira-sim-'));
     const secretsFile = join(dir, 'secrets.json');
     writeFileSync(secretsFile, JSON.stringify({ L1: encodeSecret(secret) }));
-    const site = { url: 'mqtt://unused', protocolVersion: 4 as const, username: 'gw.gw-cli-login', password: 'gateway-site-password' };
-    const broker = await startEmbeddedBroker({ aedes: siteBrokerHooks({ gatewayId, locks: [{ lockId: 'L1', doorId: 'door-1', pairingSecret: encodeSecret(secret) }], site }, createLogger('site-broker')) });
+    const site = { username: 'gw.gw-cli-login', password: 'gateway-site-password' };
+    const broker = await startEmbeddedBroker({ aedes: siteBrokerHooks({ gatewayId, locks: [{ lockId: 'L1', pairingSecret: encodeSecret(secret) }], site }, createLogger('site-broker')) });
     try {
       const anonymous = await runCli(['-g', gatewayId, '--lock-ids', 'L1', '--mqtt', broker.url, '--secrets', secretsFile]);
       expect(anonymous.ready, anonymous.stdout).toBe(false);

@@ -22,14 +22,13 @@ function mosquittoAccepts(passwd: string, username: string, password: string): b
   return pbkdf2Sync(password, Buffer.from(salt as string, 'base64'), Number(iterations), 64, 'sha512').toString('base64') === hash;
 }
 
-function site(overrides: Partial<SiteAccountsConfig> = {}): SiteAccountsConfig & { secrets: Record<string, Uint8Array> } {
+function site() {
   const secrets = { L1: newPairingSecret(), L2: newPairingSecret() };
   return {
     gatewayId: 'gw-1',
     locks: Object.entries(secrets).map(([lockId, s]) => ({ lockId, doorId: `door-${lockId}`, pairingSecret: encodeSecret(s) })),
-    site: { url: 'mqtt://127.0.0.1:1885', protocolVersion: 4, username: 'gw.gw-1', password: 'the-gateway-site-password' },
+    site: { url: 'mqtt://127.0.0.1:1885', username: 'gw.gw-1', password: 'the-gateway-site-password' },
     secrets,
-    ...overrides,
   };
 }
 
@@ -78,7 +77,7 @@ describe('site broker logins', () => {
 
   it('needs a site login for the gateway that no lock has', () => {
     const s = site();
-    expect(() => siteLogins({ ...s, site: { url: s.site.url, protocolVersion: 4 } })).toThrow(/site\.username and site\.password/);
+    expect(() => siteLogins({ ...s, site: { url: s.site.url } } as SiteAccountsConfig)).toThrow(/site\.username and site\.password/);
     expect(() => siteLogins({ ...s, site: { ...s.site, username: 'L2' } })).toThrow(/also a lock id/);
   });
 

@@ -81,7 +81,7 @@ export async function startTcpProxy(target: string): Promise<TcpProxy> {
 }
 
 /** The CONNACK return code a login gets (0: accepted). */
-async function connackCode(url: string, login: { username?: string; password?: string; clientId?: string } = {}): Promise<number> {
+export async function connackCode(url: string, login: { username?: string; password?: string; clientId?: string } = {}): Promise<number> {
   const c = connectMqtt(url, { ...login, reconnectPeriod: 0 });
   try {
     await waitConnected(c, 5000);
@@ -163,7 +163,7 @@ export class System {
     const mqtt = this.backend === 'embedded' ? 'aedes' : 'mosquitto';
     const locks = this.lockIds.map((lockId) => ({ lockId, doorId: this.doors[lockId] as string, pairingSecret: encodeSecret(this.secrets[lockId] as Uint8Array) }));
     const siteBroker = this.opts.siteLogins
-      ? await startSiteBroker(mqtt, { gatewayId: this.gatewayId, locks, site: { url: 'mqtt://unused', protocolVersion: 4, ...this.siteGatewayLogin } }, this.log.child({ part: 'site-broker' }))
+      ? await startSiteBroker(mqtt, { gatewayId: this.gatewayId, locks, site: this.siteGatewayLogin }, this.log.child({ part: 'site-broker' }))
       : await startMqttBackend(mqtt);
     this.#brokers = [await startMqttBackend(mqtt), siteBroker];
     this.#db = await createTestDatabase(this.backend === 'embedded' ? 'pglite' : 'postgres');

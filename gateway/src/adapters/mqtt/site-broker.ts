@@ -13,7 +13,6 @@ import {
   type LockChannel,
   type Logger,
 } from '@tobira/shared';
-import type { GatewayConfig } from '../../config.js';
 
 /**
  * The site broker as a trust boundary (docs/gateway.md "Site broker logins"):
@@ -36,8 +35,12 @@ export const LOCK_DOWNLINK_CHANNELS = ['decision', 'command'] as const satisfies
 
 export type SiteAccount = { readonly kind: 'lock'; readonly lockId: string } | { readonly kind: 'gateway' };
 
-/** The part of the gateway config the site broker's accounts come from. */
-export type SiteAccountsConfig = Pick<GatewayConfig, 'gatewayId' | 'locks' | 'site'>;
+/** The part of the gateway config the site broker's accounts come from (a GatewayConfig is one). */
+export interface SiteAccountsConfig {
+  readonly gatewayId: string;
+  readonly locks: readonly { readonly lockId: string; readonly pairingSecret: string }[];
+  readonly site: { readonly username?: string | undefined; readonly password?: string | undefined };
+}
 
 const has = (list: readonly string[], x: string): boolean => list.includes(x);
 
