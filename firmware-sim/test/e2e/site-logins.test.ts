@@ -89,22 +89,25 @@ describe.each(backends())('site broker logins and ACLs (%s)', (backend) => {
     const c = await asL2();
     const seen: string[] = [];
     c.on('message', (t) => seen.push(t));
-    const other = await c.subscribeAsync([topic('L1', 'command'), topic('L1', 'decision')], { qos: 1 });
-    expect(other.map((g) => g.qos)).toEqual([128, 128]);
-    await c.subscribeAsync(`tobira/v1/site/${sys.gatewayId}/lock/+/command`, { qos: 1 }).catch(() => []);
-    // aedes closes nothing on a refused subscription; reconnect only if a broker did
-    const spy = c.connected ? c : await asL2();
-    if (spy !== c) spy.on('message', (t) => seen.push(t));
-    await spy.subscribeAsync(topic('L2', 'decision'), { qos: 1 });
+    const granted = (filters: string[]) =>
+      c.subscribeAsync(filters, { qos: 1 }).then(
+        (g) => g.map((x) => x.qos),
+        (e: { packet?: { granted?: number[] } }) => e.packet?.granted ?? [],
+      );
+    const refused = await granted([topic('L1', 'command'), topic('L1', 'decision'), `tobira/v1/site/${sys.gatewayId}/lock/+/command`, '#']);
+    // aedes refuses them in the SUBACK; Mosquitto's acl_file grants a subscription and checks read access on every delivery
+    if (backend === 'embedded') expect(refused).toEqual([128, 128, 128, 128]);
+    await c.subscribeAsync(topic('L2', 'decision'), { qos: 1 });
     const r = await sys.fleet.lock('L1').present({ type: 'pin', value: PIN }, { timeoutMs: 10_000 });
     expect(r.command).toMatchObject({ result: 'executed' });
     // a marker for the spy, published by the gateway after L1's command: the broker delivers to one client in order
     const own = `own-${newId()}`;
-    await spy.publishAsync(topic('L2', 'request'), JSON.stringify({ requestId: own, credential: { type: 'pin', value: PIN }, at: sys.clock.now() }), { qos: 1 });
+    await c.publishAsync(topic('L2', 'request'), JSON.stringify({ requestId: own, credential: { type: 'pin', value: PIN }, at: sys.clock.now() }), { qos: 1 });
     await waitFor(() => seen.includes(topic('L2', 'decision')), "the spy's own decision");
-    expect(seen.filter((t) => t !== topic('L2', 'decision'))).toEqual([]);
-    await spy.endAsync(true);
-    if (spy !== c) await c.endAsync(true);
+    // its own command may come through the wildcard (L2 may read it); nothing of L1's may
+    expect(seen.filter((t) => !t.startsWith(`tobira/v1/site/${sys.gatewayId}/lock/L2/`))).toEqual([]);
+    expect(seen.length).toBeGreaterThan(0);
+    await c.endAsync(true);
   });
 
   it("a lock cannot take over another lock's session with its client id", async () => {
