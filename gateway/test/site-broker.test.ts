@@ -5,10 +5,12 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
-import { encodeSecret, filters, generateSigningKeyPair, newPairingSecret, siteBrokerPassword, topics } from '@tobira/shared';
+import { connectMqtt, encodeSecret, filters, generateSigningKeyPair, lockClientId, newPairingSecret, siteBrokerPassword, startEmbeddedBroker, topics, waitConnected } from '@tobira/shared';
+import type { IClientOptions, MqttClient } from 'mqtt';
 import { afterEach, describe, expect, it } from 'vitest';
 import { loadConfig } from '../src/config.js';
-import { mosquittoSiteFiles, siteAcl, siteLogins, type SiteAccountsConfig } from '../src/adapters/mqtt/site-broker.js';
+import { mosquittoSiteFiles, siteAcl, siteBrokerHooks, siteLogins, type SiteAccountsConfig } from '../src/adapters/mqtt/site-broker.js';
+import { capturingLog } from './staff-helpers.js';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const run = promisify(execFile);
@@ -68,6 +70,52 @@ describe('site broker ACL (one rule set for aedes and Mosquitto)', () => {
       expect(acl.mayReceive(gw, t('L2', c))).toBe(false);
     }
     expect(acl.maySubscribe(gw, '#')).toBe(false);
+  });
+});
+
+describe('the embedded site broker with siteBrokerHooks', () => {
+  it('refuses and logs (JSON, with a cid) an anonymous login, another lock\'s client id, a foreign subscription and a forged publish', async () => {
+    const s = site();
+    const cap = capturingLog();
+    const broker = await startEmbeddedBroker({ aedes: siteBrokerHooks(s, cap.log) });
+    const l2 = { username: 'L2', password: siteBrokerPassword(s.secrets.L2, 'gw-1', 'L2') };
+    const clients: MqttClient[] = [];
+    const connack = async (o: IClientOptions) => {
+      const c = connectMqtt(broker.url, { ...o, reconnectPeriod: 0 });
+      clients.push(c);
+      c.on('error', () => {});
+      return waitConnected(c).then(
+        () => 0,
+        (e: { code?: number }) => e.code ?? -1,
+      );
+    };
+    try {
+      expect(await connack({})).toBe(5);
+      expect(await connack({ ...l2, clientId: lockClientId('gw-1', 'L1') })).toBe(5);
+      expect(await connack({ ...l2, clientId: lockClientId('gw-1', 'L2') })).toBe(0);
+      const c = clients[clients.length - 1] as MqttClient;
+      const granted = await c.subscribeAsync(topics.lock('gw-1', 'L1', 'command'), { qos: 1 }).then(
+        (g) => g.map((x) => x.qos),
+        (e: { packet?: { granted?: number[] } }) => e.packet?.granted ?? [],
+      );
+      expect(granted).toEqual([128]);
+      const closed = new Promise<void>((r) => c.once('close', () => r()));
+      c.publish(topics.lock('gw-1', 'L1', 'request'), '{}', { qos: 1 });
+      await closed;
+      const refusals = cap.lines().filter((l) => l.level === 40);
+      expect(refusals.map((l) => l.msg)).toEqual([
+        'broker login refused',
+        'site broker login with another client id refused',
+        'broker login refused',
+        'broker subscribe refused',
+        'broker publish refused',
+      ]);
+      for (const l of refusals) expect(l.cid).toEqual(expect.any(String));
+      expect(new Set(refusals.map((l) => l.cid)).size).toBe(refusals.length);
+    } finally {
+      for (const c of clients) c.end(true);
+      await broker.stop();
+    }
   });
 });
 

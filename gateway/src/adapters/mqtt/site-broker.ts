@@ -5,9 +5,11 @@ import {
   filters,
   gatewaySiteClientId,
   lockClientId,
+  newCorrelationId,
   parseTopic,
   siteBrokerPassword,
   topics,
+  withCorrelation,
   type AedesAuthHooks,
   type BrokerAcl,
   type LockChannel,
@@ -102,7 +104,7 @@ export function siteBrokerHooks(config: SiteAccountsConfig, log: Logger): AedesA
       const match = timingSafeEqual(sha256(password ?? Buffer.alloc(0)), login?.digest ?? nobody);
       if (login === undefined || password === undefined || !match) return Promise.resolve(null);
       if (client.id !== login.clientId) {
-        log.warn({ username, clientId: client.id, expected: login.clientId }, 'site broker login with another client id refused');
+        withCorrelation(log, newCorrelationId()).warn({ username, clientId: client.id, expected: login.clientId }, 'site broker login with another client id refused');
         return Promise.resolve(null);
       }
       return Promise.resolve(login.account);
