@@ -5,6 +5,8 @@ import {
   connectMqtt,
   createLogger,
   decodeText,
+  lockClientId,
+  siteBrokerPassword,
   newId,
   parseJson,
   parsePayload,
@@ -68,6 +70,12 @@ export interface SimLockOptions {
   readonly log?: Logger;
   /** Extra mqtt.js options (credentials, TLS). The will, client id and clean flag are the adapter's. */
   readonly mqtt?: IClientOptions;
+  /**
+   * Log in to the site broker as this lock: username = lock id, password =
+   * `siteBrokerPassword(secret, gatewayId, lockId)` (derived from the pairing
+   * secret, which itself never goes on the wire). Overrides `mqtt.username` / `mqtt.password`.
+   */
+  readonly siteLogin?: boolean;
   readonly ids?: IdSource;
   /** Random source of fault injection. */
   readonly random?: () => number;
@@ -333,7 +341,8 @@ export class SimLock {
     const presence = this.#topic('presence');
     const client = connectMqtt(this.#o.url, {
       ...this.#o.mqtt,
-      clientId: `tobira-lock-${this.gatewayId}-${this.lockId}`,
+      ...(this.#o.siteLogin === true && { username: this.lockId, password: siteBrokerPassword(this.#o.secret, this.gatewayId, this.lockId) }),
+      clientId: lockClientId(this.gatewayId, this.lockId),
       // Commands live for seconds: a lock that was away must not execute a backlog, so no persistent session.
       clean: true,
       will: { topic: presence, payload: Buffer.from(json({ online: false })), qos: 1, retain: true },

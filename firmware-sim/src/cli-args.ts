@@ -10,6 +10,7 @@ export interface CliConfig {
   readonly mqttUrl: string;
   readonly mqttUsername: string | null;
   readonly mqttPassword: string | null;
+  readonly siteLogin: boolean;
   readonly secretsFile: string | null;
   readonly printSecrets: boolean;
   readonly doorAjarMs: number | null;
@@ -27,7 +28,10 @@ Starts simulated lock controllers for one gateway (firmware-sim).
   --locks, -n <N>          run locks L1..LN (default 3)
   --lock-ids <a,b,c>       run these lock ids instead of L1..LN
   --mqtt <url>             site broker (default $MQTT_URL or mqtt://127.0.0.1:1883)
-                           credentials from $MQTT_USERNAME / $MQTT_PASSWORD
+                           credentials from $MQTT_USERNAME / $MQTT_PASSWORD (one login for all locks)
+  --site-login             each lock logs in as itself: username = lock id, password
+                           derived from its pairing secret (what a site broker with
+                           lock logins expects; see docs/gateway.md)
   --secrets <file.json>    pairing secrets {"L1":"<base64url>",...}; missing locks get
                            generated secrets and the file is (re)written with mode 0600
   --print-secrets          print the pairing secrets (they are never printed otherwise)
@@ -56,6 +60,7 @@ export function parseCli(argv: readonly string[], env: Readonly<Record<string, s
         locks: { type: 'string', short: 'n' },
         'lock-ids': { type: 'string' },
         mqtt: { type: 'string' },
+        'site-login': { type: 'boolean' },
         secrets: { type: 'string' },
         'print-secrets': { type: 'boolean' },
         'door-ajar-ms': { type: 'string' },
@@ -95,6 +100,9 @@ export function parseCli(argv: readonly string[], env: Readonly<Record<string, s
     }
   }
 
+  const siteLogin = values['site-login'] ?? false;
+  if (siteLogin && env.MQTT_USERNAME !== undefined) throw new CliError('--site-login: each lock logs in as itself; unset MQTT_USERNAME / MQTT_PASSWORD');
+
   const present = (values.present ?? []).map((p) => {
     const [lockId, type, ...rest] = p.split(':');
     const parsed = PresentedCredential.safeParse({ type, value: rest.join(':') });
@@ -109,6 +117,7 @@ export function parseCli(argv: readonly string[], env: Readonly<Record<string, s
     mqttUrl: values.mqtt ?? env.MQTT_URL ?? 'mqtt://127.0.0.1:1883',
     mqttUsername: env.MQTT_USERNAME ?? null,
     mqttPassword: env.MQTT_PASSWORD ?? null,
+    siteLogin,
     secretsFile: values.secrets ?? null,
     printSecrets: values['print-secrets'] ?? false,
     doorAjarMs: values['door-ajar-ms'] === undefined ? null : positiveInt(values['door-ajar-ms'], '--door-ajar-ms'),

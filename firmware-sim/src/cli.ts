@@ -69,6 +69,7 @@ async function main(): Promise<number> {
     locks: config.lockIds,
     secrets: given,
     log: createLogger('firmware-sim', { level: process.env.LOG_LEVEL ?? 'warn' }),
+    siteLogin: config.siteLogin,
     ...(config.mqttUsername !== null && { mqtt: { username: config.mqttUsername, ...(config.mqttPassword !== null && { password: config.mqttPassword }) } }),
     ...(config.doorAjarMs !== null && { lock: { doorAjarMs: config.doorAjarMs } }),
     ...(config.faults !== null && { faults: config.faults }),

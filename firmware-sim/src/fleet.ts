@@ -22,6 +22,8 @@ export interface FleetOptions {
   readonly lock?: Partial<Omit<LockConfig, 'lockId' | 'secret'>>;
   readonly log?: Logger;
   readonly mqtt?: IClientOptions;
+  /** Every lock logs in to the site broker as itself (SimLockOptions.siteLogin). */
+  readonly siteLogin?: boolean;
   readonly ids?: IdSource;
   readonly random?: () => number;
   /** Faults for every lock at start (change later with `setFaults`). */
@@ -72,6 +74,7 @@ export class Fleet {
         ...(this.#o.timers && { timers: this.#o.timers }),
         ...(this.#o.lock && { lock: this.#o.lock }),
         ...(this.#o.mqtt && { mqtt: this.#o.mqtt }),
+        ...(this.#o.siteLogin !== undefined && { siteLogin: this.#o.siteLogin }),
         ...(this.#o.ids && { ids: this.#o.ids }),
         ...(this.#o.random && { random: this.#o.random }),
         ...(this.#o.faults && { faults: this.#o.faults }),

@@ -157,6 +157,8 @@ export function loadConfig(opts: { file?: string | undefined; env?: Env } = {}):
   str('TOBIRA_CLOUD_MQTT_PASSWORD', ['cloud', 'password']);
   str('TOBIRA_CLOUD_ISSUER', ['cloud', 'issuer']);
   str('TOBIRA_SITE_MQTT_URL', ['site', 'url']);
+  str('TOBIRA_SITE_MQTT_USERNAME', ['site', 'username']);
+  str('TOBIRA_SITE_MQTT_PASSWORD', ['site', 'password']);
   str('TOBIRA_SQLITE_PATH', ['sqlitePath']);
   str('TOBIRA_CREDENTIAL_PEPPER', ['credentialPepper']);
   str('TOBIRA_STAFF_TOKEN', ['staffToken']);

@@ -6,6 +6,7 @@ import {
   decodeSecret,
   filters,
   gatewayCloudClientId,
+  gatewaySiteClientId,
   importSigningKey,
   monotonicClock,
   newCorrelationId,
@@ -279,7 +280,7 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
       const siteFilters = (['request', 'state', 'event', 'presence'] as const).map((c) => filters.locksOf(config.gatewayId, c));
       site = connectSiteLink(
         config.site,
-        { clientId: `tobira-gw-${config.gatewayId}-site`, filters: siteFilters },
+        { clientId: gatewaySiteClientId(config.gatewayId), filters: siteFilters },
         (topic, payload) => {
           if (stopping) return;
           const t = parseTopic(topic);

@@ -1,11 +1,16 @@
 #!/usr/bin/env node
+import { chmodSync, existsSync, writeFileSync } from 'node:fs';
+import { join, resolve } from 'node:path';
 import { createLogger, newCorrelationId, onShutdownSignals, withCorrelation } from '@tobira/shared';
+import { mosquittoSiteFiles } from './adapters/mqtt/site-broker.js';
 import { crashHookFromEnv } from './app/context.js';
 import { loadConfig } from './config.js';
 import { createGateway } from './gateway.js';
 
 /**
  * `tobira-gateway [--config <file>]` (or `npm run gateway -w @tobira/gateway`).
+ * `tobira-gateway site-broker-files --config <file> --out <dir>` writes the
+ * site Mosquitto's password and ACL files for this gateway's locks and exits.
  * Config from the file and/or TOBIRA_* env (docs/gateway.md). SIGTERM/SIGINT
  * drain and stop; a second signal forces the stop.
  */
@@ -45,7 +50,29 @@ async function main(): Promise<void> {
   log.info({ gatewayId: config.gatewayId, http: gateway.httpUrl }, 'tobira-gateway ready');
 }
 
-main().catch((e: unknown) => {
-  log.fatal({ err: e }, 'gateway failed to start');
-  process.exit(1);
-});
+/** Writes `<out>/tobira-site.passwd` (mode 0600: hashes, but still only for the broker) and `<out>/tobira-site.acl`. */
+function siteBrokerFiles(): void {
+  const out = resolve(argValue('--out') ?? '.');
+  const files = mosquittoSiteFiles(loadConfig({ file: argValue('--config') }));
+  const passwd = join(out, 'tobira-site.passwd');
+  // `mode` applies only when the file is created: tighten an existing one before the hashes go in
+  if (existsSync(passwd)) chmodSync(passwd, 0o600);
+  writeFileSync(passwd, files.passwd, { mode: 0o600 });
+  writeFileSync(join(out, 'tobira-site.acl'), files.acl, { mode: 0o644 });
+  log.info({ passwd, acl: join(out, 'tobira-site.acl') }, 'site broker files written; reload Mosquitto (SIGHUP) to use them');
+}
+
+if (process.argv[2] === 'site-broker-files') {
+  try {
+    siteBrokerFiles();
+    process.exit(0);
+  } catch (e) {
+    log.fatal({ err: e }, 'site broker files not written');
+    process.exit(1);
+  }
+} else {
+  main().catch((e: unknown) => {
+    log.fatal({ err: e }, 'gateway failed to start');
+    process.exit(1);
+  });
+}

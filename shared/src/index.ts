@@ -12,3 +12,4 @@ export * from './signing.js';
 export * from './topics.js';
 export * from './broker.js';
 export * from './lifecycle.js';
+export * from './broker-auth.js';

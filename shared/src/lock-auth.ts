@@ -24,6 +24,26 @@ export function decodeSecret(s: string): Uint8Array {
   return new Uint8Array(b);
 }
 
+/** Domain of the site broker password derivation; a new version gives every lock a new password. */
+export const SITE_LOGIN_VERSION = 'tobira.v1.site-login';
+
+/**
+ * A lock's password on its site broker, derived from its pairing secret:
+ * base64url(HMAC-SHA256(secret, "tobira.v1.site-login|{gatewayId}|{lockId}")).
+ * The lock and the gateway both hold the secret, so nothing new is
+ * provisioned, and the secret itself never crosses the wire: a broker or a
+ * sniffer that learns the password learns no command key (HMAC is one-way)
+ * and no other lock's password. Its username is the lock id.
+ */
+export function siteBrokerPassword(secret: Uint8Array, gatewayId: string, lockId: string): string {
+  return createHmac('sha256', secret).update([SITE_LOGIN_VERSION, gatewayId, lockId].join('|')).digest('base64url');
+}
+
+/** The MQTT client id of a lock on its site broker. The embedded site broker refuses a lock login under any other id, so one lock cannot take over another's session. */
+export const lockClientId = (gatewayId: string, lockId: string): string => `tobira-lock-${gatewayId}-${lockId}`;
+/** The MQTT client id of the gateway on its site broker. */
+export const gatewaySiteClientId = (gatewayId: string): string => `tobira-gw-${gatewayId}-site`;
+
 function canonical(c: UnsignedLockCommand): string {
   return [COMMAND_MAC_VERSION, c.lockId, c.commandId, c.action, String(c.holdMs), String(c.expiresAt)].join('|');
 }

@@ -3,14 +3,17 @@
  * `npm start`: the whole of Tobira on one machine, on embedded parts.
  *
  *   cloud broker (aedes, with login) -> cloud (PGlite) -> gateway gw-1 (SQLite)
- *   -> site broker (aedes, loopback) -> three simulated locks, with a seeded
- *   site, doors, a guest and her key.
+ *   -> site broker (aedes, loopback, a login per lock) -> three simulated
+ *   locks, with a seeded site, doors, a guest and her key.
  *
  * The cloud broker enforces per-gateway accounts (docs/architecture.md
  * "Broker accounts"): the cloud logs in with its service account (a new
  * random password at each start, never on disk), the gateway with the login
  * its provisioning gave it (kept in seed.json, mode 0600). The locks talk to
- * the gateway on a site broker of their own, as on a real site.
+ * the gateway on a site broker of their own, as on a real site, each with
+ * its own login (its password derived from its pairing secret) and ACL
+ * (docs/gateway.md "Site broker logins"); the gateway's site login is in
+ * seed.json too.
  *
  * Everything lives under one folder (./data, or TOBIRA_DATA_DIR) and survives
  * a restart. DATABASE_URL and MQTT_URL select a real PostgreSQL / broker
@@ -22,7 +25,7 @@ import { randomBytes, randomInt } from 'node:crypto';
 import { mkdirSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { createCloud, openEmbeddedBrokerAccounts, parseConfig as parseCloudConfig, startAdminApi, type AedesAuthHooks, type BrokerAccounts, type Cloud, type Db } from '@tobira/cloud';
-import { createGateway, parseConfig as parseGatewayConfig, type Gateway, type GatewayConfigInput } from '@tobira/gateway';
+import { createGateway, parseConfig as parseGatewayConfig, siteBrokerHooks, type Gateway, type GatewayConfigInput } from '@tobira/gateway';
 import {
   encodeSecret,
   generateSigningKeyPair,
@@ -111,7 +114,6 @@ async function main(): Promise<void> {
   const cloudKey = await once(join(data, 'cloud', 'signing-key.json'), async () => (await generateSigningKeyPair()).privateJwk, true);
   const dbConfig = env.DATABASE_URL ? { DATABASE_URL: env.DATABASE_URL } : { PGLITE_DATA_DIR: join(data, 'cloud', 'db') };
   let mqttUrl = env.MQTT_URL;
-  let siteUrl = env.MQTT_URL;
   let cloudLogin: { MQTT_USERNAME: string; MQTT_PASSWORD: string } | Record<string, never> = {};
   let db: Db | undefined;
   let brokerAccounts: BrokerAccounts | undefined;
@@ -127,14 +129,10 @@ async function main(): Promise<void> {
     const cloudBroker = await listen('cloud MQTT broker (gateway logins enforced)', env.TOBIRA_DEMO_HOST, env.TOBIRA_DEMO_MQTT_PORT, 'TOBIRA_DEMO_MQTT_PORT', opened.accounts.hooks());
     parts.push({ name: 'MQTT broker', stop: () => cloudBroker.stop() });
     mqttUrl = cloudBroker.url;
-    const siteBroker = await listen('site MQTT broker (locks)', env.TOBIRA_DEMO_HOST, env.TOBIRA_DEMO_SITE_MQTT_PORT, 'TOBIRA_DEMO_SITE_MQTT_PORT');
-    parts.push({ name: 'site MQTT broker', stop: () => siteBroker.stop() });
-    siteUrl = siteBroker.url;
   } else {
     process.stdout.write(`  • MQTT broker: ${mqttUrl} (MQTT_URL; its logins are the operator's)\n`);
   }
   const cloudUrl = mqttUrl;
-  const locksUrl = siteUrl ?? mqttUrl;
 
   // 2. cloud
   step(env.DATABASE_URL ? 'cloud on PostgreSQL (DATABASE_URL)' : `cloud on embedded PostgreSQL (PGlite, ${join(data, 'cloud', 'db')})`);
@@ -207,14 +205,30 @@ async function main(): Promise<void> {
     }
   }
 
-  // 4. gateway
+  if (seed.gatewayConfig.site.username === undefined) {
+    // a data folder seeded before site broker logins: give the gateway its own site login now (the locks' derive from their secrets)
+    seed = { ...seed, gatewayConfig: { ...seed.gatewayConfig, site: { ...seed.gatewayConfig.site, ...newSiteLogin() } } };
+    writeJson(seedFile, seed, true);
+  }
+
+  // 4. the site broker, with a login per lock (derived from its pairing secret) and one for the gateway
+  let locksUrl = cloudUrl;
+  if (brokerAccounts) {
+    const hooks = siteBrokerHooks(parseGatewayConfig({ ...seed.gatewayConfig, site: { ...seed.gatewayConfig.site, url: 'mqtt://unused' } }), root.child({ part: 'site-broker' }));
+    const siteBroker = await listen('site MQTT broker (lock logins enforced)', env.TOBIRA_DEMO_HOST, env.TOBIRA_DEMO_SITE_MQTT_PORT, 'TOBIRA_DEMO_SITE_MQTT_PORT', hooks);
+    parts.push({ name: 'site MQTT broker', stop: () => siteBroker.stop() });
+    locksUrl = siteBroker.url;
+  }
+
+  // 5. gateway
   step(`gateway ${GATEWAY_ID} (SQLite ${seed.gatewayConfig.sqlitePath})`);
   const gateway: Gateway = createGateway(
     parseGatewayConfig({
       ...seed.gatewayConfig,
       // with MQTT_URL the broker's logins are the operator's, not the ones the embedded broker gave
       cloud: brokerAccounts ? { ...seed.gatewayConfig.cloud, url: cloudUrl } : { ...withoutLogin(seed.gatewayConfig.cloud), url: cloudUrl },
-      site: { url: locksUrl },
+      // with MQTT_URL the locks and the gateway share the operator's broker and its logins
+      site: brokerAccounts ? { ...seed.gatewayConfig.site, url: locksUrl } : { url: locksUrl },
       http: { host: env.TOBIRA_DEMO_HOST, port: env.TOBIRA_DEMO_GATEWAY_PORT },
     }),
     { log: root.child({ part: 'gateway' }) },
@@ -223,10 +237,17 @@ async function main(): Promise<void> {
   parts.push({ name: 'gateway', stop: () => gateway.stop() });
   ok(gateway.httpUrl ?? 'no http');
 
-  // 5. locks
-  step(`simulated locks ${LOCKS.map((l) => l.lockId).join(', ')}`);
+  // 6. locks
+  step(`simulated locks ${LOCKS.map((l) => l.lockId).join(', ')}${brokerAccounts ? ', each with its own site login' : ''}`);
   const secrets = readJson<Record<string, string>>(join(data, GATEWAY_ID, 'lock-secrets.json')) ?? {};
-  const fleet: Fleet = await startFleet({ url: locksUrl, gatewayId: GATEWAY_ID, locks: LOCKS.map((l) => l.lockId), secrets, log: root.child({ part: 'sim' }) });
+  const fleet: Fleet = await startFleet({
+    url: locksUrl,
+    gatewayId: GATEWAY_ID,
+    locks: LOCKS.map((l) => l.lockId),
+    secrets,
+    siteLogin: brokerAccounts !== undefined,
+    log: root.child({ part: 'sim' }),
+  });
   parts.push({ name: 'locks', stop: () => fleet.stop() });
   ok();
   step("waiting for the gateway's first proven sync with the cloud (until then it fails closed)");
@@ -314,6 +335,11 @@ async function listen(what: string, host: string, port: number, portVar: string,
   return broker;
 }
 
+/** The gateway's own login on the site broker: a username no lock id can be (lock ids hold no '.'), a random password. */
+function newSiteLogin(): { username: string; password: string } {
+  return { username: `gw.${GATEWAY_ID}`, password: randomBytes(32).toString('base64url') };
+}
+
 function withoutLogin<T extends { username?: string | undefined; password?: string | undefined }>(c: T): Omit<T, 'username' | 'password'> {
   const { username: _u, password: _p, ...rest } = c;
   return rest;
@@ -365,7 +391,7 @@ async function seedDemo(cloud: Cloud, data: string): Promise<Seed> {
       gatewayId: GATEWAY_ID,
       keyPairFile,
       cloud: { url: 'mqtt://replaced-at-start', issuer: p.cloudIssuer, jwks: p.cloudJwks as GatewayConfigInput['cloud']['jwks'], ...(p.mqtt ?? {}) },
-      site: { url: 'mqtt://replaced-at-start' },
+      site: { url: 'mqtt://replaced-at-start', ...newSiteLogin() },
       sqlitePath: join(data, GATEWAY_ID, 'gateway.sqlite'),
       offlineGraceSeconds: p.offlineGraceSeconds,
       timeZone: p.timeZone,

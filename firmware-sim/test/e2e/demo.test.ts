@@ -4,9 +4,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
-import { connectMqtt, waitConnected } from '@tobira/shared';
+import { siteBrokerPassword, decodeSecret } from '@tobira/shared';
 import { afterAll, describe, expect, it } from 'vitest';
-import { waitFor } from './system.js';
+import { connackCode, waitFor } from './system.js';
 
 const ROOT = fileURLToPath(new URL('../../..', import.meta.url));
 const sh = promisify(execFile);
@@ -55,19 +55,6 @@ class Demo {
   }
 }
 
-/** The CONNACK return code a login gets (0: accepted). */
-async function connackCode(url: string, login: { username?: string; password?: string } = {}): Promise<number> {
-  const c = connectMqtt(url, { ...login, reconnectPeriod: 0 });
-  try {
-    await waitConnected(c, 5000);
-    return 0;
-  } catch (e) {
-    return (e as { code?: number }).code ?? -1;
-  } finally {
-    c.end(true);
-  }
-}
-
 /** GET /staff/status of the demo's gateway, with the staff token it printed. */
 async function staffStatus(demo: Demo): Promise<Record<string, unknown>> {
   const ui = /staff web UI: (http:\/\/\S+)\/ui\//.exec(demo.out)?.[1];
@@ -79,7 +66,10 @@ async function staffStatus(demo: Demo): Promise<Record<string, unknown>> {
 }
 
 const seedFile = (data: string) => join(data, 'seed.json');
-const readSeed = (data: string) => JSON.parse(readFileSync(seedFile(data), 'utf8')) as { gatewayConfig: Record<string, unknown> & { cloud: { username?: string; password?: string } } };
+const readSeed = (data: string) =>
+  JSON.parse(readFileSync(seedFile(data), 'utf8')) as {
+    gatewayConfig: Record<string, unknown> & { cloud: { username?: string; password?: string }; site: { username?: string; password?: string }; locks: { lockId: string; pairingSecret: string }[] };
+  };
 
 /** The kid of the cloud signing key kept in the data folder, and the kids the cloud logged loading at each start. */
 const keptKid = (data: string) => (JSON.parse(readFileSync(join(data, 'cloud', 'signing-key.json'), 'utf8')) as { kid: string }).kid;
@@ -123,16 +113,26 @@ describe('npm start (the one-command demo)', () => {
       expect(await connackCode(cloudBroker as string, { username: 'gw:gw-1', password: 'not-the-password' })).toBe(5);
       // the cloud signs with the key it keeps in the data folder
       expect(loadedKids(data)).toEqual([keptKid(data)]);
+      // so does the site broker: every lock logs in as itself, with the password its pairing secret gives (never the secret)
+      const siteBroker = /site MQTT broker \(lock logins enforced\)[^\n]* … (mqtt:\/\/[^\s]+)/.exec(demo.out)?.[1];
+      expect(siteBroker, demo.out).toBeDefined();
+      expect(await connackCode(siteBroker as string)).toBe(5);
+      const l2Secret = seed.gatewayConfig.locks.find((l) => l.lockId === 'L2')?.pairingSecret as string;
+      expect(await connackCode(siteBroker as string, { username: 'L2', password: l2Secret })).toBe(5);
+      expect(await connackCode(siteBroker as string, { username: 'L2', password: siteBrokerPassword(decodeSecret(l2Secret), 'gw-1', 'L2'), clientId: 'tobira-lock-gw-1-L2-spare' })).toBe(5);
+      expect(seed.gatewayConfig.site.username).toBe('gw.gw-1');
     } finally {
       const said = await demo.interrupt();
       for (const part of ['lock panel', 'locks', 'gateway', 'admin API', 'cloud', 'site MQTT broker', 'MQTT broker', 'database']) expect(said, demo.out).toContain(`stopping ${part} … ok`);
     }
   });
 
-  it("keeps its data across a restart: no second seeding, and the guest key still opens; a folder seeded before the gateway knew its site's zone gets it from the cloud", { timeout: 120_000 }, async () => {
-    // as seeded by an older demo: no timeZone in the gateway's config
+  it("keeps its data across a restart: no second seeding, and the guest key still opens; a folder seeded before the gateway knew its site's zone gets it from the cloud, and one seeded before site broker logins gets a gateway site login", { timeout: 120_000 }, async () => {
+    // as seeded by an older demo: no timeZone and no site login in the gateway's config
     const old = readSeed(data);
     delete old.gatewayConfig.timeZone;
+    delete old.gatewayConfig.site.username;
+    delete old.gatewayConfig.site.password;
     writeFileSync(seedFile(data), JSON.stringify(old));
     const kid = keptKid(data);
     const demo = new Demo(data);
@@ -144,6 +144,7 @@ describe('npm start (the one-command demo)', () => {
       expect(loadedKids(data)).toEqual([kid, kid]);
       expect(demo.out).toContain('the time zone of site site-demo … Asia/Tokyo');
       expect(readSeed(data).gatewayConfig.timeZone).toBe('Asia/Tokyo');
+      expect(readSeed(data).gatewayConfig.site.username).toBe('gw.gw-1');
       expect((await staffStatus(demo)).timeZone).toBe('Asia/Tokyo');
       expect(await run(demo.curls()[0] as string)).toMatchObject({ decision: { allowed: true, code: 'ALLOWED' } });
     } finally {

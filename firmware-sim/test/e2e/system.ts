@@ -1,13 +1,15 @@
+import { randomBytes } from 'node:crypto';
 import { cpSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, connect as tcpConnect, type Server, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createCloud, parseConfig as parseCloudConfig, type Cloud } from '@tobira/cloud';
 import { createGateway, parseConfig as parseGatewayConfig, type Gateway, type GatewayConfigInput } from '@tobira/gateway';
-import { createLogger, encodeSecret, generateSigningKeyPair, newPairingSecret, type Clock, type KeyPairJwk } from '@tobira/shared';
+import { connectMqtt, createLogger, encodeSecret, waitConnected, generateSigningKeyPair, newPairingSecret, type Clock, type KeyPairJwk } from '@tobira/shared';
 import pg from 'pg';
 import { createTestDatabase, startMqttBackend, waitFor, type MqttTestBroker, type TestDatabase } from '@tobira/shared/testing';
-import { startFleet, type Fleet } from '../../src/index.js';
+import { startFleet, type Fleet, type FleetOptions } from '../../src/index.js';
+import { startSiteBroker, type SiteBroker } from './site-broker.js';
 
 /**
  * The whole system in one process over real brokers and a real database:
@@ -78,6 +80,19 @@ export async function startTcpProxy(target: string): Promise<TcpProxy> {
   };
 }
 
+/** The CONNACK return code a login gets (0: accepted). */
+export async function connackCode(url: string, login: { username?: string; password?: string; clientId?: string } = {}): Promise<number> {
+  const c = connectMqtt(url, { ...login, reconnectPeriod: 0 });
+  try {
+    await waitConnected(c, 5000);
+    return 0;
+  } catch (e) {
+    return (e as { code?: number }).code ?? -1;
+  } finally {
+    c.end(true);
+  }
+}
+
 // the suite's one polling helper (shared/src/testing/wait.ts), re-exported for the tests that import it from here
 export { waitFor };
 
@@ -94,6 +109,13 @@ export interface SystemOptions {
   readonly gatewayClockOffsetMs?: number;
   /** Gateway config fields a test sets (e.g. uplinkAckTimeoutMs). */
   readonly gatewayOverrides?: Partial<GatewayConfigInput>;
+  /**
+   * The site broker enforces lock logins (embedded: aedes with the gateway's hooks; real: a Mosquitto of
+   * its own from the shipped site config); the gateway and every lock log in with their own.
+   */
+  readonly siteLogins?: boolean;
+  /** Everything the locks see and do (FleetOptions.onActivity). */
+  readonly onLockActivity?: FleetOptions['onActivity'];
 }
 
 let n = 0;
@@ -114,7 +136,9 @@ export class System {
   proxy!: TcpProxy;
   gatewayConfig!: GatewayConfigInput;
   gatewayKeyFile = '';
-  #brokers: MqttTestBroker[] = [];
+  #brokers: (MqttTestBroker | SiteBroker)[] = [];
+  /** The gateway's own login on the site broker (with `siteLogins`). */
+  readonly siteGatewayLogin: { readonly username: string; readonly password: string };
   #db!: TestDatabase;
   #signingJwk: string | undefined;
   readonly #extraDatabases = new Set<string>();
@@ -129,18 +153,23 @@ export class System {
     this.lockIds = opts.locks ?? ['L1', 'L2'];
     this.doors = Object.fromEntries(this.lockIds.map((l) => [l, `door-${tag}-${l}`]));
     this.secrets = Object.fromEntries(this.lockIds.map((l) => [l, newPairingSecret()]));
+    this.siteGatewayLogin = { username: `gw.${this.gatewayId}`, password: randomBytes(24).toString('base64url') };
   }
 
   get cloudBrokerUrl(): string {
     return (this.#brokers[0] as MqttTestBroker).url;
   }
   get siteBrokerUrl(): string {
-    return (this.#brokers[1] as MqttTestBroker).url;
+    return (this.#brokers[1] as SiteBroker).url;
   }
 
   async start(): Promise<this> {
     const mqtt = this.backend === 'embedded' ? 'aedes' : 'mosquitto';
-    this.#brokers = [await startMqttBackend(mqtt), await startMqttBackend(mqtt)];
+    const locks = this.lockIds.map((lockId) => ({ lockId, doorId: this.doors[lockId] as string, pairingSecret: encodeSecret(this.secrets[lockId] as Uint8Array) }));
+    const siteBroker = this.opts.siteLogins
+      ? await startSiteBroker(mqtt, { gatewayId: this.gatewayId, locks, site: this.siteGatewayLogin }, this.log.child({ part: 'site-broker' }))
+      : await startMqttBackend(mqtt);
+    this.#brokers = [await startMqttBackend(mqtt), siteBroker];
     this.#db = await createTestDatabase(this.backend === 'embedded' ? 'pglite' : 'postgres');
     this.proxy = await startTcpProxy(this.cloudBrokerUrl);
     await this.startCloud();
@@ -159,11 +188,11 @@ export class System {
       gatewayId: this.gatewayId,
       keyPairFile: this.gatewayKeyFile,
       cloud: { url: this.proxy.url, issuer: p.cloudIssuer, jwks: p.cloudJwks as GatewayConfigInput['cloud']['jwks'] },
-      site: { url: this.siteBrokerUrl },
+      site: { url: this.siteBrokerUrl, ...(this.opts.siteLogins && this.siteGatewayLogin) },
       sqlitePath: join(this.dir, 'gateway.sqlite'),
       offlineGraceSeconds: p.offlineGraceSeconds,
       timeZone: p.timeZone,
-      locks: this.lockIds.map((lockId) => ({ lockId, doorId: this.doors[lockId] as string, pairingSecret: encodeSecret(this.secrets[lockId] as Uint8Array) })),
+      locks,
       credentialPepper: p.credentialPepper,
       http: null,
       resyncIntervalMs: 500,
@@ -179,6 +208,8 @@ export class System {
       gatewayId: this.gatewayId,
       locks: this.lockIds,
       secrets: { ...this.secrets, ...this.opts.lockSecretsOverride },
+      ...(this.opts.siteLogins && { siteLogin: true }),
+      ...(this.opts.onLockActivity && { onActivity: this.opts.onLockActivity }),
       clock: this.clock,
       log: this.log.child({ part: 'sim' }),
     });

@@ -1,5 +1,5 @@
 import { createHash, timingSafeEqual } from 'node:crypto';
-import { systemClock, type Clock, type Logger, type startEmbeddedBroker } from '@tobira/shared';
+import { aclHooks, systemClock, type AedesAuthHooks, type AedesClient, type Clock, type Logger } from '@tobira/shared';
 import type { Db, Queryable, Tx } from '../db/db.js';
 import { migrate } from '../db/migrate.js';
 import { openDb } from '../db/open.js';
@@ -8,18 +8,16 @@ import type { BrokerAccounts, BrokerCredentials } from '../../app/broker-account
 import { gatewayUsername, mayPublish, mayReceive, maySubscribe, mayUseClientId, type BrokerAccount } from './acl.js';
 import { DUMMY_HASH, hashPassword, newBrokerPassword, verifyPassword } from './password.js';
 
-/** aedes options as startEmbeddedBroker takes them (no direct aedes dependency here). */
-export type AedesOptions = NonNullable<NonNullable<Parameters<typeof startEmbeddedBroker>[0]>['aedes']>;
-export type AedesAuthHooks = Required<Pick<AedesOptions, 'authenticate' | 'authorizeSubscribe' | 'authorizePublish' | 'authorizeForward'>>;
-type AedesClient = Parameters<AedesAuthHooks['authenticate']>[0];
+export type { AedesAuthHooks } from '@tobira/shared';
 
 /**
  * Broker accounts for the embedded (aedes) cloud broker, stored in the cloud
  * database (table broker_accounts, migration 0009): provisioning writes the
  * gateway's account in the registration's transaction, and `hooks()` make
  * aedes authenticate every CONNECT against the table and enforce the ACL of
- * acl.ts on every subscribe, publish and delivery (and a gateway login's
- * client id at CONNECT), as Mosquitto's dynamic
+ * acl.ts on every subscribe, publish and delivery (shared `aclHooks`, which
+ * the gateway's site broker uses too), and a gateway login's client id at
+ * CONNECT, as Mosquitto's dynamic
  * security does with the same rules (dynsec.ts). One difference: Mosquitto
  * acknowledges and drops a denied publish, aedes closes the connection; in
  * both, no one receives it.
@@ -45,7 +43,6 @@ export class EmbeddedBrokerAccounts implements BrokerAccounts {
   readonly #log: Logger;
   readonly #cacheMs: number;
   readonly #verified = new Map<string, { digest: Buffer; until: number }>();
-  readonly #accounts = new WeakMap<AedesClient, BrokerAccount>();
   /** The clients that logged in as each username (closed ones are pruned as they are met). */
   readonly #sessions = new Map<string, Set<AedesClient>>();
   /** How many rotations each username has had in this process: a login that spans one checks again. */
@@ -96,44 +93,20 @@ export class EmbeddedBrokerAccounts implements BrokerAccounts {
 
   /** The aedes hooks that enforce the accounts (startEmbeddedBroker({ aedes: accounts.hooks() })). */
   hooks(): AedesAuthHooks {
-    return {
-      authenticate: (client, username, password, done) => {
-        this.#authenticate(username, password).then(
-          (found) => {
-            // checked here, before aedes evicts a live client with the same id: a refused CONNECT takes over nothing
-            const account = found && mayUseClientId(found, client.id) ? found : null;
-            if (account && username !== undefined) {
-              this.#accounts.set(client, account);
-              this.#track(username, client);
-            } else if (found) this.#log.warn({ username: username ?? null, clientId: client.id }, 'broker login refused: not the client id of this login');
-            else this.#log.warn({ username: username ?? null, clientId: client.id }, 'broker login refused');
-            done(null, account !== null);
-          },
-          (e: unknown) => {
-            this.#log.error({ err: String(e), clientId: client.id }, 'broker login check failed');
-            // 3: server unavailable (the client retries), not "bad password"
-            done(Object.assign(new Error('account store unavailable'), { returnCode: 3 as const }), false);
-          },
-        );
+    return aclHooks<BrokerAccount>({
+      authenticate: async (client, username, password) => {
+        const found = await this.#authenticate(username, password);
+        // checked here, before aedes evicts a live client with the same id: a refused CONNECT takes over nothing
+        if (found !== null && !mayUseClientId(found, client.id)) {
+          this.#log.warn({ username: username ?? null, clientId: client.id }, 'broker login refused: not the client id of this login');
+          return null;
+        }
+        return found;
       },
-      authorizeSubscribe: (client, sub, done) => {
-        const account = this.#accounts.get(client);
-        const ok = account !== undefined && maySubscribe(account, sub.topic);
-        if (!ok) this.#log.warn({ clientId: client.id, filter: sub.topic }, 'broker subscribe refused');
-        done(null, ok ? sub : null);
-      },
-      authorizePublish: (client, packet, done) => {
-        // client null: a will left by a client of an earlier broker run; nobody vouches for it
-        const account = client ? this.#accounts.get(client) : undefined;
-        if (account !== undefined && mayPublish(account, packet.topic)) return done(null);
-        this.#log.warn({ clientId: client?.id ?? null, topic: packet.topic }, 'broker publish refused');
-        done(new Error('publish not allowed'));
-      },
-      authorizeForward: (client, packet) => {
-        const account = this.#accounts.get(client);
-        return account !== undefined && mayReceive(account, packet.topic) ? packet : null;
-      },
-    };
+      acl: { maySubscribe, mayPublish, mayReceive },
+      log: this.#log,
+      onLogin: (client, username) => this.#track(username, client),
+    });
   }
 
   async #authenticate(username: string | undefined, password: Readonly<Buffer> | undefined): Promise<BrokerAccount | null> {
