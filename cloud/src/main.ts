@@ -17,6 +17,8 @@ const ApiEnv = z.object({
   TOBIRA_WEBHOOK_ALLOW_PRIVATE: z.enum(['true', 'false']).default('false'),
   /** Lifetime in days of a new API token that names none; 0: no expiry unless asked. */
   TOBIRA_API_TOKEN_TTL_DAYS: z.coerce.number().int().min(0).max(3650).default(90),
+  /** Requests per client IP per minute, counted before authentication (docs/api.md "Rate limits"). */
+  TOBIRA_RATE_LIMIT_IP_MAX: z.coerce.number().int().min(1).default(1_200),
 });
 
 const baseLog = createLogger('cloud');
@@ -40,6 +42,7 @@ const api = await startAdminApi({
     gatewayBrokerUrl: config.gatewayBrokerUrl,
     webhookAllowPrivateNetworks: apiEnv.TOBIRA_WEBHOOK_ALLOW_PRIVATE === 'true',
     tokenDefaultTtlMs: apiEnv.TOBIRA_API_TOKEN_TTL_DAYS === 0 ? null : apiEnv.TOBIRA_API_TOKEN_TTL_DAYS * 86_400_000,
+    rateLimitIpMax: apiEnv.TOBIRA_RATE_LIMIT_IP_MAX,
   },
   ...(apiEnv.TOBIRA_BOOTSTRAP_ADMIN_TOKEN ? { bootstrapAdminToken: apiEnv.TOBIRA_BOOTSTRAP_ADMIN_TOKEN } : {}),
 });

@@ -16,9 +16,15 @@ export type AdminCloud = Pick<
 export interface ApiConfig {
   /** Largest accepted body in bytes (413 PAYLOAD_TOO_LARGE beyond). */
   readonly bodyLimit: number;
-  /** Requests per token (per client IP without a token) per window; 429 RATE_LIMITED beyond. */
+  /** Requests per token (per client IP without a token) per window, counted after authentication; 429 RATE_LIMITED beyond. */
   readonly rateLimitMax: number;
   readonly rateLimitWindowMs: number;
+  /**
+   * Requests per client IP per window, counted before authentication (every
+   * request, with a token or not), so a flood of bad or missing tokens is
+   * refused before it costs a token lookup; 429 RATE_LIMITED beyond.
+   */
+  readonly rateLimitIpMax: number;
   /** Broker URL handed to a gateway at provisioning (null: the operator configures it). */
   readonly gatewayBrokerUrl: string | null;
   /**
@@ -34,6 +40,7 @@ export const DEFAULT_API_CONFIG: ApiConfig = Object.freeze({
   bodyLimit: 64 * 1024,
   rateLimitMax: 600,
   rateLimitWindowMs: 60_000,
+  rateLimitIpMax: 1_200,
   gatewayBrokerUrl: null,
   webhookAllowPrivateNetworks: false,
   tokenDefaultTtlMs: 90 * 86_400_000,

@@ -1,8 +1,10 @@
+import { randomBytes } from 'node:crypto';
 import { ManualClock, generateSigningKeyPair, newId } from '@tobira/shared';
 import { pgBackends } from '@tobira/shared/testing';
 import { Validator } from '@seriousme/openapi-schema-validator';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildApp, routesOf } from '../../src/http/app.js';
+import type { Tx } from '../../src/adapters/db/db.js';
 import type { AdminCloud } from '../../src/http/context.js';
 import { IDEMPOTENCY_LOCK_MS, claim, complete, requestHash } from '../../src/http/idempotency.js';
 import { IDEMPOTENCY_RETENTION_MS, purgeApiTables } from '../../src/http/purge.js';
@@ -245,6 +247,44 @@ describe.each(pgBackends())('admin API protocol on %s', (backend) => {
         expect(limited.json()).toMatchObject({ status: 'refused', code: 'RATE_LIMITED' });
         expect(limited.headers['retry-after']).toBeDefined();
         expect((await app.inject({ method: 'GET', url: '/sites', headers: bearer(h.tokens.auditorA) })).statusCode).toBe(200);
+      } finally {
+        await app.close();
+      }
+    });
+  });
+
+  describe('rate limiting before authentication', () => {
+    it('a flood of bad or missing tokens from one address gets 429 RATE_LIMITED past the per-IP budget, before any token lookup; other addresses are unaffected', async () => {
+      const { log, lines } = await capturingLogger();
+      let tokenLookups = 0;
+      const db: Tx = {
+        query: (sql, params) => {
+          if (sql.includes('api_tokens')) tokenLookups++;
+          return h.cloud.db.query(sql, params);
+        },
+        exec: (sql) => h.cloud.db.exec(sql),
+        transaction: (fn) => h.cloud.db.transaction(fn),
+      };
+      const app = await buildApp({ cloud: h.cloud, db, log, clock: h.cloud.clock, config: { rateLimitIpMax: 4, rateLimitMax: 100, rateLimitWindowMs: 60_000 } });
+      try {
+        const attacker = '203.0.113.7';
+        // well formed, so each one costs a lookup until the limiter stops it
+        const forged = { authorization: `Bearer tbr_${randomBytes(32).toString('base64url')}` };
+        const first: number[] = [];
+        for (const headers of [forged, {}, forged, {}]) first.push((await app.inject({ method: 'GET', url: '/sites', headers, remoteAddress: attacker })).statusCode);
+        expect(first).toEqual([401, 401, 401, 401]);
+        const looked = tokenLookups;
+        expect(looked).toBe(2);
+        for (const headers of [forged, {}, bearer(h.tokens.admin)]) {
+          const r = await app.inject({ method: 'GET', url: '/sites', headers: { ...headers, 'x-correlation-id': `flood-${newId()}` }, remoteAddress: attacker });
+          expect(r.statusCode).toBe(429);
+          expect(r.json()).toMatchObject({ status: 'refused', code: 'RATE_LIMITED' });
+          expect(Number(r.headers['retry-after'])).toBeGreaterThan(0);
+          expect(lines.some((l) => l.code === 'RATE_LIMITED' && l.cid === r.headers['x-correlation-id'])).toBe(true);
+        }
+        expect(tokenLookups).toBe(looked);
+        const other = await app.inject({ method: 'GET', url: '/sites', headers: bearer(h.tokens.admin), remoteAddress: '198.51.100.9' });
+        expect(other.statusCode).toBe(200);
       } finally {
         await app.close();
       }
