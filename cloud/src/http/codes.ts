@@ -26,6 +26,8 @@ export const API_CODES = Object.freeze({
   WEBHOOK_ADDRESS_FORBIDDEN: 'Delivery log: the attempt was refused before connecting, the endpoint now resolves to an internal address (a failed attempt, retried with backoff).',
   IDEMPOTENCY_KEY_REUSED: 'This Idempotency-Key was used with a different request.',
   IDEMPOTENCY_IN_PROGRESS: 'A request with this Idempotency-Key is still running; retry later.',
+  IDEMPOTENCY_CLAIM_LOST:
+    'This request ran past its Idempotency-Key lock and another request with the key took it over; nothing this request did was kept. Retry: it answers what the request that holds the key answered.',
   RATE_LIMITED: 'Too many requests from this client address (counted before authentication) or for this token; retry after the Retry-After seconds.',
   SERVICE_UNAVAILABLE: 'A dependency (database, broker) is down; retry later.',
   INTERNAL: 'An internal error; details are in the server log under the correlation id.',

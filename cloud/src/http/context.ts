@@ -145,6 +145,13 @@ class Rollback {
   constructor(readonly answer: Answer) {}
 }
 
+/** The request's Idempotency-Key claim was taken over while it ran: its unit rolls back. */
+class ClaimLost extends Error {
+  constructor() {
+    super('idempotency claim taken over');
+  }
+}
+
 /** Runs `run` in one transaction; `store` writes the idempotent response in it. A 5xx answer is returned but rolled back. */
 async function inUnit(ctx: Ctx, run: (u: Unit) => Promise<Answer>, store?: (db: Tx, a: Answer) => Promise<void>): Promise<Answer> {
   try {
@@ -170,6 +177,9 @@ async function inUnit(ctx: Ctx, run: (u: Unit) => Promise<Answer>, store?: (db: 
  * request under the key is 422 IDEMPOTENCY_KEY_REUSED; a duplicate while the
  * first still runs is 409 IDEMPOTENCY_IN_PROGRESS (retryable; the claim is a
  * committed lock row whose lease lets a retry take over from a crashed holder).
+ * A holder slowed past the lease and taken over finds out when it stores its
+ * answer, inside its own transaction: nothing it did commits, and it answers
+ * 409 IDEMPOTENCY_CLAIM_LOST (a retry replays the new holder's answer).
  */
 export async function idempotent(ctx: Ctx, req: FastifyRequest, reply: FastifyReply, run: (u: Unit) => Promise<Answer>): Promise<void> {
   const p = who(req);
@@ -201,11 +211,17 @@ export async function idempotent(ctx: Ctx, req: FastifyRequest, reply: FastifyRe
   }
   let a: Answer;
   try {
-    a = await inUnit(ctx, run, (db, done) => complete(db, p.tokenId, raw, done.statusCode, seal(key, { body: done.body, headers: done.headers ?? {} })));
+    a = await inUnit(ctx, run, async (db, done) => {
+      if (!(await complete(db, p.tokenId, raw, c.token, done.statusCode, seal(key, { body: done.body, headers: done.headers ?? {} })))) throw new ClaimLost();
+    });
   } catch (e) {
-    await release(ctx.db, p.tokenId, raw).catch((err: unknown) => req.log.warn({ err: String(err) }, 'idempotency release failed'));
+    if (e instanceof ClaimLost) {
+      req.log.warn({ code: 'IDEMPOTENCY_CLAIM_LOST', idempotencyKey: raw }, 'request rolled back: its Idempotency-Key claim ran out and was taken over');
+      return say(409, problem('IDEMPOTENCY_CLAIM_LOST', 'another request with this key took it over; nothing of this one was kept', 'conflict'), { 'retry-after': '1' });
+    }
+    await release(ctx.db, p.tokenId, raw, c.token).catch((err: unknown) => req.log.warn({ err: String(err) }, 'idempotency release failed'));
     throw e;
   }
-  if (a.statusCode >= 500) await release(ctx.db, p.tokenId, raw);
+  if (a.statusCode >= 500) await release(ctx.db, p.tokenId, raw, c.token);
   return send(a);
 }

@@ -55,7 +55,7 @@ describe.each(pgBackends())('admin API protocol on %s', (backend) => {
       const tokenId = (await h.cloud.db.query<{ id: string }>(`SELECT id FROM api_tokens WHERE name = 'mA' AND $1 = ANY(sites)`, [h.siteA])).rows[0]?.id ?? '';
       // the first request claimed the key and then its process died before committing (its effect and answer commit together, so neither is there)
       const hash = requestHash('POST', '/people', {}, body, { ifMatch: null });
-      expect(await claim(h.cloud.db, tokenId, key, hash, h.cloud.clock.now())).toEqual({ kind: 'run' });
+      expect(await claim(h.cloud.db, tokenId, key, hash, h.cloud.clock.now())).toMatchObject({ kind: 'run' });
       const people = await count(h, 'people');
       const dup = await h.app.inject({ method: 'POST', url: '/people', headers: { ...bearer(h.tokens.managerA), 'idempotency-key': key }, payload: body });
       expect(dup.statusCode).toBe(409);
@@ -69,6 +69,55 @@ describe.each(pgBackends())('admin API protocol on %s', (backend) => {
       const replay = await h.app.inject({ method: 'POST', url: '/people', headers: { ...bearer(h.tokens.managerA), 'idempotency-key': key }, payload: body });
       expect(replay.json().person.id).toBe(retry.json().person.id);
       expect(await count(h, 'people')).toBe(people + 1);
+    });
+
+    it('a holder slowed past its lock and taken over cannot complete: its effect rolls back, it gets 409 IDEMPOTENCY_CLAIM_LOST, and the stored answer is the new holder\'s', async () => {
+      const { log, lines } = await capturingLogger();
+      const clock = new ManualClock(h.cloud.clock.now());
+      // the first request stalls between claiming the key and opening its transaction (a GC pause, a slow event loop)
+      let stall: Promise<void> | null = null;
+      let resume = (): void => undefined;
+      let stalled = (): void => undefined;
+      const atStall = new Promise<void>((r) => (stalled = r));
+      const db: Tx = {
+        query: (sql, params) => h.cloud.db.query(sql, params),
+        exec: (sql) => h.cloud.db.exec(sql),
+        transaction: async (fn) => {
+          const s_ = stall;
+          stall = null;
+          if (s_ !== null) {
+            stalled();
+            await s_;
+          }
+          return h.cloud.db.transaction(fn);
+        },
+      };
+      const app = await buildApp({ cloud: h.cloud, db, log, clock });
+      try {
+        const name = `fenced-${s.u}`;
+        const req = { method: 'POST' as const, url: '/api-tokens', headers: { ...bearer(h.tokens.admin), 'idempotency-key': `fence.${s.u}` }, payload: { name, role: 'auditor', sites: [h.siteA] } };
+        stall = new Promise<void>((r) => (resume = r));
+        const slow = app.inject({ ...req, headers: { ...req.headers, 'x-correlation-id': `slow-${s.u}` } });
+        await atStall;
+        clock.advance(IDEMPOTENCY_LOCK_MS + 1);
+        const fast = await app.inject(req);
+        expect(fast.statusCode).toBe(201);
+        resume();
+        const late = await slow;
+        expect(late.statusCode).toBe(409);
+        expect(late.json()).toMatchObject({ status: 'conflict', code: 'IDEMPOTENCY_CLAIM_LOST' });
+        expect(lines.some((l) => l.code === 'IDEMPOTENCY_CLAIM_LOST' && l.cid === `slow-${s.u}`)).toBe(true);
+        // exactly one effect: the slow request created its token inside its transaction, and that rolled back
+        const made = (await h.cloud.db.query<{ id: string }>('SELECT id FROM api_tokens WHERE name = $1', [name])).rows;
+        expect(made.map((r) => r.id)).toEqual([fast.json().id]);
+        const replay = await app.inject(req);
+        expect(replay.statusCode).toBe(201);
+        expect(replay.headers['idempotent-replayed']).toBe('true');
+        expect(replay.json()).toEqual(fast.json());
+      } finally {
+        resume();
+        await app.close();
+      }
     });
 
     it('the effect and the stored response are one transaction: when storing the response fails, the effect is rolled back and the key is free for a retry', async () => {
@@ -151,11 +200,14 @@ describe.each(pgBackends())('admin API protocol on %s', (backend) => {
       const tokenId = (await h.cloud.db.query<{ id: string }>(`SELECT id FROM api_tokens WHERE name = 'admin'`)).rows[0]?.id ?? '';
       const now = h.cloud.clock.now();
       const old = now - IDEMPOTENCY_RETENTION_MS - 1;
-      await claim(h.cloud.db, tokenId, `old-done-${s.u}`, 'h', old);
-      await complete(h.cloud.db, tokenId, `old-done-${s.u}`, 201, {});
-      await claim(h.cloud.db, tokenId, `old-running-${s.u}`, 'h', old);
-      await claim(h.cloud.db, tokenId, `new-done-${s.u}`, 'h', now);
-      await complete(h.cloud.db, tokenId, `new-done-${s.u}`, 201, {});
+      const run = async (key: string, at: number): Promise<string> => {
+        const c = await claim(h.cloud.db, tokenId, key, 'h', at);
+        if (c.kind !== 'run') throw new Error(`claim ${c.kind}`);
+        return c.token;
+      };
+      expect(await complete(h.cloud.db, tokenId, `old-done-${s.u}`, await run(`old-done-${s.u}`, old), 201, {})).toBe(true);
+      await run(`old-running-${s.u}`, old);
+      expect(await complete(h.cloud.db, tokenId, `new-done-${s.u}`, await run(`new-done-${s.u}`, now), 201, {})).toBe(true);
       await purgeApiTables(h.cloud.db, now);
       const left = (await h.cloud.db.query<{ key: string }>('SELECT key FROM idempotency_keys WHERE token_id = $1 AND key LIKE $2 ORDER BY key', [tokenId, `%-${s.u}`])).rows;
       expect(left.map((x) => x.key)).toEqual([`new-done-${s.u}`, `old-running-${s.u}`]);
