@@ -16,6 +16,7 @@ const cmd = (over: Partial<IssueKeyCommand> = {}): IssueKeyCommand => ({
   validUntil: NOW + DAY,
   schedule: null,
   offlineCapable: false,
+  offlineMaxSeconds: null,
   cid,
   ...over,
 });

@@ -111,7 +111,7 @@ describe('lock request parsing, fuzzed', () => {
       const s = open();
       const lockSecret = newPairingSecret();
       s.store.upsertLock('lock-1', 'door-1', T0);
-      const deps = { ...s.deps, access: { pepper: newPairingSecret(), lockout: { limit: 0, cooldownSeconds: 60 }, holdMs: 1000, commandTtlMs: 10_000, pairingSecrets: new Map([['lock-1', lockSecret]]) } };
+      const deps = { ...s.deps, access: { pepper: newPairingSecret(), lockout: { limit: 0, cooldownSeconds: 60 }, holdMs: 1000, commandTtlMs: 10_000, pairingSecrets: new Map([['lock-1', lockSecret]]), offlineGraceSeconds: 300 } };
       const payload = fc.oneof(
         fc.uint8Array({ maxLength: 300 }),
         fc.string({ maxLength: 300 }).map((t) => Buffer.from(t)),

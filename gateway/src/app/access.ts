@@ -18,7 +18,7 @@ import {
   type LockCommand,
   type LockDecision,
 } from '@tobira/shared';
-import { decide } from '../domain/decide.js';
+import { decide, lastFreshSyncAt } from '../domain/decide.js';
 import { recordAttempt, type LockoutPolicy } from '../domain/lockout.js';
 import type { AccessRow } from '../adapters/sqlite/store.js';
 import { nowOf, type AppContext } from './context.js';
@@ -39,6 +39,8 @@ export interface AccessOptions {
   /** Command lifetime; locks refuse more than 30 s (DEFAULT_MAX_COMMAND_TTL_MS). */
   readonly commandTtlMs: number;
   readonly pairingSecrets: ReadonlyMap<string, Uint8Array>;
+  /** The lease length a fresh heartbeat grants (config offlineGraceSeconds), to read the last proven-fresh sync back from the lease. */
+  readonly offlineGraceSeconds: number;
 }
 
 export interface AccessDeps extends AppContext {
@@ -139,11 +141,12 @@ function decideOne(deps: AccessDeps, lockId: string, secret: Uint8Array, request
   const { store, access } = deps;
   const now = nowOf(deps);
   const settings = store.settings();
+  const site = { ...settings, lastFreshAt: lastFreshSyncAt(settings.leaseExpiresAt, access.offlineGraceSeconds) };
   const lock = store.lock(lockId);
   const d =
     credential === null
       ? ({ allowed: false, code: 'BAD_REQUEST' } as const)
-      : decide({ lockId: asLockId(lockId), credentialType: credential.type, digest: credential.digest }, store.keySet, lock === null ? null : { ...lock, doorId: lock.doorId === null ? null : asDoorId(lock.doorId) }, settings, now);
+      : decide({ lockId: asLockId(lockId), credentialType: credential.type, digest: credential.digest }, store.keySet, lock === null ? null : { ...lock, doorId: lock.doorId === null ? null : asDoorId(lock.doorId) }, site, now);
   if (lock !== null && d.code !== 'LOCKED_OUT') store.setLockout(lockId, recordAttempt(lock, d.code, now, access.lockout), now);
   store.raiseTimeFloor(0, now);
   const key = d.key ?? null;

@@ -1,4 +1,4 @@
-import type { CredentialType, DecisionCode, DoorId, KeyGrant, LockId } from '@tobira/shared';
+import { DEFAULT_OFFLINE_MAX_SECONDS, type CredentialType, type DecisionCode, type DoorId, type KeyGrant, type LockId } from '@tobira/shared';
 import { isStale } from './freshness.js';
 import type { KeyStatus } from './keyset.js';
 import { isLockedOut, type LockoutState } from './lockout.js';
@@ -32,6 +32,28 @@ export type LockView = (LockoutState & { readonly doorId: DoorId | null }) | nul
 export interface SiteView {
   readonly mode: 'normal' | 'lockdown';
   readonly leaseExpiresAt: number | null;
+  /**
+   * When the gateway last proved itself in sync with the cloud (the moment
+   * its lease counts from, see lastFreshSyncAt); null: never, or the proof
+   * was withdrawn (a SEQ_CONFLICT clears the lease). An offline-capable key
+   * opens on a stale lease only within its offline cap of this.
+   */
+  readonly lastFreshAt: number | null;
+}
+
+/**
+ * The last proven-fresh sync, read back from the lease: a heartbeat that
+ * proved the gateway in sync set the lease to that moment plus the grace.
+ * Invariant: null exactly when there is no lease.
+ */
+export function lastFreshSyncAt(leaseExpiresAt: number | null, offlineGraceSeconds: number): number | null {
+  return leaseExpiresAt === null ? null : leaseExpiresAt - offlineGraceSeconds * 1000;
+}
+
+/** Invariant: true only for an offline-capable key, while less than its cap has passed since the last proven-fresh sync. */
+export function withinOfflineCap(g: KeyGrant, lastFreshAt: number | null, now: number): boolean {
+  if (!g.offlineCapable || lastFreshAt === null) return false;
+  return now - lastFreshAt < (g.offlineMaxSeconds ?? DEFAULT_OFFLINE_MAX_SECONDS) * 1000;
 }
 
 export interface Decision {
@@ -59,17 +81,18 @@ function judgeKey(k: KeyCandidate, doorId: DoorId, site: SiteView, now: number):
   if (now < g.validFrom) return 'KEY_NOT_YET_VALID';
   if (now >= g.validUntil) return 'KEY_EXPIRED';
   if (g.schedule !== null && !inSchedule(g.schedule, now)) return 'OUTSIDE_SCHEDULE';
-  // Offline-capable staff keys pass lockdown and a stale lease; nothing else does.
+  // Offline-capable staff keys pass lockdown, and a stale lease within their offline cap; nothing else does.
   if (site.mode === 'lockdown' && !g.offlineCapable) return 'SITE_LOCKDOWN';
-  if (isStale(site.leaseExpiresAt, now) && !g.offlineCapable) return 'CLOUD_STALE';
+  if (isStale(site.leaseExpiresAt, now) && !withinOfflineCap(g, site.lastFreshAt, now)) return 'CLOUD_STALE';
   return 'ALLOWED';
 }
 
 /**
  * Invariant: `allowed` is true only for an active key at a version above any
  * revoke, for this lock's door, inside its validity window and schedule, with
- * the lock not locked out, and with a running lease and no lockdown unless
- * the key is offline-capable.
+ * the lock not locked out, and with no lockdown unless the key is
+ * offline-capable, and with a running lease unless the key is offline-capable
+ * and less than its offline cap has passed since the last proven-fresh sync.
  */
 export function decide(request: AccessRequest, keySet: KeySetView, lock: LockView, site: SiteView, now: number): Decision {
   if (lock === null || lock.doorId === null) return { allowed: false, code: 'BAD_REQUEST' };
