@@ -4,7 +4,7 @@ import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import type { Tx } from '../adapters/db/db.js';
 import type { Cloud } from '../index.js';
 import type { ApiCode } from './codes.js';
-import { answerKey, claim, complete, release, requestHash, seal, unseal } from './idempotency.js';
+import { answerKey, claim, complete, hold, release, requestHash, seal, unseal } from './idempotency.js';
 import type { Principal } from './tokens.js';
 
 /** The verbs the API calls: the cloud's programmatic API (a subset, so tests may pass a fake). */
@@ -152,10 +152,14 @@ class ClaimLost extends Error {
   }
 }
 
-/** Runs `run` in one transaction; `store` writes the idempotent response in it. A 5xx answer is returned but rolled back. */
-async function inUnit(ctx: Ctx, run: (u: Unit) => Promise<Answer>, store?: (db: Tx, a: Answer) => Promise<void>): Promise<Answer> {
+/**
+ * Runs `run` in one transaction; `guard` runs first in it (it throws to keep `run` from running),
+ * `store` writes the idempotent response in it. A 5xx answer is returned but rolled back.
+ */
+async function inUnit(ctx: Ctx, run: (u: Unit) => Promise<Answer>, store?: (db: Tx, a: Answer) => Promise<void>, guard?: (db: Tx) => Promise<void>): Promise<Answer> {
   try {
     return await ctx.db.transaction(async (db) => {
+      await guard?.(db);
       const a = await run({ db });
       if (a.statusCode >= 500) throw new Rollback(a);
       await store?.(db, a);
@@ -177,9 +181,11 @@ async function inUnit(ctx: Ctx, run: (u: Unit) => Promise<Answer>, store?: (db: 
  * request under the key is 422 IDEMPOTENCY_KEY_REUSED; a duplicate while the
  * first still runs is 409 IDEMPOTENCY_IN_PROGRESS (retryable; the claim is a
  * committed lock row whose lease lets a retry take over from a crashed holder).
- * A holder slowed past the lease and taken over finds out when it stores its
- * answer, inside its own transaction: nothing it did commits, and it answers
- * 409 IDEMPOTENCY_CLAIM_LOST (a retry replays the new holder's answer).
+ * A holder slowed past the lease and taken over finds out inside its own
+ * transaction, before it runs (`hold`, which also locks the row so nobody
+ * takes over while it runs) or at the latest when it stores its answer
+ * (`complete`): nothing it did commits, and it answers 409
+ * IDEMPOTENCY_CLAIM_LOST (a retry replays the new holder's answer).
  */
 export async function idempotent(ctx: Ctx, req: FastifyRequest, reply: FastifyReply, run: (u: Unit) => Promise<Answer>): Promise<void> {
   const p = who(req);
@@ -211,9 +217,16 @@ export async function idempotent(ctx: Ctx, req: FastifyRequest, reply: FastifyRe
   }
   let a: Answer;
   try {
-    a = await inUnit(ctx, run, async (db, done) => {
-      if (!(await complete(db, p.tokenId, raw, c.token, done.statusCode, seal(key, { body: done.body, headers: done.headers ?? {} })))) throw new ClaimLost();
-    });
+    a = await inUnit(
+      ctx,
+      run,
+      async (db, done) => {
+        if (!(await complete(db, p.tokenId, raw, c.token, done.statusCode, seal(key, { body: done.body, headers: done.headers ?? {} })))) throw new ClaimLost();
+      },
+      async (db) => {
+        if (!(await hold(db, p.tokenId, raw, c.token))) throw new ClaimLost();
+      },
+    );
   } catch (e) {
     if (e instanceof ClaimLost) {
       req.log.warn({ code: 'IDEMPOTENCY_CLAIM_LOST', idempotencyKey: raw }, 'request rolled back: its Idempotency-Key claim ran out and was taken over');

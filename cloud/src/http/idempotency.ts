@@ -103,12 +103,30 @@ export async function claim(db: Queryable, tokenId: string, key: string, hash: s
 }
 
 /**
+ * Called first in the transaction of the effect: true when `claimToken`
+ * still holds the key, and then the row stays locked until that transaction
+ * ends, so a retry that finds the lock run out waits for this holder instead
+ * of taking over under it (on PostgreSQL; PGlite runs one transaction at a
+ * time anyway). False: the claim was taken over before the effect began, and
+ * the caller must not run it (an external leg such as a broker call would
+ * otherwise happen for a request that can no longer commit).
+ */
+export async function hold(db: Queryable, tokenId: string, key: string, claimToken: string): Promise<boolean> {
+  const r = await db.query(`SELECT 1 FROM idempotency_keys WHERE token_id = $1 AND key = $2 AND state = 'in_progress' AND claim_token = $3 FOR UPDATE`, [
+    tokenId,
+    key,
+    claimToken,
+  ]);
+  return r.rows.length === 1;
+}
+
+/**
  * Stores the response if `claimToken` still holds the key; called inside the
  * transaction of the effect, so both commit or neither does. False (0 rows):
  * the claim was taken over (or the key already completed), and the caller
- * must roll the effect back. On PostgreSQL a takeover racing this update
- * waits for its row lock and then finds the key done, so at most one holder
- * ever completes.
+ * must roll the effect back. After `hold` this cannot happen on PostgreSQL
+ * (a takeover waits for the holder's row lock, then finds the key done); it
+ * stays as the last guard, so at most one holder ever completes.
  */
 export async function complete(db: Queryable, tokenId: string, key: string, claimToken: string, statusCode: number, body: unknown): Promise<boolean> {
   const r = await db.query(

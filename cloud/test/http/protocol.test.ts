@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { ManualClock, generateSigningKeyPair, newId } from '@tobira/shared';
-import { pgBackends } from '@tobira/shared/testing';
+import { pgBackends, waitFor } from '@tobira/shared/testing';
 import { Validator } from '@seriousme/openapi-schema-validator';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildApp, routesOf } from '../../src/http/app.js';
@@ -71,7 +71,7 @@ describe.each(pgBackends())('admin API protocol on %s', (backend) => {
       expect(await count(h, 'people')).toBe(people + 1);
     });
 
-    it('a holder slowed past its lock and taken over cannot complete: its effect rolls back, it gets 409 IDEMPOTENCY_CLAIM_LOST, and the stored answer is the new holder\'s', async () => {
+    it('a holder slowed past its lock and taken over does not run: it gets 409 IDEMPOTENCY_CLAIM_LOST, nothing of it commits, and the stored answer is the new holder\'s', async () => {
       const { log, lines } = await capturingLogger();
       const clock = new ManualClock(h.cloud.clock.now());
       // the first request stalls between claiming the key and opening its transaction (a GC pause, a slow event loop)
@@ -114,6 +114,61 @@ describe.each(pgBackends())('admin API protocol on %s', (backend) => {
         expect(replay.statusCode).toBe(201);
         expect(replay.headers['idempotent-replayed']).toBe('true');
         expect(replay.json()).toEqual(fast.json());
+      } finally {
+        resume();
+        await app.close();
+      }
+    });
+
+    it('a holder still running inside its unit past its lock keeps the key: the retry waits for it (PostgreSQL) or replays it, and the request runs once', async () => {
+      const clock = new ManualClock(h.cloud.clock.now());
+      // the first request stalls inside its unit, in the verb (a slow query, a slow broker)
+      let stall: Promise<void> | null = null;
+      let resume = (): void => undefined;
+      let stalled = (): void => undefined;
+      const inVerb = new Promise<void>((r) => (stalled = r));
+      const cloud: AdminCloud = {
+        ...h.cloud,
+        createPerson: async (...args: Parameters<AdminCloud['createPerson']>) => {
+          const s_ = stall;
+          stall = null;
+          if (s_ !== null) {
+            stalled();
+            await s_;
+          }
+          return h.cloud.createPerson(...args);
+        },
+      };
+      const app = await buildApp({ cloud, db: h.cloud.db, log: testLog, clock });
+      try {
+        const name = `held-${s.u}`;
+        const req = { method: 'POST' as const, url: '/people', headers: { ...bearer(h.tokens.managerA), 'idempotency-key': `held.${s.u}` }, payload: { name, siteId: h.siteA } };
+        stall = new Promise<void>((r) => (resume = r));
+        const slow = app.inject(req);
+        await inVerb;
+        clock.advance(IDEMPOTENCY_LOCK_MS + 1);
+        let retried = false;
+        const retry = app.inject(req).finally(() => (retried = true));
+        if (h.cloud.db.kind === 'pg') {
+          // let the retry get as far as it can: done, or waiting for the first holder's row lock
+          await waitFor(
+            async () =>
+              retried ||
+              ((await h.cloud.db.query<{ n: number }>(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`)).rows[0]?.n ?? 0) > 0,
+            'the retry to finish or wait for the lock',
+          );
+        }
+        resume();
+        const [first, second] = await Promise.all([slow, retry]);
+        expect(first.statusCode).toBe(201);
+        const replayed = second.statusCode === 201 && second.headers['idempotent-replayed'] === 'true' && JSON.stringify(second.json()) === JSON.stringify(first.json());
+        const toldToWait = second.statusCode === 409 && second.json().code === 'IDEMPOTENCY_IN_PROGRESS';
+        expect(replayed || toldToWait).toBe(true);
+        const made = (await h.cloud.db.query<{ id: string }>('SELECT id FROM people WHERE name = $1', [name])).rows;
+        expect(made.map((r) => r.id)).toEqual([first.json().person.id]);
+        const again = await app.inject(req);
+        expect(again.headers['idempotent-replayed']).toBe('true');
+        expect(again.json()).toEqual(first.json());
       } finally {
         resume();
         await app.close();
