@@ -71,6 +71,8 @@ describe('decide', () => {
     it('with no proven-fresh sync to count from (never synced, or the lease withdrawn) an offline-capable key is CLOUD_STALE', () => {
       expect(decide(req, keys(staff({ offlineMaxSeconds: 3600 })), lock, { mode: 'normal', leaseExpiresAt: null, lastFreshAt: null }, T0).code).toBe('CLOUD_STALE');
       expect(decide(req, keys(staff({ offlineMaxSeconds: 3600 })), lock, { mode: 'lockdown', leaseExpiresAt: null, lastFreshAt: null }, T0).code).toBe('CLOUD_STALE');
+      // a caller that does not say when the last proven-fresh sync was gets the fail-closed answer
+      expect(decide(req, keys(staff({ offlineMaxSeconds: 3600 })), lock, { mode: 'normal', leaseExpiresAt: stale.leaseExpiresAt }, T0).code).toBe('CLOUD_STALE');
     });
 
     it('a revoked offline-capable key is refused KEY_REVOKED, inside its cap too', () => {

@@ -34,11 +34,12 @@ export interface SiteView {
   readonly leaseExpiresAt: number | null;
   /**
    * When the gateway last proved itself in sync with the cloud (the moment
-   * its lease counts from, see lastFreshSyncAt); null: never, or the proof
-   * was withdrawn (a SEQ_CONFLICT clears the lease). An offline-capable key
-   * opens on a stale lease only within its offline cap of this.
+   * its lease counts from, see lastFreshSyncAt); null or absent: never, or
+   * the proof was withdrawn (a SEQ_CONFLICT clears the lease), which fails
+   * closed. An offline-capable key opens on a stale lease only within its
+   * offline cap of this.
    */
-  readonly lastFreshAt: number | null;
+  readonly lastFreshAt?: number | null;
 }
 
 /**
@@ -51,8 +52,8 @@ export function lastFreshSyncAt(leaseExpiresAt: number | null, offlineGraceSecon
 }
 
 /** Invariant: true only for an offline-capable key, while less than its cap has passed since the last proven-fresh sync. */
-export function withinOfflineCap(g: KeyGrant, lastFreshAt: number | null, now: number): boolean {
-  if (!g.offlineCapable || lastFreshAt === null) return false;
+export function withinOfflineCap(g: KeyGrant, lastFreshAt: number | null | undefined, now: number): boolean {
+  if (!g.offlineCapable || lastFreshAt === null || lastFreshAt === undefined) return false;
   return now - lastFreshAt < (g.offlineMaxSeconds ?? DEFAULT_OFFLINE_MAX_SECONDS) * 1000;
 }
 
