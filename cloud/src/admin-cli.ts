@@ -25,7 +25,7 @@ env: TOBIRA_API (e.g. http://127.0.0.1:8080), TOBIRA_TOKEN (bearer token)
   gateways list [--site S] | gateways get <id> | gateways register --id GW --site S --jwk-file public.jwk.json
   doors list [--site S] [--gateway GW] | doors get <id> | doors create --gateway GW --name N [--id ID]
   people list [--site S] | people get <id> | people create --name N --site S [--id ID]
-  keys issue --person P --door D [--door D2 ...] (--pin V | --card V | --mobile V) --from T --until T [--id ID] [--offline]
+  keys issue --person P --door D [--door D2 ...] (--pin V | --card V | --mobile V) --from T --until T [--id ID] [--offline [--offline-max SECONDS]]
   keys revoke <id> --reason R [--if-match REVISION]
   keys get <id> | keys history <id> | keys list [--site S] [--person P] [--gateway GW] [--status ST] [--limit N] [--cursor C]
   events [--site S] [--gateway GW] [--door D] [--person P] [--key K] [--code C] [--from T] [--until T] [--limit N] [--cursor C]
@@ -102,6 +102,7 @@ export async function runAdminCli(argv: readonly string[], io: CliIo): Promise<n
         from: { type: 'string' },
         until: { type: 'string' },
         offline: { type: 'boolean' },
+        'offline-max': { type: 'string' },
         reason: { type: 'string' },
         'if-match': { type: 'string' },
         status: { type: 'string' },
@@ -210,6 +211,7 @@ export async function runAdminCli(argv: readonly string[], io: CliIo): Promise<n
           validUntil: need(time(o.until, 'until'), '--until'),
           ...(o.id ? { keyId: o.id } : {}),
           ...(o.offline ? { offlineCapable: true } : {}),
+          ...(o['offline-max'] ? { offlineMaxSeconds: Number(o['offline-max']) } : {}),
         });
       }
       case 'keys revoke':

@@ -1,4 +1,5 @@
 import { hostname } from 'node:os';
+import { DEFAULT_OFFLINE_MAX_SECONDS, OFFLINE_MAX_SECONDS_LIMIT } from '@tobira/shared';
 import { z } from 'zod';
 
 /**
@@ -60,6 +61,12 @@ export const CloudConfigSchema = z.object({
   RETENTION_MS: int(7 * 86_400_000, 1),
   /** Period of the sweeper (expireKeys, purge). */
   EXPIRE_SWEEP_MS: int(60_000, 1),
+  /**
+   * Cap of an offline-capable key's offline validity, in seconds: how long
+   * after its gateway's last proven-fresh sync it may still open while the
+   * gateway fails closed. A key may ask for less, never more.
+   */
+  OFFLINE_KEY_MAX_SECONDS: int(DEFAULT_OFFLINE_MAX_SECONDS, 1).pipe(z.int().max(OFFLINE_MAX_SECONDS_LIMIT)),
   /** Crash points to turn into a throw (tests only): comma-separated names. */
   CRASH_AT: z.string().optional(),
 });
@@ -97,6 +104,7 @@ export interface CloudConfig {
   readonly resyncReplayMax: number;
   readonly expireSweepMs: number;
   readonly retentionMs: number;
+  readonly offlineKeyMaxSeconds: number;
   readonly crashAt: readonly string[];
 }
 
@@ -186,6 +194,7 @@ export function parseConfig(env: Record<string, string | undefined> = process.en
     resyncReplayMax: c.RESYNC_REPLAY_MAX,
     expireSweepMs: c.EXPIRE_SWEEP_MS,
     retentionMs: c.RETENTION_MS,
+    offlineKeyMaxSeconds: c.OFFLINE_KEY_MAX_SECONDS,
     crashAt: c.CRASH_AT ? c.CRASH_AT.split(',').map((s) => s.trim()).filter(Boolean) : [],
   });
 }

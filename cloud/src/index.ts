@@ -79,7 +79,7 @@ export function createCloud(config: CloudConfig, cloudDeps: CloudDeps = {}) {
     return v;
   };
   const brokerAccounts = cloudDeps.brokerAccounts ?? unmanagedBrokerAccounts;
-  const app = (o: VerbOptions = {}): AppDeps => ({ db: o.db ?? need(db), clock, log, crash, wake: () => dispatcher?.wake(), brokerAccounts });
+  const app = (o: VerbOptions = {}): AppDeps => ({ db: o.db ?? need(db), clock, log, crash, wake: () => dispatcher?.wake(), brokerAccounts, offlineKeyMaxSeconds: config.offlineKeyMaxSeconds });
 
   return {
     async start(): Promise<void> {

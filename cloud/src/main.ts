@@ -20,6 +20,8 @@ const ApiEnv = z.object({
   TOBIRA_API_TOKEN_TTL_DAYS: z.coerce.number().int().min(0).max(3650).default(90),
   /** How long /healthz waits for the database before it reports DATABASE_UNREACHABLE. */
   TOBIRA_HEALTH_DB_TIMEOUT_MS: z.coerce.number().int().min(10).max(60_000).default(2000),
+  /** Requests per client IP per minute, counted before authentication (docs/api.md "Rate limits"). */
+  TOBIRA_RATE_LIMIT_IP_MAX: z.coerce.number().int().min(1).default(1_200),
 });
 
 const baseLog = createLogger('cloud');
@@ -54,6 +56,7 @@ const api = await startAdminApi({
     webhookAllowPrivateNetworks: apiEnv.TOBIRA_WEBHOOK_ALLOW_PRIVATE === 'true',
     tokenDefaultTtlMs: apiEnv.TOBIRA_API_TOKEN_TTL_DAYS === 0 ? null : apiEnv.TOBIRA_API_TOKEN_TTL_DAYS * 86_400_000,
     healthDbTimeoutMs: apiEnv.TOBIRA_HEALTH_DB_TIMEOUT_MS,
+    rateLimitIpMax: apiEnv.TOBIRA_RATE_LIMIT_IP_MAX,
   },
   ...(apiEnv.TOBIRA_BOOTSTRAP_ADMIN_TOKEN ? { bootstrapAdminToken: apiEnv.TOBIRA_BOOTSTRAP_ADMIN_TOKEN } : {}),
 });

@@ -30,6 +30,13 @@ describe('parseConfig', () => {
     expect(c.databaseUrl).toBeUndefined();
   });
 
+  it('caps offline-capable keys at 7 days by default; the cap is 1 s to 365 days', () => {
+    expect(parseConfig({}).offlineKeyMaxSeconds).toBe(604_800);
+    expect(parseConfig({ OFFLINE_KEY_MAX_SECONDS: '3600' }).offlineKeyMaxSeconds).toBe(3600);
+    expect(() => parseConfig({ OFFLINE_KEY_MAX_SECONDS: '0' })).toThrow(/OFFLINE_KEY_MAX_SECONDS/);
+    expect(() => parseConfig({ OFFLINE_KEY_MAX_SECONDS: String(365 * 86_400 + 1) })).toThrow(/OFFLINE_KEY_MAX_SECONDS/);
+  });
+
   it('refuses bad values, naming the variable', () => {
     expect(() => parseConfig({ HEARTBEAT_INTERVAL_MS: 'soon' })).toThrow(/HEARTBEAT_INTERVAL_MS/);
     expect(() => parseConfig({ DATABASE_URL: 'not a url' })).toThrow(/DATABASE_URL/);

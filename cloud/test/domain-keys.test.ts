@@ -1,6 +1,6 @@
-import { asDoorId, asGatewayId, asKeyId, asPersonId, newCorrelationId } from '@tobira/shared';
+import { KeyGrant, asDoorId, asGatewayId, asKeyId, asPersonId, newCorrelationId } from '@tobira/shared';
 import { describe, expect, it } from 'vitest';
-import { expireKey, issueKey, recordGatewayReport, revokeKey, type EntryKey, type IssueKeyCommand } from '../src/domain/keys.js';
+import { expireKey, issueKey, recordGatewayReport, revokeKey, toGrant, type EntryKey, type IssueKeyCommand } from '../src/domain/keys.js';
 
 const NOW = Date.UTC(2026, 10, 29, 9);
 const DAY = 86_400_000;
@@ -16,6 +16,7 @@ const cmd = (over: Partial<IssueKeyCommand> = {}): IssueKeyCommand => ({
   validUntil: NOW + DAY,
   schedule: null,
   offlineCapable: false,
+  offlineMaxSeconds: null,
   cid,
   ...over,
 });
@@ -35,6 +36,17 @@ describe('issueKey', () => {
     expect(o.code).toBe('KEY_ISSUED');
     expect(o.state).toMatchObject({ status: 'issuing', version: 1, revision: 1 });
     expect(o.emits).toEqual([{ type: 'key.grant', body: { key: expect.objectContaining({ keyId: 'key-1', version: 1 }) } }]);
+  });
+  it('an offline-capable key carries its offline cap in its grant; an ordinary key carries none, and may not ask for one', () => {
+    const staff = issueKey(null, cmd({ offlineCapable: true, offlineMaxSeconds: 3600 }), NOW);
+    if (staff.status !== 'applied') throw new Error('issue failed');
+    const g = toGrant(staff.state);
+    expect(g).toMatchObject({ offlineCapable: true, offlineMaxSeconds: 3600 });
+    expect(KeyGrant.parse(g)).toEqual(g);
+    expect(toGrant(issued())).not.toHaveProperty('offlineMaxSeconds');
+    expect(issueKey(null, cmd({ offlineMaxSeconds: 3600 }), NOW)).toMatchObject({ status: 'refused', code: 'INVALID_REQUEST' });
+    // the same id again with another cap is other content, not a noop
+    expect(issueKey(staff.state, cmd({ offlineCapable: true, offlineMaxSeconds: 7200 }), NOW)).toMatchObject({ status: 'conflict', code: 'KEY_ALREADY_EXISTS' });
   });
   it('refuses a window that ends before it starts or has already ended', () => {
     expect(issueKey(null, cmd({ validUntil: NOW - 1, validFrom: NOW - DAY }), NOW)).toMatchObject({ status: 'refused', code: 'INVALID_VALIDITY_WINDOW' });

@@ -36,7 +36,7 @@ describe('entry-key verbs (model-based)', () => {
             case 'issue':
               o = issueKey(
                 key,
-                { keyId: asKeyId('k'), personId: asPersonId('p'), gatewayId: gw, credential: { type: 'pin', digest: 'A'.repeat(43) }, doors: [asDoorId('d')], validFrom: T0, validUntil: T0 + 7_200_000, schedule: null, offlineCapable: false, cid },
+                { keyId: asKeyId('k'), personId: asPersonId('p'), gatewayId: gw, credential: { type: 'pin', digest: 'A'.repeat(43) }, doors: [asDoorId('d')], validFrom: T0, validUntil: T0 + 7_200_000, schedule: null, offlineCapable: false, offlineMaxSeconds: null, cid },
                 now,
               );
               break;

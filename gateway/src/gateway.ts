@@ -220,6 +220,7 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
           holdMs: config.holdMs,
           commandTtlMs: config.commandTtlMs,
           pairingSecrets: new Map(config.locks.map((l) => [l.lockId, decodeSecret(l.pairingSecret)])),
+          offlineGraceSeconds: config.offlineGraceSeconds,
         },
         buckets: new Map(),
         storageLow: () => guard.low,

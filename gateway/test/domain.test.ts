@@ -1,7 +1,7 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { asKeyId, type KeyGrant } from '@tobira/shared';
-import { decide, type KeyCandidate, type KeySetView, type LockView, type SiteView } from '../src/domain/decide.js';
+import { DEFAULT_OFFLINE_MAX_SECONDS, asKeyId, type KeyGrant } from '@tobira/shared';
+import { decide, lastFreshSyncAt, type KeyCandidate, type KeySetView, type LockView, type SiteView } from '../src/domain/decide.js';
 import { advanceFloor, isStale, onHeartbeat, trustedNow, type TimeAnchor } from '../src/domain/freshness.js';
 import { applyGrant, applyRevoke, emptySlot, isActive, type KeySlot } from '../src/domain/keyset.js';
 import { isLockedOut, noLockout, noSiteLockout, recordAttempt, recordSiteAttempt, type SiteLockoutState } from '../src/domain/lockout.js';
@@ -12,7 +12,7 @@ import { DOOR, LOCK, T0, grant } from './fixtures.js';
 const keys = (...ks: KeyCandidate[]): KeySetView => ({ byCredential: (t, d) => ks.filter((k) => k.grant.credential.type === t && k.grant.credential.digest === d) });
 const active = (g: KeyGrant): KeyCandidate => ({ grant: g, version: g.version, status: 'active' });
 const lock: LockView = { doorId: DOOR, failures: 0, lockedOutUntil: null };
-const fresh: SiteView = { mode: 'normal', leaseExpiresAt: T0 + 60_000 };
+const fresh: SiteView = { mode: 'normal', leaseExpiresAt: T0 + 60_000, lastFreshAt: T0 - 240_000 };
 const req = { lockId: LOCK, credentialType: 'pin' as const, digest: 'A'.repeat(43) };
 
 describe('decide', () => {
@@ -26,9 +26,9 @@ describe('decide', () => {
       [active(grant({ doors: [asKeyId('door-2') as never] })), lock, fresh, 'DOOR_NOT_PERMITTED'],
       [active(grant({ validFrom: T0 + 1 })), lock, fresh, 'KEY_NOT_YET_VALID'],
       [active(grant({ validUntil: T0 })), lock, fresh, 'KEY_EXPIRED'],
-      [active(grant()), lock, { mode: 'lockdown', leaseExpiresAt: T0 + 1 }, 'SITE_LOCKDOWN'],
-      [active(grant()), lock, { mode: 'normal', leaseExpiresAt: T0 }, 'CLOUD_STALE'],
-      [active(grant()), lock, { mode: 'normal', leaseExpiresAt: null }, 'CLOUD_STALE'],
+      [active(grant()), lock, { mode: 'lockdown', leaseExpiresAt: T0 + 1, lastFreshAt: T0 - 299_999 }, 'SITE_LOCKDOWN'],
+      [active(grant()), lock, { mode: 'normal', leaseExpiresAt: T0, lastFreshAt: T0 - 300_000 }, 'CLOUD_STALE'],
+      [active(grant()), lock, { mode: 'normal', leaseExpiresAt: null, lastFreshAt: null }, 'CLOUD_STALE'],
       [active(grant()), { ...lock, lockedOutUntil: T0 + 1 }, fresh, 'LOCKED_OUT'],
       [active(grant()), lock, { ...fresh, credentialLockout: { failures: 0, lockedOutUntil: T0 + 1 } }, 'LOCKED_OUT'],
       [active(grant()), lock, { ...fresh, storageLow: true }, 'STORAGE_FULL'],
@@ -39,9 +39,59 @@ describe('decide', () => {
       expect({ code: d.code, allowed: d.allowed }).toEqual({ code, allowed: false });
     }
   });
-  it('lets offline-capable staff keys through lockdown and a stale lease', () => {
-    const staff = active(grant({ offlineCapable: true }));
-    expect(decide(req, keys(staff), lock, { mode: 'lockdown', leaseExpiresAt: null }, T0).code).toBe('ALLOWED');
+  it('lets offline-capable staff keys through lockdown', () => {
+    const staff = active(grant({ offlineCapable: true, offlineMaxSeconds: 3600 }));
+    expect(decide(req, keys(staff), lock, { ...fresh, mode: 'lockdown' }, T0).code).toBe('ALLOWED');
+  });
+
+  describe('when the lease has run out (the gateway fails closed)', () => {
+    const HOUR = 3_600_000;
+    // proven in sync an hour and a half ago, with a 5-minute grace: stale since 85 minutes
+    const stale: SiteView = { mode: 'normal', leaseExpiresAt: T0 - 90 * 60_000 + 300_000, lastFreshAt: T0 - 90 * 60_000 };
+    const staff = (over: Partial<KeyGrant> = {}) => active(grant({ offlineCapable: true, validUntil: T0 + 60 * 86_400_000, ...over }));
+
+    it('an offline-capable key opens while less than its offline cap has passed since the last proven-fresh sync', () => {
+      expect(decide(req, keys(staff({ offlineMaxSeconds: 2 * 3600 })), lock, stale, T0)).toMatchObject({ allowed: true, code: 'ALLOWED' });
+      expect(decide(req, keys(staff({ offlineMaxSeconds: 2 * 3600 })), lock, { ...stale, mode: 'lockdown' }, T0).code).toBe('ALLOWED');
+      expect(decide(req, keys(staff({ offlineMaxSeconds: 2 * 3600 })), lock, stale, stale.lastFreshAt! + 2 * HOUR - 1).code).toBe('ALLOWED');
+    });
+
+    it('at and beyond its offline cap it is CLOUD_STALE like any key', () => {
+      const k = staff({ offlineMaxSeconds: 3600 });
+      expect(decide(req, keys(k), lock, stale, T0)).toMatchObject({ allowed: false, code: 'CLOUD_STALE' });
+      expect(decide(req, keys(k), lock, stale, stale.lastFreshAt! + HOUR).code).toBe('CLOUD_STALE');
+      expect(decide(req, keys(k), lock, { ...stale, mode: 'lockdown' }, T0 + 30 * 86_400_000).code).toBe('CLOUD_STALE');
+    });
+
+    it('a grant without a cap (from an older cloud) gets the 7-day default, not forever', () => {
+      const k = staff();
+      expect(k.grant.offlineMaxSeconds).toBeUndefined();
+      const last = stale.lastFreshAt!;
+      expect(decide(req, keys(k), lock, stale, last + DEFAULT_OFFLINE_MAX_SECONDS * 1000 - 1).code).toBe('ALLOWED');
+      expect(decide(req, keys(k), lock, stale, last + DEFAULT_OFFLINE_MAX_SECONDS * 1000).code).toBe('CLOUD_STALE');
+    });
+
+    it('with no proven-fresh sync to count from (never synced, or the lease withdrawn) an offline-capable key is CLOUD_STALE', () => {
+      expect(decide(req, keys(staff({ offlineMaxSeconds: 3600 })), lock, { mode: 'normal', leaseExpiresAt: null, lastFreshAt: null }, T0).code).toBe('CLOUD_STALE');
+      expect(decide(req, keys(staff({ offlineMaxSeconds: 3600 })), lock, { mode: 'lockdown', leaseExpiresAt: null, lastFreshAt: null }, T0).code).toBe('CLOUD_STALE');
+      // a caller that does not say when the last proven-fresh sync was gets the fail-closed answer
+      expect(decide(req, keys(staff({ offlineMaxSeconds: 3600 })), lock, { mode: 'normal', leaseExpiresAt: stale.leaseExpiresAt }, T0).code).toBe('CLOUD_STALE');
+    });
+
+    it('a revoked offline-capable key is refused KEY_REVOKED, inside its cap too', () => {
+      const revoked: KeyCandidate = { ...staff({ offlineMaxSeconds: 2 * 3600 }), status: 'revoked' };
+      expect(decide(req, keys(revoked), lock, stale, T0)).toMatchObject({ allowed: false, code: 'KEY_REVOKED' });
+    });
+
+    it('the cap never lets an ordinary key through', () => {
+      expect(decide(req, keys(active(grant({ offlineMaxSeconds: 2 * 3600 }))), lock, stale, T0).code).toBe('CLOUD_STALE');
+    });
+  });
+
+  it('reads the last proven-fresh sync back from the lease: lease minus the grace, none without a lease', () => {
+    expect(lastFreshSyncAt(T0 + 300_000, 300)).toBe(T0);
+    expect(lastFreshSyncAt(T0, 0)).toBe(T0);
+    expect(lastFreshSyncAt(null, 300)).toBeNull();
   });
   it('below the disk headroom refuses ordinary keys (an unrecorded unlock breaks I2) and still opens for staff keys', () => {
     const low: SiteView = { ...fresh, storageLow: true };

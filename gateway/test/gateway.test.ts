@@ -213,18 +213,34 @@ describe.each(mqttBackends())('gateway against %s', (backend) => {
   });
 
   describe('when the lease runs out (fail closed)', () => {
-    it('denies with CLOUD_STALE without a heartbeat, except offline-capable staff keys', async () => {
+    it('denies with CLOUD_STALE without a heartbeat (staff keys too: no proven-fresh sync to count from), and after the lease every key but offline-capable staff keys', async () => {
       const s = await start();
       await s.cloud.grant();
       await s.cloud.grant({ keyId: 'staff' as never, personId: 'staff-1' as never, offlineCapable: true, credential: { type: 'pin', digest: s.f.digest(STAFF_PIN) } });
       await waitFor(() => s.gw.store.settings().appliedSeq === 2, 'applied');
       expect((await s.lock.present(PIN)).code).toBe('CLOUD_STALE');
-      expect((await s.lock.present(STAFF_PIN)).code).toBe('ALLOWED');
+      expect((await s.lock.present(STAFF_PIN)).code).toBe('CLOUD_STALE');
       await s.cloud.heartbeat();
       await waitFor(() => s.gw.store.settings().leaseExpiresAt !== null, 'lease');
       expect((await s.lock.present(PIN)).code).toBe('ALLOWED');
       s.f.clock.advance(300_000);
       expect((await s.lock.present(PIN)).code).toBe('CLOUD_STALE');
+      expect((await s.lock.present(STAFF_PIN)).code).toBe('ALLOWED');
+    });
+
+    it('an offline-capable key opens on a stale lease only until its offline cap after the last fresh heartbeat; a new fresh heartbeat restarts the count', async () => {
+      const s = await start();
+      await provision(s, { keyId: 'staff' as never, personId: 'staff-1' as never, offlineCapable: true, offlineMaxSeconds: 3600, validUntil: T0 + 30 * 86_400_000, credential: { type: 'pin', digest: s.f.digest(STAFF_PIN) } });
+      const lastFresh = s.gw.store.settings().leaseExpiresAt! - 300_000;
+      s.f.clock.set(lastFresh + 3_599_000);
+      expect((await s.lock.present(STAFF_PIN)).code).toBe('ALLOWED');
+      s.f.clock.set(lastFresh + 3_600_000);
+      expect((await s.lock.present(STAFF_PIN)).code).toBe('CLOUD_STALE');
+      s.f.clock.advance(7 * 86_400_000);
+      expect((await s.lock.present(STAFF_PIN)).code).toBe('CLOUD_STALE');
+      await s.cloud.heartbeat();
+      await waitFor(() => s.gw.store.settings().leaseExpiresAt! > s.f.clock.now(), 'lease renewed');
+      s.f.clock.advance(600_000);
       expect((await s.lock.present(STAFF_PIN)).code).toBe('ALLOWED');
     });
 

@@ -121,6 +121,7 @@ describe('lock request parsing, fuzzed', () => {
           holdMs: 1000,
           commandTtlMs: 10_000,
           pairingSecrets: new Map([['lock-1', lockSecret]]),
+          offlineGraceSeconds: 300,
         },
         buckets: new Map(),
         storageLow: () => false,

@@ -48,6 +48,7 @@ export const OUTCOME_CODES = table({
   ALREADY_EXISTS: 'An entity with this id already exists.',
   INVALID_VALIDITY_WINDOW: 'validFrom is not before validUntil, or the window has already ended.',
   INVALID_SCHEDULE: 'The week-day schedule is malformed.',
+  OFFLINE_MAX_TOO_LONG: "offlineMaxSeconds is above the cloud's cap for offline-capable keys (OFFLINE_KEY_MAX_SECONDS, 7 days by default); nothing changed.",
   INVALID_TRANSITION: 'The event is not allowed from the current state.',
   BILLING_UNAVAILABLE: 'The payment provider could not be reached; nothing changed.',
   BROKER_UNAVAILABLE: 'The MQTT broker could not create or change the account; nothing changed.',

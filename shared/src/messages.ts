@@ -60,6 +60,11 @@ export const Schedule = z.strictObject({
 });
 export type Schedule = z.infer<typeof Schedule>;
 
+/** Offline cap of an offline-capable key whose grant names none (a grant from a cloud before the cap): 7 days. */
+export const DEFAULT_OFFLINE_MAX_SECONDS = 7 * 86_400;
+/** Highest offline cap a grant may carry (and the cloud may be configured with): 365 days. */
+export const OFFLINE_MAX_SECONDS_LIMIT = 365 * 86_400;
+
 export const KeyGrant = z.strictObject({
   keyId: KeyId,
   version: Version,
@@ -69,8 +74,20 @@ export const KeyGrant = z.strictObject({
   validFrom: Millis,
   validUntil: Millis,
   schedule: Schedule.nullable(),
-  /** Staff master keys: they keep working when the freshness lease has run out, and in lockdown. */
+  /**
+   * Staff master keys: they keep working in lockdown, and when the freshness
+   * lease has run out, but only for `offlineMaxSeconds` after the gateway's
+   * last proven-fresh sync; after that they fail closed (CLOUD_STALE) too.
+   */
   offlineCapable: z.boolean(),
+  /**
+   * The offline cap of an offline-capable key, in seconds. Optional on the
+   * wire so that grants from an older cloud still parse; a gateway applies
+   * DEFAULT_OFFLINE_MAX_SECONDS when it is missing. The cloud sends it only
+   * with offlineCapable (an older gateway, whose schema is strict, then
+   * refuses only offline-capable grants: upgrade gateways first).
+   */
+  offlineMaxSeconds: z.int().min(1).max(OFFLINE_MAX_SECONDS_LIMIT).optional(),
 });
 export type KeyGrant = z.infer<typeof KeyGrant>;
 

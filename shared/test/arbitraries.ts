@@ -1,5 +1,5 @@
 import fc from 'fast-check';
-import { AlarmKind, CredentialType, DECISION_CODES, REVOKE_REASONS, type DownlinkMessage, type KeyGrant, type UplinkMessage } from '../src/index.js';
+import { AlarmKind, CredentialType, DECISION_CODES, OFFLINE_MAX_SECONDS_LIMIT, REVOKE_REASONS, type DownlinkMessage, type KeyGrant, type UplinkMessage } from '../src/index.js';
 
 const T0 = Date.UTC(2026, 0, 1);
 const slug = fc.stringMatching(/^[A-Za-z0-9][A-Za-z0-9_-]{0,20}$/);
@@ -29,7 +29,8 @@ export const keyGrant: fc.Arbitrary<KeyGrant> = fc.record({
     }),
   ),
   offlineCapable: fc.boolean(),
-}) as fc.Arbitrary<KeyGrant>;
+  offlineMaxSeconds: fc.integer({ min: 1, max: OFFLINE_MAX_SECONDS_LIMIT }),
+}, { requiredKeys: ['keyId', 'version', 'personId', 'credential', 'doors', 'validFrom', 'validUntil', 'schedule', 'offlineCapable'] }) as fc.Arbitrary<KeyGrant>;
 
 const reason = fc.constantFrom(...(Object.keys(REVOKE_REASONS) as (keyof typeof REVOKE_REASONS)[]));
 const decision = fc.constantFrom(...(Object.keys(DECISION_CODES) as (keyof typeof DECISION_CODES)[]));

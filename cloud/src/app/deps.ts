@@ -14,4 +14,6 @@ export interface AppDeps {
   readonly wake: () => void;
   /** The cloud broker's per-gateway accounts (created at registration). */
   readonly brokerAccounts: BrokerAccounts;
+  /** The cap of an offline-capable key's offline validity, and its value when the issue names none (config OFFLINE_KEY_MAX_SECONDS); default DEFAULT_OFFLINE_MAX_SECONDS. */
+  readonly offlineKeyMaxSeconds?: number;
 }

@@ -5,6 +5,7 @@ import {
   DoorId,
   GatewayId,
   KeyId,
+  OFFLINE_MAX_SECONDS_LIMIT,
   PersonId,
   PresentedCredential,
   RevokeReason,
@@ -47,6 +48,7 @@ export const IssueKeyInput = z.strictObject({
   validUntil: Millis,
   schedule: z.unknown().optional(),
   offlineCapable: z.boolean().optional(),
+  offlineMaxSeconds: z.int().min(1).max(OFFLINE_MAX_SECONDS_LIMIT).optional(),
   cid: CorrelationId.optional(),
 });
 export const RevokeKeyInput = z.strictObject({

@@ -16,6 +16,7 @@ import {
   asKeyId,
   newId,
   asGatewayId,
+  DEFAULT_OFFLINE_MAX_SECONDS,
 } from '@tobira/shared';
 import { pgErrorCode, type Queryable } from '../adapters/db/db.js';
 import { appendHistory, casKey, enterVerb, insertKey, listHistory, loadKey, type HistoryRow } from '../adapters/db/keys-repo.js';
@@ -116,6 +117,8 @@ export interface IssueKeyInput {
   readonly validUntil: number;
   readonly schedule?: Schedule | null;
   readonly offlineCapable?: boolean;
+  /** Offline-capable keys only: at most (and by default) the cloud's cap, `offlineKeyMaxSeconds`. */
+  readonly offlineMaxSeconds?: number;
   readonly cid?: CorrelationId;
 }
 
@@ -123,6 +126,10 @@ export async function issueKey(deps: AppDeps, input: IssueKeyInput): Promise<Key
   const cid = input.cid ?? newCorrelationId();
   const invalid = checkIssue(input);
   if (invalid) return { ...invalid, cid };
+  const offlineCap = deps.offlineKeyMaxSeconds ?? DEFAULT_OFFLINE_MAX_SECONDS;
+  if (input.offlineMaxSeconds !== undefined && input.offlineMaxSeconds > offlineCap) {
+    return { ...refused('OFFLINE_MAX_TOO_LONG', `at most ${offlineCap} s`), cid };
+  }
   const keyId = asKeyId(input.keyId ?? newId());
   const pre = await deps.db.query<{ kind: string; id: string; gateway_id: string | null; pepper: string | null }>(
     `SELECT 'person' AS kind, id, NULL AS gateway_id, NULL AS pepper FROM people WHERE id = $1
@@ -150,6 +157,8 @@ export async function issueKey(deps: AppDeps, input: IssueKeyInput): Promise<Key
     validUntil: input.validUntil,
     schedule: input.schedule ?? null,
     offlineCapable: input.offlineCapable ?? false,
+    // every offline-capable key carries its cap, so the gateway never needs the default for it
+    offlineMaxSeconds: input.offlineCapable === true ? (input.offlineMaxSeconds ?? offlineCap) : (input.offlineMaxSeconds ?? null),
     cid,
   };
   const inUse = await deps.db.query(

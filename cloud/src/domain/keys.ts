@@ -28,6 +28,8 @@ export interface EntryKey {
   readonly validUntil: number;
   readonly schedule: Schedule | null;
   readonly offlineCapable: boolean;
+  /** How long after the gateway's last proven-fresh sync an offline-capable key still opens; null for other keys. */
+  readonly offlineMaxSeconds: number | null;
   /** Key version on the wire: grows on issue and revoke, never shrinks. */
   readonly version: number;
   /** Row revision for compare-and-set: grows on every write. */
@@ -60,6 +62,7 @@ export function toGrant(k: EntryKey): KeyGrant {
     validUntil: k.validUntil,
     schedule: k.schedule,
     offlineCapable: k.offlineCapable,
+    ...(k.offlineCapable && k.offlineMaxSeconds !== null ? { offlineMaxSeconds: k.offlineMaxSeconds } : {}),
   } as KeyGrant;
 }
 
@@ -88,6 +91,8 @@ export interface IssueKeyCommand {
   readonly validUntil: number;
   readonly schedule: Schedule | null;
   readonly offlineCapable: boolean;
+  /** The offline cap the key carries; the caller has already bounded it by the cloud's cap. */
+  readonly offlineMaxSeconds: number | null;
   readonly cid: CorrelationId;
 }
 
@@ -103,7 +108,8 @@ function sameContent(k: EntryKey, c: IssueKeyCommand): boolean {
     k.validFrom === c.validFrom &&
     k.validUntil === c.validUntil &&
     JSON.stringify(k.schedule) === JSON.stringify(c.schedule) &&
-    k.offlineCapable === c.offlineCapable
+    k.offlineCapable === c.offlineCapable &&
+    k.offlineMaxSeconds === c.offlineMaxSeconds
   );
 }
 
@@ -121,6 +127,9 @@ export function issueKey(existing: EntryKey | null, cmd: IssueKeyCommand, now: n
   if (cmd.schedule && cmd.schedule.windows.some((w) => minutes(w.start) >= minutes(w.end))) {
     return refused('INVALID_SCHEDULE', 'each window must start before it ends');
   }
+  if (!cmd.offlineCapable && cmd.offlineMaxSeconds !== null) {
+    return refused('INVALID_REQUEST', 'offlineMaxSeconds is only for offline-capable keys');
+  }
   const row = transitionOf(null, 'issue');
   if (!row) throw new Error('state table has no issue row');
   const key: EntryKey = {
@@ -133,6 +142,7 @@ export function issueKey(existing: EntryKey | null, cmd: IssueKeyCommand, now: n
     validUntil: cmd.validUntil,
     schedule: cmd.schedule,
     offlineCapable: cmd.offlineCapable,
+    offlineMaxSeconds: cmd.offlineMaxSeconds,
     version: 1,
     revision: 1,
     status: row.to,

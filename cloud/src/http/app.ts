@@ -164,6 +164,22 @@ export async function buildApp(deps: ApiDeps): Promise<FastifyInstance> {
     errorResponseBuilder: (_req, c) => ({ statusCode: 429, code: 'RATE_LIMITED', message: `retry in ${c.after}` }),
   });
 
+  // Per client IP, before authentication: the per-token limiter above is a route hook, and route
+  // hooks run after the app's onRequest hooks, so on its own it never sees a request the auth hook
+  // refuses; without this a flood of bad tokens would cost a database lookup each, unlimited.
+  // createRateLimit (not app.rateLimit) so this check does not set the flag that makes the
+  // per-token hook skip the request.
+  const perIp = app.createRateLimit({ max: config.rateLimitIpMax, timeWindow: config.rateLimitWindowMs, keyGenerator: (req) => `ip:${req.ip}` });
+  app.addHook('onRequest', async (req, reply) => {
+    const r = await perIp(req);
+    if (r.isAllowed || !r.isExceeded) return undefined;
+    req.log.info({ code: 'RATE_LIMITED', ip: req.ip, limit: 'ip' }, 'request refused');
+    return reply
+      .status(429)
+      .header('retry-after', String(r.ttlInSeconds))
+      .send(problem('RATE_LIMITED', `too many requests from this address; retry in ${r.ttlInSeconds} s`));
+  });
+
   // authentication, then role: before the body is parsed, so a refused request writes nothing
   app.addHook('onRequest', async (req, reply) => {
     const path = req.url.split('?')[0] ?? '';

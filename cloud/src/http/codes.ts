@@ -26,7 +26,9 @@ export const API_CODES = Object.freeze({
   WEBHOOK_ADDRESS_FORBIDDEN: 'Delivery log: the attempt was refused before connecting, the endpoint now resolves to an internal address (a failed attempt, retried with backoff).',
   IDEMPOTENCY_KEY_REUSED: 'This Idempotency-Key was used with a different request.',
   IDEMPOTENCY_IN_PROGRESS: 'A request with this Idempotency-Key is still running; retry later.',
-  RATE_LIMITED: 'Too many requests for this token; retry after the Retry-After seconds.',
+  IDEMPOTENCY_CLAIM_LOST:
+    'This request ran past its Idempotency-Key lock and another request with the key took it over; nothing this request did was kept. Retry: it answers what the request that holds the key answered.',
+  RATE_LIMITED: 'Too many requests from this client address (counted before authentication) or for this token; retry after the Retry-After seconds.',
   SERVICE_UNAVAILABLE: 'A dependency (database, broker) is down; retry later. `/healthz` names which in `reasons`.',
   DATABASE_UNREACHABLE: '`/healthz` reason: the database did not answer a query within healthDbTimeoutMs (or refused it).',
   BROKER_DISCONNECTED: "`/healthz` reason: the cloud's MQTT link to the broker is not connected (nothing is dispatched or received).",

@@ -4,7 +4,7 @@ import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import type { Tx } from '../adapters/db/db.js';
 import type { Cloud } from '../index.js';
 import type { ApiCode } from './codes.js';
-import { answerKey, claim, complete, release, requestHash, seal, unseal } from './idempotency.js';
+import { answerKey, claim, complete, hold, release, requestHash, seal, unseal } from './idempotency.js';
 import type { Principal } from './tokens.js';
 
 /** The verbs the API calls: the cloud's programmatic API (a subset, so tests may pass a fake). */
@@ -16,9 +16,15 @@ export type AdminCloud = Pick<
 export interface ApiConfig {
   /** Largest accepted body in bytes (413 PAYLOAD_TOO_LARGE beyond). */
   readonly bodyLimit: number;
-  /** Requests per token (per client IP without a token) per window; 429 RATE_LIMITED beyond. */
+  /** Requests per token (per client IP without a token) per window, counted after authentication; 429 RATE_LIMITED beyond. */
   readonly rateLimitMax: number;
   readonly rateLimitWindowMs: number;
+  /**
+   * Requests per client IP per window, counted before authentication (every
+   * request, with a token or not), so a flood of bad or missing tokens is
+   * refused before it costs a token lookup; 429 RATE_LIMITED beyond.
+   */
+  readonly rateLimitIpMax: number;
   /** Broker URL handed to a gateway at provisioning (null: the operator configures it). */
   readonly gatewayBrokerUrl: string | null;
   /**
@@ -36,6 +42,7 @@ export const DEFAULT_API_CONFIG: ApiConfig = Object.freeze({
   bodyLimit: 64 * 1024,
   rateLimitMax: 600,
   rateLimitWindowMs: 60_000,
+  rateLimitIpMax: 1_200,
   gatewayBrokerUrl: null,
   webhookAllowPrivateNetworks: false,
   tokenDefaultTtlMs: 90 * 86_400_000,
@@ -141,10 +148,21 @@ class Rollback {
   constructor(readonly answer: Answer) {}
 }
 
-/** Runs `run` in one transaction; `store` writes the idempotent response in it. A 5xx answer is returned but rolled back. */
-async function inUnit(ctx: Ctx, run: (u: Unit) => Promise<Answer>, store?: (db: Tx, a: Answer) => Promise<void>): Promise<Answer> {
+/** The request's Idempotency-Key claim was taken over while it ran: its unit rolls back. */
+class ClaimLost extends Error {
+  constructor() {
+    super('idempotency claim taken over');
+  }
+}
+
+/**
+ * Runs `run` in one transaction; `guard` runs first in it (it throws to keep `run` from running),
+ * `store` writes the idempotent response in it. A 5xx answer is returned but rolled back.
+ */
+async function inUnit(ctx: Ctx, run: (u: Unit) => Promise<Answer>, store?: (db: Tx, a: Answer) => Promise<void>, guard?: (db: Tx) => Promise<void>): Promise<Answer> {
   try {
     return await ctx.db.transaction(async (db) => {
+      await guard?.(db);
       const a = await run({ db });
       if (a.statusCode >= 500) throw new Rollback(a);
       await store?.(db, a);
@@ -166,6 +184,11 @@ async function inUnit(ctx: Ctx, run: (u: Unit) => Promise<Answer>, store?: (db: 
  * request under the key is 422 IDEMPOTENCY_KEY_REUSED; a duplicate while the
  * first still runs is 409 IDEMPOTENCY_IN_PROGRESS (retryable; the claim is a
  * committed lock row whose lease lets a retry take over from a crashed holder).
+ * A holder slowed past the lease and taken over finds out inside its own
+ * transaction, before it runs (`hold`, which also locks the row so nobody
+ * takes over while it runs) or at the latest when it stores its answer
+ * (`complete`): nothing it did commits, and it answers 409
+ * IDEMPOTENCY_CLAIM_LOST (a retry replays the new holder's answer).
  */
 export async function idempotent(ctx: Ctx, req: FastifyRequest, reply: FastifyReply, run: (u: Unit) => Promise<Answer>): Promise<void> {
   const p = who(req);
@@ -197,11 +220,24 @@ export async function idempotent(ctx: Ctx, req: FastifyRequest, reply: FastifyRe
   }
   let a: Answer;
   try {
-    a = await inUnit(ctx, run, (db, done) => complete(db, p.tokenId, raw, done.statusCode, seal(key, { body: done.body, headers: done.headers ?? {} })));
+    a = await inUnit(
+      ctx,
+      run,
+      async (db, done) => {
+        if (!(await complete(db, p.tokenId, raw, c.token, done.statusCode, seal(key, { body: done.body, headers: done.headers ?? {} })))) throw new ClaimLost();
+      },
+      async (db) => {
+        if (!(await hold(db, p.tokenId, raw, c.token))) throw new ClaimLost();
+      },
+    );
   } catch (e) {
-    await release(ctx.db, p.tokenId, raw).catch((err: unknown) => req.log.warn({ err: String(err) }, 'idempotency release failed'));
+    if (e instanceof ClaimLost) {
+      req.log.warn({ code: 'IDEMPOTENCY_CLAIM_LOST', idempotencyKey: raw }, 'request rolled back: its Idempotency-Key claim ran out and was taken over');
+      return say(409, problem('IDEMPOTENCY_CLAIM_LOST', 'another request with this key took it over; nothing of this one was kept', 'conflict'), { 'retry-after': '1' });
+    }
+    await release(ctx.db, p.tokenId, raw, c.token).catch((err: unknown) => req.log.warn({ err: String(err) }, 'idempotency release failed'));
     throw e;
   }
-  if (a.statusCode >= 500) await release(ctx.db, p.tokenId, raw);
+  if (a.statusCode >= 500) await release(ctx.db, p.tokenId, raw, c.token);
   return send(a);
 }

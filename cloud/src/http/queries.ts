@@ -169,6 +169,7 @@ export interface KeyRow {
   validUntil: number;
   schedule: unknown;
   offlineCapable: boolean;
+  offlineMaxSeconds: number | null;
   version: number;
   revision: number;
   status: string;
@@ -189,6 +190,7 @@ const keyRow = (x: Record<string, unknown>): KeyRow => ({
   validUntil: x.valid_until as number,
   schedule: x.schedule ?? null,
   offlineCapable: x.offline_capable as boolean,
+  offlineMaxSeconds: (x.offline_max_seconds as number | null) ?? null,
   version: x.version as number,
   revision: x.revision as number,
   status: x.status as string,
@@ -199,7 +201,7 @@ const keyRow = (x: Record<string, unknown>): KeyRow => ({
   updatedAt: x.updated_at as number,
 });
 const KEY_COLS = `k.id, g.site_id, k.person_id, k.gateway_id, k.credential_type, k.doors, k.valid_from, k.valid_until, k.schedule,
-  k.offline_capable, k.version, k.revision, k.status, k.revoke_reason, k.last_code, k.cid, k.created_at, k.updated_at`;
+  k.offline_capable, k.offline_max_seconds, k.version, k.revision, k.status, k.revoke_reason, k.last_code, k.cid, k.created_at, k.updated_at`;
 
 export async function getKey(q: Queryable, s: Scope, id: string): Promise<KeyRow | null> {
   const r = await q.query<Record<string, unknown>>(

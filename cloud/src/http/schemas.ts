@@ -1,4 +1,4 @@
-import { CredentialType, RevokeReason, Schedule } from '@tobira/shared';
+import { CredentialType, OFFLINE_MAX_SECONDS_LIMIT, RevokeReason, Schedule } from '@tobira/shared';
 import { z } from 'zod';
 
 /** Shared HTTP schemas: ids, the error body, pagination, and the response map every route spreads. */
@@ -23,7 +23,7 @@ export const errorResponses = {
   401: Problem.describe('UNAUTHENTICATED or TOKEN_EXPIRED'),
   403: Problem.describe('FORBIDDEN_ROLE'),
   404: Problem.describe('*_NOT_FOUND or NOT_FOUND: no such resource visible to this token'),
-  409: Problem.describe('a conflict outcome, or IDEMPOTENCY_IN_PROGRESS (retryable)'),
+  409: Problem.describe('a conflict outcome, or IDEMPOTENCY_IN_PROGRESS (retryable), or IDEMPOTENCY_CLAIM_LOST (retry to get the holder answer)'),
   413: Problem.describe('PAYLOAD_TOO_LARGE'),
   415: Problem.describe('UNSUPPORTED_MEDIA_TYPE'),
   422: Problem.describe('a refused outcome, or IDEMPOTENCY_KEY_REUSED'),
@@ -84,6 +84,7 @@ export const Key = z.object({
   validUntil: z.int(),
   schedule: z.unknown(),
   offlineCapable: z.boolean(),
+  offlineMaxSeconds: z.int().nullable().describe('offline-capable keys: how long after its gateway last proved itself in sync the key still opens while the gateway fails closed'),
   version: z.int(),
   revision: z.int().describe('compare-and-set revision; the ETag, and what If-Match names'),
   status: z.string(),
@@ -123,6 +124,12 @@ export const IssueKeyBody = z.strictObject({
   validFrom: Millis.describe('epoch milliseconds'),
   validUntil: Millis.describe('epoch milliseconds'),
   schedule: Schedule.nullable().optional(),
-  offlineCapable: z.boolean().optional(),
+  offlineCapable: z.boolean().optional().describe('a staff master key that opens in lockdown and while the gateway fails closed (admin tokens only; 403 FORBIDDEN_ROLE otherwise)'),
+  offlineMaxSeconds: z
+    .int()
+    .min(1)
+    .max(OFFLINE_MAX_SECONDS_LIMIT)
+    .optional()
+    .describe("offline-capable keys only: how long after the gateway's last proven-fresh sync the key still opens; at most, and by default, the server's cap (7 days unless configured; above it 422 OFFLINE_MAX_TOO_LONG)"),
 });
 export const RevokeKeyBody = z.strictObject({ reason: RevokeReason });

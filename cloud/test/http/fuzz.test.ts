@@ -21,7 +21,7 @@ describe.each(pgBackends())('admin API fuzzed bodies on %s', (backend) => {
     const body = fc.oneof(
       fc.jsonValue().map((v) => JSON.stringify(v)),
       // near misses of a valid key issue: one field replaced by a random value
-      fc.record({ field: fc.constantFrom('personId', 'doors', 'credential', 'validFrom', 'validUntil', 'schedule', 'offlineCapable', 'extra'), value: fc.jsonValue() }).map(({ field, value }) =>
+      fc.record({ field: fc.constantFrom('personId', 'doors', 'credential', 'validFrom', 'validUntil', 'schedule', 'offlineCapable', 'offlineMaxSeconds', 'extra'), value: fc.jsonValue() }).map(({ field, value }) =>
         JSON.stringify({ ...issueBody(s), [field]: value }),
       ),
       fc.string({ maxLength: 200 }),

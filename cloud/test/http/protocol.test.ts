@@ -1,8 +1,10 @@
+import { randomBytes } from 'node:crypto';
 import { ManualClock, generateSigningKeyPair, newId } from '@tobira/shared';
-import { pgBackends } from '@tobira/shared/testing';
+import { pgBackends, waitFor } from '@tobira/shared/testing';
 import { Validator } from '@seriousme/openapi-schema-validator';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildApp, routesOf } from '../../src/http/app.js';
+import type { Tx } from '../../src/adapters/db/db.js';
 import type { AdminCloud } from '../../src/http/context.js';
 import { IDEMPOTENCY_LOCK_MS, claim, complete, requestHash } from '../../src/http/idempotency.js';
 import { IDEMPOTENCY_RETENTION_MS, purgeApiTables } from '../../src/http/purge.js';
@@ -53,7 +55,7 @@ describe.each(pgBackends())('admin API protocol on %s', (backend) => {
       const tokenId = (await h.cloud.db.query<{ id: string }>(`SELECT id FROM api_tokens WHERE name = 'mA' AND $1 = ANY(sites)`, [h.siteA])).rows[0]?.id ?? '';
       // the first request claimed the key and then its process died before committing (its effect and answer commit together, so neither is there)
       const hash = requestHash('POST', '/people', {}, body, { ifMatch: null });
-      expect(await claim(h.cloud.db, tokenId, key, hash, h.cloud.clock.now())).toEqual({ kind: 'run' });
+      expect(await claim(h.cloud.db, tokenId, key, hash, h.cloud.clock.now())).toMatchObject({ kind: 'run' });
       const people = await count(h, 'people');
       const dup = await h.app.inject({ method: 'POST', url: '/people', headers: { ...bearer(h.tokens.managerA), 'idempotency-key': key }, payload: body });
       expect(dup.statusCode).toBe(409);
@@ -67,6 +69,110 @@ describe.each(pgBackends())('admin API protocol on %s', (backend) => {
       const replay = await h.app.inject({ method: 'POST', url: '/people', headers: { ...bearer(h.tokens.managerA), 'idempotency-key': key }, payload: body });
       expect(replay.json().person.id).toBe(retry.json().person.id);
       expect(await count(h, 'people')).toBe(people + 1);
+    });
+
+    it('a holder slowed past its lock and taken over does not run: it gets 409 IDEMPOTENCY_CLAIM_LOST, nothing of it commits, and the stored answer is the new holder\'s', async () => {
+      const { log, lines } = await capturingLogger();
+      const clock = new ManualClock(h.cloud.clock.now());
+      // the first request stalls between claiming the key and opening its transaction (a GC pause, a slow event loop)
+      let stall: Promise<void> | null = null;
+      let resume = (): void => undefined;
+      let stalled = (): void => undefined;
+      const atStall = new Promise<void>((r) => (stalled = r));
+      const db: Tx = {
+        query: (sql, params) => h.cloud.db.query(sql, params),
+        exec: (sql) => h.cloud.db.exec(sql),
+        transaction: async (fn) => {
+          const s_ = stall;
+          stall = null;
+          if (s_ !== null) {
+            stalled();
+            await s_;
+          }
+          return h.cloud.db.transaction(fn);
+        },
+      };
+      const app = await buildApp({ cloud: h.cloud, db, log, clock });
+      try {
+        const name = `fenced-${s.u}`;
+        const req = { method: 'POST' as const, url: '/api-tokens', headers: { ...bearer(h.tokens.admin), 'idempotency-key': `fence.${s.u}` }, payload: { name, role: 'auditor', sites: [h.siteA] } };
+        stall = new Promise<void>((r) => (resume = r));
+        const slow = app.inject({ ...req, headers: { ...req.headers, 'x-correlation-id': `slow-${s.u}` } });
+        await atStall;
+        clock.advance(IDEMPOTENCY_LOCK_MS + 1);
+        const fast = await app.inject(req);
+        expect(fast.statusCode).toBe(201);
+        resume();
+        const late = await slow;
+        expect(late.statusCode).toBe(409);
+        expect(late.json()).toMatchObject({ status: 'conflict', code: 'IDEMPOTENCY_CLAIM_LOST' });
+        expect(lines.some((l) => l.code === 'IDEMPOTENCY_CLAIM_LOST' && l.cid === `slow-${s.u}`)).toBe(true);
+        // exactly one effect: the slow request created its token inside its transaction, and that rolled back
+        const made = (await h.cloud.db.query<{ id: string }>('SELECT id FROM api_tokens WHERE name = $1', [name])).rows;
+        expect(made.map((r) => r.id)).toEqual([fast.json().id]);
+        const replay = await app.inject(req);
+        expect(replay.statusCode).toBe(201);
+        expect(replay.headers['idempotent-replayed']).toBe('true');
+        expect(replay.json()).toEqual(fast.json());
+      } finally {
+        resume();
+        await app.close();
+      }
+    });
+
+    it('a holder still running inside its unit past its lock keeps the key: the retry waits for it (PostgreSQL) or replays it, and the request runs once', async () => {
+      const clock = new ManualClock(h.cloud.clock.now());
+      // the first request stalls inside its unit, in the verb (a slow query, a slow broker)
+      let stall: Promise<void> | null = null;
+      let resume = (): void => undefined;
+      let stalled = (): void => undefined;
+      const inVerb = new Promise<void>((r) => (stalled = r));
+      const cloud: AdminCloud = {
+        ...h.cloud,
+        createPerson: async (...args: Parameters<AdminCloud['createPerson']>) => {
+          const s_ = stall;
+          stall = null;
+          if (s_ !== null) {
+            stalled();
+            await s_;
+          }
+          return h.cloud.createPerson(...args);
+        },
+      };
+      const app = await buildApp({ cloud, db: h.cloud.db, log: testLog, clock });
+      try {
+        const name = `held-${s.u}`;
+        const req = { method: 'POST' as const, url: '/people', headers: { ...bearer(h.tokens.managerA), 'idempotency-key': `held.${s.u}` }, payload: { name, siteId: h.siteA } };
+        stall = new Promise<void>((r) => (resume = r));
+        const slow = app.inject(req);
+        await inVerb;
+        clock.advance(IDEMPOTENCY_LOCK_MS + 1);
+        let retried = false;
+        const retry = app.inject(req).finally(() => (retried = true));
+        if (h.cloud.db.kind === 'pg') {
+          // let the retry get as far as it can: done, or waiting for the first holder's row lock
+          await waitFor(
+            async () =>
+              retried ||
+              ((await h.cloud.db.query<{ n: number }>(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`)).rows[0]?.n ?? 0) > 0,
+            'the retry to finish or wait for the lock',
+          );
+        }
+        resume();
+        const [first, second] = await Promise.all([slow, retry]);
+        expect(first.statusCode).toBe(201);
+        const replayed = second.statusCode === 201 && second.headers['idempotent-replayed'] === 'true' && JSON.stringify(second.json()) === JSON.stringify(first.json());
+        const toldToWait = second.statusCode === 409 && second.json().code === 'IDEMPOTENCY_IN_PROGRESS';
+        expect(replayed || toldToWait).toBe(true);
+        const made = (await h.cloud.db.query<{ id: string }>('SELECT id FROM people WHERE name = $1', [name])).rows;
+        expect(made.map((r) => r.id)).toEqual([first.json().person.id]);
+        const again = await app.inject(req);
+        expect(again.headers['idempotent-replayed']).toBe('true');
+        expect(again.json()).toEqual(first.json());
+      } finally {
+        resume();
+        await app.close();
+      }
     });
 
     it('the effect and the stored response are one transaction: when storing the response fails, the effect is rolled back and the key is free for a retry', async () => {
@@ -149,11 +255,14 @@ describe.each(pgBackends())('admin API protocol on %s', (backend) => {
       const tokenId = (await h.cloud.db.query<{ id: string }>(`SELECT id FROM api_tokens WHERE name = 'admin'`)).rows[0]?.id ?? '';
       const now = h.cloud.clock.now();
       const old = now - IDEMPOTENCY_RETENTION_MS - 1;
-      await claim(h.cloud.db, tokenId, `old-done-${s.u}`, 'h', old);
-      await complete(h.cloud.db, tokenId, `old-done-${s.u}`, 201, {});
-      await claim(h.cloud.db, tokenId, `old-running-${s.u}`, 'h', old);
-      await claim(h.cloud.db, tokenId, `new-done-${s.u}`, 'h', now);
-      await complete(h.cloud.db, tokenId, `new-done-${s.u}`, 201, {});
+      const run = async (key: string, at: number): Promise<string> => {
+        const c = await claim(h.cloud.db, tokenId, key, 'h', at);
+        if (c.kind !== 'run') throw new Error(`claim ${c.kind}`);
+        return c.token;
+      };
+      expect(await complete(h.cloud.db, tokenId, `old-done-${s.u}`, await run(`old-done-${s.u}`, old), 201, {})).toBe(true);
+      await run(`old-running-${s.u}`, old);
+      expect(await complete(h.cloud.db, tokenId, `new-done-${s.u}`, await run(`new-done-${s.u}`, now), 201, {})).toBe(true);
       await purgeApiTables(h.cloud.db, now);
       const left = (await h.cloud.db.query<{ key: string }>('SELECT key FROM idempotency_keys WHERE token_id = $1 AND key LIKE $2 ORDER BY key', [tokenId, `%-${s.u}`])).rows;
       expect(left.map((x) => x.key)).toEqual([`new-done-${s.u}`, `old-running-${s.u}`]);
@@ -245,6 +354,44 @@ describe.each(pgBackends())('admin API protocol on %s', (backend) => {
         expect(limited.json()).toMatchObject({ status: 'refused', code: 'RATE_LIMITED' });
         expect(limited.headers['retry-after']).toBeDefined();
         expect((await app.inject({ method: 'GET', url: '/sites', headers: bearer(h.tokens.auditorA) })).statusCode).toBe(200);
+      } finally {
+        await app.close();
+      }
+    });
+  });
+
+  describe('rate limiting before authentication', () => {
+    it('a flood of bad or missing tokens from one address gets 429 RATE_LIMITED past the per-IP budget, before any token lookup; other addresses are unaffected', async () => {
+      const { log, lines } = await capturingLogger();
+      let tokenLookups = 0;
+      const db: Tx = {
+        query: (sql, params) => {
+          if (sql.includes('api_tokens')) tokenLookups++;
+          return h.cloud.db.query(sql, params);
+        },
+        exec: (sql) => h.cloud.db.exec(sql),
+        transaction: (fn) => h.cloud.db.transaction(fn),
+      };
+      const app = await buildApp({ cloud: h.cloud, db, log, clock: h.cloud.clock, config: { rateLimitIpMax: 4, rateLimitMax: 100, rateLimitWindowMs: 60_000 } });
+      try {
+        const attacker = '203.0.113.7';
+        // well formed, so each one costs a lookup until the limiter stops it
+        const forged = { authorization: `Bearer tbr_${randomBytes(32).toString('base64url')}` };
+        const first: number[] = [];
+        for (const headers of [forged, {}, forged, {}]) first.push((await app.inject({ method: 'GET', url: '/sites', headers, remoteAddress: attacker })).statusCode);
+        expect(first).toEqual([401, 401, 401, 401]);
+        const looked = tokenLookups;
+        expect(looked).toBe(2);
+        for (const headers of [forged, {}, bearer(h.tokens.admin)]) {
+          const r = await app.inject({ method: 'GET', url: '/sites', headers: { ...headers, 'x-correlation-id': `flood-${newId()}` }, remoteAddress: attacker });
+          expect(r.statusCode).toBe(429);
+          expect(r.json()).toMatchObject({ status: 'refused', code: 'RATE_LIMITED' });
+          expect(Number(r.headers['retry-after'])).toBeGreaterThan(0);
+          expect(lines.some((l) => l.code === 'RATE_LIMITED' && l.cid === r.headers['x-correlation-id'])).toBe(true);
+        }
+        expect(tokenLookups).toBe(looked);
+        const other = await app.inject({ method: 'GET', url: '/sites', headers: bearer(h.tokens.admin), remoteAddress: '198.51.100.9' });
+        expect(other.statusCode).toBe(200);
       } finally {
         await app.close();
       }

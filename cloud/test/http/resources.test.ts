@@ -1,7 +1,7 @@
 import { newId } from '@tobira/shared';
 import { pgBackends } from '@tobira/shared/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { bearer, issueBody, openHarness, seedSite, type Harness } from './harness.js';
+import { bearer, issueBody, openHarness, seedSite, snapshot, type Harness } from './harness.js';
 
 describe.each(pgBackends())('admin API resources on %s', (backend) => {
   let h: Harness;
@@ -94,6 +94,53 @@ describe.each(pgBackends())('admin API resources on %s', (backend) => {
       expect(got.statusCode).toBe(200);
       expect(got.json()).toMatchObject({ key: { status: 'issuing', cid: 'corr-issue-1' }, delivery: 'pending' });
       expect(got.json().deliveries).toHaveLength(1);
+    });
+
+    describe('offline-capable (staff master) keys', () => {
+      const grantOf = async (keyId: string) =>
+        (await h.cloud.db.query<{ body: { key: Record<string, unknown> } }>(`SELECT body FROM outbox WHERE key_id = $1 AND type = 'key.grant'`, [keyId])).rows[0]?.body.key;
+
+      it('a manager token may not issue one: 403 FORBIDDEN_ROLE, nothing written, nothing stored under its Idempotency-Key', async () => {
+        const s = await seedSite(h, h.siteA);
+        const before = await snapshot(h);
+        const r = await h.app.inject({
+          method: 'POST',
+          url: '/keys',
+          headers: { ...bearer(h.tokens.managerA), 'idempotency-key': `offline-${s.u}` },
+          payload: issueBody(s, { keyId: `staff-${s.u}`, offlineCapable: true }),
+        });
+        expect(r.statusCode).toBe(403);
+        expect(r.json()).toMatchObject({ status: 'refused', code: 'FORBIDDEN_ROLE' });
+        expect(await snapshot(h)).toEqual(before);
+        // the same manager still issues ordinary keys, and their grants carry no offline cap
+        const plain = await h.app.inject({ method: 'POST', url: '/keys', headers: bearer(h.tokens.managerA), payload: issueBody(s, { keyId: `plain-${s.u}`, offlineCapable: false }) });
+        expect(plain.statusCode).toBe(202);
+        expect(plain.json().key).toMatchObject({ offlineCapable: false, offlineMaxSeconds: null });
+        expect(await grantOf(`plain-${s.u}`)).not.toHaveProperty('offlineMaxSeconds');
+      });
+
+      it('an admin token issues one; its grant carries the offline cap: the server cap (7 days) by default, or a lower one asked for', async () => {
+        const s = await seedSite(h, h.siteA);
+        const byDefault = await h.app.inject({ method: 'POST', url: '/keys', headers: bearer(h.tokens.admin), payload: issueBody(s, { keyId: `staff-${s.u}`, offlineCapable: true }) });
+        expect(byDefault.statusCode).toBe(202);
+        expect(byDefault.json().key).toMatchObject({ offlineCapable: true, offlineMaxSeconds: 604_800 });
+        expect(await grantOf(`staff-${s.u}`)).toMatchObject({ offlineCapable: true, offlineMaxSeconds: 604_800 });
+        const lower = await h.app.inject({ method: 'POST', url: '/keys', headers: bearer(h.tokens.admin), payload: issueBody(s, { keyId: `staff2-${s.u}`, offlineCapable: true, offlineMaxSeconds: 3600 }) });
+        expect(lower.statusCode).toBe(202);
+        expect(await grantOf(`staff2-${s.u}`)).toMatchObject({ offlineCapable: true, offlineMaxSeconds: 3600 });
+      });
+
+      it('a cap above the server cap is 422 OFFLINE_MAX_TOO_LONG, and a cap on an ordinary key is 422 INVALID_REQUEST; nothing written', async () => {
+        const s = await seedSite(h, h.siteA);
+        const before = await snapshot(h);
+        const long = await h.app.inject({ method: 'POST', url: '/keys', headers: bearer(h.tokens.admin), payload: issueBody(s, { offlineCapable: true, offlineMaxSeconds: 604_801 }) });
+        expect(long.statusCode).toBe(422);
+        expect(long.json()).toMatchObject({ status: 'refused', code: 'OFFLINE_MAX_TOO_LONG' });
+        const stray = await h.app.inject({ method: 'POST', url: '/keys', headers: bearer(h.tokens.managerA), payload: issueBody(s, { offlineMaxSeconds: 3600 }) });
+        expect(stray.statusCode).toBe(422);
+        expect(stray.json()).toMatchObject({ status: 'refused', code: 'INVALID_REQUEST' });
+        expect(await snapshot(h)).toEqual(before);
+      });
     });
 
     it('revoke with a reason answers 202, a second revoke is 200 noop KEY_ALREADY_REVOKED, and the history lists both', async () => {

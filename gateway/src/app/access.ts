@@ -18,7 +18,7 @@ import {
   type LockCommand,
   type LockDecision,
 } from '@tobira/shared';
-import { decide } from '../domain/decide.js';
+import { decide, lastFreshSyncAt } from '../domain/decide.js';
 import { recordAttempt, recordSiteAttempt, type LockoutPolicy, type SiteLockoutPolicy } from '../domain/lockout.js';
 import { fullBucket, takeToken, type Bucket, type RatePolicy } from '../domain/ratelimit.js';
 import type { AccessRow } from '../adapters/sqlite/store.js';
@@ -44,6 +44,8 @@ export interface AccessOptions {
   /** Command lifetime; locks refuse more than 30 s (DEFAULT_MAX_COMMAND_TTL_MS). */
   readonly commandTtlMs: number;
   readonly pairingSecrets: ReadonlyMap<string, Uint8Array>;
+  /** The lease length a fresh heartbeat grants (config offlineGraceSeconds), to read the last proven-fresh sync back from the lease. */
+  readonly offlineGraceSeconds: number;
 }
 
 export interface AccessDeps extends AppContext {
@@ -201,7 +203,13 @@ function decideOne(
   const now = nowOf(deps);
   const lock = store.lock(lockId);
   const siteLockout = credential === null ? null : store.siteLockout(credential.type);
-  const site = { ...store.settings(), storageLow: deps.storageLow(), ...(siteLockout === null ? {} : { credentialLockout: siteLockout }) };
+  const settings = store.settings();
+  const site = {
+    ...settings,
+    lastFreshAt: lastFreshSyncAt(settings.leaseExpiresAt, access.offlineGraceSeconds),
+    storageLow: deps.storageLow(),
+    ...(siteLockout === null ? {} : { credentialLockout: siteLockout }),
+  };
   const d =
     credential === null
       ? ({ allowed: false, code: 'BAD_REQUEST' } as const)

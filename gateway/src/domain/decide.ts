@@ -1,4 +1,4 @@
-import type { CredentialType, DecisionCode, DoorId, KeyGrant, LockId } from '@tobira/shared';
+import { DEFAULT_OFFLINE_MAX_SECONDS, type CredentialType, type DecisionCode, type DoorId, type KeyGrant, type LockId } from '@tobira/shared';
 import { isStale } from './freshness.js';
 import type { KeyStatus } from './keyset.js';
 import { isLockedOut, type LockoutState } from './lockout.js';
@@ -36,6 +36,29 @@ export interface SiteView {
   readonly credentialLockout?: LockoutState;
   /** The data folder is below its free-space headroom: a decision might not be recorded (absent: false). */
   readonly storageLow?: boolean;
+  /**
+   * When the gateway last proved itself in sync with the cloud (the moment
+   * its lease counts from, see lastFreshSyncAt); null or absent: never, or
+   * the proof was withdrawn (a SEQ_CONFLICT clears the lease), which fails
+   * closed. An offline-capable key opens on a stale lease only within its
+   * offline cap of this.
+   */
+  readonly lastFreshAt?: number | null;
+}
+
+/**
+ * The last proven-fresh sync, read back from the lease: a heartbeat that
+ * proved the gateway in sync set the lease to that moment plus the grace.
+ * Invariant: null exactly when there is no lease.
+ */
+export function lastFreshSyncAt(leaseExpiresAt: number | null, offlineGraceSeconds: number): number | null {
+  return leaseExpiresAt === null ? null : leaseExpiresAt - offlineGraceSeconds * 1000;
+}
+
+/** Invariant: true only for an offline-capable key, while less than its cap has passed since the last proven-fresh sync. */
+export function withinOfflineCap(g: KeyGrant, lastFreshAt: number | null | undefined, now: number): boolean {
+  if (!g.offlineCapable || lastFreshAt === null || lastFreshAt === undefined) return false;
+  return now - lastFreshAt < (g.offlineMaxSeconds ?? DEFAULT_OFFLINE_MAX_SECONDS) * 1000;
 }
 
 export interface Decision {
@@ -64,9 +87,9 @@ function judgeKey(k: KeyCandidate, doorId: DoorId, site: SiteView, now: number):
   if (now < g.validFrom) return 'KEY_NOT_YET_VALID';
   if (now >= g.validUntil) return 'KEY_EXPIRED';
   if (g.schedule !== null && !inSchedule(g.schedule, now)) return 'OUTSIDE_SCHEDULE';
-  // Offline-capable staff keys pass lockdown and a stale lease; nothing else does.
+  // Offline-capable staff keys pass lockdown, and a stale lease within their offline cap; nothing else does.
   if (site.mode === 'lockdown' && !g.offlineCapable) return 'SITE_LOCKDOWN';
-  if (isStale(site.leaseExpiresAt, now) && !g.offlineCapable) return 'CLOUD_STALE';
+  if (isStale(site.leaseExpiresAt, now) && !withinOfflineCap(g, site.lastFreshAt, now)) return 'CLOUD_STALE';
   // An unlock that may not reach the audit log breaks I2; staff keys still open (the headroom is kept for them).
   if (site.storageLow === true && !g.offlineCapable) return 'STORAGE_FULL';
   return 'ALLOWED';
@@ -75,8 +98,10 @@ function judgeKey(k: KeyCandidate, doorId: DoorId, site: SiteView, now: number):
 /**
  * Invariant: `allowed` is true only for an active key at a version above any
  * revoke, for this lock's door, inside its validity window and schedule, with
- * neither the lock nor the credential type locked out, and with a running
- * lease, no lockdown and disk headroom unless the key is offline-capable.
+ * neither the lock nor the credential type locked out, with no lockdown and
+ * disk headroom unless the key is offline-capable, and with a running lease
+ * unless the key is offline-capable and less than its offline cap has passed
+ * since the last proven-fresh sync.
  */
 export function decide(request: AccessRequest, keySet: KeySetView, lock: LockView, site: SiteView, now: number): Decision {
   if (lock === null || lock.doorId === null) return { allowed: false, code: 'BAD_REQUEST' };

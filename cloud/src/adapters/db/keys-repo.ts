@@ -16,6 +16,7 @@ const KeyRow = z.object({
   valid_until: z.number().int(),
   schedule: Schedule.nullable(),
   offline_capable: z.boolean(),
+  offline_max_seconds: z.number().int().positive().nullable(),
   version: z.number().int().positive(),
   revision: z.number().int().positive(),
   status: z.enum(KEY_STATUSES),
@@ -40,6 +41,7 @@ export function keyFromRow(row: unknown): EntryKey {
     validUntil: r.valid_until,
     schedule: r.schedule,
     offlineCapable: r.offline_capable,
+    offlineMaxSeconds: r.offline_max_seconds,
     version: r.version,
     revision: r.revision,
     status: r.status,
@@ -60,13 +62,13 @@ export async function loadKey(q: Queryable, id: string): Promise<EntryKey | null
 export async function insertKey(q: Queryable, k: EntryKey): Promise<number> {
   const r = await q.query(
     `INSERT INTO keys (id, person_id, gateway_id, credential_type, credential_digest, doors, valid_from, valid_until,
-       schedule, offline_capable, version, revision, status, revoke_reason, last_code, cid, created_at, updated_at)
-     VALUES ($1,$2,$3,$4,$5,$6::jsonb,$7,$8,$9::jsonb,$10,$11,$12,$13,$14,$15,$16,$17,$18)
+       schedule, offline_capable, version, revision, status, revoke_reason, last_code, cid, created_at, updated_at, offline_max_seconds)
+     VALUES ($1,$2,$3,$4,$5,$6::jsonb,$7,$8,$9::jsonb,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19)
      ON CONFLICT (id) DO NOTHING`,
     [
       k.id, k.personId, k.gatewayId, k.credential.type, k.credential.digest, JSON.stringify(k.doors), k.validFrom, k.validUntil,
       k.schedule === null ? null : JSON.stringify(k.schedule), k.offlineCapable, k.version, k.revision, k.status, k.revokeReason,
-      k.lastCode, k.cid, k.createdAt, k.updatedAt,
+      k.lastCode, k.cid, k.createdAt, k.updatedAt, k.offlineMaxSeconds,
     ],
   );
   return r.rowCount;

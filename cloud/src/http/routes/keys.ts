@@ -64,8 +64,15 @@ export function keysRoutes(app: Api, ctx: Ctx): void {
         response: { ...errorResponses, 200: KeyAnswer, 202: KeyAnswer, 409: KeyConflict },
       },
     },
-    (req, reply) =>
-      idempotent(ctx, req, reply, async ({ db }) => {
+    async (req, reply) => {
+      // An offline-capable key opens while its gateway fails closed (I1's one exception), so only
+      // an admin may make one; refused before the Idempotency-Key claim, so nothing is written or stored.
+      const role = who(req).role;
+      if (req.body.offlineCapable === true && role !== 'admin') {
+        req.log.info({ code: 'FORBIDDEN_ROLE', offlineCapable: true }, 'request refused');
+        return reply.status(403).send(problem('FORBIDDEN_ROLE', `role ${role} may not issue offline-capable keys`));
+      }
+      return idempotent(ctx, req, reply, async ({ db }) => {
         const scope = who(req).sites;
         const cid = cidOf(req);
         if (!(await getPerson(db, scope, req.body.personId))) return { statusCode: 404, body: { ...problem('PERSON_NOT_FOUND'), cid } };
@@ -82,7 +89,8 @@ export function keysRoutes(app: Api, ctx: Ctx): void {
           body: { status: o.status, code: o.code, cid, ...v },
           headers: { etag: `"${v.key.revision}"`, location: `/keys/${v.key.id}` },
         };
-      }),
+      });
+    },
   );
 
   app.post(
