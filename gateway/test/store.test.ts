@@ -37,7 +37,7 @@ describe('SQLite store', () => {
       { version: 4, name: 'seq_conflict' },
       { version: 5, name: 'rejected_claims' },
       { version: 6, name: 'uplink_ack_behind' },
-      { version: 9, name: 'flood_bounds' },
+      { version: 7, name: 'flood_bounds' },
     ]);
   });
 
@@ -213,13 +213,13 @@ describe('SQLite store', () => {
       expect(st.purgeAccessLog(T0 + 10)).toBe(0);
     });
 
-    it('upgrades a database from before 0009: its access rows find their outbox rows, so an unsent old one survives the purge', () => {
-      const old = join(dir, 'before-0009');
+    it('upgrades a database from before 0007: its access rows find their outbox rows, so an unsent old one survives the purge', () => {
+      const old = join(dir, 'before-0007');
       mkdirSync(old);
-      for (const f of readdirSync(MIGRATIONS_DIR).filter((f) => Number(f.slice(0, 4)) < 9)) copyFileSync(join(MIGRATIONS_DIR, f), join(old, f));
+      for (const f of readdirSync(MIGRATIONS_DIR).filter((f) => Number(f.slice(0, 4)) < 7)) copyFileSync(join(MIGRATIONS_DIR, f), join(old, f));
       const earlier = openDatabase(join(dir, 'earlier.sqlite'), old);
       const before = new GatewayStore(earlier);
-      // Written as the code before 0009 did: the access row has no outbox seq column yet.
+      // Written as the code before 0007 did: the access row has no outbox seq column yet.
       const write = (at: number) => {
         const row = accessRow({ at });
         const body = { eventId: row.eventId, requestId: row.requestId, lockId: asLockId(row.lockId), doorId: null, at, allowed: false, code: 'UNKNOWN_CREDENTIAL' as const, keyId: null, keyVersion: null, personId: null, credentialType: 'pin' as const, commandId: null };
@@ -240,7 +240,7 @@ describe('SQLite store', () => {
       const sentGone = write(T0 - 40 * DAY);
       reachedCloud(before, [sentGone.seq], T0 - 39 * DAY);
       before.purgeSentOutbox(T0 - 7 * DAY);
-      expect(migrate(earlier)).toEqual([9]);
+      expect(migrate(earlier)).toEqual([7]);
       expect(earlier.prepare('SELECT event_id, outbox_seq FROM access_log ORDER BY id').all()).toEqual([
         { event_id: unsent.eventId, outbox_seq: unsent.seq },
         { event_id: sentGone.eventId, outbox_seq: null },

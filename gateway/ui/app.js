@@ -43,6 +43,11 @@ export const FAIL_CLOSED_WORDS = Object.freeze({
     detail:
       'The gateway has not heard from the cloud for longer than the allowed offline time, so it cannot be sure no key was revoked and refuses ordinary keys. Check the internet connection (see "Cloud" below); doors recover by themselves once the cloud is reachable. If failed messages show under Problems, call support.',
   },
+  BEHIND_CLOUD: {
+    title: 'the gateway is missing key changes the cloud has made',
+    detail:
+      'The cloud has made key changes (such as a revoked key) that have not reached this gateway, so it cannot be sure which keys are still valid and refuses ordinary keys. It asks the cloud for them by itself; if this does not clear within minutes while the cloud is reachable, call support (the cloud operator sees the undelivered message).',
+  },
   SEQ_CONFLICT: {
     title: 'the gateway and the cloud disagree on the key history',
     detail:

@@ -122,7 +122,7 @@ export async function renderProtocolExamples(): Promise<Record<string, string>> 
       cid,
       body: { keyId: grant.keyId, version: 2, reason: 'stay_cancelled' },
     }),
-    heartbeat: await down({ type: 'heartbeat', jti: mid(3), aud: gw, cid, ttlSeconds: 60, body: { lastSeq: 43, intervalMs: 10_000 } }),
+    heartbeat: await down({ type: 'heartbeat', jti: mid(3), aud: gw, cid, ttlSeconds: 60, body: { lastSeq: 43, intervalMs: 10_000, uplinkAck: { seq: 17, jti: mid(9) } } }),
     'resync.answer': await down({
       type: 'resync.answer',
       jti: mid(4),

@@ -64,25 +64,37 @@ export interface GatewayRow {
   online: boolean | null;
   lastStatusAt: number | null;
   createdAt: number;
+  clockSkewMs: number | null;
+  clockSkewAt: number | null;
+  lastSeq: number;
+  deadLetters: number;
 }
+const num = (v: unknown): number | null => (v === null || v === undefined ? null : Number(v));
 const gateway = (x: Record<string, unknown>): GatewayRow => ({
   id: x.id as string,
   siteId: x.site_id as string,
   online: (x.online as boolean | null) ?? null,
   lastStatusAt: (x.last_status_at as number | null) ?? null,
   createdAt: x.created_at as number,
+  clockSkewMs: num(x.clock_skew_ms),
+  clockSkewAt: num(x.clock_skew_at),
+  lastSeq: num(x.last_seq) ?? 0,
+  deadLetters: num(x.dead_letters) ?? 0,
 });
+const GATEWAY_COLUMNS = `g.id, g.site_id, g.online, g.last_status_at, g.created_at, g.clock_skew_ms, g.clock_skew_at,
+  COALESCE((SELECT last_seq FROM gateway_seq s WHERE s.gateway_id = g.id), 0) AS last_seq,
+  (SELECT count(*) FROM outbox o WHERE o.gateway_id = g.id AND o.status = 'dead') AS dead_letters`;
 export async function listGateways(q: Queryable, s: Scope, f: { siteId?: string | undefined }): Promise<GatewayRow[]> {
   const r = await q.query<Record<string, unknown>>(
-    `SELECT id, site_id, online, last_status_at, created_at FROM gateways
-      WHERE ($1::text[] IS NULL OR site_id = ANY($1)) AND ($2::text IS NULL OR site_id = $2) ORDER BY id LIMIT 1000`,
+    `SELECT ${GATEWAY_COLUMNS} FROM gateways g
+      WHERE ($1::text[] IS NULL OR g.site_id = ANY($1)) AND ($2::text IS NULL OR g.site_id = $2) ORDER BY g.id LIMIT 1000`,
     [sc(s), f.siteId ?? null],
   );
   return r.rows.map(gateway);
 }
 export async function getGateway(q: Queryable, s: Scope, id: string): Promise<GatewayRow | null> {
   const r = await q.query<Record<string, unknown>>(
-    'SELECT id, site_id, online, last_status_at, created_at FROM gateways WHERE id = $2 AND ($1::text[] IS NULL OR site_id = ANY($1))',
+    `SELECT ${GATEWAY_COLUMNS} FROM gateways g WHERE g.id = $2 AND ($1::text[] IS NULL OR g.site_id = ANY($1))`,
     [sc(s), id],
   );
   return r.rows[0] ? gateway(r.rows[0]) : null;

@@ -35,7 +35,20 @@ export const errorResponses = {
 export const OutcomeStatus = z.enum(['applied', 'noop', 'conflict', 'refused']);
 
 export const Site = z.object({ id: z.string(), name: z.string(), timeZone: z.string(), offlineGraceSeconds: z.int(), createdAt: z.int().optional() });
-export const Gateway = z.object({ id: z.string(), siteId: z.string(), online: z.boolean().nullable(), lastStatusAt: z.int().nullable(), createdAt: z.int() });
+export const Gateway = z.object({
+  id: z.string(),
+  siteId: z.string(),
+  online: z.boolean().nullable(),
+  lastStatusAt: z.int().nullable(),
+  createdAt: z.int(),
+  /** The gateway clock's skew as its last uplinks showed it (their iat minus the cloud's now, ms); null: not measured yet. */
+  clockSkewMs: z.int().nullable(),
+  clockSkewAt: z.int().nullable(),
+  /** The highest seq handed out to it; a gateway that has not applied it is behind (and fails closed once its lease runs out). */
+  lastSeq: z.int(),
+  /** Its downlinks the dispatcher gave up on (GET /dead-letters); it catches them up by resync or fails closed. */
+  deadLetters: z.int(),
+});
 export const Door = z.object({ id: z.string(), siteId: z.string(), gatewayId: z.string(), name: z.string(), createdAt: z.int().optional() });
 export const Person = z.object({ id: z.string(), name: z.string(), sites: z.array(z.string()), createdAt: z.int().optional() });
 

@@ -51,6 +51,24 @@ describe.each(pgBackends())('admin API resources on %s', (backend) => {
       expect(list.json().items.map((g: { id: string }) => g.id)).toContain(s.gatewayId);
     });
 
+    it("shows on the gateway its clock skew, the seq handed out to it and its dead-lettered downlinks, for an operator to see why it fails closed", async () => {
+      const s = await seedSite(h, h.siteA);
+      const view = async () => (await h.app.inject({ method: 'GET', url: `/gateways/${s.gatewayId}`, headers: bearer(h.tokens.managerA) })).json().gateway;
+      expect(await view()).toMatchObject({ clockSkewMs: null, clockSkewAt: null, lastSeq: 0, deadLetters: 0 });
+      // as the uplink inbox records a gateway clock 10 minutes ahead, and a downlink the dispatcher gave up on
+      await h.cloud.db.query('UPDATE gateways SET clock_skew_ms = $2, clock_skew_at = $3 WHERE id = $1', [s.gatewayId, 600_000, 1_700_000_000_000]);
+      await h.cloud.db.transaction(async (tx) => {
+        const seq = (await tx.query<{ last_seq: number }>('UPDATE gateway_seq SET last_seq = last_seq + 1 WHERE gateway_id = $1 RETURNING last_seq', [s.gatewayId])).rows[0]?.last_seq;
+        await tx.query(
+          `INSERT INTO outbox (gateway_id, seq, jti, type, body, cid, status, attempts, next_attempt_at, created_at) VALUES ($1, $2, gen_random_uuid(), 'key.revoke', '{}', 'cid-dead', 'dead', 5, 0, 0)`,
+          [s.gatewayId, seq],
+        );
+      });
+      expect(await view()).toMatchObject({ clockSkewMs: 600_000, clockSkewAt: 1_700_000_000_000, lastSeq: 1, deadLetters: 1 });
+      const list = await h.app.inject({ method: 'GET', url: `/gateways?siteId=${h.siteA}`, headers: bearer(h.tokens.auditorA) });
+      expect(list.json().items.find((g: { id: string }) => g.id === s.gatewayId)).toMatchObject({ clockSkewMs: 600_000, deadLetters: 1 });
+    });
+
     it("the provisioning names the site's own time zone, not a default", async () => {
       const siteId = `site-lisbon-${newId().slice(-8)}`;
       const site = await h.app.inject({ method: 'POST', url: '/sites', headers: bearer(h.tokens.admin), payload: { id: siteId, name: 'Lisbon', timeZone: 'Europe/Lisbon' } });

@@ -510,7 +510,7 @@ export class GatewayStore {
    * row is still pending is kept however old, so a long outage can hold more
    * than the bound (DESIGN I2 wins; the disk headroom check bounds that).
    * An outbox row is deleted only once sent, so a row with no outbox row left
-   * (or none recorded, from before 0009) was delivered.
+   * (or none recorded, from before 0007) was delivered.
    */
   purgeAccessLog(now: number): number {
     const overflow = this.db.prepare('SELECT id FROM access_log ORDER BY id DESC LIMIT 1 OFFSET ?').get(this.retention.accessLogMaxRows) as { id: number } | undefined;

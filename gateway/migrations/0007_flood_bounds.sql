@@ -1,9 +1,9 @@
--- 0009: bounds on what a flood from the site side can do (docs/gateway.md "Flood bounds"). Forward-only.
+-- 0007: bounds on what a flood from the site side can do (docs/gateway.md "Flood bounds"). Forward-only.
 
 -- The uplink seq of each access event's outbox row, so retention can prune only rows the
 -- cloud already has (never an event still pending in the outbox: DESIGN I2).
 ALTER TABLE access_log ADD COLUMN outbox_seq INTEGER;
--- Rows written before 0009: find their outbox row by event id. A row with no outbox row left
+-- Rows written before 0007: find their outbox row by event id. A row with no outbox row left
 -- had it purged, which only happens once it was sent; it stays NULL and counts as delivered.
 UPDATE access_log SET outbox_seq = (
   SELECT o.seq FROM outbox o WHERE o.type = 'access.event' AND json_extract(o.body, '$.eventId') = access_log.event_id
