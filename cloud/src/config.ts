@@ -57,6 +57,10 @@ export const CloudConfigSchema = z.object({
   PUBLISH_TIMEOUT_MS: int(10_000, 1),
   /** A resync gap longer than this is answered with a snapshot instead of a replay. */
   RESYNC_REPLAY_MAX: int(1_000, 0),
+  RESYNC_BURST: int(5, 1),
+  RESYNC_PER_MINUTE: int(30, 1),
+  RESYNC_MAX_CONCURRENT: int(4, 1),
+  REJECTED_UPLINKS_MAX_ROWS: int(10_000, 1),
   /** Sent outbox rows and uplink dedupe rows older than this are purged by the sweeper. */
   RETENTION_MS: int(7 * 86_400_000, 1),
   /** Period of the sweeper (expireKeys, purge). */
@@ -102,6 +106,12 @@ export interface CloudConfig {
     readonly publishTimeoutMs: number;
   };
   readonly resyncReplayMax: number;
+  /** Resync requests answered per gateway: a token bucket (a compromised gateway's storm builds no endless snapshots). */
+  readonly resyncRate: { readonly burst: number; readonly perSecond: number };
+  /** Resync answers (replays and snapshots) built at once, across all gateways. */
+  readonly resyncMaxConcurrent: number;
+  /** rejected_uplinks keeps at most this many rows (the newest); the purge also drops them by age. */
+  readonly rejectedUplinksMaxRows: number;
   readonly expireSweepMs: number;
   readonly retentionMs: number;
   readonly offlineKeyMaxSeconds: number;
@@ -192,6 +202,9 @@ export function parseConfig(env: Record<string, string | undefined> = process.en
       publishTimeoutMs: c.PUBLISH_TIMEOUT_MS,
     },
     resyncReplayMax: c.RESYNC_REPLAY_MAX,
+    resyncRate: { burst: c.RESYNC_BURST, perSecond: c.RESYNC_PER_MINUTE / 60 },
+    resyncMaxConcurrent: c.RESYNC_MAX_CONCURRENT,
+    rejectedUplinksMaxRows: c.REJECTED_UPLINKS_MAX_ROWS,
     expireSweepMs: c.EXPIRE_SWEEP_MS,
     retentionMs: c.RETENTION_MS,
     offlineKeyMaxSeconds: c.OFFLINE_KEY_MAX_SECONDS,

@@ -108,7 +108,7 @@ export function createCloud(config: CloudConfig, cloudDeps: CloudDeps = {}) {
           maxAttempts: config.dispatch.maxAttempts,
         },
       );
-      uplink = new Uplink(app(), { link, signer, replayMax: config.resyncReplayMax, publishTimeoutMs: config.dispatch.publishTimeoutMs });
+      uplink = new Uplink(app(), { link, signer, replayMax: config.resyncReplayMax, publishTimeoutMs: config.dispatch.publishTimeoutMs, resyncRate: config.resyncRate, resyncMaxConcurrent: config.resyncMaxConcurrent, rejectedMaxRows: config.rejectedUplinksMaxRows });
       heartbeat = new Heartbeat(app(), { link, signer, intervalMs: config.heartbeatIntervalMs, qos: config.heartbeatQos, publishTimeoutMs: config.dispatch.publishTimeoutMs });
       uplink.start();
       // not fatal: the link keeps reconnecting, and the uplink subscription is made on every connect

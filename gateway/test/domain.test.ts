@@ -5,7 +5,7 @@ import { decide, lastFreshSyncAt, type KeyCandidate, type KeySetView, type LockV
 import { advanceFloor, isStale, onHeartbeat, trustedNow, type TimeAnchor } from '../src/domain/freshness.js';
 import { applyGrant, applyRevoke, emptySlot, isActive, type KeySlot } from '../src/domain/keyset.js';
 import { isLockedOut, noLockout, noSiteLockout, recordAttempt, recordSiteAttempt, type SiteLockoutState } from '../src/domain/lockout.js';
-import { fullBucket, takeToken, type Bucket } from '../src/domain/ratelimit.js';
+import { fullBucket, takeToken, type Bucket } from '@tobira/shared';
 import { inSchedule } from '../src/domain/schedule.js';
 import { DOOR, LOCK, T0, grant } from './fixtures.js';
 

@@ -8,6 +8,7 @@ export * from './messages.js';
 export * from './mqtt.js';
 export * from './outcome.js';
 export * from './payload.js';
+export * from './ratelimit.js';
 export * from './signing.js';
 export * from './topics.js';
 export * from './broker.js';

@@ -7,8 +7,12 @@ import {
   filters,
   parsePayload,
   parseTopic,
+  fullBucket,
+  takeToken,
   verifyMessage,
   withCorrelation,
+  type Bucket,
+  type RatePolicy,
   type Jwks,
   type MessageOf,
   type OutcomeCode,
@@ -31,10 +35,26 @@ export const UPLINK_REJECT_CODES = Object.freeze({
   APPLY_FAILED: 'The message verified, but the database refused its data (it would fail the same way on every redelivery).',
 });
 
+const DEFAULT_RESYNC_RATE: RatePolicy = { burst: 5, perSecond: 0.5 };
+const DEFAULT_REJECTED_MAX_ROWS = 10_000;
+
 /** A gateway clock further off than this is logged (CLOCK_SKEW); its messages are applied all the same. */
 export const SKEW_WARN_MS = 60_000;
 const SKEW_RESOLUTION_MS = 1_000;
 const SKEW_REFRESH_MS = 60_000;
+
+export interface UplinkOptions {
+  readonly link: MqttLink;
+  readonly signer: CloudSigner;
+  readonly replayMax: number;
+  readonly publishTimeoutMs: number;
+  /** Resync requests answered per gateway (default: burst 5, then one every 2 s). */
+  readonly resyncRate?: RatePolicy;
+  /** Resync answers built at once across all gateways (default 4). */
+  readonly resyncMaxConcurrent?: number;
+  /** rejected_uplinks keeps at most this many rows, the newest (default 10,000; the purge also drops them by age). */
+  readonly rejectedMaxRows?: number;
+}
 
 type Sequenced = Exclude<UplinkMessage, { type: 'resync.request' }>;
 type Applied = { result: 'applied' | 'noop' | 'refused'; code: string };
@@ -48,12 +68,16 @@ type Applied = { result: 'applied' | 'noop' | 'refused'; code: string };
  */
 export class Uplink {
   readonly #app: AppDeps;
-  readonly #o: { link: MqttLink; signer: CloudSigner; replayMax: number; publishTimeoutMs: number };
+  readonly #o: UplinkOptions;
   readonly #keys = new Map<string, KeySet>();
   readonly #skew = new Map<string, { skewMs: number; at: number }>();
+  /** Per gateway: resync requests it may still have answered (RESYNC_BURST, RESYNC_PER_MINUTE). */
+  readonly #resyncBuckets = new Map<string, Bucket>();
+  /** Gateways whose resync answer is being built and published now: one at a time each. */
+  readonly #answering = new Set<string>();
   readonly #pending = new Set<Promise<void>>();
 
-  constructor(app: AppDeps, o: { link: MqttLink; signer: CloudSigner; replayMax: number; publishTimeoutMs: number }) {
+  constructor(app: AppDeps, o: UplinkOptions) {
     this.#app = app;
     this.#o = o;
   }
@@ -134,13 +158,23 @@ export class Uplink {
     }
     await this.#recordSkew(gatewayId, m.iat * 1000 - now, now, log);
     log.info({ result: outcome.result, code: outcome.code }, 'uplink applied');
-    if (m.type === 'resync.request') {
+    if (m.type === 'resync.request' && outcome.result === 'applied') {
+      // One answer at a time per gateway, and a bounded number across gateways: a request
+      // that finds either busy is dropped (logged); the gateway asks again on its next heartbeat.
+      if (this.#answering.has(gatewayId) || this.#answering.size >= (this.#o.resyncMaxConcurrent ?? 4)) {
+        log.warn({ code: 'RESYNC_BUSY', answering: this.#answering.size }, 'resync request not answered now (one in flight); the gateway asks again');
+        return;
+      }
+      this.#answering.add(gatewayId);
       // Answered outside the incoming-message pipeline: mqtt.js handles no
       // PUBACK while a handler is pending, so publishing from inside it would wait on itself.
       const p: Promise<void> = answerResync(this.#app, this.#o, gatewayId, m)
         .then(() => undefined)
         .catch((e: unknown) => log.warn({ err: String(e) }, 'resync answer not sent; the gateway asks again'))
-        .finally(() => this.#pending.delete(p));
+        .finally(() => {
+          this.#answering.delete(gatewayId);
+          this.#pending.delete(p);
+        });
       this.#pending.add(p);
     }
   }
@@ -201,8 +235,16 @@ export class Uplink {
       case 'gateway.status':
         await tx.query('UPDATE gateways SET last_status = $2::jsonb, last_status_at = $3 WHERE id = $1', [gatewayId, JSON.stringify(m.body), now]);
         return { result: 'applied', code: 'REPORT_RECORDED' };
-      case 'resync.request':
-        return { result: 'applied', code: 'MESSAGE_APPLIED' };
+      case 'resync.request': {
+        // A storm of signed requests (a compromised or looping gateway) is cut here, before any
+        // snapshot is built: recorded refused in the inbox, logged at its first refusal.
+        const policy = this.#o.resyncRate ?? DEFAULT_RESYNC_RATE;
+        const t = takeToken(this.#resyncBuckets.get(gatewayId) ?? fullBucket(policy, now), now, policy);
+        this.#resyncBuckets.set(gatewayId, t.bucket);
+        if (t.ok) return { result: 'applied', code: 'MESSAGE_APPLIED' };
+        if (t.first) withCorrelation(this.#app.log, m.cid, { gatewayId }).warn({ code: 'RESYNC_RATE_LIMITED' }, 'resync requests over the rate limit are not answered');
+        return { result: 'refused', code: 'RESYNC_RATE_LIMITED' };
+      }
       default: {
         const never: never = m;
         throw new Error(`unhandled uplink ${JSON.stringify(never)}`);
@@ -286,6 +328,11 @@ export class Uplink {
       safeDetail,
       this.#app.clock.now(),
     ]);
+    // Bounded by rows as well as by age (the purge): a flood of garbage keeps the newest N.
+    await this.#app.db.query(
+      'DELETE FROM rejected_uplinks WHERE id <= (SELECT id FROM rejected_uplinks ORDER BY id DESC OFFSET $1 LIMIT 1)',
+      [this.#o.rejectedMaxRows ?? DEFAULT_REJECTED_MAX_ROWS],
+    );
   }
 }
 

@@ -20,7 +20,7 @@ import {
 } from '@tobira/shared';
 import { decide, lastFreshSyncAt } from '../domain/decide.js';
 import { recordAttempt, recordSiteAttempt, type LockoutPolicy, type SiteLockoutPolicy } from '../domain/lockout.js';
-import { fullBucket, takeToken, type Bucket, type RatePolicy } from '../domain/ratelimit.js';
+import { fullBucket, takeToken, type Bucket, type RatePolicy } from '@tobira/shared';
 import type { AccessRow } from '../adapters/sqlite/store.js';
 import { nowOf, type AppContext } from './context.js';
 import { recordLockRefusal } from './locks.js';

@@ -1,8 +1,10 @@
 /**
- * Per-lock request rate limit: a token bucket. A lock may send `burst`
- * requests at once and `perSecond` more each second after that; a request
- * over it is refused before anything is decided or written, so a flooding
- * (or compromised) lock cannot fill the disk, the uplink or the fsync budget.
+ * A token bucket, the one rate limit of both services: `burst` at once and
+ * `perSecond` more each second after that. The gateway keeps one per lock
+ * (a request over it is refused before anything is decided or written, so a
+ * flooding or compromised lock cannot fill the disk, the uplink or the fsync
+ * budget); the cloud keeps one per gateway for resync requests (a
+ * compromised gateway cannot make it build snapshots without end).
  * Time is an argument; the bucket is plain data the caller keeps.
  */
 export interface RatePolicy {
