@@ -20,7 +20,7 @@ import { EgressRefusedError, checkUrlShape, guardedLookup, resolveAll, type Reso
  * host re-pointed at an internal address after registration is refused before
  * any byte is sent), and redirects are never followed (a 3xx is a failure).
  */
-export const WEBHOOK_EVENTS = ['key.state_changed', 'access.event', 'alarm'] as const;
+export const WEBHOOK_EVENTS = ['key.state_changed', 'access.event', 'alarm', 'downlink.dead_lettered'] as const;
 export type WebhookEvent = (typeof WEBHOOK_EVENTS)[number];
 
 /** Leads the logged error of an attempt the egress guard refused. */

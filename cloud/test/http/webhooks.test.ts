@@ -1,7 +1,9 @@
+import { randomUUID } from 'node:crypto';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { pgBackends } from '@tobira/shared/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { failRow } from '../../src/adapters/outbox/fail.js';
 import { WebhookDispatcher, signWebhook } from '../../src/http/webhooks.js';
 import { testLog } from '../helpers.js';
 import { bearer, count, issueBody, openHarness, seedSite, type Harness } from './harness.js';
@@ -94,6 +96,34 @@ describe.each(pgBackends())('webhooks on %s', (backend) => {
       [2, 500, 'dead'],
       [1, 500, 'dead'],
     ]);
+    await h.app.inject({ method: 'POST', url: `/webhooks/${webhook.id}/disable`, headers: bearer(h.tokens.managerA) });
+  });
+
+  it('a downlink the dispatcher dead-letters raises downlink.dead_lettered for its site (the operator\'s alarm: that gateway is behind)', async () => {
+    const s = await seedSite(h, h.siteA);
+    const { webhook } = (await register(['downlink.dead_lettered'])).json() as { webhook: { id: string } };
+    received.length = 0;
+    answer = 204;
+    const leaseToken = randomUUID();
+    const now = h.cloud.clock.now();
+    const row = await h.cloud.db.transaction(async (tx) => {
+      const seq = (await tx.query<{ last_seq: number }>('UPDATE gateway_seq SET last_seq = last_seq + 1 WHERE gateway_id = $1 RETURNING last_seq', [s.gatewayId])).rows[0]?.last_seq;
+      return (
+        await tx.query<{ id: number }>(
+          `INSERT INTO outbox (gateway_id, seq, jti, type, key_id, key_version, body, cid, status, attempts, next_attempt_at, lease_token, lease_until, created_at)
+           VALUES ($1, $2, gen_random_uuid(), 'key.revoke', 'key-dl', 2, '{}', 'cid-dl', 'sending', 8, $3, $4, $3, $3) RETURNING id`,
+          [s.gatewayId, seq, now, leaseToken],
+        )
+      ).rows[0]!;
+    });
+    // the dispatcher's own verb gives up on it
+    expect(await failRow(h.cloud.db, { id: Number(row.id), leaseToken, attempts: 8 }, 'publish timed out', now, { baseMs: 100, maxMs: 1000, maxAttempts: 8 }, 0)).toBe('dead');
+    expect(await dispatcher().runOnce()).toBe(1);
+    expect(JSON.parse(received[0]?.body ?? '{}')).toMatchObject({
+      type: 'downlink.dead_lettered',
+      cid: 'cid-dl',
+      data: { gatewayId: s.gatewayId, seq: 1, type: 'key.revoke', keyId: 'key-dl', keyVersion: 2, attempts: 8, lastError: 'publish timed out', at: now },
+    });
     await h.app.inject({ method: 'POST', url: `/webhooks/${webhook.id}/disable`, headers: bearer(h.tokens.managerA) });
   });
 

@@ -35,7 +35,8 @@ export async function failRow(
   const r = await q.query(
     `UPDATE outbox SET status = $3, next_attempt_at = $4, lease_token = NULL, lease_until = NULL, last_error = $5
       WHERE id = $1 AND lease_token = $2 AND status = 'sending'`,
-    [row.id, row.leaseToken, status, now + backoffMs(row.attempts, p, random), error.slice(0, 500)],
+    // a dead row is not due again: its next_attempt_at records when it died (the dead-letter webhook's `at`)
+    [row.id, row.leaseToken, status, status === 'dead' ? now : now + backoffMs(row.attempts, p, random), error.slice(0, 500)],
   );
   return r.rowCount === 1 ? status : null;
 }

@@ -21,7 +21,7 @@ export function webhooksRoutes(app: Api, ctx: Ctx): void {
       schema: {
         tags: ['webhooks'],
         summary: 'Register a webhook endpoint for a site; the signing secret is shown once',
-        body: z.strictObject({ siteId: Id, url: Url, events: z.array(z.enum(WEBHOOK_EVENTS)).min(1).max(3) }),
+        body: z.strictObject({ siteId: Id, url: Url, events: z.array(z.enum(WEBHOOK_EVENTS)).min(1).max(WEBHOOK_EVENTS.length) }),
         response: { ...errorResponses, 201: z.object({ status: OutcomeStatus, code: z.string(), webhook: Webhook, secret: z.string() }) },
       },
     },
