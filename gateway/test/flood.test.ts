@@ -193,9 +193,15 @@ describe.each(mqttBackends())('flood bounds against %s', (backend) => {
       await provision(s);
       for (let i = 0; i < 3; i++) await s.lock.present(PIN);
       await waitFor(() => s.gw.store.outboxDepth() === 0, 'outbox drained');
+      // the broker took them, but until the cloud acknowledges applying them they are kept
       s.f.clock.advance(2 * 86_400_000);
+      s.gw.purgeNow();
+      expect(s.gw.store.accessLog(10)).toHaveLength(3);
+      const last = s.gw.store.db.prepare('SELECT seq, jti FROM outbox ORDER BY seq DESC LIMIT 1').get() as { seq: number; jti: string };
+      await s.cloud.heartbeat(s.cloud.seq, last);
+      await waitFor(() => s.gw.store.settings().uplinkAckedSeq === last.seq, 'the cloud acknowledged them');
       await s.lock.present(PIN);
-      // The newest decision may still be pending; the purge keeps it either way (it is recent).
+      // The newest decision is not acknowledged yet; the purge keeps it either way (it is recent).
       s.gw.purgeNow();
       expect(s.gw.store.accessLog(10)).toHaveLength(1);
     });
