@@ -16,6 +16,17 @@ const sequenced = (msgs: DownlinkMessage[]) => msgs.filter((m): m is Seq => m.ty
 
 const cloud0 = (t: TestDb) => t.db.query('SELECT id FROM rejected_uplinks');
 
+/** The inbox's MQTT port, disconnected: tests that only feed it messages need no broker (nothing they do publishes). */
+const disconnectedLink: MqttLink = {
+  connected: false,
+  waitConnected: async () => false,
+  publish: () => Promise.reject(new NotConnected()),
+  onMessage: () => {},
+  subscribe: async () => {},
+  onConnect: () => {},
+  close: async () => {},
+};
+
 describe('snapshot chunking', () => {
   it('keeps every part under the budget and loses no key or tombstone', () => {
     const grant = (i: number) => ({
@@ -83,17 +94,8 @@ describe.each(pgBackends())('uplink inbox on %s', (pgBackend) => {
       const d = deps(t.db);
       const s = await seed(d);
       // the inbox's own port, disconnected: fuzzing needs no broker (nothing here publishes)
-      const link: MqttLink = {
-        connected: false,
-        waitConnected: async () => false,
-        publish: () => Promise.reject(new NotConnected()),
-        onMessage: () => {},
-        subscribe: async () => {},
-        onConnect: () => {},
-        close: async () => {},
-      };
       const key = await cloudSigningKey();
-      const inbox = new Uplink(d, { link, signer: { issuer: 'tobira-cloud', key: await importSigningKey(key.privateJwk), jwks: { keys: [key.publicJwk] } }, replayMax: 10, publishTimeoutMs: 100 });
+      const inbox = new Uplink(d, { link: disconnectedLink, signer: { issuer: 'tobira-cloud', key: await importSigningKey(key.privateJwk), jwks: { keys: [key.publicJwk] } }, replayMax: 10, publishTimeoutMs: 100 });
       const before = (await cloud0(t)).rowCount;
       let runs = 0;
       await fc.assert(
@@ -129,17 +131,8 @@ describe.each(pgBackends())('uplink inbox on %s', (pgBackend) => {
     it('keeps rejected_uplinks bounded by rows (the newest), not only by age', async () => {
       const d = deps(t.db);
       const s = await seed(d);
-      const link: MqttLink = {
-        connected: false,
-        waitConnected: async () => false,
-        publish: () => Promise.reject(new NotConnected()),
-        onMessage: () => {},
-        subscribe: async () => {},
-        onConnect: () => {},
-        close: async () => {},
-      };
       const key = await cloudSigningKey();
-      const inbox = new Uplink(d, { link, signer: { issuer: 'tobira-cloud', key: await importSigningKey(key.privateJwk), jwks: { keys: [key.publicJwk] } }, replayMax: 10, publishTimeoutMs: 100, rejectedMaxRows: 5 });
+      const inbox = new Uplink(d, { link: disconnectedLink, signer: { issuer: 'tobira-cloud', key: await importSigningKey(key.privateJwk), jwks: { keys: [key.publicJwk] } }, replayMax: 10, publishTimeoutMs: 100, rejectedMaxRows: 5 });
       for (let i = 0; i < 12; i++) await inbox.handle(topics.gatewayUp(s.gatewayId), Buffer.from(`garbage ${i}`));
       const rows = await t.db.query<{ detail: string }>('SELECT detail FROM rejected_uplinks ORDER BY id');
       expect(rows.rowCount).toBe(5);

@@ -1,6 +1,6 @@
 import { mqttBackends, startMqttBackend, type MqttTestBroker } from '@tobira/shared/testing';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { PIN, STAFF_TOKEN, runSite, waitFor, type Running } from './harness.js';
+import { PIN, STAFF_TOKEN, provision, runSite, waitFor, type Running } from './harness.js';
 
 const GRACE_MS = 300_000;
 
@@ -17,16 +17,11 @@ describe.each(mqttBackends())('a gateway behind the cloud, and uplinks the cloud
   });
   const status = async (s: Running) =>
     (await (await fetch(`${s.gw.httpUrl!}/staff/status`, { headers: { authorization: `Bearer ${STAFF_TOKEN}` } })).json()) as Record<string, unknown>;
-  async function inSync(s: Running) {
-    await s.cloud.grant();
-    await s.cloud.heartbeat();
-    await waitFor(() => s.gw.store.settings().leaseExpiresAt !== null && s.gw.store.settings().appliedSeq >= s.cloud.seq, 'grant and heartbeat applied');
-  }
 
   describe('when a heartbeat names a seq the gateway never got (a revoke stuck in the cloud)', () => {
     it('does not renew the lease, asks for it, fails closed with BEHIND_CLOUD when the lease runs out, and denies the key once the revoke arrives', async () => {
       const s = (site = await runSite(broker.url, broker.url, broker.unique));
-      await inSync(s);
+      await provision(s);
       const leaseBefore = s.gw.store.settings().leaseExpiresAt!;
       // seq 2 (a revoke) was handed out but never delivered; heartbeats keep naming it
       s.f.clock.advance(60_000);
@@ -54,7 +49,7 @@ describe.each(mqttBackends())('a gateway behind the cloud, and uplinks the cloud
 
     it('takes the proof of a heartbeat it was behind on once the missing seq is applied (never longer than iat + grace)', async () => {
       const s = (site = await runSite(broker.url, broker.url, broker.unique));
-      await inSync(s);
+      await provision(s);
       s.f.clock.advance(100_000);
       const hb = await s.cloud.heartbeat(2);
       await waitFor(() => s.gw.store.settings().behindHeartbeat?.seq === 2, 'behind heartbeat kept');
@@ -68,7 +63,7 @@ describe.each(mqttBackends())('a gateway behind the cloud, and uplinks the cloud
   describe('when the broker took an uplink the cloud never applied', () => {
     it('keeps it until a heartbeat acknowledges it, sends it again (same jti and seq) when overdue, and drops it only then', async () => {
       const s = (site = await runSite(broker.url, broker.url, broker.unique, { overrides: { uplinkAckTimeoutMs: 5_000 } }));
-      await inSync(s);
+      await provision(s);
       expect((await s.lock.present(PIN)).code).toBe('ALLOWED');
       const event = await waitFor(() => s.cloud.ofType('access.event')[0], 'access event up');
       await waitFor(() => s.gw.store.outboxDepth() === 0, 'broker took everything');
@@ -101,7 +96,7 @@ describe.each(mqttBackends())('a gateway behind the cloud, and uplinks the cloud
 
     it('ignores an acknowledgement of another history (its jti is not ours at that seq) and keeps every row', async () => {
       const s = (site = await runSite(broker.url, broker.url, broker.unique));
-      await inSync(s);
+      await provision(s);
       expect((await s.lock.present(PIN)).code).toBe('ALLOWED');
       await waitFor(() => s.gw.store.outboxDepth() === 0, 'broker took everything');
       const unacked = s.gw.store.outboxUnacked();

@@ -1,7 +1,7 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { checkLockCommand, newId, MAX_MESSAGE_BYTES } from '@tobira/shared';
 import { mqttBackends, startMqttBackend, type MqttTestBroker } from '@tobira/shared/testing';
-import { PIN, STAFF_PIN, STAFF_TOKEN, runSite, waitFor, type Running } from './harness.js';
+import { PIN, provision, runSite, STAFF_PIN, STAFF_TOKEN, waitFor, type Running } from './harness.js';
 import { T0 } from './fixtures.js';
 
 describe.each(mqttBackends())('gateway against %s', (backend) => {
@@ -20,13 +20,6 @@ describe.each(mqttBackends())('gateway against %s', (backend) => {
   });
 
   /** Grant + heartbeat, and wait until both are applied. */
-  async function provision(s: Running, g: Parameters<Running['cloud']['grant']>[0] = {}) {
-    const m = await s.cloud.grant(g);
-    await s.cloud.heartbeat();
-    await waitFor(() => s.gw.store.settings().leaseExpiresAt !== null && s.gw.store.settings().appliedSeq >= s.cloud.seq, 'grant and heartbeat applied');
-    return m;
-  }
-
   describe('when a key is granted and the lease runs', () => {
     it('opens the door with an HMAC command and reports the event attributed to the person', async () => {
       const s = await start();

@@ -243,4 +243,12 @@ export async function runSite(cloudUrl: string, siteUrl: string, unique: string,
   };
 }
 
+/** The fake cloud grants a key (PIN) and sends a heartbeat; resolves once the gateway applied both (it is fresh). */
+export async function provision(s: Running, g: Parameters<Running['cloud']['grant']>[0] = {}): Promise<Awaited<ReturnType<Running['cloud']['grant']>>> {
+  const m = await s.cloud.grant(g);
+  await s.cloud.heartbeat();
+  await waitFor(() => s.gw.store.settings().leaseExpiresAt !== null && s.gw.store.settings().appliedSeq >= s.cloud.seq, 'grant and heartbeat applied');
+  return m;
+}
+
 export const silentLog = () => pino({ level: process.env.LOG_LEVEL ?? 'silent' });

@@ -7,7 +7,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { createGateway } from '../src/gateway.js';
 import { AuthFailureLimiter } from '../src/http/auth-limit.js';
 import { defaultHostRules, hostAllowed } from '../src/http/hosts.js';
-import { FakeCloud, STAFF_TOKEN, runSite, silentLog, siteFixture, waitFor, type Running } from './harness.js';
+import { FakeCloud, provision, runSite, silentLog, siteFixture, STAFF_TOKEN, waitFor, type Running } from './harness.js';
 import { capturingLog } from './staff-helpers.js';
 
 type Json = Record<string, unknown>;
@@ -74,12 +74,6 @@ describe.each(mqttBackends())('gateway health, metrics and HTTP guards against %
     site = undefined;
     await broker.stop();
   });
-
-  async function provision(s: Running) {
-    await s.cloud.grant();
-    await s.cloud.heartbeat();
-    await waitFor(() => s.gw.store.settings().leaseExpiresAt !== null && s.gw.store.settings().appliedSeq >= s.cloud.seq, 'grant and heartbeat applied');
-  }
 
   describe('/healthz', () => {
     it('is 503 failing_closed NO_LEASE before the first heartbeat, 200 ok while fresh, 503 LEASE_EXPIRED when the lease runs out, as /staff/status says', async () => {

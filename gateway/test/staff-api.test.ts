@@ -2,7 +2,7 @@ import { ReplayWindow, checkLockCommand, connectMqtt, newId, newPairingSecret, t
 import { mqttBackends, startMqttBackend, type MqttTestBroker } from '@tobira/shared/testing';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { T0 } from './fixtures.js';
-import { FakeLock, PIN, STAFF_TOKEN, runSite, waitFor, type Running } from './harness.js';
+import { FakeLock, PIN, provision, runSite, STAFF_TOKEN, waitFor, type Running } from './harness.js';
 
 type Json = Record<string, unknown>;
 
@@ -33,12 +33,6 @@ describe.each(mqttBackends())('staff read API of a running gateway against %s', 
     expect(r.status, `${path}: ${JSON.stringify(r.body)}`).toBe(200);
     return r.body.items as Json[];
   };
-
-  async function provision(s: Running) {
-    await s.cloud.grant();
-    await s.cloud.heartbeat();
-    await waitFor(() => s.gw.store.settings().leaseExpiresAt !== null && s.gw.store.settings().appliedSeq >= s.cloud.seq, 'grant and heartbeat applied');
-  }
 
   describe('when no staff token is configured', () => {
     it('refuses every staff read with 503 over real HTTP and still serves health (no token needed)', async () => {

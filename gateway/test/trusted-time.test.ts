@@ -4,7 +4,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { createGateway, type Gateway } from '../src/gateway.js';
 import { parseConfig } from '../src/config.js';
 import { T0 } from './fixtures.js';
-import { FakeLock, PIN, STAFF_TOKEN, runSite, silentLog, waitFor, type Running } from './harness.js';
+import { FakeLock, PIN, STAFF_TOKEN, provision, runSite, silentLog, waitFor, type Running } from './harness.js';
 
 const DAY = 86_400_000;
 const GRACE_MS = 300_000; // the harness's offlineGraceSeconds
@@ -40,9 +40,7 @@ describe.each(mqttBackends())('trusted time when the wall clock is wrong (broker
     return (await r.json()) as { failClosed: boolean; failClosedReason: string | null; leaseRemainingSeconds: number };
   };
   async function inSync(s: Running, grant: Parameters<Running['cloud']['grant']>[0] = {}) {
-    await s.cloud.grant(grant);
-    await s.cloud.heartbeat();
-    await waitFor(() => s.gw.store.settings().leaseExpiresAt !== null && s.gw.store.settings().appliedSeq >= s.cloud.seq, 'grant and heartbeat applied');
+    await provision(s, grant);
     expect((await s.lock.present(PIN)).code).toBe('ALLOWED');
   }
 
