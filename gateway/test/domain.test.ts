@@ -206,6 +206,12 @@ describe('freshness', () => {
     // a wall clock ahead wins; it never pulls trusted time back when it returns
     expect(trusted(T0 + 10 * 86_400_000, { maxIatMs: T0, highWaterMs: 0 }, a, 5_000)).toBe(T0 + 10 * 86_400_000);
   });
+  it('keeps trusted time in whole ms when the monotonic clock reads fractions (performance.now())', () => {
+    const a = advanceFloor(null, { maxIatMs: T0, highWaterMs: 0 }, 1000.25);
+    const b = advanceFloor(a, { maxIatMs: T0, highWaterMs: 0 }, 1000.25 + 1234.987);
+    expect(b.nowFloorMs).toBe(T0 + 1234);
+    expect(Number.isInteger(trustedNow(0, b.nowFloorMs))).toBe(true);
+  });
   it('runs the lease out after at most offlineGraceSeconds of elapsed time, whatever the wall clock reads (property)', () => {
     fc.assert(
       fc.property(

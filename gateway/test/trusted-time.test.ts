@@ -76,6 +76,17 @@ describe.each(mqttBackends())('trusted time when the wall clock is wrong (broker
     expect((await s.lock.present(PIN)).code).toBe('CLOUD_STALE');
   });
 
+  it('keeps deciding and recording when the monotonic clock reads fractions of a ms, as performance.now() does', async () => {
+    const s = await start();
+    await inSync(s);
+    s.f.clock.set(0);
+    mono.advance(1234.5678);
+    expect((await s.lock.present(PIN)).code).toBe('ALLOWED');
+    await waitFor(() => s.gw.store.settings().highWaterMs >= T0 + 1234, 'the time floor checkpointed');
+    expect(Number.isInteger(s.gw.store.settings().highWaterMs)).toBe(true);
+    expect(s.gw.store.accessLog(10).map((a) => a.at).every(Number.isInteger)).toBe(true);
+  });
+
   it('keeps key validity windows expiring with elapsed time when the wall clock is set back', async () => {
     const s = await start();
     await inSync(s, { validUntil: T0 + 100_000 });

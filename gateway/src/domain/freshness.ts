@@ -37,12 +37,14 @@ export interface TimeAnchor {
 /**
  * Carries the floor forward by elapsed real time. A persisted floor at or
  * above the carried one (a newer iat, a restart) becomes the new anchor.
- * Invariant: the floor never decreases while the monotonic clock does not.
+ * Invariant: the floor never decreases while the monotonic clock does not,
+ * and is a whole number of ms.
  */
 export function advanceFloor(anchor: TimeAnchor | null, persisted: TimeFloor, monoNow: number): TimeAnchor & { readonly nowFloorMs: number } {
   const stored = Math.max(persisted.maxIatMs, persisted.highWaterMs);
   if (anchor !== null) {
-    const carried = anchor.floorMs + Math.max(0, monoNow - anchor.monoMs);
+    // whole ms: a monotonic clock reads fractions (performance.now()), and trusted time is stored in INTEGER columns
+    const carried = anchor.floorMs + Math.floor(Math.max(0, monoNow - anchor.monoMs));
     if (carried > stored) return { floorMs: anchor.floorMs, monoMs: anchor.monoMs, nowFloorMs: carried };
   }
   return { floorMs: stored, monoMs: monoNow, nowFloorMs: stored };
