@@ -1,3 +1,4 @@
+import { cloudMetrics } from './metrics.js';
 import { createHash } from 'node:crypto';
 import rateLimit from '@fastify/rate-limit';
 import swagger from '@fastify/swagger';
@@ -240,6 +241,11 @@ export async function buildApp(deps: ApiDeps): Promise<FastifyInstance> {
     return reply.status(503).header('retry-after', '5').send({ ok: false, status: 'unavailable', code: 'SERVICE_UNAVAILABLE', reasons });
   });
   z_.get('/openapi.json', { config: { public: true }, schema: { hide: true } }, async () => app.swagger());
+  const metrics = cloudMetrics(deps.db);
+  // Prometheus text; admin tokens only (it names every gateway)
+  z_.get('/metrics', { config: { adminOnly: true }, schema: { hide: true } }, async (_req, reply) =>
+    reply.header('content-type', metrics.contentType).send(await metrics.metrics()),
+  );
 
   for (const plugin of [sitesRoutes, gatewaysRoutes, doorsRoutes, peopleRoutes, keysRoutes, eventsRoutes, deadLettersRoutes, tokensRoutes, webhooksRoutes]) {
     await app.register(async (scope) => plugin(scope.withTypeProvider<ZodTypeProvider>(), ctx));

@@ -67,6 +67,14 @@ describe.each(pgBackends())('admin API resources on %s', (backend) => {
       expect(await view()).toMatchObject({ clockSkewMs: 600_000, clockSkewAt: 1_700_000_000_000, lastSeq: 1, deadLetters: 1 });
       const list = await h.app.inject({ method: 'GET', url: `/gateways?siteId=${h.siteA}`, headers: bearer(h.tokens.auditorA) });
       expect(list.json().items.find((g: { id: string }) => g.id === s.gatewayId)).toMatchObject({ clockSkewMs: 600_000, deadLetters: 1 });
+      // and as metrics, for an admin's scraper (they name every gateway: other roles are refused)
+      const m = await h.app.inject({ method: 'GET', url: '/metrics', headers: bearer(h.tokens.admin) });
+      expect(m.statusCode).toBe(200);
+      expect(m.headers['content-type']).toContain('text/plain');
+      expect(m.body).toContain(`tobira_cloud_gateway_clock_skew_seconds{gateway_id="${s.gatewayId}"} 600`);
+      expect(m.body).toContain(`tobira_cloud_gateway_dead_letters{gateway_id="${s.gatewayId}"} 1`);
+      expect((await h.app.inject({ method: 'GET', url: '/metrics', headers: bearer(h.tokens.managerA) })).json()).toMatchObject({ code: 'FORBIDDEN_ROLE' });
+      expect((await h.app.inject({ method: 'GET', url: '/metrics' })).statusCode).toBe(401);
     });
 
     it("the provisioning names the site's own time zone, not a default", async () => {

@@ -1,0 +1,44 @@
+import { Gauge, Registry } from 'prom-client';
+import type { Queryable } from '../adapters/db/db.js';
+
+/**
+ * The cloud's Prometheus metrics (GET /metrics, admin tokens only), read from
+ * the database at scrape time so every replica reports the same: per
+ * gateway, the skew of its clock as its last uplinks showed it (uplinks are
+ * applied whatever it is; docs/cloud.md), the seqs handed out that it has
+ * not confirmed, and its dead-lettered downlinks (an alarm: it stays behind).
+ */
+export function cloudMetrics(db: Queryable): Registry {
+  const registry = new Registry();
+  let rows: Promise<{ id: string; clock_skew_ms: string | null; dead_letters: string }[]> | null = null;
+  // one query per scrape, shared by the gauges
+  const read = () =>
+    (rows ??= db
+      .query<{ id: string; clock_skew_ms: string | null; dead_letters: string }>(
+        `SELECT g.id, g.clock_skew_ms, (SELECT count(*) FROM outbox o WHERE o.gateway_id = g.id AND o.status = 'dead') AS dead_letters
+           FROM gateways g ORDER BY g.id`,
+      )
+      .then((r) => r.rows)
+      .finally(() => setImmediate(() => (rows = null))));
+  new Gauge({
+    name: 'tobira_cloud_gateway_clock_skew_seconds',
+    help: "A gateway's clock minus the cloud's, as its last uplinks' iat showed it (absent until measured).",
+    labelNames: ['gateway_id'],
+    registers: [registry],
+    async collect() {
+      this.reset();
+      for (const r of await read()) if (r.clock_skew_ms !== null) this.set({ gateway_id: r.id }, Number(r.clock_skew_ms) / 1000);
+    },
+  });
+  new Gauge({
+    name: 'tobira_cloud_gateway_dead_letters',
+    help: 'Downlinks to a gateway the dispatcher gave up on; it catches them up by resync or fails closed.',
+    labelNames: ['gateway_id'],
+    registers: [registry],
+    async collect() {
+      this.reset();
+      for (const r of await read()) this.set({ gateway_id: r.id }, Number(r.dead_letters));
+    },
+  });
+  return registry;
+}
