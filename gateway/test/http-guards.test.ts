@@ -1,13 +1,11 @@
 import { request } from 'node:http';
-import { rmSync } from 'node:fs';
 import { connect } from 'node:net';
 import { startEmbeddedBroker, type EmbeddedBroker } from '@tobira/shared';
 import { mqttBackends, startMqttBackend, type MqttTestBroker } from '@tobira/shared/testing';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { createGateway } from '../src/gateway.js';
 import { AuthFailureLimiter } from '../src/http/auth-limit.js';
 import { defaultHostRules, hostAllowed } from '../src/http/hosts.js';
-import { FakeCloud, provision, runSite, silentLog, siteFixture, STAFF_TOKEN, waitFor, type Running } from './harness.js';
+import { provision, runSite, STAFF_TOKEN, waitFor, type Running } from './harness.js';
 import { capturingLog } from './staff-helpers.js';
 
 type Json = Record<string, unknown>;
@@ -224,20 +222,10 @@ describe.each(mqttBackends())('/healthz when a broker link is down (site broker:
   it('is 503 degraded CLOUD_LINK_DOWN while the lease is still fresh, then failing_closed with both reasons once it runs out', async () => {
     siteBroker = await startMqttBackend(backend);
     cloudBroker = await startEmbeddedBroker();
-    const f = await siteFixture(cloudBroker.url, siteBroker.url, siteBroker.unique);
-    const cloud = new FakeCloud(f);
-    await cloud.connect(cloudBroker.url);
-    const gw = createGateway(f.config, { clock: f.clock, log: silentLog(), tickMs: 50 });
-    await gw.start();
-    cleanups.push(async () => {
-      await cloud.close();
-      await gw.stop({ force: true });
-      rmSync(f.dir, { recursive: true, force: true });
-    });
-    await waitFor(() => gw.cloudConnected && gw.siteConnected, 'connected');
-    await cloud.grant();
-    await cloud.heartbeat();
-    await waitFor(() => gw.store.settings().leaseExpiresAt !== null, 'lease');
+    const s = await runSite(cloudBroker.url, siteBroker.url, siteBroker.unique);
+    cleanups.push(() => s.close());
+    await provision(s);
+    const { f, cloud, gw } = s;
     expect((await get(gw.httpUrl!, '/healthz')).status).toBe(200);
 
     await cloud.close();
@@ -258,20 +246,10 @@ describe.each(mqttBackends())('/healthz when a broker link is down (site broker:
     // here the site broker is the embedded one that is stopped; the cloud broker is the backend
     siteBroker = await startMqttBackend(backend);
     cloudBroker = await startEmbeddedBroker();
-    const f = await siteFixture(siteBroker.url, cloudBroker.url, siteBroker.unique);
-    const cloud = new FakeCloud(f);
-    await cloud.connect(siteBroker.url);
-    const gw = createGateway(f.config, { clock: f.clock, log: silentLog(), tickMs: 50 });
-    await gw.start();
-    cleanups.push(async () => {
-      await cloud.close();
-      await gw.stop({ force: true });
-      rmSync(f.dir, { recursive: true, force: true });
-    });
-    await waitFor(() => gw.cloudConnected && gw.siteConnected, 'connected');
-    await cloud.grant();
-    await cloud.heartbeat();
-    await waitFor(() => gw.store.settings().leaseExpiresAt !== null, 'lease');
+    const s = await runSite(siteBroker.url, cloudBroker.url, siteBroker.unique);
+    cleanups.push(() => s.close());
+    await provision(s);
+    const { gw } = s;
 
     await cloudBroker.stop();
     cloudBroker = null;
