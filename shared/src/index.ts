@@ -14,3 +14,4 @@ export * from './topics.js';
 export * from './broker.js';
 export * from './lifecycle.js';
 export * from './broker-auth.js';
+export * from './rows.js';

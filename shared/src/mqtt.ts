@@ -54,3 +54,29 @@ export function waitConnected(client: MqttClient, timeoutMs = 10_000): Promise<v
     client.on('error', onError);
   });
 }
+
+/**
+ * Acknowledges each incoming QoS 1 PUBLISH only after `handle` resolved (after
+ * the receiver's commit), so a crash or a failed commit means redelivery, never
+ * a lost message. mqtt.js calls `handleMessage(packet, done)` for every incoming
+ * PUBLISH, one at a time in broker order, and sends the PUBACK when `done` is
+ * called (the "manual ack" approach; `customHandleAcks` needs MQTT 5, which the
+ * embedded aedes broker does not speak). A rejected `handle` sends no PUBACK:
+ * the broker redelivers after the next reconnect.
+ */
+export function ackAfterHandled(
+  client: MqttClient,
+  handle: (topic: string, payload: Buffer) => Promise<void>,
+  onFailed: (err: unknown, topic: string) => void,
+): void {
+  client.handleMessage = (packet, done) => {
+    const payload = Buffer.isBuffer(packet.payload) ? packet.payload : Buffer.from(packet.payload);
+    handle(packet.topic, payload).then(
+      () => done(),
+      (e: unknown) => {
+        onFailed(e, packet.topic);
+        done(e instanceof Error ? e : new Error(String(e)));
+      },
+    );
+  };
+}

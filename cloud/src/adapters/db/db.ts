@@ -55,13 +55,8 @@ export interface Db extends Tx {
   close(): Promise<void>;
 }
 
-/** A row that cannot be a valid domain object (DESIGN.md §6): an adapter error, never a half-built object. */
-export class CorruptRow extends Error {
-  constructor(table: string, detail: string) {
-    super(`corrupt row in ${table}: ${detail}`);
-    this.name = 'CorruptRow';
-  }
-}
+/** A row that cannot be a valid domain object (DESIGN.md §6); one definition for both services. */
+export { CorruptRow } from '@tobira/shared';
 
 /** PostgreSQL error code of a thrown driver error, if any (both drivers set `code`). */
 export function pgErrorCode(e: unknown): string | undefined {

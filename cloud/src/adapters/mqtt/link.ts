@@ -1,4 +1,4 @@
-import { connectMqtt, waitConnected, type Logger } from '@tobira/shared';
+import { ackAfterHandled, connectMqtt, waitConnected, type Logger } from '@tobira/shared';
 import type { MqttClient, IClientOptions } from 'mqtt';
 
 /**
@@ -44,17 +44,11 @@ export function openMqttLink(url: string, log: Logger, opts: IClientOptions = {}
   });
   client.on('offline', () => log.warn({ url }, 'mqtt offline'));
   client.on('error', (e) => log.warn({ err: e.message }, 'mqtt error'));
-  // mqtt.js sends the PUBACK of a QoS 1 message after handleMessage's callback.
-  client.handleMessage = (packet, done) => {
-    const payload = Buffer.isBuffer(packet.payload) ? packet.payload : Buffer.from(packet.payload);
-    handler(packet.topic, payload).then(
-      () => done(),
-      (e: unknown) => {
-        log.error({ err: e instanceof Error ? e.message : String(e), topic: packet.topic }, 'uplink handling failed; not acknowledged');
-        done(e instanceof Error ? e : new Error(String(e)));
-      },
-    );
-  };
+  ackAfterHandled(
+    client,
+    (topic, payload) => handler(topic, payload),
+    (e, topic) => log.error({ err: e instanceof Error ? e.message : String(e), topic }, 'uplink handling failed; not acknowledged'),
+  );
   return {
     get connected() {
       return client.connected;

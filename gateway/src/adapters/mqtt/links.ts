@@ -1,5 +1,5 @@
-import { connectMqtt, type Logger } from '@tobira/shared';
-import type { IClientOptions, IPublishPacket, MqttClient } from 'mqtt';
+import { ackAfterHandled, connectMqtt, type Logger } from '@tobira/shared';
+import type { IClientOptions, MqttClient } from 'mqtt';
 
 /**
  * MQTT clients of the gateway (both through shared `connectMqtt`, TCP no-delay).
@@ -7,12 +7,9 @@ import type { IClientOptions, IPublishPacket, MqttClient } from 'mqtt';
  * The cloud link keeps a persistent session (clean: false, fixed client id) so
  * QoS 1 downlink queued while it was away is delivered when it comes back. It
  * acks a downlink PUBLISH only after `onDownlink` resolved, i.e. after the
- * inbox commit: mqtt.js calls `handleMessage(packet, cb)` for every incoming
- * PUBLISH and sends the PUBACK when `cb` is called (the "manual ack" approach;
- * `customHandleAcks` needs MQTT 5, which the embedded aedes broker does not
- * speak). mqtt.js handles incoming packets one at a time, so downlink stays in
- * broker order. If `onDownlink` throws (the database is broken), no PUBACK is
- * sent and the broker redelivers after the next reconnect.
+ * inbox commit (shared `ackAfterHandled`), in broker order. If `onDownlink`
+ * throws (the database is broken), no PUBACK is sent and the broker
+ * redelivers after the next reconnect.
  */
 export interface BrokerOptions {
   readonly url: string;
@@ -68,21 +65,12 @@ export function connectCloudLink(
     ...baseOptions(b, ids.clientId, false),
     will: { topic: ids.presenceTopic, payload: Buffer.from(JSON.stringify({ online: false })), qos: 1, retain: true },
   });
-  client.handleMessage = (packet: IPublishPacket, callback: (error?: Error) => void) => {
-    const topic = packet.topic;
-    const payload = Buffer.isBuffer(packet.payload) ? packet.payload : Buffer.from(packet.payload);
-    if (topic !== ids.downTopic) {
-      callback();
-      return;
-    }
-    handlers.onDownlink(topic, payload).then(
-      () => callback(),
-      (e: unknown) => {
-        log.error({ err: e }, 'downlink not stored; not acking it to the broker');
-        callback(e instanceof Error ? e : new Error(String(e)));
-      },
-    );
-  };
+  // Only the down topic is subscribed; anything else is acknowledged and dropped.
+  ackAfterHandled(
+    client,
+    (topic, payload) => (topic === ids.downTopic ? handlers.onDownlink(topic, payload) : Promise.resolve()),
+    (err) => log.error({ err }, 'downlink not stored; not acking it to the broker'),
+  );
   client.on('connect', (connack) => {
     log.info({ sessionPresent: connack.sessionPresent }, 'cloud broker connected');
     client.publish(ids.presenceTopic, JSON.stringify({ online: true }), { qos: 1, retain: true });

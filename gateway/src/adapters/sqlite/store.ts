@@ -20,12 +20,9 @@ import type { WritableDb } from './db.js';
  * `await` inside). Rows read back are validated; a row that cannot be a valid
  * domain object is a `CorruptRow` error, not a half-built object.
  */
-export class CorruptRow extends Error {
-  constructor(table: string, detail: string) {
-    super(`corrupt row in ${table}: ${detail}`);
-    this.name = 'CorruptRow';
-  }
-}
+import { CorruptRow } from '@tobira/shared';
+
+export { CorruptRow };
 
 export type SiteMode = 'normal' | 'lockdown';
 
