@@ -1,4 +1,4 @@
-import { z } from 'zod';
+import { type z } from 'zod';
 
 /**
  * Rows read back from a database are a boundary like any other (DESIGN.md §6):
