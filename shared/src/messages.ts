@@ -210,6 +210,8 @@ export const AccessEventMessage = sequenced(
     commandId: z.uuid().nullable(),
   }),
 );
+/** One door decision as both services name it (the gateway's access log row, the cloud's audit row). */
+export type AccessEvent = MessageOf<UplinkMessage, 'access.event'>['body'];
 
 export const AlarmKind = z.enum(['door_ajar', 'forced_open', 'tamper', 'jam', 'low_battery']);
 export type AlarmKind = z.infer<typeof AlarmKind>;
@@ -227,7 +229,9 @@ export const AlarmMessage = sequenced(
 
 export const BoltState = z.enum(['locked', 'unlocked', 'jammed']);
 export const DoorState = z.enum(['open', 'closed']);
+/** The site's door mode: `lockdown` refuses every credential (staff UI, gateway status). */
 export const SiteMode = z.enum(['normal', 'lockdown']);
+export type SiteMode = z.infer<typeof SiteMode>;
 
 export const GatewayStatusMessage = sequenced(
   'gateway.status',
@@ -251,6 +255,10 @@ export const GatewayStatusMessage = sequenced(
   }),
 );
 
+/** Why a gateway asks for a resync (see ResyncRequestMessage). */
+export const ResyncReason = z.enum(['gap', 'startup', 'stale', 'operator', 'conflict', 'ahead']);
+export type ResyncReason = z.infer<typeof ResyncReason>;
+
 /**
  * The gateway saw a gap (or just started) and asks for everything after
  * `lastAppliedSeq`. `conflict`: it was sent a message for a seq it had
@@ -264,7 +272,7 @@ export const ResyncRequestMessage = unsequenced(
   z.strictObject({
     requestId: z.uuid(),
     lastAppliedSeq: z.int().nonnegative(),
-    reason: z.enum(['gap', 'startup', 'stale', 'operator', 'conflict', 'ahead']),
+    reason: ResyncReason,
   }),
 );
 

@@ -31,7 +31,9 @@ export interface ApplyOptions {
   readonly uplinkAckTimeoutMs: number;
 }
 
-export type ResyncReason = 'gap' | 'startup' | 'stale' | 'operator' | 'conflict' | 'ahead';
+import type { ResyncReason } from '@tobira/shared';
+
+export type { ResyncReason };
 
 export interface ApplyDeps extends AppContext {
   readonly options: ApplyOptions;
