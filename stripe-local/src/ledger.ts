@@ -1,0 +1,398 @@
+/**
+ * The in-memory Stripe account: PaymentIntents, their charges, refunds and the
+ * events they emit. Each verb checks the state it is given, changes it, and
+ * returns the wire answer plus the events Stripe would emit for that change —
+ * nothing here knows about HTTP, idempotency or faults. Ids and time come from
+ * ports, so a run with the same seed and clock is byte-for-byte repeatable.
+ */
+import { createHash } from 'node:crypto';
+import {
+  errorAnswer,
+  type ApiAnswer,
+  type Charge,
+  type EventType,
+  type PaymentIntent,
+  type PaymentIntentStatus,
+  type Refund,
+  type StripeEvent,
+  type StripeObject,
+} from './objects.js';
+import type {
+  CancelPaymentIntentParams,
+  ConfirmPaymentIntentParams,
+  CreatePaymentIntentParams,
+  CreateRefundParams,
+  ListEventsParams,
+} from './params.js';
+
+/** Stripe's documented test PaymentMethods this server knows, and what the issuer says. */
+export const TEST_CARDS = {
+  pm_card_visa: { outcome: 'succeeds' },
+  pm_card_mastercard: { outcome: 'succeeds' },
+  pm_card_amex: { outcome: 'succeeds' },
+  pm_card_jcb: { outcome: 'succeeds' },
+  pm_card_chargeDeclined: { outcome: 'declined', declineCode: 'generic_decline' },
+  pm_card_visa_chargeDeclined: { outcome: 'declined', declineCode: 'generic_decline' },
+  pm_card_chargeDeclinedInsufficientFunds: { outcome: 'declined', declineCode: 'insufficient_funds' },
+  pm_card_visa_chargeDeclinedInsufficientFunds: { outcome: 'declined', declineCode: 'insufficient_funds' },
+} as const satisfies Record<string, { outcome: 'succeeds' } | { outcome: 'declined'; declineCode: string }>;
+
+function isTestCard(pm: string): pm is keyof typeof TEST_CARDS {
+  return Object.hasOwn(TEST_CARDS, pm);
+}
+
+export interface Clock {
+  /** milliseconds since the epoch */
+  now(): number;
+}
+
+/** Deterministic ids: `prefix_` + seed + a counter per prefix (Stripe ids are opaque; only the prefix is meaningful). */
+export class Ids {
+  private readonly counters = new Map<string, number>();
+  constructor(private readonly seed: string) {}
+  next(prefix: string): string {
+    const n = (this.counters.get(prefix) ?? 0) + 1;
+    this.counters.set(prefix, n);
+    return `${prefix}_${this.seed}${n.toString(36).padStart(14 - this.seed.length, '0')}`;
+  }
+  secret(of: string): string {
+    return createHash('sha256').update(`${this.seed}:${of}`).digest('base64url').replace(/[-_]/g, '').slice(0, 25);
+  }
+}
+
+/** What a verb asks to be emitted; the caller stamps ids, api version and request. */
+export interface EventDraft {
+  type: EventType;
+  object: StripeObject;
+  previous_attributes?: Record<string, unknown>;
+}
+
+export interface VerbResult {
+  answer: ApiAnswer;
+  events: EventDraft[];
+}
+
+/** How a confirm ends when the card itself would succeed (fault knobs decide this). */
+export type ConfirmMode = 'normal' | 'decline' | 'processing';
+
+const CANCELABLE: readonly PaymentIntentStatus[] = ['requires_payment_method', 'requires_capture', 'requires_confirmation', 'requires_action', 'processing'];
+const CONFIRMABLE: readonly PaymentIntentStatus[] = ['requires_payment_method', 'requires_confirmation', 'requires_action'];
+
+const snap = <T>(o: T): T => structuredClone(o);
+const ok = (body: unknown, events: EventDraft[]): VerbResult => ({ answer: { status: 200, body }, events });
+const fail = (answer: ApiAnswer): VerbResult => ({ answer, events: [] });
+
+/** A missing object named in the URL is a 404; one named by a parameter is a 400 (as Stripe answers). */
+function noSuch(kind: string, id: string, param?: string): ApiAnswer {
+  return errorAnswer(param ? 400 : 404, { type: 'invalid_request_error', code: 'resource_missing', message: `No such ${kind}: '${id}'`, ...(param ? { param } : {}) });
+}
+
+export class Ledger {
+  readonly paymentIntents = new Map<string, PaymentIntent>();
+  readonly charges = new Map<string, Charge>();
+  readonly refunds = new Map<string, Refund>();
+  /** oldest first */
+  readonly events: StripeEvent[] = [];
+
+  constructor(
+    private readonly ids: Ids,
+    private readonly clock: Clock,
+  ) {}
+
+  private seconds(): number {
+    return Math.floor(this.clock.now() / 1000);
+  }
+
+  newId(prefix: string): string {
+    return this.ids.next(prefix);
+  }
+
+  createPaymentIntent(p: CreatePaymentIntentParams, mode: ConfirmMode): VerbResult {
+    if (p.payment_method !== undefined && !isTestCard(p.payment_method)) return fail(noSuch('PaymentMethod', p.payment_method, 'payment_method'));
+    if (p.confirm === true && p.payment_method === undefined) {
+      return fail(errorAnswer(400, { type: 'invalid_request_error', code: 'parameter_missing', param: 'payment_method', message: 'You must provide a payment_method when confirm=true.' }));
+    }
+    const id = this.ids.next('pi');
+    const pi: PaymentIntent = {
+      id,
+      object: 'payment_intent',
+      amount: p.amount,
+      amount_capturable: 0,
+      amount_received: 0,
+      automatic_payment_methods: p.automatic_payment_methods ? { enabled: p.automatic_payment_methods.enabled } : null,
+      canceled_at: null,
+      cancellation_reason: null,
+      capture_method: 'automatic',
+      client_secret: `${id}_secret_${this.ids.secret(id)}`,
+      confirmation_method: 'automatic',
+      created: this.seconds(),
+      currency: p.currency,
+      customer: p.customer ?? null,
+      description: p.description ?? null,
+      last_payment_error: null,
+      latest_charge: null,
+      livemode: false,
+      metadata: p.metadata ?? {},
+      next_action: null,
+      payment_method: p.payment_method ?? null,
+      payment_method_types: p.payment_method_types ?? ['card'],
+      receipt_email: p.receipt_email ?? null,
+      status: p.payment_method === undefined ? 'requires_payment_method' : 'requires_confirmation',
+    };
+    this.paymentIntents.set(id, pi);
+    const created: EventDraft = { type: 'payment_intent.created', object: snap(pi) };
+    if (p.confirm !== true) return ok(snap(pi), [created]);
+    const confirmed = this.confirmPaymentIntent(id, { payment_method: p.payment_method }, mode);
+    return { answer: confirmed.answer, events: [created, ...confirmed.events] };
+  }
+
+  retrievePaymentIntent(id: string): ApiAnswer {
+    const pi = this.paymentIntents.get(id);
+    return pi ? { status: 200, body: snap(pi) } : noSuch('payment_intent', id);
+  }
+
+  confirmPaymentIntent(id: string, p: ConfirmPaymentIntentParams, mode: ConfirmMode): VerbResult {
+    const pi = this.paymentIntents.get(id);
+    if (!pi) return fail(noSuch('payment_intent', id));
+    if (!CONFIRMABLE.includes(pi.status)) {
+      return fail(errorAnswer(400, {
+        type: 'invalid_request_error',
+        code: 'payment_intent_unexpected_state',
+        message: `You cannot confirm this PaymentIntent because it has a status of ${pi.status}.`,
+        payment_intent: snap(pi),
+      }));
+    }
+    const pm = p.payment_method ?? pi.payment_method;
+    if (pm === null || pm === undefined) {
+      return fail(errorAnswer(400, {
+        type: 'invalid_request_error',
+        code: 'payment_intent_unexpected_state',
+        param: 'payment_method',
+        message: "You cannot confirm this PaymentIntent because it's missing a payment method.",
+        payment_intent: snap(pi),
+      }));
+    }
+    if (!isTestCard(pm)) return fail(noSuch('PaymentMethod', pm, 'payment_method'));
+    const card = TEST_CARDS[pm];
+    const declineCode = mode === 'decline' ? 'generic_decline' : card.outcome === 'declined' ? card.declineCode : null;
+    const charge: Charge = {
+      id: this.ids.next('ch'),
+      object: 'charge',
+      amount: pi.amount,
+      amount_captured: 0,
+      amount_refunded: 0,
+      captured: false,
+      created: this.seconds(),
+      currency: pi.currency,
+      failure_code: null,
+      failure_message: null,
+      livemode: false,
+      metadata: { ...pi.metadata },
+      outcome: null,
+      paid: false,
+      payment_intent: pi.id,
+      payment_method: pm,
+      refunded: false,
+      status: 'pending',
+    };
+    this.charges.set(charge.id, charge);
+    pi.latest_charge = charge.id;
+    pi.payment_method = pm;
+    pi.last_payment_error = null;
+    if (declineCode !== null) return this.decline(pi, charge, declineCode);
+    if (mode === 'processing') {
+      pi.status = 'processing';
+      return ok(snap(pi), [
+        { type: 'charge.pending', object: snap(charge) },
+        { type: 'payment_intent.processing', object: snap(pi) },
+      ]);
+    }
+    return ok(snap(pi), this.succeed(pi, charge));
+  }
+
+  /** Ends a `processing` PaymentIntent (the asynchronous rail answered). */
+  settle(id: string, outcome: 'succeeded' | 'failed'): VerbResult {
+    const pi = this.paymentIntents.get(id);
+    if (!pi) return fail(noSuch('payment_intent', id));
+    const charge = pi.latest_charge === null ? undefined : this.charges.get(pi.latest_charge);
+    if (pi.status !== 'processing' || !charge) {
+      return fail(errorAnswer(400, { type: 'invalid_request_error', code: 'payment_intent_unexpected_state', message: `PaymentIntent ${id} is ${pi.status}, not processing.` }));
+    }
+    if (outcome === 'failed') return this.decline(pi, charge, 'generic_decline');
+    return ok(snap(pi), this.succeed(pi, charge));
+  }
+
+  private succeed(pi: PaymentIntent, charge: Charge): EventDraft[] {
+    Object.assign(charge, {
+      status: 'succeeded',
+      paid: true,
+      captured: true,
+      amount_captured: charge.amount,
+      outcome: { network_status: 'approved_by_network', reason: null, type: 'authorized', seller_message: 'Payment complete.' },
+    } satisfies Partial<Charge>);
+    pi.status = 'succeeded';
+    pi.amount_received = pi.amount;
+    return [
+      { type: 'charge.succeeded', object: snap(charge) },
+      { type: 'payment_intent.succeeded', object: snap(pi) },
+    ];
+  }
+
+  /** A declined card leaves the PaymentIntent reusable (`requires_payment_method`) and answers 402. */
+  private decline(pi: PaymentIntent, charge: Charge, declineCode: string): VerbResult {
+    const message = declineCode === 'insufficient_funds' ? 'Your card has insufficient funds.' : 'Your card was declined.';
+    Object.assign(charge, {
+      status: 'failed',
+      failure_code: 'card_declined',
+      failure_message: message,
+      outcome: { network_status: 'declined_by_network', reason: declineCode, type: 'issuer_declined', seller_message: 'The bank did not return any further details with this decline.' },
+    } satisfies Partial<Charge>);
+    pi.status = 'requires_payment_method';
+    pi.last_payment_error = {
+      type: 'card_error',
+      code: 'card_declined',
+      decline_code: declineCode,
+      message,
+      charge: charge.id,
+      payment_method: { id: charge.payment_method, object: 'payment_method', type: 'card' },
+    };
+    pi.payment_method = null;
+    return {
+      answer: errorAnswer(402, { type: 'card_error', code: 'card_declined', decline_code: declineCode, message, charge: charge.id, payment_intent: snap(pi) }),
+      events: [
+        { type: 'charge.failed', object: snap(charge) },
+        { type: 'payment_intent.payment_failed', object: snap(pi) },
+      ],
+    };
+  }
+
+  cancelPaymentIntent(id: string, p: CancelPaymentIntentParams): VerbResult {
+    const pi = this.paymentIntents.get(id);
+    if (!pi) return fail(noSuch('payment_intent', id));
+    if (!CANCELABLE.includes(pi.status)) {
+      return fail(errorAnswer(400, {
+        type: 'invalid_request_error',
+        code: 'payment_intent_unexpected_state',
+        message: `You cannot cancel this PaymentIntent because it has a status of ${pi.status}. Only a PaymentIntent with one of the following statuses may be canceled: ${CANCELABLE.join(', ')}.`,
+        payment_intent: snap(pi),
+      }));
+    }
+    pi.status = 'canceled';
+    pi.canceled_at = this.seconds();
+    pi.cancellation_reason = p.cancellation_reason ?? null;
+    return ok(snap(pi), [{ type: 'payment_intent.canceled', object: snap(pi) }]);
+  }
+
+  createRefund(p: CreateRefundParams): VerbResult {
+    let charge: Charge | undefined;
+    if (p.charge !== undefined) {
+      charge = this.charges.get(p.charge);
+      if (!charge) return fail(noSuch('charge', p.charge, 'charge'));
+    } else if (p.payment_intent !== undefined) {
+      const pi = this.paymentIntents.get(p.payment_intent);
+      if (!pi) return fail(noSuch('payment_intent', p.payment_intent, 'payment_intent'));
+      charge = pi.latest_charge === null ? undefined : this.charges.get(pi.latest_charge);
+      if (pi.status !== 'succeeded' || !charge) {
+        return fail(errorAnswer(400, {
+          type: 'invalid_request_error',
+          code: 'charge_not_refundable',
+          param: 'payment_intent',
+          message: `This PaymentIntent (${pi.id}) does not have a successful charge to refund.`,
+        }));
+      }
+    } else {
+      return fail(errorAnswer(400, { type: 'invalid_request_error', code: 'parameter_missing', message: 'One of the following params should be provided for this request: payment_intent or charge.' }));
+    }
+    if (charge.status !== 'succeeded') {
+      return fail(errorAnswer(400, { type: 'invalid_request_error', code: 'charge_not_refundable', message: `Charge ${charge.id} has not succeeded and cannot be refunded.` }));
+    }
+    const remaining = charge.amount_captured - charge.amount_refunded;
+    if (remaining === 0) {
+      return fail(errorAnswer(400, { type: 'invalid_request_error', code: 'charge_already_refunded', message: `Charge ${charge.id} has already been refunded.` }));
+    }
+    const amount = p.amount ?? remaining;
+    if (amount > remaining) {
+      return fail(errorAnswer(400, {
+        type: 'invalid_request_error',
+        code: 'amount_too_large',
+        param: 'amount',
+        message: `Refund amount (${amount} ${charge.currency}) is greater than unrefunded amount on charge (${remaining} ${charge.currency})`,
+      }));
+    }
+    const previous = { amount_refunded: charge.amount_refunded, refunded: charge.refunded };
+    const refund: Refund = {
+      id: this.ids.next('re'),
+      object: 'refund',
+      amount,
+      charge: charge.id,
+      created: this.seconds(),
+      currency: charge.currency,
+      metadata: p.metadata ?? {},
+      payment_intent: charge.payment_intent,
+      reason: p.reason ?? null,
+      // test-mode card refunds settle at once
+      status: 'succeeded',
+    };
+    this.refunds.set(refund.id, refund);
+    charge.amount_refunded += amount;
+    charge.refunded = charge.amount_refunded === charge.amount_captured;
+    return ok(snap(refund), [
+      { type: 'refund.created', object: snap(refund) },
+      { type: 'charge.refunded', object: snap(charge), previous_attributes: previous },
+    ]);
+  }
+
+  retrieveRefund(id: string): ApiAnswer {
+    const r = this.refunds.get(id);
+    return r ? { status: 200, body: snap(r) } : noSuch('refund', id);
+  }
+
+  retrieveEvent(id: string): ApiAnswer {
+    const e = this.events.find((x) => x.id === id);
+    return e ? { status: 200, body: snap(e) } : noSuch('event', id);
+  }
+
+  /** Newest first, Stripe's cursor pagination (`starting_after` / `ending_before` are event ids). */
+  listEvents(p: ListEventsParams): ApiAnswer {
+    let all = [...this.events].reverse();
+    if (p.type !== undefined) {
+      const t = p.type;
+      all = all.filter((e) => (t.endsWith('.*') ? e.type.startsWith(t.slice(0, -1)) : e.type === t));
+    }
+    const limit = p.limit ?? 10;
+    let from = 0;
+    let to = all.length;
+    if (p.starting_after !== undefined) {
+      const i = all.findIndex((e) => e.id === p.starting_after);
+      if (i < 0) return noSuch('event', p.starting_after, 'starting_after');
+      from = i + 1;
+    } else if (p.ending_before !== undefined) {
+      const i = all.findIndex((e) => e.id === p.ending_before);
+      if (i < 0) return noSuch('event', p.ending_before, 'ending_before');
+      to = i;
+      from = Math.max(0, to - limit);
+    }
+    const data = all.slice(from, Math.min(to, from + limit));
+    const hasMore = p.ending_before !== undefined ? from > 0 : from + limit < to;
+    return { status: 200, body: { object: 'list', data: snap(data), has_more: hasMore, url: '/v1/events' } };
+  }
+
+  /** Stamps and stores the drafts a verb returned; the stored events are what webhooks deliver. */
+  record(drafts: readonly EventDraft[], meta: { apiVersion: string; requestId: string | null; idempotencyKey: string | null; endpoints: number }): StripeEvent[] {
+    return drafts.map((d) => {
+      const event: StripeEvent = {
+        id: this.ids.next('evt'),
+        object: 'event',
+        api_version: meta.apiVersion,
+        created: this.seconds(),
+        data: d.previous_attributes ? { object: d.object, previous_attributes: d.previous_attributes } : { object: d.object },
+        livemode: false,
+        pending_webhooks: meta.endpoints,
+        request: { id: meta.requestId, idempotency_key: meta.idempotencyKey },
+        type: d.type,
+      };
+      this.events.push(event);
+      return snap(event);
+    });
+  }
+}

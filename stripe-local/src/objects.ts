@@ -1,0 +1,141 @@
+/**
+ * The wire shapes this server answers with: the subset of Stripe's
+ * `payment_intent`, `charge`, `refund`, `event` and error objects Tobira reads,
+ * field names and value sets as in Stripe's OpenAPI spec (stripe/openapi,
+ * `spec3.json`) for the API version the pinned SDK sends. Fields Tobira never
+ * reads are left out rather than faked.
+ */
+
+export type PaymentIntentStatus =
+  | 'requires_payment_method'
+  | 'requires_confirmation'
+  | 'requires_action'
+  | 'processing'
+  | 'requires_capture'
+  | 'canceled'
+  | 'succeeded';
+
+export type CancellationReason = 'duplicate' | 'fraudulent' | 'requested_by_customer' | 'abandoned';
+export type RefundReason = 'duplicate' | 'fraudulent' | 'requested_by_customer';
+export type Metadata = Record<string, string>;
+
+export interface LastPaymentError {
+  type: 'card_error';
+  code: string;
+  decline_code: string;
+  message: string;
+  charge: string;
+  payment_method: { id: string; object: 'payment_method'; type: 'card' };
+}
+
+export interface PaymentIntent {
+  id: string;
+  object: 'payment_intent';
+  amount: number;
+  amount_capturable: number;
+  amount_received: number;
+  automatic_payment_methods: { enabled: boolean } | null;
+  canceled_at: number | null;
+  cancellation_reason: CancellationReason | null;
+  capture_method: 'automatic';
+  client_secret: string;
+  confirmation_method: 'automatic';
+  created: number;
+  currency: string;
+  customer: string | null;
+  description: string | null;
+  last_payment_error: LastPaymentError | null;
+  latest_charge: string | null;
+  livemode: false;
+  metadata: Metadata;
+  next_action: null;
+  payment_method: string | null;
+  payment_method_types: string[];
+  receipt_email: string | null;
+  status: PaymentIntentStatus;
+}
+
+export interface Charge {
+  id: string;
+  object: 'charge';
+  amount: number;
+  amount_captured: number;
+  amount_refunded: number;
+  captured: boolean;
+  created: number;
+  currency: string;
+  failure_code: string | null;
+  failure_message: string | null;
+  livemode: false;
+  metadata: Metadata;
+  outcome: { network_status: string; reason: string | null; type: string; seller_message: string } | null;
+  paid: boolean;
+  payment_intent: string;
+  payment_method: string;
+  refunded: boolean;
+  status: 'succeeded' | 'pending' | 'failed';
+}
+
+export interface Refund {
+  id: string;
+  object: 'refund';
+  amount: number;
+  charge: string;
+  created: number;
+  currency: string;
+  metadata: Metadata;
+  payment_intent: string;
+  reason: RefundReason | null;
+  status: 'pending' | 'succeeded' | 'failed' | 'canceled';
+}
+
+export type EventType =
+  | 'payment_intent.created'
+  | 'payment_intent.processing'
+  | 'payment_intent.succeeded'
+  | 'payment_intent.payment_failed'
+  | 'payment_intent.canceled'
+  | 'charge.pending'
+  | 'charge.succeeded'
+  | 'charge.failed'
+  | 'charge.refunded'
+  | 'refund.created';
+
+export type StripeObject = PaymentIntent | Charge | Refund;
+
+export interface StripeEvent {
+  id: string;
+  object: 'event';
+  api_version: string;
+  created: number;
+  data: { object: StripeObject; previous_attributes?: Record<string, unknown> };
+  livemode: false;
+  pending_webhooks: number;
+  request: { id: string | null; idempotency_key: string | null };
+  type: EventType;
+}
+
+/** Stripe's error `type` values (API reference "Errors"). */
+export type ErrorType = 'api_error' | 'card_error' | 'idempotency_error' | 'invalid_request_error';
+
+export interface StripeErrorBody {
+  type: ErrorType;
+  message: string;
+  code?: string;
+  decline_code?: string;
+  param?: string;
+  charge?: string;
+  payment_intent?: PaymentIntent;
+  doc_url?: string;
+}
+
+/** An answer as it goes on the wire: what the idempotency layer stores and replays. */
+export interface ApiAnswer {
+  status: number;
+  body: unknown;
+}
+
+export function errorAnswer(status: number, error: StripeErrorBody): ApiAnswer {
+  const docUrl = error.code ? { doc_url: `https://stripe.com/docs/error-codes/${error.code.replaceAll('_', '-')}` } : {};
+  return { status, body: { error: { ...error, ...docUrl } } };
+}
