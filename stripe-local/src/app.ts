@@ -199,9 +199,9 @@ export function buildApp(deps: AppDeps): FastifyInstance {
       }
     };
 
-  app.post('/v1/payment_intents', write(CreatePaymentIntentParams, (p) => ledger.createPaymentIntent(p, confirmMode())));
+  app.post('/v1/payment_intents', write(CreatePaymentIntentParams, (p) => ledger.createPaymentIntent(p, confirmMode)));
   app.get('/v1/payment_intents/:id', read(RetrieveParams, (_p, id) => ledger.retrievePaymentIntent(id)));
-  app.post('/v1/payment_intents/:id/confirm', write(ConfirmPaymentIntentParams, (p, id) => ledger.confirmPaymentIntent(id, p, confirmMode())));
+  app.post('/v1/payment_intents/:id/confirm', write(ConfirmPaymentIntentParams, (p, id) => ledger.confirmPaymentIntent(id, p, confirmMode)));
   app.post('/v1/payment_intents/:id/cancel', write(CancelPaymentIntentParams, (p, id) => ledger.cancelPaymentIntent(id, p)));
   app.post('/v1/refunds', write(CreateRefundParams, (p) => ledger.createRefund(p)));
   app.get('/v1/refunds/:id', read(RetrieveParams, (_p, id) => ledger.retrieveRefund(id)));
@@ -262,7 +262,7 @@ export function buildApp(deps: AppDeps): FastifyInstance {
 
   // the demo's "pay it": a test card through the local server, the way a browser would confirm
   app.get<{ Params: { id: string }; Querystring: { card?: string } }>('/_local/pay/:id', async (req, reply) => {
-    const result = ledger.confirmPaymentIntent(req.params.id, { payment_method: req.query.card ?? 'pm_card_visa' }, confirmMode());
+    const result = ledger.confirmPaymentIntent(req.params.id, { payment_method: req.query.card ?? 'pm_card_visa' }, confirmMode);
     emit(result, req);
     return send(reply, result.answer);
   });

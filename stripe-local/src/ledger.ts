@@ -74,6 +74,8 @@ export interface VerbResult {
 
 /** How a confirm ends when the card itself would succeed (fault knobs decide this). */
 export type ConfirmMode = 'normal' | 'decline' | 'processing';
+/** Asked only when a confirm actually reaches the card, so a knob like "decline the next confirm" is not used up by a create. */
+export type ConfirmModeOf = () => ConfirmMode;
 
 const CANCELABLE: readonly PaymentIntentStatus[] = ['requires_payment_method', 'requires_capture', 'requires_confirmation', 'requires_action', 'processing'];
 const CONFIRMABLE: readonly PaymentIntentStatus[] = ['requires_payment_method', 'requires_confirmation', 'requires_action'];
@@ -107,7 +109,7 @@ export class Ledger {
     return this.ids.next(prefix);
   }
 
-  createPaymentIntent(p: CreatePaymentIntentParams, mode: ConfirmMode): VerbResult {
+  createPaymentIntent(p: CreatePaymentIntentParams, mode: ConfirmModeOf): VerbResult {
     if (p.payment_method !== undefined && !isTestCard(p.payment_method)) return fail(noSuch('PaymentMethod', p.payment_method, 'payment_method'));
     if (p.confirm === true && p.payment_method === undefined) {
       return fail(errorAnswer(400, { type: 'invalid_request_error', code: 'parameter_missing', param: 'payment_method', message: 'You must provide a payment_method when confirm=true.' }));
@@ -151,7 +153,7 @@ export class Ledger {
     return pi ? { status: 200, body: snap(pi) } : noSuch('payment_intent', id);
   }
 
-  confirmPaymentIntent(id: string, p: ConfirmPaymentIntentParams, mode: ConfirmMode): VerbResult {
+  confirmPaymentIntent(id: string, p: ConfirmPaymentIntentParams, modeOf: ConfirmModeOf): VerbResult {
     const pi = this.paymentIntents.get(id);
     if (!pi) return fail(noSuch('payment_intent', id));
     if (!CONFIRMABLE.includes(pi.status)) {
@@ -174,6 +176,7 @@ export class Ledger {
     }
     if (!isTestCard(pm)) return fail(noSuch('PaymentMethod', pm, 'payment_method'));
     const card = TEST_CARDS[pm];
+    const mode = modeOf();
     const declineCode = mode === 'decline' ? 'generic_decline' : card.outcome === 'declined' ? card.declineCode : null;
     const charge: Charge = {
       id: this.ids.next('ch'),
@@ -207,7 +210,8 @@ export class Ledger {
         { type: 'payment_intent.processing', object: snap(pi) },
       ]);
     }
-    return ok(snap(pi), this.succeed(pi, charge));
+    const events = this.succeed(pi, charge);
+    return ok(snap(pi), events);
   }
 
   /** Ends a `processing` PaymentIntent (the asynchronous rail answered). */
@@ -219,7 +223,8 @@ export class Ledger {
       return fail(errorAnswer(400, { type: 'invalid_request_error', code: 'payment_intent_unexpected_state', message: `PaymentIntent ${id} is ${pi.status}, not processing.` }));
     }
     if (outcome === 'failed') return this.decline(pi, charge, 'generic_decline');
-    return ok(snap(pi), this.succeed(pi, charge));
+    const events = this.succeed(pi, charge);
+    return ok(snap(pi), events);
   }
 
   private succeed(pi: PaymentIntent, charge: Charge): EventDraft[] {
