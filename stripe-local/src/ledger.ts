@@ -118,6 +118,7 @@ export class Ledger {
     const pi: PaymentIntent = {
       id,
       object: 'payment_intent',
+      allowed_payment_method_types: p.allowed_payment_method_types ?? p.payment_method_types ?? null,
       amount: p.amount,
       amount_capturable: 0,
       amount_received: 0,
@@ -137,7 +138,7 @@ export class Ledger {
       metadata: p.metadata ?? {},
       next_action: null,
       payment_method: p.payment_method ?? null,
-      payment_method_types: p.payment_method_types ?? ['card'],
+      payment_method_types: p.allowed_payment_method_types ?? p.payment_method_types ?? ['card'],
       receipt_email: p.receipt_email ?? null,
       status: p.payment_method === undefined ? 'requires_payment_method' : 'requires_confirmation',
     };

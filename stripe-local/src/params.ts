@@ -18,6 +18,8 @@ export const CreatePaymentIntentParams = z.strictObject({
   description: z.string().max(1000).optional(),
   receipt_email: z.string().optional(),
   customer: z.string().optional(),
+  /** the SDK's API version (2026-10-28.endive) names it allowed_payment_method_types; older versions payment_method_types */
+  allowed_payment_method_types: z.array(z.string()).optional(),
   payment_method_types: z.array(z.string()).optional(),
   automatic_payment_methods: z.strictObject({ enabled: formBool, allow_redirects: z.enum(['always', 'never']).optional() }).optional(),
   capture_method: z.literal('automatic').optional(),

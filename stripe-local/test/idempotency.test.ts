@@ -76,7 +76,8 @@ describe('a request whose key is still in flight', () => {
     t.local.faults.delayMs = 0;
     const later = await post(t, '/v1/payment_intents', form, 'busy');
     expect(later.headers.get('idempotent-replayed')).toBe('true');
-    expect((await later.json()).id).toBe((await first.json()).id);
+    const [replayed, original] = [(await later.json()) as { id: string }, (await first.json()) as { id: string }];
+    expect(replayed.id).toBe(original.id);
     expect(t.local.events()).toHaveLength(1);
   });
 });

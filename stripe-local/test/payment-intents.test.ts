@@ -12,10 +12,10 @@ const types = (l: Local): string[] => l.local.events().map((e) => e.type);
 describe('a PaymentIntent paid by card', () => {
   it('is created, retrieved and confirmed by the real SDK, and money is received', async () => {
     t = await withLocal();
-    const pi = await t.stripe.paymentIntents.create({ amount: 12000, currency: 'JPY', metadata: { purpose: 'stay_balance', subject_id: 'stay_1' }, payment_method_types: ['card'] });
+    const pi = await t.stripe.paymentIntents.create({ amount: 12000, currency: 'JPY', metadata: { purpose: 'stay_balance', subject_id: 'stay_1' }, allowed_payment_method_types: ['card'] });
     expect(pi.id).toMatch(/^pi_/);
     expect(pi.client_secret).toMatch(new RegExp(`^${pi.id}_secret_\\w+$`));
-    expect(pi).toMatchObject({ object: 'payment_intent', status: 'requires_payment_method', amount: 12000, currency: 'jpy', amount_received: 0, metadata: { purpose: 'stay_balance', subject_id: 'stay_1' } });
+    expect(pi).toMatchObject({ object: 'payment_intent', allowed_payment_method_types: ['card'], payment_method_types: ['card'], status: 'requires_payment_method', amount: 12000, currency: 'jpy', amount_received: 0, metadata: { purpose: 'stay_balance', subject_id: 'stay_1' } });
 
     const got = await t.stripe.paymentIntents.retrieve(pi.id);
     expect(got.id).toBe(pi.id);
