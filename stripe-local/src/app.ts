@@ -7,7 +7,7 @@
  * dispatcher → the `failAfterEffect` fault. See idempotency.ts for which
  * answers are stored.
  */
-import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
+import Fastify, { LogController, type FastifyReply, type FastifyRequest } from 'fastify';
 import type { Logger } from 'pino';
 import { z, type ZodType } from 'zod';
 import { decodeForm, fingerprint, type Form } from './form.js';
@@ -81,10 +81,10 @@ function validationAnswer(error: z.ZodError): ApiAnswer {
   return errorAnswer(400, { type: 'invalid_request_error', code: 'parameter_invalid', param, message: `Invalid ${param}: ${issue.message}` });
 }
 
-export function buildApp(deps: AppDeps): FastifyInstance {
+export function buildApp(deps: AppDeps) {
   const { ledger, idempotency, webhooks, faults, log } = deps;
   const app = Fastify({
-    loggerInstance: log as FastifyBaseLogger,
+    loggerInstance: log,
     logController: new LogController({ requestIdLogLabel: 'cid' }),
     requestIdHeader: false,
     genReqId: () => deps.ids.next('req'),

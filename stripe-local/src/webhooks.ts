@@ -120,7 +120,12 @@ export class WebhookDispatcher {
       const rnd = seededRandom(seed);
       for (let i = batch.length - 1; i > 0; i--) {
         const j = Math.floor(rnd() * (i + 1));
-        [batch[i], batch[j]] = [batch[j] as StripeEvent, batch[i] as StripeEvent];
+        const a = batch[i];
+        const b = batch[j];
+        if (a !== undefined && b !== undefined) {
+          batch[i] = b;
+          batch[j] = a;
+        }
       }
     }
     for (const event of batch) this.enqueue(event);
