@@ -79,6 +79,8 @@ export class WebhookDispatcher {
   /** retry timers, each with the resolver of the promise idle() waits on */
   private readonly timers = new Map<NodeJS.Timeout, () => void>();
   private closed = false;
+  /** aborts deliveries still in flight when the server closes */
+  private readonly shutdown = new AbortController();
 
   constructor(
     private readonly log: Logger,
@@ -139,6 +141,7 @@ export class WebhookDispatcher {
 
   close(): void {
     this.closed = true;
+    this.shutdown.abort();
     for (const [t, resolve] of this.timers) {
       clearTimeout(t);
       resolve();
@@ -174,7 +177,7 @@ export class WebhookDispatcher {
         method: 'POST',
         headers: { 'content-type': 'application/json; charset=utf-8', 'stripe-signature': header, 'user-agent': 'Stripe/1.0 (+https://stripe.com/docs/webhooks)' },
         body: payload,
-        signal: AbortSignal.timeout(this.retry.timeoutMs),
+        signal: AbortSignal.any([AbortSignal.timeout(this.retry.timeoutMs), this.shutdown.signal]),
       });
       status = res.status;
       await res.arrayBuffer().catch(() => undefined);

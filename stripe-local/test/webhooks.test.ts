@@ -127,3 +127,16 @@ describe('webhook fault knobs', () => {
     expect(rx.received.map((r) => verify(r).type)).toEqual(['payment_intent.created']);
   });
 });
+
+describe('signature timestamps', () => {
+  it('come from the injected clock: a clock 10 minutes behind makes constructEvent refuse a stale signature', async () => {
+    rx = await startReceiver();
+    t = await withLocal({ webhook: { url: rx.url, secret: WEBHOOK_SECRET }, clock: { now: () => Date.now() - 10 * 60_000 } });
+    await t.stripe.paymentIntents.create({ amount: 1000, currency: 'jpy' });
+    await t.local.webhooks.idle();
+    const first = rx.received[0];
+    if (!first) throw new Error('nothing delivered');
+    expect(() => verify(first)).toThrow(/timestamp outside the tolerance zone/i);
+    expect(Stripe.webhooks.constructEvent(first.rawBody, first.signature, WEBHOOK_SECRET, 3600).type).toBe('payment_intent.created');
+  });
+});
