@@ -155,7 +155,7 @@ export function buildApp(deps: AppDeps) {
       const path = req.url.split('?')[0] ?? req.url;
       if (key !== null) {
         void reply.header('idempotency-key', key);
-        const claim = idempotency.claim(deps.secretKey, key, fingerprint(req.method, path, form));
+        const claim = idempotency.claim(deps.secretKey, key, fingerprint(req.method, path, form), req.id);
         switch (claim.kind) {
           case 'mismatch':
             return send(reply, errorAnswer(400, {
@@ -170,7 +170,7 @@ export function buildApp(deps: AppDeps) {
             }));
           case 'replay':
             req.log.info({ idempotencyKey: key, status: claim.answer.status }, 'idempotent replay');
-            return send(reply.header('idempotent-replayed', 'true'), claim.answer);
+            return send(reply.header('idempotent-replayed', 'true').header('original-request', claim.originalRequest), claim.answer);
           case 'fresh':
             break;
         }

@@ -18,6 +18,8 @@
  *   original request and errors if they're not the same" → the same key with a
  *   different method, path or decoded parameters is a 400 `idempotency_error`
  *   (stripe-node: `StripeIdempotencyError`).
+ * - A replay carries `Idempotent-Replayed: true` and `Original-Request: req_…`
+ *   (the request that ran), a fresh `Request-Id` of its own.
  * - "You can remove keys from the system automatically after they're at least
  *   24 hours old" → a key older than 24 h (by the injected clock) is forgotten
  *   and the next request with it runs anew.
@@ -34,11 +36,13 @@ interface Entry {
   createdAt: number;
   /** undefined while the first request is still executing */
   answer: ApiAnswer | undefined;
+  /** the `Request-Id` of the request that ran; replays name it in `Original-Request` */
+  requestId: string;
 }
 
 export type Claim =
   | { kind: 'fresh' }
-  | { kind: 'replay'; answer: ApiAnswer }
+  | { kind: 'replay'; answer: ApiAnswer; originalRequest: string }
   | { kind: 'mismatch' }
   | { kind: 'in_flight' };
 
@@ -52,15 +56,15 @@ export class IdempotencyStore {
   }
 
   /** Reserves the key for this request, or says why it cannot run. */
-  claim(scope: string, key: string, fingerprint: string): Claim {
+  claim(scope: string, key: string, fingerprint: string, requestId: string): Claim {
     const slot = IdempotencyStore.slot(scope, key);
     const now = this.clock.now();
     const entry = this.entries.get(slot);
     if (entry && now - entry.createdAt < IDEMPOTENCY_TTL_MS) {
       if (entry.fingerprint !== fingerprint) return { kind: 'mismatch' };
-      return entry.answer === undefined ? { kind: 'in_flight' } : { kind: 'replay', answer: entry.answer };
+      return entry.answer === undefined ? { kind: 'in_flight' } : { kind: 'replay', answer: entry.answer, originalRequest: entry.requestId };
     }
-    this.entries.set(slot, { fingerprint, createdAt: now, answer: undefined });
+    this.entries.set(slot, { fingerprint, createdAt: now, answer: undefined, requestId });
     return { kind: 'fresh' };
   }
 

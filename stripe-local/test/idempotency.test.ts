@@ -27,6 +27,8 @@ describe('an idempotency key reused with the same parameters', () => {
     expect(again.client_secret).toBe(first.client_secret);
     expect(lastHeaders(first)['idempotent-replayed']).toBeUndefined();
     expect(lastHeaders(again)['idempotent-replayed']).toBe('true');
+    expect(lastHeaders(again)['original-request']).toBe(first.lastResponse.requestId);
+    expect(again.lastResponse.requestId).not.toBe(first.lastResponse.requestId);
     expect(t.local.events().filter((e) => e.type === 'payment_intent.created')).toHaveLength(1);
   });
 
