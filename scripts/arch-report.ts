@@ -5,7 +5,7 @@ import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { dirname, join, relative, resolve } from 'node:path';
 import ts from 'typescript';
 
-export const SOURCE_ROOTS = ['shared/src', 'cloud/src', 'gateway/src', 'firmware-sim/src', 'demo/src'];
+export const SOURCE_ROOTS = ['shared/src', 'cloud/src', 'gateway/src', 'firmware-sim/src', 'demo/src', 'stripe-local/src'];
 
 export function sourceFiles(root: string, repo: string): string[] {
   const dir = join(repo, root);
