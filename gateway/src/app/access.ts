@@ -21,7 +21,11 @@ import {
 import { decide, lastFreshSyncAt } from '../domain/decide.js';
 import { recordAttempt, recordSiteAttempt, type LockoutPolicy, type SiteLockoutPolicy } from '../domain/lockout.js';
 import { fullBucket, takeToken, type Bucket, type RatePolicy } from '@tobira/shared';
-import type { AccessRow } from '../adapters/sqlite/store.js';
+import { commitDecisions, findAccess, insertAccess, type AccessRow } from '../adapters/sqlite/access-log.js';
+import { keySetView } from '../adapters/sqlite/keyset.js';
+import { lockById, setLockout, setSiteLockout, siteLockout as readSiteLockout } from '../adapters/sqlite/locks.js';
+import { enqueue } from '../adapters/sqlite/outbox.js';
+import { raiseTimeFloor, readSettings } from '../adapters/sqlite/settings.js';
 import { nowOf, type AppContext } from './context.js';
 import { recordLockRefusal } from './locks.js';
 
@@ -152,16 +156,14 @@ export function handleLockRequests(deps: AccessDeps, items: readonly { lockId: s
     return { lockId, secret, requestId, credential };
   });
 
-  const decided = store.db
-    .transaction((): (Decided | null)[] =>
-      prepared.map((p) => {
-        if (p === null) return null;
-        const earlier = store.findAccess(p.lockId, p.requestId);
-        if (earlier !== null) return { row: earlier, command: recordedCommand(earlier, p.secret), replayed: true };
-        return { ...decideOne(deps, p.lockId, p.secret, p.requestId, p.credential), replayed: false };
-      }),
-    )
-    .immediate();
+  const decided = commitDecisions(store.db, (): (Decided | null)[] =>
+    prepared.map((p) => {
+      if (p === null) return null;
+      const earlier = findAccess(store.db, p.lockId, p.requestId);
+      if (earlier !== null) return { row: earlier, command: recordedCommand(earlier, p.secret), replayed: true };
+      return { ...decideOne(deps, p.lockId, p.secret, p.requestId, p.credential), replayed: false };
+    }),
+  );
 
   const answers = decided.map((d, i): AccessAnswer | null => {
     const refusal = limited[i];
@@ -191,7 +193,7 @@ export function handleLockRequests(deps: AccessDeps, items: readonly { lockId: s
   return answers;
 }
 
-/** One decision, inside the caller's transaction: decide, lockouts (lock and site), access log, outbox. */
+/** One decision, inside `commitDecisions`' transaction: decide, lockouts (lock and site), access log, outbox. */
 function decideOne(
   deps: AccessDeps,
   lockId: string,
@@ -199,11 +201,13 @@ function decideOne(
   requestId: string,
   credential: { type: CredentialType; digest: string } | null,
 ): { row: AccessRow; command: LockCommand | null; siteLockoutUntil?: number } {
-  const { store, access } = deps;
+  const { access } = deps;
+  const { db } = deps.store;
   const now = nowOf(deps);
-  const lock = store.lock(lockId);
-  const siteLockout = credential === null ? null : store.siteLockout(credential.type);
-  const settings = store.settings();
+  const lock = lockById(db, lockId);
+  const siteLockout = credential === null ? null : readSiteLockout(db, credential.type);
+  const settings = readSettings(db);
+  const keySet = keySetView(db);
   const site = {
     ...settings,
     lastFreshAt: lastFreshSyncAt(settings.leaseExpiresAt, access.offlineGraceSeconds),
@@ -213,17 +217,17 @@ function decideOne(
   const d =
     credential === null
       ? ({ allowed: false, code: 'BAD_REQUEST' } as const)
-      : decide({ lockId: asLockId(lockId), credentialType: credential.type, digest: credential.digest }, store.keySet, lock === null ? null : { ...lock, doorId: lock.doorId === null ? null : asDoorId(lock.doorId) }, site, now);
-  if (lock !== null && d.code !== 'LOCKED_OUT') store.setLockout(lockId, recordAttempt(lock, d.code, now, access.lockout), now);
+      : decide({ lockId: asLockId(lockId), credentialType: credential.type, digest: credential.digest }, keySet, lock === null ? null : { ...lock, doorId: lock.doorId === null ? null : asDoorId(lock.doorId) }, site, now);
+  if (lock !== null && d.code !== 'LOCKED_OUT') setLockout(db, lockId, recordAttempt(lock, d.code, now, access.lockout), now);
   let siteLockoutUntil: number | undefined;
   if (credential !== null && siteLockout !== null) {
     const next = recordSiteAttempt(siteLockout, d.code, now, access.siteLockout);
-    if (next !== siteLockout) store.setSiteLockout(credential.type, next, now);
+    if (next !== siteLockout) setSiteLockout(db, credential.type, next, now);
     if (next.lockedOutUntil !== null && next.lockedOutUntil !== siteLockout.lockedOutUntil) siteLockoutUntil = next.lockedOutUntil;
   }
-  store.raiseTimeFloor(0, now);
+  raiseTimeFloor(db, 0, now);
   const key = d.key ?? null;
-  const cid = (key !== null ? store.keySet.grantCid(key.grant.keyId) : null) ?? newCorrelationId();
+  const cid = (key !== null ? keySet.grantCid(key.grant.keyId) : null) ?? newCorrelationId();
   const command = d.allowed
     ? signLockCommand(secret, { commandId: newId(), lockId: asLockId(lockId), action: 'unlock', holdMs: access.holdMs, expiresAt: now + access.commandTtlMs })
     : null;
@@ -244,7 +248,9 @@ function decideOne(
     holdMs: command?.holdMs ?? null,
     cid,
   };
-  const queued = store.enqueue(
+  const queued = enqueue(
+    db,
+    deps.store.limits,
     'access.event',
     {
       eventId: row.eventId,
@@ -264,7 +270,7 @@ function decideOne(
     true,
     now,
   );
-  store.insertAccess(row, 'seq' in queued ? queued.seq : null);
+  insertAccess(db, row, 'seq' in queued ? queued.seq : null);
   return { row, command, ...(siteLockoutUntil === undefined ? {} : { siteLockoutUntil }) };
 }
 
