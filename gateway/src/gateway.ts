@@ -20,13 +20,11 @@ import {
   type SiteMode,
 } from '@tobira/shared';
 import type { FastifyInstance } from 'fastify';
-import { purgeAccessLog } from './adapters/sqlite/access-log.js';
 import { openDatabase } from './adapters/sqlite/db.js';
-import { purgeLockRefusals, purgeRejected, type RetentionLimits } from './adapters/sqlite/diagnostics.js';
-import { inboxDepth, purgeProcessed, releaseAllClaims, type InboxRow } from './adapters/sqlite/inbox.js';
-import { purgeIncompleteSnapshots } from './adapters/sqlite/keyset.js';
+import type { RetentionLimits } from './adapters/sqlite/diagnostics.js';
+import { inboxDepth, releaseAllClaims, type InboxRow } from './adapters/sqlite/inbox.js';
 import { allLocks, upsertLock } from './adapters/sqlite/locks.js';
-import { outboxDepth, purgeSentOutbox } from './adapters/sqlite/outbox.js';
+import { outboxDepth } from './adapters/sqlite/outbox.js';
 import { readSettings, touchHighWater } from './adapters/sqlite/settings.js';
 import { staffLists } from './adapters/sqlite/staff-queries.js';
 import { GatewayStore } from './adapters/sqlite/store.js';
@@ -37,6 +35,7 @@ import { applyPending, maybeResync, type ApplyDeps } from './app/apply.js';
 import { TrustedTime, noCrash, nowOf, type AppContext, type CrashHook } from './app/context.js';
 import { receiveDownlink, type DownlinkDeps } from './app/downlink.js';
 import { enqueueStatus } from './app/locks.js';
+import { purgeOld } from './app/retention.js';
 import { siteMessageRouter } from './app/site-requests.js';
 import { ackAlarmLocally, setSiteMode } from './app/staff-actions.js';
 import { health, staffStatus, type StaffStatusDeps } from './app/staff-status.js';
@@ -119,23 +118,7 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
   };
 
   const applyNow = (): number => (applyDeps === null ? 0 : applyPending(applyDeps));
-  /**
-   * Retention: processed inbox 30 days, sent outbox 7 days, incomplete snapshots 1 day, lock refusals and
-   * rejected downlinks by `retention`, the access log by `accessLog` (only rows the cloud already has).
-   */
-  const purgeNow = (): number => {
-    const s = need(store);
-    const { db, retention } = s;
-    const now = nowOf({ store: s, time });
-    return (
-      purgeProcessed(db, now - 30 * DAY) +
-      purgeSentOutbox(db, now - 7 * DAY) +
-      purgeIncompleteSnapshots(db, now - DAY) +
-      purgeLockRefusals(db, now, retention.lockRefusalsMaxAgeMs) +
-      purgeRejected(db, now, retention.rejectedMaxAgeMs) +
-      purgeAccessLog(db, now, { maxRows: retention.accessLogMaxRows, maxAgeMs: retention.accessLogMaxAgeMs })
-    );
-  };
+  const purgeNow = (): number => purgeOld({ store: need(store), time });
   const applySoon = () => {
     if (applyScheduled) return;
     applyScheduled = true;
