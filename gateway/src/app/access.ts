@@ -1,9 +1,7 @@
 import {
   LockRequest,
   asDoorId,
-  asKeyId,
   asLockId,
-  asPersonId,
   credentialDigest,
   newCorrelationId,
   newId,
@@ -14,7 +12,7 @@ import {
   topics,
   withCorrelation,
   type CredentialType,
-  type DecisionCode,
+  type AccessEvent,
   type LockCommand,
   type LockDecision,
 } from '@tobira/shared';
@@ -180,7 +178,7 @@ export function handleLockRequests(deps: AccessDeps, items: readonly { lockId: s
       log.info({ allowed: row.allowed, code: row.code, keyId: row.keyId, personId: row.personId, commandId: row.commandId }, 'door decision');
     }
     return {
-      decision: { requestId: row.requestId, allowed: row.allowed, code: row.code as DecisionCode, commandId: row.commandId },
+      decision: { requestId: row.requestId, allowed: row.allowed, code: row.code, commandId: row.commandId },
       command: d.command,
       replayed: d.replayed,
       cid: row.cid,
@@ -231,11 +229,11 @@ function decideOne(
   const command = d.allowed
     ? signLockCommand(secret, { commandId: newId(), lockId: asLockId(lockId), action: 'unlock', holdMs: access.holdMs, expiresAt: now + access.commandTtlMs })
     : null;
-  const row: AccessRow = {
+  const event: AccessEvent = {
     eventId: newId(),
-    lockId,
     requestId,
-    doorId: lock?.doorId ?? null,
+    lockId: asLockId(lockId),
+    doorId: lock?.doorId == null ? null : asDoorId(lock.doorId),
     at: now,
     allowed: d.allowed,
     code: d.code,
@@ -244,32 +242,9 @@ function decideOne(
     personId: key?.grant.personId ?? null,
     credentialType: credential?.type ?? null,
     commandId: command?.commandId ?? null,
-    commandExpiresAt: command?.expiresAt ?? null,
-    holdMs: command?.holdMs ?? null,
-    cid,
   };
-  const queued = enqueue(
-    db,
-    deps.store.limits,
-    'access.event',
-    {
-      eventId: row.eventId,
-      requestId,
-      lockId: asLockId(lockId),
-      doorId: row.doorId === null ? null : asDoorId(row.doorId),
-      at: now,
-      allowed: row.allowed,
-      code: d.code,
-      keyId: row.keyId === null ? null : asKeyId(row.keyId),
-      keyVersion: row.keyVersion,
-      personId: row.personId === null ? null : asPersonId(row.personId),
-      credentialType: credential?.type ?? null,
-      commandId: row.commandId,
-    },
-    cid,
-    true,
-    now,
-  );
+  const row: AccessRow = { ...event, commandExpiresAt: command?.expiresAt ?? null, holdMs: command?.holdMs ?? null, cid };
+  const queued = enqueue(db, deps.store.limits, 'access.event', event, cid, true, now);
   insertAccess(db, row, 'seq' in queued ? queued.seq : null);
   return { row, command, ...(siteLockoutUntil === undefined ? {} : { siteLockoutUntil }) };
 }
@@ -277,6 +252,6 @@ function decideOne(
 /** The same command again: same id and expiry, so the same MAC; a lock refuses it if already executed or expired. */
 function recordedCommand(row: AccessRow, secret: Uint8Array): LockCommand | null {
   return row.commandId !== null && row.commandExpiresAt !== null && row.holdMs !== null
-    ? signLockCommand(secret, { commandId: row.commandId, lockId: asLockId(row.lockId), action: 'unlock', holdMs: row.holdMs, expiresAt: row.commandExpiresAt })
+    ? signLockCommand(secret, { commandId: row.commandId, lockId: row.lockId, action: 'unlock', holdMs: row.holdMs, expiresAt: row.commandExpiresAt })
     : null;
 }

@@ -1,4 +1,4 @@
-import { parseRow, parseRows } from '@tobira/shared';
+import { AccessEventMessage, parseRow, parseRows, type AccessEvent } from '@tobira/shared';
 import { z } from 'zod';
 import { flag, type ReadableDb, type WritableDb } from './db.js';
 
@@ -7,23 +7,13 @@ import { flag, type ReadableDb, type WritableDb } from './db.js';
  * the command it sent. A decision's row is written by `commitDecisions`
  * together with its lockout updates and its access.event outbox row.
  */
-export interface AccessRow {
-  readonly eventId: string;
-  readonly lockId: string;
-  readonly requestId: string;
-  readonly doorId: string | null;
-  readonly at: number;
-  readonly allowed: boolean;
-  readonly code: string;
-  readonly keyId: string | null;
-  readonly keyVersion: number | null;
-  readonly personId: string | null;
-  readonly credentialType: string | null;
-  readonly commandId: string | null;
+export type AccessRow = AccessEvent & {
+  /** The unlock command's expiry and hold, to sign the same command again for a repeated request (null: no command). */
   readonly commandExpiresAt: number | null;
   readonly holdMs: number | null;
+  /** The correlation id of the decision's work (its grant's cid when a key matched). */
   readonly cid: string;
-}
+};
 
 const AccessRowSchema = z
   .object({
@@ -43,25 +33,25 @@ const AccessRowSchema = z
     hold_ms: z.int().nullable(),
     cid: z.string(),
   })
-  .transform(
-    (r): AccessRow => ({
-      eventId: r.event_id,
-      lockId: r.lock_id,
-      requestId: r.request_id,
-      doorId: r.door_id,
-      at: r.at,
-      allowed: r.allowed,
-      code: r.code,
-      keyId: r.key_id,
-      keyVersion: r.key_version,
-      personId: r.person_id,
-      credentialType: r.credential_type,
-      commandId: r.command_id,
-      commandExpiresAt: r.command_expires_at,
-      holdMs: r.hold_ms,
-      cid: r.cid,
-    }),
-  );
+  .transform((r) => ({
+    eventId: r.event_id,
+    requestId: r.request_id,
+    lockId: r.lock_id,
+    doorId: r.door_id,
+    at: r.at,
+    allowed: r.allowed,
+    code: r.code,
+    keyId: r.key_id,
+    keyVersion: r.key_version,
+    personId: r.person_id,
+    credentialType: r.credential_type,
+    commandId: r.command_id,
+    commandExpiresAt: r.command_expires_at,
+    holdMs: r.hold_ms,
+    cid: r.cid,
+  }))
+  // the event fields are the access.event body's, checked by its own schema
+  .pipe(AccessEventMessage.shape.body.extend({ commandExpiresAt: z.int().nullable(), holdMs: z.int().nullable(), cid: z.string() }));
 
 /** `outboxSeq`: the uplink seq of the row's access.event (retention keeps the row until that is delivered). */
 export function insertAccess(db: WritableDb, a: AccessRow, outboxSeq: number | null = null): void {
