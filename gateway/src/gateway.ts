@@ -10,7 +10,6 @@ import {
   importSigningKey,
   monotonicClock,
   newCorrelationId,
-  parseTopic,
   systemClock,
   topics,
   withCorrelation,
@@ -18,22 +17,32 @@ import {
   type KeyPairJwk,
   type Logger,
   type MonotonicClock,
+  type SiteMode,
 } from '@tobira/shared';
 import type { FastifyInstance } from 'fastify';
 import { openDatabase } from './adapters/sqlite/db.js';
-import { GatewayStore, type InboxRow, type RetentionLimits, type Settings } from './adapters/sqlite/store.js';
+import type { RetentionLimits } from './adapters/sqlite/diagnostics.js';
+import { inboxDepth, releaseAllClaims, type InboxRow } from './adapters/sqlite/inbox.js';
+import { allLocks, upsertLock } from './adapters/sqlite/locks.js';
+import { outboxDepth } from './adapters/sqlite/outbox.js';
+import { readSettings, touchHighWater } from './adapters/sqlite/settings.js';
+import { staffLists } from './adapters/sqlite/staff-queries.js';
+import { GatewayStore } from './adapters/sqlite/store.js';
 import { connectCloudLink, connectSiteLink, type Link } from './adapters/mqtt/links.js';
 import { StorageGuard, statfsFreeBytes, type FreeSpaceReader, type StorageStatus } from './adapters/storage.js';
-import { handleLockRequests, type AccessDeps } from './app/access.js';
+import type { AccessDeps } from './app/access.js';
 import { applyPending, maybeResync, type ApplyDeps } from './app/apply.js';
 import { TrustedTime, noCrash, nowOf, type AppContext, type CrashHook } from './app/context.js';
 import { receiveDownlink, type DownlinkDeps } from './app/downlink.js';
-import { enqueueStatus, handleLockMessage, recordLockRefusal } from './app/locks.js';
+import { enqueueStatus } from './app/locks.js';
+import { purgeOld } from './app/retention.js';
+import { siteMessageRouter } from './app/site-requests.js';
+import { ackAlarmLocally, setSiteMode } from './app/staff-actions.js';
+import { health, staffStatus, type StaffStatusDeps } from './app/staff-status.js';
 import { UplinkSender, sendResyncRequest, type UplinkDeps } from './app/uplink.js';
 import type { GatewayConfig } from './config.js';
-import { isStale, leaseRemainingSeconds } from './domain/freshness.js';
-import { getAlarm, staffCounts, staffLists } from './adapters/sqlite/staff-queries.js';
-import { buildApp, healthVerdict, type FailClosedReason } from './http/app.js';
+import { leaseRemainingSeconds } from './domain/freshness.js';
+import { buildApp } from './http/app.js';
 import { createMetrics, type Metrics } from './metrics.js';
 
 export interface GatewayDeps {
@@ -75,23 +84,13 @@ export interface Gateway {
   /** Resolves when the uplink sender has nothing more it can send now. */
   uplinkIdle(): Promise<void>;
   /** `cid`: the correlation id of the staff request (a fresh one when absent). */
-  setMode(mode: 'normal' | 'lockdown', by: string, cid?: string): { mode: 'normal' | 'lockdown'; changed: boolean };
+  setMode(mode: SiteMode, by: string, cid?: string): { mode: SiteMode; changed: boolean };
   enqueueStatus(): boolean;
   readonly cloudConnected: boolean;
   readonly siteConnected: boolean;
 }
 
 const DAY = 24 * 3600 * 1000;
-
-/** Why ordinary keys are denied CLOUD_STALE (null when they are not). */
-function failClosedReasonOf(st: Settings, stale: boolean): FailClosedReason | null {
-  if (!stale) return null;
-  if (st.seqConflictAt !== null) return 'SEQ_CONFLICT';
-  if (st.leaseExpiresAt === null) return 'NO_LEASE';
-  // the cloud has handed out seqs we never got (a revoke stuck in its backoff or dead-lettered, a lost resync)
-  if (st.cloudLastSeq !== null && st.cloudLastSeq > st.appliedSeq) return 'BEHIND_CLOUD';
-  return 'LEASE_EXPIRED';
-}
 
 /** Constructs a gateway; does nothing until `start()`. */
 export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Gateway {
@@ -119,17 +118,7 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
   };
 
   const applyNow = (): number => (applyDeps === null ? 0 : applyPending(applyDeps));
-  /**
-   * Retention: processed inbox 30 days, sent outbox 7 days, incomplete snapshots 1 day, lock refusals and
-   * rejected downlinks by `retention`, the access log by `accessLog` (only rows the cloud already has).
-   */
-  const purgeNow = (): number => {
-    const s = need(store);
-    const now = nowOf({ store: s, time });
-    return (
-      s.purgeProcessed(now - 30 * DAY) + s.purgeSentOutbox(now - 7 * DAY) + s.purgeIncompleteSnapshots(now - DAY) + s.purgeLockRefusals(now) + s.purgeRejected(now) + s.purgeAccessLog(now)
-    );
-  };
+  const purgeNow = (): number => purgeOld({ store: need(store), time });
   const applySoon = () => {
     if (applyScheduled) return;
     applyScheduled = true;
@@ -143,19 +132,7 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
     });
   };
 
-  function setMode(mode: 'normal' | 'lockdown', by: string, cid: string = newCorrelationId()) {
-    const s = need(store);
-    const changed = s.db
-      .transaction(() => {
-        if (s.settings().mode === mode) return false;
-        s.setMode(mode);
-        return true;
-      })
-      .immediate();
-    withCorrelation(log, cid).warn({ mode, by, changed }, 'site mode set locally');
-    if (changed) gw.enqueueStatus();
-    return { mode, changed };
-  }
+  const setMode = (mode: SiteMode, by: string, cid: string = newCorrelationId()) => setSiteMode(ctx(), mode, by, cid);
 
   const gw: Gateway = {
     get store() {
@@ -191,8 +168,8 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
       // Before the first request is decided: a gateway started on a full disk starts refusing.
       await guard.check();
       const now0 = clock.now();
-      for (const l of config.locks) s.upsertLock(l.lockId, l.doorId, now0);
-      s.releaseAllClaims();
+      for (const l of config.locks) upsertLock(s.db, l.lockId, l.doorId, now0);
+      releaseAllClaims(s.db);
 
       const pair = JSON.parse(readFileSync(config.keyPairFile, 'utf8')) as KeyPairJwk;
       const signingKey = await importSigningKey(pair.privateJwk);
@@ -226,10 +203,10 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
         storageLow: () => guard.low,
       };
       metrics.bind({
-        inboxDepth: () => s.inboxDepth(),
-        outboxDepth: () => s.outboxDepth(),
-        leaseRemainingSeconds: () => leaseRemainingSeconds(s.settings().leaseExpiresAt, nowOf(base)),
-        locks: () => s.locks(),
+        inboxDepth: () => inboxDepth(s.db),
+        outboxDepth: () => outboxDepth(s.db),
+        leaseRemainingSeconds: () => leaseRemainingSeconds(readSettings(s.db).leaseExpiresAt, nowOf(base)),
+        locks: () => allLocks(s.db),
         storage: () => guard.status(),
       });
 
@@ -254,55 +231,12 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
         withCorrelation(log, newCorrelationId(), { link: 'cloud' }),
       );
 
-      const pendingRequests: { lockId: string; payload: Buffer }[] = [];
-      const flushRequests = () => {
-        const batch = pendingRequests.splice(0);
-        if (batch.length === 0 || stopping) return;
-        let answers: ReturnType<typeof handleLockRequests>;
-        try {
-          answers = handleLockRequests(accessDeps, batch);
-        } catch (e) {
-          // Nothing was committed, nothing is published: the locks stay locked and retry (fail closed).
-          runLog.error({ err: e, requests: batch.length }, 'lock requests not decided');
-          return;
-        }
-        const link = site;
-        if (link === null) return;
-        for (const [i, answer] of answers.entries()) {
-          if (answer === null) continue;
-          const lockId = batch[i]!.lockId;
-          const l = withCorrelation(log, answer.cid, { lockId, requestId: answer.decision.requestId });
-          link.publish(topics.lock(config.gatewayId, lockId, 'decision'), JSON.stringify(answer.decision), { qos: 1 }).catch((e: unknown) => l.warn({ err: String(e) }, 'decision not published'));
-          if (answer.command !== null) {
-            link.publish(topics.lock(config.gatewayId, lockId, 'command'), JSON.stringify(answer.command), { qos: 1 }).catch((e: unknown) => l.warn({ err: String(e) }, 'command not published'));
-          }
-        }
-      };
+      const onSiteMessage = siteMessageRouter({ ...accessDeps, site: () => site, stopping: () => stopping, runLog });
       const siteFilters = (['request', 'state', 'event', 'presence'] as const).map((c) => filters.locksOf(config.gatewayId, c));
       site = connectSiteLink(
         config.site,
         { clientId: gatewaySiteClientId(config.gatewayId), filters: siteFilters },
-        (topic, payload) => {
-          if (stopping) return;
-          const t = parseTopic(topic);
-          if (t === null || t.kind !== 'lock' || t.gatewayId !== config.gatewayId) {
-            // Only this gateway's lock filters are subscribed: this is a lock id that is not a slug.
-            const channel = topic.slice(topic.lastIndexOf('/') + 1);
-            recordLockRefusal(base, withCorrelation(log, newCorrelationId()), { origin: 'gateway', lockId: null, channel, topic, code: 'BAD_TOPIC', detail: 'not a lock topic of this gateway', payload });
-            return;
-          }
-          try {
-            if (t.channel === 'request') {
-              // Group commit: requests that arrive in the same turn share one transaction (one fsync).
-              pendingRequests.push({ lockId: t.lockId, payload });
-              if (pendingRequests.length === 1) setImmediate(flushRequests);
-            } else if (t.channel === 'state' || t.channel === 'event' || t.channel === 'presence') {
-              handleLockMessage(base, t.lockId, t.channel, payload);
-            }
-          } catch (e) {
-            runLog.error({ err: e, topic }, 'site message handling failed');
-          }
-        },
+        onSiteMessage,
         withCorrelation(log, newCorrelationId(), { link: 'site' }),
       );
 
@@ -311,7 +245,7 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
         setInterval(() => {
           try {
             applyNow();
-            s.touchHighWater(nowOf(base));
+            touchHighWater(s.db, nowOf(base));
           } catch (e) {
             runLog.error({ err: e }, 'tick failed');
           }
@@ -331,11 +265,13 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
       );
       for (const t of timers) t.unref();
 
-      /** Why ordinary keys are denied now, if they are: one projection for `/staff/status` and `/healthz`. */
-      const freshness = () => {
-        const st = s.settings();
-        const now = nowOf(base);
-        return { st, now, failClosedReason: failClosedReasonOf(st, isStale(st.leaseExpiresAt, now)) };
+      const statusDeps: StaffStatusDeps = {
+        ...base,
+        cloudConnected: () => cloud?.connected ?? false,
+        siteConnected: () => site?.connected ?? false,
+        stopping: () => stopping,
+        storage: () => guard.status(),
+        timeZone: config.timeZone ?? null,
       };
 
       if (config.http !== null) {
@@ -349,70 +285,13 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
           now: () => clock.now(),
           log,
           setMode,
-          ackAlarm: (alarmId, by, cid) => {
-            const result = s.ackAlarm(alarmId, by, nowOf(base));
-            const alarm = getAlarm(s.db, alarmId);
-            withCorrelation(log, cid).info({ alarmId, by, result }, 'alarm acknowledged locally');
-            if (result === 'not_found' || alarm === null) return { status: 'refused', code: 'ALARM_NOT_FOUND' };
-            return { status: result, alarm };
-          },
-          staff: {
-            status: () => {
-              const { st, now, failClosedReason } = freshness();
-              const c = staffCounts(s.db);
-              return {
-                gatewayId: config.gatewayId,
-                now,
-                mode: st.mode,
-                cloudConnected: cloud?.connected ?? false,
-                siteConnected: site?.connected ?? false,
-                appliedSeq: st.appliedSeq,
-                leaseExpiresAt: st.leaseExpiresAt,
-                leaseRemainingSeconds: leaseRemainingSeconds(st.leaseExpiresAt, now),
-                failClosed: failClosedReason !== null,
-                failClosedReason,
-                waitingOnGap: s.hasGap(st.appliedSeq),
-                cloudLastSeq: st.cloudLastSeq,
-                uplinkUnacked: s.outboxUnacked(),
-                uplinkAckedSeq: st.uplinkAckedSeq,
-                newestVerifiedIatMs: st.maxIatMs,
-                lastResyncAt: st.lastResyncAt,
-                inboxDepth: c.inboxPending,
-                outboxDepth: c.outboxPending,
-                inboxFailed: c.inboxFailed,
-                rejectedDownlinks: c.rejected,
-                lockRefusals: c.lockRefusals,
-                openAlarms: c.openAlarms,
-                locksTotal: c.locks,
-                locksOnline: c.locksOnline,
-                timeZone: config.timeZone ?? null,
-                storage: guard.status(),
-              };
-            },
-            ...staffLists(s.db, () => nowOf(base)),
-          },
-          health: () => {
-            const { st, now, failClosedReason } = freshness();
-            const remaining = leaseRemainingSeconds(st.leaseExpiresAt, now);
-            const cloudConnected = cloud?.connected ?? false;
-            const siteConnected = site?.connected ?? false;
-            return {
-              ...healthVerdict({ stopping, failClosedReason, cloudConnected, siteConnected }),
-              failClosedReason,
-              cloudConnected,
-              siteConnected,
-              mode: st.mode,
-              appliedSeq: st.appliedSeq,
-              leaseExpiresAt: st.leaseExpiresAt,
-              leaseRemainingSeconds: remaining,
-              inboxDepth: s.inboxDepth(),
-              outboxDepth: s.outboxDepth(),
-            };
-          },
+          ackAlarm: (alarmId, by, cid) => ackAlarmLocally(base, alarmId, by, cid),
+          staff: { status: () => staffStatus(statusDeps), ...staffLists(s.db, () => nowOf(base)) },
+          health: () => health(statusDeps),
         });
         httpUrl = await http.listen({ host: config.http.host, port: config.http.port });
       }
-      runLog.info({ httpUrl, appliedSeq: s.settings().appliedSeq }, 'gateway started');
+      runLog.info({ httpUrl, appliedSeq: readSettings(s.db).appliedSeq }, 'gateway started');
     },
 
     async stop(opts = {}) {
@@ -422,14 +301,14 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
       const s = store;
       // Where trusted time resumes after a restart (a restart must not hand back elapsed lease time).
       try {
-        if (s !== null) s.touchHighWater(nowOf({ store: s, time }));
+        if (s !== null) touchHighWater(s.db, nowOf({ store: s, time }));
       } catch (e) {
         runLog.error({ err: e }, 'time floor not saved at stop');
       }
       if (!opts.force && s !== null && cloud?.connected) {
         // Drain: give the outbox a bounded time to reach the cloud.
         const deadline = Date.now() + config.drainTimeoutMs;
-        while (s.outboxDepth() > 0 && cloud.connected && Date.now() < deadline) {
+        while (outboxDepth(s.db) > 0 && cloud.connected && Date.now() < deadline) {
           uplink?.wake();
           await Promise.race([uplink?.idle(), new Promise((r) => setTimeout(r, 50))]);
         }

@@ -1,16 +1,16 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { DEFAULT_OFFLINE_MAX_SECONDS, asKeyId, type KeyGrant } from '@tobira/shared';
-import { decide, lastFreshSyncAt, type KeyCandidate, type KeySetView, type LockView, type SiteView } from '../src/domain/decide.js';
+import { decide, lastFreshSyncAt, type KeySetView, type LockView, type SiteView } from '../src/domain/decide.js';
 import { advanceFloor, isStale, onHeartbeat, trustedNow, type TimeAnchor } from '../src/domain/freshness.js';
-import { applyGrant, applyRevoke, emptySlot, isActive, type KeySlot } from '../src/domain/keyset.js';
+import { applyGrant, applyRevoke, emptySlot, isActive, type KeySlot, type StoredKey } from '../src/domain/keyset.js';
 import { isLockedOut, noLockout, noSiteLockout, recordAttempt, recordSiteAttempt, type SiteLockoutState } from '../src/domain/lockout.js';
 import { fullBucket, takeToken, type Bucket } from '@tobira/shared';
 import { inSchedule } from '../src/domain/schedule.js';
 import { DOOR, LOCK, T0, grant } from './fixtures.js';
 
-const keys = (...ks: KeyCandidate[]): KeySetView => ({ byCredential: (t, d) => ks.filter((k) => k.grant.credential.type === t && k.grant.credential.digest === d) });
-const active = (g: KeyGrant): KeyCandidate => ({ grant: g, version: g.version, status: 'active' });
+const keys = (...ks: StoredKey[]): KeySetView => ({ byCredential: (t, d) => ks.filter((k) => k.grant.credential.type === t && k.grant.credential.digest === d) });
+const active = (g: KeyGrant): StoredKey => ({ grant: g, version: g.version, status: 'active' });
 const lock: LockView = { doorId: DOOR, failures: 0, lockedOutUntil: null };
 const fresh: SiteView = { mode: 'normal', leaseExpiresAt: T0 + 60_000, lastFreshAt: T0 - 240_000 };
 const req = { lockId: LOCK, credentialType: 'pin' as const, digest: 'A'.repeat(43) };
@@ -20,7 +20,7 @@ describe('decide', () => {
     expect(decide(req, keys(active(grant())), lock, fresh, T0)).toMatchObject({ allowed: true, code: 'ALLOWED' });
   });
   it('answers each refusal with its code', () => {
-    const cases: [KeyCandidate | null, LockView, SiteView, string][] = [
+    const cases: [StoredKey | null, LockView, SiteView, string][] = [
       [null, lock, fresh, 'UNKNOWN_CREDENTIAL'],
       [{ ...active(grant()), status: 'revoked' }, lock, fresh, 'KEY_REVOKED'],
       [active(grant({ doors: [asKeyId('door-2') as never] })), lock, fresh, 'DOOR_NOT_PERMITTED'],
@@ -79,7 +79,7 @@ describe('decide', () => {
     });
 
     it('a revoked offline-capable key is refused KEY_REVOKED, inside its cap too', () => {
-      const revoked: KeyCandidate = { ...staff({ offlineMaxSeconds: 2 * 3600 }), status: 'revoked' };
+      const revoked: StoredKey = { ...staff({ offlineMaxSeconds: 2 * 3600 }), status: 'revoked' };
       expect(decide(req, keys(revoked), lock, stale, T0)).toMatchObject({ allowed: false, code: 'KEY_REVOKED' });
     });
 

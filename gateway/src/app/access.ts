@@ -1,9 +1,7 @@
 import {
   LockRequest,
   asDoorId,
-  asKeyId,
   asLockId,
-  asPersonId,
   credentialDigest,
   newCorrelationId,
   newId,
@@ -14,14 +12,18 @@ import {
   topics,
   withCorrelation,
   type CredentialType,
-  type DecisionCode,
+  type AccessEvent,
   type LockCommand,
   type LockDecision,
 } from '@tobira/shared';
 import { decide, lastFreshSyncAt } from '../domain/decide.js';
 import { recordAttempt, recordSiteAttempt, type LockoutPolicy, type SiteLockoutPolicy } from '../domain/lockout.js';
 import { fullBucket, takeToken, type Bucket, type RatePolicy } from '@tobira/shared';
-import type { AccessRow } from '../adapters/sqlite/store.js';
+import { commitDecisions, findAccess, insertAccess, type AccessRow } from '../adapters/sqlite/access-log.js';
+import { keySetView } from '../adapters/sqlite/keyset.js';
+import { lockById, setLockout, setSiteLockout, siteLockout as readSiteLockout } from '../adapters/sqlite/locks.js';
+import { enqueue } from '../adapters/sqlite/outbox.js';
+import { raiseTimeFloor, readSettings } from '../adapters/sqlite/settings.js';
 import { nowOf, type AppContext } from './context.js';
 import { recordLockRefusal } from './locks.js';
 
@@ -152,16 +154,14 @@ export function handleLockRequests(deps: AccessDeps, items: readonly { lockId: s
     return { lockId, secret, requestId, credential };
   });
 
-  const decided = store.db
-    .transaction((): (Decided | null)[] =>
-      prepared.map((p) => {
-        if (p === null) return null;
-        const earlier = store.findAccess(p.lockId, p.requestId);
-        if (earlier !== null) return { row: earlier, command: recordedCommand(earlier, p.secret), replayed: true };
-        return { ...decideOne(deps, p.lockId, p.secret, p.requestId, p.credential), replayed: false };
-      }),
-    )
-    .immediate();
+  const decided = commitDecisions(store.db, (): (Decided | null)[] =>
+    prepared.map((p) => {
+      if (p === null) return null;
+      const earlier = findAccess(store.db, p.lockId, p.requestId);
+      if (earlier !== null) return { row: earlier, command: recordedCommand(earlier, p.secret), replayed: true };
+      return { ...decideOne(deps, p.lockId, p.secret, p.requestId, p.credential), replayed: false };
+    }),
+  );
 
   const answers = decided.map((d, i): AccessAnswer | null => {
     const refusal = limited[i];
@@ -178,7 +178,7 @@ export function handleLockRequests(deps: AccessDeps, items: readonly { lockId: s
       log.info({ allowed: row.allowed, code: row.code, keyId: row.keyId, personId: row.personId, commandId: row.commandId }, 'door decision');
     }
     return {
-      decision: { requestId: row.requestId, allowed: row.allowed, code: row.code as DecisionCode, commandId: row.commandId },
+      decision: { requestId: row.requestId, allowed: row.allowed, code: row.code, commandId: row.commandId },
       command: d.command,
       replayed: d.replayed,
       cid: row.cid,
@@ -191,7 +191,7 @@ export function handleLockRequests(deps: AccessDeps, items: readonly { lockId: s
   return answers;
 }
 
-/** One decision, inside the caller's transaction: decide, lockouts (lock and site), access log, outbox. */
+/** One decision, inside `commitDecisions`' transaction: decide, lockouts (lock and site), access log, outbox. */
 function decideOne(
   deps: AccessDeps,
   lockId: string,
@@ -199,11 +199,13 @@ function decideOne(
   requestId: string,
   credential: { type: CredentialType; digest: string } | null,
 ): { row: AccessRow; command: LockCommand | null; siteLockoutUntil?: number } {
-  const { store, access } = deps;
+  const { access } = deps;
+  const { db } = deps.store;
   const now = nowOf(deps);
-  const lock = store.lock(lockId);
-  const siteLockout = credential === null ? null : store.siteLockout(credential.type);
-  const settings = store.settings();
+  const lock = lockById(db, lockId);
+  const siteLockout = credential === null ? null : readSiteLockout(db, credential.type);
+  const settings = readSettings(db);
+  const keySet = keySetView(db);
   const site = {
     ...settings,
     lastFreshAt: lastFreshSyncAt(settings.leaseExpiresAt, access.offlineGraceSeconds),
@@ -213,25 +215,25 @@ function decideOne(
   const d =
     credential === null
       ? ({ allowed: false, code: 'BAD_REQUEST' } as const)
-      : decide({ lockId: asLockId(lockId), credentialType: credential.type, digest: credential.digest }, store.keySet, lock === null ? null : { ...lock, doorId: lock.doorId === null ? null : asDoorId(lock.doorId) }, site, now);
-  if (lock !== null && d.code !== 'LOCKED_OUT') store.setLockout(lockId, recordAttempt(lock, d.code, now, access.lockout), now);
+      : decide({ lockId: asLockId(lockId), credentialType: credential.type, digest: credential.digest }, keySet, lock === null ? null : { ...lock, doorId: lock.doorId === null ? null : asDoorId(lock.doorId) }, site, now);
+  if (lock !== null && d.code !== 'LOCKED_OUT') setLockout(db, lockId, recordAttempt(lock, d.code, now, access.lockout), now);
   let siteLockoutUntil: number | undefined;
   if (credential !== null && siteLockout !== null) {
     const next = recordSiteAttempt(siteLockout, d.code, now, access.siteLockout);
-    if (next !== siteLockout) store.setSiteLockout(credential.type, next, now);
+    if (next !== siteLockout) setSiteLockout(db, credential.type, next, now);
     if (next.lockedOutUntil !== null && next.lockedOutUntil !== siteLockout.lockedOutUntil) siteLockoutUntil = next.lockedOutUntil;
   }
-  store.raiseTimeFloor(0, now);
+  raiseTimeFloor(db, 0, now);
   const key = d.key ?? null;
-  const cid = (key !== null ? store.keySet.grantCid(key.grant.keyId) : null) ?? newCorrelationId();
+  const cid = (key !== null ? keySet.grantCid(key.grant.keyId) : null) ?? newCorrelationId();
   const command = d.allowed
     ? signLockCommand(secret, { commandId: newId(), lockId: asLockId(lockId), action: 'unlock', holdMs: access.holdMs, expiresAt: now + access.commandTtlMs })
     : null;
-  const row: AccessRow = {
+  const event: AccessEvent = {
     eventId: newId(),
-    lockId,
     requestId,
-    doorId: lock?.doorId ?? null,
+    lockId: asLockId(lockId),
+    doorId: lock?.doorId == null ? null : asDoorId(lock.doorId),
     at: now,
     allowed: d.allowed,
     code: d.code,
@@ -240,37 +242,16 @@ function decideOne(
     personId: key?.grant.personId ?? null,
     credentialType: credential?.type ?? null,
     commandId: command?.commandId ?? null,
-    commandExpiresAt: command?.expiresAt ?? null,
-    holdMs: command?.holdMs ?? null,
-    cid,
   };
-  const queued = store.enqueue(
-    'access.event',
-    {
-      eventId: row.eventId,
-      requestId,
-      lockId: asLockId(lockId),
-      doorId: row.doorId === null ? null : asDoorId(row.doorId),
-      at: now,
-      allowed: row.allowed,
-      code: d.code,
-      keyId: row.keyId === null ? null : asKeyId(row.keyId),
-      keyVersion: row.keyVersion,
-      personId: row.personId === null ? null : asPersonId(row.personId),
-      credentialType: credential?.type ?? null,
-      commandId: row.commandId,
-    },
-    cid,
-    true,
-    now,
-  );
-  store.insertAccess(row, 'seq' in queued ? queued.seq : null);
+  const row: AccessRow = { ...event, commandExpiresAt: command?.expiresAt ?? null, holdMs: command?.holdMs ?? null, cid };
+  const queued = enqueue(db, deps.store.limits, 'access.event', event, cid, true, now);
+  insertAccess(db, row, 'seq' in queued ? queued.seq : null);
   return { row, command, ...(siteLockoutUntil === undefined ? {} : { siteLockoutUntil }) };
 }
 
 /** The same command again: same id and expiry, so the same MAC; a lock refuses it if already executed or expired. */
 function recordedCommand(row: AccessRow, secret: Uint8Array): LockCommand | null {
   return row.commandId !== null && row.commandExpiresAt !== null && row.holdMs !== null
-    ? signLockCommand(secret, { commandId: row.commandId, lockId: asLockId(row.lockId), action: 'unlock', holdMs: row.holdMs, expiresAt: row.commandExpiresAt })
+    ? signLockCommand(secret, { commandId: row.commandId, lockId: row.lockId, action: 'unlock', holdMs: row.holdMs, expiresAt: row.commandExpiresAt })
     : null;
 }

@@ -1,15 +1,28 @@
 import {
+  KeySetSnapshotMessage,
   asKeyId,
   assertNever,
   newCorrelationId,
   withCorrelation,
-  type KeyGrant,
   type MessageId,
   type Outcome,
+  type ResyncReason,
 } from '@tobira/shared';
 import { onHeartbeat } from '../domain/freshness.js';
 import { applyGrant, applyRevoke, type KeySlot } from '../domain/keyset.js';
-import type { InboxRow } from '../adapters/sqlite/store.js';
+import { applyInboxRow, claimInbox, failInboxRow, hasGap, nextInbox, reclaimExpired, type InboxRow, type Settled } from '../adapters/sqlite/inbox.js';
+import { addSnapshotPart, dropActiveKeys, dropSnapshot, loadSlot, saveSlot, snapshotParts } from '../adapters/sqlite/keyset.js';
+import { ackUplink, enqueue, requeueUnacked } from '../adapters/sqlite/outbox.js';
+import {
+  markSeqConflict,
+  readSettings,
+  setAppliedSeq,
+  setBehindHeartbeat,
+  setCloudLastSeq,
+  setLastResyncAt,
+  setLease,
+  setSnapshotApplied,
+} from '../adapters/sqlite/settings.js';
 import { nowOf, type AppContext } from './context.js';
 
 /**
@@ -31,8 +44,6 @@ export interface ApplyOptions {
   readonly uplinkAckTimeoutMs: number;
 }
 
-import type { ResyncReason } from '@tobira/shared';
-
 export type { ResyncReason };
 
 export interface ApplyDeps extends AppContext {
@@ -45,26 +56,24 @@ export interface ApplyDeps extends AppContext {
   readonly beforeApply?: (row: InboxRow) => void;
 }
 
-interface AckDraft {
-  readonly result: 'applied' | 'noop' | 'refused';
-  readonly code: string;
+interface AckDraft extends Settled {
   readonly keyId: string | null;
   readonly keyVersion: number | null;
 }
 
-type RowResult = { readonly result: AckDraft['result']; readonly code: string; readonly resync?: ResyncReason; readonly resyncNow?: boolean };
+type RowResult = Settled & { readonly resync?: ResyncReason; readonly resyncNow?: boolean };
 
 /** Applies everything applicable now. Returns how many rows it settled. Synchronous. */
 export function applyPending(deps: ApplyDeps): number {
-  const { store } = deps;
+  const { db } = deps.store;
   let settled = 0;
   for (;;) {
     const now = nowOf(deps);
-    store.reclaimExpired(now);
-    const settings = store.settings();
-    const row = store.nextInbox(settings.appliedSeq, now);
+    reclaimExpired(db, now);
+    const settings = readSettings(db);
+    const row = nextInbox(db, settings.appliedSeq, now);
     if (row === null) {
-      if (store.hasGap(settings.appliedSeq)) maybeResync(deps, 'gap', newCorrelationId());
+      if (hasGap(db, settings.appliedSeq)) maybeResync(deps, 'gap', newCorrelationId());
       return settled;
     }
     const log = withCorrelation(deps.log, row.cid, { jti: row.jti, type: row.type, seq: row.seq });
@@ -76,10 +85,10 @@ export function applyPending(deps: ApplyDeps): number {
       settled++;
       continue;
     }
-    if (!store.claimInbox(row.id, now + deps.options.claimLeaseMs)) continue;
+    if (!claimInbox(db, row.id, now + deps.options.claimLeaseMs)) continue;
     try {
       deps.beforeApply?.(row);
-      const r = store.db.transaction(() => applyRow(deps, row, now)).immediate();
+      const r = applyInboxRow(db, row.id, now, () => applyRow(deps, row, now));
       deps.crash('afterApplyBeforeAck');
       deps.metrics.applied.inc({ type: row.type, result: r.result });
       log.info({ result: r.result, code: r.code }, 'inbox message applied');
@@ -99,18 +108,14 @@ export function applyPending(deps: ApplyDeps): number {
 
 /** Releases the claim with the error; when `failed`, marks the row failed and acks it refused. */
 function failRow(deps: ApplyDeps, row: InboxRow, error: string, now: number, failed: boolean): void {
-  const { store } = deps;
-  store.db
-    .transaction(() => {
-      store.failInbox(row.id, error, failed, now);
-      if (!failed) return;
-      ack(deps, row, { result: 'refused', code: 'APPLY_FAILED', ...keyOf(row) }, now);
-      // A grant that cannot be applied leaves the key inactive, which is safe: move on.
-      // A revoke that cannot be applied must not be skipped: the seq stays stuck, the
-      // lease cannot be renewed, and the site fails closed (DESIGN.md I1).
-      if (row.type === 'key.grant' && row.seq === store.settings().appliedSeq + 1) store.setAppliedSeq(row.seq);
-    })
-    .immediate();
+  const { db } = deps.store;
+  failInboxRow(db, row.id, error, failed, now, () => {
+    ack(deps, row, { result: 'refused', code: 'APPLY_FAILED', ...keyOf(row) }, now);
+    // A grant that cannot be applied leaves the key inactive, which is safe: move on.
+    // A revoke that cannot be applied must not be skipped: the seq stays stuck, the
+    // lease cannot be renewed, and the site fails closed (DESIGN.md I1).
+    if (row.type === 'key.grant' && row.seq === readSettings(db).appliedSeq + 1) setAppliedSeq(db, row.seq);
+  });
   deps.outboxWritten();
 }
 
@@ -131,22 +136,23 @@ function keyOf(row: InboxRow): { keyId: string | null; keyVersion: number | null
 }
 
 /** Acks of sequenced messages and snapshots are essential; heartbeat and resync-answer acks are not (see docs/gateway.md). */
-function ack(deps: ApplyDeps, row: InboxRow, a: AckDraft, now: number, ackOf: string = row.jti): void {
+function ack(deps: ApplyDeps, row: InboxRow, a: AckDraft, now: number, ackOf: MessageId = row.jti): void {
   const essential = row.type === 'key.grant' || row.type === 'key.revoke' || row.type === 'keyset.snapshot';
-  const r = deps.store.enqueue('ack', { ackOf: ackOf as MessageId, ackSeq: row.seq, result: a.result, code: a.code, keyId: a.keyId === null ? null : asKeyId(a.keyId), keyVersion: a.keyVersion }, row.cid, essential, now);
+  const r = enqueue(deps.store.db, deps.store.limits, 'ack', { ackOf, ackSeq: row.seq, result: a.result, code: a.code, keyId: a.keyId === null ? null : asKeyId(a.keyId), keyVersion: a.keyVersion }, row.cid, essential, now);
   if ('refused' in r) deps.metrics.outboxRefused.inc({ type: 'ack' });
 }
 
 function settleKey(deps: ApplyDeps, row: InboxRow, keyId: string, o: Outcome<KeySlot>, version: number, grantCid: string | null, now: number): RowResult {
-  if (o.status === 'applied' || o.status === 'noop') deps.store.saveSlot(keyId, o.state, grantCid, now);
+  if (o.status === 'applied' || o.status === 'noop') saveSlot(deps.store.db, keyId, o.state, grantCid, now);
   const result = o.status === 'conflict' ? 'refused' : o.status;
   ack(deps, row, { result, code: o.code, keyId, keyVersion: version }, now);
   return { result, code: o.code };
 }
 
+/** The use case of one row, inside `applyInboxRow`'s transaction (which then marks the row and raises the time floor). */
 function applyRow(deps: ApplyDeps, row: InboxRow, now: number): RowResult {
-  const { store } = deps;
-  const settings = store.settings();
+  const { db } = deps.store;
+  const settings = readSettings(db);
   const m = row.message;
   let r: RowResult;
   switch (m.type) {
@@ -164,7 +170,7 @@ function applyRow(deps: ApplyDeps, row: InboxRow, now: number): RowResult {
         // history and ours differ (its database was restored to an earlier point). Neither this
         // message nor our key set can be trusted against the other: fail closed and ask for a
         // snapshot. No ack: the key stays pending in the cloud until the snapshot's acks settle it.
-        store.markSeqConflict(now);
+        markSeqConflict(db, now);
         deps.metrics.seqConflicts.inc();
         withCorrelation(deps.log, m.cid, { jti: m.jti, seq: m.seq }).error(
           { code: 'SEQ_CONFLICT', appliedSeq: settings.appliedSeq, snapshotSeq: settings.snapshotSeq },
@@ -176,15 +182,15 @@ function applyRow(deps: ApplyDeps, row: InboxRow, now: number): RowResult {
       }
       if (m.type === 'key.grant') {
         const g = m.body.key;
-        r = settleKey(deps, row, g.keyId, applyGrant(store.loadSlot(g.keyId), g), g.version, m.cid, now);
+        r = settleKey(deps, row, g.keyId, applyGrant(loadSlot(db, g.keyId), g), g.version, m.cid, now);
       } else {
-        r = settleKey(deps, row, m.body.keyId, applyRevoke(store.loadSlot(m.body.keyId), m.body), m.body.version, null, now);
+        r = settleKey(deps, row, m.body.keyId, applyRevoke(loadSlot(db, m.body.keyId), m.body), m.body.version, null, now);
       }
-      store.setAppliedSeq(m.seq);
+      setAppliedSeq(db, m.seq);
       break;
     }
     case 'heartbeat': {
-      store.setCloudLastSeq(m.body.lastSeq);
+      setCloudLastSeq(db, m.body.lastSeq);
       if (m.body.uplinkAck !== undefined) settleUplinks(deps, row, m.body.uplinkAck, now);
       if (settings.seqConflictAt !== null) {
         // an open seq conflict: no lease until a snapshot settles it; each heartbeat asks again (rate-limited)
@@ -194,7 +200,7 @@ function applyRow(deps: ApplyDeps, row: InboxRow, now: number): RowResult {
       }
       const v = onHeartbeat({ lastSeq: m.body.lastSeq, iatMs: m.iat * 1000 }, settings.appliedSeq, settings.leaseExpiresAt, deps.options.offlineGraceSeconds);
       if (v.kind === 'extend') {
-        store.setLease(v.leaseExpiresAt);
+        setLease(db, v.leaseExpiresAt);
         // The cloud names a last seq below ours: its database may have been restored to an earlier
         // point (or this heartbeat was overtaken by a newer message). Ask, so a cloud that lost our
         // history moves past it and sends its key set; the lease stands, the answer settles which.
@@ -203,7 +209,7 @@ function applyRow(deps: ApplyDeps, row: InboxRow, now: number): RowResult {
         // Behind: the cloud has handed out a seq we do not have (in flight, held in its backoff,
         // or dead-lettered). No lease from it now; we ask, and once the missing rows are applied
         // this heartbeat's proof counts (settleBehindHeartbeat).
-        store.setBehindHeartbeat({ seq: m.body.lastSeq, iatMs: m.iat * 1000 });
+        setBehindHeartbeat(db, { seq: m.body.lastSeq, iatMs: m.iat * 1000 });
         r = { result: 'noop', code: 'REPORT_IGNORED', resync: 'gap' };
       }
       ack(deps, row, { ...r, keyId: null, keyVersion: null }, now);
@@ -220,8 +226,6 @@ function applyRow(deps: ApplyDeps, row: InboxRow, now: number): RowResult {
       return assertNever(m, 'downlink type');
   }
   settleBehindHeartbeat(deps);
-  store.markProcessed(row.id, r.result, r.code, now);
-  store.raiseTimeFloor(0, now);
   return r;
 }
 
@@ -231,12 +235,13 @@ function applyRow(deps: ApplyDeps, row: InboxRow, now: number): RowResult {
  * granted then (never beyond iat + grace, so never longer than in order).
  */
 function settleBehindHeartbeat(deps: ApplyDeps): void {
-  const s = deps.store.settings();
+  const { db } = deps.store;
+  const s = readSettings(db);
   const hb = s.behindHeartbeat;
   if (hb === null || s.appliedSeq < hb.seq || s.seqConflictAt !== null) return;
   const v = onHeartbeat({ lastSeq: hb.seq, iatMs: hb.iatMs }, s.appliedSeq, s.leaseExpiresAt, deps.options.offlineGraceSeconds);
-  if (v.kind === 'extend') deps.store.setLease(v.leaseExpiresAt);
-  deps.store.setBehindHeartbeat(null);
+  if (v.kind === 'extend') setLease(db, v.leaseExpiresAt);
+  setBehindHeartbeat(db, null);
 }
 
 /**
@@ -247,11 +252,11 @@ function settleBehindHeartbeat(deps: ApplyDeps): void {
  * ignored: our rows stay and are sent again, and the cloud restarts its count.
  */
 function settleUplinks(deps: ApplyDeps, row: InboxRow, a: { seq: number; jti: string }, now: number): void {
-  const r = deps.store.ackUplink(a.seq, a.jti, now);
+  const r = ackUplink(deps.store.db, a.seq, a.jti, now);
   if ('foreign' in r) {
     withCorrelation(deps.log, row.cid).warn({ code: 'UPLINK_ACK_FOREIGN', ackSeq: a.seq, ackJti: a.jti, ourJti: r.ourJti }, 'the cloud acknowledged an uplink that is not ours at that seq; nothing dropped');
   }
-  const again = deps.store.requeueUnacked(now - deps.options.uplinkAckTimeoutMs);
+  const again = requeueUnacked(deps.store.db, now - deps.options.uplinkAckTimeoutMs);
   if (again > 0) {
     deps.metrics.uplinkResent.inc(again);
     withCorrelation(deps.log, row.cid).warn({ code: 'UPLINK_UNACKED', rows: again, ackedSeq: a.seq }, 'uplinks the cloud has not acknowledged are sent again');
@@ -259,36 +264,37 @@ function settleUplinks(deps: ApplyDeps, row: InboxRow, a: { seq: number; jti: st
 }
 
 type SnapshotMessage = Extract<InboxRow['message'], { type: 'keyset.snapshot' }>;
-type SnapshotBody = SnapshotMessage['body'];
+/** The schema a part's body was verified with on arrival, to read it back. */
+const SnapshotBody = KeySetSnapshotMessage.shape.body;
 
 /** Parts are kept until all have arrived; then the key set is replaced at once and every key and tombstone is acked. */
 function applySnapshotPart(deps: ApplyDeps, row: InboxRow, m: SnapshotMessage, now: number): RowResult {
-  const { store } = deps;
+  const { db } = deps.store;
   const b = m.body;
-  const count = store.addSnapshotPart({ snapshotId: b.snapshotId, part: b.part, parts: b.parts, asOfSeq: b.asOfSeq, jti: m.jti, cid: m.cid, body: b }, now);
+  const count = addSnapshotPart(db, { snapshotId: b.snapshotId, part: b.part, parts: b.parts, asOfSeq: b.asOfSeq, jti: m.jti, cid: m.cid, body: b }, now);
   if (count < b.parts) return { result: 'applied', code: 'MESSAGE_APPLIED' };
-  const parts = store.snapshotParts(b.snapshotId);
-  store.dropSnapshot(b.snapshotId);
-  if (b.asOfSeq < store.settings().appliedSeq) return { result: 'noop', code: 'STALE_VERSION' };
+  const parts = snapshotParts(db, b.snapshotId, SnapshotBody);
+  dropSnapshot(db, b.snapshotId);
+  if (b.asOfSeq < readSettings(db).appliedSeq) return { result: 'noop', code: 'STALE_VERSION' };
   const first = parts[0];
   const ackOf = first?.jti ?? m.jti;
   const cid = first?.cid ?? m.cid;
   const snapRow: InboxRow = { ...row, seq: null, cid };
-  const bodies = parts.map((p) => p.body as SnapshotBody);
+  const bodies = parts.map((p) => p.body);
   // Tombstones first, while the keys they revoke still have their rows (so doors can still say KEY_REVOKED).
   for (const t of bodies.flatMap((x) => x.revoked)) {
-    const o = applyRevoke(store.loadSlot(t.keyId), { keyId: t.keyId, version: t.version, reason: 'staff_revoked' });
-    if (o.status === 'applied' || o.status === 'noop') store.saveSlot(t.keyId, o.state, null, now);
+    const o = applyRevoke(loadSlot(db, t.keyId), { keyId: t.keyId, version: t.version, reason: 'staff_revoked' });
+    if (o.status === 'applied' || o.status === 'noop') saveSlot(db, t.keyId, o.state, null, now);
     ack(deps, snapRow, { result: o.status === 'conflict' ? 'refused' : o.status, code: o.code, keyId: t.keyId, keyVersion: t.version }, now, ackOf);
   }
   // Then the active set is exactly the snapshot's keys (tombstones still hold back stale versions).
-  store.dropActiveKeys();
-  for (const g of bodies.flatMap((x) => x.keys as KeyGrant[])) {
-    const o = applyGrant(store.loadSlot(g.keyId), g);
-    if (o.status === 'applied' || o.status === 'noop') store.saveSlot(g.keyId, o.state, cid, now);
+  dropActiveKeys(db);
+  for (const g of bodies.flatMap((x) => x.keys)) {
+    const o = applyGrant(loadSlot(db, g.keyId), g);
+    if (o.status === 'applied' || o.status === 'noop') saveSlot(db, g.keyId, o.state, cid, now);
     ack(deps, snapRow, { result: o.status === 'conflict' ? 'refused' : o.status, code: o.code, keyId: g.keyId, keyVersion: g.version }, now, ackOf);
   }
-  store.setSnapshotApplied(b.asOfSeq);
+  setSnapshotApplied(db, b.asOfSeq);
   return { result: 'applied', code: 'MESSAGE_APPLIED' };
 }
 
@@ -300,8 +306,8 @@ export function maybeResync(deps: ApplyDeps, reason: ResyncReason, cid: string, 
   const mono = performance.now();
   if (!now && reason !== 'startup' && mono - deps.resyncThrottle.lastMono < deps.options.resyncIntervalMs) return;
   deps.resyncThrottle.lastMono = mono;
-  const s = deps.store.settings();
-  deps.store.setLastResyncAt(nowOf(deps));
+  const s = readSettings(deps.store.db);
+  setLastResyncAt(deps.store.db, nowOf(deps));
   withCorrelation(deps.log, cid).info({ reason, lastAppliedSeq: s.appliedSeq }, 'requesting resync');
   deps.requestResync(reason, s.appliedSeq, cid);
 }

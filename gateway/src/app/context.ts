@@ -1,5 +1,7 @@
 import type { Clock, Logger, MonotonicClock } from '@tobira/shared';
 import { advanceFloor, trustedNow, type TimeAnchor } from '../domain/freshness.js';
+import type { ReadableDb } from '../adapters/sqlite/db.js';
+import { readSettings } from '../adapters/sqlite/settings.js';
 import type { GatewayStore } from '../adapters/sqlite/store.js';
 import type { Metrics } from '../metrics.js';
 
@@ -10,6 +12,7 @@ export type CrashHook = (point: CrashPoint) => void;
 
 export interface AppContext {
   readonly gatewayId: string;
+  /** The opened store: its handle (`store.db`, for the table modules) and the bounds its tables keep. */
   readonly store: GatewayStore;
   readonly time: TrustedTime;
   readonly log: Logger;
@@ -31,8 +34,8 @@ export class TrustedTime {
     readonly mono: MonotonicClock,
   ) {}
 
-  now(store: Pick<GatewayStore, 'settings'>): number {
-    const a = advanceFloor(this.#anchor, store.settings(), this.mono.now());
+  now(db: ReadableDb): number {
+    const a = advanceFloor(this.#anchor, readSettings(db), this.mono.now());
     this.#anchor = { floorMs: a.floorMs, monoMs: a.monoMs };
     return trustedNow(this.wall.now(), a.nowFloorMs);
   }
@@ -40,7 +43,7 @@ export class TrustedTime {
 
 /** Trusted time: never earlier than the newest verified iat or the time already acted on, and advancing with real elapsed time. */
 export function nowOf(ctx: Pick<AppContext, 'store' | 'time'>): number {
-  return ctx.time.now(ctx.store);
+  return ctx.time.now(ctx.store.db);
 }
 
 export const noCrash: CrashHook = () => {};
@@ -48,7 +51,7 @@ export const noCrash: CrashHook = () => {};
 /** The crash hook of the daemon: kill -9 ourselves at the named point, as a power cut would. */
 export function crashHookFromEnv(value: string | undefined): CrashHook {
   if (value === undefined || value === '') return noCrash;
-  if (!(CRASH_POINTS as readonly string[]).includes(value)) throw new Error(`TOBIRA_CRASH_AT: unknown crash point ${value}`);
+  if (!CRASH_POINTS.some((p) => p === value)) throw new Error(`TOBIRA_CRASH_AT: unknown crash point ${value}`);
   return (point) => {
     if (point === value) process.kill(process.pid, 'SIGKILL');
   };

@@ -1,4 +1,6 @@
 import { DownlinkMessage, newCorrelationId, readClaimsUnverified, verifyMessage, withCorrelation, type KeySet } from '@tobira/shared';
+import { recordRejected } from '../adapters/sqlite/diagnostics.js';
+import { insertInbox } from '../adapters/sqlite/inbox.js';
 import { nowOf, type AppContext } from './context.js';
 
 /**
@@ -25,7 +27,7 @@ export async function receiveDownlink(deps: DownlinkDeps, topic: string, payload
   if (!v.ok) {
     deps.metrics.rejected.inc({ code: v.code });
     const claimed = readClaimsUnverified(payload);
-    deps.store.recordRejected({ topic, code: v.code, detail: v.detail, bytes: payload.byteLength, claimed }, clock.now());
+    recordRejected(deps.store.db, deps.store.retention.rejectedMaxRows, { topic, code: v.code, detail: v.detail, bytes: payload.byteLength, claimed }, clock.now());
     // The claimed cid is logged as the line's cid so the refusal sits next to the cloud's lines of
     // that work; it is unverified (anyone can publish here), so `cidClaimed` says so. No cid of the
     // right form: the rejection is its own unit of work.
@@ -37,7 +39,7 @@ export async function receiveDownlink(deps: DownlinkDeps, topic: string, payload
   }
   const m = v.message;
   const log = withCorrelation(deps.log, m.cid, { jti: m.jti, type: m.type, seq: 'seq' in m ? m.seq : null });
-  const inserted = deps.store.insertInbox(m, clock.now());
+  const inserted = insertInbox(deps.store.db, m, clock.now());
   if (inserted === 'duplicate') {
     log.info('duplicate downlink message: acked, not applied again');
     return { kind: 'duplicate', jti: m.jti };

@@ -2,7 +2,6 @@ import {
   LockEvent,
   LockState,
   Presence,
-  asDoorId,
   asLockId,
   newCorrelationId,
   parsePayload,
@@ -11,7 +10,11 @@ import {
   type LockChannel,
   type Logger,
 } from '@tobira/shared';
-import type { LockRefusal } from '../adapters/sqlite/store.js';
+import { recordAlarm } from '../adapters/sqlite/alarms.js';
+import { recordLockRefusal as insertLockRefusal, type LockRefusal } from '../adapters/sqlite/diagnostics.js';
+import { allLocks, lockById, recordLockState, setLockOnline } from '../adapters/sqlite/locks.js';
+import { enqueueBuilt, outboxDepth } from '../adapters/sqlite/outbox.js';
+import { readSettings } from '../adapters/sqlite/settings.js';
 import { nowOf, type AppContext } from './context.js';
 
 /** What one refused lock message is recorded as (lock_refusals; never the payload). */
@@ -30,7 +33,7 @@ export function recordLockRefusal(ctx: Pick<AppContext, 'store' | 'time' | 'metr
   if (r.origin === 'gateway') ctx.metrics.lockMessagesRefused.inc({ channel: r.channel, code: r.code });
   log.warn({ origin: r.origin, lockId: r.lockId, channel: r.channel, code: r.code, detail: r.detail }, r.origin === 'gateway' ? 'lock message refused' : 'lock refused a command');
   try {
-    ctx.store.recordLockRefusal({ origin: r.origin, lockId: r.lockId, channel: r.channel, topic: r.topic, code: r.code, detail: r.detail, bytes: byteLength(r.payload) }, nowOf(ctx));
+    insertLockRefusal(ctx.store.db, ctx.store.retention.lockRefusalsMaxRows, { origin: r.origin, lockId: r.lockId, channel: r.channel, topic: r.topic, code: r.code, detail: r.detail, bytes: byteLength(r.payload) }, nowOf(ctx));
   } catch (e) {
     // Diagnostics only: a full disk must not turn a refused message into a crash of the site handler.
     log.error({ err: e }, 'lock refusal not recorded');
@@ -43,19 +46,19 @@ export function recordLockRefusal(ctx: Pick<AppContext, 'store' | 'time' | 'metr
  * alarm id) and sent up through the outbox in the same transaction.
  */
 export function handleLockMessage(ctx: AppContext, lockId: string, channel: Exclude<LockChannel, 'request' | 'decision' | 'command'>, payload: unknown): void {
-  const { store } = ctx;
+  const { db } = ctx.store;
   // Each lock message is its own unit of work (alarms get theirs below, carried up with the alarm).
   const log = withCorrelation(ctx.log, newCorrelationId(), { lockId, channel });
   const topic = topics.lock(ctx.gatewayId, lockId, channel);
   const refuse = (code: string, detail: string) => recordLockRefusal(ctx, log, { origin: 'gateway', lockId, channel, topic, code, detail, payload });
-  if (store.lock(lockId) === null) return refuse('UNKNOWN_LOCK', 'no lock with this id is paired with this gateway');
+  if (lockById(db, lockId) === null) return refuse('UNKNOWN_LOCK', 'no lock with this id is paired with this gateway');
   const now = nowOf(ctx);
   switch (channel) {
     case 'presence': {
       // An empty retained payload clears the topic: treat it as offline.
       const p = payload instanceof Uint8Array && payload.byteLength === 0 ? { ok: true as const, value: { online: false } } : parsePayload(Presence, payload);
       if (!p.ok) return refuse(p.code, p.detail);
-      if (store.setLockOnline(lockId, p.value.online, now)) log.info({ online: p.value.online }, 'lock availability changed');
+      if (setLockOnline(db, lockId, p.value.online, now)) log.info({ online: p.value.online }, 'lock availability changed');
       return;
     }
     case 'state': {
@@ -63,7 +66,7 @@ export function handleLockMessage(ctx: AppContext, lockId: string, channel: Excl
       const s = parsePayload(LockState, payload);
       if (!s.ok) return refuse(s.code, s.detail);
       if (s.value.lockId !== lockId) return refuse('WRONG_LOCK', 'state names another lock');
-      store.setLockState(lockId, s.value, now);
+      recordLockState(db, lockId, s.value, now);
       return;
     }
     case 'event': {
@@ -79,14 +82,7 @@ export function handleLockMessage(ctx: AppContext, lockId: string, channel: Excl
         return;
       }
       const cid = newCorrelationId();
-      const recorded = store.db
-        .transaction(() => {
-          if (!store.insertAlarm({ alarmId: ev.eventId, lockId, kind: ev.kind, at: ev.at }, now)) return false;
-          const doorId = store.lock(lockId)?.doorId ?? null;
-          store.enqueue('alarm', { alarmId: ev.eventId, lockId: asLockId(lockId), doorId: doorId === null ? null : asDoorId(doorId), kind: ev.kind, at: ev.at }, cid, true, now);
-          return true;
-        })
-        .immediate();
+      const recorded = recordAlarm(db, ctx.store.limits, { alarmId: ev.eventId, lockId, kind: ev.kind, at: ev.at }, cid, now);
       if (recorded) {
         withCorrelation(ctx.log, cid, { lockId }).warn({ kind: ev.kind, alarmId: ev.eventId }, 'lock alarm');
         ctx.outboxWritten();
@@ -102,37 +98,25 @@ export function handleLockMessage(ctx: AppContext, lockId: string, channel: Excl
 
 /** Enqueues a gateway.status report. Non-essential: refused (and counted) when the outbox is full. */
 export function enqueueStatus(ctx: AppContext): boolean {
-  const { store } = ctx;
+  const { db } = ctx.store;
   const now = nowOf(ctx);
   const cid = newCorrelationId();
-  const r = store.db
-    .transaction(() => {
-      const s = store.settings();
-      return store.enqueue(
-        'gateway.status',
-        {
-          mode: s.mode,
-          appliedSeq: s.appliedSeq,
-          leaseExpiresAt: s.leaseExpiresAt,
-          outboxDepth: store.outboxDepth(),
-          locks: store.locks().slice(0, 256).map((l) => ({
-            lockId: asLockId(l.lockId),
-            online: l.online,
-            bolt: (l.bolt as 'locked' | 'unlocked' | 'jammed' | null) ?? null,
-            door: (l.door as 'open' | 'closed' | null) ?? null,
-            battery: l.battery,
-            at: l.stateAt,
-          })),
-        },
-        cid,
-        false,
-        now,
-      );
-    })
-    .immediate();
+  const status = () => {
+    const s = readSettings(db);
+    return {
+      mode: s.mode,
+      appliedSeq: s.appliedSeq,
+      leaseExpiresAt: s.leaseExpiresAt,
+      outboxDepth: outboxDepth(db),
+      locks: allLocks(db)
+        .slice(0, 256)
+        .map((l) => ({ lockId: asLockId(l.lockId), online: l.online, bolt: l.bolt, door: l.door, battery: l.battery, at: l.stateAt })),
+    };
+  };
+  const r = enqueueBuilt(db, ctx.store.limits, 'gateway.status', status, cid, false, now);
   if ('refused' in r) {
     ctx.metrics.outboxRefused.inc({ type: 'gateway.status' });
-    withCorrelation(ctx.log, cid).warn({ depth: store.outboxDepth() }, 'outbox full: gateway.status not queued');
+    withCorrelation(ctx.log, cid).warn({ depth: outboxDepth(db) }, 'outbox full: gateway.status not queued');
     return false;
   }
   ctx.outboxWritten();

@@ -1,5 +1,6 @@
 import { newCorrelationId, newId, signMessage, topics, withCorrelation, type SigningKey, type UplinkMessage } from '@tobira/shared';
 import type { Link } from '../adapters/mqtt/links.js';
+import { markSent, pendingOutbox } from '../adapters/sqlite/outbox.js';
 import type { ResyncReason } from './apply.js';
 import { nowOf, type AppContext } from './context.js';
 
@@ -53,7 +54,7 @@ export class UplinkSender {
       for (;;) {
         const link = deps.link();
         if (link === null || !link.connected) return;
-        const rows = deps.store.pendingOutbox(deps.batchSize);
+        const rows = pendingOutbox(deps.store.db, deps.batchSize);
         if (rows.length === 0) break;
         const sent: number[] = [];
         try {
@@ -73,10 +74,10 @@ export class UplinkSender {
           );
         } catch (e) {
           withCorrelation(deps.log, rows[0]!.cid, { fromSeq: rows[0]!.seq }).warn({ err: e instanceof Error ? e.message : String(e), pending: rows.length - sent.length }, 'uplink publish interrupted; will resend');
-          if (sent.length > 0) deps.store.markSent(sent, nowOf(deps));
+          if (sent.length > 0) markSent(deps.store.db, sent, nowOf(deps));
           return;
         } finally {
-          if (sent.length === rows.length) deps.store.markSent(sent, nowOf(deps));
+          if (sent.length === rows.length) markSent(deps.store.db, sent, nowOf(deps));
         }
         deps.metrics.uplinkSent.inc(sent.length);
       }

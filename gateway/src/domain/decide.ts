@@ -1,6 +1,6 @@
-import { DEFAULT_OFFLINE_MAX_SECONDS, type CredentialType, type DecisionCode, type DoorId, type KeyGrant, type LockId } from '@tobira/shared';
+import { DEFAULT_OFFLINE_MAX_SECONDS, type CredentialType, type SiteMode, type DecisionCode, type DoorId, type KeyGrant, type LockId } from '@tobira/shared';
 import { isStale } from './freshness.js';
-import type { KeyStatus } from './keyset.js';
+import type { StoredKey } from './keyset.js';
 import { isLockedOut, type LockoutState } from './lockout.js';
 import { inSchedule } from './schedule.js';
 
@@ -15,22 +15,16 @@ export interface AccessRequest {
   readonly digest: string;
 }
 
-export interface KeyCandidate {
-  readonly grant: KeyGrant;
-  readonly version: number;
-  readonly status: KeyStatus;
-}
-
 /** The key set as decide sees it: every key (active or revoked) that has this credential. */
 export interface KeySetView {
-  byCredential(type: CredentialType, digest: string): readonly KeyCandidate[];
+  byCredential(type: CredentialType, digest: string): readonly StoredKey[];
 }
 
 /** null: the lock is not paired with this gateway. */
 export type LockView = (LockoutState & { readonly doorId: DoorId | null }) | null;
 
 export interface SiteView {
-  readonly mode: 'normal' | 'lockdown';
+  readonly mode: SiteMode;
   readonly leaseExpiresAt: number | null;
   /** The site-wide lockout of the presented credential type (absent: none). */
   readonly credentialLockout?: LockoutState;
@@ -64,7 +58,7 @@ export function withinOfflineCap(g: KeyGrant, lastFreshAt: number | null | undef
 export interface Decision {
   readonly allowed: boolean;
   readonly code: DecisionCode;
-  readonly key?: KeyCandidate;
+  readonly key?: StoredKey;
 }
 
 /** How far a key got through the checks: the refusal of the key that got furthest is the answer. */
@@ -80,7 +74,7 @@ const PROGRESS: readonly DecisionCode[] = [
   'ALLOWED',
 ];
 
-function judgeKey(k: KeyCandidate, doorId: DoorId, site: SiteView, now: number): DecisionCode {
+function judgeKey(k: StoredKey, doorId: DoorId, site: SiteView, now: number): DecisionCode {
   const g = k.grant;
   if (k.status !== 'active') return 'KEY_REVOKED';
   if (!g.doors.includes(doorId)) return 'DOOR_NOT_PERMITTED';
@@ -108,7 +102,7 @@ export function decide(request: AccessRequest, keySet: KeySetView, lock: LockVie
   if (isLockedOut(lock, now)) return { allowed: false, code: 'LOCKED_OUT' };
   if (site.credentialLockout !== undefined && isLockedOut(site.credentialLockout, now)) return { allowed: false, code: 'LOCKED_OUT' };
   const candidates = keySet.byCredential(request.credentialType, request.digest);
-  let best: { code: DecisionCode; key: KeyCandidate; rank: number } | null = null;
+  let best: { code: DecisionCode; key: StoredKey; rank: number } | null = null;
   for (const key of candidates) {
     const code = judgeKey(key, lock.doorId, site, now);
     if (code === 'ALLOWED') return { allowed: true, code, key };

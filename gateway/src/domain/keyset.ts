@@ -10,13 +10,16 @@ import { applied, noop, refused, type KeyGrant, type KeyRevoke, type Outcome } f
  * order grants and revokes arrive in, the key ends active iff its highest
  * granted version is above its highest revoked version.
  */
-export type KeyStatus = 'active' | 'revoked';
+export const STORED_KEY_STATUSES = ['active', 'revoked'] as const;
+/** A stored key's own two states (the cloud's `KeyStatus` has the key's whole life; this is only whether it opens). */
+export type StoredKeyStatus = (typeof STORED_KEY_STATUSES)[number];
 
+/** A key as the gateway stores it: the grant, the version it is at, and whether it is active. */
 export interface StoredKey {
   readonly grant: KeyGrant;
   /** The version the key is at: the grant's, or the revoke's once revoked. */
   readonly version: number;
-  readonly status: KeyStatus;
+  readonly status: StoredKeyStatus;
 }
 
 export interface KeySlot {

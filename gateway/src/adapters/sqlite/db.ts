@@ -1,7 +1,9 @@
 import { readdirSync, readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { parseRow, parseRows } from '@tobira/shared';
 import Database from 'better-sqlite3';
+import { z } from 'zod';
 
 /**
  * The gateway's SQLite file (better-sqlite3 12: never 13, it crashes on Node 20).
@@ -23,9 +25,51 @@ export function openDatabase(path: string, migrationsDir = MIGRATIONS_DIR): Writ
   db.pragma('synchronous = FULL');
   db.pragma('foreign_keys = ON');
   db.pragma('busy_timeout = 5000');
-  migrate(db as WritableDb, migrationsDir);
-  return db as WritableDb;
+  // The one place a handle becomes writable: the brand is given here and nowhere else.
+  const writableDb = db as WritableDb;
+  migrate(writableDb, migrationsDir);
+  return writableDb;
 }
+
+/**
+ * Runs `fn` in one immediate transaction that commits without waiting for the
+ * disk flush (synchronous=NORMAL for that commit only; WAL stays consistent).
+ * For commits a power cut may lose without harm: the last few seconds of the
+ * time floor, 'sent' marks (the row is resent with the same jti), bounded
+ * diagnostics rows. The next FULL commit makes them durable anyway. Inside a
+ * caller's transaction `fn` simply joins it (and its durability).
+ */
+export function withoutFsync<T>(db: WritableDb, fn: () => T): T {
+  if (db.inTransaction) return fn();
+  db.pragma('synchronous = NORMAL');
+  try {
+    return db.transaction(fn).immediate();
+  } finally {
+    db.pragma('synchronous = FULL');
+  }
+}
+
+/** A TEXT column holding JSON: parsed, then validated by `schema` (a row that is not JSON fails the row's parse, never throws a SyntaxError). */
+export const jsonColumn = <S extends z.ZodType>(schema: S) =>
+  z
+    .string()
+    .transform((text, ctx): unknown => {
+      try {
+        const v: unknown = JSON.parse(text);
+        return v;
+      } catch {
+        ctx.addIssue({ code: 'custom', message: 'not JSON' });
+        return z.NEVER;
+      }
+    })
+    .pipe(schema);
+
+/** SQLite's 0/1 booleans. */
+export const flag = z.union([z.literal(0), z.literal(1)]).transform((v) => v === 1);
+
+const Count = z.object({ n: z.int() });
+/** `SELECT count(*) AS n ...` read back. */
+export const countOf = (db: ReadableDb, table: string, sql: string, ...params: unknown[]): number => parseRow(table, Count, db.prepare(sql).get(...params)).n;
 
 const MIGRATION_FILE = /^(\d{4})_([a-z0-9_]+)\.sql$/;
 
@@ -34,7 +78,7 @@ export function migrate(db: WritableDb, dir = MIGRATIONS_DIR): number[] {
   db.exec(`CREATE TABLE IF NOT EXISTS schema_migrations (
     version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL DEFAULT (datetime('now'))
   ) STRICT`);
-  const done = new Set((db.prepare('SELECT version FROM schema_migrations').all() as { version: number }[]).map((r) => r.version));
+  const done = new Set(parseRows('schema_migrations', z.object({ version: z.int() }), db.prepare('SELECT version FROM schema_migrations').all()).map((r) => r.version));
   const files = readdirSync(dir)
     .map((f) => ({ f, m: MIGRATION_FILE.exec(f) }))
     .filter((x): x is { f: string; m: RegExpExecArray } => x.m !== null)

@@ -1,6 +1,7 @@
+import { pageOf, parseRow, parseRows, type Page } from '@tobira/shared';
 import { z } from 'zod';
-import type { ReadableDb } from './db.js';
-import { CorruptRow, type LockRefusal } from './store.js';
+import { countOf, flag, type ReadableDb } from './db.js';
+import type { LockRefusal } from './diagnostics.js';
 
 /**
  * Read-only queries of the staff read API (docs/gateway.md "Staff read API").
@@ -9,27 +10,8 @@ import { CorruptRow, type LockRefusal } from './store.js';
  * pages): the page asks for `limit + 1` rows, and the last row's key becomes
  * the opaque `nextCursor`. Rows read back are validated with zod; a row that
  * does not fit is a `CorruptRow` (a 500 at the HTTP edge, details logged).
- * Nothing here writes (acknowledging an alarm is `GatewayStore.ackAlarm`).
+ * Nothing here writes (acknowledging an alarm is `alarms.ts` `ackAlarm`).
  */
-
-export interface Page<T> {
-  readonly items: T[];
-  readonly nextCursor: string | null;
-}
-
-/** Opaque cursor: base64url JSON of the last row's sort key. */
-export const encodeCursor = (key: readonly (string | number)[]): string => Buffer.from(JSON.stringify(key)).toString('base64url');
-
-/** Decodes a cursor against the sort key's schema; 'bad' for anything else. */
-export function decodeCursor<S extends z.ZodType>(schema: S, cursor: string | undefined): z.infer<S> | null | 'bad' {
-  if (cursor === undefined) return null;
-  try {
-    const r = schema.safeParse(JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8')));
-    return r.success ? r.data : 'bad';
-  } catch {
-    return 'bad';
-  }
-}
 
 const Ms = z.int().nonnegative();
 /** (time, integer id): access log, rejected downlinks, lock refusals, failed inbox rows. */
@@ -37,23 +19,8 @@ export const TimeIdCursor = z.tuple([Ms, z.int().positive()]);
 /** (closed?, time, alarm id): alarms, open ones first. */
 export const AlarmCursor = z.tuple([z.union([z.literal(0), z.literal(1)]), Ms, z.string().min(1).max(128)]);
 
-function parseRows<S extends z.ZodType>(table: string, schema: S, rows: unknown[]): z.infer<S>[] {
-  return rows.map((raw) => {
-    const r = schema.safeParse(raw);
-    if (!r.success) throw new CorruptRow(table, r.error.message.slice(0, 300));
-    return r.data;
-  });
-}
-
-function page<T>(rows: T[], limit: number, key: (r: T) => readonly (string | number)[]): Page<T> {
-  const items = rows.slice(0, limit);
-  const last = items[items.length - 1];
-  return { items, nextCursor: rows.length > limit && last !== undefined ? encodeCursor(key(last)) : null };
-}
-
 const nullableText = z.string().nullable();
 const nullableInt = z.int().nullable();
-const flag = z.union([z.literal(0), z.literal(1)]).transform((v) => v === 1);
 
 // ---------------------------------------------------------------- locks
 
@@ -181,7 +148,7 @@ export function listAccessEvents(db: ReadableDb, f: AccessFilter): Page<StaffAcc
     });
   const parsed = parseRows('access_log', AccessRowSchema, rows);
   return mapPage(
-    page(parsed, f.limit, (r) => [r.at, r.id]),
+    pageOf(parsed, f.limit, (r) => [r.at, r.id]),
     (r): StaffAccessEvent => ({
       eventId: r.event_id,
       at: r.at,
@@ -251,7 +218,7 @@ export function listAlarms(db: ReadableDb, f: AlarmFilter): Page<StaffAlarm> {
     .all({ open: f.status === 'open' ? 1 : 0, lock: f.lock ?? null, cGrp: f.cursor?.[0] ?? null, cAt: f.cursor?.[1] ?? null, cId: f.cursor?.[2] ?? null, n: f.limit + 1 });
   const parsed = parseRows('alarms', AlarmRowSchema, rows);
   return mapPage(
-    page(parsed, f.limit, (r) => [r.closed_at === null ? 0 : 1, r.at, r.alarm_id]),
+    pageOf(parsed, f.limit, (r) => [r.closed_at === null ? 0 : 1, r.at, r.alarm_id]),
     toStaffAlarm,
   );
 }
@@ -260,8 +227,7 @@ export function listAlarms(db: ReadableDb, f: AlarmFilter): Page<StaffAlarm> {
 export function getAlarm(db: ReadableDb, alarmId: string): StaffAlarm | null {
   const row = db.prepare('SELECT a.*, l.door_id FROM alarms a LEFT JOIN locks l ON l.lock_id = a.lock_id WHERE a.alarm_id = ?').get(alarmId);
   if (row === undefined) return null;
-  const [r] = parseRows('alarms', AlarmRowSchema, [row]);
-  return r === undefined ? null : toStaffAlarm(r);
+  return toStaffAlarm(parseRow('alarms', AlarmRowSchema, row));
 }
 
 const toStaffAlarm = (r: z.infer<typeof AlarmRowSchema>): StaffAlarm => ({
@@ -343,7 +309,7 @@ export function listFailedInbox(db: ReadableDb, f: TimePageFilter): Page<StaffFa
     .all(timeParams(f));
   const parsed = parseRows('inbox', FailedRowSchema, rows);
   return mapPage(
-    page(parsed, f.limit, (r) => [r.processed_at, r.id]),
+    pageOf(parsed, f.limit, (r) => [r.processed_at, r.id]),
     (r): StaffFailedInboxRow => ({
       jti: r.jti,
       type: r.type,
@@ -418,7 +384,7 @@ export function listRejected(db: ReadableDb, f: RejectedFilter): Page<StaffRejec
         ORDER BY at DESC, id DESC LIMIT @n`,
     )
     .all({ ...timeParams(f), cid: f.cid ?? null });
-  return mapPage(page(parseRows('rejected', RejectedRowSchema, rows), f.limit, (r) => [r.at, r.id]), (r) => ({
+  return mapPage(pageOf(parseRows('rejected', RejectedRowSchema, rows), f.limit, (r) => [r.at, r.id]), (r) => ({
     id: r.id,
     at: r.at,
     topic: r.topic,
@@ -459,7 +425,7 @@ export function listLockRefusals(db: ReadableDb, f: RefusalFilter): Page<StaffLo
         ORDER BY at DESC, id DESC LIMIT @n`,
     )
     .all({ ...timeParams(f), lock: f.lock ?? null, origin: f.origin ?? null });
-  return mapPage(page(parseRows('lock_refusals', RefusalRowSchema, rows), f.limit, (r) => [r.at, r.id]), (r) => ({
+  return mapPage(pageOf(parseRows('lock_refusals', RefusalRowSchema, rows), f.limit, (r) => [r.at, r.id]), (r) => ({
     id: r.id,
     at: r.at,
     origin: r.origin,
@@ -486,7 +452,7 @@ export interface StaffCounts {
 }
 
 export function staffCounts(db: ReadableDb): StaffCounts {
-  const one = (sql: string) => (db.prepare(sql).get() as { n: number }).n;
+  const one = (sql: string) => countOf(db, 'staff counts', sql);
   return {
     inboxPending: one("SELECT count(*) AS n FROM inbox WHERE status = 'pending'"),
     inboxFailed: one("SELECT count(*) AS n FROM inbox WHERE status = 'failed'"),

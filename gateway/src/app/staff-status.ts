@@ -1,0 +1,162 @@
+import type { SiteMode } from '@tobira/shared';
+import { hasGap, inboxDepth } from '../adapters/sqlite/inbox.js';
+import { outboxDepth, outboxUnacked } from '../adapters/sqlite/outbox.js';
+import { readSettings, type Settings } from '../adapters/sqlite/settings.js';
+import { staffCounts } from '../adapters/sqlite/staff-queries.js';
+import type { StorageStatus } from '../adapters/storage.js';
+import { isStale, leaseRemainingSeconds } from '../domain/freshness.js';
+import { nowOf, type AppContext } from './context.js';
+
+/**
+ * The staff status projection (`GET /staff/status`) and `/healthz`, from one
+ * reading of the settings: why ordinary keys are denied now, if they are, the
+ * link states and the table counts.
+ */
+
+/** Why the site denies ordinary keys with CLOUD_STALE (DESIGN.md I1). */
+export const FAIL_CLOSED_REASONS = ['NO_LEASE', 'LEASE_EXPIRED', 'BEHIND_CLOUD', 'SEQ_CONFLICT'] as const;
+export type FailClosedReason = (typeof FAIL_CLOSED_REASONS)[number];
+/** Why `/healthz` answers 503: the site fails closed (FAIL_CLOSED_REASONS), a broker link is down, or the daemon is stopping. */
+export const HEALTH_REASONS = [...FAIL_CLOSED_REASONS, 'CLOUD_LINK_DOWN', 'SITE_LINK_DOWN', 'STOPPING'] as const;
+export type HealthReason = (typeof HEALTH_REASONS)[number];
+
+export interface Health {
+  /** `ok` (200) or why not (503): `stopping`, else `failing_closed` (ordinary keys are denied), else `degraded` (a link is down). */
+  status: 'ok' | 'failing_closed' | 'degraded' | 'stopping';
+  reasons: HealthReason[];
+  ok: boolean;
+  failClosedReason: FailClosedReason | null;
+  cloudConnected: boolean;
+  siteConnected: boolean;
+  mode: SiteMode;
+  appliedSeq: number;
+  leaseExpiresAt: number | null;
+  leaseRemainingSeconds: number;
+  inboxDepth: number;
+  outboxDepth: number;
+}
+
+export interface StaffStatus {
+  gatewayId: string;
+  /** Trusted now (ms) the answer was computed at. */
+  now: number;
+  mode: SiteMode;
+  cloudConnected: boolean;
+  siteConnected: boolean;
+  appliedSeq: number;
+  leaseExpiresAt: number | null;
+  leaseRemainingSeconds: number;
+  failClosed: boolean;
+  failClosedReason: FailClosedReason | null;
+  /** Sequenced inbox rows wait behind a missing seq (a resync is asked for). */
+  waitingOnGap: boolean;
+  /** The last seq a heartbeat named (the cloud has handed out up to it); null before the first heartbeat. */
+  cloudLastSeq: number | null;
+  /** Uplinks the broker took that the cloud has not acknowledged applying yet (kept, sent again when overdue). */
+  uplinkUnacked: number;
+  /** The highest uplink seq the cloud has acknowledged. */
+  uplinkAckedSeq: number;
+  newestVerifiedIatMs: number;
+  lastResyncAt: number | null;
+  inboxDepth: number;
+  outboxDepth: number;
+  inboxFailed: number;
+  rejectedDownlinks: number;
+  lockRefusals: number;
+  openAlarms: number;
+  locksTotal: number;
+  locksOnline: number;
+  /** The site's IANA time zone from the config (the staff UI shows times in it); null: not configured. */
+  timeZone: string | null;
+  /** Disk headroom of the data folder: while `low`, ordinary keys are refused STORAGE_FULL (docs/gateway.md "Flood bounds"). */
+  storage: StorageStatus;
+}
+
+/** The answer of `/healthz` from the same projection as `/staff/status` (its failClosedReason and link states). */
+export function healthVerdict(s: { stopping: boolean; failClosedReason: FailClosedReason | null; cloudConnected: boolean; siteConnected: boolean }): Pick<Health, 'status' | 'reasons' | 'ok'> {
+  const reasons: HealthReason[] = [];
+  if (s.stopping) reasons.push('STOPPING');
+  if (s.failClosedReason !== null) reasons.push(s.failClosedReason);
+  if (!s.cloudConnected) reasons.push('CLOUD_LINK_DOWN');
+  if (!s.siteConnected) reasons.push('SITE_LINK_DOWN');
+  const status = s.stopping ? 'stopping' : s.failClosedReason !== null ? 'failing_closed' : reasons.length > 0 ? 'degraded' : 'ok';
+  return { status, reasons, ok: status === 'ok' };
+}
+
+/** Why ordinary keys are denied CLOUD_STALE (null when they are not). */
+export function failClosedReasonOf(st: Settings, stale: boolean): FailClosedReason | null {
+  if (!stale) return null;
+  if (st.seqConflictAt !== null) return 'SEQ_CONFLICT';
+  if (st.leaseExpiresAt === null) return 'NO_LEASE';
+  // the cloud has handed out seqs we never got (a revoke stuck in its backoff or dead-lettered, a lost resync)
+  if (st.cloudLastSeq !== null && st.cloudLastSeq > st.appliedSeq) return 'BEHIND_CLOUD';
+  return 'LEASE_EXPIRED';
+}
+
+/** What the projection reads besides the store: link states, the disk verdict, the config's zone. */
+export interface StaffStatusDeps extends Pick<AppContext, 'gatewayId' | 'store' | 'time'> {
+  readonly cloudConnected: () => boolean;
+  readonly siteConnected: () => boolean;
+  readonly stopping: () => boolean;
+  readonly storage: () => StorageStatus;
+  readonly timeZone: string | null;
+}
+
+function freshness(deps: StaffStatusDeps) {
+  const st = readSettings(deps.store.db);
+  const now = nowOf(deps);
+  return { st, now, failClosedReason: failClosedReasonOf(st, isStale(st.leaseExpiresAt, now)) };
+}
+
+export function staffStatus(deps: StaffStatusDeps): StaffStatus {
+  const { db } = deps.store;
+  const { st, now, failClosedReason } = freshness(deps);
+  const c = staffCounts(db);
+  return {
+    gatewayId: deps.gatewayId,
+    now,
+    mode: st.mode,
+    cloudConnected: deps.cloudConnected(),
+    siteConnected: deps.siteConnected(),
+    appliedSeq: st.appliedSeq,
+    leaseExpiresAt: st.leaseExpiresAt,
+    leaseRemainingSeconds: leaseRemainingSeconds(st.leaseExpiresAt, now),
+    failClosed: failClosedReason !== null,
+    failClosedReason,
+    waitingOnGap: hasGap(db, st.appliedSeq),
+    cloudLastSeq: st.cloudLastSeq,
+    uplinkUnacked: outboxUnacked(db),
+    uplinkAckedSeq: st.uplinkAckedSeq,
+    newestVerifiedIatMs: st.maxIatMs,
+    lastResyncAt: st.lastResyncAt,
+    inboxDepth: c.inboxPending,
+    outboxDepth: c.outboxPending,
+    inboxFailed: c.inboxFailed,
+    rejectedDownlinks: c.rejected,
+    lockRefusals: c.lockRefusals,
+    openAlarms: c.openAlarms,
+    locksTotal: c.locks,
+    locksOnline: c.locksOnline,
+    timeZone: deps.timeZone,
+    storage: deps.storage(),
+  };
+}
+
+export function health(deps: StaffStatusDeps): Health {
+  const { db } = deps.store;
+  const { st, now, failClosedReason } = freshness(deps);
+  const cloudConnected = deps.cloudConnected();
+  const siteConnected = deps.siteConnected();
+  return {
+    ...healthVerdict({ stopping: deps.stopping(), failClosedReason, cloudConnected, siteConnected }),
+    failClosedReason,
+    cloudConnected,
+    siteConnected,
+    mode: st.mode,
+    appliedSeq: st.appliedSeq,
+    leaseExpiresAt: st.leaseExpiresAt,
+    leaseRemainingSeconds: leaseRemainingSeconds(st.leaseExpiresAt, now),
+    inboxDepth: inboxDepth(db),
+    outboxDepth: outboxDepth(db),
+  };
+}
