@@ -111,7 +111,7 @@ export class Fleet {
   secrets(): Record<string, string> {
     return Object.fromEntries([...this.#secrets].map(([id, s]) => [id, encodeSecret(s)]));
   }
-  /** The `locks` entries of a gateway config for this fleet (gateway/src/config.ts). Handle as a secret. */
+  /** The `locks` entries of the gateway's config file for this fleet (docs/gateway.md, "Configuration"). Handle as a secret. */
   gatewayLocks(doorOf: (lockId: string) => string = (id) => `door-${id}`): { lockId: string; doorId: string; pairingSecret: string }[] {
     return [...this.#secrets].map(([lockId, s]) => ({ lockId, doorId: doorOf(lockId), pairingSecret: encodeSecret(s) }));
   }

@@ -1,7 +1,7 @@
 import { connectMqtt, lockClientId, newId, siteBrokerPassword, topics, waitConnected, type LockChannel } from '@tobira/shared';
 import type { MqttClient } from 'mqtt';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { SimActivity } from '../../src/index.js';
+import type { SimActivity } from '@tobira/firmware-sim';
 import { System, backends, connackCode, expectApplied, waitFor } from './system.js';
 
 /**

@@ -1,6 +1,6 @@
 import Fastify, { type FastifyInstance } from 'fastify';
 import { PresentedCredential } from '@tobira/shared';
-import type { Fleet } from '../fleet.js';
+import type { Fleet } from '@tobira/firmware-sim';
 
 /**
  * The demo's lock panel: a tiny HTTP surface so a person can "walk up to a

@@ -38,7 +38,7 @@ import {
 } from '@tobira/shared';
 import { pino } from 'pino';
 import { z } from 'zod';
-import { startFleet, type Fleet } from '../fleet.js';
+import { startFleet, type Fleet } from '@tobira/firmware-sim';
 import { startLockPanel } from './control.js';
 import { once, readJson, writeJson } from './files.js';
 

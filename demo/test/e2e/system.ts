@@ -8,7 +8,7 @@ import { createGateway, parseConfig as parseGatewayConfig, type Gateway, type Ga
 import { connectMqtt, createLogger, encodeSecret, waitConnected, generateSigningKeyPair, newPairingSecret, type Clock, type KeyPairJwk } from '@tobira/shared';
 import pg from 'pg';
 import { createTestDatabase, startMqttBackend, waitFor, type MqttTestBroker, type TestDatabase } from '@tobira/shared/testing';
-import { startFleet, type Fleet, type FleetOptions } from '../../src/index.js';
+import { startFleet, type Fleet, type FleetOptions } from '@tobira/firmware-sim';
 import { startSiteBroker, type SiteBroker } from './site-broker.js';
 
 /**

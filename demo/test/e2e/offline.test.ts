@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { PresentResult } from '../../src/index.js';
+import type { PresentResult } from '@tobira/firmware-sim';
 import { System, backends, expectApplied, waitFor } from './system.js';
 
 const GRACE_S = 60;
