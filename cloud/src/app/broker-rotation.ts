@@ -1,6 +1,7 @@
 import { applied, newCorrelationId, refused, withCorrelation, type CorrelationId, type Outcome } from '@tobira/shared';
 import { BrokerUnavailable, type BrokerCredentials } from './broker-accounts.js';
 import type { AppDeps } from './deps.js';
+import { siteOfGateway } from '../adapters/db/gateways.js';
 
 export interface RotatedBrokerCredentials {
   readonly gatewayId: string;
@@ -17,8 +18,7 @@ export async function rotateGatewayBrokerCredentials(deps: AppDeps, input: { gat
   const { gatewayId } = input;
   // the caller's correlation on every line, the broker adapter's included
   const log = withCorrelation(deps.log, input.cid ?? newCorrelationId(), { gatewayId });
-  const gw = await deps.db.query('SELECT 1 FROM gateways WHERE id = $1', [gatewayId]);
-  if (gw.rowCount === 0) return refused('GATEWAY_NOT_FOUND');
+  if ((await siteOfGateway(deps.db, gatewayId)) === null) return refused('GATEWAY_NOT_FOUND');
   let mqtt: BrokerCredentials | null;
   try {
     mqtt = await deps.db.transaction((tx) => deps.brokerAccounts.provisionGateway(tx, gatewayId, log));

@@ -49,12 +49,14 @@ export const IssueKeyInput = z.strictObject({
   schedule: z.unknown().optional(),
   offlineCapable: z.boolean().optional(),
   offlineMaxSeconds: z.int().min(1).max(OFFLINE_MAX_SECONDS_LIMIT).optional(),
+  siteScope: z.array(z.string()).nullable().optional(),
   cid: CorrelationId.optional(),
 });
 export const RevokeKeyInput = z.strictObject({
   keyId: KeyId,
   reason: RevokeReason,
   expectedRevision: z.int().positive().optional(),
+  siteScope: z.array(z.string()).nullable().optional(),
   cid: CorrelationId.optional(),
 });
 

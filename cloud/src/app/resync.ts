@@ -13,7 +13,10 @@ import {
 import type { MqttLink } from '../adapters/mqtt/link.js';
 import { signRow } from '../adapters/outbox/dispatcher.js';
 import type { CloudSigner } from '../adapters/signer.js';
-import { keyFromRow } from '../adapters/db/keys-repo.js';
+import { setRepeatableRead } from '../adapters/db/db.js';
+import { bumpSeqPast, lastSeqOf } from '../adapters/db/gateways.js';
+import { keysForSnapshot } from '../adapters/db/keys.js';
+import { outboxRowsBetween } from '../adapters/db/outbox-reads.js';
 import { toGrant } from '../domain/keys.js';
 import type { AppDeps } from './deps.js';
 
@@ -75,19 +78,15 @@ export async function answerResync(app: AppDeps, r: ResyncDeps, gatewayId: strin
   };
   const answer = (body: AnswerBody) => publish({ type: 'resync.answer', aud: gatewayId, cid, body } as Draft);
 
-  const head = await app.db.query<{ last_seq: number }>('SELECT last_seq FROM gateway_seq WHERE gateway_id = $1', [gatewayId]);
-  const lastSeq = head.rows[0]?.last_seq ?? 0;
+  const lastSeq = await lastSeqOf(app.db, gatewayId);
   if (from > lastSeq || req.body.reason === 'conflict') {
     // The gateway applied seqs this database never handed out, or it was sent a seq it had
     // already used: this database was restored to an earlier point. Seqs must never be handed
     // out twice, so the counter moves past both histories (committed before the snapshot is
     // read), and the snapshot as of that seq replaces the gateway's key set with this database's.
-    const bumped = await app.db.query<{ last_seq: number }>(
-      'UPDATE gateway_seq SET last_seq = GREATEST(last_seq, $2) + 1 WHERE gateway_id = $1 RETURNING last_seq',
-      [gatewayId, from],
-    );
+    const newLastSeq = await bumpSeqPast(app.db, gatewayId, from);
     log.error(
-      { code: 'GATEWAY_SEQ_CONFLICT', reason: req.body.reason, gatewayAppliedSeq: from, cloudLastSeq: lastSeq, newLastSeq: bumped.rows[0]?.last_seq ?? null },
+      { code: 'GATEWAY_SEQ_CONFLICT', reason: req.body.reason, gatewayAppliedSeq: from, cloudLastSeq: lastSeq, newLastSeq },
       "the gateway's history differs from this database's (restored from a backup?): seq moved past both, snapshot follows; changes made after the backup are not in it and must be made again",
     );
   } else if (from === lastSeq) {
@@ -96,12 +95,9 @@ export async function answerResync(app: AppDeps, r: ResyncDeps, gatewayId: strin
     return 'up_to_date';
   }
   if (from < lastSeq && lastSeq - from <= r.replayMax && req.body.reason !== 'conflict') {
-    const rows = await app.db.query<{ seq: number; jti: string; type: 'key.grant' | 'key.revoke'; body: unknown; cid: string }>(
-      'SELECT seq, jti, type, body, cid FROM outbox WHERE gateway_id = $1 AND seq > $2 AND seq <= $3 ORDER BY seq',
-      [gatewayId, from, lastSeq],
-    );
+    const rows = await outboxRowsBetween(app.db, gatewayId, from, lastSeq);
     // sign everything first: a row that cannot be signed (a poison row) makes it a snapshot instead
-    const tokens = rows.rows.length === lastSeq - from ? await Promise.all(rows.rows.map((row) => signRow(r.signer, { ...row, gatewayId }, app.clock).catch(() => null))) : [];
+    const tokens = rows.length === lastSeq - from ? await Promise.all(rows.map((row) => signRow(r.signer, { ...row, gatewayId }, app.clock).catch(() => null))) : [];
     if (tokens.length > 0 && tokens.every((x) => x !== null)) {
       await answer({ requestId: req.body.requestId, mode: 'replay', fromSeq: from + 1, toSeq: lastSeq, snapshotId: null });
       for (const token of tokens) await r.link.publish(topics.gatewayDown(gatewayId), token as string, r.publishTimeoutMs);
@@ -111,10 +107,8 @@ export async function answerResync(app: AppDeps, r: ResyncDeps, gatewayId: strin
   }
   // Snapshot: one consistent read of the counter and the key set.
   const snap = await app.db.transaction(async (tx) => {
-    await tx.query('SET TRANSACTION ISOLATION LEVEL REPEATABLE READ');
-    const s = await tx.query<{ last_seq: number }>('SELECT last_seq FROM gateway_seq WHERE gateway_id = $1', [gatewayId]);
-    const k = await tx.query(`SELECT * FROM keys WHERE gateway_id = $1 AND status IN ('issuing','active','revoking','revoked') ORDER BY id`, [gatewayId]);
-    return { asOfSeq: s.rows[0]?.last_seq ?? 0, keys: k.rows.map(keyFromRow) };
+    await setRepeatableRead(tx);
+    return { asOfSeq: await lastSeqOf(tx, gatewayId), keys: await keysForSnapshot(tx, gatewayId) };
   });
   const grants = snap.keys.filter((k) => k.status === 'issuing' || k.status === 'active').map(toGrant);
   const tombstones = snap.keys.filter((k) => k.status === 'revoking' || k.status === 'revoked').map((k) => ({ keyId: k.id, version: k.version }));

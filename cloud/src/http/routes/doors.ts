@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import { defined, idempotent, problem, statusOf, who, type Api, type Ctx } from '../context.js';
-import { getDoor, getGateway, listDoors } from '../queries.js';
+import { getGateway } from '../../adapters/db/gateways.js';
+import { getDoor, listDoors } from '../../adapters/db/registry.js';
 import { Door, Id, OutcomeStatus, Problem, Slug, errorResponses } from '../schemas.js';
 
 const CreateDoor = z.strictObject({ id: Id.optional(), gatewayId: Slug, name: z.string().min(1).max(200) });

@@ -1,7 +1,8 @@
 import type { Jwks } from '@tobira/shared';
 import { z } from 'zod';
 import { cidOf, idempotent, problem, statusOf, who, type Api, type Ctx } from '../context.js';
-import { getGateway, getSite, listGateways } from '../queries.js';
+import { getGateway, listGateways } from '../../adapters/db/gateways.js';
+import { getSite } from '../../adapters/db/registry.js';
 import { BrokerLogin, Gateway, Id, OutcomeStatus, Problem, Provisioning, PublicJwk, Slug, errorResponses } from '../schemas.js';
 
 const RegisterGateway = z.strictObject({ gatewayId: Slug, siteId: Id, publicJwk: PublicJwk });
