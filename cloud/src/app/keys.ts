@@ -6,11 +6,9 @@ import {
   withCorrelation,
   type CorrelationId,
   type CredentialType,
-  type DoorId,
   type GatewayId,
   type KeyId,
   type Outcome,
-  type PersonId,
   type RevokeReason,
   type Schedule,
   asKeyId,
@@ -37,7 +35,7 @@ import { enqueue, type Enqueued } from '../adapters/outbox/enqueue.js';
 import * as domain from '../domain/keys.js';
 import type { EntryKey, KeyOutcome } from '../domain/keys.js';
 import type { AppDeps } from './deps.js';
-import { RevokeKeyInput as RevokeKeySchema, check, checkIssue } from './inputs.js';
+import { RevokeKeyInput as RevokeKeySchema, check, parseIssue, type ParsedIssueKeyInput } from './inputs.js';
 
 /** A verb's answer to its caller: the domain outcome, with the outbox rows it queued. */
 export type KeyResult = Outcome<EntryKey, Enqueued> & { readonly cid: CorrelationId };
@@ -139,8 +137,12 @@ export interface IssueKeyInput {
 
 export async function issueKey(deps: AppDeps, input: IssueKeyInput): Promise<KeyResult> {
   const cid = input.cid ?? newCorrelationId();
-  const invalid = checkIssue(input);
-  if (invalid) return { ...invalid, cid };
+  const parsed = parseIssue(input);
+  if (!parsed.ok) return { ...parsed.refusal, cid };
+  return issueParsed(deps, parsed.value, cid);
+}
+
+async function issueParsed(deps: AppDeps, input: ParsedIssueKeyInput, cid: CorrelationId): Promise<KeyResult> {
   const offlineCap = deps.offlineKeyMaxSeconds ?? DEFAULT_OFFLINE_MAX_SECONDS;
   if (input.offlineMaxSeconds !== undefined && input.offlineMaxSeconds > offlineCap) {
     return { ...refused('OFFLINE_MAX_TOO_LONG', `at most ${offlineCap} s`), cid };
@@ -158,13 +160,13 @@ export async function issueKey(deps: AppDeps, input: IssueKeyInput): Promise<Key
   const digest = credentialDigest(Buffer.from(first.pepper, 'base64url'), input.credential.type, input.credential.value);
   const cmd: domain.IssueKeyCommand = {
     keyId,
-    personId: input.personId as PersonId,
+    personId: input.personId,
     gatewayId,
     credential: { type: input.credential.type, digest },
-    doors: input.doors as DoorId[],
+    doors: input.doors,
     validFrom: input.validFrom,
     validUntil: input.validUntil,
-    schedule: input.schedule ?? null,
+    schedule: input.schedule,
     offlineCapable: input.offlineCapable ?? false,
     // every offline-capable key carries its cap, so the gateway never needs the default for it
     offlineMaxSeconds: input.offlineCapable === true ? (input.offlineMaxSeconds ?? offlineCap) : (input.offlineMaxSeconds ?? null),
