@@ -37,7 +37,7 @@ export const RegisterGatewayInput = z.strictObject({
   publicJwk: z.record(z.string(), z.unknown()),
   cid: CorrelationId.optional(),
 });
-export const CreateDoorInput = z.strictObject({ id: DoorId.optional(), gatewayId: GatewayId, name: Name });
+export const CreateDoorInput = z.strictObject({ id: DoorId.optional(), gatewayId: GatewayId, name: Name, siteScope: z.array(z.string()).nullable().optional() });
 export const CreatePersonInput = z.strictObject({ id: PersonId.optional(), name: Name });
 export const IssueKeyInput = z.strictObject({
   keyId: KeyId.optional(),

@@ -3,7 +3,8 @@ import { KeySet, applied, newCorrelationId, newId, refused, topics, withCorrelat
 
 type JWK = Jwks['keys'][number];
 import { pgErrorCode } from '../adapters/db/db.js';
-import { insertGateway, siteOfGateway } from '../adapters/db/gateways.js';
+import { getGateway, insertGateway } from '../adapters/db/gateways.js';
+import type { SiteScope } from '../adapters/db/scope.js';
 import { getSite, insertDoor, insertPerson, insertSite } from '../adapters/db/registry.js';
 import { BrokerUnavailable, type BrokerCredentials } from './broker-accounts.js';
 import type { AppDeps } from './deps.js';
@@ -107,11 +108,13 @@ export interface Door {
   readonly name: string;
 }
 
-export async function createDoor(deps: AppDeps, input: { id?: string; gatewayId: string; name: string }): Promise<Outcome<Door>> {
+/** `siteScope`: the caller's sites; a gateway outside them is not found. Absent or null: every site. */
+export async function createDoor(deps: AppDeps, input: { id?: string; gatewayId: string; name: string; siteScope?: SiteScope }): Promise<Outcome<Door>> {
   const invalid = check(CreateDoorInput, input);
   if (invalid) return invalid;
-  const siteId = await siteOfGateway(deps.db, input.gatewayId);
-  if (siteId === null) return refused('GATEWAY_NOT_FOUND');
+  const gateway = await getGateway(deps.db, input.siteScope ?? null, input.gatewayId);
+  if (gateway === null) return refused('GATEWAY_NOT_FOUND');
+  const siteId = gateway.siteId;
   const door: Door = { id: input.id ?? newId(), siteId, gatewayId: input.gatewayId, name: input.name };
   if (!(await insertDoor(deps.db, { ...door, createdAt: deps.clock.now() }))) return refused('ALREADY_EXISTS', `door ${door.id}`);
   return applied('MESSAGE_APPLIED', door);

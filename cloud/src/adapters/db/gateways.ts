@@ -77,12 +77,6 @@ export async function insertGateway(q: Queryable, g: { id: string; siteId: strin
   await q.query('INSERT INTO gateway_seq (gateway_id, last_seq) VALUES ($1, 0)', [g.id]);
 }
 
-/** The site of a gateway, or null when there is no such gateway. */
-export async function siteOfGateway(q: Queryable, gatewayId: string): Promise<string | null> {
-  const r = await q.query('SELECT site_id FROM gateways WHERE id = $1', [gatewayId]);
-  return r.rows[0] === undefined ? null : parseRow('gateways', z.object({ site_id: z.string() }), r.rows[0]).site_id;
-}
-
 /** The registered public key the gateway's uplinks are verified with, or null for an unknown gateway. */
 export async function gatewayPublicJwk(q: Queryable, gatewayId: string): Promise<Jwks['keys'][number] | null> {
   const r = await q.query('SELECT public_jwk FROM gateways WHERE id = $1', [gatewayId]);
