@@ -1,10 +1,10 @@
-import { newCorrelationId, signMessage, topics, withCorrelation, type DownlinkMessage } from '@tobira/shared';
+import { newCorrelationId, signMessage, topics, withCorrelation, type DownlinkMessage, type MessageOf } from '@tobira/shared';
 import { heartbeatTargets } from '../adapters/db/gateways.js';
 import type { MqttLink } from '../adapters/mqtt/link.js';
 import type { CloudSigner } from '../adapters/signer.js';
 import type { AppDeps } from './deps.js';
 
-type Draft = Parameters<typeof signMessage<DownlinkMessage>>[2];
+type HeartbeatMessage = MessageOf<DownlinkMessage, 'heartbeat'>;
 
 /**
  * Heartbeats: every interval, each gateway not known to be offline (its
@@ -54,9 +54,9 @@ export class Heartbeat {
     await Promise.all(targets.map(async ({ gatewayId, lastSeq, ackedSeq, ackedJti }) => {
       const cid = newCorrelationId();
       const body = { lastSeq, intervalMs: this.#o.intervalMs, ...(ackedSeq > 0 && ackedJti !== null ? { uplinkAck: { seq: ackedSeq, jti: ackedJti } } : {}) };
-      const draft = { type: 'heartbeat', aud: gatewayId, cid, ttlSeconds: Math.max(60, Math.ceil((3 * this.#o.intervalMs) / 1000)), body } as Draft;
+      const draft = { type: 'heartbeat' as const, aud: gatewayId, cid, ttlSeconds: Math.max(60, Math.ceil((3 * this.#o.intervalMs) / 1000)), body };
       try {
-        const { token } = await signMessage<DownlinkMessage>(this.#o.signer.key, this.#o.signer.issuer, draft, this.#app.clock);
+        const { token } = await signMessage<HeartbeatMessage>(this.#o.signer.key, this.#o.signer.issuer, draft, this.#app.clock);
         await this.#o.link.publish(topics.gatewayDown(gatewayId), token, this.#o.publishTimeoutMs, this.#o.qos);
         sent.push({ gatewayId, lastSeq });
       } catch (e) {

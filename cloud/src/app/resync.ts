@@ -4,7 +4,6 @@ import {
   topics,
   withCorrelation,
   MAX_MESSAGE_BYTES,
-  type CorrelationId,
   type DownlinkMessage,
   type KeyGrant,
   type MessageOf,
@@ -23,7 +22,6 @@ import type { AppDeps } from './deps.js';
 type ResyncRequest = MessageOf<UplinkMessage, 'resync.request'>;
 type AnswerBody = MessageOf<DownlinkMessage, 'resync.answer'>['body'];
 type SnapshotBody = MessageOf<DownlinkMessage, 'keyset.snapshot'>['body'];
-type Draft = Parameters<typeof signMessage<DownlinkMessage>>[2];
 
 /** Raw JSON budget of one snapshot part: base64url grows it by 4/3, and the signed token must stay under 64 KiB. */
 export const SNAPSHOT_PART_BUDGET = Math.floor((MAX_MESSAGE_BYTES * 3) / 4) - 4096;
@@ -36,8 +34,8 @@ export interface ResyncDeps {
 }
 
 /** Splits a key set into snapshot parts whose bodies stay within the size budget and the schema's item limits. */
-export function chunkSnapshot(keys: readonly KeyGrant[], revoked: readonly { keyId: string; version: number }[], budget = SNAPSHOT_PART_BUDGET) {
-  const parts: { keys: KeyGrant[]; revoked: { keyId: string; version: number }[] }[] = [];
+export function chunkSnapshot<T extends { keyId: string; version: number }>(keys: readonly KeyGrant[], revoked: readonly T[], budget = SNAPSHOT_PART_BUDGET) {
+  const parts: { keys: KeyGrant[]; revoked: T[] }[] = [];
   let cur: (typeof parts)[number] = { keys: [], revoked: [] };
   let size = 0;
   const push = () => {
@@ -72,11 +70,9 @@ export async function answerResync(app: AppDeps, r: ResyncDeps, gatewayId: strin
   const cid = req.cid;
   const log = withCorrelation(app.log, cid, { gatewayId, requestId: req.body.requestId });
   const from = req.body.lastAppliedSeq;
-  const publish = async (draft: Draft) => {
-    const { token } = await signMessage<DownlinkMessage>(r.signer.key, r.signer.issuer, draft, app.clock);
-    await r.link.publish(topics.gatewayDown(gatewayId), token, r.publishTimeoutMs);
-  };
-  const answer = (body: AnswerBody) => publish({ type: 'resync.answer', aud: gatewayId, cid, body } as Draft);
+  const publish = async (token: string) => r.link.publish(topics.gatewayDown(gatewayId), token, r.publishTimeoutMs);
+  const answer = async (body: AnswerBody) =>
+    publish((await signMessage<MessageOf<DownlinkMessage, 'resync.answer'>>(r.signer.key, r.signer.issuer, { type: 'resync.answer', aud: gatewayId, cid, body }, app.clock)).token);
 
   const lastSeq = await lastSeqOf(app.db, gatewayId);
   if (from > lastSeq || req.body.reason === 'conflict') {
@@ -116,8 +112,9 @@ export async function answerResync(app: AppDeps, r: ResyncDeps, gatewayId: strin
   const snapshotId = newId();
   await answer({ requestId: req.body.requestId, mode: 'snapshot', fromSeq: from, toSeq: snap.asOfSeq, snapshotId });
   for (const [i, p] of parts.entries()) {
-    const body: SnapshotBody = { snapshotId, asOfSeq: snap.asOfSeq, part: i + 1, parts: parts.length, keys: p.keys, revoked: p.revoked } as SnapshotBody;
-    await publish({ type: 'keyset.snapshot', aud: gatewayId, cid: cid as CorrelationId, body } as Draft);
+    const body: SnapshotBody = { snapshotId, asOfSeq: snap.asOfSeq, part: i + 1, parts: parts.length, keys: p.keys, revoked: p.revoked };
+    const draft = { type: 'keyset.snapshot' as const, aud: gatewayId, cid, body };
+    await publish((await signMessage<MessageOf<DownlinkMessage, 'keyset.snapshot'>>(r.signer.key, r.signer.issuer, draft, app.clock)).token);
   }
   log.info({ asOfSeq: snap.asOfSeq, parts: parts.length, keys: grants.length, tombstones: tombstones.length }, 'resync: snapshot sent');
   return 'snapshot';

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { parseRow, parseRows, type Jwks } from '@tobira/shared';
+import { MessageId, parseRow, parseRows, type Jwks } from '@tobira/shared';
 import { Int8 } from './columns.js';
 import type { Queryable } from './db.js';
 import { scopeParam, type SiteScope } from './scope.js';
@@ -119,10 +119,10 @@ export interface HeartbeatTarget {
   readonly gatewayId: string;
   readonly lastSeq: number;
   readonly ackedSeq: number;
-  readonly ackedJti: string | null;
+  readonly ackedJti: MessageId | null;
 }
 const HeartbeatRow = z
-  .object({ id: z.string(), last_seq: Int8, acked_seq: Int8.nullable(), acked_jti: z.string().nullable() })
+  .object({ id: z.string(), last_seq: Int8, acked_seq: Int8.nullable(), acked_jti: MessageId.nullable() })
   .transform((r): HeartbeatTarget => ({ gatewayId: r.id, lastSeq: r.last_seq, ackedSeq: r.acked_seq ?? 0, ackedJti: r.acked_jti }));
 
 /** Every gateway not known to be offline (never heard counts as maybe online), by id. */
