@@ -1,6 +1,8 @@
 import { applied, newCorrelationId, refused, withCorrelation, type CorrelationId, type Outcome } from '@tobira/shared';
 import { BrokerUnavailable, type BrokerCredentials } from './broker-accounts.js';
 import type { AppDeps } from './deps.js';
+import { getGateway } from '../adapters/db/gateways.js';
+import type { SiteScope } from '../adapters/db/scope.js';
 
 export interface RotatedBrokerCredentials {
   readonly gatewayId: string;
@@ -13,12 +15,15 @@ export interface RotatedBrokerCredentials {
  * the cloud does not manage broker accounts; BROKER_UNAVAILABLE when the broker
  * could not make the change (nothing changed in the database).
  */
-export async function rotateGatewayBrokerCredentials(deps: AppDeps, input: { gatewayId: string; cid?: CorrelationId }): Promise<Outcome<RotatedBrokerCredentials>> {
+export async function rotateGatewayBrokerCredentials(
+  deps: AppDeps,
+  input: { gatewayId: string; cid?: CorrelationId; siteScope?: SiteScope },
+): Promise<Outcome<RotatedBrokerCredentials>> {
   const { gatewayId } = input;
   // the caller's correlation on every line, the broker adapter's included
   const log = withCorrelation(deps.log, input.cid ?? newCorrelationId(), { gatewayId });
-  const gw = await deps.db.query('SELECT 1 FROM gateways WHERE id = $1', [gatewayId]);
-  if (gw.rowCount === 0) return refused('GATEWAY_NOT_FOUND');
+  // a gateway outside the caller's sites (siteScope) is not found either
+  if ((await getGateway(deps.db, input.siteScope ?? null, gatewayId)) === null) return refused('GATEWAY_NOT_FOUND');
   let mqtt: BrokerCredentials | null;
   try {
     mqtt = await deps.db.transaction((tx) => deps.brokerAccounts.provisionGateway(tx, gatewayId, log));

@@ -1,9 +1,10 @@
-import { newCorrelationId, signMessage, topics, withCorrelation, type DownlinkMessage } from '@tobira/shared';
+import { newCorrelationId, signMessage, topics, withCorrelation, type DownlinkMessage, type MessageOf } from '@tobira/shared';
+import { heartbeatTargets } from '../adapters/db/gateways.js';
 import type { MqttLink } from '../adapters/mqtt/link.js';
 import type { CloudSigner } from '../adapters/signer.js';
 import type { AppDeps } from './deps.js';
 
-type Draft = Parameters<typeof signMessage<DownlinkMessage>>[2];
+type HeartbeatMessage = MessageOf<DownlinkMessage, 'heartbeat'>;
 
 /**
  * Heartbeats: every interval, each gateway not known to be offline (its
@@ -48,24 +49,18 @@ export class Heartbeat {
 
   /** One round; returns what was sent to whom. */
   async beat(): Promise<{ gatewayId: string; lastSeq: number }[]> {
-    const r = await this.#app.db.query<{ id: string; last_seq: string | number; acked_seq: string | number | null; acked_jti: string | null }>(
-      `SELECT g.id, COALESCE(s.last_seq, 0) AS last_seq, u.acked_seq, u.acked_jti
-         FROM gateways g LEFT JOIN gateway_seq s ON s.gateway_id = g.id LEFT JOIN uplink_seq u ON u.gateway_id = g.id
-        WHERE g.online IS DISTINCT FROM false ORDER BY g.id`,
-    );
+    const targets = await heartbeatTargets(this.#app.db);
     const sent: { gatewayId: string; lastSeq: number }[] = [];
-    await Promise.all(r.rows.map(async (g) => {
+    await Promise.all(targets.map(async ({ gatewayId, lastSeq, ackedSeq, ackedJti }) => {
       const cid = newCorrelationId();
-      const lastSeq = Number(g.last_seq);
-      const ackedSeq = Number(g.acked_seq ?? 0);
-      const body = { lastSeq, intervalMs: this.#o.intervalMs, ...(ackedSeq > 0 && g.acked_jti !== null ? { uplinkAck: { seq: ackedSeq, jti: g.acked_jti } } : {}) };
-      const draft = { type: 'heartbeat', aud: g.id, cid, ttlSeconds: Math.max(60, Math.ceil((3 * this.#o.intervalMs) / 1000)), body } as Draft;
+      const body = { lastSeq, intervalMs: this.#o.intervalMs, ...(ackedSeq > 0 && ackedJti !== null ? { uplinkAck: { seq: ackedSeq, jti: ackedJti } } : {}) };
+      const draft = { type: 'heartbeat' as const, aud: gatewayId, cid, ttlSeconds: Math.max(60, Math.ceil((3 * this.#o.intervalMs) / 1000)), body };
       try {
-        const { token } = await signMessage<DownlinkMessage>(this.#o.signer.key, this.#o.signer.issuer, draft, this.#app.clock);
-        await this.#o.link.publish(topics.gatewayDown(g.id), token, this.#o.publishTimeoutMs, this.#o.qos);
-        sent.push({ gatewayId: g.id, lastSeq });
+        const { token } = await signMessage<HeartbeatMessage>(this.#o.signer.key, this.#o.signer.issuer, draft, this.#app.clock);
+        await this.#o.link.publish(topics.gatewayDown(gatewayId), token, this.#o.publishTimeoutMs, this.#o.qos);
+        sent.push({ gatewayId, lastSeq });
       } catch (e) {
-        withCorrelation(this.#app.log, cid, { gatewayId: g.id }).warn({ err: String(e) }, 'heartbeat not sent');
+        withCorrelation(this.#app.log, cid, { gatewayId }).warn({ err: String(e) }, 'heartbeat not sent');
       }
     }));
     return sent.sort((a, b) => (a.gatewayId < b.gatewayId ? -1 : 1));

@@ -37,7 +37,7 @@ export const RegisterGatewayInput = z.strictObject({
   publicJwk: z.record(z.string(), z.unknown()),
   cid: CorrelationId.optional(),
 });
-export const CreateDoorInput = z.strictObject({ id: DoorId.optional(), gatewayId: GatewayId, name: Name });
+export const CreateDoorInput = z.strictObject({ id: DoorId.optional(), gatewayId: GatewayId, name: Name, siteScope: z.array(z.string()).nullable().optional() });
 export const CreatePersonInput = z.strictObject({ id: PersonId.optional(), name: Name });
 export const IssueKeyInput = z.strictObject({
   keyId: KeyId.optional(),
@@ -49,12 +49,14 @@ export const IssueKeyInput = z.strictObject({
   schedule: z.unknown().optional(),
   offlineCapable: z.boolean().optional(),
   offlineMaxSeconds: z.int().min(1).max(OFFLINE_MAX_SECONDS_LIMIT).optional(),
+  siteScope: z.array(z.string()).nullable().optional(),
   cid: CorrelationId.optional(),
 });
 export const RevokeKeyInput = z.strictObject({
   keyId: KeyId,
   reason: RevokeReason,
   expectedRevision: z.int().positive().optional(),
+  siteScope: z.array(z.string()).nullable().optional(),
   cid: CorrelationId.optional(),
 });
 
@@ -66,13 +68,20 @@ export function check(schema: z.ZodType, input: unknown, code: OutcomeCode = 'IN
   return r.success ? undefined : refused(code, summarizeIssues(r.error));
 }
 
-/** Issue-specific checks: credential format for its type, and the schedule schema. */
-export function checkIssue(input: unknown): Refusal | undefined {
-  const bad = check(IssueKeyInput, input);
-  if (bad) return bad;
-  const i = input as z.infer<typeof IssueKeyInput>;
-  const cred = check(PresentedCredential, i.credential, 'INVALID_CREDENTIAL');
-  if (cred) return cred;
-  if (i.schedule !== undefined && i.schedule !== null) return check(Schedule, i.schedule, 'INVALID_SCHEDULE');
-  return undefined;
+/** An issue input once parsed: wire-valid ids, and the schedule as a Schedule. */
+export type ParsedIssueKeyInput = Omit<z.infer<typeof IssueKeyInput>, 'schedule'> & { readonly schedule: Schedule | null };
+
+/**
+ * Parses an issue input once: the schema, then the credential's format for
+ * its type and the schedule. The parsed value, or the refusal to return.
+ */
+export function parseIssue(input: unknown): { ok: true; value: ParsedIssueKeyInput } | { ok: false; refusal: Refusal } {
+  const r = IssueKeyInput.safeParse(input);
+  if (!r.success) return { ok: false, refusal: refused('INVALID_REQUEST', summarizeIssues(r.error)) };
+  const cred = check(PresentedCredential, r.data.credential, 'INVALID_CREDENTIAL');
+  if (cred) return { ok: false, refusal: cred };
+  if (r.data.schedule === undefined || r.data.schedule === null) return { ok: true, value: { ...r.data, schedule: null } };
+  const s = Schedule.safeParse(r.data.schedule);
+  if (!s.success) return { ok: false, refusal: refused('INVALID_SCHEDULE', summarizeIssues(s.error)) };
+  return { ok: true, value: { ...r.data, schedule: s.data } };
 }

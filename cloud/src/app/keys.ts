@@ -6,11 +6,9 @@ import {
   withCorrelation,
   type CorrelationId,
   type CredentialType,
-  type DoorId,
   type GatewayId,
   type KeyId,
   type Outcome,
-  type PersonId,
   type RevokeReason,
   type Schedule,
   asKeyId,
@@ -19,12 +17,25 @@ import {
   DEFAULT_OFFLINE_MAX_SECONDS,
 } from '@tobira/shared';
 import { pgErrorCode, type Queryable } from '../adapters/db/db.js';
-import { appendHistory, casKey, enterVerb, insertKey, listHistory, loadKey, type HistoryRow } from '../adapters/db/keys-repo.js';
+import {
+  appendHistory,
+  casKey,
+  credentialInUse,
+  enterVerb,
+  getKeySummary,
+  insertKey,
+  issueTargets,
+  keysDueToExpire,
+  listHistory,
+  loadKey,
+  type HistoryRow,
+} from '../adapters/db/keys.js';
+import type { SiteScope } from '../adapters/db/scope.js';
 import { enqueue, type Enqueued } from '../adapters/outbox/enqueue.js';
 import * as domain from '../domain/keys.js';
 import type { EntryKey, KeyOutcome } from '../domain/keys.js';
 import type { AppDeps } from './deps.js';
-import { RevokeKeyInput as RevokeKeySchema, check, checkIssue } from './inputs.js';
+import { RevokeKeyInput as RevokeKeySchema, check, parseIssue, type ParsedIssueKeyInput } from './inputs.js';
 
 /** A verb's answer to its caller: the domain outcome, with the outbox rows it queued. */
 export type KeyResult = Outcome<EntryKey, Enqueued> & { readonly cid: CorrelationId };
@@ -119,53 +130,49 @@ export interface IssueKeyInput {
   readonly offlineCapable?: boolean;
   /** Offline-capable keys only: at most (and by default) the cloud's cap, `offlineKeyMaxSeconds`. */
   readonly offlineMaxSeconds?: number;
+  /** The caller's sites (an API token's scope): a person or door outside them is not found. Absent or null: every site. */
+  readonly siteScope?: SiteScope;
   readonly cid?: CorrelationId;
 }
 
 export async function issueKey(deps: AppDeps, input: IssueKeyInput): Promise<KeyResult> {
   const cid = input.cid ?? newCorrelationId();
-  const invalid = checkIssue(input);
-  if (invalid) return { ...invalid, cid };
+  const parsed = parseIssue(input);
+  if (!parsed.ok) return { ...parsed.refusal, cid };
+  return issueParsed(deps, parsed.value, cid);
+}
+
+async function issueParsed(deps: AppDeps, input: ParsedIssueKeyInput, cid: CorrelationId): Promise<KeyResult> {
   const offlineCap = deps.offlineKeyMaxSeconds ?? DEFAULT_OFFLINE_MAX_SECONDS;
   if (input.offlineMaxSeconds !== undefined && input.offlineMaxSeconds > offlineCap) {
     return { ...refused('OFFLINE_MAX_TOO_LONG', `at most ${offlineCap} s`), cid };
   }
   const keyId = asKeyId(input.keyId ?? newId());
-  const pre = await deps.db.query<{ kind: string; id: string; gateway_id: string | null; pepper: string | null }>(
-    `SELECT 'person' AS kind, id, NULL AS gateway_id, NULL AS pepper FROM people WHERE id = $1
-     UNION ALL
-     SELECT 'door', d.id, d.gateway_id, g.credential_pepper FROM doors d JOIN gateways g ON g.id = d.gateway_id WHERE d.id = ANY($2::text[])`,
-    [input.personId, [...input.doors]],
-  );
-  if (!pre.rows.some((r) => r.kind === 'person')) return { ...refused('PERSON_NOT_FOUND'), cid };
-  const doors = pre.rows.filter((r) => r.kind === 'door');
-  const missing = input.doors.filter((d) => !doors.some((r) => r.id === d));
+  const targets = await issueTargets(deps.db, input.siteScope ?? null, input.personId, input.doors);
+  if (!targets.personFound) return { ...refused('PERSON_NOT_FOUND'), cid };
+  const missing = input.doors.filter((d) => !targets.doors.some((r) => r.id === d));
   if (input.doors.length === 0 || missing.length > 0) return { ...refused('DOOR_NOT_FOUND', missing.join(',')), cid };
-  const gateways = new Set(doors.map((r) => r.gateway_id));
+  const gateways = new Set(targets.doors.map((r) => r.gatewayId));
   if (gateways.size !== 1) return { ...refused('DOORS_SPAN_GATEWAYS'), cid };
-  const first = doors[0];
-  if (!first?.gateway_id || !first.pepper) return { ...refused('GATEWAY_NOT_FOUND'), cid };
-  const gatewayId = asGatewayId(first.gateway_id);
+  const first = targets.doors[0];
+  if (first === undefined) return { ...refused('GATEWAY_NOT_FOUND'), cid };
+  const gatewayId = asGatewayId(first.gatewayId);
   const digest = credentialDigest(Buffer.from(first.pepper, 'base64url'), input.credential.type, input.credential.value);
   const cmd: domain.IssueKeyCommand = {
     keyId,
-    personId: input.personId as PersonId,
+    personId: input.personId,
     gatewayId,
     credential: { type: input.credential.type, digest },
-    doors: input.doors as DoorId[],
+    doors: input.doors,
     validFrom: input.validFrom,
     validUntil: input.validUntil,
-    schedule: input.schedule ?? null,
+    schedule: input.schedule,
     offlineCapable: input.offlineCapable ?? false,
     // every offline-capable key carries its cap, so the gateway never needs the default for it
     offlineMaxSeconds: input.offlineCapable === true ? (input.offlineMaxSeconds ?? offlineCap) : (input.offlineMaxSeconds ?? null),
     cid,
   };
-  const inUse = await deps.db.query(
-    `SELECT 1 FROM keys WHERE gateway_id = $1 AND credential_digest = $2 AND status IN ('issuing','active') AND id <> $3`,
-    [gatewayId, digest, keyId],
-  );
-  if (inUse.rowCount > 0) return { ...refused('CREDENTIAL_IN_USE'), cid };
+  if (await credentialInUse(deps.db, gatewayId, digest, keyId)) return { ...refused('CREDENTIAL_IN_USE'), cid };
   try {
     return await transition(deps, 'issueKey', keyId, cid, (current, now) => domain.issueKey(current, cmd, now));
   } catch (e) {
@@ -181,6 +188,8 @@ export interface RevokeKeyInput {
   readonly keyId: string;
   readonly reason: RevokeReason;
   readonly expectedRevision?: number;
+  /** The caller's sites: a key at a gateway outside them is not found. Absent or null: every site. */
+  readonly siteScope?: SiteScope;
   readonly cid?: CorrelationId;
 }
 
@@ -188,6 +197,8 @@ export async function revokeKey(deps: AppDeps, input: RevokeKeyInput): Promise<K
   const cid = input.cid ?? newCorrelationId();
   const invalid = check(RevokeKeySchema, input);
   if (invalid) return { ...invalid, cid };
+  const scope = input.siteScope ?? null;
+  if (scope !== null && (await getKeySummary(deps.db, scope, input.keyId)) === null) return { ...refused('KEY_NOT_FOUND'), cid };
   const cmd: domain.RevokeKeyCommand =
     input.expectedRevision === undefined ? { reason: input.reason, cid } : { reason: input.reason, cid, expectedRevision: input.expectedRevision };
   return transition(deps, 'revokeKey', input.keyId, cid, (current, now) => domain.revokeKey(current, cmd, now));
@@ -202,12 +213,9 @@ export function expireKey(deps: AppDeps, keyId: string, cid: CorrelationId = new
 /** The sweeper: expires every live key whose window has ended. Each key is its own transaction. */
 export async function expireKeys(deps: AppDeps, opts: { limit?: number; cid?: CorrelationId } = {}): Promise<{ expired: string[]; outcomes: KeyResult[] }> {
   const cid = opts.cid ?? newCorrelationId();
-  const due = await deps.db.query<{ id: string }>(
-    `SELECT id FROM keys WHERE status IN ('issuing','active') AND valid_until <= $1 ORDER BY valid_until LIMIT $2`,
-    [deps.clock.now(), opts.limit ?? 1000],
-  );
+  const due = await keysDueToExpire(deps.db, deps.clock.now(), opts.limit ?? 1000);
   const outcomes: KeyResult[] = [];
-  for (const { id } of due.rows) outcomes.push(await expireKey(deps, id, cid));
+  for (const id of due) outcomes.push(await expireKey(deps, id, cid));
   const expired = outcomes.flatMap((o) => (o.status === 'applied' ? [o.state.id] : []));
   return { expired, outcomes };
 }
@@ -241,6 +249,6 @@ export function getKey(deps: AppDeps, keyId: string): Promise<EntryKey | null> {
   return loadKey(deps.db, keyId);
 }
 
-export function listKeyHistory(deps: AppDeps, keyId: string): Promise<HistoryRow[]> {
-  return listHistory(deps.db, keyId);
+export function listKeyHistory(deps: AppDeps, keyId: string, scope: SiteScope = null): Promise<HistoryRow[]> {
+  return listHistory(deps.db, keyId, scope);
 }

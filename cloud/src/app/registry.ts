@@ -3,15 +3,12 @@ import { KeySet, applied, newCorrelationId, newId, refused, topics, withCorrelat
 
 type JWK = Jwks['keys'][number];
 import { pgErrorCode } from '../adapters/db/db.js';
+import { getGateway, insertGateway } from '../adapters/db/gateways.js';
+import type { SiteScope } from '../adapters/db/scope.js';
+import { getSite, insertDoor, insertPerson, insertSite } from '../adapters/db/registry.js';
 import { BrokerUnavailable, type BrokerCredentials } from './broker-accounts.js';
 import type { AppDeps } from './deps.js';
 import { CreateDoorInput, CreatePersonInput, CreateSiteInput, RegisterGatewayInput, check } from './inputs.js';
-import type { Queryable } from '../adapters/db/db.js';
-
-/** Inserts a setup row; a taken id is ALREADY_EXISTS, judged by rows affected. */
-async function insertNew(q: Queryable, sql: string, params: unknown[]): Promise<boolean> {
-  return (await q.query(`${sql} ON CONFLICT (id) DO NOTHING`, params)).rowCount === 1;
-}
 
 /**
  * Sites, gateways, doors and people: setup data, plain inserts that answer
@@ -36,14 +33,8 @@ export async function createSite(
     timeZone: input.timeZone ?? 'Asia/Tokyo',
     offlineGraceSeconds: input.offlineGraceSeconds ?? 300,
   };
-  const ok = await insertNew(deps.db, 'INSERT INTO sites (id, name, time_zone, offline_grace_seconds, created_at) VALUES ($1,$2,$3,$4,$5)', [
-    site.id,
-    site.name,
-    site.timeZone,
-    site.offlineGraceSeconds,
-    deps.clock.now(),
-  ]);
-  if (!ok) return refused('ALREADY_EXISTS', `site ${site.id}`);
+  // a taken id is ALREADY_EXISTS, judged by rows affected
+  if (!(await insertSite(deps.db, { ...site, createdAt: deps.clock.now() }))) return refused('ALREADY_EXISTS', `site ${site.id}`);
   return applied('MESSAGE_APPLIED', site);
 }
 
@@ -77,21 +68,14 @@ export async function registerGateway(
   } catch (e) {
     return refused('INVALID_PUBLIC_KEY', e instanceof Error ? e.message : 'bad key');
   }
-  const site = (await deps.db.query<{ offline_grace_seconds: number; time_zone: string }>('SELECT offline_grace_seconds, time_zone FROM sites WHERE id = $1', [input.siteId])).rows[0];
-  if (site === undefined) return refused('SITE_NOT_FOUND');
+  const site = await getSite(deps.db, null, input.siteId);
+  if (site === null) return refused('SITE_NOT_FOUND');
   const log = withCorrelation(deps.log, input.cid ?? newCorrelationId(), { verb: 'registerGateway', gatewayId: input.gatewayId });
   const pepper = randomBytes(32).toString('base64url');
   let mqtt: BrokerCredentials | null;
   try {
     mqtt = await deps.db.transaction(async (tx) => {
-      await tx.query('INSERT INTO gateways (id, site_id, public_jwk, credential_pepper, created_at) VALUES ($1,$2,$3::jsonb,$4,$5)', [
-        input.gatewayId,
-        input.siteId,
-        JSON.stringify(input.publicJwk),
-        pepper,
-        deps.clock.now(),
-      ]);
-      await tx.query('INSERT INTO gateway_seq (gateway_id, last_seq) VALUES ($1, 0)', [input.gatewayId]);
+      await insertGateway(tx, { id: input.gatewayId, siteId: input.siteId, publicJwk: input.publicJwk, pepper, createdAt: deps.clock.now() });
       // last: the rows are in, so an existing gateway never gets its broker password replaced here
       return deps.brokerAccounts.provisionGateway(tx, input.gatewayId, log);
     });
@@ -110,8 +94,8 @@ export async function registerGateway(
     credentialPepper: pepper,
     cloudIssuer: cloud.issuer,
     cloudJwks: cloud.jwks,
-    offlineGraceSeconds: site.offline_grace_seconds,
-    timeZone: site.time_zone,
+    offlineGraceSeconds: site.offlineGraceSeconds,
+    timeZone: site.timeZone,
     topics: { down: topics.gatewayDown(input.gatewayId), up: topics.gatewayUp(input.gatewayId), presence: topics.gatewayPresence(input.gatewayId) },
     mqtt,
   });
@@ -124,21 +108,15 @@ export interface Door {
   readonly name: string;
 }
 
-export async function createDoor(deps: AppDeps, input: { id?: string; gatewayId: string; name: string }): Promise<Outcome<Door>> {
+/** `siteScope`: the caller's sites; a gateway outside them is not found. Absent or null: every site. */
+export async function createDoor(deps: AppDeps, input: { id?: string; gatewayId: string; name: string; siteScope?: SiteScope }): Promise<Outcome<Door>> {
   const invalid = check(CreateDoorInput, input);
   if (invalid) return invalid;
-  const gw = await deps.db.query<{ site_id: string }>('SELECT site_id FROM gateways WHERE id = $1', [input.gatewayId]);
-  const siteId = gw.rows[0]?.site_id;
-  if (siteId === undefined) return refused('GATEWAY_NOT_FOUND');
+  const gateway = await getGateway(deps.db, input.siteScope ?? null, input.gatewayId);
+  if (gateway === null) return refused('GATEWAY_NOT_FOUND');
+  const siteId = gateway.siteId;
   const door: Door = { id: input.id ?? newId(), siteId, gatewayId: input.gatewayId, name: input.name };
-  const ok = await insertNew(deps.db, 'INSERT INTO doors (id, site_id, gateway_id, name, created_at) VALUES ($1,$2,$3,$4,$5)', [
-    door.id,
-    door.siteId,
-    door.gatewayId,
-    door.name,
-    deps.clock.now(),
-  ]);
-  if (!ok) return refused('ALREADY_EXISTS', `door ${door.id}`);
+  if (!(await insertDoor(deps.db, { ...door, createdAt: deps.clock.now() }))) return refused('ALREADY_EXISTS', `door ${door.id}`);
   return applied('MESSAGE_APPLIED', door);
 }
 
@@ -151,7 +129,6 @@ export async function createPerson(deps: AppDeps, input: { id?: string; name: st
   const invalid = check(CreatePersonInput, input);
   if (invalid) return invalid;
   const person: Person = { id: input.id ?? newId(), name: input.name };
-  const ok = await insertNew(deps.db, 'INSERT INTO people (id, name, created_at) VALUES ($1,$2,$3)', [person.id, person.name, deps.clock.now()]);
-  if (!ok) return refused('ALREADY_EXISTS', `person ${person.id}`);
+  if (!(await insertPerson(deps.db, { ...person, createdAt: deps.clock.now() }))) return refused('ALREADY_EXISTS', `person ${person.id}`);
   return applied('MESSAGE_APPLIED', person);
 }

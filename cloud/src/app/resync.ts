@@ -4,7 +4,6 @@ import {
   topics,
   withCorrelation,
   MAX_MESSAGE_BYTES,
-  type CorrelationId,
   type DownlinkMessage,
   type KeyGrant,
   type MessageOf,
@@ -13,14 +12,16 @@ import {
 import type { MqttLink } from '../adapters/mqtt/link.js';
 import { signRow } from '../adapters/outbox/dispatcher.js';
 import type { CloudSigner } from '../adapters/signer.js';
-import { keyFromRow } from '../adapters/db/keys-repo.js';
+import { setRepeatableRead } from '../adapters/db/db.js';
+import { bumpSeqPast, lastSeqOf } from '../adapters/db/gateways.js';
+import { keysForSnapshot } from '../adapters/db/keys.js';
+import { outboxRowsBetween } from '../adapters/db/outbox-reads.js';
 import { toGrant } from '../domain/keys.js';
 import type { AppDeps } from './deps.js';
 
 type ResyncRequest = MessageOf<UplinkMessage, 'resync.request'>;
 type AnswerBody = MessageOf<DownlinkMessage, 'resync.answer'>['body'];
 type SnapshotBody = MessageOf<DownlinkMessage, 'keyset.snapshot'>['body'];
-type Draft = Parameters<typeof signMessage<DownlinkMessage>>[2];
 
 /** Raw JSON budget of one snapshot part: base64url grows it by 4/3, and the signed token must stay under 64 KiB. */
 export const SNAPSHOT_PART_BUDGET = Math.floor((MAX_MESSAGE_BYTES * 3) / 4) - 4096;
@@ -33,8 +34,8 @@ export interface ResyncDeps {
 }
 
 /** Splits a key set into snapshot parts whose bodies stay within the size budget and the schema's item limits. */
-export function chunkSnapshot(keys: readonly KeyGrant[], revoked: readonly { keyId: string; version: number }[], budget = SNAPSHOT_PART_BUDGET) {
-  const parts: { keys: KeyGrant[]; revoked: { keyId: string; version: number }[] }[] = [];
+export function chunkSnapshot<T extends { keyId: string; version: number }>(keys: readonly KeyGrant[], revoked: readonly T[], budget = SNAPSHOT_PART_BUDGET) {
+  const parts: { keys: KeyGrant[]; revoked: T[] }[] = [];
   let cur: (typeof parts)[number] = { keys: [], revoked: [] };
   let size = 0;
   const push = () => {
@@ -69,25 +70,19 @@ export async function answerResync(app: AppDeps, r: ResyncDeps, gatewayId: strin
   const cid = req.cid;
   const log = withCorrelation(app.log, cid, { gatewayId, requestId: req.body.requestId });
   const from = req.body.lastAppliedSeq;
-  const publish = async (draft: Draft) => {
-    const { token } = await signMessage<DownlinkMessage>(r.signer.key, r.signer.issuer, draft, app.clock);
-    await r.link.publish(topics.gatewayDown(gatewayId), token, r.publishTimeoutMs);
-  };
-  const answer = (body: AnswerBody) => publish({ type: 'resync.answer', aud: gatewayId, cid, body } as Draft);
+  const publish = async (token: string) => r.link.publish(topics.gatewayDown(gatewayId), token, r.publishTimeoutMs);
+  const answer = async (body: AnswerBody) =>
+    publish((await signMessage<MessageOf<DownlinkMessage, 'resync.answer'>>(r.signer.key, r.signer.issuer, { type: 'resync.answer', aud: gatewayId, cid, body }, app.clock)).token);
 
-  const head = await app.db.query<{ last_seq: number }>('SELECT last_seq FROM gateway_seq WHERE gateway_id = $1', [gatewayId]);
-  const lastSeq = head.rows[0]?.last_seq ?? 0;
+  const lastSeq = await lastSeqOf(app.db, gatewayId);
   if (from > lastSeq || req.body.reason === 'conflict') {
     // The gateway applied seqs this database never handed out, or it was sent a seq it had
     // already used: this database was restored to an earlier point. Seqs must never be handed
     // out twice, so the counter moves past both histories (committed before the snapshot is
     // read), and the snapshot as of that seq replaces the gateway's key set with this database's.
-    const bumped = await app.db.query<{ last_seq: number }>(
-      'UPDATE gateway_seq SET last_seq = GREATEST(last_seq, $2) + 1 WHERE gateway_id = $1 RETURNING last_seq',
-      [gatewayId, from],
-    );
+    const newLastSeq = await bumpSeqPast(app.db, gatewayId, from);
     log.error(
-      { code: 'GATEWAY_SEQ_CONFLICT', reason: req.body.reason, gatewayAppliedSeq: from, cloudLastSeq: lastSeq, newLastSeq: bumped.rows[0]?.last_seq ?? null },
+      { code: 'GATEWAY_SEQ_CONFLICT', reason: req.body.reason, gatewayAppliedSeq: from, cloudLastSeq: lastSeq, newLastSeq },
       "the gateway's history differs from this database's (restored from a backup?): seq moved past both, snapshot follows; changes made after the backup are not in it and must be made again",
     );
   } else if (from === lastSeq) {
@@ -96,12 +91,9 @@ export async function answerResync(app: AppDeps, r: ResyncDeps, gatewayId: strin
     return 'up_to_date';
   }
   if (from < lastSeq && lastSeq - from <= r.replayMax && req.body.reason !== 'conflict') {
-    const rows = await app.db.query<{ seq: number; jti: string; type: 'key.grant' | 'key.revoke'; body: unknown; cid: string }>(
-      'SELECT seq, jti, type, body, cid FROM outbox WHERE gateway_id = $1 AND seq > $2 AND seq <= $3 ORDER BY seq',
-      [gatewayId, from, lastSeq],
-    );
+    const rows = await outboxRowsBetween(app.db, gatewayId, from, lastSeq);
     // sign everything first: a row that cannot be signed (a poison row) makes it a snapshot instead
-    const tokens = rows.rows.length === lastSeq - from ? await Promise.all(rows.rows.map((row) => signRow(r.signer, { ...row, gatewayId }, app.clock).catch(() => null))) : [];
+    const tokens = rows.length === lastSeq - from ? await Promise.all(rows.map((row) => signRow(r.signer, { ...row, gatewayId }, app.clock).catch(() => null))) : [];
     if (tokens.length > 0 && tokens.every((x) => x !== null)) {
       await answer({ requestId: req.body.requestId, mode: 'replay', fromSeq: from + 1, toSeq: lastSeq, snapshotId: null });
       for (const token of tokens) await r.link.publish(topics.gatewayDown(gatewayId), token as string, r.publishTimeoutMs);
@@ -111,10 +103,8 @@ export async function answerResync(app: AppDeps, r: ResyncDeps, gatewayId: strin
   }
   // Snapshot: one consistent read of the counter and the key set.
   const snap = await app.db.transaction(async (tx) => {
-    await tx.query('SET TRANSACTION ISOLATION LEVEL REPEATABLE READ');
-    const s = await tx.query<{ last_seq: number }>('SELECT last_seq FROM gateway_seq WHERE gateway_id = $1', [gatewayId]);
-    const k = await tx.query(`SELECT * FROM keys WHERE gateway_id = $1 AND status IN ('issuing','active','revoking','revoked') ORDER BY id`, [gatewayId]);
-    return { asOfSeq: s.rows[0]?.last_seq ?? 0, keys: k.rows.map(keyFromRow) };
+    await setRepeatableRead(tx);
+    return { asOfSeq: await lastSeqOf(tx, gatewayId), keys: await keysForSnapshot(tx, gatewayId) };
   });
   const grants = snap.keys.filter((k) => k.status === 'issuing' || k.status === 'active').map(toGrant);
   const tombstones = snap.keys.filter((k) => k.status === 'revoking' || k.status === 'revoked').map((k) => ({ keyId: k.id, version: k.version }));
@@ -122,8 +112,9 @@ export async function answerResync(app: AppDeps, r: ResyncDeps, gatewayId: strin
   const snapshotId = newId();
   await answer({ requestId: req.body.requestId, mode: 'snapshot', fromSeq: from, toSeq: snap.asOfSeq, snapshotId });
   for (const [i, p] of parts.entries()) {
-    const body: SnapshotBody = { snapshotId, asOfSeq: snap.asOfSeq, part: i + 1, parts: parts.length, keys: p.keys, revoked: p.revoked } as SnapshotBody;
-    await publish({ type: 'keyset.snapshot', aud: gatewayId, cid: cid as CorrelationId, body } as Draft);
+    const body: SnapshotBody = { snapshotId, asOfSeq: snap.asOfSeq, part: i + 1, parts: parts.length, keys: p.keys, revoked: p.revoked };
+    const draft = { type: 'keyset.snapshot' as const, aud: gatewayId, cid, body };
+    await publish((await signMessage<MessageOf<DownlinkMessage, 'keyset.snapshot'>>(r.signer.key, r.signer.issuer, draft, app.clock)).token);
   }
   log.info({ asOfSeq: snap.asOfSeq, parts: parts.length, keys: grants.length, tombstones: tombstones.length }, 'resync: snapshot sent');
   return 'snapshot';

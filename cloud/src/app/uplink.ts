@@ -13,11 +13,22 @@ import {
   withCorrelation,
   type Bucket,
   type RatePolicy,
-  type Jwks,
   type MessageOf,
   type OutcomeCode,
 } from '@tobira/shared';
+import { insertAccessEvent, insertAlarm } from '../adapters/db/audit.js';
 import { pgErrorCode, type Queryable } from '../adapters/db/db.js';
+import { gatewayPublicJwk, recordClockSkew, recordPresence, recordStatus } from '../adapters/db/gateways.js';
+import {
+  advanceUplinkAck,
+  claimInbox,
+  lockUplinkSeq,
+  noteUplinkSeq,
+  recordInboxResult,
+  recordRejected,
+  resetUplinkAck,
+  seqTakenByOther,
+} from '../adapters/db/uplinks.js';
 import type { MqttLink } from '../adapters/mqtt/link.js';
 import type { CloudSigner } from '../adapters/signer.js';
 import { SimulatedCrash } from './crash.js';
@@ -123,25 +134,19 @@ export class Uplink {
     const seq = m.type === 'resync.request' ? null : m.seq;
 
     const outcome = await this.#withRetry(log, () => this.#app.db.transaction(async (tx): Promise<Applied | 'duplicate' | 'unstorable'> => {
-      const ins = await tx.query(
-        `INSERT INTO uplink_inbox (jti, gateway_id, type, seq, cid, result, code, received_at) VALUES ($1,$2,$3,$4,$5,'received','MESSAGE_APPLIED',$6)
-         ON CONFLICT (jti) DO NOTHING`,
-        [m.jti, gatewayId, m.type, seq, m.cid, now],
-      );
-      if (ins.rowCount === 0) {
+      if (!(await claimInbox(tx, { jti: m.jti, gatewayId, type: m.type, seq, cid: m.cid, receivedAt: now }))) {
         // a resend the gateway made because it had no acknowledgement yet: it may move the pointer on
         if (m.type !== 'resync.request') await this.#advanceAck(tx, gatewayId, m.seq, m.jti);
         return 'duplicate';
       }
       if (seq !== null) {
-        const reused = await tx.query('SELECT 1 FROM uplink_inbox WHERE gateway_id = $1 AND seq = $2 AND jti <> $3 LIMIT 1', [gatewayId, seq, m.jti]);
         // applied anyway (dedupe is by jti): most likely the gateway's store was reset and its seq started again
-        if (reused.rowCount > 0) log.warn({ seq }, 'uplink seq reused by another message; applied, gap tracking may be off');
+        if (await seqTakenByOther(tx, gatewayId, seq, m.jti)) log.warn({ seq }, 'uplink seq reused by another message; applied, gap tracking may be off');
       }
       this.#app.crash('afterInboxInsert');
       if (m.type !== 'resync.request') await this.#trackSeq(tx, gatewayId, m, log);
       const applied = await this.#apply(tx, gatewayId, m, now);
-      await tx.query('UPDATE uplink_inbox SET result = $2, code = $3 WHERE jti = $1', [m.jti, applied.result, applied.code]);
+      await recordInboxResult(tx, m.jti, applied.result, applied.code);
       return applied;
     })).catch((e: unknown) => {
       // A signed message the database refuses as data (SQLSTATE class 22/23: say a NUL in a
@@ -214,26 +219,16 @@ export class Uplink {
       }
       case 'access.event': {
         const b = m.body;
-        const r = await tx.query(
-          `INSERT INTO audit (event_id, gateway_id, seq, jti, lock_id, door_id, at, allowed, code, key_id, key_version, person_id, credential_type, command_id, cid, received_at)
-           VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,
-                   -- the cloud's own record names the holder; the gateway's copy is the fallback
-                   COALESCE((SELECT person_id FROM keys WHERE id = $10 AND gateway_id = $2), $12),
-                   $13,$14,$15,$16) ON CONFLICT (event_id) DO NOTHING`,
-          [b.eventId, gatewayId, m.seq, m.jti, b.lockId, b.doorId, b.at, b.allowed, b.code, b.keyId, b.keyVersion, b.personId, b.credentialType, b.commandId, m.cid, now],
-        );
-        return r.rowCount === 1 ? { result: 'applied', code: 'REPORT_RECORDED' } : { result: 'noop', code: 'DUPLICATE_MESSAGE' };
+        const inserted = await insertAccessEvent(tx, { ...b, gatewayId, seq: m.seq, jti: m.jti, cid: m.cid, receivedAt: now });
+        return inserted ? { result: 'applied', code: 'REPORT_RECORDED' } : { result: 'noop', code: 'DUPLICATE_MESSAGE' };
       }
       case 'alarm': {
         const b = m.body;
-        const r = await tx.query(
-          `INSERT INTO alarms (alarm_id, gateway_id, lock_id, door_id, kind, at, cid, received_at) VALUES ($1,$2,$3,$4,$5,$6,$7,$8) ON CONFLICT (alarm_id) DO NOTHING`,
-          [b.alarmId, gatewayId, b.lockId, b.doorId, b.kind, b.at, m.cid, now],
-        );
-        return r.rowCount === 1 ? { result: 'applied', code: 'REPORT_RECORDED' } : { result: 'noop', code: 'DUPLICATE_MESSAGE' };
+        const inserted = await insertAlarm(tx, { ...b, gatewayId, cid: m.cid, receivedAt: now });
+        return inserted ? { result: 'applied', code: 'REPORT_RECORDED' } : { result: 'noop', code: 'DUPLICATE_MESSAGE' };
       }
       case 'gateway.status':
-        await tx.query('UPDATE gateways SET last_status = $2::jsonb, last_status_at = $3 WHERE id = $1', [gatewayId, JSON.stringify(m.body), now]);
+        await recordStatus(tx, gatewayId, m.body, now);
         return { result: 'applied', code: 'REPORT_RECORDED' };
       case 'resync.request': {
         // A storm of signed requests (a compromised or looping gateway) is cut here, before any
@@ -257,21 +252,15 @@ export class Uplink {
    * the next expected), and the acknowledgement pointer heartbeats carry.
    */
   async #trackSeq(tx: Queryable, gatewayId: string, m: MessageOf<UplinkMessage, Sequenced['type']>, log: AppDeps['log']): Promise<void> {
-    const prev = await tx.query<{ max_seq: string | number; acked_seq: string | number }>('SELECT max_seq, acked_seq FROM uplink_seq WHERE gateway_id = $1 FOR UPDATE', [gatewayId]);
-    const max = Number(prev.rows[0]?.max_seq ?? 0);
-    const acked = Number(prev.rows[0]?.acked_seq ?? 0);
+    const { maxSeq: max, ackedSeq: acked } = await lockUplinkSeq(tx, gatewayId);
     if (m.seq > max + 1) log.warn({ missingFrom: max + 1, missingTo: m.seq - 1 }, 'uplink seq gap');
     if (m.seq <= acked) {
       // A new message (its jti is new) at a seq already acknowledged: the gateway's history
       // started again (its store was reset or restored). Acknowledge from the start of the new one.
       log.warn({ code: 'UPLINK_HISTORY_RESTARTED', seq: m.seq, ackedSeq: acked }, "the gateway's uplink seq started again; acknowledgement restarts");
-      await tx.query('UPDATE uplink_seq SET acked_seq = 0, acked_jti = NULL WHERE gateway_id = $1', [gatewayId]);
+      await resetUplinkAck(tx, gatewayId);
     }
-    await tx.query(
-      `INSERT INTO uplink_seq (gateway_id, max_seq, received) VALUES ($1, $2, 1)
-       ON CONFLICT (gateway_id) DO UPDATE SET max_seq = GREATEST(uplink_seq.max_seq, EXCLUDED.max_seq), received = uplink_seq.received + 1`,
-      [gatewayId, m.seq],
-    );
+    await noteUplinkSeq(tx, gatewayId, m.seq);
     await this.#advanceAck(tx, gatewayId, m.seq, m.jti);
   }
 
@@ -282,7 +271,7 @@ export class Uplink {
    * acknowledgement, sends it again, and its resends of the rest walk it on.
    */
   async #advanceAck(tx: Queryable, gatewayId: string, seq: number, jti: string): Promise<void> {
-    await tx.query('UPDATE uplink_seq SET acked_seq = $2, acked_jti = $3 WHERE gateway_id = $1 AND acked_seq = $2 - 1', [gatewayId, seq, jti]);
+    await advanceUplinkAck(tx, gatewayId, seq, jti);
   }
 
   /**
@@ -295,21 +284,20 @@ export class Uplink {
     if (last !== undefined && Math.abs(last.skewMs - skewMs) < SKEW_RESOLUTION_MS && now - last.at < SKEW_REFRESH_MS) return;
     this.#skew.set(gatewayId, { skewMs, at: now });
     if (Math.abs(skewMs) > SKEW_WARN_MS) log.warn({ code: 'CLOCK_SKEW', skewMs }, "the gateway's clock is off; its messages are applied with its own times");
-    await this.#app.db.query('UPDATE gateways SET clock_skew_ms = $2, clock_skew_at = $3 WHERE id = $1', [gatewayId, skewMs, now]);
+    await recordClockSkew(this.#app.db, gatewayId, skewMs, now);
   }
 
   async #presence(gatewayId: string, payload: Buffer): Promise<void> {
     const p = parsePayload(Presence, payload);
     if (!p.ok) return this.#reject(gatewayId, `presence/${gatewayId}`, p.code, p.detail);
-    await this.#app.db.query('UPDATE gateways SET online = $2, presence_at = $3 WHERE id = $1', [gatewayId, p.value.online, this.#app.clock.now()]);
+    await recordPresence(this.#app.db, gatewayId, p.value.online, this.#app.clock.now());
   }
 
   async #keysOf(gatewayId: string): Promise<KeySet | null> {
     const cached = this.#keys.get(gatewayId);
     if (cached) return cached;
-    const r = await this.#app.db.query<{ public_jwk: Jwks['keys'][number] }>('SELECT public_jwk FROM gateways WHERE id = $1', [gatewayId]);
-    const jwk = r.rows[0]?.public_jwk;
-    if (!jwk) return null;
+    const jwk = await gatewayPublicJwk(this.#app.db, gatewayId);
+    if (jwk === null) return null;
     const ks = await KeySet.fromJwks({ keys: [jwk] });
     this.#keys.set(gatewayId, ks);
     return ks;
@@ -321,17 +309,10 @@ export class Uplink {
     const safeTopic = printable(topic, 512);
     const safeDetail = printable(detail, 1000);
     log.warn({ gatewayId, topic: safeTopic.slice(0, 200), code, detail: safeDetail }, 'uplink rejected');
-    await this.#app.db.query('INSERT INTO rejected_uplinks (gateway_id, topic, code, detail, at) VALUES ($1,$2,$3,$4,$5)', [
-      gatewayId,
-      safeTopic,
-      code,
-      safeDetail,
-      this.#app.clock.now(),
-    ]);
-    // Bounded by rows as well as by age (the purge): a flood of garbage keeps the newest N.
-    await this.#app.db.query(
-      'DELETE FROM rejected_uplinks WHERE id <= (SELECT id FROM rejected_uplinks ORDER BY id DESC OFFSET $1 LIMIT 1)',
-      [this.#o.rejectedMaxRows ?? DEFAULT_REJECTED_MAX_ROWS],
+    await recordRejected(
+      this.#app.db,
+      { gatewayId, topic: safeTopic, code, detail: safeDetail, at: this.#app.clock.now() },
+      this.#o.rejectedMaxRows ?? DEFAULT_REJECTED_MAX_ROWS,
     );
   }
 }

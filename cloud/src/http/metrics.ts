@@ -1,5 +1,6 @@
 import { Gauge, Registry } from 'prom-client';
 import type { Queryable } from '../adapters/db/db.js';
+import { gatewayGauges, type GatewayGauges } from '../adapters/db/gateways.js';
 
 /**
  * The cloud's Prometheus metrics (GET /metrics, admin tokens only), read from
@@ -10,16 +11,9 @@ import type { Queryable } from '../adapters/db/db.js';
  */
 export function cloudMetrics(db: Queryable): Registry {
   const registry = new Registry();
-  let rows: Promise<{ id: string; clock_skew_ms: string | null; dead_letters: string }[]> | null = null;
+  let rows: Promise<GatewayGauges[]> | null = null;
   // one query per scrape, shared by the gauges
-  const read = () =>
-    (rows ??= db
-      .query<{ id: string; clock_skew_ms: string | null; dead_letters: string }>(
-        `SELECT g.id, g.clock_skew_ms, (SELECT count(*) FROM outbox o WHERE o.gateway_id = g.id AND o.status = 'dead') AS dead_letters
-           FROM gateways g ORDER BY g.id`,
-      )
-      .then((r) => r.rows)
-      .finally(() => setImmediate(() => (rows = null))));
+  const read = () => (rows ??= gatewayGauges(db).finally(() => setImmediate(() => (rows = null))));
   new Gauge({
     name: 'tobira_cloud_gateway_clock_skew_seconds',
     help: "A gateway's clock minus the cloud's, as its last uplinks' iat showed it (absent until measured).",
@@ -27,7 +21,7 @@ export function cloudMetrics(db: Queryable): Registry {
     registers: [registry],
     async collect() {
       this.reset();
-      for (const r of await read()) if (r.clock_skew_ms !== null) this.set({ gateway_id: r.id }, Number(r.clock_skew_ms) / 1000);
+      for (const r of await read()) if (r.clockSkewMs !== null) this.set({ gateway_id: r.gatewayId }, r.clockSkewMs / 1000);
     },
   });
   new Gauge({
@@ -37,7 +31,7 @@ export function cloudMetrics(db: Queryable): Registry {
     registers: [registry],
     async collect() {
       this.reset();
-      for (const r of await read()) this.set({ gateway_id: r.id }, Number(r.dead_letters));
+      for (const r of await read()) this.set({ gateway_id: r.gatewayId }, r.deadLetters);
     },
   });
   return registry;

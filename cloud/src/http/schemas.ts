@@ -8,6 +8,8 @@ export const Millis = z.int().nonnegative().max(8_640_000_000_000_000);
 export const QueryMillis = z.coerce.number().int().nonnegative().max(8_640_000_000_000_000);
 export const Limit = z.coerce.number().int().min(1).max(500).default(100);
 export const Cursor = z.string().min(1).max(400);
+/** What a list's opaque cursor decodes to: the last row's (time, id) sort key. */
+export const TimeIdCursor = z.tuple([z.int().nonnegative(), z.string().min(1).max(200).refine((x) => !x.includes('\u0000'))]);
 
 /** Every non-2xx body (and the outcome part of every 2xx body). */
 export const Problem = z.object({

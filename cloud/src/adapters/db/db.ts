@@ -55,6 +55,11 @@ export interface Db extends Tx {
   close(): Promise<void>;
 }
 
+/** Makes the open transaction read one consistent snapshot; must be its first statement. */
+export async function setRepeatableRead(tx: Queryable): Promise<void> {
+  await tx.query('SET TRANSACTION ISOLATION LEVEL REPEATABLE READ');
+}
+
 /** A row that cannot be a valid domain object (DESIGN.md §6); one definition for both services. */
 export { CorruptRow } from '@tobira/shared';
 

@@ -1,7 +1,13 @@
+import { z } from 'zod';
+import { parseRows } from '@tobira/shared';
+import { Int8 } from '../db/columns.js';
 import type { Queryable } from '../db/db.js';
+import { scopeParam, type SiteScope } from '../db/scope.js';
 
+/** A dead `outbox` row: the dispatcher gave up on it; an operator retries it. */
 export interface DeadLetter {
   readonly id: number;
+  readonly siteId: string;
   readonly gatewayId: string;
   readonly seq: number;
   readonly jti: string;
@@ -14,30 +20,60 @@ export interface DeadLetter {
   readonly createdAt: number;
 }
 
-export async function listDeadLetters(q: Queryable, opts: { gatewayId?: string; limit?: number } = {}): Promise<DeadLetter[]> {
-  const r = await q.query<Record<string, unknown>>(
-    `SELECT id, gateway_id, seq, jti, type, key_id, key_version, attempts, last_error, cid, created_at FROM outbox
-      WHERE status = 'dead' AND ($1::text IS NULL OR gateway_id = $1) ORDER BY gateway_id, seq LIMIT $2`,
-    [opts.gatewayId ?? null, opts.limit ?? 100],
+const DeadLetterRow = z
+  .object({
+    id: Int8,
+    site_id: z.string(),
+    gateway_id: z.string(),
+    seq: Int8,
+    jti: z.string(),
+    type: z.string(),
+    key_id: z.string().nullable(),
+    key_version: Int8.nullable(),
+    attempts: z.number().int(),
+    last_error: z.string().nullable(),
+    cid: z.string(),
+    created_at: Int8,
+  })
+  .transform(
+    (r): DeadLetter => ({
+      id: r.id,
+      siteId: r.site_id,
+      gatewayId: r.gateway_id,
+      seq: r.seq,
+      jti: r.jti,
+      type: r.type,
+      keyId: r.key_id,
+      keyVersion: r.key_version,
+      attempts: r.attempts,
+      lastError: r.last_error,
+      cid: r.cid,
+      createdAt: r.created_at,
+    }),
   );
-  return r.rows.map(deadLetterFromRow);
+
+export interface DeadLetterFilter {
+  readonly siteId?: string | undefined;
+  readonly gatewayId?: string | undefined;
+  readonly limit?: number | undefined;
 }
 
-/** A dead `outbox` row as the code sees it (one mapping for every reader). */
-export function deadLetterFromRow(x: Record<string, unknown>): DeadLetter {
-  return {
-    id: x.id as number,
-    gatewayId: x.gateway_id as string,
-    seq: x.seq as number,
-    jti: x.jti as string,
-    type: x.type as string,
-    keyId: (x.key_id as string | null) ?? null,
-    keyVersion: (x.key_version as number | null) ?? null,
-    attempts: x.attempts as number,
-    lastError: (x.last_error as string | null) ?? null,
-    cid: x.cid as string,
-    createdAt: x.created_at as number,
-  };
+/** Dead rows by gateway and seq, within the scope (default: every site). */
+export async function listDeadLetters(q: Queryable, f: DeadLetterFilter = {}, scope: SiteScope = null): Promise<DeadLetter[]> {
+  const r = await q.query(
+    `SELECT o.id, g.site_id, o.gateway_id, o.seq, o.jti, o.type, o.key_id, o.key_version, o.attempts, o.last_error, o.cid, o.created_at
+       FROM outbox o JOIN gateways g ON g.id = o.gateway_id
+      WHERE o.status = 'dead' AND ($1::text[] IS NULL OR g.site_id = ANY($1)) AND ($2::text IS NULL OR g.site_id = $2)
+        AND ($3::text IS NULL OR o.gateway_id = $3) ORDER BY o.gateway_id, o.seq LIMIT $4`,
+    [scopeParam(scope), f.siteId ?? null, f.gatewayId ?? null, f.limit ?? 100],
+  );
+  return parseRows('outbox', DeadLetterRow, r.rows);
+}
+
+/** True when the outbox row exists and belongs to a site of the scope (any status). */
+export async function outboxRowVisible(q: Queryable, scope: SiteScope, id: number): Promise<boolean> {
+  const r = await q.query('SELECT 1 FROM outbox o JOIN gateways g ON g.id = o.gateway_id WHERE o.id = $2 AND ($1::text[] IS NULL OR g.site_id = ANY($1))', [scopeParam(scope), id]);
+  return r.rowCount > 0;
 }
 
 /** Operator retry: a dead row goes back to pending with its attempts reset. 1 = retried, 0 = no such dead row. */

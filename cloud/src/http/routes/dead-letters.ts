@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { idempotent, problem, statusOf, who, type Api, type Ctx } from '../context.js';
-import { listDeadLetters, outboxRowVisible } from '../queries.js';
+import { listDeadLetters, outboxRowVisible } from '../../adapters/outbox/dead-letters.js';
 import { Id, OutcomeStatus, Slug, errorResponses } from '../schemas.js';
 
 const DeadLetter = z.object({
@@ -29,7 +29,7 @@ export function deadLettersRoutes(app: Api, ctx: Ctx): void {
         response: { ...errorResponses, 200: z.object({ items: z.array(DeadLetter) }) },
       },
     },
-    async (req) => ({ items: await listDeadLetters(ctx.db, who(req).sites, req.query) }),
+    async (req) => ({ items: (await listDeadLetters(ctx.db, req.query, who(req).sites)).map(({ jti: _jti, ...d }) => d) }),
   );
 
   app.post(

@@ -1,7 +1,8 @@
 import { z } from 'zod';
 import { problem, who, type Api, type Ctx } from '../context.js';
-import { decodeCursor, listEvents } from '../queries.js';
-import { Cursor, Id, Limit, QueryMillis, Slug, errorResponses } from '../schemas.js';
+import { decodeCursor } from '@tobira/shared';
+import { listEvents } from '../../adapters/db/audit.js';
+import { Cursor, Id, Limit, QueryMillis, Slug, TimeIdCursor, errorResponses } from '../schemas.js';
 
 const Event = z.object({
   eventId: z.string(),
@@ -44,7 +45,7 @@ export function eventsRoutes(app: Api, ctx: Ctx): void {
       },
     },
     async (req, reply) => {
-      const cursor = decodeCursor(req.query.cursor);
+      const cursor = decodeCursor(TimeIdCursor, req.query.cursor);
       if (cursor === 'bad') return reply.status(400).send(problem('BAD_REQUEST', 'bad cursor'));
       return listEvents(ctx.db, who(req).sites, { ...req.query, cursor });
     },

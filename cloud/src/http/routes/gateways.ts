@@ -1,7 +1,8 @@
 import type { Jwks } from '@tobira/shared';
 import { z } from 'zod';
 import { cidOf, idempotent, problem, statusOf, who, type Api, type Ctx } from '../context.js';
-import { getGateway, getSite, listGateways } from '../queries.js';
+import { getGateway, listGateways } from '../../adapters/db/gateways.js';
+import { getSite } from '../../adapters/db/registry.js';
 import { BrokerLogin, Gateway, Id, OutcomeStatus, Problem, Provisioning, PublicJwk, Slug, errorResponses } from '../schemas.js';
 
 const RegisterGateway = z.strictObject({ gatewayId: Slug, siteId: Id, publicJwk: PublicJwk });
@@ -44,8 +45,8 @@ export function gatewaysRoutes(app: Api, ctx: Ctx): void {
     },
     (req, reply) =>
       idempotent(ctx, req, reply, async ({ db }) => {
-        if (!(await getGateway(db, who(req).sites, req.params.gatewayId))) return { statusCode: 404, body: problem('GATEWAY_NOT_FOUND') };
-        const o = await ctx.cloud.rotateGatewayBrokerCredentials({ gatewayId: req.params.gatewayId, cid: cidOf(req) }, { db });
+        // a gateway outside the token's sites is refused as not found (404) by the verb
+        const o = await ctx.cloud.rotateGatewayBrokerCredentials({ gatewayId: req.params.gatewayId, cid: cidOf(req), siteScope: who(req).sites }, { db });
         if (o.status === 'applied') {
           const broker = { url: ctx.config.gatewayBrokerUrl, username: o.state.mqtt.username, password: o.state.mqtt.password };
           return { statusCode: 200, body: { status: o.status, code: o.code, gatewayId: o.state.gatewayId, broker } };

@@ -1,8 +1,8 @@
-import type { CorrelationId } from '@tobira/shared';
+import { decodeCursor } from '@tobira/shared';
 import { z } from 'zod';
-import type { Queryable } from '../../adapters/db/db.js';
+import { listHistory, listKeys } from '../../adapters/db/keys.js';
+import { getKeyView, keyViewOf } from '../../app/key-view.js';
 import { defined, idempotent, problem, statusOf, who, cidOf, type Api, type Ctx } from '../context.js';
-import { decodeCursor, getGateway, getKey, getPerson, listKeyDeliveries, listKeys, visibleDoors, type DeliveryRow, type KeyRow, type Scope } from '../queries.js';
 import {
   Cursor,
   Id,
@@ -15,38 +15,9 @@ import {
   Problem,
   RevokeKeyBody,
   Slug,
+  TimeIdCursor,
   errorResponses,
 } from '../schemas.js';
-
-type Notice = { code: string; message: string };
-
-/**
- * A key as the API shows it: the key, the delivery status of its latest
- * command (pending → succeeded / failed, in the manner of an action attempt)
- * and its errors and warnings.
- */
-async function view(db: Queryable, scope: Scope, keyId: string) {
-  const key = await getKey(db, scope, keyId);
-  if (!key) return null;
-  const deliveries = await listKeyDeliveries(db, keyId);
-  const gw = await getGateway(db, null, key.gatewayId);
-  return { key, ...deliveryOf(key, deliveries, gw?.online ?? null), deliveries };
-}
-
-export function deliveryOf(key: KeyRow, deliveries: readonly DeliveryRow[], gatewayOnline: boolean | null) {
-  const errors: Notice[] = [];
-  const warnings: Notice[] = [];
-  const latest = deliveries.filter((d) => d.keyVersion === key.version);
-  for (const d of latest) {
-    if (d.status === 'dead') errors.push({ code: 'DELIVERY_DEAD_LETTERED', message: `outbox row ${d.outboxId}: ${d.lastError ?? 'gave up'}; retry with POST /dead-letters/${d.outboxId}/retry` });
-    else if (d.status !== 'sent' && d.lastError) warnings.push({ code: 'DELIVERY_RETRYING', message: `attempt ${d.attempts}: ${d.lastError}` });
-  }
-  if (key.status === 'failed') errors.push({ code: key.lastCode, message: 'the gateway rejected the grant' });
-  const pending = key.status === 'issuing' || key.status === 'revoking';
-  if (pending && gatewayOnline === false) warnings.push({ code: 'GATEWAY_OFFLINE', message: `gateway ${key.gatewayId} is offline; delivery waits for it` });
-  const delivery: 'pending' | 'succeeded' | 'failed' = key.status === 'failed' || errors.length > 0 ? 'failed' : pending ? 'pending' : 'succeeded';
-  return { delivery, errors, warnings };
-}
 
 const KeyAnswer = KeyView.extend({ status: OutcomeStatus, code: z.string(), cid: z.string() });
 const KeyConflict = Problem.extend({ key: Key.optional() });
@@ -73,17 +44,12 @@ export function keysRoutes(app: Api, ctx: Ctx): void {
         return reply.status(403).send(problem('FORBIDDEN_ROLE', `role ${role} may not issue offline-capable keys`));
       }
       return idempotent(ctx, req, reply, async ({ db }) => {
-        const scope = who(req).sites;
         const cid = cidOf(req);
-        if (!(await getPerson(db, scope, req.body.personId))) return { statusCode: 404, body: { ...problem('PERSON_NOT_FOUND'), cid } };
-        const seen = await visibleDoors(db, scope, req.body.doors);
-        const missing = req.body.doors.filter((d) => !seen.has(d));
-        if (missing.length > 0) return { statusCode: 404, body: { ...problem('DOOR_NOT_FOUND', missing.join(',')), cid } };
-        const o = await ctx.cloud.issueKey(defined({ ...req.body, cid }), { db });
+        // the verb refuses a person or door outside the token's sites as not found (404)
+        const o = await ctx.cloud.issueKey(defined({ ...req.body, siteScope: who(req).sites, cid }), { db });
         if (o.status === 'refused') return { statusCode: statusOf(o), body: { ...problem(o.code, o.detail), cid } };
-        const v = await view(db, scope, o.status === 'conflict' ? o.current.id : o.state.id);
-        if (!v) return { statusCode: 404, body: { ...problem('KEY_NOT_FOUND'), cid } };
-        if (o.status === 'conflict') return { statusCode: 409, body: { status: o.status, code: o.code, cid, key: v.key } };
+        if (o.status === 'conflict') return { statusCode: 409, body: { status: o.status, code: o.code, cid, key: (await keyViewOf(db, o.current)).key } };
+        const v = await keyViewOf(db, o.state);
         return {
           statusCode: o.status === 'applied' ? 202 : 200,
           body: { status: o.status, code: o.code, cid, ...v },
@@ -107,17 +73,15 @@ export function keysRoutes(app: Api, ctx: Ctx): void {
     },
     (req, reply) =>
       idempotent(ctx, req, reply, async ({ db }) => {
-        const scope = who(req).sites;
         const cid = cidOf(req);
         const ifMatch = req.headers['if-match'];
         const m = ifMatch === undefined ? undefined : IfMatch.exec(ifMatch);
         if (m === null) return { statusCode: 400, body: { ...problem('BAD_REQUEST', 'If-Match: "<revision>"'), cid } };
-        if (!(await getKey(db, scope, req.params.keyId))) return { statusCode: 404, body: { ...problem('KEY_NOT_FOUND'), cid } };
         const expectedRevision = m ? Number(m[1]) : undefined;
-        const o = await ctx.cloud.revokeKey(defined({ keyId: req.params.keyId, reason: req.body.reason, cid: cid as CorrelationId, expectedRevision }), { db });
+        // a key outside the token's sites is refused as not found (404) by the verb
+        const o = await ctx.cloud.revokeKey(defined({ keyId: req.params.keyId, reason: req.body.reason, cid, expectedRevision, siteScope: who(req).sites }), { db });
         if (o.status === 'refused') return { statusCode: statusOf(o), body: { ...problem(o.code, o.detail), cid } };
-        const v = await view(db, scope, req.params.keyId);
-        if (!v) return { statusCode: 404, body: { ...problem('KEY_NOT_FOUND'), cid } };
+        const v = await keyViewOf(db, o.status === 'conflict' ? o.current : o.state);
         if (o.status === 'conflict') {
           return { statusCode: expectedRevision === undefined ? 409 : 412, body: { status: o.status, code: o.code, cid, key: v.key }, headers: { etag: `"${v.key.revision}"` } };
         }
@@ -136,7 +100,7 @@ export function keysRoutes(app: Api, ctx: Ctx): void {
       },
     },
     async (req, reply) => {
-      const v = await view(ctx.db, who(req).sites, req.params.keyId);
+      const v = await getKeyView(ctx.db, who(req).sites, req.params.keyId);
       if (!v) return reply.status(404).send(problem('KEY_NOT_FOUND'));
       return reply.header('etag', `"${v.key.revision}"`).send(v);
     },
@@ -160,7 +124,7 @@ export function keysRoutes(app: Api, ctx: Ctx): void {
       },
     },
     async (req, reply) => {
-      const cursor = decodeCursor(req.query.cursor);
+      const cursor = decodeCursor(TimeIdCursor, req.query.cursor);
       if (cursor === 'bad') return reply.status(400).send(problem('BAD_REQUEST', 'bad cursor'));
       return listKeys(ctx.db, who(req).sites, { ...req.query, cursor });
     },
@@ -195,25 +159,11 @@ export function keysRoutes(app: Api, ctx: Ctx): void {
       },
     },
     async (req, reply) => {
-      if (!(await getKey(ctx.db, who(req).sites, req.params.keyId))) return reply.status(404).send(problem('KEY_NOT_FOUND'));
-      const r = await ctx.db.query<Record<string, unknown>>(
-        'SELECT version, revision, event, from_status, to_status, reason, code, cid, verb, at FROM key_history WHERE key_id = $1 ORDER BY revision',
-        [req.params.keyId],
-      );
-      return {
-        items: r.rows.map((x) => ({
-          version: x.version as number,
-          revision: x.revision as number,
-          event: x.event as string,
-          fromStatus: (x.from_status as string | null) ?? null,
-          toStatus: x.to_status as string,
-          reason: (x.reason as string | null) ?? null,
-          code: x.code as string,
-          cid: x.cid as string,
-          verb: x.verb as string,
-          at: x.at as number,
-        })),
-      };
+      const scope = who(req).sites;
+      const history = await listHistory(ctx.db, req.params.keyId, scope);
+      // a key has a history from its first transition on, so none means no such key visible to the token
+      if (history.length === 0) return reply.status(404).send(problem('KEY_NOT_FOUND'));
+      return { items: history.map(({ keyId: _keyId, detail: _detail, ...h }) => h) };
     },
   );
 }

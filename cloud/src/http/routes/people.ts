@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { defined, idempotent, problem, statusOf, who, type Api, type Ctx } from '../context.js';
-import { getPerson, getSite, listPeople, recordPersonSite } from '../queries.js';
+import { getPerson, getSite, listPeople, recordPersonSite } from '../../adapters/db/registry.js';
 import { Id, OutcomeStatus, Person, Problem, errorResponses } from '../schemas.js';
 
 const CreatePerson = z.strictObject({ id: Id.optional(), name: z.string().min(1).max(200), siteId: Id.describe('the site the person is created for (scoping)') });

@@ -1,7 +1,7 @@
 import { TimeZone } from '@tobira/shared';
 import { z } from 'zod';
 import { defined, idempotent, problem, statusOf, who, type Api, type Ctx } from '../context.js';
-import { getSite, listSites } from '../queries.js';
+import { getSite, listSites } from '../../adapters/db/registry.js';
 import { Id, OutcomeStatus, Problem, Site, errorResponses } from '../schemas.js';
 
 const CreateSite = z.strictObject({

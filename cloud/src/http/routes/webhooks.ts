@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import type { Queryable } from '../../adapters/db/db.js';
 import { idempotent, problem, who, type Api, type Ctx } from '../context.js';
-import { getSite } from '../queries.js';
+import { getSite } from '../../adapters/db/registry.js';
 import { Id, OutcomeStatus, errorResponses } from '../schemas.js';
 import { checkWebhookUrl } from '../egress.js';
 import { WEBHOOK_EVENTS, createWebhook } from '../webhooks.js';

@@ -1,0 +1,89 @@
+import { z } from 'zod';
+import { parseRows } from '@tobira/shared';
+import { OUTBOX_STATUSES, type OutboxStatus } from '../outbox/states.js';
+import { Int8 } from './columns.js';
+import type { Queryable } from './db.js';
+
+/**
+ * Reads of the `outbox` table for people (the programmatic API, the admin
+ * API's key view) and for the resync replay. The dispatcher's own verbs
+ * (claim, mark, fail, renew, purge) stay in adapters/outbox/, one per module.
+ */
+export interface OutboxEntry {
+  readonly id: number;
+  readonly gatewayId: string;
+  readonly seq: number;
+  readonly jti: string;
+  readonly type: string;
+  readonly keyId: string | null;
+  readonly keyVersion: number | null;
+  readonly status: OutboxStatus;
+  readonly attempts: number;
+  readonly lastError: string | null;
+  readonly cid: string;
+  readonly createdAt: number;
+  readonly sentAt: number | null;
+}
+
+const COLUMNS = 'id, gateway_id, seq, jti, type, key_id, key_version, status, attempts, last_error, cid, created_at, sent_at';
+const OutboxRow = z
+  .object({
+    id: Int8,
+    gateway_id: z.string(),
+    seq: Int8,
+    jti: z.string(),
+    type: z.string(),
+    key_id: z.string().nullable(),
+    key_version: Int8.nullable(),
+    status: z.enum(OUTBOX_STATUSES),
+    attempts: z.number().int(),
+    last_error: z.string().nullable(),
+    cid: z.string(),
+    created_at: Int8,
+    sent_at: Int8.nullable(),
+  })
+  .transform(
+    (r): OutboxEntry => ({
+      id: r.id,
+      gatewayId: r.gateway_id,
+      seq: r.seq,
+      jti: r.jti,
+      type: r.type,
+      keyId: r.key_id,
+      keyVersion: r.key_version,
+      status: r.status,
+      attempts: r.attempts,
+      lastError: r.last_error,
+      cid: r.cid,
+      createdAt: r.created_at,
+      sentAt: r.sent_at,
+    }),
+  );
+
+/** Every outbox row of a gateway, in seq order. */
+export async function listOutbox(q: Queryable, gatewayId: string): Promise<OutboxEntry[]> {
+  const r = await q.query(`SELECT ${COLUMNS} FROM outbox WHERE gateway_id = $1 ORDER BY seq`, [gatewayId]);
+  return parseRows('outbox', OutboxRow, r.rows);
+}
+
+/** The outbox rows of one key (its grant and revoke commands), in seq order. Callers check the key is visible first. */
+export async function listKeyDeliveries(q: Queryable, keyId: string): Promise<OutboxEntry[]> {
+  const r = await q.query(`SELECT ${COLUMNS} FROM outbox WHERE key_id = $1 ORDER BY seq`, [keyId]);
+  return parseRows('outbox', OutboxRow, r.rows);
+}
+
+/** A row as the resync replay sends it again (same jti and seq, freshly signed). */
+export interface ReplayRow {
+  readonly seq: number;
+  readonly jti: string;
+  readonly type: 'key.grant' | 'key.revoke';
+  readonly body: unknown;
+  readonly cid: string;
+}
+const ReplayRowSchema = z.object({ seq: Int8, jti: z.string(), type: z.enum(['key.grant', 'key.revoke']), body: z.unknown(), cid: z.string() });
+
+/** The rows of a gateway with fromSeq < seq <= toSeq, whatever their status (pending and dead ones too), in seq order. */
+export async function outboxRowsBetween(q: Queryable, gatewayId: string, fromSeq: number, toSeq: number): Promise<ReplayRow[]> {
+  const r = await q.query('SELECT seq, jti, type, body, cid FROM outbox WHERE gateway_id = $1 AND seq > $2 AND seq <= $3 ORDER BY seq', [gatewayId, fromSeq, toSeq]);
+  return parseRows('outbox', ReplayRowSchema, r.rows);
+}

@@ -1,0 +1,104 @@
+import { z } from 'zod';
+import { parseRow, parseRows } from '@tobira/shared';
+import { Int8 } from './columns.js';
+import type { Queryable } from './db.js';
+
+/**
+ * The uplink inbox's tables: `uplink_inbox` (dedupe by jti, in the
+ * transaction of the message's effect), `uplink_seq` (per gateway: highest
+ * seq seen, purge floor, and the acknowledgement pointer heartbeats carry)
+ * and `rejected_uplinks` (what failed verification, bounded).
+ */
+
+/** Claims a message's jti as received: false when it was already (a redelivery or a resend). */
+export async function claimInbox(
+  q: Queryable,
+  m: { jti: string; gatewayId: string; type: string; seq: number | null; cid: string; receivedAt: number },
+): Promise<boolean> {
+  const r = await q.query(
+    `INSERT INTO uplink_inbox (jti, gateway_id, type, seq, cid, result, code, received_at) VALUES ($1,$2,$3,$4,$5,'received','MESSAGE_APPLIED',$6)
+     ON CONFLICT (jti) DO NOTHING`,
+    [m.jti, m.gatewayId, m.type, m.seq, m.cid, m.receivedAt],
+  );
+  return r.rowCount === 1;
+}
+
+/** Whether another message of the gateway already came with this seq. */
+export async function seqTakenByOther(q: Queryable, gatewayId: string, seq: number, jti: string): Promise<boolean> {
+  const r = await q.query('SELECT 1 FROM uplink_inbox WHERE gateway_id = $1 AND seq = $2 AND jti <> $3 LIMIT 1', [gatewayId, seq, jti]);
+  return r.rowCount > 0;
+}
+
+/** The inbox row's final result and code, once the message was applied. */
+export async function recordInboxResult(q: Queryable, jti: string, result: string, code: string): Promise<void> {
+  await q.query('UPDATE uplink_inbox SET result = $2, code = $3 WHERE jti = $1', [jti, result, code]);
+}
+
+/** The gateway's seq row, locked for the transaction (zeros before its first sequenced message). */
+export async function lockUplinkSeq(q: Queryable, gatewayId: string): Promise<{ maxSeq: number; ackedSeq: number }> {
+  const r = await q.query('SELECT max_seq, acked_seq FROM uplink_seq WHERE gateway_id = $1 FOR UPDATE', [gatewayId]);
+  if (r.rows[0] === undefined) return { maxSeq: 0, ackedSeq: 0 };
+  const row = parseRow('uplink_seq', z.object({ max_seq: Int8, acked_seq: Int8 }), r.rows[0]);
+  return { maxSeq: row.max_seq, ackedSeq: row.acked_seq };
+}
+
+/** The gateway's uplink history started again: acknowledgement restarts from nothing. */
+export async function resetUplinkAck(q: Queryable, gatewayId: string): Promise<void> {
+  await q.query('UPDATE uplink_seq SET acked_seq = 0, acked_jti = NULL WHERE gateway_id = $1', [gatewayId]);
+}
+
+/** Counts a sequenced message and raises the highest seq seen. */
+export async function noteUplinkSeq(q: Queryable, gatewayId: string, seq: number): Promise<void> {
+  await q.query(
+    `INSERT INTO uplink_seq (gateway_id, max_seq, received) VALUES ($1, $2, 1)
+     ON CONFLICT (gateway_id) DO UPDATE SET max_seq = GREATEST(uplink_seq.max_seq, EXCLUDED.max_seq), received = uplink_seq.received + 1`,
+    [gatewayId, seq],
+  );
+}
+
+/** Moves the acknowledgement pointer onto `seq` only when it is the next one (0 rows otherwise). */
+export async function advanceUplinkAck(q: Queryable, gatewayId: string, seq: number, jti: string): Promise<void> {
+  await q.query('UPDATE uplink_seq SET acked_seq = $2, acked_jti = $3 WHERE gateway_id = $1 AND acked_seq = $2 - 1', [gatewayId, seq, jti]);
+}
+
+/** Missing uplink seqs of a gateway, as ranges between the purge floor and the highest seq seen (late arrivals fill them). */
+export async function listUplinkGaps(q: Queryable, gatewayId: string): Promise<{ fromSeq: number; toSeq: number }[]> {
+  const r = await q.query(
+    `SELECT seq + 1 AS from_seq, next - 1 AS to_seq FROM (
+        SELECT seq, lead(seq) OVER (ORDER BY seq) AS next FROM (
+          SELECT COALESCE((SELECT floor FROM uplink_seq WHERE gateway_id = $1), 0) AS seq
+          UNION ALL SELECT seq FROM uplink_inbox WHERE gateway_id = $1 AND seq IS NOT NULL
+            AND seq > COALESCE((SELECT floor FROM uplink_seq WHERE gateway_id = $1), 0)) a) s
+      WHERE next > seq + 1 ORDER BY seq`,
+    [gatewayId],
+  );
+  return parseRows('uplink_inbox', z.object({ from_seq: Int8, to_seq: Int8 }), r.rows).map((x) => ({ fromSeq: x.from_seq, toSeq: x.to_seq }));
+}
+
+// ---------------------------------------------------------------- rejected
+
+export interface RejectedUplink {
+  readonly id: number;
+  readonly gatewayId: string | null;
+  readonly topic: string;
+  readonly code: string;
+  readonly detail: string;
+  readonly at: number;
+}
+const RejectedRow = z
+  .object({ id: Int8, gateway_id: z.string().nullable(), topic: z.string(), code: z.string(), detail: z.string(), at: Int8 })
+  .transform((r): RejectedUplink => ({ id: r.id, gatewayId: r.gateway_id, topic: r.topic, code: r.code, detail: r.detail, at: r.at }));
+
+/** Records a rejected uplink and keeps only the newest `maxRows`: a flood of garbage stays bounded (the purge drops them by age too). */
+export async function recordRejected(q: Queryable, x: Omit<RejectedUplink, 'id'>, maxRows: number): Promise<void> {
+  await q.query('INSERT INTO rejected_uplinks (gateway_id, topic, code, detail, at) VALUES ($1,$2,$3,$4,$5)', [x.gatewayId, x.topic, x.code, x.detail, x.at]);
+  await q.query('DELETE FROM rejected_uplinks WHERE id <= (SELECT id FROM rejected_uplinks ORDER BY id DESC OFFSET $1 LIMIT 1)', [maxRows]);
+}
+
+export async function listRejectedUplinks(q: Queryable, f: { gatewayId?: string; limit?: number }): Promise<RejectedUplink[]> {
+  const r = await q.query(
+    `SELECT id, gateway_id, topic, code, detail, at FROM rejected_uplinks WHERE ($1::text IS NULL OR gateway_id = $1) ORDER BY id LIMIT $2`,
+    [f.gatewayId ?? null, f.limit ?? 500],
+  );
+  return parseRows('rejected_uplinks', RejectedRow, r.rows);
+}

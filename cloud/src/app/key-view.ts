@@ -1,0 +1,86 @@
+import type { Queryable } from '../adapters/db/db.js';
+import { getGateway } from '../adapters/db/gateways.js';
+import { getKeySummary, summaryOf, type KeySummary } from '../adapters/db/keys.js';
+import { listKeyDeliveries, type OutboxEntry } from '../adapters/db/outbox-reads.js';
+import type { SiteScope } from '../adapters/db/scope.js';
+import type { EntryKey } from '../domain/keys.js';
+
+type Notice = { code: string; message: string };
+
+/** One command's delivery as the API shows it. */
+export interface DeliveryView {
+  readonly outboxId: number;
+  readonly gatewayId: string;
+  readonly seq: number;
+  readonly type: string;
+  readonly keyVersion: number | null;
+  readonly status: OutboxEntry['status'];
+  readonly attempts: number;
+  readonly lastError: string | null;
+  readonly cid: string;
+  readonly createdAt: number;
+  readonly sentAt: number | null;
+}
+
+/**
+ * A key as the API shows it: the key, the delivery status of its latest
+ * command (pending → succeeded / failed, in the manner of an action attempt)
+ * and its errors and warnings.
+ */
+export interface KeyView {
+  readonly key: KeySummary;
+  readonly delivery: 'pending' | 'succeeded' | 'failed';
+  readonly errors: Notice[];
+  readonly warnings: Notice[];
+  readonly deliveries: DeliveryView[];
+}
+
+const deliveryView = (d: OutboxEntry): DeliveryView => ({
+  outboxId: d.id,
+  gatewayId: d.gatewayId,
+  seq: d.seq,
+  type: d.type,
+  keyVersion: d.keyVersion,
+  status: d.status,
+  attempts: d.attempts,
+  lastError: d.lastError,
+  cid: d.cid,
+  createdAt: d.createdAt,
+  sentAt: d.sentAt,
+});
+
+export function deliveryOf(key: KeySummary, deliveries: readonly DeliveryView[], gatewayOnline: boolean | null) {
+  const errors: Notice[] = [];
+  const warnings: Notice[] = [];
+  const latest = deliveries.filter((d) => d.keyVersion === key.version);
+  for (const d of latest) {
+    if (d.status === 'dead') errors.push({ code: 'DELIVERY_DEAD_LETTERED', message: `outbox row ${d.outboxId}: ${d.lastError ?? 'gave up'}; retry with POST /dead-letters/${d.outboxId}/retry` });
+    else if (d.status !== 'sent' && d.lastError) warnings.push({ code: 'DELIVERY_RETRYING', message: `attempt ${d.attempts}: ${d.lastError}` });
+  }
+  if (key.status === 'failed') errors.push({ code: key.lastCode, message: 'the gateway rejected the grant' });
+  const pending = key.status === 'issuing' || key.status === 'revoking';
+  if (pending && gatewayOnline === false) warnings.push({ code: 'GATEWAY_OFFLINE', message: `gateway ${key.gatewayId} is offline; delivery waits for it` });
+  const delivery: 'pending' | 'succeeded' | 'failed' = key.status === 'failed' || errors.length > 0 ? 'failed' : pending ? 'pending' : 'succeeded';
+  return { delivery, errors, warnings };
+}
+
+async function viewOf(q: Queryable, key: KeySummary, gatewayOnline: boolean | null): Promise<KeyView> {
+  const deliveries = (await listKeyDeliveries(q, key.id)).map(deliveryView);
+  return { key, ...deliveryOf(key, deliveries, gatewayOnline), deliveries };
+}
+
+/** The view of a key a verb answered with (its outcome's state): the key is not read again, only its deliveries and gateway. */
+export async function keyViewOf(q: Queryable, k: EntryKey): Promise<KeyView> {
+  const gw = await getGateway(q, null, k.gatewayId);
+  // keys.gateway_id is a foreign key: a missing gateway is a broken database, not an answer
+  if (gw === null) throw new Error(`gateway ${k.gatewayId} of key ${k.id} not found`);
+  return viewOf(q, summaryOf(k, gw.siteId), gw.online);
+}
+
+/** The view of a key visible to the scope, or null. */
+export async function getKeyView(q: Queryable, scope: SiteScope, keyId: string): Promise<KeyView | null> {
+  const key = await getKeySummary(q, scope, keyId);
+  if (key === null) return null;
+  const gw = await getGateway(q, null, key.gatewayId);
+  return viewOf(q, key, gw?.online ?? null);
+}
