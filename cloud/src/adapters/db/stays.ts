@@ -90,7 +90,9 @@ export type InsertStayResult = 'inserted' | 'exists' | 'ROOM_UNAVAILABLE';
  * savepoint of the caller's transaction. The nights' primary key decides a
  * clash (ON CONFLICT DO NOTHING waits for a rival's in-flight insert, then
  * skips): fewer rows than nights is `ROOM_UNAVAILABLE` and the savepoint's
- * writes are undone, so nothing is left holding the room. Needs tobira.verb.
+ * writes are undone, so nothing is left holding the room. Nights are taken
+ * in date order, so overlapping bookings wait on each other without
+ * deadlocking. Needs tobira.verb.
  */
 export async function insertStayWithNights(tx: Tx, s: Stay): Promise<InsertStayResult> {
   return tx.transaction(async (sp) => {
@@ -105,7 +107,7 @@ export async function insertStayWithNights(tx: Tx, s: Stay): Promise<InsertStayR
     if (ins.rowCount === 0) return 'exists';
     const nights = await sp.query(
       `INSERT INTO stay_nights (room_id, night, stay_id)
-       SELECT $1, n::date, $2 FROM unnest($3::text[]) AS n
+       SELECT $1, n::date, $2 FROM unnest($3::text[]) AS n ORDER BY n
        ON CONFLICT (room_id, night) DO NOTHING`,
       [s.roomId, s.id, [...s.nights]],
     );
