@@ -146,6 +146,16 @@ describe.each(pgBackends())('stays schema and repositories on %s', (pgBackend) =
       const n = await t.db.query<{ n: number }>('SELECT count(*)::int AS n FROM stays WHERE id = ANY($1::text[])', [stays.map((s) => s.id)]);
       expect(n.rows[0]?.n).toBe(1);
     });
+    it('20 concurrent bookings of shifted, overlapping ranges: no error, no night held twice, every winner holds all its nights', async () => {
+      const iso = (d: number) => `2027-10-${String(d).padStart(2, '0')}`;
+      const stays = Array.from({ length: 20 }, (_, i) => stayFor(iso(1 + (i % 10)), iso(3 + (i % 10) + (i % 3))));
+      const results = await Promise.all(stays.map((s) => book(t.db, s)));
+      expect(results.every((r) => r === 'inserted' || r === 'ROOM_UNAVAILABLE')).toBe(true);
+      const won = stays.filter((_, i) => results[i] === 'inserted');
+      expect(won.length).toBeGreaterThan(0);
+      const held = await heldNights(t.db, room.id, '2027-10-01', '2027-11-01');
+      expect(held.map((h) => `${h.night} ${h.stayId}`).sort()).toEqual(won.flatMap((s) => s.nights.map((n) => `${n} ${s.id}`)).sort());
+    });
   });
 
   describe('status guard and night release', () => {
