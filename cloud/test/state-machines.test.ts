@@ -2,6 +2,7 @@ import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { KEY_NOOPS, KEY_TRANSITIONS } from '../src/domain/key-states.js';
 import { OUTBOX_TRANSITIONS } from '../src/adapters/outbox/states.js';
+import { PAYMENT_NOOPS, PAYMENT_TRANSITIONS, STAY_NOOPS, STAY_TRANSITIONS } from '../src/domain/stay-states.js';
 
 const doc = readFileSync(new URL('../../docs/state-machines.md', import.meta.url), 'utf8');
 
@@ -43,5 +44,21 @@ describe('docs/state-machines.md', () => {
     const fromDoc = tableAfter('### Outbox transitions').map(([from = '', event = '', to = '', by = '']) => [code(from), event, code(to), code(by)].join(' | '));
     const fromCode = OUTBOX_TRANSITIONS.map((r) => [r.from, r.event, r.to, r.by].join(' | '));
     expect(fromDoc).toEqual(fromCode);
+  });
+
+  it.each([
+    ['stay', '### Stay transitions', '### Stay no-ops', STAY_TRANSITIONS, STAY_NOOPS],
+    ['payment', '### Payment transitions', '### Payment no-ops', PAYMENT_TRANSITIONS, PAYMENT_NOOPS],
+  ] as const)('lists exactly the %s transitions and no-ops of the code tables', (_name, tHeading, nHeading, transitions, noops) => {
+    const tDoc = tableAfter(tHeading).flatMap(([from = '', event = '', to = '', c = '']) =>
+      states(from).map((f) => `${f} --${event}--> ${to.replace(/`/g, '')} ${code(c)}`),
+    );
+    const tCode = transitions.flatMap((r) => r.from.map((f) => `${f} --${r.event}--> ${r.to} ${r.code}`));
+    expect(tDoc.sort()).toEqual(tCode.sort());
+    expect(tDoc.length).toBeGreaterThan(6);
+    const nDoc = tableAfter(nHeading).flatMap(([from = '', event = '', c = '']) => states(from).map((f) => `${f} --${event}--> noop ${code(c)}`));
+    const nCode = noops.flatMap((r) => r.from.map((f) => `${f} --${r.event}--> noop ${r.code}`));
+    expect(nDoc.sort()).toEqual(nCode.sort());
+    expect(nDoc.length).toBeGreaterThan(6);
   });
 });

@@ -1,0 +1,256 @@
+import { z } from 'zod';
+import { CorrelationId, DoorId, PersonId, SiteId, decodeCursor, pageOf, parseRow, parseRows, type Page } from '@tobira/shared';
+import { CANCEL_REASONS, type CancellationPolicy } from '../../domain/cancellation-policy.js';
+import { STAY_STATUSES, type StayStatus } from '../../domain/stay-states.js';
+import { defaultStaySettings, type Room, type SiteStaySettings, type Stay } from '../../domain/stays.js';
+import type { Queryable, Tx } from './db.js';
+
+/**
+ * Rooms, site stay settings, stays and their reserved nights. Every function
+ * takes the caller's `Queryable`/`Tx`: the use case owns the transaction.
+ * Writes are judged by rows affected, never by an exception.
+ */
+
+const IsoDate = z.string().regex(/^\d{4}-\d{2}-\d{2}$/);
+const Money = z.number().int().nonnegative();
+
+const StayRow = z.object({
+  id: z.string().min(1),
+  site_id: SiteId,
+  room_id: z.string().min(1),
+  person_id: PersonId,
+  check_in: IsoDate,
+  check_out: IsoDate,
+  nights: z.array(IsoDate),
+  amount: Money,
+  currency: z.string().regex(/^[a-z]{3}$/),
+  deposit: Money,
+  status: z.enum(STAY_STATUSES),
+  version: z.number().int().positive(),
+  hold_until: z.number().int(),
+  key_id: z.string().nullable(),
+  cancel_reason: z.enum(CANCEL_REASONS).nullable(),
+  last_code: z.string(),
+  cid: CorrelationId,
+  created_at: z.number().int(),
+  updated_at: z.number().int(),
+});
+
+function stayOf(raw: unknown): Stay {
+  const r = parseRow('stays', StayRow, raw);
+  return {
+    id: r.id,
+    siteId: r.site_id,
+    roomId: r.room_id,
+    personId: r.person_id,
+    checkIn: r.check_in,
+    checkOut: r.check_out,
+    // a stay that released its nights still has them: they are its dates, recomputed, not the reservation rows
+    nights: r.nights,
+    amount: r.amount,
+    currency: r.currency,
+    deposit: r.deposit,
+    status: r.status,
+    version: r.version,
+    holdUntil: r.hold_until,
+    keyId: r.key_id,
+    cancelReason: r.cancel_reason,
+    lastCode: r.last_code,
+    cid: r.cid,
+    createdAt: r.created_at,
+    updatedAt: r.updated_at,
+  };
+}
+
+// dates as text (the drivers would make a local-midnight Date of them); nights from the dates, not from stay_nights
+const STAY_COLUMNS = `s.id, s.site_id, s.room_id, s.person_id, s.check_in::text AS check_in, s.check_out::text AS check_out,
+  ARRAY(SELECT d::date::text FROM generate_series(s.check_in::timestamp, s.check_out::timestamp - interval '1 day', interval '1 day') d) AS nights,
+  s.amount, s.currency, s.deposit, s.status, s.version, s.hold_until, s.key_id, s.cancel_reason, s.last_code, s.cid, s.created_at, s.updated_at`;
+
+/** Sets the transaction-local marker the stays/payments status triggers check (I4). */
+export async function enterBillingVerb(q: Queryable, verb: string): Promise<void> {
+  await q.query("SELECT set_config('tobira.verb', $1, true)", [verb]);
+}
+
+export async function loadStay(q: Queryable, id: string): Promise<Stay | null> {
+  const r = await q.query(`SELECT ${STAY_COLUMNS} FROM stays s WHERE s.id = $1`, [id]);
+  return r.rows[0] === undefined ? null : stayOf(r.rows[0]);
+}
+
+/** Same, with the row locked until the caller's transaction ends (the verb's load-decide-write). */
+export async function loadStayForUpdate(q: Queryable, id: string): Promise<Stay | null> {
+  const r = await q.query(`SELECT ${STAY_COLUMNS} FROM stays s WHERE s.id = $1 FOR UPDATE`, [id]);
+  return r.rows[0] === undefined ? null : stayOf(r.rows[0]);
+}
+
+export type InsertStayResult = 'inserted' | 'exists' | 'ROOM_UNAVAILABLE';
+
+/**
+ * Insert of a booked stay and one `stay_nights` row per night, in a
+ * savepoint of the caller's transaction. The nights' primary key decides a
+ * clash (ON CONFLICT DO NOTHING waits for a rival's in-flight insert, then
+ * skips): fewer rows than nights is `ROOM_UNAVAILABLE` and the savepoint's
+ * writes are undone, so nothing is left holding the room. Nights are taken
+ * in date order, so overlapping bookings wait on each other without
+ * deadlocking. Needs tobira.verb.
+ */
+export async function insertStayWithNights(tx: Tx, s: Stay): Promise<InsertStayResult> {
+  return tx.transaction(async (sp) => {
+    const ins = await sp.query(
+      `INSERT INTO stays (id, site_id, room_id, person_id, check_in, check_out, amount, currency, deposit, status, version,
+         hold_until, key_id, cancel_reason, last_code, cid, created_at, updated_at)
+       VALUES ($1,$2,$3,$4,$5::date,$6::date,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18)
+       ON CONFLICT (id) DO NOTHING`,
+      [s.id, s.siteId, s.roomId, s.personId, s.checkIn, s.checkOut, s.amount, s.currency, s.deposit, s.status, s.version,
+        s.holdUntil, s.keyId, s.cancelReason, s.lastCode, s.cid, s.createdAt, s.updatedAt],
+    );
+    if (ins.rowCount === 0) return 'exists';
+    const nights = await sp.query(
+      `INSERT INTO stay_nights (room_id, night, stay_id)
+       SELECT $1, n::date, $2 FROM unnest($3::text[]) AS n ORDER BY n
+       ON CONFLICT (room_id, night) DO NOTHING`,
+      [s.roomId, s.id, [...s.nights]],
+    );
+    if (nights.rowCount === s.nights.length) return 'inserted';
+    await sp.query('DELETE FROM stay_nights WHERE stay_id = $1', [s.id]);
+    await sp.query('DELETE FROM stays WHERE id = $1', [s.id]);
+    return 'ROOM_UNAVAILABLE';
+  });
+}
+
+/** Compare-and-set on the version: 1 row = we won, 0 rows = the stay changed first. Needs tobira.verb. */
+export async function casStay(q: Queryable, s: Stay, expectedVersion: number): Promise<number> {
+  const r = await q.query(
+    `UPDATE stays SET status = $3, version = $4, key_id = $5, cancel_reason = $6, last_code = $7, cid = $8, updated_at = $9
+      WHERE id = $1 AND version = $2`,
+    [s.id, expectedVersion, s.status, s.version, s.keyId, s.cancelReason, s.lastCode, s.cid, s.updatedAt],
+  );
+  return r.rowCount;
+}
+
+/** Releases every night a stay holds (its status change must be in the same transaction: a deferred trigger checks). */
+export async function releaseNights(q: Queryable, stayId: string): Promise<number> {
+  return (await q.query('DELETE FROM stay_nights WHERE stay_id = $1', [stayId])).rowCount;
+}
+
+/** The nights a room is held for in [from, to), with the stays holding them. */
+export async function heldNights(q: Queryable, roomId: string, from: string, to: string): Promise<{ night: string; stayId: string }[]> {
+  const r = await q.query(
+    `SELECT night::text AS night, stay_id FROM stay_nights WHERE room_id = $1 AND night >= $2::date AND night < $3::date ORDER BY night`,
+    [roomId, from, to],
+  );
+  return parseRows('stay_nights', z.object({ night: IsoDate, stay_id: z.string() }), r.rows).map((x) => ({ night: x.night, stayId: x.stay_id }));
+}
+
+/** Pending stays whose hold has ended (the hold sweeper's input), oldest first. */
+export async function listExpiredHolds(q: Queryable, now: number, limit: number): Promise<string[]> {
+  const r = await q.query(`SELECT id FROM stays WHERE status = 'pending' AND hold_until <= $1 ORDER BY hold_until, id LIMIT $2`, [now, limit]);
+  return parseRows('stays', z.object({ id: z.string() }), r.rows).map((x) => x.id);
+}
+
+const StayCursor = z.tuple([z.number().int(), z.string()]);
+
+export interface StayFilter {
+  readonly siteIds?: readonly string[];
+  readonly status?: StayStatus;
+  readonly limit: number;
+  readonly cursor?: string;
+}
+
+/** A page of stays, oldest first, keyset-paginated on (created_at, id); 'bad_cursor' for a cursor that is not ours. */
+export async function listStays(q: Queryable, f: StayFilter): Promise<Page<Stay> | 'bad_cursor'> {
+  const after = decodeCursor(StayCursor, f.cursor);
+  if (after === 'bad') return 'bad_cursor';
+  const r = await q.query(
+    `SELECT ${STAY_COLUMNS} FROM stays s
+      WHERE ($1::text[] IS NULL OR s.site_id = ANY($1::text[]))
+        AND ($2::text IS NULL OR s.status = $2)
+        AND ($3::bigint IS NULL OR (s.created_at, s.id) > ($3::bigint, $4::text))
+      ORDER BY s.created_at, s.id LIMIT $5`,
+    [f.siteIds === undefined ? null : [...f.siteIds], f.status ?? null, after?.[0] ?? null, after?.[1] ?? null, f.limit + 1],
+  );
+  return pageOf(r.rows.map(stayOf), f.limit, (s) => [s.createdAt, s.id]);
+}
+
+// ---------------------------------------------------------------- rooms
+
+const RoomRow = z.object({ id: z.string().min(1), site_id: SiteId, name: z.string(), doors: z.array(DoorId) });
+
+export async function loadRoom(q: Queryable, id: string): Promise<Room | null> {
+  const r = await q.query(
+    `SELECT r.id, r.site_id, r.name, ARRAY(SELECT door_id FROM room_doors WHERE room_id = r.id ORDER BY door_id) AS doors
+       FROM rooms r WHERE r.id = $1`,
+    [id],
+  );
+  if (r.rows[0] === undefined) return null;
+  const x = parseRow('rooms', RoomRow, r.rows[0]);
+  return { id: x.id, siteId: x.site_id, name: x.name, doors: x.doors };
+}
+
+/** Insert of a room and its doors; 0 when the id exists. */
+export async function insertRoom(tx: Tx, room: Room, now: number): Promise<number> {
+  return tx.transaction(async (sp) => {
+    const r = await sp.query('INSERT INTO rooms (id, site_id, name, created_at) VALUES ($1,$2,$3,$4) ON CONFLICT (id) DO NOTHING', [room.id, room.siteId, room.name, now]);
+    if (r.rowCount === 0) return 0;
+    await sp.query('INSERT INTO room_doors (room_id, door_id) SELECT $1, unnest($2::text[])', [room.id, [...room.doors]]);
+    return 1;
+  });
+}
+
+// ---------------------------------------------------------------- site stay settings
+
+const Tier = z.object({ minDaysBefore: z.number().int().nonnegative(), refundPercent: z.number().int().min(0).max(100) });
+const Policy = z.object({ tiers: z.array(Tier), noShowRefundPercent: z.number().int().min(0).max(100) });
+const SettingsRow = z.object({
+  site_id: SiteId,
+  time_zone: z.string().min(1),
+  hold_minutes: z.number().int().positive().nullable(),
+  check_in_time: z.string().nullable(),
+  check_out_time: z.string().nullable(),
+  cancellation_policy: Policy.nullable(),
+  currency: z.string().nullable(),
+  max_nights: z.number().int().positive().nullable(),
+  shared_doors: z.array(DoorId),
+});
+
+/** The site's stay settings, the defaults filling what it has not set; null for an unknown site. */
+export async function loadStaySettings(q: Queryable, siteId: string): Promise<SiteStaySettings | null> {
+  const r = await q.query(
+    `SELECT s.id AS site_id, s.time_zone, t.hold_minutes, t.check_in_time, t.check_out_time, t.cancellation_policy, t.currency, t.max_nights,
+            ARRAY(SELECT door_id FROM stay_shared_doors WHERE site_id = s.id ORDER BY door_id) AS shared_doors
+       FROM sites s LEFT JOIN site_stay_settings t ON t.site_id = s.id WHERE s.id = $1`,
+    [siteId],
+  );
+  if (r.rows[0] === undefined) return null;
+  const x = parseRow('site_stay_settings', SettingsRow, r.rows[0]);
+  const d = defaultStaySettings(x.site_id, x.time_zone);
+  const policy: CancellationPolicy = x.cancellation_policy ?? d.cancellationPolicy;
+  return {
+    ...d,
+    holdMinutes: x.hold_minutes ?? d.holdMinutes,
+    checkInTime: x.check_in_time ?? d.checkInTime,
+    checkOutTime: x.check_out_time ?? d.checkOutTime,
+    cancellationPolicy: policy,
+    currency: x.currency ?? d.currency,
+    maxNights: x.max_nights ?? d.maxNights,
+    sharedDoors: x.shared_doors,
+  };
+}
+
+/** Writes a site's settings and shared doors (the caller validated the policy with validatePolicy). */
+export async function saveStaySettings(tx: Tx, s: SiteStaySettings, now: number): Promise<void> {
+  await tx.transaction(async (sp) => {
+    await sp.query(
+      `INSERT INTO site_stay_settings (site_id, hold_minutes, check_in_time, check_out_time, cancellation_policy, currency, max_nights, updated_at)
+       VALUES ($1,$2,$3,$4,$5::jsonb,$6,$7,$8)
+       ON CONFLICT (site_id) DO UPDATE SET hold_minutes = EXCLUDED.hold_minutes, check_in_time = EXCLUDED.check_in_time,
+         check_out_time = EXCLUDED.check_out_time, cancellation_policy = EXCLUDED.cancellation_policy, currency = EXCLUDED.currency,
+         max_nights = EXCLUDED.max_nights, updated_at = EXCLUDED.updated_at`,
+      [s.siteId, s.holdMinutes, s.checkInTime, s.checkOutTime, JSON.stringify(s.cancellationPolicy), s.currency, s.maxNights, now],
+    );
+    await sp.query('DELETE FROM stay_shared_doors WHERE site_id = $1', [s.siteId]);
+    if (s.sharedDoors.length > 0) {
+      await sp.query('INSERT INTO stay_shared_doors (site_id, door_id) SELECT $1, unnest($2::text[])', [s.siteId, [...s.sharedDoors]]);
+    }
+  });
+}

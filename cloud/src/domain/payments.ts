@@ -1,0 +1,142 @@
+import { applied, noop, refused, type CorrelationId, type Outcome } from '@tobira/shared';
+import { PAYMENT_TRANSITIONS, paymentNoopOf, paymentTransitionOf, type PaymentEvent, type PaymentStatus } from './stay-states.js';
+import type { PaymentPurpose } from './stays.js';
+
+/** One charge in the ledger: a row per (stay, purpose), created before any call to Stripe. */
+export interface Payment {
+  readonly id: string;
+  readonly stayId: string;
+  readonly purpose: PaymentPurpose;
+  /** minor units */
+  readonly amount: number;
+  readonly currency: string;
+  readonly status: PaymentStatus;
+  /** Compare-and-set counter: grows on every write. */
+  readonly version: number;
+  /** Which PaymentIntent of this payment: part of the idempotency key, grows when a new intent is needed. */
+  readonly attempt: number;
+  /** `purpose:subjectId:attempt`, stored before the first Stripe call so a retry after a crash reuses it. */
+  readonly idempotencyKey: string;
+  readonly intentId: string | null;
+  readonly clientSecret: string | null;
+  readonly amountReceived: number;
+  readonly amountRefunded: number;
+  readonly lastCode: string;
+  readonly cid: CorrelationId;
+  readonly createdAt: number;
+  readonly updatedAt: number;
+}
+
+/** The idempotency key of a PaymentIntent (DESIGN.md §7). */
+export const intentIdempotencyKey = (purpose: PaymentPurpose, subjectId: string, attempt: number): string => `${purpose}:${subjectId}:${attempt}`;
+
+/** The idempotency key of the refund of a payment for a cancellation (one refund per payment and reason of being). */
+export const refundIdempotencyKey = (paymentId: string, n: number): string => `refund:${paymentId}:${n}`;
+
+export const INTENT_STATUSES = ['requires_payment_method', 'requires_confirmation', 'requires_action', 'processing', 'requires_capture', 'canceled', 'succeeded', 'other'] as const;
+export type IntentStatus = (typeof INTENT_STATUSES)[number];
+
+/**
+ * A PaymentIntent as Stripe reports it now (re-read, or the object of a
+ * verified event): the input of `settlePayment`, never a browser's claim.
+ */
+export interface IntentObservation {
+  readonly intentId: string;
+  /** Stripe's PaymentIntent status; `other` is one this code does not know (it settles nothing) */
+  readonly status: IntentStatus;
+  readonly amount: number;
+  readonly amountReceived: number;
+  readonly currency: string;
+  /** Stripe's `last_payment_error` is set: the latest attempt was declined. */
+  readonly declined: boolean;
+}
+
+export type PaymentEffect = { readonly type: 'refund'; readonly paymentId: string; readonly amount: number; readonly idempotencyKey: string };
+export type PaymentOutcome = Outcome<Payment, PaymentEffect>;
+
+/** The event an observation stands for; `undefined` is "nothing settled yet". */
+function eventOf(o: IntentObservation): PaymentEvent | undefined {
+  switch (o.status) {
+    case 'succeeded':
+      return 'succeeded';
+    case 'processing':
+      return 'processing';
+    case 'canceled':
+      return 'failed';
+    case 'requires_payment_method':
+      return o.declined ? 'failed' : undefined;
+    case 'requires_confirmation':
+    case 'requires_action':
+    case 'requires_capture':
+    case 'other':
+      return undefined;
+    default: {
+      const never: never = o.status;
+      throw new Error(`unhandled PaymentIntent status ${String(never)}`);
+    }
+  }
+}
+
+function step(p: Payment, event: PaymentEvent, patch: Partial<Payment>, cid: CorrelationId, now: number, emits: readonly PaymentEffect[] = []): PaymentOutcome {
+  const same = paymentNoopOf(p.status, event);
+  if (same) return noop(same.code, p);
+  const row = paymentTransitionOf(p.status, event);
+  if (!row) return refused('INVALID_TRANSITION', `${event} from ${p.status}`);
+  return applied(row.code, { ...p, ...patch, status: row.to, version: p.version + 1, lastCode: row.code, cid, updatedAt: now }, emits);
+}
+
+/**
+ * Settle: moves the payment to what Stripe says the intent is NOW, ranked
+ * (requires_payment < processing < failed < succeeded), so the order events
+ * arrive in never matters: `payment_failed` after `succeeded` changes
+ * nothing. Invariant: an observation whose amount or currency is not the
+ * ledger's is refused (`PAYMENT_AMOUNT_MISMATCH`, an alarm), never applied.
+ */
+export function settlePayment(p: Payment | null, o: IntentObservation, cmd: { readonly cid: CorrelationId }, now: number): PaymentOutcome {
+  if (!p) return refused('PAYMENT_NOT_FOUND');
+  if (p.intentId !== null && p.intentId !== o.intentId) return refused('PAYMENT_INTENT_MISMATCH', `${o.intentId} is not the intent of ${p.id}`);
+  if (o.currency !== p.currency || o.amount !== p.amount || (o.status === 'succeeded' && o.amountReceived !== p.amount)) {
+    return refused('PAYMENT_AMOUNT_MISMATCH', `ledger ${p.amount} ${p.currency}, Stripe ${o.amount}/${o.amountReceived} ${o.currency}`);
+  }
+  const event = eventOf(o);
+  if (!event) return noop('PAYMENT_NOT_SETTLED', p);
+  return step(p, event, event === 'succeeded' ? { amountReceived: o.amountReceived, intentId: o.intentId } : { intentId: o.intentId }, cmd.cid, now);
+}
+
+/**
+ * Request a refund: `succeeded` → `refund_pending` and one refund job with
+ * its idempotency key, both in the transaction that cancels the stay.
+ * Invariant: 0 < amount <= what was received and not yet refunded.
+ */
+export function requestRefund(p: Payment | null, cmd: { readonly amount: number; readonly cid: CorrelationId }, now: number): PaymentOutcome {
+  if (!p) return refused('PAYMENT_NOT_FOUND');
+  if (cmd.amount === 0) return noop('NOTHING_TO_REFUND', p);
+  if (!Number.isSafeInteger(cmd.amount) || cmd.amount < 0 || cmd.amount > p.amountReceived - p.amountRefunded) {
+    return refused('REFUND_EXCEEDS_PAYMENT', `at most ${p.amountReceived - p.amountRefunded}`);
+  }
+  const key = refundIdempotencyKey(p.id, 1);
+  return step(p, 'refund_requested', {}, cmd.cid, now, [{ type: 'refund', paymentId: p.id, amount: cmd.amount, idempotencyKey: key }]);
+}
+
+/**
+ * Record a refund: Stripe's `amount_refunded` of the charge (a re-read or
+ * `charge.refunded`) moves `refund_pending` to `refunded` (all of it back)
+ * or `partially_refunded`. Invariant: the recorded amount never shrinks and
+ * never exceeds what was received.
+ */
+export function recordRefund(p: Payment | null, cmd: { readonly amountRefunded: number; readonly currency: string; readonly cid: CorrelationId }, now: number): PaymentOutcome {
+  if (!p) return refused('PAYMENT_NOT_FOUND');
+  if (cmd.currency !== p.currency || cmd.amountRefunded > p.amountReceived) {
+    return refused('PAYMENT_AMOUNT_MISMATCH', `refunded ${cmd.amountRefunded} ${cmd.currency} of ${p.amountReceived} ${p.currency}`);
+  }
+  if (cmd.amountRefunded <= p.amountRefunded) return noop('REFUND_ALREADY_RECORDED', p);
+  const event: PaymentEvent = cmd.amountRefunded === p.amountReceived ? 'refunded_full' : 'refunded_partial';
+  return step(p, event, { amountRefunded: cmd.amountRefunded }, cmd.cid, now);
+}
+
+/** The history event of an applied payment outcome (codes are unique per row). */
+export function paymentEventOfCode(code: string): PaymentEvent {
+  const row = PAYMENT_TRANSITIONS.find((r) => r.code === code);
+  if (!row) throw new Error(`no payment transition has code ${code}`);
+  return row.event;
+}
