@@ -2,16 +2,13 @@ import type { Clock, CorrelationId, Logger } from '@tobira/shared';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import type { Tx } from '../adapters/db/db.js';
-import type { Cloud } from '../index.js';
+import type { CloudVerbs } from '../app/port.js';
 import type { ApiCode } from './codes.js';
 import { answerKey, claim, complete, hold, release, requestHash, seal, unseal } from './idempotency.js';
 import type { Principal } from './tokens.js';
 
-/** The verbs the API calls: the cloud's programmatic API (a subset, so tests may pass a fake). */
-export type AdminCloud = Pick<
-  Cloud,
-  'createSite' | 'registerGateway' | 'rotateGatewayBrokerCredentials' | 'createDoor' | 'createPerson' | 'issueKey' | 'revokeKey' | 'retryDeadLetter' | 'mqttConnected'
->;
+/** The verbs the API calls (the port app/port.ts; the cloud implements it, tests may pass a fake). */
+export type AdminCloud = CloudVerbs;
 
 export interface ApiConfig {
   /** Largest accepted body in bytes (413 PAYLOAD_TOO_LARGE beyond). */
