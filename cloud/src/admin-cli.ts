@@ -8,7 +8,7 @@ import type { Queryable } from './adapters/db/db.js';
 import { migrate } from './adapters/db/migrate.js';
 import { openDb } from './adapters/db/open.js';
 import { parseConfig } from './config.js';
-import { createApiToken } from './http/tokens.js';
+import { createApiToken } from './adapters/db/tokens.js';
 
 /**
  * Operator CLI for the admin HTTP API (docs/api.md):

@@ -7,7 +7,8 @@ export { buildApp } from './http/app.js';
 export { buildCloud, createCloud, startAdminApi, type AdminApi, type AdminApiOptions, type Cloud, type CloudDeps } from './cloud.js';
 export type { CloudVerbs, VerbOptions } from './app/port.js';
 export { DEFAULT_API_CONFIG, type ApiConfig, type ApiDeps } from './http/context.js';
-export { createApiToken, installApiToken, revokeApiToken, rotateApiToken, type Role, type TokenLifetimeOptions } from './http/tokens.js';
+export { createApiToken, installApiToken, revokeApiToken, rotateApiToken } from './adapters/db/tokens.js';
+export type { Role, TokenLifetimeOptions } from './domain/tokens.js';
 export { API_CODES, type ApiCode } from './http/codes.js';
 
 export { BrokerUnavailable, unmanagedBrokerAccounts, type BrokerAccounts, type BrokerCredentials } from './app/broker-accounts.js';

@@ -16,7 +16,8 @@ import {
 import { z } from 'zod';
 import { pgErrorCode, type Tx } from '../adapters/db/db.js';
 import { DEFAULT_API_CONFIG, problem, type ApiDeps, type Ctx } from './context.js';
-import { TOKEN_EXPIRES_HEADER, authenticate, expiryWarning } from './tokens.js';
+import { authenticate } from '../adapters/db/tokens.js';
+import { TOKEN_EXPIRES_HEADER, expiryWarning } from './tokens.js';
 import { sitesRoutes } from './routes/sites.js';
 import { gatewaysRoutes } from './routes/gateways.js';
 import { doorsRoutes } from './routes/doors.js';

@@ -4,8 +4,9 @@ import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import type { Tx } from '../adapters/db/db.js';
 import type { CloudVerbs } from '../app/port.js';
 import type { ApiCode } from './codes.js';
-import { answerKey, claim, complete, hold, release, requestHash, seal, unseal } from './idempotency.js';
-import type { Principal } from './tokens.js';
+import { claim, complete, hold, release } from '../adapters/db/idempotency.js';
+import { answerKey, requestHash, seal, unseal } from './idempotency.js';
+import type { Principal } from '../domain/tokens.js';
 
 /** The verbs the API calls (the port app/port.ts; the cloud implements it, tests may pass a fake). */
 export type AdminCloud = CloudVerbs;

@@ -2,7 +2,7 @@ import type { AddressInfo } from 'node:net';
 import type { FastifyInstance } from 'fastify';
 import { buildApp } from './app.js';
 import type { ApiDeps } from './context.js';
-import { installApiToken } from './tokens.js';
+import { installApiToken } from '../adapters/db/tokens.js';
 
 export interface ListenOptions extends ApiDeps {
   /** Default 127.0.0.1. */

@@ -6,7 +6,7 @@ import { pgBackends, startMqttBackend, type MqttTestBroker } from '@tobira/share
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { API_CODES } from '../../src/http/codes.js';
 import { startAdminApi, type AdminApi } from '../../src/cloud.js';
-import { createApiToken } from '../../src/http/tokens.js';
+import { createApiToken } from '../../src/adapters/db/tokens.js';
 import { startCloud } from '../cloud-helpers.js';
 import { openTestDb, testLog, type TestDb } from '../helpers.js';
 
