@@ -1,4 +1,4 @@
-import type { Clock, CorrelationId, Logger } from '@tobira/shared';
+import type { Clock, CorrelationId, Logger, OutcomeCode } from '@tobira/shared';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import type { Tx } from '../adapters/db/db.js';
@@ -112,7 +112,10 @@ export function statusOf(o: OutcomeLike, appliedAs: 200 | 201 | 202 = 200): numb
   }
 }
 
-export const problem = (code: ApiCode | string, detail?: string, status: 'refused' | 'conflict' = 'refused') =>
+/** Every code the API answers: its own (codes.ts) and the verbs' (shared/src/codes.ts). */
+export type AnswerCode = ApiCode | OutcomeCode;
+
+export const problem = (code: AnswerCode, detail?: string, status: 'refused' | 'conflict' = 'refused') =>
   detail === undefined ? { status, code } : { status, code, detail };
 
 export interface Answer {

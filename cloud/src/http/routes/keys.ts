@@ -2,6 +2,7 @@ import type { CorrelationId } from '@tobira/shared';
 import { z } from 'zod';
 import type { Queryable } from '../../adapters/db/db.js';
 import { defined, idempotent, problem, statusOf, who, cidOf, type Api, type Ctx } from '../context.js';
+import type { ApiCode } from '../codes.js';
 import { decodeCursor, getGateway, getKey, getPerson, listKeyDeliveries, listKeys, visibleDoors, type DeliveryRow, type KeyRow, type Scope } from '../queries.js';
 import {
   Cursor,
@@ -38,12 +39,12 @@ export function deliveryOf(key: KeyRow, deliveries: readonly DeliveryRow[], gate
   const warnings: Notice[] = [];
   const latest = deliveries.filter((d) => d.keyVersion === key.version);
   for (const d of latest) {
-    if (d.status === 'dead') errors.push({ code: 'DELIVERY_DEAD_LETTERED', message: `outbox row ${d.outboxId}: ${d.lastError ?? 'gave up'}; retry with POST /dead-letters/${d.outboxId}/retry` });
-    else if (d.status !== 'sent' && d.lastError) warnings.push({ code: 'DELIVERY_RETRYING', message: `attempt ${d.attempts}: ${d.lastError}` });
+    if (d.status === 'dead') errors.push({ code: 'DELIVERY_DEAD_LETTERED' satisfies ApiCode, message: `outbox row ${d.outboxId}: ${d.lastError ?? 'gave up'}; retry with POST /dead-letters/${d.outboxId}/retry` });
+    else if (d.status !== 'sent' && d.lastError) warnings.push({ code: 'DELIVERY_RETRYING' satisfies ApiCode, message: `attempt ${d.attempts}: ${d.lastError}` });
   }
   if (key.status === 'failed') errors.push({ code: key.lastCode, message: 'the gateway rejected the grant' });
   const pending = key.status === 'issuing' || key.status === 'revoking';
-  if (pending && gatewayOnline === false) warnings.push({ code: 'GATEWAY_OFFLINE', message: `gateway ${key.gatewayId} is offline; delivery waits for it` });
+  if (pending && gatewayOnline === false) warnings.push({ code: 'GATEWAY_OFFLINE' satisfies ApiCode, message: `gateway ${key.gatewayId} is offline; delivery waits for it` });
   const delivery: 'pending' | 'succeeded' | 'failed' = key.status === 'failed' || errors.length > 0 ? 'failed' : pending ? 'pending' : 'succeeded';
   return { delivery, errors, warnings };
 }
