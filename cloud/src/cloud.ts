@@ -1,3 +1,9 @@
+/**
+ * The composition root: the only module that wires the parts together.
+ * `createCloud` is the core (tests and the demo run it alone),
+ * `startAdminApi` the admin API with its background work, `buildCloud` both
+ * from one frozen config, as `npm run cloud` runs them.
+ */
 import { createLogger, newCorrelationId, systemClock, withCorrelation, type Clock, type CorrelationId, type Logger } from '@tobira/shared';
 import type { Db } from './adapters/db/db.js';
 import { migrate } from './adapters/db/migrate.js';
@@ -38,23 +44,13 @@ export interface CloudDeps {
 export type Cloud = ReturnType<typeof createCloud>;
 
 /**
- * The composition root: the only module that wires the parts together.
- * `createCloud` is the core (tests and the demo run it alone),
- * `startAdminApi` the admin API with its background work, `buildCloud` both
- * from one frozen config, as `npm run cloud` runs them.
- */
-
-/**
  * The cloud core. The constructor does nothing; start() opens the database,
  * applies migrations, loads the signing key, connects MQTT and starts the
  * dispatcher, the uplink inbox and the heartbeat; stop() drains them.
  */
 export function createCloud(config: CloudConfig, cloudDeps: CloudDeps = {}) {
-  const verbs = coreOf(config, cloudDeps);
   // the admin API's port (app/port.ts) is a view of the core: a mismatch fails here, not in a route
-  const checked: CloudVerbs = verbs;
-  void checked;
-  return verbs;
+  return coreOf(config, cloudDeps) satisfies CloudVerbs;
 }
 
 function coreOf(config: CloudConfig, cloudDeps: CloudDeps) {
