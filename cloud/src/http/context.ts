@@ -1,6 +1,7 @@
 import type { Clock, CorrelationId, Logger, OutcomeCode } from '@tobira/shared';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
+import { z } from 'zod';
 import type { Tx } from '../adapters/db/db.js';
 import type { CloudVerbs } from '../app/port.js';
 import type { ApiCode } from './codes.js';
@@ -133,6 +134,8 @@ export function defined<T extends object>(o: T): Defined<T> {
 }
 
 const IDEMPOTENCY_KEY = /^[A-Za-z0-9_.:-]{1,200}$/;
+/** What `idempotent` seals for a replay. */
+const StoredAnswer = z.object({ body: z.unknown(), headers: z.record(z.string(), z.string()).optional() });
 
 /** What a write route's body runs in. */
 export interface Unit {
@@ -212,9 +215,9 @@ export async function idempotent(ctx: Ctx, req: FastifyRequest, reply: FastifyRe
     case 'in_progress':
       return say(409, problem('IDEMPOTENCY_IN_PROGRESS', undefined, 'conflict'), { 'retry-after': '1' });
     case 'replay': {
-      const stored = unseal(key, c.body) as { body: unknown; headers?: Record<string, string> } | undefined;
-      if (stored === undefined) throw new Error('a stored idempotent answer does not open with the caller token');
-      return say(c.statusCode, stored.body, { ...stored.headers, 'idempotent-replayed': 'true' });
+      const stored = StoredAnswer.safeParse(unseal(key, c.body));
+      if (!stored.success) throw new Error('a stored idempotent answer does not open with the caller token');
+      return say(c.statusCode, stored.data.body, { ...stored.data.headers, 'idempotent-replayed': 'true' });
     }
     case 'run':
       break;

@@ -1,4 +1,5 @@
 import { createCipheriv, createDecipheriv, createHash, createHmac, randomBytes } from 'node:crypto';
+import { z } from 'zod';
 
 /**
  * The HTTP side of Idempotency-Key: the request's hash and the sealing of a
@@ -34,12 +35,8 @@ export const requestHash = (method: string, route: string, params: unknown, body
 export const answerKey = (bearerToken: string, idempotencyKey: string): Buffer =>
   createHmac('sha256', bearerToken).update(`tobira-idempotent-answer\n${idempotencyKey}`).digest();
 
-export interface Sealed {
-  readonly v: 1;
-  readonly iv: string;
-  readonly tag: string;
-  readonly data: string;
-}
+const Sealed = z.object({ v: z.literal(1), iv: z.string(), tag: z.string(), data: z.string() });
+export type Sealed = z.infer<typeof Sealed>;
 
 export function seal(key: Buffer, value: unknown): Sealed {
   const iv = randomBytes(12);
@@ -50,12 +47,14 @@ export function seal(key: Buffer, value: unknown): Sealed {
 
 /** The sealed value, or undefined when it is not a sealed answer or the key does not open it. */
 export function unseal(key: Buffer, sealed: unknown): unknown {
-  const s = sealed as Partial<Sealed> | null;
-  if (s === null || typeof s !== 'object' || s.v !== 1 || typeof s.iv !== 'string' || typeof s.tag !== 'string' || typeof s.data !== 'string') return undefined;
+  const parsed = Sealed.safeParse(sealed);
+  if (!parsed.success) return undefined;
+  const s = parsed.data;
   try {
     const d = createDecipheriv('aes-256-gcm', key, Buffer.from(s.iv, 'base64url'));
     d.setAuthTag(Buffer.from(s.tag, 'base64url'));
-    return JSON.parse(Buffer.concat([d.update(Buffer.from(s.data, 'base64url')), d.final()]).toString('utf8')) as unknown;
+    const opened: unknown = JSON.parse(Buffer.concat([d.update(Buffer.from(s.data, 'base64url')), d.final()]).toString('utf8'));
+    return opened;
   } catch {
     return undefined;
   }
