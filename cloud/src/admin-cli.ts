@@ -8,7 +8,8 @@ import type { Queryable } from './adapters/db/db.js';
 import { migrate } from './adapters/db/migrate.js';
 import { openDb } from './adapters/db/open.js';
 import { parseConfig } from './config.js';
-import { createApiToken } from './http/tokens.js';
+import { createApiToken } from './adapters/db/tokens.js';
+import { WEBHOOK_EVENTS } from './adapters/webhooks/events.js';
 
 /**
  * Operator CLI for the admin HTTP API (docs/api.md):
@@ -33,7 +34,7 @@ env: TOBIRA_API (e.g. http://127.0.0.1:8080), TOBIRA_TOKEN (bearer token)
   tokens create --name N --role admin|manager|auditor [--site S ...] [--expires-in-days N] | tokens list | tokens revoke <id>
   tokens rotate <id> [--grace-seconds N] [--expires-in-days N]   new token, same role and sites, shown once; the old one
                                 works N more seconds (default 3600; 0: revoked now). Any token may rotate itself.
-  webhooks create --site S --url URL --event key.state_changed|access.event|alarm|downlink.dead_lettered [--event ...] | webhooks list [--site S]
+  webhooks create --site S --url URL --event ${WEBHOOK_EVENTS.join('|')} [--event ...] | webhooks list [--site S]
   webhooks deliveries <id> | webhooks disable <id>
   tokens bootstrap --name N [--expires-in-days N]   direct to the database (DATABASE_URL or PGLITE_DATA_DIR): prints a new
                                 admin token once; it never expires unless --expires-in-days (rotate it once you have others)

@@ -73,6 +73,19 @@ export const CloudConfigSchema = z.object({
   OFFLINE_KEY_MAX_SECONDS: int(DEFAULT_OFFLINE_MAX_SECONDS, 1).pipe(z.int().max(OFFLINE_MAX_SECONDS_LIMIT)),
   /** Crash points to turn into a throw (tests only): comma-separated names. */
   CRASH_AT: z.string().optional(),
+  // The admin HTTP API (docs/api.md), run by `npm run cloud` beside the core.
+  ADMIN_API_HOST: z.string().default('127.0.0.1'),
+  ADMIN_API_PORT: z.coerce.number().int().min(0).max(65535).default(8080),
+  /** The first admin token (`tbr_` + 43 base64url chars), installed at start; there is no default. */
+  TOBIRA_BOOTSTRAP_ADMIN_TOKEN: z.string().optional(),
+  /** Let webhook URLs point at internal addresses (SSRF guard off); only for a closed network. */
+  TOBIRA_WEBHOOK_ALLOW_PRIVATE: z.enum(['true', 'false']).default('false'),
+  /** Lifetime in days of a new API token that names none; 0: no expiry unless asked. */
+  TOBIRA_API_TOKEN_TTL_DAYS: z.coerce.number().int().min(0).max(3650).default(90),
+  /** How long /healthz waits for the database before it reports DATABASE_UNREACHABLE. */
+  TOBIRA_HEALTH_DB_TIMEOUT_MS: z.coerce.number().int().min(10).max(60_000).default(2000),
+  /** Requests per client IP per minute, counted before authentication (docs/api.md "Rate limits"). */
+  TOBIRA_RATE_LIMIT_IP_MAX: z.coerce.number().int().min(1).default(1_200),
 });
 export type CloudConfigInput = z.input<typeof CloudConfigSchema>;
 
@@ -116,6 +129,17 @@ export interface CloudConfig {
   readonly retentionMs: number;
   readonly offlineKeyMaxSeconds: number;
   readonly crashAt: readonly string[];
+  /** The admin HTTP API's listener and settings (the rest of ApiConfig keeps its defaults). */
+  readonly api: {
+    readonly host: string;
+    readonly port: number;
+    readonly bootstrapAdminToken: string | undefined;
+    readonly webhookAllowPrivateNetworks: boolean;
+    /** ms; null: new tokens do not expire unless asked (TOBIRA_API_TOKEN_TTL_DAYS=0). */
+    readonly tokenDefaultTtlMs: number | null;
+    readonly healthDbTimeoutMs: number;
+    readonly rateLimitIpMax: number;
+  };
 }
 
 /** Why the cloud refuses to start with its configuration (docs/cloud.md "Configuration"). */
@@ -209,6 +233,15 @@ export function parseConfig(env: Record<string, string | undefined> = process.en
     retentionMs: c.RETENTION_MS,
     offlineKeyMaxSeconds: c.OFFLINE_KEY_MAX_SECONDS,
     crashAt: c.CRASH_AT ? c.CRASH_AT.split(',').map((s) => s.trim()).filter(Boolean) : [],
+    api: {
+      host: c.ADMIN_API_HOST,
+      port: c.ADMIN_API_PORT,
+      bootstrapAdminToken: c.TOBIRA_BOOTSTRAP_ADMIN_TOKEN,
+      webhookAllowPrivateNetworks: c.TOBIRA_WEBHOOK_ALLOW_PRIVATE === 'true',
+      tokenDefaultTtlMs: c.TOBIRA_API_TOKEN_TTL_DAYS === 0 ? null : c.TOBIRA_API_TOKEN_TTL_DAYS * 86_400_000,
+      healthDbTimeoutMs: c.TOBIRA_HEALTH_DB_TIMEOUT_MS,
+      rateLimitIpMax: c.TOBIRA_RATE_LIMIT_IP_MAX,
+    },
   });
 }
 

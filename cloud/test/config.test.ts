@@ -37,6 +37,42 @@ describe('parseConfig', () => {
     expect(() => parseConfig({ OFFLINE_KEY_MAX_SECONDS: String(365 * 86_400 + 1) })).toThrow(/OFFLINE_KEY_MAX_SECONDS/);
   });
 
+  describe("the admin API's section (api), parsed with the rest", () => {
+    it('has the defaults main.ts always had, frozen with the rest', () => {
+      const c = parseConfig({});
+      expect(c.api).toEqual({
+        host: '127.0.0.1',
+        port: 8080,
+        bootstrapAdminToken: undefined,
+        webhookAllowPrivateNetworks: false,
+        tokenDefaultTtlMs: 90 * 86_400_000,
+        healthDbTimeoutMs: 2000,
+        rateLimitIpMax: 1200,
+      });
+      expect(Object.isFrozen(c.api)).toBe(true);
+    });
+
+    it('reads every variable by its old name; a token lifetime of 0 days means no expiry', () => {
+      const c = parseConfig({
+        ADMIN_API_HOST: '0.0.0.0',
+        ADMIN_API_PORT: '0',
+        TOBIRA_BOOTSTRAP_ADMIN_TOKEN: 'tbr_x',
+        TOBIRA_WEBHOOK_ALLOW_PRIVATE: 'true',
+        TOBIRA_API_TOKEN_TTL_DAYS: '0',
+        TOBIRA_HEALTH_DB_TIMEOUT_MS: '500',
+        TOBIRA_RATE_LIMIT_IP_MAX: '10',
+      });
+      expect(c.api).toEqual({ host: '0.0.0.0', port: 0, bootstrapAdminToken: 'tbr_x', webhookAllowPrivateNetworks: true, tokenDefaultTtlMs: null, healthDbTimeoutMs: 500, rateLimitIpMax: 10 });
+      expect(parseConfig({ TOBIRA_API_TOKEN_TTL_DAYS: '2' }).api.tokenDefaultTtlMs).toBe(2 * 86_400_000);
+    });
+
+    it('refuses bad values, naming the variable', () => {
+      expect(() => parseConfig({ ADMIN_API_PORT: '70000' })).toThrow(/ADMIN_API_PORT/);
+      expect(() => parseConfig({ TOBIRA_WEBHOOK_ALLOW_PRIVATE: 'yes' })).toThrow(/TOBIRA_WEBHOOK_ALLOW_PRIVATE/);
+      expect(() => parseConfig({ TOBIRA_HEALTH_DB_TIMEOUT_MS: '5' })).toThrow(/TOBIRA_HEALTH_DB_TIMEOUT_MS/);
+    });
+  });
+
   it('refuses bad values, naming the variable', () => {
     expect(() => parseConfig({ HEARTBEAT_INTERVAL_MS: 'soon' })).toThrow(/HEARTBEAT_INTERVAL_MS/);
     expect(() => parseConfig({ DATABASE_URL: 'not a url' })).toThrow(/DATABASE_URL/);

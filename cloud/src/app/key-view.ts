@@ -5,6 +5,9 @@ import { listKeyDeliveries, type OutboxEntry } from '../adapters/db/outbox-reads
 import type { SiteScope } from '../adapters/db/scope.js';
 import type { EntryKey } from '../domain/keys.js';
 
+/** The delivery notices a key view carries; each is in the API's code table (http/codes.ts API_CODES). */
+export type KeyNoticeCode = 'DELIVERY_DEAD_LETTERED' | 'DELIVERY_RETRYING' | 'GATEWAY_OFFLINE';
+
 type Notice = { code: string; message: string };
 
 /** One command's delivery as the API shows it. */
@@ -54,12 +57,12 @@ export function deliveryOf(key: KeySummary, deliveries: readonly DeliveryView[],
   const warnings: Notice[] = [];
   const latest = deliveries.filter((d) => d.keyVersion === key.version);
   for (const d of latest) {
-    if (d.status === 'dead') errors.push({ code: 'DELIVERY_DEAD_LETTERED', message: `outbox row ${d.outboxId}: ${d.lastError ?? 'gave up'}; retry with POST /dead-letters/${d.outboxId}/retry` });
-    else if (d.status !== 'sent' && d.lastError) warnings.push({ code: 'DELIVERY_RETRYING', message: `attempt ${d.attempts}: ${d.lastError}` });
+    if (d.status === 'dead') errors.push({ code: 'DELIVERY_DEAD_LETTERED' satisfies KeyNoticeCode, message: `outbox row ${d.outboxId}: ${d.lastError ?? 'gave up'}; retry with POST /dead-letters/${d.outboxId}/retry` });
+    else if (d.status !== 'sent' && d.lastError) warnings.push({ code: 'DELIVERY_RETRYING' satisfies KeyNoticeCode, message: `attempt ${d.attempts}: ${d.lastError}` });
   }
   if (key.status === 'failed') errors.push({ code: key.lastCode, message: 'the gateway rejected the grant' });
   const pending = key.status === 'issuing' || key.status === 'revoking';
-  if (pending && gatewayOnline === false) warnings.push({ code: 'GATEWAY_OFFLINE', message: `gateway ${key.gatewayId} is offline; delivery waits for it` });
+  if (pending && gatewayOnline === false) warnings.push({ code: 'GATEWAY_OFFLINE' satisfies KeyNoticeCode, message: `gateway ${key.gatewayId} is offline; delivery waits for it` });
   const delivery: 'pending' | 'succeeded' | 'failed' = key.status === 'failed' || errors.length > 0 ? 'failed' : pending ? 'pending' : 'succeeded';
   return { delivery, errors, warnings };
 }

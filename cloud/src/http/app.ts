@@ -15,8 +15,10 @@ import {
 } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import { pgErrorCode, type Tx } from '../adapters/db/db.js';
+import type { ApiCode } from './codes.js';
 import { DEFAULT_API_CONFIG, problem, type ApiDeps, type Ctx } from './context.js';
-import { TOKEN_EXPIRES_HEADER, authenticate, expiryWarning } from './tokens.js';
+import { authenticate } from '../adapters/db/tokens.js';
+import { TOKEN_EXPIRES_HEADER, expiryWarning } from './tokens.js';
 import { sitesRoutes } from './routes/sites.js';
 import { gatewaysRoutes } from './routes/gateways.js';
 import { doorsRoutes } from './routes/doors.js';
@@ -52,7 +54,7 @@ function dependencyDown(e: unknown): boolean {
 }
 
 /** Why `/healthz` answers 503 (codes.ts). */
-const HEALTH_REASONS = ['DATABASE_UNREACHABLE', 'BROKER_DISCONNECTED'] as const;
+const HEALTH_REASONS = ['DATABASE_UNREACHABLE', 'BROKER_DISCONNECTED'] as const satisfies readonly ApiCode[];
 
 /** null when `SELECT 1` answers within `timeoutMs`, else why not: a hung connection counts as down, not as a hung health check. */
 async function databaseFailure(db: Tx, timeoutMs: number): Promise<string | null> {
@@ -162,7 +164,7 @@ export async function buildApp(deps: ApiDeps): Promise<FastifyInstance> {
       const h = req.headers.authorization;
       return typeof h === 'string' && h.startsWith('Bearer ') ? `t:${createHash('sha256').update(h.slice(7)).digest('hex')}` : `ip:${req.ip}`;
     },
-    errorResponseBuilder: (_req, c) => ({ statusCode: 429, code: 'RATE_LIMITED', message: `retry in ${c.after}` }),
+    errorResponseBuilder: (_req, c) => ({ statusCode: 429, code: 'RATE_LIMITED' satisfies ApiCode, message: `retry in ${c.after}` }),
   });
 
   // Per client IP, before authentication: the per-token limiter above is a route hook, and route

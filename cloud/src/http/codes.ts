@@ -28,6 +28,9 @@ export const API_CODES = Object.freeze({
   IDEMPOTENCY_IN_PROGRESS: 'A request with this Idempotency-Key is still running; retry later.',
   IDEMPOTENCY_CLAIM_LOST:
     'This request ran past its Idempotency-Key lock and another request with the key took it over; nothing this request did was kept. Retry: it answers what the request that holds the key answered.',
+  DELIVERY_DEAD_LETTERED: "A key's delivery notice (errors): its message to the gateway was dead-lettered; retry it with POST /dead-letters/{id}/retry.",
+  DELIVERY_RETRYING: "A key's delivery notice (warnings): its message to the gateway failed and is retried with backoff (the last error in the message).",
+  GATEWAY_OFFLINE: "A key's delivery notice (warnings): its gateway is offline; delivery waits for it.",
   RATE_LIMITED: 'Too many requests from this client address (counted before authentication) or for this token; retry after the Retry-After seconds.',
   SERVICE_UNAVAILABLE: 'A dependency (database, broker) is down; retry later. `/healthz` names which in `reasons`.',
   DATABASE_UNREACHABLE: '`/healthz` reason: the database did not answer a query within healthDbTimeoutMs (or refused it).',

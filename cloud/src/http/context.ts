@@ -1,17 +1,16 @@
-import type { Clock, CorrelationId, Logger } from '@tobira/shared';
+import type { Clock, CorrelationId, Logger, OutcomeCode } from '@tobira/shared';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
+import { z } from 'zod';
 import type { Tx } from '../adapters/db/db.js';
-import type { Cloud } from '../index.js';
+import type { CloudVerbs } from '../app/port.js';
 import type { ApiCode } from './codes.js';
-import { answerKey, claim, complete, hold, release, requestHash, seal, unseal } from './idempotency.js';
-import type { Principal } from './tokens.js';
+import { claim, complete, hold, release } from '../adapters/db/idempotency.js';
+import { answerKey, requestHash, seal, unseal } from './idempotency.js';
+import type { Principal } from '../domain/tokens.js';
 
-/** The verbs the API calls: the cloud's programmatic API (a subset, so tests may pass a fake). */
-export type AdminCloud = Pick<
-  Cloud,
-  'createSite' | 'registerGateway' | 'rotateGatewayBrokerCredentials' | 'createDoor' | 'createPerson' | 'issueKey' | 'revokeKey' | 'retryDeadLetter' | 'mqttConnected'
->;
+/** The verbs the API calls (the port app/port.ts; the cloud implements it, tests may pass a fake). */
+export type AdminCloud = CloudVerbs;
 
 export interface ApiConfig {
   /** Largest accepted body in bytes (413 PAYLOAD_TOO_LARGE beyond). */
@@ -114,7 +113,10 @@ export function statusOf(o: OutcomeLike, appliedAs: 200 | 201 | 202 = 200): numb
   }
 }
 
-export const problem = (code: ApiCode | string, detail?: string, status: 'refused' | 'conflict' = 'refused') =>
+/** Every code the API answers: its own (codes.ts) and the verbs' (shared/src/codes.ts). */
+export type AnswerCode = ApiCode | OutcomeCode;
+
+export const problem = (code: AnswerCode, detail?: string, status: 'refused' | 'conflict' = 'refused') =>
   detail === undefined ? { status, code } : { status, code, detail };
 
 export interface Answer {
@@ -132,6 +134,8 @@ export function defined<T extends object>(o: T): Defined<T> {
 }
 
 const IDEMPOTENCY_KEY = /^[A-Za-z0-9_.:-]{1,200}$/;
+/** What `idempotent` seals for a replay. */
+const StoredAnswer = z.object({ body: z.unknown(), headers: z.record(z.string(), z.string()).optional() });
 
 /** What a write route's body runs in. */
 export interface Unit {
@@ -179,7 +183,7 @@ async function inUnit(ctx: Ctx, run: (u: Unit) => Promise<Answer>, store?: (db: 
  * The effect and the stored response commit in the same transaction, so a
  * replay answers exactly what the first request answered (secrets shown once,
  * such as a gateway's pepper, included: records are kept 24 h, see
- * purge.ts, sealed under a key only the caller's token opens, see
+ * adapters/db/api-purge.ts, sealed under a key only the caller's token opens, see
  * idempotency.ts), and a request that failed left nothing behind. A different
  * request under the key is 422 IDEMPOTENCY_KEY_REUSED; a duplicate while the
  * first still runs is 409 IDEMPOTENCY_IN_PROGRESS (retryable; the claim is a
@@ -211,9 +215,9 @@ export async function idempotent(ctx: Ctx, req: FastifyRequest, reply: FastifyRe
     case 'in_progress':
       return say(409, problem('IDEMPOTENCY_IN_PROGRESS', undefined, 'conflict'), { 'retry-after': '1' });
     case 'replay': {
-      const stored = unseal(key, c.body) as { body: unknown; headers?: Record<string, string> } | undefined;
-      if (stored === undefined) throw new Error('a stored idempotent answer does not open with the caller token');
-      return say(c.statusCode, stored.body, { ...stored.headers, 'idempotent-replayed': 'true' });
+      const stored = StoredAnswer.safeParse(unseal(key, c.body));
+      if (!stored.success) throw new Error('a stored idempotent answer does not open with the caller token');
+      return say(c.statusCode, stored.data.body, { ...stored.data.headers, 'idempotent-replayed': 'true' });
     }
     case 'run':
       break;

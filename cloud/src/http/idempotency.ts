@@ -1,8 +1,11 @@
-import { createCipheriv, createDecipheriv, createHash, createHmac, randomBytes, randomUUID } from 'node:crypto';
-import type { Queryable } from '../adapters/db/db.js';
+import { createCipheriv, createDecipheriv, createHash, createHmac, randomBytes } from 'node:crypto';
+import { z } from 'zod';
 
-/** How long a first request holds its Idempotency-Key before a retry may take it over (a crashed holder). */
-export const IDEMPOTENCY_LOCK_MS = 60_000;
+/**
+ * The HTTP side of Idempotency-Key: the request's hash and the sealing of a
+ * stored answer. The key's storage (claim, hold, complete, release) is
+ * adapters/db/idempotency.ts; context.ts's `idempotent` runs a request between them.
+ */
 
 /** JSON with sorted object keys, so the same request hashes the same whatever the key order. */
 export function canonicalJson(v: unknown): string {
@@ -32,12 +35,8 @@ export const requestHash = (method: string, route: string, params: unknown, body
 export const answerKey = (bearerToken: string, idempotencyKey: string): Buffer =>
   createHmac('sha256', bearerToken).update(`tobira-idempotent-answer\n${idempotencyKey}`).digest();
 
-export interface Sealed {
-  readonly v: 1;
-  readonly iv: string;
-  readonly tag: string;
-  readonly data: string;
-}
+const Sealed = z.object({ v: z.literal(1), iv: z.string(), tag: z.string(), data: z.string() });
+export type Sealed = z.infer<typeof Sealed>;
 
 export function seal(key: Buffer, value: unknown): Sealed {
   const iv = randomBytes(12);
@@ -48,96 +47,15 @@ export function seal(key: Buffer, value: unknown): Sealed {
 
 /** The sealed value, or undefined when it is not a sealed answer or the key does not open it. */
 export function unseal(key: Buffer, sealed: unknown): unknown {
-  const s = sealed as Partial<Sealed> | null;
-  if (s === null || typeof s !== 'object' || s.v !== 1 || typeof s.iv !== 'string' || typeof s.tag !== 'string' || typeof s.data !== 'string') return undefined;
+  const parsed = Sealed.safeParse(sealed);
+  if (!parsed.success) return undefined;
+  const s = parsed.data;
   try {
     const d = createDecipheriv('aes-256-gcm', key, Buffer.from(s.iv, 'base64url'));
     d.setAuthTag(Buffer.from(s.tag, 'base64url'));
-    return JSON.parse(Buffer.concat([d.update(Buffer.from(s.data, 'base64url')), d.final()]).toString('utf8')) as unknown;
+    const opened: unknown = JSON.parse(Buffer.concat([d.update(Buffer.from(s.data, 'base64url')), d.final()]).toString('utf8'));
+    return opened;
   } catch {
     return undefined;
   }
-}
-
-export type Claim =
-  /** `token` fences this holder: complete and release name it (a takeover writes a new one). */
-  | { readonly kind: 'run'; readonly token: string }
-  | { readonly kind: 'replay'; readonly statusCode: number; readonly body: unknown }
-  | { readonly kind: 'reused' }
-  | { readonly kind: 'in_progress' };
-
-/**
- * Claims (token, key) for this request, committed on its own as a lock row.
- * `run`: the caller runs the request and calls `complete` in the effect's own
- * transaction (or `release` when it failed). A finished key replays
- * its stored response; a different request under the same key is refused; a
- * live holder makes the duplicate wait (retryable 409); a holder whose lock
- * ran out (crashed, or only slow) is taken over by compare-and-set on its
- * claim token, which the takeover replaces: the old holder, if it is still
- * running, can then neither complete nor release the key (fencing, as the
- * outbox dispatcher's lease token).
- */
-export async function claim(db: Queryable, tokenId: string, key: string, hash: string, now: number): Promise<Claim> {
-  const token = randomUUID();
-  const ins = await db.query(
-    `INSERT INTO idempotency_keys (token_id, key, request_hash, state, locked_until, created_at, claim_token) VALUES ($1,$2,$3,'in_progress',$4,$5,$6)
-      ON CONFLICT (token_id, key) DO NOTHING`,
-    [tokenId, key, hash, now + IDEMPOTENCY_LOCK_MS, now, token],
-  );
-  if (ins.rowCount === 1) return { kind: 'run', token };
-  const r = await db.query<{ request_hash: string; state: string; locked_until: number; status_code: number | null; response: unknown; claim_token: string | null }>(
-    'SELECT request_hash, state, locked_until, status_code, response, claim_token FROM idempotency_keys WHERE token_id = $1 AND key = $2',
-    [tokenId, key],
-  );
-  const row = r.rows[0];
-  if (!row) return claim(db, tokenId, key, hash, now); // released between the insert and the select
-  if (row.request_hash !== hash) return { kind: 'reused' };
-  if (row.state === 'done' && row.status_code !== null) return { kind: 'replay', statusCode: row.status_code, body: row.response };
-  if (row.locked_until > now) return { kind: 'in_progress' };
-  const took = await db.query(
-    `UPDATE idempotency_keys SET locked_until = $4, claim_token = $5
-      WHERE token_id = $1 AND key = $2 AND state = 'in_progress' AND locked_until = $3 AND claim_token IS NOT DISTINCT FROM $6`,
-    [tokenId, key, row.locked_until, now + IDEMPOTENCY_LOCK_MS, token, row.claim_token],
-  );
-  return took.rowCount === 1 ? { kind: 'run', token } : { kind: 'in_progress' };
-}
-
-/**
- * Called first in the transaction of the effect: true when `claimToken`
- * still holds the key, and then the row stays locked until that transaction
- * ends, so a retry that finds the lock run out waits for this holder instead
- * of taking over under it (on PostgreSQL; PGlite runs one transaction at a
- * time anyway). False: the claim was taken over before the effect began, and
- * the caller must not run it (an external leg such as a broker call would
- * otherwise happen for a request that can no longer commit).
- */
-export async function hold(db: Queryable, tokenId: string, key: string, claimToken: string): Promise<boolean> {
-  const r = await db.query(`SELECT 1 FROM idempotency_keys WHERE token_id = $1 AND key = $2 AND state = 'in_progress' AND claim_token = $3 FOR UPDATE`, [
-    tokenId,
-    key,
-    claimToken,
-  ]);
-  return r.rows.length === 1;
-}
-
-/**
- * Stores the response if `claimToken` still holds the key; called inside the
- * transaction of the effect, so both commit or neither does. False (0 rows):
- * the claim was taken over (or the key already completed), and the caller
- * must roll the effect back. After `hold` this cannot happen on PostgreSQL
- * (a takeover waits for the holder's row lock, then finds the key done); it
- * stays as the last guard, so at most one holder ever completes.
- */
-export async function complete(db: Queryable, tokenId: string, key: string, claimToken: string, statusCode: number, body: unknown): Promise<boolean> {
-  const r = await db.query(
-    `UPDATE idempotency_keys SET state = 'done', status_code = $3, response = $4::jsonb
-      WHERE token_id = $1 AND key = $2 AND state = 'in_progress' AND claim_token = $5`,
-    [tokenId, key, statusCode, JSON.stringify(body), claimToken],
-  );
-  return r.rowCount === 1;
-}
-
-/** A request that failed with a 5xx leaves no trace: the client may retry it under the same key. A holder that lost its claim deletes nothing. */
-export async function release(db: Queryable, tokenId: string, key: string, claimToken: string): Promise<void> {
-  await db.query(`DELETE FROM idempotency_keys WHERE token_id = $1 AND key = $2 AND state = 'in_progress' AND claim_token = $3`, [tokenId, key, claimToken]);
 }

@@ -5,7 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { EmbeddedBrokerAccounts, setServiceAccount } from '../../src/adapters/broker/embedded.js';
 import { gatewayIdOfUsername } from '../../src/adapters/broker/acl.js';
 import { buildApp } from '../../src/http/app.js';
-import { createApiToken } from '../../src/http/tokens.js';
+import { createApiToken } from '../../src/adapters/db/tokens.js';
 import type { Cloud } from '../../src/index.js';
 import { startCloud } from '../cloud-helpers.js';
 import { waitFor } from '../mqtt-helpers.js';

@@ -5,8 +5,8 @@ import { generateSigningKeyPair, newId, systemClock } from '@tobira/shared';
 import { pgBackends, startMqttBackend, type MqttTestBroker } from '@tobira/shared/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { runAdminCli } from '../../src/admin-cli.js';
-import { startAdminApi, type AdminApi } from '../../src/http/server.js';
-import { authenticate } from '../../src/http/tokens.js';
+import { startAdminApi, type AdminApi } from '../../src/cloud.js';
+import { authenticate } from '../../src/adapters/db/tokens.js';
 import { startCloud } from '../cloud-helpers.js';
 import { DAY, T0, openTestDb, testLog, type TestDb } from '../helpers.js';
 

@@ -5,8 +5,8 @@ import { systemClock } from '@tobira/shared';
 import { pgBackends, startMqttBackend, type MqttTestBroker } from '@tobira/shared/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { API_CODES } from '../../src/http/codes.js';
-import { startAdminApi, type AdminApi } from '../../src/http/server.js';
-import { createApiToken } from '../../src/http/tokens.js';
+import { startAdminApi, type AdminApi } from '../../src/cloud.js';
+import { createApiToken } from '../../src/adapters/db/tokens.js';
 import { startCloud } from '../cloud-helpers.js';
 import { openTestDb, testLog, type TestDb } from '../helpers.js';
 

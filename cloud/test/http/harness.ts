@@ -4,7 +4,7 @@ import type { FastifyInstance } from 'fastify';
 import type { Cloud } from '../../src/index.js';
 import { buildApp } from '../../src/http/app.js';
 import type { ApiConfig } from '../../src/http/context.js';
-import { createApiToken } from '../../src/http/tokens.js';
+import { createApiToken } from '../../src/adapters/db/tokens.js';
 import { startCloud } from '../cloud-helpers.js';
 import { DAY, T0, openTestDb, testLog, type TestDb } from '../helpers.js';
 

@@ -6,9 +6,10 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildApp, routesOf } from '../../src/http/app.js';
 import type { Tx } from '../../src/adapters/db/db.js';
 import type { AdminCloud } from '../../src/http/context.js';
-import { IDEMPOTENCY_LOCK_MS, claim, complete, requestHash } from '../../src/http/idempotency.js';
-import { IDEMPOTENCY_RETENTION_MS, purgeApiTables } from '../../src/http/purge.js';
-import { createApiToken } from '../../src/http/tokens.js';
+import { IDEMPOTENCY_LOCK_MS, claim, complete } from '../../src/adapters/db/idempotency.js';
+import { requestHash } from '../../src/http/idempotency.js';
+import { IDEMPOTENCY_RETENTION_MS, purgeApiTables } from '../../src/adapters/db/api-purge.js';
+import { createApiToken } from '../../src/adapters/db/tokens.js';
 import { capturingLogger, testLog } from '../helpers.js';
 import { bearer, count, issueBody, openHarness, seedSite, type Harness } from './harness.js';
 

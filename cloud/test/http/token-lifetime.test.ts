@@ -2,7 +2,8 @@ import { pgBackends } from '@tobira/shared/testing';
 import type { FastifyInstance } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildApp } from '../../src/http/app.js';
-import { createApiToken, hashToken, type Role } from '../../src/http/tokens.js';
+import { createApiToken } from '../../src/adapters/db/tokens.js';
+import { hashToken, type Role } from '../../src/domain/tokens.js';
 import { testLog } from '../helpers.js';
 import { DAY, bearer, count, openHarness, snapshot, type Harness } from './harness.js';
 

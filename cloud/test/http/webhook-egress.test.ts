@@ -4,8 +4,9 @@ import { createServer as createTcpServer, type AddressInfo, type Server } from '
 import { pgBackends } from '@tobira/shared/testing';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { classifyAddress, checkWebhookUrl, guardedLookup, type AddressClass, type ResolveAll } from '../../src/http/egress.js';
-import { WebhookDispatcher, createWebhook } from '../../src/http/webhooks.js';
+import { classifyAddress, checkWebhookUrl, guardedLookup, type AddressClass, type ResolveAll } from '../../src/adapters/webhooks/egress.js';
+import { WebhookDispatcher } from '../../src/adapters/webhooks/worker.js';
+import { createWebhook } from '../../src/adapters/webhooks/endpoints.js';
 import { capturingLogger, testLog } from '../helpers.js';
 import { bearer, count, openHarness, type Harness } from './harness.js';
 

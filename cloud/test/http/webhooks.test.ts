@@ -4,7 +4,8 @@ import type { AddressInfo } from 'node:net';
 import { pgBackends } from '@tobira/shared/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { failRow } from '../../src/adapters/outbox/fail.js';
-import { WebhookDispatcher, signWebhook } from '../../src/http/webhooks.js';
+import { WebhookDispatcher } from '../../src/adapters/webhooks/worker.js';
+import { signWebhook } from '../../src/adapters/webhooks/deliver.js';
 import { testLog } from '../helpers.js';
 import { bearer, count, issueBody, openHarness, seedSite, type Harness } from './harness.js';
 

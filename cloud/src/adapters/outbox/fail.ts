@@ -1,20 +1,7 @@
+import { backoffMs, type BackoffPolicy } from '../backoff.js';
 import type { Queryable } from '../db/db.js';
 
-export interface BackoffPolicy {
-  readonly baseMs: number;
-  readonly maxMs: number;
-  readonly maxAttempts: number;
-}
-
-/**
- * Capped exponential backoff with jitter ("equal jitter": half fixed, half
- * random), so many rows failing together do not retry in lockstep.
- * `random` is in [0, 1).
- */
-export function backoffMs(attempts: number, p: BackoffPolicy, random: number): number {
-  const exp = Math.min(p.maxMs, p.baseMs * 2 ** Math.max(0, attempts - 1));
-  return Math.floor(exp / 2 + (exp / 2) * random);
-}
+export { backoffMs, type BackoffPolicy } from '../backoff.js';
 
 /**
  * Fail: releases the claim after a failed publish. Below `maxAttempts` the

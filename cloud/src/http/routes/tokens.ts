@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import { idempotent, problem, who, type Api, type Ctx } from '../context.js';
-import { CreateTokenInput, Role, RotateTokenInput, TokenState, createApiToken, revokeApiToken, rotateApiToken, tokenState } from '../tokens.js';
+import { CreateTokenInput, Role, RotateTokenInput, TokenState } from '../../domain/tokens.js';
+import { createApiToken, listApiTokens, revokeApiToken, rotateApiToken } from '../../adapters/db/tokens.js';
 import { OutcomeStatus, Problem, errorResponses } from '../schemas.js';
 
 const Expiry = z.int().nullable().describe('epoch ms from which the token is refused (401 TOKEN_EXPIRED); null: never');
@@ -59,7 +60,7 @@ export function tokensRoutes(app: Api, ctx: Ctx): void {
   app.get(
     '/api-tokens',
     { config: { adminOnly: true }, schema: { tags: ['api tokens'], summary: 'List API tokens (never the tokens themselves)', response: { ...errorResponses, 200: z.object({ items: z.array(TokenOut) }) } } },
-    async () => ({ items: await tokenRows(ctx) }),
+    async () => ({ items: await listApiTokens(ctx.db, ctx.clock.now()) }),
   );
 
   app.get(
@@ -72,7 +73,7 @@ export function tokensRoutes(app: Api, ctx: Ctx): void {
       },
     },
     async (req) => {
-      const [token] = await tokenRows(ctx, who(req).tokenId);
+      const [token] = await listApiTokens(ctx.db, ctx.clock.now(), who(req).tokenId);
       if (!token) throw new Error('the authenticated token has no row');
       return { token };
     },
@@ -130,38 +131,4 @@ export function tokensRoutes(app: Api, ctx: Ctx): void {
         return { statusCode: 201, body: { status: o.status, code: o.code, ...o.token, rotatedFrom: o.previous } };
       }),
   );
-}
-
-/** Token rows as the API shows them (never the token or its hash): every token, or one. */
-async function tokenRows(ctx: Ctx, id?: string): Promise<z.infer<typeof TokenOut>[]> {
-  const now = ctx.clock.now();
-  const r = await ctx.db.query<{
-    id: string;
-    name: string;
-    role: Role;
-    sites: string[] | null;
-    created_at: number;
-    revoked_at: number | null;
-    expires_at: number | null;
-    last_used_at: number | null;
-    rotated_to: string | null;
-    rotated_from: string | null;
-  }>(
-    `SELECT t.id, t.name, t.role, t.sites, t.created_at, t.revoked_at, t.expires_at, t.last_used_at, t.rotated_to, p.id AS rotated_from
-       FROM api_tokens t LEFT JOIN api_tokens p ON p.rotated_to = t.id WHERE ($1::text IS NULL OR t.id = $1) ORDER BY t.created_at, t.id`,
-    [id ?? null],
-  );
-  return r.rows.map((x) => ({
-    id: x.id,
-    name: x.name,
-    role: x.role,
-    sites: x.sites ?? null,
-    createdAt: x.created_at,
-    revokedAt: x.revoked_at,
-    expiresAt: x.expires_at,
-    lastUsedAt: x.last_used_at,
-    rotatedTo: x.rotated_to,
-    rotatedFrom: x.rotated_from,
-    state: tokenState({ revokedAt: x.revoked_at, expiresAt: x.expires_at }, now),
-  }));
 }

@@ -1,10 +1,10 @@
 import { z } from 'zod';
-import type { Queryable } from '../../adapters/db/db.js';
 import { idempotent, problem, who, type Api, type Ctx } from '../context.js';
 import { getSite } from '../../adapters/db/registry.js';
 import { Id, OutcomeStatus, errorResponses } from '../schemas.js';
-import { checkWebhookUrl } from '../egress.js';
-import { WEBHOOK_EVENTS, createWebhook } from '../webhooks.js';
+import { checkWebhookUrl } from '../../adapters/webhooks/egress.js';
+import { createWebhook, disableWebhook, findWebhook, listDeliveries, listWebhooks } from '../../adapters/webhooks/endpoints.js';
+import { WEBHOOK_EVENTS } from '../../adapters/webhooks/events.js';
 
 const Webhook = z.object({ id: z.string(), siteId: z.string(), url: z.string(), events: z.array(z.string()), enabled: z.boolean(), createdAt: z.int() });
 // any URL parses here; which ones may be used is the SSRF guard's answer (egress.ts, 422)
@@ -40,22 +40,6 @@ export function webhooksRoutes(app: Api, ctx: Ctx): void {
     },
   );
 
-  const visible = async (scope: readonly string[] | null, id: string, db: Queryable = ctx.db) =>
-    (
-      await db.query<Record<string, unknown>>(
-        'SELECT id, site_id, url, events, enabled, created_at FROM webhook_endpoints WHERE id = $2 AND ($1::text[] IS NULL OR site_id = ANY($1))',
-        [scope === null ? null : [...scope], id],
-      )
-    ).rows[0];
-  const toWebhook = (x: Record<string, unknown>) => ({
-    id: x.id as string,
-    siteId: x.site_id as string,
-    url: x.url as string,
-    events: x.events as string[],
-    enabled: x.enabled as boolean,
-    createdAt: x.created_at as number,
-  });
-
   app.get(
     '/webhooks',
     {
@@ -67,13 +51,7 @@ export function webhooksRoutes(app: Api, ctx: Ctx): void {
       },
     },
     async (req) => {
-      const s = who(req).sites;
-      const r = await ctx.db.query<Record<string, unknown>>(
-        `SELECT id, site_id, url, events, enabled, created_at FROM webhook_endpoints
-          WHERE ($1::text[] IS NULL OR site_id = ANY($1)) AND ($2::text IS NULL OR site_id = $2) ORDER BY created_at, id LIMIT 1000`,
-        [s === null ? null : [...s], req.query.siteId ?? null],
-      );
-      return { items: r.rows.map(toWebhook) };
+      return { items: await listWebhooks(ctx.db, who(req).sites, req.query.siteId ?? null) };
     },
   );
 
@@ -106,25 +84,8 @@ export function webhooksRoutes(app: Api, ctx: Ctx): void {
       },
     },
     async (req, reply) => {
-      if (!(await visible(who(req).sites, req.params.id))) return reply.status(404).send(problem('WEBHOOK_NOT_FOUND'));
-      const r = await ctx.db.query<Record<string, unknown>>(
-        `SELECT d.outbox_id, o.event_id, o.type, d.attempt, d.status_code, d.error, d.code, d.at, o.status FROM webhook_deliveries d
-           JOIN webhook_outbox o ON o.id = d.outbox_id WHERE d.endpoint_id = $1 ORDER BY d.id DESC LIMIT $2`,
-        [req.params.id, req.query.limit],
-      );
-      return {
-        items: r.rows.map((x) => ({
-          outboxId: x.outbox_id as number,
-          eventId: x.event_id as string,
-          type: x.type as string,
-          attempt: x.attempt as number,
-          statusCode: (x.status_code as number | null) ?? null,
-          error: (x.error as string | null) ?? null,
-          code: (x.code as string | null) ?? null,
-          at: x.at as number,
-          eventStatus: x.status as string,
-        })),
-      };
+      if (!(await findWebhook(ctx.db, who(req).sites, req.params.id))) return reply.status(404).send(problem('WEBHOOK_NOT_FOUND'));
+      return { items: await listDeliveries(ctx.db, req.params.id, req.query.limit) };
     },
   );
 
@@ -140,9 +101,8 @@ export function webhooksRoutes(app: Api, ctx: Ctx): void {
     },
     (req, reply) =>
       idempotent(ctx, req, reply, async ({ db }) => {
-        if (!(await visible(who(req).sites, req.params.id, db))) return { statusCode: 404, body: problem('WEBHOOK_NOT_FOUND') };
-        const r = await db.query('UPDATE webhook_endpoints SET enabled = false WHERE id = $1 AND enabled', [req.params.id]);
-        return { statusCode: 200, body: r.rowCount === 1 ? { status: 'applied', code: 'MESSAGE_APPLIED' } : { status: 'noop', code: 'WEBHOOK_ALREADY_DISABLED' } };
+        if (!(await findWebhook(db, who(req).sites, req.params.id))) return { statusCode: 404, body: problem('WEBHOOK_NOT_FOUND') };
+        return { statusCode: 200, body: (await disableWebhook(db, req.params.id)) ? { status: 'applied', code: 'MESSAGE_APPLIED' } : { status: 'noop', code: 'WEBHOOK_ALREADY_DISABLED' } };
       }),
   );
 }

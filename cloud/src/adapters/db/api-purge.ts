@@ -1,4 +1,4 @@
-import type { Queryable } from '../adapters/db/db.js';
+import type { Queryable } from './db.js';
 
 /** How long a finished Idempotency-Key answers replays (docs/api.md). */
 export const IDEMPOTENCY_RETENTION_MS = 24 * 3_600_000;

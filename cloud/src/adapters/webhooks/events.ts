@@ -1,0 +1,11 @@
+import type { ApiCode } from '../../http/codes.js';
+
+/**
+ * Every webhook event type, in one table: the API's subscription enum and the
+ * triggers of migrations 0006 and 0013 (which write these names) agree on it.
+ */
+export const WEBHOOK_EVENTS = ['key.state_changed', 'access.event', 'alarm', 'downlink.dead_lettered'] as const;
+export type WebhookEvent = (typeof WEBHOOK_EVENTS)[number];
+
+/** The stable code of a failed delivery attempt (webhook_deliveries.code; null when delivered). */
+export type DeliveryCode = Extract<ApiCode, 'WEBHOOK_HTTP_STATUS' | 'WEBHOOK_REDIRECT_NOT_FOLLOWED' | 'WEBHOOK_ADDRESS_FORBIDDEN' | 'WEBHOOK_TIMEOUT' | 'WEBHOOK_CONNECTION_FAILED'>;

@@ -1,0 +1,36 @@
+import type { Tx } from '../adapters/db/db.js';
+import type { rotateGatewayBrokerCredentials } from './broker-rotation.js';
+import type * as keys from './keys.js';
+import type * as registry from './registry.js';
+
+/**
+ * Options of a write verb. `db`: run inside the caller's open transaction
+ * (the verb's own transaction becomes a savepoint of it), so the caller can
+ * commit its own rows with the effect: the admin API stores an idempotent
+ * response this way.
+ */
+export interface VerbOptions {
+  readonly db?: Tx;
+}
+
+/**
+ * The verbs the admin API calls. A port, so the HTTP layer depends on this
+ * narrow interface and not on the composition root that implements it
+ * (`createCloud`), and tests may pass a fake.
+ */
+export interface CloudVerbs {
+  createSite(input: Parameters<typeof registry.createSite>[1], o?: VerbOptions): ReturnType<typeof registry.createSite>;
+  registerGateway(input: Parameters<typeof registry.registerGateway>[2], o?: VerbOptions): ReturnType<typeof registry.registerGateway>;
+  /** A new cloud-broker password for a gateway (BROKER_ACCOUNTS_UNMANAGED when accounts are not managed). */
+  rotateGatewayBrokerCredentials(input: Parameters<typeof rotateGatewayBrokerCredentials>[1], o?: VerbOptions): ReturnType<typeof rotateGatewayBrokerCredentials>;
+  createDoor(input: Parameters<typeof registry.createDoor>[1], o?: VerbOptions): ReturnType<typeof registry.createDoor>;
+  createPerson(input: Parameters<typeof registry.createPerson>[1], o?: VerbOptions): ReturnType<typeof registry.createPerson>;
+  issueKey(input: keys.IssueKeyInput, o?: VerbOptions): ReturnType<typeof keys.issueKey>;
+  revokeKey(input: keys.RevokeKeyInput, o?: VerbOptions): ReturnType<typeof keys.revokeKey>;
+  retryDeadLetter(
+    id: number,
+    o?: VerbOptions,
+  ): Promise<{ readonly status: 'applied'; readonly code: 'MESSAGE_APPLIED' } | { readonly status: 'refused'; readonly code: 'DEAD_LETTER_NOT_FOUND' }>;
+  /** The MQTT link is connected (`/healthz`). */
+  readonly mqttConnected: boolean;
+}

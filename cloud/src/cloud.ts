@@ -1,0 +1,281 @@
+/**
+ * The composition root: the only module that wires the parts together.
+ * `createCloud` is the core (tests and the demo run it alone),
+ * `startAdminApi` the admin API with its background work, `buildCloud` both
+ * from one frozen config, as `npm run cloud` runs them.
+ */
+import { createLogger, newCorrelationId, systemClock, withCorrelation, type Clock, type CorrelationId, type Logger } from '@tobira/shared';
+import type { Db } from './adapters/db/db.js';
+import { migrate } from './adapters/db/migrate.js';
+import { openDb } from './adapters/db/open.js';
+import { openMqttLink, type MqttLink } from './adapters/mqtt/link.js';
+import { listDeadLetters, retryDeadLetter, type DeadLetter } from './adapters/outbox/dead-letters.js';
+import { Dispatcher } from './adapters/outbox/dispatcher.js';
+import { purgeOld } from './adapters/outbox/purge.js';
+import { loadSigner, type CloudSigner } from './adapters/signer.js';
+import { crashAt, type CrashHook } from './app/crash.js';
+import { unmanagedBrokerAccounts, type BrokerAccounts } from './app/broker-accounts.js';
+import type { AppDeps } from './app/deps.js';
+import * as keys from './app/keys.js';
+import * as registry from './app/registry.js';
+import { rotateGatewayBrokerCredentials } from './app/broker-rotation.js';
+import * as reads from './app/reads.js';
+import { Uplink } from './app/uplink.js';
+import { Heartbeat } from './app/heartbeat.js';
+import { DEFAULT_API_CONFIG, type ApiDeps } from './http/context.js';
+import { purgeApiTables } from './adapters/db/api-purge.js';
+import { listenAdminApi, type Listener, type ListenOptions } from './http/server.js';
+import { WebhookDispatcher, type WebhookOptions } from './adapters/webhooks/worker.js';
+import { brokerAccountsFromConfig } from './adapters/broker/index.js';
+import type { CloudConfig } from './config.js';
+import type { CloudVerbs, VerbOptions } from './app/port.js';
+
+export interface CloudDeps {
+  /** An already-open database (tests share one PGlite between instances); not closed by stop(). */
+  readonly db?: Db;
+  readonly clock?: Clock;
+  readonly log?: Logger;
+  readonly crash?: CrashHook;
+  readonly random?: () => number;
+  /** The cloud broker's per-gateway accounts; default: not managed (provisioning carries no credentials). */
+  readonly brokerAccounts?: BrokerAccounts;
+}
+
+export type Cloud = ReturnType<typeof createCloud>;
+
+/**
+ * The cloud core. The constructor does nothing; start() opens the database,
+ * applies migrations, loads the signing key, connects MQTT and starts the
+ * dispatcher, the uplink inbox and the heartbeat; stop() drains them.
+ */
+export function createCloud(config: CloudConfig, cloudDeps: CloudDeps = {}) {
+  // the admin API's port (app/port.ts) is a view of the core: a mismatch fails here, not in a route
+  return coreOf(config, cloudDeps) satisfies CloudVerbs;
+}
+
+function coreOf(config: CloudConfig, cloudDeps: CloudDeps) {
+  const clock = cloudDeps.clock ?? systemClock;
+  const log = cloudDeps.log ?? createLogger('cloud');
+  const crash = cloudDeps.crash ?? crashAt(config.crashAt);
+  let db: Db | undefined;
+  let link: MqttLink | undefined;
+  let signer: CloudSigner | undefined;
+  let dispatcher: Dispatcher | undefined;
+  let uplink: Uplink | undefined;
+  let heartbeat: Heartbeat | undefined;
+  let sweeper: NodeJS.Timeout | undefined;
+  let sweeping = false;
+
+  const need = <T>(v: T | undefined): T => {
+    if (v === undefined) throw new Error('cloud not started');
+    return v;
+  };
+  const brokerAccounts = cloudDeps.brokerAccounts ?? unmanagedBrokerAccounts;
+  const app = (o: VerbOptions = {}): AppDeps => ({ db: o.db ?? need(db), clock, log, crash, wake: () => dispatcher?.wake(), brokerAccounts, offlineKeyMaxSeconds: config.offlineKeyMaxSeconds });
+
+  return {
+    async start(): Promise<void> {
+      // Start-up work (database, migrations, key, broker link) is one unit of work with its own cid.
+      const startLog = withCorrelation(log, newCorrelationId(), { phase: 'start' });
+      db = cloudDeps.db ?? (await openDb(config, startLog));
+      await migrate(db, startLog, clock.now());
+      signer = await loadSigner(config.issuer, config.signingJwk, startLog);
+      const opts = {
+        // persistent session: uplinks not yet acknowledged (PUBACK after commit) are redelivered after a restart
+        clean: config.mqttCleanSession,
+        clientId: config.mqttClientId,
+        ...(config.mqttUsername ? { username: config.mqttUsername } : {}),
+        ...(config.mqttPassword ? { password: config.mqttPassword } : {}),
+      };
+      link = openMqttLink(config.mqttUrl, withCorrelation(log, newCorrelationId(), { part: 'mqtt-link' }), opts);
+      dispatcher = new Dispatcher(
+        { db, clock, log, crash, link, signer, random: cloudDeps.random ?? Math.random },
+        {
+          pollMs: config.dispatch.pollMs,
+          batch: config.dispatch.batch,
+          leaseMs: config.dispatch.leaseMs,
+          publishTimeoutMs: config.dispatch.publishTimeoutMs,
+          baseMs: config.dispatch.backoffBaseMs,
+          maxMs: config.dispatch.backoffMaxMs,
+          maxAttempts: config.dispatch.maxAttempts,
+        },
+      );
+      uplink = new Uplink(app(), { link, signer, replayMax: config.resyncReplayMax, publishTimeoutMs: config.dispatch.publishTimeoutMs, resyncRate: config.resyncRate, resyncMaxConcurrent: config.resyncMaxConcurrent, rejectedMaxRows: config.rejectedUplinksMaxRows });
+      heartbeat = new Heartbeat(app(), { link, signer, intervalMs: config.heartbeatIntervalMs, qos: config.heartbeatQos, publishTimeoutMs: config.dispatch.publishTimeoutMs });
+      uplink.start();
+      // not fatal: the link keeps reconnecting, and the uplink subscription is made on every connect
+      const ready = await Promise.race([uplink.subscribed.then(() => true), new Promise<boolean>((r) => setTimeout(() => r(false), 5_000).unref())]);
+      if (!ready) startLog.warn({ url: config.mqttUrl }, 'MQTT not connected yet; starting anyway');
+      await dispatcher.start();
+      heartbeat.start();
+      sweeper = setInterval(() => {
+        if (sweeping) return;
+        sweeping = true;
+        keys
+          .expireKeys(app())
+          .then(() => purgeOld(need(db), clock.now() - config.retentionMs))
+          .catch((e: unknown) => log.warn({ err: String(e) }, 'expire sweep failed'))
+          .finally(() => {
+            sweeping = false;
+          });
+      }, config.expireSweepMs);
+      sweeper.unref();
+    },
+
+    async stop(): Promise<void> {
+      if (sweeper) clearInterval(sweeper);
+      heartbeat?.stop();
+      await dispatcher?.stop();
+      await uplink?.stop();
+      await link?.close();
+      if (!cloudDeps.db) await db?.close();
+      db = undefined;
+    },
+
+    get jwks() {
+      return need(signer).jwks;
+    },
+    /** The cloud's database, for the HTTP layer's own tables and scoped reads (after start()). */
+    get db(): Db {
+      return need(db);
+    },
+    get issuer() {
+      return config.issuer;
+    },
+    /** The dispatcher, for tests and the demo: wake it and wait for the pass to end. */
+    async flush(): Promise<void> {
+      const d = need(dispatcher);
+      d.wake();
+      await d.idle();
+    },
+    get dispatcherCrashed(): boolean {
+      return dispatcher?.crashed ?? false;
+    },
+    get mqttConnected(): boolean {
+      return link?.connected ?? false;
+    },
+
+    createSite: (input: Parameters<typeof registry.createSite>[1], o?: VerbOptions) => registry.createSite(app(o), input),
+    registerGateway: (input: Parameters<typeof registry.registerGateway>[2], o?: VerbOptions) =>
+      registry.registerGateway(app(o), { issuer: config.issuer, jwks: need(signer).jwks }, input),
+    /** A new cloud-broker password for a gateway (BROKER_ACCOUNTS_UNMANAGED when accounts are not managed). */
+    rotateGatewayBrokerCredentials: (input: Parameters<typeof rotateGatewayBrokerCredentials>[1], o?: VerbOptions) => rotateGatewayBrokerCredentials(app(o), input),
+    createDoor: (input: Parameters<typeof registry.createDoor>[1], o?: VerbOptions) => registry.createDoor(app(o), input),
+    createPerson: (input: Parameters<typeof registry.createPerson>[1], o?: VerbOptions) => registry.createPerson(app(o), input),
+
+    issueKey: (input: keys.IssueKeyInput, o?: VerbOptions) => keys.issueKey(app(o), input),
+    revokeKey: (input: keys.RevokeKeyInput, o?: VerbOptions) => keys.revokeKey(app(o), input),
+    expireKeys: (opts: { limit?: number; cid?: CorrelationId } = {}) => keys.expireKeys(app(), opts),
+    getKey: (keyId: string) => keys.getKey(app(), keyId),
+    listKeyHistory: (keyId: string) => keys.listKeyHistory(app(), keyId),
+
+    listAudit: (opts: reads.AuditQuery = {}) => reads.listAudit(need(db), opts),
+    listRejectedUplinks: (opts: { gatewayId?: string; limit?: number } = {}) => reads.listRejectedUplinks(need(db), opts),
+    listUplinkGaps: (gatewayId: string) => reads.listUplinkGaps(need(db), gatewayId),
+    listOutbox: (gatewayId: string) => reads.listOutbox(need(db), gatewayId),
+    listDeadLetters: (opts: { gatewayId?: string; limit?: number } = {}): Promise<DeadLetter[]> => listDeadLetters(need(db), opts),
+    async retryDeadLetter(id: number, o: VerbOptions = {}) {
+      const n = await retryDeadLetter(o.db ?? need(db), id, clock.now());
+      if (n === 1) dispatcher?.wake();
+      return n === 1 ? ({ status: 'applied', code: 'MESSAGE_APPLIED' } as const) : ({ status: 'refused', code: 'DEAD_LETTER_NOT_FOUND' } as const);
+    },
+    /** The sweeper's purge, on demand: sent outbox rows and uplink dedupe rows older than RETENTION_MS. */
+    purge: () => purgeOld(need(db), clock.now() - config.retentionMs),
+    /** Delivery status of a key's messages (one outbox row per grant or revoke). */
+    listKeyDeliveries: (keyId: string) => reads.listKeyDeliveries(need(db), keyId),
+    /** Sends every online gateway a heartbeat now (the timer does this every HEARTBEAT_INTERVAL_MS). */
+    sendHeartbeats: () => need(heartbeat).beat(),
+  };
+}
+
+export interface AdminApiOptions extends ListenOptions {
+  /** Webhook worker options (its `allowPrivateNetworks` is `config.webhookAllowPrivateNetworks`); false: do not deliver webhooks from this process. */
+  readonly webhooks?: Partial<WebhookOptions> | false;
+}
+export type AdminApi = Listener;
+
+/** API tables' retention pass (idempotency keys, delivered webhooks): hourly; a failed pass is retried at the next. */
+const API_PURGE_MS = 3_600_000;
+
+/**
+ * The admin API (docs/api.md): listens, and starts its background work, the
+ * webhook worker and the hourly purge of its tables. close() stops accepting
+ * requests, waits for those in flight, then drains the worker. The cloud must
+ * be started (its database open) first.
+ */
+export async function startAdminApi(opts: AdminApiOptions): Promise<AdminApi> {
+  const listener = await listenAdminApi(opts);
+  // one SSRF switch for registration and delivery: the API config's
+  const allowPrivateNetworks = opts.config?.webhookAllowPrivateNetworks ?? DEFAULT_API_CONFIG.webhookAllowPrivateNetworks;
+  const webhooks =
+    opts.webhooks === false
+      ? undefined
+      : new WebhookDispatcher({ db: opts.db, clock: opts.clock, log: opts.log.child({ part: 'webhooks' }) }, { ...opts.webhooks, allowPrivateNetworks });
+  webhooks?.start();
+  const sweeper = setInterval(() => {
+    purgeApiTables(opts.db, opts.clock.now()).catch((e: unknown) => opts.log.warn({ err: String(e) }, 'admin API purge failed'));
+  }, API_PURGE_MS);
+  sweeper.unref();
+  let closing: Promise<void> | undefined;
+  return {
+    url: listener.url,
+    app: listener.app,
+    close: () =>
+      (closing ??= (async () => {
+        clearInterval(sweeper);
+        await listener.close();
+        await webhooks?.stop();
+      })()),
+  };
+}
+
+/** The admin API's settings from the config's `api` section (the rest keep DEFAULT_API_CONFIG). */
+export const apiConfigOf = (config: CloudConfig): NonNullable<ApiDeps['config']> => ({
+  gatewayBrokerUrl: config.gatewayBrokerUrl,
+  webhookAllowPrivateNetworks: config.api.webhookAllowPrivateNetworks,
+  tokenDefaultTtlMs: config.api.tokenDefaultTtlMs,
+  healthDbTimeoutMs: config.api.healthDbTimeoutMs,
+  rateLimitIpMax: config.api.rateLimitIpMax,
+});
+
+/**
+ * Everything `npm run cloud` runs, from one frozen config: the broker
+ * accounts' admin link, the core (database, MQTT link, dispatcher, uplink
+ * inbox, heartbeat, expiry and purge sweeper) and the admin API (listener,
+ * webhook worker, its purge). start() brings them up in that order; stop()
+ * drains them in the reverse one (no new requests, then no new work, then
+ * the links), so a SIGTERM loses nothing in flight.
+ */
+export function buildCloud(config: CloudConfig, deps: { readonly log: Logger; readonly clock?: Clock }) {
+  const clock = deps.clock ?? systemClock;
+  // constructors do nothing: the admin link connects in start()
+  const brokerAccounts = brokerAccountsFromConfig(config, deps.log);
+  const cloud = createCloud(config, { log: deps.log, clock, brokerAccounts });
+  let api: AdminApi | undefined;
+  return {
+    cloud,
+    brokerAccounts,
+    get apiUrl(): string | undefined {
+      return api?.url;
+    },
+    async start(): Promise<void> {
+      await brokerAccounts.start();
+      await cloud.start();
+      api = await startAdminApi({
+        cloud,
+        db: cloud.db,
+        log: deps.log,
+        clock,
+        host: config.api.host,
+        port: config.api.port,
+        config: apiConfigOf(config),
+        ...(config.api.bootstrapAdminToken ? { bootstrapAdminToken: config.api.bootstrapAdminToken } : {}),
+      });
+    },
+    async stop(): Promise<void> {
+      await api?.close();
+      await cloud.stop();
+      await brokerAccounts.stop();
+    },
+  };
+}
