@@ -18,7 +18,10 @@ export default tseslint.config(
       '@typescript-eslint/switch-exhaustiveness-check': ['error', { considerDefaultExhaustiveForUnions: true }],
       '@typescript-eslint/await-thenable': 'error',
       '@typescript-eslint/consistent-type-imports': ['error', { fixStyle: 'inline-type-imports' }],
-      '@typescript-eslint/no-unused-vars': ['error', { argsIgnorePattern: '^_', varsIgnorePattern: '^_', destructuredArrayIgnorePattern: '^_' }],
+      '@typescript-eslint/no-unused-vars': [
+        'error',
+        { argsIgnorePattern: '^_', varsIgnorePattern: '^_', destructuredArrayIgnorePattern: '^_' },
+      ],
       'no-console': 'error',
     },
   },
@@ -29,8 +32,14 @@ export default tseslint.config(
         'error',
         {
           patterns: [
-            { group: ['../adapters/*', '../http/*', '../app/*', '**/adapters/**', '**/http/**'], message: 'domain/ imports only @tobira/shared and domain/' },
-            { group: ['pg', 'better-sqlite3', 'mqtt', 'fastify', '@electric-sql/*', 'node:fs', 'node:net'], message: 'domain/ is pure: no I/O libraries' },
+            {
+              group: ['../adapters/*', '../http/*', '../app/*', '**/adapters/**', '**/http/**'],
+              message: 'domain/ imports only @tobira/shared and domain/',
+            },
+            {
+              group: ['pg', 'better-sqlite3', 'mqtt', 'fastify', '@electric-sql/*', 'node:fs', 'node:net'],
+              message: 'domain/ is pure: no I/O libraries',
+            },
           ],
         },
       ],
@@ -43,7 +52,21 @@ export default tseslint.config(
     languageOptions: {
       sourceType: 'module',
       globals: Object.fromEntries(
-        ['window', 'document', 'location', 'history', 'sessionStorage', 'fetch', 'performance', 'AbortSignal', 'URLSearchParams', 'Intl', 'HTMLElement', 'Node', 'console'].map((g) => [g, 'readonly']),
+        [
+          'window',
+          'document',
+          'location',
+          'history',
+          'sessionStorage',
+          'fetch',
+          'performance',
+          'AbortSignal',
+          'URLSearchParams',
+          'Intl',
+          'HTMLElement',
+          'Node',
+          'console',
+        ].map((g) => [g, 'readonly']),
       ),
     },
     rules: { 'no-console': 'error' },

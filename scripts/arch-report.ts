@@ -52,7 +52,13 @@ export function sqlOutsideAdapters(repo: string): string[] {
       let found = false;
       const visit = (node: ts.Node): void => {
         if (found) return;
-        if (ts.isStringLiteral(node) || ts.isNoSubstitutionTemplateLiteral(node) || ts.isTemplateHead(node) || ts.isTemplateMiddle(node) || ts.isTemplateTail(node)) {
+        if (
+          ts.isStringLiteral(node) ||
+          ts.isNoSubstitutionTemplateLiteral(node) ||
+          ts.isTemplateHead(node) ||
+          ts.isTemplateMiddle(node) ||
+          ts.isTemplateTail(node)
+        ) {
           if (SQL.test(node.text)) found = true;
         }
         ts.forEachChild(node, visit);

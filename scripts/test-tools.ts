@@ -40,7 +40,11 @@ function onPath(name: string): boolean {
 const needs: readonly Need[] = [
   { what: 'mosquitto', pkg: 'mosquitto', present: () => onPath('mosquitto') },
   { what: 'mosquitto_ctrl', pkg: 'mosquitto', present: () => onPath('mosquitto_ctrl') },
-  { what: "Mosquitto's dynamic-security plugin", pkg: 'mosquitto', present: () => existsSync(process.env.TOBIRA_DYNSEC_PLUGIN ?? DEFAULT_DYNSEC_PLUGIN) },
+  {
+    what: "Mosquitto's dynamic-security plugin",
+    pkg: 'mosquitto',
+    present: () => existsSync(process.env.TOBIRA_DYNSEC_PLUGIN ?? DEFAULT_DYNSEC_PLUGIN),
+  },
   { what: 'chromium', pkg: 'chromium', present: () => existsSync(process.env.TOBIRA_CHROMIUM ?? '/usr/bin/chromium') },
 ];
 
@@ -48,7 +52,11 @@ const say = (line: string) => process.stdout.write(`[tobira] ${line}\n`);
 const missing = () => needs.filter((n) => !n.present());
 
 function aptInstall(pkgs: readonly string[]): boolean {
-  const install = () => spawnSync('apt-get', ['install', '-y', '--no-install-recommends', ...pkgs], { stdio: 'inherit', env: { ...process.env, DEBIAN_FRONTEND: 'noninteractive' } }).status === 0;
+  const install = () =>
+    spawnSync('apt-get', ['install', '-y', '--no-install-recommends', ...pkgs], {
+      stdio: 'inherit',
+      env: { ...process.env, DEBIAN_FRONTEND: 'noninteractive' },
+    }).status === 0;
   if (install()) return true;
   say('apt-get install failed; refreshing the package lists (apt-get update) and trying once more');
   return spawnSync('apt-get', ['update'], { stdio: 'inherit' }).status === 0 && install();
@@ -60,14 +68,18 @@ if (first.length > 0) {
   const names = first.map((n) => n.what).join(', ');
   const canInstall = process.getuid?.() === 0 && onPath('apt-get');
   if (!canInstall) {
-    say(`npm test needs ${names}: run \`sudo apt-get install -y --no-install-recommends ${pkgs.join(' ')}\` (Debian/Ubuntu) and run npm test again`);
+    say(
+      `npm test needs ${names}: run \`sudo apt-get install -y --no-install-recommends ${pkgs.join(' ')}\` (Debian/Ubuntu) and run npm test again`,
+    );
     process.exit(1);
   }
   say(`test tools: ${names} missing; installing Debian's ${pkgs.join(' ')} with apt-get …`);
   const installed = aptInstall(pkgs);
   const still = missing();
   if (!installed || still.length > 0) {
-    say(`could not install ${still.map((n) => n.what).join(', ') || pkgs.join(' ')}: run \`apt-get install -y --no-install-recommends ${pkgs.join(' ')}\` and run npm test again`);
+    say(
+      `could not install ${still.map((n) => n.what).join(', ') || pkgs.join(' ')}: run \`apt-get install -y --no-install-recommends ${pkgs.join(' ')}\` and run npm test again`,
+    );
     process.exit(1);
   }
   say('test tools: installed');

@@ -193,7 +193,11 @@ export async function runAdminCli(argv: readonly string[], io: CliIo): Promise<n
       case 'doors get':
         return await call('GET', `/doors/${id('<id>')}`);
       case 'doors create':
-        return await call('POST', '/doors', { gatewayId: need(o.gateway, '--gateway'), name: need(o.name, '--name'), ...(o.id ? { id: o.id } : {}) });
+        return await call('POST', '/doors', {
+          gatewayId: need(o.gateway, '--gateway'),
+          name: need(o.name, '--name'),
+          ...(o.id ? { id: o.id } : {}),
+        });
       case 'people list':
         return await call('GET', `/people${query({ siteId: site })}`);
       case 'people get':
@@ -216,13 +220,21 @@ export async function runAdminCli(argv: readonly string[], io: CliIo): Promise<n
         });
       }
       case 'keys revoke':
-        return await call('POST', `/keys/${id('<id>')}/revoke`, { reason: need(o.reason, '--reason') }, o['if-match'] ? { 'if-match': `"${o['if-match']}"` } : {});
+        return await call(
+          'POST',
+          `/keys/${id('<id>')}/revoke`,
+          { reason: need(o.reason, '--reason') },
+          o['if-match'] ? { 'if-match': `"${o['if-match']}"` } : {},
+        );
       case 'keys get':
         return await call('GET', `/keys/${id('<id>')}`);
       case 'keys history':
         return await call('GET', `/keys/${id('<id>')}/history`);
       case 'keys list':
-        return await call('GET', `/keys${query({ siteId: site, personId: o.person, gatewayId: o.gateway, status: o.status, limit: o.limit, cursor: o.cursor })}`);
+        return await call(
+          'GET',
+          `/keys${query({ siteId: site, personId: o.person, gatewayId: o.gateway, status: o.status, limit: o.limit, cursor: o.cursor })}`,
+        );
       case 'events':
         return await call(
           'GET',
@@ -244,15 +256,27 @@ export async function runAdminCli(argv: readonly string[], io: CliIo): Promise<n
       case 'dead-letters retry':
         return await call('POST', `/dead-letters/${id('<id>')}/retry`);
       case 'tokens create':
-        return await call('POST', '/api-tokens', { name: need(o.name, '--name'), role: need(o.role, '--role'), ...(o.site ? { sites: o.site } : {}), ...lifetime });
+        return await call('POST', '/api-tokens', {
+          name: need(o.name, '--name'),
+          role: need(o.role, '--role'),
+          ...(o.site ? { sites: o.site } : {}),
+          ...lifetime,
+        });
       case 'tokens list':
         return await call('GET', '/api-tokens');
       case 'tokens revoke':
         return await call('POST', `/api-tokens/${id('<id>')}/revoke`);
       case 'tokens rotate':
-        return await call('POST', `/api-tokens/${id('<id>')}/rotate`, { ...(graceSeconds !== undefined ? { graceSeconds } : {}), ...lifetime });
+        return await call('POST', `/api-tokens/${id('<id>')}/rotate`, {
+          ...(graceSeconds !== undefined ? { graceSeconds } : {}),
+          ...lifetime,
+        });
       case 'webhooks create':
-        return await call('POST', '/webhooks', { siteId: need(site, '--site'), url: need(o.url, '--url'), events: need(o.event, '--event') });
+        return await call('POST', '/webhooks', {
+          siteId: need(site, '--site'),
+          url: need(o.url, '--url'),
+          events: need(o.event, '--event'),
+        });
       case 'webhooks list':
         return await call('GET', `/webhooks${query({ siteId: site })}`);
       case 'webhooks deliveries':

@@ -71,7 +71,15 @@ function coreOf(config: CloudConfig, cloudDeps: CloudDeps) {
     return v;
   };
   const brokerAccounts = cloudDeps.brokerAccounts ?? unmanagedBrokerAccounts;
-  const app = (o: VerbOptions = {}): AppDeps => ({ db: o.db ?? need(db), clock, log, crash, wake: () => dispatcher?.wake(), brokerAccounts, offlineKeyMaxSeconds: config.offlineKeyMaxSeconds });
+  const app = (o: VerbOptions = {}): AppDeps => ({
+    db: o.db ?? need(db),
+    clock,
+    log,
+    crash,
+    wake: () => dispatcher?.wake(),
+    brokerAccounts,
+    offlineKeyMaxSeconds: config.offlineKeyMaxSeconds,
+  });
 
   return {
     async start(): Promise<void> {
@@ -100,11 +108,28 @@ function coreOf(config: CloudConfig, cloudDeps: CloudDeps) {
           maxAttempts: config.dispatch.maxAttempts,
         },
       );
-      uplink = new Uplink(app(), { link, signer, replayMax: config.resyncReplayMax, publishTimeoutMs: config.dispatch.publishTimeoutMs, resyncRate: config.resyncRate, resyncMaxConcurrent: config.resyncMaxConcurrent, rejectedMaxRows: config.rejectedUplinksMaxRows });
-      heartbeat = new Heartbeat(app(), { link, signer, intervalMs: config.heartbeatIntervalMs, qos: config.heartbeatQos, publishTimeoutMs: config.dispatch.publishTimeoutMs });
+      uplink = new Uplink(app(), {
+        link,
+        signer,
+        replayMax: config.resyncReplayMax,
+        publishTimeoutMs: config.dispatch.publishTimeoutMs,
+        resyncRate: config.resyncRate,
+        resyncMaxConcurrent: config.resyncMaxConcurrent,
+        rejectedMaxRows: config.rejectedUplinksMaxRows,
+      });
+      heartbeat = new Heartbeat(app(), {
+        link,
+        signer,
+        intervalMs: config.heartbeatIntervalMs,
+        qos: config.heartbeatQos,
+        publishTimeoutMs: config.dispatch.publishTimeoutMs,
+      });
       uplink.start();
       // not fatal: the link keeps reconnecting, and the uplink subscription is made on every connect
-      const ready = await Promise.race([uplink.subscribed.then(() => true), new Promise<boolean>((r) => setTimeout(() => r(false), 5_000).unref())]);
+      const ready = await Promise.race([
+        uplink.subscribed.then(() => true),
+        new Promise<boolean>((r) => setTimeout(() => r(false), 5_000).unref()),
+      ]);
       if (!ready) startLog.warn({ url: config.mqttUrl }, 'MQTT not connected yet; starting anyway');
       await dispatcher.start();
       heartbeat.start();
@@ -159,7 +184,8 @@ function coreOf(config: CloudConfig, cloudDeps: CloudDeps) {
     registerGateway: (input: Parameters<typeof registry.registerGateway>[2], o?: VerbOptions) =>
       registry.registerGateway(app(o), { issuer: config.issuer, jwks: need(signer).jwks }, input),
     /** A new cloud-broker password for a gateway (BROKER_ACCOUNTS_UNMANAGED when accounts are not managed). */
-    rotateGatewayBrokerCredentials: (input: Parameters<typeof rotateGatewayBrokerCredentials>[1], o?: VerbOptions) => rotateGatewayBrokerCredentials(app(o), input),
+    rotateGatewayBrokerCredentials: (input: Parameters<typeof rotateGatewayBrokerCredentials>[1], o?: VerbOptions) =>
+      rotateGatewayBrokerCredentials(app(o), input),
     createDoor: (input: Parameters<typeof registry.createDoor>[1], o?: VerbOptions) => registry.createDoor(app(o), input),
     createPerson: (input: Parameters<typeof registry.createPerson>[1], o?: VerbOptions) => registry.createPerson(app(o), input),
 
@@ -177,7 +203,9 @@ function coreOf(config: CloudConfig, cloudDeps: CloudDeps) {
     async retryDeadLetter(id: number, o: VerbOptions = {}) {
       const n = await retryDeadLetter(o.db ?? need(db), id, clock.now());
       if (n === 1) dispatcher?.wake();
-      return n === 1 ? ({ status: 'applied', code: 'MESSAGE_APPLIED' } as const) : ({ status: 'refused', code: 'DEAD_LETTER_NOT_FOUND' } as const);
+      return n === 1
+        ? ({ status: 'applied', code: 'MESSAGE_APPLIED' } as const)
+        : ({ status: 'refused', code: 'DEAD_LETTER_NOT_FOUND' } as const);
     },
     /** The sweeper's purge, on demand: sent outbox rows and uplink dedupe rows older than RETENTION_MS. */
     purge: () => purgeOld(need(db), clock.now() - config.retentionMs),
@@ -210,7 +238,10 @@ export async function startAdminApi(opts: AdminApiOptions): Promise<AdminApi> {
   const webhooks =
     opts.webhooks === false
       ? undefined
-      : new WebhookDispatcher({ db: opts.db, clock: opts.clock, log: opts.log.child({ part: 'webhooks' }) }, { ...opts.webhooks, allowPrivateNetworks });
+      : new WebhookDispatcher(
+          { db: opts.db, clock: opts.clock, log: opts.log.child({ part: 'webhooks' }) },
+          { ...opts.webhooks, allowPrivateNetworks },
+        );
   webhooks?.start();
   const sweeper = setInterval(() => {
     purgeApiTables(opts.db, opts.clock.now()).catch((e: unknown) => opts.log.warn({ err: String(e) }, 'admin API purge failed'));

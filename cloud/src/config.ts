@@ -144,7 +144,8 @@ export interface CloudConfig {
 
 /** Why the cloud refuses to start with its configuration (docs/cloud.md "Configuration"). */
 export const CONFIG_CODES = Object.freeze({
-  SIGNING_KEY_REQUIRED: 'CLOUD_SIGNING_JWK is unset: the cloud does not make up a signing key (each process and each restart would sign with another one, and every site would fail closed).',
+  SIGNING_KEY_REQUIRED:
+    'CLOUD_SIGNING_JWK is unset: the cloud does not make up a signing key (each process and each restart would sign with another one, and every site would fail closed).',
   SIGNING_KEY_INVALID: 'CLOUD_SIGNING_JWK is not JSON holding one Ed25519 private JWK with a kid, or a non-empty array of them.',
 });
 export type ConfigCode = keyof typeof CONFIG_CODES;
@@ -161,7 +162,9 @@ export class ConfigError extends Error {
   }
 }
 
-const SigningJwk = z.object({ kty: z.literal('OKP'), crv: z.literal('Ed25519'), kid: z.string().min(1), x: z.string().min(1), d: z.string().min(1) }).passthrough();
+const SigningJwk = z
+  .object({ kty: z.literal('OKP'), crv: z.literal('Ed25519'), kid: z.string().min(1), x: z.string().min(1), d: z.string().min(1) })
+  .passthrough();
 const SigningJwks = z.union([SigningJwk.transform((k) => [k]), z.array(SigningJwk).min(1)]);
 
 /** The private JWKs of CLOUD_SIGNING_JWK, first (the signing one) first. Throws ConfigError SIGNING_KEY_INVALID. */
@@ -174,7 +177,8 @@ export function parseSigningJwks(json: string): [z.infer<typeof SigningJwk>, ...
   }
   const r = SigningJwks.safeParse(raw);
   // the issue paths only, never the values: the input is a private key
-  if (!r.success) throw new ConfigError('SIGNING_KEY_INVALID', 'CLOUD_SIGNING_JWK', r.error.issues.map((i) => i.path.join('.') || '(root)').join(', '));
+  if (!r.success)
+    throw new ConfigError('SIGNING_KEY_INVALID', 'CLOUD_SIGNING_JWK', r.error.issues.map((i) => i.path.join('.') || '(root)').join(', '));
   return r.data as [z.infer<typeof SigningJwk>, ...z.infer<typeof SigningJwk>[]];
 }
 
@@ -193,8 +197,13 @@ export function parseConfig(env: Record<string, string | undefined> = process.en
   }
   const c = CloudConfigSchema.parse(picked);
   if (c.CLOUD_SIGNING_JWK !== undefined) parseSigningJwks(c.CLOUD_SIGNING_JWK);
-  if (c.BROKER_ACCOUNTS === 'mosquitto-dynsec' && !((c.BROKER_ADMIN_USERNAME ?? c.MQTT_USERNAME) && (c.BROKER_ADMIN_PASSWORD ?? c.MQTT_PASSWORD))) {
-    throw new Error('BROKER_ACCOUNTS=mosquitto-dynsec needs the dynsec admin login: BROKER_ADMIN_USERNAME and BROKER_ADMIN_PASSWORD (or MQTT_USERNAME and MQTT_PASSWORD)');
+  if (
+    c.BROKER_ACCOUNTS === 'mosquitto-dynsec' &&
+    !((c.BROKER_ADMIN_USERNAME ?? c.MQTT_USERNAME) && (c.BROKER_ADMIN_PASSWORD ?? c.MQTT_PASSWORD))
+  ) {
+    throw new Error(
+      'BROKER_ACCOUNTS=mosquitto-dynsec needs the dynsec admin login: BROKER_ADMIN_USERNAME and BROKER_ADMIN_PASSWORD (or MQTT_USERNAME and MQTT_PASSWORD)',
+    );
   }
   return deepFreeze({
     databaseUrl: c.DATABASE_URL,
@@ -232,7 +241,11 @@ export function parseConfig(env: Record<string, string | undefined> = process.en
     expireSweepMs: c.EXPIRE_SWEEP_MS,
     retentionMs: c.RETENTION_MS,
     offlineKeyMaxSeconds: c.OFFLINE_KEY_MAX_SECONDS,
-    crashAt: c.CRASH_AT ? c.CRASH_AT.split(',').map((s) => s.trim()).filter(Boolean) : [],
+    crashAt: c.CRASH_AT
+      ? c.CRASH_AT.split(',')
+          .map((s) => s.trim())
+          .filter(Boolean)
+      : [],
     api: {
       host: c.ADMIN_API_HOST,
       port: c.ADMIN_API_PORT,

@@ -14,5 +14,3 @@ export { API_CODES, type ApiCode } from './http/codes.js';
 export { BrokerUnavailable, unmanagedBrokerAccounts, type BrokerAccounts, type BrokerCredentials } from './app/broker-accounts.js';
 export type { Db, Tx, Queryable } from './adapters/db/db.js';
 export * from './adapters/broker/index.js';
-
-

@@ -1,4 +1,14 @@
-import { ManualClock, connectMqtt, gatewayCloudClientId, generateSigningKeyPair, newId, startEmbeddedBroker, topics, waitConnected, type EmbeddedBroker } from '@tobira/shared';
+import {
+  ManualClock,
+  connectMqtt,
+  gatewayCloudClientId,
+  generateSigningKeyPair,
+  newId,
+  startEmbeddedBroker,
+  topics,
+  waitConnected,
+  type EmbeddedBroker,
+} from '@tobira/shared';
 import { pgBackends, startMosquitto, type TestMosquitto } from '@tobira/shared/testing';
 import type { IClientOptions, MqttClient } from 'mqtt';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -41,7 +51,10 @@ async function setUp(kind: BrokerKind, backend: 'pglite' | 'postgres'): Promise<
     const accounts = new EmbeddedBrokerAccounts({ db: t.db, log: testLog, clock: new ManualClock(T0) });
     const broker: EmbeddedBroker = await startEmbeddedBroker({ aedes: accounts.hooks() });
     const service = await setServiceAccount(t.db, 'tobira-cloud', T0);
-    const cloud = await startCloud(t, broker.url, { env: { MQTT_USERNAME: service.username, MQTT_PASSWORD: service.password, MQTT_CLIENT_ID: clientId }, deps: { brokerAccounts: accounts } });
+    const cloud = await startCloud(t, broker.url, {
+      env: { MQTT_USERNAME: service.username, MQTT_PASSWORD: service.password, MQTT_CLIENT_ID: clientId },
+      deps: { brokerAccounts: accounts },
+    });
     return {
       url: broker.url,
       cloud,
@@ -59,13 +72,22 @@ async function setUp(kind: BrokerKind, backend: 'pglite' | 'postgres'): Promise<
   }
   const mosquitto = await startMosquitto({ dynsec: true });
   const admin = mosquitto.admin as { username: string; password: string };
-  const dynsec = new DynsecBrokerAccounts({ url: mosquitto.url, username: admin.username, password: admin.password, timeoutMs: 3000, log: testLog });
+  const dynsec = new DynsecBrokerAccounts({
+    url: mosquitto.url,
+    username: admin.username,
+    password: admin.password,
+    timeoutMs: 3000,
+    log: testLog,
+  });
   await dynsec.start();
   expect(dynsec.ready).toBe(true);
   const service = { username: 'tobira-cloud', password: newId() };
   const made = await dynsec.command({ command: 'createClient', ...service, roles: [{ rolename: SERVICE_ROLE }] }, testLog);
   expect(made.error).toBeUndefined();
-  const cloud = await startCloud(t, mosquitto.url, { env: { MQTT_USERNAME: service.username, MQTT_PASSWORD: service.password, MQTT_CLIENT_ID: clientId }, deps: { brokerAccounts: dynsec } });
+  const cloud = await startCloud(t, mosquitto.url, {
+    env: { MQTT_USERNAME: service.username, MQTT_PASSWORD: service.password, MQTT_CLIENT_ID: clientId },
+    deps: { brokerAccounts: dynsec },
+  });
   return {
     url: mosquitto.url,
     cloud,
@@ -129,7 +151,11 @@ async function login(url: string, creds: { username: string; password: string },
 }
 
 /** The CONNACK return code of a refused login (4 bad user name or password, 5 not authorized). */
-async function refusedCode(url: string, creds: { username?: string; password?: string }, clientId = ownClientId(creds.username)): Promise<number> {
+async function refusedCode(
+  url: string,
+  creds: { username?: string; password?: string },
+  clientId = ownClientId(creds.username),
+): Promise<number> {
   const client = connectMqtt(url, { ...creds, clientId, reconnectPeriod: 0 });
   try {
     await waitConnected(client, 5000);
@@ -168,7 +194,13 @@ describe.each(kinds.flatMap((k) => pgBackends().map((b) => [k, b] as const)))('b
       gatewayId,
       creds: prov.state.mqtt,
       issue: async () => {
-        const k = await s.cloud.issueKey({ personId: `person-${u}`, doors: [`door-${u}`], credential: { type: 'pin', value: String(pin++) }, validFrom: T0, validUntil: T0 + DAY });
+        const k = await s.cloud.issueKey({
+          personId: `person-${u}`,
+          doors: [`door-${u}`],
+          credential: { type: 'pin', value: String(pin++) },
+          validFrom: T0,
+          validUntil: T0 + DAY,
+        });
         if (k.status !== 'applied') throw new Error(`issue: ${k.code}`);
         return k.state.id;
       },
@@ -241,7 +273,10 @@ describe.each(kinds.flatMap((k) => pgBackends().map((b) => [k, b] as const)))('b
       const pa2 = await login(s.url, a.creds);
       await pa2.client.publishAsync(topics.gatewayUp(a.gatewayId), 'from-a', { qos: 1 });
       await pa2.close();
-      await waitFor(() => watcher.messages.some((m) => m.payload === 'from-a') && watcher.messages.some((m) => m.payload === 'from-b'), 'both gateways’ own ups');
+      await waitFor(
+        () => watcher.messages.some((m) => m.payload === 'from-a') && watcher.messages.some((m) => m.payload === 'from-b'),
+        'both gateways’ own ups',
+      );
       expect(watcher.messages.map((m) => m.payload)).not.toContain('forged-by-a');
       // the cloud got b's own (unsigned, so rejected) message and nothing else on b's up
       await waitFor(async () => (await s.cloud.listRejectedUplinks({ gatewayId: b.gatewayId })).length > 0, "the cloud to see b's message");
@@ -275,7 +310,13 @@ describe.each(kinds.flatMap((k) => pgBackends().map((b) => [k, b] as const)))('b
 
     it("any other client id is refused too (a made-up one, the cloud's own, the site link's), and the gateway's own still logs in", async () => {
       const g = await gateway();
-      for (const clientId of [`probe-${newId().slice(-12)}`, 'tobira-cloud', `${gatewayCloudClientId(g.gatewayId)}-site`, `${gatewayCloudClientId(g.gatewayId)}x`, g.gatewayId]) {
+      for (const clientId of [
+        `probe-${newId().slice(-12)}`,
+        'tobira-cloud',
+        `${gatewayCloudClientId(g.gatewayId)}-site`,
+        `${gatewayCloudClientId(g.gatewayId)}x`,
+        g.gatewayId,
+      ]) {
         expect(await refusedCode(s.url, g.creds, clientId), clientId).toBe(5);
       }
       expect(await refusedCode(s.url, g.creds, gatewayCloudClientId(g.gatewayId))).toBe(0);
@@ -299,7 +340,10 @@ describe.each(kinds.flatMap((k) => pgBackends().map((b) => [k, b] as const)))('b
     const p = await login(s.url, r.state.mqtt);
     expect(await p.subscribe(topics.gatewayDown(g.gatewayId))).toBe(1);
     await p.close();
-    expect(await s.cloud.rotateGatewayBrokerCredentials({ gatewayId: 'no-such-gateway' })).toMatchObject({ status: 'refused', code: 'GATEWAY_NOT_FOUND' });
+    expect(await s.cloud.rotateGatewayBrokerCredentials({ gatewayId: 'no-such-gateway' })).toMatchObject({
+      status: 'refused',
+      code: 'GATEWAY_NOT_FOUND',
+    });
   });
 
   describe('when a gateway is connected and its password is rotated', () => {
@@ -311,7 +355,10 @@ describe.each(kinds.flatMap((k) => pgBackends().map((b) => [k, b] as const)))('b
         expect(await first.subscribe(topics.gatewayDown(g.gatewayId))).toBe(1);
         const { log, lines } = await capturingLogger();
         const cid = `corr-cut-${newId()}` as never;
-        const o = await rotateGatewayBrokerCredentials({ db: s.t.db, clock: new ManualClock(T0), log, crash: noCrash, wake: () => {}, brokerAccounts: s.accounts }, { gatewayId: g.gatewayId, cid });
+        const o = await rotateGatewayBrokerCredentials(
+          { db: s.t.db, clock: new ManualClock(T0), log, crash: noCrash, wake: () => {}, brokerAccounts: s.accounts },
+          { gatewayId: g.gatewayId, cid },
+        );
         if (o.status !== 'applied') throw new Error(o.code);
         await waitFor(() => first.closes() > 0, 'the session of the old password to be closed by the broker');
         expect([4, 5]).toContain(await refusedCode(s.url, g.creds));
@@ -343,7 +390,11 @@ describe.each(kinds.flatMap((k) => pgBackends().map((b) => [k, b] as const)))('b
         const u = newId().slice(-10);
         const site = await createSite(d, { id: `site-first-${u}`, name: 'First' });
         if (site.status !== 'applied') throw new Error(site.code);
-        const fresh = await registerGateway(d, { issuer: 'tobira-cloud', jwks: { keys: [] } }, { gatewayId: `gw-first-${u}`, siteId: site.state.id, publicJwk: (await generateSigningKeyPair()).publicJwk });
+        const fresh = await registerGateway(
+          d,
+          { issuer: 'tobira-cloud', jwks: { keys: [] } },
+          { gatewayId: `gw-first-${u}`, siteId: site.state.id, publicJwk: (await generateSigningKeyPair()).publicJwk },
+        );
         expect(fresh.status).toBe('applied');
         expect(lines.map((l) => l.msg)).not.toContain('broker sessions of the old password cut');
         expect(await rotateGatewayBrokerCredentials(d, { gatewayId: a.gatewayId })).toMatchObject({ status: 'applied' });
@@ -364,7 +415,10 @@ describe.each(kinds.flatMap((k) => pgBackends().map((b) => [k, b] as const)))('b
     const g = await gateway();
     const { log, lines } = await capturingLogger();
     const cid = `corr-rotate-${newId()}` as never;
-    const o = await rotateGatewayBrokerCredentials({ db: s.t.db, clock: new ManualClock(T0), log, crash: noCrash, wake: () => {}, brokerAccounts: s.accounts }, { gatewayId: g.gatewayId, cid });
+    const o = await rotateGatewayBrokerCredentials(
+      { db: s.t.db, clock: new ManualClock(T0), log, crash: noCrash, wake: () => {}, brokerAccounts: s.accounts },
+      { gatewayId: g.gatewayId, cid },
+    );
     expect(o.status).toBe('applied');
     const mine = lines.filter((l) => l.gatewayId === g.gatewayId);
     expect(mine.map((l) => l.msg)).toContain(kind === 'embedded' ? 'broker account password set' : 'broker account password rotated');
@@ -380,15 +434,25 @@ describe.each(kinds.flatMap((k) => pgBackends().map((b) => [k, b] as const)))('b
     if (site.status !== 'applied') throw new Error(site.code);
     lines.length = 0;
     const pair = await generateSigningKeyPair();
-    const o = await registerGateway(d, { issuer: 'tobira-cloud', jwks: { keys: [] } }, { gatewayId: `gw-reg-${u}`, siteId: site.state.id, publicJwk: pair.publicJwk, cid });
+    const o = await registerGateway(
+      d,
+      { issuer: 'tobira-cloud', jwks: { keys: [] } },
+      { gatewayId: `gw-reg-${u}`, siteId: site.state.id, publicJwk: pair.publicJwk, cid },
+    );
     expect(o.status).toBe('applied');
-    expect(lines.map((l) => l.msg)).toEqual(expect.arrayContaining(['gateway registered', kind === 'embedded' ? 'broker account password set' : 'broker account created']));
+    expect(lines.map((l) => l.msg)).toEqual(
+      expect.arrayContaining(['gateway registered', kind === 'embedded' ? 'broker account password set' : 'broker account created']),
+    );
     for (const l of lines) expect(l.cid).toBe(cid);
   });
 
   it("registering a taken gateway id again leaves the gateway's broker password as it was", async () => {
     const g = await gateway();
-    const again = await s.cloud.registerGateway({ gatewayId: g.gatewayId, siteId: `site-${g.gatewayId.slice(3)}`, publicJwk: (await generateSigningKeyPair()).publicJwk });
+    const again = await s.cloud.registerGateway({
+      gatewayId: g.gatewayId,
+      siteId: `site-${g.gatewayId.slice(3)}`,
+      publicJwk: (await generateSigningKeyPair()).publicJwk,
+    });
     expect(again).toMatchObject({ status: 'refused', code: 'GATEWAY_ALREADY_EXISTS' });
     const p = await login(s.url, g.creds);
     await p.close();
@@ -419,11 +483,20 @@ describe.each(kinds.flatMap((k) => pgBackends().map((b) => [k, b] as const)))('b
 
     it('a command the broker does not answer in time throws BrokerUnavailable (so the registration rolls back)', async () => {
       // the service login may not publish to $CONTROL: Mosquitto drops the command and no answer ever comes
-      const silent = new DynsecBrokerAccounts({ url: s.url, username: s.service.username, password: s.service.password, timeoutMs: 300, log: testLog });
+      const silent = new DynsecBrokerAccounts({
+        url: s.url,
+        username: s.service.username,
+        password: s.service.password,
+        timeoutMs: 300,
+        log: testLog,
+      });
       await silent.start();
       try {
         expect(silent.ready).toBe(false);
-        await expect(silent.command({ command: 'getDefaultACLAccess' }, testLog)).rejects.toMatchObject({ name: 'BrokerUnavailable', message: expect.stringContaining('no answer') });
+        await expect(silent.command({ command: 'getDefaultACLAccess' }, testLog)).rejects.toMatchObject({
+          name: 'BrokerUnavailable',
+          message: expect.stringContaining('no answer'),
+        });
         await expect(silent.provisionGateway(s.t.db, 'gw-never', testLog)).rejects.toMatchObject({ name: 'BrokerUnavailable' });
       } finally {
         await silent.stop();

@@ -52,7 +52,15 @@ describe('a gateway broker account', () => {
       expect(mayPublish(gw('a'), topics.gatewayUp(other))).toBe(false);
       expect(mayPublish(gw('a'), topics.gatewayPresence(other))).toBe(false);
     }
-    for (const filter of ['tobira/v1/gw/+/down', 'tobira/v1/gw/#', 'tobira/v1/gw/a/#', 'tobira/v1/gw/a/+', '#', 'tobira/v1/gw/a/b/down', 'tobira/v1/gw/a/down/#']) {
+    for (const filter of [
+      'tobira/v1/gw/+/down',
+      'tobira/v1/gw/#',
+      'tobira/v1/gw/a/#',
+      'tobira/v1/gw/a/+',
+      '#',
+      'tobira/v1/gw/a/b/down',
+      'tobira/v1/gw/a/down/#',
+    ]) {
       expect(maySubscribe(gw('a'), filter)).toBe(false);
     }
     expect(mayPublish(gw('a'), 'tobira/v1/gw/a/b/up')).toBe(false);
@@ -80,7 +88,16 @@ describe('a gateway broker account', () => {
   it("connects only under its cloud link's client id (what the gateway uses), never another gateway's, the site link's or a made-up one", () => {
     expect(gatewayCloudClientId('a')).toBe('tobira-gw-a');
     expect(mayUseClientId(gw('a'), gatewayCloudClientId('a'))).toBe(true);
-    for (const other of [gatewayCloudClientId('b'), gatewayCloudClientId('ab'), 'tobira-gw-a-site', 'tobira-gw-A', 'a', 'tobira-cloud', '', ' tobira-gw-a']) {
+    for (const other of [
+      gatewayCloudClientId('b'),
+      gatewayCloudClientId('ab'),
+      'tobira-gw-a-site',
+      'tobira-gw-A',
+      'a',
+      'tobira-cloud',
+      '',
+      ' tobira-gw-a',
+    ]) {
       expect(mayUseClientId(gw('a'), other), other).toBe(false);
     }
     const id = fc.stringMatching(/^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$/);

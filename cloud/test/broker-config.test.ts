@@ -21,9 +21,28 @@ describe('broker accounts config', () => {
 
   it('the admin login and URL fall back to the cloud link; BROKER_ADMIN_* override them', () => {
     const base = { BROKER_ACCOUNTS: 'mosquitto-dynsec', MQTT_URL: 'mqtt://broker:1883', MQTT_USERNAME: 'link', MQTT_PASSWORD: 'link-pw' };
-    expect(parseConfig(base).brokerAccounts).toEqual({ kind: 'mosquitto-dynsec', adminUrl: 'mqtt://broker:1883', adminUsername: 'link', adminPassword: 'link-pw', timeoutMs: 5000 });
-    const own = parseConfig({ ...base, BROKER_ADMIN_URL: 'mqtt://admin:1883', BROKER_ADMIN_USERNAME: 'admin', BROKER_ADMIN_PASSWORD: 'admin-pw', BROKER_ADMIN_TIMEOUT_MS: '250', GATEWAY_BROKER_URL: 'mqtts://gw.example:8883' });
-    expect(own.brokerAccounts).toEqual({ kind: 'mosquitto-dynsec', adminUrl: 'mqtt://admin:1883', adminUsername: 'admin', adminPassword: 'admin-pw', timeoutMs: 250 });
+    expect(parseConfig(base).brokerAccounts).toEqual({
+      kind: 'mosquitto-dynsec',
+      adminUrl: 'mqtt://broker:1883',
+      adminUsername: 'link',
+      adminPassword: 'link-pw',
+      timeoutMs: 5000,
+    });
+    const own = parseConfig({
+      ...base,
+      BROKER_ADMIN_URL: 'mqtt://admin:1883',
+      BROKER_ADMIN_USERNAME: 'admin',
+      BROKER_ADMIN_PASSWORD: 'admin-pw',
+      BROKER_ADMIN_TIMEOUT_MS: '250',
+      GATEWAY_BROKER_URL: 'mqtts://gw.example:8883',
+    });
+    expect(own.brokerAccounts).toEqual({
+      kind: 'mosquitto-dynsec',
+      adminUrl: 'mqtt://admin:1883',
+      adminUsername: 'admin',
+      adminPassword: 'admin-pw',
+      timeoutMs: 250,
+    });
     expect(own.gatewayBrokerUrl).toBe('mqtts://gw.example:8883');
     expect(brokerAccountsFromConfig(own, testLog).kind).toBe('mosquitto-dynsec');
   });

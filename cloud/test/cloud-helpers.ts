@@ -28,7 +28,12 @@ export async function startCloud(
     ...opts.env,
   });
   const useShared = !(opts.ownPool && t.databaseUrl);
-  const cloud = createCloud(config, { clock, log: testLog.child({ instance: newId().slice(-4) }), ...(useShared ? { db: t.db } : {}), ...opts.deps });
+  const cloud = createCloud(config, {
+    clock,
+    log: testLog.child({ instance: newId().slice(-4) }),
+    ...(useShared ? { db: t.db } : {}),
+    ...opts.deps,
+  });
   await cloud.start();
   await waitFor(() => cloud.mqttConnected, 'cloud MQTT connection');
   return Object.assign(cloud, { clock });

@@ -23,7 +23,12 @@ describe('parseConfig', () => {
   });
 
   it('reads numbers, flags and lists from strings, and treats empty strings as unset', () => {
-    const c = parseConfig({ HEARTBEAT_INTERVAL_MS: '250', MQTT_CLEAN_SESSION: 'true', CRASH_AT: 'afterCas, afterCommit', DATABASE_URL: '' });
+    const c = parseConfig({
+      HEARTBEAT_INTERVAL_MS: '250',
+      MQTT_CLEAN_SESSION: 'true',
+      CRASH_AT: 'afterCas, afterCommit',
+      DATABASE_URL: '',
+    });
     expect(c.heartbeatIntervalMs).toBe(250);
     expect(c.mqttCleanSession).toBe(true);
     expect(c.crashAt).toEqual(['afterCas', 'afterCommit']);
@@ -62,7 +67,15 @@ describe('parseConfig', () => {
         TOBIRA_HEALTH_DB_TIMEOUT_MS: '500',
         TOBIRA_RATE_LIMIT_IP_MAX: '10',
       });
-      expect(c.api).toEqual({ host: '0.0.0.0', port: 0, bootstrapAdminToken: 'tbr_x', webhookAllowPrivateNetworks: true, tokenDefaultTtlMs: null, healthDbTimeoutMs: 500, rateLimitIpMax: 10 });
+      expect(c.api).toEqual({
+        host: '0.0.0.0',
+        port: 0,
+        bootstrapAdminToken: 'tbr_x',
+        webhookAllowPrivateNetworks: true,
+        tokenDefaultTtlMs: null,
+        healthDbTimeoutMs: 500,
+        rateLimitIpMax: 10,
+      });
       expect(parseConfig({ TOBIRA_API_TOKEN_TTL_DAYS: '2' }).api.tokenDefaultTtlMs).toBe(2 * 86_400_000);
     });
 
@@ -93,14 +106,26 @@ describe('parseConfig', () => {
     it('a cloud without one refuses to start with SIGNING_KEY_REQUIRED naming the variable, instead of making up a key of its own', async () => {
       const c = parseConfig({});
       expect(refusal(() => requireSigningJwk(c))).toMatchObject({ code: 'SIGNING_KEY_REQUIRED', variable: 'CLOUD_SIGNING_JWK' });
-      await expect(loadSigner('tobira-cloud', c.signingJwk, testLog)).rejects.toMatchObject({ name: 'ConfigError', code: 'SIGNING_KEY_REQUIRED', variable: 'CLOUD_SIGNING_JWK' });
+      await expect(loadSigner('tobira-cloud', c.signingJwk, testLog)).rejects.toMatchObject({
+        name: 'ConfigError',
+        code: 'SIGNING_KEY_REQUIRED',
+        variable: 'CLOUD_SIGNING_JWK',
+      });
       expect(Object.keys(CONFIG_CODES)).toEqual(['SIGNING_KEY_REQUIRED', 'SIGNING_KEY_INVALID']);
     });
 
     it('one that is not an Ed25519 private JWK with a kid is refused at parse with SIGNING_KEY_INVALID, and the message never quotes the key', async () => {
       const { privateJwk, publicJwk } = await generateSigningKeyPair();
       const { kid: _kid, ...noKid } = privateJwk;
-      const bad = ['not json', '[]', '{}', JSON.stringify(publicJwk), JSON.stringify(noKid), JSON.stringify({ ...privateJwk, crv: 'P-256' }), JSON.stringify([privateJwk, noKid])];
+      const bad = [
+        'not json',
+        '[]',
+        '{}',
+        JSON.stringify(publicJwk),
+        JSON.stringify(noKid),
+        JSON.stringify({ ...privateJwk, crv: 'P-256' }),
+        JSON.stringify([privateJwk, noKid]),
+      ];
       for (const v of bad) {
         const e = refusal(() => parseConfig({ CLOUD_SIGNING_JWK: v }));
         expect(e, v).toMatchObject({ code: 'SIGNING_KEY_INVALID', variable: 'CLOUD_SIGNING_JWK' });
@@ -113,7 +138,11 @@ describe('parseConfig', () => {
       const b = await generateSigningKeyPair();
       const one = await loadSigner('tobira-cloud', parseConfig({ CLOUD_SIGNING_JWK: JSON.stringify(a.privateJwk) }).signingJwk, testLog);
       expect(one.key.kid).toBe(a.kid);
-      const two = await loadSigner('tobira-cloud', parseConfig({ CLOUD_SIGNING_JWK: JSON.stringify([b.privateJwk, a.privateJwk]) }).signingJwk, testLog);
+      const two = await loadSigner(
+        'tobira-cloud',
+        parseConfig({ CLOUD_SIGNING_JWK: JSON.stringify([b.privateJwk, a.privateJwk]) }).signingJwk,
+        testLog,
+      );
       expect(two.key.kid).toBe(b.kid);
       expect(two.jwks.keys.map((k) => k.kid)).toEqual([b.kid, a.kid]);
       expect(two.jwks.keys.every((k) => k.d === undefined)).toBe(true);

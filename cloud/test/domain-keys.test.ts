@@ -46,11 +46,20 @@ describe('issueKey', () => {
     expect(toGrant(issued())).not.toHaveProperty('offlineMaxSeconds');
     expect(issueKey(null, cmd({ offlineMaxSeconds: 3600 }), NOW)).toMatchObject({ status: 'refused', code: 'INVALID_REQUEST' });
     // the same id again with another cap is other content, not a noop
-    expect(issueKey(staff.state, cmd({ offlineCapable: true, offlineMaxSeconds: 7200 }), NOW)).toMatchObject({ status: 'conflict', code: 'KEY_ALREADY_EXISTS' });
+    expect(issueKey(staff.state, cmd({ offlineCapable: true, offlineMaxSeconds: 7200 }), NOW)).toMatchObject({
+      status: 'conflict',
+      code: 'KEY_ALREADY_EXISTS',
+    });
   });
   it('refuses a window that ends before it starts or has already ended', () => {
-    expect(issueKey(null, cmd({ validUntil: NOW - 1, validFrom: NOW - DAY }), NOW)).toMatchObject({ status: 'refused', code: 'INVALID_VALIDITY_WINDOW' });
-    expect(issueKey(null, cmd({ validFrom: NOW + DAY, validUntil: NOW + DAY }), NOW)).toMatchObject({ status: 'refused', code: 'INVALID_VALIDITY_WINDOW' });
+    expect(issueKey(null, cmd({ validUntil: NOW - 1, validFrom: NOW - DAY }), NOW)).toMatchObject({
+      status: 'refused',
+      code: 'INVALID_VALIDITY_WINDOW',
+    });
+    expect(issueKey(null, cmd({ validFrom: NOW + DAY, validUntil: NOW + DAY }), NOW)).toMatchObject({
+      status: 'refused',
+      code: 'INVALID_VALIDITY_WINDOW',
+    });
   });
   it('refuses a schedule window that does not start before it ends', () => {
     const schedule = { timeZone: 'Asia/Tokyo', windows: [{ days: [1], start: '18:00', end: '09:00' }] };
@@ -66,8 +75,13 @@ describe('issueKey', () => {
 describe('revokeKey', () => {
   it.each(['issuing', 'active'] as const)('moves %s to revoking with a higher version and emits the revoke', (status) => {
     const o = revokeKey(withStatus(status), { reason: 'credential_lost', cid }, NOW);
-    expect(o).toMatchObject({ status: 'applied', code: 'KEY_REVOKE_QUEUED', state: { status: 'revoking', version: 2, revision: 2, revokeReason: 'credential_lost' } });
-    if (o.status === 'applied') expect(o.emits).toEqual([{ type: 'key.revoke', body: { keyId: 'key-1', version: 2, reason: 'credential_lost' } }]);
+    expect(o).toMatchObject({
+      status: 'applied',
+      code: 'KEY_REVOKE_QUEUED',
+      state: { status: 'revoking', version: 2, revision: 2, revokeReason: 'credential_lost' },
+    });
+    if (o.status === 'applied')
+      expect(o.emits).toEqual([{ type: 'key.revoke', body: { keyId: 'key-1', version: 2, reason: 'credential_lost' } }]);
   });
   it.each(['revoking', 'revoked', 'expired', 'failed'] as const)('is a noop with KEY_ALREADY_REVOKED when %s', (status) => {
     const k = withStatus(status);
@@ -105,7 +119,11 @@ describe('recordGatewayReport', () => {
     ...over,
   });
   it('activates an issuing key on an applied ack of its version', () => {
-    expect(recordGatewayReport(withStatus('issuing'), report(), NOW)).toMatchObject({ status: 'applied', code: 'KEY_ACTIVATED', state: { status: 'active' } });
+    expect(recordGatewayReport(withStatus('issuing'), report(), NOW)).toMatchObject({
+      status: 'applied',
+      code: 'KEY_ACTIVATED',
+      state: { status: 'active' },
+    });
   });
   it('fails an issuing key on a refused ack', () => {
     expect(recordGatewayReport(withStatus('issuing'), report({ result: 'refused' }), NOW)).toMatchObject({
@@ -116,12 +134,19 @@ describe('recordGatewayReport', () => {
   });
   it('confirms a revoke on an ack of the revoke version', () => {
     const k = withStatus('revoking', { version: 2 });
-    expect(recordGatewayReport(k, report({ keyVersion: 2 }), NOW)).toMatchObject({ status: 'applied', code: 'KEY_REVOKE_CONFIRMED', state: { status: 'revoked' } });
+    expect(recordGatewayReport(k, report({ keyVersion: 2 }), NOW)).toMatchObject({
+      status: 'applied',
+      code: 'KEY_REVOKE_CONFIRMED',
+      state: { status: 'revoked' },
+    });
   });
   it('ignores an ack of an older version, and one from another gateway', () => {
     const k = withStatus('revoking', { version: 2 });
     expect(recordGatewayReport(k, report({ keyVersion: 1 }), NOW)).toEqual({ status: 'noop', code: 'REPORT_IGNORED', state: k });
-    expect(recordGatewayReport(k, report({ keyVersion: 2, gatewayId: asGatewayId('gw-2') }), NOW)).toMatchObject({ status: 'noop', code: 'REPORT_IGNORED' });
+    expect(recordGatewayReport(k, report({ keyVersion: 2, gatewayId: asGatewayId('gw-2') }), NOW)).toMatchObject({
+      status: 'noop',
+      code: 'REPORT_IGNORED',
+    });
   });
   it('answers a duplicate ack for an active key with KEY_ALREADY_ACTIVE', () => {
     expect(recordGatewayReport(withStatus('active'), report(), NOW)).toMatchObject({ status: 'noop', code: 'KEY_ALREADY_ACTIVE' });

@@ -18,7 +18,9 @@ type Cmd =
 const cmdArb: fc.Arbitrary<Cmd> = fc.oneof(
   fc.constant<Cmd>({ kind: 'issue' }),
   fc.constantFrom(...codesOf(REVOKE_REASONS)).map((reason): Cmd => ({ kind: 'revoke', reason })),
-  fc.record({ version: fc.integer({ min: 0, max: 3 }), result: fc.constantFrom('applied', 'noop', 'refused'), otherGateway: fc.boolean() }).map((r): Cmd => ({ kind: 'report', ...r })),
+  fc
+    .record({ version: fc.integer({ min: 0, max: 3 }), result: fc.constantFrom('applied', 'noop', 'refused'), otherGateway: fc.boolean() })
+    .map((r): Cmd => ({ kind: 'report', ...r })),
   fc.integer({ min: 0, max: 3_600_000 }).map((ms): Cmd => ({ kind: 'advance', ms })),
   fc.constant<Cmd>({ kind: 'expire' }),
 );
@@ -36,7 +38,19 @@ describe('entry-key verbs (model-based)', () => {
             case 'issue':
               o = issueKey(
                 key,
-                { keyId: asKeyId('k'), personId: asPersonId('p'), gatewayId: gw, credential: { type: 'pin', digest: 'A'.repeat(43) }, doors: [asDoorId('d')], validFrom: T0, validUntil: T0 + 7_200_000, schedule: null, offlineCapable: false, offlineMaxSeconds: null, cid },
+                {
+                  keyId: asKeyId('k'),
+                  personId: asPersonId('p'),
+                  gatewayId: gw,
+                  credential: { type: 'pin', digest: 'A'.repeat(43) },
+                  doors: [asDoorId('d')],
+                  validFrom: T0,
+                  validUntil: T0 + 7_200_000,
+                  schedule: null,
+                  offlineCapable: false,
+                  offlineMaxSeconds: null,
+                  cid,
+                },
                 now,
               );
               break;
@@ -44,7 +58,17 @@ describe('entry-key verbs (model-based)', () => {
               o = revokeKey(key, { reason: c.reason, cid }, now);
               break;
             case 'report':
-              o = recordGatewayReport(key, { gatewayId: c.otherGateway ? asGatewayId('gw-2') : gw, keyVersion: c.version || (key?.version ?? 1), result: c.result, code: 'X', cid }, now);
+              o = recordGatewayReport(
+                key,
+                {
+                  gatewayId: c.otherGateway ? asGatewayId('gw-2') : gw,
+                  keyVersion: c.version || (key?.version ?? 1),
+                  result: c.result,
+                  code: 'X',
+                  cid,
+                },
+                now,
+              );
               break;
             case 'advance':
               now += c.ms;
@@ -57,7 +81,9 @@ describe('entry-key verbs (model-based)', () => {
             const before = key;
             const after = o.state;
             // the transition is a row of the table
-            expect(KEY_TRANSITIONS.some((r) => r.code === o.code && r.to === after.status && r.from.includes(before?.status ?? null))).toBe(true);
+            expect(KEY_TRANSITIONS.some((r) => r.code === o.code && r.to === after.status && r.from.includes(before?.status ?? null))).toBe(
+              true,
+            );
             // versions only grow, revisions grow by one per write
             if (before) {
               expect(after.version).toBeGreaterThanOrEqual(before.version);

@@ -37,7 +37,11 @@ export async function openTestDb(backend: PgBackendName): Promise<TestDb> {
   };
 }
 
-export function deps(db: Db, clock = new ManualClock(T0), opts: { crash?: CrashHook; wake?: () => void } = {}): AppDeps & { clock: ManualClock } {
+export function deps(
+  db: Db,
+  clock = new ManualClock(T0),
+  opts: { crash?: CrashHook; wake?: () => void } = {},
+): AppDeps & { clock: ManualClock } {
   return { db, clock, log: testLog, crash: opts.crash ?? noCrash, wake: opts.wake ?? (() => {}), brokerAccounts: unmanagedBrokerAccounts };
 }
 
@@ -48,13 +52,26 @@ export async function seed(d: AppDeps, opts: { gatewayId?: string } = {}) {
   const pair = await generateSigningKeyPair();
   const site = await createSite(d, { id: `site-${u}`, name: 'Site' });
   if (site.status !== 'applied') throw new Error('seed site');
-  const gw = await registerGateway(d, { issuer: 'tobira-cloud', jwks: { keys: [] } }, { gatewayId, siteId: site.state.id, publicJwk: pair.publicJwk });
+  const gw = await registerGateway(
+    d,
+    { issuer: 'tobira-cloud', jwks: { keys: [] } },
+    { gatewayId, siteId: site.state.id, publicJwk: pair.publicJwk },
+  );
   if (gw.status !== 'applied') throw new Error(`seed gateway: ${gw.code}`);
   const d1 = await createDoor(d, { id: `door-a-${u}`, gatewayId, name: 'A' });
   const d2 = await createDoor(d, { id: `door-b-${u}`, gatewayId, name: 'B' });
   const p = await createPerson(d, { id: `person-${u}`, name: 'Hana' });
   if (d1.status !== 'applied' || d2.status !== 'applied' || p.status !== 'applied') throw new Error('seed');
-  return { u, gatewayId, pair, provisioning: gw.state, siteId: site.state.id, doorA: d1.state.id, doorB: d2.state.id, personId: p.state.id };
+  return {
+    u,
+    gatewayId,
+    pair,
+    provisioning: gw.state,
+    siteId: site.state.id,
+    doorA: d1.state.id,
+    doorB: d2.state.id,
+    personId: p.state.id,
+  };
 }
 
 export { parseConfig } from '../src/config.js';

@@ -35,7 +35,9 @@ async function check(m: Model, r: Real, i: number) {
   }
   expect({ status: k?.status, version: k?.version }).toEqual({ status: mk.status, version: mk.version });
   expect(await listKeyHistory(r.d, r.id(i))).toHaveLength(mk.transitions);
-  const seqs = (await r.db.query<{ seq: number }>('SELECT seq FROM outbox WHERE gateway_id = $1 ORDER BY seq', [r.s.gatewayId])).rows.map((x) => x.seq);
+  const seqs = (await r.db.query<{ seq: number }>('SELECT seq FROM outbox WHERE gateway_id = $1 ORDER BY seq', [r.s.gatewayId])).rows.map(
+    (x) => x.seq,
+  );
   expect(seqs).toEqual(Array.from({ length: m.messages }, (_, j) => j + 1));
 }
 
@@ -43,7 +45,14 @@ class Issue implements Cmd {
   constructor(readonly i: number) {}
   check = () => true;
   async run(m: Model, r: Real) {
-    const o = await issueKey(r.d, { keyId: r.id(this.i), personId: r.s.personId, doors: [r.s.doorA], credential: { type: 'pin', value: String(300000 + this.i) }, validFrom: T0, validUntil: T0 + DAY });
+    const o = await issueKey(r.d, {
+      keyId: r.id(this.i),
+      personId: r.s.personId,
+      doors: [r.s.doorA],
+      credential: { type: 'pin', value: String(300000 + this.i) },
+      validFrom: T0,
+      validUntil: T0 + DAY,
+    });
     if (!m.keys.has(this.i)) {
       expect(o.status).toBe('applied');
       m.keys.set(this.i, { status: 'issuing', version: 1, transitions: 1 });
@@ -55,7 +64,11 @@ class Issue implements Cmd {
 }
 
 class Revoke implements Cmd {
-  constructor(readonly i: number, readonly reason: RevokeReason, readonly crash: boolean) {}
+  constructor(
+    readonly i: number,
+    readonly reason: RevokeReason,
+    readonly crash: boolean,
+  ) {}
   check = () => true;
   async run(m: Model, r: Real) {
     const mk = m.keys.get(this.i);
@@ -82,7 +95,11 @@ class Revoke implements Cmd {
 
 class Ack implements Cmd {
   /** `back` = how many versions older than the newest the ack names (0 = newest; >0 = a late or duplicate ack). */
-  constructor(readonly i: number, readonly back: number, readonly refused: boolean) {}
+  constructor(
+    readonly i: number,
+    readonly back: number,
+    readonly refused: boolean,
+  ) {}
   check = (m: Readonly<Model>) => m.keys.has(this.i);
   async run(m: Model, r: Real) {
     const mk = m.keys.get(this.i);
@@ -112,7 +129,9 @@ export async function runKeyModel(db: Db): Promise<void> {
   const idx = fc.integer({ min: 0, max: 2 });
   const commands = [
     idx.map((i) => new Issue(i)),
-    fc.tuple(idx, fc.constantFrom<RevokeReason>('staff_revoked', 'credential_lost'), fc.boolean()).map(([i, reason, crash]) => new Revoke(i, reason, crash)),
+    fc
+      .tuple(idx, fc.constantFrom<RevokeReason>('staff_revoked', 'credential_lost'), fc.boolean())
+      .map(([i, reason, crash]) => new Revoke(i, reason, crash)),
     fc.tuple(idx, fc.integer({ min: 0, max: 1 }), fc.boolean()).map(([i, back, refused]) => new Ack(i, back, refused)),
   ];
   let run = 0;
@@ -121,7 +140,10 @@ export async function runKeyModel(db: Db): Promise<void> {
       const d = deps(db);
       const s = await seed(d);
       const prefix = `m${++run}-${s.u}`;
-      await fc.asyncModelRun(() => ({ model: { keys: new Map(), messages: 0 }, real: { db, d, s, id: (i: number) => `${prefix}-k${i}` } }), cmds);
+      await fc.asyncModelRun(
+        () => ({ model: { keys: new Map(), messages: 0 }, real: { db, d, s, id: (i: number) => `${prefix}-k${i}` } }),
+        cmds,
+      );
     }),
     { numRuns: 25 },
   );

@@ -27,12 +27,18 @@ describe.each(pgBackends())('entry-key verbs on %s', (backend) => {
   });
 
   const outboxOf = async (gatewayId: string) =>
-    (await t.db.query<{ seq: number; type: string; key_id: string; key_version: number; status: string; cid: string }>(
-      'SELECT seq, type, key_id, key_version, status, cid FROM outbox WHERE gateway_id = $1 ORDER BY seq',
-      [gatewayId],
-    )).rows;
+    (
+      await t.db.query<{ seq: number; type: string; key_id: string; key_version: number; status: string; cid: string }>(
+        'SELECT seq, type, key_id, key_version, status, cid FROM outbox WHERE gateway_id = $1 ORDER BY seq',
+        [gatewayId],
+      )
+    ).rows;
 
-  async function issue(d: ReturnType<typeof deps>, s: Awaited<ReturnType<typeof seed>>, over: Partial<Parameters<typeof issueKey>[1]> = {}) {
+  async function issue(
+    d: ReturnType<typeof deps>,
+    s: Awaited<ReturnType<typeof seed>>,
+    over: Partial<Parameters<typeof issueKey>[1]> = {},
+  ) {
     return issueKey(d, {
       personId: s.personId,
       doors: [s.doorA, s.doorB],
@@ -45,7 +51,9 @@ describe.each(pgBackends())('entry-key verbs on %s', (backend) => {
 
   describe('migrations', () => {
     it('are recorded and applied once', async () => {
-      const versions = (await t.db.query<{ version: number }>('SELECT version FROM schema_migrations ORDER BY version')).rows.map((r) => r.version);
+      const versions = (await t.db.query<{ version: number }>('SELECT version FROM schema_migrations ORDER BY version')).rows.map(
+        (r) => r.version,
+      );
       const files = (await readdir(MIGRATIONS_DIR)).filter((f) => /^\d{4}_[a-z0-9_]+\.sql$/.test(f)).sort();
       expect(versions).toEqual(files.map((f) => Number(f.slice(0, 4))));
       expect(versions.slice(0, 3)).toEqual([1, 2, 3]);
@@ -61,7 +69,11 @@ describe.each(pgBackends())('entry-key verbs on %s', (backend) => {
         const unlisten = await t.db.listen('tobira_test_channel', (p) => got.push(p));
         try {
           const pid = async () =>
-            (await t.db.query<{ pid: number }>(`SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'LISTEN%'`)).rows[0]?.pid;
+            (
+              await t.db.query<{ pid: number }>(
+                `SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'LISTEN%'`,
+              )
+            ).rows[0]?.pid;
           const before = await pid();
           expect(before).toBeDefined();
           await t.db.query('SELECT pg_terminate_backend($1)', [before]);
@@ -81,10 +93,12 @@ describe.each(pgBackends())('entry-key verbs on %s', (backend) => {
   describe('outbox SQL verbs', () => {
     const policy = { baseMs: 1000, maxMs: 60_000, maxAttempts: 2 };
     const statusOf = async (gatewayId: string) =>
-      (await t.db.query<{ seq: number; status: string; attempts: number; lease_token: string | null }>(
-        'SELECT seq, status, attempts, lease_token FROM outbox WHERE gateway_id = $1 ORDER BY seq',
-        [gatewayId],
-      )).rows;
+      (
+        await t.db.query<{ seq: number; status: string; attempts: number; lease_token: string | null }>(
+          'SELECT seq, status, attempts, lease_token FROM outbox WHERE gateway_id = $1 ORDER BY seq',
+          [gatewayId],
+        )
+      ).rows;
     // other tests' rows share this database: claims here take everything due, so give each claim a far-future "now" only for our gateway's rows
     async function twoRows() {
       const d = deps(t.db);
@@ -129,7 +143,9 @@ describe.each(pgBackends())('entry-key verbs on %s', (backend) => {
       expect(await t.db.transaction((tx) => claim(tx, { token: randomUUID(), now: T0 + 499, leaseMs: 1000, limit: 10 }))).toEqual(
         expect.not.arrayContaining([expect.objectContaining({ id: r1.id })]),
       );
-      const [again] = (await t.db.transaction((tx) => claim(tx, { token: randomUUID(), now: T0 + 500, leaseMs: 1000, limit: 10 }))).filter((r) => r.id === r1.id);
+      const [again] = (await t.db.transaction((tx) => claim(tx, { token: randomUUID(), now: T0 + 500, leaseMs: 1000, limit: 10 }))).filter(
+        (r) => r.id === r1.id,
+      );
       if (!again) throw new Error('reclaim');
       expect(await failRow(t.db, { ...again, leaseToken: randomUUID() }, 'x', T0, policy, 0)).toBeNull(); // not the lease holder
       expect(await failRow(t.db, again, 'boom again', T0 + 500, policy, 0)).toBe('dead');
@@ -144,32 +160,56 @@ describe.each(pgBackends())('entry-key verbs on %s', (backend) => {
     it('is refused with a code and writes nothing', async () => {
       const d = deps(t.db);
       const s = await seed(d);
-      expect(await issue(d, s, { credential: { type: 'pin', value: 'abc' } })).toMatchObject({ status: 'refused', code: 'INVALID_CREDENTIAL' });
-      expect(await issue(d, s, { credential: { type: 'card', value: 'XYZ!' } })).toMatchObject({ status: 'refused', code: 'INVALID_CREDENTIAL' });
+      expect(await issue(d, s, { credential: { type: 'pin', value: 'abc' } })).toMatchObject({
+        status: 'refused',
+        code: 'INVALID_CREDENTIAL',
+      });
+      expect(await issue(d, s, { credential: { type: 'card', value: 'XYZ!' } })).toMatchObject({
+        status: 'refused',
+        code: 'INVALID_CREDENTIAL',
+      });
       expect(await issue(d, s, { keyId: 'has space' })).toMatchObject({ status: 'refused', code: 'INVALID_REQUEST' });
-      expect(await issue(d, s, { schedule: { timeZone: 'Asia/Tokyo', windows: [{ days: [9], start: '25:00', end: '10:00' }] } })).toMatchObject({
+      expect(
+        await issue(d, s, { schedule: { timeZone: 'Asia/Tokyo', windows: [{ days: [9], start: '25:00', end: '10:00' }] } }),
+      ).toMatchObject({
         status: 'refused',
         code: 'INVALID_SCHEDULE',
       });
       // a zone no door could evaluate is refused where it enters
-      expect(await issue(d, s, { schedule: { timeZone: 'Mars/Olympus', windows: [{ days: [1], start: '08:00', end: '10:00' }] } })).toMatchObject({
+      expect(
+        await issue(d, s, { schedule: { timeZone: 'Mars/Olympus', windows: [{ days: [1], start: '08:00', end: '10:00' }] } }),
+      ).toMatchObject({
         status: 'refused',
         code: 'INVALID_SCHEDULE',
       });
       expect(await createSite(d, { name: 'x', timeZone: 'Mars/Olympus' })).toMatchObject({ status: 'refused', code: 'INVALID_REQUEST' });
       expect(await revokeKey(d, { keyId: 'k', reason: 'bored' as never })).toMatchObject({ status: 'refused', code: 'INVALID_REQUEST' });
       expect(await outboxOf(s.gatewayId)).toEqual([]);
-      expect(await createDoor(d, { id: s.doorA, gatewayId: s.gatewayId, name: 'again' })).toMatchObject({ status: 'refused', code: 'ALREADY_EXISTS' });
-      expect(await createDoor(d, { id: 'bad id', gatewayId: s.gatewayId, name: 'x' })).toMatchObject({ status: 'refused', code: 'INVALID_REQUEST' });
+      expect(await createDoor(d, { id: s.doorA, gatewayId: s.gatewayId, name: 'again' })).toMatchObject({
+        status: 'refused',
+        code: 'ALREADY_EXISTS',
+      });
+      expect(await createDoor(d, { id: 'bad id', gatewayId: s.gatewayId, name: 'x' })).toMatchObject({
+        status: 'refused',
+        code: 'INVALID_REQUEST',
+      });
       expect(await createDoor(d, { gatewayId: 'gw-nope', name: 'x' })).toMatchObject({ status: 'refused', code: 'GATEWAY_NOT_FOUND' });
       expect(await createPerson(d, { id: s.personId, name: 'x' })).toMatchObject({ status: 'refused', code: 'ALREADY_EXISTS' });
       expect(await createSite(d, { id: s.siteId, name: 'x' })).toMatchObject({ status: 'refused', code: 'ALREADY_EXISTS' });
       const pair = await generateSigningKeyPair();
       const cloud = { issuer: 'tobira-cloud', jwks: { keys: [] } };
-      expect(await registerGateway(d, cloud, { gatewayId: s.gatewayId, siteId: s.siteId, publicJwk: pair.publicJwk })).toMatchObject({ code: 'GATEWAY_ALREADY_EXISTS' });
-      expect(await registerGateway(d, cloud, { gatewayId: `gw-x-${s.u}`, siteId: s.siteId, publicJwk: pair.privateJwk })).toMatchObject({ code: 'INVALID_PUBLIC_KEY' });
-      expect(await registerGateway(d, cloud, { gatewayId: `gw-x-${s.u}`, siteId: 'nope', publicJwk: pair.publicJwk })).toMatchObject({ code: 'SITE_NOT_FOUND' });
-      expect(await registerGateway(d, cloud, { gatewayId: 'bad/id', siteId: s.siteId, publicJwk: pair.publicJwk })).toMatchObject({ code: 'INVALID_REQUEST' });
+      expect(await registerGateway(d, cloud, { gatewayId: s.gatewayId, siteId: s.siteId, publicJwk: pair.publicJwk })).toMatchObject({
+        code: 'GATEWAY_ALREADY_EXISTS',
+      });
+      expect(await registerGateway(d, cloud, { gatewayId: `gw-x-${s.u}`, siteId: s.siteId, publicJwk: pair.privateJwk })).toMatchObject({
+        code: 'INVALID_PUBLIC_KEY',
+      });
+      expect(await registerGateway(d, cloud, { gatewayId: `gw-x-${s.u}`, siteId: 'nope', publicJwk: pair.publicJwk })).toMatchObject({
+        code: 'SITE_NOT_FOUND',
+      });
+      expect(await registerGateway(d, cloud, { gatewayId: 'bad/id', siteId: s.siteId, publicJwk: pair.publicJwk })).toMatchObject({
+        code: 'INVALID_REQUEST',
+      });
     });
   });
 
@@ -184,8 +224,12 @@ describe.each(pgBackends())('entry-key verbs on %s', (backend) => {
       const row = (await t.db.query<Record<string, unknown>>('SELECT * FROM keys WHERE id = $1', [o.state.id])).rows[0];
       expect(JSON.stringify(row)).not.toContain('123456');
       expect(row?.credential_digest).toBe(credentialDigest(Buffer.from(s.provisioning.credentialPepper, 'base64url'), 'pin', '123456'));
-      expect(await listKeyHistory(d, o.state.id)).toEqual([expect.objectContaining({ event: 'issue', fromStatus: null, toStatus: 'issuing', cid: o.cid })]);
-      expect(await outboxOf(s.gatewayId)).toEqual([{ seq: 1, type: 'key.grant', key_id: o.state.id, key_version: 1, status: 'pending', cid: o.cid }]);
+      expect(await listKeyHistory(d, o.state.id)).toEqual([
+        expect.objectContaining({ event: 'issue', fromStatus: null, toStatus: 'issuing', cid: o.cid }),
+      ]);
+      expect(await outboxOf(s.gatewayId)).toEqual([
+        { seq: 1, type: 'key.grant', key_id: o.state.id, key_version: 1, status: 'pending', cid: o.cid },
+      ]);
     });
 
     it('refuses doors behind two gateways, unknown doors and unknown people, writing nothing', async () => {
@@ -227,7 +271,10 @@ describe.each(pgBackends())('entry-key verbs on %s', (backend) => {
       if (o.status !== 'applied') throw new Error('issue');
       const r = await revokeKey(d, { keyId: o.state.id, reason: 'stay_cancelled' });
       expect(r).toMatchObject({ status: 'applied', code: 'KEY_REVOKE_QUEUED', state: { status: 'revoking', version: 2 } });
-      expect(await revokeKey(d, { keyId: o.state.id, reason: 'staff_revoked' })).toMatchObject({ status: 'noop', code: 'KEY_ALREADY_REVOKED' });
+      expect(await revokeKey(d, { keyId: o.state.id, reason: 'staff_revoked' })).toMatchObject({
+        status: 'noop',
+        code: 'KEY_ALREADY_REVOKED',
+      });
       expect((await outboxOf(s.gatewayId)).map((r) => [r.seq, r.type, r.key_version])).toEqual([
         [1, 'key.grant', 1],
         [2, 'key.revoke', 2],
@@ -240,7 +287,10 @@ describe.each(pgBackends())('entry-key verbs on %s', (backend) => {
     });
 
     it('answers revoke of an unknown key with KEY_NOT_FOUND', async () => {
-      expect(await revokeKey(deps(t.db), { keyId: 'no-such-key', reason: 'staff_revoked' })).toMatchObject({ status: 'refused', code: 'KEY_NOT_FOUND' });
+      expect(await revokeKey(deps(t.db), { keyId: 'no-such-key', reason: 'staff_revoked' })).toMatchObject({
+        status: 'refused',
+        code: 'KEY_NOT_FOUND',
+      });
     });
 
     it('lets exactly one of many concurrent revokes win; the others are noops', async () => {
@@ -250,7 +300,9 @@ describe.each(pgBackends())('entry-key verbs on %s', (backend) => {
       if (o.status !== 'applied') throw new Error('issue');
       const results = await Promise.all(Array.from({ length: 6 }, () => revokeKey(d, { keyId: o.state.id, reason: 'staff_revoked' })));
       expect(results.filter((r) => r.status === 'applied')).toHaveLength(1);
-      expect(results.filter((r) => r.status !== 'applied').every((r) => r.status === 'noop' && r.code === 'KEY_ALREADY_REVOKED')).toBe(true);
+      expect(results.filter((r) => r.status !== 'applied').every((r) => r.status === 'noop' && r.code === 'KEY_ALREADY_REVOKED')).toBe(
+        true,
+      );
       expect(await outboxOf(s.gatewayId)).toHaveLength(2);
     });
 
@@ -301,7 +353,8 @@ describe.each(pgBackends())('entry-key verbs on %s', (backend) => {
       if (o.status !== 'applied') throw new Error('issue');
       const keyId = asKeyId(o.state.id);
       const gatewayId = asGatewayId(s.gatewayId);
-      const ack = (keyVersion: number) => recordGatewayReport(d, { keyId, gatewayId, keyVersion, result: 'applied', code: 'MESSAGE_APPLIED', cid: newCorrelationId() });
+      const ack = (keyVersion: number) =>
+        recordGatewayReport(d, { keyId, gatewayId, keyVersion, result: 'applied', code: 'MESSAGE_APPLIED', cid: newCorrelationId() });
       expect(await ack(1)).toMatchObject({ status: 'applied', code: 'KEY_ACTIVATED' });
       expect(await ack(1)).toMatchObject({ status: 'noop', code: 'KEY_ALREADY_ACTIVE' });
       await revokeKey(d, { keyId, reason: 'membership_ended' });
@@ -358,7 +411,9 @@ describe.each(pgBackends())('entry-key verbs on %s', (backend) => {
       const s = await seed(d);
       const o = await issue(d, s);
       if (o.status !== 'applied') throw new Error('issue');
-      await expect(t.db.query(`UPDATE keys SET status = 'active' WHERE id = $1`, [o.state.id])).rejects.toThrow(/only change inside a key verb/);
+      await expect(t.db.query(`UPDATE keys SET status = 'active' WHERE id = $1`, [o.state.id])).rejects.toThrow(
+        /only change inside a key verb/,
+      );
       await expect(t.db.query(`UPDATE keys SET version = 9 WHERE id = $1`, [o.state.id])).rejects.toThrow(/only change inside a key verb/);
       expect(await getKey(d, o.state.id)).toMatchObject({ status: 'issuing', version: 1 });
       // a non-status column may change (the trigger guards status and version only)
@@ -379,8 +434,12 @@ describe.each(pgBackends())('entry-key verbs on %s', (backend) => {
       const d = deps(t.db);
       const s = await seed(d);
       await issue(d, s);
-      await expect(t.db.query(`UPDATE outbox SET status = 'sent' WHERE gateway_id = $1`, [s.gatewayId])).rejects.toThrow(/not a transition/);
-      await expect(t.db.query(`UPDATE outbox SET status = 'dead' WHERE gateway_id = $1`, [s.gatewayId])).rejects.toThrow(/not a transition/);
+      await expect(t.db.query(`UPDATE outbox SET status = 'sent' WHERE gateway_id = $1`, [s.gatewayId])).rejects.toThrow(
+        /not a transition/,
+      );
+      await expect(t.db.query(`UPDATE outbox SET status = 'dead' WHERE gateway_id = $1`, [s.gatewayId])).rejects.toThrow(
+        /not a transition/,
+      );
       expect((await outboxOf(s.gatewayId)).map((r) => r.status)).toEqual(['pending']);
     });
 

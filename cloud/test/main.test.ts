@@ -39,19 +39,34 @@ async function run(env: Record<string, string>): Promise<{ code: number | null; 
 }
 
 describe('starting the cloud (cloud/src/main.ts)', () => {
-  it('without CLOUD_SIGNING_JWK it refuses to start: exit 1 and one JSON log line with the code, the variable and a cid', { timeout: 60_000 }, async () => {
-    const r = await run({});
-    expect(r.code, r.stderr).toBe(1);
-    const refusal = r.lines.find((l) => l.code === 'SIGNING_KEY_REQUIRED');
-    expect(refusal, JSON.stringify(r.lines)).toMatchObject({ variable: 'CLOUD_SIGNING_JWK', msg: 'configuration refused; not starting', cid: expect.any(String) });
-    expect(r.lines.map((l) => l.msg)).not.toContain('cloud started');
-  });
+  it(
+    'without CLOUD_SIGNING_JWK it refuses to start: exit 1 and one JSON log line with the code, the variable and a cid',
+    { timeout: 60_000 },
+    async () => {
+      const r = await run({});
+      expect(r.code, r.stderr).toBe(1);
+      const refusal = r.lines.find((l) => l.code === 'SIGNING_KEY_REQUIRED');
+      expect(refusal, JSON.stringify(r.lines)).toMatchObject({
+        variable: 'CLOUD_SIGNING_JWK',
+        msg: 'configuration refused; not starting',
+        cid: expect.any(String),
+      });
+      expect(r.lines.map((l) => l.msg)).not.toContain('cloud started');
+    },
+  );
 
-  it('with a CLOUD_SIGNING_JWK that is not a private key it refuses with SIGNING_KEY_INVALID, without printing the value', { timeout: 60_000 }, async () => {
-    const { publicJwk } = await generateSigningKeyPair();
-    const r = await run({ CLOUD_SIGNING_JWK: JSON.stringify(publicJwk) });
-    expect(r.code, r.stderr).toBe(1);
-    expect(r.lines.find((l) => l.code === 'SIGNING_KEY_INVALID'), JSON.stringify(r.lines)).toMatchObject({ variable: 'CLOUD_SIGNING_JWK', cid: expect.any(String) });
-    expect(JSON.stringify(r.lines) + r.stderr).not.toContain(String(publicJwk.x));
-  });
+  it(
+    'with a CLOUD_SIGNING_JWK that is not a private key it refuses with SIGNING_KEY_INVALID, without printing the value',
+    { timeout: 60_000 },
+    async () => {
+      const { publicJwk } = await generateSigningKeyPair();
+      const r = await run({ CLOUD_SIGNING_JWK: JSON.stringify(publicJwk) });
+      expect(r.code, r.stderr).toBe(1);
+      expect(
+        r.lines.find((l) => l.code === 'SIGNING_KEY_INVALID'),
+        JSON.stringify(r.lines),
+      ).toMatchObject({ variable: 'CLOUD_SIGNING_JWK', cid: expect.any(String) });
+      expect(JSON.stringify(r.lines) + r.stderr).not.toContain(String(publicJwk.x));
+    },
+  );
 });

@@ -24,7 +24,9 @@ export { waitFor } from '@tobira/shared/testing';
  * broker is down" for whoever connects through it, with any real broker
  * behind (aedes or Mosquitto), while others keep their direct connection.
  */
-export async function startCutProxy(brokerUrl: string): Promise<{ url: string; cut(): Promise<void>; restore(): Promise<void>; stop(): Promise<void> }> {
+export async function startCutProxy(
+  brokerUrl: string,
+): Promise<{ url: string; cut(): Promise<void>; restore(): Promise<void>; stop(): Promise<void> }> {
   const target = new URL(brokerUrl);
   const sockets = new Set<Socket>();
   let server: Server | undefined;
@@ -74,7 +76,14 @@ export interface FakeGateway {
 }
 
 /** A stand-in gateway: verifies every downlink with the cloud JWKS and signs uplinks with its own key. */
-export async function fakeGateway(opts: { url: string; gatewayId: string; pair: KeyPairJwk; cloudJwks: Jwks; cloudIssuer: string; clock: Clock }): Promise<FakeGateway> {
+export async function fakeGateway(opts: {
+  url: string;
+  gatewayId: string;
+  pair: KeyPairJwk;
+  cloudJwks: Jwks;
+  cloudIssuer: string;
+  clock: Clock;
+}): Promise<FakeGateway> {
   const keys = await KeySet.fromJwks(opts.cloudJwks);
   const signing = await importSigningKey(opts.pair.privateJwk);
   const client = connectMqtt(opts.url, { clientId: `fake-${opts.gatewayId}`, clean: false, reconnectPeriod: 200 });
@@ -82,7 +91,13 @@ export async function fakeGateway(opts: { url: string; gatewayId: string; pair: 
   const received: DownlinkMessage[] = [];
   const rejected: string[] = [];
   client.on('message', (_t, payload) => {
-    void verifyMessage(payload, { keys, issuer: opts.cloudIssuer, audience: opts.gatewayId, schema: DownlinkMessage, clock: opts.clock }).then((v) => {
+    void verifyMessage(payload, {
+      keys,
+      issuer: opts.cloudIssuer,
+      audience: opts.gatewayId,
+      schema: DownlinkMessage,
+      clock: opts.clock,
+    }).then((v) => {
       if (v.ok) received.push(v.message);
       else rejected.push(v.code);
     });

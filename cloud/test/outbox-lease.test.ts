@@ -55,19 +55,38 @@ describe.each(pgBackends())('outbox claim lease on %s', (pgBackend) => {
       const d = deps(t.db, clock);
       const s = await seed(d, { gatewayId: `gw-${broker.unique}-${newId().slice(-8)}` });
       for (let i = 0; i < ROWS; i++) {
-        const o = await issueKey(d, { personId: s.personId, doors: [s.doorA], credential: { type: 'pin', value: String(300000 + i) }, validFrom: T0, validUntil: T0 + DAY });
+        const o = await issueKey(d, {
+          personId: s.personId,
+          doors: [s.doorA],
+          credential: { type: 'pin', value: String(300000 + i) },
+          validFrom: T0,
+          validUntil: T0 + DAY,
+        });
         expect(o.status).toBe('applied');
       }
       const key = await cloudSigningKey();
-      const gw = await fakeGateway({ url: broker.url, gatewayId: s.gatewayId, pair: s.pair, cloudJwks: { keys: [key.publicJwk] }, cloudIssuer: 'tobira-cloud', clock });
+      const gw = await fakeGateway({
+        url: broker.url,
+        gatewayId: s.gatewayId,
+        pair: s.pair,
+        cloudJwks: { keys: [key.publicJwk] },
+        cloudIssuer: 'tobira-cloud',
+        clock,
+      });
       return { s, gw };
     }
 
     const rowsOf = async (gatewayId: string) =>
-      (await t.db.query<OutboxRow>('SELECT seq, status, attempts, lease_token, next_attempt_at FROM outbox WHERE gateway_id = $1 ORDER BY seq', [gatewayId])).rows;
+      (
+        await t.db.query<OutboxRow>(
+          'SELECT seq, status, attempts, lease_token, next_attempt_at FROM outbox WHERE gateway_id = $1 ORDER BY seq',
+          [gatewayId],
+        )
+      ).rows;
 
     /** A rival replica's claim, exactly as its dispatcher would make it. */
-    const rivalClaim = (clock: ManualClock, token: string) => t.db.transaction((tx) => claim(tx, { token, now: clock.now(), leaseMs: LEASE_MS, limit: 100 }));
+    const rivalClaim = (clock: ManualClock, token: string) =>
+      t.db.transaction((tx) => claim(tx, { token, now: clock.now(), leaseMs: LEASE_MS, limit: 100 }));
 
     /**
      * A dispatcher on a real link to `url`, whose every publish first runs `before(n)` (n = 1, 2, ...):
@@ -127,9 +146,14 @@ describe.each(pgBackends())('outbox claim lease on %s', (pgBackend) => {
           await d.dispatcher.idle();
           expect(d.lines.filter((l) => Number(l.level) >= 50)).toEqual([]);
           expect(rival).toEqual([]);
-          expect(await rowsOf(s.gatewayId)).toEqual(Array.from({ length: ROWS }, (_, i) => expect.objectContaining({ seq: i + 1, status: 'sent', attempts: 1, lease_token: null })));
+          expect(await rowsOf(s.gatewayId)).toEqual(
+            Array.from({ length: ROWS }, (_, i) => expect.objectContaining({ seq: i + 1, status: 'sent', attempts: 1, lease_token: null })),
+          );
           expect(d.publishes()).toBe(ROWS);
-          const got = await waitFor(() => (grantsOf(gw.received).length >= ROWS ? grantsOf(gw.received) : undefined), 'every grant at the gateway');
+          const got = await waitFor(
+            () => (grantsOf(gw.received).length >= ROWS ? grantsOf(gw.received) : undefined),
+            'every grant at the gateway',
+          );
           // once each (the fake gateway verifies asynchronously, so its arrival order is not the wire's)
           expect(got.map((m) => m.seq).sort((a, b) => a - b)).toEqual([1, 2, 3, 4, 5]);
           expect(d.lines.filter((l) => String(l.msg).includes('lease was lost'))).toEqual([]);
@@ -157,8 +181,12 @@ describe.each(pgBackends())('outbox claim lease on %s', (pgBackend) => {
           expect(rival.map((r) => r.seq)).toEqual([1, 2, 3, 4, 5]);
           // only the row already in flight went out; the rows it no longer holds stay the rival's, untouched
           expect(d.publishes()).toBe(1);
-          expect(await rowsOf(s.gatewayId)).toEqual(Array.from({ length: ROWS }, (_, i) => expect.objectContaining({ seq: i + 1, status: 'sending', lease_token: token })));
-          const lost = d.lines.filter((l) => l.msg === 'lease lost before publishing: another dispatcher claimed the row; not publishing it');
+          expect(await rowsOf(s.gatewayId)).toEqual(
+            Array.from({ length: ROWS }, (_, i) => expect.objectContaining({ seq: i + 1, status: 'sending', lease_token: token })),
+          );
+          const lost = d.lines.filter(
+            (l) => l.msg === 'lease lost before publishing: another dispatcher claimed the row; not publishing it',
+          );
           expect(lost.map((l) => l.seq)).toEqual([2, 3, 4, 5]);
           expect(lost.every((l) => typeof l.cid === 'string')).toBe(true);
         } finally {
@@ -183,19 +211,32 @@ describe.each(pgBackends())('outbox claim lease on %s', (pgBackend) => {
         });
         try {
           await d.dispatcher.start();
-          await waitFor(async () => (await rowsOf(s.gatewayId)).filter((r) => r.status === 'sent').length === 2 || undefined, 'two rows sent before the cut');
+          await waitFor(
+            async () => (await rowsOf(s.gatewayId)).filter((r) => r.status === 'sent').length === 2 || undefined,
+            'two rows sent before the cut',
+          );
           await d.dispatcher.idle();
           expect(await rowsOf(s.gatewayId)).toEqual([
             expect.objectContaining({ seq: 1, status: 'sent', attempts: 1 }),
             expect.objectContaining({ seq: 2, status: 'sent', attempts: 1 }),
-            ...[3, 4, 5].map((seq) => expect.objectContaining({ seq, status: 'pending', attempts: 0, lease_token: null, next_attempt_at: clock.now() })),
+            ...[3, 4, 5].map((seq) =>
+              expect.objectContaining({ seq, status: 'pending', attempts: 0, lease_token: null, next_attempt_at: clock.now() }),
+            ),
           ]);
           expect(d.publishes()).toBe(2);
-          expect(d.lines.find((l) => l.msg === 'broker connection lost mid-batch: unsent rows back to pending, no attempt spent')).toMatchObject({ released: 2 });
+          expect(
+            d.lines.find((l) => l.msg === 'broker connection lost mid-batch: unsent rows back to pending, no attempt spent'),
+          ).toMatchObject({ released: 2 });
           await proxy.restore();
-          await waitFor(async () => (await rowsOf(s.gatewayId)).every((r) => r.status === 'sent') || undefined, 'the rest sent after the broker returned');
+          await waitFor(
+            async () => (await rowsOf(s.gatewayId)).every((r) => r.status === 'sent') || undefined,
+            'the rest sent after the broker returned',
+          );
           expect((await rowsOf(s.gatewayId)).map((r) => r.attempts)).toEqual([1, 1, 1, 1, 1]);
-          const got = await waitFor(() => (new Set(grantsOf(gw.received).map((m) => m.seq)).size === ROWS ? grantsOf(gw.received) : undefined), 'every seq at the gateway');
+          const got = await waitFor(
+            () => (new Set(grantsOf(gw.received).map((m) => m.seq)).size === ROWS ? grantsOf(gw.received) : undefined),
+            'every seq at the gateway',
+          );
           expect(new Set(got.map((m) => m.seq))).toEqual(new Set([1, 2, 3, 4, 5]));
         } finally {
           await d.close();

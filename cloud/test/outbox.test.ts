@@ -22,7 +22,8 @@ describe('backoff', () => {
   });
 });
 
-const grantsOf = (msgs: DownlinkMessage[]) => msgs.filter((m) => m.type === 'key.grant' || m.type === 'key.revoke') as Extract<DownlinkMessage, { seq: number }>[];
+const grantsOf = (msgs: DownlinkMessage[]) =>
+  msgs.filter((m) => m.type === 'key.grant' || m.type === 'key.revoke') as Extract<DownlinkMessage, { seq: number }>[];
 
 describe.each(pgBackends())('outbox dispatcher on %s', (pgBackend) => {
   let t: TestDb;
@@ -45,7 +46,14 @@ describe.each(pgBackends())('outbox dispatcher on %s', (pgBackend) => {
     async function setup(clock = new ManualClock(T0)) {
       const s = await seed(deps(t.db, clock), { gatewayId: `gw-${broker.unique}-${Math.random().toString(36).slice(2, 8)}` });
       const key = await cloudSigningKey();
-      const gw = await fakeGateway({ url: broker.url, gatewayId: s.gatewayId, pair: s.pair, cloudJwks: { keys: [key.publicJwk] }, cloudIssuer: 'tobira-cloud', clock });
+      const gw = await fakeGateway({
+        url: broker.url,
+        gatewayId: s.gatewayId,
+        pair: s.pair,
+        cloudJwks: { keys: [key.publicJwk] },
+        cloudIssuer: 'tobira-cloud',
+        clock,
+      });
       return { s, gw, clock };
     }
     const issueInput = (s: Awaited<ReturnType<typeof seed>>, i: number) => ({
@@ -202,7 +210,7 @@ describe.each(pgBackends())('outbox dispatcher on %s', (pgBackend) => {
       const proxy = await startCutProxy(broker.url);
       const cloud = await startCloud(t, proxy.url, { clock, env: { PUBLISH_TIMEOUT_MS: '1000' } });
       let rnd = 42;
-      const next = () => ((rnd = (rnd * 1103515245 + 12345) % 2 ** 31) / 2 ** 31);
+      const next = () => (rnd = (rnd * 1103515245 + 12345) % 2 ** 31) / 2 ** 31;
       const keyIds: string[] = [];
       let cut = false;
       try {
@@ -236,7 +244,9 @@ describe.each(pgBackends())('outbox dispatcher on %s', (pgBackend) => {
         for (const row of rows) expect(bySeq.get(row.seq)?.jti).toBe(row.jti);
         for (const keyId of keyIds) {
           const k = await cloud.getKey(keyId);
-          const last = [...bySeq.values()].filter((m) => (m.type === 'key.grant' ? m.body.key.keyId : m.body.keyId) === keyId).sort((a, b) => b.seq - a.seq)[0];
+          const last = [...bySeq.values()]
+            .filter((m) => (m.type === 'key.grant' ? m.body.key.keyId : m.body.keyId) === keyId)
+            .sort((a, b) => b.seq - a.seq)[0];
           expect(last?.type).toBe(k?.status === 'revoking' ? 'key.revoke' : 'key.grant');
           expect(last?.type === 'key.grant' ? last.body.key.version : last?.body.version).toBe(k?.version);
         }
@@ -253,13 +263,26 @@ describe.each(pgBackends())('outbox dispatcher on %s', (pgBackend) => {
         const d = deps(t.db, systemClock as ManualClock);
         const s = await seed(d, { gatewayId: `gw-${broker.unique}-kill${Math.random().toString(36).slice(2, 6)}` });
         const key = await cloudSigningKey();
-        const gw = await fakeGateway({ url: broker.url, gatewayId: s.gatewayId, pair: s.pair, cloudJwks: { keys: [key.publicJwk] }, cloudIssuer: 'tobira-cloud', clock: systemClock });
+        const gw = await fakeGateway({
+          url: broker.url,
+          gatewayId: s.gatewayId,
+          pair: s.pair,
+          cloudJwks: { keys: [key.publicJwk] },
+          cloudIssuer: 'tobira-cloud',
+          clock: systemClock,
+        });
         let child: ChildProcess | undefined;
         const sequencedAt = () => new Map(grantsOf(gw.received).map((m) => [m.seq, m.jti]));
         try {
           const now = Date.now();
           for (let i = 0; i < 30; i++) {
-            const o = await issueKey(d, { personId: s.personId, doors: [s.doorA], credential: { type: 'pin', value: String(500000 + i) }, validFrom: now, validUntil: now + DAY });
+            const o = await issueKey(d, {
+              personId: s.personId,
+              doors: [s.doorA],
+              credential: { type: 'pin', value: String(500000 + i) },
+              validFrom: now,
+              validUntil: now + DAY,
+            });
             expect(o.status).toBe('applied');
           }
           child = spawn(process.execPath, ['--import', 'tsx', fileURLToPath(new URL('./fixtures/child-cloud.ts', import.meta.url))], {
@@ -282,7 +305,11 @@ describe.each(pgBackends())('outbox dispatcher on %s', (pgBackend) => {
           await new Promise((r) => child?.once('exit', r));
           const cloud = await startCloud(t, broker.url, { ownPool: true, deps: { clock: systemClock } });
           try {
-            await waitFor(async () => (await cloud.listOutbox(s.gatewayId)).every((r) => r.status === 'sent') || undefined, 'every row sent', 30_000);
+            await waitFor(
+              async () => (await cloud.listOutbox(s.gatewayId)).every((r) => r.status === 'sent') || undefined,
+              'every row sent',
+              30_000,
+            );
             await waitFor(() => sequencedAt().size === 30 || undefined, 'every seq at the gateway');
             const bySeq = sequencedAt();
             for (const r of await cloud.listOutbox(s.gatewayId)) expect(bySeq.get(r.seq)).toBe(r.jti);
@@ -349,7 +376,12 @@ describe.each(pgBackends())('outbox dispatcher on %s', (pgBackend) => {
       try {
         // a poison row: its body can never be signed (fails the schema)
         await t.db.transaction(async (tx) => {
-          const seq = (await tx.query<{ last_seq: number }>('UPDATE gateway_seq SET last_seq = last_seq + 1 WHERE gateway_id = $1 RETURNING last_seq', [s.gatewayId])).rows[0]?.last_seq;
+          const seq = (
+            await tx.query<{ last_seq: number }>(
+              'UPDATE gateway_seq SET last_seq = last_seq + 1 WHERE gateway_id = $1 RETURNING last_seq',
+              [s.gatewayId],
+            )
+          ).rows[0]?.last_seq;
           await tx.query(
             `INSERT INTO outbox (gateway_id, seq, jti, type, body, cid, status, next_attempt_at, created_at) VALUES ($1,$2,gen_random_uuid(),'key.grant','{"key":{}}','cid-poison','pending',$3,$3)`,
             [s.gatewayId, seq, clock.now()],
@@ -361,10 +393,15 @@ describe.each(pgBackends())('outbox dispatcher on %s', (pgBackend) => {
         }
         await cloud.flush();
         const dead = await cloud.listDeadLetters({ gatewayId: s.gatewayId });
-        expect(dead).toEqual([expect.objectContaining({ seq: 1, attempts: 3, cid: 'cid-poison', lastError: expect.stringContaining('refusing to sign') })]);
+        expect(dead).toEqual([
+          expect.objectContaining({ seq: 1, attempts: 3, cid: 'cid-poison', lastError: expect.stringContaining('refusing to sign') }),
+        ]);
         const good = await cloud.issueKey(issueInput(s, 2));
         expect(good.status).toBe('applied');
-        await waitFor(async () => (await cloud.listOutbox(s.gatewayId)).find((r) => r.seq === 2)?.status === 'sent', 'later row still sent');
+        await waitFor(
+          async () => (await cloud.listOutbox(s.gatewayId)).find((r) => r.seq === 2)?.status === 'sent',
+          'later row still sent',
+        );
         expect(await cloud.retryDeadLetter(dead[0]?.id ?? -1)).toMatchObject({ status: 'applied' });
         await cloud.flush();
         // retried once more (and failed again): back to pending with a fresh attempt count

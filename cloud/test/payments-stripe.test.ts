@@ -6,7 +6,12 @@ import { fileURLToPath } from 'node:url';
 import { startStripeLocal, stripeClient, type StripeLocal } from '@tobira/stripe-local';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { billingCall } from '../src/adapters/stripe/errors.js';
-import { cancelPaymentIntent, createPaymentIntent, retrievePaymentIntent, type CreateIntentRequest } from '../src/adapters/stripe/payment-intents.js';
+import {
+  cancelPaymentIntent,
+  createPaymentIntent,
+  retrievePaymentIntent,
+  type CreateIntentRequest,
+} from '../src/adapters/stripe/payment-intents.js';
 import { createRefund } from '../src/adapters/stripe/refunds.js';
 import { verifyWebhook } from '../src/adapters/stripe/webhook.js';
 import { intentIdempotencyKey } from '../src/domain/payments.js';
@@ -52,16 +57,37 @@ afterAll(async () => {
   await receiver.close();
 });
 afterEach(() => {
-  Object.assign(local.faults, { unavailable: false, unavailableRequests: 0, failAfterEffect: 0, failAfterEffectMode: '500', declineNextConfirms: 0 });
+  Object.assign(local.faults, {
+    unavailable: false,
+    unavailableRequests: 0,
+    failAfterEffect: 0,
+    failAfterEffectMode: '500',
+    declineNextConfirms: 0,
+  });
 });
 
 function request(over: Partial<CreateIntentRequest> = {}): CreateIntentRequest {
   n += 1;
   const subjectId = `st-${n}`;
-  return { purpose: 'stay_balance', subjectId, paymentId: `pay-${n}`, amount: 24_000, currency: 'jpy', idempotencyKey: intentIdempotencyKey('stay_balance', subjectId, 1), ...over };
+  return {
+    purpose: 'stay_balance',
+    subjectId,
+    paymentId: `pay-${n}`,
+    amount: 24_000,
+    currency: 'jpy',
+    idempotencyKey: intentIdempotencyKey('stay_balance', subjectId, 1),
+    ...over,
+  };
 }
-const createdFor = (intentId: string) => local.events().filter((e) => e.type === 'payment_intent.created' && (e.data.object as { id: string }).id === intentId);
-const intentsOf = (subjectId: string) => local.events().filter((e) => e.type === 'payment_intent.created' && (e.data.object as { metadata: Record<string, string> }).metadata.subject_id === subjectId);
+const createdFor = (intentId: string) =>
+  local.events().filter((e) => e.type === 'payment_intent.created' && (e.data.object as { id: string }).id === intentId);
+const intentsOf = (subjectId: string) =>
+  local
+    .events()
+    .filter(
+      (e) =>
+        e.type === 'payment_intent.created' && (e.data.object as { metadata: Record<string, string> }).metadata.subject_id === subjectId,
+    );
 
 describe('creating a PaymentIntent', () => {
   it('tags it with purpose and subject and answers its client secret', async () => {
@@ -71,7 +97,11 @@ describe('creating a PaymentIntent', () => {
     if (!made.ok) throw new Error(made.failure.code);
     expect(made.value.clientSecret).toMatch(/^pi_.+_secret_/);
     expect(made.value.observation).toMatchObject({ status: 'requires_payment_method', amount: 24_000, currency: 'jpy', declined: false });
-    expect(local.paymentIntent(made.value.intentId)?.metadata).toEqual({ purpose: 'stay_balance', subject_id: r.subjectId, payment_id: r.paymentId });
+    expect(local.paymentIntent(made.value.intentId)?.metadata).toEqual({
+      purpose: 'stay_balance',
+      subject_id: r.subjectId,
+      payment_id: r.paymentId,
+    });
   });
 
   it('a retry with the stored key gets the same intent: one PaymentIntent per key', async () => {
@@ -119,12 +149,17 @@ describe('creating a PaymentIntent', () => {
     const stripe = stripeClient(local, { maxNetworkRetries: 0 });
     const r = request();
     expect((await createPaymentIntent(stripe, r)).ok).toBe(true);
-    expect(await createPaymentIntent(stripe, { ...r, amount: 1 })).toMatchObject({ ok: false, failure: { kind: 'permanent', code: 'BILLING_IDEMPOTENCY_CONFLICT' } });
+    expect(await createPaymentIntent(stripe, { ...r, amount: 1 })).toMatchObject({
+      ok: false,
+      failure: { kind: 'permanent', code: 'BILLING_IDEMPOTENCY_CONFLICT' },
+    });
     expect(intentsOf(r.subjectId)).toHaveLength(1);
   });
 
   it('refuses (as a bug) a key that is not purpose:subjectId:attempt', async () => {
-    await expect(createPaymentIntent(stripeClient(local), request({ idempotencyKey: 'random-key' }))).rejects.toThrow(/is not stay_balance:/);
+    await expect(createPaymentIntent(stripeClient(local), request({ idempotencyKey: 'random-key' }))).rejects.toThrow(
+      /is not stay_balance:/,
+    );
   });
 });
 
@@ -133,9 +168,14 @@ describe('reading and cancelling an intent', () => {
     const stripe = stripeClient(local, { maxNetworkRetries: 0 });
     const made = await createPaymentIntent(stripe, request());
     if (!made.ok) throw new Error('create');
-    const confirm = await billingCall(() => stripe.paymentIntents.confirm(made.value.intentId, { payment_method: 'pm_card_chargeDeclined' }));
+    const confirm = await billingCall(() =>
+      stripe.paymentIntents.confirm(made.value.intentId, { payment_method: 'pm_card_chargeDeclined' }),
+    );
     expect(confirm).toMatchObject({ ok: false, failure: { kind: 'permanent', code: 'PAYMENT_DECLINED', stripeCode: 'card_declined' } });
-    expect(await retrievePaymentIntent(stripe, made.value.intentId)).toMatchObject({ ok: true, value: { status: 'requires_payment_method', declined: true } });
+    expect(await retrievePaymentIntent(stripe, made.value.intentId)).toMatchObject({
+      ok: true,
+      value: { status: 'requires_payment_method', declined: true },
+    });
   });
 
   it('cancel is idempotent; cancelling one that already succeeded answers its status so the caller refunds', async () => {
@@ -147,7 +187,10 @@ describe('reading and cancelling an intent', () => {
     const b = await createPaymentIntent(stripe, request());
     if (!b.ok) throw new Error('create');
     await stripe.paymentIntents.confirm(b.value.intentId, { payment_method: 'pm_card_visa' });
-    expect(await cancelPaymentIntent(stripe, b.value.intentId)).toMatchObject({ ok: true, value: { status: 'succeeded', amountReceived: 24_000 } });
+    expect(await cancelPaymentIntent(stripe, b.value.intentId)).toMatchObject({
+      ok: true,
+      value: { status: 'succeeded', amountReceived: 24_000 },
+    });
   });
 });
 
@@ -157,7 +200,13 @@ describe('refunds', () => {
     const made = await createPaymentIntent(stripe, request());
     if (!made.ok) throw new Error('create');
     await stripe.paymentIntents.confirm(made.value.intentId, { payment_method: 'pm_card_visa' });
-    const req = { intentId: made.value.intentId, amount: 12_000, idempotencyKey: `refund:${made.value.intentId}:1`, refundId: 're-local-1', reason: 'requested_by_customer' as const };
+    const req = {
+      intentId: made.value.intentId,
+      amount: 12_000,
+      idempotencyKey: `refund:${made.value.intentId}:1`,
+      refundId: 're-local-1',
+      reason: 'requested_by_customer' as const,
+    };
     local.faults.failAfterEffect = 1;
     expect(await createRefund(stripe, req)).toMatchObject({ ok: false, failure: { kind: 'transient', code: 'BILLING_UNAVAILABLE' } });
     const a = await createRefund(stripe, req);
@@ -173,7 +222,13 @@ describe('refunds', () => {
     const made = await createPaymentIntent(stripe, request());
     if (!made.ok) throw new Error('create');
     await stripe.paymentIntents.confirm(made.value.intentId, { payment_method: 'pm_card_visa' });
-    const r = await createRefund(stripe, { intentId: made.value.intentId, amount: 24_001, idempotencyKey: `refund:${made.value.intentId}:x`, refundId: 're-x', reason: 'requested_by_customer' });
+    const r = await createRefund(stripe, {
+      intentId: made.value.intentId,
+      amount: 24_001,
+      idempotencyKey: `refund:${made.value.intentId}:x`,
+      refundId: 're-x',
+      reason: 'requested_by_customer',
+    });
     expect(r).toMatchObject({ ok: false, failure: { kind: 'permanent', code: 'BILLING_REQUEST_INVALID', stripeCode: 'amount_too_large' } });
   });
 });
@@ -206,12 +261,24 @@ describe('webhook verification', () => {
     const stripe = stripeClient(local);
     const now = Date.now();
     const tampered = d.signature.replace(/v1=([0-9a-f])/, (_m, c: string) => `v1=${c === '0' ? '1' : '0'}`);
-    expect(verifyWebhook(stripe, d.raw, tampered, WEBHOOK_SECRET, now)).toMatchObject({ status: 'refused', code: 'WEBHOOK_SIGNATURE_INVALID' });
-    expect(verifyWebhook(stripe, d.raw, d.signature, 'whsec_other', now)).toMatchObject({ status: 'refused', code: 'WEBHOOK_SIGNATURE_INVALID' });
-    expect(verifyWebhook(stripe, d.raw, undefined, WEBHOOK_SECRET, now)).toMatchObject({ status: 'refused', code: 'WEBHOOK_SIGNATURE_INVALID' });
+    expect(verifyWebhook(stripe, d.raw, tampered, WEBHOOK_SECRET, now)).toMatchObject({
+      status: 'refused',
+      code: 'WEBHOOK_SIGNATURE_INVALID',
+    });
+    expect(verifyWebhook(stripe, d.raw, d.signature, 'whsec_other', now)).toMatchObject({
+      status: 'refused',
+      code: 'WEBHOOK_SIGNATURE_INVALID',
+    });
+    expect(verifyWebhook(stripe, d.raw, undefined, WEBHOOK_SECRET, now)).toMatchObject({
+      status: 'refused',
+      code: 'WEBHOOK_SIGNATURE_INVALID',
+    });
     const reserialized = JSON.stringify(JSON.parse(d.raw.toString('utf8')));
     expect(reserialized).not.toBe(d.raw.toString('utf8'));
-    expect(verifyWebhook(stripe, reserialized, d.signature, WEBHOOK_SECRET, now)).toMatchObject({ status: 'refused', code: 'WEBHOOK_SIGNATURE_INVALID' });
+    expect(verifyWebhook(stripe, reserialized, d.signature, WEBHOOK_SECRET, now)).toMatchObject({
+      status: 'refused',
+      code: 'WEBHOOK_SIGNATURE_INVALID',
+    });
   });
 
   it('refuses a signature older than 300 s by the injected clock, and a forged old one as invalid, not stale', async () => {
@@ -219,9 +286,19 @@ describe('webhook verification', () => {
     const stripe = stripeClient(local);
     const t = Number(/t=(\d+)/.exec(d.signature)?.[1]);
     expect(verifyWebhook(stripe, d.raw, d.signature, WEBHOOK_SECRET, (t + 300) * 1000)).toMatchObject({ status: 'verified' });
-    expect(verifyWebhook(stripe, d.raw, d.signature, WEBHOOK_SECRET, (t + 301) * 1000)).toMatchObject({ status: 'refused', code: 'WEBHOOK_TIMESTAMP_STALE' });
-    const forged = stripe.webhooks.generateTestHeaderString({ payload: d.raw.toString('utf8'), secret: 'whsec_other', timestamp: t - 3600 });
-    expect(verifyWebhook(stripe, d.raw, forged, WEBHOOK_SECRET, t * 1000)).toMatchObject({ status: 'refused', code: 'WEBHOOK_SIGNATURE_INVALID' });
+    expect(verifyWebhook(stripe, d.raw, d.signature, WEBHOOK_SECRET, (t + 301) * 1000)).toMatchObject({
+      status: 'refused',
+      code: 'WEBHOOK_TIMESTAMP_STALE',
+    });
+    const forged = stripe.webhooks.generateTestHeaderString({
+      payload: d.raw.toString('utf8'),
+      secret: 'whsec_other',
+      timestamp: t - 3600,
+    });
+    expect(verifyWebhook(stripe, d.raw, forged, WEBHOOK_SECRET, t * 1000)).toMatchObject({
+      status: 'refused',
+      code: 'WEBHOOK_SIGNATURE_INVALID',
+    });
   });
 });
 
@@ -229,7 +306,9 @@ describe('the one PaymentIntent factory', () => {
   it('paymentIntents.create appears in exactly one file of cloud/src', () => {
     const root = fileURLToPath(new URL('../src/', import.meta.url));
     const walk = (dir: string): string[] =>
-      readdirSync(dir, { withFileTypes: true }).flatMap((e) => (e.isDirectory() ? walk(join(dir, e.name)) : e.name.endsWith('.ts') ? [join(dir, e.name)] : []));
+      readdirSync(dir, { withFileTypes: true }).flatMap((e) =>
+        e.isDirectory() ? walk(join(dir, e.name)) : e.name.endsWith('.ts') ? [join(dir, e.name)] : [],
+      );
     const files = walk(root).filter((f) => /paymentIntents\s*\.\s*create\b/.test(readFileSync(f, 'utf8')));
     expect(files.map((f) => relative(root, f))).toEqual(['adapters/stripe/payment-intents.ts']);
   });

@@ -20,7 +20,13 @@ describe('PGlite on disk (the embedded default of the demo)', () => {
     expect((await migrate(first, testLog, T0)).length).toBeGreaterThan(0);
     const d = deps(first);
     const s = await seed(d);
-    const o = await issueKey(d, { personId: s.personId, doors: [s.doorA], credential: { type: 'pin', value: '424242' }, validFrom: T0, validUntil: T0 + DAY });
+    const o = await issueKey(d, {
+      personId: s.personId,
+      doors: [s.doorA],
+      credential: { type: 'pin', value: '424242' },
+      validFrom: T0,
+      validUntil: T0 + DAY,
+    });
     if (o.status !== 'applied') throw new Error('issue');
     await first.close();
 
@@ -28,9 +34,13 @@ describe('PGlite on disk (the embedded default of the demo)', () => {
     try {
       expect(await migrate(second, testLog, T0)).toEqual([]);
       expect(await getKey(deps(second), o.state.id)).toMatchObject({ status: 'issuing', version: 1 });
-      expect((await second.query('SELECT seq, status FROM outbox WHERE gateway_id = $1', [s.gatewayId])).rows).toEqual([{ seq: 1, status: 'pending' }]);
+      expect((await second.query('SELECT seq, status FROM outbox WHERE gateway_id = $1', [s.gatewayId])).rows).toEqual([
+        { seq: 1, status: 'pending' },
+      ]);
       // the trigger survives the restart too
-      await expect(second.query(`UPDATE keys SET status = 'active' WHERE id = $1`, [o.state.id])).rejects.toThrow(/only change inside a key verb/);
+      await expect(second.query(`UPDATE keys SET status = 'active' WHERE id = $1`, [o.state.id])).rejects.toThrow(
+        /only change inside a key verb/,
+      );
     } finally {
       await second.close();
     }

@@ -55,7 +55,10 @@ describe.each(pgBackends())('repositories on %s', (backend) => {
       expect(o.status).toBe('applied');
       const keyId = o.status === 'applied' ? o.state.id : '';
       const before = await getKeySummary(t.db, null, keyId);
-      expect(await revokeKey(d, { keyId, reason: 'staff_revoked', siteScope: other })).toMatchObject({ status: 'refused', code: 'KEY_NOT_FOUND' });
+      expect(await revokeKey(d, { keyId, reason: 'staff_revoked', siteScope: other })).toMatchObject({
+        status: 'refused',
+        code: 'KEY_NOT_FOUND',
+      });
       expect(await getKeySummary(t.db, null, keyId)).toEqual(before);
       expect(await revokeKey(d, { keyId, reason: 'staff_revoked', siteScope: [s.siteId] })).toMatchObject({ status: 'applied' });
     });

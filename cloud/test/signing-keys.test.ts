@@ -1,4 +1,14 @@
-import { DownlinkMessage, KeySet, ManualClock, connectMqtt, generateSigningKeyPair, newId, topics, verifyMessage, waitConnected } from '@tobira/shared';
+import {
+  DownlinkMessage,
+  KeySet,
+  ManualClock,
+  connectMqtt,
+  generateSigningKeyPair,
+  newId,
+  topics,
+  verifyMessage,
+  waitConnected,
+} from '@tobira/shared';
 import { mqttBackends, pgBackends, startMqttBackend, type MqttTestBroker } from '@tobira/shared/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { issueKey } from '../src/app/keys.js';
@@ -14,7 +24,8 @@ import { waitFor } from './mqtt-helpers.js';
  * the new key, and a gateway that does not trust the new kid yet refuses
  * them (UNKNOWN_KID) rather than trying its other keys.
  */
-const headerOf = (token: string) => JSON.parse(Buffer.from(token.split('.')[0] ?? '', 'base64url').toString()) as { alg?: string; kid?: string };
+const headerOf = (token: string) =>
+  JSON.parse(Buffer.from(token.split('.')[0] ?? '', 'base64url').toString()) as { alg?: string; kid?: string };
 
 describe.each(pgBackends())('downlink signing keys on %s', (pgBackend) => {
   let t: TestDb;
@@ -41,7 +52,13 @@ describe.each(pgBackends())('downlink signing keys on %s', (pgBackend) => {
       const oldKey = await generateSigningKeyPair();
       const newKey = await generateSigningKeyPair();
       const issue = async (i: number) => {
-        const o = await issueKey(d, { personId: s.personId, doors: [s.doorA], credential: { type: 'pin', value: String(700000 + i) }, validFrom: T0, validUntil: T0 + DAY });
+        const o = await issueKey(d, {
+          personId: s.personId,
+          doors: [s.doorA],
+          credential: { type: 'pin', value: String(700000 + i) },
+          validFrom: T0,
+          validUntil: T0 + DAY,
+        });
         if (o.status !== 'applied') throw new Error(o.code);
       };
       // the raw tokens on the gateway's down topic
@@ -62,7 +79,10 @@ describe.each(pgBackends())('downlink signing keys on %s', (pgBackend) => {
         }
         // queued while no cloud runs: the row waits unsigned
         await issue(2);
-        const after = await startCloud(t, broker.url, { clock, env: { CLOUD_SIGNING_JWK: JSON.stringify([newKey.privateJwk, oldKey.privateJwk]) } });
+        const after = await startCloud(t, broker.url, {
+          clock,
+          env: { CLOUD_SIGNING_JWK: JSON.stringify([newKey.privateJwk, oldKey.privateJwk]) },
+        });
         try {
           await after.flush();
           await waitFor(() => tokens.some((x) => seqOf(x) === 2) || undefined, 'seq 2 on the wire');

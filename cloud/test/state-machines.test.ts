@@ -15,12 +15,21 @@ function tableAfter(heading: string): string[][] {
   const rows: string[][] = [];
   for (const l of lines.slice(first + 2)) {
     if (!l.startsWith('|')) break;
-    rows.push(l.split('|').slice(1, -1).map((c) => c.trim()));
+    rows.push(
+      l
+        .split('|')
+        .slice(1, -1)
+        .map((c) => c.trim()),
+    );
   }
   return rows;
 }
 
-const states = (cell: string) => cell.split(',').map((s) => s.trim().replace(/`/g, '')).map((s) => (s === '—' ? null : s));
+const states = (cell: string) =>
+  cell
+    .split(',')
+    .map((s) => s.trim().replace(/`/g, ''))
+    .map((s) => (s === '—' ? null : s));
 const code = (cell: string) => cell.replace(/`/g, '');
 
 describe('docs/state-machines.md', () => {
@@ -34,14 +43,18 @@ describe('docs/state-machines.md', () => {
   });
 
   it('lists exactly the entry-key no-ops of the code table', () => {
-    const fromDoc = tableAfter('### No-ops').flatMap(([from = '', event = '', c = '']) => states(from).map((f) => `${f} --${event}--> noop ${code(c)}`));
+    const fromDoc = tableAfter('### No-ops').flatMap(([from = '', event = '', c = '']) =>
+      states(from).map((f) => `${f} --${event}--> noop ${code(c)}`),
+    );
     const fromCode = KEY_NOOPS.flatMap((r) => r.from.map((f) => `${f} --${r.event}--> noop ${r.code}`));
     expect(fromDoc.sort()).toEqual(fromCode.sort());
     expect(fromDoc.length).toBeGreaterThan(3);
   });
 
   it('lists exactly the outbox transitions of the code table', () => {
-    const fromDoc = tableAfter('### Outbox transitions').map(([from = '', event = '', to = '', by = '']) => [code(from), event, code(to), code(by)].join(' | '));
+    const fromDoc = tableAfter('### Outbox transitions').map(([from = '', event = '', to = '', by = '']) =>
+      [code(from), event, code(to), code(by)].join(' | '),
+    );
     const fromCode = OUTBOX_TRANSITIONS.map((r) => [r.from, r.event, r.to, r.by].join(' | '));
     expect(fromDoc).toEqual(fromCode);
   });
@@ -56,7 +69,9 @@ describe('docs/state-machines.md', () => {
     const tCode = transitions.flatMap((r) => r.from.map((f) => `${f} --${r.event}--> ${r.to} ${r.code}`));
     expect(tDoc.sort()).toEqual(tCode.sort());
     expect(tDoc.length).toBeGreaterThan(6);
-    const nDoc = tableAfter(nHeading).flatMap(([from = '', event = '', c = '']) => states(from).map((f) => `${f} --${event}--> noop ${code(c)}`));
+    const nDoc = tableAfter(nHeading).flatMap(([from = '', event = '', c = '']) =>
+      states(from).map((f) => `${f} --${event}--> noop ${code(c)}`),
+    );
     const nCode = noops.flatMap((r) => r.from.map((f) => `${f} --${r.event}--> noop ${r.code}`));
     expect(nDoc.sort()).toEqual(nCode.sort());
     expect(nDoc.length).toBeGreaterThan(6);

@@ -2,7 +2,13 @@ import { randomUUID } from 'node:crypto';
 import { asDoorId, asPersonId, asSiteId, newCorrelationId, newId, type CorrelationId } from '@tobira/shared';
 import { pgBackends } from '@tobira/shared/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { claimBillingJobs, enqueueBillingJob, failBillingJob, listDeadBillingJobs, markBillingJobDone } from '../src/adapters/db/billing-jobs.js';
+import {
+  claimBillingJobs,
+  enqueueBillingJob,
+  failBillingJob,
+  listDeadBillingJobs,
+  markBillingJobDone,
+} from '../src/adapters/db/billing-jobs.js';
 import type { Db } from '../src/adapters/db/db.js';
 import {
   casPayment,
@@ -29,7 +35,14 @@ import {
   releaseNights,
   saveStaySettings,
 } from '../src/adapters/db/stays.js';
-import { claimWebhookEvents, failWebhookEvent, listDeadWebhookEvents, loadWebhookEvent, markWebhookProcessed, storeWebhookEvent } from '../src/adapters/db/webhook-events.js';
+import {
+  claimWebhookEvents,
+  failWebhookEvent,
+  listDeadWebhookEvents,
+  loadWebhookEvent,
+  markWebhookProcessed,
+  storeWebhookEvent,
+} from '../src/adapters/db/webhook-events.js';
 import { intentIdempotencyKey, settlePayment, type Payment } from '../src/domain/payments.js';
 import { bookStay, failStay, paymentsOf, type Room, type SiteStaySettings, type Stay } from '../src/domain/stays.js';
 import { DAY, T0, deps, openTestDb, seed, type TestDb } from './helpers.js';
@@ -57,7 +70,11 @@ describe.each(pgBackends())('stays schema and repositories on %s', (pgBackend) =
   let personId: Stay['personId'];
   const cid: CorrelationId = newCorrelationId();
 
-  const stayFor = (checkIn: string, checkOut: string, over: Partial<{ id: string; room: Room; amount: number; deposit: number }> = {}): Stay => {
+  const stayFor = (
+    checkIn: string,
+    checkOut: string,
+    over: Partial<{ id: string; room: Room; amount: number; deposit: number }> = {},
+  ): Stay => {
     const o = bookStay(
       null,
       {
@@ -123,7 +140,9 @@ describe.each(pgBackends())('stays schema and repositories on %s', (pgBackend) =
       expect(await book(t.db, a)).toBe('inserted');
       const b = stayFor('2027-01-04', '2027-01-05');
       expect(await book(t.db, b)).toBe('inserted');
-      await expect(t.db.query(`INSERT INTO stay_nights (room_id, night, stay_id) VALUES ($1, '2027-01-05', $2)`, [room.id, b.id])).rejects.toMatchObject({
+      await expect(
+        t.db.query(`INSERT INTO stay_nights (room_id, night, stay_id) VALUES ($1, '2027-01-05', $2)`, [room.id, b.id]),
+      ).rejects.toMatchObject({
         code: '23505',
       });
     });
@@ -143,7 +162,9 @@ describe.each(pgBackends())('stays schema and repositories on %s', (pgBackend) =
       const winner = stays[results.indexOf('inserted')];
       const held = await heldNights(t.db, room.id, '2027-03-10', '2027-03-12');
       expect(held.map((h) => h.stayId)).toEqual([winner?.id, winner?.id]);
-      const n = await t.db.query<{ n: number }>('SELECT count(*)::int AS n FROM stays WHERE id = ANY($1::text[])', [stays.map((s) => s.id)]);
+      const n = await t.db.query<{ n: number }>('SELECT count(*)::int AS n FROM stays WHERE id = ANY($1::text[])', [
+        stays.map((s) => s.id),
+      ]);
       expect(n.rows[0]?.n).toBe(1);
     });
     it('20 concurrent bookings of shifted, overlapping ranges: no error, no night held twice, every winner holds all its nights', async () => {
@@ -163,7 +184,9 @@ describe.each(pgBackends())('stays schema and repositories on %s', (pgBackend) =
       const s = stayFor('2027-04-01', '2027-04-02');
       await expect(t.db.transaction((tx) => insertStayWithNights(tx, s))).rejects.toThrow(/tobira\.verb/);
       expect(await book(t.db, s)).toBe('inserted');
-      await expect(t.db.query(`UPDATE stays SET status = 'confirmed', version = version + 1 WHERE id = $1`, [s.id])).rejects.toThrow(/tobira\.verb/);
+      await expect(t.db.query(`UPDATE stays SET status = 'confirmed', version = version + 1 WHERE id = $1`, [s.id])).rejects.toThrow(
+        /tobira\.verb/,
+      );
       expect((await loadStay(t.db, s.id))?.status).toBe('pending');
     });
 
@@ -268,7 +291,9 @@ describe.each(pgBackends())('stays schema and repositories on %s', (pgBackend) =
       const s = stayFor('2027-08-01', '2027-08-03');
       const p = await paymentFor(s);
       expect(p.idempotencyKey).toBe(`stay_balance:${s.id}:1`);
-      await expect(t.db.query(`UPDATE payments SET status = 'succeeded', version = 2 WHERE id = $1`, [p.id])).rejects.toThrow(/tobira\.verb/);
+      await expect(t.db.query(`UPDATE payments SET status = 'succeeded', version = 2 WHERE id = $1`, [p.id])).rejects.toThrow(
+        /tobira\.verb/,
+      );
       expect(await recordIntent(t.db, p.id, 'pi_1', 'pi_1_secret_x', T0)).toBe(1);
       expect(await recordIntent(t.db, p.id, 'pi_1', 'pi_1_secret_x', T0)).toBe(1);
       expect(await recordIntent(t.db, p.id, 'pi_2', 'pi_2_secret_x', T0)).toBe(0);
@@ -314,25 +339,57 @@ describe.each(pgBackends())('stays schema and repositories on %s', (pgBackend) =
       const token = randomUUID();
       const claimed = await claimWebhookEvents(t.db, { token, now: T0, leaseMs: 30_000, limit: 100 });
       expect(claimed.map((c) => c.eventId)).toContain(eventId);
-      expect((await claimWebhookEvents(t.db, { token: randomUUID(), now: T0 + 1, leaseMs: 30_000, limit: 100 })).map((c) => c.eventId)).not.toContain(eventId);
+      expect(
+        (await claimWebhookEvents(t.db, { token: randomUUID(), now: T0 + 1, leaseMs: 30_000, limit: 100 })).map((c) => c.eventId),
+      ).not.toContain(eventId);
       expect(await markWebhookProcessed(t.db, { eventId, leaseToken: randomUUID() }, T0 + 2)).toBe(0);
       expect(await markWebhookProcessed(t.db, { eventId, leaseToken: token }, T0 + 2)).toBe(1);
-      expect(await loadWebhookEvent(t.db, eventId)).toMatchObject({ status: 'processed', receivedAt: T0, processedAt: T0 + 2, attempts: 1 });
+      expect(await loadWebhookEvent(t.db, eventId)).toMatchObject({
+        status: 'processed',
+        receivedAt: T0,
+        processedAt: T0 + 2,
+        attempts: 1,
+      });
     });
 
     it('a transient failure is retried after backoff; a permanent one is dead with its code', async () => {
       const eventId = `evt_${newId()}`;
-      expect(await storeWebhookEvent(t.db, { eventId, type: 'payment_intent.succeeded', objectId: 'pi_y', payload: {}, cid, now: T0 + 100 })).toBe('stored');
-      const mine = async (now: number) => (await claimWebhookEvents(t.db, { token: randomUUID(), now, leaseMs: 30_000, limit: 100 })).find((c) => c.eventId === eventId);
+      expect(
+        await storeWebhookEvent(t.db, { eventId, type: 'payment_intent.succeeded', objectId: 'pi_y', payload: {}, cid, now: T0 + 100 }),
+      ).toBe('stored');
+      const mine = async (now: number) =>
+        (await claimWebhookEvents(t.db, { token: randomUUID(), now, leaseMs: 30_000, limit: 100 })).find((c) => c.eventId === eventId);
       const first = await mine(T0 + 100);
       if (!first?.leaseToken) throw new Error('claim');
-      expect(await failWebhookEvent(t.db, { eventId, leaseToken: first.leaseToken, attempts: first.attempts }, { error: 'Stripe down', code: 'BILLING_UNAVAILABLE', permanent: false }, T0 + 100, BACKOFF, 0)).toBe('pending');
+      expect(
+        await failWebhookEvent(
+          t.db,
+          { eventId, leaseToken: first.leaseToken, attempts: first.attempts },
+          { error: 'Stripe down', code: 'BILLING_UNAVAILABLE', permanent: false },
+          T0 + 100,
+          BACKOFF,
+          0,
+        ),
+      ).toBe('pending');
       expect(await mine(T0 + 100)).toBeUndefined();
       const second = await mine(T0 + 100 + 60_000);
       if (!second?.leaseToken) throw new Error('claim');
-      expect(await failWebhookEvent(t.db, { eventId, leaseToken: second.leaseToken, attempts: second.attempts }, { error: 'mismatch', code: 'PAYMENT_AMOUNT_MISMATCH', permanent: true }, T0 + 200, BACKOFF, 0)).toBe('dead');
+      expect(
+        await failWebhookEvent(
+          t.db,
+          { eventId, leaseToken: second.leaseToken, attempts: second.attempts },
+          { error: 'mismatch', code: 'PAYMENT_AMOUNT_MISMATCH', permanent: true },
+          T0 + 200,
+          BACKOFF,
+          0,
+        ),
+      ).toBe('dead');
       const dead = await listDeadWebhookEvents(t.db, { limit: 100 });
-      expect(dead !== 'bad_cursor' && dead.items.find((d) => d.eventId === eventId)).toMatchObject({ status: 'dead', deadCode: 'PAYMENT_AMOUNT_MISMATCH', attempts: 2 });
+      expect(dead !== 'bad_cursor' && dead.items.find((d) => d.eventId === eventId)).toMatchObject({
+        status: 'dead',
+        deadCode: 'PAYMENT_AMOUNT_MISMATCH',
+        attempts: 2,
+      });
     });
   });
 
@@ -346,10 +403,14 @@ describe.each(pgBackends())('stays schema and repositories on %s', (pgBackend) =
       const got = (await claimBillingJobs(t.db, { token, now: T0, leaseMs: 30_000, limit: 100 })).find((j) => j.dedupeKey === key);
       expect(got).toMatchObject({ status: 'running', attempts: 1, leaseToken: token, body: { keyId: 'k1' } });
       if (!got) throw new Error('claim');
-      expect((await claimBillingJobs(t.db, { token: randomUUID(), now: T0 + 29_999, leaseMs: 30_000, limit: 100 })).map((j) => j.dedupeKey)).not.toContain(key);
+      expect(
+        (await claimBillingJobs(t.db, { token: randomUUID(), now: T0 + 29_999, leaseMs: 30_000, limit: 100 })).map((j) => j.dedupeKey),
+      ).not.toContain(key);
       // the lease lapsed: someone else may take it over, and the first holder can no longer mark it
       const other = randomUUID();
-      expect((await claimBillingJobs(t.db, { token: other, now: T0 + 30_000, leaseMs: 30_000, limit: 100 })).map((j) => j.dedupeKey)).toContain(key);
+      expect(
+        (await claimBillingJobs(t.db, { token: other, now: T0 + 30_000, leaseMs: 30_000, limit: 100 })).map((j) => j.dedupeKey),
+      ).toContain(key);
       expect(await markBillingJobDone(t.db, { id: got.id, leaseToken: token }, T0 + 30_001)).toBe(0);
       expect(await markBillingJobDone(t.db, { id: got.id, leaseToken: other }, T0 + 30_001)).toBe(1);
     });
@@ -360,14 +421,28 @@ describe.each(pgBackends())('stays schema and repositories on %s', (pgBackend) =
       let now = T0 + DAY;
       const statuses: (string | null)[] = [];
       for (let i = 0; i < 3; i++) {
-        const j = (await claimBillingJobs(t.db, { token: randomUUID(), now, leaseMs: 30_000, limit: 100, kinds: ['refund'] })).find((x) => x.dedupeKey === key);
+        const j = (await claimBillingJobs(t.db, { token: randomUUID(), now, leaseMs: 30_000, limit: 100, kinds: ['refund'] })).find(
+          (x) => x.dedupeKey === key,
+        );
         if (!j?.leaseToken) throw new Error(`claim ${i}`);
-        statuses.push(await failBillingJob(t.db, { id: j.id, leaseToken: j.leaseToken, attempts: j.attempts }, { error: 'down', code: 'BILLING_UNAVAILABLE', permanent: false }, now, BACKOFF, 0.5));
+        statuses.push(
+          await failBillingJob(
+            t.db,
+            { id: j.id, leaseToken: j.leaseToken, attempts: j.attempts },
+            { error: 'down', code: 'BILLING_UNAVAILABLE', permanent: false },
+            now,
+            BACKOFF,
+            0.5,
+          ),
+        );
         now += 120_000;
       }
       expect(statuses).toEqual(['pending', 'pending', 'dead']);
       const dead = await listDeadBillingJobs(t.db, { limit: 1000 });
-      expect(dead !== 'bad_cursor' && dead.items.find((d) => d.dedupeKey === key)).toMatchObject({ lastCode: 'BILLING_UNAVAILABLE', attempts: 3 });
+      expect(dead !== 'bad_cursor' && dead.items.find((d) => d.dedupeKey === key)).toMatchObject({
+        lastCode: 'BILLING_UNAVAILABLE',
+        attempts: 3,
+      });
     });
   });
 });

@@ -52,7 +52,8 @@ function state<S>(o: { status: string; code: string; state?: S }): S {
   return o.state;
 }
 const pending = (): Stay => state(bookStay(null, booking, T0));
-const confirmed = (): Stay => state(confirmStay(pending(), { room, settings, paid: { deposit: 10_000, balance: 30_000 }, keyId: 'key-1', cid }, T0 + 60_000));
+const confirmed = (): Stay =>
+  state(confirmStay(pending(), { room, settings, paid: { deposit: 10_000, balance: 30_000 }, keyId: 'key-1', cid }, T0 + 60_000));
 const codeOf = (o: StayOutcome) => [o.status, o.code];
 
 describe('nights', () => {
@@ -99,10 +100,22 @@ describe('a stay', () => {
       expect(o.status).toBe('applied');
       if (o.status !== 'applied') return;
       expect(o.code).toBe('STAY_BOOKED');
-      expect(o.state).toMatchObject({ status: 'pending', version: 1, holdUntil: T0 + 30 * 60_000, nights: ['2026-12-24', '2026-12-25'], keyId: null });
+      expect(o.state).toMatchObject({
+        status: 'pending',
+        version: 1,
+        holdUntil: T0 + 30 * 60_000,
+        nights: ['2026-12-24', '2026-12-25'],
+        keyId: null,
+      });
       expect(o.emits).toEqual([
         { type: 'reserve_nights', roomId: 'room-101', nights: ['2026-12-24', '2026-12-25'] },
-        { type: 'create_intents', payments: [{ purpose: 'stay_deposit', amount: 10_000 }, { purpose: 'stay_balance', amount: 30_000 }] },
+        {
+          type: 'create_intents',
+          payments: [
+            { purpose: 'stay_deposit', amount: 10_000 },
+            { purpose: 'stay_balance', amount: 30_000 },
+          ],
+        },
       ]);
     });
 
@@ -117,8 +130,14 @@ describe('a stay', () => {
       expect(codeOf(bookStay(null, { ...booking, amount: 10.5 }, T0))).toEqual(['refused', 'STAY_PRICE_INVALID']);
       expect(codeOf(bookStay(null, { ...booking, deposit: 50_000 }, T0))).toEqual(['refused', 'STAY_PRICE_INVALID']);
       expect(codeOf(bookStay(null, { ...booking, currency: 'usd' }, T0))).toEqual(['refused', 'STAY_CURRENCY_MISMATCH']);
-      expect(codeOf(bookStay(null, { ...booking, room: { ...room, siteId: asSiteId('other') } }, T0))).toEqual(['refused', 'ROOM_NOT_FOUND']);
-      expect(codeOf(bookStay(null, { ...booking, checkIn: '2026-11-01', checkOut: '2026-11-02' }, T0))).toEqual(['refused', 'STAY_DATES_INVALID']);
+      expect(codeOf(bookStay(null, { ...booking, room: { ...room, siteId: asSiteId('other') } }, T0))).toEqual([
+        'refused',
+        'ROOM_NOT_FOUND',
+      ]);
+      expect(codeOf(bookStay(null, { ...booking, checkIn: '2026-11-01', checkOut: '2026-11-02' }, T0))).toEqual([
+        'refused',
+        'STAY_DATES_INVALID',
+      ]);
       expect(codeOf(bookStay(null, { ...booking, checkOut: '2026-12-24' }, T0))).toEqual(['refused', 'STAY_EMPTY']);
     });
   });
@@ -147,23 +166,37 @@ describe('a stay', () => {
 
     it('stays pending while money is missing (the deposit alone is not the price)', () => {
       const s = pending();
-      expect(confirmStay(s, { room, settings, paid: { deposit: 10_000, balance: 0 }, keyId: 'k', cid }, T0)).toEqual({ status: 'noop', code: 'STAY_BALANCE_DUE', state: s });
+      expect(confirmStay(s, { room, settings, paid: { deposit: 10_000, balance: 0 }, keyId: 'k', cid }, T0)).toEqual({
+        status: 'noop',
+        code: 'STAY_BALANCE_DUE',
+        state: s,
+      });
     });
 
     it('fails on a failed payment: nights released, intents cancelled', () => {
       const o = failStay(pending(), { cid }, T0 + 1);
-      expect(o.status === 'applied' && [o.state.status, o.emits.map((e) => e.type)]).toEqual(['failed', ['release_nights', 'cancel_intents', 'notify']]);
+      expect(o.status === 'applied' && [o.state.status, o.emits.map((e) => e.type)]).toEqual([
+        'failed',
+        ['release_nights', 'cancel_intents', 'notify'],
+      ]);
     });
 
     it('expires only once the hold has ended', () => {
       const s = pending();
       expect(codeOf(expireStay(s, { cid }, s.holdUntil - 1))).toEqual(['noop', 'STAY_HOLD_NOT_OVER']);
       const o = expireStay(s, { cid }, s.holdUntil);
-      expect(o.status === 'applied' && [o.code, o.state.status, o.emits.map((e) => e.type)]).toEqual(['STAY_EXPIRED', 'expired', ['release_nights', 'cancel_intents', 'notify']]);
+      expect(o.status === 'applied' && [o.code, o.state.status, o.emits.map((e) => e.type)]).toEqual([
+        'STAY_EXPIRED',
+        'expired',
+        ['release_nights', 'cancel_intents', 'notify'],
+      ]);
     });
 
     it('cannot be cancelled (it fails or expires instead) nor checked in', () => {
-      expect(codeOf(cancelStay(pending(), { reason: 'guest_cancelled', settings, paid: { deposit: 0, balance: 0 }, cid }, T0))).toEqual(['refused', 'INVALID_TRANSITION']);
+      expect(codeOf(cancelStay(pending(), { reason: 'guest_cancelled', settings, paid: { deposit: 0, balance: 0 }, cid }, T0))).toEqual([
+        'refused',
+        'INVALID_TRANSITION',
+      ]);
       expect(codeOf(checkInStay(pending(), { settings, cid }, Date.UTC(2026, 11, 24, 7)))).toEqual(['refused', 'INVALID_TRANSITION']);
     });
   });
@@ -171,7 +204,9 @@ describe('a stay', () => {
   describe('when the stay already ended', () => {
     it('money that settles late is refused so the caller refunds it', () => {
       const expired = state(expireStay(pending(), { cid }, T0 + DAY));
-      expect(codeOf(confirmStay(expired, { room, settings, paid: { deposit: 10_000, balance: 30_000 }, keyId: 'k', cid }, T0 + DAY))).toEqual(['refused', 'PAYMENT_AFTER_STAY_ENDED']);
+      expect(
+        codeOf(confirmStay(expired, { room, settings, paid: { deposit: 10_000, balance: 30_000 }, keyId: 'k', cid }, T0 + DAY)),
+      ).toEqual(['refused', 'PAYMENT_AFTER_STAY_ENDED']);
       expect(codeOf(failStay(expired, { cid }, T0 + DAY))).toEqual(['noop', 'STAY_ALREADY_ENDED']);
       expect(codeOf(expireStay(expired, { cid }, T0 + DAY))).toEqual(['noop', 'STAY_NOT_PENDING']);
     });
@@ -181,12 +216,19 @@ describe('a stay', () => {
     it('a payment failure reported after the money settled changes nothing', () => {
       const s = confirmed();
       expect(failStay(s, { cid }, T0 + 2)).toEqual({ status: 'noop', code: 'PAYMENT_FAILURE_IGNORED', state: s });
-      expect(codeOf(confirmStay(s, { room, settings, paid: { deposit: 10_000, balance: 30_000 }, keyId: 'key-2', cid }, T0 + 3))).toEqual(['noop', 'STAY_ALREADY_CONFIRMED']);
+      expect(codeOf(confirmStay(s, { room, settings, paid: { deposit: 10_000, balance: 30_000 }, keyId: 'key-2', cid }, T0 + 3))).toEqual([
+        'noop',
+        'STAY_ALREADY_CONFIRMED',
+      ]);
     });
 
     it('cancel revokes the key at once, releases the nights and queues the policy refund (fee taken from the deposit first)', () => {
       // 2026-12-20 is 4 days before check-in: the default policy refunds 50 %, a 20 000 fee the 10 000 deposit covers half of
-      const o = cancelStay(confirmed(), { reason: 'guest_cancelled', settings, paid: { deposit: 10_000, balance: 30_000 }, cid }, Date.UTC(2026, 11, 20, 0));
+      const o = cancelStay(
+        confirmed(),
+        { reason: 'guest_cancelled', settings, paid: { deposit: 10_000, balance: 30_000 }, cid },
+        Date.UTC(2026, 11, 20, 0),
+      );
       expect(o.status).toBe('applied');
       if (o.status !== 'applied') return;
       expect(o.state).toMatchObject({ status: 'cancelled', cancelReason: 'guest_cancelled' });
@@ -196,10 +238,15 @@ describe('a stay', () => {
         { type: 'refund', split: { fee: 20_000, deposit: 0, balance: 20_000, total: 20_000 } },
         { type: 'notify', notice: 'stay_cancelled', dedupeKey: 'stay_cancelled:st-1' },
       ]);
-      expect(codeOf(cancelStay(o.state, { reason: 'guest_cancelled', settings, paid: { deposit: 10_000, balance: 30_000 }, cid }, Date.UTC(2026, 11, 20, 1)))).toEqual([
-        'noop',
-        'STAY_ALREADY_CANCELLED',
-      ]);
+      expect(
+        codeOf(
+          cancelStay(
+            o.state,
+            { reason: 'guest_cancelled', settings, paid: { deposit: 10_000, balance: 30_000 }, cid },
+            Date.UTC(2026, 11, 20, 1),
+          ),
+        ),
+      ).toEqual(['noop', 'STAY_ALREADY_CANCELLED']);
     });
 
     it('a no-show refunds nothing and queues no refund; a staff cancellation refunds all', () => {
@@ -207,7 +254,10 @@ describe('a stay', () => {
       const noShow = cancelStay(confirmed(), { reason: 'no_show', settings, paid: { deposit: 10_000, balance: 30_000 }, cid }, late);
       expect(noShow.status === 'applied' && noShow.emits.map((e) => e.type)).toEqual(['revoke_key', 'release_nights', 'notify']);
       const staff = cancelStay(confirmed(), { reason: 'staff_cancelled', settings, paid: { deposit: 10_000, balance: 30_000 }, cid }, late);
-      expect(staff.status === 'applied' && staff.emits.find((e) => e.type === 'refund')).toEqual({ type: 'refund', split: { fee: 0, deposit: 10_000, balance: 30_000, total: 40_000 } });
+      expect(staff.status === 'applied' && staff.emits.find((e) => e.type === 'refund')).toEqual({
+        type: 'refund',
+        split: { fee: 0, deposit: 10_000, balance: 30_000, total: 40_000 },
+      });
     });
 
     it('checks in from the check-in date, then checks out: the key ends and the nights are released', () => {
@@ -224,7 +274,11 @@ describe('a stay', () => {
       ]);
       if (out.status !== 'applied') return;
       expect(codeOf(checkOutStay(out.state, { cid }, Date.UTC(2026, 11, 25)))).toEqual(['noop', 'STAY_ALREADY_CHECKED_OUT']);
-      expect(codeOf(cancelStay(out.state, { reason: 'guest_cancelled', settings, paid: { deposit: 0, balance: 0 }, cid }, Date.UTC(2026, 11, 25)))).toEqual(['noop', 'STAY_ALREADY_ENDED']);
+      expect(
+        codeOf(
+          cancelStay(out.state, { reason: 'guest_cancelled', settings, paid: { deposit: 0, balance: 0 }, cid }, Date.UTC(2026, 11, 25)),
+        ),
+      ).toEqual(['noop', 'STAY_ALREADY_ENDED']);
     });
   });
 
@@ -263,15 +317,31 @@ describe('a payment', () => {
     createdAt: T0,
     updatedAt: T0,
   };
-  const seen = (o: Partial<IntentObservation>): IntentObservation => ({ intentId: 'pi_1', status: 'succeeded', amount: 30_000, amountReceived: 30_000, currency: 'jpy', declined: false, ...o });
+  const seen = (o: Partial<IntentObservation>): IntentObservation => ({
+    intentId: 'pi_1',
+    status: 'succeeded',
+    amount: 30_000,
+    amountReceived: 30_000,
+    currency: 'jpy',
+    declined: false,
+    ...o,
+  });
   const settle = (p: Payment, o: Partial<IntentObservation>) => settlePayment(p, seen(o), { cid }, T0 + 1);
 
   it('settles on the intent current status, whatever order events arrive in', () => {
     const paid = settle(payment, {});
-    expect(paid.status === 'applied' && [paid.code, paid.state.status, paid.state.amountReceived]).toEqual(['PAYMENT_SUCCEEDED', 'succeeded', 30_000]);
+    expect(paid.status === 'applied' && [paid.code, paid.state.status, paid.state.amountReceived]).toEqual([
+      'PAYMENT_SUCCEEDED',
+      'succeeded',
+      30_000,
+    ]);
     if (paid.status !== 'applied') return;
     // payment_failed after succeeded: the re-read says declined, but the ledger already ranks higher
-    expect(settle(paid.state, { status: 'requires_payment_method', amountReceived: 0, declined: true })).toEqual({ status: 'noop', code: 'PAYMENT_FAILURE_IGNORED', state: paid.state });
+    expect(settle(paid.state, { status: 'requires_payment_method', amountReceived: 0, declined: true })).toEqual({
+      status: 'noop',
+      code: 'PAYMENT_FAILURE_IGNORED',
+      state: paid.state,
+    });
     expect(settle(paid.state, { status: 'processing', amountReceived: 0 })).toMatchObject({ status: 'noop', code: 'PAYMENT_STATUS_STALE' });
     expect(settle(paid.state, {})).toMatchObject({ status: 'noop', code: 'PAYMENT_ALREADY_SUCCEEDED' });
   });
@@ -279,13 +349,19 @@ describe('a payment', () => {
   it('a declined attempt fails it; an untouched intent settles nothing; money arriving late still counts', () => {
     const failed = settle(payment, { status: 'requires_payment_method', amountReceived: 0, declined: true });
     expect(failed.status === 'applied' && failed.state.status).toBe('failed');
-    expect(settle(payment, { status: 'requires_payment_method', amountReceived: 0 })).toMatchObject({ status: 'noop', code: 'PAYMENT_NOT_SETTLED' });
+    expect(settle(payment, { status: 'requires_payment_method', amountReceived: 0 })).toMatchObject({
+      status: 'noop',
+      code: 'PAYMENT_NOT_SETTLED',
+    });
     if (failed.status !== 'applied') return;
     expect(settle(failed.state, {})).toMatchObject({ status: 'applied', code: 'PAYMENT_SUCCEEDED_LATE' });
   });
 
   it('an amount or currency that is not the ledger is refused, never applied', () => {
-    expect(settle(payment, { amount: 29_999, amountReceived: 29_999 })).toMatchObject({ status: 'refused', code: 'PAYMENT_AMOUNT_MISMATCH' });
+    expect(settle(payment, { amount: 29_999, amountReceived: 29_999 })).toMatchObject({
+      status: 'refused',
+      code: 'PAYMENT_AMOUNT_MISMATCH',
+    });
     expect(settle(payment, { amountReceived: 1 })).toMatchObject({ status: 'refused', code: 'PAYMENT_AMOUNT_MISMATCH' });
     expect(settle(payment, { currency: 'usd' })).toMatchObject({ status: 'refused', code: 'PAYMENT_AMOUNT_MISMATCH' });
     expect(settle(payment, { intentId: 'pi_other' })).toMatchObject({ status: 'refused', code: 'PAYMENT_INTENT_MISMATCH' });
@@ -304,25 +380,52 @@ describe('a payment', () => {
     if (asked.status !== 'applied') return;
     expect(requestRefund(asked.state, { amount: 20_000, cid }, T0 + 3)).toMatchObject({ status: 'noop', code: 'REFUND_ALREADY_REQUESTED' });
     const part = recordRefund(asked.state, { amountRefunded: 20_000, currency: 'jpy', cid }, T0 + 4);
-    expect(part.status === 'applied' && [part.code, part.state.status, part.state.amountRefunded]).toEqual(['PAYMENT_PARTIALLY_REFUNDED', 'partially_refunded', 20_000]);
+    expect(part.status === 'applied' && [part.code, part.state.status, part.state.amountRefunded]).toEqual([
+      'PAYMENT_PARTIALLY_REFUNDED',
+      'partially_refunded',
+      20_000,
+    ]);
     if (part.status !== 'applied') return;
-    expect(recordRefund(part.state, { amountRefunded: 20_000, currency: 'jpy', cid }, T0 + 5)).toMatchObject({ status: 'noop', code: 'REFUND_ALREADY_RECORDED' });
-    expect(recordRefund(asked.state, { amountRefunded: 30_000, currency: 'jpy', cid }, T0 + 4)).toMatchObject({ status: 'applied', code: 'PAYMENT_REFUNDED' });
-    expect(recordRefund(asked.state, { amountRefunded: 30_001, currency: 'jpy', cid }, T0 + 4)).toMatchObject({ status: 'refused', code: 'PAYMENT_AMOUNT_MISMATCH' });
+    expect(recordRefund(part.state, { amountRefunded: 20_000, currency: 'jpy', cid }, T0 + 5)).toMatchObject({
+      status: 'noop',
+      code: 'REFUND_ALREADY_RECORDED',
+    });
+    expect(recordRefund(asked.state, { amountRefunded: 30_000, currency: 'jpy', cid }, T0 + 4)).toMatchObject({
+      status: 'applied',
+      code: 'PAYMENT_REFUNDED',
+    });
+    expect(recordRefund(asked.state, { amountRefunded: 30_001, currency: 'jpy', cid }, T0 + 4)).toMatchObject({
+      status: 'refused',
+      code: 'PAYMENT_AMOUNT_MISMATCH',
+    });
   });
 });
 
 describe('the cancellation policy', () => {
-  const reasons: fc.Arbitrary<CancelReason> = fc.constantFrom('guest_cancelled', 'staff_cancelled', 'no_show', 'payment_disputed', 'site_closed');
+  const reasons: fc.Arbitrary<CancelReason> = fc.constantFrom(
+    'guest_cancelled',
+    'staff_cancelled',
+    'no_show',
+    'payment_disputed',
+    'site_closed',
+  );
   // valid policies: distinct day thresholds descending, percents not growing
   const policy: fc.Arbitrary<CancellationPolicy> = fc
-    .tuple(fc.uniqueArray(fc.integer({ min: 0, max: 60 }), { maxLength: 5 }), fc.array(fc.integer({ min: 0, max: 100 }), { minLength: 5, maxLength: 5 }), fc.integer({ min: 0, max: 100 }))
+    .tuple(
+      fc.uniqueArray(fc.integer({ min: 0, max: 60 }), { maxLength: 5 }),
+      fc.array(fc.integer({ min: 0, max: 100 }), { minLength: 5, maxLength: 5 }),
+      fc.integer({ min: 0, max: 100 }),
+    )
     .map(([days, pcts, noShow]) => {
       const d = [...days].sort((a, b) => b - a);
       const p = [...pcts].sort((a, b) => b - a);
       return { tiers: d.map((minDaysBefore, i) => ({ minDaysBefore, refundPercent: p[i] ?? 0 })), noShowRefundPercent: noShow };
     });
-  const money = fc.record({ price: fc.integer({ min: 1, max: 10_000_000 }), depositShare: fc.double({ min: 0, max: 1, noNaN: true }), paidShare: fc.double({ min: 0, max: 1, noNaN: true }) });
+  const money = fc.record({
+    price: fc.integer({ min: 1, max: 10_000_000 }),
+    depositShare: fc.double({ min: 0, max: 1, noNaN: true }),
+    paidShare: fc.double({ min: 0, max: 1, noNaN: true }),
+  });
   const paidOf = (m: { price: number; depositShare: number; paidShare: number }) => {
     const deposit = Math.floor(m.price * m.depositShare);
     return { deposit, balance: Math.floor((m.price - deposit) * m.paidShare) };
@@ -331,9 +434,27 @@ describe('the cancellation policy', () => {
   it('generated policies are valid, and so is the default; malformed ones are refused', () => {
     fc.assert(fc.property(policy, (p) => validatePolicy(p).status === 'ok'));
     expect(validatePolicy(DEFAULT_CANCELLATION_POLICY).status).toBe('ok');
-    expect(validatePolicy({ tiers: [{ minDaysBefore: 2, refundPercent: 100 }, { minDaysBefore: 7, refundPercent: 50 }], noShowRefundPercent: 0 })).toMatchObject({ code: 'INVALID_CANCELLATION_POLICY' });
-    expect(validatePolicy({ tiers: [{ minDaysBefore: 7, refundPercent: 50 }, { minDaysBefore: 2, refundPercent: 100 }], noShowRefundPercent: 0 })).toMatchObject({ code: 'INVALID_CANCELLATION_POLICY' });
-    expect(validatePolicy({ tiers: [{ minDaysBefore: 7, refundPercent: 101 }], noShowRefundPercent: 0 })).toMatchObject({ code: 'INVALID_CANCELLATION_POLICY' });
+    expect(
+      validatePolicy({
+        tiers: [
+          { minDaysBefore: 2, refundPercent: 100 },
+          { minDaysBefore: 7, refundPercent: 50 },
+        ],
+        noShowRefundPercent: 0,
+      }),
+    ).toMatchObject({ code: 'INVALID_CANCELLATION_POLICY' });
+    expect(
+      validatePolicy({
+        tiers: [
+          { minDaysBefore: 7, refundPercent: 50 },
+          { minDaysBefore: 2, refundPercent: 100 },
+        ],
+        noShowRefundPercent: 0,
+      }),
+    ).toMatchObject({ code: 'INVALID_CANCELLATION_POLICY' });
+    expect(validatePolicy({ tiers: [{ minDaysBefore: 7, refundPercent: 101 }], noShowRefundPercent: 0 })).toMatchObject({
+      code: 'INVALID_CANCELLATION_POLICY',
+    });
   });
 
   it('never refunds more than was paid under each purpose, and never a negative amount', () => {
@@ -341,25 +462,53 @@ describe('the cancellation policy', () => {
       fc.property(policy, money, fc.integer({ min: -30, max: 400 }), reasons, (p, m, days, reason) => {
         const paid = paidOf(m);
         const r = refundFor(p, m.price, paid, days, reason);
-        return r.deposit >= 0 && r.balance >= 0 && r.deposit <= paid.deposit && r.balance <= paid.balance && r.total === r.deposit + r.balance && r.fee >= 0 && r.fee <= m.price;
+        return (
+          r.deposit >= 0 &&
+          r.balance >= 0 &&
+          r.deposit <= paid.deposit &&
+          r.balance <= paid.balance &&
+          r.total === r.deposit + r.balance &&
+          r.fee >= 0 &&
+          r.fee <= m.price
+        );
       }),
     );
   });
 
   it('is monotone: cancelling earlier never refunds less', () => {
     fc.assert(
-      fc.property(policy, money, fc.integer({ min: -30, max: 400 }), fc.integer({ min: 0, max: 100 }), reasons, (p, m, days, more, reason) => {
-        const paid = paidOf(m);
-        return refundFor(p, m.price, paid, days + more, reason).total >= refundFor(p, m.price, paid, days, reason).total;
-      }),
+      fc.property(
+        policy,
+        money,
+        fc.integer({ min: -30, max: 400 }),
+        fc.integer({ min: 0, max: 100 }),
+        reasons,
+        (p, m, days, more, reason) => {
+          const paid = paidOf(m);
+          return refundFor(p, m.price, paid, days + more, reason).total >= refundFor(p, m.price, paid, days, reason).total;
+        },
+      ),
     );
   });
 
   it('charges only what the deposit does not cover', () => {
     // 50 % fee on 40 000 = 20 000: the 10 000 deposit is kept first, then 10 000 of the balance
-    expect(refundFor(DEFAULT_CANCELLATION_POLICY, 40_000, { deposit: 10_000, balance: 30_000 }, 3, 'guest_cancelled')).toEqual({ fee: 20_000, deposit: 0, balance: 20_000, total: 20_000 });
+    expect(refundFor(DEFAULT_CANCELLATION_POLICY, 40_000, { deposit: 10_000, balance: 30_000 }, 3, 'guest_cancelled')).toEqual({
+      fee: 20_000,
+      deposit: 0,
+      balance: 20_000,
+      total: 20_000,
+    });
     // a fee the deposit covers leaves the balance whole
-    expect(refundFor({ tiers: [{ minDaysBefore: 0, refundPercent: 80 }], noShowRefundPercent: 0 }, 40_000, { deposit: 10_000, balance: 30_000 }, 3, 'guest_cancelled')).toEqual({
+    expect(
+      refundFor(
+        { tiers: [{ minDaysBefore: 0, refundPercent: 80 }], noShowRefundPercent: 0 },
+        40_000,
+        { deposit: 10_000, balance: 30_000 },
+        3,
+        'guest_cancelled',
+      ),
+    ).toEqual({
       fee: 8_000,
       deposit: 2_000,
       balance: 30_000,

@@ -46,7 +46,17 @@ describe.each(pgBackends())('nested units of work on %s', (backend) => {
     const before = await t.db.query<{ n: number }>('SELECT count(*)::int AS n FROM outbox');
     await expect(
       t.db.transaction(async (tx) => {
-        const o = await issueKey({ ...d, db: tx }, { keyId, personId: s.personId, doors: [s.doorA], credential: { type: 'card', value: '04A1B2C3' }, validFrom: T0, validUntil: T0 + DAY });
+        const o = await issueKey(
+          { ...d, db: tx },
+          {
+            keyId,
+            personId: s.personId,
+            doors: [s.doorA],
+            credential: { type: 'card', value: '04A1B2C3' },
+            validFrom: T0,
+            validUntil: T0 + DAY,
+          },
+        );
         expect(o).toMatchObject({ status: 'applied' });
         throw new Error('the caller fails after the verb');
       }),

@@ -72,7 +72,12 @@ describe('snapshot chunking', () => {
       const { token } = await signMessage<DownlinkMessage>(
         signing,
         'tobira-cloud',
-        { type: 'keyset.snapshot', aud: 'gw-1', cid: 'c-1', body: { snapshotId, asOfSeq: 9, part: i + 1, parts: parts.length, ...p } } as never,
+        {
+          type: 'keyset.snapshot',
+          aud: 'gw-1',
+          cid: 'c-1',
+          body: { snapshotId, asOfSeq: 9, part: i + 1, parts: parts.length, ...p },
+        } as never,
         new ManualClock(T0),
       );
       expect(Buffer.byteLength(token)).toBeLessThanOrEqual(64 * 1024);
@@ -95,7 +100,12 @@ describe.each(pgBackends())('uplink inbox on %s', (pgBackend) => {
       const s = await seed(d);
       // the inbox's own port, disconnected: fuzzing needs no broker (nothing here publishes)
       const key = await cloudSigningKey();
-      const inbox = new Uplink(d, { link: disconnectedLink, signer: { issuer: 'tobira-cloud', key: await importSigningKey(key.privateJwk), jwks: { keys: [key.publicJwk] } }, replayMax: 10, publishTimeoutMs: 100 });
+      const inbox = new Uplink(d, {
+        link: disconnectedLink,
+        signer: { issuer: 'tobira-cloud', key: await importSigningKey(key.privateJwk), jwks: { keys: [key.publicJwk] } },
+        replayMax: 10,
+        publishTimeoutMs: 100,
+      });
       const before = (await cloud0(t)).rowCount;
       let runs = 0;
       await fc.assert(
@@ -109,7 +119,9 @@ describe.each(pgBackends())('uplink inbox on %s', (pgBackend) => {
           fc.oneof(
             fc.uint8Array({ maxLength: 300 }).map((b) => Buffer.from(b)),
             fc.string({ maxLength: 300 }).map((x) => Buffer.from(x)),
-            fc.tuple(fc.base64String(), fc.base64String(), fc.base64String()).map(([a, b, c]) => Buffer.from(`${a}.${b}.${c}`.replace(/[+/=]/g, '_'))),
+            fc
+              .tuple(fc.base64String(), fc.base64String(), fc.base64String())
+              .map(([a, b, c]) => Buffer.from(`${a}.${b}.${c}`.replace(/[+/=]/g, '_'))),
             fc.constant(Buffer.alloc(70 * 1024, 65)),
             // JSON.parse quotes bad input in its message: NUL and control bytes must still be storable
             fc.constant(Buffer.from([0, 1, 2, 123, 0])),
@@ -132,7 +144,13 @@ describe.each(pgBackends())('uplink inbox on %s', (pgBackend) => {
       const d = deps(t.db);
       const s = await seed(d);
       const key = await cloudSigningKey();
-      const inbox = new Uplink(d, { link: disconnectedLink, signer: { issuer: 'tobira-cloud', key: await importSigningKey(key.privateJwk), jwks: { keys: [key.publicJwk] } }, replayMax: 10, publishTimeoutMs: 100, rejectedMaxRows: 5 });
+      const inbox = new Uplink(d, {
+        link: disconnectedLink,
+        signer: { issuer: 'tobira-cloud', key: await importSigningKey(key.privateJwk), jwks: { keys: [key.publicJwk] } },
+        replayMax: 10,
+        publishTimeoutMs: 100,
+        rejectedMaxRows: 5,
+      });
       for (let i = 0; i < 12; i++) await inbox.handle(topics.gatewayUp(s.gatewayId), Buffer.from(`garbage ${i}`));
       const rows = await t.db.query<{ detail: string }>('SELECT detail FROM rejected_uplinks ORDER BY id');
       expect(rows.rowCount).toBe(5);
@@ -159,11 +177,24 @@ describe.each(pgBackends())('uplink inbox on %s', (pgBackend) => {
     async function setup(gwClock: { now(): number } = clock) {
       const s = await seed(deps(t.db, clock), { gatewayId: `gw-${broker.unique}-u${++n}` });
       const key = await cloudSigningKey();
-      const gw = await fakeGateway({ url: broker.url, gatewayId: s.gatewayId, pair: s.pair, cloudJwks: { keys: [key.publicJwk] }, cloudIssuer: 'tobira-cloud', clock: gwClock });
+      const gw = await fakeGateway({
+        url: broker.url,
+        gatewayId: s.gatewayId,
+        pair: s.pair,
+        cloudJwks: { keys: [key.publicJwk] },
+        cloudIssuer: 'tobira-cloud',
+        clock: gwClock,
+      });
       return { s, gw };
     }
     const issue = (s: Awaited<ReturnType<typeof seed>>, i = 1) =>
-      cloud.issueKey({ personId: s.personId, doors: [s.doorA], credential: { type: 'pin', value: String(200000 + i) }, validFrom: T0, validUntil: T0 + DAY });
+      cloud.issueKey({
+        personId: s.personId,
+        doors: [s.doorA],
+        credential: { type: 'pin', value: String(200000 + i) },
+        validFrom: T0,
+        validUntil: T0 + DAY,
+      });
     let upSeq = 0;
     const ack = (gw: FakeGateway, m: Seq, result: 'applied' | 'refused' = 'applied') =>
       gw.send({
@@ -194,7 +225,10 @@ describe.each(pgBackends())('uplink inbox on %s', (pgBackend) => {
         expect(revoke).toMatchObject({ seq: 2, body: { version: 2, reason: 'staff_revoked' } });
         await ack(gw, revoke);
         await waitFor(async () => (await statusOf(o.state.id)) === 'revoked', 'key revoked');
-        expect(await cloud.revokeKey({ keyId: o.state.id, reason: 'staff_revoked' })).toMatchObject({ status: 'noop', code: 'KEY_ALREADY_REVOKED' });
+        expect(await cloud.revokeKey({ keyId: o.state.id, reason: 'staff_revoked' })).toMatchObject({
+          status: 'noop',
+          code: 'KEY_ALREADY_REVOKED',
+        });
         const h = await cloud.listKeyHistory(o.state.id);
         expect(h.map((x) => x.toStatus)).toEqual(['issuing', 'active', 'revoking', 'revoked']);
         expect(h[1]?.cid).toBe(o.cid);
@@ -225,7 +259,20 @@ describe.each(pgBackends())('uplink inbox on %s', (pgBackend) => {
           type: 'access.event',
           seq: 1,
           cid: o.cid,
-          body: { eventId: newId(), requestId: 'r-9', lockId: 'lock-1', doorId: s.doorA, at: T0, allowed: true, code: 'ALLOWED', keyId: o.state.id, keyVersion: 1, personId: null, credentialType: 'pin', commandId: null },
+          body: {
+            eventId: newId(),
+            requestId: 'r-9',
+            lockId: 'lock-1',
+            doorId: s.doorA,
+            at: T0,
+            allowed: true,
+            code: 'ALLOWED',
+            keyId: o.state.id,
+            keyVersion: 1,
+            personId: null,
+            credentialType: 'pin',
+            commandId: null,
+          },
         });
         const [a] = await waitFor(async () => {
           const rows = await cloud.listAudit({ gatewayId: s.gatewayId });
@@ -263,7 +310,10 @@ describe.each(pgBackends())('uplink inbox on %s', (pgBackend) => {
         const sent = await gw.send(event);
         await gw.send(event); // same jti: a QoS 1 redelivery
         await gw.send({ ...event, seq: 2, jti: newMessageId() }); // same event id under a new message
-        await waitFor(async () => (await t.db.query('SELECT 1 FROM uplink_inbox WHERE gateway_id = $1', [s.gatewayId])).rowCount === 2, 'two inbox rows');
+        await waitFor(
+          async () => (await t.db.query('SELECT 1 FROM uplink_inbox WHERE gateway_id = $1', [s.gatewayId])).rowCount === 2,
+          'two inbox rows',
+        );
         const audit = await cloud.listAudit({ gatewayId: s.gatewayId });
         expect(audit).toEqual([expect.objectContaining({ personId: s.personId, cid: sent.cid, allowed: true, code: 'ALLOWED', seq: 1 })]);
       } finally {
@@ -277,7 +327,20 @@ describe.each(pgBackends())('uplink inbox on %s', (pgBackend) => {
         const ev = () => ({
           type: 'access.event',
           seq: 1,
-          body: { eventId: newId(), requestId: 'r', lockId: 'lock-1', doorId: null, at: T0, allowed: false, code: 'UNKNOWN_CREDENTIAL', keyId: null, keyVersion: null, personId: null, credentialType: 'pin', commandId: null },
+          body: {
+            eventId: newId(),
+            requestId: 'r',
+            lockId: 'lock-1',
+            doorId: null,
+            at: T0,
+            allowed: false,
+            code: 'UNKNOWN_CREDENTIAL',
+            keyId: null,
+            keyVersion: null,
+            personId: null,
+            credentialType: 'pin',
+            commandId: null,
+          },
         });
         await gw.send(ev());
         await gw.send(ev());
@@ -294,7 +357,20 @@ describe.each(pgBackends())('uplink inbox on %s', (pgBackend) => {
         const ev = (seq: number) => ({
           type: 'access.event',
           seq,
-          body: { eventId: newId(), requestId: `r-${seq}`, lockId: 'lock-1', doorId: null, at: T0 + seq, allowed: false, code: 'UNKNOWN_CREDENTIAL', keyId: null, keyVersion: null, personId: null, credentialType: 'pin', commandId: null },
+          body: {
+            eventId: newId(),
+            requestId: `r-${seq}`,
+            lockId: 'lock-1',
+            doorId: null,
+            at: T0 + seq,
+            allowed: false,
+            code: 'UNKNOWN_CREDENTIAL',
+            keyId: null,
+            keyVersion: null,
+            personId: null,
+            credentialType: 'pin',
+            commandId: null,
+          },
         });
         for (const seq of [1, 2, 5, 7]) await gw.send(ev(seq));
         await waitFor(async () => (await cloud.listAudit({ gatewayId: s.gatewayId })).length === 4, 'four events');
@@ -415,7 +491,11 @@ describe.each(pgBackends())('uplink inbox on %s', (pgBackend) => {
           await waitFor(() => sequenced(gw.received).length >= 2 || undefined, 'replay');
           expect(gw.received.find((m) => m.type === 'resync.answer')).toMatchObject({ body: { mode: 'replay', fromSeq: 4, toSeq: 5 } });
           // the fake gateway verifies asynchronously, so arrival order is not kept here: compare by seq
-          expect(sequenced(gw.received).map((m) => [m.seq, m.jti]).sort((a, b) => Number(a[0]) - Number(b[0]))).toEqual([
+          expect(
+            sequenced(gw.received)
+              .map((m) => [m.seq, m.jti])
+              .sort((a, b) => Number(a[0]) - Number(b[0])),
+          ).toEqual([
             [4, original.get(4)],
             [5, original.get(5)],
           ]);
@@ -426,7 +506,12 @@ describe.each(pgBackends())('uplink inbox on %s', (pgBackend) => {
           expect(gw.received.find((m) => m.type === 'resync.answer')).toMatchObject({ body: { mode: 'snapshot', toSeq: 5 } });
           if (snap.type !== 'keyset.snapshot') throw new Error('type');
           expect(snap.body).toMatchObject({ asOfSeq: 5, part: 1, parts: 1 });
-          expect(snap.body.keys.map((k) => k.keyId).sort()).toEqual(keys.slice(1).map((k) => (k.status === 'applied' ? k.state.id : '')).sort());
+          expect(snap.body.keys.map((k) => k.keyId).sort()).toEqual(
+            keys
+              .slice(1)
+              .map((k) => (k.status === 'applied' ? k.state.id : ''))
+              .sort(),
+          );
           expect(snap.body.revoked).toEqual([{ keyId: keys[0]?.status === 'applied' ? keys[0].state.id : '', version: 2 }]);
         } finally {
           await gw.close();
@@ -434,13 +519,15 @@ describe.each(pgBackends())('uplink inbox on %s', (pgBackend) => {
       });
     });
 
-    it("a gateway ahead of the cloud (its database restored to an earlier point), or one that reports a seq conflict, gets a snapshot past both histories, and no seq is handed out twice", async () => {
+    it('a gateway ahead of the cloud (its database restored to an earlier point), or one that reports a seq conflict, gets a snapshot past both histories, and no seq is handed out twice', async () => {
       const { s, gw } = await setup();
       try {
         const k1 = await issue(s, 11);
         await issue(s, 12);
         await waitFor(() => sequenced(gw.received).length >= 2 || undefined, 'seqs 1 and 2');
-        const lastSeq = async () => (await t.db.query<{ last_seq: number }>('SELECT last_seq FROM gateway_seq WHERE gateway_id = $1', [s.gatewayId])).rows[0]?.last_seq;
+        const lastSeq = async () =>
+          (await t.db.query<{ last_seq: number }>('SELECT last_seq FROM gateway_seq WHERE gateway_id = $1', [s.gatewayId])).rows[0]
+            ?.last_seq;
         expect(await lastSeq()).toBe(2);
 
         // the gateway applied up to 7: seqs 3..7 came from a history this database no longer has
@@ -512,32 +599,53 @@ describe.each(pgBackends())('uplink inbox on %s', (pgBackend) => {
     const heartbeatTo = async (gw: FakeGateway, gatewayId: string) => {
       gw.received.length = 0;
       await cloud.sendHeartbeats();
-      return waitFor(() => gw.received.find((m): m is Extract<DownlinkMessage, { type: 'heartbeat' }> => m.type === 'heartbeat' && m.aud === gatewayId), 'heartbeat');
+      return waitFor(
+        () => gw.received.find((m): m is Extract<DownlinkMessage, { type: 'heartbeat' }> => m.type === 'heartbeat' && m.aud === gatewayId),
+        'heartbeat',
+      );
     };
 
     it.each([
       ['10 minutes ahead', 10 * 60_000],
       ['2 days behind', -2 * DAY],
-    ])('applies a verified uplink from a gateway whose clock is %s, with the gateway\'s own time, and records the skew', async (_what, offset) => {
-      const gwClock = { now: () => clock.now() + offset };
-      const { s, gw } = await setup(gwClock);
-      try {
-        const body = accessEvent(s, gwClock.now());
-        await gw.send({ type: 'access.event', seq: 1, body, ttlSeconds: 60 });
-        const row = await waitFor(async () => (await cloud.listAudit({ gatewayId: s.gatewayId })).find((a) => a.eventId === body.eventId), 'event in the audit log');
-        expect(row.at).toBe(body.at);
-        expect(await cloud.listRejectedUplinks({ gatewayId: s.gatewayId })).toEqual([]);
-        const skew = await waitFor(async () => (await t.db.query<{ clock_skew_ms: string | null }>('SELECT clock_skew_ms FROM gateways WHERE id = $1', [s.gatewayId])).rows[0]?.clock_skew_ms ?? undefined, 'skew recorded');
-        expect(Math.abs(Number(skew) - offset)).toBeLessThan(2_000);
-        // sent again (no acknowledgement reached the gateway): applied once
-        await gw.send({ type: 'access.event', seq: 1, body, ttlSeconds: 60 });
-        await gw.send({ type: 'alarm', seq: 2, body: { alarmId: newId(), lockId: 'lock-1', doorId: null, kind: 'tamper', at: gwClock.now() } });
-        await waitFor(async () => (await t.db.query('SELECT 1 FROM alarms WHERE gateway_id = $1', [s.gatewayId])).rowCount === 1 || undefined, 'alarm applied');
-        expect((await cloud.listAudit({ gatewayId: s.gatewayId })).filter((a) => a.eventId === body.eventId)).toHaveLength(1);
-      } finally {
-        await gw.close();
-      }
-    });
+    ])(
+      "applies a verified uplink from a gateway whose clock is %s, with the gateway's own time, and records the skew",
+      async (_what, offset) => {
+        const gwClock = { now: () => clock.now() + offset };
+        const { s, gw } = await setup(gwClock);
+        try {
+          const body = accessEvent(s, gwClock.now());
+          await gw.send({ type: 'access.event', seq: 1, body, ttlSeconds: 60 });
+          const row = await waitFor(
+            async () => (await cloud.listAudit({ gatewayId: s.gatewayId })).find((a) => a.eventId === body.eventId),
+            'event in the audit log',
+          );
+          expect(row.at).toBe(body.at);
+          expect(await cloud.listRejectedUplinks({ gatewayId: s.gatewayId })).toEqual([]);
+          const skew = await waitFor(
+            async () =>
+              (await t.db.query<{ clock_skew_ms: string | null }>('SELECT clock_skew_ms FROM gateways WHERE id = $1', [s.gatewayId]))
+                .rows[0]?.clock_skew_ms ?? undefined,
+            'skew recorded',
+          );
+          expect(Math.abs(Number(skew) - offset)).toBeLessThan(2_000);
+          // sent again (no acknowledgement reached the gateway): applied once
+          await gw.send({ type: 'access.event', seq: 1, body, ttlSeconds: 60 });
+          await gw.send({
+            type: 'alarm',
+            seq: 2,
+            body: { alarmId: newId(), lockId: 'lock-1', doorId: null, kind: 'tamper', at: gwClock.now() },
+          });
+          await waitFor(
+            async () => (await t.db.query('SELECT 1 FROM alarms WHERE gateway_id = $1', [s.gatewayId])).rowCount === 1 || undefined,
+            'alarm applied',
+          );
+          expect((await cloud.listAudit({ gatewayId: s.gatewayId })).filter((a) => a.eventId === body.eventId)).toHaveLength(1);
+        } finally {
+          await gw.close();
+        }
+      },
+    );
 
     it('acknowledges uplinks in heartbeats only up to the first missing seq; resends walk the pointer on; a restarted history starts it again', async () => {
       const { s, gw } = await setup();
@@ -547,17 +655,26 @@ describe.each(pgBackends())('uplink inbox on %s', (pgBackend) => {
         const m1 = await send(1);
         const m2 = await send(2);
         const m4 = await send(4); // 3 was lost on the way (say a broker restarted without its queue)
-        await waitFor(async () => (await t.db.query('SELECT 1 FROM uplink_inbox WHERE jti = $1', [m4.jti])).rowCount === 1 || undefined, 'seq 4 applied');
+        await waitFor(
+          async () => (await t.db.query('SELECT 1 FROM uplink_inbox WHERE jti = $1', [m4.jti])).rowCount === 1 || undefined,
+          'seq 4 applied',
+        );
         expect((await heartbeatTo(gw, s.gatewayId)).body.uplinkAck).toEqual({ seq: 2, jti: m2.jti });
         // the gateway, unacknowledged, sends 3 and 4 again (4 with its same jti): the pointer walks over both
         const m3 = await send(3);
         await send(4, m4.jti);
-        await waitFor(async () => ((await heartbeatTo(gw, s.gatewayId)).body.uplinkAck?.seq === 4 ? true : undefined), 'acknowledged up to 4');
+        await waitFor(
+          async () => ((await heartbeatTo(gw, s.gatewayId)).body.uplinkAck?.seq === 4 ? true : undefined),
+          'acknowledged up to 4',
+        );
         expect((await heartbeatTo(gw, s.gatewayId)).body.uplinkAck).toEqual({ seq: 4, jti: m4.jti });
         expect(new Set([m1.jti, m2.jti, m3.jti, m4.jti]).size).toBe(4);
         // the gateway's store was reset: its seq starts again at 1 with new messages
         const again = await send(1);
-        await waitFor(async () => ((await heartbeatTo(gw, s.gatewayId)).body.uplinkAck?.jti === again.jti ? true : undefined), 'acknowledgement restarted');
+        await waitFor(
+          async () => ((await heartbeatTo(gw, s.gatewayId)).body.uplinkAck?.jti === again.jti ? true : undefined),
+          'acknowledgement restarted',
+        );
         expect((await heartbeatTo(gw, s.gatewayId)).body.uplinkAck).toEqual({ seq: 1, jti: again.jti });
       } finally {
         await gw.close();
@@ -572,7 +689,12 @@ describe.each(pgBackends())('uplink inbox on %s', (pgBackend) => {
         // two more rows handed out that the dispatcher does not send: one waiting out a backoff, one dead-lettered
         await t.db.transaction(async (tx) => {
           for (const status of ['pending', 'dead']) {
-            const seq = (await tx.query<{ last_seq: number }>('UPDATE gateway_seq SET last_seq = last_seq + 1 WHERE gateway_id = $1 RETURNING last_seq', [s.gatewayId])).rows[0]?.last_seq;
+            const seq = (
+              await tx.query<{ last_seq: number }>(
+                'UPDATE gateway_seq SET last_seq = last_seq + 1 WHERE gateway_id = $1 RETURNING last_seq',
+                [s.gatewayId],
+              )
+            ).rows[0]?.last_seq;
             await tx.query(
               `INSERT INTO outbox (gateway_id, seq, jti, type, body, cid, status, attempts, next_attempt_at, created_at)
                VALUES ($1, $2, gen_random_uuid(), 'key.revoke', $3, 'cid-stuck', $4, 3, $5, $5)`,
@@ -587,24 +709,37 @@ describe.each(pgBackends())('uplink inbox on %s', (pgBackend) => {
         gw.received.length = 0;
         await gw.send({ type: 'resync.request', body: { requestId: newId(), lastAppliedSeq: 1, reason: 'gap' } });
         // (the grant, seq 1, may be delivered again meanwhile: QoS 1 is at least once)
-        const replayed = () => [...new Map(sequenced(gw.received).filter((m) => m.seq > 1).map((m) => [m.seq, m.type])).entries()];
+        const replayed = () => [
+          ...new Map(
+            sequenced(gw.received)
+              .filter((m) => m.seq > 1)
+              .map((m) => [m.seq, m.type]),
+          ).entries(),
+        ];
         await waitFor(() => (replayed().length >= 2 ? true : undefined), 'replayed');
-        expect(replayed()).toEqual([[2, 'key.revoke'], [3, 'key.revoke']]);
+        expect(replayed()).toEqual([
+          [2, 'key.revoke'],
+          [3, 'key.revoke'],
+        ]);
       } finally {
         await gw.close();
       }
     });
 
-    it("answers a storm of signed resync requests from one gateway only up to its rate (the rest recorded refused RESYNC_RATE_LIMITED), so it cannot make the cloud build snapshot after snapshot", async () => {
+    it('answers a storm of signed resync requests from one gateway only up to its rate (the rest recorded refused RESYNC_RATE_LIMITED), so it cannot make the cloud build snapshot after snapshot', async () => {
       const { s, gw } = await setup();
       try {
         await issue(s, 1);
         await waitFor(async () => (await cloud.listOutbox(s.gatewayId)).every((r) => r.status === 'sent') || undefined, 'sent');
         gw.received.length = 0;
         const sent = [];
-        for (let i = 0; i < 20; i++) sent.push(await gw.send({ type: 'resync.request', body: { requestId: newId(), lastAppliedSeq: 0, reason: 'startup' } }));
+        for (let i = 0; i < 20; i++)
+          sent.push(await gw.send({ type: 'resync.request', body: { requestId: newId(), lastAppliedSeq: 0, reason: 'startup' } }));
         const last = sent.at(-1)!;
-        await waitFor(async () => (await t.db.query('SELECT 1 FROM uplink_inbox WHERE jti = $1', [last.jti])).rowCount === 1 || undefined, 'every request handled');
+        await waitFor(
+          async () => (await t.db.query('SELECT 1 FROM uplink_inbox WHERE jti = $1', [last.jti])).rowCount === 1 || undefined,
+          'every request handled',
+        );
         const codes = await t.db.query<{ code: string; n: string }>(
           "SELECT code, count(*) AS n FROM uplink_inbox WHERE gateway_id = $1 AND type = 'resync.request' GROUP BY code",
           [s.gatewayId],
@@ -633,7 +768,10 @@ describe.each(pgBackends())('uplink inbox on %s', (pgBackend) => {
         expect(hb).toMatchObject({ type: 'heartbeat', body: { lastSeq: 2 } });
         // an offline gateway (retained presence) gets none
         await gw.client.publishAsync(topics.gatewayPresence(s.gatewayId), JSON.stringify({ online: false }), { qos: 1, retain: true });
-        await waitFor(async () => !(await cloud.sendHeartbeats()).some((h) => h.gatewayId === s.gatewayId) || undefined, 'no heartbeat when offline');
+        await waitFor(
+          async () => !(await cloud.sendHeartbeats()).some((h) => h.gatewayId === s.gatewayId) || undefined,
+          'no heartbeat when offline',
+        );
         await gw.client.publishAsync(topics.gatewayPresence(s.gatewayId), '', { qos: 1, retain: true });
       } finally {
         await gw.close();
@@ -659,7 +797,14 @@ describe.each(pgBackends())('uplink inbox on %s', (pgBackend) => {
       const env = { MQTT_CLIENT_ID: `cloud-unstorable-${newId().slice(-12)}`, MQTT_CLEAN_SESSION: 'false' };
       const { log, lines } = await capturingLogger();
       const first = await startCloud(t, broker.url, { clock, env, deps: { log } });
-      const gw = await fakeGateway({ url: broker.url, gatewayId: s.gatewayId, pair: s.pair, cloudJwks: { keys: [key.publicJwk] }, cloudIssuer: 'tobira-cloud', clock });
+      const gw = await fakeGateway({
+        url: broker.url,
+        gatewayId: s.gatewayId,
+        pair: s.pair,
+        cloudJwks: { keys: [key.publicJwk] },
+        cloudIssuer: 'tobira-cloud',
+        clock,
+      });
       const event = (seq: number, keyVersion: number) => ({
         type: 'access.event',
         seq,
@@ -683,7 +828,10 @@ describe.each(pgBackends())('uplink inbox on %s', (pgBackend) => {
       try {
         // a valid message (a version is any positive safe integer) that audit.key_version (int) cannot hold: SQLSTATE 22003
         const bad = await gw.send(event(1, 2 ** 31));
-        const rejected = await waitFor(async () => (await first.listRejectedUplinks({ gatewayId: s.gatewayId }))[0], 'the rejection recorded');
+        const rejected = await waitFor(
+          async () => (await first.listRejectedUplinks({ gatewayId: s.gatewayId }))[0],
+          'the rejection recorded',
+        );
         expect(rejected).toMatchObject({ code: 'APPLY_FAILED', detail: expect.stringContaining(bad.jti) });
         const line = lines.find((l) => l.msg === 'uplink rejected' && l.code === 'APPLY_FAILED');
         expect(line).toMatchObject({ cid: bad.cid, gatewayId: s.gatewayId });

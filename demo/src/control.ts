@@ -15,7 +15,10 @@ export async function startLockPanel(fleet: Fleet, host: string, port: number): 
   app.post<{ Params: { lockId: string } }>('/locks/:lockId/present', async (req, reply) => {
     if (!fleet.lockIds.includes(req.params.lockId)) return reply.status(404).send({ status: 'refused', code: 'LOCK_NOT_FOUND' });
     const credential = PresentedCredential.safeParse(req.body);
-    if (!credential.success) return reply.status(422).send({ status: 'refused', code: 'BAD_CREDENTIAL', detail: credential.error.issues[0]?.message ?? 'invalid' });
+    if (!credential.success)
+      return reply
+        .status(422)
+        .send({ status: 'refused', code: 'BAD_CREDENTIAL', detail: credential.error.issues[0]?.message ?? 'invalid' });
     const r = await fleet.lock(req.params.lockId).present(credential.data, { timeoutMs: 5000 });
     return reply.status(r.status === 'decided' ? 200 : 504).send(r);
   });

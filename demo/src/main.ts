@@ -24,7 +24,16 @@
 import { randomBytes, randomInt } from 'node:crypto';
 import { mkdirSync } from 'node:fs';
 import { join, resolve } from 'node:path';
-import { createCloud, openEmbeddedBrokerAccounts, parseConfig as parseCloudConfig, startAdminApi, type AedesAuthHooks, type BrokerAccounts, type Cloud, type Db } from '@tobira/cloud';
+import {
+  createCloud,
+  openEmbeddedBrokerAccounts,
+  parseConfig as parseCloudConfig,
+  startAdminApi,
+  type AedesAuthHooks,
+  type BrokerAccounts,
+  type Cloud,
+  type Db,
+} from '@tobira/cloud';
 import { createGateway, parseConfig as parseGatewayConfig, siteBrokerHooks, type Gateway, type GatewayConfigInput } from '@tobira/gateway';
 import {
   encodeSecret,
@@ -81,7 +90,10 @@ async function main(): Promise<void> {
   const data = resolve(env.TOBIRA_DATA_DIR);
   mkdirSync(join(data, 'logs'), { recursive: true });
   const logFile = join(data, 'logs', 'demo.log');
-  const root = pino({ level: env.LOG_LEVEL, base: { svc: 'demo' }, timestamp: pino.stdTimeFunctions.isoTime }, pino.destination({ dest: logFile, mkdir: true, sync: false }));
+  const root = pino(
+    { level: env.LOG_LEVEL, base: { svc: 'demo' }, timestamp: pino.stdTimeFunctions.isoTime },
+    pino.destination({ dest: logFile, mkdir: true, sync: false }),
+  );
   const log = root.child({ cid: newCorrelationId() });
   const parts: { name: string; stop: () => Promise<unknown> }[] = [];
 
@@ -118,15 +130,28 @@ async function main(): Promise<void> {
   let db: Db | undefined;
   let brokerAccounts: BrokerAccounts | undefined;
   if (mqttUrl === undefined) {
-    step(env.DATABASE_URL ? 'cloud database on PostgreSQL (DATABASE_URL)' : `cloud database: embedded PostgreSQL (PGlite, ${join(data, 'cloud', 'db')})`);
-    const opened = await openEmbeddedBrokerAccounts(parseCloudConfig(dbConfig), { log: root.child({ part: 'broker-accounts' }), clock: systemClock });
+    step(
+      env.DATABASE_URL
+        ? 'cloud database on PostgreSQL (DATABASE_URL)'
+        : `cloud database: embedded PostgreSQL (PGlite, ${join(data, 'cloud', 'db')})`,
+    );
+    const opened = await openEmbeddedBrokerAccounts(parseCloudConfig(dbConfig), {
+      log: root.child({ part: 'broker-accounts' }),
+      clock: systemClock,
+    });
     const openedDb = opened.db;
     db = openedDb;
     brokerAccounts = opened.accounts;
     cloudLogin = { MQTT_USERNAME: opened.service.username, MQTT_PASSWORD: opened.service.password };
     parts.push({ name: 'database', stop: () => openedDb.close() });
     ok();
-    const cloudBroker = await listen('cloud MQTT broker (gateway logins enforced)', env.TOBIRA_DEMO_HOST, env.TOBIRA_DEMO_MQTT_PORT, 'TOBIRA_DEMO_MQTT_PORT', opened.accounts.hooks());
+    const cloudBroker = await listen(
+      'cloud MQTT broker (gateway logins enforced)',
+      env.TOBIRA_DEMO_HOST,
+      env.TOBIRA_DEMO_MQTT_PORT,
+      'TOBIRA_DEMO_MQTT_PORT',
+      opened.accounts.hooks(),
+    );
     parts.push({ name: 'MQTT broker', stop: () => cloudBroker.stop() });
     mqttUrl = cloudBroker.url;
   } else {
@@ -151,7 +176,11 @@ async function main(): Promise<void> {
   ok();
 
   // 2b. admin API, with an admin token made for this data folder (there is no default token)
-  const adminToken = await once(join(data, 'cloud', 'admin-token.json'), () => ({ token: `tbr_${randomBytes(32).toString('base64url')}` }), true);
+  const adminToken = await once(
+    join(data, 'cloud', 'admin-token.json'),
+    () => ({ token: `tbr_${randomBytes(32).toString('base64url')}` }),
+    true,
+  );
   step(`admin API on ${env.TOBIRA_DEMO_HOST}:${env.TOBIRA_DEMO_API_PORT}`);
   const api = await startAdminApi({
     cloud,
@@ -214,8 +243,17 @@ async function main(): Promise<void> {
   // 4. the site broker, with a login per lock (derived from its pairing secret) and one for the gateway
   let locksUrl = cloudUrl;
   if (brokerAccounts) {
-    const hooks = siteBrokerHooks(parseGatewayConfig({ ...seed.gatewayConfig, site: { ...seed.gatewayConfig.site, url: 'mqtt://unused' } }), root.child({ part: 'site-broker' }));
-    const siteBroker = await listen('site MQTT broker (lock logins enforced)', env.TOBIRA_DEMO_HOST, env.TOBIRA_DEMO_SITE_MQTT_PORT, 'TOBIRA_DEMO_SITE_MQTT_PORT', hooks);
+    const hooks = siteBrokerHooks(
+      parseGatewayConfig({ ...seed.gatewayConfig, site: { ...seed.gatewayConfig.site, url: 'mqtt://unused' } }),
+      root.child({ part: 'site-broker' }),
+    );
+    const siteBroker = await listen(
+      'site MQTT broker (lock logins enforced)',
+      env.TOBIRA_DEMO_HOST,
+      env.TOBIRA_DEMO_SITE_MQTT_PORT,
+      'TOBIRA_DEMO_SITE_MQTT_PORT',
+      hooks,
+    );
     parts.push({ name: 'site MQTT broker', stop: () => siteBroker.stop() });
     locksUrl = siteBroker.url;
   }
@@ -264,7 +302,14 @@ async function main(): Promise<void> {
   const pin = String(randomInt(100000, 1000000));
   const keyId = `demo-key-${randomBytes(3).toString('hex')}`;
   const now = Date.now();
-  const issueBody = JSON.stringify({ keyId, personId: seed.personId, doors: ['door-102'], credential: { type: 'pin', value: pin }, validFrom: now, validUntil: now + 86_400_000 });
+  const issueBody = JSON.stringify({
+    keyId,
+    personId: seed.personId,
+    doors: ['door-102'],
+    credential: { type: 'pin', value: pin },
+    validFrom: now,
+    validUntil: now + 86_400_000,
+  });
   const presentBody = (value: string) => `'{"type":"pin","value":"${value}"}'`;
   process.stdout.write(
     [
@@ -362,7 +407,9 @@ async function seedDemo(cloud: Cloud, data: string): Promise<Seed> {
   writeJson(keyPairFile, pair, true);
   const prov = await cloud.registerGateway({ gatewayId: GATEWAY_ID, siteId: site.state.id, publicJwk: pair.publicJwk });
   if (prov.status !== 'applied') {
-    throw new Error(`registering ${GATEWAY_ID}: ${prov.code} (the database already knows it but ${data} has no seed: use a fresh database or the data folder that seeded it)`);
+    throw new Error(
+      `registering ${GATEWAY_ID}: ${prov.code} (the database already knows it but ${data} has no seed: use a fresh database or the data folder that seeded it)`,
+    );
   }
   for (const l of LOCKS) {
     const door = await cloud.createDoor({ id: l.doorId, gatewayId: GATEWAY_ID, name: l.name });
@@ -390,7 +437,12 @@ async function seedDemo(cloud: Cloud, data: string): Promise<Seed> {
     gatewayConfig: {
       gatewayId: GATEWAY_ID,
       keyPairFile,
-      cloud: { url: 'mqtt://replaced-at-start', issuer: p.cloudIssuer, jwks: p.cloudJwks as GatewayConfigInput['cloud']['jwks'], ...(p.mqtt ?? {}) },
+      cloud: {
+        url: 'mqtt://replaced-at-start',
+        issuer: p.cloudIssuer,
+        jwks: p.cloudJwks as GatewayConfigInput['cloud']['jwks'],
+        ...(p.mqtt ?? {}),
+      },
       site: { url: 'mqtt://replaced-at-start', ...newSiteLogin() },
       sqlitePath: join(data, GATEWAY_ID, 'gateway.sqlite'),
       offlineGraceSeconds: p.offlineGraceSeconds,

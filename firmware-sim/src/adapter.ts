@@ -222,7 +222,10 @@ export class SimLock {
     if (!c) return;
     if (c.connected) {
       try {
-        await withTimeout(c.publishAsync(this.#topic('presence'), json({ online: false }), { qos: 1, retain: true }), this.#publishTimeoutMs);
+        await withTimeout(
+          c.publishAsync(this.#topic('presence'), json({ online: false }), { qos: 1, retain: true }),
+          this.#publishTimeoutMs,
+        );
       } catch (e) {
         this.#log.warn({ err: e }, 'could not publish offline presence');
       }
@@ -299,9 +302,12 @@ export class SimLock {
       void this.#step({ type: 'present', requestId, credential }, true);
       const d = await raceTimeout(decision, timeoutMs);
       if (d === null) return { status: 'timeout', requestId, decision: null, command: null, waitedFor: 'decision', bolt: this.bolt };
-      if (!d.allowed || d.commandId === null) return { status: 'decided', requestId, decision: d, command: null, waitedFor: null, bolt: this.bolt };
+      if (!d.allowed || d.commandId === null)
+        return { status: 'decided', requestId, decision: d, command: null, waitedFor: null, bolt: this.bolt };
       const commandId = d.commandId;
-      const c = results.get(commandId) ?? (await raceTimeout(new Promise<CommandOutcome>((resolve) => wanted.set(commandId, resolve)), Math.max(0, deadline - Date.now())));
+      const c =
+        results.get(commandId) ??
+        (await raceTimeout(new Promise<CommandOutcome>((resolve) => wanted.set(commandId, resolve)), Math.max(0, deadline - Date.now())));
       return { status: 'decided', requestId, decision: d, command: c, waitedFor: c ? null : 'command', bolt: this.bolt };
     } finally {
       this.#decisionWaiters.delete(requestId);
@@ -341,7 +347,10 @@ export class SimLock {
     const presence = this.#topic('presence');
     const client = connectMqtt(this.#o.url, {
       ...this.#o.mqtt,
-      ...(this.#o.siteLogin === true && { username: this.lockId, password: siteBrokerPassword(this.#o.secret, this.gatewayId, this.lockId) }),
+      ...(this.#o.siteLogin === true && {
+        username: this.lockId,
+        password: siteBrokerPassword(this.#o.secret, this.gatewayId, this.lockId),
+      }),
       clientId: lockClientId(this.gatewayId, this.lockId),
       // Commands live for seconds: a lock that was away must not execute a backlog, so no persistent session.
       clean: true,
@@ -380,7 +389,10 @@ export class SimLock {
   async #announce(client: MqttClient): Promise<void> {
     if (!this.#lock || this.#stopping) return;
     this.#o.onActivity?.({ type: 'connected' });
-    await Promise.all([this.#send(client, 'presence', json({ online: true }), true), this.#send(client, 'state', json(stateOf(this.#lock)), true)]);
+    await Promise.all([
+      this.#send(client, 'presence', json({ online: true }), true),
+      this.#send(client, 'state', json(stateOf(this.#lock)), true),
+    ]);
   }
 
   #step(i: LockInput, publish: boolean): Promise<readonly LockOutput[]> {
@@ -390,7 +402,8 @@ export class SimLock {
     for (const o of outputs) {
       // The boot before the first connect is announced by the connect itself, not as an output.
       if (publish) this.#o.onActivity?.({ type: 'output', output: o });
-      if (o.kind === 'event' && o.event.kind === 'command_result') this.#recordResult(o.event.commandId, o.event.result, o.event.code, lock.bolt);
+      if (o.kind === 'event' && o.event.kind === 'command_result')
+        this.#recordResult(o.event.commandId, o.event.result, o.event.code, lock.bolt);
     }
     this.#armDeadline();
     if (!publish) return Promise.resolve(outputs);
@@ -416,10 +429,13 @@ export class SimLock {
     if ((this.#o.timers ?? 'auto') !== 'auto' || !this.#lock || this.#stopping) return;
     const at = nextDeadline(this.#lock);
     if (at === null) return;
-    this.#deadlineTimer = setTimeout(() => {
-      this.#deadlineTimer = null;
-      void this.tick();
-    }, Math.max(0, at - this.#clock.now()));
+    this.#deadlineTimer = setTimeout(
+      () => {
+        this.#deadlineTimer = null;
+        void this.tick();
+      },
+      Math.max(0, at - this.#clock.now()),
+    );
   }
 
   #publishOutput(o: LockOutput): Promise<void> {
@@ -486,7 +502,8 @@ export class SimLock {
 
   #onMessage(topic: string, payload: Buffer): void {
     try {
-      const channel: LockChannel | null = topic === this.#topic('command') ? 'command' : topic === this.#topic('decision') ? 'decision' : null;
+      const channel: LockChannel | null =
+        topic === this.#topic('command') ? 'command' : topic === this.#topic('decision') ? 'decision' : null;
       if (channel === null) return;
       this.stats.received += 1;
       const f = rollFault(this.#faults.incoming, channel, this.#random);
@@ -538,7 +555,10 @@ export class SimLock {
  * `malformed_command` (with whatever id could be salvaged) and why it was
  * rejected. Never throws, whatever the bytes.
  */
-export function commandInput(payload: unknown): { readonly input: LockInput; readonly rejected: { readonly code: string; readonly detail: string } | null } {
+export function commandInput(payload: unknown): {
+  readonly input: LockInput;
+  readonly rejected: { readonly code: string; readonly detail: string } | null;
+} {
   const parsed = parsePayload(LockCommand, payload);
   if (parsed.ok) return { input: { type: 'command', command: parsed.value }, rejected: null };
   return { input: { type: 'malformed_command', commandId: commandIdOf(payload) }, rejected: { code: parsed.code, detail: parsed.detail } };
@@ -575,7 +595,10 @@ function raceTimeout<T>(p: Promise<T>, ms: number): Promise<T | null> {
 }
 
 async function withTimeout<T>(p: Promise<T>, ms: number): Promise<T> {
-  const r = await raceTimeout(p.then((v) => ({ v })), ms);
+  const r = await raceTimeout(
+    p.then((v) => ({ v })),
+    ms,
+  );
   if (r === null) throw new Error(`timed out after ${ms} ms`);
   return r.v;
 }

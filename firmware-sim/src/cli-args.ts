@@ -101,7 +101,8 @@ export function parseCli(argv: readonly string[], env: Readonly<Record<string, s
   }
 
   const siteLogin = values['site-login'] ?? false;
-  if (siteLogin && env.MQTT_USERNAME !== undefined) throw new CliError('--site-login: each lock logs in as itself; unset MQTT_USERNAME / MQTT_PASSWORD');
+  if (siteLogin && env.MQTT_USERNAME !== undefined)
+    throw new CliError('--site-login: each lock logs in as itself; unset MQTT_USERNAME / MQTT_PASSWORD');
 
   const present = (values.present ?? []).map((p) => {
     const [lockId, type, ...rest] = p.split(':');
@@ -142,10 +143,12 @@ export function parseSecretsFile(text: string): Record<string, string> {
   } catch (e) {
     throw new CliError(`secrets file is not JSON: ${(e as Error).message}`);
   }
-  if (typeof v !== 'object' || v === null || Array.isArray(v)) throw new CliError('secrets file must be a JSON object {"L1":"<base64url>",...}');
+  if (typeof v !== 'object' || v === null || Array.isArray(v))
+    throw new CliError('secrets file must be a JSON object {"L1":"<base64url>",...}');
   const out: Record<string, string> = {};
   for (const [k, s] of Object.entries(v)) {
-    if (!isSlug(k) || typeof s !== 'string' || !/^[A-Za-z0-9_-]{22,}$/.test(s)) throw new CliError(`secrets file: bad entry for ${JSON.stringify(k)}`);
+    if (!isSlug(k) || typeof s !== 'string' || !/^[A-Za-z0-9_-]{22,}$/.test(s))
+      throw new CliError(`secrets file: bad entry for ${JSON.stringify(k)}`);
     out[k] = s;
   }
   return out;

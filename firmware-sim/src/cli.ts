@@ -70,7 +70,9 @@ async function main(): Promise<number> {
     secrets: given,
     log: createLogger('firmware-sim', { level: process.env.LOG_LEVEL ?? 'warn' }),
     siteLogin: config.siteLogin,
-    ...(config.mqttUsername !== null && { mqtt: { username: config.mqttUsername, ...(config.mqttPassword !== null && { password: config.mqttPassword }) } }),
+    ...(config.mqttUsername !== null && {
+      mqtt: { username: config.mqttUsername, ...(config.mqttPassword !== null && { password: config.mqttPassword }) },
+    }),
     ...(config.doorAjarMs !== null && { lock: { doorAjarMs: config.doorAjarMs } }),
     ...(config.faults !== null && { faults: config.faults }),
     onActivity: (lockId, a) => {
@@ -116,7 +118,9 @@ async function main(): Promise<number> {
       out(`firmware-sim: generated pairing secrets for ${missing.join(' ')} and wrote them to ${config.secretsFile}`);
     }
   } else {
-    out('firmware-sim: pairing secrets were generated for this run only (use --secrets file.json to keep them, --print-secrets to see them)');
+    out(
+      'firmware-sim: pairing secrets were generated for this run only (use --secrets file.json to keep them, --print-secrets to see them)',
+    );
   }
   if (config.printSecrets) for (const [id, s] of Object.entries(secrets)) out(`secret ${id} ${s}`);
   out(`firmware-sim: ready: ${fleet.lockIds.join(' ')}`);
@@ -180,7 +184,10 @@ function repl(fleet: Fleet, onEnd: () => void): void {
         return out(`faults ${lockId} ${JSON.stringify(f)}`);
       }
       case 'status':
-        for (const l of fleet.locks) out(`${l.lockId.padEnd(6)} ${l.connected ? 'online ' : 'offline'} bolt ${l.bolt} door ${l.lock?.door ?? '?'} battery ${l.lock?.battery ?? '?'}%`);
+        for (const l of fleet.locks)
+          out(
+            `${l.lockId.padEnd(6)} ${l.connected ? 'online ' : 'offline'} bolt ${l.bolt} door ${l.lock?.door ?? '?'} battery ${l.lock?.battery ?? '?'}%`,
+          );
         return;
       case 'quit':
       case 'exit':

@@ -52,7 +52,8 @@ export function validateFaults(f: Faults): Faults {
       const v = plan[p];
       if (v !== undefined && !(v >= 0 && v <= 1)) throw new RangeError(`${dir}.${p} must be within 0..1`);
     }
-    if (plan.delayMs !== undefined && !(plan.delayMs >= 0 && Number.isFinite(plan.delayMs))) throw new RangeError(`${dir}.delayMs must be >= 0`);
+    if (plan.delayMs !== undefined && !(plan.delayMs >= 0 && Number.isFinite(plan.delayMs)))
+      throw new RangeError(`${dir}.delayMs must be >= 0`);
   }
   return Object.freeze({ ...f });
 }

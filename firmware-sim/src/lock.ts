@@ -299,7 +299,13 @@ function command(lock: Lock, c: LockCommand, now: number, ids: IdSource, out: Lo
 }
 
 /** Adds an id to the window, first forgetting expired ids; null when it is full of live ids. */
-function remember(seen: ReadonlyMap<string, number>, id: string, expiresAt: number, now: number, capacity: number): ReadonlyMap<string, number> | null {
+function remember(
+  seen: ReadonlyMap<string, number>,
+  id: string,
+  expiresAt: number,
+  now: number,
+  capacity: number,
+): ReadonlyMap<string, number> | null {
   const next = new Map<string, number>();
   for (const [k, exp] of seen) if (exp > now) next.set(k, exp);
   if (next.size >= capacity) return null;

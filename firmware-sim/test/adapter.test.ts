@@ -1,12 +1,23 @@
-import { asLockId, ManualClock, newId, newPairingSecret, signLockCommand, startEmbeddedBroker, topics, type LockEvent } from '@tobira/shared';
+import {
+  asLockId,
+  ManualClock,
+  newId,
+  newPairingSecret,
+  signLockCommand,
+  startEmbeddedBroker,
+  topics,
+  type LockEvent,
+} from '@tobira/shared';
 import { mqttBackends, startMqttBackend, type MqttTestBroker } from '@tobira/shared/testing';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { SimLock } from '../src/adapter.js';
 import { FakeGateway, retainedOf, type Seen } from './fake-gateway.js';
 
-const isEvent = (lockId: string, match: (e: LockEvent) => boolean) => (s: Seen) => s.channel === 'event' && s.lockId === lockId && match(s.value);
+const isEvent = (lockId: string, match: (e: LockEvent) => boolean) => (s: Seen) =>
+  s.channel === 'event' && s.lockId === lockId && match(s.value);
 const isState = (lockId: string, bolt: string) => (s: Seen) => s.channel === 'state' && s.lockId === lockId && s.value.bolt === bolt;
-const isPresence = (lockId: string, online: boolean) => (s: Seen) => s.channel === 'presence' && s.lockId === lockId && s.value.online === online;
+const isPresence = (lockId: string, online: boolean) => (s: Seen) =>
+  s.channel === 'presence' && s.lockId === lockId && s.value.online === online;
 
 describe.each(mqttBackends())('one simulated lock over MQTT (%s)', (backend) => {
   let broker: MqttTestBroker;
@@ -63,7 +74,12 @@ describe.each(mqttBackends())('one simulated lock over MQTT (%s)', (backend) => 
 
     it('a denied credential gets the decision and no command; the bolt stays locked', async () => {
       const r = await lock.present({ type: 'pin', value: '9999' });
-      expect(r).toMatchObject({ status: 'decided', decision: { allowed: false, code: 'UNKNOWN_CREDENTIAL' }, command: null, bolt: 'locked' });
+      expect(r).toMatchObject({
+        status: 'decided',
+        decision: { allowed: false, code: 'UNKNOWN_CREDENTIAL' },
+        command: null,
+        bolt: 'locked',
+      });
     });
   });
 
@@ -104,7 +120,13 @@ describe.each(mqttBackends())('one simulated lock over MQTT (%s)', (backend) => 
     });
 
     it('a command for another lock, signed with its secret, is refused WRONG_LOCK', async () => {
-      const c = signLockCommand(secret, { commandId: newId(), lockId: asLockId('L2'), action: 'unlock', holdMs: 1000, expiresAt: clock.now() + 5000 });
+      const c = signLockCommand(secret, {
+        commandId: newId(),
+        lockId: asLockId('L2'),
+        action: 'unlock',
+        holdMs: 1000,
+        expiresAt: clock.now() + 5000,
+      });
       gw.sendCommand('L1', c);
       expect(await lock.waitForCommand(c.commandId)).toMatchObject({ result: 'refused', code: 'WRONG_LOCK', bolt: 'locked' });
     });
@@ -119,7 +141,16 @@ describe.each(mqttBackends())('one simulated lock over MQTT (%s)', (backend) => 
         'null',
         '[]',
         '{"commandId":"abc"}',
-        JSON.stringify({ ...signLockCommand(secret, { commandId: newId(), lockId: asLockId('L1'), action: 'unlock', holdMs: 1000, expiresAt: clock.now() + 5000 }), extra: 1 }),
+        JSON.stringify({
+          ...signLockCommand(secret, {
+            commandId: newId(),
+            lockId: asLockId('L1'),
+            action: 'unlock',
+            holdMs: 1000,
+            expiresAt: clock.now() + 5000,
+          }),
+          extra: 1,
+        }),
         Buffer.from([0xff, 0xfe, 0x00, 0x7b]),
         '['.repeat(60_000),
         'x'.repeat(70 * 1024),
@@ -128,7 +159,13 @@ describe.each(mqttBackends())('one simulated lock over MQTT (%s)', (backend) => 
       for (const j of junk) gw.publish(decTopic, j);
       await gw.waitFor((s) => s.channel === 'event' && s.value.kind === 'command_result' && s.value.commandId === 'abc');
       // Ordering on one topic: once a later valid command is handled, every junk command before it was too.
-      const ok = signLockCommand(secret, { commandId: newId(), lockId: asLockId('L1'), action: 'lock', holdMs: 0, expiresAt: clock.now() + 5000 });
+      const ok = signLockCommand(secret, {
+        commandId: newId(),
+        lockId: asLockId('L1'),
+        action: 'lock',
+        holdMs: 0,
+        expiresAt: clock.now() + 5000,
+      });
       gw.sendCommand('L1', ok);
       expect(await lock.waitForCommand(ok.commandId)).toMatchObject({ result: 'executed' });
       await gw.waitFor(isEvent('L1', (e) => e.kind === 'command_result' && e.commandId === ok.commandId));
@@ -230,7 +267,15 @@ describe('when the broker drops every connection (aedes)', () => {
     const gw = new FakeGateway(broker.url, gatewayId, () => secret, clock);
     await gw.start();
     const activity: string[] = [];
-    const lock = new SimLock({ url: broker.url, gatewayId, lockId: 'L1', secret, clock, timers: 'manual', onActivity: (a) => activity.push(a.type) });
+    const lock = new SimLock({
+      url: broker.url,
+      gatewayId,
+      lockId: 'L1',
+      secret,
+      clock,
+      timers: 'manual',
+      onActivity: (a) => activity.push(a.type),
+    });
     try {
       await lock.start();
       await gw.waitFor(isPresence('L1', true));

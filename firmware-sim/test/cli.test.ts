@@ -35,7 +35,21 @@ describe('CLI arguments', () => {
   });
 
   it('reads --lock-ids, --present and --faults', () => {
-    const c = parseCli(['-g', 'gw-1', '--lock-ids', 'front,back', '--present', 'front:pin:1234', '--present', 'back:card:A1B2C3', '--faults', '{"incoming":{"drop":0.5}}'], {});
+    const c = parseCli(
+      [
+        '-g',
+        'gw-1',
+        '--lock-ids',
+        'front,back',
+        '--present',
+        'front:pin:1234',
+        '--present',
+        'back:card:A1B2C3',
+        '--faults',
+        '{"incoming":{"drop":0.5}}',
+      ],
+      {},
+    );
     expect(c).toMatchObject({
       lockIds: ['front', 'back'],
       present: [
@@ -75,7 +89,8 @@ describe('CLI arguments', () => {
   it('secrets files must be an object of lock id -> base64url', () => {
     const s = encodeSecret(newPairingSecret());
     expect(parseSecretsFile(JSON.stringify({ L1: s }))).toEqual({ L1: s });
-    for (const bad of ['[]', 'null', '{"L1":5}', '{"a/b":"' + s + '"}', '{"L1":"short"}', 'not json']) expect(() => parseSecretsFile(bad)).toThrow(CliError);
+    for (const bad of ['[]', 'null', '{"L1":5}', '{"a/b":"' + s + '"}', '{"L1":"short"}', 'not json'])
+      expect(() => parseSecretsFile(bad)).toThrow(CliError);
   });
 });
 
@@ -87,11 +102,15 @@ describe.each(mqttBackends())('the CLI as a process (%s)', (backend) => {
     const secretsFile = join(dir, 'secrets.json');
     const known = encodeSecret(newPairingSecret());
     writeFileSync(secretsFile, JSON.stringify({ L1: known }));
-    const child = spawn(process.execPath, ['--import', 'tsx', cli, '--gateway', gatewayId, '--locks', '2', '--mqtt', broker.url, '--secrets', secretsFile], {
-      cwd: root,
-      env: { ...process.env, LOG_LEVEL: 'silent' },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
+    const child = spawn(
+      process.execPath,
+      ['--import', 'tsx', cli, '--gateway', gatewayId, '--locks', '2', '--mqtt', broker.url, '--secrets', secretsFile],
+      {
+        cwd: root,
+        env: { ...process.env, LOG_LEVEL: 'silent' },
+        stdio: ['ignore', 'pipe', 'pipe'],
+      },
+    );
     let stdout = '';
     let stderr = '';
     child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
@@ -137,7 +156,22 @@ describe.each(mqttBackends())('the CLI, interactive (%s)', (backend) => {
     await gw.start();
     const child = spawn(
       process.execPath,
-      ['--import', 'tsx', cli, '-g', gatewayId, '--lock-ids', 'L1', '--mqtt', broker.url, '--secrets', secretsFile, '--present', 'L1:pin:1234', '-i'],
+      [
+        '--import',
+        'tsx',
+        cli,
+        '-g',
+        gatewayId,
+        '--lock-ids',
+        'L1',
+        '--mqtt',
+        broker.url,
+        '--secrets',
+        secretsFile,
+        '--present',
+        'L1:pin:1234',
+        '-i',
+      ],
       { cwd: root, env: { ...process.env, LOG_LEVEL: 'silent' }, stdio: ['pipe', 'pipe', 'pipe'] },
     );
     let stdout = '';

@@ -183,7 +183,11 @@ export class FakeGateway {
 }
 
 /** Reads the retained messages of one lock with a fresh client: what a gateway that starts now would see. */
-export async function retainedOf(url: string, gatewayId: string, lockId: string): Promise<{ presence: Presence | null; state: LockState | null }> {
+export async function retainedOf(
+  url: string,
+  gatewayId: string,
+  lockId: string,
+): Promise<{ presence: Presence | null; state: LockState | null }> {
   const c = connectMqtt(url, { clientId: `probe-${newId().slice(-12)}`, clean: true });
   const out: { presence: Presence | null; state: LockState | null } = { presence: null, state: null };
   try {

@@ -5,7 +5,8 @@ import { lockIds, startFleet, type Fleet } from '../src/fleet.js';
 import { FakeGateway, retainedOf, type Seen } from './fake-gateway.js';
 
 const PIN = { type: 'pin', value: '1234' } as const;
-const isPresence = (lockId: string, online: boolean) => (s: Seen) => s.channel === 'presence' && s.lockId === lockId && s.value.online === online;
+const isPresence = (lockId: string, online: boolean) => (s: Seen) =>
+  s.channel === 'presence' && s.lockId === lockId && s.value.online === online;
 
 describe('lock ids', () => {
   it('a number N means L1..LN', () => {
@@ -46,12 +47,16 @@ describe.each(mqttBackends())('a fleet of simulated locks (%s)', (backend) => {
       expect(Object.keys(secrets)).toEqual(['L1', 'L2', 'L3']);
       expect(new Set(Object.values(secrets)).size).toBe(3);
       for (const id of fleet.lockIds) {
-        expect(await retainedOf(broker.url, gatewayId, id)).toMatchObject({ presence: { online: true }, state: { lockId: id, bolt: 'locked' } });
+        expect(await retainedOf(broker.url, gatewayId, id)).toMatchObject({
+          presence: { online: true },
+          state: { lockId: id, bolt: 'locked' },
+        });
       }
     });
 
     it('each lock opens only with its own secret', async () => {
-      for (const id of fleet.lockIds) expect((await fleet.lock(id).present(PIN)).command).toMatchObject({ result: 'executed', bolt: 'unlocked' });
+      for (const id of fleet.lockIds)
+        expect((await fleet.lock(id).present(PIN)).command).toMatchObject({ result: 'executed', bolt: 'unlocked' });
       const crossed = new FakeGateway(broker.url, gatewayId, () => fleet.secretOf('L1'), clock);
       await gw.stop();
       await crossed.start();
@@ -82,11 +87,16 @@ describe.each(mqttBackends())('a fleet of simulated locks (%s)', (backend) => {
       const r = await fleet.lock('L1').present(PIN);
       expect(r.command).toMatchObject({ result: 'executed' });
       const id = r.command?.commandId;
-      await gw.waitFor((s) => s.channel === 'event' && s.value.kind === 'command_result' && s.value.commandId === id && s.value.code === 'COMMAND_REPLAYED');
-      expect(gw.eventsOf('L1').filter((e) => e.kind === 'command_result' && e.commandId === id).map((e) => (e.kind === 'command_result' ? e.result : null))).toEqual([
-        'executed',
-        'refused',
-      ]);
+      await gw.waitFor(
+        (s) =>
+          s.channel === 'event' && s.value.kind === 'command_result' && s.value.commandId === id && s.value.code === 'COMMAND_REPLAYED',
+      );
+      expect(
+        gw
+          .eventsOf('L1')
+          .filter((e) => e.kind === 'command_result' && e.commandId === id)
+          .map((e) => (e.kind === 'command_result' ? e.result : null)),
+      ).toEqual(['executed', 'refused']);
       expect(fleet.lock('L1').stats.duplicatedIn).toBe(1);
     });
 
@@ -145,7 +155,13 @@ describe.each(mqttBackends())('a fleet with given ids and secrets (%s)', (backen
   it('uses them as given', async () => {
     const broker = await startMqttBackend(backend);
     const secrets = { door_a: encodeSecret(newPairingSecret()), door_b: newPairingSecret() };
-    const fleet = await startFleet({ url: broker.url, gatewayId: `gw-${broker.unique}-given`, locks: ['door_a', 'door_b', 'door_c'], secrets, timers: 'manual' });
+    const fleet = await startFleet({
+      url: broker.url,
+      gatewayId: `gw-${broker.unique}-given`,
+      locks: ['door_a', 'door_b', 'door_c'],
+      secrets,
+      timers: 'manual',
+    });
     try {
       expect(fleet.lockIds).toEqual(['door_a', 'door_b', 'door_c']);
       const out = fleet.secrets();

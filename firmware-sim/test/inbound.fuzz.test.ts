@@ -6,7 +6,13 @@ import { initialLock, lockConfig, onMessage } from '../src/lock.js';
 import { counterIds, T0 } from './helpers.js';
 
 const secret = newPairingSecret();
-const valid = signLockCommand(secret, { commandId: '01900000-0000-7000-8000-000000000301', lockId: asLockId('L1'), action: 'unlock', holdMs: 5000, expiresAt: T0 + 10_000 });
+const valid = signLockCommand(secret, {
+  commandId: '01900000-0000-7000-8000-000000000301',
+  lockId: asLockId('L1'),
+  action: 'unlock',
+  holdMs: 5000,
+  expiresAt: T0 + 10_000,
+});
 
 /** Payloads: raw bytes, strings, any JSON, and the valid command with one field replaced or added. */
 const payload: fc.Arbitrary<unknown> = fc.oneof(

@@ -1,4 +1,13 @@
-import { asLockId, DEFAULT_MAX_COMMAND_TTL_MS, LockEvent, LockRequest, LockState, newPairingSecret, signLockCommand, type LockCommand } from '@tobira/shared';
+import {
+  asLockId,
+  DEFAULT_MAX_COMMAND_TTL_MS,
+  LockEvent,
+  LockRequest,
+  LockState,
+  newPairingSecret,
+  signLockCommand,
+  type LockCommand,
+} from '@tobira/shared';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { initialLock, lockConfig, onMessage, type Lock, type LockInput } from '../src/lock.js';
@@ -25,7 +34,13 @@ type Action =
   | { readonly t: 'other'; readonly input: LockInput };
 
 const action: fc.Arbitrary<Action> = fc.oneof(
-  { weight: 3, arbitrary: fc.record({ t: fc.constant('advance' as const), ms: fc.oneof(fc.integer({ min: 0, max: 3000 }), fc.integer({ min: 0, max: 40_000 })) }) },
+  {
+    weight: 3,
+    arbitrary: fc.record({
+      t: fc.constant('advance' as const),
+      ms: fc.oneof(fc.integer({ min: 0, max: 3000 }), fc.integer({ min: 0, max: 40_000 })),
+    }),
+  },
   {
     weight: 4,
     arbitrary: fc.record({
@@ -110,7 +125,8 @@ function run(actions: readonly Action[]): void {
     lock = step.lock;
 
     for (const o of step.outputs) {
-      const [schema, value] = o.kind === 'state' ? [LockState, o.state] : o.kind === 'event' ? [LockEvent, o.event] : [LockRequest, o.request];
+      const [schema, value] =
+        o.kind === 'state' ? [LockState, o.state] : o.kind === 'event' ? [LockEvent, o.event] : [LockRequest, o.request];
       expect(schema.safeParse(value).success).toBe(true);
     }
 
@@ -155,20 +171,30 @@ describe('lock state machine properties', () => {
 
   it('an exact replay of an accepted command is never executed, however the time moves', () => {
     fc.assert(
-      fc.property(fc.array(fc.integer({ min: 0, max: 40_000 }), { minLength: 1, maxLength: 10 }), fc.integer({ min: 1, max: 30_000 }), (gaps, ttl) => {
-        const ids = counterIds();
-        let now = T0;
-        let lock = onMessage(initialLock(lockConfig({ lockId: asLockId('L1'), secret }), now), { type: 'boot' }, now, ids).lock;
-        const c = signLockCommand(secret, { commandId: idPool[0] ?? '', lockId: asLockId('L1'), action: 'unlock', holdMs: 0, expiresAt: now + ttl });
-        lock = onMessage(lock, { type: 'command', command: c }, now, ids).lock;
-        for (const gap of gaps) {
-          now += gap;
-          const s = onMessage(lock, { type: 'command', command: c }, now, ids);
-          expect(s.outputs.find((o) => o.kind === 'event')).toMatchObject({ event: { result: 'refused' } });
-          lock = s.lock;
-          expect(lock.bolt).not.toBe('unlocked');
-        }
-      }),
+      fc.property(
+        fc.array(fc.integer({ min: 0, max: 40_000 }), { minLength: 1, maxLength: 10 }),
+        fc.integer({ min: 1, max: 30_000 }),
+        (gaps, ttl) => {
+          const ids = counterIds();
+          let now = T0;
+          let lock = onMessage(initialLock(lockConfig({ lockId: asLockId('L1'), secret }), now), { type: 'boot' }, now, ids).lock;
+          const c = signLockCommand(secret, {
+            commandId: idPool[0] ?? '',
+            lockId: asLockId('L1'),
+            action: 'unlock',
+            holdMs: 0,
+            expiresAt: now + ttl,
+          });
+          lock = onMessage(lock, { type: 'command', command: c }, now, ids).lock;
+          for (const gap of gaps) {
+            now += gap;
+            const s = onMessage(lock, { type: 'command', command: c }, now, ids);
+            expect(s.outputs.find((o) => o.kind === 'event')).toMatchObject({ event: { result: 'refused' } });
+            lock = s.lock;
+            expect(lock.bolt).not.toBe('unlocked');
+          }
+        },
+      ),
     );
   });
 });

@@ -51,7 +51,9 @@ describe('when locked and a valid command arrives', () => {
     const s = step(booted(), cmd(c));
     expect(s.lock.bolt).toBe('unlocked');
     expect(states(s.outputs)).toEqual([expect.objectContaining({ bolt: 'unlocked', lastCommandId: c.commandId })]);
-    expect(events(s.outputs)).toEqual([expect.objectContaining({ kind: 'command_result', commandId: c.commandId, result: 'executed', code: null })]);
+    expect(events(s.outputs)).toEqual([
+      expect.objectContaining({ kind: 'command_result', commandId: c.commandId, result: 'executed', code: null }),
+    ]);
   });
 
   it('it relocks by itself exactly when holdMs has passed, not before', () => {
@@ -116,7 +118,9 @@ describe('when a command is not valid the bolt never moves', () => {
   it('a malformed command is refused with MALFORMED_COMMAND', () => {
     const s = step(booted(), { type: 'malformed_command', commandId: 'x'.repeat(100) });
     expect(s.lock.bolt).toBe('locked');
-    expect(events(s.outputs)).toEqual([expect.objectContaining({ result: 'refused', code: 'MALFORMED_COMMAND', commandId: 'x'.repeat(64) })]);
+    expect(events(s.outputs)).toEqual([
+      expect.objectContaining({ result: 'refused', code: 'MALFORMED_COMMAND', commandId: 'x'.repeat(64) }),
+    ]);
   });
 
   it('an expired id is forgotten but still never accepted again (it is expired)', () => {

@@ -75,7 +75,12 @@ async function main() {
   await waitConnected(cloud);
   await cloud.subscribeAsync(topics.gatewayUp(gatewayId), { qos: 1 });
   const send = async (draft: Record<string, unknown>) => {
-    const { token } = await signMessage<DownlinkMessage>(cloudKey, 'tobira-cloud', { aud: gatewayId, cid: newCorrelationId(), ...draft } as never, systemClock);
+    const { token } = await signMessage<DownlinkMessage>(
+      cloudKey,
+      'tobira-cloud',
+      { aud: gatewayId, cid: newCorrelationId(), ...draft } as never,
+      systemClock,
+    );
     await cloud.publishAsync(topics.gatewayDown(gatewayId), token, { qos: 1 });
   };
   const now = Date.now();
@@ -127,7 +132,11 @@ async function main() {
     const requestId = `bench-${n++}`;
     const done = new Promise<number>((resolve) => waiting.set(requestId, resolve));
     const t0 = performance.now();
-    await lock.publishAsync(topics.lock(gatewayId, 'lock-1', 'request'), JSON.stringify({ requestId, credential: { type: 'pin', value: PIN }, at: Date.now() }), { qos: 1 });
+    await lock.publishAsync(
+      topics.lock(gatewayId, 'lock-1', 'request'),
+      JSON.stringify({ requestId, credential: { type: 'pin', value: PIN }, at: Date.now() }),
+      { qos: 1 },
+    );
     const t1 = await done;
     waiting.delete(requestId);
     return t1 - t0;
@@ -153,9 +162,15 @@ async function main() {
   concurrent.sort((a, b) => a - b);
 
   const f = (x: number) => x.toFixed(2);
-  console.log(`tobira gateway access path (request -> unlock command on the site broker), SQLite WAL synchronous=FULL, embedded aedes, Node ${process.version}`);
-  console.log(`sequential (1 in flight, ${sequential.length} requests): p50 ${f(pct(sequential, 50))} ms  p99 ${f(pct(sequential, 99))} ms  => ${(1000 / (sequential.reduce((a, b) => a + b, 0) / sequential.length)).toFixed(0)} decisions/s`);
-  console.log(`concurrent (${CONCURRENCY} in flight, ${REQUESTS} requests): ${(REQUESTS / elapsed).toFixed(0)} decisions/s  p50 ${f(pct(concurrent, 50))} ms  p99 ${f(pct(concurrent, 99))} ms`);
+  console.log(
+    `tobira gateway access path (request -> unlock command on the site broker), SQLite WAL synchronous=FULL, embedded aedes, Node ${process.version}`,
+  );
+  console.log(
+    `sequential (1 in flight, ${sequential.length} requests): p50 ${f(pct(sequential, 50))} ms  p99 ${f(pct(sequential, 99))} ms  => ${(1000 / (sequential.reduce((a, b) => a + b, 0) / sequential.length)).toFixed(0)} decisions/s`,
+  );
+  console.log(
+    `concurrent (${CONCURRENCY} in flight, ${REQUESTS} requests): ${(REQUESTS / elapsed).toFixed(0)} decisions/s  p50 ${f(pct(concurrent, 50))} ms  p99 ${f(pct(concurrent, 99))} ms`,
+  );
   console.log(`access log rows: ${gw.store.accessLog(1_000_000).length}, outbox pending: ${gw.store.outboxDepth()}`);
 
   await lock.endAsync(true);

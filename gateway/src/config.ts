@@ -31,19 +31,25 @@ const Broker = z.strictObject({
 const TimeZone = z
   .string()
   .max(64)
-  .refine((tz) => {
-    try {
-      new Intl.DateTimeFormat(undefined, { timeZone: tz });
-      return true;
-    } catch {
-      return false;
-    }
-  }, { error: (iss) => `unknown time zone ${JSON.stringify(iss.input)}: expected an IANA name such as Asia/Tokyo` });
+  .refine(
+    (tz) => {
+      try {
+        new Intl.DateTimeFormat(undefined, { timeZone: tz });
+        return true;
+      } catch {
+        return false;
+      }
+    },
+    { error: (iss) => `unknown time zone ${JSON.stringify(iss.input)}: expected an IANA name such as Asia/Tokyo` },
+  );
 
 /** A Host header value to accept: a DNS name, an IPv4 address or a bracketed IPv6 address, optionally with `:port`. */
 const HostName = z
   .string()
-  .regex(/^(?:[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?|\[[0-9A-Fa-f:.]{2,45}\])(?::\d{1,5})?$/, 'a host name, IPv4 address or [IPv6] address, optionally with :port')
+  .regex(
+    /^(?:[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?|\[[0-9A-Fa-f:.]{2,45}\])(?::\d{1,5})?$/,
+    'a host name, IPv4 address or [IPv6] address, optionally with :port',
+  )
   .transform((h) => h.toLowerCase());
 
 const Jwk = z.looseObject({ kty: z.literal('OKP'), crv: z.literal('Ed25519'), x: z.string(), kid: z.string() });
@@ -59,20 +65,39 @@ export const GatewayConfig = z.strictObject({
   site: Broker,
   sqlitePath: z.string().min(1),
   offlineGraceSeconds: z.int().min(0).default(300),
-  locks: z.array(z.strictObject({ lockId: LockId, doorId: DoorId, pairingSecret: Secret })).max(256).default([]),
+  locks: z
+    .array(z.strictObject({ lockId: LockId, doorId: DoorId, pairingSecret: Secret }))
+    .max(256)
+    .default([]),
   credentialPepper: Secret,
-  lockout: z.strictObject({ limit: z.int().min(0).default(5), cooldownSeconds: z.int().min(1).default(60) }).default({ limit: 5, cooldownSeconds: 60 }),
+  lockout: z
+    .strictObject({ limit: z.int().min(0).default(5), cooldownSeconds: z.int().min(1).default(60) })
+    .default({ limit: 5, cooldownSeconds: 60 }),
   /** Wrong credentials of one type across all locks (guessing spread over doors); limit 0 = off. */
   siteLockout: z
-    .strictObject({ limit: z.int().min(0).default(20), windowSeconds: z.int().min(1).default(600), cooldownSeconds: z.int().min(1).default(300) })
+    .strictObject({
+      limit: z.int().min(0).default(20),
+      windowSeconds: z.int().min(1).default(600),
+      cooldownSeconds: z.int().min(1).default(300),
+    })
     .default({ limit: 20, windowSeconds: 600, cooldownSeconds: 300 }),
   /** Per-lock token bucket, applied before anything is written; a person at a keypad never comes near it. */
-  requestRate: z.strictObject({ burst: z.int().min(1).default(10), perSecond: z.number().positive().max(1000).default(1) }).default({ burst: 10, perSecond: 1 }),
+  requestRate: z
+    .strictObject({ burst: z.int().min(1).default(10), perSecond: z.number().positive().max(1000).default(1) })
+    .default({ burst: 10, perSecond: 1 }),
   /** access_log retention (hourly purge); rows the cloud does not have yet are never pruned. */
-  accessLog: z.strictObject({ maxAgeDays: z.int().min(1).default(30), maxRows: z.int().min(1).default(100_000) }).default({ maxAgeDays: 30, maxRows: 100_000 }),
+  accessLog: z
+    .strictObject({ maxAgeDays: z.int().min(1).default(30), maxRows: z.int().min(1).default(100_000) })
+    .default({ maxAgeDays: 30, maxRows: 100_000 }),
   /** Free space the data folder's file system must keep; below it only offline-capable keys open (STORAGE_FULL). */
   storage: z
-    .strictObject({ minFreeBytes: z.int().min(0).default(256 * 1024 * 1024), checkIntervalMs: z.int().min(1000).default(30_000) })
+    .strictObject({
+      minFreeBytes: z
+        .int()
+        .min(0)
+        .default(256 * 1024 * 1024),
+      checkIntervalMs: z.int().min(1000).default(30_000),
+    })
     .default({ minFreeBytes: 256 * 1024 * 1024, checkIntervalMs: 30_000 }),
   http: z
     .strictObject({
@@ -168,7 +193,11 @@ export function loadConfig(opts: { file?: string | undefined; env?: Env } = {}):
   num('TOBIRA_HTTP_PORT', ['http', 'port']);
   str('TOBIRA_HTTP_HOST', ['http', 'host']);
   const hosts = env.TOBIRA_HTTP_ALLOWED_HOSTS;
-  if (hosts !== undefined && hosts !== '') set(['http', 'allowedHosts'], hosts.split(',').map((h) => h.trim()));
+  if (hosts !== undefined && hosts !== '')
+    set(
+      ['http', 'allowedHosts'],
+      hosts.split(',').map((h) => h.trim()),
+    );
   const jwks = env.TOBIRA_CLOUD_JWKS;
   if (jwks !== undefined && jwks !== '') set(['cloud', 'jwks'], JSON.parse(jwks) as unknown);
   return parseConfig(raw);

@@ -95,7 +95,7 @@ const DAY = 24 * 3600 * 1000;
 /** Constructs a gateway; does nothing until `start()`. */
 export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Gateway {
   const clock = deps.clock ?? systemClock;
-  const time = new TrustedTime(clock, deps.monotonic ?? (deps.clock ?? monotonicClock));
+  const time = new TrustedTime(clock, deps.monotonic ?? deps.clock ?? monotonicClock);
   const log = (deps.log ?? createLogger('gateway')).child({ gatewayId: config.gatewayId });
   // Lifecycle lines (start, stop, periodic work) carry the cid of this run of the daemon.
   const runLog = withCorrelation(log, newCorrelationId());
@@ -163,7 +163,9 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
       );
       store = s;
       const dataDir = config.sqlitePath === ':memory:' ? process.cwd() : dirname(resolve(config.sqlitePath));
-      const guard = new StorageGuard(dataDir, config.storage.minFreeBytes, deps.freeSpace ?? statfsFreeBytes, runLog, () => nowOf({ store: s, time }));
+      const guard = new StorageGuard(dataDir, config.storage.minFreeBytes, deps.freeSpace ?? statfsFreeBytes, runLog, () =>
+        nowOf({ store: s, time }),
+      );
       storage = guard;
       // Before the first request is decided: a gateway started on a full disk starts refusing.
       await guard.check();
@@ -175,12 +177,26 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
       const signingKey = await importSigningKey(pair.privateJwk);
       const cloudKeys = await KeySet.fromJwks(config.cloud.jwks);
 
-      const base: AppContext = { gatewayId: config.gatewayId, store: s, time, log, metrics, crash: deps.crash ?? noCrash, outboxWritten: () => uplink?.wake() };
+      const base: AppContext = {
+        gatewayId: config.gatewayId,
+        store: s,
+        time,
+        log,
+        metrics,
+        crash: deps.crash ?? noCrash,
+        outboxWritten: () => uplink?.wake(),
+      };
       const upDeps: UplinkDeps = { ...base, link: () => cloud, signingKey, cloudIssuer: config.cloud.issuer, batchSize: 100 };
       uplink = new UplinkSender(upDeps);
       const ad: ApplyDeps = {
         ...base,
-        options: { offlineGraceSeconds: config.offlineGraceSeconds, maxAttempts: config.inboxMaxAttempts, claimLeaseMs: config.inboxClaimLeaseMs, resyncIntervalMs: config.resyncIntervalMs, uplinkAckTimeoutMs: config.uplinkAckTimeoutMs },
+        options: {
+          offlineGraceSeconds: config.offlineGraceSeconds,
+          maxAttempts: config.inboxMaxAttempts,
+          claimLeaseMs: config.inboxClaimLeaseMs,
+          resyncIntervalMs: config.resyncIntervalMs,
+          uplinkAckTimeoutMs: config.uplinkAckTimeoutMs,
+        },
         resyncThrottle: { lastMono: Number.NEGATIVE_INFINITY },
         requestResync: (reason, seq, cid) => sendResyncRequest(upDeps, reason, seq, cid),
         ...(deps.beforeApply ? { beforeApply: deps.beforeApply } : {}),
@@ -216,7 +232,11 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
       let firstConnect = true;
       cloud = connectCloudLink(
         config.cloud,
-        { clientId: gatewayCloudClientId(config.gatewayId), downTopic: topics.gatewayDown(config.gatewayId), presenceTopic: topics.gatewayPresence(config.gatewayId) },
+        {
+          clientId: gatewayCloudClientId(config.gatewayId),
+          downTopic: topics.gatewayDown(config.gatewayId),
+          presenceTopic: topics.gatewayPresence(config.gatewayId),
+        },
         {
           onDownlink: async (topic, payload) => {
             await receiveDownlink(downDeps, topic, payload);
@@ -314,7 +334,9 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
         }
       }
       if (cloud?.connected && !opts.force) {
-        await cloud.publish(topics.gatewayPresence(config.gatewayId), JSON.stringify({ online: false }), { qos: 1, retain: true }).catch(() => {});
+        await cloud
+          .publish(topics.gatewayPresence(config.gatewayId), JSON.stringify({ online: false }), { qos: 1, retain: true })
+          .catch(() => {});
       }
       const force = opts.force ?? false;
       await Promise.all([cloud?.end(force || !cloud.connected), site?.end(force || !site.connected), http?.close()]);
@@ -324,7 +346,15 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
   };
 
   function ctx(): AppContext {
-    return { gatewayId: config.gatewayId, store: need(store), time, log, metrics, crash: deps.crash ?? noCrash, outboxWritten: () => uplink?.wake() };
+    return {
+      gatewayId: config.gatewayId,
+      store: need(store),
+      time,
+      log,
+      metrics,
+      crash: deps.crash ?? noCrash,
+      outboxWritten: () => uplink?.wake(),
+    };
   }
   return gw;
 }

@@ -4,4 +4,14 @@ export { CRASH_POINTS, type CrashPoint, crashHookFromEnv } from './app/context.j
 export { decide } from './domain/decide.js';
 export { openDatabase, migrate } from './adapters/sqlite/db.js';
 export { GatewayStore } from './adapters/sqlite/store.js';
-export { LOCK_DOWNLINK_CHANNELS, LOCK_UPLINK_CHANNELS, mosquittoPasswordHash, mosquittoSiteFiles, siteAcl, siteBrokerHooks, siteLogins, type SiteAccount, type SiteAccountsConfig } from './adapters/mqtt/site-broker.js';
+export {
+  LOCK_DOWNLINK_CHANNELS,
+  LOCK_UPLINK_CHANNELS,
+  mosquittoPasswordHash,
+  mosquittoSiteFiles,
+  siteAcl,
+  siteBrokerHooks,
+  siteLogins,
+  type SiteAccount,
+  type SiteAccountsConfig,
+} from './adapters/mqtt/site-broker.js';

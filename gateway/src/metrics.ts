@@ -28,22 +28,84 @@ export function createMetrics(defaults = false): Metrics & { bind(src: MetricSou
   let src: MetricSources | null = null;
   const m = {
     registry,
-    decisions: new Counter({ name: 'tobira_gateway_decisions_total', help: 'Door decisions by code.', labelNames: ['code'] as const, registers: [registry] }),
-    rejected: new Counter({ name: 'tobira_gateway_downlink_rejected_total', help: 'Downlink messages refused by verification, by code.', labelNames: ['code'] as const, registers: [registry] }),
-    applied: new Counter({ name: 'tobira_gateway_inbox_applied_total', help: 'Inbox messages applied, by type and result.', labelNames: ['type', 'result'] as const, registers: [registry] }),
-    applyFailures: new Counter({ name: 'tobira_gateway_inbox_apply_failures_total', help: 'Failed apply attempts.', registers: [registry] }),
-    seqConflicts: new Counter({ name: 'tobira_gateway_seq_conflicts_total', help: 'Messages for a seq already applied under another id (the cloud history differs; the site fails closed until a snapshot).', registers: [registry] }),
-    outboxRefused: new Counter({ name: 'tobira_gateway_outbox_refused_total', help: 'Non-essential uplink rows refused because the outbox was full.', labelNames: ['type'] as const, registers: [registry] }),
-    uplinkSent: new Counter({ name: 'tobira_gateway_uplink_sent_total', help: 'Uplink messages acked by the cloud broker.', registers: [registry] }),
-    uplinkResent: new Counter({ name: 'tobira_gateway_uplink_resent_total', help: 'Uplink messages sent again because the cloud had not acknowledged applying them in time.', registers: [registry] }),
-    lockMessagesRefused: new Counter({ name: 'tobira_gateway_lock_messages_refused_total', help: 'Site-broker messages refused, by channel and code.', labelNames: ['channel', 'code'] as const, registers: [registry] }),
+    decisions: new Counter({
+      name: 'tobira_gateway_decisions_total',
+      help: 'Door decisions by code.',
+      labelNames: ['code'] as const,
+      registers: [registry],
+    }),
+    rejected: new Counter({
+      name: 'tobira_gateway_downlink_rejected_total',
+      help: 'Downlink messages refused by verification, by code.',
+      labelNames: ['code'] as const,
+      registers: [registry],
+    }),
+    applied: new Counter({
+      name: 'tobira_gateway_inbox_applied_total',
+      help: 'Inbox messages applied, by type and result.',
+      labelNames: ['type', 'result'] as const,
+      registers: [registry],
+    }),
+    applyFailures: new Counter({
+      name: 'tobira_gateway_inbox_apply_failures_total',
+      help: 'Failed apply attempts.',
+      registers: [registry],
+    }),
+    seqConflicts: new Counter({
+      name: 'tobira_gateway_seq_conflicts_total',
+      help: 'Messages for a seq already applied under another id (the cloud history differs; the site fails closed until a snapshot).',
+      registers: [registry],
+    }),
+    outboxRefused: new Counter({
+      name: 'tobira_gateway_outbox_refused_total',
+      help: 'Non-essential uplink rows refused because the outbox was full.',
+      labelNames: ['type'] as const,
+      registers: [registry],
+    }),
+    uplinkSent: new Counter({
+      name: 'tobira_gateway_uplink_sent_total',
+      help: 'Uplink messages acked by the cloud broker.',
+      registers: [registry],
+    }),
+    uplinkResent: new Counter({
+      name: 'tobira_gateway_uplink_resent_total',
+      help: 'Uplink messages sent again because the cloud had not acknowledged applying them in time.',
+      registers: [registry],
+    }),
+    lockMessagesRefused: new Counter({
+      name: 'tobira_gateway_lock_messages_refused_total',
+      help: 'Site-broker messages refused, by channel and code.',
+      labelNames: ['channel', 'code'] as const,
+      registers: [registry],
+    }),
     bind(s: MetricSources) {
       src = s;
     },
   };
-  new Gauge({ name: 'tobira_gateway_inbox_depth', help: 'Pending inbox rows.', registers: [registry], collect() { if (src) this.set(src.inboxDepth()); } });
-  new Gauge({ name: 'tobira_gateway_outbox_depth', help: 'Pending outbox rows.', registers: [registry], collect() { if (src) this.set(src.outboxDepth()); } });
-  new Gauge({ name: 'tobira_gateway_lease_remaining_seconds', help: 'Seconds left on the freshness lease (0: failing closed).', registers: [registry], collect() { if (src) this.set(src.leaseRemainingSeconds()); } });
+  new Gauge({
+    name: 'tobira_gateway_inbox_depth',
+    help: 'Pending inbox rows.',
+    registers: [registry],
+    collect() {
+      if (src) this.set(src.inboxDepth());
+    },
+  });
+  new Gauge({
+    name: 'tobira_gateway_outbox_depth',
+    help: 'Pending outbox rows.',
+    registers: [registry],
+    collect() {
+      if (src) this.set(src.outboxDepth());
+    },
+  });
+  new Gauge({
+    name: 'tobira_gateway_lease_remaining_seconds',
+    help: 'Seconds left on the freshness lease (0: failing closed).',
+    registers: [registry],
+    collect() {
+      if (src) this.set(src.leaseRemainingSeconds());
+    },
+  });
   new Gauge({
     name: 'tobira_gateway_storage_low',
     help: 'Data folder below its free-disk headroom (1: ordinary keys refused STORAGE_FULL).',

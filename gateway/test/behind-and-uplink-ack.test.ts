@@ -16,7 +16,10 @@ describe.each(mqttBackends())('a gateway behind the cloud, and uplinks the cloud
     await broker.stop();
   });
   const status = async (s: Running) =>
-    (await (await fetch(`${s.gw.httpUrl!}/staff/status`, { headers: { authorization: `Bearer ${STAFF_TOKEN}` } })).json()) as Record<string, unknown>;
+    (await (await fetch(`${s.gw.httpUrl!}/staff/status`, { headers: { authorization: `Bearer ${STAFF_TOKEN}` } })).json()) as Record<
+      string,
+      unknown
+    >;
 
   describe('when a heartbeat names a seq the gateway never got (a revoke stuck in the cloud)', () => {
     it('does not renew the lease, asks for it, fails closed with BEHIND_CLOUD when the lease runs out, and denies the key once the revoke arrives', async () => {
@@ -42,7 +45,10 @@ describe.each(mqttBackends())('a gateway behind the cloud, and uplinks the cloud
 
       await s.cloud.revoke('key-1', 2, 2);
       await s.cloud.heartbeat(2);
-      await waitFor(() => s.gw.store.settings().appliedSeq === 2 && (s.gw.store.settings().leaseExpiresAt ?? 0) > s.f.clock.now(), 'caught up and fresh');
+      await waitFor(
+        () => s.gw.store.settings().appliedSeq === 2 && (s.gw.store.settings().leaseExpiresAt ?? 0) > s.f.clock.now(),
+        'caught up and fresh',
+      );
       expect((await s.lock.present(PIN)).code).toBe('KEY_REVOKED');
       expect((await status(s)).failClosedReason).toBe(null);
     });
@@ -70,7 +76,10 @@ describe.each(mqttBackends())('a gateway behind the cloud, and uplinks the cloud
       expect(s.gw.store.outboxUnacked()).toBeGreaterThan(0);
 
       // The cloud has applied everything before the event, not the event (say the broker lost it).
-      const before = s.cloud.uplink.filter((m) => m.type !== 'resync.request' && m.seq < event.seq).sort((a, b) => ('seq' in a && 'seq' in b ? a.seq - b.seq : 0)).at(-1)!;
+      const before = s.cloud.uplink
+        .filter((m) => m.type !== 'resync.request' && m.seq < event.seq)
+        .sort((a, b) => ('seq' in a && 'seq' in b ? a.seq - b.seq : 0))
+        .at(-1)!;
       expect('seq' in before).toBe(true);
       const ackBefore = { seq: (before as { seq: number }).seq, jti: before.jti };
       await s.cloud.heartbeat(1, ackBefore);
@@ -81,14 +90,22 @@ describe.each(mqttBackends())('a gateway behind the cloud, and uplinks the cloud
       s.f.clock.advance(6_000); // overdue
       await s.cloud.heartbeat(1, ackBefore);
       const claims = (t: string) => JSON.parse(Buffer.from(t.split('.')[1]!, 'base64url').toString()) as { jti: string; seq: number };
-      const resent = await waitFor(() => s.cloud.rawUplink.slice(n).map(claims).find((c) => c.jti === event.jti), 'the event sent again');
+      const resent = await waitFor(
+        () =>
+          s.cloud.rawUplink
+            .slice(n)
+            .map(claims)
+            .find((c) => c.jti === event.jti),
+        'the event sent again',
+      );
       expect(resent.seq).toBe(event.seq);
       expect(await s.gw.metrics.registry.getSingleMetricAsString('tobira_gateway_uplink_resent_total')).toMatch(/ [1-9]/);
 
       // Now the cloud has it: acknowledged, kept no longer than retention.
       const last = s.gw.store.db.prepare('SELECT seq, jti FROM outbox ORDER BY seq DESC LIMIT 1').get() as { seq: number; jti: string };
       await s.cloud.heartbeat(1, last);
-      const unackedUpTo = (seq: number) => (s.gw.store.db.prepare('SELECT count(*) AS n FROM outbox WHERE seq <= ? AND acked_at IS NULL').get(seq) as { n: number }).n;
+      const unackedUpTo = (seq: number) =>
+        (s.gw.store.db.prepare('SELECT count(*) AS n FROM outbox WHERE seq <= ? AND acked_at IS NULL').get(seq) as { n: number }).n;
       await waitFor(() => unackedUpTo(last.seq) === 0, 'everything up to it acknowledged');
       // (only the ack of that very heartbeat may still wait for the next one)
       expect(await status(s)).toMatchObject({ uplinkAckedSeq: last.seq, uplinkUnacked: expect.toBeOneOf([0, 1]) });

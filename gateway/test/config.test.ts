@@ -31,7 +31,12 @@ describe('config', () => {
     const file = join(dir, 'gateway.json');
     writeFileSync(file, JSON.stringify(await minimal()));
     const c = loadConfig({ file, env: { TOBIRA_OFFLINE_GRACE_SECONDS: '60', TOBIRA_STAFF_TOKEN: 'a-long-enough-staff-token' } });
-    expect(c).toMatchObject({ offlineGraceSeconds: 60, staffToken: 'a-long-enough-staff-token', keyPairFile: join(dir, 'key.json'), sqlitePath: join(dir, 'gw.sqlite') });
+    expect(c).toMatchObject({
+      offlineGraceSeconds: 60,
+      staffToken: 'a-long-enough-staff-token',
+      keyPairFile: join(dir, 'key.json'),
+      sqlitePath: join(dir, 'gw.sqlite'),
+    });
     expect(c.cloud.issuer).toBe('tobira-cloud');
     expect(c.lockout).toEqual({ limit: 5, cooldownSeconds: 60 });
     expect(c.siteLockout).toEqual({ limit: 20, windowSeconds: 600, cooldownSeconds: 300 });
@@ -64,7 +69,9 @@ describe('config', () => {
 
     it('refuses a zone the runtime does not know, naming the field and the value', async () => {
       const m = await minimal();
-      expect(() => parseConfig({ ...m, timeZone: 'Mars/Olympus' })).toThrow('invalid gateway config: timeZone: unknown time zone "Mars/Olympus": expected an IANA name such as Asia/Tokyo');
+      expect(() => parseConfig({ ...m, timeZone: 'Mars/Olympus' })).toThrow(
+        'invalid gateway config: timeZone: unknown time zone "Mars/Olympus": expected an IANA name such as Asia/Tokyo',
+      );
       expect(() => parseConfig({ ...m, timeZone: '' })).toThrow(/timeZone: unknown time zone ""/);
       expect(() => parseConfig({ ...m, timeZone: 9 })).toThrow(/timeZone/);
     });
@@ -76,7 +83,9 @@ describe('config', () => {
       writeFileSync(file, JSON.stringify({ ...(await minimal()), timeZone: 'Europe/Lisbon' }));
       expect(loadConfig({ file, env: {} }).timeZone).toBe('Europe/Lisbon');
       expect(loadConfig({ file, env: { TOBIRA_SITE_TIME_ZONE: 'Asia/Tokyo' } }).timeZone).toBe('Asia/Tokyo');
-      expect(() => loadConfig({ file, env: { TOBIRA_SITE_TIME_ZONE: 'Mars/Olympus' } })).toThrow(/timeZone: unknown time zone "Mars\/Olympus"/);
+      expect(() => loadConfig({ file, env: { TOBIRA_SITE_TIME_ZONE: 'Mars/Olympus' } })).toThrow(
+        /timeZone: unknown time zone "Mars\/Olympus"/,
+      );
     });
   });
 
@@ -94,7 +103,13 @@ describe('config', () => {
       dirs.push(dir);
       const file = join(dir, 'gateway.json');
       writeFileSync(file, JSON.stringify(await minimal()));
-      const c = loadConfig({ file, env: { TOBIRA_METRICS_TOKEN: 'a-long-enough-metrics-token', TOBIRA_HTTP_ALLOWED_HOSTS: 'Gateway.Site.Example, 192.168.1.5:8080,[fe80::1]' } });
+      const c = loadConfig({
+        file,
+        env: {
+          TOBIRA_METRICS_TOKEN: 'a-long-enough-metrics-token',
+          TOBIRA_HTTP_ALLOWED_HOSTS: 'Gateway.Site.Example, 192.168.1.5:8080,[fe80::1]',
+        },
+      });
       expect(c.metricsToken).toBe('a-long-enough-metrics-token');
       expect(c.http?.allowedHosts).toEqual(['gateway.site.example', '192.168.1.5:8080', '[fe80::1]']);
       const m = await minimal();
@@ -111,8 +126,21 @@ describe('config', () => {
   });
 
   it('refuses staff actions when no staff token is configured', async () => {
-    const app = buildApp({ registry: createMetrics().registry, staffToken: undefined, log: pino({ level: 'silent' }), staff: {} as never, setMode: () => ({ mode: 'lockdown', changed: true }), ackAlarm: () => ({ status: 'refused', code: 'ALARM_NOT_FOUND' }), health: () => ({}) as never });
-    const r = await app.inject({ method: 'POST', url: '/staff/mode', payload: { mode: 'lockdown' }, headers: { authorization: 'Bearer anything-at-all-here' } });
+    const app = buildApp({
+      registry: createMetrics().registry,
+      staffToken: undefined,
+      log: pino({ level: 'silent' }),
+      staff: {} as never,
+      setMode: () => ({ mode: 'lockdown', changed: true }),
+      ackAlarm: () => ({ status: 'refused', code: 'ALARM_NOT_FOUND' }),
+      health: () => ({}) as never,
+    });
+    const r = await app.inject({
+      method: 'POST',
+      url: '/staff/mode',
+      payload: { mode: 'lockdown' },
+      headers: { authorization: 'Bearer anything-at-all-here' },
+    });
     expect(r.statusCode).toBe(503);
     expect(r.json()).toEqual({ code: 'STAFF_AUTH_NOT_CONFIGURED' });
     await app.close();

@@ -19,7 +19,11 @@ class Daemon {
   /** Starts it; resolves when it logged ready (or, with a crash point hit at startup, when it died). */
   start(crashAt?: CrashPoint): Promise<'ready' | 'died'> {
     const env = { ...process.env, LOG_LEVEL: 'info', TOBIRA_CRASH_AT: crashAt ?? '' };
-    const child = spawn(process.execPath, ['--import', 'tsx', 'gateway/src/main.ts', '--config', this.configFile], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, ['--import', 'tsx', 'gateway/src/main.ts', '--config', this.configFile], {
+      cwd: ROOT,
+      env,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     this.#child = child;
     this.#exit = new Promise((resolve) => child.once('exit', (code, signal) => resolve({ code, signal })));
     return new Promise((resolve) => {
@@ -48,7 +52,11 @@ function readDb(f: SiteFixture) {
   const db = new Database(f.config.sqlitePath, { readonly: true });
   try {
     return {
-      access: db.prepare('SELECT request_id, code, command_id FROM access_log ORDER BY id').all() as { request_id: string; code: string; command_id: string | null }[],
+      access: db.prepare('SELECT request_id, code, command_id FROM access_log ORDER BY id').all() as {
+        request_id: string;
+        code: string;
+        command_id: string | null;
+      }[],
       keys: db.prepare('SELECT key_id, version, status FROM keys').all(),
       inbox: db.prepare('SELECT type, seq, status FROM inbox ORDER BY id').all(),
     };
@@ -145,7 +153,8 @@ describe.each(mqttBackends())('kill -9 at each crash point and restart (broker: 
     expect(retried.commandId).toBe(db.access[1]!.command_id);
     // The cloud deduplicates by jti: count distinct events per request.
     const byRequest = new Map<string, Set<string>>();
-    for (const e of cloud.ofType('access.event')) byRequest.set(e.body.requestId, (byRequest.get(e.body.requestId) ?? new Set()).add(e.body.eventId));
+    for (const e of cloud.ofType('access.event'))
+      byRequest.set(e.body.requestId, (byRequest.get(e.body.requestId) ?? new Set()).add(e.body.eventId));
     expect([...byRequest.entries()].map(([r, s]) => [r, s.size])).toEqual([
       ['req-ok', 1],
       ['req-crash', 1],

@@ -9,7 +9,9 @@ import { fullBucket, takeToken, type Bucket } from '@tobira/shared';
 import { inSchedule } from '../src/domain/schedule.js';
 import { DOOR, LOCK, T0, grant } from './fixtures.js';
 
-const keys = (...ks: StoredKey[]): KeySetView => ({ byCredential: (t, d) => ks.filter((k) => k.grant.credential.type === t && k.grant.credential.digest === d) });
+const keys = (...ks: StoredKey[]): KeySetView => ({
+  byCredential: (t, d) => ks.filter((k) => k.grant.credential.type === t && k.grant.credential.digest === d),
+});
 const active = (g: KeyGrant): StoredKey => ({ grant: g, version: g.version, status: 'active' });
 const lock: LockView = { doorId: DOOR, failures: 0, lockedOutUntil: null };
 const fresh: SiteView = { mode: 'normal', leaseExpiresAt: T0 + 60_000, lastFreshAt: T0 - 240_000 };
@@ -53,7 +55,9 @@ describe('decide', () => {
     it('an offline-capable key opens while less than its offline cap has passed since the last proven-fresh sync', () => {
       expect(decide(req, keys(staff({ offlineMaxSeconds: 2 * 3600 })), lock, stale, T0)).toMatchObject({ allowed: true, code: 'ALLOWED' });
       expect(decide(req, keys(staff({ offlineMaxSeconds: 2 * 3600 })), lock, { ...stale, mode: 'lockdown' }, T0).code).toBe('ALLOWED');
-      expect(decide(req, keys(staff({ offlineMaxSeconds: 2 * 3600 })), lock, stale, stale.lastFreshAt! + 2 * HOUR - 1).code).toBe('ALLOWED');
+      expect(decide(req, keys(staff({ offlineMaxSeconds: 2 * 3600 })), lock, stale, stale.lastFreshAt! + 2 * HOUR - 1).code).toBe(
+        'ALLOWED',
+      );
     });
 
     it('at and beyond its offline cap it is CLOUD_STALE like any key', () => {
@@ -72,10 +76,16 @@ describe('decide', () => {
     });
 
     it('with no proven-fresh sync to count from (never synced, or the lease withdrawn) an offline-capable key is CLOUD_STALE', () => {
-      expect(decide(req, keys(staff({ offlineMaxSeconds: 3600 })), lock, { mode: 'normal', leaseExpiresAt: null, lastFreshAt: null }, T0).code).toBe('CLOUD_STALE');
-      expect(decide(req, keys(staff({ offlineMaxSeconds: 3600 })), lock, { mode: 'lockdown', leaseExpiresAt: null, lastFreshAt: null }, T0).code).toBe('CLOUD_STALE');
+      expect(
+        decide(req, keys(staff({ offlineMaxSeconds: 3600 })), lock, { mode: 'normal', leaseExpiresAt: null, lastFreshAt: null }, T0).code,
+      ).toBe('CLOUD_STALE');
+      expect(
+        decide(req, keys(staff({ offlineMaxSeconds: 3600 })), lock, { mode: 'lockdown', leaseExpiresAt: null, lastFreshAt: null }, T0).code,
+      ).toBe('CLOUD_STALE');
       // a caller that does not say when the last proven-fresh sync was gets the fail-closed answer
-      expect(decide(req, keys(staff({ offlineMaxSeconds: 3600 })), lock, { mode: 'normal', leaseExpiresAt: stale.leaseExpiresAt }, T0).code).toBe('CLOUD_STALE');
+      expect(
+        decide(req, keys(staff({ offlineMaxSeconds: 3600 })), lock, { mode: 'normal', leaseExpiresAt: stale.leaseExpiresAt }, T0).code,
+      ).toBe('CLOUD_STALE');
     });
 
     it('a revoked offline-capable key is refused KEY_REVOKED, inside its cap too', () => {
@@ -95,7 +105,11 @@ describe('decide', () => {
   });
   it('below the disk headroom refuses ordinary keys (an unrecorded unlock breaks I2) and still opens for staff keys', () => {
     const low: SiteView = { ...fresh, storageLow: true };
-    expect(decide(req, keys(active(grant())), lock, low, T0)).toMatchObject({ allowed: false, code: 'STORAGE_FULL', key: { grant: { keyId: 'key-1' } } });
+    expect(decide(req, keys(active(grant())), lock, low, T0)).toMatchObject({
+      allowed: false,
+      code: 'STORAGE_FULL',
+      key: { grant: { keyId: 'key-1' } },
+    });
     expect(decide(req, keys(active(grant({ offlineCapable: true }))), lock, low, T0).code).toBe('ALLOWED');
     expect(decide(req, keys(active(grant())), lock, { ...fresh, storageLow: false }, T0).code).toBe('ALLOWED');
   });
@@ -126,7 +140,9 @@ describe('schedule', () => {
     expect(inSchedule(s, Date.UTC(2026, 10, 29, 21, 59))).toBe(false);
   });
   it('fails closed on an unknown time zone', () => {
-    expect(inSchedule({ timeZone: 'Mars/Olympus', windows: [{ days: [0, 1, 2, 3, 4, 5, 6], start: '00:00', end: '24:00' }] }, T0)).toBe(false);
+    expect(inSchedule({ timeZone: 'Mars/Olympus', windows: [{ days: [0, 1, 2, 3, 4, 5, 6], start: '00:00', end: '24:00' }] }, T0)).toBe(
+      false,
+    );
   });
 });
 
@@ -144,38 +160,50 @@ describe('key set rules', () => {
     expect(applyGrant(s, grant({ version: 2 })).code).toBe('STALE_VERSION');
   });
   it('refuses an empty validity window', () => {
-    expect(applyGrant(emptySlot, grant({ validFrom: 5, validUntil: 5 }))).toMatchObject({ status: 'refused', code: 'INVALID_VALIDITY_WINDOW' });
+    expect(applyGrant(emptySlot, grant({ validFrom: 5, validUntil: 5 }))).toMatchObject({
+      status: 'refused',
+      code: 'INVALID_VALIDITY_WINDOW',
+    });
   });
 
   type Op = { kind: 'grant' | 'revoke'; version: number };
-  const ops = fc.array(fc.record({ kind: fc.constantFrom<'grant' | 'revoke'>('grant', 'revoke'), version: fc.integer({ min: 1, max: 8 }) }), { minLength: 1, maxLength: 12 });
+  const ops = fc.array(
+    fc.record({ kind: fc.constantFrom<'grant' | 'revoke'>('grant', 'revoke'), version: fc.integer({ min: 1, max: 8 }) }),
+    { minLength: 1, maxLength: 12 },
+  );
   const run = (list: readonly Op[]): KeySlot =>
     list.reduce<KeySlot>((slot, op) => {
-      const o = op.kind === 'grant' ? applyGrant(slot, grant({ version: op.version })) : applyRevoke(slot, { keyId: asKeyId('key-1'), version: op.version, reason: 'staff_revoked' });
+      const o =
+        op.kind === 'grant'
+          ? applyGrant(slot, grant({ version: op.version }))
+          : applyRevoke(slot, { keyId: asKeyId('key-1'), version: op.version, reason: 'staff_revoked' });
       return o.status === 'applied' || o.status === 'noop' ? o.state : slot;
     }, emptySlot);
 
   it('never lets a revoked version become active, whatever order grants and revokes arrive in', () => {
     fc.assert(
-      fc.property(ops.chain((list) => fc.tuple(fc.constant(list), fc.shuffledSubarray(list, { minLength: list.length, maxLength: list.length }))), ([list, shuffled]) => {
-        const maxRevoke = Math.max(0, ...list.filter((o) => o.kind === 'revoke').map((o) => o.version));
-        const maxGrant = Math.max(0, ...list.filter((o) => o.kind === 'grant').map((o) => o.version));
-        for (const order of [list, shuffled]) {
-          const slot = run(order);
-          // Convergent: active iff the highest grant is above the highest revoke, at that version.
-          expect(isActive(slot)).toBe(maxGrant > maxRevoke);
-          if (isActive(slot)) expect(slot.key?.version).toBe(maxGrant);
-          // And no prefix of the delivery ever has an active key at or below a revoke seen so far.
-          let seenRevoke = 0;
-          order.reduce<Op[]>((prefix, op) => {
-            const next = [...prefix, op];
-            if (op.kind === 'revoke') seenRevoke = Math.max(seenRevoke, op.version);
-            const s = run(next);
-            if (isActive(s)) expect(s.key!.version).toBeGreaterThan(seenRevoke);
-            return next;
-          }, []);
-        }
-      }),
+      fc.property(
+        ops.chain((list) => fc.tuple(fc.constant(list), fc.shuffledSubarray(list, { minLength: list.length, maxLength: list.length }))),
+        ([list, shuffled]) => {
+          const maxRevoke = Math.max(0, ...list.filter((o) => o.kind === 'revoke').map((o) => o.version));
+          const maxGrant = Math.max(0, ...list.filter((o) => o.kind === 'grant').map((o) => o.version));
+          for (const order of [list, shuffled]) {
+            const slot = run(order);
+            // Convergent: active iff the highest grant is above the highest revoke, at that version.
+            expect(isActive(slot)).toBe(maxGrant > maxRevoke);
+            if (isActive(slot)) expect(slot.key?.version).toBe(maxGrant);
+            // And no prefix of the delivery ever has an active key at or below a revoke seen so far.
+            let seenRevoke = 0;
+            order.reduce<Op[]>((prefix, op) => {
+              const next = [...prefix, op];
+              if (op.kind === 'revoke') seenRevoke = Math.max(seenRevoke, op.version);
+              const s = run(next);
+              if (isActive(s)) expect(s.key!.version).toBeGreaterThan(seenRevoke);
+              return next;
+            }, []);
+          }
+        },
+      ),
       { numRuns: 300 },
     );
   });
@@ -187,7 +215,10 @@ describe('freshness', () => {
     expect(onHeartbeat({ lastSeq: 5, iatMs: T0 }, 5, null, 300)).toEqual({ kind: 'extend', leaseExpiresAt: T0 + 300_000 });
   });
   it('never shortens the lease', () => {
-    expect(onHeartbeat({ lastSeq: 0, iatMs: T0 - 10_000 }, 0, T0 + 1_000_000, 300)).toEqual({ kind: 'extend', leaseExpiresAt: T0 + 1_000_000 });
+    expect(onHeartbeat({ lastSeq: 0, iatMs: T0 - 10_000 }, 0, T0 + 1_000_000, 300)).toEqual({
+      kind: 'extend',
+      leaseExpiresAt: T0 + 1_000_000,
+    });
   });
   const trusted = (wall: number, floor: { maxIatMs: number; highWaterMs: number }, anchor: TimeAnchor | null = null, mono = 0) =>
     trustedNow(wall, advanceFloor(anchor, floor, mono).nowFloorMs);
@@ -216,7 +247,10 @@ describe('freshness', () => {
     fc.assert(
       fc.property(
         fc.integer({ min: 0, max: 4_000_000_000_000 }), // iat of the heartbeat
-        fc.array(fc.tuple(fc.integer({ min: 0, max: 4_000_000_000_000 }), fc.integer({ min: 0, max: 60_000 })), { minLength: 1, maxLength: 40 }), // (wall reading, elapsed ms) steps
+        fc.array(fc.tuple(fc.integer({ min: 0, max: 4_000_000_000_000 }), fc.integer({ min: 0, max: 60_000 })), {
+          minLength: 1,
+          maxLength: 40,
+        }), // (wall reading, elapsed ms) steps
         fc.integer({ min: 0, max: 3600 }), // grace
         (iat, steps, grace) => {
           let floor = { maxIatMs: iat, highWaterMs: 0 };

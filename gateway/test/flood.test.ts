@@ -14,7 +14,11 @@ describe.each(mqttBackends())('flood bounds against %s', (backend) => {
   let site: Running | undefined;
   const extraLocks: FakeLock[] = [];
   let cap: ReturnType<typeof capturingLog>;
-  const locks = ['lock-1', 'lock-2', 'lock-3'].map((lockId, i) => ({ lockId, doorId: `door-${i + 1}`, pairingSecret: encodeSecret(newPairingSecret()) }));
+  const locks = ['lock-1', 'lock-2', 'lock-3'].map((lockId, i) => ({
+    lockId,
+    doorId: `door-${i + 1}`,
+    pairingSecret: encodeSecret(newPairingSecret()),
+  }));
 
   beforeEach(async () => {
     broker = await startMqttBackend(backend);
@@ -28,7 +32,11 @@ describe.each(mqttBackends())('flood bounds against %s', (backend) => {
   });
 
   const start = async (opts: Parameters<typeof runSite>[3] = {}) => {
-    site = await runSite(broker.url, broker.url, broker.unique, { ...opts, overrides: { locks, ...opts.overrides }, deps: { log: cap.log, ...opts.deps } });
+    site = await runSite(broker.url, broker.url, broker.unique, {
+      ...opts,
+      overrides: { locks, ...opts.overrides },
+      deps: { log: cap.log, ...opts.deps },
+    });
     return site;
   };
   const lockAt = async (s: Running, lockId: string) => {
@@ -41,13 +49,23 @@ describe.each(mqttBackends())('flood bounds against %s', (backend) => {
   async function provision(s: Running) {
     const doors = locks.map((l) => l.doorId) as never;
     await s.cloud.grant({ doors });
-    await s.cloud.grant({ keyId: 'staff' as never, personId: 'staff-1' as never, offlineCapable: true, doors, credential: { type: 'pin', digest: s.f.digest(STAFF_PIN) } });
+    await s.cloud.grant({
+      keyId: 'staff' as never,
+      personId: 'staff-1' as never,
+      offlineCapable: true,
+      doors,
+      credential: { type: 'pin', digest: s.f.digest(STAFF_PIN) },
+    });
     await s.cloud.heartbeat();
-    await waitFor(() => s.gw.store.settings().leaseExpiresAt !== null && s.gw.store.settings().appliedSeq >= s.cloud.seq, 'grants and heartbeat applied');
+    await waitFor(
+      () => s.gw.store.settings().leaseExpiresAt !== null && s.gw.store.settings().appliedSeq >= s.cloud.seq,
+      'grants and heartbeat applied',
+    );
   }
   const count = (s: Running, sql: string, ...args: unknown[]) => (s.gw.store.db.prepare(sql).get(...args) as { n: number }).n;
   const accessRows = (s: Running, lockId: string) => count(s, 'SELECT count(*) AS n FROM access_log WHERE lock_id = ?', lockId);
-  const accessEvents = (s: Running, lockId: string) => count(s, "SELECT count(*) AS n FROM outbox WHERE type = 'access.event' AND json_extract(body, '$.lockId') = ?", lockId);
+  const accessEvents = (s: Running, lockId: string) =>
+    count(s, "SELECT count(*) AS n FROM outbox WHERE type = 'access.event' AND json_extract(body, '$.lockId') = ?", lockId);
 
   describe('when one lock floods the gateway with requests', () => {
     it('cuts the flood by the per-lock rate limit before anything is written, logs its first refusal once, and still serves the other locks', async () => {
@@ -60,18 +78,24 @@ describe.each(mqttBackends())('flood bounds against %s', (backend) => {
       const codes = flood.map((id) => s.lock.decisions.get(id)!.code);
       expect(codes.filter((c) => c === 'ALLOWED')).toHaveLength(5);
       expect(codes.filter((c) => c === 'RATE_LIMITED')).toHaveLength(115);
-      expect(flood.filter((id) => s.lock.decisions.get(id)!.code === 'RATE_LIMITED').every((id) => s.lock.decisions.get(id)!.commandId === null)).toBe(true);
+      expect(
+        flood.filter((id) => s.lock.decisions.get(id)!.code === 'RATE_LIMITED').every((id) => s.lock.decisions.get(id)!.commandId === null),
+      ).toBe(true);
 
       // Bounded writes: the access log, the outbox and the uplink hold the 5 decisions, nothing per refused request.
       expect(accessRows(s, 'lock-1')).toBe(5);
       expect(accessEvents(s, 'lock-1')).toBe(5);
       expect(s.lock.commands).toHaveLength(5);
       // One bounded summary row for operators, one log line with its cid; the rest only counted.
-      expect(s.gw.store.db.prepare("SELECT lock_id, channel, code FROM lock_refusals WHERE code = 'RATE_LIMITED'").all()).toEqual([{ lock_id: 'lock-1', channel: 'request', code: 'RATE_LIMITED' }]);
+      expect(s.gw.store.db.prepare("SELECT lock_id, channel, code FROM lock_refusals WHERE code = 'RATE_LIMITED'").all()).toEqual([
+        { lock_id: 'lock-1', channel: 'request', code: 'RATE_LIMITED' },
+      ]);
       const first = cap.lines().filter((l) => l.code === 'RATE_LIMITED' && l.msg === 'lock message refused');
       expect(first).toHaveLength(1);
       expect(first[0]).toMatchObject({ lockId: 'lock-1', cid: expect.any(String) });
-      expect(await s.gw.metrics.registry.getSingleMetricAsString('tobira_gateway_lock_messages_refused_total')).toContain('channel="request",code="RATE_LIMITED"} 115');
+      expect(await s.gw.metrics.registry.getSingleMetricAsString('tobira_gateway_lock_messages_refused_total')).toContain(
+        'channel="request",code="RATE_LIMITED"} 115',
+      );
 
       // Another lock is not touched by lock-1's flood.
       const other = await lockAt(s, 'lock-2');
@@ -80,7 +104,9 @@ describe.each(mqttBackends())('flood bounds against %s', (backend) => {
       // Once lock-1 slows down it is served again, and the end of the flood is summed up in one line.
       s.f.clock.advance(2000);
       expect((await s.lock.present(PIN)).code).toBe('ALLOWED');
-      expect(cap.lines().filter((l) => l.msg === 'lock request flood over: requests refused by the rate limit')).toEqual([expect.objectContaining({ lockId: 'lock-1', refused: 115, code: 'RATE_LIMITED' })]);
+      expect(cap.lines().filter((l) => l.msg === 'lock request flood over: requests refused by the rate limit')).toEqual([
+        expect.objectContaining({ lockId: 'lock-1', refused: 115, code: 'RATE_LIMITED' }),
+      ]);
     });
 
     it('bounds a flood of garbage and of made-up lock ids too: no BAD_REQUEST row per message, one bucket for every unpaired id', async () => {
@@ -90,7 +116,15 @@ describe.each(mqttBackends())('flood bounds against %s', (backend) => {
       const intruder = await lockAt(s, 'ghost-0');
       const client = connectMqtt(broker.url, { protocolVersion: 4, clientId: `ghosts-${broker.unique}`, clean: true });
       await waitConnected(client);
-      await Promise.all(Array.from({ length: 40 }, (_, i) => client.publishAsync(topics.lock(s.f.gatewayId, `ghost-${i}`, 'request'), JSON.stringify({ requestId: `g-${i}`, credential: { type: 'pin', value: PIN }, at: 0 }), { qos: 1 })));
+      await Promise.all(
+        Array.from({ length: 40 }, (_, i) =>
+          client.publishAsync(
+            topics.lock(s.f.gatewayId, `ghost-${i}`, 'request'),
+            JSON.stringify({ requestId: `g-${i}`, credential: { type: 'pin', value: PIN }, at: 0 }),
+            { qos: 1 },
+          ),
+        ),
+      );
       await client.endAsync(true);
       await waitFor(async () => {
         const m = await s.gw.metrics.registry.getSingleMetricAsString('tobira_gateway_lock_messages_refused_total');
@@ -107,7 +141,9 @@ describe.each(mqttBackends())('flood bounds against %s', (backend) => {
 
   describe('when guessing is spread over several locks', () => {
     it('locks the credential type out at every lock once the site-wide limit is reached, though no lock reached its own', async () => {
-      const s = await start({ overrides: { lockout: { limit: 3, cooldownSeconds: 60 }, siteLockout: { limit: 5, windowSeconds: 600, cooldownSeconds: 300 } } });
+      const s = await start({
+        overrides: { lockout: { limit: 3, cooldownSeconds: 60 }, siteLockout: { limit: 5, windowSeconds: 600, cooldownSeconds: 300 } },
+      });
       await provision(s);
       const [l2, l3] = [await lockAt(s, 'lock-2'), await lockAt(s, 'lock-3')];
       for (const l of [s.lock, s.lock, l2, l2]) expect((await l.present('000000')).code).toBe('UNKNOWN_CREDENTIAL');
@@ -117,9 +153,9 @@ describe.each(mqttBackends())('flood bounds against %s', (backend) => {
       // Now every PIN is refused at every lock, the right one and the staff one included: a guess learns nothing.
       for (const l of [s.lock, l2, l3]) expect((await l.present(PIN)).code).toBe('LOCKED_OUT');
       expect((await l3.present(STAFF_PIN)).code).toBe('LOCKED_OUT');
-      expect(cap.lines().filter((l) => l.msg === 'wrong credentials of one type across the site: that type is locked out at every lock')).toEqual([
-        expect.objectContaining({ code: 'LOCKED_OUT', credentialType: 'pin', lockId: 'lock-3', cid: expect.any(String) }),
-      ]);
+      expect(
+        cap.lines().filter((l) => l.msg === 'wrong credentials of one type across the site: that type is locked out at every lock'),
+      ).toEqual([expect.objectContaining({ code: 'LOCKED_OUT', credentialType: 'pin', lockId: 'lock-3', cid: expect.any(String) })]);
       // Other credential types are not locked out (a wrong card is judged as usual).
       await l2.publish('request', { requestId: 'card-1', credential: { type: 'card', value: 'abcd1234' }, at: 0 });
       expect((await waitFor(() => l2.decisions.get('card-1'), 'card decision')).code).toBe('UNKNOWN_CREDENTIAL');
@@ -160,10 +196,15 @@ describe.each(mqttBackends())('flood bounds against %s', (backend) => {
       expect(denied).toMatchObject({ allowed: false, code: 'STORAGE_FULL', commandId: null });
       expect((await s.lock.present(STAFF_PIN)).code).toBe('ALLOWED');
       expect(await status()).toMatchObject({ low: true, freeBytes: free });
-      expect(cap.lines().filter((l) => l.code === 'DISK_LOW')).toEqual([expect.objectContaining({ level: 50, freeBytes: free, cid: expect.any(String) })]);
+      expect(cap.lines().filter((l) => l.code === 'DISK_LOW')).toEqual([
+        expect.objectContaining({ level: 50, freeBytes: free, cid: expect.any(String) }),
+      ]);
       expect(await s.gw.metrics.registry.getSingleMetricAsString('tobira_gateway_storage_low')).toContain('tobira_gateway_storage_low 1');
       // The denial itself is an audit event: recorded and sent up like any other.
-      const ev = await waitFor(() => s.cloud.ofType('access.event').find((e) => e.body.requestId === denied.requestId), 'STORAGE_FULL event uplinked');
+      const ev = await waitFor(
+        () => s.cloud.ofType('access.event').find((e) => e.body.requestId === denied.requestId),
+        'STORAGE_FULL event uplinked',
+      );
       expect(ev.body).toMatchObject({ allowed: false, code: 'STORAGE_FULL', keyId: 'key-1' });
 
       // A failed reading keeps the verdict (it neither opens nor shuts every door).

@@ -31,13 +31,24 @@ describe.each(mqttBackends())('gateway against %s', (backend) => {
       expect(cmd.expiresAt - s.f.clock.now()).toBeLessThanOrEqual(30_000);
 
       const ev = await waitFor(() => s.cloud.ofType('access.event')[0], 'access event uplink');
-      expect(ev.body).toMatchObject({ allowed: true, code: 'ALLOWED', keyId: 'key-1', personId: 'person-1', commandId: d.commandId, lockId: 'lock-1', doorId: 'door-1' });
+      expect(ev.body).toMatchObject({
+        allowed: true,
+        code: 'ALLOWED',
+        keyId: 'key-1',
+        personId: 'person-1',
+        commandId: d.commandId,
+        lockId: 'lock-1',
+        doorId: 'door-1',
+      });
       expect(ev.cid).toBe(grant.cid);
       const ack = await waitFor(() => s.cloud.ofType('ack').find((a) => a.body.ackOf === grant.jti), 'grant ack');
       expect(ack.body).toMatchObject({ result: 'applied', code: 'KEY_ACTIVATED', keyId: 'key-1', keyVersion: 1, ackSeq: 1 });
       // Uplink seq is gap-free.
       await waitFor(() => s.gw.store.outboxDepth() === 0, 'outbox drained');
-      const seqs = s.cloud.uplink.filter((m) => 'seq' in m).map((m) => (m as { seq: number }).seq).sort((a, b) => a - b);
+      const seqs = s.cloud.uplink
+        .filter((m) => 'seq' in m)
+        .map((m) => (m as { seq: number }).seq)
+        .sort((a, b) => a - b);
       expect(seqs).toEqual(seqs.map((_, i) => i + 1));
     });
 
@@ -76,7 +87,23 @@ describe.each(mqttBackends())('gateway against %s', (backend) => {
     it('rejects forged, expired, wrong-audience, unknown-kid, oversize and malformed messages with a code and keeps running', async () => {
       const s = await start();
       const c = s.cloud;
-      const grantDraft = (v: number) => ({ type: 'key.grant', seq: 1, body: { key: { keyId: 'key-x', version: v, personId: 'p', credential: { type: 'pin', digest: s.f.digest(PIN) }, doors: ['door-1'], validFrom: 0, validUntil: T0 * 2, schedule: null, offlineCapable: false } } });
+      const grantDraft = (v: number) => ({
+        type: 'key.grant',
+        seq: 1,
+        body: {
+          key: {
+            keyId: 'key-x',
+            version: v,
+            personId: 'p',
+            credential: { type: 'pin', digest: s.f.digest(PIN) },
+            doors: ['door-1'],
+            validFrom: 0,
+            validUntil: T0 * 2,
+            schedule: null,
+            offlineCapable: false,
+          },
+        },
+      });
       // forged: signed by a key the gateway does not trust but with the cloud's kid
       const forged = await c.sign(grantDraft(1), { kid: s.f.cloudPair.kid, privateKey: s.f.otherKey.privateKey });
       await c.publishRaw(forged.token);
@@ -87,9 +114,17 @@ describe.each(mqttBackends())('gateway against %s', (backend) => {
       await c.publishRaw('this is not a jws');
       await c.publishRaw('eyJhbGciOiJub25lIn0.eyJ9.'); // alg none / garbage
       const expect8 = 8;
-      const rejected = await waitFor(() => (s.gw.store.rejectedCount() >= expect8 - 1 ? s.gw.store.db.prepare('SELECT code FROM rejected ORDER BY id').all() as { code: string }[] : null), 'rejections');
+      const rejected = await waitFor(
+        () =>
+          s.gw.store.rejectedCount() >= expect8 - 1
+            ? (s.gw.store.db.prepare('SELECT code FROM rejected ORDER BY id').all() as { code: string }[])
+            : null,
+        'rejections',
+      );
       const codes = rejected.map((r) => r.code);
-      expect(codes).toEqual(expect.arrayContaining(['BAD_SIGNATURE', 'UNKNOWN_KID', 'WRONG_AUDIENCE', 'WRONG_ISSUER', 'TOO_LARGE', 'MALFORMED']));
+      expect(codes).toEqual(
+        expect.arrayContaining(['BAD_SIGNATURE', 'UNKNOWN_KID', 'WRONG_AUDIENCE', 'WRONG_ISSUER', 'TOO_LARGE', 'MALFORMED']),
+      );
       expect(s.gw.store.inboxDepth() + s.gw.store.keyCounts().active).toBe(0);
       const metrics = await s.gw.metrics.registry.getSingleMetricAsString('tobira_gateway_downlink_rejected_total');
       expect(metrics).toContain('code="BAD_SIGNATURE"');
@@ -112,7 +147,11 @@ describe.each(mqttBackends())('gateway against %s', (backend) => {
   describe('when grants and revokes arrive out of order or twice', () => {
     it('applies a duplicate grant once', async () => {
       const s = await start();
-      const { token } = await s.cloud.sign({ type: 'key.grant', seq: 1, body: { key: (await import('./fixtures.js')).grant({ credential: { type: 'pin', digest: s.f.digest(PIN) } }) } });
+      const { token } = await s.cloud.sign({
+        type: 'key.grant',
+        seq: 1,
+        body: { key: (await import('./fixtures.js')).grant({ credential: { type: 'pin', digest: s.f.digest(PIN) } }) },
+      });
       s.cloud.seq = 1;
       await s.cloud.publishRaw(token);
       await s.cloud.publishRaw(token);
@@ -152,7 +191,10 @@ describe.each(mqttBackends())('gateway against %s', (backend) => {
       await s.cloud.heartbeat(2); // behind: no lease
       await waitFor(() => s.gw.store.inboxByStatus().processed === 1, 'heartbeat processed');
       expect(s.gw.store.settings().leaseExpiresAt).toBeNull();
-      await s.cloud.grant({ keyId: 'key-0' as never, personId: 'person-0' as never, credential: { type: 'pin', digest: s.f.digest('4444') } }, 1);
+      await s.cloud.grant(
+        { keyId: 'key-0' as never, personId: 'person-0' as never, credential: { type: 'pin', digest: s.f.digest('4444') } },
+        1,
+      );
       await waitFor(() => s.gw.store.settings().appliedSeq === 2, 'both applied');
       s.cloud.seq = 2;
       await s.cloud.heartbeat();
@@ -167,17 +209,29 @@ describe.each(mqttBackends())('gateway against %s', (backend) => {
       const snapshotId = newId();
       const { grant } = await import('./fixtures.js');
       const k2 = grant({ keyId: 'key-2' as never, version: 4, credential: { type: 'pin', digest: s.f.digest('2222') } });
-      const first = await s.cloud.send({ type: 'keyset.snapshot', body: { snapshotId, asOfSeq: 7, part: 1, parts: 2, keys: [k2], revoked: [] } });
+      const first = await s.cloud.send({
+        type: 'keyset.snapshot',
+        body: { snapshotId, asOfSeq: 7, part: 1, parts: 2, keys: [k2], revoked: [] },
+      });
       await waitFor(() => s.gw.store.inboxByStatus().pending === undefined && s.gw.store.inboxByStatus().processed === 3, 'part 1');
       expect(s.gw.store.settings().appliedSeq).toBe(1); // not applied until all parts arrived
-      await s.cloud.send({ type: 'keyset.snapshot', body: { snapshotId, asOfSeq: 7, part: 2, parts: 2, keys: [], revoked: [{ keyId: 'old-key', version: 2 }] } });
+      await s.cloud.send({
+        type: 'keyset.snapshot',
+        body: { snapshotId, asOfSeq: 7, part: 2, parts: 2, keys: [], revoked: [{ keyId: 'old-key', version: 2 }] },
+      });
       await waitFor(() => s.gw.store.settings().appliedSeq === 7, 'snapshot applied');
       s.cloud.seq = 7;
       await s.cloud.heartbeat();
       await waitFor(() => s.gw.store.settings().leaseExpiresAt! > T0, 'lease');
       expect((await s.lock.present('2222')).code).toBe('ALLOWED');
       expect((await s.lock.present(PIN)).code).toBe('KEY_REVOKED');
-      const acks = await waitFor(() => (s.cloud.ofType('ack').filter((a) => a.body.ackOf === first.jti).length === 2 ? s.cloud.ofType('ack').filter((a) => a.body.ackOf === first.jti) : null), 'snapshot acks');
+      const acks = await waitFor(
+        () =>
+          s.cloud.ofType('ack').filter((a) => a.body.ackOf === first.jti).length === 2
+            ? s.cloud.ofType('ack').filter((a) => a.body.ackOf === first.jti)
+            : null,
+        'snapshot acks',
+      );
       expect(acks.map((a) => [a.body.keyId, a.body.result, a.body.ackSeq])).toEqual([
         ['old-key', 'applied', null],
         ['key-2', 'applied', null],
@@ -199,8 +253,15 @@ describe.each(mqttBackends())('gateway against %s', (backend) => {
       const g = await s.cloud.grant();
       await waitFor(() => s.gw.store.inboxByStatus().failed === 1, 'failed row');
       expect(failures).toBe(3);
-      expect(s.gw.store.db.prepare('SELECT attempts, last_error, code FROM inbox WHERE jti = ?').get(g.jti)).toEqual({ attempts: 3, last_error: 'disk on fire', code: 'APPLY_FAILED' });
-      await waitFor(() => s.cloud.ofType('ack').find((a) => a.body.ackOf === g.jti && a.body.result === 'refused' && a.body.code === 'APPLY_FAILED'), 'refused ack');
+      expect(s.gw.store.db.prepare('SELECT attempts, last_error, code FROM inbox WHERE jti = ?').get(g.jti)).toEqual({
+        attempts: 3,
+        last_error: 'disk on fire',
+        code: 'APPLY_FAILED',
+      });
+      await waitFor(
+        () => s.cloud.ofType('ack').find((a) => a.body.ackOf === g.jti && a.body.result === 'refused' && a.body.code === 'APPLY_FAILED'),
+        'refused ack',
+      );
       expect(s.gw.store.settings().appliedSeq).toBe(1); // a failed grant does not block the chain
     });
   });
@@ -209,7 +270,12 @@ describe.each(mqttBackends())('gateway against %s', (backend) => {
     it('denies with CLOUD_STALE without a heartbeat (staff keys too: no proven-fresh sync to count from), and after the lease every key but offline-capable staff keys', async () => {
       const s = await start();
       await s.cloud.grant();
-      await s.cloud.grant({ keyId: 'staff' as never, personId: 'staff-1' as never, offlineCapable: true, credential: { type: 'pin', digest: s.f.digest(STAFF_PIN) } });
+      await s.cloud.grant({
+        keyId: 'staff' as never,
+        personId: 'staff-1' as never,
+        offlineCapable: true,
+        credential: { type: 'pin', digest: s.f.digest(STAFF_PIN) },
+      });
       await waitFor(() => s.gw.store.settings().appliedSeq === 2, 'applied');
       expect((await s.lock.present(PIN)).code).toBe('CLOUD_STALE');
       expect((await s.lock.present(STAFF_PIN)).code).toBe('CLOUD_STALE');
@@ -223,7 +289,14 @@ describe.each(mqttBackends())('gateway against %s', (backend) => {
 
     it('an offline-capable key opens on a stale lease only until its offline cap after the last fresh heartbeat; a new fresh heartbeat restarts the count', async () => {
       const s = await start();
-      await provision(s, { keyId: 'staff' as never, personId: 'staff-1' as never, offlineCapable: true, offlineMaxSeconds: 3600, validUntil: T0 + 30 * 86_400_000, credential: { type: 'pin', digest: s.f.digest(STAFF_PIN) } });
+      await provision(s, {
+        keyId: 'staff' as never,
+        personId: 'staff-1' as never,
+        offlineCapable: true,
+        offlineMaxSeconds: 3600,
+        validUntil: T0 + 30 * 86_400_000,
+        credential: { type: 'pin', digest: s.f.digest(STAFF_PIN) },
+      });
       const lastFresh = s.gw.store.settings().leaseExpiresAt! - 300_000;
       s.f.clock.set(lastFresh + 3_599_000);
       expect((await s.lock.present(STAFF_PIN)).code).toBe('ALLOWED');
@@ -254,10 +327,19 @@ describe.each(mqttBackends())('gateway against %s', (backend) => {
     it('sets lockdown with the staff token only, and exposes health and metrics', async () => {
       const s = await start();
       await provision(s);
-      await provision(s, { keyId: 'staff' as never, personId: 'staff-1' as never, offlineCapable: true, credential: { type: 'pin', digest: s.f.digest(STAFF_PIN) } });
+      await provision(s, {
+        keyId: 'staff' as never,
+        personId: 'staff-1' as never,
+        offlineCapable: true,
+        credential: { type: 'pin', digest: s.f.digest(STAFF_PIN) },
+      });
       const url = s.gw.httpUrl!;
       const post = (auth: string | null, body: unknown) =>
-        fetch(`${url}/staff/mode`, { method: 'POST', headers: { 'content-type': 'application/json', ...(auth ? { authorization: auth } : {}) }, body: JSON.stringify(body) });
+        fetch(`${url}/staff/mode`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json', ...(auth ? { authorization: auth } : {}) },
+          body: JSON.stringify(body),
+        });
       expect((await post(null, { mode: 'lockdown' })).status).toBe(401);
       expect((await post('Bearer wrong-token-wrong-token', { mode: 'lockdown' })).status).toBe(401);
       expect((await post(`Bearer ${STAFF_TOKEN}`, { mode: 'panic' })).status).toBe(422);
@@ -269,7 +351,13 @@ describe.each(mqttBackends())('gateway against %s', (backend) => {
       const health = await (await fetch(`${url}/healthz`)).json();
       expect(health).toMatchObject({ ok: true, cloudConnected: true, mode: 'lockdown', appliedSeq: 2 });
       const metrics = await (await fetch(`${url}/metrics`)).text();
-      for (const name of ['tobira_gateway_decisions_total{code="SITE_LOCKDOWN"} 1', 'tobira_gateway_inbox_depth', 'tobira_gateway_outbox_depth', 'tobira_gateway_lease_remaining_seconds 300', 'tobira_gateway_lock_online{lock="lock-1"}']) {
+      for (const name of [
+        'tobira_gateway_decisions_total{code="SITE_LOCKDOWN"} 1',
+        'tobira_gateway_inbox_depth',
+        'tobira_gateway_outbox_depth',
+        'tobira_gateway_lease_remaining_seconds 300',
+        'tobira_gateway_lock_online{lock="lock-1"}',
+      ]) {
         expect(metrics).toContain(name);
       }
     });

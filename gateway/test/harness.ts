@@ -57,7 +57,12 @@ export interface SiteFixture {
 }
 
 /** Keys, secrets, a temp dir with a real SQLite path and a config file. */
-export async function siteFixture(cloudUrl: string, siteUrl: string, unique: string, overrides: Partial<GatewayConfigInput> = {}): Promise<SiteFixture> {
+export async function siteFixture(
+  cloudUrl: string,
+  siteUrl: string,
+  unique: string,
+  overrides: Partial<GatewayConfigInput> = {},
+): Promise<SiteFixture> {
   const dir = mkdtempSync(join(tmpdir(), 'tobira-gw-'));
   const gatewayId = `gw-${unique}-${++counter}`;
   const cloudPair = await generateSigningKeyPair();
@@ -126,19 +131,32 @@ export class FakeCloud {
         this.presence = text === '' ? null : (JSON.parse(text) as { online: boolean }).online;
         return;
       }
-      chain = chain.then(() => verifyMessage(text, { keys: gwKeys, issuer: this.f.gatewayId, audience: CLOUD_ISSUER, schema: UplinkMessage, clock: this.f.clock, anySkew: true }).then((v) => {
-        if (!v.ok) throw new Error(`uplink does not verify: ${v.code} ${v.detail}`);
-        this.rawUplink.push(text);
-        // The cloud deduplicates by jti (QoS 1 and outbox resends are at least once); so does this fake.
-        if (!this.uplink.some((m) => m.jti === v.message.jti)) this.uplink.push(v.message);
-      }));
+      chain = chain.then(() =>
+        verifyMessage(text, {
+          keys: gwKeys,
+          issuer: this.f.gatewayId,
+          audience: CLOUD_ISSUER,
+          schema: UplinkMessage,
+          clock: this.f.clock,
+          anySkew: true,
+        }).then((v) => {
+          if (!v.ok) throw new Error(`uplink does not verify: ${v.code} ${v.detail}`);
+          this.rawUplink.push(text);
+          // The cloud deduplicates by jti (QoS 1 and outbox resends are at least once); so does this fake.
+          if (!this.uplink.some((m) => m.jti === v.message.jti)) this.uplink.push(v.message);
+        }),
+      );
     });
     await waitConnected(c);
     await c.subscribeAsync([topics.gatewayUp(this.f.gatewayId), topics.gatewayPresence(this.f.gatewayId)], { qos: 1 });
     this.#client = c;
   }
 
-  async sign(draft: Record<string, unknown>, key: SigningKey = this.f.cloudKey, issuer = CLOUD_ISSUER): Promise<{ token: string; message: DownlinkMessage }> {
+  async sign(
+    draft: Record<string, unknown>,
+    key: SigningKey = this.f.cloudKey,
+    issuer = CLOUD_ISSUER,
+  ): Promise<{ token: string; message: DownlinkMessage }> {
     return signMessage<DownlinkMessage>(key, issuer, { aud: this.f.gatewayId, cid: newCorrelationId(), ...draft } as never, this.f.clock);
   }
 
@@ -153,7 +171,11 @@ export class FakeCloud {
   }
 
   async grant(g: Partial<KeyGrant> = {}, seq = ++this.seq): Promise<Sent<'key.grant'>> {
-    return (await this.send({ type: 'key.grant', seq, body: { key: baseGrant({ credential: { type: 'pin', digest: this.f.digest(PIN) }, ...g }) } })) as Sent<'key.grant'>;
+    return (await this.send({
+      type: 'key.grant',
+      seq,
+      body: { key: baseGrant({ credential: { type: 'pin', digest: this.f.digest(PIN) }, ...g }) },
+    })) as Sent<'key.grant'>;
   }
   async revoke(keyId: string, version: number, seq = ++this.seq): Promise<Sent<'key.revoke'>> {
     return (await this.send({ type: 'key.revoke', seq, body: { keyId, version, reason: 'staff_revoked' } })) as Sent<'key.revoke'>;
@@ -192,12 +214,18 @@ export class FakeLock {
       } else this.commands.push(LockCommand.parse(v));
     });
     await waitConnected(c);
-    await c.subscribeAsync([topics.lock(this.gatewayId, this.lockId, 'decision'), topics.lock(this.gatewayId, this.lockId, 'command')], { qos: 1 });
+    await c.subscribeAsync([topics.lock(this.gatewayId, this.lockId, 'decision'), topics.lock(this.gatewayId, this.lockId, 'command')], {
+      qos: 1,
+    });
     this.#client = c;
   }
 
   async publish(channel: 'request' | 'state' | 'event' | 'presence', payload: unknown, retain = false): Promise<void> {
-    await this.#client!.publishAsync(topics.lock(this.gatewayId, this.lockId, channel), typeof payload === 'string' ? payload : JSON.stringify(payload), { qos: 1, retain });
+    await this.#client!.publishAsync(
+      topics.lock(this.gatewayId, this.lockId, channel),
+      typeof payload === 'string' ? payload : JSON.stringify(payload),
+      { qos: 1, retain },
+    );
   }
 
   /** Presents a PIN and waits for the decision. */
@@ -220,7 +248,12 @@ export interface Running {
 }
 
 /** A started gateway (in process, manual clock) with a fake cloud and a fake lock. */
-export async function runSite(cloudUrl: string, siteUrl: string, unique: string, opts: { overrides?: Partial<GatewayConfigInput>; deps?: Partial<GatewayDeps> } = {}): Promise<Running> {
+export async function runSite(
+  cloudUrl: string,
+  siteUrl: string,
+  unique: string,
+  opts: { overrides?: Partial<GatewayConfigInput>; deps?: Partial<GatewayDeps> } = {},
+): Promise<Running> {
   const f = await siteFixture(cloudUrl, siteUrl, unique, opts.overrides);
   const cloud = new FakeCloud(f);
   await cloud.connect(cloudUrl);
@@ -244,10 +277,16 @@ export async function runSite(cloudUrl: string, siteUrl: string, unique: string,
 }
 
 /** The fake cloud grants a key (PIN) and sends a heartbeat; resolves once the gateway applied both (it is fresh). */
-export async function provision(s: Running, g: Parameters<Running['cloud']['grant']>[0] = {}): Promise<Awaited<ReturnType<Running['cloud']['grant']>>> {
+export async function provision(
+  s: Running,
+  g: Parameters<Running['cloud']['grant']>[0] = {},
+): Promise<Awaited<ReturnType<Running['cloud']['grant']>>> {
   const m = await s.cloud.grant(g);
   await s.cloud.heartbeat();
-  await waitFor(() => s.gw.store.settings().leaseExpiresAt !== null && s.gw.store.settings().appliedSeq >= s.cloud.seq, 'grant and heartbeat applied');
+  await waitFor(
+    () => s.gw.store.settings().leaseExpiresAt !== null && s.gw.store.settings().appliedSeq >= s.cloud.seq,
+    'grant and heartbeat applied',
+  );
   return m;
 }
 

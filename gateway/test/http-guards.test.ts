@@ -22,20 +22,23 @@ interface Answer {
 function get(baseUrl: string, path: string, headers: Record<string, string> = {}, localAddress?: string): Promise<Answer> {
   const u = new URL(baseUrl);
   return new Promise((resolve, reject) => {
-    const req = request({ host: u.hostname, port: u.port, path, method: 'GET', headers, ...(localAddress ? { localAddress } : {}) }, (res) => {
-      let text = '';
-      res.setEncoding('utf8');
-      res.on('data', (c: string) => (text += c));
-      res.on('end', () => {
-        let body: Json;
-        try {
-          body = JSON.parse(text) as Json;
-        } catch {
-          body = { text };
-        }
-        resolve({ status: res.statusCode ?? 0, body, headers: res.headers });
-      });
-    });
+    const req = request(
+      { host: u.hostname, port: u.port, path, method: 'GET', headers, ...(localAddress ? { localAddress } : {}) },
+      (res) => {
+        let text = '';
+        res.setEncoding('utf8');
+        res.on('data', (c: string) => (text += c));
+        res.on('end', () => {
+          let body: Json;
+          try {
+            body = JSON.parse(text) as Json;
+          } catch {
+            body = { text };
+          }
+          resolve({ status: res.statusCode ?? 0, body, headers: res.headers });
+        });
+      },
+    );
     req.on('error', reject);
     req.end();
   });
@@ -79,7 +82,14 @@ describe.each(mqttBackends())('gateway health, metrics and HTTP guards against %
       const url = s.gw.httpUrl!;
       let h = await get(url, '/healthz');
       expect(h.status).toBe(503);
-      expect(h.body).toMatchObject({ status: 'failing_closed', reasons: ['NO_LEASE'], ok: false, failClosedReason: 'NO_LEASE', cloudConnected: true, siteConnected: true });
+      expect(h.body).toMatchObject({
+        status: 'failing_closed',
+        reasons: ['NO_LEASE'],
+        ok: false,
+        failClosedReason: 'NO_LEASE',
+        cloudConnected: true,
+        siteConnected: true,
+      });
 
       await provision(s);
       h = await get(url, '/healthz');
@@ -89,7 +99,12 @@ describe.each(mqttBackends())('gateway health, metrics and HTTP guards against %
       s.f.clock.advance(300_000);
       h = await get(url, '/healthz');
       expect(h.status).toBe(503);
-      expect(h.body).toMatchObject({ status: 'failing_closed', reasons: ['LEASE_EXPIRED'], failClosedReason: 'LEASE_EXPIRED', leaseRemainingSeconds: 0 });
+      expect(h.body).toMatchObject({
+        status: 'failing_closed',
+        reasons: ['LEASE_EXPIRED'],
+        failClosedReason: 'LEASE_EXPIRED',
+        leaseRemainingSeconds: 0,
+      });
       const st = await get(url, '/staff/status', bearer(STAFF_TOKEN));
       expect(st.body).toMatchObject({ failClosed: true, failClosedReason: 'LEASE_EXPIRED' });
 
@@ -138,7 +153,13 @@ describe.each(mqttBackends())('gateway health, metrics and HTTP guards against %
       const s = await start({ deps: { log: cap.log } });
       const url = s.gw.httpUrl!;
       const port = new URL(url).port;
-      for (const host of ['attacker.example', `attacker.example:${port}`, `127.0.0.1:${Number(port) + 1}`, `localhost.attacker.example:${port}`, `[::1]:${port}.attacker.example`]) {
+      for (const host of [
+        'attacker.example',
+        `attacker.example:${port}`,
+        `127.0.0.1:${Number(port) + 1}`,
+        `localhost.attacker.example:${port}`,
+        `[::1]:${port}.attacker.example`,
+      ]) {
         for (const path of ['/staff/status', '/healthz', '/metrics', '/ui/']) {
           const r = await get(url, path, { host, ...bearer(STAFF_TOKEN), 'x-correlation-id': 'cid-host-1' });
           expect(r.status, `${host} ${path}`).toBe(421);
@@ -157,7 +178,9 @@ describe.each(mqttBackends())('gateway health, metrics and HTTP guards against %
     });
 
     it('with http.allowedHosts serves only those names (a bare name on any port), and no longer the defaults', async () => {
-      const s = await start({ overrides: { http: { host: '127.0.0.1', port: 0, allowedHosts: ['gateway.site.example', 'Door-Box:8443'] } } });
+      const s = await start({
+        overrides: { http: { host: '127.0.0.1', port: 0, allowedHosts: ['gateway.site.example', 'Door-Box:8443'] } },
+      });
       const url = s.gw.httpUrl!;
       const port = new URL(url).port;
       expect((await get(url, '/staff/status', { host: `gateway.site.example:${port}`, ...bearer(STAFF_TOKEN) })).status).toBe(200);
@@ -171,7 +194,10 @@ describe.each(mqttBackends())('gateway health, metrics and HTTP guards against %
   describe('a flood of wrong staff tokens', () => {
     it('gets 429 AUTH_RATE_LIMITED from that address after http.authFailures.max failures, the right token included, until the window ends; another address is unaffected', async () => {
       const cap = capturingLog();
-      const s = await start({ overrides: { http: { host: '127.0.0.1', port: 0, authFailures: { max: 5, windowSeconds: 60 } } }, deps: { log: cap.log } });
+      const s = await start({
+        overrides: { http: { host: '127.0.0.1', port: 0, authFailures: { max: 5, windowSeconds: 60 } } },
+        deps: { log: cap.log },
+      });
       const url = s.gw.httpUrl!;
       // no token at all guesses nothing: answered 401, not counted (the staff UI probes like this on every page load)
       for (let i = 0; i < 8; i++) expect((await get(url, '/staff/status')).status).toBe(401);
@@ -199,7 +225,9 @@ describe.each(mqttBackends())('gateway health, metrics and HTTP guards against %
     });
 
     it('wrong metrics tokens count against the same limit', async () => {
-      const s = await start({ overrides: { metricsToken: METRICS_TOKEN, http: { host: '127.0.0.1', port: 0, authFailures: { max: 3, windowSeconds: 60 } } } });
+      const s = await start({
+        overrides: { metricsToken: METRICS_TOKEN, http: { host: '127.0.0.1', port: 0, authFailures: { max: 3, windowSeconds: 60 } } },
+      });
       const url = s.gw.httpUrl!;
       for (let i = 0; i < 3; i++) expect((await get(url, '/metrics', bearer(`guess-${i}-0123456789012`))).status).toBe(401);
       expect((await get(url, '/metrics', bearer(METRICS_TOKEN))).status).toBe(429);
@@ -234,7 +262,13 @@ describe.each(mqttBackends())('/healthz when a broker link is down (site broker:
     await waitFor(() => !gw.cloudConnected, 'cloud link down');
     let h = await get(gw.httpUrl!, '/healthz');
     expect(h.status).toBe(503);
-    expect(h.body).toMatchObject({ status: 'degraded', reasons: ['CLOUD_LINK_DOWN'], cloudConnected: false, siteConnected: true, failClosedReason: null });
+    expect(h.body).toMatchObject({
+      status: 'degraded',
+      reasons: ['CLOUD_LINK_DOWN'],
+      cloudConnected: false,
+      siteConnected: true,
+      failClosedReason: null,
+    });
 
     f.clock.advance(300_000);
     h = await get(gw.httpUrl!, '/healthz');

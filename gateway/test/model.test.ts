@@ -50,16 +50,32 @@ function withStore<T>(fn: (open: () => { store: GatewayStore; deps: ApplyDeps; c
 }
 
 const message = (op: Op, seq: number): DownlinkMessage => {
-  const base = { jti: newMessageId(), iss: 'tobira-cloud', aud: 'gw-model', iat: T0 / 1000, exp: T0 / 1000 + 3600, cid: newCorrelationId(), seq };
+  const base = {
+    jti: newMessageId(),
+    iss: 'tobira-cloud',
+    aud: 'gw-model',
+    iat: T0 / 1000,
+    exp: T0 / 1000 + 3600,
+    cid: newCorrelationId(),
+    seq,
+  };
   const keyId = asKeyId(`key-${op.key}`);
   return op.kind === 'grant'
-    ? { ...base, type: 'key.grant', body: { key: grant({ keyId, version: op.version, credential: { type: 'pin', digest: String(op.key).padStart(43, 'A') } }) } }
+    ? {
+        ...base,
+        type: 'key.grant',
+        body: { key: grant({ keyId, version: op.version, credential: { type: 'pin', digest: String(op.key).padStart(43, 'A') } }) },
+      }
     : { ...base, type: 'key.revoke', body: { keyId, version: op.version, reason: 'staff_revoked' } };
 };
 
 describe('inbox + key set, model-based', () => {
   it('never has a key active at or below an applied revoke, and converges to the model whatever the delivery', () => {
-    const opArb = fc.record({ kind: fc.constantFrom<'grant' | 'revoke'>('grant', 'revoke'), key: fc.integer({ min: 1, max: 3 }), version: fc.integer({ min: 1, max: 5 }) });
+    const opArb = fc.record({
+      kind: fc.constantFrom<'grant' | 'revoke'>('grant', 'revoke'),
+      key: fc.integer({ min: 1, max: 3 }),
+      version: fc.integer({ min: 1, max: 5 }),
+    });
     fc.assert(
       fc.property(
         fc.array(opArb, { minLength: 1, maxLength: 10 }),
@@ -130,11 +146,20 @@ describe('lock request parsing, fuzzed', () => {
         fc.uint8Array({ maxLength: 300 }),
         fc.string({ maxLength: 300 }).map((t) => Buffer.from(t)),
         fc.jsonValue().map((v) => Buffer.from(JSON.stringify(v) ?? 'null')),
-        fc.record({ requestId: fc.string(), credential: fc.record({ type: fc.constantFrom('pin', 'card', 'mobile', 'x'), value: fc.string() }), at: fc.integer() }).map((v) => Buffer.from(JSON.stringify(v))),
+        fc
+          .record({
+            requestId: fc.string(),
+            credential: fc.record({ type: fc.constantFrom('pin', 'card', 'mobile', 'x'), value: fc.string() }),
+            at: fc.integer(),
+          })
+          .map((v) => Buffer.from(JSON.stringify(v))),
       );
       fc.assert(
         fc.property(fc.array(payload, { minLength: 1, maxLength: 5 }), (payloads) => {
-          const answers = handleLockRequests(deps, payloads.map((p) => ({ lockId: 'lock-1', payload: p })));
+          const answers = handleLockRequests(
+            deps,
+            payloads.map((p) => ({ lockId: 'lock-1', payload: p })),
+          );
           for (const a of answers) {
             expect(a).not.toBeNull();
             expect(a!.decision.allowed).toBe(false);
@@ -164,7 +189,12 @@ describe('a message that kills the process while it is applied', () => {
       applyPending({ ...s.deps, beforeApply: () => (tried = true) });
       expect(tried).toBe(false);
       expect(s.store.db.prepare('SELECT status, code FROM inbox').get()).toEqual({ status: 'failed', code: 'APPLY_FAILED' });
-      expect(JSON.parse((s.store.db.prepare("SELECT body FROM outbox WHERE type = 'ack'").get() as { body: string }).body)).toMatchObject({ ackOf: m.jti, result: 'refused', code: 'APPLY_FAILED', keyId: 'key-1' });
+      expect(JSON.parse((s.store.db.prepare("SELECT body FROM outbox WHERE type = 'ack'").get() as { body: string }).body)).toMatchObject({
+        ackOf: m.jti,
+        result: 'refused',
+        code: 'APPLY_FAILED',
+        keyId: 'key-1',
+      });
       expect(s.store.settings().appliedSeq).toBe(1);
       s.close();
     });

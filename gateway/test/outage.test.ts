@@ -63,7 +63,10 @@ describe.each(mqttBackends())('when the cloud broker is unreachable (site broker
     await cloud.connect(cloudBroker.url);
     await waitFor(() => gw.cloudConnected, 'cloud link back', 15_000);
     await waitFor(() => gw.store.outboxDepth() === 0, 'outbox drained');
-    const events = await waitFor(() => (cloud.ofType('access.event').length === 3 ? cloud.ofType('access.event') : null), 'all 3 events up');
+    const events = await waitFor(
+      () => (cloud.ofType('access.event').length === 3 ? cloud.ofType('access.event') : null),
+      'all 3 events up',
+    );
     expect(events.map((e) => e.body.code)).toEqual(['ALLOWED', 'CLOUD_STALE', 'UNKNOWN_CREDENTIAL']);
     const seqs = events.map((e) => e.seq);
     expect(seqs).toEqual([...seqs].sort((a, b) => a - b));

@@ -44,14 +44,20 @@ describe.each(mqttBackends())('rejected downlinks of a running gateway against %
   const lastRejectedId = (s: Running) => (s.gw.store.db.prepare('SELECT max(id) AS n FROM rejected').get() as { n: number | null }).n ?? 0;
   const rejectionLines = () => cap.current.lines().filter((l) => l.msg === 'downlink message rejected');
   const foreignGrant = (s: Running, draft: Json = {}) =>
-    s.cloud.sign({ type: 'key.grant', seq: 1, body: { key: baseGrant({ credential: { type: 'pin', digest: s.f.digest(PIN) } }) }, ...draft }, s.f.otherKey);
+    s.cloud.sign(
+      { type: 'key.grant', seq: 1, body: { key: baseGrant({ credential: { type: 'pin', digest: s.f.digest(PIN) } }) }, ...draft },
+      s.f.otherKey,
+    );
 
   describe('when a message does not verify', () => {
     it('records what a message signed with a foreign key claims (jti, cid, type, seq, issuer), logs the refusal under its claimed cid, and applies nothing', async () => {
       const s = await start();
       // a key the gateway does not know (its own kid), then the cloud's kid with another key's signature
       const foreign = await foreignGrant(s, { cid: 'cloud-req-42', seq: 7 });
-      const forged = await s.cloud.sign({ type: 'heartbeat', cid: 'cloud-req-43', body: { lastSeq: 9, intervalMs: 1000 } }, { kid: s.f.cloudPair.kid, privateKey: s.f.otherKey.privateKey });
+      const forged = await s.cloud.sign(
+        { type: 'heartbeat', cid: 'cloud-req-43', body: { lastSeq: 9, intervalMs: 1000 } },
+        { kid: s.f.cloudPair.kid, privateKey: s.f.otherKey.privateKey },
+      );
       await s.cloud.publishRaw(foreign.token);
       await waitFor(() => lastRejectedId(s) === 1, 'foreign message rejected');
       await s.cloud.publishRaw(forged.token);
@@ -59,8 +65,32 @@ describe.each(mqttBackends())('rejected downlinks of a running gateway against %
 
       const topic = topics.gatewayDown(s.f.gatewayId);
       expect(await rejectedItems(s)).toEqual([
-        { id: 2, at: expect.any(Number), topic, code: 'BAD_SIGNATURE', detail: 'signature does not verify', bytes: forged.token.length, claimedJti: forged.message.jti, claimedCid: 'cloud-req-43', claimedType: 'heartbeat', claimedSeq: null, claimedIssuer: CLOUD_ISSUER },
-        { id: 1, at: expect.any(Number), topic, code: 'UNKNOWN_KID', detail: expect.stringContaining('kid '), bytes: foreign.token.length, claimedJti: foreign.message.jti, claimedCid: 'cloud-req-42', claimedType: 'key.grant', claimedSeq: 7, claimedIssuer: CLOUD_ISSUER },
+        {
+          id: 2,
+          at: expect.any(Number),
+          topic,
+          code: 'BAD_SIGNATURE',
+          detail: 'signature does not verify',
+          bytes: forged.token.length,
+          claimedJti: forged.message.jti,
+          claimedCid: 'cloud-req-43',
+          claimedType: 'heartbeat',
+          claimedSeq: null,
+          claimedIssuer: CLOUD_ISSUER,
+        },
+        {
+          id: 1,
+          at: expect.any(Number),
+          topic,
+          code: 'UNKNOWN_KID',
+          detail: expect.stringContaining('kid '),
+          bytes: foreign.token.length,
+          claimedJti: foreign.message.jti,
+          claimedCid: 'cloud-req-42',
+          claimedType: 'key.grant',
+          claimedSeq: 7,
+          claimedIssuer: CLOUD_ISSUER,
+        },
       ]);
 
       // the rejections of one cloud request, by the correlation id they claimed
@@ -69,8 +99,18 @@ describe.each(mqttBackends())('rejected downlinks of a running gateway against %
 
       const lines = rejectionLines();
       expect(lines).toHaveLength(2);
-      expect(lines[0]).toMatchObject({ cid: 'cloud-req-42', cidClaimed: true, code: 'UNKNOWN_KID', claimed: { jti: foreign.message.jti, cid: 'cloud-req-42', type: 'key.grant', seq: 7, iss: CLOUD_ISSUER } });
-      expect(lines[1]).toMatchObject({ cid: 'cloud-req-43', cidClaimed: true, code: 'BAD_SIGNATURE', claimed: { jti: forged.message.jti, type: 'heartbeat', seq: null } });
+      expect(lines[0]).toMatchObject({
+        cid: 'cloud-req-42',
+        cidClaimed: true,
+        code: 'UNKNOWN_KID',
+        claimed: { jti: foreign.message.jti, cid: 'cloud-req-42', type: 'key.grant', seq: 7, iss: CLOUD_ISSUER },
+      });
+      expect(lines[1]).toMatchObject({
+        cid: 'cloud-req-43',
+        cidClaimed: true,
+        code: 'BAD_SIGNATURE',
+        claimed: { jti: forged.message.jti, type: 'heartbeat', seq: null },
+      });
 
       // nothing from it was applied, and neither the payload nor its body was kept anywhere
       expect(s.gw.store.inboxDepth()).toBe(0);
@@ -85,15 +125,28 @@ describe.each(mqttBackends())('rejected downlinks of a running gateway against %
 
     it('refuses a grant truly signed by the trusted cloud key but naming no kid (UNKNOWN_KID), and applies the same claims once they name it', async () => {
       const s = await start();
-      const signed = await s.cloud.sign({ type: 'key.grant', seq: 1, cid: 'cloud-req-nokid', body: { key: baseGrant({ credential: { type: 'pin', digest: s.f.digest(PIN) } }) } });
+      const signed = await s.cloud.sign({
+        type: 'key.grant',
+        seq: 1,
+        cid: 'cloud-req-nokid',
+        body: { key: baseGrant({ credential: { type: 'pin', digest: s.f.digest(PIN) } }) },
+      });
       const [header, payload] = signed.token.split('.') as [string, string, string];
       expect(JSON.parse(Buffer.from(header, 'base64url').toString())).toMatchObject({ kid: s.f.cloudPair.kid });
       // the same claims under a header without the kid, signed with the cloud's own private key: only the kid is missing
       const bare = Buffer.from(JSON.stringify({ alg: 'EdDSA', typ: JWS_TYP })).toString('base64url');
-      const sig = Buffer.from(await crypto.subtle.sign('Ed25519', s.f.cloudKey.privateKey, Buffer.from(`${bare}.${payload}`))).toString('base64url');
+      const sig = Buffer.from(await crypto.subtle.sign('Ed25519', s.f.cloudKey.privateKey, Buffer.from(`${bare}.${payload}`))).toString(
+        'base64url',
+      );
       await s.cloud.publishRaw(`${bare}.${payload}.${sig}`);
       await waitFor(() => lastRejectedId(s) === 1, 'the grant without a kid rejected');
-      expect((await rejectedItems(s))[0]).toMatchObject({ code: 'UNKNOWN_KID', detail: 'no kid', claimedJti: signed.message.jti, claimedCid: 'cloud-req-nokid', claimedSeq: 1 });
+      expect((await rejectedItems(s))[0]).toMatchObject({
+        code: 'UNKNOWN_KID',
+        detail: 'no kid',
+        claimedJti: signed.message.jti,
+        claimedCid: 'cloud-req-nokid',
+        claimedSeq: 1,
+      });
       expect(rejectionLines()[0]).toMatchObject({ cid: 'cloud-req-nokid', code: 'UNKNOWN_KID' });
       expect(s.gw.store.settings().appliedSeq).toBe(0);
       expect(s.gw.store.keyCounts()).toEqual({ active: 0, revoked: 0, tombstones: 0 });
@@ -104,7 +157,12 @@ describe.each(mqttBackends())('rejected downlinks of a running gateway against %
 
     it('gives a payload that does not decode a row with null claims, and its log line a cid of its own', async () => {
       const s = await start();
-      const garbage = ['not a jws at all', Buffer.from([0xff, 0xfe, 0x00]), 'aaa.bbb.ccc', `${Buffer.from('{"alg":"EdDSA"}').toString('base64url')}.${Buffer.from('[1]').toString('base64url')}.`];
+      const garbage = [
+        'not a jws at all',
+        Buffer.from([0xff, 0xfe, 0x00]),
+        'aaa.bbb.ccc',
+        `${Buffer.from('{"alg":"EdDSA"}').toString('base64url')}.${Buffer.from('[1]').toString('base64url')}.`,
+      ];
       for (const [i, g] of garbage.entries()) {
         await s.cloud.publishRaw(g);
         await waitFor(() => lastRejectedId(s) === i + 1, `garbage ${i} rejected`);
@@ -118,7 +176,8 @@ describe.each(mqttBackends())('rejected downlinks of a running gateway against %
 
       const lines = rejectionLines();
       expect(lines).toHaveLength(garbage.length);
-      for (const l of lines) expect(l).toMatchObject({ cidClaimed: false, claimed: { jti: null, cid: null, type: null, seq: null, iss: null } });
+      for (const l of lines)
+        expect(l).toMatchObject({ cidClaimed: false, claimed: { jti: null, cid: null, type: null, seq: null, iss: null } });
       const cids = lines.map((l) => l.cid as string);
       for (const c of cids) expect(c).toMatch(UUID);
       expect(new Set(cids).size).toBe(garbage.length);
@@ -127,7 +186,16 @@ describe.each(mqttBackends())('rejected downlinks of a running gateway against %
     it('refuses a claimed cid longer than 128 characters (null, never cut short; the log gets a cid of its own) and keeps one of exactly 128', async () => {
       const s = await start();
       const now = Math.floor(s.f.clock.now() / 1000);
-      const claims = (cid: string) => ({ jti: newMessageId(), cid, type: 'heartbeat', iss: CLOUD_ISSUER, aud: s.f.gatewayId, iat: now, exp: now + 60, body: { lastSeq: 0, intervalMs: 1000 } });
+      const claims = (cid: string) => ({
+        jti: newMessageId(),
+        cid,
+        type: 'heartbeat',
+        iss: CLOUD_ISSUER,
+        aud: s.f.gatewayId,
+        iat: now,
+        exp: now + 60,
+        body: { lastSeq: 0, intervalMs: 1000 },
+      });
       const tooLong = claims(`a${'b'.repeat(128)}`);
       const longest = claims(`z${'y'.repeat(127)}`);
       await s.cloud.publishRaw(unsignedToken(s.f.cloudPair.kid, tooLong));
@@ -136,7 +204,13 @@ describe.each(mqttBackends())('rejected downlinks of a running gateway against %
       await waitFor(() => lastRejectedId(s) === 2, 'longest rejected');
 
       const [second, first] = await rejectedItems(s);
-      expect(first).toMatchObject({ code: 'BAD_SIGNATURE', claimedJti: tooLong.jti, claimedCid: null, claimedType: 'heartbeat', claimedIssuer: CLOUD_ISSUER });
+      expect(first).toMatchObject({
+        code: 'BAD_SIGNATURE',
+        claimedJti: tooLong.jti,
+        claimedCid: null,
+        claimedType: 'heartbeat',
+        claimedIssuer: CLOUD_ISSUER,
+      });
       expect(second).toMatchObject({ code: 'BAD_SIGNATURE', claimedJti: longest.jti, claimedCid: longest.cid });
 
       const [l1, l2] = rejectionLines();

@@ -44,9 +44,16 @@ describe.each(mqttBackends())('a cloud history that differs from the gateway (se
     // the restored cloud knows only seq 1, and its next message (revoking key-1) gets seq 2 again
     const clash = await s.cloud.revoke('key-1', 1, 2);
     await waitFor(() => s.gw.store.settings().seqConflictAt !== null, 'conflict detected');
-    expect(s.gw.store.db.prepare('SELECT status, result, code FROM inbox WHERE jti = ?').get(clash.jti)).toEqual({ status: 'processed', result: 'refused', code: 'SEQ_CONFLICT' });
+    expect(s.gw.store.db.prepare('SELECT status, result, code FROM inbox WHERE jti = ?').get(clash.jti)).toEqual({
+      status: 'processed',
+      result: 'refused',
+      code: 'SEQ_CONFLICT',
+    });
     expect(s.gw.store.settings()).toMatchObject({ appliedSeq: 2, leaseExpiresAt: null });
-    const resync = await waitFor(() => s.cloud.ofType('resync.request').find((m) => m.body.reason === 'conflict'), 'conflict resync request');
+    const resync = await waitFor(
+      () => s.cloud.ofType('resync.request').find((m) => m.body.reason === 'conflict'),
+      'conflict resync request',
+    );
     expect(resync.body.lastAppliedSeq).toBe(2);
     // fail closed: no ordinary key opens, and the clashing revoke was neither applied nor acknowledged
     expect((await s.lock.present(PIN)).code).toBe('CLOUD_STALE');
@@ -58,7 +65,10 @@ describe.each(mqttBackends())('a cloud history that differs from the gateway (se
     expect(await s.gw.metrics.registry.getSingleMetricAsString('tobira_gateway_seq_conflicts_total')).toMatch(/ 1$/m);
 
     // the cloud answers with a snapshot past both histories: key-1 revoked, key-2 unknown to it (made after its backup)
-    const snapshot = await s.cloud.send({ type: 'keyset.snapshot', body: { snapshotId: newId(), asOfSeq: 3, part: 1, parts: 1, keys: [], revoked: [{ keyId: 'key-1', version: 1 }] } });
+    const snapshot = await s.cloud.send({
+      type: 'keyset.snapshot',
+      body: { snapshotId: newId(), asOfSeq: 3, part: 1, parts: 1, keys: [], revoked: [{ keyId: 'key-1', version: 1 }] },
+    });
     await waitFor(() => s.gw.store.settings().appliedSeq === 3, 'snapshot applied');
     expect(s.gw.store.settings()).toMatchObject({ seqConflictAt: null, snapshotSeq: 3 });
     s.cloud.seq = 3;
@@ -69,7 +79,11 @@ describe.each(mqttBackends())('a cloud history that differs from the gateway (se
     expect(s.cloud.ofType('ack').some((a) => a.body.ackOf === snapshot.jti && a.body.keyId === 'key-1')).toBe(true);
 
     // a message still in flight from before the snapshot (seq <= its asOfSeq) is a plain duplicate, not a conflict
-    const straggler = await s.cloud.send({ type: 'key.grant', seq: 3, body: { key: grant({ keyId: asKeyId('key-3'), credential: { type: 'pin', digest: s.f.digest('135790') } }) } });
+    const straggler = await s.cloud.send({
+      type: 'key.grant',
+      seq: 3,
+      body: { key: grant({ keyId: asKeyId('key-3'), credential: { type: 'pin', digest: s.f.digest('135790') } }) },
+    });
     const dup = await waitFor(() => s.cloud.ofType('ack').find((a) => a.body.ackOf === straggler.jti), 'straggler ack');
     expect(dup.body).toMatchObject({ result: 'noop', code: 'DUPLICATE_MESSAGE' });
     expect(s.gw.store.settings().seqConflictAt).toBeNull();

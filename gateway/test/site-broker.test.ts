@@ -5,7 +5,18 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
-import { connectMqtt, encodeSecret, filters, generateSigningKeyPair, lockClientId, newPairingSecret, siteBrokerPassword, startEmbeddedBroker, topics, waitConnected } from '@tobira/shared';
+import {
+  connectMqtt,
+  encodeSecret,
+  filters,
+  generateSigningKeyPair,
+  lockClientId,
+  newPairingSecret,
+  siteBrokerPassword,
+  startEmbeddedBroker,
+  topics,
+  waitConnected,
+} from '@tobira/shared';
 import type { IClientOptions, MqttClient } from 'mqtt';
 import { afterEach, describe, expect, it } from 'vitest';
 import { loadConfig } from '../src/config.js';
@@ -54,7 +65,8 @@ describe('site broker ACL (one rule set for aedes and Mosquitto)', () => {
       expect(acl.mayReceive(L1, t('L2', c))).toBe(false);
       expect(acl.maySubscribe(L1, filters.locksOf('gw-1', c))).toBe(false);
     }
-    for (const f of ['#', 'tobira/#', 'tobira/v1/site/gw-1/lock/L1/#', 'tobira/v1/site/+/lock/L1/command']) expect(acl.maySubscribe(L1, f)).toBe(false);
+    for (const f of ['#', 'tobira/#', 'tobira/v1/site/gw-1/lock/L1/#', 'tobira/v1/site/+/lock/L1/command'])
+      expect(acl.maySubscribe(L1, f)).toBe(false);
   });
 
   it('lets the gateway read every lock of its own site and write only decisions and commands', () => {
@@ -74,7 +86,7 @@ describe('site broker ACL (one rule set for aedes and Mosquitto)', () => {
 });
 
 describe('the embedded site broker with siteBrokerHooks', () => {
-  it('refuses and logs (JSON, with a cid) an anonymous login, another lock\'s client id, a foreign subscription and a forged publish', async () => {
+  it("refuses and logs (JSON, with a cid) an anonymous login, another lock's client id, a foreign subscription and a forged publish", async () => {
     const s = site();
     const cap = capturingLog();
     const broker = await startEmbeddedBroker({ aedes: siteBrokerHooks(s, cap.log) });
@@ -176,14 +188,21 @@ describe('site broker logins', () => {
     );
     const env = { TOBIRA_SITE_MQTT_USERNAME: 'gw.gw-1', TOBIRA_SITE_MQTT_PASSWORD: 'from-the-environment' };
     expect(loadConfig({ file, env }).site).toMatchObject({ username: 'gw.gw-1', password: 'from-the-environment' });
-    await run(process.execPath, ['--import', 'tsx', 'gateway/src/main.ts', 'site-broker-files', '--config', file, '--out', dir], { cwd: ROOT, env: { ...process.env, ...env } });
+    await run(process.execPath, ['--import', 'tsx', 'gateway/src/main.ts', 'site-broker-files', '--config', file, '--out', dir], {
+      cwd: ROOT,
+      env: { ...process.env, ...env },
+    });
     const passwd = readFileSync(join(dir, 'tobira-site.passwd'), 'utf8');
     expect(statSync(join(dir, 'tobira-site.passwd')).mode & 0o777).toBe(0o600);
     expect(mosquittoAccepts(passwd, 'L2', siteBrokerPassword(s.secrets.L2, 'gw-1', 'L2'))).toBe(true);
     expect(mosquittoAccepts(passwd, 'gw.gw-1', 'from-the-environment')).toBe(true);
     expect(readFileSync(join(dir, 'tobira-site.acl'), 'utf8')).toContain('pattern read tobira/v1/site/gw-1/lock/%u/command');
     // without a gateway site login there is nothing to write: it fails and says why
-    const failed = await run(process.execPath, ['--import', 'tsx', 'gateway/src/main.ts', 'site-broker-files', '--config', file, '--out', dir], { cwd: ROOT, env: { ...process.env, LOG_LEVEL: 'info' } }).then(
+    const failed = await run(
+      process.execPath,
+      ['--import', 'tsx', 'gateway/src/main.ts', 'site-broker-files', '--config', file, '--out', dir],
+      { cwd: ROOT, env: { ...process.env, LOG_LEVEL: 'info' } },
+    ).then(
       () => null,
       (e: { code?: number; stdout?: string }) => e,
     );

@@ -1,4 +1,13 @@
-import { ReplayWindow, checkLockCommand, connectMqtt, newId, newPairingSecret, topics, waitConnected, type LockCommand } from '@tobira/shared';
+import {
+  ReplayWindow,
+  checkLockCommand,
+  connectMqtt,
+  newId,
+  newPairingSecret,
+  topics,
+  waitConnected,
+  type LockCommand,
+} from '@tobira/shared';
 import { mqttBackends, startMqttBackend, type MqttTestBroker } from '@tobira/shared/testing';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { T0 } from './fixtures.js';
@@ -37,7 +46,15 @@ describe.each(mqttBackends())('staff read API of a running gateway against %s', 
   describe('when no staff token is configured', () => {
     it('refuses every staff read with 503 over real HTTP and still serves health (no token needed)', async () => {
       const s = await start({ overrides: { staffToken: undefined } as never });
-      for (const path of ['/staff/status', '/staff/locks', '/staff/access-events', '/staff/alarms', '/staff/inbox/failed', '/staff/rejected', '/staff/lock-refusals']) {
+      for (const path of [
+        '/staff/status',
+        '/staff/locks',
+        '/staff/access-events',
+        '/staff/alarms',
+        '/staff/inbox/failed',
+        '/staff/rejected',
+        '/staff/lock-refusals',
+      ]) {
         const r = await staffGet(s, path, 'anything-at-all-0123456789');
         expect(r.status, path).toBe(503);
         expect(r.body).toEqual({ code: 'STAFF_AUTH_NOT_CONFIGURED' });
@@ -53,11 +70,32 @@ describe.each(mqttBackends())('staff read API of a running gateway against %s', 
     it('reports status: fail-closed without a lease, open with one, LEASE_EXPIRED after it, with the counts the database holds', async () => {
       const s = await start();
       let st = (await staffGet(s, '/staff/status')).body;
-      expect(st).toMatchObject({ gatewayId: s.f.gatewayId, mode: 'normal', cloudConnected: true, siteConnected: true, appliedSeq: 0, leaseExpiresAt: null, failClosed: true, failClosedReason: 'NO_LEASE', timeZone: null });
+      expect(st).toMatchObject({
+        gatewayId: s.f.gatewayId,
+        mode: 'normal',
+        cloudConnected: true,
+        siteConnected: true,
+        appliedSeq: 0,
+        leaseExpiresAt: null,
+        failClosed: true,
+        failClosedReason: 'NO_LEASE',
+        timeZone: null,
+      });
 
       await provision(s);
       st = (await staffGet(s, '/staff/status')).body;
-      expect(st).toMatchObject({ appliedSeq: 1, leaseExpiresAt: T0 + 300_000, leaseRemainingSeconds: 300, failClosed: false, failClosedReason: null, waitingOnGap: false, inboxFailed: 0, rejectedDownlinks: 0, openAlarms: 0, locksTotal: 1 });
+      expect(st).toMatchObject({
+        appliedSeq: 1,
+        leaseExpiresAt: T0 + 300_000,
+        leaseRemainingSeconds: 300,
+        failClosed: false,
+        failClosedReason: null,
+        waitingOnGap: false,
+        inboxFailed: 0,
+        rejectedDownlinks: 0,
+        openAlarms: 0,
+        locksTotal: 1,
+      });
 
       // a gap: seq 3 arrives without seq 2
       await s.cloud.grant({ keyId: 'key-3' as never }, 3);
@@ -70,7 +108,16 @@ describe.each(mqttBackends())('staff read API of a running gateway against %s', 
       await waitFor(() => s.gw.store.outboxDepth() === 0, 'outbox drained');
       s.f.clock.advance(300_000);
       st = (await staffGet(s, '/staff/status')).body;
-      expect(st).toMatchObject({ failClosed: true, failClosedReason: 'LEASE_EXPIRED', leaseRemainingSeconds: 0, waitingOnGap: true, inboxDepth: 1, outboxDepth: 0, rejectedDownlinks: 1, openAlarms: 1 });
+      expect(st).toMatchObject({
+        failClosed: true,
+        failClosedReason: 'LEASE_EXPIRED',
+        leaseRemainingSeconds: 0,
+        waitingOnGap: true,
+        inboxDepth: 1,
+        outboxDepth: 0,
+        rejectedDownlinks: 1,
+        openAlarms: 1,
+      });
     });
 
     it("reports the site's time zone from the config (null when none is configured, above)", async () => {
@@ -100,7 +147,10 @@ describe.each(mqttBackends())('staff read API of a running gateway against %s', 
       const revoke = await s.cloud.revoke('key-1', 2);
       await waitFor(() => s.gw.store.inboxByStatus().failed === 1, 'failed revoke');
       // forged: the cloud's kid, another key
-      const forged = await s.cloud.sign({ type: 'heartbeat', body: { lastSeq: 0, intervalMs: 1000 } }, { kid: s.f.cloudPair.kid, privateKey: s.f.otherKey.privateKey });
+      const forged = await s.cloud.sign(
+        { type: 'heartbeat', body: { lastSeq: 0, intervalMs: 1000 } },
+        { kid: s.f.cloudPair.kid, privateKey: s.f.otherKey.privateKey },
+      );
       await s.cloud.publishRaw(forged.token);
       await waitFor(() => s.gw.store.rejectedCount() === 1, 'rejected');
 
@@ -109,7 +159,14 @@ describe.each(mqttBackends())('staff read API of a running gateway against %s', 
         [bad.requestId, false, 'UNKNOWN_CREDENTIAL'],
         [ok.requestId, true, 'ALLOWED'],
       ]);
-      expect(events[1]).toMatchObject({ lockId: 'lock-1', doorId: 'door-1', keyId: 'key-1', personId: 'person-1', credentialType: 'pin', commandId: ok.commandId });
+      expect(events[1]).toMatchObject({
+        lockId: 'lock-1',
+        doorId: 'door-1',
+        keyId: 'key-1',
+        personId: 'person-1',
+        credentialType: 'pin',
+        commandId: ok.commandId,
+      });
       const everything = JSON.stringify(events);
       expect(everything).not.toContain(PIN);
       expect(everything).not.toContain('000000');
@@ -118,13 +175,35 @@ describe.each(mqttBackends())('staff read API of a running gateway against %s', 
       expect((await items(s, '/staff/access-events?code=UNKNOWN_CREDENTIAL&door=door-1')).map((e) => e.requestId)).toEqual([bad.requestId]);
 
       expect(await items(s, '/staff/locks')).toEqual([
-        { lockId: 'lock-1', doorId: 'door-1', online: true, state: { bolt: 'locked', door: 'closed', battery: 64, at: T0 }, lockout: { failures: 1, lockedOutUntil: null, lockedOut: false }, openAlarms: 1, updatedAt: expect.any(Number) },
+        {
+          lockId: 'lock-1',
+          doorId: 'door-1',
+          online: true,
+          state: { bolt: 'locked', door: 'closed', battery: 64, at: T0 },
+          lockout: { failures: 1, lockedOutUntil: null, lockedOut: false },
+          openAlarms: 1,
+          updatedAt: expect.any(Number),
+        },
       ]);
-      expect(await items(s, '/staff/alarms?status=open')).toEqual([expect.objectContaining({ alarmId, lockId: 'lock-1', doorId: 'door-1', kind: 'forced_open', status: 'open', at: T0 })]);
+      expect(await items(s, '/staff/alarms?status=open')).toEqual([
+        expect.objectContaining({ alarmId, lockId: 'lock-1', doorId: 'door-1', kind: 'forced_open', status: 'open', at: T0 }),
+      ]);
 
       const failed = await items(s, '/staff/inbox/failed');
       expect(failed).toEqual([
-        { jti: revoke.jti, type: 'key.revoke', seq: 2, keyId: 'key-1', keyVersion: 2, attempts: 3, code: 'APPLY_FAILED', lastError: 'disk on fire', receivedAt: expect.any(Number), failedAt: expect.any(Number), cid: revoke.cid },
+        {
+          jti: revoke.jti,
+          type: 'key.revoke',
+          seq: 2,
+          keyId: 'key-1',
+          keyVersion: 2,
+          attempts: 3,
+          code: 'APPLY_FAILED',
+          lastError: 'disk on fire',
+          receivedAt: expect.any(Number),
+          failedAt: expect.any(Number),
+          cid: revoke.cid,
+        },
       ]);
       const st = (await staffGet(s, '/staff/status')).body;
       expect(st).toMatchObject({ inboxFailed: 1, rejectedDownlinks: 1, openAlarms: 1, appliedSeq: 1, locksOnline: 1 });
@@ -176,7 +255,15 @@ describe.each(mqttBackends())('staff read API of a running gateway against %s', 
       const report = async (cmd: LockCommand, secret: Uint8Array) => {
         const c = checkLockCommand(secret, cmd, { lockId: 'lock-1', now: s.f.clock.now(), seen: window });
         if (c.ok) window.remember(cmd.commandId, cmd.expiresAt, s.f.clock.now());
-        await s.lock.publish('event', { eventId: newId(), lockId: 'lock-1', at: s.f.clock.now(), kind: 'command_result', commandId: cmd.commandId, result: c.ok ? 'executed' : 'refused', code: c.ok ? null : c.code });
+        await s.lock.publish('event', {
+          eventId: newId(),
+          lockId: 'lock-1',
+          at: s.f.clock.now(),
+          kind: 'command_result',
+          commandId: cmd.commandId,
+          result: c.ok ? 'executed' : 'refused',
+          code: c.ok ? null : c.code,
+        });
         return c;
       };
       const first = await s.lock.present(PIN, 'req-twice');
@@ -190,26 +277,33 @@ describe.each(mqttBackends())('staff read API of a running gateway against %s', 
       expect(again).toEqual(cmd);
       expect(await report(again, s.f.lockSecret)).toEqual({ ok: false, code: 'COMMAND_REPLAYED' });
 
-      await waitFor(() => (s.gw.store.db.prepare('SELECT count(*) AS n FROM lock_refusals').get() as { n: number }).n >= 9, 'refusals recorded');
+      await waitFor(
+        () => (s.gw.store.db.prepare('SELECT count(*) AS n FROM lock_refusals').get() as { n: number }).n >= 9,
+        'refusals recorded',
+      );
       const all = await items(s, '/staff/lock-refusals?limit=500');
       // newest first; messages of different publishers may reach the gateway in either order, so compare as a set
       const ids = all.map((r) => r.id as number);
       expect(ids).toEqual([...ids].sort((a, b) => b - a));
       const key = (r: unknown[]) => JSON.stringify(r);
       const seen = all.map((r) => [r.origin, r.lockId, r.channel, r.code]).sort((a, b) => key(a).localeCompare(key(b)));
-      expect(seen).toEqual([
-        ['lock', 'lock-1', 'event', 'COMMAND_REPLAYED'],
-        ['lock', 'lock-1', 'event', 'BAD_MAC'],
-        ['gateway', null, 'event', 'BAD_TOPIC'],
-        ['gateway', 'lock-9', 'request', 'UNKNOWN_LOCK'],
-        ['gateway', 'lock-9', 'presence', 'UNKNOWN_LOCK'],
-        ['gateway', 'lock-1', 'request', 'SCHEMA_INVALID'],
-        ['gateway', 'lock-1', 'presence', 'SCHEMA_INVALID'],
-        ['gateway', 'lock-1', 'state', 'WRONG_LOCK'],
-        ['gateway', 'lock-1', 'state', 'MALFORMED'],
-      ].sort((a, b) => key(a).localeCompare(key(b))));
+      expect(seen).toEqual(
+        [
+          ['lock', 'lock-1', 'event', 'COMMAND_REPLAYED'],
+          ['lock', 'lock-1', 'event', 'BAD_MAC'],
+          ['gateway', null, 'event', 'BAD_TOPIC'],
+          ['gateway', 'lock-9', 'request', 'UNKNOWN_LOCK'],
+          ['gateway', 'lock-9', 'presence', 'UNKNOWN_LOCK'],
+          ['gateway', 'lock-1', 'request', 'SCHEMA_INVALID'],
+          ['gateway', 'lock-1', 'presence', 'SCHEMA_INVALID'],
+          ['gateway', 'lock-1', 'state', 'WRONG_LOCK'],
+          ['gateway', 'lock-1', 'state', 'MALFORMED'],
+        ].sort((a, b) => key(a).localeCompare(key(b))),
+      );
       expect(all.find((r) => r.code === 'BAD_TOPIC')).toMatchObject({ topic: `tobira/v1/site/${gw}/lock/bad.lock/event`, bytes: 2 });
-      expect(all.find((r) => r.code === 'UNKNOWN_LOCK' && r.channel === 'request')).toMatchObject({ topic: topics.lock(gw, 'lock-9', 'request') });
+      expect(all.find((r) => r.code === 'UNKNOWN_LOCK' && r.channel === 'request')).toMatchObject({
+        topic: topics.lock(gw, 'lock-9', 'request'),
+      });
       expect(all.find((r) => r.code === 'BAD_MAC')?.detail).toContain(cmd.commandId);
       const shortPin = all.find((r) => r.channel === 'request' && r.code === 'SCHEMA_INVALID')!;
       expect(shortPin.detail).toContain('credential');
@@ -222,7 +316,10 @@ describe.each(mqttBackends())('staff read API of a running gateway against %s', 
       // filters, and the counter the metrics already had
       expect((await items(s, '/staff/lock-refusals?origin=lock')).map((r) => r.code)).toEqual(['COMMAND_REPLAYED', 'BAD_MAC']);
       expect((await items(s, '/staff/lock-refusals?lock=lock-9')).map((r) => r.channel).sort()).toEqual(['presence', 'request']);
-      expect((await items(s, '/staff/lock-refusals?code=SCHEMA_INVALID&lock=lock-1')).map((r) => r.channel)).toEqual(['request', 'presence']);
+      expect((await items(s, '/staff/lock-refusals?code=SCHEMA_INVALID&lock=lock-1')).map((r) => r.channel)).toEqual([
+        'request',
+        'presence',
+      ]);
       const metrics = await (await fetch(`${s.gw.httpUrl!}/metrics`)).text();
       expect(metrics).toContain('tobira_gateway_lock_messages_refused_total{channel="request",code="UNKNOWN_LOCK"} 1');
       expect((await staffGet(s, '/staff/status')).body.lockRefusals).toBe(9);

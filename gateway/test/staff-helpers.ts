@@ -31,7 +31,13 @@ export function capturingLog(): { log: Logger; lines: () => Record<string, unkno
 /** The gateway's HTTP app over a store alone (no brokers): the staff lists read the real SQLite file. */
 export function staffAppOver(
   store: GatewayStore,
-  opts: { staffToken?: string | undefined; now?: () => number; log?: Logger; status?: () => StaffStatus; authFailures?: { max: number; windowSeconds: number } } = {},
+  opts: {
+    staffToken?: string | undefined;
+    now?: () => number;
+    log?: Logger;
+    status?: () => StaffStatus;
+    authFailures?: { max: number; windowSeconds: number };
+  } = {},
 ): FastifyInstance {
   return buildApp({
     registry: createMetrics().registry,
@@ -66,13 +72,23 @@ export interface ListPage<T> {
 }
 
 /** Follows `nextCursor` from the first page to the last; fails if a page answers anything but 200. */
-export async function walk<T>(app: FastifyInstance, token: string, path: string, query: Record<string, string> = {}, maxPages = 10_000): Promise<{ items: T[]; pages: number }> {
+export async function walk<T>(
+  app: FastifyInstance,
+  token: string,
+  path: string,
+  query: Record<string, string> = {},
+  maxPages = 10_000,
+): Promise<{ items: T[]; pages: number }> {
   const items: T[] = [];
   let cursor: string | null = null;
   let pages = 0;
   do {
     const q: URLSearchParams = new URLSearchParams({ ...query, ...(cursor === null ? {} : { cursor }) });
-    const r: Awaited<ReturnType<FastifyInstance['inject']>> = await app.inject({ method: 'GET', url: `${path}?${q.toString()}`, headers: { authorization: `Bearer ${token}` } });
+    const r: Awaited<ReturnType<FastifyInstance['inject']>> = await app.inject({
+      method: 'GET',
+      url: `${path}?${q.toString()}`,
+      headers: { authorization: `Bearer ${token}` },
+    });
     if (r.statusCode !== 200) throw new Error(`${path} answered ${r.statusCode}: ${r.body}`);
     const p: ListPage<T> = r.json();
     items.push(...p.items);
@@ -83,7 +99,9 @@ export async function walk<T>(app: FastifyInstance, token: string, path: string,
 }
 
 /** What a test may set on an access-log row: plain strings where the row has branded ids and codes. */
-export type AccessRowInput = { [K in keyof AccessRow]?: AccessRow[K] extends string ? string : AccessRow[K] extends string | null ? string | null : AccessRow[K] };
+export type AccessRowInput = {
+  [K in keyof AccessRow]?: AccessRow[K] extends string ? string : AccessRow[K] extends string | null ? string | null : AccessRow[K];
+};
 
 /** An access-log row with defaults (a denied unknown PIN at lock-1 at T0). */
 export function accessRow(over: AccessRowInput = {}): AccessRow {

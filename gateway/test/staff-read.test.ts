@@ -14,7 +14,15 @@ const TOKEN = 'staff-token-for-read-tests';
 const auth = { authorization: `Bearer ${TOKEN}` };
 const DAY = 86_400_000;
 
-const STAFF_GETS = ['/staff/status', '/staff/locks', '/staff/access-events', '/staff/alarms', '/staff/inbox/failed', '/staff/rejected', '/staff/lock-refusals'];
+const STAFF_GETS = [
+  '/staff/status',
+  '/staff/locks',
+  '/staff/access-events',
+  '/staff/alarms',
+  '/staff/inbox/failed',
+  '/staff/rejected',
+  '/staff/lock-refusals',
+];
 
 describe('staff read API over a real SQLite file', () => {
   let dir: string;
@@ -56,10 +64,20 @@ describe('staff read API over a real SQLite file', () => {
 
     it('answers 401 UNAUTHORIZED with nothing else for a missing, wrong, prefixed or non-bearer token, before looking at the query', async () => {
       store.insertAccess(accessRow());
-      const shapes = [{}, { authorization: `Bearer ${TOKEN}x` }, { authorization: `Bearer ${TOKEN.slice(0, -1)}` }, { authorization: TOKEN }, { authorization: `Basic ${TOKEN}` }];
+      const shapes = [
+        {},
+        { authorization: `Bearer ${TOKEN}x` },
+        { authorization: `Bearer ${TOKEN.slice(0, -1)}` },
+        { authorization: TOKEN },
+        { authorization: `Basic ${TOKEN}` },
+      ];
       // every shape on every route from one address: above the default attempt limit on purpose (that limit: http-guards.test.ts)
       await app.close();
-      app = staffAppOver(store, { staffToken: TOKEN, now: () => T0, authFailures: { max: STAFF_GETS.length * shapes.length + 1, windowSeconds: 300 } });
+      app = staffAppOver(store, {
+        staffToken: TOKEN,
+        now: () => T0,
+        authFailures: { max: STAFF_GETS.length * shapes.length + 1, windowSeconds: 300 },
+      });
       for (const url of STAFF_GETS) {
         for (const headers of shapes) {
           // a bad query too: a refused caller must not learn which parameters exist
@@ -83,7 +101,11 @@ describe('staff read API over a real SQLite file', () => {
       const made = b.headers['x-correlation-id'];
       expect(typeof made).toBe('string');
       expect(made).not.toBe(given);
-      const c = await logged.inject({ method: 'GET', url: '/staff/locks', headers: { ...auth, 'x-correlation-id': 'has spaces/and slashes' } });
+      const c = await logged.inject({
+        method: 'GET',
+        url: '/staff/locks',
+        headers: { ...auth, 'x-correlation-id': 'has spaces/and slashes' },
+      });
       expect(c.statusCode).toBe(400);
       expect(c.json()).toMatchObject({ code: 'BAD_REQUEST' });
 
@@ -135,17 +157,29 @@ describe('staff read API over a real SQLite file', () => {
     it('answers 200 or 400 with a code, never a 5xx, for random parameters on every list', async () => {
       store.insertAccess(accessRow());
       store.insertAlarm({ alarmId: newId(), lockId: 'lock-1', kind: 'jam', at: T0 }, T0);
-      store.recordLockRefusal({ origin: 'gateway', lockId: 'lock-1', channel: 'state', topic: 't', code: 'MALFORMED', detail: 'd', bytes: 1 }, T0);
+      store.recordLockRefusal(
+        { origin: 'gateway', lockId: 'lock-1', channel: 'state', topic: 't', code: 'MALFORMED', detail: 'd', bytes: 1 },
+        T0,
+      );
       const names = fc.constantFrom('door', 'lock', 'allowed', 'code', 'since', 'until', 'limit', 'cursor', 'status', 'origin', 'x', '');
-      const values = fc.oneof(fc.string(), fc.constantFrom('true', 'false', '0', '1', '500', '501', 'open', 'all', 'lock', 'ALLOWED', 'lock-1', '9'.repeat(20)), fc.nat().map(String), fc.base64String());
+      const values = fc.oneof(
+        fc.string(),
+        fc.constantFrom('true', 'false', '0', '1', '500', '501', 'open', 'all', 'lock', 'ALLOWED', 'lock-1', '9'.repeat(20)),
+        fc.nat().map(String),
+        fc.base64String(),
+      );
       await fc.assert(
         // (status is read from a running gateway in staff-api.test.ts; here it has no source)
-        fc.asyncProperty(fc.constantFrom(...STAFF_GETS.filter((p) => p !== '/staff/status')), fc.array(fc.tuple(names, values), { maxLength: 4 }), async (path, params) => {
-          const q = new URLSearchParams(params).toString();
-          const r = await get(`${path}?${q}`);
-          expect([200, 400], `${path}?${q}: ${r.body}`).toContain(r.statusCode);
-          if (r.statusCode === 400) expect(r.json<{ code: string }>().code).toBe('BAD_REQUEST');
-        }),
+        fc.asyncProperty(
+          fc.constantFrom(...STAFF_GETS.filter((p) => p !== '/staff/status')),
+          fc.array(fc.tuple(names, values), { maxLength: 4 }),
+          async (path, params) => {
+            const q = new URLSearchParams(params).toString();
+            const r = await get(`${path}?${q}`);
+            expect([200, 400], `${path}?${q}: ${r.body}`).toContain(r.statusCode);
+            if (r.statusCode === 400) expect(r.json<{ code: string }>().code).toBe('BAD_REQUEST');
+          },
+        ),
         { numRuns: 300 },
       );
     });
@@ -160,7 +194,8 @@ describe('staff read API over a real SQLite file', () => {
         accessRow({ at: T0 + 3, lockId: 'lock-2', doorId: 'door-2', allowed: true, code: 'ALLOWED' }),
       ];
       for (const r of rows) store.insertAccess(r);
-      const ids = async (q: string) => (await get(`/staff/access-events${q}`)).json<{ items: { eventId: string }[] }>().items.map((i) => i.eventId);
+      const ids = async (q: string) =>
+        (await get(`/staff/access-events${q}`)).json<{ items: { eventId: string }[] }>().items.map((i) => i.eventId);
       const e = rows.map((r) => r.eventId);
       expect(await ids('')).toEqual([e[3], e[2], e[1], e[0]]);
       expect(await ids('?door=door-1')).toEqual([e[2], e[0]]);
@@ -174,34 +209,83 @@ describe('staff read API over a real SQLite file', () => {
 
     it('exposes the decision and its attribution but no credential value or digest', async () => {
       const cmd = newId();
-      store.insertAccess(accessRow({ allowed: true, code: 'ALLOWED', keyId: 'key-1', keyVersion: 2, personId: 'person-1', commandId: cmd, commandExpiresAt: T0 + 10_000, holdMs: 5000 }));
+      store.insertAccess(
+        accessRow({
+          allowed: true,
+          code: 'ALLOWED',
+          keyId: 'key-1',
+          keyVersion: 2,
+          personId: 'person-1',
+          commandId: cmd,
+          commandExpiresAt: T0 + 10_000,
+          holdMs: 5000,
+        }),
+      );
       const item = (await get('/staff/access-events')).json<{ items: Record<string, unknown>[] }>().items[0]!;
       expect(Object.keys(item).sort()).toEqual(
-        ['allowed', 'at', 'cid', 'code', 'commandExpiresAt', 'commandId', 'credentialType', 'doorId', 'eventId', 'keyId', 'keyVersion', 'lockId', 'personId', 'requestId'].sort(),
+        [
+          'allowed',
+          'at',
+          'cid',
+          'code',
+          'commandExpiresAt',
+          'commandId',
+          'credentialType',
+          'doorId',
+          'eventId',
+          'keyId',
+          'keyVersion',
+          'lockId',
+          'personId',
+          'requestId',
+        ].sort(),
       );
-      expect(item).toMatchObject({ allowed: true, code: 'ALLOWED', keyId: 'key-1', keyVersion: 2, personId: 'person-1', credentialType: 'pin', commandId: cmd });
+      expect(item).toMatchObject({
+        allowed: true,
+        code: 'ALLOWED',
+        keyId: 'key-1',
+        keyVersion: 2,
+        personId: 'person-1',
+        credentialType: 'pin',
+        commandId: cmd,
+      });
     });
 
     it('walks every row exactly once across pages, in (time, id) order newest first, whatever the rows, filter and page size', async () => {
       await fc.assert(
         fc.asyncProperty(
-          fc.array(fc.record({ dt: fc.integer({ min: 0, max: 5 }), lock: fc.constantFrom('lock-1', 'lock-2'), allowed: fc.boolean() }), { maxLength: 40 }),
+          fc.array(fc.record({ dt: fc.integer({ min: 0, max: 5 }), lock: fc.constantFrom('lock-1', 'lock-2'), allowed: fc.boolean() }), {
+            maxLength: 40,
+          }),
           fc.integer({ min: 1, max: 7 }),
           fc.option(fc.constantFrom('lock-1', 'lock-2'), { nil: undefined }),
           async (specs, limit, lock) => {
             db.exec('DELETE FROM access_log');
             // insertion order is not time order: ties in `at` are broken by id
             const inserted = specs.map((s) => {
-              const r = accessRow({ at: T0 + s.dt, lockId: s.lock, allowed: s.allowed, code: s.allowed ? 'ALLOWED' : 'UNKNOWN_CREDENTIAL' });
+              const r = accessRow({
+                at: T0 + s.dt,
+                lockId: s.lock,
+                allowed: s.allowed,
+                code: s.allowed ? 'ALLOWED' : 'UNKNOWN_CREDENTIAL',
+              });
               store.insertAccess(r);
               return r;
             });
-            const idOf = new Map((db.prepare('SELECT event_id, id FROM access_log').all() as { event_id: string; id: number }[]).map((r) => [r.event_id, r.id]));
+            const idOf = new Map(
+              (db.prepare('SELECT event_id, id FROM access_log').all() as { event_id: string; id: number }[]).map((r) => [
+                r.event_id,
+                r.id,
+              ]),
+            );
             const expected = inserted
               .filter((r) => lock === undefined || r.lockId === lock)
               .sort((a, b) => b.at - a.at || idOf.get(b.eventId)! - idOf.get(a.eventId)!)
               .map((r) => r.eventId);
-            const { items, pages } = await walk<{ eventId: string }>(app, TOKEN, '/staff/access-events', { limit: String(limit), ...(lock ? { lock } : {}) });
+            const { items, pages } = await walk<{ eventId: string }>(app, TOKEN, '/staff/access-events', {
+              limit: String(limit),
+              ...(lock ? { lock } : {}),
+            });
             expect(items.map((i) => i.eventId)).toEqual(expected);
             expect(pages).toBe(Math.max(1, Math.ceil(expected.length / limit)));
           },
@@ -215,7 +299,10 @@ describe('staff read API over a real SQLite file', () => {
       for (const r of old) store.insertAccess(r);
       const first = (await get('/staff/access-events?limit=2')).json<{ items: { eventId: string }[]; nextCursor: string }>();
       store.insertAccess(accessRow({ at: T0 + 10 }));
-      const second = (await get(`/staff/access-events?limit=2&cursor=${first.nextCursor}`)).json<{ items: { eventId: string }[]; nextCursor: string | null }>();
+      const second = (await get(`/staff/access-events?limit=2&cursor=${first.nextCursor}`)).json<{
+        items: { eventId: string }[];
+        nextCursor: string | null;
+      }>();
       expect([...first.items, ...second.items].map((i) => i.eventId)).toEqual([old[3], old[2], old[1], old[0]].map((r) => r!.eventId));
       expect(second.nextCursor).toBeNull();
     });
@@ -229,16 +316,32 @@ describe('staff read API over a real SQLite file', () => {
           fc.integer({ min: 1, max: 5 }),
           async (specs, limit) => {
             db.exec('DELETE FROM alarms');
-            const alarms = specs.map((s, i) => ({ alarmId: newId(), lockId: i % 2 === 0 ? 'lock-1' : 'lock-2', kind: 'forced_open', at: T0 + s.dt, closed: s.closed }));
+            const alarms = specs.map((s, i) => ({
+              alarmId: newId(),
+              lockId: i % 2 === 0 ? 'lock-1' : 'lock-2',
+              kind: 'forced_open',
+              at: T0 + s.dt,
+              closed: s.closed,
+            }));
             for (const a of alarms) {
               store.insertAlarm(a, T0 + 100);
               // closing is a future staff verb; until then a closed alarm can only be made by hand
               if (a.closed) db.prepare("UPDATE alarms SET closed_at = ?, closed_by = 'test' WHERE alarm_id = ?").run(T0 + 200, a.alarmId);
             }
-            const order = (xs: typeof alarms) => [...xs].sort((a, b) => b.at - a.at || (a.alarmId < b.alarmId ? 1 : -1)).map((a) => a.alarmId);
-            const all = await walk<{ alarmId: string; status: string }>(app, TOKEN, '/staff/alarms', { limit: String(limit), status: 'all' });
-            expect(all.items.map((a) => a.alarmId)).toEqual([...order(alarms.filter((a) => !a.closed)), ...order(alarms.filter((a) => a.closed))]);
-            const open = await walk<{ alarmId: string; status: string }>(app, TOKEN, '/staff/alarms', { limit: String(limit), status: 'open' });
+            const order = (xs: typeof alarms) =>
+              [...xs].sort((a, b) => b.at - a.at || (a.alarmId < b.alarmId ? 1 : -1)).map((a) => a.alarmId);
+            const all = await walk<{ alarmId: string; status: string }>(app, TOKEN, '/staff/alarms', {
+              limit: String(limit),
+              status: 'all',
+            });
+            expect(all.items.map((a) => a.alarmId)).toEqual([
+              ...order(alarms.filter((a) => !a.closed)),
+              ...order(alarms.filter((a) => a.closed)),
+            ]);
+            const open = await walk<{ alarmId: string; status: string }>(app, TOKEN, '/staff/alarms', {
+              limit: String(limit),
+              status: 'open',
+            });
             expect(open.items.map((a) => a.alarmId)).toEqual(order(alarms.filter((a) => !a.closed)));
             expect(open.items.every((a) => a.status === 'open')).toBe(true);
           },
@@ -250,7 +353,17 @@ describe('staff read API over a real SQLite file', () => {
     it('gives each alarm its door (from the lock) and counts open alarms per lock', async () => {
       store.insertAlarm({ alarmId: newId(), lockId: 'lock-2', kind: 'tamper', at: T0 }, T0 + 5);
       const a = (await get('/staff/alarms?lock=lock-2')).json<{ items: unknown[] }>().items;
-      expect(a).toEqual([expect.objectContaining({ lockId: 'lock-2', doorId: 'door-2', kind: 'tamper', status: 'open', at: T0, receivedAt: T0 + 5, closedAt: null })]);
+      expect(a).toEqual([
+        expect.objectContaining({
+          lockId: 'lock-2',
+          doorId: 'door-2',
+          kind: 'tamper',
+          status: 'open',
+          at: T0,
+          receivedAt: T0 + 5,
+          closedAt: null,
+        }),
+      ]);
       expect((await get('/staff/alarms?lock=lock-1')).json<{ items: unknown[] }>().items).toEqual([]);
       const locks = (await get('/staff/locks')).json<{ items: { lockId: string; openAlarms: number }[]; nextCursor: null }>();
       expect(locks.items.map((l) => [l.lockId, l.openAlarms])).toEqual([
@@ -268,24 +381,41 @@ describe('staff read API over a real SQLite file', () => {
       store.setLockout('lock-2', { failures: 3, lockedOutUntil: T0 + 60_000 }, T0);
       const items = (await get('/staff/locks')).json<{ items: unknown[] }>().items;
       expect(items).toEqual([
-        { lockId: 'lock-1', doorId: 'door-1', online: true, state: { bolt: 'locked', door: 'closed', battery: 77, at: T0 - 5 }, lockout: { failures: 0, lockedOutUntil: null, lockedOut: false }, openAlarms: 0, updatedAt: T0 },
-        { lockId: 'lock-2', doorId: 'door-2', online: false, state: { bolt: null, door: null, battery: null, at: null }, lockout: { failures: 3, lockedOutUntil: T0 + 60_000, lockedOut: true }, openAlarms: 0, updatedAt: T0 },
+        {
+          lockId: 'lock-1',
+          doorId: 'door-1',
+          online: true,
+          state: { bolt: 'locked', door: 'closed', battery: 77, at: T0 - 5 },
+          lockout: { failures: 0, lockedOutUntil: null, lockedOut: false },
+          openAlarms: 0,
+          updatedAt: T0,
+        },
+        {
+          lockId: 'lock-2',
+          doorId: 'door-2',
+          online: false,
+          state: { bolt: null, door: null, battery: null, at: null },
+          lockout: { failures: 3, lockedOutUntil: T0 + 60_000, lockedOut: true },
+          openAlarms: 0,
+          updatedAt: T0,
+        },
       ]);
     });
   });
 
   describe('failed inbox rows and rejected downlinks', () => {
-    const revoke = (keyId: string, version: number, seq: number): DownlinkMessage => ({
-      jti: newMessageId(),
-      iss: 'tobira-cloud',
-      aud: 'gw',
-      iat: T0 / 1000,
-      exp: T0 / 1000 + 60,
-      cid: newCorrelationId(),
-      type: 'key.revoke',
-      seq,
-      body: { keyId, version, reason: 'staff_revoked' },
-    } as DownlinkMessage);
+    const revoke = (keyId: string, version: number, seq: number): DownlinkMessage =>
+      ({
+        jti: newMessageId(),
+        iss: 'tobira-cloud',
+        aud: 'gw',
+        iat: T0 / 1000,
+        exp: T0 / 1000 + 60,
+        cid: newCorrelationId(),
+        type: 'key.revoke',
+        seq,
+        body: { keyId, version, reason: 'staff_revoked' },
+      }) as DownlinkMessage;
 
     it('lists only failed rows, newest failure first, with the key they name; pages walk each once', async () => {
       const msgs = [revoke('key-a', 2, 1), revoke('key-b', 3, 2), revoke('key-c', 4, 3), revoke('key-d', 5, 4)];
@@ -298,14 +428,32 @@ describe('staff read API over a real SQLite file', () => {
       const { items, pages } = await walk<Record<string, unknown>>(app, TOKEN, '/staff/inbox/failed', { limit: '2' });
       expect(pages).toBe(2);
       expect(items.map((i) => i.keyId)).toEqual(['key-d', 'key-c', 'key-a']);
-      expect(items[2]).toEqual({ jti: msgs[0]!.jti, type: 'key.revoke', seq: 1, keyId: 'key-a', keyVersion: 2, attempts: 0, code: 'APPLY_FAILED', lastError: 'disk on fire', receivedAt: T0, failedAt: T0 + 10, cid: msgs[0]!.cid });
+      expect(items[2]).toEqual({
+        jti: msgs[0]!.jti,
+        type: 'key.revoke',
+        seq: 1,
+        keyId: 'key-a',
+        keyVersion: 2,
+        attempts: 0,
+        code: 'APPLY_FAILED',
+        lastError: 'disk on fire',
+        receivedAt: T0,
+        failedAt: T0 + 10,
+        cid: msgs[0]!.cid,
+      });
       expect((await get(`/staff/inbox/failed?since=${T0 + 12}`)).json<{ items: unknown[] }>().items).toHaveLength(2);
     });
 
     it('lists rejected downlinks newest first, filtered by code, with what each claimed (null when it claimed nothing)', async () => {
       const claimed = { jti: newMessageId(), cid: 'cloud-cid-1', type: 'key.grant', seq: 7, iss: 'tobira-cloud' };
-      store.recordRejected({ topic: 'tobira/v1/gw/gw/down', code: 'BAD_SIGNATURE', detail: 'signature does not verify', bytes: 300, claimed }, T0);
-      store.recordRejected({ topic: 'tobira/v1/gw/gw/down', code: 'EXPIRED', detail: 'exp in the past', bytes: 310, claimed: NO_CLAIMS }, T0 + 1);
+      store.recordRejected(
+        { topic: 'tobira/v1/gw/gw/down', code: 'BAD_SIGNATURE', detail: 'signature does not verify', bytes: 300, claimed },
+        T0,
+      );
+      store.recordRejected(
+        { topic: 'tobira/v1/gw/gw/down', code: 'EXPIRED', detail: 'exp in the past', bytes: 310, claimed: NO_CLAIMS },
+        T0 + 1,
+      );
       const all = (await get('/staff/rejected')).json<{ items: Record<string, unknown>[] }>().items;
       expect(all.map((r) => r.code)).toEqual(['EXPIRED', 'BAD_SIGNATURE']);
       expect(all[1]).toEqual({
@@ -350,7 +498,10 @@ describe('staff read API over a real SQLite file', () => {
       store.recordRejected(rejected(2), T0 - DAY - 1);
       store.recordRejected(rejected(3), T0 - DAY);
       store.recordRejected(rejected(4), T0);
-      store.recordLockRefusal({ origin: 'gateway', lockId: 'lock-1', channel: 'state', topic: 't', code: 'SCHEMA_INVALID', detail: 'old', bytes: 1 }, T0 - 2 * DAY);
+      store.recordLockRefusal(
+        { origin: 'gateway', lockId: 'lock-1', channel: 'state', topic: 't', code: 'SCHEMA_INVALID', detail: 'old', bytes: 1 },
+        T0 - 2 * DAY,
+      );
       expect(store.purgeRejected(T0)).toBe(2);
       expect(details()).toEqual(['n3', 'n4']);
       expect(store.purgeLockRefusals(T0)).toBe(0); // 30 days by default
@@ -380,7 +531,15 @@ describe('staff read API over a real SQLite file', () => {
   });
 
   describe('lock refusals retention', () => {
-    const refusal = (i: number) => ({ origin: 'gateway' as const, lockId: 'lock-1', channel: 'state', topic: 't', code: 'SCHEMA_INVALID', detail: `n${i}`, bytes: i });
+    const refusal = (i: number) => ({
+      origin: 'gateway' as const,
+      lockId: 'lock-1',
+      channel: 'state',
+      topic: 't',
+      code: 'SCHEMA_INVALID',
+      detail: `n${i}`,
+      bytes: i,
+    });
 
     it('keeps only the newest rows once the row bound is reached, on every insert', async () => {
       db.close();
@@ -403,7 +562,10 @@ describe('staff read API over a real SQLite file', () => {
       store.recordLockRefusal(refusal(3), T0 - DAY);
       store.recordLockRefusal(refusal(4), T0);
       expect(store.purgeLockRefusals(T0)).toBe(2);
-      expect((db.prepare('SELECT detail FROM lock_refusals ORDER BY id').all() as { detail: string }[]).map((r) => r.detail)).toEqual(['n3', 'n4']);
+      expect((db.prepare('SELECT detail FROM lock_refusals ORDER BY id').all() as { detail: string }[]).map((r) => r.detail)).toEqual([
+        'n3',
+        'n4',
+      ]);
     });
 
     it('joins the caller transaction when there is one (a rollback takes the refusal with it)', () => {

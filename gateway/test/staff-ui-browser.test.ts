@@ -26,10 +26,14 @@ describe('staff web UI in Chromium against a running gateway', () => {
   async function provision(s: Running) {
     await s.cloud.grant();
     await s.cloud.heartbeat();
-    await waitFor(() => s.gw.store.settings().leaseExpiresAt !== null && s.gw.store.settings().appliedSeq >= s.cloud.seq, 'grant and heartbeat applied');
+    await waitFor(
+      () => s.gw.store.settings().leaseExpiresAt !== null && s.gw.store.settings().appliedSeq >= s.cloud.seq,
+      'grant and heartbeat applied',
+    );
   }
 
-  const banner = (page: Page, state: 'normal' | 'failing' | 'lockdown' | 'unknown', text: string) => page.locator(`#banner[data-state="${state}"]`).filter({ hasText: text }).waitFor();
+  const banner = (page: Page, state: 'normal' | 'failing' | 'lockdown' | 'unknown', text: string) =>
+    page.locator(`#banner[data-state="${state}"]`).filter({ hasText: text }).waitFor();
   const tab = (page: Page, name: string) => page.locator(`[data-tab="${name}"]`).click();
   const shot = async (page: Page, name: string) => {
     if (SHOTS !== undefined) await page.screenshot({ path: `${SHOTS}/${name}.png` });
@@ -316,7 +320,9 @@ describe('staff web UI in Chromium against a running gateway', () => {
       await row.filter({ hasText: 'CLOSED' }).waitFor();
       await page.locator('#alarms-result').filter({ hasText: 'Acknowledged' }).waitFor();
       expect(await row.locator('button.ack').count()).toBe(0);
-      expect(s.gw.store.db.prepare('SELECT closed_by FROM alarms WHERE alarm_id = ?').get(alarmId)).toEqual({ closed_by: 'staff: guard checked, door shut' });
+      expect(s.gw.store.db.prepare('SELECT closed_by FROM alarms WHERE alarm_id = ?').get(alarmId)).toEqual({
+        closed_by: 'staff: guard checked, door shut',
+      });
       await waitFor(async () => (await page.locator('#count-alarms').textContent()) === '', 'open-alarm count cleared');
     });
   });

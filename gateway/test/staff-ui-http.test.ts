@@ -99,8 +99,17 @@ describe('the staff web UI and the alarm acknowledgement over HTTP (inject, real
 
   describe('POST /staff/alarms/:alarmId/ack', () => {
     const ack = (alarmId: string, payload?: unknown, headers: Record<string, string> = auth) =>
-      app.inject({ method: 'POST', url: `/staff/alarms/${encodeURIComponent(alarmId)}/ack`, headers, ...(payload === undefined ? {} : { payload: payload as object }) });
-    const row = (alarmId: string) => db.prepare('SELECT closed_at, closed_by FROM alarms WHERE alarm_id = ?').get(alarmId) as { closed_at: number | null; closed_by: string | null };
+      app.inject({
+        method: 'POST',
+        url: `/staff/alarms/${encodeURIComponent(alarmId)}/ack`,
+        headers,
+        ...(payload === undefined ? {} : { payload: payload as object }),
+      });
+    const row = (alarmId: string) =>
+      db.prepare('SELECT closed_at, closed_by FROM alarms WHERE alarm_id = ?').get(alarmId) as {
+        closed_at: number | null;
+        closed_by: string | null;
+      };
 
     it('refuses without the token (401) or with a wrong one, and changes nothing', async () => {
       const id = newId();
@@ -134,14 +143,27 @@ describe('the staff web UI and the alarm acknowledgement over HTTP (inject, real
       expect(r1.statusCode).toBe(200);
       expect(r1.json()).toEqual({
         status: 'applied',
-        alarm: { alarmId: id, lockId: 'lock-1', doorId: 'door-1', kind: 'forced_open', status: 'closed', at: T0 - 10, receivedAt: T0, closedAt: T0 + 1000, closedBy: 'staff: checked on camera' },
+        alarm: {
+          alarmId: id,
+          lockId: 'lock-1',
+          doorId: 'door-1',
+          kind: 'forced_open',
+          status: 'closed',
+          at: T0 - 10,
+          receivedAt: T0,
+          closedAt: T0 + 1000,
+          closedBy: 'staff: checked on camera',
+        },
       });
       expect(row(id)).toEqual({ closed_at: T0 + 1000, closed_by: 'staff: checked on camera' });
 
       now = T0 + 5000;
       const r2 = await ack(id);
       expect(r2.statusCode).toBe(200);
-      expect(r2.json()).toMatchObject({ status: 'noop', alarm: { status: 'closed', closedAt: T0 + 1000, closedBy: 'staff: checked on camera' } });
+      expect(r2.json()).toMatchObject({
+        status: 'noop',
+        alarm: { status: 'closed', closedAt: T0 + 1000, closedBy: 'staff: checked on camera' },
+      });
       expect(row(other)).toEqual({ closed_at: null, closed_by: null });
 
       const open = await app.inject({ method: 'GET', url: '/staff/alarms?status=open', headers: auth });

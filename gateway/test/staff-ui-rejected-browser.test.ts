@@ -16,7 +16,11 @@ describe('staff web UI: rejected downlinks in Chromium against a running gateway
   it('shows the claimed message id, correlation id, type, seq and issuer as unverified text, and nothing claimed for garbage', async () => {
     const s = await ui.start();
     // signed with a key the gateway does not know; the issuer it claims carries markup (printable ASCII, so it is kept)
-    const foreign = await s.cloud.sign({ type: 'key.revoke', seq: 5, cid: 'cloud-req-77', body: { keyId: 'key-1', version: 2, reason: 'staff_revoked' } }, s.f.otherKey, MARKUP_ISSUER);
+    const foreign = await s.cloud.sign(
+      { type: 'key.revoke', seq: 5, cid: 'cloud-req-77', body: { keyId: 'key-1', version: 2, reason: 'staff_revoked' } },
+      s.f.otherKey,
+      MARKUP_ISSUER,
+    );
     await s.cloud.publishRaw(foreign.token);
     await waitFor(() => s.gw.store.rejectedCount() === 1, 'foreign message rejected');
     await s.cloud.publishRaw('garbage, not a JWS');
@@ -35,7 +39,14 @@ describe('staff web UI: rejected downlinks in Chromium against a running gateway
     const claimed = rows.nth(1).locator('.claimed');
     const text = await claimed.innerText();
     expect(text).toContain('Claimed (unverified):');
-    for (const part of [`Message id ${foreign.message.jti}`, 'Correlation id cloud-req-77', 'Type key.revoke', 'Seq 5', `Issuer ${MARKUP_ISSUER}`]) expect(text).toContain(part);
+    for (const part of [
+      `Message id ${foreign.message.jti}`,
+      'Correlation id cloud-req-77',
+      'Type key.revoke',
+      'Seq 5',
+      `Issuer ${MARKUP_ISSUER}`,
+    ])
+      expect(text).toContain(part);
     expect(await claimed.getAttribute('title')).toMatch(/without verifying/);
     expect(await rows.nth(1).innerText()).toContain('UNKNOWN_KID');
 

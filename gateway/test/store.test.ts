@@ -24,7 +24,16 @@ describe('SQLite store', () => {
     rmSync(dir, { recursive: true, force: true });
   });
 
-  const heartbeat = (): DownlinkMessage => ({ jti: newMessageId(), iss: 'tobira-cloud', aud: 'gw', iat: T0 / 1000, exp: T0 / 1000 + 60, cid: newCorrelationId(), type: 'heartbeat', body: { lastSeq: 0, intervalMs: 1000 } });
+  const heartbeat = (): DownlinkMessage => ({
+    jti: newMessageId(),
+    iss: 'tobira-cloud',
+    aud: 'gw',
+    iat: T0 / 1000,
+    exp: T0 / 1000 + 60,
+    cid: newCorrelationId(),
+    type: 'heartbeat',
+    body: { lastSeq: 0, intervalMs: 1000 },
+  });
 
   it('opens in WAL with synchronous=FULL and applies migrations once', () => {
     expect(db.pragma('journal_mode', { simple: true })).toBe('wal');
@@ -49,14 +58,32 @@ describe('SQLite store', () => {
     earlier.prepare("INSERT INTO rejected (at, topic, code, detail, bytes) VALUES (1, 't', 'MALFORMED', 'not a compact JWS', 9)").run();
     expect(migrate(earlier)[0]).toBe(5); // and every later one
     expect(earlier.prepare('SELECT * FROM rejected').all()).toEqual([
-      { id: 1, at: 1, topic: 't', code: 'MALFORMED', detail: 'not a compact JWS', bytes: 9, claimed_jti: null, claimed_cid: null, claimed_type: null, claimed_seq: null, claimed_issuer: null },
+      {
+        id: 1,
+        at: 1,
+        topic: 't',
+        code: 'MALFORMED',
+        detail: 'not a compact JWS',
+        bytes: 9,
+        claimed_jti: null,
+        claimed_cid: null,
+        claimed_type: null,
+        claimed_seq: null,
+        claimed_issuer: null,
+      },
     ]);
-    expect(() => earlier.prepare("INSERT INTO rejected (at, topic, code, detail, bytes, claimed_cid) VALUES (1, 't', 'c', 'd', 1, ?)").run('x'.repeat(129))).toThrow(/CHECK constraint failed/);
+    expect(() =>
+      earlier
+        .prepare("INSERT INTO rejected (at, topic, code, detail, bytes, claimed_cid) VALUES (1, 't', 'c', 'd', 1, ?)")
+        .run('x'.repeat(129)),
+    ).toThrow(/CHECK constraint failed/);
     earlier.close();
   });
 
   it('has STRICT tables that refuse wrongly typed values', () => {
-    expect(() => db.prepare("INSERT INTO tombstones (key_id, version, at) VALUES ('k', 'not a number', 0)").run()).toThrow(/cannot store TEXT value in INTEGER column/);
+    expect(() => db.prepare("INSERT INTO tombstones (key_id, version, at) VALUES ('k', 'not a number', 0)").run()).toThrow(
+      /cannot store TEXT value in INTEGER column/,
+    );
   });
 
   it('stores a message id once and raises the trusted-time floor', () => {
@@ -88,7 +115,15 @@ describe('SQLite store', () => {
   });
 
   it('drops snapshots whose parts never all arrived after a day', () => {
-    const part = (snapshotId: string, part: number) => ({ snapshotId, part, parts: 2, asOfSeq: 1, jti: newMessageId(), cid: 'c', body: {} });
+    const part = (snapshotId: string, part: number) => ({
+      snapshotId,
+      part,
+      parts: 2,
+      asOfSeq: 1,
+      jti: newMessageId(),
+      cid: 'c',
+      body: {},
+    });
     store.addSnapshotPart(part('old', 1), T0 - 2 * DAY);
     store.addSnapshotPart(part('new', 1), T0);
     expect(store.purgeIncompleteSnapshots(T0 - DAY)).toBe(1);
@@ -107,7 +142,12 @@ describe('SQLite store', () => {
     expect(tx(() => store.enqueue('gateway.status', status, 'c', false, T0))).toMatchObject({ seq: 4 });
     expect(store.pendingOutbox(10).map((r) => r.seq)).toEqual([3, 4]);
     // a rolled-back enqueue does not burn a seq
-    expect(() => tx(() => { store.enqueue('ack', ack, 'c', true, T0); throw new Error('rollback'); })).toThrow('rollback');
+    expect(() =>
+      tx(() => {
+        store.enqueue('ack', ack, 'c', true, T0);
+        throw new Error('rollback');
+      }),
+    ).toThrow('rollback');
     expect(tx(() => store.enqueue('ack', ack, 'c', true, T0))).toMatchObject({ seq: 5 });
   });
 
@@ -115,7 +155,8 @@ describe('SQLite store', () => {
     const status = { mode: 'normal' as const, appliedSeq: 0, leaseExpiresAt: null, outboxDepth: 0, locks: [] };
     const tx = <T>(f: () => T) => db.transaction(f).immediate();
     const jtiAt = (seq: number) => (db.prepare('SELECT jti FROM outbox WHERE seq = ?').get(seq) as { jti: string }).jti;
-    const unacked = () => (db.prepare('SELECT seq, status FROM outbox WHERE acked_at IS NULL ORDER BY seq').all() as { seq: number; status: string }[]);
+    const unacked = () =>
+      db.prepare('SELECT seq, status FROM outbox WHERE acked_at IS NULL ORDER BY seq').all() as { seq: number; status: string }[];
     beforeEach(() => {
       store = new GatewayStore(db, { maxRows: 100 });
       for (let i = 0; i < 4; i++) tx(() => store.enqueue('gateway.status', status, 'c', false, T0));
@@ -127,7 +168,10 @@ describe('SQLite store', () => {
       expect(store.outboxUnacked()).toBe(4);
       expect(store.purgeSentOutbox(T0 + 30 * DAY)).toBe(0);
       expect(tx(() => store.ackUplink(2, jtiAt(2), T0 + 1000))).toEqual({ acked: 2 });
-      expect(unacked()).toEqual([{ seq: 3, status: 'sent' }, { seq: 4, status: 'sent' }]);
+      expect(unacked()).toEqual([
+        { seq: 3, status: 'sent' },
+        { seq: 4, status: 'sent' },
+      ]);
       expect(store.settings().uplinkAckedSeq).toBe(2);
       expect(store.purgeSentOutbox(T0 + 30 * DAY)).toBe(2); // only the acknowledged rows
       expect(tx(() => store.ackUplink(1, 'ignored: purged and acknowledged before', T0 + 2000))).toEqual({ acked: 0 });
@@ -153,7 +197,11 @@ describe('SQLite store', () => {
     mkdirSync(old);
     for (const f of readdirSync(MIGRATIONS_DIR).filter((f) => /^000[1-5]_/.test(f))) copyFileSync(join(MIGRATIONS_DIR, f), join(old, f));
     const earlier = openDatabase(join(dir, 'earlier6.sqlite'), old);
-    earlier.prepare("INSERT INTO outbox (seq, jti, type, cid, body, essential, status, created_at, sent_at) VALUES (1, 'a', 'ack', 'c', '{}', 1, 'sent', 1, 2), (2, 'b', 'ack', 'c', '{}', 1, 'pending', 1, NULL)").run();
+    earlier
+      .prepare(
+        "INSERT INTO outbox (seq, jti, type, cid, body, essential, status, created_at, sent_at) VALUES (1, 'a', 'ack', 'c', '{}', 1, 'sent', 1, 2), (2, 'b', 'ack', 'c', '{}', 1, 'pending', 1, NULL)",
+      )
+      .run();
     expect(migrate(earlier)[0]).toBe(6);
     expect(earlier.prepare('SELECT seq, status, acked_at FROM outbox ORDER BY seq').all()).toEqual([
       { seq: 1, status: 'sent', acked_at: 2 },
@@ -172,7 +220,20 @@ describe('SQLite store', () => {
     /** A decision as access.ts writes it: its access.event outbox row and its access-log row, in one transaction. */
     const decided = (st: GatewayStore, at: number): AccessRow & { seq: number } => {
       const row = accessRow({ at });
-      const body = { eventId: row.eventId, requestId: row.requestId, lockId: asLockId(row.lockId), doorId: null, at, allowed: false, code: 'UNKNOWN_CREDENTIAL' as const, keyId: null, keyVersion: null, personId: null, credentialType: 'pin' as const, commandId: null };
+      const body = {
+        eventId: row.eventId,
+        requestId: row.requestId,
+        lockId: asLockId(row.lockId),
+        doorId: null,
+        at,
+        allowed: false,
+        code: 'UNKNOWN_CREDENTIAL' as const,
+        keyId: null,
+        keyVersion: null,
+        personId: null,
+        credentialType: 'pin' as const,
+        commandId: null,
+      };
       return st.db
         .transaction(() => {
           const q = st.enqueue('access.event', body, row.cid, true, at);
@@ -182,7 +243,8 @@ describe('SQLite store', () => {
         })
         .immediate();
     };
-    const kept = (st: GatewayStore) => (st.db.prepare('SELECT event_id FROM access_log ORDER BY id').all() as { event_id: string }[]).map((r) => r.event_id);
+    const kept = (st: GatewayStore) =>
+      (st.db.prepare('SELECT event_id FROM access_log ORDER BY id').all() as { event_id: string }[]).map((r) => r.event_id);
 
     it('prunes rows older than the age bound only once their event reached the cloud; an unsent one is kept however old', () => {
       const st = new GatewayStore(db, { maxRows: 100 }, { accessLogMaxAgeMs: 30 * DAY });
@@ -216,13 +278,27 @@ describe('SQLite store', () => {
     it('upgrades a database from before 0007: its access rows find their outbox rows, so an unsent old one survives the purge', () => {
       const old = join(dir, 'before-0007');
       mkdirSync(old);
-      for (const f of readdirSync(MIGRATIONS_DIR).filter((f) => Number(f.slice(0, 4)) < 7)) copyFileSync(join(MIGRATIONS_DIR, f), join(old, f));
+      for (const f of readdirSync(MIGRATIONS_DIR).filter((f) => Number(f.slice(0, 4)) < 7))
+        copyFileSync(join(MIGRATIONS_DIR, f), join(old, f));
       const earlier = openDatabase(join(dir, 'earlier.sqlite'), old);
       const before = new GatewayStore(earlier);
       // Written as the code before 0007 did: the access row has no outbox seq column yet.
       const write = (at: number) => {
         const row = accessRow({ at });
-        const body = { eventId: row.eventId, requestId: row.requestId, lockId: asLockId(row.lockId), doorId: null, at, allowed: false, code: 'UNKNOWN_CREDENTIAL' as const, keyId: null, keyVersion: null, personId: null, credentialType: 'pin' as const, commandId: null };
+        const body = {
+          eventId: row.eventId,
+          requestId: row.requestId,
+          lockId: asLockId(row.lockId),
+          doorId: null,
+          at,
+          allowed: false,
+          code: 'UNKNOWN_CREDENTIAL' as const,
+          keyId: null,
+          keyVersion: null,
+          personId: null,
+          credentialType: 'pin' as const,
+          commandId: null,
+        };
         return earlier
           .transaction(() => {
             earlier

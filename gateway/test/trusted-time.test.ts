@@ -84,7 +84,12 @@ describe.each(mqttBackends())('trusted time when the wall clock is wrong (broker
     expect((await s.lock.present(PIN)).code).toBe('ALLOWED');
     await waitFor(() => s.gw.store.settings().highWaterMs >= T0 + 1234, 'the time floor checkpointed');
     expect(Number.isInteger(s.gw.store.settings().highWaterMs)).toBe(true);
-    expect(s.gw.store.accessLog(10).map((a) => a.at).every(Number.isInteger)).toBe(true);
+    expect(
+      s.gw.store
+        .accessLog(10)
+        .map((a) => a.at)
+        .every(Number.isInteger),
+    ).toBe(true);
   });
 
   it('keeps key validity windows expiring with elapsed time when the wall clock is set back', async () => {

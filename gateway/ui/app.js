@@ -70,7 +70,9 @@ export const ALARM_WORDS = Object.freeze({
  * @returns {string}
  */
 export function decisionWords(code) {
-  return Object.prototype.hasOwnProperty.call(DECISION_WORDS, code) ? DECISION_WORDS[/** @type {keyof typeof DECISION_WORDS} */ (code)] : `Unrecognised code ${code}`;
+  return Object.prototype.hasOwnProperty.call(DECISION_WORDS, code)
+    ? DECISION_WORDS[/** @type {keyof typeof DECISION_WORDS} */ (code)]
+    : `Unrecognised code ${code}`;
 }
 
 /**
@@ -124,7 +126,12 @@ async function api(path, opts = {}) {
   }
   /** @type {any} */
   const json = await res.json().catch(() => null);
-  if (!res.ok) throw new ApiError(res.status, typeof json?.code === 'string' ? json.code : `HTTP_${res.status}`, typeof json?.detail === 'string' ? json.detail : undefined);
+  if (!res.ok)
+    throw new ApiError(
+      res.status,
+      typeof json?.code === 'string' ? json.code : `HTTP_${res.status}`,
+      typeof json?.detail === 'string' ? json.detail : undefined,
+    );
   return json;
 }
 
@@ -214,7 +221,8 @@ function drawTimeZone() {
   e.dataset.zone = shown;
   e.dataset.source = dateFormat.site ? 'site' : 'device';
   if (dateFormat.site) setText(e, `Times: ${shown} (site time)`);
-  else if (timeZone !== undefined) setText(e, `Times: ${shown} (this device's zone; this browser does not know the site's zone ${timeZone})`);
+  else if (timeZone !== undefined)
+    setText(e, `Times: ${shown} (this device's zone; this browser does not know the site's zone ${timeZone})`);
   else setText(e, `Times: ${shown} (this device's zone; the gateway does not know the site's zone)`);
 }
 
@@ -539,7 +547,13 @@ const refusalsList = new PagedList({
       el(
         'div',
         { class: 'row-main' },
-        el('div', { class: 'row-title' }, r.origin === 'lock' ? `Lock ${r.lockId ?? '?'} refused a gateway command` : `Gateway refused a ${r.channel} message from lock ${r.lockId ?? '(bad topic)'}`),
+        el(
+          'div',
+          { class: 'row-title' },
+          r.origin === 'lock'
+            ? `Lock ${r.lockId ?? '?'} refused a gateway command`
+            : `Gateway refused a ${r.channel} message from lock ${r.lockId ?? '(bad topic)'}`,
+        ),
         el('div', { class: 'meta' }, fact('When', fmtTime(r.at)), fact('Topic', r.topic), fact('Bytes', String(r.bytes))),
         el('div', { class: 'detail' }, r.detail),
       ),
@@ -568,7 +582,10 @@ function drawStatus(s) {
   $('fact-cloud').className = s.cloudConnected ? 'good' : 'bad';
   setText($('fact-site'), s.siteConnected ? 'connected' : 'NOT connected');
   $('fact-site').className = s.siteConnected ? 'good' : 'bad';
-  setText($('fact-sync'), s.newestVerifiedIatMs > 0 ? `${fmtTime(s.newestVerifiedIatMs)} (${fmtDuration((s.now - s.newestVerifiedIatMs) / 1000)} ago)` : 'never');
+  setText(
+    $('fact-sync'),
+    s.newestVerifiedIatMs > 0 ? `${fmtTime(s.newestVerifiedIatMs)} (${fmtDuration((s.now - s.newestVerifiedIatMs) / 1000)} ago)` : 'never',
+  );
   setText($('fact-locks'), `${s.locksOnline} of ${s.locksTotal}`);
   $('fact-locks').className = s.locksOnline < s.locksTotal ? 'bad' : 'good';
 
@@ -600,7 +617,10 @@ function drawBanner() {
     title = 'STATUS UNKNOWN: the gateway is not answering';
     detail = `No answer since ${fmtTime(state.failingSince)}. What is shown below is from ${fmtTime(state.lastOkAt)} and may be out of date. Check the gateway's power and network.`;
   } else if (s !== null) {
-    const reason = s.failClosedReason !== null && Object.prototype.hasOwnProperty.call(FAIL_CLOSED_WORDS, s.failClosedReason) ? FAIL_CLOSED_WORDS[/** @type {keyof typeof FAIL_CLOSED_WORDS} */ (s.failClosedReason)] : null;
+    const reason =
+      s.failClosedReason !== null && Object.prototype.hasOwnProperty.call(FAIL_CLOSED_WORDS, s.failClosedReason)
+        ? FAIL_CLOSED_WORDS[/** @type {keyof typeof FAIL_CLOSED_WORDS} */ (s.failClosedReason)]
+        : null;
     if (s.failClosed) {
       cls = 'failing';
       title = `FAILING CLOSED: ${reason?.title ?? s.failClosedReason ?? 'not in sync with the cloud'}`;
@@ -609,7 +629,8 @@ function drawBanner() {
       // Absent from an older gateway: treated as not low.
       cls = 'failing';
       title = 'FAILING CLOSED: the gateway is almost out of disk space';
-      detail = 'It cannot promise to record who opens a door, so it refuses ordinary keys (STORAGE_FULL); staff master keys still open. Free space on the gateway or call support; doors work again by themselves once there is room.';
+      detail =
+        'It cannot promise to record who opens a door, so it refuses ordinary keys (STORAGE_FULL); staff master keys still open. Free space on the gateway or call support; doors work again by themselves once there is room.';
     } else if (s.mode === 'lockdown') {
       cls = 'lockdown';
       title = 'LOCKDOWN: only staff master keys open doors';
@@ -623,7 +644,10 @@ function drawBanner() {
     if (s.inboxFailed > 0) warnings.push(`${s.inboxFailed} cloud message(s) failed to apply: see Problems.`);
     if (s.waitingOnGap) warnings.push('Waiting for missing messages from the cloud (a resend has been asked for).');
     if (s.openAlarms > 0) warnings.push(`${s.openAlarms} open alarm(s): see Alarms.`);
-    if (s.storage?.low === true) warnings.push(`Disk almost full (DISK_LOW): ${Math.floor((s.storage.freeBytes ?? 0) / 2 ** 20)} MiB free, ${Math.floor(s.storage.minFreeBytes / 2 ** 20)} MiB needed.`);
+    if (s.storage?.low === true)
+      warnings.push(
+        `Disk almost full (DISK_LOW): ${Math.floor((s.storage.freeBytes ?? 0) / 2 ** 20)} MiB free, ${Math.floor(s.storage.minFreeBytes / 2 ** 20)} MiB needed.`,
+      );
   }
   banner.className = `banner ${cls}`;
   banner.dataset.state = cls;
@@ -667,16 +691,37 @@ function drawLocks(locks) {
     return el(
       'article',
       { class: `lock card ${l.online ? '' : 'offline'}`, data: { lockId: l.lockId } },
-      el('header', { class: 'lock-head' }, el('h3', null, l.doorId ?? l.lockId), el('span', { class: `badge ${l.online ? 'ok' : 'bad'}` }, l.online ? 'ONLINE' : 'OFFLINE')),
+      el(
+        'header',
+        { class: 'lock-head' },
+        el('h3', null, l.doorId ?? l.lockId),
+        el('span', { class: `badge ${l.online ? 'ok' : 'bad'}` }, l.online ? 'ONLINE' : 'OFFLINE'),
+      ),
       el(
         'dl',
         { class: 'lock-facts' },
         el('div', null, el('dt', null, 'Lock'), el('dd', null, l.lockId)),
-        el('div', null, el('dt', null, 'Bolt'), el('dd', { class: l.state.bolt === 'jammed' ? 'bad' : '' }, l.state.bolt ?? 'not reported')),
+        el(
+          'div',
+          null,
+          el('dt', null, 'Bolt'),
+          el('dd', { class: l.state.bolt === 'jammed' ? 'bad' : '' }, l.state.bolt ?? 'not reported'),
+        ),
         el('div', null, el('dt', null, 'Door'), el('dd', null, l.state.door ?? 'not reported')),
-        el('div', null, el('dt', null, 'Battery'), el('dd', { class: battery !== null && battery < 20 ? 'bad' : '' }, battery === null ? 'not reported' : `${battery}%`)),
+        el(
+          'div',
+          null,
+          el('dt', null, 'Battery'),
+          el('dd', { class: battery !== null && battery < 20 ? 'bad' : '' }, battery === null ? 'not reported' : `${battery}%`),
+        ),
         el('div', null, el('dt', null, 'Last report'), el('dd', null, fmtTime(l.state.at))),
-        l.lockout.lockedOut && el('div', null, el('dt', null, 'Wrong tries'), el('dd', { class: 'bad' }, `cooling down until ${fmtTime(l.lockout.lockedOutUntil)}`)),
+        l.lockout.lockedOut &&
+          el(
+            'div',
+            null,
+            el('dt', null, 'Wrong tries'),
+            el('dd', { class: 'bad' }, `cooling down until ${fmtTime(l.lockout.lockedOutUntil)}`),
+          ),
         l.openAlarms > 0 && el('div', null, el('dt', null, 'Open alarms'), el('dd', { class: 'bad' }, String(l.openAlarms))),
       ),
     );
@@ -789,7 +834,8 @@ function refresh() {
     try {
       const [status, locks] = await Promise.all([api('/staff/status'), api('/staff/locks')]);
       // the zone first, so the lists below are drawn in it; lists drawn before in another zone are drawn again
-      if (useTimeZone(/** @type {Status} */ (status).timeZone)) for (const lists of Object.values(TAB_LISTS)) for (const l of lists) l.draw();
+      if (useTimeZone(/** @type {Status} */ (status).timeZone))
+        for (const lists of Object.values(TAB_LISTS)) for (const l of lists) l.draw();
       await Promise.all((TAB_LISTS[state.tab] ?? []).map((l) => l.refresh()));
       if (!state.running) return;
       state.status = /** @type {Status} */ (status);
@@ -808,7 +854,9 @@ function refresh() {
       setText(
         box,
         `The gateway is not answering (${state.failCode}) since ${fmtTime(state.failingSince)}. ` +
-          (state.lastOkAt > 0 ? `Everything below was last updated ${fmtTime(state.lastOkAt)} and may be out of date.` : 'Nothing could be loaded.') +
+          (state.lastOkAt > 0
+            ? `Everything below was last updated ${fmtTime(state.lastOkAt)} and may be out of date.`
+            : 'Nothing could be loaded.') +
           ' Retrying every few seconds.',
       );
       box.hidden = false;
@@ -899,7 +947,11 @@ async function write(f) {
       /** @type {HTMLDialogElement} */ ($('confirm')).close();
       return null;
     }
-    return e instanceof ApiError ? (e.status === 0 ? 'The gateway is not answering; nothing was changed. Try again.' : `The gateway refused: ${e.code}`) : String(e);
+    return e instanceof ApiError
+      ? e.status === 0
+        ? 'The gateway is not answering; nothing was changed. Try again.'
+        : `The gateway refused: ${e.code}`
+      : String(e);
   }
 }
 
@@ -919,7 +971,10 @@ function switchMode() {
         /** @type {{ status: string, mode: string }} */
         const r = await api('/staff/mode', { method: 'POST', body: { mode: target, reason } });
         const what = r.mode === 'lockdown' ? 'Lockdown' : 'Normal mode';
-        setText($('mode-result'), r.status === 'applied' ? `${what} is on (changed at ${fmtTime(Date.now())}).` : `${what} was already on; nothing changed.`);
+        setText(
+          $('mode-result'),
+          r.status === 'applied' ? `${what} is on (changed at ${fmtTime(Date.now())}).` : `${what} was already on; nothing changed.`,
+        );
         await refresh();
       }),
   });
@@ -937,7 +992,12 @@ function acknowledge(a) {
       write(async () => {
         /** @type {{ status: string }} */
         const r = await api(`/staff/alarms/${encodeURIComponent(a.alarmId)}/ack`, { method: 'POST', body: note === '' ? {} : { note } });
-        setText($('alarms-result'), r.status === 'applied' ? `Acknowledged: ${alarmWords(a.kind)} at ${a.doorId ?? a.lockId}.` : 'That alarm was already acknowledged.');
+        setText(
+          $('alarms-result'),
+          r.status === 'applied'
+            ? `Acknowledged: ${alarmWords(a.kind)} at ${a.doorId ?? a.lockId}.`
+            : 'That alarm was already acknowledged.',
+        );
         await refresh();
       }),
   });
@@ -959,7 +1019,12 @@ async function signIn(token) {
     }
     if (handleAuthError(e)) return;
     sessionStorage.removeItem(TOKEN_KEY);
-    setText($('signin-message'), e instanceof ApiError && e.status === 0 ? 'The gateway is not answering. Try again.' : `Sign-in failed: ${e instanceof ApiError ? e.code : String(e)}`);
+    setText(
+      $('signin-message'),
+      e instanceof ApiError && e.status === 0
+        ? 'The gateway is not answering. Try again.'
+        : `Sign-in failed: ${e instanceof ApiError ? e.code : String(e)}`,
+    );
     return;
   }
   enterApp();
@@ -988,7 +1053,8 @@ async function boot() {
   $('refresh').addEventListener('click', () => void refresh());
   $('unconfigured-retry').addEventListener('click', () => void probe());
   $('mode-switch').addEventListener('click', switchMode);
-  for (const b of document.querySelectorAll('[data-tab]')) b.addEventListener('click', () => selectTab(/** @type {HTMLElement} */ (b).dataset.tab ?? 'locks'));
+  for (const b of document.querySelectorAll('[data-tab]'))
+    b.addEventListener('click', () => selectTab(/** @type {HTMLElement} */ (b).dataset.tab ?? 'locks'));
   for (const id of ['filter-door', 'filter-allowed']) {
     $(id).addEventListener('change', () => {
       accessList.reset();

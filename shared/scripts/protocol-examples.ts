@@ -35,7 +35,12 @@ const keysFile = JSON.parse(readFileSync(new URL('./example-keys.json', import.m
   credentialPepper: string;
 };
 
-export const EXAMPLE = Object.freeze({ cloudIssuer: 'tobira-cloud', gatewayId: 'gw-1', lockId: 'L1', now: Date.UTC(2026, 10, 29, 9, 0, 0) });
+export const EXAMPLE = Object.freeze({
+  cloudIssuer: 'tobira-cloud',
+  gatewayId: 'gw-1',
+  lockId: 'L1',
+  now: Date.UTC(2026, 10, 29, 9, 0, 0),
+});
 const clock: Clock = { now: () => EXAMPLE.now };
 const id = (n: number) => `01900000-0000-7000-8000-${String(n).padStart(12, '0')}`;
 const mid = (n: number) => id(n) as MessageId;
@@ -122,7 +127,14 @@ export async function renderProtocolExamples(): Promise<Record<string, string>> 
       cid,
       body: { keyId: grant.keyId, version: 2, reason: 'stay_cancelled' },
     }),
-    heartbeat: await down({ type: 'heartbeat', jti: mid(3), aud: gw, cid, ttlSeconds: 60, body: { lastSeq: 43, intervalMs: 10_000, uplinkAck: { seq: 17, jti: mid(9) } } }),
+    heartbeat: await down({
+      type: 'heartbeat',
+      jti: mid(3),
+      aud: gw,
+      cid,
+      ttlSeconds: 60,
+      body: { lastSeq: 43, intervalMs: 10_000, uplinkAck: { seq: 17, jti: mid(9) } },
+    }),
     'resync.answer': await down({
       type: 'resync.answer',
       jti: mid(4),
@@ -135,7 +147,14 @@ export async function renderProtocolExamples(): Promise<Record<string, string>> 
       jti: mid(5),
       aud: gw,
       cid,
-      body: { snapshotId: id(105), asOfSeq: 43, part: 1, parts: 1, keys: [grant], revoked: [{ keyId: asKeyId('key_01900000c'), version: 3 }] },
+      body: {
+        snapshotId: id(105),
+        asOfSeq: 43,
+        part: 1,
+        parts: 1,
+        keys: [grant],
+        revoked: [{ keyId: asKeyId('key_01900000c'), version: 3 }],
+      },
     }),
     ack: await up({
       type: 'ack',
@@ -195,8 +214,17 @@ export async function renderProtocolExamples(): Promise<Record<string, string>> 
       cid: 'resync-01900000f' as CorrelationId,
       body: { requestId: id(104), lastAppliedSeq: 12, reason: 'gap' },
     }),
-    'lock.request': plain(lockTopic('request'), 'request', { requestId: 'L1-000042', credential: { type: 'pin', value: '1234' }, at: EXAMPLE.now }),
-    'lock.decision': plain(lockTopic('decision'), 'decision', { requestId: 'L1-000042', allowed: true, code: 'ALLOWED', commandId: id(301) }),
+    'lock.request': plain(lockTopic('request'), 'request', {
+      requestId: 'L1-000042',
+      credential: { type: 'pin', value: '1234' },
+      at: EXAMPLE.now,
+    }),
+    'lock.decision': plain(lockTopic('decision'), 'decision', {
+      requestId: 'L1-000042',
+      allowed: true,
+      code: 'ALLOWED',
+      commandId: id(301),
+    }),
     'lock.command': plain(lockTopic('command'), 'command', command),
     'lock.state': plain(lockTopic('state'), 'state', {
       lockId: EXAMPLE.lockId,
@@ -215,7 +243,12 @@ export async function renderProtocolExamples(): Promise<Record<string, string>> 
       result: 'executed',
       code: null,
     }),
-    'lock.alarm': plain(lockTopic('event'), 'event', { eventId: id(402), lockId: EXAMPLE.lockId, at: EXAMPLE.now + 90_000, kind: 'door_ajar' }),
+    'lock.alarm': plain(lockTopic('event'), 'event', {
+      eventId: id(402),
+      lockId: EXAMPLE.lockId,
+      at: EXAMPLE.now + 90_000,
+      kind: 'door_ajar',
+    }),
     presence: plain(lockTopic('presence'), 'presence', { online: false }),
   };
 }

@@ -26,7 +26,8 @@ export const OUTCOME_CODES = table({
   KEY_NOT_EXPIRED: 'The key validity window has not ended; nothing changed.',
   KEY_ALREADY_ISSUED: 'A key with this id and the same content already exists; nothing changed.',
   DUPLICATE_MESSAGE: 'The message id was seen before; it was not applied again.',
-  SEQ_CONFLICT: 'The gateway already applied another message at this seq: its history and the cloud differ (a restored cloud database); it fails closed until a snapshot.',
+  SEQ_CONFLICT:
+    'The gateway already applied another message at this seq: its history and the cloud differ (a restored cloud database); it fails closed until a snapshot.',
   STALE_VERSION: 'A newer version of the key is already known; the message was ignored.',
   REPORT_IGNORED: 'The report does not match the current state of the key; nothing changed.',
   // conflict
@@ -48,7 +49,8 @@ export const OUTCOME_CODES = table({
   ALREADY_EXISTS: 'An entity with this id already exists.',
   INVALID_VALIDITY_WINDOW: 'validFrom is not before validUntil, or the window has already ended.',
   INVALID_SCHEDULE: 'The week-day schedule is malformed.',
-  OFFLINE_MAX_TOO_LONG: "offlineMaxSeconds is above the cloud's cap for offline-capable keys (OFFLINE_KEY_MAX_SECONDS, 7 days by default); nothing changed.",
+  OFFLINE_MAX_TOO_LONG:
+    "offlineMaxSeconds is above the cloud's cap for offline-capable keys (OFFLINE_KEY_MAX_SECONDS, 7 days by default); nothing changed.",
   INVALID_TRANSITION: 'The event is not allowed from the current state.',
   BILLING_UNAVAILABLE: 'The payment provider could not be reached; nothing changed.',
   BROKER_UNAVAILABLE: 'The MQTT broker could not create or change the account; nothing changed.',
@@ -66,7 +68,8 @@ export const OUTCOME_CODES = table({
   STAY_CANCELLED: 'The stay was cancelled: the key revoked at once, the nights released, the refund (if any) queued.',
   PAYMENT_PROCESSING: 'The payment is processing at the provider.',
   PAYMENT_SUCCEEDED: 'The payment succeeded at the provider and matches the ledger.',
-  PAYMENT_SUCCEEDED_LATE: 'Money arrived for a payment the ledger had marked failed; the ledger follows the provider and the stay side refunds it.',
+  PAYMENT_SUCCEEDED_LATE:
+    'Money arrived for a payment the ledger had marked failed; the ledger follows the provider and the stay side refunds it.',
   PAYMENT_FAILED: 'The payment failed or its intent was cancelled; nothing was charged.',
   REFUND_QUEUED: 'A refund was queued with its idempotency key; it is made exactly once.',
   PAYMENT_REFUNDED: 'Everything received for the payment was refunded.',
@@ -80,7 +83,8 @@ export const OUTCOME_CODES = table({
   STAY_ALREADY_CHECKED_OUT: 'The guest already checked out; nothing changed.',
   STAY_ALREADY_CANCELLED: 'The stay is already cancelled; nothing changed.',
   STAY_BALANCE_DUE: 'The money settled so far is less than the price; the stay stays pending.',
-  PAYMENT_FAILURE_IGNORED: 'A failure was reported for a payment that already succeeded (ranked status, not arrival order); nothing changed.',
+  PAYMENT_FAILURE_IGNORED:
+    'A failure was reported for a payment that already succeeded (ranked status, not arrival order); nothing changed.',
   PAYMENT_STATUS_STALE: 'The reported payment status ranks below the ledger; nothing changed.',
   PAYMENT_ALREADY_SUCCEEDED: 'The payment already succeeded; nothing changed.',
   PAYMENT_ALREADY_FAILED: 'The payment already failed; nothing changed.',
@@ -128,7 +132,8 @@ export const DECISION_CODES = table({
   LOCKED_OUT: 'Too many wrong credentials at this lock, or of this credential type across the site; it is cooling down.',
   BAD_REQUEST: 'The access request was malformed.',
   RATE_LIMITED: 'The lock sent more requests than its rate limit allows; refused before anything was decided or recorded.',
-  STORAGE_FULL: 'The gateway is below its free-disk headroom and cannot promise to record the decision; only offline-capable staff keys open.',
+  STORAGE_FULL:
+    'The gateway is below its free-disk headroom and cannot promise to record the decision; only offline-capable staff keys open.',
 });
 
 /** Why a signed cloud <-> gateway message was refused by `verifyMessage`. */

@@ -12,5 +12,7 @@ export function normalizeCredential(type: CredentialType, value: string): string
 }
 
 export function credentialDigest(pepper: Uint8Array, type: CredentialType, value: string): string {
-  return createHmac('sha256', pepper).update(`${type}:${normalizeCredential(type, value)}`).digest('base64url');
+  return createHmac('sha256', pepper)
+    .update(`${type}:${normalizeCredential(type, value)}`)
+    .digest('base64url');
 }

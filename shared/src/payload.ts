@@ -2,7 +2,8 @@ import type { z } from 'zod';
 import { MAX_MESSAGE_BYTES } from './messages.js';
 
 export type ParseCode = 'TOO_LARGE' | 'MALFORMED' | 'SCHEMA_INVALID';
-export type Parsed<T> = { readonly ok: true; readonly value: T } | { readonly ok: false; readonly code: ParseCode; readonly detail: string };
+export type Parsed<T> =
+  { readonly ok: true; readonly value: T } | { readonly ok: false; readonly code: ParseCode; readonly detail: string };
 
 const utf8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: false });
 

@@ -21,7 +21,14 @@ export class CorruptRow extends Error {
 /** Parses one row with `schema`, or throws `CorruptRow` naming the table and the fields that did not fit. */
 export function parseRow<S extends z.ZodType>(table: string, schema: S, raw: unknown): z.infer<S> {
   const r = schema.safeParse(raw);
-  if (!r.success) throw new CorruptRow(table, r.error.issues.map((i) => `${i.path.join('.')}: ${i.message}`).join('; ').slice(0, 300));
+  if (!r.success)
+    throw new CorruptRow(
+      table,
+      r.error.issues
+        .map((i) => `${i.path.join('.')}: ${i.message}`)
+        .join('; ')
+        .slice(0, 300),
+    );
   return r.data;
 }
 

@@ -73,7 +73,8 @@ export class KeySet {
     const keys = new Map<string, CryptoKey>();
     const kept: JWK[] = [];
     for (const jwk of jwks.keys) {
-      if (typeof jwk.kid !== 'string' || jwk.kty !== 'OKP' || jwk.crv !== 'Ed25519') throw new TypeError('Ed25519 public JWK with a kid expected');
+      if (typeof jwk.kid !== 'string' || jwk.kty !== 'OKP' || jwk.crv !== 'Ed25519')
+        throw new TypeError('Ed25519 public JWK with a kid expected');
       const { d: _private, ...pub } = jwk;
       keys.set(jwk.kid, (await importJWK(pub, JWS_ALG)) as CryptoKey);
       kept.push(pub);
@@ -213,7 +214,9 @@ function mapJoseError(e: unknown): { ok: false; code: VerifyCode; detail: string
         return fail('WRONG_TYP', e.reason);
       case 'nbf':
       case 'iat':
-        return e.reason === 'check_failed' ? fail('NOT_YET_VALID', `${e.claim} ${e.reason}`) : fail('SCHEMA_INVALID', `${e.claim} ${e.reason}`);
+        return e.reason === 'check_failed'
+          ? fail('NOT_YET_VALID', `${e.claim} ${e.reason}`)
+          : fail('SCHEMA_INVALID', `${e.claim} ${e.reason}`);
       default:
         return fail('SCHEMA_INVALID', `${e.claim} ${e.reason}`);
     }

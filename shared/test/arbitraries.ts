@@ -1,5 +1,14 @@
 import fc from 'fast-check';
-import { AlarmKind, CredentialType, DECISION_CODES, OFFLINE_MAX_SECONDS_LIMIT, REVOKE_REASONS, type DownlinkMessage, type KeyGrant, type UplinkMessage } from '../src/index.js';
+import {
+  AlarmKind,
+  CredentialType,
+  DECISION_CODES,
+  OFFLINE_MAX_SECONDS_LIMIT,
+  REVOKE_REASONS,
+  type DownlinkMessage,
+  type KeyGrant,
+  type UplinkMessage,
+} from '../src/index.js';
 
 const T0 = Date.UTC(2026, 0, 1);
 const slug = fc.stringMatching(/^[A-Za-z0-9][A-Za-z0-9_-]{0,20}$/);
@@ -8,43 +17,64 @@ const millis = fc.integer({ min: T0, max: T0 + 10 * 365 * 86_400_000 });
 const version = fc.integer({ min: 1, max: 1_000_000 });
 const seq = fc.integer({ min: 1, max: 2 ** 40 });
 const digest = fc.stringMatching(/^[A-Za-z0-9_-]{43}$/);
-const hhmm = fc.tuple(fc.integer({ min: 0, max: 23 }), fc.integer({ min: 0, max: 59 })).map(([h, m]) => `${String(h).padStart(2, '0')}:${String(m).padStart(2, '0')}`);
+const hhmm = fc
+  .tuple(fc.integer({ min: 0, max: 23 }), fc.integer({ min: 0, max: 59 }))
+  .map(([h, m]) => `${String(h).padStart(2, '0')}:${String(m).padStart(2, '0')}`);
 const nullable = <T>(a: fc.Arbitrary<T>) => fc.option(a, { nil: null });
 
-export const keyGrant: fc.Arbitrary<KeyGrant> = fc.record({
-  keyId: entity,
-  version,
-  personId: entity,
-  credential: fc.record({ type: fc.constantFrom(...CredentialType.options), digest }),
-  doors: fc.array(entity, { minLength: 1, maxLength: 5 }),
-  validFrom: millis,
-  validUntil: millis,
-  schedule: nullable(
-    fc.record({
-      timeZone: fc.constantFrom('Asia/Tokyo', 'UTC', 'Europe/Berlin'),
-      windows: fc.array(fc.record({ days: fc.uniqueArray(fc.integer({ min: 0, max: 6 }), { minLength: 1, maxLength: 7 }), start: hhmm, end: hhmm }), {
-        minLength: 1,
-        maxLength: 3,
+export const keyGrant: fc.Arbitrary<KeyGrant> = fc.record(
+  {
+    keyId: entity,
+    version,
+    personId: entity,
+    credential: fc.record({ type: fc.constantFrom(...CredentialType.options), digest }),
+    doors: fc.array(entity, { minLength: 1, maxLength: 5 }),
+    validFrom: millis,
+    validUntil: millis,
+    schedule: nullable(
+      fc.record({
+        timeZone: fc.constantFrom('Asia/Tokyo', 'UTC', 'Europe/Berlin'),
+        windows: fc.array(
+          fc.record({ days: fc.uniqueArray(fc.integer({ min: 0, max: 6 }), { minLength: 1, maxLength: 7 }), start: hhmm, end: hhmm }),
+          {
+            minLength: 1,
+            maxLength: 3,
+          },
+        ),
       }),
-    }),
-  ),
-  offlineCapable: fc.boolean(),
-  offlineMaxSeconds: fc.integer({ min: 1, max: OFFLINE_MAX_SECONDS_LIMIT }),
-}, { requiredKeys: ['keyId', 'version', 'personId', 'credential', 'doors', 'validFrom', 'validUntil', 'schedule', 'offlineCapable'] }) as fc.Arbitrary<KeyGrant>;
+    ),
+    offlineCapable: fc.boolean(),
+    offlineMaxSeconds: fc.integer({ min: 1, max: OFFLINE_MAX_SECONDS_LIMIT }),
+  },
+  { requiredKeys: ['keyId', 'version', 'personId', 'credential', 'doors', 'validFrom', 'validUntil', 'schedule', 'offlineCapable'] },
+) as fc.Arbitrary<KeyGrant>;
 
 const reason = fc.constantFrom(...(Object.keys(REVOKE_REASONS) as (keyof typeof REVOKE_REASONS)[]));
 const decision = fc.constantFrom(...(Object.keys(DECISION_CODES) as (keyof typeof DECISION_CODES)[]));
 
-type DownDraft = { [K in DownlinkMessage['type']]: Pick<Extract<DownlinkMessage, { type: K }>, 'type' | 'body'> & { seq?: number } }[DownlinkMessage['type']];
-type UpDraft = { [K in UplinkMessage['type']]: Pick<Extract<UplinkMessage, { type: K }>, 'type' | 'body'> & { seq?: number } }[UplinkMessage['type']];
+type DownDraft = {
+  [K in DownlinkMessage['type']]: Pick<Extract<DownlinkMessage, { type: K }>, 'type' | 'body'> & { seq?: number };
+}[DownlinkMessage['type']];
+type UpDraft = {
+  [K in UplinkMessage['type']]: Pick<Extract<UplinkMessage, { type: K }>, 'type' | 'body'> & { seq?: number };
+}[UplinkMessage['type']];
 
 export const downlinkDraft: fc.Arbitrary<DownDraft> = fc.oneof(
   fc.record({ type: fc.constant('key.grant' as const), seq, body: fc.record({ key: keyGrant }) }),
   fc.record({ type: fc.constant('key.revoke' as const), seq, body: fc.record({ keyId: entity, version, reason }) }),
-  fc.record({ type: fc.constant('heartbeat' as const), body: fc.record({ lastSeq: fc.nat(), intervalMs: fc.integer({ min: 1, max: 3_600_000 }) }) }),
+  fc.record({
+    type: fc.constant('heartbeat' as const),
+    body: fc.record({ lastSeq: fc.nat(), intervalMs: fc.integer({ min: 1, max: 3_600_000 }) }),
+  }),
   fc.record({
     type: fc.constant('resync.answer' as const),
-    body: fc.record({ requestId: fc.uuid(), mode: fc.constantFrom('replay' as const, 'snapshot' as const, 'up_to_date' as const), fromSeq: fc.nat(), toSeq: fc.nat(), snapshotId: nullable(fc.uuid()) }),
+    body: fc.record({
+      requestId: fc.uuid(),
+      mode: fc.constantFrom('replay' as const, 'snapshot' as const, 'up_to_date' as const),
+      fromSeq: fc.nat(),
+      toSeq: fc.nat(),
+      snapshotId: nullable(fc.uuid()),
+    }),
   }),
   fc
     .record({
@@ -87,7 +117,11 @@ export const uplinkDraft: fc.Arbitrary<UpDraft> = fc.oneof(
       commandId: nullable(fc.uuid()),
     }),
   }),
-  fc.record({ type: fc.constant('alarm' as const), seq, body: fc.record({ alarmId: fc.uuid(), ...upBase, kind: fc.constantFrom(...AlarmKind.options) }) }),
+  fc.record({
+    type: fc.constant('alarm' as const),
+    seq,
+    body: fc.record({ alarmId: fc.uuid(), ...upBase, kind: fc.constantFrom(...AlarmKind.options) }),
+  }),
   fc.record({
     type: fc.constant('gateway.status' as const),
     seq,
@@ -111,6 +145,10 @@ export const uplinkDraft: fc.Arbitrary<UpDraft> = fc.oneof(
   }),
   fc.record({
     type: fc.constant('resync.request' as const),
-    body: fc.record({ requestId: fc.uuid(), lastAppliedSeq: fc.nat(), reason: fc.constantFrom('gap' as const, 'startup' as const, 'stale' as const, 'operator' as const) }),
+    body: fc.record({
+      requestId: fc.uuid(),
+      lastAppliedSeq: fc.nat(),
+      reason: fc.constantFrom('gap' as const, 'startup' as const, 'stale' as const, 'operator' as const),
+    }),
   }),
 ) as fc.Arbitrary<UpDraft>;

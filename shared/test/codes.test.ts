@@ -1,5 +1,16 @@
 import { describe, expect, it } from 'vitest';
-import { DECISION_CODES, DecisionCode, LOCK_COMMAND_CODES, OUTCOME_CODES, REVOKE_REASONS, VERIFY_CODES, applied, conflict, noop, refused } from '../src/index.js';
+import {
+  DECISION_CODES,
+  DecisionCode,
+  LOCK_COMMAND_CODES,
+  OUTCOME_CODES,
+  REVOKE_REASONS,
+  VERIFY_CODES,
+  applied,
+  conflict,
+  noop,
+  refused,
+} from '../src/index.js';
 
 describe('code tables', () => {
   it.each([
@@ -18,7 +29,21 @@ describe('code tables', () => {
 
   it('has exactly the access decision codes of DESIGN.md §3, plus the flood bounds of the gateway (docs/gateway.md)', () => {
     expect(Object.keys(DECISION_CODES).sort()).toEqual(
-      ['ALLOWED', 'UNKNOWN_CREDENTIAL', 'KEY_REVOKED', 'KEY_NOT_YET_VALID', 'KEY_EXPIRED', 'OUTSIDE_SCHEDULE', 'DOOR_NOT_PERMITTED', 'SITE_LOCKDOWN', 'CLOUD_STALE', 'LOCKED_OUT', 'BAD_REQUEST', 'RATE_LIMITED', 'STORAGE_FULL'].sort(),
+      [
+        'ALLOWED',
+        'UNKNOWN_CREDENTIAL',
+        'KEY_REVOKED',
+        'KEY_NOT_YET_VALID',
+        'KEY_EXPIRED',
+        'OUTSIDE_SCHEDULE',
+        'DOOR_NOT_PERMITTED',
+        'SITE_LOCKDOWN',
+        'CLOUD_STALE',
+        'LOCKED_OUT',
+        'BAD_REQUEST',
+        'RATE_LIMITED',
+        'STORAGE_FULL',
+      ].sort(),
     );
     expect(DecisionCode.options).toEqual(Object.keys(DECISION_CODES));
   });

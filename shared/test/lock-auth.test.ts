@@ -1,5 +1,13 @@
 import { describe, expect, it } from 'vitest';
-import { ReplayWindow, asLockId, checkLockCommand, newId, newPairingSecret, signLockCommand, type UnsignedLockCommand } from '../src/index.js';
+import {
+  ReplayWindow,
+  asLockId,
+  checkLockCommand,
+  newId,
+  newPairingSecret,
+  signLockCommand,
+  type UnsignedLockCommand,
+} from '../src/index.js';
 
 const NOW = Date.UTC(2026, 10, 29, 9);
 const secret = newPairingSecret();

@@ -50,7 +50,9 @@ describe('schema round trips', () => {
 
   it('a sequenced type without seq is refused, an unsequenced one with seq too', () => {
     const base = { jti: '0190c0de-0000-7000-8000-000000000000', iss: CLOUD, aud: GW, iat: 1, exp: 2, cid: 'c' };
-    expect(DownlinkMessage.safeParse({ ...base, type: 'key.revoke', body: { keyId: 'k', version: 1, reason: 'staff_revoked' } }).success).toBe(false);
+    expect(
+      DownlinkMessage.safeParse({ ...base, type: 'key.revoke', body: { keyId: 'k', version: 1, reason: 'staff_revoked' } }).success,
+    ).toBe(false);
     expect(DownlinkMessage.safeParse({ ...base, type: 'heartbeat', seq: 1, body: { lastSeq: 1, intervalMs: 1 } }).success).toBe(false);
   });
 });
@@ -80,7 +82,12 @@ describe('property: anything signed verifies back equal', () => {
   });
 
   it('a downlink message is not accepted where an uplink is expected', async () => {
-    const { token } = await signMessage<Down>(f.cloudKey, CLOUD, { type: 'heartbeat', aud: GW, cid: newCorrelationId(), body: { lastSeq: 1, intervalMs: 1 } }, f.clock);
+    const { token } = await signMessage<Down>(
+      f.cloudKey,
+      CLOUD,
+      { type: 'heartbeat', aud: GW, cid: newCorrelationId(), body: { lastSeq: 1, intervalMs: 1 } },
+      f.clock,
+    );
     expect(await verifyMessage(token, { keys: f.keys, issuer: CLOUD, audience: GW, schema: UplinkMessage, clock: f.clock })).toMatchObject({
       ok: false,
       code: 'SCHEMA_INVALID',
@@ -110,7 +117,14 @@ describe('fuzz: parsers never throw', () => {
   });
 
   it('parsePayload on near-valid commands (fields mutated)', () => {
-    const valid = { commandId: '0190c0de-0000-7000-8000-000000000000', lockId: 'L1', action: 'unlock', holdMs: 5000, expiresAt: 1, mac: 'A'.repeat(43) };
+    const valid = {
+      commandId: '0190c0de-0000-7000-8000-000000000000',
+      lockId: 'L1',
+      action: 'unlock',
+      holdMs: 5000,
+      expiresAt: 1,
+      mac: 'A'.repeat(43),
+    };
     fc.assert(
       fc.property(fc.constantFrom(...Object.keys(valid)), fc.anything(), (field, value) => {
         const r = parsePayload(LockCommand, Buffer.from(JSON.stringify({ ...valid, [field]: value }) ?? ''));
@@ -121,7 +135,12 @@ describe('fuzz: parsers never throw', () => {
   });
 
   it('verifyMessage on junk and on mutated tokens', async () => {
-    const { token } = await signMessage<Down>(f.cloudKey, CLOUD, { type: 'heartbeat', aud: GW, cid: newCorrelationId(), body: { lastSeq: 1, intervalMs: 1 } }, f.clock);
+    const { token } = await signMessage<Down>(
+      f.cloudKey,
+      CLOUD,
+      { type: 'heartbeat', aud: GW, cid: newCorrelationId(), body: { lastSeq: 1, intervalMs: 1 } },
+      f.clock,
+    );
     const mutated = fc
       .tuple(fc.nat({ max: token.length - 1 }), fc.constantFrom(...'AZaz09-_.'.split('')))
       .map(([i, c]) => token.slice(0, i) + c + token.slice(i + 1))

@@ -69,7 +69,8 @@ function foreignReaches(self: Workspace, file: string, source: string, allowed: 
   const found: string[] = [];
   for (const { fileName } of ts.preProcessFile(source, true, true).importedFiles) {
     const reached = workspaceOf(fileName, file, all);
-    if (reached !== undefined && reached !== self.name && !allowed.includes(reached)) found.push(`${where} imports '${fileName}' (${reached})`);
+    if (reached !== undefined && reached !== self.name && !allowed.includes(reached))
+      found.push(`${where} imports '${fileName}' (${reached})`);
   }
   for (const other of all) {
     if (other.name === self.name || allowed.includes(other.name)) continue;
@@ -98,7 +99,13 @@ describe('the workspace dependency rule', () => {
       it(`declares no workspace dependency but ${rule.length ? rule.join(', ') : 'none'} in its package.json`, () => {
         const { manifest } = self();
         const foreign = (dep: string): boolean => all.some((w) => w.name === dep) && !rule.includes(dep);
-        expect(DEP_FIELDS.flatMap((field) => Object.keys(manifest[field] ?? {}).filter(foreign).map((dep) => `${field}: ${dep}`))).toEqual([]);
+        expect(
+          DEP_FIELDS.flatMap((field) =>
+            Object.keys(manifest[field] ?? {})
+              .filter(foreign)
+              .map((dep) => `${field}: ${dep}`),
+          ),
+        ).toEqual([]);
       });
 
       it(`its source, tests and scripts reach no workspace but ${rule.length ? rule.join(', ') : 'none'}`, () => {

@@ -32,8 +32,20 @@ describe('docs/protocol.md', () => {
     const tokens = [...doc.matchAll(/```text\n([A-Za-z0-9_.-]+)\n```/g)].map((m) => m[1] as string);
     expect(tokens.length).toBe(10);
     for (const token of tokens) {
-      const down = await verifyMessage(token, { keys: keys.cloud, issuer: EXAMPLE.cloudIssuer, audience: EXAMPLE.gatewayId, schema: DownlinkMessage, clock });
-      const up = await verifyMessage(token, { keys: keys.gateway, issuer: EXAMPLE.gatewayId, audience: EXAMPLE.cloudIssuer, schema: UplinkMessage, clock });
+      const down = await verifyMessage(token, {
+        keys: keys.cloud,
+        issuer: EXAMPLE.cloudIssuer,
+        audience: EXAMPLE.gatewayId,
+        schema: DownlinkMessage,
+        clock,
+      });
+      const up = await verifyMessage(token, {
+        keys: keys.gateway,
+        issuer: EXAMPLE.gatewayId,
+        audience: EXAMPLE.cloudIssuer,
+        schema: UplinkMessage,
+        clock,
+      });
       expect(down.ok || up.ok, token.slice(0, 40)).toBe(true);
     }
   });
@@ -41,7 +53,10 @@ describe('docs/protocol.md', () => {
   it('the example lock command passes the lock-side check with the example pairing secret', () => {
     const m = /BEGIN GENERATED: lock.command -->[\s\S]*?```json\n([\s\S]*?)\n```/.exec(doc);
     const command = JSON.parse(m?.[1] ?? 'null') as LockCommand;
-    const secret = decodeSecret((JSON.parse(readFileSync(new URL('../scripts/example-keys.json', import.meta.url), 'utf8')) as { pairingSecret: string }).pairingSecret);
+    const secret = decodeSecret(
+      (JSON.parse(readFileSync(new URL('../scripts/example-keys.json', import.meta.url), 'utf8')) as { pairingSecret: string })
+        .pairingSecret,
+    );
     expect(checkLockCommand(secret, command, { lockId: EXAMPLE.lockId, now: EXAMPLE.now, seen: new Set() })).toEqual({ ok: true });
   });
 

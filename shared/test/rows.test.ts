@@ -44,7 +44,12 @@ describe('parseRow', () => {
   });
 
   it('throws CorruptRow naming the table and the field that did not fit', () => {
-    expect(() => parseRows('things', Row, [{ id: 'a', n: 1 }, { id: 'b', n: 'x' }])).toThrow(CorruptRow);
+    expect(() =>
+      parseRows('things', Row, [
+        { id: 'a', n: 1 },
+        { id: 'b', n: 'x' },
+      ]),
+    ).toThrow(CorruptRow);
     expect(() => parseRow('things', Row, { id: 'b', n: 'x' })).toThrow(/corrupt row in things: n:/);
   });
 });

@@ -1,6 +1,15 @@
 import { CompactSign, SignJWT, base64url } from 'jose';
 import { describe, expect, it } from 'vitest';
-import { DownlinkMessage, JWS_TYP, MAX_MESSAGE_BYTES, NO_CLAIMS, readClaimsUnverified, signMessage, verifyMessage, type DownlinkMessage as Down } from '../src/index.js';
+import {
+  DownlinkMessage,
+  JWS_TYP,
+  MAX_MESSAGE_BYTES,
+  NO_CLAIMS,
+  readClaimsUnverified,
+  signMessage,
+  verifyMessage,
+  type DownlinkMessage as Down,
+} from '../src/index.js';
 import { CLOUD, GW, cid, sampleGrant, signingFixture } from './fixtures.js';
 
 const f = await signingFixture();
@@ -8,7 +17,12 @@ const verify = (token: unknown, over: Partial<Parameters<typeof verifyMessage>[1
   verifyMessage(token, { keys: f.keys, issuer: CLOUD, audience: GW, schema: DownlinkMessage, clock: f.clock, ...over });
 
 async function signedGrant(audience = GW) {
-  return signMessage<Down>(f.cloudKey, CLOUD, { type: 'key.grant', aud: audience, seq: 1, cid: cid(), body: { key: sampleGrant() } }, f.clock);
+  return signMessage<Down>(
+    f.cloudKey,
+    CLOUD,
+    { type: 'key.grant', aud: audience, seq: 1, cid: cid(), body: { key: sampleGrant() } },
+    f.clock,
+  );
 }
 
 /** Re-signs arbitrary header + claims with the cloud's real key, to probe each check on its own. */
@@ -67,7 +81,12 @@ describe('a bad message is refused with its code and nothing throws', () => {
   });
 
   it('unknown kid -> UNKNOWN_KID', async () => {
-    const { token } = await signMessage<Down>(f.otherKey, CLOUD, { type: 'heartbeat', aud: GW, cid: cid(), body: { lastSeq: 0, intervalMs: 1 } }, f.clock);
+    const { token } = await signMessage<Down>(
+      f.otherKey,
+      CLOUD,
+      { type: 'heartbeat', aud: GW, cid: cid(), body: { lastSeq: 0, intervalMs: 1 } },
+      f.clock,
+    );
     expect(await verify(token)).toMatchObject({ ok: false, code: 'UNKNOWN_KID' });
   });
 
@@ -138,7 +157,9 @@ describe('a bad message is refused with its code and nothing throws', () => {
   it('deeply nested JSON in a validly signed payload -> SCHEMA_INVALID, not a crash', async () => {
     const depth = 20_000;
     const nested = `${'['.repeat(depth)}${']'.repeat(depth)}`;
-    const jws = await new CompactSign(new TextEncoder().encode(`{"body":${nested},"jti":"x","iat":1,"exp":99999999999,"iss":"${CLOUD}","aud":"${GW}"}`))
+    const jws = await new CompactSign(
+      new TextEncoder().encode(`{"body":${nested},"jti":"x","iat":1,"exp":99999999999,"iss":"${CLOUD}","aud":"${GW}"}`),
+    )
       .setProtectedHeader({ alg: 'EdDSA', typ: JWS_TYP, kid: f.cloudKey.kid })
       .sign(f.cloudKey.privateKey);
     const r = await verify(jws);
@@ -186,9 +207,20 @@ describe('signing refuses to produce what a receiver would refuse', () => {
 
 describe('reading what a refused message claims, without trusting it', () => {
   it('reads jti, cid, type, seq and iss of a message signed with a foreign key (the signature is not checked)', async () => {
-    const { token, message } = await signMessage<Down>(f.otherKey, 'someone-else', { type: 'key.grant', aud: GW, seq: 4, cid: cid(), body: { key: sampleGrant() } }, f.clock);
+    const { token, message } = await signMessage<Down>(
+      f.otherKey,
+      'someone-else',
+      { type: 'key.grant', aud: GW, seq: 4, cid: cid(), body: { key: sampleGrant() } },
+      f.clock,
+    );
     expect(await verify(token)).toMatchObject({ ok: false, code: 'UNKNOWN_KID' });
-    expect(readClaimsUnverified(Buffer.from(token))).toEqual({ jti: message.jti, cid: message.cid, type: 'key.grant', seq: 4, iss: 'someone-else' });
+    expect(readClaimsUnverified(Buffer.from(token))).toEqual({
+      jti: message.jti,
+      cid: message.cid,
+      type: 'key.grant',
+      seq: 4,
+      iss: 'someone-else',
+    });
   });
 
   it('gives no claims for input that is not a decodable compact JWS, or is over 64 KiB', async () => {
@@ -197,7 +229,8 @@ describe('reading what a refused message claims, without trusting it', () => {
     const notJson = `${h}.${base64url.encode('not json')}.${s}`;
     const notObject = `${h}.${base64url.encode('[1,2]')}.${s}`;
     const huge = `${token}${'A'.repeat(MAX_MESSAGE_BYTES)}`;
-    for (const x of ['not a jws', '', notJson, notObject, huge, Buffer.from([0xff, 0xfe]), undefined, 42]) expect(readClaimsUnverified(x)).toEqual(NO_CLAIMS);
+    for (const x of ['not a jws', '', notJson, notObject, huge, Buffer.from([0xff, 0xfe]), undefined, 42])
+      expect(readClaimsUnverified(x)).toEqual(NO_CLAIMS);
   });
 
   it('keeps a claim only in its protocol form, never a truncated one', async () => {
@@ -205,7 +238,10 @@ describe('reading what a refused message claims, without trusting it', () => {
     const claims = { jti: 'not-a-uuid', cid: long, type: 'x'.repeat(65), seq: -1, iss: 'bad\nissuer', aud: GW };
     const token = await rawSign({ typ: JWS_TYP, kid: f.cloudKey.kid }, claims);
     expect(readClaimsUnverified(token)).toEqual(NO_CLAIMS);
-    const edge = await rawSign({ typ: JWS_TYP, kid: f.cloudKey.kid }, { cid: 'c'.repeat(128), type: 'some.future-type', seq: 0, iss: 'x'.repeat(128), jti: 42 });
+    const edge = await rawSign(
+      { typ: JWS_TYP, kid: f.cloudKey.kid },
+      { cid: 'c'.repeat(128), type: 'some.future-type', seq: 0, iss: 'x'.repeat(128), jti: 42 },
+    );
     expect(readClaimsUnverified(edge)).toEqual({ jti: null, cid: 'c'.repeat(128), type: 'some.future-type', seq: 0, iss: 'x'.repeat(128) });
     for (const seq of [1.5, 2 ** 53, '3']) {
       expect(readClaimsUnverified(await rawSign({ typ: JWS_TYP, kid: f.cloudKey.kid }, { seq })).seq).toBeNull();

@@ -59,7 +59,10 @@ function header(req: FastifyRequest, name: string): string | null {
 }
 
 function send(reply: FastifyReply, answer: ApiAnswer): FastifyReply {
-  return reply.status(answer.status).header('content-type', 'application/json').send(JSON.stringify(answer.body, null, 2));
+  return reply
+    .status(answer.status)
+    .header('content-type', 'application/json')
+    .send(JSON.stringify(answer.body, null, 2));
 }
 
 function resetConnection(req: FastifyRequest, reply: FastifyReply): void {
@@ -72,13 +75,28 @@ function validationAnswer(error: z.ZodError): ApiAnswer {
   if (!issue) return errorAnswer(400, { type: 'invalid_request_error', message: 'Invalid request.' });
   if (issue.code === 'unrecognized_keys') {
     const key = paramName([...issue.path, issue.keys[0] ?? '']);
-    return errorAnswer(400, { type: 'invalid_request_error', code: 'parameter_unknown', param: key, message: `Received unknown parameter: ${key}` });
+    return errorAnswer(400, {
+      type: 'invalid_request_error',
+      code: 'parameter_unknown',
+      param: key,
+      message: `Received unknown parameter: ${key}`,
+    });
   }
   const param = paramName(issue.path);
   if (issue.code === 'invalid_type' && issue.input === undefined) {
-    return errorAnswer(400, { type: 'invalid_request_error', code: 'parameter_missing', param, message: `Missing required param: ${param}.` });
+    return errorAnswer(400, {
+      type: 'invalid_request_error',
+      code: 'parameter_missing',
+      param,
+      message: `Missing required param: ${param}.`,
+    });
   }
-  return errorAnswer(400, { type: 'invalid_request_error', code: 'parameter_invalid', param, message: `Invalid ${param}: ${issue.message}` });
+  return errorAnswer(400, {
+    type: 'invalid_request_error',
+    code: 'parameter_invalid',
+    param,
+    message: `Invalid ${param}: ${issue.message}`,
+  });
 }
 
 export function buildApp(deps: AppDeps) {
@@ -119,16 +137,20 @@ export function buildApp(deps: AppDeps) {
     const key = presentedKey(req);
     if (key !== deps.secretKey) {
       // Stripe answers a bad key with type invalid_request_error and 401 (stripe-node: StripeAuthenticationError)
-      const message = key === null
-        ? "You did not provide an API key. You need to provide your API key in the Authorization header, using Bearer auth (e.g. 'Authorization: Bearer YOUR_SECRET_KEY')."
-        : `Invalid API Key provided: ${mask(key)}`;
+      const message =
+        key === null
+          ? "You did not provide an API key. You need to provide your API key in the Authorization header, using Bearer auth (e.g. 'Authorization: Bearer YOUR_SECRET_KEY')."
+          : `Invalid API Key provided: ${mask(key)}`;
       return send(reply, errorAnswer(401, { type: 'invalid_request_error', message }));
     }
     if (faults.unavailable || faults.unavailableRequests > 0) {
       if (faults.unavailableRequests > 0) faults.unavailableRequests -= 1;
       req.log.info({ mode: faults.unavailableMode }, 'fault: unavailable');
       if (faults.unavailableMode === 'reset') return resetConnection(req, reply);
-      return send(reply, errorAnswer(503, { type: 'api_error', message: 'The Stripe API is temporarily unavailable (stripe-local fault).' }));
+      return send(
+        reply,
+        errorAnswer(503, { type: 'api_error', message: 'The Stripe API is temporarily unavailable (stripe-local fault).' }),
+      );
     }
     return undefined;
   });
@@ -139,7 +161,8 @@ export function buildApp(deps: AppDeps) {
   };
 
   /** A read: no idempotency, no events. */
-  const read = <S extends ZodType>(schema: S, run: (params: z.infer<S>, id: string) => ApiAnswer) =>
+  const read =
+    <S extends ZodType>(schema: S, run: (params: z.infer<S>, id: string) => ApiAnswer) =>
     async (req: FastifyRequest<{ Params: { id?: string } }>, reply: FastifyReply) => {
       if (faults.delayMs > 0) await sleep(faults.delayMs);
       const parsed = schema.safeParse(decodeForm(rawQuery(req)));
@@ -148,7 +171,8 @@ export function buildApp(deps: AppDeps) {
     };
 
   /** A write: claimed under its idempotency key, run once, its answer stored. */
-  const write = <S extends ZodType>(schema: S, run: (params: z.infer<S>, id: string) => VerbResult) =>
+  const write =
+    <S extends ZodType>(schema: S, run: (params: z.infer<S>, id: string) => VerbResult) =>
     async (req: FastifyRequest<{ Params: { id?: string } }>, reply: FastifyReply) => {
       const form: Form = decodeForm(typeof req.body === 'string' ? req.body : '');
       const key = header(req, 'idempotency-key');
@@ -158,16 +182,25 @@ export function buildApp(deps: AppDeps) {
         const claim = idempotency.claim(deps.secretKey, key, fingerprint(req.method, path, form), req.id);
         switch (claim.kind) {
           case 'mismatch':
-            return send(reply, errorAnswer(400, {
-              type: 'idempotency_error',
-              message: `Keys for idempotent requests can only be used with the same parameters they were first used with. Try using a key other than '${key}' if you meant to execute a different request.`,
-            }));
+            return send(
+              reply,
+              errorAnswer(400, {
+                type: 'idempotency_error',
+                message: `Keys for idempotent requests can only be used with the same parameters they were first used with. Try using a key other than '${key}' if you meant to execute a different request.`,
+              }),
+            );
           case 'in_flight':
-            return send(reply, errorAnswer(409, {
-              type: 'idempotency_error',
-              code: 'idempotency_key_in_use',
-              message: 'There is currently another in-progress request using this Idempotent Key (that probably means you submitted twice, and the other request is still going through): ' + key + '. Please try again later.',
-            }));
+            return send(
+              reply,
+              errorAnswer(409, {
+                type: 'idempotency_error',
+                code: 'idempotency_key_in_use',
+                message:
+                  'There is currently another in-progress request using this Idempotent Key (that probably means you submitted twice, and the other request is still going through): ' +
+                  key +
+                  '. Please try again later.',
+              }),
+            );
           case 'replay':
             req.log.info({ idempotencyKey: key, status: claim.answer.status }, 'idempotent replay');
             return send(reply.header('idempotent-replayed', 'true').header('original-request', claim.originalRequest), claim.answer);
@@ -189,7 +222,10 @@ export function buildApp(deps: AppDeps) {
           faults.failAfterEffect -= 1;
           req.log.info({ mode: faults.failAfterEffectMode, status: result.answer.status }, 'fault: effect done, answer lost');
           if (faults.failAfterEffectMode === 'reset') return resetConnection(req, reply);
-          return send(reply, errorAnswer(500, { type: 'api_error', message: 'An unknown error occurred (stripe-local fault: the request took effect).' }));
+          return send(
+            reply,
+            errorAnswer(500, { type: 'api_error', message: 'An unknown error occurred (stripe-local fault: the request took effect).' }),
+          );
         }
         return send(reply, result.answer);
       } catch (err) {
@@ -199,14 +235,38 @@ export function buildApp(deps: AppDeps) {
       }
     };
 
-  app.post('/v1/payment_intents', write(CreatePaymentIntentParams, (p) => ledger.createPaymentIntent(p, confirmMode)));
-  app.get('/v1/payment_intents/:id', read(RetrieveParams, (_p, id) => ledger.retrievePaymentIntent(id)));
-  app.post('/v1/payment_intents/:id/confirm', write(ConfirmPaymentIntentParams, (p, id) => ledger.confirmPaymentIntent(id, p, confirmMode)));
-  app.post('/v1/payment_intents/:id/cancel', write(CancelPaymentIntentParams, (p, id) => ledger.cancelPaymentIntent(id, p)));
-  app.post('/v1/refunds', write(CreateRefundParams, (p) => ledger.createRefund(p)));
-  app.get('/v1/refunds/:id', read(RetrieveParams, (_p, id) => ledger.retrieveRefund(id)));
-  app.get('/v1/events/:id', read(RetrieveParams, (_p, id) => ledger.retrieveEvent(id)));
-  app.get('/v1/events', read(ListEventsParams, (p) => ledger.listEvents(p)));
+  app.post(
+    '/v1/payment_intents',
+    write(CreatePaymentIntentParams, (p) => ledger.createPaymentIntent(p, confirmMode)),
+  );
+  app.get(
+    '/v1/payment_intents/:id',
+    read(RetrieveParams, (_p, id) => ledger.retrievePaymentIntent(id)),
+  );
+  app.post(
+    '/v1/payment_intents/:id/confirm',
+    write(ConfirmPaymentIntentParams, (p, id) => ledger.confirmPaymentIntent(id, p, confirmMode)),
+  );
+  app.post(
+    '/v1/payment_intents/:id/cancel',
+    write(CancelPaymentIntentParams, (p, id) => ledger.cancelPaymentIntent(id, p)),
+  );
+  app.post(
+    '/v1/refunds',
+    write(CreateRefundParams, (p) => ledger.createRefund(p)),
+  );
+  app.get(
+    '/v1/refunds/:id',
+    read(RetrieveParams, (_p, id) => ledger.retrieveRefund(id)),
+  );
+  app.get(
+    '/v1/events/:id',
+    read(RetrieveParams, (_p, id) => ledger.retrieveEvent(id)),
+  );
+  app.get(
+    '/v1/events',
+    read(ListEventsParams, (p) => ledger.listEvents(p)),
+  );
 
   // --- control routes: JSON in and out, no API key (a local test double) ---
 
@@ -221,7 +281,17 @@ export function buildApp(deps: AppDeps) {
 
   app.get('/_local/faults', async () => ({ api: faults, webhooks: webhooks.faults }));
   app.post('/_local/faults', async (req, reply) => {
-    const patch = body(z.strictObject({ api: ApiFaults.partial().optional(), webhooks: z.strictObject({ duplicates: z.number().int().min(1), hold: z.boolean(), drop: z.boolean() }).partial().optional() }), req, reply);
+    const patch = body(
+      z.strictObject({
+        api: ApiFaults.partial().optional(),
+        webhooks: z
+          .strictObject({ duplicates: z.number().int().min(1), hold: z.boolean(), drop: z.boolean() })
+          .partial()
+          .optional(),
+      }),
+      req,
+      reply,
+    );
     if (!patch) return reply;
     Object.assign(faults, patch.api ?? {});
     Object.assign(webhooks.faults, patch.webhooks ?? {});
@@ -247,7 +317,11 @@ export function buildApp(deps: AppDeps) {
     return { endpoints: webhooks.endpoints.map((e) => ({ url: e.url })) };
   });
   app.post('/_local/webhooks/flush', async (req, reply) => {
-    const opts = body(z.strictObject({ order: z.enum(['fifo', 'reverse', 'shuffle']).optional(), seed: z.number().int().optional() }), req, reply);
+    const opts = body(
+      z.strictObject({ order: z.enum(['fifo', 'reverse', 'shuffle']).optional(), seed: z.number().int().optional() }),
+      req,
+      reply,
+    );
     if (!opts) return reply;
     return { released: webhooks.release(opts.order ?? 'fifo', opts.seed ?? 1) };
   });
@@ -269,7 +343,13 @@ export function buildApp(deps: AppDeps) {
 
   app.setNotFoundHandler((req, reply) => {
     const path = req.url.split('?')[0] ?? req.url;
-    return send(reply, errorAnswer(404, { type: 'invalid_request_error', message: `Unrecognized request URL (${req.method}: ${path}). Please see https://stripe.com/docs or we can help at https://support.stripe.com/.` }));
+    return send(
+      reply,
+      errorAnswer(404, {
+        type: 'invalid_request_error',
+        message: `Unrecognized request URL (${req.method}: ${path}). Please see https://stripe.com/docs or we can help at https://support.stripe.com/.`,
+      }),
+    );
   });
 
   app.setErrorHandler((err, req, reply) => {

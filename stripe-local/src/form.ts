@@ -66,7 +66,11 @@ export function fingerprint(method: string, path: string, form: Form): string {
   const canon = (v: FormValue): unknown => {
     if (typeof v === 'string') return v;
     if (Array.isArray(v)) return v.map(canon);
-    return Object.fromEntries(Object.keys(v).sort().map((k) => [k, canon(v[k] ?? '')]));
+    return Object.fromEntries(
+      Object.keys(v)
+        .sort()
+        .map((k) => [k, canon(v[k] ?? '')]),
+    );
   };
   return JSON.stringify([method, path, canon(form)]);
 }

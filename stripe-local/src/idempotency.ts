@@ -41,10 +41,7 @@ interface Entry {
 }
 
 export type Claim =
-  | { kind: 'fresh' }
-  | { kind: 'replay'; answer: ApiAnswer; originalRequest: string }
-  | { kind: 'mismatch' }
-  | { kind: 'in_flight' };
+  { kind: 'fresh' } | { kind: 'replay'; answer: ApiAnswer; originalRequest: string } | { kind: 'mismatch' } | { kind: 'in_flight' };
 
 export class IdempotencyStore {
   private readonly entries = new Map<string, Entry>();
@@ -62,7 +59,9 @@ export class IdempotencyStore {
     const entry = this.entries.get(slot);
     if (entry && now - entry.createdAt < IDEMPOTENCY_TTL_MS) {
       if (entry.fingerprint !== fingerprint) return { kind: 'mismatch' };
-      return entry.answer === undefined ? { kind: 'in_flight' } : { kind: 'replay', answer: entry.answer, originalRequest: entry.requestId };
+      return entry.answer === undefined
+        ? { kind: 'in_flight' }
+        : { kind: 'replay', answer: entry.answer, originalRequest: entry.requestId };
     }
     this.entries.set(slot, { fingerprint, createdAt: now, answer: undefined, requestId });
     return { kind: 'fresh' };

@@ -77,7 +77,13 @@ export type ConfirmMode = 'normal' | 'decline' | 'processing';
 /** Asked only when a confirm actually reaches the card, so a knob like "decline the next confirm" is not used up by a create. */
 export type ConfirmModeOf = () => ConfirmMode;
 
-const CANCELABLE: readonly PaymentIntentStatus[] = ['requires_payment_method', 'requires_capture', 'requires_confirmation', 'requires_action', 'processing'];
+const CANCELABLE: readonly PaymentIntentStatus[] = [
+  'requires_payment_method',
+  'requires_capture',
+  'requires_confirmation',
+  'requires_action',
+  'processing',
+];
 const CONFIRMABLE: readonly PaymentIntentStatus[] = ['requires_payment_method', 'requires_confirmation', 'requires_action'];
 
 const snap = <T>(o: T): T => structuredClone(o);
@@ -86,7 +92,12 @@ const fail = (answer: ApiAnswer): VerbResult => ({ answer, events: [] });
 
 /** A missing object named in the URL is a 404; one named by a parameter is a 400 (as Stripe answers). */
 function noSuch(kind: string, id: string, param?: string): ApiAnswer {
-  return errorAnswer(param ? 400 : 404, { type: 'invalid_request_error', code: 'resource_missing', message: `No such ${kind}: '${id}'`, ...(param ? { param } : {}) });
+  return errorAnswer(param ? 400 : 404, {
+    type: 'invalid_request_error',
+    code: 'resource_missing',
+    message: `No such ${kind}: '${id}'`,
+    ...(param ? { param } : {}),
+  });
 }
 
 export class Ledger {
@@ -110,9 +121,17 @@ export class Ledger {
   }
 
   createPaymentIntent(p: CreatePaymentIntentParams, mode: ConfirmModeOf): VerbResult {
-    if (p.payment_method !== undefined && !isTestCard(p.payment_method)) return fail(noSuch('PaymentMethod', p.payment_method, 'payment_method'));
+    if (p.payment_method !== undefined && !isTestCard(p.payment_method))
+      return fail(noSuch('PaymentMethod', p.payment_method, 'payment_method'));
     if (p.confirm === true && p.payment_method === undefined) {
-      return fail(errorAnswer(400, { type: 'invalid_request_error', code: 'parameter_missing', param: 'payment_method', message: 'You must provide a payment_method when confirm=true.' }));
+      return fail(
+        errorAnswer(400, {
+          type: 'invalid_request_error',
+          code: 'parameter_missing',
+          param: 'payment_method',
+          message: 'You must provide a payment_method when confirm=true.',
+        }),
+      );
     }
     const id = this.ids.next('pi');
     const pi: PaymentIntent = {
@@ -158,22 +177,26 @@ export class Ledger {
     const pi = this.paymentIntents.get(id);
     if (!pi) return fail(noSuch('payment_intent', id));
     if (!CONFIRMABLE.includes(pi.status)) {
-      return fail(errorAnswer(400, {
-        type: 'invalid_request_error',
-        code: 'payment_intent_unexpected_state',
-        message: `You cannot confirm this PaymentIntent because it has a status of ${pi.status}.`,
-        payment_intent: snap(pi),
-      }));
+      return fail(
+        errorAnswer(400, {
+          type: 'invalid_request_error',
+          code: 'payment_intent_unexpected_state',
+          message: `You cannot confirm this PaymentIntent because it has a status of ${pi.status}.`,
+          payment_intent: snap(pi),
+        }),
+      );
     }
     const pm = p.payment_method ?? pi.payment_method;
     if (pm === null || pm === undefined) {
-      return fail(errorAnswer(400, {
-        type: 'invalid_request_error',
-        code: 'payment_intent_unexpected_state',
-        param: 'payment_method',
-        message: "You cannot confirm this PaymentIntent because it's missing a payment method.",
-        payment_intent: snap(pi),
-      }));
+      return fail(
+        errorAnswer(400, {
+          type: 'invalid_request_error',
+          code: 'payment_intent_unexpected_state',
+          param: 'payment_method',
+          message: "You cannot confirm this PaymentIntent because it's missing a payment method.",
+          payment_intent: snap(pi),
+        }),
+      );
     }
     if (!isTestCard(pm)) return fail(noSuch('PaymentMethod', pm, 'payment_method'));
     const card = TEST_CARDS[pm];
@@ -221,7 +244,13 @@ export class Ledger {
     if (!pi) return fail(noSuch('payment_intent', id));
     const charge = pi.latest_charge === null ? undefined : this.charges.get(pi.latest_charge);
     if (pi.status !== 'processing' || !charge) {
-      return fail(errorAnswer(400, { type: 'invalid_request_error', code: 'payment_intent_unexpected_state', message: `PaymentIntent ${id} is ${pi.status}, not processing.` }));
+      return fail(
+        errorAnswer(400, {
+          type: 'invalid_request_error',
+          code: 'payment_intent_unexpected_state',
+          message: `PaymentIntent ${id} is ${pi.status}, not processing.`,
+        }),
+      );
     }
     if (outcome === 'failed') return this.decline(pi, charge, 'generic_decline');
     const events = this.succeed(pi, charge);
@@ -251,7 +280,12 @@ export class Ledger {
       status: 'failed',
       failure_code: 'card_declined',
       failure_message: message,
-      outcome: { network_status: 'declined_by_network', reason: declineCode, type: 'issuer_declined', seller_message: 'The bank did not return any further details with this decline.' },
+      outcome: {
+        network_status: 'declined_by_network',
+        reason: declineCode,
+        type: 'issuer_declined',
+        seller_message: 'The bank did not return any further details with this decline.',
+      },
     } satisfies Partial<Charge>);
     pi.status = 'requires_payment_method';
     pi.last_payment_error = {
@@ -264,7 +298,14 @@ export class Ledger {
     };
     pi.payment_method = null;
     return {
-      answer: errorAnswer(402, { type: 'card_error', code: 'card_declined', decline_code: declineCode, message, charge: charge.id, payment_intent: snap(pi) }),
+      answer: errorAnswer(402, {
+        type: 'card_error',
+        code: 'card_declined',
+        decline_code: declineCode,
+        message,
+        charge: charge.id,
+        payment_intent: snap(pi),
+      }),
       events: [
         { type: 'charge.failed', object: snap(charge) },
         { type: 'payment_intent.payment_failed', object: snap(pi) },
@@ -276,12 +317,14 @@ export class Ledger {
     const pi = this.paymentIntents.get(id);
     if (!pi) return fail(noSuch('payment_intent', id));
     if (!CANCELABLE.includes(pi.status)) {
-      return fail(errorAnswer(400, {
-        type: 'invalid_request_error',
-        code: 'payment_intent_unexpected_state',
-        message: `You cannot cancel this PaymentIntent because it has a status of ${pi.status}. Only a PaymentIntent with one of the following statuses may be canceled: ${CANCELABLE.join(', ')}.`,
-        payment_intent: snap(pi),
-      }));
+      return fail(
+        errorAnswer(400, {
+          type: 'invalid_request_error',
+          code: 'payment_intent_unexpected_state',
+          message: `You cannot cancel this PaymentIntent because it has a status of ${pi.status}. Only a PaymentIntent with one of the following statuses may be canceled: ${CANCELABLE.join(', ')}.`,
+          payment_intent: snap(pi),
+        }),
+      );
     }
     pi.status = 'canceled';
     pi.canceled_at = this.seconds();
@@ -299,31 +342,53 @@ export class Ledger {
       if (!pi) return fail(noSuch('payment_intent', p.payment_intent, 'payment_intent'));
       charge = pi.latest_charge === null ? undefined : this.charges.get(pi.latest_charge);
       if (pi.status !== 'succeeded' || !charge) {
-        return fail(errorAnswer(400, {
-          type: 'invalid_request_error',
-          code: 'charge_not_refundable',
-          param: 'payment_intent',
-          message: `This PaymentIntent (${pi.id}) does not have a successful charge to refund.`,
-        }));
+        return fail(
+          errorAnswer(400, {
+            type: 'invalid_request_error',
+            code: 'charge_not_refundable',
+            param: 'payment_intent',
+            message: `This PaymentIntent (${pi.id}) does not have a successful charge to refund.`,
+          }),
+        );
       }
     } else {
-      return fail(errorAnswer(400, { type: 'invalid_request_error', code: 'parameter_missing', message: 'One of the following params should be provided for this request: payment_intent or charge.' }));
+      return fail(
+        errorAnswer(400, {
+          type: 'invalid_request_error',
+          code: 'parameter_missing',
+          message: 'One of the following params should be provided for this request: payment_intent or charge.',
+        }),
+      );
     }
     if (charge.status !== 'succeeded') {
-      return fail(errorAnswer(400, { type: 'invalid_request_error', code: 'charge_not_refundable', message: `Charge ${charge.id} has not succeeded and cannot be refunded.` }));
+      return fail(
+        errorAnswer(400, {
+          type: 'invalid_request_error',
+          code: 'charge_not_refundable',
+          message: `Charge ${charge.id} has not succeeded and cannot be refunded.`,
+        }),
+      );
     }
     const remaining = charge.amount_captured - charge.amount_refunded;
     if (remaining === 0) {
-      return fail(errorAnswer(400, { type: 'invalid_request_error', code: 'charge_already_refunded', message: `Charge ${charge.id} has already been refunded.` }));
+      return fail(
+        errorAnswer(400, {
+          type: 'invalid_request_error',
+          code: 'charge_already_refunded',
+          message: `Charge ${charge.id} has already been refunded.`,
+        }),
+      );
     }
     const amount = p.amount ?? remaining;
     if (amount > remaining) {
-      return fail(errorAnswer(400, {
-        type: 'invalid_request_error',
-        code: 'amount_too_large',
-        param: 'amount',
-        message: `Refund amount (${amount} ${charge.currency}) is greater than unrefunded amount on charge (${remaining} ${charge.currency})`,
-      }));
+      return fail(
+        errorAnswer(400, {
+          type: 'invalid_request_error',
+          code: 'amount_too_large',
+          param: 'amount',
+          message: `Refund amount (${amount} ${charge.currency}) is greater than unrefunded amount on charge (${remaining} ${charge.currency})`,
+        }),
+      );
     }
     const previous = { amount_refunded: charge.amount_refunded, refunded: charge.refunded };
     const refund: Refund = {
@@ -384,7 +449,10 @@ export class Ledger {
   }
 
   /** Stamps and stores the drafts a verb returned; the stored events are what webhooks deliver. */
-  record(drafts: readonly EventDraft[], meta: { apiVersion: string; requestId: string | null; idempotencyKey: string | null; endpoints: number }): StripeEvent[] {
+  record(
+    drafts: readonly EventDraft[],
+    meta: { apiVersion: string; requestId: string | null; idempotencyKey: string | null; endpoints: number },
+  ): StripeEvent[] {
     return drafts.map((d) => {
       const event: StripeEvent = {
         id: this.ids.next('evt'),

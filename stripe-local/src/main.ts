@@ -18,7 +18,10 @@ const Env = z
     STRIPE_SECRET_KEY: z.string().startsWith('sk_test_').default(DEFAULT_SECRET_KEY),
     STRIPE_LOCAL_WEBHOOK_URL: z.url().optional(),
     STRIPE_WEBHOOK_SECRET: z.string().startsWith('whsec_').optional(),
-    STRIPE_LOCAL_SEED: z.string().regex(/^[A-Za-z0-9]{1,8}$/).optional(),
+    STRIPE_LOCAL_SEED: z
+      .string()
+      .regex(/^[A-Za-z0-9]{1,8}$/)
+      .optional(),
   })
   .refine((e) => (e.STRIPE_LOCAL_WEBHOOK_URL === undefined) === (e.STRIPE_WEBHOOK_SECRET === undefined), {
     message: 'STRIPE_LOCAL_WEBHOOK_URL and STRIPE_WEBHOOK_SECRET go together',

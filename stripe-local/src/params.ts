@@ -13,7 +13,10 @@ const expand = z.array(z.string()).optional();
 
 export const CreatePaymentIntentParams = z.strictObject({
   amount: formInt.pipe(z.number().int().min(1).max(99_999_999)),
-  currency: z.string().regex(/^[a-zA-Z]{3}$/, 'must be a three-letter ISO currency code').transform((c) => c.toLowerCase()),
+  currency: z
+    .string()
+    .regex(/^[a-zA-Z]{3}$/, 'must be a three-letter ISO currency code')
+    .transform((c) => c.toLowerCase()),
   metadata: metadata.optional(),
   description: z.string().max(1000).optional(),
   receipt_email: z.string().optional(),

@@ -109,7 +109,9 @@ export async function startStripeLocal(options: StripeLocalOptions = {}): Promis
     refunds: () => snap([...ledger.refunds.values()]),
     settle: (id, outcome) => {
       const result = ledger.settle(id, outcome);
-      webhooks.dispatch(ledger.record(result.events, { apiVersion, requestId: null, idempotencyKey: null, endpoints: webhooks.endpoints.length }));
+      webhooks.dispatch(
+        ledger.record(result.events, { apiVersion, requestId: null, idempotencyKey: null, endpoints: webhooks.endpoints.length }),
+      );
       return result.answer;
     },
     close: async () => {

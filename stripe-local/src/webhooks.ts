@@ -168,14 +168,22 @@ export class WebhookDispatcher {
   private async attempt(event: StripeEvent, endpoint: WebhookEndpoint, attempt: number): Promise<void> {
     if (this.closed) return;
     const payload = JSON.stringify(event, null, 2);
-    const header = Stripe.webhooks.generateTestHeaderString({ payload, secret: endpoint.secret, timestamp: Math.floor(this.clock.now() / 1000) });
+    const header = Stripe.webhooks.generateTestHeaderString({
+      payload,
+      secret: endpoint.secret,
+      timestamp: Math.floor(this.clock.now() / 1000),
+    });
     const log = this.log.child({ cid: event.request.id ?? event.id, evt: event.id, type: event.type, url: endpoint.url, attempt });
     let status: number | null = null;
     let error: string | undefined;
     try {
       const res = await fetch(endpoint.url, {
         method: 'POST',
-        headers: { 'content-type': 'application/json; charset=utf-8', 'stripe-signature': header, 'user-agent': 'Stripe/1.0 (+https://stripe.com/docs/webhooks)' },
+        headers: {
+          'content-type': 'application/json; charset=utf-8',
+          'stripe-signature': header,
+          'user-agent': 'Stripe/1.0 (+https://stripe.com/docs/webhooks)',
+        },
         body: payload,
         signal: AbortSignal.any([AbortSignal.timeout(this.retry.timeoutMs), this.shutdown.signal]),
       });
@@ -184,7 +192,14 @@ export class WebhookDispatcher {
     } catch (err) {
       error = err instanceof Error ? err.message : String(err);
     }
-    this.attempts.push({ eventId: event.id, type: event.type, url: endpoint.url, attempt, status, ...(error !== undefined ? { error } : {}) });
+    this.attempts.push({
+      eventId: event.id,
+      type: event.type,
+      url: endpoint.url,
+      attempt,
+      status,
+      ...(error !== undefined ? { error } : {}),
+    });
     if (status !== null && status >= 200 && status < 300) {
       log.info({ status }, 'webhook delivered');
       return;

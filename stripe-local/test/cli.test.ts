@@ -8,7 +8,13 @@ const main = fileURLToPath(new URL('../src/main.ts', import.meta.url));
 describe('the CLI (stripe-local/src/main.ts)', () => {
   it('starts from env, serves the SDK, and exits 0 on SIGTERM', async () => {
     const child = spawn(process.execPath, ['--import', 'tsx', main], {
-      env: { ...process.env, LOG_LEVEL: 'info', STRIPE_LOCAL_PORT: '0', STRIPE_SECRET_KEY: 'sk_test_cli_0000000000', STRIPE_LOCAL_SEED: 'cli' },
+      env: {
+        ...process.env,
+        LOG_LEVEL: 'info',
+        STRIPE_LOCAL_PORT: '0',
+        STRIPE_SECRET_KEY: 'sk_test_cli_0000000000',
+        STRIPE_LOCAL_SEED: 'cli',
+      },
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     const lines: string[] = [];

@@ -3,7 +3,8 @@ import { decodeForm, fingerprint } from '../src/form.js';
 
 describe('Stripe form decoding (bracket notation)', () => {
   it('nests objects and turns indexed or appended keys into arrays', () => {
-    const body = 'amount=1000&metadata[purpose]=stay_balance&metadata[subject_id]=st_1&allowed_payment_method_types[0]=card&allowed_payment_method_types[1]=konbini&expand[]=latest_charge&automatic_payment_methods[enabled]=true';
+    const body =
+      'amount=1000&metadata[purpose]=stay_balance&metadata[subject_id]=st_1&allowed_payment_method_types[0]=card&allowed_payment_method_types[1]=konbini&expand[]=latest_charge&automatic_payment_methods[enabled]=true';
     expect(decodeForm(body)).toEqual({
       amount: '1000',
       metadata: { purpose: 'stay_balance', subject_id: 'st_1' },

@@ -12,10 +12,24 @@ const types = (l: Local): string[] => l.local.events().map((e) => e.type);
 describe('a PaymentIntent paid by card', () => {
   it('is created, retrieved and confirmed by the real SDK, and money is received', async () => {
     t = await withLocal();
-    const pi = await t.stripe.paymentIntents.create({ amount: 12000, currency: 'JPY', metadata: { purpose: 'stay_balance', subject_id: 'stay_1' }, allowed_payment_method_types: ['card'] });
+    const pi = await t.stripe.paymentIntents.create({
+      amount: 12000,
+      currency: 'JPY',
+      metadata: { purpose: 'stay_balance', subject_id: 'stay_1' },
+      allowed_payment_method_types: ['card'],
+    });
     expect(pi.id).toMatch(/^pi_/);
     expect(pi.client_secret).toMatch(new RegExp(`^${pi.id}_secret_\\w+$`));
-    expect(pi).toMatchObject({ object: 'payment_intent', allowed_payment_method_types: ['card'], payment_method_types: ['card'], status: 'requires_payment_method', amount: 12000, currency: 'jpy', amount_received: 0, metadata: { purpose: 'stay_balance', subject_id: 'stay_1' } });
+    expect(pi).toMatchObject({
+      object: 'payment_intent',
+      allowed_payment_method_types: ['card'],
+      payment_method_types: ['card'],
+      status: 'requires_payment_method',
+      amount: 12000,
+      currency: 'jpy',
+      amount_received: 0,
+      metadata: { purpose: 'stay_balance', subject_id: 'stay_1' },
+    });
 
     const got = await t.stripe.paymentIntents.retrieve(pi.id);
     expect(got.id).toBe(pi.id);
@@ -24,13 +38,26 @@ describe('a PaymentIntent paid by card', () => {
     expect(paid).toMatchObject({ status: 'succeeded', amount_received: 12000, payment_method: 'pm_card_visa' });
     expect(paid.latest_charge).toMatch(/^ch_/);
     const charge = t.local.charge(String(paid.latest_charge));
-    expect(charge).toMatchObject({ status: 'succeeded', paid: true, captured: true, amount_captured: 12000, amount_refunded: 0, refunded: false });
+    expect(charge).toMatchObject({
+      status: 'succeeded',
+      paid: true,
+      captured: true,
+      amount_captured: 12000,
+      amount_refunded: 0,
+      refunded: false,
+    });
     expect(types(t)).toEqual(['payment_intent.created', 'charge.succeeded', 'payment_intent.succeeded']);
   });
 
   it('can be created and confirmed in one call (confirm=true)', async () => {
     t = await withLocal();
-    const pi = await t.stripe.paymentIntents.create({ amount: 5000, currency: 'jpy', payment_method: 'pm_card_visa', confirm: true, automatic_payment_methods: { enabled: true, allow_redirects: 'never' } });
+    const pi = await t.stripe.paymentIntents.create({
+      amount: 5000,
+      currency: 'jpy',
+      payment_method: 'pm_card_visa',
+      confirm: true,
+      automatic_payment_methods: { enabled: true, allow_redirects: 'never' },
+    });
     expect(pi.status).toBe('succeeded');
     expect(pi.automatic_payment_methods).toEqual({ enabled: true });
     expect(types(t)).toEqual(['payment_intent.created', 'charge.succeeded', 'payment_intent.succeeded']);
@@ -85,7 +112,13 @@ describe('when payments settle asynchronously (processing knob)', () => {
     expect(t.local.settle(pi.id, 'succeeded').status).toBe(200);
     const done = await t.stripe.paymentIntents.retrieve(pi.id);
     expect(done).toMatchObject({ status: 'succeeded', amount_received: 8000 });
-    expect(types(t)).toEqual(['payment_intent.created', 'charge.pending', 'payment_intent.processing', 'charge.succeeded', 'payment_intent.succeeded']);
+    expect(types(t)).toEqual([
+      'payment_intent.created',
+      'charge.pending',
+      'payment_intent.processing',
+      'charge.succeeded',
+      'payment_intent.succeeded',
+    ]);
   });
 
   it('goes processing → requires_payment_method with payment_failed when the rail fails, via the control route', async () => {
@@ -93,7 +126,11 @@ describe('when payments settle asynchronously (processing knob)', () => {
     t.local.faults.processing = true;
     const pi = await t.stripe.paymentIntents.create({ amount: 8000, currency: 'jpy', payment_method: 'pm_card_visa', confirm: true });
     expect(pi.status).toBe('processing');
-    const res = await fetch(`${t.local.url}/_local/payment_intents/${pi.id}/settle`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ outcome: 'failed' }) });
+    const res = await fetch(`${t.local.url}/_local/payment_intents/${pi.id}/settle`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ outcome: 'failed' }),
+    });
     expect(res.status).toBe(402);
     expect((await t.stripe.paymentIntents.retrieve(pi.id)).status).toBe('requires_payment_method');
     expect(types(t).at(-1)).toBe('payment_intent.payment_failed');
@@ -133,8 +170,14 @@ describe('bad requests', () => {
   it('a wrong or missing secret key is 401 (StripeAuthenticationError)', async () => {
     t = await withLocal();
     const wrong = new Stripe('sk_test_not_this_one', { host: t.local.host, port: t.local.port, protocol: 'http', maxNetworkRetries: 0 });
-    expect(await rejection(wrong.paymentIntents.create({ amount: 1, currency: 'jpy' }))).toBeInstanceOf(Stripe.errors.StripeAuthenticationError);
-    const res = await fetch(`${t.local.url}/v1/payment_intents`, { method: 'POST', body: 'amount=1&currency=jpy', headers: { 'content-type': 'application/x-www-form-urlencoded' } });
+    expect(await rejection(wrong.paymentIntents.create({ amount: 1, currency: 'jpy' }))).toBeInstanceOf(
+      Stripe.errors.StripeAuthenticationError,
+    );
+    const res = await fetch(`${t.local.url}/v1/payment_intents`, {
+      method: 'POST',
+      body: 'amount=1&currency=jpy',
+      headers: { 'content-type': 'application/x-www-form-urlencoded' },
+    });
     expect(res.status).toBe(401);
     expect(t.local.events()).toEqual([]);
   });
@@ -144,10 +187,16 @@ describe('bad requests', () => {
     expect(await rejection(t.stripe.paymentIntents.retrieve('pi_nope'))).toMatchObject({ statusCode: 404, code: 'resource_missing' });
     const unknown = await rejection(t.stripe.paymentIntents.create({ amount: 1000, currency: 'jpy', setup_future_usage: 'off_session' }));
     expect(unknown).toMatchObject({ statusCode: 400, code: 'parameter_unknown', param: 'setup_future_usage' });
-    const res = await fetch(`${t.local.url}/v1/payment_intents`, { method: 'POST', body: 'currency=jpy', headers: { authorization: `Bearer ${t.local.secretKey}`, 'content-type': 'application/x-www-form-urlencoded' } });
+    const res = await fetch(`${t.local.url}/v1/payment_intents`, {
+      method: 'POST',
+      body: 'currency=jpy',
+      headers: { authorization: `Bearer ${t.local.secretKey}`, 'content-type': 'application/x-www-form-urlencoded' },
+    });
     expect(res.status).toBe(400);
     expect(await res.json()).toMatchObject({ error: { type: 'invalid_request_error', code: 'parameter_missing', param: 'amount' } });
-    expect(await rejection(t.stripe.paymentIntents.confirm('pi_nope', { payment_method: 'pm_card_visa' }))).toMatchObject({ statusCode: 404 });
+    expect(await rejection(t.stripe.paymentIntents.confirm('pi_nope', { payment_method: 'pm_card_visa' }))).toMatchObject({
+      statusCode: 404,
+    });
   });
 });
 
@@ -155,7 +204,10 @@ describe('events', () => {
   it('are listed newest first with limit and pagination, and retrievable by id', async () => {
     t = await withLocal();
     await t.stripe.paymentIntents.create({ amount: 1000, currency: 'jpy', payment_method: 'pm_card_visa', confirm: true });
-    const all = t.local.events().map((e) => e.id).reverse();
+    const all = t.local
+      .events()
+      .map((e) => e.id)
+      .reverse();
     const page1 = await t.stripe.events.list({ limit: 2 });
     expect(page1.data.map((e) => e.id)).toEqual(all.slice(0, 2));
     expect(page1.has_more).toBe(true);

@@ -16,7 +16,16 @@ describe('refunding a paid PaymentIntent', () => {
     t = await withLocal();
     const pi = await paid(t, 9000);
     const refund = await t.stripe.refunds.create({ payment_intent: pi.id, reason: 'requested_by_customer', metadata: { stay: 's1' } });
-    expect(refund).toMatchObject({ object: 'refund', amount: 9000, status: 'succeeded', payment_intent: pi.id, charge: pi.latest_charge, reason: 'requested_by_customer', metadata: { stay: 's1' }, currency: 'jpy' });
+    expect(refund).toMatchObject({
+      object: 'refund',
+      amount: 9000,
+      status: 'succeeded',
+      payment_intent: pi.id,
+      charge: pi.latest_charge,
+      reason: 'requested_by_customer',
+      metadata: { stay: 's1' },
+      currency: 'jpy',
+    });
     expect(refund.id).toMatch(/^re_/);
     expect(t.local.charge(String(pi.latest_charge))).toMatchObject({ amount_refunded: 9000, refunded: true });
     expect((await t.stripe.refunds.retrieve(refund.id)).amount).toBe(9000);
@@ -51,8 +60,15 @@ describe('refunding a paid PaymentIntent', () => {
   it('an unpaid PaymentIntent has nothing to refund', async () => {
     t = await withLocal();
     const pi = await t.stripe.paymentIntents.create({ amount: 1000, currency: 'jpy' });
-    expect(await rejection(t.stripe.refunds.create({ payment_intent: pi.id }))).toMatchObject({ statusCode: 400, code: 'charge_not_refundable' });
-    expect(await rejection(t.stripe.refunds.create({ payment_intent: 'pi_missing' }))).toMatchObject({ statusCode: 400, code: 'resource_missing', param: 'payment_intent' });
+    expect(await rejection(t.stripe.refunds.create({ payment_intent: pi.id }))).toMatchObject({
+      statusCode: 400,
+      code: 'charge_not_refundable',
+    });
+    expect(await rejection(t.stripe.refunds.create({ payment_intent: 'pi_missing' }))).toMatchObject({
+      statusCode: 400,
+      code: 'resource_missing',
+      param: 'payment_intent',
+    });
     expect(await rejection(t.stripe.refunds.retrieve('re_missing'))).toMatchObject({ statusCode: 404, code: 'resource_missing' });
     expect(t.local.refunds()).toEqual([]);
   });

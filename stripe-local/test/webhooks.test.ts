@@ -14,7 +14,8 @@ async function setup(answer?: (n: number) => number): Promise<void> {
   t = await withLocal({ webhook: { url: rx.url, secret: WEBHOOK_SECRET } });
 }
 
-const payOne = (l: Local): Promise<Stripe.PaymentIntent> => l.stripe.paymentIntents.create({ amount: 1000, currency: 'jpy', payment_method: 'pm_card_visa', confirm: true });
+const payOne = (l: Local): Promise<Stripe.PaymentIntent> =>
+  l.stripe.paymentIntents.create({ amount: 1000, currency: 'jpy', payment_method: 'pm_card_visa', confirm: true });
 
 describe('webhook delivery', () => {
   it('POSTs every event, signed so that stripe.webhooks.constructEvent accepts the raw body', async () => {
@@ -46,13 +47,20 @@ describe('webhook delivery', () => {
     const ids = rx.received.map((r) => verify(r).id);
     expect(ids).toHaveLength(3);
     expect(new Set(ids).size).toBe(1);
-    expect(t.local.webhooks.attempts().map((a) => [a.attempt, a.status])).toEqual([[1, 500], [2, 500], [3, 200]]);
+    expect(t.local.webhooks.attempts().map((a) => [a.attempt, a.status])).toEqual([
+      [1, 500],
+      [2, 500],
+      [3, 200],
+    ]);
   });
 
   it('retries a connection error, and gives up after the configured attempts', async () => {
     rx = await startReceiver();
     await rx.close();
-    t = await withLocal({ webhook: { url: rx.url, secret: WEBHOOK_SECRET }, webhookRetry: { attempts: 3, backoffMs: 10, maxBackoffMs: 20, timeoutMs: 500 } });
+    t = await withLocal({
+      webhook: { url: rx.url, secret: WEBHOOK_SECRET },
+      webhookRetry: { attempts: 3, backoffMs: 10, maxBackoffMs: 20, timeoutMs: 500 },
+    });
     rx = await startReceiver();
     await t.stripe.paymentIntents.create({ amount: 1000, currency: 'jpy' });
     await t.local.webhooks.idle();
@@ -91,10 +99,18 @@ describe('webhook fault knobs', () => {
     const orders: string[][] = [];
     for (let run = 0; run < 2; run++) {
       await setup();
-      await fetch(`${t.local.url}/_local/faults`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ webhooks: { hold: true } }) });
+      await fetch(`${t.local.url}/_local/faults`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ webhooks: { hold: true } }),
+      });
       await payOne(t);
       await t.stripe.paymentIntents.create({ amount: 2000, currency: 'jpy' });
-      const res = await fetch(`${t.local.url}/_local/webhooks/flush`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ order: 'shuffle', seed: 7 }) });
+      const res = await fetch(`${t.local.url}/_local/webhooks/flush`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ order: 'shuffle', seed: 7 }),
+      });
       expect(res.status).toBe(200);
       await t.local.webhooks.idle();
       orders.push(rx.received.map((r) => verify(r).id));
@@ -120,7 +136,11 @@ describe('webhook fault knobs', () => {
   it('endpoints can be added through the control route', async () => {
     rx = await startReceiver();
     t = await withLocal();
-    const res = await fetch(`${t.local.url}/_local/webhooks/endpoints`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ url: rx.url, secret: WEBHOOK_SECRET }) });
+    const res = await fetch(`${t.local.url}/_local/webhooks/endpoints`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ url: rx.url, secret: WEBHOOK_SECRET }),
+    });
     expect(res.status).toBe(200);
     await t.stripe.paymentIntents.create({ amount: 1000, currency: 'jpy' });
     await t.local.webhooks.idle();

@@ -51,18 +51,30 @@ export class Heartbeat {
   async beat(): Promise<{ gatewayId: string; lastSeq: number }[]> {
     const targets = await heartbeatTargets(this.#app.db);
     const sent: { gatewayId: string; lastSeq: number }[] = [];
-    await Promise.all(targets.map(async ({ gatewayId, lastSeq, ackedSeq, ackedJti }) => {
-      const cid = newCorrelationId();
-      const body = { lastSeq, intervalMs: this.#o.intervalMs, ...(ackedSeq > 0 && ackedJti !== null ? { uplinkAck: { seq: ackedSeq, jti: ackedJti } } : {}) };
-      const draft = { type: 'heartbeat' as const, aud: gatewayId, cid, ttlSeconds: Math.max(60, Math.ceil((3 * this.#o.intervalMs) / 1000)), body };
-      try {
-        const { token } = await signMessage<HeartbeatMessage>(this.#o.signer.key, this.#o.signer.issuer, draft, this.#app.clock);
-        await this.#o.link.publish(topics.gatewayDown(gatewayId), token, this.#o.publishTimeoutMs, this.#o.qos);
-        sent.push({ gatewayId, lastSeq });
-      } catch (e) {
-        withCorrelation(this.#app.log, cid, { gatewayId }).warn({ err: String(e) }, 'heartbeat not sent');
-      }
-    }));
+    await Promise.all(
+      targets.map(async ({ gatewayId, lastSeq, ackedSeq, ackedJti }) => {
+        const cid = newCorrelationId();
+        const body = {
+          lastSeq,
+          intervalMs: this.#o.intervalMs,
+          ...(ackedSeq > 0 && ackedJti !== null ? { uplinkAck: { seq: ackedSeq, jti: ackedJti } } : {}),
+        };
+        const draft = {
+          type: 'heartbeat' as const,
+          aud: gatewayId,
+          cid,
+          ttlSeconds: Math.max(60, Math.ceil((3 * this.#o.intervalMs) / 1000)),
+          body,
+        };
+        try {
+          const { token } = await signMessage<HeartbeatMessage>(this.#o.signer.key, this.#o.signer.issuer, draft, this.#app.clock);
+          await this.#o.link.publish(topics.gatewayDown(gatewayId), token, this.#o.publishTimeoutMs, this.#o.qos);
+          sent.push({ gatewayId, lastSeq });
+        } catch (e) {
+          withCorrelation(this.#app.log, cid, { gatewayId }).warn({ err: String(e) }, 'heartbeat not sent');
+        }
+      }),
+    );
     return sent.sort((a, b) => (a.gatewayId < b.gatewayId ? -1 : 1));
   }
 }

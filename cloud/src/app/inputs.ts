@@ -29,7 +29,11 @@ export const CreateSiteInput = z.strictObject({
   id: SiteId.optional(),
   name: Name,
   timeZone: TimeZone.optional(),
-  offlineGraceSeconds: z.int().min(0).max(7 * 86_400).optional(),
+  offlineGraceSeconds: z
+    .int()
+    .min(0)
+    .max(7 * 86_400)
+    .optional(),
 });
 export const RegisterGatewayInput = z.strictObject({
   gatewayId: GatewayId,
@@ -37,7 +41,12 @@ export const RegisterGatewayInput = z.strictObject({
   publicJwk: z.record(z.string(), z.unknown()),
   cid: CorrelationId.optional(),
 });
-export const CreateDoorInput = z.strictObject({ id: DoorId.optional(), gatewayId: GatewayId, name: Name, siteScope: z.array(z.string()).nullable().optional() });
+export const CreateDoorInput = z.strictObject({
+  id: DoorId.optional(),
+  gatewayId: GatewayId,
+  name: Name,
+  siteScope: z.array(z.string()).nullable().optional(),
+});
 export const CreatePersonInput = z.strictObject({ id: PersonId.optional(), name: Name });
 export const IssueKeyInput = z.strictObject({
   keyId: KeyId.optional(),

@@ -57,13 +57,23 @@ export function deliveryOf(key: KeySummary, deliveries: readonly DeliveryView[],
   const warnings: Notice[] = [];
   const latest = deliveries.filter((d) => d.keyVersion === key.version);
   for (const d of latest) {
-    if (d.status === 'dead') errors.push({ code: 'DELIVERY_DEAD_LETTERED' satisfies KeyNoticeCode, message: `outbox row ${d.outboxId}: ${d.lastError ?? 'gave up'}; retry with POST /dead-letters/${d.outboxId}/retry` });
-    else if (d.status !== 'sent' && d.lastError) warnings.push({ code: 'DELIVERY_RETRYING' satisfies KeyNoticeCode, message: `attempt ${d.attempts}: ${d.lastError}` });
+    if (d.status === 'dead')
+      errors.push({
+        code: 'DELIVERY_DEAD_LETTERED' satisfies KeyNoticeCode,
+        message: `outbox row ${d.outboxId}: ${d.lastError ?? 'gave up'}; retry with POST /dead-letters/${d.outboxId}/retry`,
+      });
+    else if (d.status !== 'sent' && d.lastError)
+      warnings.push({ code: 'DELIVERY_RETRYING' satisfies KeyNoticeCode, message: `attempt ${d.attempts}: ${d.lastError}` });
   }
   if (key.status === 'failed') errors.push({ code: key.lastCode, message: 'the gateway rejected the grant' });
   const pending = key.status === 'issuing' || key.status === 'revoking';
-  if (pending && gatewayOnline === false) warnings.push({ code: 'GATEWAY_OFFLINE' satisfies KeyNoticeCode, message: `gateway ${key.gatewayId} is offline; delivery waits for it` });
-  const delivery: 'pending' | 'succeeded' | 'failed' = key.status === 'failed' || errors.length > 0 ? 'failed' : pending ? 'pending' : 'succeeded';
+  if (pending && gatewayOnline === false)
+    warnings.push({
+      code: 'GATEWAY_OFFLINE' satisfies KeyNoticeCode,
+      message: `gateway ${key.gatewayId} is offline; delivery waits for it`,
+    });
+  const delivery: 'pending' | 'succeeded' | 'failed' =
+    key.status === 'failed' || errors.length > 0 ? 'failed' : pending ? 'pending' : 'succeeded';
   return { delivery, errors, warnings };
 }
 

@@ -200,7 +200,9 @@ export async function revokeKey(deps: AppDeps, input: RevokeKeyInput): Promise<K
   const scope = input.siteScope ?? null;
   if (scope !== null && (await getKeySummary(deps.db, scope, input.keyId)) === null) return { ...refused('KEY_NOT_FOUND'), cid };
   const cmd: domain.RevokeKeyCommand =
-    input.expectedRevision === undefined ? { reason: input.reason, cid } : { reason: input.reason, cid, expectedRevision: input.expectedRevision };
+    input.expectedRevision === undefined
+      ? { reason: input.reason, cid }
+      : { reason: input.reason, cid, expectedRevision: input.expectedRevision };
   return transition(deps, 'revokeKey', input.keyId, cid, (current, now) => domain.revokeKey(current, cmd, now));
 }
 
@@ -211,7 +213,10 @@ export function expireKey(deps: AppDeps, keyId: string, cid: CorrelationId = new
 }
 
 /** The sweeper: expires every live key whose window has ended. Each key is its own transaction. */
-export async function expireKeys(deps: AppDeps, opts: { limit?: number; cid?: CorrelationId } = {}): Promise<{ expired: string[]; outcomes: KeyResult[] }> {
+export async function expireKeys(
+  deps: AppDeps,
+  opts: { limit?: number; cid?: CorrelationId } = {},
+): Promise<{ expired: string[]; outcomes: KeyResult[] }> {
   const cid = opts.cid ?? newCorrelationId();
   const due = await keysDueToExpire(deps.db, deps.clock.now(), opts.limit ?? 1000);
   const outcomes: KeyResult[] = [];
@@ -240,7 +245,14 @@ export function recordGatewayReport(deps: AppDeps, input: GatewayReportInput, tx
     code: input.code,
     cid: input.cid,
   };
-  return transition(deps, 'recordGatewayReport', input.keyId, input.cid, (current, now) => domain.recordGatewayReport(current, report, now), tx);
+  return transition(
+    deps,
+    'recordGatewayReport',
+    input.keyId,
+    input.cid,
+    (current, now) => domain.recordGatewayReport(current, report, now),
+    tx,
+  );
 }
 
 // ---------------------------------------------------------------- reads

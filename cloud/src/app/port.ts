@@ -22,7 +22,10 @@ export interface CloudVerbs {
   createSite(input: Parameters<typeof registry.createSite>[1], o?: VerbOptions): ReturnType<typeof registry.createSite>;
   registerGateway(input: Parameters<typeof registry.registerGateway>[2], o?: VerbOptions): ReturnType<typeof registry.registerGateway>;
   /** A new cloud-broker password for a gateway (BROKER_ACCOUNTS_UNMANAGED when accounts are not managed). */
-  rotateGatewayBrokerCredentials(input: Parameters<typeof rotateGatewayBrokerCredentials>[1], o?: VerbOptions): ReturnType<typeof rotateGatewayBrokerCredentials>;
+  rotateGatewayBrokerCredentials(
+    input: Parameters<typeof rotateGatewayBrokerCredentials>[1],
+    o?: VerbOptions,
+  ): ReturnType<typeof rotateGatewayBrokerCredentials>;
   createDoor(input: Parameters<typeof registry.createDoor>[1], o?: VerbOptions): ReturnType<typeof registry.createDoor>;
   createPerson(input: Parameters<typeof registry.createPerson>[1], o?: VerbOptions): ReturnType<typeof registry.createPerson>;
   issueKey(input: keys.IssueKeyInput, o?: VerbOptions): ReturnType<typeof keys.issueKey>;
@@ -30,7 +33,10 @@ export interface CloudVerbs {
   retryDeadLetter(
     id: number,
     o?: VerbOptions,
-  ): Promise<{ readonly status: 'applied'; readonly code: 'MESSAGE_APPLIED' } | { readonly status: 'refused'; readonly code: 'DEAD_LETTER_NOT_FOUND' }>;
+  ): Promise<
+    | { readonly status: 'applied'; readonly code: 'MESSAGE_APPLIED' }
+    | { readonly status: 'refused'; readonly code: 'DEAD_LETTER_NOT_FOUND' }
+  >;
   /** The MQTT link is connected (`/healthz`). */
   readonly mqttConnected: boolean;
 }

@@ -1,5 +1,16 @@
 import { randomBytes } from 'node:crypto';
-import { KeySet, applied, newCorrelationId, newId, refused, topics, withCorrelation, type CorrelationId, type Jwks, type Outcome } from '@tobira/shared';
+import {
+  KeySet,
+  applied,
+  newCorrelationId,
+  newId,
+  refused,
+  topics,
+  withCorrelation,
+  type CorrelationId,
+  type Jwks,
+  type Outcome,
+} from '@tobira/shared';
 
 type JWK = Jwks['keys'][number];
 import { pgErrorCode } from '../adapters/db/db.js';
@@ -75,7 +86,13 @@ export async function registerGateway(
   let mqtt: BrokerCredentials | null;
   try {
     mqtt = await deps.db.transaction(async (tx) => {
-      await insertGateway(tx, { id: input.gatewayId, siteId: input.siteId, publicJwk: input.publicJwk, pepper, createdAt: deps.clock.now() });
+      await insertGateway(tx, {
+        id: input.gatewayId,
+        siteId: input.siteId,
+        publicJwk: input.publicJwk,
+        pepper,
+        createdAt: deps.clock.now(),
+      });
       // last: the rows are in, so an existing gateway never gets its broker password replaced here
       return deps.brokerAccounts.provisionGateway(tx, input.gatewayId, log);
     });
@@ -96,7 +113,11 @@ export async function registerGateway(
     cloudJwks: cloud.jwks,
     offlineGraceSeconds: site.offlineGraceSeconds,
     timeZone: site.timeZone,
-    topics: { down: topics.gatewayDown(input.gatewayId), up: topics.gatewayUp(input.gatewayId), presence: topics.gatewayPresence(input.gatewayId) },
+    topics: {
+      down: topics.gatewayDown(input.gatewayId),
+      up: topics.gatewayUp(input.gatewayId),
+      presence: topics.gatewayPresence(input.gatewayId),
+    },
     mqtt,
   });
 }
@@ -109,7 +130,10 @@ export interface Door {
 }
 
 /** `siteScope`: the caller's sites; a gateway outside them is not found. Absent or null: every site. */
-export async function createDoor(deps: AppDeps, input: { id?: string; gatewayId: string; name: string; siteScope?: SiteScope }): Promise<Outcome<Door>> {
+export async function createDoor(
+  deps: AppDeps,
+  input: { id?: string; gatewayId: string; name: string; siteScope?: SiteScope },
+): Promise<Outcome<Door>> {
   const invalid = check(CreateDoorInput, input);
   if (invalid) return invalid;
   const gateway = await getGateway(deps.db, input.siteScope ?? null, input.gatewayId);

@@ -34,7 +34,11 @@ export interface ResyncDeps {
 }
 
 /** Splits a key set into snapshot parts whose bodies stay within the size budget and the schema's item limits. */
-export function chunkSnapshot<T extends { keyId: string; version: number }>(keys: readonly KeyGrant[], revoked: readonly T[], budget = SNAPSHOT_PART_BUDGET) {
+export function chunkSnapshot<T extends { keyId: string; version: number }>(
+  keys: readonly KeyGrant[],
+  revoked: readonly T[],
+  budget = SNAPSHOT_PART_BUDGET,
+) {
   const parts: { keys: KeyGrant[]; revoked: T[] }[] = [];
   let cur: (typeof parts)[number] = { keys: [], revoked: [] };
   let size = 0;
@@ -72,7 +76,16 @@ export async function answerResync(app: AppDeps, r: ResyncDeps, gatewayId: strin
   const from = req.body.lastAppliedSeq;
   const publish = async (token: string) => r.link.publish(topics.gatewayDown(gatewayId), token, r.publishTimeoutMs);
   const answer = async (body: AnswerBody) =>
-    publish((await signMessage<MessageOf<DownlinkMessage, 'resync.answer'>>(r.signer.key, r.signer.issuer, { type: 'resync.answer', aud: gatewayId, cid, body }, app.clock)).token);
+    publish(
+      (
+        await signMessage<MessageOf<DownlinkMessage, 'resync.answer'>>(
+          r.signer.key,
+          r.signer.issuer,
+          { type: 'resync.answer', aud: gatewayId, cid, body },
+          app.clock,
+        )
+      ).token,
+    );
 
   const lastSeq = await lastSeqOf(app.db, gatewayId);
   if (from > lastSeq || req.body.reason === 'conflict') {
@@ -93,7 +106,10 @@ export async function answerResync(app: AppDeps, r: ResyncDeps, gatewayId: strin
   if (from < lastSeq && lastSeq - from <= r.replayMax && req.body.reason !== 'conflict') {
     const rows = await outboxRowsBetween(app.db, gatewayId, from, lastSeq);
     // sign everything first: a row that cannot be signed (a poison row) makes it a snapshot instead
-    const tokens = rows.length === lastSeq - from ? await Promise.all(rows.map((row) => signRow(r.signer, { ...row, gatewayId }, app.clock).catch(() => null))) : [];
+    const tokens =
+      rows.length === lastSeq - from
+        ? await Promise.all(rows.map((row) => signRow(r.signer, { ...row, gatewayId }, app.clock).catch(() => null)))
+        : [];
     if (tokens.length > 0 && tokens.every((x) => x !== null)) {
       await answer({ requestId: req.body.requestId, mode: 'replay', fromSeq: from + 1, toSeq: lastSeq, snapshotId: null });
       for (const token of tokens) await r.link.publish(topics.gatewayDown(gatewayId), token as string, r.publishTimeoutMs);
@@ -107,14 +123,18 @@ export async function answerResync(app: AppDeps, r: ResyncDeps, gatewayId: strin
     return { asOfSeq: await lastSeqOf(tx, gatewayId), keys: await keysForSnapshot(tx, gatewayId) };
   });
   const grants = snap.keys.filter((k) => k.status === 'issuing' || k.status === 'active').map(toGrant);
-  const tombstones = snap.keys.filter((k) => k.status === 'revoking' || k.status === 'revoked').map((k) => ({ keyId: k.id, version: k.version }));
+  const tombstones = snap.keys
+    .filter((k) => k.status === 'revoking' || k.status === 'revoked')
+    .map((k) => ({ keyId: k.id, version: k.version }));
   const parts = chunkSnapshot(grants, tombstones);
   const snapshotId = newId();
   await answer({ requestId: req.body.requestId, mode: 'snapshot', fromSeq: from, toSeq: snap.asOfSeq, snapshotId });
   for (const [i, p] of parts.entries()) {
     const body: SnapshotBody = { snapshotId, asOfSeq: snap.asOfSeq, part: i + 1, parts: parts.length, keys: p.keys, revoked: p.revoked };
     const draft = { type: 'keyset.snapshot' as const, aud: gatewayId, cid, body };
-    await publish((await signMessage<MessageOf<DownlinkMessage, 'keyset.snapshot'>>(r.signer.key, r.signer.issuer, draft, app.clock)).token);
+    await publish(
+      (await signMessage<MessageOf<DownlinkMessage, 'keyset.snapshot'>>(r.signer.key, r.signer.issuer, draft, app.clock)).token,
+    );
   }
   log.info({ asOfSeq: snap.asOfSeq, parts: parts.length, keys: grants.length, tombstones: tombstones.length }, 'resync: snapshot sent');
   return 'snapshot';

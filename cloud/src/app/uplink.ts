@@ -126,29 +126,39 @@ export class Uplink {
     // anySkew: a verified, correctly addressed message is never dropped for the gateway's clock
     // (its access events would be lost for good); the skew is recorded instead, and replays are
     // refused by the jti dedupe below.
-    const v = await verifyMessage(payload, { keys, issuer: gatewayId, audience: this.#o.signer.issuer, schema: UplinkMessage, clock: this.#app.clock, anySkew: true });
+    const v = await verifyMessage(payload, {
+      keys,
+      issuer: gatewayId,
+      audience: this.#o.signer.issuer,
+      schema: UplinkMessage,
+      clock: this.#app.clock,
+      anySkew: true,
+    });
     if (!v.ok) return this.#reject(gatewayId, topic, v.code, v.detail);
     const m = v.message;
     const log = withCorrelation(this.#app.log, m.cid, { gatewayId, jti: m.jti, type: m.type });
     const now = this.#app.clock.now();
     const seq = m.type === 'resync.request' ? null : m.seq;
 
-    const outcome = await this.#withRetry(log, () => this.#app.db.transaction(async (tx): Promise<Applied | 'duplicate' | 'unstorable'> => {
-      if (!(await claimInbox(tx, { jti: m.jti, gatewayId, type: m.type, seq, cid: m.cid, receivedAt: now }))) {
-        // a resend the gateway made because it had no acknowledgement yet: it may move the pointer on
-        if (m.type !== 'resync.request') await this.#advanceAck(tx, gatewayId, m.seq, m.jti);
-        return 'duplicate';
-      }
-      if (seq !== null) {
-        // applied anyway (dedupe is by jti): most likely the gateway's store was reset and its seq started again
-        if (await seqTakenByOther(tx, gatewayId, seq, m.jti)) log.warn({ seq }, 'uplink seq reused by another message; applied, gap tracking may be off');
-      }
-      this.#app.crash('afterInboxInsert');
-      if (m.type !== 'resync.request') await this.#trackSeq(tx, gatewayId, m, log);
-      const applied = await this.#apply(tx, gatewayId, m, now);
-      await recordInboxResult(tx, m.jti, applied.result, applied.code);
-      return applied;
-    })).catch((e: unknown) => {
+    const outcome = await this.#withRetry(log, () =>
+      this.#app.db.transaction(async (tx): Promise<Applied | 'duplicate' | 'unstorable'> => {
+        if (!(await claimInbox(tx, { jti: m.jti, gatewayId, type: m.type, seq, cid: m.cid, receivedAt: now }))) {
+          // a resend the gateway made because it had no acknowledgement yet: it may move the pointer on
+          if (m.type !== 'resync.request') await this.#advanceAck(tx, gatewayId, m.seq, m.jti);
+          return 'duplicate';
+        }
+        if (seq !== null) {
+          // applied anyway (dedupe is by jti): most likely the gateway's store was reset and its seq started again
+          if (await seqTakenByOther(tx, gatewayId, seq, m.jti))
+            log.warn({ seq }, 'uplink seq reused by another message; applied, gap tracking may be off');
+        }
+        this.#app.crash('afterInboxInsert');
+        if (m.type !== 'resync.request') await this.#trackSeq(tx, gatewayId, m, log);
+        const applied = await this.#apply(tx, gatewayId, m, now);
+        await recordInboxResult(tx, m.jti, applied.result, applied.code);
+        return applied;
+      }),
+    ).catch((e: unknown) => {
       // A signed message the database refuses as data (SQLSTATE class 22/23: say a NUL in a
       // string) would fail the same way forever: record it and let it be acknowledged.
       const code = pgErrorCode(e);
@@ -167,7 +177,10 @@ export class Uplink {
       // One answer at a time per gateway, and a bounded number across gateways: a request
       // that finds either busy is dropped (logged); the gateway asks again on its next heartbeat.
       if (this.#answering.has(gatewayId) || this.#answering.size >= (this.#o.resyncMaxConcurrent ?? 4)) {
-        log.warn({ code: 'RESYNC_BUSY', answering: this.#answering.size }, 'resync request not answered now (one in flight); the gateway asks again');
+        log.warn(
+          { code: 'RESYNC_BUSY', answering: this.#answering.size },
+          'resync request not answered now (one in flight); the gateway asks again',
+        );
         return;
       }
       this.#answering.add(gatewayId);
@@ -212,7 +225,14 @@ export class Uplink {
         if (b.keyId === null || b.keyVersion === null) return { result: 'noop', code: 'REPORT_RECORDED' };
         const o = await recordGatewayReport(
           this.#app,
-          { keyId: asKeyId(b.keyId), gatewayId: asGatewayId(gatewayId), keyVersion: b.keyVersion, result: b.result, code: b.code, cid: m.cid },
+          {
+            keyId: asKeyId(b.keyId),
+            gatewayId: asGatewayId(gatewayId),
+            keyVersion: b.keyVersion,
+            result: b.result,
+            code: b.code,
+            cid: m.cid,
+          },
           tx,
         );
         return { result: o.status === 'conflict' ? 'refused' : o.status, code: o.code };
@@ -237,7 +257,11 @@ export class Uplink {
         const t = takeToken(this.#resyncBuckets.get(gatewayId) ?? fullBucket(policy, now), now, policy);
         this.#resyncBuckets.set(gatewayId, t.bucket);
         if (t.ok) return { result: 'applied', code: 'MESSAGE_APPLIED' };
-        if (t.first) withCorrelation(this.#app.log, m.cid, { gatewayId }).warn({ code: 'RESYNC_RATE_LIMITED' }, 'resync requests over the rate limit are not answered');
+        if (t.first)
+          withCorrelation(this.#app.log, m.cid, { gatewayId }).warn(
+            { code: 'RESYNC_RATE_LIMITED' },
+            'resync requests over the rate limit are not answered',
+          );
         return { result: 'refused', code: 'RESYNC_RATE_LIMITED' };
       }
       default: {
@@ -257,7 +281,10 @@ export class Uplink {
     if (m.seq <= acked) {
       // A new message (its jti is new) at a seq already acknowledged: the gateway's history
       // started again (its store was reset or restored). Acknowledge from the start of the new one.
-      log.warn({ code: 'UPLINK_HISTORY_RESTARTED', seq: m.seq, ackedSeq: acked }, "the gateway's uplink seq started again; acknowledgement restarts");
+      log.warn(
+        { code: 'UPLINK_HISTORY_RESTARTED', seq: m.seq, ackedSeq: acked },
+        "the gateway's uplink seq started again; acknowledgement restarts",
+      );
       await resetUplinkAck(tx, gatewayId);
     }
     await noteUplinkSeq(tx, gatewayId, m.seq);
@@ -283,7 +310,8 @@ export class Uplink {
     const last = this.#skew.get(gatewayId);
     if (last !== undefined && Math.abs(last.skewMs - skewMs) < SKEW_RESOLUTION_MS && now - last.at < SKEW_REFRESH_MS) return;
     this.#skew.set(gatewayId, { skewMs, at: now });
-    if (Math.abs(skewMs) > SKEW_WARN_MS) log.warn({ code: 'CLOCK_SKEW', skewMs }, "the gateway's clock is off; its messages are applied with its own times");
+    if (Math.abs(skewMs) > SKEW_WARN_MS)
+      log.warn({ code: 'CLOCK_SKEW', skewMs }, "the gateway's clock is off; its messages are applied with its own times");
     await recordClockSkew(this.#app.db, gatewayId, skewMs, now);
   }
 

@@ -15,10 +15,7 @@ export interface CancellationPolicy {
 
 /** Full refund a week ahead, half from two days ahead, nothing after. */
 export const DEFAULT_CANCELLATION_POLICY: CancellationPolicy = Object.freeze({
-  tiers: Object.freeze([
-    Object.freeze({ minDaysBefore: 7, refundPercent: 100 }),
-    Object.freeze({ minDaysBefore: 2, refundPercent: 50 }),
-  ]),
+  tiers: Object.freeze([Object.freeze({ minDaysBefore: 7, refundPercent: 100 }), Object.freeze({ minDaysBefore: 2, refundPercent: 50 })]),
   noShowRefundPercent: 0,
 });
 

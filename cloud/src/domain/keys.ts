@@ -45,8 +45,7 @@ export interface EntryKey {
 
 /** What a key verb asks the outbox to send to the key's gateway (seq and jti are assigned by the adapter). */
 export type KeyDownlink =
-  | { readonly type: 'key.grant'; readonly body: { readonly key: KeyGrant } }
-  | { readonly type: 'key.revoke'; readonly body: KeyRevoke };
+  { readonly type: 'key.grant'; readonly body: { readonly key: KeyGrant } } | { readonly type: 'key.revoke'; readonly body: KeyRevoke };
 
 export type KeyOutcome = Outcome<EntryKey, KeyDownlink>;
 

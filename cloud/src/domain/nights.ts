@@ -1,7 +1,8 @@
 import type { OutcomeCode } from '@tobira/shared';
 
 /** A check's answer: the value, or the refusal an Outcome would carry (same shape, same code table). */
-export type Checked<T> = { readonly status: 'ok'; readonly value: T } | { readonly status: 'refused'; readonly code: OutcomeCode; readonly detail: string };
+export type Checked<T> =
+  { readonly status: 'ok'; readonly value: T } | { readonly status: 'refused'; readonly code: OutcomeCode; readonly detail: string };
 export const ok = <T>(value: T): Checked<T> => ({ status: 'ok', value });
 export const no = (code: OutcomeCode, detail: string): Checked<never> => ({ status: 'refused', code, detail });
 

@@ -28,12 +28,22 @@ export interface Payment {
 }
 
 /** The idempotency key of a PaymentIntent (DESIGN.md §7). */
-export const intentIdempotencyKey = (purpose: PaymentPurpose, subjectId: string, attempt: number): string => `${purpose}:${subjectId}:${attempt}`;
+export const intentIdempotencyKey = (purpose: PaymentPurpose, subjectId: string, attempt: number): string =>
+  `${purpose}:${subjectId}:${attempt}`;
 
 /** The idempotency key of the refund of a payment for a cancellation (one refund per payment and reason of being). */
 export const refundIdempotencyKey = (paymentId: string, n: number): string => `refund:${paymentId}:${n}`;
 
-export const INTENT_STATUSES = ['requires_payment_method', 'requires_confirmation', 'requires_action', 'processing', 'requires_capture', 'canceled', 'succeeded', 'other'] as const;
+export const INTENT_STATUSES = [
+  'requires_payment_method',
+  'requires_confirmation',
+  'requires_action',
+  'processing',
+  'requires_capture',
+  'canceled',
+  'succeeded',
+  'other',
+] as const;
 export type IntentStatus = (typeof INTENT_STATUSES)[number];
 
 /**
@@ -51,7 +61,12 @@ export interface IntentObservation {
   readonly declined: boolean;
 }
 
-export type PaymentEffect = { readonly type: 'refund'; readonly paymentId: string; readonly amount: number; readonly idempotencyKey: string };
+export type PaymentEffect = {
+  readonly type: 'refund';
+  readonly paymentId: string;
+  readonly amount: number;
+  readonly idempotencyKey: string;
+};
 export type PaymentOutcome = Outcome<Payment, PaymentEffect>;
 
 /** The event an observation stands for; `undefined` is "nothing settled yet". */
@@ -77,7 +92,14 @@ function eventOf(o: IntentObservation): PaymentEvent | undefined {
   }
 }
 
-function step(p: Payment, event: PaymentEvent, patch: Partial<Payment>, cid: CorrelationId, now: number, emits: readonly PaymentEffect[] = []): PaymentOutcome {
+function step(
+  p: Payment,
+  event: PaymentEvent,
+  patch: Partial<Payment>,
+  cid: CorrelationId,
+  now: number,
+  emits: readonly PaymentEffect[] = [],
+): PaymentOutcome {
   const same = paymentNoopOf(p.status, event);
   if (same) return noop(same.code, p);
   const row = paymentTransitionOf(p.status, event);
@@ -94,13 +116,20 @@ function step(p: Payment, event: PaymentEvent, patch: Partial<Payment>, cid: Cor
  */
 export function settlePayment(p: Payment | null, o: IntentObservation, cmd: { readonly cid: CorrelationId }, now: number): PaymentOutcome {
   if (!p) return refused('PAYMENT_NOT_FOUND');
-  if (p.intentId !== null && p.intentId !== o.intentId) return refused('PAYMENT_INTENT_MISMATCH', `${o.intentId} is not the intent of ${p.id}`);
+  if (p.intentId !== null && p.intentId !== o.intentId)
+    return refused('PAYMENT_INTENT_MISMATCH', `${o.intentId} is not the intent of ${p.id}`);
   if (o.currency !== p.currency || o.amount !== p.amount || (o.status === 'succeeded' && o.amountReceived !== p.amount)) {
     return refused('PAYMENT_AMOUNT_MISMATCH', `ledger ${p.amount} ${p.currency}, Stripe ${o.amount}/${o.amountReceived} ${o.currency}`);
   }
   const event = eventOf(o);
   if (!event) return noop('PAYMENT_NOT_SETTLED', p);
-  return step(p, event, event === 'succeeded' ? { amountReceived: o.amountReceived, intentId: o.intentId } : { intentId: o.intentId }, cmd.cid, now);
+  return step(
+    p,
+    event,
+    event === 'succeeded' ? { amountReceived: o.amountReceived, intentId: o.intentId } : { intentId: o.intentId },
+    cmd.cid,
+    now,
+  );
 }
 
 /**
@@ -108,7 +137,11 @@ export function settlePayment(p: Payment | null, o: IntentObservation, cmd: { re
  * its idempotency key, both in the transaction that cancels the stay.
  * Invariant: 0 < amount <= what was received and not yet refunded.
  */
-export function requestRefund(p: Payment | null, cmd: { readonly amount: number; readonly cid: CorrelationId }, now: number): PaymentOutcome {
+export function requestRefund(
+  p: Payment | null,
+  cmd: { readonly amount: number; readonly cid: CorrelationId },
+  now: number,
+): PaymentOutcome {
   if (!p) return refused('PAYMENT_NOT_FOUND');
   if (cmd.amount === 0) return noop('NOTHING_TO_REFUND', p);
   if (!Number.isSafeInteger(cmd.amount) || cmd.amount < 0 || cmd.amount > p.amountReceived - p.amountRefunded) {
@@ -124,7 +157,11 @@ export function requestRefund(p: Payment | null, cmd: { readonly amount: number;
  * or `partially_refunded`. Invariant: the recorded amount never shrinks and
  * never exceeds what was received.
  */
-export function recordRefund(p: Payment | null, cmd: { readonly amountRefunded: number; readonly currency: string; readonly cid: CorrelationId }, now: number): PaymentOutcome {
+export function recordRefund(
+  p: Payment | null,
+  cmd: { readonly amountRefunded: number; readonly currency: string; readonly cid: CorrelationId },
+  now: number,
+): PaymentOutcome {
   if (!p) return refused('PAYMENT_NOT_FOUND');
   if (cmd.currency !== p.currency || cmd.amountRefunded > p.amountReceived) {
     return refused('PAYMENT_AMOUNT_MISMATCH', `refunded ${cmd.amountRefunded} ${cmd.currency} of ${p.amountReceived} ${p.currency}`);

@@ -59,7 +59,15 @@ export const holdsNights = (s: StayStatus): boolean => s === 'pending' || s === 
 
 // ---------------------------------------------------------------- payment
 
-export const PAYMENT_STATUSES = ['requires_payment', 'processing', 'succeeded', 'failed', 'refund_pending', 'refunded', 'partially_refunded'] as const;
+export const PAYMENT_STATUSES = [
+  'requires_payment',
+  'processing',
+  'succeeded',
+  'failed',
+  'refund_pending',
+  'refunded',
+  'partially_refunded',
+] as const;
 export type PaymentStatus = (typeof PAYMENT_STATUSES)[number];
 
 export const PAYMENT_EVENTS = ['processing', 'succeeded', 'failed', 'refund_requested', 'refunded_full', 'refunded_partial'] as const;
@@ -95,7 +103,11 @@ export const PAYMENT_TRANSITIONS: readonly PaymentTransitionRow[] = [
  * the current status changes nothing, whatever order the events arrived in.
  */
 export const PAYMENT_NOOPS: readonly PaymentNoopRow[] = [
-  { from: ['processing', 'succeeded', 'failed', 'refund_pending', 'refunded', 'partially_refunded'], event: 'processing', code: 'PAYMENT_STATUS_STALE' },
+  {
+    from: ['processing', 'succeeded', 'failed', 'refund_pending', 'refunded', 'partially_refunded'],
+    event: 'processing',
+    code: 'PAYMENT_STATUS_STALE',
+  },
   { from: ['succeeded', 'refund_pending', 'refunded', 'partially_refunded'], event: 'succeeded', code: 'PAYMENT_ALREADY_SUCCEEDED' },
   { from: ['succeeded', 'refund_pending', 'refunded', 'partially_refunded'], event: 'failed', code: 'PAYMENT_FAILURE_IGNORED' },
   { from: ['failed'], event: 'failed', code: 'PAYMENT_ALREADY_FAILED' },

@@ -1,5 +1,22 @@
-import { applied, conflict, noop, refused, type CorrelationId, type DoorId, type Outcome, type PersonId, type SiteId } from '@tobira/shared';
-import { DEFAULT_CANCELLATION_POLICY, refundFor, type CancelReason, type CancellationPolicy, type Paid, type RefundSplit } from './cancellation-policy.js';
+import {
+  applied,
+  conflict,
+  noop,
+  refused,
+  type CorrelationId,
+  type DoorId,
+  type Outcome,
+  type PersonId,
+  type SiteId,
+} from '@tobira/shared';
+import {
+  DEFAULT_CANCELLATION_POLICY,
+  refundFor,
+  type CancelReason,
+  type CancellationPolicy,
+  type Paid,
+  type RefundSplit,
+} from './cancellation-policy.js';
 import { DEFAULT_MAX_NIGHTS, daysUntilCheckIn, nightsOf, zonedInstant, type IsoDate } from './nights.js';
 import { STAY_TRANSITIONS, stayNoopOf, stayTransitionOf, type StayEvent, type StayStatus } from './stay-states.js';
 
@@ -180,7 +197,8 @@ export function paymentsOf(amount: number, deposit: number): { purpose: PaymentP
 export function bookStay(existing: Stay | null, cmd: BookStayCommand, now: number): StayOutcome {
   if (existing) return sameBooking(existing, cmd) ? noop('STAY_ALREADY_BOOKED', existing) : conflict('STAY_ALREADY_EXISTS', existing);
   if (cmd.room.siteId !== cmd.settings.siteId) return refused('ROOM_NOT_FOUND', 'the room is not at this site');
-  if (!Number.isSafeInteger(cmd.amount) || cmd.amount <= 0) return refused('STAY_PRICE_INVALID', 'amount must be a positive integer in minor units');
+  if (!Number.isSafeInteger(cmd.amount) || cmd.amount <= 0)
+    return refused('STAY_PRICE_INVALID', 'amount must be a positive integer in minor units');
   if (!Number.isSafeInteger(cmd.deposit) || cmd.deposit < 0 || cmd.deposit > cmd.amount) {
     return refused('STAY_PRICE_INVALID', 'deposit must be an integer from 0 to amount');
   }
@@ -318,7 +336,11 @@ export function cancelStay(s: Stay | null, cmd: CancelStayCommand, now: number):
 // ---------------------------------------------------------------- check in / out
 
 /** Check in: `confirmed` → `checked_in`. Invariant: not before the check-in day starts at the site. */
-export function checkInStay(s: Stay | null, cmd: { readonly settings: SiteStaySettings; readonly cid: CorrelationId }, now: number): StayOutcome {
+export function checkInStay(
+  s: Stay | null,
+  cmd: { readonly settings: SiteStaySettings; readonly cid: CorrelationId },
+  now: number,
+): StayOutcome {
   if (s && s.status === 'confirmed' && now < zonedInstant(s.checkIn, '00:00', cmd.settings.timeZone)) {
     return refused('STAY_NOT_STARTED', 'check-in opens on the check-in date');
   }

@@ -42,7 +42,9 @@ export const CreateTokenInput = z.strictObject({
   /** Omitted or null: every site (admins only). */
   sites: z.array(z.string().min(1).max(128)).max(1000).nullable().optional(),
   /** Omitted: the configured default lifetime (tokenDefaultTtlMs). */
-  expiresInDays: TokenLifetimeDays.optional().describe('lifetime in days (1-3650); omitted: the server default (90 days unless configured)'),
+  expiresInDays: TokenLifetimeDays.optional().describe(
+    'lifetime in days (1-3650); omitted: the server default (90 days unless configured)',
+  ),
 });
 
 export const RotateTokenInput = z.strictObject({
@@ -51,7 +53,9 @@ export const RotateTokenInput = z.strictObject({
     .min(0)
     .max(7 * 86_400)
     .optional()
-    .describe(`how long the old token keeps working (default ${DEFAULT_ROTATION_GRACE_SECONDS}); 0 revokes it now; never extends an earlier expiry`),
+    .describe(
+      `how long the old token keeps working (default ${DEFAULT_ROTATION_GRACE_SECONDS}); 0 revokes it now; never extends an earlier expiry`,
+    ),
   expiresInDays: TokenLifetimeDays.optional().describe('lifetime of the new token in days; omitted: the server default'),
 });
 
@@ -69,7 +73,8 @@ export const expiryOf = (now: number, expiresInDays: number | undefined, o: Toke
 export const mayCoverEverySite = (role: Role): boolean => role === 'admin';
 
 /** The token expires within EXPIRY_WARNING_MS: its responses carry the warning header. */
-export const expiresSoon = (expiresAt: number | null, now: number): expiresAt is number => expiresAt !== null && expiresAt - now <= EXPIRY_WARNING_MS;
+export const expiresSoon = (expiresAt: number | null, now: number): expiresAt is number =>
+  expiresAt !== null && expiresAt - now <= EXPIRY_WARNING_MS;
 
 export const TokenState = z.enum(['active', 'expiring', 'expired', 'revoked']);
 export type TokenState = z.infer<typeof TokenState>;
@@ -106,7 +111,8 @@ export function judgeToken(t: StoredToken | undefined, now: number): Authenticat
 }
 
 /** Its `last_used_at` is due a write: never written, or a minute or more old. */
-export const lastUseDue = (lastUsedAt: number | null, now: number): boolean => lastUsedAt === null || now - lastUsedAt >= LAST_USED_RESOLUTION_MS;
+export const lastUseDue = (lastUsedAt: number | null, now: number): boolean =>
+  lastUsedAt === null || now - lastUsedAt >= LAST_USED_RESOLUTION_MS;
 
 export type RotateRefusal = 'TOKEN_NOT_FOUND' | 'TOKEN_REVOKED' | 'TOKEN_EXPIRED' | 'TOKEN_ALREADY_ROTATED';
 
@@ -116,7 +122,14 @@ export type RotateRefusal = 'TOKEN_NOT_FOUND' | 'TOKEN_REVOKED' | 'TOKEN_EXPIRED
  * was revoked frees it to rotate again).
  */
 export function rotationRefusal(
-  t: { readonly revokedAt: number | null; readonly expiresAt: number | null; readonly rotatedTo: string | null; readonly successorRevoked: boolean } | undefined,
+  t:
+    | {
+        readonly revokedAt: number | null;
+        readonly expiresAt: number | null;
+        readonly rotatedTo: string | null;
+        readonly successorRevoked: boolean;
+      }
+    | undefined,
   now: number,
 ): RotateRefusal | null {
   if (!t) return 'TOKEN_NOT_FOUND';

@@ -63,7 +63,13 @@ async function databaseFailure(db: Tx, timeoutMs: number): Promise<string | null
     timer = setTimeout(() => resolve(`no answer within ${timeoutMs} ms`), timeoutMs);
   });
   try {
-    return await Promise.race([db.query('SELECT 1').then(() => null, (e: unknown) => String(e)), timeout]);
+    return await Promise.race([
+      db.query('SELECT 1').then(
+        () => null,
+        (e: unknown) => String(e),
+      ),
+      timeout,
+    ]);
   } finally {
     clearTimeout(timer);
   }
@@ -94,7 +100,12 @@ export async function buildApp(deps: ApiDeps): Promise<FastifyInstance> {
   ROUTES.set(app, routes);
   app.addHook('onRoute', (r) => {
     for (const method of [r.method].flat()) {
-      if (method !== 'HEAD') routes.push({ method, url: r.url, hidden: (r.schema as { hide?: boolean } | undefined)?.hide === true || r.url.startsWith('/docs') });
+      if (method !== 'HEAD')
+        routes.push({
+          method,
+          url: r.url,
+          hidden: (r.schema as { hide?: boolean } | undefined)?.hide === true || r.url.startsWith('/docs'),
+        });
     }
   });
   app.setValidatorCompiler(validatorCompiler);
@@ -119,10 +130,14 @@ export async function buildApp(deps: ApiDeps): Promise<FastifyInstance> {
     const code = err.code;
     if (code === 'FST_ERR_CTP_INVALID_JSON_BODY' || code === 'FST_ERR_CTP_EMPTY_JSON_BODY' || err instanceof SyntaxError) {
       req.log.info({ code: 'MALFORMED_JSON' }, 'request refused');
-      return reply.status(400).send(problem('MALFORMED_JSON', code === 'FST_ERR_CTP_EMPTY_JSON_BODY' ? 'empty body' : 'body is not valid JSON'));
+      return reply
+        .status(400)
+        .send(problem('MALFORMED_JSON', code === 'FST_ERR_CTP_EMPTY_JSON_BODY' ? 'empty body' : 'body is not valid JSON'));
     }
-    if (code === 'FST_ERR_CTP_BODY_TOO_LARGE') return reply.status(413).send(problem('PAYLOAD_TOO_LARGE', `limit ${config.bodyLimit} bytes`));
-    if (code === 'FST_ERR_CTP_INVALID_MEDIA_TYPE') return reply.status(415).send(problem('UNSUPPORTED_MEDIA_TYPE', 'send application/json'));
+    if (code === 'FST_ERR_CTP_BODY_TOO_LARGE')
+      return reply.status(413).send(problem('PAYLOAD_TOO_LARGE', `limit ${config.bodyLimit} bytes`));
+    if (code === 'FST_ERR_CTP_INVALID_MEDIA_TYPE')
+      return reply.status(415).send(problem('UNSUPPORTED_MEDIA_TYPE', 'send application/json'));
     if (err.statusCode === 429) return reply.status(429).send(problem('RATE_LIMITED', err.message));
     if (err.statusCode !== undefined && err.statusCode >= 400 && err.statusCode < 500) {
       return reply.status(err.statusCode).send(problem('BAD_REQUEST', err.message));
@@ -162,7 +177,9 @@ export async function buildApp(deps: ApiDeps): Promise<FastifyInstance> {
     // per token (its hash, so the clear token never sits in memory as a map key); per IP without one
     keyGenerator: (req) => {
       const h = req.headers.authorization;
-      return typeof h === 'string' && h.startsWith('Bearer ') ? `t:${createHash('sha256').update(h.slice(7)).digest('hex')}` : `ip:${req.ip}`;
+      return typeof h === 'string' && h.startsWith('Bearer ')
+        ? `t:${createHash('sha256').update(h.slice(7)).digest('hex')}`
+        : `ip:${req.ip}`;
     },
     errorResponseBuilder: (_req, c) => ({ statusCode: 429, code: 'RATE_LIMITED' satisfies ApiCode, message: `retry in ${c.after}` }),
   });
@@ -172,7 +189,11 @@ export async function buildApp(deps: ApiDeps): Promise<FastifyInstance> {
   // refuses; without this a flood of bad tokens would cost a database lookup each, unlimited.
   // createRateLimit (not app.rateLimit) so this check does not set the flag that makes the
   // per-token hook skip the request.
-  const perIp = app.createRateLimit({ max: config.rateLimitIpMax, timeWindow: config.rateLimitWindowMs, keyGenerator: (req) => `ip:${req.ip}` });
+  const perIp = app.createRateLimit({
+    max: config.rateLimitIpMax,
+    timeWindow: config.rateLimitWindowMs,
+    keyGenerator: (req) => `ip:${req.ip}`,
+  });
   app.addHook('onRequest', async (req, reply) => {
     const r = await perIp(req);
     if (r.isAllowed || !r.isExceeded) return undefined;
@@ -194,7 +215,10 @@ export async function buildApp(deps: ApiDeps): Promise<FastifyInstance> {
     if (a.kind === 'expired') {
       req.log.info({ code: 'TOKEN_EXPIRED', tokenId: a.tokenId }, 'request refused');
       const at = new Date(a.expiresAt).toISOString();
-      return reply.status(401).header('www-authenticate', 'Bearer error="invalid_token", error_description="token expired"').send(problem('TOKEN_EXPIRED', `expired at ${at}`));
+      return reply
+        .status(401)
+        .header('www-authenticate', 'Bearer error="invalid_token", error_description="token expired"')
+        .send(problem('TOKEN_EXPIRED', `expired at ${at}`));
     }
     if (a.kind !== 'ok') {
       req.log.info({ code: 'UNAUTHENTICATED' }, 'request refused');
@@ -232,7 +256,12 @@ export async function buildApp(deps: ApiDeps): Promise<FastifyInstance> {
     (dbCheck ??= databaseFailure(deps.db, config.healthDbTimeoutMs).finally(() => {
       dbCheck = null;
     }));
-  const Health = z.object({ ok: z.boolean(), status: z.enum(['ok', 'unavailable']), code: z.literal('SERVICE_UNAVAILABLE').optional(), reasons: z.array(z.enum(HEALTH_REASONS)) });
+  const Health = z.object({
+    ok: z.boolean(),
+    status: z.enum(['ok', 'unavailable']),
+    code: z.literal('SERVICE_UNAVAILABLE').optional(),
+    reasons: z.array(z.enum(HEALTH_REASONS)),
+  });
   z_.get('/healthz', { config: { public: true }, schema: { hide: true, response: { 200: Health, 503: Health } } }, async (req, reply) => {
     const reasons: (typeof HEALTH_REASONS)[number][] = [];
     const dbFailure = await databaseCheck();
@@ -249,7 +278,17 @@ export async function buildApp(deps: ApiDeps): Promise<FastifyInstance> {
     reply.header('content-type', metrics.contentType).send(await metrics.metrics()),
   );
 
-  for (const plugin of [sitesRoutes, gatewaysRoutes, doorsRoutes, peopleRoutes, keysRoutes, eventsRoutes, deadLettersRoutes, tokensRoutes, webhooksRoutes]) {
+  for (const plugin of [
+    sitesRoutes,
+    gatewaysRoutes,
+    doorsRoutes,
+    peopleRoutes,
+    keysRoutes,
+    eventsRoutes,
+    deadLettersRoutes,
+    tokensRoutes,
+    webhooksRoutes,
+  ]) {
     await app.register(async (scope) => plugin(scope.withTypeProvider<ZodTypeProvider>(), ctx));
   }
   return app;

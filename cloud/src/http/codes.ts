@@ -23,15 +23,19 @@ export const API_CODES = Object.freeze({
   WEBHOOK_REDIRECT_NOT_FOLLOWED: 'Delivery log: the endpoint answered a redirect (3xx), which is never followed; retried with backoff.',
   WEBHOOK_TIMEOUT: 'Delivery log: no answer within the delivery timeout; retried with backoff.',
   WEBHOOK_CONNECTION_FAILED: 'Delivery log: the connection failed (DNS, refused, reset, TLS); retried with backoff.',
-  WEBHOOK_ADDRESS_FORBIDDEN: 'Delivery log: the attempt was refused before connecting, the endpoint now resolves to an internal address (a failed attempt, retried with backoff).',
+  WEBHOOK_ADDRESS_FORBIDDEN:
+    'Delivery log: the attempt was refused before connecting, the endpoint now resolves to an internal address (a failed attempt, retried with backoff).',
   IDEMPOTENCY_KEY_REUSED: 'This Idempotency-Key was used with a different request.',
   IDEMPOTENCY_IN_PROGRESS: 'A request with this Idempotency-Key is still running; retry later.',
   IDEMPOTENCY_CLAIM_LOST:
     'This request ran past its Idempotency-Key lock and another request with the key took it over; nothing this request did was kept. Retry: it answers what the request that holds the key answered.',
-  DELIVERY_DEAD_LETTERED: "A key's delivery notice (errors): its message to the gateway was dead-lettered; retry it with POST /dead-letters/{id}/retry.",
-  DELIVERY_RETRYING: "A key's delivery notice (warnings): its message to the gateway failed and is retried with backoff (the last error in the message).",
+  DELIVERY_DEAD_LETTERED:
+    "A key's delivery notice (errors): its message to the gateway was dead-lettered; retry it with POST /dead-letters/{id}/retry.",
+  DELIVERY_RETRYING:
+    "A key's delivery notice (warnings): its message to the gateway failed and is retried with backoff (the last error in the message).",
   GATEWAY_OFFLINE: "A key's delivery notice (warnings): its gateway is offline; delivery waits for it.",
-  RATE_LIMITED: 'Too many requests from this client address (counted before authentication) or for this token; retry after the Retry-After seconds.',
+  RATE_LIMITED:
+    'Too many requests from this client address (counted before authentication) or for this token; retry after the Retry-After seconds.',
   SERVICE_UNAVAILABLE: 'A dependency (database, broker) is down; retry later. `/healthz` names which in `reasons`.',
   DATABASE_UNREACHABLE: '`/healthz` reason: the database did not answer a query within healthDbTimeoutMs (or refused it).',
   BROKER_DISCONNECTED: "`/healthz` reason: the cloud's MQTT link to the broker is not connected (nothing is dispatched or received).",

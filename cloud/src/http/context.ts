@@ -163,7 +163,12 @@ class ClaimLost extends Error {
  * Runs `run` in one transaction; `guard` runs first in it (it throws to keep `run` from running),
  * `store` writes the idempotent response in it. A 5xx answer is returned but rolled back.
  */
-async function inUnit(ctx: Ctx, run: (u: Unit) => Promise<Answer>, store?: (db: Tx, a: Answer) => Promise<void>, guard?: (db: Tx) => Promise<void>): Promise<Answer> {
+async function inUnit(
+  ctx: Ctx,
+  run: (u: Unit) => Promise<Answer>,
+  store?: (db: Tx, a: Answer) => Promise<void>,
+  guard?: (db: Tx) => Promise<void>,
+): Promise<Answer> {
   try {
     return await ctx.db.transaction(async (db) => {
       await guard?.(db);
@@ -205,8 +210,11 @@ export async function idempotent(ctx: Ctx, req: FastifyRequest, reply: FastifyRe
     void reply.status(status).headers(headers).send(body);
   };
   if (raw === undefined) return send(await inUnit(ctx, run));
-  if (typeof raw !== 'string' || !IDEMPOTENCY_KEY.test(raw)) return say(400, problem('BAD_REQUEST', 'Idempotency-Key: 1-200 of [A-Za-z0-9_.:-]'));
-  const hash = requestHash(req.method, req.routeOptions.url ?? req.url, req.params, req.body ?? null, { ifMatch: req.headers['if-match'] ?? null });
+  if (typeof raw !== 'string' || !IDEMPOTENCY_KEY.test(raw))
+    return say(400, problem('BAD_REQUEST', 'Idempotency-Key: 1-200 of [A-Za-z0-9_.:-]'));
+  const hash = requestHash(req.method, req.routeOptions.url ?? req.url, req.params, req.body ?? null, {
+    ifMatch: req.headers['if-match'] ?? null,
+  });
   const key = answerKey(bearerOf(req), raw);
   const c = await claim(ctx.db, p.tokenId, raw, hash, ctx.clock.now());
   switch (c.kind) {
@@ -228,7 +236,8 @@ export async function idempotent(ctx: Ctx, req: FastifyRequest, reply: FastifyRe
       ctx,
       run,
       async (db, done) => {
-        if (!(await complete(db, p.tokenId, raw, c.token, done.statusCode, seal(key, { body: done.body, headers: done.headers ?? {} })))) throw new ClaimLost();
+        if (!(await complete(db, p.tokenId, raw, c.token, done.statusCode, seal(key, { body: done.body, headers: done.headers ?? {} }))))
+          throw new ClaimLost();
       },
       async (db) => {
         if (!(await hold(db, p.tokenId, raw, c.token))) throw new ClaimLost();
@@ -236,10 +245,19 @@ export async function idempotent(ctx: Ctx, req: FastifyRequest, reply: FastifyRe
     );
   } catch (e) {
     if (e instanceof ClaimLost) {
-      req.log.warn({ code: 'IDEMPOTENCY_CLAIM_LOST', idempotencyKey: raw }, 'request rolled back: its Idempotency-Key claim ran out and was taken over');
-      return say(409, problem('IDEMPOTENCY_CLAIM_LOST', 'another request with this key took it over; nothing of this one was kept', 'conflict'), { 'retry-after': '1' });
+      req.log.warn(
+        { code: 'IDEMPOTENCY_CLAIM_LOST', idempotencyKey: raw },
+        'request rolled back: its Idempotency-Key claim ran out and was taken over',
+      );
+      return say(
+        409,
+        problem('IDEMPOTENCY_CLAIM_LOST', 'another request with this key took it over; nothing of this one was kept', 'conflict'),
+        { 'retry-after': '1' },
+      );
     }
-    await release(ctx.db, p.tokenId, raw, c.token).catch((err: unknown) => req.log.warn({ err: String(err) }, 'idempotency release failed'));
+    await release(ctx.db, p.tokenId, raw, c.token).catch((err: unknown) =>
+      req.log.warn({ err: String(err) }, 'idempotency release failed'),
+    );
     throw e;
   }
   if (a.statusCode >= 500) await release(ctx.db, p.tokenId, raw, c.token);

@@ -9,7 +9,14 @@ export const QueryMillis = z.coerce.number().int().nonnegative().max(8_640_000_0
 export const Limit = z.coerce.number().int().min(1).max(500).default(100);
 export const Cursor = z.string().min(1).max(400);
 /** What a list's opaque cursor decodes to: the last row's (time, id) sort key. */
-export const TimeIdCursor = z.tuple([z.int().nonnegative(), z.string().min(1).max(200).refine((x) => !x.includes('\u0000'))]);
+export const TimeIdCursor = z.tuple([
+  z.int().nonnegative(),
+  z
+    .string()
+    .min(1)
+    .max(200)
+    .refine((x) => !x.includes('\u0000')),
+]);
 
 /** Every non-2xx body (and the outcome part of every 2xx body). */
 export const Problem = z.object({
@@ -25,7 +32,9 @@ export const errorResponses = {
   401: Problem.describe('UNAUTHENTICATED or TOKEN_EXPIRED'),
   403: Problem.describe('FORBIDDEN_ROLE'),
   404: Problem.describe('*_NOT_FOUND or NOT_FOUND: no such resource visible to this token'),
-  409: Problem.describe('a conflict outcome, or IDEMPOTENCY_IN_PROGRESS (retryable), or IDEMPOTENCY_CLAIM_LOST (retry to get the holder answer)'),
+  409: Problem.describe(
+    'a conflict outcome, or IDEMPOTENCY_IN_PROGRESS (retryable), or IDEMPOTENCY_CLAIM_LOST (retry to get the holder answer)',
+  ),
   413: Problem.describe('PAYLOAD_TOO_LARGE'),
   415: Problem.describe('UNSUPPORTED_MEDIA_TYPE'),
   422: Problem.describe('a refused outcome, or IDEMPOTENCY_KEY_REUSED'),
@@ -36,7 +45,13 @@ export const errorResponses = {
 
 export const OutcomeStatus = z.enum(['applied', 'noop', 'conflict', 'refused']);
 
-export const Site = z.object({ id: z.string(), name: z.string(), timeZone: z.string(), offlineGraceSeconds: z.int(), createdAt: z.int().optional() });
+export const Site = z.object({
+  id: z.string(),
+  name: z.string(),
+  timeZone: z.string(),
+  offlineGraceSeconds: z.int(),
+  createdAt: z.int().optional(),
+});
 export const Gateway = z.object({
   id: z.string(),
   siteId: z.string(),
@@ -51,7 +66,13 @@ export const Gateway = z.object({
   /** Its downlinks the dispatcher gave up on (GET /dead-letters); it catches them up by resync or fails closed. */
   deadLetters: z.int(),
 });
-export const Door = z.object({ id: z.string(), siteId: z.string(), gatewayId: z.string(), name: z.string(), createdAt: z.int().optional() });
+export const Door = z.object({
+  id: z.string(),
+  siteId: z.string(),
+  gatewayId: z.string(),
+  name: z.string(),
+  createdAt: z.int().optional(),
+});
 export const Person = z.object({ id: z.string(), name: z.string(), sites: z.array(z.string()), createdAt: z.int().optional() });
 
 export const PublicJwk = z.strictObject({
@@ -70,12 +91,20 @@ export const Provisioning = z.object({
   cloudIssuer: z.string(),
   cloudJwks: z.object({ keys: z.array(z.record(z.string(), z.unknown())) }),
   offlineGraceSeconds: z.int(),
-  timeZone: z.string().describe("the site's IANA time zone (e.g. Asia/Tokyo); the gateway's staff UI shows times in it (gateway config `timeZone`)"),
+  timeZone: z
+    .string()
+    .describe("the site's IANA time zone (e.g. Asia/Tokyo); the gateway's staff UI shows times in it (gateway config `timeZone`)"),
   topics: z.object({ down: z.string(), up: z.string(), presence: z.string() }),
   broker: z
     .object({
-      url: z.string().nullable().describe('the cloud broker as the gateway reaches it (GATEWAY_BROKER_URL); null: the operator configures it'),
-      username: z.string().nullable().describe("the gateway's own broker login (`gw:{gatewayId}`); null when the cloud does not manage broker accounts"),
+      url: z
+        .string()
+        .nullable()
+        .describe('the cloud broker as the gateway reaches it (GATEWAY_BROKER_URL); null: the operator configures it'),
+      username: z
+        .string()
+        .nullable()
+        .describe("the gateway's own broker login (`gw:{gatewayId}`); null when the cloud does not manage broker accounts"),
       password: z.string().nullable().describe('its password, shown once here (only a hash is kept); null when unmanaged'),
     })
     .describe("the gateway's cloud broker login: it may subscribe to its down topic and publish its up and presence topics, nothing else"),
@@ -84,7 +113,11 @@ export const Provisioning = z.object({
 /** A gateway's new broker login (POST /gateways/{gatewayId}/broker-credentials). */
 export const BrokerLogin = z.object({
   gatewayId: z.string(),
-  broker: z.object({ url: z.string().nullable(), username: z.string(), password: z.string().describe('shown once; the old password no longer logs in') }),
+  broker: z.object({
+    url: z.string().nullable(),
+    username: z.string(),
+    password: z.string().describe('shown once; the old password no longer logs in'),
+  }),
 });
 
 export const KeyStatusEnum = z.enum(['issuing', 'active', 'revoking', 'revoked', 'expired', 'failed']);
@@ -99,7 +132,12 @@ export const Key = z.object({
   validUntil: z.int(),
   schedule: z.unknown(),
   offlineCapable: z.boolean(),
-  offlineMaxSeconds: z.int().nullable().describe('offline-capable keys: how long after its gateway last proved itself in sync the key still opens while the gateway fails closed'),
+  offlineMaxSeconds: z
+    .int()
+    .nullable()
+    .describe(
+      'offline-capable keys: how long after its gateway last proved itself in sync the key still opens while the gateway fails closed',
+    ),
   version: z.int(),
   revision: z.int().describe('compare-and-set revision; the ETag, and what If-Match names'),
   status: z.string(),
@@ -139,12 +177,19 @@ export const IssueKeyBody = z.strictObject({
   validFrom: Millis.describe('epoch milliseconds'),
   validUntil: Millis.describe('epoch milliseconds'),
   schedule: Schedule.nullable().optional(),
-  offlineCapable: z.boolean().optional().describe('a staff master key that opens in lockdown and while the gateway fails closed (admin tokens only; 403 FORBIDDEN_ROLE otherwise)'),
+  offlineCapable: z
+    .boolean()
+    .optional()
+    .describe(
+      'a staff master key that opens in lockdown and while the gateway fails closed (admin tokens only; 403 FORBIDDEN_ROLE otherwise)',
+    ),
   offlineMaxSeconds: z
     .int()
     .min(1)
     .max(OFFLINE_MAX_SECONDS_LIMIT)
     .optional()
-    .describe("offline-capable keys only: how long after the gateway's last proven-fresh sync the key still opens; at most, and by default, the server's cap (7 days unless configured; above it 422 OFFLINE_MAX_TOO_LONG)"),
+    .describe(
+      "offline-capable keys only: how long after the gateway's last proven-fresh sync the key still opens; at most, and by default, the server's cap (7 days unless configured; above it 422 OFFLINE_MAX_TOO_LONG)",
+    ),
 });
 export const RevokeKeyBody = z.strictObject({ reason: RevokeReason });

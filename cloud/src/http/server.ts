@@ -30,7 +30,8 @@ export interface Listener {
  * cloud.ts). The cloud's database must be open first.
  */
 export async function listenAdminApi(opts: ListenOptions): Promise<Listener> {
-  if (opts.bootstrapAdminToken) await installApiToken(opts.db, opts.bootstrapAdminToken, { name: 'bootstrap admin', role: 'admin' }, opts.clock.now());
+  if (opts.bootstrapAdminToken)
+    await installApiToken(opts.db, opts.bootstrapAdminToken, { name: 'bootstrap admin', role: 'admin' }, opts.clock.now());
   const app = await buildApp(opts);
   await app.listen({ host: opts.host ?? '127.0.0.1', port: opts.port ?? 0 });
   const addr = app.server.address() as AddressInfo;

@@ -20,4 +20,5 @@ declare module 'fastify' {
 export const TOKEN_EXPIRES_HEADER = 'tobira-token-expires-at';
 
 /** The `Tobira-Token-Expires-At` value (ISO 8601) when the token expires soon, else undefined. */
-export const expiryWarning = (expiresAt: number | null, now: number): string | undefined => (expiresSoon(expiresAt, now) ? new Date(expiresAt).toISOString() : undefined);
+export const expiryWarning = (expiresAt: number | null, now: number): string | undefined =>
+  expiresSoon(expiresAt, now) ? new Date(expiresAt).toISOString() : undefined;

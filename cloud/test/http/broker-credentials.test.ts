@@ -1,4 +1,12 @@
-import { connectMqtt, gatewayCloudClientId, generateSigningKeyPair, newId, startEmbeddedBroker, waitConnected, type EmbeddedBroker } from '@tobira/shared';
+import {
+  connectMqtt,
+  gatewayCloudClientId,
+  generateSigningKeyPair,
+  newId,
+  startEmbeddedBroker,
+  waitConnected,
+  type EmbeddedBroker,
+} from '@tobira/shared';
 import { pgBackends } from '@tobira/shared/testing';
 import type { FastifyInstance } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -28,8 +36,17 @@ async function openManaged(backend: 'pglite' | 'postgres'): Promise<Managed> {
   const accounts = new EmbeddedBrokerAccounts({ db: t.db, log: testLog });
   const broker = await startEmbeddedBroker({ aedes: accounts.hooks() });
   const service = await setServiceAccount(t.db, 'tobira-cloud', T0);
-  const cloud = await startCloud(t, broker.url, { env: { MQTT_USERNAME: service.username, MQTT_PASSWORD: service.password }, deps: { brokerAccounts: accounts } });
-  const app = await buildApp({ cloud, db: cloud.db, log: testLog, clock: cloud.clock, config: { gatewayBrokerUrl: 'mqtts://broker.example:8883' } });
+  const cloud = await startCloud(t, broker.url, {
+    env: { MQTT_USERNAME: service.username, MQTT_PASSWORD: service.password },
+    deps: { brokerAccounts: accounts },
+  });
+  const app = await buildApp({
+    cloud,
+    db: cloud.db,
+    log: testLog,
+    clock: cloud.clock,
+    config: { gatewayBrokerUrl: 'mqtts://broker.example:8883' },
+  });
   await app.ready();
   const u = newId().slice(-8);
   const siteA = `site-a-${u}`;
@@ -89,11 +106,17 @@ describe.each(pgBackends())('gateway broker credentials over the admin API on %s
     const { gatewayId, r } = await register(h.tokens.managerA, h.siteA);
     expect(r.statusCode).toBe(201);
     const broker = r.json().provisioning.broker;
-    expect(broker).toEqual({ url: 'mqtts://broker.example:8883', username: `gw:${gatewayId}`, password: expect.stringMatching(/^[A-Za-z0-9_-]{43,}$/) });
+    expect(broker).toEqual({
+      url: 'mqtts://broker.example:8883',
+      username: `gw:${gatewayId}`,
+      password: expect.stringMatching(/^[A-Za-z0-9_-]{43,}$/),
+    });
     expect(r.json().provisioning).not.toHaveProperty('mqtt');
     expect(await logsIn(h.broker.url, broker.username, broker.password)).toBe(true);
     // only a hash is stored
-    const row = await h.t.db.query<{ password_hash: string }>('SELECT password_hash FROM broker_accounts WHERE username = $1', [broker.username]);
+    const row = await h.t.db.query<{ password_hash: string }>('SELECT password_hash FROM broker_accounts WHERE username = $1', [
+      broker.username,
+    ]);
     expect(row.rows[0]?.password_hash).toMatch(/^scrypt\$/);
     expect(row.rows[0]?.password_hash).not.toContain(broker.password);
   });
@@ -102,7 +125,12 @@ describe.each(pgBackends())('gateway broker credentials over the admin API on %s
     const key = `reg-${newId()}`;
     const first = await register(h.tokens.admin, h.siteA, { 'idempotency-key': key });
     expect(first.r.statusCode).toBe(201);
-    const again = await h.app.inject({ method: 'POST', url: '/gateways', headers: { ...bearer(h.tokens.admin), 'idempotency-key': key }, payload: first.payload });
+    const again = await h.app.inject({
+      method: 'POST',
+      url: '/gateways',
+      headers: { ...bearer(h.tokens.admin), 'idempotency-key': key },
+      payload: first.payload,
+    });
     expect(again.statusCode).toBe(201);
     expect(again.headers['idempotent-replayed']).toBe('true');
     expect(again.json().provisioning.broker).toEqual(first.r.json().provisioning.broker);
@@ -113,7 +141,12 @@ describe.each(pgBackends())('gateway broker credentials over the admin API on %s
   it('rotation by a manager of the site: 200 with a new password; the session open with the old one is closed, the old one no longer logs in, the new one does', async () => {
     const { gatewayId, r } = await register(h.tokens.admin, h.siteA);
     const old = r.json().provisioning.broker;
-    const session = connectMqtt(h.broker.url, { username: old.username, password: old.password, clientId: clientIdOf(old.username), reconnectPeriod: 0 });
+    const session = connectMqtt(h.broker.url, {
+      username: old.username,
+      password: old.password,
+      clientId: clientIdOf(old.username),
+      reconnectPeriod: 0,
+    });
     let closed = false;
     session.on('close', () => void (closed = true));
     await waitConnected(session, 5000);
@@ -168,7 +201,12 @@ describe.each(pgBackends())('broker credentials when accounts are unmanaged, on 
 
   it('registration answers a null login, and rotation is 422 BROKER_ACCOUNTS_UNMANAGED', async () => {
     const gatewayId = `gw-${newId().slice(-10)}`;
-    const r = await h.app.inject({ method: 'POST', url: '/gateways', headers: bearer(h.tokens.admin), payload: { gatewayId, siteId: h.siteA, publicJwk: (await generateSigningKeyPair()).publicJwk } });
+    const r = await h.app.inject({
+      method: 'POST',
+      url: '/gateways',
+      headers: bearer(h.tokens.admin),
+      payload: { gatewayId, siteId: h.siteA, publicJwk: (await generateSigningKeyPair()).publicJwk },
+    });
     expect(r.statusCode).toBe(201);
     expect(r.json().provisioning.broker).toEqual({ url: null, username: null, password: null });
     const rot = await h.app.inject({ method: 'POST', url: `/gateways/${gatewayId}/broker-credentials`, headers: bearer(h.tokens.admin) });

@@ -20,7 +20,14 @@ describe.each(pgBackends())('admin CLI against a listening API on %s', (backend)
     t = await openTestDb(backend);
     broker = await startMqttBackend('aedes');
     cloud = await startCloud(t, broker.url);
-    api = await startAdminApi({ cloud, db: cloud.db, log: testLog, clock: systemClock, webhooks: false, config: { webhookAllowPrivateNetworks: true } });
+    api = await startAdminApi({
+      cloud,
+      db: cloud.db,
+      log: testLog,
+      clock: systemClock,
+      webhooks: false,
+      config: { webhookAllowPrivateNetworks: true },
+    });
   });
   afterAll(async () => {
     await api?.close();
@@ -32,7 +39,12 @@ describe.each(pgBackends())('admin CLI against a listening API on %s', (backend)
   async function cli(...argv: string[]): Promise<{ code: number; out: string; err: string; json: Record<string, unknown> }> {
     const out: string[] = [];
     const err: string[] = [];
-    const code = await runAdminCli(argv, { env: { TOBIRA_API: api.url, TOBIRA_TOKEN: token }, out: (s) => out.push(s), err: (s) => err.push(s), db: cloud.db });
+    const code = await runAdminCli(argv, {
+      env: { TOBIRA_API: api.url, TOBIRA_TOKEN: token },
+      out: (s) => out.push(s),
+      err: (s) => err.push(s),
+      db: cloud.db,
+    });
     const text = (out.join('\n') || err.join('\n')).replace(/^\d{3} /, '');
     let json: Record<string, unknown> = {};
     try {
@@ -47,7 +59,11 @@ describe.each(pgBackends())('admin CLI against a listening API on %s', (backend)
     const boot = await cli('tokens', 'bootstrap', '--name', 'ops');
     expect(boot.code).toBe(0);
     token = boot.json.token as string;
-    expect(await authenticate(cloud.db, token, Date.now())).toMatchObject({ kind: 'ok', principal: { role: 'admin', sites: null }, expiresAt: null });
+    expect(await authenticate(cloud.db, token, Date.now())).toMatchObject({
+      kind: 'ok',
+      principal: { role: 'admin', sites: null },
+      expiresAt: null,
+    });
     const u = newId().slice(-8);
     expect((await cli('sites', 'create', '--id', `s-${u}`, '--name', 'Kyoto')).code).toBe(0);
     const jwkFile = join(tmpdir(), `jwk-${u}.json`);
@@ -58,8 +74,22 @@ describe.each(pgBackends())('admin CLI against a listening API on %s', (backend)
     expect((await cli('doors', 'create', '--id', `d-${u}`, '--gateway', `gw-${u}`, '--name', 'Front')).code).toBe(0);
     expect((await cli('people', 'create', '--id', `p-${u}`, '--site', `s-${u}`, '--name', 'Hana')).code).toBe(0);
     const issued = await cli(
-      'keys', 'issue', '--id', `k-${u}`, '--person', `p-${u}`, '--door', `d-${u}`, '--pin', '246810',
-      '--from', new Date(T0).toISOString(), '--until', String(T0 + DAY), '--cid', `cli-${u}`,
+      'keys',
+      'issue',
+      '--id',
+      `k-${u}`,
+      '--person',
+      `p-${u}`,
+      '--door',
+      `d-${u}`,
+      '--pin',
+      '246810',
+      '--from',
+      new Date(T0).toISOString(),
+      '--until',
+      String(T0 + DAY),
+      '--cid',
+      `cli-${u}`,
     );
     expect(issued.code).toBe(0);
     expect(issued.json).toMatchObject({ status: 'applied', code: 'KEY_ISSUED', cid: `cli-${u}`, delivery: 'pending' });
@@ -73,8 +103,23 @@ describe.each(pgBackends())('admin CLI against a listening API on %s', (backend)
     expect(((await cli('keys', 'history', `k-${u}`)).json.items as unknown[]).length).toBe(2);
     expect((await cli('events', '--site', `s-${u}`, '--from', '2026-01-01T00:00:00Z')).json).toMatchObject({ items: [] });
     expect((await cli('dead-letters', 'list', '--site', `s-${u}`)).json).toMatchObject({ items: [] });
-    const wh = await cli('webhooks', 'create', '--site', `s-${u}`, '--url', 'http://127.0.0.1:9/hook', '--event', 'alarm', '--event', 'access.event');
-    expect(wh.json).toMatchObject({ status: 'applied', webhook: { events: ['alarm', 'access.event'] }, secret: expect.stringMatching(/^whsec_/) });
+    const wh = await cli(
+      'webhooks',
+      'create',
+      '--site',
+      `s-${u}`,
+      '--url',
+      'http://127.0.0.1:9/hook',
+      '--event',
+      'alarm',
+      '--event',
+      'access.event',
+    );
+    expect(wh.json).toMatchObject({
+      status: 'applied',
+      webhook: { events: ['alarm', 'access.event'] },
+      secret: expect.stringMatching(/^whsec_/),
+    });
     expect((await cli('webhooks', 'disable', (wh.json.webhook as { id: string }).id)).json).toMatchObject({ status: 'applied' });
   });
 
@@ -89,8 +134,17 @@ describe.each(pgBackends())('admin CLI against a listening API on %s', (backend)
     expect(expiresAt - Date.now()).toBeLessThanOrEqual(5 * DAY);
     const rotated = await cli('tokens', 'rotate', made.json.id as string, '--grace-seconds', '0', '--expires-in-days', '30');
     expect(rotated.code).toBe(0);
-    expect(rotated.json).toMatchObject({ status: 'applied', name: `pms-${u}`, role: 'manager', sites: ['kyoto'], rotatedFrom: { id: made.json.id, revokedAt: expect.any(Number) } });
-    expect(await authenticate(cloud.db, rotated.json.token as string, Date.now())).toMatchObject({ kind: 'ok', principal: { role: 'manager', sites: ['kyoto'] } });
+    expect(rotated.json).toMatchObject({
+      status: 'applied',
+      name: `pms-${u}`,
+      role: 'manager',
+      sites: ['kyoto'],
+      rotatedFrom: { id: made.json.id, revokedAt: expect.any(Number) },
+    });
+    expect(await authenticate(cloud.db, rotated.json.token as string, Date.now())).toMatchObject({
+      kind: 'ok',
+      principal: { role: 'manager', sites: ['kyoto'] },
+    });
     expect(await authenticate(cloud.db, oldToken, Date.now())).toEqual({ kind: 'unknown' });
     const again = await cli('tokens', 'rotate', made.json.id as string);
     expect(again.code).toBe(1);

@@ -19,7 +19,14 @@ describe.each(pgBackends())('admin API key delivery end to end on %s', (backend)
 
   async function gatewayFor(s: Awaited<ReturnType<typeof seedSite>>): Promise<FakeGateway> {
     const p = s.provisioning as { cloudJwks: { keys: never[] }; cloudIssuer: string };
-    return fakeGateway({ url: h.broker.url, gatewayId: s.gatewayId, pair: s.pair, cloudJwks: p.cloudJwks, cloudIssuer: p.cloudIssuer, clock: h.cloud.clock });
+    return fakeGateway({
+      url: h.broker.url,
+      gatewayId: s.gatewayId,
+      pair: s.pair,
+      cloudJwks: p.cloudJwks,
+      cloudIssuer: p.cloudIssuer,
+      clock: h.cloud.clock,
+    });
   }
   let upSeq = 0;
   const ack = (gw: FakeGateway, m: Seq, result: 'applied' | 'refused') =>
@@ -36,14 +43,20 @@ describe.each(pgBackends())('admin API key delivery end to end on %s', (backend)
         keyVersion: m.type === 'key.grant' ? m.body.key.version : m.body.version,
       },
     });
-  const view = async (keyId: string) => (await h.app.inject({ method: 'GET', url: `/keys/${keyId}`, headers: bearer(h.tokens.auditorA) })).json();
+  const view = async (keyId: string) =>
+    (await h.app.inject({ method: 'GET', url: `/keys/${keyId}`, headers: bearer(h.tokens.auditorA) })).json();
 
   it('the X-Correlation-Id is the cid of the signed grant and of the access event; delivery goes pending → succeeded on the ack', async () => {
     const s = await seedSite(h, h.siteA);
     const gw = await gatewayFor(s);
     try {
       const cid = `e2e-${s.u}`;
-      const r = await h.app.inject({ method: 'POST', url: '/keys', headers: { ...bearer(h.tokens.managerA), 'x-correlation-id': cid }, payload: issueBody(s) });
+      const r = await h.app.inject({
+        method: 'POST',
+        url: '/keys',
+        headers: { ...bearer(h.tokens.managerA), 'x-correlation-id': cid },
+        payload: issueBody(s),
+      });
       expect(r.statusCode).toBe(202);
       const keyId = r.json().key.id as string;
       const grant = await waitFor(() => sequenced(gw.received)[0], 'grant at the gateway');
@@ -59,7 +72,20 @@ describe.each(pgBackends())('admin API key delivery end to end on %s', (backend)
         type: 'access.event',
         seq: ++upSeq,
         cid: grant.cid,
-        body: { eventId: newId(), requestId: 'r-1', lockId: 'lock-1', doorId: s.doorId, at: T0, allowed: true, code: 'ALLOWED', keyId, keyVersion: 1, personId: null, credentialType: 'pin', commandId: null },
+        body: {
+          eventId: newId(),
+          requestId: 'r-1',
+          lockId: 'lock-1',
+          doorId: s.doorId,
+          at: T0,
+          allowed: true,
+          code: 'ALLOWED',
+          keyId,
+          keyVersion: 1,
+          personId: null,
+          credentialType: 'pin',
+          commandId: null,
+        },
       });
       const ev = await waitFor(async () => {
         const x = (await h.app.inject({ method: 'GET', url: `/access-events?keyId=${keyId}`, headers: bearer(h.tokens.auditorA) })).json();

@@ -50,7 +50,9 @@ describe.each(pgBackends())('docs/api.md curl examples on %s', (backend) => {
     // curl prints the body, then the status on its own line
     const preamble = `set -euo pipefail\ncurl() { command curl -w '\\n%{http_code}' "$@"; }\n`;
     for (const ex of list) {
-      const { stdout } = await run('bash', ['-c', preamble + ex.script], { env: { ...process.env, TOBIRA_API: api.url, TOBIRA_TOKEN: token } });
+      const { stdout } = await run('bash', ['-c', preamble + ex.script], {
+        env: { ...process.env, TOBIRA_API: api.url, TOBIRA_TOKEN: token },
+      });
       const lines = stdout.trimEnd().split('\n');
       const status = Number(lines.pop());
       const body = JSON.parse(lines.join('\n')) as Record<string, unknown>;

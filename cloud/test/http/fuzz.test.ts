@@ -21,17 +21,37 @@ describe.each(pgBackends())('admin API fuzzed bodies on %s', (backend) => {
     const body = fc.oneof(
       fc.jsonValue().map((v) => JSON.stringify(v)),
       // near misses of a valid key issue: one field replaced by a random value
-      fc.record({ field: fc.constantFrom('personId', 'doors', 'credential', 'validFrom', 'validUntil', 'schedule', 'offlineCapable', 'offlineMaxSeconds', 'extra'), value: fc.jsonValue() }).map(({ field, value }) =>
-        JSON.stringify({ ...issueBody(s), [field]: value }),
-      ),
+      fc
+        .record({
+          field: fc.constantFrom(
+            'personId',
+            'doors',
+            'credential',
+            'validFrom',
+            'validUntil',
+            'schedule',
+            'offlineCapable',
+            'offlineMaxSeconds',
+            'extra',
+          ),
+          value: fc.jsonValue(),
+        })
+        .map(({ field, value }) => JSON.stringify({ ...issueBody(s), [field]: value })),
       fc.string({ maxLength: 200 }),
-      fc.string({ maxLength: 20 }).map((x) => JSON.stringify({ name: `${x}\u0000`, siteId: h.siteA, gatewayId: s.gatewayId, reason: 'staff_revoked' })),
+      fc
+        .string({ maxLength: 20 })
+        .map((x) => JSON.stringify({ name: `${x}\u0000`, siteId: h.siteA, gatewayId: s.gatewayId, reason: 'staff_revoked' })),
       fc.uint8Array({ maxLength: 200 }).map((b) => Buffer.from(b).toString('latin1')),
     );
     await fc.assert(
       fc.asyncProperty(fc.constantFrom(...routes()), body, async (url, payload) => {
         const before = await snapshot(h);
-        const r = await h.app.inject({ method: 'POST', url, headers: { ...bearer(h.tokens.managerA), 'content-type': 'application/json' }, payload });
+        const r = await h.app.inject({
+          method: 'POST',
+          url,
+          headers: { ...bearer(h.tokens.managerA), 'content-type': 'application/json' },
+          payload,
+        });
         expect(r.statusCode).toBeLessThan(500);
         const json = r.json() as { status?: string; code?: string };
         if (r.statusCode >= 400) {

@@ -67,11 +67,26 @@ export async function seedSite(h: Harness, siteId: string, token = h.tokens.admi
   const u = newId().slice(-10);
   const pair = await generateSigningKeyPair();
   const gatewayId = `gw-${u}`;
-  const gw = await h.app.inject({ method: 'POST', url: '/gateways', headers: bearer(token), payload: { gatewayId, siteId, publicJwk: pair.publicJwk } });
+  const gw = await h.app.inject({
+    method: 'POST',
+    url: '/gateways',
+    headers: bearer(token),
+    payload: { gatewayId, siteId, publicJwk: pair.publicJwk },
+  });
   if (gw.statusCode !== 201) throw new Error(`gateway ${gw.statusCode} ${gw.body}`);
-  const door = await h.app.inject({ method: 'POST', url: '/doors', headers: bearer(token), payload: { id: `door-${u}`, gatewayId, name: 'Front' } });
+  const door = await h.app.inject({
+    method: 'POST',
+    url: '/doors',
+    headers: bearer(token),
+    payload: { id: `door-${u}`, gatewayId, name: 'Front' },
+  });
   if (door.statusCode !== 201) throw new Error(`door ${door.statusCode} ${door.body}`);
-  const person = await h.app.inject({ method: 'POST', url: '/people', headers: bearer(token), payload: { id: `person-${u}`, name: 'Hana', siteId } });
+  const person = await h.app.inject({
+    method: 'POST',
+    url: '/people',
+    headers: bearer(token),
+    payload: { id: `person-${u}`, name: 'Hana', siteId },
+  });
   if (person.statusCode !== 201) throw new Error(`person ${person.statusCode} ${person.body}`);
   return { u, gatewayId, doorId: `door-${u}`, personId: `person-${u}`, pair, provisioning: gw.json().provisioning };
 }
@@ -84,7 +99,18 @@ export async function count(h: Harness, table: string): Promise<number> {
 /** Row counts of every table a write could touch: "nothing was written" is these unchanged. */
 export async function snapshot(h: Harness): Promise<Record<string, number>> {
   const out: Record<string, number> = {};
-  for (const table of ['sites', 'gateways', 'doors', 'people', 'keys', 'key_history', 'outbox', 'idempotency_keys', 'api_person_sites', 'api_tokens']) {
+  for (const table of [
+    'sites',
+    'gateways',
+    'doors',
+    'people',
+    'keys',
+    'key_history',
+    'outbox',
+    'idempotency_keys',
+    'api_person_sites',
+    'api_tokens',
+  ]) {
     out[table] = await count(h, table);
   }
   return out;
@@ -95,5 +121,12 @@ let pin = 100000;
 export const nextPin = (): string => String(pin++);
 
 export function issueBody(s: { personId: string; doorId: string }, over: Record<string, unknown> = {}) {
-  return { personId: s.personId, doors: [s.doorId], credential: { type: 'pin', value: nextPin() }, validFrom: T0, validUntil: T0 + DAY, ...over };
+  return {
+    personId: s.personId,
+    doors: [s.doorId],
+    credential: { type: 'pin', value: nextPin() },
+    validFrom: T0,
+    validUntil: T0 + DAY,
+    ...over,
+  };
 }

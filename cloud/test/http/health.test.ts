@@ -56,7 +56,12 @@ describe.each(pgBackends())('cloud /healthz on %s', (backend) => {
     expect(r.statusCode).toBe(503);
     expect(r.json()).toEqual({ ok: false, status: 'unavailable', code: 'SERVICE_UNAVAILABLE', reasons: ['DATABASE_UNREACHABLE'] });
     expect(r.headers['retry-after']).toBe('5');
-    expect(lines.find((l) => l.msg === 'health check failed')).toMatchObject({ cid: 'cid-health-db', code: 'SERVICE_UNAVAILABLE', reasons: ['DATABASE_UNREACHABLE'], level: 40 });
+    expect(lines.find((l) => l.msg === 'health check failed')).toMatchObject({
+      cid: 'cid-health-db',
+      code: 'SERVICE_UNAVAILABLE',
+      reasons: ['DATABASE_UNREACHABLE'],
+      level: 40,
+    });
   });
 
   it('is 503 DATABASE_UNREACHABLE when the PostgreSQL server refuses connections', async () => {
@@ -80,7 +85,10 @@ describe.each(pgBackends())('cloud /healthz on %s', (backend) => {
   it('is 503 BROKER_DISCONNECTED when the broker goes away', async () => {
     const broker = await startEmbeddedBroker();
     const cloud = await startCloud(h.t, broker.url);
-    cleanups.push(() => broker.stop().catch(() => {}), () => cloud.stop());
+    cleanups.push(
+      () => broker.stop().catch(() => {}),
+      () => cloud.stop(),
+    );
     const app = await appOver(h.cloud.db, {}, testLog, cloud);
     expect((await app.inject({ method: 'GET', url: '/healthz' })).statusCode).toBe(200);
     await broker.stop();

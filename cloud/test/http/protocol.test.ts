@@ -53,26 +53,43 @@ describe.each(pgBackends())('admin API protocol on %s', (backend) => {
     it('a duplicate while the first is in flight is a retryable 409 IDEMPOTENCY_IN_PROGRESS; after a crashed holder lock runs out the retry runs the request once', async () => {
       const key = `inflight-${s.u}`;
       const body = { name: 'Ren', siteId: h.siteA };
-      const tokenId = (await h.cloud.db.query<{ id: string }>(`SELECT id FROM api_tokens WHERE name = 'mA' AND $1 = ANY(sites)`, [h.siteA])).rows[0]?.id ?? '';
+      const tokenId =
+        (await h.cloud.db.query<{ id: string }>(`SELECT id FROM api_tokens WHERE name = 'mA' AND $1 = ANY(sites)`, [h.siteA])).rows[0]
+          ?.id ?? '';
       // the first request claimed the key and then its process died before committing (its effect and answer commit together, so neither is there)
       const hash = requestHash('POST', '/people', {}, body, { ifMatch: null });
       expect(await claim(h.cloud.db, tokenId, key, hash, h.cloud.clock.now())).toMatchObject({ kind: 'run' });
       const people = await count(h, 'people');
-      const dup = await h.app.inject({ method: 'POST', url: '/people', headers: { ...bearer(h.tokens.managerA), 'idempotency-key': key }, payload: body });
+      const dup = await h.app.inject({
+        method: 'POST',
+        url: '/people',
+        headers: { ...bearer(h.tokens.managerA), 'idempotency-key': key },
+        payload: body,
+      });
       expect(dup.statusCode).toBe(409);
       expect(dup.json()).toMatchObject({ status: 'conflict', code: 'IDEMPOTENCY_IN_PROGRESS' });
       expect(dup.headers['retry-after']).toBe('1');
       expect(await count(h, 'people')).toBe(people);
       h.cloud.clock.advance(IDEMPOTENCY_LOCK_MS + 1);
-      const retry = await h.app.inject({ method: 'POST', url: '/people', headers: { ...bearer(h.tokens.managerA), 'idempotency-key': key }, payload: body });
+      const retry = await h.app.inject({
+        method: 'POST',
+        url: '/people',
+        headers: { ...bearer(h.tokens.managerA), 'idempotency-key': key },
+        payload: body,
+      });
       expect(retry.statusCode).toBe(201);
       expect(retry.json().person).toMatchObject({ name: 'Ren', sites: [h.siteA] });
-      const replay = await h.app.inject({ method: 'POST', url: '/people', headers: { ...bearer(h.tokens.managerA), 'idempotency-key': key }, payload: body });
+      const replay = await h.app.inject({
+        method: 'POST',
+        url: '/people',
+        headers: { ...bearer(h.tokens.managerA), 'idempotency-key': key },
+        payload: body,
+      });
       expect(replay.json().person.id).toBe(retry.json().person.id);
       expect(await count(h, 'people')).toBe(people + 1);
     });
 
-    it('a holder slowed past its lock and taken over does not run: it gets 409 IDEMPOTENCY_CLAIM_LOST, nothing of it commits, and the stored answer is the new holder\'s', async () => {
+    it("a holder slowed past its lock and taken over does not run: it gets 409 IDEMPOTENCY_CLAIM_LOST, nothing of it commits, and the stored answer is the new holder's", async () => {
       const { log, lines } = await capturingLogger();
       const clock = new ManualClock(h.cloud.clock.now());
       // the first request stalls between claiming the key and opening its transaction (a GC pause, a slow event loop)
@@ -96,7 +113,12 @@ describe.each(pgBackends())('admin API protocol on %s', (backend) => {
       const app = await buildApp({ cloud: h.cloud, db, log, clock });
       try {
         const name = `fenced-${s.u}`;
-        const req = { method: 'POST' as const, url: '/api-tokens', headers: { ...bearer(h.tokens.admin), 'idempotency-key': `fence.${s.u}` }, payload: { name, role: 'auditor', sites: [h.siteA] } };
+        const req = {
+          method: 'POST' as const,
+          url: '/api-tokens',
+          headers: { ...bearer(h.tokens.admin), 'idempotency-key': `fence.${s.u}` },
+          payload: { name, role: 'auditor', sites: [h.siteA] },
+        };
         stall = new Promise<void>((r) => (resume = r));
         const slow = app.inject({ ...req, headers: { ...req.headers, 'x-correlation-id': `slow-${s.u}` } });
         await atStall;
@@ -143,7 +165,12 @@ describe.each(pgBackends())('admin API protocol on %s', (backend) => {
       const app = await buildApp({ cloud, db: h.cloud.db, log: testLog, clock });
       try {
         const name = `held-${s.u}`;
-        const req = { method: 'POST' as const, url: '/people', headers: { ...bearer(h.tokens.managerA), 'idempotency-key': `held.${s.u}` }, payload: { name, siteId: h.siteA } };
+        const req = {
+          method: 'POST' as const,
+          url: '/people',
+          headers: { ...bearer(h.tokens.managerA), 'idempotency-key': `held.${s.u}` },
+          payload: { name, siteId: h.siteA },
+        };
         stall = new Promise<void>((r) => (resume = r));
         const slow = app.inject(req);
         await inVerb;
@@ -155,14 +182,21 @@ describe.each(pgBackends())('admin API protocol on %s', (backend) => {
           await waitFor(
             async () =>
               retried ||
-              ((await h.cloud.db.query<{ n: number }>(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`)).rows[0]?.n ?? 0) > 0,
+              ((
+                await h.cloud.db.query<{ n: number }>(
+                  `SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`,
+                )
+              ).rows[0]?.n ?? 0) > 0,
             'the retry to finish or wait for the lock',
           );
         }
         resume();
         const [first, second] = await Promise.all([slow, retry]);
         expect(first.statusCode).toBe(201);
-        const replayed = second.statusCode === 201 && second.headers['idempotent-replayed'] === 'true' && JSON.stringify(second.json()) === JSON.stringify(first.json());
+        const replayed =
+          second.statusCode === 201 &&
+          second.headers['idempotent-replayed'] === 'true' &&
+          JSON.stringify(second.json()) === JSON.stringify(first.json());
         const toldToWait = second.statusCode === 409 && second.json().code === 'IDEMPOTENCY_IN_PROGRESS';
         expect(replayed || toldToWait).toBe(true);
         const made = (await h.cloud.db.query<{ id: string }>('SELECT id FROM people WHERE name = $1', [name])).rows;
@@ -212,9 +246,17 @@ describe.each(pgBackends())('admin API protocol on %s', (backend) => {
       expect(again.json().provisioning.credentialPepper).toBe(first.json().provisioning.credentialPepper);
       expect(await count(h, 'gateways')).toBe(gateways);
       // at rest the stored answer is sealed under the caller's token: the pepper is not in the database's copy
-      const stored = await h.cloud.db.query<{ response: string }>('SELECT response::text AS response FROM idempotency_keys WHERE key = $1', [`gw-${s.u}`]);
+      const stored = await h.cloud.db.query<{ response: string }>(
+        'SELECT response::text AS response FROM idempotency_keys WHERE key = $1',
+        [`gw-${s.u}`],
+      );
       expect(stored.rows[0]?.response).not.toContain(first.json().provisioning.credentialPepper);
-      expect(JSON.parse(stored.rows[0]?.response ?? '{}')).toMatchObject({ v: 1, iv: expect.any(String), tag: expect.any(String), data: expect.any(String) });
+      expect(JSON.parse(stored.rows[0]?.response ?? '{}')).toMatchObject({
+        v: 1,
+        iv: expect.any(String),
+        tag: expect.any(String),
+        data: expect.any(String),
+      });
       // without the key, the same registration is refused: the pepper is shown once
       const bare = await h.app.inject({ method: 'POST', url: '/gateways', headers: bearer(h.tokens.managerA), payload });
       expect(bare.json()).toMatchObject({ status: 'refused', code: 'GATEWAY_ALREADY_EXISTS' });
@@ -224,7 +266,9 @@ describe.each(pgBackends())('admin API protocol on %s', (backend) => {
       const headers = { ...bearer(h.tokens.managerA), 'idempotency-key': `race-${s.u}` };
       const body = issueBody(s);
       const keys = await count(h, 'keys');
-      const answers = await Promise.all(Array.from({ length: 6 }, () => h.app.inject({ method: 'POST', url: '/keys', headers, payload: body })));
+      const answers = await Promise.all(
+        Array.from({ length: 6 }, () => h.app.inject({ method: 'POST', url: '/keys', headers, payload: body })),
+      );
       for (const a of answers) {
         if (a.statusCode === 409) expect(a.json()).toMatchObject({ status: 'conflict', code: 'IDEMPOTENCY_IN_PROGRESS' });
         else expect(a.statusCode).toBe(202);
@@ -235,8 +279,18 @@ describe.each(pgBackends())('admin API protocol on %s', (backend) => {
 
     it('keys are per token: another token may use the same Idempotency-Key', async () => {
       const key = `shared-${s.u}`;
-      const a = await h.app.inject({ method: 'POST', url: '/people', headers: { ...bearer(h.tokens.managerA), 'idempotency-key': key }, payload: { name: 'A', siteId: h.siteA } });
-      const b = await h.app.inject({ method: 'POST', url: '/people', headers: { ...bearer(h.tokens.managerB), 'idempotency-key': key }, payload: { name: 'B', siteId: h.siteB } });
+      const a = await h.app.inject({
+        method: 'POST',
+        url: '/people',
+        headers: { ...bearer(h.tokens.managerA), 'idempotency-key': key },
+        payload: { name: 'A', siteId: h.siteA },
+      });
+      const b = await h.app.inject({
+        method: 'POST',
+        url: '/people',
+        headers: { ...bearer(h.tokens.managerB), 'idempotency-key': key },
+        payload: { name: 'B', siteId: h.siteB },
+      });
       expect([a.statusCode, b.statusCode]).toEqual([201, 201]);
       expect(a.json().person.id).not.toBe(b.json().person.id);
     });
@@ -265,7 +319,12 @@ describe.each(pgBackends())('admin API protocol on %s', (backend) => {
       await run(`old-running-${s.u}`, old);
       expect(await complete(h.cloud.db, tokenId, `new-done-${s.u}`, await run(`new-done-${s.u}`, now), 201, {})).toBe(true);
       await purgeApiTables(h.cloud.db, now);
-      const left = (await h.cloud.db.query<{ key: string }>('SELECT key FROM idempotency_keys WHERE token_id = $1 AND key LIKE $2 ORDER BY key', [tokenId, `%-${s.u}`])).rows;
+      const left = (
+        await h.cloud.db.query<{ key: string }>('SELECT key FROM idempotency_keys WHERE token_id = $1 AND key LIKE $2 ORDER BY key', [
+          tokenId,
+          `%-${s.u}`,
+        ])
+      ).rows;
       expect(left.map((x) => x.key)).toEqual([`new-done-${s.u}`, `old-running-${s.u}`]);
     });
   });
@@ -276,14 +335,22 @@ describe.each(pgBackends())('admin API protocol on %s', (backend) => {
       const app = await buildApp({ cloud: h.cloud, db: h.cloud.db, log, clock: h.cloud.clock });
       try {
         const cid = `corr-${s.u}`;
-        const r = await app.inject({ method: 'POST', url: '/keys', headers: { ...bearer(h.tokens.managerA), 'x-correlation-id': cid }, payload: issueBody(s) });
+        const r = await app.inject({
+          method: 'POST',
+          url: '/keys',
+          headers: { ...bearer(h.tokens.managerA), 'x-correlation-id': cid },
+          payload: issueBody(s),
+        });
         expect(r.statusCode).toBe(202);
         expect(r.headers['x-correlation-id']).toBe(cid);
         expect(lines.length).toBeGreaterThanOrEqual(2);
         for (const l of lines) expect(l.cid).toBe(cid);
         const keyId = r.json().key.id as string;
         expect(r.json().key.cid).toBe(cid);
-        const rows = await h.cloud.db.query<{ cid: string }>('SELECT cid FROM outbox WHERE key_id = $1 UNION ALL SELECT cid FROM key_history WHERE key_id = $1', [keyId]);
+        const rows = await h.cloud.db.query<{ cid: string }>(
+          'SELECT cid FROM outbox WHERE key_id = $1 UNION ALL SELECT cid FROM key_history WHERE key_id = $1',
+          [keyId],
+        );
         expect(rows.rows.map((x) => x.cid)).toEqual([cid, cid]);
       } finally {
         await app.close();
@@ -313,9 +380,19 @@ describe.each(pgBackends())('admin API protocol on %s', (backend) => {
 
     it('a 5xx hides its details from the caller and logs them with the correlation id', async () => {
       const { log, lines } = await capturingLogger();
-      const app = await buildApp({ cloud: failing(new Error('secret connection string postgres://u:pw@db')), db: h.cloud.db, log, clock: h.cloud.clock });
+      const app = await buildApp({
+        cloud: failing(new Error('secret connection string postgres://u:pw@db')),
+        db: h.cloud.db,
+        log,
+        clock: h.cloud.clock,
+      });
       try {
-        const r = await app.inject({ method: 'POST', url: '/people', headers: { ...bearer(h.tokens.admin), 'x-correlation-id': 'corr-500' }, payload: { name: 'X', siteId: h.siteA } });
+        const r = await app.inject({
+          method: 'POST',
+          url: '/people',
+          headers: { ...bearer(h.tokens.admin), 'x-correlation-id': 'corr-500' },
+          payload: { name: 'X', siteId: h.siteA },
+        });
         expect(r.statusCode).toBe(500);
         expect(r.json()).toMatchObject({ status: 'refused', code: 'INTERNAL' });
         expect(r.body).not.toContain('secret');
@@ -328,7 +405,12 @@ describe.each(pgBackends())('admin API protocol on %s', (backend) => {
     });
 
     it('a database that is down is 503 SERVICE_UNAVAILABLE, and an Idempotency-Key of a failed request can be used again', async () => {
-      const app = await buildApp({ cloud: failing(Object.assign(new Error('connect ECONNREFUSED'), { code: 'ECONNREFUSED' })), db: h.cloud.db, log: testLog, clock: h.cloud.clock });
+      const app = await buildApp({
+        cloud: failing(Object.assign(new Error('connect ECONNREFUSED'), { code: 'ECONNREFUSED' })),
+        db: h.cloud.db,
+        log: testLog,
+        clock: h.cloud.clock,
+      });
       try {
         const headers = { ...bearer(h.tokens.admin), 'idempotency-key': `down-${s.u}` };
         const r = await app.inject({ method: 'POST', url: '/people', headers, payload: { name: 'X', siteId: h.siteA } });
@@ -345,7 +427,13 @@ describe.each(pgBackends())('admin API protocol on %s', (backend) => {
   describe('rate limiting', () => {
     it('is per token: past the limit a token gets 429 RATE_LIMITED while another token is unaffected', async () => {
       const clock = new ManualClock(h.cloud.clock.now());
-      const app = await buildApp({ cloud: h.cloud, db: h.cloud.db, log: testLog, clock, config: { rateLimitMax: 3, rateLimitWindowMs: 60_000 } });
+      const app = await buildApp({
+        cloud: h.cloud,
+        db: h.cloud.db,
+        log: testLog,
+        clock,
+        config: { rateLimitMax: 3, rateLimitWindowMs: 60_000 },
+      });
       try {
         const t = (await createApiToken(h.cloud.db, { name: `rl-${newId()}`, role: 'auditor', sites: [h.siteA] })).token;
         const codes: number[] = [];
@@ -373,18 +461,30 @@ describe.each(pgBackends())('admin API protocol on %s', (backend) => {
         exec: (sql) => h.cloud.db.exec(sql),
         transaction: (fn) => h.cloud.db.transaction(fn),
       };
-      const app = await buildApp({ cloud: h.cloud, db, log, clock: h.cloud.clock, config: { rateLimitIpMax: 4, rateLimitMax: 100, rateLimitWindowMs: 60_000 } });
+      const app = await buildApp({
+        cloud: h.cloud,
+        db,
+        log,
+        clock: h.cloud.clock,
+        config: { rateLimitIpMax: 4, rateLimitMax: 100, rateLimitWindowMs: 60_000 },
+      });
       try {
         const attacker = '203.0.113.7';
         // well formed, so each one costs a lookup until the limiter stops it
         const forged = { authorization: `Bearer tbr_${randomBytes(32).toString('base64url')}` };
         const first: number[] = [];
-        for (const headers of [forged, {}, forged, {}]) first.push((await app.inject({ method: 'GET', url: '/sites', headers, remoteAddress: attacker })).statusCode);
+        for (const headers of [forged, {}, forged, {}])
+          first.push((await app.inject({ method: 'GET', url: '/sites', headers, remoteAddress: attacker })).statusCode);
         expect(first).toEqual([401, 401, 401, 401]);
         const looked = tokenLookups;
         expect(looked).toBe(2);
         for (const headers of [forged, {}, bearer(h.tokens.admin)]) {
-          const r = await app.inject({ method: 'GET', url: '/sites', headers: { ...headers, 'x-correlation-id': `flood-${newId()}` }, remoteAddress: attacker });
+          const r = await app.inject({
+            method: 'GET',
+            url: '/sites',
+            headers: { ...headers, 'x-correlation-id': `flood-${newId()}` },
+            remoteAddress: attacker,
+          });
           expect(r.statusCode).toBe(429);
           expect(r.json()).toMatchObject({ status: 'refused', code: 'RATE_LIMITED' });
           expect(Number(r.headers['retry-after'])).toBeGreaterThan(0);
@@ -406,7 +506,13 @@ describe.each(pgBackends())('admin API protocol on %s', (backend) => {
       const doc = r.json() as {
         openapi: string;
         info: { title: string; version: string };
-        paths: Record<string, Record<string, { responses: Record<string, { content?: Record<string, { schema: unknown }> }>; parameters?: { in: string; name: string }[] }>>;
+        paths: Record<
+          string,
+          Record<
+            string,
+            { responses: Record<string, { content?: Record<string, { schema: unknown }> }>; parameters?: { in: string; name: string }[] }
+          >
+        >;
       };
       expect(doc.openapi).toMatch(/^3\.\d+\.\d+$/);
       // validated against the official OpenAPI JSON schema of its version

@@ -14,13 +14,23 @@ describe.each(pgBackends())('admin API resources on %s', (backend) => {
 
   describe('sites', () => {
     it('an admin creates a site and gets 201 with the site', async () => {
-      const r = await h.app.inject({ method: 'POST', url: '/sites', headers: bearer(h.tokens.admin), payload: { name: 'Kyoto', timeZone: 'Asia/Tokyo' } });
+      const r = await h.app.inject({
+        method: 'POST',
+        url: '/sites',
+        headers: bearer(h.tokens.admin),
+        payload: { name: 'Kyoto', timeZone: 'Asia/Tokyo' },
+      });
       expect(r.statusCode).toBe(201);
       expect(r.json()).toMatchObject({ status: 'applied', code: 'MESSAGE_APPLIED', site: { name: 'Kyoto', offlineGraceSeconds: 300 } });
     });
 
     it('a taken site id is 422 ALREADY_EXISTS', async () => {
-      const r = await h.app.inject({ method: 'POST', url: '/sites', headers: bearer(h.tokens.admin), payload: { id: h.siteA, name: 'again' } });
+      const r = await h.app.inject({
+        method: 'POST',
+        url: '/sites',
+        headers: bearer(h.tokens.admin),
+        payload: { id: h.siteA, name: 'again' },
+      });
       expect(r.statusCode).toBe(422);
       expect(r.json()).toMatchObject({ status: 'refused', code: 'ALREADY_EXISTS' });
     });
@@ -36,7 +46,13 @@ describe.each(pgBackends())('admin API resources on %s', (backend) => {
   describe('gateways, doors, people', () => {
     it('registering a gateway answers its provisioning data; doors and people are created and read back', async () => {
       const s = await seedSite(h, h.siteA, h.tokens.managerA);
-      expect(s.provisioning).toMatchObject({ gatewayId: s.gatewayId, siteId: h.siteA, cloudIssuer: 'tobira-cloud', offlineGraceSeconds: 300, timeZone: 'Asia/Tokyo' });
+      expect(s.provisioning).toMatchObject({
+        gatewayId: s.gatewayId,
+        siteId: h.siteA,
+        cloudIssuer: 'tobira-cloud',
+        offlineGraceSeconds: 300,
+        timeZone: 'Asia/Tokyo',
+      });
       expect(s.provisioning.credentialPepper).toMatch(/^[A-Za-z0-9_-]{43}$/);
       expect(s.provisioning.cloudJwks.keys.length).toBeGreaterThan(0);
       expect(s.provisioning.topics.down).toContain(s.gatewayId);
@@ -51,14 +67,23 @@ describe.each(pgBackends())('admin API resources on %s', (backend) => {
       expect(list.json().items.map((g: { id: string }) => g.id)).toContain(s.gatewayId);
     });
 
-    it("shows on the gateway its clock skew, the seq handed out to it and its dead-lettered downlinks, for an operator to see why it fails closed", async () => {
+    it('shows on the gateway its clock skew, the seq handed out to it and its dead-lettered downlinks, for an operator to see why it fails closed', async () => {
       const s = await seedSite(h, h.siteA);
-      const view = async () => (await h.app.inject({ method: 'GET', url: `/gateways/${s.gatewayId}`, headers: bearer(h.tokens.managerA) })).json().gateway;
+      const view = async () =>
+        (await h.app.inject({ method: 'GET', url: `/gateways/${s.gatewayId}`, headers: bearer(h.tokens.managerA) })).json().gateway;
       expect(await view()).toMatchObject({ clockSkewMs: null, clockSkewAt: null, lastSeq: 0, deadLetters: 0 });
       // as the uplink inbox records a gateway clock 10 minutes ahead, and a downlink the dispatcher gave up on
-      await h.cloud.db.query('UPDATE gateways SET clock_skew_ms = $2, clock_skew_at = $3 WHERE id = $1', [s.gatewayId, 600_000, 1_700_000_000_000]);
+      await h.cloud.db.query('UPDATE gateways SET clock_skew_ms = $2, clock_skew_at = $3 WHERE id = $1', [
+        s.gatewayId,
+        600_000,
+        1_700_000_000_000,
+      ]);
       await h.cloud.db.transaction(async (tx) => {
-        const seq = (await tx.query<{ last_seq: number }>('UPDATE gateway_seq SET last_seq = last_seq + 1 WHERE gateway_id = $1 RETURNING last_seq', [s.gatewayId])).rows[0]?.last_seq;
+        const seq = (
+          await tx.query<{ last_seq: number }>('UPDATE gateway_seq SET last_seq = last_seq + 1 WHERE gateway_id = $1 RETURNING last_seq', [
+            s.gatewayId,
+          ])
+        ).rows[0]?.last_seq;
         await tx.query(
           `INSERT INTO outbox (gateway_id, seq, jti, type, body, cid, status, attempts, next_attempt_at, created_at) VALUES ($1, $2, gen_random_uuid(), 'key.revoke', '{}', 'cid-dead', 'dead', 5, 0, 0)`,
           [s.gatewayId, seq],
@@ -73,13 +98,20 @@ describe.each(pgBackends())('admin API resources on %s', (backend) => {
       expect(m.headers['content-type']).toContain('text/plain');
       expect(m.body).toContain(`tobira_cloud_gateway_clock_skew_seconds{gateway_id="${s.gatewayId}"} 600`);
       expect(m.body).toContain(`tobira_cloud_gateway_dead_letters{gateway_id="${s.gatewayId}"} 1`);
-      expect((await h.app.inject({ method: 'GET', url: '/metrics', headers: bearer(h.tokens.managerA) })).json()).toMatchObject({ code: 'FORBIDDEN_ROLE' });
+      expect((await h.app.inject({ method: 'GET', url: '/metrics', headers: bearer(h.tokens.managerA) })).json()).toMatchObject({
+        code: 'FORBIDDEN_ROLE',
+      });
       expect((await h.app.inject({ method: 'GET', url: '/metrics' })).statusCode).toBe(401);
     });
 
     it("the provisioning names the site's own time zone, not a default", async () => {
       const siteId = `site-lisbon-${newId().slice(-8)}`;
-      const site = await h.app.inject({ method: 'POST', url: '/sites', headers: bearer(h.tokens.admin), payload: { id: siteId, name: 'Lisbon', timeZone: 'Europe/Lisbon' } });
+      const site = await h.app.inject({
+        method: 'POST',
+        url: '/sites',
+        headers: bearer(h.tokens.admin),
+        payload: { id: siteId, name: 'Lisbon', timeZone: 'Europe/Lisbon' },
+      });
       expect(site.statusCode).toBe(201);
       const s = await seedSite(h, siteId);
       expect(s.provisioning).toMatchObject({ siteId, timeZone: 'Europe/Lisbon' });
@@ -89,13 +121,23 @@ describe.each(pgBackends())('admin API resources on %s', (backend) => {
 
     it('a gateway id that is taken is 422 GATEWAY_ALREADY_EXISTS', async () => {
       const s = await seedSite(h, h.siteA);
-      const r = await h.app.inject({ method: 'POST', url: '/gateways', headers: bearer(h.tokens.admin), payload: { gatewayId: s.gatewayId, siteId: h.siteA, publicJwk: s.pair.publicJwk } });
+      const r = await h.app.inject({
+        method: 'POST',
+        url: '/gateways',
+        headers: bearer(h.tokens.admin),
+        payload: { gatewayId: s.gatewayId, siteId: h.siteA, publicJwk: s.pair.publicJwk },
+      });
       expect(r.statusCode).toBe(422);
       expect(r.json()).toMatchObject({ status: 'refused', code: 'GATEWAY_ALREADY_EXISTS' });
     });
 
     it('a door behind an unknown gateway is 404 GATEWAY_NOT_FOUND', async () => {
-      const r = await h.app.inject({ method: 'POST', url: '/doors', headers: bearer(h.tokens.admin), payload: { gatewayId: 'no-such-gw', name: 'X' } });
+      const r = await h.app.inject({
+        method: 'POST',
+        url: '/doors',
+        headers: bearer(h.tokens.admin),
+        payload: { gatewayId: 'no-such-gw', name: 'X' },
+      });
       expect(r.statusCode).toBe(404);
       expect(r.json()).toMatchObject({ status: 'refused', code: 'GATEWAY_NOT_FOUND' });
     });
@@ -113,8 +155,17 @@ describe.each(pgBackends())('admin API resources on %s', (backend) => {
       expect(r.statusCode).toBe(202);
       expect(r.headers['x-correlation-id']).toBe('corr-issue-1');
       expect(r.headers.etag).toBe('"1"');
-      expect(r.json()).toMatchObject({ status: 'applied', code: 'KEY_ISSUED', cid: 'corr-issue-1', delivery: 'pending', errors: [], key: { id: `key-${s.u}`, status: 'issuing', siteId: h.siteA } });
-      const outbox = await h.cloud.db.query<{ cid: string; type: string }>('SELECT cid, type FROM outbox WHERE key_id = $1', [`key-${s.u}`]);
+      expect(r.json()).toMatchObject({
+        status: 'applied',
+        code: 'KEY_ISSUED',
+        cid: 'corr-issue-1',
+        delivery: 'pending',
+        errors: [],
+        key: { id: `key-${s.u}`, status: 'issuing', siteId: h.siteA },
+      });
+      const outbox = await h.cloud.db.query<{ cid: string; type: string }>('SELECT cid, type FROM outbox WHERE key_id = $1', [
+        `key-${s.u}`,
+      ]);
       expect(outbox.rows).toEqual([{ cid: 'corr-issue-1', type: 'key.grant' }]);
       const got = await h.app.inject({ method: 'GET', url: `/keys/key-${s.u}`, headers: bearer(h.tokens.auditorA) });
       expect(got.statusCode).toBe(200);
@@ -124,7 +175,12 @@ describe.each(pgBackends())('admin API resources on %s', (backend) => {
 
     describe('offline-capable (staff master) keys', () => {
       const grantOf = async (keyId: string) =>
-        (await h.cloud.db.query<{ body: { key: Record<string, unknown> } }>(`SELECT body FROM outbox WHERE key_id = $1 AND type = 'key.grant'`, [keyId])).rows[0]?.body.key;
+        (
+          await h.cloud.db.query<{ body: { key: Record<string, unknown> } }>(
+            `SELECT body FROM outbox WHERE key_id = $1 AND type = 'key.grant'`,
+            [keyId],
+          )
+        ).rows[0]?.body.key;
 
       it('a manager token may not issue one: 403 FORBIDDEN_ROLE, nothing written, nothing stored under its Idempotency-Key', async () => {
         const s = await seedSite(h, h.siteA);
@@ -139,7 +195,12 @@ describe.each(pgBackends())('admin API resources on %s', (backend) => {
         expect(r.json()).toMatchObject({ status: 'refused', code: 'FORBIDDEN_ROLE' });
         expect(await snapshot(h)).toEqual(before);
         // the same manager still issues ordinary keys, and their grants carry no offline cap
-        const plain = await h.app.inject({ method: 'POST', url: '/keys', headers: bearer(h.tokens.managerA), payload: issueBody(s, { keyId: `plain-${s.u}`, offlineCapable: false }) });
+        const plain = await h.app.inject({
+          method: 'POST',
+          url: '/keys',
+          headers: bearer(h.tokens.managerA),
+          payload: issueBody(s, { keyId: `plain-${s.u}`, offlineCapable: false }),
+        });
         expect(plain.statusCode).toBe(202);
         expect(plain.json().key).toMatchObject({ offlineCapable: false, offlineMaxSeconds: null });
         expect(await grantOf(`plain-${s.u}`)).not.toHaveProperty('offlineMaxSeconds');
@@ -147,11 +208,21 @@ describe.each(pgBackends())('admin API resources on %s', (backend) => {
 
       it('an admin token issues one; its grant carries the offline cap: the server cap (7 days) by default, or a lower one asked for', async () => {
         const s = await seedSite(h, h.siteA);
-        const byDefault = await h.app.inject({ method: 'POST', url: '/keys', headers: bearer(h.tokens.admin), payload: issueBody(s, { keyId: `staff-${s.u}`, offlineCapable: true }) });
+        const byDefault = await h.app.inject({
+          method: 'POST',
+          url: '/keys',
+          headers: bearer(h.tokens.admin),
+          payload: issueBody(s, { keyId: `staff-${s.u}`, offlineCapable: true }),
+        });
         expect(byDefault.statusCode).toBe(202);
         expect(byDefault.json().key).toMatchObject({ offlineCapable: true, offlineMaxSeconds: 604_800 });
         expect(await grantOf(`staff-${s.u}`)).toMatchObject({ offlineCapable: true, offlineMaxSeconds: 604_800 });
-        const lower = await h.app.inject({ method: 'POST', url: '/keys', headers: bearer(h.tokens.admin), payload: issueBody(s, { keyId: `staff2-${s.u}`, offlineCapable: true, offlineMaxSeconds: 3600 }) });
+        const lower = await h.app.inject({
+          method: 'POST',
+          url: '/keys',
+          headers: bearer(h.tokens.admin),
+          payload: issueBody(s, { keyId: `staff2-${s.u}`, offlineCapable: true, offlineMaxSeconds: 3600 }),
+        });
         expect(lower.statusCode).toBe(202);
         expect(await grantOf(`staff2-${s.u}`)).toMatchObject({ offlineCapable: true, offlineMaxSeconds: 3600 });
       });
@@ -159,10 +230,20 @@ describe.each(pgBackends())('admin API resources on %s', (backend) => {
       it('a cap above the server cap is 422 OFFLINE_MAX_TOO_LONG, and a cap on an ordinary key is 422 INVALID_REQUEST; nothing written', async () => {
         const s = await seedSite(h, h.siteA);
         const before = await snapshot(h);
-        const long = await h.app.inject({ method: 'POST', url: '/keys', headers: bearer(h.tokens.admin), payload: issueBody(s, { offlineCapable: true, offlineMaxSeconds: 604_801 }) });
+        const long = await h.app.inject({
+          method: 'POST',
+          url: '/keys',
+          headers: bearer(h.tokens.admin),
+          payload: issueBody(s, { offlineCapable: true, offlineMaxSeconds: 604_801 }),
+        });
         expect(long.statusCode).toBe(422);
         expect(long.json()).toMatchObject({ status: 'refused', code: 'OFFLINE_MAX_TOO_LONG' });
-        const stray = await h.app.inject({ method: 'POST', url: '/keys', headers: bearer(h.tokens.managerA), payload: issueBody(s, { offlineMaxSeconds: 3600 }) });
+        const stray = await h.app.inject({
+          method: 'POST',
+          url: '/keys',
+          headers: bearer(h.tokens.managerA),
+          payload: issueBody(s, { offlineMaxSeconds: 3600 }),
+        });
         expect(stray.statusCode).toBe(422);
         expect(stray.json()).toMatchObject({ status: 'refused', code: 'INVALID_REQUEST' });
         expect(await snapshot(h)).toEqual(before);
@@ -173,10 +254,25 @@ describe.each(pgBackends())('admin API resources on %s', (backend) => {
       const s = await seedSite(h, h.siteA);
       const issued = await h.app.inject({ method: 'POST', url: '/keys', headers: bearer(h.tokens.managerA), payload: issueBody(s) });
       const keyId = issued.json().key.id as string;
-      const r = await h.app.inject({ method: 'POST', url: `/keys/${keyId}/revoke`, headers: bearer(h.tokens.managerA), payload: { reason: 'credential_lost' } });
+      const r = await h.app.inject({
+        method: 'POST',
+        url: `/keys/${keyId}/revoke`,
+        headers: bearer(h.tokens.managerA),
+        payload: { reason: 'credential_lost' },
+      });
       expect(r.statusCode).toBe(202);
-      expect(r.json()).toMatchObject({ status: 'applied', code: 'KEY_REVOKE_QUEUED', key: { status: 'revoking', revokeReason: 'credential_lost' }, delivery: 'pending' });
-      const again = await h.app.inject({ method: 'POST', url: `/keys/${keyId}/revoke`, headers: bearer(h.tokens.managerA), payload: { reason: 'credential_lost' } });
+      expect(r.json()).toMatchObject({
+        status: 'applied',
+        code: 'KEY_REVOKE_QUEUED',
+        key: { status: 'revoking', revokeReason: 'credential_lost' },
+        delivery: 'pending',
+      });
+      const again = await h.app.inject({
+        method: 'POST',
+        url: `/keys/${keyId}/revoke`,
+        headers: bearer(h.tokens.managerA),
+        payload: { reason: 'credential_lost' },
+      });
       expect(again.statusCode).toBe(200);
       expect(again.json()).toMatchObject({ status: 'noop', code: 'KEY_ALREADY_REVOKED' });
       const hist = await h.app.inject({ method: 'GET', url: `/keys/${keyId}/history`, headers: bearer(h.tokens.auditorA) });
@@ -208,7 +304,12 @@ describe.each(pgBackends())('admin API resources on %s', (backend) => {
       const s = await seedSite(h, h.siteB, h.tokens.managerB);
       const ids: string[] = [];
       for (let i = 0; i < 5; i++) {
-        const r = await h.app.inject({ method: 'POST', url: '/keys', headers: bearer(h.tokens.managerB), payload: issueBody(s, { keyId: `k${i}-${s.u}` }) });
+        const r = await h.app.inject({
+          method: 'POST',
+          url: '/keys',
+          headers: bearer(h.tokens.managerB),
+          payload: issueBody(s, { keyId: `k${i}-${s.u}` }),
+        });
         ids.push(r.json().key.id);
       }
       const seen: string[] = [];
@@ -221,7 +322,11 @@ describe.each(pgBackends())('admin API resources on %s', (backend) => {
         cursor = page.json().nextCursor;
       } while (cursor);
       expect(seen.sort()).toEqual([...ids].sort());
-      const revoked = await h.app.inject({ method: 'GET', url: `/keys?personId=${s.personId}&status=revoked`, headers: bearer(h.tokens.managerB) });
+      const revoked = await h.app.inject({
+        method: 'GET',
+        url: `/keys?personId=${s.personId}&status=revoked`,
+        headers: bearer(h.tokens.managerB),
+      });
       expect(revoked.json().items).toEqual([]);
       const otherSite = await h.app.inject({ method: 'GET', url: `/keys?personId=${s.personId}`, headers: bearer(h.tokens.managerA) });
       expect(otherSite.json().items).toEqual([]);
@@ -242,13 +347,17 @@ describe.each(pgBackends())('admin API resources on %s', (backend) => {
       const t0 = 1_800_000_000_000;
       for (let i = 0; i < 5; i++) await insert(a.gatewayId, a.doorId, a.personId, t0 + i, i % 2 === 0 ? 'ALLOWED' : 'UNKNOWN_CREDENTIAL');
       await insert(b.gatewayId, b.doorId, b.personId, t0 + 2, 'ALLOWED');
-      const get = (q: string, token = h.tokens.managerA) => h.app.inject({ method: 'GET', url: `/access-events?${q}`, headers: bearer(token) });
+      const get = (q: string, token = h.tokens.managerA) =>
+        h.app.inject({ method: 'GET', url: `/access-events?${q}`, headers: bearer(token) });
       const all = await get(`doorId=${a.doorId}`);
       expect(all.statusCode).toBe(200);
       expect(all.json().items.map((e: { at: number }) => e.at)).toEqual([0, 1, 2, 3, 4].map((i) => t0 + i));
       expect(all.json().items[0]).toMatchObject({ siteId: h.siteA, gatewayId: a.gatewayId, personId: a.personId, cid: 'cid-ev' });
       expect((await get(`gatewayId=${a.gatewayId}&code=UNKNOWN_CREDENTIAL`)).json().items).toHaveLength(2);
-      expect((await get(`personId=${a.personId}&from=${t0 + 1}&to=${t0 + 3}`)).json().items.map((e: { at: number }) => e.at)).toEqual([t0 + 1, t0 + 2]);
+      expect((await get(`personId=${a.personId}&from=${t0 + 1}&to=${t0 + 3}`)).json().items.map((e: { at: number }) => e.at)).toEqual([
+        t0 + 1,
+        t0 + 2,
+      ]);
       const pages: number[] = [];
       let cursor: string | null = null;
       do {
@@ -272,7 +381,11 @@ describe.each(pgBackends())('admin API resources on %s', (backend) => {
       const keyId = issued.json().key.id as string;
       // a row the dispatcher gave up on, made in one transaction (pending → sending → dead) so the live dispatcher never sees it pending
       await h.cloud.db.transaction(async (tx) => {
-        const seq = (await tx.query<{ last_seq: number }>('UPDATE gateway_seq SET last_seq = last_seq + 1 WHERE gateway_id = $1 RETURNING last_seq', [s.gatewayId])).rows[0]?.last_seq;
+        const seq = (
+          await tx.query<{ last_seq: number }>('UPDATE gateway_seq SET last_seq = last_seq + 1 WHERE gateway_id = $1 RETURNING last_seq', [
+            s.gatewayId,
+          ])
+        ).rows[0]?.last_seq;
         const id = (
           await tx.query<{ id: number }>(
             `INSERT INTO outbox (gateway_id, seq, jti, type, key_id, key_version, body, cid, status, next_attempt_at, created_at)
@@ -281,7 +394,10 @@ describe.each(pgBackends())('admin API resources on %s', (backend) => {
           )
         ).rows[0]?.id;
         await tx.query(`UPDATE outbox SET status = 'sending', lease_token = gen_random_uuid(), lease_until = 9e15 WHERE id = $1`, [id]);
-        await tx.query(`UPDATE outbox SET status = 'dead', lease_token = NULL, lease_until = NULL, last_error = 'broker said no' WHERE id = $1`, [id]);
+        await tx.query(
+          `UPDATE outbox SET status = 'dead', lease_token = NULL, lease_until = NULL, last_error = 'broker said no' WHERE id = $1`,
+          [id],
+        );
       });
       const list = await h.app.inject({ method: 'GET', url: `/dead-letters?gatewayId=${s.gatewayId}`, headers: bearer(h.tokens.managerA) });
       expect(list.statusCode).toBe(200);
@@ -289,8 +405,13 @@ describe.each(pgBackends())('admin API resources on %s', (backend) => {
       expect(row).toMatchObject({ gatewayId: s.gatewayId, keyId, lastError: 'broker said no', siteId: h.siteA });
       const key = await h.app.inject({ method: 'GET', url: `/keys/${keyId}`, headers: bearer(h.tokens.managerA) });
       expect(key.json()).toMatchObject({ delivery: 'failed', errors: [expect.objectContaining({ code: 'DELIVERY_DEAD_LETTERED' })] });
-      expect((await h.app.inject({ method: 'GET', url: `/dead-letters?gatewayId=${s.gatewayId}`, headers: bearer(h.tokens.managerB) })).json().items).toEqual([]);
-      expect((await h.app.inject({ method: 'POST', url: `/dead-letters/${row.id}/retry`, headers: bearer(h.tokens.managerB) })).statusCode).toBe(404);
+      expect(
+        (await h.app.inject({ method: 'GET', url: `/dead-letters?gatewayId=${s.gatewayId}`, headers: bearer(h.tokens.managerB) })).json()
+          .items,
+      ).toEqual([]);
+      expect(
+        (await h.app.inject({ method: 'POST', url: `/dead-letters/${row.id}/retry`, headers: bearer(h.tokens.managerB) })).statusCode,
+      ).toBe(404);
       const retry = await h.app.inject({ method: 'POST', url: `/dead-letters/${row.id}/retry`, headers: bearer(h.tokens.managerA) });
       expect(retry.statusCode).toBe(200);
       expect(retry.json()).toEqual({ status: 'applied', code: 'MESSAGE_APPLIED' });

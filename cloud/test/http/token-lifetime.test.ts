@@ -27,10 +27,12 @@ describe.each(pgBackends())('API token lifetime and rotation on %s', (backend) =
     h.app.inject({ method: 'POST', url: `/api-tokens/${id}/rotate`, headers: { ...bearer(token), ...headers }, payload });
   const row = async (id: string) =>
     (
-      await h.cloud.db.query<{ expires_at: number | null; revoked_at: number | null; rotated_to: string | null; last_used_at: number | null }>(
-        'SELECT expires_at, revoked_at, rotated_to, last_used_at FROM api_tokens WHERE id = $1',
-        [id],
-      )
+      await h.cloud.db.query<{
+        expires_at: number | null;
+        revoked_at: number | null;
+        rotated_to: string | null;
+        last_used_at: number | null;
+      }>('SELECT expires_at, revoked_at, rotated_to, last_used_at FROM api_tokens WHERE id = $1', [id])
     ).rows[0];
   const listed = async (id: string) => {
     const r = await get(h.tokens.admin, '/api-tokens');
@@ -46,7 +48,11 @@ describe.each(pgBackends())('API token lifetime and rotation on %s', (backend) =
       h.cloud.clock.advance(1);
       const r = await get(t.token);
       expect(r.statusCode).toBe(401);
-      expect(r.json()).toMatchObject({ status: 'refused', code: 'TOKEN_EXPIRED', detail: `expired at ${new Date(t.expiresAt ?? 0).toISOString()}` });
+      expect(r.json()).toMatchObject({
+        status: 'refused',
+        code: 'TOKEN_EXPIRED',
+        detail: `expired at ${new Date(t.expiresAt ?? 0).toISOString()}`,
+      });
       expect(r.headers['www-authenticate']).toContain('invalid_token');
     });
 
@@ -55,7 +61,12 @@ describe.each(pgBackends())('API token lifetime and rotation on %s', (backend) =
       h.cloud.clock.advance(DAY);
       const before = await snapshot(h);
       const lastUsed = (await row(t.id))?.last_used_at;
-      const r = await h.app.inject({ method: 'POST', url: '/sites', headers: { ...bearer(t.token), 'idempotency-key': `exp-${t.id}` }, payload: { name: 'never' } });
+      const r = await h.app.inject({
+        method: 'POST',
+        url: '/sites',
+        headers: { ...bearer(t.token), 'idempotency-key': `exp-${t.id}` },
+        payload: { name: 'never' },
+      });
       expect(r.statusCode).toBe(401);
       expect(r.json().code).toBe('TOKEN_EXPIRED');
       expect(await snapshot(h)).toEqual(before);
@@ -64,7 +75,9 @@ describe.each(pgBackends())('API token lifetime and rotation on %s', (backend) =
 
     it('a revoked token is UNAUTHENTICATED, even when it has also expired', async () => {
       const t = await mint('manager', { expiresInDays: 1 });
-      expect((await h.app.inject({ method: 'POST', url: `/api-tokens/${t.id}/revoke`, headers: bearer(h.tokens.admin) })).statusCode).toBe(200);
+      expect((await h.app.inject({ method: 'POST', url: `/api-tokens/${t.id}/revoke`, headers: bearer(h.tokens.admin) })).statusCode).toBe(
+        200,
+      );
       expect((await get(t.token)).json().code).toBe('UNAUTHENTICATED');
       h.cloud.clock.advance(DAY);
       expect((await get(t.token)).json().code).toBe('UNAUTHENTICATED');
@@ -74,7 +87,14 @@ describe.each(pgBackends())('API token lifetime and rotation on %s', (backend) =
       const t = await mint('manager', { expiresInDays: 1 });
       h.cloud.clock.advance(DAY);
       const item = await listed(t.id);
-      expect(item).toMatchObject({ id: t.id, state: 'expired', expiresAt: t.expiresAt, revokedAt: null, rotatedTo: null, rotatedFrom: null });
+      expect(item).toMatchObject({
+        id: t.id,
+        state: 'expired',
+        expiresAt: t.expiresAt,
+        revokedAt: null,
+        rotatedTo: null,
+        rotatedFrom: null,
+      });
       const body = (await get(h.tokens.admin, '/api-tokens')).body;
       expect(body).not.toContain(t.token);
       expect(body).not.toContain(hashToken(t.token));
@@ -83,7 +103,12 @@ describe.each(pgBackends())('API token lifetime and rotation on %s', (backend) =
 
   describe('lifetime at creation', () => {
     it('a token created without a lifetime gets the default (90 days)', async () => {
-      const r = await h.app.inject({ method: 'POST', url: '/api-tokens', headers: bearer(h.tokens.admin), payload: { name: 'pms', role: 'manager', sites: [h.siteA] } });
+      const r = await h.app.inject({
+        method: 'POST',
+        url: '/api-tokens',
+        headers: bearer(h.tokens.admin),
+        payload: { name: 'pms', role: 'manager', sites: [h.siteA] },
+      });
       expect(r.statusCode).toBe(201);
       expect(r.json()).toMatchObject({ status: 'applied', expiresAt: now() + 90 * DAY });
       expect((await row(r.json().id))?.expires_at).toBe(now() + 90 * DAY);
@@ -91,21 +116,42 @@ describe.each(pgBackends())('API token lifetime and rotation on %s', (backend) =
     });
 
     it('expiresInDays sets it; out of 1..3650 is 400 and makes no token', async () => {
-      const r = await h.app.inject({ method: 'POST', url: '/api-tokens', headers: bearer(h.tokens.admin), payload: { name: 'short', role: 'admin', expiresInDays: 3 } });
+      const r = await h.app.inject({
+        method: 'POST',
+        url: '/api-tokens',
+        headers: bearer(h.tokens.admin),
+        payload: { name: 'short', role: 'admin', expiresInDays: 3 },
+      });
       expect(r.statusCode).toBe(201);
       expect(r.json().expiresAt).toBe(now() + 3 * DAY);
       const before = await count(h, 'api_tokens');
       for (const expiresInDays of [0, 3651, 1.5, null]) {
-        const bad = await h.app.inject({ method: 'POST', url: '/api-tokens', headers: bearer(h.tokens.admin), payload: { name: 'bad', role: 'admin', expiresInDays } });
+        const bad = await h.app.inject({
+          method: 'POST',
+          url: '/api-tokens',
+          headers: bearer(h.tokens.admin),
+          payload: { name: 'bad', role: 'admin', expiresInDays },
+        });
         expect(bad.statusCode).toBe(400);
       }
       expect(await count(h, 'api_tokens')).toBe(before);
     });
 
     it('with tokenDefaultTtlMs null a token without a lifetime never expires', async () => {
-      const app = await buildApp({ cloud: h.cloud, db: h.cloud.db, log: testLog, clock: h.cloud.clock, config: { tokenDefaultTtlMs: null } });
+      const app = await buildApp({
+        cloud: h.cloud,
+        db: h.cloud.db,
+        log: testLog,
+        clock: h.cloud.clock,
+        config: { tokenDefaultTtlMs: null },
+      });
       try {
-        const r = await app.inject({ method: 'POST', url: '/api-tokens', headers: bearer(h.tokens.admin), payload: { name: 'forever', role: 'admin' } });
+        const r = await app.inject({
+          method: 'POST',
+          url: '/api-tokens',
+          headers: bearer(h.tokens.admin),
+          payload: { name: 'forever', role: 'admin' },
+        });
         expect(r.statusCode).toBe(201);
         expect(r.json().expiresAt).toBeNull();
         h.cloud.clock.advance(3650 * DAY);
@@ -142,7 +188,14 @@ describe.each(pgBackends())('API token lifetime and rotation on %s', (backend) =
       const t = await mint('auditor', { expiresInDays: 30 });
       const r = await get(t.token, '/api-tokens/self');
       expect(r.statusCode).toBe(200);
-      expect(r.json().token).toMatchObject({ id: t.id, role: 'auditor', sites: [h.siteA], expiresAt: t.expiresAt, state: 'active', revokedAt: null });
+      expect(r.json().token).toMatchObject({
+        id: t.id,
+        role: 'auditor',
+        sites: [h.siteA],
+        expiresAt: t.expiresAt,
+        state: 'active',
+        revokedAt: null,
+      });
       expect(r.body).not.toContain(t.token);
       expect(r.body).not.toContain(hashToken(t.token));
       const other = await get(h.tokens.managerA, '/api-tokens/self');
@@ -160,14 +213,25 @@ describe.each(pgBackends())('API token lifetime and rotation on %s', (backend) =
       const r = await rotate(h.tokens.admin, old.id);
       expect(r.statusCode).toBe(201);
       const n = r.json();
-      expect(n).toMatchObject({ status: 'applied', code: 'MESSAGE_APPLIED', name: old.name, role: 'manager', sites: [h.siteA], expiresAt: now() + 90 * DAY });
+      expect(n).toMatchObject({
+        status: 'applied',
+        code: 'MESSAGE_APPLIED',
+        name: old.name,
+        role: 'manager',
+        sites: [h.siteA],
+        expiresAt: now() + 90 * DAY,
+      });
       expect(n.rotatedFrom).toEqual({ id: old.id, expiresAt: now() + HOUR, revokedAt: null });
       expect(n.token).toMatch(/^tbr_[A-Za-z0-9_-]{43}$/);
-      const stored = await h.cloud.db.query<{ id: string; token_hash: string }>('SELECT id, token_hash FROM api_tokens WHERE id = $1', [n.id]);
+      const stored = await h.cloud.db.query<{ id: string; token_hash: string }>('SELECT id, token_hash FROM api_tokens WHERE id = $1', [
+        n.id,
+      ]);
       expect(stored.rows).toEqual([{ id: n.id, token_hash: hashToken(n.token) }]);
       // same scope: sees its site only, may not create sites
       expect((await get(n.token)).json().items.map((s: { id: string }) => s.id)).toEqual([h.siteA]);
-      expect((await h.app.inject({ method: 'POST', url: '/sites', headers: bearer(n.token), payload: { name: 'x' } })).statusCode).toBe(403);
+      expect((await h.app.inject({ method: 'POST', url: '/sites', headers: bearer(n.token), payload: { name: 'x' } })).statusCode).toBe(
+        403,
+      );
       expect(await listed(old.id)).toMatchObject({ rotatedTo: n.id, state: 'expiring', expiresAt: now() + HOUR });
       expect(await listed(n.id)).toMatchObject({ rotatedFrom: old.id, rotatedTo: null, state: 'active' });
     });
@@ -235,8 +299,13 @@ describe.each(pgBackends())('API token lifetime and rotation on %s', (backend) =
       expect(r.json()).toMatchObject({ role: 'auditor', sites: [h.siteA] });
       const fresh = r.json().token as string;
       expect((await rotate(fresh, (await mint('auditor')).id)).statusCode).toBe(404);
-      expect((await h.app.inject({ method: 'POST', url: '/people', headers: bearer(fresh), payload: { name: 'x', siteId: h.siteA } })).statusCode).toBe(403);
-      expect((await h.app.inject({ method: 'POST', url: `/api-tokens/${r.json().id}/revoke`, headers: bearer(fresh) })).statusCode).toBe(403);
+      expect(
+        (await h.app.inject({ method: 'POST', url: '/people', headers: bearer(fresh), payload: { name: 'x', siteId: h.siteA } }))
+          .statusCode,
+      ).toBe(403);
+      expect((await h.app.inject({ method: 'POST', url: `/api-tokens/${r.json().id}/revoke`, headers: bearer(fresh) })).statusCode).toBe(
+        403,
+      );
     });
 
     it('a revoked, an expired, an already rotated or an unknown token is refused with its code and nothing is written', async () => {

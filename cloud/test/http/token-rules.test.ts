@@ -1,5 +1,14 @@
 import { describe, expect, it } from 'vitest';
-import { EXPIRY_WARNING_MS, expiresSoon, expiryOf, judgeToken, lastUseDue, rotationRefusal, tokenState, type StoredToken } from '../../src/domain/tokens.js';
+import {
+  EXPIRY_WARNING_MS,
+  expiresSoon,
+  expiryOf,
+  judgeToken,
+  lastUseDue,
+  rotationRefusal,
+  tokenState,
+  type StoredToken,
+} from '../../src/domain/tokens.js';
 
 // The token rules alone (domain/tokens.ts): time is an argument, nothing is stored.
 const NOW = 1_800_000_000_000;
@@ -8,7 +17,11 @@ const live: StoredToken = { id: 't1', name: 'ops', role: 'manager', sites: ['s1'
 
 describe('judging a stored token', () => {
   it('a live token is its principal, with its expiry', () => {
-    expect(judgeToken(live, NOW)).toEqual({ kind: 'ok', principal: { tokenId: 't1', name: 'ops', role: 'manager', sites: ['s1'] }, expiresAt: NOW + DAY });
+    expect(judgeToken(live, NOW)).toEqual({
+      kind: 'ok',
+      principal: { tokenId: 't1', name: 'ops', role: 'manager', sites: ['s1'] },
+      expiresAt: NOW + DAY,
+    });
   });
   it('from its expiry on it is expired, and says when', () => {
     expect(judgeToken(live, NOW + DAY)).toEqual({ kind: 'expired', tokenId: 't1', expiresAt: NOW + DAY });

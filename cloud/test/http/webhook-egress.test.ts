@@ -45,7 +45,11 @@ function reference(ip: string): AddressClass {
 const anyIpv4 = fc.oneof(
   fc.nat(0xffffffff).map(toIp),
   fc
-    .record({ range: fc.constantFrom(...REFERENCE), edge: fc.constantFrom('first', 'last', 'before', 'after', 'inside'), r: fc.nat(0xffffffff) })
+    .record({
+      range: fc.constantFrom(...REFERENCE),
+      edge: fc.constantFrom('first', 'last', 'before', 'after', 'inside'),
+      r: fc.nat(0xffffffff),
+    })
     .map(({ range: [start, prefix], edge, r }) => {
       const lo = toInt(start);
       const size = 2 ** (32 - prefix);
@@ -127,7 +131,10 @@ describe('the registration check with a given resolver', () => {
   it('calls a host that does not resolve, or resolves to nothing, unresolvable', async () => {
     const failing: ResolveAll = () => Promise.reject(Object.assign(new Error('getaddrinfo ENOTFOUND'), { code: 'ENOTFOUND' }));
     expect(await checkWebhookUrl('https://nowhere.test/', guarded, failing)).toMatchObject({ ok: false, code: 'WEBHOOK_URL_UNRESOLVABLE' });
-    expect(await checkWebhookUrl('https://nowhere.test/', guarded, resolver())).toMatchObject({ ok: false, code: 'WEBHOOK_URL_UNRESOLVABLE' });
+    expect(await checkWebhookUrl('https://nowhere.test/', guarded, resolver())).toMatchObject({
+      ok: false,
+      code: 'WEBHOOK_URL_UNRESOLVABLE',
+    });
   });
 
   it('with private networks allowed, accepts internal addresses and plain http without resolving, but still refuses other schemes and userinfo', async () => {
@@ -239,7 +246,10 @@ describe.each(pgBackends())('webhook SSRF guard on %s', (backend) => {
     it('a host that does not resolve is refused with 422 WEBHOOK_URL_UNRESOLVABLE and nothing is written', async () => {
       const before = await count(h, 'webhook_endpoints');
       const res = await register('https://no-such-host.invalid/hook'); // .invalid never resolves (RFC 6761)
-      expect([res.statusCode, res.json()]).toEqual([422, { status: 'refused', code: 'WEBHOOK_URL_UNRESOLVABLE', detail: 'the host does not resolve' }]);
+      expect([res.statusCode, res.json()]).toEqual([
+        422,
+        { status: 'refused', code: 'WEBHOOK_URL_UNRESOLVABLE', detail: 'the host does not resolve' },
+      ]);
       expect(await count(h, 'webhook_endpoints')).toBe(before);
     });
 
@@ -263,9 +273,19 @@ describe.each(pgBackends())('webhook SSRF guard on %s', (backend) => {
 
     it('a refusal under an Idempotency-Key stores nothing: the same key with an allowed URL then registers', async () => {
       const headers = { ...bearer(h.tokens.managerA), 'idempotency-key': `ssrf-${h.siteA}` };
-      const bad = await h.app.inject({ method: 'POST', url: '/webhooks', headers, payload: { siteId: h.siteA, url: 'https://10.0.0.1/x', events: ['alarm'] } });
+      const bad = await h.app.inject({
+        method: 'POST',
+        url: '/webhooks',
+        headers,
+        payload: { siteId: h.siteA, url: 'https://10.0.0.1/x', events: ['alarm'] },
+      });
       expect(bad.statusCode).toBe(422);
-      const good = await h.app.inject({ method: 'POST', url: '/webhooks', headers, payload: { siteId: h.siteA, url: 'https://93.184.216.34/x', events: ['alarm'] } });
+      const good = await h.app.inject({
+        method: 'POST',
+        url: '/webhooks',
+        headers,
+        payload: { siteId: h.siteA, url: 'https://93.184.216.34/x', events: ['alarm'] },
+      });
       expect(good.statusCode).toBe(201);
       await h.app.inject({ method: 'POST', url: `/webhooks/${good.json().webhook.id}/disable`, headers: bearer(h.tokens.managerA) });
     });
@@ -281,9 +301,15 @@ describe.each(pgBackends())('webhook SSRF guard on %s', (backend) => {
       return String(r.rows[0]?.id);
     };
     const outbox = async (id: string) =>
-      (await h.cloud.db.query<{ status: string; next_attempt_at: string }>('SELECT status, next_attempt_at FROM webhook_outbox WHERE id = $1', [id])).rows[0];
+      (
+        await h.cloud.db.query<{ status: string; next_attempt_at: string }>(
+          'SELECT status, next_attempt_at FROM webhook_outbox WHERE id = $1',
+          [id],
+        )
+      ).rows[0];
     const deliveries = async (endpointId: string) =>
-      (await h.app.inject({ method: 'GET', url: `/webhooks/${endpointId}/deliveries`, headers: bearer(h.tokens.auditorA) })).json().items as {
+      (await h.app.inject({ method: 'GET', url: `/webhooks/${endpointId}/deliveries`, headers: bearer(h.tokens.auditorA) })).json()
+        .items as {
         attempt: number;
         statusCode: number | null;
         error: string | null;
@@ -291,9 +317,13 @@ describe.each(pgBackends())('webhook SSRF guard on %s', (backend) => {
         eventStatus: string;
       }[];
     // the row is written directly: registration would refuse it (that is the point: DNS may change after registration)
-    const endpoint = async (url: string) => (await createWebhook(h.cloud.db, { siteId: h.siteA, url, events: ['alarm'] }, h.cloud.clock.now())).id;
+    const endpoint = async (url: string) =>
+      (await createWebhook(h.cloud.db, { siteId: h.siteA, url, events: ['alarm'] }, h.cloud.clock.now())).id;
     const dispatcher = (allowPrivateNetworks: boolean, log = testLog, resolve?: ResolveAll) =>
-      new WebhookDispatcher({ db: h.cloud.db, clock: h.cloud.clock, log, random: () => 1, ...(resolve ? { resolve } : {}) }, { allowPrivateNetworks, baseMs: 1000 });
+      new WebhookDispatcher(
+        { db: h.cloud.db, clock: h.cloud.clock, log, random: () => 1, ...(resolve ? { resolve } : {}) },
+        { allowPrivateNetworks, baseMs: 1000 },
+      );
 
     it('an endpoint at an internal address gets no connection; the attempt is logged WEBHOOK_ADDRESS_FORBIDDEN with the cid and backs off', async () => {
       const local = await httpServer((_, res) => res.writeHead(204).end());
@@ -304,10 +334,18 @@ describe.each(pgBackends())('webhook SSRF guard on %s', (backend) => {
       expect(await dispatcher(false, log).runOnce()).toBe(1);
       expect([local.connections, local.requests]).toEqual([0, 0]);
       expect(await deliveries(id)).toEqual([
-        expect.objectContaining({ attempt: 1, statusCode: null, code: 'WEBHOOK_ADDRESS_FORBIDDEN', error: 'WEBHOOK_ADDRESS_FORBIDDEN: the URL points at a loopback address', eventStatus: 'pending' }),
+        expect.objectContaining({
+          attempt: 1,
+          statusCode: null,
+          code: 'WEBHOOK_ADDRESS_FORBIDDEN',
+          error: 'WEBHOOK_ADDRESS_FORBIDDEN: the URL points at a loopback address',
+          eventStatus: 'pending',
+        }),
       ]);
       expect(Number((await outbox(row))?.next_attempt_at)).toBeGreaterThan(h.cloud.clock.now()); // backing off
-      expect(lines).toContainEqual(expect.objectContaining({ cid: 'cid-ssrf-literal', code: 'WEBHOOK_ADDRESS_FORBIDDEN', msg: 'webhook delivery failed' }));
+      expect(lines).toContainEqual(
+        expect.objectContaining({ cid: 'cid-ssrf-literal', code: 'WEBHOOK_ADDRESS_FORBIDDEN', msg: 'webhook delivery failed' }),
+      );
       // the same row with the guard off does reach the server: the refusal above was the guard's
       await h.cloud.db.query('UPDATE webhook_outbox SET next_attempt_at = $2 WHERE id = $1', [row, h.cloud.clock.now()]);
       expect(await dispatcher(true).runOnce()).toBe(1);
@@ -317,18 +355,28 @@ describe.each(pgBackends())('webhook SSRF guard on %s', (backend) => {
 
     it('a host name is checked at connection time: one that resolves to loopback gets no connection', async () => {
       let self: Local | undefined;
-      const tcp = await listen(createTcpServer((s) => s.destroy()), (l) => (self = l));
+      const tcp = await listen(
+        createTcpServer((s) => s.destroy()),
+        (l) => (self = l),
+      );
       servers.push(tcp);
       const id = await endpoint(`https://localhost:${tcp.port}/hook`);
       await enqueue(id, 'cid-ssrf-localhost');
       expect(await dispatcher(false).runOnce()).toBe(1);
       expect(self?.connections).toBe(0);
-      expect((await deliveries(id))[0]).toMatchObject({ statusCode: null, code: 'WEBHOOK_ADDRESS_FORBIDDEN', error: 'WEBHOOK_ADDRESS_FORBIDDEN: the host resolves to a loopback address' });
+      expect((await deliveries(id))[0]).toMatchObject({
+        statusCode: null,
+        code: 'WEBHOOK_ADDRESS_FORBIDDEN',
+        error: 'WEBHOOK_ADDRESS_FORBIDDEN: the host resolves to a loopback address',
+      });
     });
 
     it('a host re-pointed at an internal address after registration (DNS rebinding) is refused at delivery', async () => {
       let self: Local | undefined;
-      const tcp = await listen(createTcpServer((s) => s.destroy()), (l) => (self = l));
+      const tcp = await listen(
+        createTcpServer((s) => s.destroy()),
+        (l) => (self = l),
+      );
       servers.push(tcp);
       let answer = '93.184.216.34';
       const dns: ResolveAll = () => Promise.resolve([{ address: answer, family: 4 }]);
@@ -339,7 +387,10 @@ describe.each(pgBackends())('webhook SSRF guard on %s', (backend) => {
       answer = '127.0.0.1';
       expect(await dispatcher(false, testLog, dns).runOnce()).toBe(1);
       expect(self?.connections).toBe(0);
-      expect((await deliveries(id))[0]).toMatchObject({ statusCode: null, error: 'WEBHOOK_ADDRESS_FORBIDDEN: the host resolves to a loopback address' });
+      expect((await deliveries(id))[0]).toMatchObject({
+        statusCode: null,
+        error: 'WEBHOOK_ADDRESS_FORBIDDEN: the host resolves to a loopback address',
+      });
     });
 
     it('a redirect is not followed: the attempt fails with the 3xx and the redirect target receives nothing', async () => {
@@ -351,7 +402,13 @@ describe.each(pgBackends())('webhook SSRF guard on %s', (backend) => {
       expect(await dispatcher(true).runOnce()).toBe(1);
       expect([redirecting.requests, target.connections]).toEqual([1, 0]);
       expect(await deliveries(id)).toEqual([
-        expect.objectContaining({ attempt: 1, statusCode: 302, code: 'WEBHOOK_REDIRECT_NOT_FOLLOWED', error: 'HTTP 302: redirects are not followed', eventStatus: 'pending' }),
+        expect.objectContaining({
+          attempt: 1,
+          statusCode: 302,
+          code: 'WEBHOOK_REDIRECT_NOT_FOLLOWED',
+          error: 'HTTP 302: redirects are not followed',
+          eventStatus: 'pending',
+        }),
       ]);
       expect(Number((await outbox(row))?.next_attempt_at)).toBeGreaterThan(h.cloud.clock.now());
     });
@@ -369,7 +426,10 @@ describe.each(pgBackends())('webhook SSRF guard on %s', (backend) => {
         [closed.url, 'WEBHOOK_CONNECTION_FAILED'],
         [ok.url, null],
       ];
-      const short = new WebhookDispatcher({ db: h.cloud.db, clock: h.cloud.clock, log: testLog, random: () => 1 }, { allowPrivateNetworks: true, baseMs: 1000, timeoutMs: 300 });
+      const short = new WebhookDispatcher(
+        { db: h.cloud.db, clock: h.cloud.clock, log: testLog, random: () => 1 },
+        { allowPrivateNetworks: true, baseMs: 1000, timeoutMs: 300 },
+      );
       for (const [url, code] of cases) {
         const id = await endpoint(url);
         await enqueue(id, `cid-code-${code ?? 'ok'}`);

@@ -41,7 +41,10 @@ describe.each(pgBackends())('webhooks on %s', (backend) => {
   });
 
   const dispatcher = () =>
-    new WebhookDispatcher({ db: h.cloud.db, clock: h.cloud.clock, log: testLog, random: () => 1 }, { maxAttempts: 2, baseMs: 1000, allowPrivateNetworks: true });
+    new WebhookDispatcher(
+      { db: h.cloud.db, clock: h.cloud.clock, log: testLog, random: () => 1 },
+      { maxAttempts: 2, baseMs: 1000, allowPrivateNetworks: true },
+    );
   const register = async (events: string[], token = h.tokens.managerA) =>
     h.app.inject({ method: 'POST', url: '/webhooks', headers: bearer(token), payload: { siteId: h.siteA, url, events } });
 
@@ -53,7 +56,12 @@ describe.each(pgBackends())('webhooks on %s', (backend) => {
     expect(secret).toMatch(/^whsec_/);
     received.length = 0;
     answer = 204;
-    const issued = await h.app.inject({ method: 'POST', url: '/keys', headers: { ...bearer(h.tokens.managerA), 'x-correlation-id': `wh-${s.u}` }, payload: issueBody(s) });
+    const issued = await h.app.inject({
+      method: 'POST',
+      url: '/keys',
+      headers: { ...bearer(h.tokens.managerA), 'x-correlation-id': `wh-${s.u}` },
+      payload: issueBody(s),
+    });
     const keyId = issued.json().key.id as string;
     // queued in the verb's own transaction, by trigger
     expect((await h.cloud.db.query('SELECT 1 FROM webhook_outbox WHERE endpoint_id = $1', [webhook.id])).rowCount).toBe(1);
@@ -61,14 +69,20 @@ describe.each(pgBackends())('webhooks on %s', (backend) => {
     expect(received).toHaveLength(1);
     const got = received[0] as Received;
     const body = JSON.parse(got.body) as { id: string; type: string; cid: string; data: Record<string, unknown> };
-    expect(body).toMatchObject({ type: 'key.state_changed', cid: `wh-${s.u}`, data: { keyId, event: 'issue', to: 'issuing', code: 'KEY_ISSUED' } });
+    expect(body).toMatchObject({
+      type: 'key.state_changed',
+      cid: `wh-${s.u}`,
+      data: { keyId, event: 'issue', to: 'issuing', code: 'KEY_ISSUED' },
+    });
     expect(got.headers['tobira-event-id']).toBe(body.id);
     const sig = got.headers['tobira-signature'] as string;
     const t = Number(/t=(\d+)/.exec(sig)?.[1]);
     expect(sig).toBe(signWebhook(secret, t, got.body));
     expect(got.headers['x-correlation-id']).toBe(`wh-${s.u}`);
     const log = await h.app.inject({ method: 'GET', url: `/webhooks/${webhook.id}/deliveries`, headers: bearer(h.tokens.auditorA) });
-    expect(log.json().items).toEqual([expect.objectContaining({ attempt: 1, statusCode: 204, error: null, code: null, eventStatus: 'delivered' })]);
+    expect(log.json().items).toEqual([
+      expect.objectContaining({ attempt: 1, statusCode: 204, error: null, code: null, eventStatus: 'delivered' }),
+    ]);
     expect(await dispatcher().runOnce()).toBe(0);
     await h.app.inject({ method: 'POST', url: `/webhooks/${webhook.id}/disable`, headers: bearer(h.tokens.managerA) });
   });
@@ -91,16 +105,21 @@ describe.each(pgBackends())('webhooks on %s', (backend) => {
     h.cloud.clock.advance(60_000);
     expect(await d.runOnce()).toBe(0); // dead after 2 attempts
     expect(received).toHaveLength(2);
-    expect(JSON.parse(received[0]?.body ?? '{}')).toMatchObject({ type: 'access.event', data: { code: 'UNKNOWN_CREDENTIAL', doorId: s.doorId } });
+    expect(JSON.parse(received[0]?.body ?? '{}')).toMatchObject({
+      type: 'access.event',
+      data: { code: 'UNKNOWN_CREDENTIAL', doorId: s.doorId },
+    });
     const log = await h.app.inject({ method: 'GET', url: `/webhooks/${webhook.id}/deliveries`, headers: bearer(h.tokens.managerA) });
-    expect(log.json().items.map((x: { attempt: number; statusCode: number; eventStatus: string }) => [x.attempt, x.statusCode, x.eventStatus])).toEqual([
+    expect(
+      log.json().items.map((x: { attempt: number; statusCode: number; eventStatus: string }) => [x.attempt, x.statusCode, x.eventStatus]),
+    ).toEqual([
       [2, 500, 'dead'],
       [1, 500, 'dead'],
     ]);
     await h.app.inject({ method: 'POST', url: `/webhooks/${webhook.id}/disable`, headers: bearer(h.tokens.managerA) });
   });
 
-  it('a downlink the dispatcher dead-letters raises downlink.dead_lettered for its site (the operator\'s alarm: that gateway is behind)', async () => {
+  it("a downlink the dispatcher dead-letters raises downlink.dead_lettered for its site (the operator's alarm: that gateway is behind)", async () => {
     const s = await seedSite(h, h.siteA);
     const { webhook } = (await register(['downlink.dead_lettered'])).json() as { webhook: { id: string } };
     received.length = 0;
@@ -108,7 +127,11 @@ describe.each(pgBackends())('webhooks on %s', (backend) => {
     const leaseToken = randomUUID();
     const now = h.cloud.clock.now();
     const row = await h.cloud.db.transaction(async (tx) => {
-      const seq = (await tx.query<{ last_seq: number }>('UPDATE gateway_seq SET last_seq = last_seq + 1 WHERE gateway_id = $1 RETURNING last_seq', [s.gatewayId])).rows[0]?.last_seq;
+      const seq = (
+        await tx.query<{ last_seq: number }>('UPDATE gateway_seq SET last_seq = last_seq + 1 WHERE gateway_id = $1 RETURNING last_seq', [
+          s.gatewayId,
+        ])
+      ).rows[0]?.last_seq;
       return (
         await tx.query<{ id: number }>(
           `INSERT INTO outbox (gateway_id, seq, jti, type, key_id, key_version, body, cid, status, attempts, next_attempt_at, lease_token, lease_until, created_at)
@@ -118,12 +141,30 @@ describe.each(pgBackends())('webhooks on %s', (backend) => {
       ).rows[0]!;
     });
     // the dispatcher's own verb gives up on it
-    expect(await failRow(h.cloud.db, { id: Number(row.id), leaseToken, attempts: 8 }, 'publish timed out', now, { baseMs: 100, maxMs: 1000, maxAttempts: 8 }, 0)).toBe('dead');
+    expect(
+      await failRow(
+        h.cloud.db,
+        { id: Number(row.id), leaseToken, attempts: 8 },
+        'publish timed out',
+        now,
+        { baseMs: 100, maxMs: 1000, maxAttempts: 8 },
+        0,
+      ),
+    ).toBe('dead');
     expect(await dispatcher().runOnce()).toBe(1);
     expect(JSON.parse(received[0]?.body ?? '{}')).toMatchObject({
       type: 'downlink.dead_lettered',
       cid: 'cid-dl',
-      data: { gatewayId: s.gatewayId, seq: 1, type: 'key.revoke', keyId: 'key-dl', keyVersion: 2, attempts: 8, lastError: 'publish timed out', at: now },
+      data: {
+        gatewayId: s.gatewayId,
+        seq: 1,
+        type: 'key.revoke',
+        keyId: 'key-dl',
+        keyVersion: 2,
+        attempts: 8,
+        lastError: 'publish timed out',
+        at: now,
+      },
     });
     await h.app.inject({ method: 'POST', url: `/webhooks/${webhook.id}/disable`, headers: bearer(h.tokens.managerA) });
   });
@@ -131,15 +172,31 @@ describe.each(pgBackends())('webhooks on %s', (backend) => {
   it('endpoints are scoped to the token sites, a disabled endpoint gets no new events, and a bad URL is refused', async () => {
     const s = await seedSite(h, h.siteA);
     const { webhook } = (await register(['key.state_changed'])).json() as { webhook: { id: string } };
-    expect((await h.app.inject({ method: 'GET', url: `/webhooks/${webhook.id}/deliveries`, headers: bearer(h.tokens.managerB) })).statusCode).toBe(404);
+    expect(
+      (await h.app.inject({ method: 'GET', url: `/webhooks/${webhook.id}/deliveries`, headers: bearer(h.tokens.managerB) })).statusCode,
+    ).toBe(404);
     expect((await h.app.inject({ method: 'GET', url: '/webhooks', headers: bearer(h.tokens.managerB) })).json().items).toEqual([]);
-    expect((await h.app.inject({ method: 'POST', url: '/webhooks', headers: bearer(h.tokens.managerB), payload: { siteId: h.siteA, url, events: ['alarm'] } })).statusCode).toBe(404);
+    expect(
+      (
+        await h.app.inject({
+          method: 'POST',
+          url: '/webhooks',
+          headers: bearer(h.tokens.managerB),
+          payload: { siteId: h.siteA, url, events: ['alarm'] },
+        })
+      ).statusCode,
+    ).toBe(404);
     const off = await h.app.inject({ method: 'POST', url: `/webhooks/${webhook.id}/disable`, headers: bearer(h.tokens.managerA) });
     expect(off.json()).toEqual({ status: 'applied', code: 'MESSAGE_APPLIED' });
     const before = await count(h, 'webhook_outbox');
     await h.app.inject({ method: 'POST', url: '/keys', headers: bearer(h.tokens.managerA), payload: issueBody(s) });
     expect(await count(h, 'webhook_outbox')).toBe(before);
-    const bad = await h.app.inject({ method: 'POST', url: '/webhooks', headers: bearer(h.tokens.managerA), payload: { siteId: h.siteA, url: 'file:///etc/passwd', events: ['alarm'] } });
+    const bad = await h.app.inject({
+      method: 'POST',
+      url: '/webhooks',
+      headers: bearer(h.tokens.managerA),
+      payload: { siteId: h.siteA, url: 'file:///etc/passwd', events: ['alarm'] },
+    });
     expect([bad.statusCode, bad.json().code]).toEqual([422, 'WEBHOOK_URL_FORBIDDEN']);
   });
 });

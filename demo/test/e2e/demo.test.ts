@@ -19,7 +19,16 @@ class Demo {
   start(): Promise<void> {
     const child = spawn('npm', ['start', '--silent'], {
       cwd: ROOT,
-      env: { ...process.env, TOBIRA_DATA_DIR: this.data, TOBIRA_DEMO_MQTT_PORT: '0', TOBIRA_DEMO_SITE_MQTT_PORT: '0', TOBIRA_DEMO_API_PORT: '0', TOBIRA_DEMO_GATEWAY_PORT: '0', TOBIRA_DEMO_LOCKS_PORT: '0', LOG_LEVEL: 'info' },
+      env: {
+        ...process.env,
+        TOBIRA_DATA_DIR: this.data,
+        TOBIRA_DEMO_MQTT_PORT: '0',
+        TOBIRA_DEMO_SITE_MQTT_PORT: '0',
+        TOBIRA_DEMO_API_PORT: '0',
+        TOBIRA_DEMO_GATEWAY_PORT: '0',
+        TOBIRA_DEMO_LOCKS_PORT: '0',
+        LOG_LEVEL: 'info',
+      },
       stdio: ['ignore', 'pipe', 'pipe'],
       detached: true,
     });
@@ -51,7 +60,10 @@ class Demo {
   }
   /** The curl commands it printed, exactly as printed. */
   curls(): string[] {
-    return this.out.split('\n').filter((l) => l.trim().startsWith('curl ')).map((l) => l.trim());
+    return this.out
+      .split('\n')
+      .filter((l) => l.trim().startsWith('curl '))
+      .map((l) => l.trim());
   }
 }
 
@@ -68,7 +80,11 @@ async function staffStatus(demo: Demo): Promise<Record<string, unknown>> {
 const seedFile = (data: string) => join(data, 'seed.json');
 const readSeed = (data: string) =>
   JSON.parse(readFileSync(seedFile(data), 'utf8')) as {
-    gatewayConfig: Record<string, unknown> & { cloud: { username?: string; password?: string }; site: { username?: string; password?: string }; locks: { lockId: string; pairingSecret: string }[] };
+    gatewayConfig: Record<string, unknown> & {
+      cloud: { username?: string; password?: string };
+      site: { username?: string; password?: string };
+      locks: { lockId: string; pairingSecret: string }[];
+    };
   };
 
 /** The kid of the cloud signing key kept in the data folder, and the kids the cloud logged loading at each start. */
@@ -93,7 +109,11 @@ describe('npm start (the one-command demo)', () => {
       expect(demo.out).toContain('in sync');
       const [allowed, denied, issue, status, presentNew, events, lockdown, normal, ...rest] = demo.curls();
       expect(rest).toEqual([]);
-      expect(await run(allowed as string)).toMatchObject({ status: 'decided', decision: { allowed: true, code: 'ALLOWED' }, command: { result: 'executed' } });
+      expect(await run(allowed as string)).toMatchObject({
+        status: 'decided',
+        decision: { allowed: true, code: 'ALLOWED' },
+        command: { result: 'executed' },
+      });
       expect(await run(denied as string)).toMatchObject({ status: 'decided', decision: { allowed: false, code: 'DOOR_NOT_PERMITTED' } });
       expect(await run(issue as string)).toMatchObject({ status: 'applied', code: 'KEY_ISSUED' });
       await waitFor(async () => (await run(status as string)).delivery === 'succeeded', 'the new key to be delivered');
@@ -119,36 +139,47 @@ describe('npm start (the one-command demo)', () => {
       expect(await connackCode(siteBroker as string)).toBe(5);
       const l2Secret = seed.gatewayConfig.locks.find((l) => l.lockId === 'L2')?.pairingSecret as string;
       expect(await connackCode(siteBroker as string, { username: 'L2', password: l2Secret })).toBe(5);
-      expect(await connackCode(siteBroker as string, { username: 'L2', password: siteBrokerPassword(decodeSecret(l2Secret), 'gw-1', 'L2'), clientId: 'tobira-lock-gw-1-L2-spare' })).toBe(5);
+      expect(
+        await connackCode(siteBroker as string, {
+          username: 'L2',
+          password: siteBrokerPassword(decodeSecret(l2Secret), 'gw-1', 'L2'),
+          clientId: 'tobira-lock-gw-1-L2-spare',
+        }),
+      ).toBe(5);
       expect(seed.gatewayConfig.site.username).toBe('gw.gw-1');
     } finally {
       const said = await demo.interrupt();
-      for (const part of ['lock panel', 'locks', 'gateway', 'admin API', 'cloud', 'site MQTT broker', 'MQTT broker', 'database']) expect(said, demo.out).toContain(`stopping ${part} … ok`);
+      for (const part of ['lock panel', 'locks', 'gateway', 'admin API', 'cloud', 'site MQTT broker', 'MQTT broker', 'database'])
+        expect(said, demo.out).toContain(`stopping ${part} … ok`);
     }
   });
 
-  it("keeps its data across a restart: no second seeding, and the guest key still opens; a folder seeded before the gateway knew its site's zone gets it from the cloud, and one seeded before site broker logins gets a gateway site login", { timeout: 120_000 }, async () => {
-    // as seeded by an older demo: no timeZone and no site login in the gateway's config
-    const old = readSeed(data);
-    delete old.gatewayConfig.timeZone;
-    delete old.gatewayConfig.site.username;
-    delete old.gatewayConfig.site.password;
-    writeFileSync(seedFile(data), JSON.stringify(old));
-    const kid = keptKid(data);
-    const demo = new Demo(data);
-    try {
-      await demo.start();
-      expect(demo.out).not.toContain('seeding');
-      // the restarted cloud signs with the same key (a new one would make the gateway refuse every downlink)
-      expect(keptKid(data)).toBe(kid);
-      expect(loadedKids(data)).toEqual([kid, kid]);
-      expect(demo.out).toContain('the time zone of site site-demo … Asia/Tokyo');
-      expect(readSeed(data).gatewayConfig.timeZone).toBe('Asia/Tokyo');
-      expect(readSeed(data).gatewayConfig.site.username).toBe('gw.gw-1');
-      expect((await staffStatus(demo)).timeZone).toBe('Asia/Tokyo');
-      expect(await run(demo.curls()[0] as string)).toMatchObject({ decision: { allowed: true, code: 'ALLOWED' } });
-    } finally {
-      expect(await demo.interrupt(), demo.out).toContain('stopping cloud … ok');
-    }
-  });
+  it(
+    "keeps its data across a restart: no second seeding, and the guest key still opens; a folder seeded before the gateway knew its site's zone gets it from the cloud, and one seeded before site broker logins gets a gateway site login",
+    { timeout: 120_000 },
+    async () => {
+      // as seeded by an older demo: no timeZone and no site login in the gateway's config
+      const old = readSeed(data);
+      delete old.gatewayConfig.timeZone;
+      delete old.gatewayConfig.site.username;
+      delete old.gatewayConfig.site.password;
+      writeFileSync(seedFile(data), JSON.stringify(old));
+      const kid = keptKid(data);
+      const demo = new Demo(data);
+      try {
+        await demo.start();
+        expect(demo.out).not.toContain('seeding');
+        // the restarted cloud signs with the same key (a new one would make the gateway refuse every downlink)
+        expect(keptKid(data)).toBe(kid);
+        expect(loadedKids(data)).toEqual([kid, kid]);
+        expect(demo.out).toContain('the time zone of site site-demo … Asia/Tokyo');
+        expect(readSeed(data).gatewayConfig.timeZone).toBe('Asia/Tokyo');
+        expect(readSeed(data).gatewayConfig.site.username).toBe('gw.gw-1');
+        expect((await staffStatus(demo)).timeZone).toBe('Asia/Tokyo');
+        expect(await run(demo.curls()[0] as string)).toMatchObject({ decision: { allowed: true, code: 'ALLOWED' } });
+      } finally {
+        expect(await demo.interrupt(), demo.out).toContain('stopping cloud … ok');
+      }
+    },
+  );
 });

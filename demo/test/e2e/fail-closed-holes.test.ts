@@ -22,7 +22,7 @@ describe.each(backends())('fail-closed holes, end to end (%s brokers and databas
   const auditOf = async (s: System) => s.cloud.listAudit({ gatewayId: s.gatewayId, limit: 1000 });
 
   describe.each([
-    ['held in the dispatcher\'s backoff', "NEW.next_attempt_at := NEW.next_attempt_at + 86400000;"],
+    ["held in the dispatcher's backoff", 'NEW.next_attempt_at := NEW.next_attempt_at + 86400000;'],
     ['dead-lettered', "NEW.status := 'dead'; NEW.attempts := 5; NEW.last_error := 'test: dead-lettered';"],
   ])('when a revoke is %s', (_what, stuck) => {
     it('the gateway is not kept fresh over it: it asks, gets it by resync, and the door denies the key', async () => {
@@ -42,7 +42,10 @@ describe.each(backends())('fail-closed holes, end to end (%s brokers and databas
       expect((await present(s, 'L1', '1357')).code).toBe('KEY_REVOKED');
       const row = (await s.cloud.listOutbox(s.gatewayId)).find((r) => r.type === 'key.revoke');
       expect(row?.status).toBe(stuck.includes('dead') ? 'dead' : 'pending'); // never published by the dispatcher
-      await waitFor(() => (s.gateway.store.settings().leaseExpiresAt ?? 0) > s.clock.now() && s.gateway.store.settings().appliedSeq === 2, 'fresh again once caught up');
+      await waitFor(
+        () => (s.gateway.store.settings().leaseExpiresAt ?? 0) > s.clock.now() && s.gateway.store.settings().appliedSeq === 2,
+        'fresh again once caught up',
+      );
     });
   });
 
@@ -62,7 +65,12 @@ describe.each(backends())('fail-closed holes, end to end (%s brokers and databas
     }, 'all three events in the audit log');
     expect(new Set(rows.map((r) => r.eventId)).size).toBe(rows.length); // exactly once each
     expect(rows.filter((r) => r.code === 'ALLOWED')).toHaveLength(3);
-    const eventsUnacked = () => (s.gateway.store.db.prepare("SELECT count(*) AS n FROM outbox WHERE type = 'access.event' AND acked_at IS NULL").get() as { n: number }).n;
+    const eventsUnacked = () =>
+      (
+        s.gateway.store.db.prepare("SELECT count(*) AS n FROM outbox WHERE type = 'access.event' AND acked_at IS NULL").get() as {
+          n: number;
+        }
+      ).n;
     await waitFor(() => eventsUnacked() === 0, 'the cloud acknowledged every event');
   });
 
@@ -74,7 +82,10 @@ describe.each(backends())('fail-closed holes, end to end (%s brokers and databas
     // (the lock may not take the answer of a gateway whose clock is that far off: only the record matters here)
     // (one request per lock: a lock that never takes an answer is busy until it gives up)
     for (const lock of ['L1', 'L2']) await s.fleet.lock(lock).present({ type: 'pin', value: '0000' }, { timeoutMs: 1_000 });
-    await waitFor(() => (s.gateway.store.db.prepare('SELECT count(*) AS n FROM access_log').get() as { n: number }).n === 2, 'both decided');
+    await waitFor(
+      () => (s.gateway.store.db.prepare('SELECT count(*) AS n FROM access_log').get() as { n: number }).n === 2,
+      'both decided',
+    );
     s.proxy.restore();
     const rows = await waitFor(async () => {
       const a = await auditOf(s);
@@ -98,7 +109,9 @@ describe.each(backends())('fail-closed holes, end to end (%s brokers and databas
     }, 'both events in the audit log');
     expect(new Set(rows.map((r) => r.eventId)).size).toBe(2);
     expect(await s.cloud.listRejectedUplinks({ gatewayId: s.gatewayId })).toEqual([]);
-    const skew = await s.cloud.db.query<{ clock_skew_ms: string | null }>('SELECT clock_skew_ms FROM gateways WHERE id = $1', [s.gatewayId]);
+    const skew = await s.cloud.db.query<{ clock_skew_ms: string | null }>('SELECT clock_skew_ms FROM gateways WHERE id = $1', [
+      s.gatewayId,
+    ]);
     expect(Number(skew.rows[0]?.clock_skew_ms)).toBeGreaterThan(9 * 60_000);
   });
 });

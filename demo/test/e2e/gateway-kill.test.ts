@@ -64,7 +64,8 @@ describe.each(backends())('the gateway is killed (SIGKILL) mid-stream of grants 
     for (let i = 0; i < 24; i++) {
       if (i === 8) await gw.kill('SIGKILL');
       ids.push(expectApplied(await sys.issuePin(String(100000 + i), ['L1']), `issue ${i}`).id);
-      if (i % 5 === 4) expect((await sys.cloud.revokeKey({ keyId: ids[i - 2] as string, reason: 'credential_lost' })).status).toBe('applied');
+      if (i % 5 === 4)
+        expect((await sys.cloud.revokeKey({ keyId: ids[i - 2] as string, reason: 'credential_lost' })).status).toBe('applied');
     }
     await gw.start();
     const settled = async () => {
@@ -78,7 +79,11 @@ describe.each(backends())('the gateway is killed (SIGKILL) mid-stream of grants 
       if (!k) throw new Error('missing key');
       const mine = local.get(k.id);
       expect(mine, k.id).toBeDefined();
-      expect({ id: k.id, version: mine?.version, active: mine?.status === 'active' }).toEqual({ id: k.id, version: k.version, active: k.status === 'active' });
+      expect({ id: k.id, version: mine?.version, active: mine?.status === 'active' }).toEqual({
+        id: k.id,
+        version: k.version,
+        active: k.status === 'active',
+      });
     }
     expect(cloudKeys.filter((k) => k?.status === 'revoked')).toHaveLength(4);
   });

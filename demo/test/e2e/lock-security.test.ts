@@ -43,7 +43,10 @@ describe.each(backends())('the bolt never moves without a valid, fresh, unseen c
     expect(r.command).toMatchObject({ result: 'executed' });
     const original = await waitFor(() => commands.find((c) => c.commandId === r.command?.commandId), 'the command on the wire');
     await spy.publishAsync(topics.lock(sys.gatewayId, 'L1', 'command'), JSON.stringify(original), { qos: 1 });
-    const refusal = await waitFor(() => results.find((e) => e.commandId === original.commandId && e.result === 'refused'), 'the lock to answer the replay');
+    const refusal = await waitFor(
+      () => results.find((e) => e.commandId === original.commandId && e.result === 'refused'),
+      'the lock to answer the replay',
+    );
     expect(refusal.code).toBe('COMMAND_REPLAYED');
     expect(results.filter((e) => e.commandId === original.commandId && e.result === 'executed')).toHaveLength(1);
   });

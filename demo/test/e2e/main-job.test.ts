@@ -34,7 +34,15 @@ describe.each(backends())('the main job, end to end (%s brokers and database)', 
         const rows = await sys.cloud.listAudit({ gatewayId: sys.gatewayId, keyId });
         return rows.length > 0 && rows;
       }, 'the access event in the cloud audit log');
-      expect(entry).toMatchObject({ allowed: true, code: 'ALLOWED', personId: sys.personId, keyId, lockId: 'L1', doorId: sys.doors.L1, cid });
+      expect(entry).toMatchObject({
+        allowed: true,
+        code: 'ALLOWED',
+        personId: sys.personId,
+        keyId,
+        lockId: 'L1',
+        doorId: sys.doors.L1,
+        cid,
+      });
     });
 
     it('the PIN is refused at a door the key does not name', async () => {
@@ -64,7 +72,10 @@ describe.each(backends())('the main job, end to end (%s brokers and database)', 
     it('is denied with UNKNOWN_CREDENTIAL and the denial is audited too', async () => {
       const r = await sys.fleet.lock('L1').present({ type: 'pin', value: '000000' }, { timeoutMs: 10_000 });
       expect(r.decision).toMatchObject({ allowed: false, code: 'UNKNOWN_CREDENTIAL' });
-      await waitFor(async () => (await sys.cloud.listAudit({ gatewayId: sys.gatewayId })).some((e) => e.code === 'UNKNOWN_CREDENTIAL'), 'denial in audit');
+      await waitFor(
+        async () => (await sys.cloud.listAudit({ gatewayId: sys.gatewayId })).some((e) => e.code === 'UNKNOWN_CREDENTIAL'),
+        'denial in audit',
+      );
     });
   });
 });

@@ -4,7 +4,17 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { siteBrokerHooks } from '@tobira/gateway';
-import { connectMqtt, createLogger, encodeSecret, filters, gatewaySiteClientId, newPairingSecret, startEmbeddedBroker, topics, waitConnected } from '@tobira/shared';
+import {
+  connectMqtt,
+  createLogger,
+  encodeSecret,
+  filters,
+  gatewaySiteClientId,
+  newPairingSecret,
+  startEmbeddedBroker,
+  topics,
+  waitConnected,
+} from '@tobira/shared';
 import { describe, expect, it } from 'vitest';
 
 // The simulator's CLI against the gateway's site-broker hooks: it needs @tobira/gateway, so it lives here
@@ -14,8 +24,14 @@ const cli = join(root, 'firmware-sim/src/cli.ts');
 
 describe('the CLI against a site broker with lock logins (aedes with the gateway hooks)', () => {
   /** Runs the CLI until it is ready (resolves its output) or exits (resolves its exit code and output). */
-  async function runCli(args: readonly string[]): Promise<{ ready: boolean; code: number | null; stdout: string; stop(): Promise<number | null> }> {
-    const child = spawn(process.execPath, ['--import', 'tsx', cli, ...args], { cwd: root, env: { ...process.env, LOG_LEVEL: 'silent' }, stdio: ['ignore', 'pipe', 'pipe'] });
+  async function runCli(
+    args: readonly string[],
+  ): Promise<{ ready: boolean; code: number | null; stdout: string; stop(): Promise<number | null> }> {
+    const child = spawn(process.execPath, ['--import', 'tsx', cli, ...args], {
+      cwd: root,
+      env: { ...process.env, LOG_LEVEL: 'silent' },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     let stdout = '';
     const exited = new Promise<number | null>((r) => child.on('exit', (code) => r(code)));
     const ready = await new Promise<boolean>((r) => {
@@ -44,7 +60,12 @@ describe('the CLI against a site broker with lock logins (aedes with the gateway
     const secretsFile = join(dir, 'secrets.json');
     writeFileSync(secretsFile, JSON.stringify({ L1: encodeSecret(secret) }));
     const site = { username: 'gw.gw-cli-login', password: 'gateway-site-password' };
-    const broker = await startEmbeddedBroker({ aedes: siteBrokerHooks({ gatewayId, locks: [{ lockId: 'L1', pairingSecret: encodeSecret(secret) }], site }, createLogger('site-broker')) });
+    const broker = await startEmbeddedBroker({
+      aedes: siteBrokerHooks(
+        { gatewayId, locks: [{ lockId: 'L1', pairingSecret: encodeSecret(secret) }], site },
+        createLogger('site-broker'),
+      ),
+    });
     try {
       const anonymous = await runCli(['-g', gatewayId, '--lock-ids', 'L1', '--mqtt', broker.url, '--secrets', secretsFile]);
       expect(anonymous.ready, anonymous.stdout).toBe(false);
@@ -53,10 +74,17 @@ describe('the CLI against a site broker with lock logins (aedes with the gateway
       const loggedIn = await runCli(['-g', gatewayId, '--lock-ids', 'L1', '--mqtt', broker.url, '--secrets', secretsFile, '--site-login']);
       expect(loggedIn.ready, loggedIn.stdout).toBe(true);
       // what the gateway (with its own site login) hears: L1's retained state, published under L1's login
-      const gw = connectMqtt(broker.url, { username: site.username, password: site.password, clientId: gatewaySiteClientId(gatewayId), clean: true });
+      const gw = connectMqtt(broker.url, {
+        username: site.username,
+        password: site.password,
+        clientId: gatewaySiteClientId(gatewayId),
+        clean: true,
+      });
       try {
         await waitConnected(gw);
-        const state = new Promise<string>((r) => gw.on('message', (t, payload) => t === topics.lock(gatewayId, 'L1', 'state') && r(payload.toString())));
+        const state = new Promise<string>((r) =>
+          gw.on('message', (t, payload) => t === topics.lock(gatewayId, 'L1', 'state') && r(payload.toString())),
+        );
         await gw.subscribeAsync(filters.locksOf(gatewayId, 'state'), { qos: 1 });
         expect(JSON.parse(await state)).toMatchObject({ lockId: 'L1', bolt: 'locked' });
       } finally {

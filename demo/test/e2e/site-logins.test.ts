@@ -18,7 +18,11 @@ describe.each(backends())('site broker logins and ACLs (%s)', (backend) => {
   const PIN = '5173';
 
   beforeAll(async () => {
-    sys = await new System(backend, { locks: ['L1', 'L2'], siteLogins: true, onLockActivity: (lockId, a) => activity.push({ lockId, a }) }).start();
+    sys = await new System(backend, {
+      locks: ['L1', 'L2'],
+      siteLogins: true,
+      onLockActivity: (lockId, a) => activity.push({ lockId, a }),
+    }).start();
     const key = expectApplied(await sys.issuePin(PIN, ['L1', 'L2']), 'issueKey');
     await sys.waitKeyStatus(key.id, 'active');
     // L2's own controller goes away; its login is now the attacker's
@@ -33,7 +37,12 @@ describe.each(backends())('site broker logins and ACLs (%s)', (backend) => {
 
   /** A client with L2's real login and client id. */
   async function asL2(): Promise<MqttClient> {
-    const c = connectMqtt(sys.siteBrokerUrl, { ...l2Login(), clientId: lockClientId(sys.gatewayId, 'L2'), clean: true, reconnectPeriod: 0 });
+    const c = connectMqtt(sys.siteBrokerUrl, {
+      ...l2Login(),
+      clientId: lockClientId(sys.gatewayId, 'L2'),
+      clean: true,
+      reconnectPeriod: 0,
+    });
     c.on('error', () => {});
     await waitConnected(c);
     return c;
@@ -52,7 +61,9 @@ describe.each(backends())('site broker logins and ACLs (%s)', (backend) => {
     expect(await connackCode(sys.siteBrokerUrl)).toBe(5);
     expect(await connackCode(sys.siteBrokerUrl, { username: 'L1', password: 'not-the-password' })).toBe(5);
     // the password is derived from the secret: the secret never goes on the wire and is no login
-    expect(await connackCode(sys.siteBrokerUrl, { username: 'L1', password: Buffer.from(sys.secrets.L1 as Uint8Array).toString('base64url') })).toBe(5);
+    expect(
+      await connackCode(sys.siteBrokerUrl, { username: 'L1', password: Buffer.from(sys.secrets.L1 as Uint8Array).toString('base64url') }),
+    ).toBe(5);
     // L2's password is no good for L1
     expect(await connackCode(sys.siteBrokerUrl, { username: 'L1', password: l2Login().password })).toBe(5);
     expect(await connackCode(sys.siteBrokerUrl, { username: sys.siteGatewayLogin.username, password: l2Login().password })).toBe(5);
@@ -69,16 +80,29 @@ describe.each(backends())('site broker logins and ACLs (%s)', (backend) => {
     const forged = `forged-${newId()}`;
     const at = sys.clock.now();
     c = await publishAsL2(c, topic('L1', 'request'), { requestId: forged, credential: { type: 'pin', value: PIN }, at });
-    c = await publishAsL2(c, topic('L1', 'state'), { lockId: 'L1', bolt: 'unlocked', door: 'open', battery: 7, at, lastCommandId: null }, true);
+    c = await publishAsL2(
+      c,
+      topic('L1', 'state'),
+      { lockId: 'L1', bolt: 'unlocked', door: 'open', battery: 7, at, lastCommandId: null },
+      true,
+    );
     c = await publishAsL2(c, topic('L1', 'presence'), { online: false }, true);
     // its own traffic, sent after the forgeries, gets through: once it is in, the forgeries would have been too
     const own = `own-${newId()}`;
     await c.subscribeAsync(topic('L2', 'decision'), { qos: 1 });
     const decided = new Promise<void>((resolve) => c.on('message', (t) => t === topic('L2', 'decision') && resolve()));
-    c = await publishAsL2(c, topic('L2', 'state'), { lockId: 'L2', bolt: 'locked', door: 'closed', battery: 42, at, lastCommandId: null }, true);
+    c = await publishAsL2(
+      c,
+      topic('L2', 'state'),
+      { lockId: 'L2', bolt: 'locked', door: 'closed', battery: 42, at, lastCommandId: null },
+      true,
+    );
     c = await publishAsL2(c, topic('L2', 'request'), { requestId: own, credential: { type: 'pin', value: PIN }, at });
     await decided;
-    await waitFor(() => sys.gateway.store.findAccess('L2', own) !== null && sys.gateway.store.lock('L2')?.battery === 42, "L2's own request and state at the gateway");
+    await waitFor(
+      () => sys.gateway.store.findAccess('L2', own) !== null && sys.gateway.store.lock('L2')?.battery === 42,
+      "L2's own request and state at the gateway",
+    );
     expect(sys.gateway.store.findAccess('L1', forged)).toBeNull();
     expect(sys.gateway.store.lock('L1')).toMatchObject({ online: true, door: 'closed' });
     expect(sys.gateway.store.lock('L1')?.battery).not.toBe(7);
@@ -102,7 +126,11 @@ describe.each(backends())('site broker logins and ACLs (%s)', (backend) => {
     expect(r.command).toMatchObject({ result: 'executed' });
     // a marker for the spy, published by the gateway after L1's command: the broker delivers to one client in order
     const own = `own-${newId()}`;
-    await c.publishAsync(topic('L2', 'request'), JSON.stringify({ requestId: own, credential: { type: 'pin', value: PIN }, at: sys.clock.now() }), { qos: 1 });
+    await c.publishAsync(
+      topic('L2', 'request'),
+      JSON.stringify({ requestId: own, credential: { type: 'pin', value: PIN }, at: sys.clock.now() }),
+      { qos: 1 },
+    );
     await waitFor(() => seen.includes(topic('L2', 'decision')), "the spy's own decision");
     // its own command may come through the wildcard (L2 may read it); nothing of L1's may
     expect(seen.filter((t) => !t.startsWith(`tobira/v1/site/${sys.gatewayId}/lock/L2/`))).toEqual([]);
@@ -112,7 +140,12 @@ describe.each(backends())('site broker logins and ACLs (%s)', (backend) => {
 
   it("a lock cannot take over another lock's session with its client id", async () => {
     const before = activity.filter((x) => x.lockId === 'L1' && x.a.type === 'disconnected').length;
-    const thief = connectMqtt(sys.siteBrokerUrl, { ...l2Login(), clientId: lockClientId(sys.gatewayId, 'L1'), clean: true, reconnectPeriod: 0 });
+    const thief = connectMqtt(sys.siteBrokerUrl, {
+      ...l2Login(),
+      clientId: lockClientId(sys.gatewayId, 'L1'),
+      clean: true,
+      reconnectPeriod: 0,
+    });
     thief.on('error', () => {});
     // aedes refuses the login; Mosquitto lets it in under its own name (use_username_as_clientid), so the id names no one else
     const got = await waitConnected(thief).then(

@@ -5,7 +5,16 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createCloud, parseConfig as parseCloudConfig, type Cloud } from '@tobira/cloud';
 import { createGateway, parseConfig as parseGatewayConfig, type Gateway, type GatewayConfigInput } from '@tobira/gateway';
-import { connectMqtt, createLogger, encodeSecret, waitConnected, generateSigningKeyPair, newPairingSecret, type Clock, type KeyPairJwk } from '@tobira/shared';
+import {
+  connectMqtt,
+  createLogger,
+  encodeSecret,
+  waitConnected,
+  generateSigningKeyPair,
+  newPairingSecret,
+  type Clock,
+  type KeyPairJwk,
+} from '@tobira/shared';
 import pg from 'pg';
 import { createTestDatabase, startMqttBackend, waitFor, type MqttTestBroker, type TestDatabase } from '@tobira/shared/testing';
 import { startFleet, type Fleet, type FleetOptions } from '@tobira/firmware-sim';
@@ -18,7 +27,8 @@ import { startSiteBroker, type SiteBroker } from './site-broker.js';
  * like an internet outage at the site.
  */
 export type Backend = 'embedded' | 'real';
-export const backends = (): Backend[] => (process.env.TOBIRA_TEST_MQTT_URL && process.env.TOBIRA_TEST_PG_URL ? ['embedded', 'real'] : ['embedded']);
+export const backends = (): Backend[] =>
+  process.env.TOBIRA_TEST_MQTT_URL && process.env.TOBIRA_TEST_PG_URL ? ['embedded', 'real'] : ['embedded'];
 
 /** Real time plus an offset a test can push forward (time keeps flowing for timers and backoff). */
 export class OffsetClock implements Clock {
@@ -165,23 +175,40 @@ export class System {
 
   async start(): Promise<this> {
     const mqtt = this.backend === 'embedded' ? 'aedes' : 'mosquitto';
-    const locks = this.lockIds.map((lockId) => ({ lockId, doorId: this.doors[lockId] as string, pairingSecret: encodeSecret(this.secrets[lockId] as Uint8Array) }));
+    const locks = this.lockIds.map((lockId) => ({
+      lockId,
+      doorId: this.doors[lockId] as string,
+      pairingSecret: encodeSecret(this.secrets[lockId] as Uint8Array),
+    }));
     const siteBroker = this.opts.siteLogins
-      ? await startSiteBroker(mqtt, { gatewayId: this.gatewayId, locks, site: this.siteGatewayLogin }, this.log.child({ part: 'site-broker' }))
+      ? await startSiteBroker(
+          mqtt,
+          { gatewayId: this.gatewayId, locks, site: this.siteGatewayLogin },
+          this.log.child({ part: 'site-broker' }),
+        )
       : await startMqttBackend(mqtt);
     this.#brokers = [await startMqttBackend(mqtt), siteBroker];
     this.#db = await createTestDatabase(this.backend === 'embedded' ? 'pglite' : 'postgres');
     this.proxy = await startTcpProxy(this.cloudBrokerUrl);
     await this.startCloud();
 
-    const site = await this.cloud.createSite({ id: this.siteId, name: 'E2E site', timeZone: 'Asia/Tokyo', offlineGraceSeconds: this.opts.offlineGraceSeconds ?? 300 });
+    const site = await this.cloud.createSite({
+      id: this.siteId,
+      name: 'E2E site',
+      timeZone: 'Asia/Tokyo',
+      offlineGraceSeconds: this.opts.offlineGraceSeconds ?? 300,
+    });
     expectApplied(site, 'createSite');
     const pair: KeyPairJwk = await generateSigningKeyPair();
     this.gatewayKeyFile = join(this.dir, 'gateway-key.json');
     writeFileSync(this.gatewayKeyFile, JSON.stringify(pair));
     const prov = await this.cloud.registerGateway({ gatewayId: this.gatewayId, siteId: this.siteId, publicJwk: pair.publicJwk });
     const p = expectApplied(prov, 'registerGateway');
-    for (const lockId of this.lockIds) expectApplied(await this.cloud.createDoor({ id: this.doors[lockId] as string, gatewayId: this.gatewayId, name: `Door ${lockId}` }), 'createDoor');
+    for (const lockId of this.lockIds)
+      expectApplied(
+        await this.cloud.createDoor({ id: this.doors[lockId] as string, gatewayId: this.gatewayId, name: `Door ${lockId}` }),
+        'createDoor',
+      );
     expectApplied(await this.cloud.createPerson({ id: this.personId, name: 'Aiko Tanaka' }), 'createPerson');
 
     this.gatewayConfig = {
@@ -224,7 +251,9 @@ export class System {
   /** `clientId`: another MQTT client id than the first run's, whose persistent session (and what the broker queued in it) the cloud then never sees. */
   async startCloud(opts: { clientId?: string } = {}): Promise<void> {
     const database =
-      this.#db.backend === 'postgres' ? { DATABASE_URL: this.#db.url } : { PGLITE_DATA_DIR: this.opts.pgliteOnDisk ? this.#pgliteDir : this.#db.dataDir };
+      this.#db.backend === 'postgres'
+        ? { DATABASE_URL: this.#db.url }
+        : { PGLITE_DATA_DIR: this.opts.pgliteOnDisk ? this.#pgliteDir : this.#db.dataDir };
     this.#signingJwk ??= JSON.stringify((await generateSigningKeyPair()).privateJwk);
     this.cloud = createCloud(
       parseCloudConfig({

@@ -56,7 +56,10 @@ export class StorageGuard {
     try {
       free = await this.read(this.dir);
     } catch (e) {
-      this.log.warn({ code: 'DISK_CHECK_FAILED', dir: this.dir, err: e instanceof Error ? e.message : String(e), low: this.#low }, 'free disk space could not be read; keeping the last verdict');
+      this.log.warn(
+        { code: 'DISK_CHECK_FAILED', dir: this.dir, err: e instanceof Error ? e.message : String(e), low: this.#low },
+        'free disk space could not be read; keeping the last verdict',
+      );
       return this.status();
     }
     const low = free < this.minFreeBytes;
@@ -64,8 +67,16 @@ export class StorageGuard {
     this.#checkedAt = this.now();
     if (low !== this.#low) {
       this.#low = low;
-      if (low) this.log.error({ code: 'DISK_LOW', dir: this.dir, freeBytes: free, minFreeBytes: this.minFreeBytes }, 'free disk space below the headroom: ordinary keys are refused (STORAGE_FULL) until space is freed');
-      else this.log.warn({ code: 'DISK_OK', dir: this.dir, freeBytes: free, minFreeBytes: this.minFreeBytes }, 'free disk space back above the headroom: decisions are normal again');
+      if (low)
+        this.log.error(
+          { code: 'DISK_LOW', dir: this.dir, freeBytes: free, minFreeBytes: this.minFreeBytes },
+          'free disk space below the headroom: ordinary keys are refused (STORAGE_FULL) until space is freed',
+        );
+      else
+        this.log.warn(
+          { code: 'DISK_OK', dir: this.dir, freeBytes: free, minFreeBytes: this.minFreeBytes },
+          'free disk space back above the headroom: decisions are normal again',
+        );
     }
     return this.status();
   }

@@ -95,7 +95,11 @@ function rateLimit(deps: AccessDeps, lockId: string, payload: unknown, now: numb
   const t = takeToken(deps.buckets.get(key) ?? fullBucket(policy, now), now, policy);
   deps.buckets.set(key, t.bucket);
   if (t.ok) {
-    if (t.refusedBefore > 0) withCorrelation(deps.log, newCorrelationId(), { lockId }).info({ code: 'RATE_LIMITED', refused: t.refusedBefore, paired }, 'lock request flood over: requests refused by the rate limit');
+    if (t.refusedBefore > 0)
+      withCorrelation(deps.log, newCorrelationId(), { lockId }).info(
+        { code: 'RATE_LIMITED', refused: t.refusedBefore, paired },
+        'lock request flood over: requests refused by the rate limit',
+      );
     return undefined;
   }
   const cid = newCorrelationId();
@@ -112,7 +116,9 @@ function rateLimit(deps: AccessDeps, lockId: string, payload: unknown, now: numb
     });
   } else deps.metrics.lockMessagesRefused.inc({ channel: 'request', code: 'RATE_LIMITED' });
   const requestId = paired ? salvageRequestId(payload) : null;
-  return requestId === null ? null : { decision: { requestId, allowed: false, code: 'RATE_LIMITED', commandId: null }, command: null, replayed: false, cid };
+  return requestId === null
+    ? null
+    : { decision: { requestId, allowed: false, code: 'RATE_LIMITED', commandId: null }, command: null, replayed: false, cid };
 }
 
 /** Handles one lock request. Returns null when there is nothing to answer (a lock not paired with this gateway, or a rate-limited request without a readable request id). */
@@ -120,7 +126,12 @@ export function handleLockRequest(deps: AccessDeps, lockId: string, payload: unk
   return handleLockRequests(deps, [{ lockId, payload }])[0] ?? null;
 }
 
-type Decided = { readonly row: AccessRow; readonly command: LockCommand | null; readonly replayed: boolean; readonly siteLockoutUntil?: number };
+type Decided = {
+  readonly row: AccessRow;
+  readonly command: LockCommand | null;
+  readonly replayed: boolean;
+  readonly siteLockoutUntil?: number;
+};
 
 /**
  * Handles the lock requests that arrived together (group commit): each is
@@ -138,7 +149,15 @@ export function handleLockRequests(deps: AccessDeps, items: readonly { lockId: s
     const topic = topics.lock(deps.gatewayId, lockId, 'request');
     if (secret === undefined) {
       const log = withCorrelation(deps.log, newCorrelationId(), { lockId });
-      recordLockRefusal(deps, log, { origin: 'gateway', lockId, channel: 'request', topic, code: 'UNKNOWN_LOCK', detail: 'request from a lock that is not paired with this gateway', payload });
+      recordLockRefusal(deps, log, {
+        origin: 'gateway',
+        lockId,
+        channel: 'request',
+        topic,
+        code: 'UNKNOWN_LOCK',
+        detail: 'request from a lock that is not paired with this gateway',
+        payload,
+      });
       return null;
     }
     const parsed = parsePayload(LockRequest, payload);
@@ -147,10 +166,23 @@ export function handleLockRequests(deps: AccessDeps, items: readonly { lockId: s
       // that cannot hold a credential value: zod's issue messages name paths and rules, never the input,
       // but V8's JSON.parse message quotes the text around the error, so MALFORMED gets a fixed detail.
       const detail = parsed.code === 'MALFORMED' ? 'payload is not UTF-8 JSON' : parsed.detail;
-      recordLockRefusal(deps, withCorrelation(deps.log, newCorrelationId(), { lockId }), { origin: 'gateway', lockId, channel: 'request', topic, code: parsed.code, detail, payload });
+      recordLockRefusal(deps, withCorrelation(deps.log, newCorrelationId(), { lockId }), {
+        origin: 'gateway',
+        lockId,
+        channel: 'request',
+        topic,
+        code: parsed.code,
+        detail,
+        payload,
+      });
     }
     const requestId = parsed.ok ? parsed.value.requestId : (salvageRequestId(payload) ?? `invalid-${newId()}`);
-    const credential = parsed.ok ? { type: parsed.value.credential.type, digest: credentialDigest(access.pepper, parsed.value.credential.type, parsed.value.credential.value) } : null;
+    const credential = parsed.ok
+      ? {
+          type: parsed.value.credential.type,
+          digest: credentialDigest(access.pepper, parsed.value.credential.type, parsed.value.credential.value),
+        }
+      : null;
     return { lockId, secret, requestId, credential };
   });
 
@@ -170,12 +202,18 @@ export function handleLockRequests(deps: AccessDeps, items: readonly { lockId: s
     const { row } = d;
     const log = withCorrelation(deps.log, row.cid, { lockId: row.lockId, requestId: row.requestId });
     if (d.siteLockoutUntil !== undefined) {
-      log.warn({ code: 'LOCKED_OUT', credentialType: row.credentialType, until: d.siteLockoutUntil, policy: access.siteLockout }, 'wrong credentials of one type across the site: that type is locked out at every lock');
+      log.warn(
+        { code: 'LOCKED_OUT', credentialType: row.credentialType, until: d.siteLockoutUntil, policy: access.siteLockout },
+        'wrong credentials of one type across the site: that type is locked out at every lock',
+      );
     }
     if (d.replayed) log.info({ code: row.code }, 'repeated request: answering the recorded decision');
     else {
       deps.metrics.decisions.inc({ code: row.code });
-      log.info({ allowed: row.allowed, code: row.code, keyId: row.keyId, personId: row.personId, commandId: row.commandId }, 'door decision');
+      log.info(
+        { allowed: row.allowed, code: row.code, keyId: row.keyId, personId: row.personId, commandId: row.commandId },
+        'door decision',
+      );
     }
     return {
       decision: { requestId: row.requestId, allowed: row.allowed, code: row.code, commandId: row.commandId },
@@ -215,7 +253,13 @@ function decideOne(
   const d =
     credential === null
       ? ({ allowed: false, code: 'BAD_REQUEST' } as const)
-      : decide({ lockId: asLockId(lockId), credentialType: credential.type, digest: credential.digest }, keySet, lock === null ? null : { ...lock, doorId: lock.doorId === null ? null : asDoorId(lock.doorId) }, site, now);
+      : decide(
+          { lockId: asLockId(lockId), credentialType: credential.type, digest: credential.digest },
+          keySet,
+          lock === null ? null : { ...lock, doorId: lock.doorId === null ? null : asDoorId(lock.doorId) },
+          site,
+          now,
+        );
   if (lock !== null && d.code !== 'LOCKED_OUT') setLockout(db, lockId, recordAttempt(lock, d.code, now, access.lockout), now);
   let siteLockoutUntil: number | undefined;
   if (credential !== null && siteLockout !== null) {
@@ -227,7 +271,13 @@ function decideOne(
   const key = d.key ?? null;
   const cid = (key !== null ? keySet.grantCid(key.grant.keyId) : null) ?? newCorrelationId();
   const command = d.allowed
-    ? signLockCommand(secret, { commandId: newId(), lockId: asLockId(lockId), action: 'unlock', holdMs: access.holdMs, expiresAt: now + access.commandTtlMs })
+    ? signLockCommand(secret, {
+        commandId: newId(),
+        lockId: asLockId(lockId),
+        action: 'unlock',
+        holdMs: access.holdMs,
+        expiresAt: now + access.commandTtlMs,
+      })
     : null;
   const event: AccessEvent = {
     eventId: newId(),
@@ -252,6 +302,12 @@ function decideOne(
 /** The same command again: same id and expiry, so the same MAC; a lock refuses it if already executed or expired. */
 function recordedCommand(row: AccessRow, secret: Uint8Array): LockCommand | null {
   return row.commandId !== null && row.commandExpiresAt !== null && row.holdMs !== null
-    ? signLockCommand(secret, { commandId: row.commandId, lockId: row.lockId, action: 'unlock', holdMs: row.holdMs, expiresAt: row.commandExpiresAt })
+    ? signLockCommand(secret, {
+        commandId: row.commandId,
+        lockId: row.lockId,
+        action: 'unlock',
+        holdMs: row.holdMs,
+        expiresAt: row.commandExpiresAt,
+      })
     : null;
 }

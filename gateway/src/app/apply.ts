@@ -10,7 +10,16 @@ import {
 } from '@tobira/shared';
 import { onHeartbeat } from '../domain/freshness.js';
 import { applyGrant, applyRevoke, type KeySlot } from '../domain/keyset.js';
-import { applyInboxRow, claimInbox, failInboxRow, hasGap, nextInbox, reclaimExpired, type InboxRow, type Settled } from '../adapters/sqlite/inbox.js';
+import {
+  applyInboxRow,
+  claimInbox,
+  failInboxRow,
+  hasGap,
+  nextInbox,
+  reclaimExpired,
+  type InboxRow,
+  type Settled,
+} from '../adapters/sqlite/inbox.js';
 import { addSnapshotPart, dropActiveKeys, dropSnapshot, loadSlot, saveSlot, snapshotParts } from '../adapters/sqlite/keyset.js';
 import { ackUplink, enqueue, requeueUnacked } from '../adapters/sqlite/outbox.js';
 import {
@@ -138,11 +147,27 @@ function keyOf(row: InboxRow): { keyId: string | null; keyVersion: number | null
 /** Acks of sequenced messages and snapshots are essential; heartbeat and resync-answer acks are not (see docs/gateway.md). */
 function ack(deps: ApplyDeps, row: InboxRow, a: AckDraft, now: number, ackOf: MessageId = row.jti): void {
   const essential = row.type === 'key.grant' || row.type === 'key.revoke' || row.type === 'keyset.snapshot';
-  const r = enqueue(deps.store.db, deps.store.limits, 'ack', { ackOf, ackSeq: row.seq, result: a.result, code: a.code, keyId: a.keyId === null ? null : asKeyId(a.keyId), keyVersion: a.keyVersion }, row.cid, essential, now);
+  const r = enqueue(
+    deps.store.db,
+    deps.store.limits,
+    'ack',
+    { ackOf, ackSeq: row.seq, result: a.result, code: a.code, keyId: a.keyId === null ? null : asKeyId(a.keyId), keyVersion: a.keyVersion },
+    row.cid,
+    essential,
+    now,
+  );
   if ('refused' in r) deps.metrics.outboxRefused.inc({ type: 'ack' });
 }
 
-function settleKey(deps: ApplyDeps, row: InboxRow, keyId: string, o: Outcome<KeySlot>, version: number, grantCid: string | null, now: number): RowResult {
+function settleKey(
+  deps: ApplyDeps,
+  row: InboxRow,
+  keyId: string,
+  o: Outcome<KeySlot>,
+  version: number,
+  grantCid: string | null,
+  now: number,
+): RowResult {
   if (o.status === 'applied' || o.status === 'noop') saveSlot(deps.store.db, keyId, o.state, grantCid, now);
   const result = o.status === 'conflict' ? 'refused' : o.status;
   ack(deps, row, { result, code: o.code, keyId, keyVersion: version }, now);
@@ -198,13 +223,21 @@ function applyRow(deps: ApplyDeps, row: InboxRow, now: number): RowResult {
         ack(deps, row, { ...r, keyId: null, keyVersion: null }, now);
         break;
       }
-      const v = onHeartbeat({ lastSeq: m.body.lastSeq, iatMs: m.iat * 1000 }, settings.appliedSeq, settings.leaseExpiresAt, deps.options.offlineGraceSeconds);
+      const v = onHeartbeat(
+        { lastSeq: m.body.lastSeq, iatMs: m.iat * 1000 },
+        settings.appliedSeq,
+        settings.leaseExpiresAt,
+        deps.options.offlineGraceSeconds,
+      );
       if (v.kind === 'extend') {
         setLease(db, v.leaseExpiresAt);
         // The cloud names a last seq below ours: its database may have been restored to an earlier
         // point (or this heartbeat was overtaken by a newer message). Ask, so a cloud that lost our
         // history moves past it and sends its key set; the lease stands, the answer settles which.
-        r = m.body.lastSeq < settings.appliedSeq ? { result: 'applied', code: 'MESSAGE_APPLIED', resync: 'ahead' } : { result: 'applied', code: 'MESSAGE_APPLIED' };
+        r =
+          m.body.lastSeq < settings.appliedSeq
+            ? { result: 'applied', code: 'MESSAGE_APPLIED', resync: 'ahead' }
+            : { result: 'applied', code: 'MESSAGE_APPLIED' };
       } else {
         // Behind: the cloud has handed out a seq we do not have (in flight, held in its backoff,
         // or dead-lettered). No lease from it now; we ask, and once the missing rows are applied
@@ -254,12 +287,18 @@ function settleBehindHeartbeat(deps: ApplyDeps): void {
 function settleUplinks(deps: ApplyDeps, row: InboxRow, a: { seq: number; jti: string }, now: number): void {
   const r = ackUplink(deps.store.db, a.seq, a.jti, now);
   if ('foreign' in r) {
-    withCorrelation(deps.log, row.cid).warn({ code: 'UPLINK_ACK_FOREIGN', ackSeq: a.seq, ackJti: a.jti, ourJti: r.ourJti }, 'the cloud acknowledged an uplink that is not ours at that seq; nothing dropped');
+    withCorrelation(deps.log, row.cid).warn(
+      { code: 'UPLINK_ACK_FOREIGN', ackSeq: a.seq, ackJti: a.jti, ourJti: r.ourJti },
+      'the cloud acknowledged an uplink that is not ours at that seq; nothing dropped',
+    );
   }
   const again = requeueUnacked(deps.store.db, now - deps.options.uplinkAckTimeoutMs);
   if (again > 0) {
     deps.metrics.uplinkResent.inc(again);
-    withCorrelation(deps.log, row.cid).warn({ code: 'UPLINK_UNACKED', rows: again, ackedSeq: a.seq }, 'uplinks the cloud has not acknowledged are sent again');
+    withCorrelation(deps.log, row.cid).warn(
+      { code: 'UPLINK_UNACKED', rows: again, ackedSeq: a.seq },
+      'uplinks the cloud has not acknowledged are sent again',
+    );
   }
 }
 
@@ -271,7 +310,11 @@ const SnapshotBody = KeySetSnapshotMessage.shape.body;
 function applySnapshotPart(deps: ApplyDeps, row: InboxRow, m: SnapshotMessage, now: number): RowResult {
   const { db } = deps.store;
   const b = m.body;
-  const count = addSnapshotPart(db, { snapshotId: b.snapshotId, part: b.part, parts: b.parts, asOfSeq: b.asOfSeq, jti: m.jti, cid: m.cid, body: b }, now);
+  const count = addSnapshotPart(
+    db,
+    { snapshotId: b.snapshotId, part: b.part, parts: b.parts, asOfSeq: b.asOfSeq, jti: m.jti, cid: m.cid, body: b },
+    now,
+  );
   if (count < b.parts) return { result: 'applied', code: 'MESSAGE_APPLIED' };
   const parts = snapshotParts(db, b.snapshotId, SnapshotBody);
   dropSnapshot(db, b.snapshotId);
@@ -285,14 +328,26 @@ function applySnapshotPart(deps: ApplyDeps, row: InboxRow, m: SnapshotMessage, n
   for (const t of bodies.flatMap((x) => x.revoked)) {
     const o = applyRevoke(loadSlot(db, t.keyId), { keyId: t.keyId, version: t.version, reason: 'staff_revoked' });
     if (o.status === 'applied' || o.status === 'noop') saveSlot(db, t.keyId, o.state, null, now);
-    ack(deps, snapRow, { result: o.status === 'conflict' ? 'refused' : o.status, code: o.code, keyId: t.keyId, keyVersion: t.version }, now, ackOf);
+    ack(
+      deps,
+      snapRow,
+      { result: o.status === 'conflict' ? 'refused' : o.status, code: o.code, keyId: t.keyId, keyVersion: t.version },
+      now,
+      ackOf,
+    );
   }
   // Then the active set is exactly the snapshot's keys (tombstones still hold back stale versions).
   dropActiveKeys(db);
   for (const g of bodies.flatMap((x) => x.keys)) {
     const o = applyGrant(loadSlot(db, g.keyId), g);
     if (o.status === 'applied' || o.status === 'noop') saveSlot(db, g.keyId, o.state, cid, now);
-    ack(deps, snapRow, { result: o.status === 'conflict' ? 'refused' : o.status, code: o.code, keyId: g.keyId, keyVersion: g.version }, now, ackOf);
+    ack(
+      deps,
+      snapRow,
+      { result: o.status === 'conflict' ? 'refused' : o.status, code: o.code, keyId: g.keyId, keyVersion: g.version },
+      now,
+      ackOf,
+    );
   }
   setSnapshotApplied(db, b.asOfSeq);
   return { result: 'applied', code: 'MESSAGE_APPLIED' };

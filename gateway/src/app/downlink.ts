@@ -19,15 +19,27 @@ export interface DownlinkDeps extends AppContext {
   readonly applySoon: () => void;
 }
 
-export type DownlinkResult = { readonly kind: 'stored' | 'duplicate'; readonly jti: string } | { readonly kind: 'rejected'; readonly code: string };
+export type DownlinkResult =
+  { readonly kind: 'stored' | 'duplicate'; readonly jti: string } | { readonly kind: 'rejected'; readonly code: string };
 
 export async function receiveDownlink(deps: DownlinkDeps, topic: string, payload: Uint8Array): Promise<DownlinkResult> {
   const clock = { now: () => nowOf(deps) };
-  const v = await verifyMessage(payload, { keys: deps.cloudKeys, issuer: deps.cloudIssuer, audience: deps.gatewayId, schema: DownlinkMessage, clock });
+  const v = await verifyMessage(payload, {
+    keys: deps.cloudKeys,
+    issuer: deps.cloudIssuer,
+    audience: deps.gatewayId,
+    schema: DownlinkMessage,
+    clock,
+  });
   if (!v.ok) {
     deps.metrics.rejected.inc({ code: v.code });
     const claimed = readClaimsUnverified(payload);
-    recordRejected(deps.store.db, deps.store.retention.rejectedMaxRows, { topic, code: v.code, detail: v.detail, bytes: payload.byteLength, claimed }, clock.now());
+    recordRejected(
+      deps.store.db,
+      deps.store.retention.rejectedMaxRows,
+      { topic, code: v.code, detail: v.detail, bytes: payload.byteLength, claimed },
+      clock.now(),
+    );
     // The claimed cid is logged as the line's cid so the refusal sits next to the cloud's lines of
     // that work; it is unverified (anyone can publish here), so `cidClaimed` says so. No cid of the
     // right form: the rejection is its own unit of work.

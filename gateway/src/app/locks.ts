@@ -31,9 +31,25 @@ const byteLength = (payload: unknown): number =>
  */
 export function recordLockRefusal(ctx: Pick<AppContext, 'store' | 'time' | 'metrics'>, log: Logger, r: RefusedLockMessage): void {
   if (r.origin === 'gateway') ctx.metrics.lockMessagesRefused.inc({ channel: r.channel, code: r.code });
-  log.warn({ origin: r.origin, lockId: r.lockId, channel: r.channel, code: r.code, detail: r.detail }, r.origin === 'gateway' ? 'lock message refused' : 'lock refused a command');
+  log.warn(
+    { origin: r.origin, lockId: r.lockId, channel: r.channel, code: r.code, detail: r.detail },
+    r.origin === 'gateway' ? 'lock message refused' : 'lock refused a command',
+  );
   try {
-    insertLockRefusal(ctx.store.db, ctx.store.retention.lockRefusalsMaxRows, { origin: r.origin, lockId: r.lockId, channel: r.channel, topic: r.topic, code: r.code, detail: r.detail, bytes: byteLength(r.payload) }, nowOf(ctx));
+    insertLockRefusal(
+      ctx.store.db,
+      ctx.store.retention.lockRefusalsMaxRows,
+      {
+        origin: r.origin,
+        lockId: r.lockId,
+        channel: r.channel,
+        topic: r.topic,
+        code: r.code,
+        detail: r.detail,
+        bytes: byteLength(r.payload),
+      },
+      nowOf(ctx),
+    );
   } catch (e) {
     // Diagnostics only: a full disk must not turn a refused message into a crash of the site handler.
     log.error({ err: e }, 'lock refusal not recorded');
@@ -45,18 +61,27 @@ export function recordLockRefusal(ctx: Pick<AppContext, 'store' | 'time' | 'metr
  * a last will), state (retained), and events. Alarms are recorded once (by
  * alarm id) and sent up through the outbox in the same transaction.
  */
-export function handleLockMessage(ctx: AppContext, lockId: string, channel: Exclude<LockChannel, 'request' | 'decision' | 'command'>, payload: unknown): void {
+export function handleLockMessage(
+  ctx: AppContext,
+  lockId: string,
+  channel: Exclude<LockChannel, 'request' | 'decision' | 'command'>,
+  payload: unknown,
+): void {
   const { db } = ctx.store;
   // Each lock message is its own unit of work (alarms get theirs below, carried up with the alarm).
   const log = withCorrelation(ctx.log, newCorrelationId(), { lockId, channel });
   const topic = topics.lock(ctx.gatewayId, lockId, channel);
-  const refuse = (code: string, detail: string) => recordLockRefusal(ctx, log, { origin: 'gateway', lockId, channel, topic, code, detail, payload });
+  const refuse = (code: string, detail: string) =>
+    recordLockRefusal(ctx, log, { origin: 'gateway', lockId, channel, topic, code, detail, payload });
   if (lockById(db, lockId) === null) return refuse('UNKNOWN_LOCK', 'no lock with this id is paired with this gateway');
   const now = nowOf(ctx);
   switch (channel) {
     case 'presence': {
       // An empty retained payload clears the topic: treat it as offline.
-      const p = payload instanceof Uint8Array && payload.byteLength === 0 ? { ok: true as const, value: { online: false } } : parsePayload(Presence, payload);
+      const p =
+        payload instanceof Uint8Array && payload.byteLength === 0
+          ? { ok: true as const, value: { online: false } }
+          : parsePayload(Presence, payload);
       if (!p.ok) return refuse(p.code, p.detail);
       if (setLockOnline(db, lockId, p.value.online, now)) log.info({ online: p.value.online }, 'lock availability changed');
       return;
@@ -77,7 +102,15 @@ export function handleLockMessage(ctx: AppContext, lockId: string, channel: Excl
       if (ev.kind === 'command_result') {
         if (ev.result === 'refused') {
           // The lock refused one of our commands (bad MAC, replayed, expired, jammed...): an operator must see it.
-          recordLockRefusal(ctx, log, { origin: 'lock', lockId, channel, topic, code: ev.code ?? 'UNSPECIFIED', detail: `command ${ev.commandId}`, payload });
+          recordLockRefusal(ctx, log, {
+            origin: 'lock',
+            lockId,
+            channel,
+            topic,
+            code: ev.code ?? 'UNSPECIFIED',
+            detail: `command ${ev.commandId}`,
+            payload,
+          });
         } else log.info({ commandId: ev.commandId, result: ev.result, code: ev.code }, 'lock command result');
         return;
       }

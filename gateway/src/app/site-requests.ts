@@ -23,13 +23,22 @@ export interface SiteRequestsDeps extends AccessDeps {
  * topics. A publish that fails is logged with the decision's cid: the lock
  * retries the same request id and gets the recorded decision again.
  */
-export function publishAnswers(gatewayId: string, link: Link, log: Logger, answers: readonly { readonly lockId: string; readonly answer: AccessAnswer | null }[]): void {
+export function publishAnswers(
+  gatewayId: string,
+  link: Link,
+  log: Logger,
+  answers: readonly { readonly lockId: string; readonly answer: AccessAnswer | null }[],
+): void {
   for (const { lockId, answer } of answers) {
     if (answer === null) continue;
     const l = withCorrelation(log, answer.cid, { lockId, requestId: answer.decision.requestId });
-    link.publish(topics.lock(gatewayId, lockId, 'decision'), JSON.stringify(answer.decision), { qos: 1 }).catch((e: unknown) => l.warn({ err: String(e) }, 'decision not published'));
+    link
+      .publish(topics.lock(gatewayId, lockId, 'decision'), JSON.stringify(answer.decision), { qos: 1 })
+      .catch((e: unknown) => l.warn({ err: String(e) }, 'decision not published'));
     if (answer.command !== null) {
-      link.publish(topics.lock(gatewayId, lockId, 'command'), JSON.stringify(answer.command), { qos: 1 }).catch((e: unknown) => l.warn({ err: String(e) }, 'command not published'));
+      link
+        .publish(topics.lock(gatewayId, lockId, 'command'), JSON.stringify(answer.command), { qos: 1 })
+        .catch((e: unknown) => l.warn({ err: String(e) }, 'command not published'));
     }
   }
 }
@@ -64,7 +73,15 @@ export function siteMessageRouter(deps: SiteRequestsDeps): (topic: string, paylo
     if (t === null || t.kind !== 'lock' || t.gatewayId !== deps.gatewayId) {
       // Only this gateway's lock filters are subscribed: this is a lock id that is not a slug.
       const channel = topic.slice(topic.lastIndexOf('/') + 1);
-      recordLockRefusal(deps, withCorrelation(deps.log, newCorrelationId()), { origin: 'gateway', lockId: null, channel, topic, code: 'BAD_TOPIC', detail: 'not a lock topic of this gateway', payload });
+      recordLockRefusal(deps, withCorrelation(deps.log, newCorrelationId()), {
+        origin: 'gateway',
+        lockId: null,
+        channel,
+        topic,
+        code: 'BAD_TOPIC',
+        detail: 'not a lock topic of this gateway',
+        payload,
+      });
       return;
     }
     try {

@@ -7,7 +7,8 @@ import { nowOf, type AppContext } from './context.js';
 
 /** What staff do locally at the gateway (the staff HTTP routes call these): the site mode, closing an alarm. */
 
-export type AlarmAck = { readonly status: 'applied' | 'noop'; readonly alarm: StaffAlarm } | { readonly status: 'refused'; readonly code: 'ALARM_NOT_FOUND' };
+export type AlarmAck =
+  { readonly status: 'applied' | 'noop'; readonly alarm: StaffAlarm } | { readonly status: 'refused'; readonly code: 'ALARM_NOT_FOUND' };
 
 /** Sets the site mode; a change is reported to the cloud at once (a gateway.status). `cid`: the staff request's. */
 export function setSiteMode(ctx: AppContext, mode: SiteMode, by: string, cid: string): { mode: SiteMode; changed: boolean } {

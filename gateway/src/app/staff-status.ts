@@ -73,7 +73,12 @@ export interface StaffStatus {
 }
 
 /** The answer of `/healthz` from the same projection as `/staff/status` (its failClosedReason and link states). */
-export function healthVerdict(s: { stopping: boolean; failClosedReason: FailClosedReason | null; cloudConnected: boolean; siteConnected: boolean }): Pick<Health, 'status' | 'reasons' | 'ok'> {
+export function healthVerdict(s: {
+  stopping: boolean;
+  failClosedReason: FailClosedReason | null;
+  cloudConnected: boolean;
+  siteConnected: boolean;
+}): Pick<Health, 'status' | 'reasons' | 'ok'> {
   const reasons: HealthReason[] = [];
   if (s.stopping) reasons.push('STOPPING');
   if (s.failClosedReason !== null) reasons.push(s.failClosedReason);

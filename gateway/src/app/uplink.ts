@@ -73,7 +73,10 @@ export class UplinkSender {
             ),
           );
         } catch (e) {
-          withCorrelation(deps.log, rows[0]!.cid, { fromSeq: rows[0]!.seq }).warn({ err: e instanceof Error ? e.message : String(e), pending: rows.length - sent.length }, 'uplink publish interrupted; will resend');
+          withCorrelation(deps.log, rows[0]!.cid, { fromSeq: rows[0]!.seq }).warn(
+            { err: e instanceof Error ? e.message : String(e), pending: rows.length - sent.length },
+            'uplink publish interrupted; will resend',
+          );
           if (sent.length > 0) markSent(deps.store.db, sent, nowOf(deps));
           return;
         } finally {
@@ -92,5 +95,7 @@ export function sendResyncRequest(deps: UplinkDeps, reason: ResyncReason, lastAp
   const draft = { type: 'resync.request', aud: deps.cloudIssuer, cid, body: { requestId: newId(), lastAppliedSeq, reason } };
   signMessage<UplinkMessage>(deps.signingKey, deps.gatewayId, draft as never, { now: () => nowOf(deps) })
     .then(({ token }) => link.publish(topics.gatewayUp(deps.gatewayId), token, { qos: 1 }))
-    .catch((e: unknown) => withCorrelation(deps.log, cid).warn({ err: e instanceof Error ? e.message : String(e) }, 'resync request not sent'));
+    .catch((e: unknown) =>
+      withCorrelation(deps.log, cid).warn({ err: e instanceof Error ? e.message : String(e) }, 'resync request not sent'),
+    );
 }

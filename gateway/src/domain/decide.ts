@@ -1,4 +1,12 @@
-import { DEFAULT_OFFLINE_MAX_SECONDS, type CredentialType, type SiteMode, type DecisionCode, type DoorId, type KeyGrant, type LockId } from '@tobira/shared';
+import {
+  DEFAULT_OFFLINE_MAX_SECONDS,
+  type CredentialType,
+  type SiteMode,
+  type DecisionCode,
+  type DoorId,
+  type KeyGrant,
+  type LockId,
+} from '@tobira/shared';
 import { isStale } from './freshness.js';
 import type { StoredKey } from './keyset.js';
 import { isLockedOut, type LockoutState } from './lockout.js';

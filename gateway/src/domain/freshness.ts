@@ -40,7 +40,11 @@ export interface TimeAnchor {
  * Invariant: the floor never decreases while the monotonic clock does not,
  * and is a whole number of ms.
  */
-export function advanceFloor(anchor: TimeAnchor | null, persisted: TimeFloor, monoNow: number): TimeAnchor & { readonly nowFloorMs: number } {
+export function advanceFloor(
+  anchor: TimeAnchor | null,
+  persisted: TimeFloor,
+  monoNow: number,
+): TimeAnchor & { readonly nowFloorMs: number } {
   const stored = Math.max(persisted.maxIatMs, persisted.highWaterMs);
   if (anchor !== null) {
     // whole ms: a monotonic clock reads fractions (performance.now()), and trusted time is stored in INTEGER columns

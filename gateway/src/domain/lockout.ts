@@ -58,7 +58,8 @@ export function recordAttempt(s: LockoutState, code: DecisionCode, now: number, 
  */
 export function recordSiteAttempt(s: SiteLockoutState, code: DecisionCode, now: number, policy: SiteLockoutPolicy): SiteLockoutState {
   if (policy.limit <= 0 || !WRONG.has(code) || isLockedOut(s, now)) return s;
-  const windowOpen = s.lockedOutUntil === null && s.windowStart !== null && now >= s.windowStart && now - s.windowStart < policy.windowSeconds * 1000;
+  const windowOpen =
+    s.lockedOutUntil === null && s.windowStart !== null && now >= s.windowStart && now - s.windowStart < policy.windowSeconds * 1000;
   const failures = windowOpen ? s.failures + 1 : 1;
   if (failures >= policy.limit) return { failures: 0, windowStart: null, lockedOutUntil: now + policy.cooldownSeconds * 1000 };
   return { failures, windowStart: windowOpen ? s.windowStart : now, lockedOutUntil: null };

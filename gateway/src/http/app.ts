@@ -42,7 +42,8 @@ export const GATEWAY_HTTP_CODES = Object.freeze({
   NOT_FOUND: 'No such route.',
   HOST_NOT_ALLOWED: 'The Host header names no allowed host (http.allowedHosts; DNS rebinding guard); 421, before any auth.',
   UNAUTHORIZED: 'No bearer token, or not the staff (or metrics) token; 401.',
-  AUTH_RATE_LIMITED: 'Too many wrong tokens from this client address in the window (http.authFailures); 429 with Retry-After, whatever token is sent.',
+  AUTH_RATE_LIMITED:
+    'Too many wrong tokens from this client address in the window (http.authFailures); 429 with Retry-After, whatever token is sent.',
   STAFF_AUTH_NOT_CONFIGURED: 'No staff token is configured: staff routes are refused (503).',
   ALARM_NOT_FOUND: 'No such alarm (404).',
   INTERNAL: 'An internal error; details are in the log under the correlation id.',
@@ -75,7 +76,13 @@ export function buildApp(deps: HttpDeps): FastifyInstance {
     if (err instanceof BadQuery) return reply.status(400).send({ code: 'BAD_REQUEST', detail: err.message });
     const status = err.statusCode ?? 500;
     if (status >= 500) req.log.error({ err }, 'request failed');
-    return reply.status(status).send(status >= 500 ? { code: 'INTERNAL', detail: `correlation id ${req.id}` } : { code: 'BAD_REQUEST', detail: err.message ?? 'bad request' });
+    return reply
+      .status(status)
+      .send(
+        status >= 500
+          ? { code: 'INTERNAL', detail: `correlation id ${req.id}` }
+          : { code: 'BAD_REQUEST', detail: err.message ?? 'bad request' },
+      );
   });
   app.setNotFoundHandler((_req, reply) => reply.status(404).send({ code: 'NOT_FOUND' }));
 
@@ -115,7 +122,10 @@ export function buildApp(deps: HttpDeps): FastifyInstance {
     const wait = limiter.blockedFor(req.ip);
     if (wait > 0) {
       req.log.warn({ code: 'AUTH_RATE_LIMITED', ip: req.ip }, `${what} request refused`);
-      return reply.status(429).header('retry-after', String(Math.ceil(wait / 1000))).send({ code: 'AUTH_RATE_LIMITED' });
+      return reply
+        .status(429)
+        .header('retry-after', String(Math.ceil(wait / 1000)))
+        .send({ code: 'AUTH_RATE_LIMITED' });
     }
     if (bearerMatches(req, token)) return undefined;
     // Only a presented token is a guess: the UI's first probe (and a monitor) send none, and must not use up the limit.
@@ -126,7 +136,10 @@ export function buildApp(deps: HttpDeps): FastifyInstance {
 
   app.addHook('onResponse', async (req, reply) => {
     // No headers: the Authorization header must never reach a log.
-    req.log.info({ method: req.method, url: req.url, status: reply.statusCode, ms: Math.round(reply.elapsedTime * 10) / 10 }, 'http request');
+    req.log.info(
+      { method: req.method, url: req.url, status: reply.statusCode, ms: Math.round(reply.elapsedTime * 10) / 10 },
+      'http request',
+    );
   });
 
   void app.register(async (root) => healthRoutes(root, deps, checkToken));

@@ -48,4 +48,5 @@ export function hostAllowed(rules: readonly HostRule[], header: string | undefin
 }
 
 /** Config entries (`name` or `name:port`, validated by the config schema) as rules. */
-export const hostRules = (entries: readonly string[]): HostRule[] => entries.map((e) => parseHost(e)).filter((r): r is HostRule => r !== null);
+export const hostRules = (entries: readonly string[]): HostRule[] =>
+  entries.map((e) => parseHost(e)).filter((r): r is HostRule => r !== null);

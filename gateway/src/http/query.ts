@@ -4,7 +4,10 @@ import { z } from 'zod';
 
 /** Query, params and body parsing shared by the staff routes: strings in, typed values out; a bad one is a 400 (app.ts's error handler). */
 
-export const Ms = z.string().regex(/^\d{1,15}$/, 'epoch ms (digits)').transform(Number);
+export const Ms = z
+  .string()
+  .regex(/^\d{1,15}$/, 'epoch ms (digits)')
+  .transform(Number);
 export const Limit = z
   .string()
   .regex(/^\d{1,3}$/, 'an integer 1..500')

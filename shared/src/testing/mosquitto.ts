@@ -59,7 +59,16 @@ function canConnect(port: number): Promise<boolean> {
 export async function startMosquitto(opts: MosquittoOptions = {}): Promise<TestMosquitto> {
   const dir = mkdtempSync(join(tmpdir(), 'tobira-mosquitto-'));
   const port = await freePort();
-  const lines = [`listener ${port} 127.0.0.1`, ...(process.getuid?.() === 0 ? ['user root'] : []), 'allow_anonymous false', 'set_tcp_nodelay true', 'persistence false', 'log_dest stderr', 'log_type error', 'log_type warning'];
+  const lines = [
+    `listener ${port} 127.0.0.1`,
+    ...(process.getuid?.() === 0 ? ['user root'] : []),
+    'allow_anonymous false',
+    'set_tcp_nodelay true',
+    'persistence false',
+    'log_dest stderr',
+    'log_type error',
+    'log_type warning',
+  ];
   let admin: TestMosquitto['admin'] = null;
   if (opts.dynsec) {
     const d = opts.dynsec === true ? {} : opts.dynsec;

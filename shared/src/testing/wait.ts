@@ -5,7 +5,11 @@
  * default stays under the suite's test timeout (vitest.config.ts, 30 s), so a
  * failed wait reports what it waited for rather than a bare test timeout.
  */
-export async function waitFor<T>(cond: () => Promise<T | undefined | null | false> | T | undefined | null | false, what: string, timeoutMs = 20_000): Promise<T> {
+export async function waitFor<T>(
+  cond: () => Promise<T | undefined | null | false> | T | undefined | null | false,
+  what: string,
+  timeoutMs = 20_000,
+): Promise<T> {
   const until = Date.now() + timeoutMs;
   for (;;) {
     const v = await cond();

@@ -73,7 +73,8 @@ export function mayUseClientId(account: BrokerAccount, clientId: string): boolea
 
 /** May this account subscribe with this filter? A gateway: only its own down, literally; the service: filters inside tobira/v1/gw/#. */
 export function maySubscribe(account: BrokerAccount, filter: string): boolean {
-  if (account.kind === 'service') return filter === SERVICE_FILTER || (filter.startsWith(SERVICE_PREFIX) && filter.length > SERVICE_PREFIX.length);
+  if (account.kind === 'service')
+    return filter === SERVICE_FILTER || (filter.startsWith(SERVICE_PREFIX) && filter.length > SERVICE_PREFIX.length);
   return gatewayAcl(account.gatewayId).subscribe.includes(filter);
 }
 
@@ -95,7 +96,8 @@ function isServiceTopic(topic: string): boolean {
 
 /** A Mosquitto dynamic-security ACL entry. */
 export interface DynsecAcl {
-  readonly acltype: 'publishClientSend' | 'publishClientReceive' | 'subscribeLiteral' | 'subscribePattern' | 'unsubscribeLiteral' | 'unsubscribePattern';
+  readonly acltype:
+    'publishClientSend' | 'publishClientReceive' | 'subscribeLiteral' | 'subscribePattern' | 'unsubscribeLiteral' | 'unsubscribePattern';
   readonly topic: string;
   readonly allow: true;
 }
@@ -115,7 +117,11 @@ export function gatewayDynsecAcls(gatewayId: string): DynsecAcl[] {
 
 /** The dynsec role of the cloud's service account: everything under tobira/v1/gw/#. */
 export function serviceDynsecAcls(): DynsecAcl[] {
-  return (['publishClientSend', 'publishClientReceive', 'subscribePattern', 'unsubscribePattern'] as const).map((acltype) => ({ acltype, topic: SERVICE_FILTER, allow: true as const }));
+  return (['publishClientSend', 'publishClientReceive', 'subscribePattern', 'unsubscribePattern'] as const).map((acltype) => ({
+    acltype,
+    topic: SERVICE_FILTER,
+    allow: true as const,
+  }));
 }
 
 /** The dynsec role name of a gateway (one role per gateway, named like its client). */

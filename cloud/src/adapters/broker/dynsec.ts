@@ -181,7 +181,10 @@ export class DynsecBrokerAccounts implements BrokerAccounts {
       await this.command(
         {
           command: 'setDefaultACLAccess',
-          acls: (['publishClientSend', 'publishClientReceive', 'subscribe', 'unsubscribe'] as const).map((acltype) => ({ acltype, allow: false })),
+          acls: (['publishClientSend', 'publishClientReceive', 'subscribe', 'unsubscribe'] as const).map((acltype) => ({
+            acltype,
+            allow: false,
+          })),
         },
         log,
       ),

@@ -180,7 +180,12 @@ export async function openEmbeddedBrokerAccounts(
   try {
     await migrate(db, opts.log, clock.now());
     const service = await setServiceAccount(db, opts.serviceUsername ?? 'tobira-cloud', clock.now());
-    const accounts = new EmbeddedBrokerAccounts({ db, log: opts.log, clock, ...(opts.cacheMs !== undefined ? { cacheMs: opts.cacheMs } : {}) });
+    const accounts = new EmbeddedBrokerAccounts({
+      db,
+      log: opts.log,
+      clock,
+      ...(opts.cacheMs !== undefined ? { cacheMs: opts.cacheMs } : {}),
+    });
     return { db, accounts, service };
   } catch (e) {
     await db.close();

@@ -11,7 +11,9 @@ const PARAMS = { N: 16384, r: 8, p: 1 } as const;
 const KEYLEN = 32;
 
 function derive(password: string, salt: Buffer, o: ScryptOptions): Promise<Buffer> {
-  return new Promise((resolve, reject) => scrypt(password, salt, KEYLEN, { ...o, maxmem: 64 * 1024 * 1024 }, (e, k) => (e ? reject(e) : resolve(k))));
+  return new Promise((resolve, reject) =>
+    scrypt(password, salt, KEYLEN, { ...o, maxmem: 64 * 1024 * 1024 }, (e, k) => (e ? reject(e) : resolve(k))),
+  );
 }
 
 export async function hashPassword(password: string): Promise<string> {

@@ -45,25 +45,23 @@ const AuditRow = z
     cid: z.string(),
     received_at: Int8,
   })
-  .transform(
-    (r): AuditEntry => ({
-      eventId: r.event_id,
-      gatewayId: r.gateway_id,
-      seq: r.seq,
-      lockId: r.lock_id,
-      doorId: r.door_id,
-      at: r.at,
-      allowed: r.allowed,
-      code: r.code,
-      keyId: r.key_id,
-      keyVersion: r.key_version,
-      personId: r.person_id,
-      credentialType: r.credential_type,
-      commandId: r.command_id,
-      cid: r.cid,
-      receivedAt: r.received_at,
-    }),
-  );
+  .transform((r): AuditEntry => ({
+    eventId: r.event_id,
+    gatewayId: r.gateway_id,
+    seq: r.seq,
+    lockId: r.lock_id,
+    doorId: r.door_id,
+    at: r.at,
+    allowed: r.allowed,
+    code: r.code,
+    keyId: r.key_id,
+    keyVersion: r.key_version,
+    personId: r.person_id,
+    credentialType: r.credential_type,
+    commandId: r.command_id,
+    cid: r.cid,
+    receivedAt: r.received_at,
+  }));
 
 export interface AuditQuery {
   readonly gatewayId?: string;
@@ -97,7 +95,10 @@ export interface EventFilter {
 /** An access event as the admin API shows it: with its site, without the uplink's seq and command id. */
 export type AccessEventView = Omit<AuditEntry, 'seq' | 'commandId'> & { readonly siteId: string };
 
-const EventRow = z.intersection(AuditRow, z.object({ site_id: z.string() }).transform((r) => ({ siteId: r.site_id })));
+const EventRow = z.intersection(
+  AuditRow,
+  z.object({ site_id: z.string() }).transform((r) => ({ siteId: r.site_id })),
+);
 
 /** Access events oldest first, keyset-paginated on (at, event_id); `to` is exclusive. */
 export async function listEvents(q: Queryable, scope: SiteScope, f: EventFilter): Promise<Page<AccessEventView>> {
@@ -155,7 +156,24 @@ export async function insertAccessEvent(q: Queryable, e: AccessEventRecord): Pro
              -- the cloud's own record names the holder; the gateway's copy is the fallback
              COALESCE((SELECT person_id FROM keys WHERE id = $10 AND gateway_id = $2), $12),
              $13,$14,$15,$16) ON CONFLICT (event_id) DO NOTHING`,
-    [e.eventId, e.gatewayId, e.seq, e.jti, e.lockId, e.doorId, e.at, e.allowed, e.code, e.keyId, e.keyVersion, e.personId, e.credentialType, e.commandId, e.cid, e.receivedAt],
+    [
+      e.eventId,
+      e.gatewayId,
+      e.seq,
+      e.jti,
+      e.lockId,
+      e.doorId,
+      e.at,
+      e.allowed,
+      e.code,
+      e.keyId,
+      e.keyVersion,
+      e.personId,
+      e.credentialType,
+      e.commandId,
+      e.cid,
+      e.receivedAt,
+    ],
   );
   return r.rowCount === 1;
 }

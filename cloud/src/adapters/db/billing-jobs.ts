@@ -111,7 +111,12 @@ export async function claimBillingJobs(
 }
 
 /** Done: names the lease token, so a worker that lost its lease changes nothing (0 rows). */
-export async function markBillingJobDone(q: Queryable, j: { id: number; leaseToken: string }, now: number, code: string | null = null): Promise<number> {
+export async function markBillingJobDone(
+  q: Queryable,
+  j: { id: number; leaseToken: string },
+  now: number,
+  code: string | null = null,
+): Promise<number> {
   const r = await q.query(
     `UPDATE billing_jobs SET status = 'done', done_at = $3, lease_token = NULL, lease_until = NULL, last_code = $4
       WHERE id = $1 AND lease_token = $2 AND status = 'running'`,
@@ -145,7 +150,10 @@ export async function failBillingJob(
 
 /** Operator retry of a dead job: due at once, attempts counted afresh. */
 export async function retryDeadBillingJob(q: Queryable, id: number, now: number): Promise<number> {
-  const r = await q.query(`UPDATE billing_jobs SET status = 'pending', attempts = 0, next_attempt_at = $2 WHERE id = $1 AND status = 'dead'`, [id, now]);
+  const r = await q.query(
+    `UPDATE billing_jobs SET status = 'pending', attempts = 0, next_attempt_at = $2 WHERE id = $1 AND status = 'dead'`,
+    [id, now],
+  );
   return r.rowCount;
 }
 
@@ -155,6 +163,9 @@ const DeadCursor = z.tuple([z.number().int()]);
 export async function listDeadBillingJobs(q: Queryable, o: { limit: number; cursor?: string }): Promise<Page<BillingJob> | 'bad_cursor'> {
   const after = decodeCursor(DeadCursor, o.cursor);
   if (after === 'bad') return 'bad_cursor';
-  const r = await q.query(`SELECT * FROM billing_jobs WHERE status = 'dead' AND ($1::bigint IS NULL OR id > $1) ORDER BY id LIMIT $2`, [after?.[0] ?? null, o.limit + 1]);
+  const r = await q.query(`SELECT * FROM billing_jobs WHERE status = 'dead' AND ($1::bigint IS NULL OR id > $1) ORDER BY id LIMIT $2`, [
+    after?.[0] ?? null,
+    o.limit + 1,
+  ]);
   return pageOf(r.rows.map(jobOf), o.limit, (j) => [j.id]);
 }

@@ -65,6 +65,7 @@ export { CorruptRow } from '@tobira/shared';
 
 /** PostgreSQL error code of a thrown driver error, if any (both drivers set `code`). */
 export function pgErrorCode(e: unknown): string | undefined {
-  if (typeof e === 'object' && e !== null && 'code' in e && typeof (e as { code: unknown }).code === 'string') return (e as { code: string }).code;
+  if (typeof e === 'object' && e !== null && 'code' in e && typeof (e as { code: unknown }).code === 'string')
+    return (e as { code: string }).code;
   return undefined;
 }

@@ -33,19 +33,17 @@ const GatewayRow = z
     last_seq: Int8,
     dead_letters: Int8,
   })
-  .transform(
-    (r): GatewayView => ({
-      id: r.id,
-      siteId: r.site_id,
-      online: r.online,
-      lastStatusAt: r.last_status_at,
-      createdAt: r.created_at,
-      clockSkewMs: r.clock_skew_ms,
-      clockSkewAt: r.clock_skew_at,
-      lastSeq: r.last_seq,
-      deadLetters: r.dead_letters,
-    }),
-  );
+  .transform((r): GatewayView => ({
+    id: r.id,
+    siteId: r.site_id,
+    online: r.online,
+    lastStatusAt: r.last_status_at,
+    createdAt: r.created_at,
+    clockSkewMs: r.clock_skew_ms,
+    clockSkewAt: r.clock_skew_at,
+    lastSeq: r.last_seq,
+    deadLetters: r.dead_letters,
+  }));
 const GATEWAY_COLUMNS = `g.id, g.site_id, g.online, g.last_status_at, g.created_at, g.clock_skew_ms, g.clock_skew_at,
   COALESCE((SELECT last_seq FROM gateway_seq s WHERE s.gateway_id = g.id), 0) AS last_seq,
   (SELECT count(*) FROM outbox o WHERE o.gateway_id = g.id AND o.status = 'dead') AS dead_letters`;
@@ -61,12 +59,18 @@ export async function listGateways(q: Queryable, scope: SiteScope, f: { siteId?:
 
 /** A gateway visible to the scope (default: any), or null. */
 export async function getGateway(q: Queryable, scope: SiteScope, id: string): Promise<GatewayView | null> {
-  const r = await q.query(`SELECT ${GATEWAY_COLUMNS} FROM gateways g WHERE g.id = $2 AND ($1::text[] IS NULL OR g.site_id = ANY($1))`, [scopeParam(scope), id]);
+  const r = await q.query(`SELECT ${GATEWAY_COLUMNS} FROM gateways g WHERE g.id = $2 AND ($1::text[] IS NULL OR g.site_id = ANY($1))`, [
+    scopeParam(scope),
+    id,
+  ]);
   return r.rows[0] === undefined ? null : parseRow('gateways', GatewayRow, r.rows[0]);
 }
 
 /** Registers a gateway and starts its downlink counter at 0. Throws 23505 when the id is taken. */
-export async function insertGateway(q: Queryable, g: { id: string; siteId: string; publicJwk: unknown; pepper: string; createdAt: number }): Promise<void> {
+export async function insertGateway(
+  q: Queryable,
+  g: { id: string; siteId: string; publicJwk: unknown; pepper: string; createdAt: number },
+): Promise<void> {
   await q.query('INSERT INTO gateways (id, site_id, public_jwk, credential_pepper, created_at) VALUES ($1,$2,$3::jsonb,$4,$5)', [
     g.id,
     g.siteId,
@@ -108,7 +112,10 @@ export async function lastSeqOf(q: Queryable, gatewayId: string): Promise<number
 
 /** Moves the counter past `seenSeq` (and past itself): seqs are never handed out twice. Returns the new last seq, or null for no counter. */
 export async function bumpSeqPast(q: Queryable, gatewayId: string, seenSeq: number): Promise<number | null> {
-  const r = await q.query('UPDATE gateway_seq SET last_seq = GREATEST(last_seq, $2) + 1 WHERE gateway_id = $1 RETURNING last_seq', [gatewayId, seenSeq]);
+  const r = await q.query('UPDATE gateway_seq SET last_seq = GREATEST(last_seq, $2) + 1 WHERE gateway_id = $1 RETURNING last_seq', [
+    gatewayId,
+    seenSeq,
+  ]);
   return r.rows[0] === undefined ? null : parseRow('gateway_seq', z.object({ last_seq: Int8 }), r.rows[0]).last_seq;
 }
 

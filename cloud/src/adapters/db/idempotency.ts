@@ -41,10 +41,10 @@ export async function claim(db: Queryable, tokenId: string, key: string, hash: s
     [tokenId, key, hash, now + IDEMPOTENCY_LOCK_MS, now, token],
   );
   if (ins.rowCount === 1) return { kind: 'run', token };
-  const r = await db.query('SELECT request_hash, state, locked_until, status_code, response, claim_token FROM idempotency_keys WHERE token_id = $1 AND key = $2', [
-    tokenId,
-    key,
-  ]);
+  const r = await db.query(
+    'SELECT request_hash, state, locked_until, status_code, response, claim_token FROM idempotency_keys WHERE token_id = $1 AND key = $2',
+    [tokenId, key],
+  );
   const row = r.rows[0] === undefined ? undefined : parseRow('idempotency_keys', KeyRow, r.rows[0]);
   if (!row) return claim(db, tokenId, key, hash, now); // released between the insert and the select
   if (row.request_hash !== hash) return { kind: 'reused' };
@@ -68,11 +68,10 @@ export async function claim(db: Queryable, tokenId: string, key: string, hash: s
  * otherwise happen for a request that can no longer commit).
  */
 export async function hold(db: Queryable, tokenId: string, key: string, claimToken: string): Promise<boolean> {
-  const r = await db.query(`SELECT 1 FROM idempotency_keys WHERE token_id = $1 AND key = $2 AND state = 'in_progress' AND claim_token = $3 FOR UPDATE`, [
-    tokenId,
-    key,
-    claimToken,
-  ]);
+  const r = await db.query(
+    `SELECT 1 FROM idempotency_keys WHERE token_id = $1 AND key = $2 AND state = 'in_progress' AND claim_token = $3 FOR UPDATE`,
+    [tokenId, key, claimToken],
+  );
   return r.rows.length === 1;
 }
 
@@ -84,7 +83,14 @@ export async function hold(db: Queryable, tokenId: string, key: string, claimTok
  * (a takeover waits for the holder's row lock, then finds the key done); it
  * stays as the last guard, so at most one holder ever completes.
  */
-export async function complete(db: Queryable, tokenId: string, key: string, claimToken: string, statusCode: number, body: unknown): Promise<boolean> {
+export async function complete(
+  db: Queryable,
+  tokenId: string,
+  key: string,
+  claimToken: string,
+  statusCode: number,
+  body: unknown,
+): Promise<boolean> {
   const r = await db.query(
     `UPDATE idempotency_keys SET state = 'done', status_code = $3, response = $4::jsonb
       WHERE token_id = $1 AND key = $2 AND state = 'in_progress' AND claim_token = $5`,
@@ -95,5 +101,9 @@ export async function complete(db: Queryable, tokenId: string, key: string, clai
 
 /** A request that failed with a 5xx leaves no trace: the client may retry it under the same key. A holder that lost its claim deletes nothing. */
 export async function release(db: Queryable, tokenId: string, key: string, claimToken: string): Promise<void> {
-  await db.query(`DELETE FROM idempotency_keys WHERE token_id = $1 AND key = $2 AND state = 'in_progress' AND claim_token = $3`, [tokenId, key, claimToken]);
+  await db.query(`DELETE FROM idempotency_keys WHERE token_id = $1 AND key = $2 AND state = 'in_progress' AND claim_token = $3`, [
+    tokenId,
+    key,
+    claimToken,
+  ]);
 }

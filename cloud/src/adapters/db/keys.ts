@@ -1,5 +1,18 @@
 import { z } from 'zod';
-import { CorrelationId, CredentialType, DoorId, GatewayId, KeyId, PersonId, RevokeReason, Schedule, pageOf, parseRow, parseRows, type Page } from '@tobira/shared';
+import {
+  CorrelationId,
+  CredentialType,
+  DoorId,
+  GatewayId,
+  KeyId,
+  PersonId,
+  RevokeReason,
+  Schedule,
+  pageOf,
+  parseRow,
+  parseRows,
+  type Page,
+} from '@tobira/shared';
 import { KEY_EVENTS, KEY_STATUSES, type KeyStatus } from '../../domain/key-states.js';
 import type { EntryKey } from '../../domain/keys.js';
 import type { Queryable } from './db.js';
@@ -33,28 +46,26 @@ const KeyRow = z
     created_at: z.number().int(),
     updated_at: z.number().int(),
   })
-  .transform(
-    (r): EntryKey => ({
-      id: r.id,
-      personId: r.person_id,
-      gatewayId: r.gateway_id,
-      credential: { type: r.credential_type, digest: r.credential_digest },
-      doors: r.doors,
-      validFrom: r.valid_from,
-      validUntil: r.valid_until,
-      schedule: r.schedule,
-      offlineCapable: r.offline_capable,
-      offlineMaxSeconds: r.offline_max_seconds,
-      version: r.version,
-      revision: r.revision,
-      status: r.status,
-      revokeReason: r.revoke_reason,
-      lastCode: r.last_code,
-      cid: r.cid,
-      createdAt: r.created_at,
-      updatedAt: r.updated_at,
-    }),
-  );
+  .transform((r): EntryKey => ({
+    id: r.id,
+    personId: r.person_id,
+    gatewayId: r.gateway_id,
+    credential: { type: r.credential_type, digest: r.credential_digest },
+    doors: r.doors,
+    validFrom: r.valid_from,
+    validUntil: r.valid_until,
+    schedule: r.schedule,
+    offlineCapable: r.offline_capable,
+    offlineMaxSeconds: r.offline_max_seconds,
+    version: r.version,
+    revision: r.revision,
+    status: r.status,
+    revokeReason: r.revoke_reason,
+    lastCode: r.last_code,
+    cid: r.cid,
+    createdAt: r.created_at,
+    updatedAt: r.updated_at,
+  }));
 
 export function keyFromRow(row: unknown): EntryKey {
   return parseRow('keys', KeyRow, row);
@@ -73,9 +84,25 @@ export async function insertKey(q: Queryable, k: EntryKey): Promise<number> {
      VALUES ($1,$2,$3,$4,$5,$6::jsonb,$7,$8,$9::jsonb,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19)
      ON CONFLICT (id) DO NOTHING`,
     [
-      k.id, k.personId, k.gatewayId, k.credential.type, k.credential.digest, JSON.stringify(k.doors), k.validFrom, k.validUntil,
-      k.schedule === null ? null : JSON.stringify(k.schedule), k.offlineCapable, k.version, k.revision, k.status, k.revokeReason,
-      k.lastCode, k.cid, k.createdAt, k.updatedAt, k.offlineMaxSeconds,
+      k.id,
+      k.personId,
+      k.gatewayId,
+      k.credential.type,
+      k.credential.digest,
+      JSON.stringify(k.doors),
+      k.validFrom,
+      k.validUntil,
+      k.schedule === null ? null : JSON.stringify(k.schedule),
+      k.offlineCapable,
+      k.version,
+      k.revision,
+      k.status,
+      k.revokeReason,
+      k.lastCode,
+      k.cid,
+      k.createdAt,
+      k.updatedAt,
+      k.offlineMaxSeconds,
     ],
   );
   return r.rowCount;
@@ -107,13 +134,18 @@ export async function credentialInUse(q: Queryable, gatewayId: string, digest: s
 
 /** Ids of live keys whose window has ended at `now`, soonest first. */
 export async function keysDueToExpire(q: Queryable, now: number, limit: number): Promise<string[]> {
-  const r = await q.query('SELECT id FROM keys WHERE status IN (\'issuing\',\'active\') AND valid_until <= $1 ORDER BY valid_until LIMIT $2', [now, limit]);
+  const r = await q.query("SELECT id FROM keys WHERE status IN ('issuing','active') AND valid_until <= $1 ORDER BY valid_until LIMIT $2", [
+    now,
+    limit,
+  ]);
   return parseRows('keys', z.object({ id: z.string() }), r.rows).map((x) => x.id);
 }
 
 /** The keys a gateway's snapshot is made of: live ones (grants) and revoked ones (tombstones). */
 export async function keysForSnapshot(q: Queryable, gatewayId: string): Promise<EntryKey[]> {
-  const r = await q.query(`SELECT * FROM keys WHERE gateway_id = $1 AND status IN ('issuing','active','revoking','revoked') ORDER BY id`, [gatewayId]);
+  const r = await q.query(`SELECT * FROM keys WHERE gateway_id = $1 AND status IN ('issuing','active','revoking','revoked') ORDER BY id`, [
+    gatewayId,
+  ]);
   return parseRows('keys', KeyRow, r.rows);
 }
 
@@ -149,28 +181,39 @@ const HistoryRowSchema = z
     detail: z.record(z.string(), z.unknown()).nullable(),
     at: z.number().int(),
   })
-  .transform(
-    (r): HistoryRow => ({
-      keyId: r.key_id,
-      version: r.version,
-      revision: r.revision,
-      event: r.event,
-      fromStatus: r.from_status,
-      toStatus: r.to_status,
-      reason: r.reason,
-      code: r.code,
-      cid: r.cid,
-      verb: r.verb,
-      detail: r.detail,
-      at: r.at,
-    }),
-  );
+  .transform((r): HistoryRow => ({
+    keyId: r.key_id,
+    version: r.version,
+    revision: r.revision,
+    event: r.event,
+    fromStatus: r.from_status,
+    toStatus: r.to_status,
+    reason: r.reason,
+    code: r.code,
+    cid: r.cid,
+    verb: r.verb,
+    detail: r.detail,
+    at: r.at,
+  }));
 
 export async function appendHistory(q: Queryable, h: HistoryRow): Promise<void> {
   await q.query(
     `INSERT INTO key_history (key_id, version, revision, event, from_status, to_status, reason, code, cid, verb, detail, at)
      VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11::jsonb,$12)`,
-    [h.keyId, h.version, h.revision, h.event, h.fromStatus, h.toStatus, h.reason, h.code, h.cid, h.verb, h.detail === null ? null : JSON.stringify(h.detail), h.at],
+    [
+      h.keyId,
+      h.version,
+      h.revision,
+      h.event,
+      h.fromStatus,
+      h.toStatus,
+      h.reason,
+      h.code,
+      h.cid,
+      h.verb,
+      h.detail === null ? null : JSON.stringify(h.detail),
+      h.at,
+    ],
   );
 }
 
@@ -249,7 +292,16 @@ export async function listKeys(q: Queryable, scope: SiteScope, f: KeyFilter): Pr
         AND ($4::text IS NULL OR k.gateway_id = $4) AND ($5::text IS NULL OR k.status = $5)
         AND ($6::bigint IS NULL OR (k.created_at, k.id) > ($6::bigint, $7::text))
       ORDER BY k.created_at, k.id LIMIT $8`,
-    [scopeParam(scope), f.siteId ?? null, f.personId ?? null, f.gatewayId ?? null, f.status ?? null, f.cursor?.[0] ?? null, f.cursor?.[1] ?? null, f.limit + 1],
+    [
+      scopeParam(scope),
+      f.siteId ?? null,
+      f.personId ?? null,
+      f.gatewayId ?? null,
+      f.status ?? null,
+      f.cursor?.[0] ?? null,
+      f.cursor?.[1] ?? null,
+      f.limit + 1,
+    ],
   );
   return pageOf(r.rows.map(summaryFromRow), f.limit, (k) => [k.createdAt, k.id]);
 }

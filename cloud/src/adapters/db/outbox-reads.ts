@@ -42,23 +42,21 @@ const OutboxRow = z
     created_at: Int8,
     sent_at: Int8.nullable(),
   })
-  .transform(
-    (r): OutboxEntry => ({
-      id: r.id,
-      gatewayId: r.gateway_id,
-      seq: r.seq,
-      jti: r.jti,
-      type: r.type,
-      keyId: r.key_id,
-      keyVersion: r.key_version,
-      status: r.status,
-      attempts: r.attempts,
-      lastError: r.last_error,
-      cid: r.cid,
-      createdAt: r.created_at,
-      sentAt: r.sent_at,
-    }),
-  );
+  .transform((r): OutboxEntry => ({
+    id: r.id,
+    gatewayId: r.gateway_id,
+    seq: r.seq,
+    jti: r.jti,
+    type: r.type,
+    keyId: r.key_id,
+    keyVersion: r.key_version,
+    status: r.status,
+    attempts: r.attempts,
+    lastError: r.last_error,
+    cid: r.cid,
+    createdAt: r.created_at,
+    sentAt: r.sent_at,
+  }));
 
 /** Every outbox row of a gateway, in seq order. */
 export async function listOutbox(q: Queryable, gatewayId: string): Promise<OutboxEntry[]> {
@@ -80,10 +78,20 @@ export interface ReplayRow {
   readonly body: unknown;
   readonly cid: string;
 }
-const ReplayRowSchema = z.object({ seq: Int8, jti: z.string(), type: z.enum(['key.grant', 'key.revoke']), body: z.unknown(), cid: z.string() });
+const ReplayRowSchema = z.object({
+  seq: Int8,
+  jti: z.string(),
+  type: z.enum(['key.grant', 'key.revoke']),
+  body: z.unknown(),
+  cid: z.string(),
+});
 
 /** The rows of a gateway with fromSeq < seq <= toSeq, whatever their status (pending and dead ones too), in seq order. */
 export async function outboxRowsBetween(q: Queryable, gatewayId: string, fromSeq: number, toSeq: number): Promise<ReplayRow[]> {
-  const r = await q.query('SELECT seq, jti, type, body, cid FROM outbox WHERE gateway_id = $1 AND seq > $2 AND seq <= $3 ORDER BY seq', [gatewayId, fromSeq, toSeq]);
+  const r = await q.query('SELECT seq, jti, type, body, cid FROM outbox WHERE gateway_id = $1 AND seq > $2 AND seq <= $3 ORDER BY seq', [
+    gatewayId,
+    fromSeq,
+    toSeq,
+  ]);
   return parseRows('outbox', ReplayRowSchema, r.rows);
 }

@@ -64,8 +64,25 @@ export async function insertPayment(q: Queryable, p: Payment): Promise<number> {
        amount_received, amount_refunded, last_code, cid, created_at, updated_at)
      VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17)
      ON CONFLICT (id) DO NOTHING`,
-    [p.id, p.stayId, p.purpose, p.amount, p.currency, p.status, p.version, p.attempt, p.idempotencyKey, p.intentId, p.clientSecret,
-      p.amountReceived, p.amountRefunded, p.lastCode, p.cid, p.createdAt, p.updatedAt],
+    [
+      p.id,
+      p.stayId,
+      p.purpose,
+      p.amount,
+      p.currency,
+      p.status,
+      p.version,
+      p.attempt,
+      p.idempotencyKey,
+      p.intentId,
+      p.clientSecret,
+      p.amountReceived,
+      p.amountRefunded,
+      p.lastCode,
+      p.cid,
+      p.createdAt,
+      p.updatedAt,
+    ],
   );
   return r.rowCount;
 }
@@ -92,7 +109,19 @@ export async function casPayment(q: Queryable, p: Payment, expectedVersion: numb
     `UPDATE payments SET status = $3, version = $4, intent_id = $5, client_secret = $6, amount_received = $7, amount_refunded = $8,
             last_code = $9, cid = $10, updated_at = $11
       WHERE id = $1 AND version = $2`,
-    [p.id, expectedVersion, p.status, p.version, p.intentId, p.clientSecret, p.amountReceived, p.amountRefunded, p.lastCode, p.cid, p.updatedAt],
+    [
+      p.id,
+      expectedVersion,
+      p.status,
+      p.version,
+      p.intentId,
+      p.clientSecret,
+      p.amountReceived,
+      p.amountRefunded,
+      p.lastCode,
+      p.cid,
+      p.updatedAt,
+    ],
   );
   return r.rowCount;
 }

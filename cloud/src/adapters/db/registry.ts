@@ -21,7 +21,13 @@ export interface SiteRecord {
 }
 const SiteRow = z
   .object({ id: z.string(), name: z.string(), time_zone: z.string(), offline_grace_seconds: z.number().int(), created_at: Int8 })
-  .transform((r): SiteRecord => ({ id: r.id, name: r.name, timeZone: r.time_zone, offlineGraceSeconds: r.offline_grace_seconds, createdAt: r.created_at }));
+  .transform((r): SiteRecord => ({
+    id: r.id,
+    name: r.name,
+    timeZone: r.time_zone,
+    offlineGraceSeconds: r.offline_grace_seconds,
+    createdAt: r.created_at,
+  }));
 
 /** Inserts a site; false when the id is taken. */
 export async function insertSite(q: Queryable, s: SiteRecord): Promise<boolean> {
@@ -58,17 +64,18 @@ const DoorRow = z
 
 /** Inserts a door; false when the id is taken. */
 export async function insertDoor(q: Queryable, d: DoorRecord): Promise<boolean> {
-  const r = await q.query('INSERT INTO doors (id, site_id, gateway_id, name, created_at) VALUES ($1,$2,$3,$4,$5) ON CONFLICT (id) DO NOTHING', [
-    d.id,
-    d.siteId,
-    d.gatewayId,
-    d.name,
-    d.createdAt,
-  ]);
+  const r = await q.query(
+    'INSERT INTO doors (id, site_id, gateway_id, name, created_at) VALUES ($1,$2,$3,$4,$5) ON CONFLICT (id) DO NOTHING',
+    [d.id, d.siteId, d.gatewayId, d.name, d.createdAt],
+  );
   return r.rowCount === 1;
 }
 
-export async function listDoors(q: Queryable, scope: SiteScope, f: { siteId?: string | undefined; gatewayId?: string | undefined }): Promise<DoorRecord[]> {
+export async function listDoors(
+  q: Queryable,
+  scope: SiteScope,
+  f: { siteId?: string | undefined; gatewayId?: string | undefined },
+): Promise<DoorRecord[]> {
   const r = await q.query(
     `SELECT * FROM doors WHERE ($1::text[] IS NULL OR site_id = ANY($1)) AND ($2::text IS NULL OR site_id = $2)
       AND ($3::text IS NULL OR gateway_id = $3) ORDER BY id LIMIT 1000`,
@@ -103,7 +110,11 @@ const PERSON_COLS = `p.id, p.name, p.created_at,
 
 /** Inserts a person; false when the id is taken. */
 export async function insertPerson(q: Queryable, p: { id: string; name: string; createdAt: number }): Promise<boolean> {
-  const r = await q.query('INSERT INTO people (id, name, created_at) VALUES ($1,$2,$3) ON CONFLICT (id) DO NOTHING', [p.id, p.name, p.createdAt]);
+  const r = await q.query('INSERT INTO people (id, name, created_at) VALUES ($1,$2,$3) ON CONFLICT (id) DO NOTHING', [
+    p.id,
+    p.name,
+    p.createdAt,
+  ]);
   return r.rowCount === 1;
 }
 

@@ -101,8 +101,26 @@ export async function insertStayWithNights(tx: Tx, s: Stay): Promise<InsertStayR
          hold_until, key_id, cancel_reason, last_code, cid, created_at, updated_at)
        VALUES ($1,$2,$3,$4,$5::date,$6::date,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18)
        ON CONFLICT (id) DO NOTHING`,
-      [s.id, s.siteId, s.roomId, s.personId, s.checkIn, s.checkOut, s.amount, s.currency, s.deposit, s.status, s.version,
-        s.holdUntil, s.keyId, s.cancelReason, s.lastCode, s.cid, s.createdAt, s.updatedAt],
+      [
+        s.id,
+        s.siteId,
+        s.roomId,
+        s.personId,
+        s.checkIn,
+        s.checkOut,
+        s.amount,
+        s.currency,
+        s.deposit,
+        s.status,
+        s.version,
+        s.holdUntil,
+        s.keyId,
+        s.cancelReason,
+        s.lastCode,
+        s.cid,
+        s.createdAt,
+        s.updatedAt,
+      ],
     );
     if (ins.rowCount === 0) return 'exists';
     const nights = await sp.query(
@@ -139,12 +157,18 @@ export async function heldNights(q: Queryable, roomId: string, from: string, to:
     `SELECT night::text AS night, stay_id FROM stay_nights WHERE room_id = $1 AND night >= $2::date AND night < $3::date ORDER BY night`,
     [roomId, from, to],
   );
-  return parseRows('stay_nights', z.object({ night: IsoDate, stay_id: z.string() }), r.rows).map((x) => ({ night: x.night, stayId: x.stay_id }));
+  return parseRows('stay_nights', z.object({ night: IsoDate, stay_id: z.string() }), r.rows).map((x) => ({
+    night: x.night,
+    stayId: x.stay_id,
+  }));
 }
 
 /** Pending stays whose hold has ended (the hold sweeper's input), oldest first. */
 export async function listExpiredHolds(q: Queryable, now: number, limit: number): Promise<string[]> {
-  const r = await q.query(`SELECT id FROM stays WHERE status = 'pending' AND hold_until <= $1 ORDER BY hold_until, id LIMIT $2`, [now, limit]);
+  const r = await q.query(`SELECT id FROM stays WHERE status = 'pending' AND hold_until <= $1 ORDER BY hold_until, id LIMIT $2`, [
+    now,
+    limit,
+  ]);
   return parseRows('stays', z.object({ id: z.string() }), r.rows).map((x) => x.id);
 }
 
@@ -190,7 +214,12 @@ export async function loadRoom(q: Queryable, id: string): Promise<Room | null> {
 /** Insert of a room and its doors; 0 when the id exists. */
 export async function insertRoom(tx: Tx, room: Room, now: number): Promise<number> {
   return tx.transaction(async (sp) => {
-    const r = await sp.query('INSERT INTO rooms (id, site_id, name, created_at) VALUES ($1,$2,$3,$4) ON CONFLICT (id) DO NOTHING', [room.id, room.siteId, room.name, now]);
+    const r = await sp.query('INSERT INTO rooms (id, site_id, name, created_at) VALUES ($1,$2,$3,$4) ON CONFLICT (id) DO NOTHING', [
+      room.id,
+      room.siteId,
+      room.name,
+      now,
+    ]);
     if (r.rowCount === 0) return 0;
     await sp.query('INSERT INTO room_doors (room_id, door_id) SELECT $1, unnest($2::text[])', [room.id, [...room.doors]]);
     return 1;

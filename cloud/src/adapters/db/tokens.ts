@@ -71,7 +71,12 @@ export async function createApiToken(
  * operators should rotate it once they have it and drop it from the environment.
  * A rotated or revoked bootstrap token stays so: installing it again is a no-op.
  */
-export async function installApiToken(db: Queryable, token: string, input: { name: string; role: Role; sites?: string[] | null }, now: number): Promise<string> {
+export async function installApiToken(
+  db: Queryable,
+  token: string,
+  input: { name: string; role: Role; sites?: string[] | null },
+  now: number,
+): Promise<string> {
   if (!isTokenShaped(token)) throw new Error('a bootstrap token must be tbr_ followed by 43 base64url characters (32 random bytes)');
   const id = newId();
   await db.query(
@@ -103,9 +108,14 @@ const AuthRow = z.object({
  */
 export async function authenticate(db: Queryable, token: string, now: number): Promise<Authentication> {
   if (!isTokenShaped(token)) return { kind: 'unknown' };
-  const r = await db.query('SELECT id, name, role, sites, expires_at, revoked_at, last_used_at FROM api_tokens WHERE token_hash = $1', [hashToken(token)]);
+  const r = await db.query('SELECT id, name, role, sites, expires_at, revoked_at, last_used_at FROM api_tokens WHERE token_hash = $1', [
+    hashToken(token),
+  ]);
   const row = r.rows[0] === undefined ? undefined : parseRow('api_tokens', AuthRow, r.rows[0]);
-  const a = judgeToken(row && { id: row.id, name: row.name, role: row.role, sites: row.sites, expiresAt: row.expires_at, revokedAt: row.revoked_at }, now);
+  const a = judgeToken(
+    row && { id: row.id, name: row.name, role: row.role, sites: row.sites, expiresAt: row.expires_at, revokedAt: row.revoked_at },
+    now,
+  );
   if (a.kind === 'ok' && row && lastUseDue(row.last_used_at, now)) {
     // the guard keeps it monotonic when replicas (or a clock step back) race
     await db.query('UPDATE api_tokens SET last_used_at = $2 WHERE id = $1 AND (last_used_at IS NULL OR last_used_at < $2)', [row.id, now]);
@@ -123,8 +133,19 @@ export type RotateOutcome =
     }
   | { readonly status: 'refused'; readonly code: RotateRefusal; readonly detail?: string };
 
-const RotatedRow = z.object({ name: z.string(), role: Role, sites: z.array(z.string()).nullable(), old_expires_at: z.number().nullable(), old_revoked_at: z.number().nullable() });
-const RotationStateRow = z.object({ revoked_at: z.number().nullable(), expires_at: z.number().nullable(), rotated_to: z.string().nullable(), successor_revoked: z.boolean().nullable() });
+const RotatedRow = z.object({
+  name: z.string(),
+  role: Role,
+  sites: z.array(z.string()).nullable(),
+  old_expires_at: z.number().nullable(),
+  old_revoked_at: z.number().nullable(),
+});
+const RotationStateRow = z.object({
+  revoked_at: z.number().nullable(),
+  expires_at: z.number().nullable(),
+  rotated_to: z.string().nullable(),
+  successor_revoked: z.boolean().nullable(),
+});
 
 /**
  * Rotates token `id`: a new token with the same name, role and sites, and the
@@ -180,9 +201,14 @@ export async function rotateApiToken(
       [id],
     );
     const c = cur.rows[0] === undefined ? undefined : parseRow('api_tokens', RotationStateRow, cur.rows[0]);
-    const refusal = rotationRefusal(c && { revokedAt: c.revoked_at, expiresAt: c.expires_at, rotatedTo: c.rotated_to, successorRevoked: c.successor_revoked === true }, now);
-    if (refusal === 'TOKEN_EXPIRED' && c?.expires_at != null) return { status: 'refused', code: refusal, detail: `expired at ${new Date(c.expires_at).toISOString()}` };
-    if (refusal === 'TOKEN_ALREADY_ROTATED' && c?.rotated_to != null) return { status: 'refused', code: refusal, detail: `rotated to ${c.rotated_to}` };
+    const refusal = rotationRefusal(
+      c && { revokedAt: c.revoked_at, expiresAt: c.expires_at, rotatedTo: c.rotated_to, successorRevoked: c.successor_revoked === true },
+      now,
+    );
+    if (refusal === 'TOKEN_EXPIRED' && c?.expires_at != null)
+      return { status: 'refused', code: refusal, detail: `expired at ${new Date(c.expires_at).toISOString()}` };
+    if (refusal === 'TOKEN_ALREADY_ROTATED' && c?.rotated_to != null)
+      return { status: 'refused', code: refusal, detail: `rotated to ${c.rotated_to}` };
     if (refusal) return { status: 'refused', code: refusal };
     // changed between the two statements (e.g. its successor was just revoked): try again, a bounded number of times
   }

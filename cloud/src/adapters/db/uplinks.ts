@@ -72,7 +72,10 @@ export async function listUplinkGaps(q: Queryable, gatewayId: string): Promise<{
       WHERE next > seq + 1 ORDER BY seq`,
     [gatewayId],
   );
-  return parseRows('uplink_inbox', z.object({ from_seq: Int8, to_seq: Int8 }), r.rows).map((x) => ({ fromSeq: x.from_seq, toSeq: x.to_seq }));
+  return parseRows('uplink_inbox', z.object({ from_seq: Int8, to_seq: Int8 }), r.rows).map((x) => ({
+    fromSeq: x.from_seq,
+    toSeq: x.to_seq,
+  }));
 }
 
 // ---------------------------------------------------------------- rejected
@@ -91,7 +94,13 @@ const RejectedRow = z
 
 /** Records a rejected uplink and keeps only the newest `maxRows`: a flood of garbage stays bounded (the purge drops them by age too). */
 export async function recordRejected(q: Queryable, x: Omit<RejectedUplink, 'id'>, maxRows: number): Promise<void> {
-  await q.query('INSERT INTO rejected_uplinks (gateway_id, topic, code, detail, at) VALUES ($1,$2,$3,$4,$5)', [x.gatewayId, x.topic, x.code, x.detail, x.at]);
+  await q.query('INSERT INTO rejected_uplinks (gateway_id, topic, code, detail, at) VALUES ($1,$2,$3,$4,$5)', [
+    x.gatewayId,
+    x.topic,
+    x.code,
+    x.detail,
+    x.at,
+  ]);
   await q.query('DELETE FROM rejected_uplinks WHERE id <= (SELECT id FROM rejected_uplinks ORDER BY id DESC OFFSET $1 LIMIT 1)', [maxRows]);
 }
 

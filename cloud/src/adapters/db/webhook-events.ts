@@ -90,7 +90,10 @@ export async function loadWebhookEvent(q: Queryable, eventId: string): Promise<S
  * else processes the event; after it lapses someone may (at-least-once, so
  * processing must be idempotent — it is: decisions re-read current status).
  */
-export async function claimWebhookEvents(q: Queryable, o: { token: string; now: number; leaseMs: number; limit: number }): Promise<StoredWebhookEvent[]> {
+export async function claimWebhookEvents(
+  q: Queryable,
+  o: { token: string; now: number; leaseMs: number; limit: number },
+): Promise<StoredWebhookEvent[]> {
   const r = await q.query(
     `UPDATE payment_webhook_events e
         SET status = 'processing', lease_token = $1, lease_until = $2 + $3, attempts = e.attempts + 1
@@ -132,7 +135,14 @@ export async function failWebhookEvent(
   const r = await q.query(
     `UPDATE payment_webhook_events SET status = $3, next_attempt_at = $4, lease_token = NULL, lease_until = NULL, last_error = $5, dead_code = $6
       WHERE event_id = $1 AND lease_token = $2 AND status = 'processing'`,
-    [e.eventId, e.leaseToken, status, status === 'dead' ? now : now + backoffMs(e.attempts, p, random), err.error.slice(0, 500), status === 'dead' ? err.code : null],
+    [
+      e.eventId,
+      e.leaseToken,
+      status,
+      status === 'dead' ? now : now + backoffMs(e.attempts, p, random),
+      err.error.slice(0, 500),
+      status === 'dead' ? err.code : null,
+    ],
   );
   return r.rowCount === 1 ? status : null;
 }
@@ -140,7 +150,10 @@ export async function failWebhookEvent(
 const DeadCursor = z.tuple([z.number().int(), z.string()]);
 
 /** The dead-letter list, oldest first, keyset-paginated on (received_at, event_id). */
-export async function listDeadWebhookEvents(q: Queryable, o: { limit: number; cursor?: string }): Promise<Page<StoredWebhookEvent> | 'bad_cursor'> {
+export async function listDeadWebhookEvents(
+  q: Queryable,
+  o: { limit: number; cursor?: string },
+): Promise<Page<StoredWebhookEvent> | 'bad_cursor'> {
   const after = decodeCursor(DeadCursor, o.cursor);
   if (after === 'bad') return 'bad_cursor';
   const r = await q.query(

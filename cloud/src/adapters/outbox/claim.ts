@@ -21,7 +21,16 @@ export interface ClaimedRow {
  * the row; after it runs out, someone may (at-least-once delivery).
  */
 export async function claim(q: Queryable, opts: { token: string; now: number; leaseMs: number; limit: number }): Promise<ClaimedRow[]> {
-  const r = await q.query<{ id: number; gateway_id: string; seq: number; jti: string; type: ClaimedRow['type']; body: unknown; cid: string; attempts: number }>(
+  const r = await q.query<{
+    id: number;
+    gateway_id: string;
+    seq: number;
+    jti: string;
+    type: ClaimedRow['type'];
+    body: unknown;
+    cid: string;
+    attempts: number;
+  }>(
     `UPDATE outbox o
         SET status = 'sending', lease_token = $1, lease_until = $2 + $3, attempts = o.attempts + 1
        FROM (SELECT id FROM outbox
@@ -34,6 +43,16 @@ export async function claim(q: Queryable, opts: { token: string; now: number; le
     [opts.token, opts.now, opts.leaseMs, opts.limit],
   );
   return r.rows
-    .map((x) => ({ id: x.id, gatewayId: x.gateway_id, seq: x.seq, jti: x.jti, type: x.type, body: x.body, cid: x.cid, attempts: x.attempts, leaseToken: opts.token }))
+    .map((x) => ({
+      id: x.id,
+      gatewayId: x.gateway_id,
+      seq: x.seq,
+      jti: x.jti,
+      type: x.type,
+      body: x.body,
+      cid: x.cid,
+      attempts: x.attempts,
+      leaseToken: opts.token,
+    }))
     .sort((a, b) => (a.gatewayId === b.gatewayId ? a.seq - b.seq : a.gatewayId < b.gatewayId ? -1 : 1));
 }

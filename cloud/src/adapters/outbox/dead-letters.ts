@@ -35,22 +35,20 @@ const DeadLetterRow = z
     cid: z.string(),
     created_at: Int8,
   })
-  .transform(
-    (r): DeadLetter => ({
-      id: r.id,
-      siteId: r.site_id,
-      gatewayId: r.gateway_id,
-      seq: r.seq,
-      jti: r.jti,
-      type: r.type,
-      keyId: r.key_id,
-      keyVersion: r.key_version,
-      attempts: r.attempts,
-      lastError: r.last_error,
-      cid: r.cid,
-      createdAt: r.created_at,
-    }),
-  );
+  .transform((r): DeadLetter => ({
+    id: r.id,
+    siteId: r.site_id,
+    gatewayId: r.gateway_id,
+    seq: r.seq,
+    jti: r.jti,
+    type: r.type,
+    keyId: r.key_id,
+    keyVersion: r.key_version,
+    attempts: r.attempts,
+    lastError: r.last_error,
+    cid: r.cid,
+    createdAt: r.created_at,
+  }));
 
 export interface DeadLetterFilter {
   readonly siteId?: string | undefined;
@@ -72,12 +70,18 @@ export async function listDeadLetters(q: Queryable, f: DeadLetterFilter = {}, sc
 
 /** True when the outbox row exists and belongs to a site of the scope (any status). */
 export async function outboxRowVisible(q: Queryable, scope: SiteScope, id: number): Promise<boolean> {
-  const r = await q.query('SELECT 1 FROM outbox o JOIN gateways g ON g.id = o.gateway_id WHERE o.id = $2 AND ($1::text[] IS NULL OR g.site_id = ANY($1))', [scopeParam(scope), id]);
+  const r = await q.query(
+    'SELECT 1 FROM outbox o JOIN gateways g ON g.id = o.gateway_id WHERE o.id = $2 AND ($1::text[] IS NULL OR g.site_id = ANY($1))',
+    [scopeParam(scope), id],
+  );
   return r.rowCount > 0;
 }
 
 /** Operator retry: a dead row goes back to pending with its attempts reset. 1 = retried, 0 = no such dead row. */
 export async function retryDeadLetter(q: Queryable, id: number, now: number): Promise<number> {
-  const r = await q.query(`UPDATE outbox SET status = 'pending', attempts = 0, next_attempt_at = $2 WHERE id = $1 AND status = 'dead'`, [id, now]);
+  const r = await q.query(`UPDATE outbox SET status = 'pending', attempts = 0, next_attempt_at = $2 WHERE id = $1 AND status = 'dead'`, [
+    id,
+    now,
+  ]);
   return r.rowCount;
 }

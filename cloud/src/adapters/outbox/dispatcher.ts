@@ -37,7 +37,11 @@ export interface DispatcherDeps {
 }
 
 /** Signs one sequenced outbox row as its downlink message (fresh iat/exp; same jti and seq on every attempt and replay). */
-export async function signRow(signer: CloudSigner, row: Pick<ClaimedRow, 'gatewayId' | 'seq' | 'jti' | 'type' | 'body' | 'cid'>, clock: Clock): Promise<string> {
+export async function signRow(
+  signer: CloudSigner,
+  row: Pick<ClaimedRow, 'gatewayId' | 'seq' | 'jti' | 'type' | 'body' | 'cid'>,
+  clock: Clock,
+): Promise<string> {
   const draft = {
     type: row.type,
     aud: row.gatewayId,
@@ -152,7 +156,13 @@ export class Dispatcher {
     for (const [i, row] of rows.entries()) {
       if (i > 0) {
         // the claim's lease covers the whole batch; renew what is left before each publish (renew.ts)
-        const held = await renewLease(this.#d.db, rows.slice(i).map((r) => r.id), token, this.#d.clock.now(), this.#o.leaseMs);
+        const held = await renewLease(
+          this.#d.db,
+          rows.slice(i).map((r) => r.id),
+          token,
+          this.#d.clock.now(),
+          this.#o.leaseMs,
+        );
         if (!held.has(row.id)) {
           this.#rowLog(row).warn('lease lost before publishing: another dispatcher claimed the row; not publishing it');
           continue;
@@ -161,7 +171,12 @@ export class Dispatcher {
       if ((await this.#deliver(row)) === 'disconnected') {
         const rest = rows.slice(i + 1);
         if (rest.length === 0) break;
-        const released = await releaseUnspent(this.#d.db, rest.map((r) => r.id), token, this.#d.clock.now());
+        const released = await releaseUnspent(
+          this.#d.db,
+          rest.map((r) => r.id),
+          token,
+          this.#d.clock.now(),
+        );
         // one line for the batch; it names every row's cid so each command's trail still finds it
         this.#d.log.warn(
           { released, seqs: rest.map((r) => `${r.gatewayId}:${r.seq}`), cids: rest.map((r) => r.cid) },
@@ -174,7 +189,13 @@ export class Dispatcher {
   }
 
   #rowLog(row: ClaimedRow): Logger {
-    return withCorrelation(this.#d.log, row.cid, { gatewayId: row.gatewayId, seq: row.seq, jti: row.jti, type: row.type, attempt: row.attempts });
+    return withCorrelation(this.#d.log, row.cid, {
+      gatewayId: row.gatewayId,
+      seq: row.seq,
+      jti: row.jti,
+      type: row.type,
+      attempt: row.attempts,
+    });
   }
 
   /** Signs and publishes one row, then marks it; 'disconnected' when the broker link was lost (the row is released unspent). */
@@ -192,7 +213,10 @@ export class Dispatcher {
     } catch (e) {
       if (e instanceof NotConnected || !this.#d.link.connected) {
         const released = await releaseUnspent(this.#d.db, [row.id], row.leaseToken, this.#d.clock.now());
-        log.warn({ err: e instanceof Error ? e.message : String(e), released }, 'publish broken by the broker connection; back to pending, no attempt spent');
+        log.warn(
+          { err: e instanceof Error ? e.message : String(e), released },
+          'publish broken by the broker connection; back to pending, no attempt spent',
+        );
         return 'disconnected';
       }
       await this.#fail(row, log, e);

@@ -26,7 +26,10 @@ export interface Enqueued {
  * undoes the increment). The NOTIFY is delivered only on commit.
  */
 export async function enqueue(tx: Queryable, d: OutboxDraft, now: number): Promise<Enqueued> {
-  const s = await tx.query<{ last_seq: number }>('UPDATE gateway_seq SET last_seq = last_seq + 1 WHERE gateway_id = $1 RETURNING last_seq', [d.gatewayId]);
+  const s = await tx.query<{ last_seq: number }>(
+    'UPDATE gateway_seq SET last_seq = last_seq + 1 WHERE gateway_id = $1 RETURNING last_seq',
+    [d.gatewayId],
+  );
   const seq = s.rows[0]?.last_seq;
   if (seq === undefined) throw new Error(`no seq counter for gateway ${d.gatewayId}`);
   const jti = newMessageId();

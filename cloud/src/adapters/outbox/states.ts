@@ -6,7 +6,12 @@
 export const OUTBOX_STATUSES = ['pending', 'sending', 'sent', 'dead'] as const;
 export type OutboxStatus = (typeof OUTBOX_STATUSES)[number];
 
-export const OUTBOX_TRANSITIONS: readonly { readonly from: OutboxStatus; readonly event: string; readonly to: OutboxStatus; readonly by: string }[] = [
+export const OUTBOX_TRANSITIONS: readonly {
+  readonly from: OutboxStatus;
+  readonly event: string;
+  readonly to: OutboxStatus;
+  readonly by: string;
+}[] = [
   { from: 'pending', event: 'claim', to: 'sending', by: 'claim.ts' },
   { from: 'sending', event: 'lease expired, claim again', to: 'sending', by: 'claim.ts' },
   { from: 'sending', event: 'lease renewed before the next publish of the batch', to: 'sending', by: 'renew.ts' },

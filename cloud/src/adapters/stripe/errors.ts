@@ -32,7 +32,8 @@ export function classifyStripeError(e: unknown): BillingFailure {
     return { kind: 'transient', code: 'BILLING_UNAVAILABLE', stripeCode, message };
   }
   if (e instanceof Stripe.errors.StripeCardError) return { kind: 'permanent', code: 'PAYMENT_DECLINED', stripeCode, message };
-  if (e instanceof Stripe.errors.StripeIdempotencyError) return { kind: 'permanent', code: 'BILLING_IDEMPOTENCY_CONFLICT', stripeCode, message };
+  if (e instanceof Stripe.errors.StripeIdempotencyError)
+    return { kind: 'permanent', code: 'BILLING_IDEMPOTENCY_CONFLICT', stripeCode, message };
   if (e instanceof Stripe.errors.StripeAuthenticationError || e instanceof Stripe.errors.StripePermissionError) {
     return { kind: 'permanent', code: 'BILLING_AUTH_FAILED', stripeCode, message };
   }

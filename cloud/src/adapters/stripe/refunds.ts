@@ -26,5 +26,8 @@ export async function createRefund(stripe: Stripe, r: RefundRequest): Promise<Bi
     ),
   );
   if (!res.ok) return res;
-  return { ok: true, value: { stripeRefundId: res.value.id, status: res.value.status ?? 'unknown', amount: res.value.amount, currency: res.value.currency } };
+  return {
+    ok: true,
+    value: { stripeRefundId: res.value.id, status: res.value.status ?? 'unknown', amount: res.value.amount, currency: res.value.currency },
+  };
 }

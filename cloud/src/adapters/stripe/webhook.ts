@@ -14,7 +14,11 @@ export interface VerifiedEvent {
 
 export type WebhookVerdict =
   | { readonly status: 'verified'; readonly event: VerifiedEvent }
-  | { readonly status: 'refused'; readonly code: Extract<OutcomeCode, 'WEBHOOK_SIGNATURE_INVALID' | 'WEBHOOK_TIMESTAMP_STALE' | 'WEBHOOK_MALFORMED'>; readonly detail: string };
+  | {
+      readonly status: 'refused';
+      readonly code: Extract<OutcomeCode, 'WEBHOOK_SIGNATURE_INVALID' | 'WEBHOOK_TIMESTAMP_STALE' | 'WEBHOOK_MALFORMED'>;
+      readonly detail: string;
+    };
 
 const timestampOf = (header: string): number | null => {
   const m = /(?:^|,)\s*t=(\d+)/.exec(header);
@@ -36,20 +40,26 @@ export function verifyWebhook(
   now: number,
   toleranceSeconds = WEBHOOK_TOLERANCE_SECONDS,
 ): WebhookVerdict {
-  if (header === undefined || header === '') return { status: 'refused', code: 'WEBHOOK_SIGNATURE_INVALID', detail: 'no Stripe-Signature header' };
+  if (header === undefined || header === '')
+    return { status: 'refused', code: 'WEBHOOK_SIGNATURE_INVALID', detail: 'no Stripe-Signature header' };
   let event: Stripe.Event;
   try {
     // tolerance 0 = signature only; the age is judged below on the same header
     event = stripe.webhooks.constructEvent(raw, header, secret, 0);
   } catch (e) {
     if (e instanceof SyntaxError) return { status: 'refused', code: 'WEBHOOK_MALFORMED', detail: 'body is not JSON' };
-    return { status: 'refused', code: 'WEBHOOK_SIGNATURE_INVALID', detail: e instanceof Error ? e.message.split('\n')[0] ?? '' : 'unverifiable' };
+    return {
+      status: 'refused',
+      code: 'WEBHOOK_SIGNATURE_INVALID',
+      detail: e instanceof Error ? (e.message.split('\n')[0] ?? '') : 'unverifiable',
+    };
   }
   const t = timestampOf(header);
   if (t === null) return { status: 'refused', code: 'WEBHOOK_SIGNATURE_INVALID', detail: 'no timestamp in the header' };
   const age = Math.floor(now / 1000) - t;
   if (age > toleranceSeconds) return { status: 'refused', code: 'WEBHOOK_TIMESTAMP_STALE', detail: `signed ${age} s ago` };
-  if (typeof event.id !== 'string' || typeof event.type !== 'string') return { status: 'refused', code: 'WEBHOOK_MALFORMED', detail: 'not a Stripe event' };
+  if (typeof event.id !== 'string' || typeof event.type !== 'string')
+    return { status: 'refused', code: 'WEBHOOK_MALFORMED', detail: 'not a Stripe event' };
   const obj: unknown = event.data.object;
   const objectId = typeof obj === 'object' && obj !== null && 'id' in obj && typeof obj.id === 'string' ? obj.id : null;
   return { status: 'verified', event: { eventId: event.id, type: event.type, objectId, event } };

@@ -25,7 +25,11 @@ export type ClaimedWebhook = z.infer<typeof ClaimedRow>;
  * worker that dies mid-delivery loses its lease and the row is claimed again
  * after `leaseMs`, so delivery is at least once (receivers dedupe by event id).
  */
-export async function claimDue(db: Queryable, now: number, o: { readonly batch: number; readonly leaseMs: number }): Promise<ClaimedWebhook[]> {
+export async function claimDue(
+  db: Queryable,
+  now: number,
+  o: { readonly batch: number; readonly leaseMs: number },
+): Promise<ClaimedWebhook[]> {
   const r = await db.query(
     `UPDATE webhook_outbox w SET status = 'sending', lease_token = $1, lease_until = $2, attempts = w.attempts + 1
        FROM (SELECT id FROM webhook_outbox

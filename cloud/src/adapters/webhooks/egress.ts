@@ -27,19 +27,77 @@ type Internal = Exclude<AddressClass, 'public'>;
 
 // Checked in this order, so a narrower class wins over 'reserved' (255.255.255.255 is broadcast, not 240/4).
 const RANGES: readonly (readonly [Internal, readonly (readonly [string, number])[]])[] = [
-  ['unspecified', [['0.0.0.0', 8], ['::', 128]]],
-  ['loopback', [['127.0.0.0', 8], ['::1', 128]]],
+  [
+    'unspecified',
+    [
+      ['0.0.0.0', 8],
+      ['::', 128],
+    ],
+  ],
+  [
+    'loopback',
+    [
+      ['127.0.0.0', 8],
+      ['::1', 128],
+    ],
+  ],
   ['broadcast', [['255.255.255.255', 32]]],
-  ['benchmarking', [['198.18.0.0', 15], ['2001:2::', 48]]],
-  ['documentation', [['192.0.2.0', 24], ['198.51.100.0', 24], ['203.0.113.0', 24], ['2001:db8::', 32], ['3fff::', 20]]],
+  [
+    'benchmarking',
+    [
+      ['198.18.0.0', 15],
+      ['2001:2::', 48],
+    ],
+  ],
+  [
+    'documentation',
+    [
+      ['192.0.2.0', 24],
+      ['198.51.100.0', 24],
+      ['203.0.113.0', 24],
+      ['2001:db8::', 32],
+      ['3fff::', 20],
+    ],
+  ],
   // fec0::/10 is the deprecated site-local range: private in effect
-  ['private', [['10.0.0.0', 8], ['172.16.0.0', 12], ['192.168.0.0', 16], ['fc00::', 7], ['fec0::', 10]]],
+  [
+    'private',
+    [
+      ['10.0.0.0', 8],
+      ['172.16.0.0', 12],
+      ['192.168.0.0', 16],
+      ['fc00::', 7],
+      ['fec0::', 10],
+    ],
+  ],
   ['shared (CGNAT)', [['100.64.0.0', 10]]],
-  ['link-local', [['169.254.0.0', 16], ['fe80::', 10]]],
-  ['multicast', [['224.0.0.0', 4], ['ff00::', 8]]],
+  [
+    'link-local',
+    [
+      ['169.254.0.0', 16],
+      ['fe80::', 10],
+    ],
+  ],
+  [
+    'multicast',
+    [
+      ['224.0.0.0', 4],
+      ['ff00::', 8],
+    ],
+  ],
   // 192.0.0.0/24 IETF protocol assignments, 192.88.99.0/24 old 6to4 relays, 240/4 future use;
   // 64:ff9b:1::/48 local-use NAT64, 100::/64 discard, 2001::/23 IETF protocol assignments (Teredo among them)
-  ['reserved', [['192.0.0.0', 24], ['192.88.99.0', 24], ['240.0.0.0', 4], ['64:ff9b:1::', 48], ['100::', 64], ['2001::', 23]]],
+  [
+    'reserved',
+    [
+      ['192.0.0.0', 24],
+      ['192.88.99.0', 24],
+      ['240.0.0.0', 4],
+      ['64:ff9b:1::', 48],
+      ['100::', 64],
+      ['2001::', 23],
+    ],
+  ],
 ];
 const LISTS: readonly (readonly [Internal, BlockList])[] = RANGES.map(([cls, ranges]) => {
   const list = new BlockList();
@@ -196,8 +254,13 @@ export function guardedLookup(resolve: ResolveAll = resolveAll): LookupFunction 
         // called outside the promise chain, so a throwing callback is not reported as a lookup failure
         process.nextTick(() => {
           if (bad) callback(new EgressRefusedError(classifyAddress(bad.address) as Internal, bad.address), '', 0);
-          else if (first === undefined) callback(Object.assign(new Error(`getaddrinfo ENOTFOUND ${hostname}`), { code: 'ENOTFOUND' }), '', 0);
-          else if (options.all) callback(null, addresses.map((a) => ({ address: a.address, family: a.family })));
+          else if (first === undefined)
+            callback(Object.assign(new Error(`getaddrinfo ENOTFOUND ${hostname}`), { code: 'ENOTFOUND' }), '', 0);
+          else if (options.all)
+            callback(
+              null,
+              addresses.map((a) => ({ address: a.address, family: a.family })),
+            );
           else callback(null, first.address, first.family);
         });
       },

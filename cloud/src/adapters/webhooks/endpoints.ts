@@ -10,8 +10,22 @@ import type { DeliveryCode, WebhookEvent } from './events.js';
  * never learns of another site's endpoint.
  */
 
-const EndpointRow = z.object({ id: z.string(), site_id: z.string(), url: z.string(), events: z.array(z.string()), enabled: z.boolean(), created_at: z.number() });
-const toWebhook = (r: z.infer<typeof EndpointRow>) => ({ id: r.id, siteId: r.site_id, url: r.url, events: r.events, enabled: r.enabled, createdAt: r.created_at });
+const EndpointRow = z.object({
+  id: z.string(),
+  site_id: z.string(),
+  url: z.string(),
+  events: z.array(z.string()),
+  enabled: z.boolean(),
+  created_at: z.number(),
+});
+const toWebhook = (r: z.infer<typeof EndpointRow>) => ({
+  id: r.id,
+  siteId: r.site_id,
+  url: r.url,
+  events: r.events,
+  enabled: r.enabled,
+  createdAt: r.created_at,
+});
 export type Webhook = ReturnType<typeof toWebhook>;
 
 const scopeParam = (scope: readonly string[] | null): string[] | null => (scope === null ? null : [...scope]);
@@ -33,10 +47,10 @@ export async function createWebhook(db: Queryable, input: { siteId: string; url:
 
 /** The endpoint when it exists and is within `scope`, else undefined. */
 export async function findWebhook(db: Queryable, scope: readonly string[] | null, id: string): Promise<Webhook | undefined> {
-  const r = await db.query('SELECT id, site_id, url, events, enabled, created_at FROM webhook_endpoints WHERE id = $2 AND ($1::text[] IS NULL OR site_id = ANY($1))', [
-    scopeParam(scope),
-    id,
-  ]);
+  const r = await db.query(
+    'SELECT id, site_id, url, events, enabled, created_at FROM webhook_endpoints WHERE id = $2 AND ($1::text[] IS NULL OR site_id = ANY($1))',
+    [scopeParam(scope), id],
+  );
   return r.rows[0] === undefined ? undefined : toWebhook(parseRow('webhook_endpoints', EndpointRow, r.rows[0]));
 }
 
@@ -97,13 +111,8 @@ export async function logAttempt(
   a: { outboxId: number; endpointId: string; attempt: number; statusCode: number | null; error: string | null; code: DeliveryCode | null },
   now: number,
 ): Promise<void> {
-  await db.query('INSERT INTO webhook_deliveries (outbox_id, endpoint_id, attempt, status_code, error, code, at) VALUES ($1,$2,$3,$4,$5,$6,$7)', [
-    a.outboxId,
-    a.endpointId,
-    a.attempt,
-    a.statusCode,
-    a.error,
-    a.code,
-    now,
-  ]);
+  await db.query(
+    'INSERT INTO webhook_deliveries (outbox_id, endpoint_id, attempt, status_code, error, code, at) VALUES ($1,$2,$3,$4,$5,$6,$7)',
+    [a.outboxId, a.endpointId, a.attempt, a.statusCode, a.error, a.code, now],
+  );
 }

@@ -25,7 +25,11 @@ export function deadLettersRoutes(app: Api, ctx: Ctx): void {
       schema: {
         tags: ['dead letters'],
         summary: 'List dead-lettered outbox rows',
-        querystring: z.strictObject({ siteId: Id.optional(), gatewayId: Slug.optional(), limit: z.coerce.number().int().min(1).max(500).default(100) }),
+        querystring: z.strictObject({
+          siteId: Id.optional(),
+          gatewayId: Slug.optional(),
+          limit: z.coerce.number().int().min(1).max(500).default(100),
+        }),
         response: { ...errorResponses, 200: z.object({ items: z.array(DeadLetter) }) },
       },
     },
@@ -38,13 +42,20 @@ export function deadLettersRoutes(app: Api, ctx: Ctx): void {
       schema: {
         tags: ['dead letters'],
         summary: 'Put a dead-lettered row back to pending (attempts reset)',
-        params: z.strictObject({ id: z.coerce.number().int().positive().max(2 ** 53 - 1) }),
+        params: z.strictObject({
+          id: z.coerce
+            .number()
+            .int()
+            .positive()
+            .max(2 ** 53 - 1),
+        }),
         response: { ...errorResponses, 200: z.object({ status: OutcomeStatus, code: z.string() }) },
       },
     },
     (req, reply) =>
       idempotent(ctx, req, reply, async ({ db }) => {
-        if (!(await outboxRowVisible(db, who(req).sites, req.params.id))) return { statusCode: 404, body: problem('DEAD_LETTER_NOT_FOUND') };
+        if (!(await outboxRowVisible(db, who(req).sites, req.params.id)))
+          return { statusCode: 404, body: problem('DEAD_LETTER_NOT_FOUND') };
         const o = await ctx.cloud.retryDeadLetter(req.params.id, { db });
         return { statusCode: statusOf(o), body: o.status === 'refused' ? problem(o.code) : { status: o.status, code: o.code } };
       }),

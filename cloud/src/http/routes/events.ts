@@ -17,7 +17,7 @@ const Event = z.object({
   keyVersion: z.int().nullable(),
   personId: z.string().nullable(),
   credentialType: z.string().nullable(),
-  cid: z.string().describe("the cid of the grant of the key that matched (traces the decision to the API call that issued the key)"),
+  cid: z.string().describe('the cid of the grant of the key that matched (traces the decision to the API call that issued the key)'),
   receivedAt: z.int(),
 });
 
@@ -35,7 +35,10 @@ export function eventsRoutes(app: Api, ctx: Ctx): void {
           doorId: Id.optional(),
           personId: Id.optional(),
           keyId: Id.optional(),
-          code: z.string().regex(/^[A-Z_]{1,64}$/).optional(),
+          code: z
+            .string()
+            .regex(/^[A-Z_]{1,64}$/)
+            .optional(),
           from: QueryMillis.optional().describe('epoch ms, inclusive'),
           to: QueryMillis.optional().describe('epoch ms, exclusive'),
           cursor: Cursor.optional(),

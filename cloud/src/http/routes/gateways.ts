@@ -16,14 +16,21 @@ export function gatewaysRoutes(app: Api, ctx: Ctx): void {
         tags: ['gateways'],
         summary: "Register a gateway with its Ed25519 public JWK; answers the gateway's provisioning data",
         body: RegisterGateway,
-        response: { ...errorResponses, 200: Problem, 201: z.object({ status: OutcomeStatus, code: z.string(), provisioning: Provisioning }) },
+        response: {
+          ...errorResponses,
+          200: Problem,
+          201: z.object({ status: OutcomeStatus, code: z.string(), provisioning: Provisioning }),
+        },
       },
     },
     (req, reply) =>
       idempotent(ctx, req, reply, async ({ db }) => {
         if (!(await getSite(db, who(req).sites, req.body.siteId))) return { statusCode: 404, body: problem('SITE_NOT_FOUND') };
         const jwk = req.body.publicJwk as unknown as Jwks['keys'][number];
-        const o = await ctx.cloud.registerGateway({ gatewayId: req.body.gatewayId, siteId: req.body.siteId, publicJwk: jwk, cid: cidOf(req) }, { db });
+        const o = await ctx.cloud.registerGateway(
+          { gatewayId: req.body.gatewayId, siteId: req.body.siteId, publicJwk: jwk, cid: cidOf(req) },
+          { db },
+        );
         if (o.status === 'applied') {
           const { mqtt, ...provisioning } = o.state;
           const broker = { url: ctx.config.gatewayBrokerUrl, username: mqtt?.username ?? null, password: mqtt?.password ?? null };
@@ -38,7 +45,7 @@ export function gatewaysRoutes(app: Api, ctx: Ctx): void {
     {
       schema: {
         tags: ['gateways'],
-        summary: "Give a gateway a new cloud broker password (the old one no longer logs in); answers the new login once",
+        summary: 'Give a gateway a new cloud broker password (the old one no longer logs in); answers the new login once',
         params: z.strictObject({ gatewayId: Slug }),
         response: { ...errorResponses, 200: z.object({ status: OutcomeStatus, code: z.string(), ...BrokerLogin.shape }) },
       },
@@ -46,7 +53,10 @@ export function gatewaysRoutes(app: Api, ctx: Ctx): void {
     (req, reply) =>
       idempotent(ctx, req, reply, async ({ db }) => {
         // a gateway outside the token's sites is refused as not found (404) by the verb
-        const o = await ctx.cloud.rotateGatewayBrokerCredentials({ gatewayId: req.params.gatewayId, cid: cidOf(req), siteScope: who(req).sites }, { db });
+        const o = await ctx.cloud.rotateGatewayBrokerCredentials(
+          { gatewayId: req.params.gatewayId, cid: cidOf(req), siteScope: who(req).sites },
+          { db },
+        );
         if (o.status === 'applied') {
           const broker = { url: ctx.config.gatewayBrokerUrl, username: o.state.mqtt.username, password: o.state.mqtt.password };
           return { statusCode: 200, body: { status: o.status, code: o.code, gatewayId: o.state.gatewayId, broker } };

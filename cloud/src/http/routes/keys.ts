@@ -48,7 +48,8 @@ export function keysRoutes(app: Api, ctx: Ctx): void {
         // the verb refuses a person or door outside the token's sites as not found (404)
         const o = await ctx.cloud.issueKey(defined({ ...req.body, siteScope: who(req).sites, cid }), { db });
         if (o.status === 'refused') return { statusCode: statusOf(o), body: { ...problem(o.code, o.detail), cid } };
-        if (o.status === 'conflict') return { statusCode: 409, body: { status: o.status, code: o.code, cid, key: (await keyViewOf(db, o.current)).key } };
+        if (o.status === 'conflict')
+          return { statusCode: 409, body: { status: o.status, code: o.code, cid, key: (await keyViewOf(db, o.current)).key } };
         const v = await keyViewOf(db, o.state);
         return {
           statusCode: o.status === 'applied' ? 202 : 200,
@@ -79,13 +80,24 @@ export function keysRoutes(app: Api, ctx: Ctx): void {
         if (m === null) return { statusCode: 400, body: { ...problem('BAD_REQUEST', 'If-Match: "<revision>"'), cid } };
         const expectedRevision = m ? Number(m[1]) : undefined;
         // a key outside the token's sites is refused as not found (404) by the verb
-        const o = await ctx.cloud.revokeKey(defined({ keyId: req.params.keyId, reason: req.body.reason, cid, expectedRevision, siteScope: who(req).sites }), { db });
+        const o = await ctx.cloud.revokeKey(
+          defined({ keyId: req.params.keyId, reason: req.body.reason, cid, expectedRevision, siteScope: who(req).sites }),
+          { db },
+        );
         if (o.status === 'refused') return { statusCode: statusOf(o), body: { ...problem(o.code, o.detail), cid } };
         const v = await keyViewOf(db, o.status === 'conflict' ? o.current : o.state);
         if (o.status === 'conflict') {
-          return { statusCode: expectedRevision === undefined ? 409 : 412, body: { status: o.status, code: o.code, cid, key: v.key }, headers: { etag: `"${v.key.revision}"` } };
+          return {
+            statusCode: expectedRevision === undefined ? 409 : 412,
+            body: { status: o.status, code: o.code, cid, key: v.key },
+            headers: { etag: `"${v.key.revision}"` },
+          };
         }
-        return { statusCode: o.status === 'applied' ? 202 : 200, body: { status: o.status, code: o.code, cid, ...v }, headers: { etag: `"${v.key.revision}"` } };
+        return {
+          statusCode: o.status === 'applied' ? 202 : 200,
+          body: { status: o.status, code: o.code, cid, ...v },
+          headers: { etag: `"${v.key.revision}"` },
+        };
       }),
   );
 

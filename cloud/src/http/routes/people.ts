@@ -3,7 +3,11 @@ import { defined, idempotent, problem, statusOf, who, type Api, type Ctx } from 
 import { getPerson, getSite, listPeople, recordPersonSite } from '../../adapters/db/registry.js';
 import { Id, OutcomeStatus, Person, Problem, errorResponses } from '../schemas.js';
 
-const CreatePerson = z.strictObject({ id: Id.optional(), name: z.string().min(1).max(200), siteId: Id.describe('the site the person is created for (scoping)') });
+const CreatePerson = z.strictObject({
+  id: Id.optional(),
+  name: z.string().min(1).max(200),
+  siteId: Id.describe('the site the person is created for (scoping)'),
+});
 
 /** People: global in the core; the API records the site a person was created for and scopes by it. */
 export function peopleRoutes(app: Api, ctx: Ctx): void {

@@ -8,7 +8,11 @@ const CreateSite = z.strictObject({
   id: Id.optional(),
   name: z.string().min(1).max(200),
   timeZone: TimeZone.optional(),
-  offlineGraceSeconds: z.int().min(0).max(7 * 86_400).optional(),
+  offlineGraceSeconds: z
+    .int()
+    .min(0)
+    .max(7 * 86_400)
+    .optional(),
 });
 
 /** Sites: created by admins; listed and read within the caller's sites. */
@@ -34,7 +38,13 @@ export function sitesRoutes(app: Api, ctx: Ctx): void {
 
   app.get(
     '/sites',
-    { schema: { tags: ['sites'], summary: 'List the sites visible to the token', response: { ...errorResponses, 200: z.object({ items: z.array(Site) }) } } },
+    {
+      schema: {
+        tags: ['sites'],
+        summary: 'List the sites visible to the token',
+        response: { ...errorResponses, 200: z.object({ items: z.array(Site) }) },
+      },
+    },
     async (req) => ({ items: await listSites(ctx.db, who(req).sites) }),
   );
 

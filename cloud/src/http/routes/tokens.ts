@@ -51,7 +51,8 @@ export function tokensRoutes(app: Api, ctx: Ctx): void {
     },
     (req, reply) =>
       idempotent(ctx, req, reply, async ({ db }) => {
-        if ((req.body.sites ?? null) === null && req.body.role !== 'admin') return { statusCode: 422, body: problem('INVALID_REQUEST', 'only admin tokens may cover every site') };
+        if ((req.body.sites ?? null) === null && req.body.role !== 'admin')
+          return { statusCode: 422, body: problem('INVALID_REQUEST', 'only admin tokens may cover every site') };
         const t = await createApiToken(db, req.body, ctx.clock.now(), lifetime);
         return { statusCode: 201, body: { status: 'applied', code: 'MESSAGE_APPLIED', ...t } };
       }),
@@ -59,7 +60,14 @@ export function tokensRoutes(app: Api, ctx: Ctx): void {
 
   app.get(
     '/api-tokens',
-    { config: { adminOnly: true }, schema: { tags: ['api tokens'], summary: 'List API tokens (never the tokens themselves)', response: { ...errorResponses, 200: z.object({ items: z.array(TokenOut) }) } } },
+    {
+      config: { adminOnly: true },
+      schema: {
+        tags: ['api tokens'],
+        summary: 'List API tokens (never the tokens themselves)',
+        response: { ...errorResponses, 200: z.object({ items: z.array(TokenOut) }) },
+      },
+    },
     async () => ({ items: await listApiTokens(ctx.db, ctx.clock.now()) }),
   );
 
@@ -68,7 +76,7 @@ export function tokensRoutes(app: Api, ctx: Ctx): void {
     {
       schema: {
         tags: ['api tokens'],
-        summary: "The calling token itself (any role): its expiry and state, so a property system can rotate in time",
+        summary: 'The calling token itself (any role): its expiry and state, so a property system can rotate in time',
         response: { ...errorResponses, 200: z.object({ token: TokenOut }) },
       },
     },
@@ -114,7 +122,9 @@ export function tokensRoutes(app: Api, ctx: Ctx): void {
         response: {
           ...errorResponses,
           201: NewTokenOut.extend({
-            rotatedFrom: z.object({ id: z.string(), expiresAt: Expiry, revokedAt: z.int().nullable() }).describe('the old token after the rotation'),
+            rotatedFrom: z
+              .object({ id: z.string(), expiresAt: Expiry, revokedAt: z.int().nullable() })
+              .describe('the old token after the rotation'),
           }),
           422: Problem.describe('TOKEN_REVOKED, TOKEN_EXPIRED, TOKEN_ALREADY_ROTATED, or IDEMPOTENCY_KEY_REUSED'),
         },
@@ -127,7 +137,10 @@ export function tokensRoutes(app: Api, ctx: Ctx): void {
         if (p.role !== 'admin' && p.tokenId !== req.params.id) return { statusCode: 404, body: problem('TOKEN_NOT_FOUND') };
         const o = await rotateApiToken(db, req.params.id, req.body ?? {}, ctx.clock.now(), lifetime);
         if (o.status === 'refused') return { statusCode: o.code === 'TOKEN_NOT_FOUND' ? 404 : 422, body: problem(o.code, o.detail) };
-        req.log.info({ rotatedFrom: o.previous.id, rotatedTo: o.token.id, oldExpiresAt: o.previous.expiresAt, oldRevokedAt: o.previous.revokedAt }, 'api token rotated');
+        req.log.info(
+          { rotatedFrom: o.previous.id, rotatedTo: o.token.id, oldExpiresAt: o.previous.expiresAt, oldRevokedAt: o.previous.revokedAt },
+          'api token rotated',
+        );
         return { statusCode: 201, body: { status: o.status, code: o.code, ...o.token, rotatedFrom: o.previous } };
       }),
   );

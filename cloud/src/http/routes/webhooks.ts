@@ -6,7 +6,14 @@ import { checkWebhookUrl } from '../../adapters/webhooks/egress.js';
 import { createWebhook, disableWebhook, findWebhook, listDeliveries, listWebhooks } from '../../adapters/webhooks/endpoints.js';
 import { WEBHOOK_EVENTS } from '../../adapters/webhooks/events.js';
 
-const Webhook = z.object({ id: z.string(), siteId: z.string(), url: z.string(), events: z.array(z.string()), enabled: z.boolean(), createdAt: z.int() });
+const Webhook = z.object({
+  id: z.string(),
+  siteId: z.string(),
+  url: z.string(),
+  events: z.array(z.string()),
+  enabled: z.boolean(),
+  createdAt: z.int(),
+});
 // any URL parses here; which ones may be used is the SSRF guard's answer (egress.ts, 422)
 const Url = z
   .string()
@@ -34,7 +41,11 @@ export function webhooksRoutes(app: Api, ctx: Ctx): void {
       const url = checked.url.href;
       return idempotent(ctx, req, reply, async ({ db }) => {
         if (!(await getSite(db, who(req).sites, req.body.siteId))) return { statusCode: 404, body: problem('SITE_NOT_FOUND') };
-        const { secret, ...webhook } = await createWebhook(db, { ...req.body, url, events: [...new Set(req.body.events)] }, ctx.clock.now());
+        const { secret, ...webhook } = await createWebhook(
+          db,
+          { ...req.body, url, events: [...new Set(req.body.events)] },
+          ctx.clock.now(),
+        );
         return { statusCode: 201, body: { status: 'applied', code: 'MESSAGE_APPLIED', webhook, secret } };
       });
     },
@@ -74,7 +85,12 @@ export function webhooksRoutes(app: Api, ctx: Ctx): void {
                 attempt: z.int(),
                 statusCode: z.int().nullable(),
                 error: z.string().nullable(),
-                code: z.string().nullable().describe('stable code of a failed attempt (WEBHOOK_HTTP_STATUS, WEBHOOK_REDIRECT_NOT_FOLLOWED, WEBHOOK_ADDRESS_FORBIDDEN, WEBHOOK_TIMEOUT, WEBHOOK_CONNECTION_FAILED); null when delivered'),
+                code: z
+                  .string()
+                  .nullable()
+                  .describe(
+                    'stable code of a failed attempt (WEBHOOK_HTTP_STATUS, WEBHOOK_REDIRECT_NOT_FOLLOWED, WEBHOOK_ADDRESS_FORBIDDEN, WEBHOOK_TIMEOUT, WEBHOOK_CONNECTION_FAILED); null when delivered',
+                  ),
                 at: z.int(),
                 eventStatus: z.string(),
               }),
@@ -102,7 +118,12 @@ export function webhooksRoutes(app: Api, ctx: Ctx): void {
     (req, reply) =>
       idempotent(ctx, req, reply, async ({ db }) => {
         if (!(await findWebhook(db, who(req).sites, req.params.id))) return { statusCode: 404, body: problem('WEBHOOK_NOT_FOUND') };
-        return { statusCode: 200, body: (await disableWebhook(db, req.params.id)) ? { status: 'applied', code: 'MESSAGE_APPLIED' } : { status: 'noop', code: 'WEBHOOK_ALREADY_DISABLED' } };
+        return {
+          statusCode: 200,
+          body: (await disableWebhook(db, req.params.id))
+            ? { status: 'applied', code: 'MESSAGE_APPLIED' }
+            : { status: 'noop', code: 'WEBHOOK_ALREADY_DISABLED' },
+        };
       }),
   );
 }

@@ -41,7 +41,14 @@ function wrap(client: MqttClient): Link {
 }
 
 function baseOptions(b: BrokerOptions, clientId: string, clean: boolean): IClientOptions {
-  const o: IClientOptions = { clientId, clean, protocolVersion: b.protocolVersion, reconnectPeriod: 1000, connectTimeout: 5000, keepalive: 30 };
+  const o: IClientOptions = {
+    clientId,
+    clean,
+    protocolVersion: b.protocolVersion,
+    reconnectPeriod: 1000,
+    connectTimeout: 5000,
+    keepalive: 30,
+  };
   if (b.username !== undefined) o.username = b.username;
   if (b.password !== undefined) o.password = b.password;
   // MQTT 5 forgets a session at disconnect unless it is given an expiry.

@@ -50,14 +50,23 @@ const has = (list: readonly string[], x: string): boolean => list.includes(x);
 export function siteAcl(gatewayId: string): BrokerAcl<SiteAccount> {
   const ownLockTopic = (topic: string, lockId: string | null, channels: readonly string[]): boolean => {
     const t = parseTopic(topic);
-    return t !== null && t.kind === 'lock' && t.gatewayId === gatewayId && (lockId === null || t.lockId === lockId) && has(channels, t.channel);
+    return (
+      t !== null && t.kind === 'lock' && t.gatewayId === gatewayId && (lockId === null || t.lockId === lockId) && has(channels, t.channel)
+    );
   };
   const gatewayFilters = LOCK_UPLINK_CHANNELS.map((c) => filters.locksOf(gatewayId, c));
   return {
     maySubscribe: (a, filter) =>
-      a.kind === 'gateway' ? has(gatewayFilters, filter) : has(LOCK_DOWNLINK_CHANNELS.map((c) => topics.lock(gatewayId, a.lockId, c)), filter),
-    mayPublish: (a, topic) => ownLockTopic(topic, a.kind === 'lock' ? a.lockId : null, a.kind === 'lock' ? LOCK_UPLINK_CHANNELS : LOCK_DOWNLINK_CHANNELS),
-    mayReceive: (a, topic) => ownLockTopic(topic, a.kind === 'lock' ? a.lockId : null, a.kind === 'lock' ? LOCK_DOWNLINK_CHANNELS : LOCK_UPLINK_CHANNELS),
+      a.kind === 'gateway'
+        ? has(gatewayFilters, filter)
+        : has(
+            LOCK_DOWNLINK_CHANNELS.map((c) => topics.lock(gatewayId, a.lockId, c)),
+            filter,
+          ),
+    mayPublish: (a, topic) =>
+      ownLockTopic(topic, a.kind === 'lock' ? a.lockId : null, a.kind === 'lock' ? LOCK_UPLINK_CHANNELS : LOCK_DOWNLINK_CHANNELS),
+    mayReceive: (a, topic) =>
+      ownLockTopic(topic, a.kind === 'lock' ? a.lockId : null, a.kind === 'lock' ? LOCK_DOWNLINK_CHANNELS : LOCK_UPLINK_CHANNELS),
   };
 }
 
@@ -73,13 +82,19 @@ const sha256 = (s: string | Readonly<Buffer>): Buffer => createHash('sha256').up
 /** Every login of the site: the gateway's (from `site.username`/`site.password`) and one per configured lock. Throws on a config that cannot make them. */
 export function siteLogins(config: SiteAccountsConfig): Map<string, { account: SiteAccount; clientId: string; password: string }> {
   const { username, password } = config.site;
-  if (username === undefined || password === undefined) throw new Error('site broker logins need the gateway\'s own site login: set site.username and site.password');
+  if (username === undefined || password === undefined)
+    throw new Error("site broker logins need the gateway's own site login: set site.username and site.password");
   const logins = new Map<string, { account: SiteAccount; clientId: string; password: string }>();
   for (const l of config.locks) {
-    logins.set(l.lockId, { account: { kind: 'lock', lockId: l.lockId }, clientId: lockClientId(config.gatewayId, l.lockId), password: siteBrokerPassword(decodeSecret(l.pairingSecret), config.gatewayId, l.lockId) });
+    logins.set(l.lockId, {
+      account: { kind: 'lock', lockId: l.lockId },
+      clientId: lockClientId(config.gatewayId, l.lockId),
+      password: siteBrokerPassword(decodeSecret(l.pairingSecret), config.gatewayId, l.lockId),
+    });
   }
   // a lock id is a username: the gateway's login must not be one, or that lock would hold the gateway's rights
-  if (logins.has(username)) throw new Error(`site.username ${JSON.stringify(username)} is also a lock id; give the gateway a site login no lock has`);
+  if (logins.has(username))
+    throw new Error(`site.username ${JSON.stringify(username)} is also a lock id; give the gateway a site login no lock has`);
   logins.set(username, { account: { kind: 'gateway' }, clientId: gatewaySiteClientId(config.gatewayId), password });
   return logins;
 }
@@ -95,7 +110,9 @@ export function siteLogins(config: SiteAccountsConfig): Map<string, { account: S
  * same id close the first, so a lock could knock another off the broker.
  */
 export function siteBrokerHooks(config: SiteAccountsConfig, log: Logger): AedesAuthHooks {
-  const logins = new Map<string, Login>([...siteLogins(config)].map(([u, l]) => [u, { account: l.account, clientId: l.clientId, digest: sha256(l.password) }]));
+  const logins = new Map<string, Login>(
+    [...siteLogins(config)].map(([u, l]) => [u, { account: l.account, clientId: l.clientId, digest: sha256(l.password) }]),
+  );
   const nobody = sha256(randomBytes(32));
   return aclHooks<SiteAccount>({
     authenticate: (client, username, password) => {
@@ -104,7 +121,10 @@ export function siteBrokerHooks(config: SiteAccountsConfig, log: Logger): AedesA
       const match = timingSafeEqual(sha256(password ?? Buffer.alloc(0)), login?.digest ?? nobody);
       if (login === undefined || password === undefined || !match) return Promise.resolve(null);
       if (client.id !== login.clientId) {
-        withCorrelation(log, newCorrelationId()).warn({ username, clientId: client.id, expected: login.clientId }, 'site broker login with another client id refused');
+        withCorrelation(log, newCorrelationId()).warn(
+          { username, clientId: client.id, expected: login.clientId },
+          'site broker login with another client id refused',
+        );
         return Promise.resolve(null);
       }
       return Promise.resolve(login.account);
@@ -140,7 +160,7 @@ export function mosquittoSiteFiles(config: SiteAccountsConfig): { passwd: string
     `# Tobira site broker ACL for gateway ${gw}: generated by \`tobira-gateway site-broker-files\`; do not edit, run it again.`,
     '# Deny by default: a login may use only the topics below.',
     '',
-    '# the gateway: reads every lock\'s request/state/event/presence, writes every lock\'s decision/command',
+    "# the gateway: reads every lock's request/state/event/presence, writes every lock's decision/command",
     `user ${gatewayUser}`,
     ...LOCK_UPLINK_CHANNELS.map((c) => `topic read ${lockTopic('+', c)}`),
     ...LOCK_DOWNLINK_CHANNELS.map((c) => `topic write ${lockTopic('+', c)}`),

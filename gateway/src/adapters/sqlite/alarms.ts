@@ -14,7 +14,11 @@ export interface LockAlarm {
 
 /** Records an alarm once (by alarm id). Returns false for a redelivered alarm. Joins the caller's transaction. */
 export function insertAlarm(db: WritableDb, a: { alarmId: string; lockId: string; kind: string; at: number }, now: number): boolean {
-  return db.prepare('INSERT INTO alarms (alarm_id, lock_id, kind, at, received_at) VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING').run(a.alarmId, a.lockId, a.kind, a.at, now).changes === 1;
+  return (
+    db
+      .prepare('INSERT INTO alarms (alarm_id, lock_id, kind, at, received_at) VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING')
+      .run(a.alarmId, a.lockId, a.kind, a.at, now).changes === 1
+  );
 }
 
 /**
@@ -27,7 +31,15 @@ export function recordAlarm(db: WritableDb, limits: OutboxLimits, a: LockAlarm, 
     .transaction(() => {
       if (!insertAlarm(db, a, now)) return false;
       const doorId = lockById(db, a.lockId)?.doorId ?? null;
-      enqueue(db, limits, 'alarm', { alarmId: a.alarmId, lockId: asLockId(a.lockId), doorId: doorId === null ? null : asDoorId(doorId), kind: a.kind, at: a.at }, cid, true, now);
+      enqueue(
+        db,
+        limits,
+        'alarm',
+        { alarmId: a.alarmId, lockId: asLockId(a.lockId), doorId: doorId === null ? null : asDoorId(doorId), kind: a.kind, at: a.at },
+        cid,
+        true,
+        now,
+      );
       return true;
     })
     .immediate();
@@ -41,7 +53,9 @@ export function recordAlarm(db: WritableDb, limits: OutboxLimits, a: LockAlarm, 
 export function ackAlarm(db: WritableDb, alarmId: string, by: string, now: number): 'applied' | 'noop' | 'not_found' {
   return db
     .transaction(() => {
-      const r = db.prepare('UPDATE alarms SET closed_at = ?, closed_by = ? WHERE alarm_id = ? AND closed_at IS NULL').run(now, by.slice(0, 200), alarmId);
+      const r = db
+        .prepare('UPDATE alarms SET closed_at = ?, closed_by = ? WHERE alarm_id = ? AND closed_at IS NULL')
+        .run(now, by.slice(0, 200), alarmId);
       if (r.changes === 1) return 'applied' as const;
       return db.prepare('SELECT 1 FROM alarms WHERE alarm_id = ?').get(alarmId) === undefined ? ('not_found' as const) : ('noop' as const);
     })

@@ -69,7 +69,8 @@ export const flag = z.union([z.literal(0), z.literal(1)]).transform((v) => v ===
 
 const Count = z.object({ n: z.int() });
 /** `SELECT count(*) AS n ...` read back. */
-export const countOf = (db: ReadableDb, table: string, sql: string, ...params: unknown[]): number => parseRow(table, Count, db.prepare(sql).get(...params)).n;
+export const countOf = (db: ReadableDb, table: string, sql: string, ...params: unknown[]): number =>
+  parseRow(table, Count, db.prepare(sql).get(...params)).n;
 
 const MIGRATION_FILE = /^(\d{4})_([a-z0-9_]+)\.sql$/;
 
@@ -78,7 +79,11 @@ export function migrate(db: WritableDb, dir = MIGRATIONS_DIR): number[] {
   db.exec(`CREATE TABLE IF NOT EXISTS schema_migrations (
     version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL DEFAULT (datetime('now'))
   ) STRICT`);
-  const done = new Set(parseRows('schema_migrations', z.object({ version: z.int() }), db.prepare('SELECT version FROM schema_migrations').all()).map((r) => r.version));
+  const done = new Set(
+    parseRows('schema_migrations', z.object({ version: z.int() }), db.prepare('SELECT version FROM schema_migrations').all()).map(
+      (r) => r.version,
+    ),
+  );
   const files = readdirSync(dir)
     .map((f) => ({ f, m: MIGRATION_FILE.exec(f) }))
     .filter((x): x is { f: string; m: RegExpExecArray } => x.m !== null)

@@ -63,7 +63,18 @@ export function recordRejected(db: WritableDb, maxRows: number, r: RejectedDownl
         `INSERT INTO rejected (at, topic, code, detail, bytes, claimed_jti, claimed_cid, claimed_type, claimed_seq, claimed_issuer)
          VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
       )
-      .run(at, r.topic.slice(0, 512), r.code.slice(0, 64), r.detail.slice(0, 500), r.bytes, c.jti?.slice(0, 36) ?? null, c.cid?.slice(0, 128) ?? null, c.type?.slice(0, 64) ?? null, c.seq, c.iss?.slice(0, 128) ?? null);
+      .run(
+        at,
+        r.topic.slice(0, 512),
+        r.code.slice(0, 64),
+        r.detail.slice(0, 500),
+        r.bytes,
+        c.jti?.slice(0, 36) ?? null,
+        c.cid?.slice(0, 128) ?? null,
+        c.type?.slice(0, 64) ?? null,
+        c.seq,
+        c.iss?.slice(0, 128) ?? null,
+      );
     db.prepare('DELETE FROM rejected WHERE id <= ?').run(Number(lastInsertRowid) - maxRows);
   });
 }
@@ -82,7 +93,16 @@ export function recordLockRefusal(db: WritableDb, maxRows: number, r: LockRefusa
   withoutFsync(db, () => {
     const { lastInsertRowid } = db
       .prepare('INSERT INTO lock_refusals (at, origin, lock_id, channel, topic, code, detail, bytes) VALUES (?, ?, ?, ?, ?, ?, ?, ?)')
-      .run(at, r.origin, r.lockId === null ? null : r.lockId.slice(0, 128), r.channel.slice(0, 32), r.topic.slice(0, 512), r.code.slice(0, 64), r.detail.slice(0, 500), r.bytes);
+      .run(
+        at,
+        r.origin,
+        r.lockId === null ? null : r.lockId.slice(0, 128),
+        r.channel.slice(0, 32),
+        r.topic.slice(0, 512),
+        r.code.slice(0, 64),
+        r.detail.slice(0, 500),
+        r.bytes,
+      );
     db.prepare('DELETE FROM lock_refusals WHERE id <= ?').run(Number(lastInsertRowid) - maxRows);
   });
 }

@@ -25,9 +25,25 @@ export interface Settled {
 }
 
 const InboxRowSchema = z
-  .object({ id: z.int(), jti: z.string(), type: z.string(), seq: z.int().nullable(), cid: z.string(), message: jsonColumn(DownlinkMessage), attempts: z.int() })
+  .object({
+    id: z.int(),
+    jti: z.string(),
+    type: z.string(),
+    seq: z.int().nullable(),
+    cid: z.string(),
+    message: jsonColumn(DownlinkMessage),
+    attempts: z.int(),
+  })
   .refine((r) => r.message.type === r.type && r.message.jti === r.jti, 'message does not match columns')
-  .transform((r): InboxRow => ({ id: r.id, jti: r.message.jti, type: r.message.type, seq: r.seq, cid: r.cid, message: r.message, attempts: r.attempts }));
+  .transform((r): InboxRow => ({
+    id: r.id,
+    jti: r.message.jti,
+    type: r.message.type,
+    seq: r.seq,
+    cid: r.cid,
+    message: r.message,
+    attempts: r.attempts,
+  }));
 
 /**
  * Inserts a verified downlink message and raises the newest-verified-iat
@@ -68,8 +84,12 @@ export function reclaimExpired(db: WritableDb, now: number): number {
 export function nextInbox(db: ReadableDb, appliedSeq: number, now: number): InboxRow | null {
   const free = '(claimed_until IS NULL OR claimed_until <= @now)';
   const row: unknown =
-    db.prepare(`SELECT * FROM inbox WHERE status = 'pending' AND seq IS NOT NULL AND seq <= @applied AND ${free} ORDER BY seq, id LIMIT 1`).get({ applied: appliedSeq, now }) ??
-    db.prepare(`SELECT * FROM inbox WHERE status = 'pending' AND seq = @next AND ${free} ORDER BY id LIMIT 1`).get({ next: appliedSeq + 1, now }) ??
+    db
+      .prepare(`SELECT * FROM inbox WHERE status = 'pending' AND seq IS NOT NULL AND seq <= @applied AND ${free} ORDER BY seq, id LIMIT 1`)
+      .get({ applied: appliedSeq, now }) ??
+    db
+      .prepare(`SELECT * FROM inbox WHERE status = 'pending' AND seq = @next AND ${free} ORDER BY id LIMIT 1`)
+      .get({ next: appliedSeq + 1, now }) ??
     db.prepare(`SELECT * FROM inbox WHERE status = 'pending' AND seq IS NULL AND ${free} ORDER BY id LIMIT 1`).get({ now });
   return row === undefined ? null : parseRow('inbox', InboxRowSchema, row);
 }
@@ -81,12 +101,20 @@ export function hasGap(db: ReadableDb, appliedSeq: number): boolean {
 
 /** Claim: one attempt more, with a lease. 0 rows: someone else has it. */
 export function claimInbox(db: WritableDb, id: number, until: number): boolean {
-  return db.prepare("UPDATE inbox SET attempts = attempts + 1, claimed_until = ? WHERE id = ? AND status = 'pending'").run(until, id).changes === 1;
+  return (
+    db.prepare("UPDATE inbox SET attempts = attempts + 1, claimed_until = ? WHERE id = ? AND status = 'pending'").run(until, id).changes ===
+    1
+  );
 }
 
 /** Mark: processed with the result the ack reports. Runs in the apply transaction. */
 export function markProcessed(db: WritableDb, id: number, result: string, code: string, now: number): void {
-  db.prepare("UPDATE inbox SET status = 'processed', result = ?, code = ?, processed_at = ?, claimed_until = NULL WHERE id = ?").run(result, code, now, id);
+  db.prepare("UPDATE inbox SET status = 'processed', result = ?, code = ?, processed_at = ?, claimed_until = NULL WHERE id = ?").run(
+    result,
+    code,
+    now,
+    id,
+  );
 }
 
 /** Fail: release the claim with the error; after the allowed attempts the row is marked failed (visible to operators). */
@@ -119,7 +147,14 @@ export function applyInboxRow<R extends Settled>(db: WritableDb, rowId: number, 
  * `onFailedForGood` (the use case: its refused ack, whether the seq moves on)
  * writes with it.
  */
-export function failInboxRow(db: WritableDb, rowId: number, error: string, failed: boolean, now: number, onFailedForGood: () => void): void {
+export function failInboxRow(
+  db: WritableDb,
+  rowId: number,
+  error: string,
+  failed: boolean,
+  now: number,
+  onFailedForGood: () => void,
+): void {
   db.transaction(() => {
     failInbox(db, rowId, error, failed, now);
     if (failed) onFailedForGood();
@@ -131,7 +166,11 @@ export function inboxDepth(db: ReadableDb): number {
 }
 
 export function inboxByStatus(db: ReadableDb): Record<string, number> {
-  const rows = parseRows('inbox', z.object({ status: z.string(), n: z.int() }), db.prepare('SELECT status, count(*) AS n FROM inbox GROUP BY status').all());
+  const rows = parseRows(
+    'inbox',
+    z.object({ status: z.string(), n: z.int() }),
+    db.prepare('SELECT status, count(*) AS n FROM inbox GROUP BY status').all(),
+  );
   return Object.fromEntries(rows.map((r) => [r.status, r.n]));
 }
 

@@ -34,13 +34,23 @@ const LockRowSchema = z
     failures: z.int(),
     locked_out_until: z.int().nullable(),
   })
-  .transform(
-    (r): LockRow => ({ lockId: r.lock_id, doorId: r.door_id, online: r.online, bolt: r.bolt, door: r.door, battery: r.battery, stateAt: r.state_at, failures: r.failures, lockedOutUntil: r.locked_out_until }),
-  );
+  .transform((r): LockRow => ({
+    lockId: r.lock_id,
+    doorId: r.door_id,
+    online: r.online,
+    bolt: r.bolt,
+    door: r.door,
+    battery: r.battery,
+    stateAt: r.state_at,
+    failures: r.failures,
+    lockedOutUntil: r.locked_out_until,
+  }));
 
 /** Pairs the configured locks (door mapping from config); state columns are kept. */
 export function upsertLock(db: WritableDb, lockId: string, doorId: string, now: number): void {
-  db.prepare('INSERT INTO locks (lock_id, door_id, updated_at) VALUES (?, ?, ?) ON CONFLICT (lock_id) DO UPDATE SET door_id = excluded.door_id').run(lockId, doorId, now);
+  db.prepare(
+    'INSERT INTO locks (lock_id, door_id, updated_at) VALUES (?, ?, ?) ON CONFLICT (lock_id) DO UPDATE SET door_id = excluded.door_id',
+  ).run(lockId, doorId, now);
 }
 export function lockById(db: ReadableDb, lockId: string): LockRow | null {
   const r: unknown = db.prepare('SELECT * FROM locks WHERE lock_id = ?').get(lockId);
@@ -50,15 +60,31 @@ export function allLocks(db: ReadableDb): LockRow[] {
   return parseRows('locks', LockRowSchema, db.prepare('SELECT * FROM locks ORDER BY lock_id').all());
 }
 export function setLockout(db: WritableDb, lockId: string, s: LockoutState, now: number): void {
-  db.prepare('UPDATE locks SET failures = ?, locked_out_until = ?, updated_at = ? WHERE lock_id = ?').run(s.failures, s.lockedOutUntil, now, lockId);
+  db.prepare('UPDATE locks SET failures = ?, locked_out_until = ?, updated_at = ? WHERE lock_id = ?').run(
+    s.failures,
+    s.lockedOutUntil,
+    now,
+    lockId,
+  );
 }
 /** True when the availability changed. */
 export function setLockOnline(db: WritableDb, lockId: string, online: boolean, now: number): boolean {
-  return db.prepare('UPDATE locks SET online = ?, updated_at = ? WHERE lock_id = ? AND online != ?').run(online ? 1 : 0, now, lockId, online ? 1 : 0).changes === 1;
+  return (
+    db
+      .prepare('UPDATE locks SET online = ?, updated_at = ? WHERE lock_id = ? AND online != ?')
+      .run(online ? 1 : 0, now, lockId, online ? 1 : 0).changes === 1
+  );
 }
 /** Records the state a lock reported, unless a newer one (by the lock's own time) is already in. */
-export function recordLockState(db: WritableDb, lockId: string, s: { bolt: Bolt; door: Door; battery: number; at: number }, now: number): void {
-  db.prepare('UPDATE locks SET bolt = ?, door = ?, battery = ?, state_at = ?, updated_at = ? WHERE lock_id = ? AND (state_at IS NULL OR state_at <= ?)').run(s.bolt, s.door, s.battery, s.at, now, lockId, s.at);
+export function recordLockState(
+  db: WritableDb,
+  lockId: string,
+  s: { bolt: Bolt; door: Door; battery: number; at: number },
+  now: number,
+): void {
+  db.prepare(
+    'UPDATE locks SET bolt = ?, door = ?, battery = ?, state_at = ?, updated_at = ? WHERE lock_id = ? AND (state_at IS NULL OR state_at <= ?)',
+  ).run(s.bolt, s.door, s.battery, s.at, now, lockId, s.at);
 }
 
 // ------------------------------------------------------------ site-wide lockout
@@ -68,7 +94,9 @@ const SiteLockoutRow = z
   .transform((r): SiteLockoutState => ({ failures: r.failures, windowStart: r.window_start, lockedOutUntil: r.locked_out_until }));
 
 export function siteLockout(db: ReadableDb, credentialType: string): SiteLockoutState {
-  const r: unknown = db.prepare('SELECT failures, window_start, locked_out_until FROM site_lockout WHERE credential_type = ?').get(credentialType);
+  const r: unknown = db
+    .prepare('SELECT failures, window_start, locked_out_until FROM site_lockout WHERE credential_type = ?')
+    .get(credentialType);
   return r === undefined ? noSiteLockout : parseRow('site_lockout', SiteLockoutRow, r);
 }
 export function setSiteLockout(db: WritableDb, credentialType: string, s: SiteLockoutState, now: number): void {

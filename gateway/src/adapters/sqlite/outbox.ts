@@ -32,7 +32,13 @@ export type EnqueueResult = { readonly seq: number; readonly jti: MessageId } | 
 
 const OUTBOX_TYPES = ['ack', 'access.event', 'alarm', 'gateway.status'] as const satisfies readonly OutboxType[];
 
-const OutboxRowSchema = z.object({ seq: z.int(), jti: MessageId, type: z.enum(OUTBOX_TYPES), cid: CorrelationId, body: jsonColumn(z.unknown()) });
+const OutboxRowSchema = z.object({
+  seq: z.int(),
+  jti: MessageId,
+  type: z.enum(OUTBOX_TYPES),
+  cid: CorrelationId,
+  body: jsonColumn(z.unknown()),
+});
 
 /**
  * Enqueue: takes the next gap-free uplink seq in the caller's transaction.
@@ -40,23 +46,51 @@ const OutboxRowSchema = z.object({ seq: z.int(), jti: MessageId, type: z.enum(OU
  * always written; non-essential rows are refused once `maxRows` rows are
  * pending, so the outbox never drops anything silently (see docs/gateway.md).
  */
-export function enqueue<T extends OutboxType>(db: WritableDb, limits: OutboxLimits, type: T, body: OutboxBody<T>, cid: string, essential: boolean, now: number): EnqueueResult {
+export function enqueue<T extends OutboxType>(
+  db: WritableDb,
+  limits: OutboxLimits,
+  type: T,
+  body: OutboxBody<T>,
+  cid: string,
+  essential: boolean,
+  now: number,
+): EnqueueResult {
   if (!essential && outboxDepth(db) >= limits.maxRows) return { refused: 'OUTBOX_FULL' };
   const seq = readSettings(db).nextUplinkSeq;
   const jti = newMessageId();
-  db.prepare('INSERT INTO outbox (seq, jti, type, cid, body, essential, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)').run(seq, jti, type, cid, JSON.stringify(body), essential ? 1 : 0, now);
+  db.prepare('INSERT INTO outbox (seq, jti, type, cid, body, essential, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)').run(
+    seq,
+    jti,
+    type,
+    cid,
+    JSON.stringify(body),
+    essential ? 1 : 0,
+    now,
+  );
   db.prepare('UPDATE settings SET next_uplink_seq = ? WHERE id = 1').run(seq + 1);
   return { seq, jti };
 }
 
 /** `enqueue` of a body built from what `build` reads, in its own transaction: the row reflects one consistent state. */
-export function enqueueBuilt<T extends OutboxType>(db: WritableDb, limits: OutboxLimits, type: T, build: () => OutboxBody<T>, cid: string, essential: boolean, now: number): EnqueueResult {
+export function enqueueBuilt<T extends OutboxType>(
+  db: WritableDb,
+  limits: OutboxLimits,
+  type: T,
+  build: () => OutboxBody<T>,
+  cid: string,
+  essential: boolean,
+  now: number,
+): EnqueueResult {
   return db.transaction(() => enqueue(db, limits, type, build(), cid, essential, now)).immediate();
 }
 
 /** Claim for sending: the oldest pending rows in seq order (one sender per process, so no lease is needed). */
 export function pendingOutbox(db: ReadableDb, limit: number): OutboxRow[] {
-  return parseRows('outbox', OutboxRowSchema, db.prepare("SELECT seq, jti, type, cid, body FROM outbox WHERE status = 'pending' ORDER BY seq LIMIT ?").all(limit));
+  return parseRows(
+    'outbox',
+    OutboxRowSchema,
+    db.prepare("SELECT seq, jti, type, cid, body FROM outbox WHERE status = 'pending' ORDER BY seq LIMIT ?").all(limit),
+  );
 }
 
 /**
@@ -93,7 +127,9 @@ export function ackUplink(db: WritableDb, seq: number, jti: string, now: number)
   const ours = row === undefined ? undefined : parseRow('outbox', z.object({ jti: z.string() }), row);
   if (ours === undefined && seq <= readSettings(db).uplinkAckedSeq) return { acked: 0 }; // acknowledged before, and purged since
   if (ours?.jti !== jti) return { foreign: true, ourJti: ours?.jti ?? null };
-  const r = db.prepare("UPDATE outbox SET status = 'sent', sent_at = COALESCE(sent_at, ?), acked_at = ? WHERE seq <= ? AND acked_at IS NULL").run(now, now, seq);
+  const r = db
+    .prepare("UPDATE outbox SET status = 'sent', sent_at = COALESCE(sent_at, ?), acked_at = ? WHERE seq <= ? AND acked_at IS NULL")
+    .run(now, now, seq);
   db.prepare('UPDATE settings SET uplink_acked_seq = max(uplink_acked_seq, ?) WHERE id = 1').run(seq);
   return { acked: r.changes };
 }
@@ -105,7 +141,8 @@ export function ackUplink(db: WritableDb, seq: number, jti: string, now: number)
  * cloud deduplicates). In the caller's transaction. Returns how many.
  */
 export function requeueUnacked(db: WritableDb, sentBefore: number): number {
-  return db.prepare("UPDATE outbox SET status = 'pending' WHERE status = 'sent' AND acked_at IS NULL AND sent_at < ?").run(sentBefore).changes;
+  return db.prepare("UPDATE outbox SET status = 'pending' WHERE status = 'sent' AND acked_at IS NULL AND sent_at < ?").run(sentBefore)
+    .changes;
 }
 
 /** Only rows the cloud acknowledged are ever deleted. */

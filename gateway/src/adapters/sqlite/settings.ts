@@ -44,22 +44,20 @@ const SettingsRow = z
     behind_hb_iat_ms: z.int().nullable(),
     uplink_acked_seq: z.int(),
   })
-  .transform(
-    (r): Settings => ({
-      appliedSeq: r.applied_seq,
-      leaseExpiresAt: r.lease_expires_at,
-      maxIatMs: r.max_iat_ms,
-      highWaterMs: r.high_water_ms,
-      mode: r.mode,
-      nextUplinkSeq: r.next_uplink_seq,
-      lastResyncAt: r.last_resync_at,
-      snapshotSeq: r.snapshot_seq,
-      seqConflictAt: r.seq_conflict_at,
-      cloudLastSeq: r.cloud_last_seq,
-      behindHeartbeat: r.behind_hb_seq === null || r.behind_hb_iat_ms === null ? null : { seq: r.behind_hb_seq, iatMs: r.behind_hb_iat_ms },
-      uplinkAckedSeq: r.uplink_acked_seq,
-    }),
-  );
+  .transform((r): Settings => ({
+    appliedSeq: r.applied_seq,
+    leaseExpiresAt: r.lease_expires_at,
+    maxIatMs: r.max_iat_ms,
+    highWaterMs: r.high_water_ms,
+    mode: r.mode,
+    nextUplinkSeq: r.next_uplink_seq,
+    lastResyncAt: r.last_resync_at,
+    snapshotSeq: r.snapshot_seq,
+    seqConflictAt: r.seq_conflict_at,
+    cloudLastSeq: r.cloud_last_seq,
+    behindHeartbeat: r.behind_hb_seq === null || r.behind_hb_iat_ms === null ? null : { seq: r.behind_hb_seq, iatMs: r.behind_hb_iat_ms },
+    uplinkAckedSeq: r.uplink_acked_seq,
+  }));
 
 export function readSettings(db: ReadableDb): Settings {
   return parseRow('settings', SettingsRow, db.prepare('SELECT * FROM settings WHERE id = 1').get());
@@ -102,7 +100,10 @@ export function setMode(db: WritableDb, mode: SiteMode): boolean {
 
 /** Raises (never lowers) the trusted-time floor. */
 export function raiseTimeFloor(db: WritableDb, maxIatMs: number, highWaterMs: number): void {
-  db.prepare('UPDATE settings SET max_iat_ms = max(max_iat_ms, ?), high_water_ms = max(high_water_ms, ?) WHERE id = 1').run(maxIatMs, highWaterMs);
+  db.prepare('UPDATE settings SET max_iat_ms = max(max_iat_ms, ?), high_water_ms = max(high_water_ms, ?) WHERE id = 1').run(
+    maxIatMs,
+    highWaterMs,
+  );
 }
 
 /**

@@ -44,7 +44,12 @@ export interface StaffLock {
   /** From the lock's retained presence (an empty or missing one is offline). */
   readonly online: boolean;
   /** The last state the lock reported (null until it reports one); `stateAt` is the lock's own time. */
-  readonly state: { readonly bolt: string | null; readonly door: string | null; readonly battery: number | null; readonly at: number | null };
+  readonly state: {
+    readonly bolt: string | null;
+    readonly door: string | null;
+    readonly battery: number | null;
+    readonly at: number | null;
+  };
   readonly lockout: { readonly failures: number; readonly lockedOutUntil: number | null; readonly lockedOut: boolean };
   readonly openAlarms: number;
   readonly updatedAt: number;
@@ -63,7 +68,11 @@ export function listLocks(db: ReadableDb, now: number): StaffLock[] {
     doorId: r.door_id,
     online: r.online,
     state: { bolt: r.bolt, door: r.door, battery: r.battery, at: r.state_at },
-    lockout: { failures: r.failures, lockedOutUntil: r.locked_out_until, lockedOut: r.locked_out_until !== null && now < r.locked_out_until },
+    lockout: {
+      failures: r.failures,
+      lockedOutUntil: r.locked_out_until,
+      lockedOut: r.locked_out_until !== null && now < r.locked_out_until,
+    },
     openAlarms: r.open_alarms,
     updatedAt: r.updated_at,
   }));
@@ -215,7 +224,14 @@ export function listAlarms(db: ReadableDb, f: AlarmFilter): Page<StaffAlarm> {
         WHERE @cGrp IS NULL OR grp > @cGrp OR (grp = @cGrp AND (at < @cAt OR (at = @cAt AND alarm_id < @cId)))
         ORDER BY grp, at DESC, alarm_id DESC LIMIT @n`,
     )
-    .all({ open: f.status === 'open' ? 1 : 0, lock: f.lock ?? null, cGrp: f.cursor?.[0] ?? null, cAt: f.cursor?.[1] ?? null, cId: f.cursor?.[2] ?? null, n: f.limit + 1 });
+    .all({
+      open: f.status === 'open' ? 1 : 0,
+      lock: f.lock ?? null,
+      cGrp: f.cursor?.[0] ?? null,
+      cAt: f.cursor?.[1] ?? null,
+      cId: f.cursor?.[2] ?? null,
+      n: f.limit + 1,
+    });
   const parsed = parseRows('alarms', AlarmRowSchema, rows);
   return mapPage(
     pageOf(parsed, f.limit, (r) => [r.closed_at === null ? 0 : 1, r.at, r.alarm_id]),
@@ -225,7 +241,9 @@ export function listAlarms(db: ReadableDb, f: AlarmFilter): Page<StaffAlarm> {
 
 /** One alarm by id (null when there is none). */
 export function getAlarm(db: ReadableDb, alarmId: string): StaffAlarm | null {
-  const row = db.prepare('SELECT a.*, l.door_id FROM alarms a LEFT JOIN locks l ON l.lock_id = a.lock_id WHERE a.alarm_id = ?').get(alarmId);
+  const row = db
+    .prepare('SELECT a.*, l.door_id FROM alarms a LEFT JOIN locks l ON l.lock_id = a.lock_id WHERE a.alarm_id = ?')
+    .get(alarmId);
   if (row === undefined) return null;
   return toStaffAlarm(parseRow('alarms', AlarmRowSchema, row));
 }
@@ -260,8 +278,12 @@ const FailedRowSchema = z.object({
 
 /** The key a grant or revoke names; read leniently: a failed row is shown even if its message no longer parses. */
 const KeyOfMessage = z.union([
-  z.object({ body: z.object({ key: z.object({ keyId: z.string(), version: z.int() }) }) }).transform((m) => ({ keyId: m.body.key.keyId, keyVersion: m.body.key.version })),
-  z.object({ body: z.object({ keyId: z.string(), version: z.int() }) }).transform((m) => ({ keyId: m.body.keyId, keyVersion: m.body.version })),
+  z
+    .object({ body: z.object({ key: z.object({ keyId: z.string(), version: z.int() }) }) })
+    .transform((m) => ({ keyId: m.body.key.keyId, keyVersion: m.body.key.version })),
+  z
+    .object({ body: z.object({ keyId: z.string(), version: z.int() }) })
+    .transform((m) => ({ keyId: m.body.keyId, keyVersion: m.body.version })),
 ]);
 
 function keyOf(message: string): { keyId: string | null; keyVersion: number | null } {
@@ -384,19 +406,22 @@ export function listRejected(db: ReadableDb, f: RejectedFilter): Page<StaffRejec
         ORDER BY at DESC, id DESC LIMIT @n`,
     )
     .all({ ...timeParams(f), cid: f.cid ?? null });
-  return mapPage(pageOf(parseRows('rejected', RejectedRowSchema, rows), f.limit, (r) => [r.at, r.id]), (r) => ({
-    id: r.id,
-    at: r.at,
-    topic: r.topic,
-    code: r.code,
-    detail: r.detail,
-    bytes: r.bytes,
-    claimedJti: r.claimed_jti,
-    claimedCid: r.claimed_cid,
-    claimedType: r.claimed_type,
-    claimedSeq: r.claimed_seq,
-    claimedIssuer: r.claimed_issuer,
-  }));
+  return mapPage(
+    pageOf(parseRows('rejected', RejectedRowSchema, rows), f.limit, (r) => [r.at, r.id]),
+    (r) => ({
+      id: r.id,
+      at: r.at,
+      topic: r.topic,
+      code: r.code,
+      detail: r.detail,
+      bytes: r.bytes,
+      claimedJti: r.claimed_jti,
+      claimedCid: r.claimed_cid,
+      claimedType: r.claimed_type,
+      claimedSeq: r.claimed_seq,
+      claimedIssuer: r.claimed_issuer,
+    }),
+  );
 }
 
 // ---------------------------------------------------------------- lock refusals
@@ -425,17 +450,20 @@ export function listLockRefusals(db: ReadableDb, f: RefusalFilter): Page<StaffLo
         ORDER BY at DESC, id DESC LIMIT @n`,
     )
     .all({ ...timeParams(f), lock: f.lock ?? null, origin: f.origin ?? null });
-  return mapPage(pageOf(parseRows('lock_refusals', RefusalRowSchema, rows), f.limit, (r) => [r.at, r.id]), (r) => ({
-    id: r.id,
-    at: r.at,
-    origin: r.origin,
-    lockId: r.lock_id,
-    channel: r.channel,
-    topic: r.topic,
-    code: r.code,
-    detail: r.detail,
-    bytes: r.bytes,
-  }));
+  return mapPage(
+    pageOf(parseRows('lock_refusals', RefusalRowSchema, rows), f.limit, (r) => [r.at, r.id]),
+    (r) => ({
+      id: r.id,
+      at: r.at,
+      origin: r.origin,
+      lockId: r.lock_id,
+      channel: r.channel,
+      topic: r.topic,
+      code: r.code,
+      detail: r.detail,
+      bytes: r.bytes,
+    }),
+  );
 }
 
 // ---------------------------------------------------------------- counts for /staff/status

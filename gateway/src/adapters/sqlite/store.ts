@@ -61,7 +61,8 @@ export class GatewayStore {
   locks = () => locks.allLocks(this.db);
   setLockout = (lockId: string, s: LockoutState, now: number) => locks.setLockout(this.db, lockId, s, now);
   setLockOnline = (lockId: string, online: boolean, now: number) => locks.setLockOnline(this.db, lockId, online, now);
-  setLockState = (lockId: string, s: Parameters<typeof locks.recordLockState>[2], now: number) => locks.recordLockState(this.db, lockId, s, now);
+  setLockState = (lockId: string, s: Parameters<typeof locks.recordLockState>[2], now: number) =>
+    locks.recordLockState(this.db, lockId, s, now);
   siteLockout = (credentialType: string) => locks.siteLockout(this.db, credentialType);
   setSiteLockout = (credentialType: string, s: SiteLockoutState, now: number) => locks.setSiteLockout(this.db, credentialType, s, now);
   insertAlarm = (a: Parameters<typeof alarms.insertAlarm>[1], now: number) => alarms.insertAlarm(this.db, a, now);
@@ -69,8 +70,10 @@ export class GatewayStore {
   insertAccess = (a: access.AccessRow, outboxSeq: number | null = null) => access.insertAccess(this.db, a, outboxSeq);
   findAccess = (lockId: string, requestId: string) => access.findAccess(this.db, lockId, requestId);
   accessLog = (limit?: number) => access.accessLog(this.db, limit);
-  purgeAccessLog = (now: number) => access.purgeAccessLog(this.db, now, { maxRows: this.retention.accessLogMaxRows, maxAgeMs: this.retention.accessLogMaxAgeMs });
-  enqueue = <T extends outbox.OutboxType>(type: T, body: outbox.OutboxBody<T>, cid: string, essential: boolean, now: number) => outbox.enqueue(this.db, this.limits, type, body, cid, essential, now);
+  purgeAccessLog = (now: number) =>
+    access.purgeAccessLog(this.db, now, { maxRows: this.retention.accessLogMaxRows, maxAgeMs: this.retention.accessLogMaxAgeMs });
+  enqueue = <T extends outbox.OutboxType>(type: T, body: outbox.OutboxBody<T>, cid: string, essential: boolean, now: number) =>
+    outbox.enqueue(this.db, this.limits, type, body, cid, essential, now);
   pendingOutbox = (limit: number) => outbox.pendingOutbox(this.db, limit);
   markSent = (seqs: readonly number[], now: number) => outbox.markSent(this.db, seqs, now);
   outboxDepth = () => outbox.outboxDepth(this.db);

@@ -4,7 +4,12 @@ import { AlarmCursor } from '../../adapters/sqlite/staff-queries.js';
 import type { HttpDeps } from '../context.js';
 import { Cursor, Id, Limit, cursorOf, issues, query } from '../query.js';
 
-const AlarmQuery = z.strictObject({ status: z.enum(['open', 'all']).default('all'), lock: Id.optional(), cursor: Cursor.optional(), limit: Limit });
+const AlarmQuery = z.strictObject({
+  status: z.enum(['open', 'all']).default('all'),
+  lock: Id.optional(),
+  cursor: Cursor.optional(),
+  limit: Limit,
+});
 const AckBody = z.strictObject({ note: z.string().trim().min(1).max(200).optional() });
 const AckParams = z.strictObject({ alarmId: z.string().min(1).max(128) });
 

@@ -5,7 +5,13 @@ import type { HttpDeps } from '../context.js';
 import { Id, TimePage, cursorOf, query } from '../query.js';
 
 const TimeQuery = z.strictObject(TimePage);
-const RejectedQuery = z.strictObject({ cid: z.string().regex(/^[A-Za-z0-9_.:-]{1,128}$/).optional(), ...TimePage });
+const RejectedQuery = z.strictObject({
+  cid: z
+    .string()
+    .regex(/^[A-Za-z0-9_.:-]{1,128}$/)
+    .optional(),
+  ...TimePage,
+});
 const RefusalQuery = z.strictObject({ lock: Id.optional(), origin: z.enum(['gateway', 'lock']).optional(), ...TimePage });
 
 /** What went wrong, for operators: failed inbox rows, rejected downlinks, lock refusals (newest first, keyset-paginated). */
