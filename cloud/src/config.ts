@@ -1,6 +1,7 @@
 import { hostname } from 'node:os';
 import { DEFAULT_OFFLINE_MAX_SECONDS, OFFLINE_MAX_SECONDS_LIMIT } from '@tobira/shared';
 import { z } from 'zod';
+import { CRASH_POINTS, type CrashPoint } from './app/crash.js';
 
 /**
  * Cloud configuration, parsed once from the environment with zod into a frozen
@@ -72,7 +73,17 @@ export const CloudConfigSchema = z.object({
    */
   OFFLINE_KEY_MAX_SECONDS: int(DEFAULT_OFFLINE_MAX_SECONDS, 1).pipe(z.int().max(OFFLINE_MAX_SECONDS_LIMIT)),
   /** Crash points to turn into a throw (tests only): comma-separated names. */
-  CRASH_AT: z.string().optional(),
+  /** Tests: comma-separated crash points that throw; a name that is not one is refused (a typo must not turn a crash test into a no-op). */
+  CRASH_AT: z
+    .string()
+    .optional()
+    .transform((v) =>
+      (v ?? '')
+        .split(',')
+        .map((s) => s.trim())
+        .filter(Boolean),
+    )
+    .pipe(z.array(z.enum(CRASH_POINTS))),
   // The admin HTTP API (docs/api.md), run by `npm run cloud` beside the core.
   ADMIN_API_HOST: z.string().default('127.0.0.1'),
   ADMIN_API_PORT: z.coerce.number().int().min(0).max(65535).default(8080),
@@ -128,7 +139,7 @@ export interface CloudConfig {
   readonly expireSweepMs: number;
   readonly retentionMs: number;
   readonly offlineKeyMaxSeconds: number;
-  readonly crashAt: readonly string[];
+  readonly crashAt: readonly CrashPoint[];
   /** The admin HTTP API's listener and settings (the rest of ApiConfig keeps its defaults). */
   readonly api: {
     readonly host: string;
@@ -241,11 +252,7 @@ export function parseConfig(env: Record<string, string | undefined> = process.en
     expireSweepMs: c.EXPIRE_SWEEP_MS,
     retentionMs: c.RETENTION_MS,
     offlineKeyMaxSeconds: c.OFFLINE_KEY_MAX_SECONDS,
-    crashAt: c.CRASH_AT
-      ? c.CRASH_AT.split(',')
-          .map((s) => s.trim())
-          .filter(Boolean)
-      : [],
+    crashAt: c.CRASH_AT,
     api: {
       host: c.ADMIN_API_HOST,
       port: c.ADMIN_API_PORT,

@@ -26,13 +26,18 @@ describe('parseConfig', () => {
     const c = parseConfig({
       HEARTBEAT_INTERVAL_MS: '250',
       MQTT_CLEAN_SESSION: 'true',
-      CRASH_AT: 'afterCas, afterCommit',
+      CRASH_AT: 'afterCasBeforeOutboxInsert, afterCommitBeforePublish',
       DATABASE_URL: '',
     });
     expect(c.heartbeatIntervalMs).toBe(250);
     expect(c.mqttCleanSession).toBe(true);
-    expect(c.crashAt).toEqual(['afterCas', 'afterCommit']);
+    expect(c.crashAt).toEqual(['afterCasBeforeOutboxInsert', 'afterCommitBeforePublish']);
     expect(c.databaseUrl).toBeUndefined();
+  });
+
+  it('refuses a crash point that is not one (a typo would make a crash test pass without crashing)', () => {
+    expect(() => parseConfig({ CRASH_AT: 'afterCas' })).toThrow(/CRASH_AT/);
+    expect(parseConfig({}).crashAt).toEqual([]);
   });
 
   it('caps offline-capable keys at 7 days by default; the cap is 1 s to 365 days', () => {

@@ -73,7 +73,7 @@ class Revoke implements Cmd {
   async run(m: Model, r: Real) {
     const mk = m.keys.get(this.i);
     if (this.crash) {
-      const crashing = deps(r.db, r.d.clock, { crash: crashAt(['afterOutboxInsert']) });
+      const crashing = deps(r.db, r.d.clock, { crash: crashAt(['afterOutboxInsertBeforeCommit']) });
       const p = revokeKey(crashing, { keyId: r.id(this.i), reason: this.reason });
       if (mk && (mk.status === 'issuing' || mk.status === 'active')) await expect(p).rejects.toBeInstanceOf(SimulatedCrash);
       else await p;

@@ -455,7 +455,7 @@ describe.each(pgBackends())('entry-key verbs on %s', (backend) => {
   });
 
   describe('crash points inside the verb transaction', () => {
-    it.each(['afterCas', 'afterOutboxInsert'] as const)('a crash at %s leaves neither the key change nor the outbox row', async (point) => {
+    it.each(['afterCasBeforeOutboxInsert', 'afterOutboxInsertBeforeCommit'] as const)('a crash at %s leaves neither the key change nor the outbox row', async (point) => {
       const base = deps(t.db);
       const s = await seed(base);
       const o = await issue(base, s);
@@ -473,7 +473,7 @@ describe.each(pgBackends())('entry-key verbs on %s', (backend) => {
     it('a crash after commit leaves both the key change and the outbox row', async () => {
       const base = deps(t.db);
       const s = await seed(base);
-      const crashing = deps(t.db, base.clock, { crash: crashAt(['afterCommit']) });
+      const crashing = deps(t.db, base.clock, { crash: crashAt(['afterCommitBeforePublish']) });
       await expect(issue(crashing, s, { keyId: `k-${s.u}` })).rejects.toBeInstanceOf(SimulatedCrash);
       expect(await getKey(base, `k-${s.u}`)).toMatchObject({ status: 'issuing' });
       expect(await outboxOf(s.gatewayId)).toHaveLength(1);

@@ -168,7 +168,7 @@ describe.each(pgBackends())('outbox dispatcher on %s', (pgBackend) => {
         env,
         deps: {
           crash: (p) => {
-            if (p === 'afterInboxInsert') {
+            if (p === 'afterInboxInsertBeforeApply') {
               hits++;
               throw new SimulatedCrash(p);
             }
@@ -359,7 +359,7 @@ describe.each(pgBackends())('outbox dispatcher on %s', (pgBackend) => {
 
     it('CRASH_AT from the config turns a crash point into a throw, leaving nothing half-written', async () => {
       const { s, gw, clock } = await setup();
-      const cloud = await startCloud(t, broker.url, { clock, env: { CRASH_AT: 'afterOutboxInsert' } });
+      const cloud = await startCloud(t, broker.url, { clock, env: { CRASH_AT: 'afterOutboxInsertBeforeCommit' } });
       try {
         await expect(cloud.issueKey(issueInput(s, 1))).rejects.toBeInstanceOf(SimulatedCrash);
         expect(await cloud.listOutbox(s.gatewayId)).toEqual([]);

@@ -3,7 +3,7 @@ import type { FastifyInstance } from 'fastify';
 import { pino, type Logger } from 'pino';
 import { getAlarm, staffLists } from '../src/adapters/sqlite/staff-queries.js';
 import { newCorrelationId, newId } from '@tobira/shared';
-import type { AccessRow, GatewayStore } from '../src/adapters/sqlite/store.js';
+import type { StoredAccessEvent, GatewayStore } from '../src/adapters/sqlite/store.js';
 import { buildApp, type StaffStatus } from '../src/http/app.js';
 import { createMetrics } from '../src/metrics.js';
 import { T0 } from './fixtures.js';
@@ -100,11 +100,11 @@ export async function walk<T>(
 
 /** What a test may set on an access-log row: plain strings where the row has branded ids and codes. */
 export type AccessRowInput = {
-  [K in keyof AccessRow]?: AccessRow[K] extends string ? string : AccessRow[K] extends string | null ? string | null : AccessRow[K];
+  [K in keyof StoredAccessEvent]?: StoredAccessEvent[K] extends string ? string : StoredAccessEvent[K] extends string | null ? string | null : StoredAccessEvent[K];
 };
 
 /** An access-log row with defaults (a denied unknown PIN at lock-1 at T0). */
-export function accessRow(over: AccessRowInput = {}): AccessRow {
+export function accessRow(over: AccessRowInput = {}): StoredAccessEvent {
   // Unchecked on purpose: tests store rows no decision would produce (markup in a code or a lock id) to test the readers.
   return {
     eventId: newId(),
@@ -123,5 +123,5 @@ export function accessRow(over: AccessRowInput = {}): AccessRow {
     holdMs: null,
     cid: newCorrelationId(),
     ...over,
-  } as AccessRow;
+  } as StoredAccessEvent;
 }

@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { asLockId, newCorrelationId, newMessageId, type DownlinkMessage } from '@tobira/shared';
 import { MIGRATIONS_DIR, migrate, openDatabase, type WritableDb } from '../src/adapters/sqlite/db.js';
-import { GatewayStore, type AccessRow } from '../src/adapters/sqlite/store.js';
+import { GatewayStore, type StoredAccessEvent } from '../src/adapters/sqlite/store.js';
 import { T0 } from './fixtures.js';
 import { accessRow } from './staff-helpers.js';
 
@@ -218,7 +218,7 @@ describe('SQLite store', () => {
       for (const seq of seqs) st.db.prepare('UPDATE outbox SET acked_at = ? WHERE seq = ?').run(at, seq);
     };
     /** A decision as access.ts writes it: its access.event outbox row and its access-log row, in one transaction. */
-    const decided = (st: GatewayStore, at: number): AccessRow & { seq: number } => {
+    const decided = (st: GatewayStore, at: number): StoredAccessEvent & { seq: number } => {
       const row = accessRow({ at });
       const body = {
         eventId: row.eventId,

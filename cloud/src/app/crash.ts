@@ -4,7 +4,13 @@
  * hook) to prove that state and outbox are both there or both absent, and
  * that delivery happens once in effect after a restart.
  */
-export const CRASH_POINTS = ['afterCas', 'afterOutboxInsert', 'afterCommit', 'afterPublishBeforeMark', 'afterInboxInsert'] as const;
+export const CRASH_POINTS = [
+  'afterCasBeforeOutboxInsert',
+  'afterOutboxInsertBeforeCommit',
+  'afterCommitBeforePublish',
+  'afterPublishBeforeMark',
+  'afterInboxInsertBeforeApply',
+] as const;
 export type CrashPoint = (typeof CRASH_POINTS)[number];
 export type CrashHook = (point: CrashPoint) => void;
 
@@ -18,7 +24,7 @@ export class SimulatedCrash extends Error {
 export const noCrash: CrashHook = () => {};
 
 /** A hook that throws SimulatedCrash at the named points. */
-export function crashAt(points: readonly string[]): CrashHook {
+export function crashAt(points: readonly CrashPoint[]): CrashHook {
   if (points.length === 0) return noCrash;
   const set = new Set(points);
   return (point) => {

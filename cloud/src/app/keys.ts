@@ -69,7 +69,7 @@ async function transition(
       if (out.status !== 'applied') return { ...out, cid };
       const rows = current === null ? await insertKey(q, out.state) : await casKey(q, out.state, current.revision);
       if (rows !== 1) return 'lost';
-      deps.crash('afterCas');
+      deps.crash('afterCasBeforeOutboxInsert');
       await appendHistory(q, historyOf(verb, current, out.state, out.code, now));
       const queued: Enqueued[] = [];
       for (const m of out.emits) {
@@ -81,7 +81,7 @@ async function transition(
           ),
         );
       }
-      deps.crash('afterOutboxInsert');
+      deps.crash('afterOutboxInsertBeforeCommit');
       return { status: 'applied', code: out.code, state: out.state, emits: queued, cid };
     };
     const result = tx ? await run(tx) : await deps.db.transaction(run);
@@ -91,7 +91,7 @@ async function transition(
     }
     log.info({ status: result.status, code: result.code }, 'key verb done');
     if (!tx && result.status === 'applied') {
-      deps.crash('afterCommit');
+      deps.crash('afterCommitBeforePublish');
       if (result.emits.length > 0) deps.wake();
     }
     return result;

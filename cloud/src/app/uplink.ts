@@ -152,7 +152,7 @@ export class Uplink {
           if (await seqTakenByOther(tx, gatewayId, seq, m.jti))
             log.warn({ seq }, 'uplink seq reused by another message; applied, gap tracking may be off');
         }
-        this.#app.crash('afterInboxInsert');
+        this.#app.crash('afterInboxInsertBeforeApply');
         if (m.type !== 'resync.request') await this.#trackSeq(tx, gatewayId, m, log);
         const applied = await this.#apply(tx, gatewayId, m, now);
         await recordInboxResult(tx, m.jti, applied.result, applied.code);

@@ -19,7 +19,7 @@ import {
 import { decide, lastFreshSyncAt } from '../domain/decide.js';
 import { recordAttempt, recordSiteAttempt, type LockoutPolicy, type SiteLockoutPolicy } from '../domain/lockout.js';
 import { fullBucket, takeToken, type Bucket, type RatePolicy } from '@tobira/shared';
-import { commitDecisions, findAccess, insertAccess, type AccessRow } from '../adapters/sqlite/access-log.js';
+import { commitDecisions, findAccess, insertAccess, type StoredAccessEvent } from '../adapters/sqlite/access-log.js';
 import { keySetView } from '../adapters/sqlite/keyset.js';
 import { lockById, setLockout, setSiteLockout, siteLockout as readSiteLockout } from '../adapters/sqlite/locks.js';
 import { enqueue } from '../adapters/sqlite/outbox.js';
@@ -127,7 +127,7 @@ export function handleLockRequest(deps: AccessDeps, lockId: string, payload: unk
 }
 
 type Decided = {
-  readonly row: AccessRow;
+  readonly row: StoredAccessEvent;
   readonly command: LockCommand | null;
   readonly replayed: boolean;
   readonly siteLockoutUntil?: number;
@@ -236,7 +236,7 @@ function decideOne(
   secret: Uint8Array,
   requestId: string,
   credential: { type: CredentialType; digest: string } | null,
-): { row: AccessRow; command: LockCommand | null; siteLockoutUntil?: number } {
+): { row: StoredAccessEvent; command: LockCommand | null; siteLockoutUntil?: number } {
   const { access } = deps;
   const { db } = deps.store;
   const now = nowOf(deps);
@@ -293,14 +293,14 @@ function decideOne(
     credentialType: credential?.type ?? null,
     commandId: command?.commandId ?? null,
   };
-  const row: AccessRow = { ...event, commandExpiresAt: command?.expiresAt ?? null, holdMs: command?.holdMs ?? null, cid };
+  const row: StoredAccessEvent = { ...event, commandExpiresAt: command?.expiresAt ?? null, holdMs: command?.holdMs ?? null, cid };
   const queued = enqueue(db, deps.store.limits, 'access.event', event, cid, true, now);
   insertAccess(db, row, 'seq' in queued ? queued.seq : null);
   return { row, command, ...(siteLockoutUntil === undefined ? {} : { siteLockoutUntil }) };
 }
 
 /** The same command again: same id and expiry, so the same MAC; a lock refuses it if already executed or expired. */
-function recordedCommand(row: AccessRow, secret: Uint8Array): LockCommand | null {
+function recordedCommand(row: StoredAccessEvent, secret: Uint8Array): LockCommand | null {
   return row.commandId !== null && row.commandExpiresAt !== null && row.holdMs !== null
     ? signLockCommand(secret, {
         commandId: row.commandId,

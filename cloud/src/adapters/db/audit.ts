@@ -9,7 +9,7 @@ import { scopeParam, type SiteScope } from './scope.js';
  * event id) and `alarms`. Written by the uplink inbox in the transaction that
  * dedupes the message; read by the programmatic API and the admin API.
  */
-export interface AuditEntry {
+export interface StoredAccessEvent {
   readonly eventId: string;
   readonly gatewayId: string;
   readonly seq: number;
@@ -45,7 +45,7 @@ const AuditRow = z
     cid: z.string(),
     received_at: Int8,
   })
-  .transform((r): AuditEntry => ({
+  .transform((r): StoredAccessEvent => ({
     eventId: r.event_id,
     gatewayId: r.gateway_id,
     seq: r.seq,
@@ -70,7 +70,7 @@ export interface AuditQuery {
   readonly limit?: number;
 }
 
-export async function listAudit(q: Queryable, f: AuditQuery): Promise<AuditEntry[]> {
+export async function listAudit(q: Queryable, f: AuditQuery): Promise<StoredAccessEvent[]> {
   const r = await q.query(
     `SELECT * FROM audit WHERE ($1::text IS NULL OR gateway_id = $1) AND ($2::text IS NULL OR person_id = $2) AND ($3::text IS NULL OR key_id = $3)
       ORDER BY at, seq LIMIT $4`,
@@ -93,7 +93,7 @@ export interface EventFilter {
 }
 
 /** An access event as the admin API shows it: with its site, without the uplink's seq and command id. */
-export type AccessEventView = Omit<AuditEntry, 'seq' | 'commandId'> & { readonly siteId: string };
+export type AccessEventView = Omit<StoredAccessEvent, 'seq' | 'commandId'> & { readonly siteId: string };
 
 const EventRow = z.intersection(
   AuditRow,

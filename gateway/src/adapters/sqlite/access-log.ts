@@ -7,7 +7,7 @@ import { flag, type ReadableDb, type WritableDb } from './db.js';
  * the command it sent. A decision's row is written by `commitDecisions`
  * together with its lockout updates and its access.event outbox row.
  */
-export type AccessRow = AccessEvent & {
+export type StoredAccessEvent = AccessEvent & {
   /** The unlock command's expiry and hold, to sign the same command again for a repeated request (null: no command). */
   readonly commandExpiresAt: number | null;
   readonly holdMs: number | null;
@@ -54,19 +54,19 @@ const AccessRowSchema = z
   .pipe(AccessEventMessage.shape.body.extend({ commandExpiresAt: z.int().nullable(), holdMs: z.int().nullable(), cid: z.string() }));
 
 /** `outboxSeq`: the uplink seq of the row's access.event (retention keeps the row until that is delivered). */
-export function insertAccess(db: WritableDb, a: AccessRow, outboxSeq: number | null = null): void {
+export function insertAccess(db: WritableDb, a: StoredAccessEvent, outboxSeq: number | null = null): void {
   db.prepare(
     `INSERT INTO access_log (event_id, lock_id, request_id, door_id, at, allowed, code, key_id, key_version, person_id, credential_type, command_id, command_expires_at, hold_ms, cid, outbox_seq)
      VALUES (@eventId, @lockId, @requestId, @doorId, @at, @allowed, @code, @keyId, @keyVersion, @personId, @credentialType, @commandId, @commandExpiresAt, @holdMs, @cid, @outboxSeq)`,
   ).run({ ...a, allowed: a.allowed ? 1 : 0, outboxSeq });
 }
 
-export function findAccess(db: ReadableDb, lockId: string, requestId: string): AccessRow | null {
+export function findAccess(db: ReadableDb, lockId: string, requestId: string): StoredAccessEvent | null {
   const r: unknown = db.prepare('SELECT * FROM access_log WHERE lock_id = ? AND request_id = ?').get(lockId, requestId);
   return r === undefined ? null : parseRow('access_log', AccessRowSchema, r);
 }
 
-export function accessLog(db: ReadableDb, limit = 100): AccessRow[] {
+export function accessLog(db: ReadableDb, limit = 100): StoredAccessEvent[] {
   return parseRows('access_log', AccessRowSchema, db.prepare('SELECT * FROM access_log ORDER BY id DESC LIMIT ?').all(limit));
 }
 

@@ -103,7 +103,7 @@ const AccessRowSchema = z.object({
  * One door decision. The access log holds no credential value and no digest
  * (only the credential type), so nothing here helps guess a PIN.
  */
-export interface StaffAccessEvent {
+export interface AccessEventView {
   readonly eventId: string;
   readonly at: number;
   readonly lockId: string;
@@ -134,7 +134,7 @@ export interface AccessFilter {
 }
 
 /** Door decisions newest first, keyset on (at, id). */
-export function listAccessEvents(db: ReadableDb, f: AccessFilter): Page<StaffAccessEvent> {
+export function listAccessEvents(db: ReadableDb, f: AccessFilter): Page<AccessEventView> {
   const rows = db
     .prepare(
       `SELECT * FROM access_log
@@ -158,7 +158,7 @@ export function listAccessEvents(db: ReadableDb, f: AccessFilter): Page<StaffAcc
   const parsed = parseRows('access_log', AccessRowSchema, rows);
   return mapPage(
     pageOf(parsed, f.limit, (r) => [r.at, r.id]),
-    (r): StaffAccessEvent => ({
+    (r): AccessEventView => ({
       eventId: r.event_id,
       at: r.at,
       lockId: r.lock_id,
@@ -497,7 +497,7 @@ export function staffCounts(db: ReadableDb): StaffCounts {
 
 export interface StaffLists {
   locks(): StaffLock[];
-  accessEvents(f: AccessFilter): Page<StaffAccessEvent>;
+  accessEvents(f: AccessFilter): Page<AccessEventView>;
   alarms(f: AlarmFilter): Page<StaffAlarm>;
   failedInbox(f: TimePageFilter): Page<StaffFailedInboxRow>;
   rejected(f: RejectedFilter): Page<StaffRejected>;

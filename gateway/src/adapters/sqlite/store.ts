@@ -15,7 +15,7 @@ import { readSettings } from './settings.js';
 export { CorruptRow } from '@tobira/shared';
 export type { Settings } from './settings.js';
 export type { InboxRow } from './inbox.js';
-export type { AccessRow } from './access-log.js';
+export type { StoredAccessEvent } from './access-log.js';
 export type { LockRow } from './locks.js';
 export type { OutboxLimits, OutboxType, OutboxBody, OutboxRow, EnqueueResult, UplinkAckResult } from './outbox.js';
 export { DEFAULT_RETENTION, type RetentionLimits, type RejectedDownlink, type LockRefusal } from './diagnostics.js';
@@ -67,7 +67,7 @@ export class GatewayStore {
   setSiteLockout = (credentialType: string, s: SiteLockoutState, now: number) => locks.setSiteLockout(this.db, credentialType, s, now);
   insertAlarm = (a: Parameters<typeof alarms.insertAlarm>[1], now: number) => alarms.insertAlarm(this.db, a, now);
   ackAlarm = (alarmId: string, by: string, now: number) => alarms.ackAlarm(this.db, alarmId, by, now);
-  insertAccess = (a: access.AccessRow, outboxSeq: number | null = null) => access.insertAccess(this.db, a, outboxSeq);
+  insertAccess = (a: access.StoredAccessEvent, outboxSeq: number | null = null) => access.insertAccess(this.db, a, outboxSeq);
   findAccess = (lockId: string, requestId: string) => access.findAccess(this.db, lockId, requestId);
   accessLog = (limit?: number) => access.accessLog(this.db, limit);
   purgeAccessLog = (now: number) =>
