@@ -455,20 +455,23 @@ describe.each(pgBackends())('entry-key verbs on %s', (backend) => {
   });
 
   describe('crash points inside the verb transaction', () => {
-    it.each(['afterCasBeforeOutboxInsert', 'afterOutboxInsertBeforeCommit'] as const)('a crash at %s leaves neither the key change nor the outbox row', async (point) => {
-      const base = deps(t.db);
-      const s = await seed(base);
-      const o = await issue(base, s);
-      if (o.status !== 'applied') throw new Error('issue');
-      const crashing = deps(t.db, base.clock, { crash: crashAt([point]) });
-      await expect(revokeKey(crashing, { keyId: o.state.id, reason: 'staff_revoked' })).rejects.toBeInstanceOf(SimulatedCrash);
-      expect(await getKey(base, o.state.id)).toMatchObject({ status: 'issuing', version: 1, revision: 1 });
-      expect(await outboxOf(s.gatewayId)).toHaveLength(1);
-      expect(await listKeyHistory(base, o.state.id)).toHaveLength(1);
-      // after "restart" the verb works and takes the next seq with no gap
-      expect(await revokeKey(base, { keyId: o.state.id, reason: 'staff_revoked' })).toMatchObject({ status: 'applied' });
-      expect((await outboxOf(s.gatewayId)).map((r) => r.seq)).toEqual([1, 2]);
-    });
+    it.each(['afterCasBeforeOutboxInsert', 'afterOutboxInsertBeforeCommit'] as const)(
+      'a crash at %s leaves neither the key change nor the outbox row',
+      async (point) => {
+        const base = deps(t.db);
+        const s = await seed(base);
+        const o = await issue(base, s);
+        if (o.status !== 'applied') throw new Error('issue');
+        const crashing = deps(t.db, base.clock, { crash: crashAt([point]) });
+        await expect(revokeKey(crashing, { keyId: o.state.id, reason: 'staff_revoked' })).rejects.toBeInstanceOf(SimulatedCrash);
+        expect(await getKey(base, o.state.id)).toMatchObject({ status: 'issuing', version: 1, revision: 1 });
+        expect(await outboxOf(s.gatewayId)).toHaveLength(1);
+        expect(await listKeyHistory(base, o.state.id)).toHaveLength(1);
+        // after "restart" the verb works and takes the next seq with no gap
+        expect(await revokeKey(base, { keyId: o.state.id, reason: 'staff_revoked' })).toMatchObject({ status: 'applied' });
+        expect((await outboxOf(s.gatewayId)).map((r) => r.seq)).toEqual([1, 2]);
+      },
+    );
 
     it('a crash after commit leaves both the key change and the outbox row', async () => {
       const base = deps(t.db);

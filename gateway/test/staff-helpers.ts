@@ -100,7 +100,11 @@ export async function walk<T>(
 
 /** What a test may set on an access-log row: plain strings where the row has branded ids and codes. */
 export type AccessRowInput = {
-  [K in keyof StoredAccessEvent]?: StoredAccessEvent[K] extends string ? string : StoredAccessEvent[K] extends string | null ? string | null : StoredAccessEvent[K];
+  [K in keyof StoredAccessEvent]?: StoredAccessEvent[K] extends string
+    ? string
+    : StoredAccessEvent[K] extends string | null
+      ? string | null
+      : StoredAccessEvent[K];
 };
 
 /** An access-log row with defaults (a denied unknown PIN at lock-1 at T0). */
