@@ -1,10 +1,11 @@
-import { CorruptRow } from '@tobira/shared';
+import { CorruptRow, generateSigningKeyPair } from '@tobira/shared';
 import { pgBackends } from '@tobira/shared/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { gatewayPublicJwk, getGateway } from '../src/adapters/db/gateways.js';
 import { getKeySummary, listHistory, listKeys } from '../src/adapters/db/keys.js';
 import { getPerson, getSite, recordPersonSite } from '../src/adapters/db/registry.js';
 import { issueKey, revokeKey } from '../src/app/keys.js';
+import { createPerson, registerGateway } from '../src/app/registry.js';
 import { DAY, T0, deps, openTestDb, seed, type TestDb } from './helpers.js';
 
 /** The repositories of adapters/db: the caller's site scope is a parameter, and rows are parsed once. */
@@ -70,6 +71,42 @@ describe.each(pgBackends())('repositories on %s', (backend) => {
       await recordPersonSite(t.db, s.personId, s.siteId);
       const o = await issueKey(d, { ...input(s), doors: [s2.doorA], siteScope: [s.siteId] });
       expect(o).toMatchObject({ status: 'refused', code: 'DOOR_NOT_FOUND', detail: s2.doorA });
+    });
+  });
+
+  describe("when the registry verbs are given the caller's sites", () => {
+    it('createPerson refuses a site outside them as not found and writes nothing; inside, it records the site with the person', async () => {
+      const d = deps(t.db);
+      const s = await seed(d);
+      const id = `person-scoped-${s.siteId}`;
+      expect(await createPerson(d, { id, name: 'Aiko', siteId: s.siteId, siteScope: ['site-elsewhere'] })).toMatchObject({
+        status: 'refused',
+        code: 'SITE_NOT_FOUND',
+      });
+      expect(await getPerson(t.db, null, id)).toBeNull();
+      expect(await createPerson(d, { id, name: 'Aiko', siteId: s.siteId, siteScope: [s.siteId] })).toMatchObject({ status: 'applied' });
+      expect(await getPerson(t.db, [s.siteId], id)).toMatchObject({ id, sites: [s.siteId] });
+    });
+
+    it('registerGateway refuses a site outside them as not found, before it looks at the key, and registers nothing', async () => {
+      const d = deps(t.db);
+      const s = await seed(d);
+      const pair = await generateSigningKeyPair();
+      const cloud = { issuer: 'tobira-cloud', jwks: { keys: [] } };
+      const gatewayId = `gw-scoped-${s.siteId}`.slice(0, 60);
+      const bad = { ...pair.publicJwk, x: 'not-a-key' };
+      expect(await registerGateway(d, cloud, { gatewayId, siteId: s.siteId, publicJwk: bad, siteScope: ['site-elsewhere'] })).toMatchObject(
+        {
+          status: 'refused',
+          code: 'SITE_NOT_FOUND',
+        },
+      );
+      expect(await getGateway(t.db, null, gatewayId)).toBeNull();
+      expect(
+        await registerGateway(d, cloud, { gatewayId, siteId: s.siteId, publicJwk: pair.publicJwk, siteScope: [s.siteId] }),
+      ).toMatchObject({
+        status: 'applied',
+      });
     });
   });
 

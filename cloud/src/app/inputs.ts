@@ -40,6 +40,7 @@ export const RegisterGatewayInput = z.strictObject({
   siteId: SiteId,
   publicJwk: z.record(z.string(), z.unknown()),
   cid: CorrelationId.optional(),
+  siteScope: z.array(z.string()).nullable().optional(),
 });
 export const CreateDoorInput = z.strictObject({
   id: DoorId.optional(),
@@ -47,7 +48,12 @@ export const CreateDoorInput = z.strictObject({
   name: Name,
   siteScope: z.array(z.string()).nullable().optional(),
 });
-export const CreatePersonInput = z.strictObject({ id: PersonId.optional(), name: Name });
+export const CreatePersonInput = z.strictObject({
+  id: PersonId.optional(),
+  name: Name,
+  siteId: SiteId.optional(),
+  siteScope: z.array(z.string()).nullable().optional(),
+});
 export const IssueKeyInput = z.strictObject({
   keyId: KeyId.optional(),
   personId: PersonId,

@@ -16,7 +16,7 @@ type JWK = Jwks['keys'][number];
 import { pgErrorCode } from '../adapters/db/db.js';
 import { getGateway, insertGateway } from '../adapters/db/gateways.js';
 import type { SiteScope } from '../adapters/db/scope.js';
-import { getSite, insertDoor, insertPerson, insertSite } from '../adapters/db/registry.js';
+import { getSite, insertDoor, insertPerson, insertSite, recordPersonSite } from '../adapters/db/registry.js';
 import { BrokerUnavailable, type BrokerCredentials } from './broker-accounts.js';
 import type { AppDeps } from './deps.js';
 import { CreateDoorInput, CreatePersonInput, CreateSiteInput, RegisterGatewayInput, check } from './inputs.js';
@@ -68,10 +68,13 @@ export interface GatewayProvisioning {
 export async function registerGateway(
   deps: AppDeps,
   cloud: { issuer: string; jwks: Jwks },
-  input: { gatewayId: string; siteId: string; publicJwk: JWK; cid?: CorrelationId },
+  input: { gatewayId: string; siteId: string; publicJwk: JWK; cid?: CorrelationId; siteScope?: SiteScope },
 ): Promise<Outcome<GatewayProvisioning>> {
   const invalid = check(RegisterGatewayInput, input);
   if (invalid) return invalid;
+  // the caller's scope first: a site it cannot see is not found, whatever else is wrong with the request
+  const site = await getSite(deps.db, input.siteScope ?? null, input.siteId);
+  if (site === null) return refused('SITE_NOT_FOUND');
   try {
     const { d: _private, ...pub } = input.publicJwk;
     if (_private !== undefined) return refused('INVALID_PUBLIC_KEY', 'a private key was sent');
@@ -79,8 +82,6 @@ export async function registerGateway(
   } catch (e) {
     return refused('INVALID_PUBLIC_KEY', e instanceof Error ? e.message : 'bad key');
   }
-  const site = await getSite(deps.db, null, input.siteId);
-  if (site === null) return refused('SITE_NOT_FOUND');
   const log = withCorrelation(deps.log, input.cid ?? newCorrelationId(), { verb: 'registerGateway', gatewayId: input.gatewayId });
   const pepper = randomBytes(32).toString('base64url');
   let mqtt: BrokerCredentials | null;
@@ -149,10 +150,25 @@ export interface Person {
   readonly name: string;
 }
 
-export async function createPerson(deps: AppDeps, input: { id?: string; name: string }): Promise<Outcome<Person>> {
+/**
+ * A person (key holder). People are global in the core; `siteId` records the
+ * site the person was created for (the admin API scopes people by it), and
+ * `siteScope` is the caller's sites: a site outside them is not found.
+ */
+export async function createPerson(
+  deps: AppDeps,
+  input: { id?: string; name: string; siteId?: string; siteScope?: SiteScope },
+): Promise<Outcome<Person>> {
   const invalid = check(CreatePersonInput, input);
   if (invalid) return invalid;
+  const { siteId } = input;
+  if (siteId !== undefined && (await getSite(deps.db, input.siteScope ?? null, siteId)) === null) return refused('SITE_NOT_FOUND');
   const person: Person = { id: input.id ?? newId(), name: input.name };
-  if (!(await insertPerson(deps.db, { ...person, createdAt: deps.clock.now() }))) return refused('ALREADY_EXISTS', `person ${person.id}`);
+  const created = await deps.db.transaction(async (tx) => {
+    if (!(await insertPerson(tx, { ...person, createdAt: deps.clock.now() }))) return false;
+    if (siteId !== undefined) await recordPersonSite(tx, person.id, siteId);
+    return true;
+  });
+  if (!created) return refused('ALREADY_EXISTS', `person ${person.id}`);
   return applied('MESSAGE_APPLIED', person);
 }

@@ -2,7 +2,6 @@ import type { Jwks } from '@tobira/shared';
 import { z } from 'zod';
 import { cidOf, idempotent, problem, statusOf, who, type Api, type Ctx } from '../context.js';
 import { getGateway, listGateways } from '../../adapters/db/gateways.js';
-import { getSite } from '../../adapters/db/registry.js';
 import { BrokerLogin, Gateway, Id, OutcomeStatus, Problem, Provisioning, PublicJwk, Slug, errorResponses } from '../schemas.js';
 
 const RegisterGateway = z.strictObject({ gatewayId: Slug, siteId: Id, publicJwk: PublicJwk });
@@ -25,10 +24,9 @@ export function gatewaysRoutes(app: Api, ctx: Ctx): void {
     },
     (req, reply) =>
       idempotent(ctx, req, reply, async ({ db }) => {
-        if (!(await getSite(db, who(req).sites, req.body.siteId))) return { statusCode: 404, body: problem('SITE_NOT_FOUND') };
         const jwk = req.body.publicJwk as unknown as Jwks['keys'][number];
         const o = await ctx.cloud.registerGateway(
-          { gatewayId: req.body.gatewayId, siteId: req.body.siteId, publicJwk: jwk, cid: cidOf(req) },
+          { gatewayId: req.body.gatewayId, siteId: req.body.siteId, publicJwk: jwk, cid: cidOf(req), siteScope: who(req).sites },
           { db },
         );
         if (o.status === 'applied') {

@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { defined, idempotent, problem, statusOf, who, type Api, type Ctx } from '../context.js';
-import { getPerson, getSite, listPeople, recordPersonSite } from '../../adapters/db/registry.js';
+import { getPerson, listPeople } from '../../adapters/db/registry.js';
 import { Id, OutcomeStatus, Person, Problem, errorResponses } from '../schemas.js';
 
 const CreatePerson = z.strictObject({
@@ -23,13 +23,9 @@ export function peopleRoutes(app: Api, ctx: Ctx): void {
     },
     (req, reply) =>
       idempotent(ctx, req, reply, async ({ db }) => {
-        if (!(await getSite(db, who(req).sites, req.body.siteId))) return { statusCode: 404, body: problem('SITE_NOT_FOUND') };
-        const { siteId, ...person } = req.body;
-        const o = await ctx.cloud.createPerson(defined(person), { db });
-        if (o.status === 'applied') {
-          await recordPersonSite(db, o.state.id, siteId);
-          return { statusCode: 201, body: { status: o.status, code: o.code, person: { ...o.state, sites: [siteId] } } };
-        }
+        const o = await ctx.cloud.createPerson(defined({ ...req.body, siteScope: who(req).sites }), { db });
+        if (o.status === 'applied')
+          return { statusCode: 201, body: { status: o.status, code: o.code, person: { ...o.state, sites: [req.body.siteId] } } };
         return { statusCode: statusOf(o), body: o.status === 'refused' ? problem(o.code, o.detail) : { status: o.status, code: o.code } };
       }),
   );
