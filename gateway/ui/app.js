@@ -488,25 +488,37 @@ const failedList = new PagedList({
     ),
 });
 
+/**
+ * A message something refused (a rejected downlink, a lock refusal): the
+ * warn row both lists show, with its code, when, topic, size and detail;
+ * `title` goes above the facts, `extra` below the detail.
+ * @param {{ code: string, at: number, topic: string, bytes: number, detail: string }} r
+ * @param {string | null} title
+ * @param {HTMLElement | null} extra
+ */
+function refusedMessageRow(r, title, extra) {
+  return el(
+    'li',
+    { class: 'row warn' },
+    el('span', { class: 'badge warn' }, r.code),
+    el(
+      'div',
+      { class: 'row-main' },
+      title !== null && el('div', { class: 'row-title' }, title),
+      el('div', { class: 'meta' }, fact('When', fmtTime(r.at)), fact('Topic', r.topic), fact('Bytes', String(r.bytes))),
+      el('div', { class: 'detail' }, r.detail),
+      extra,
+    ),
+  );
+}
+
 /** @type {PagedList<Rejected>} */
 const rejectedList = new PagedList({
   path: '/staff/rejected',
   name: 'rejected',
   key: (r) => String(r.id),
   order: (a, b) => desc(a.at, b.at) || desc(a.id, b.id),
-  render: (r) =>
-    el(
-      'li',
-      { class: 'row warn' },
-      el('span', { class: 'badge warn' }, r.code),
-      el(
-        'div',
-        { class: 'row-main' },
-        el('div', { class: 'meta' }, fact('When', fmtTime(r.at)), fact('Topic', r.topic), fact('Bytes', String(r.bytes))),
-        el('div', { class: 'detail' }, r.detail),
-        claimedFacts(r),
-      ),
-    ),
+  render: (r) => refusedMessageRow(r, null, claimedFacts(r)),
 });
 
 /**
@@ -540,23 +552,12 @@ const refusalsList = new PagedList({
   key: (r) => String(r.id),
   order: (a, b) => desc(a.at, b.at) || desc(a.id, b.id),
   render: (r) =>
-    el(
-      'li',
-      { class: 'row warn' },
-      el('span', { class: 'badge warn' }, r.code),
-      el(
-        'div',
-        { class: 'row-main' },
-        el(
-          'div',
-          { class: 'row-title' },
-          r.origin === 'lock'
-            ? `Lock ${r.lockId ?? '?'} refused a gateway command`
-            : `Gateway refused a ${r.channel} message from lock ${r.lockId ?? '(bad topic)'}`,
-        ),
-        el('div', { class: 'meta' }, fact('When', fmtTime(r.at)), fact('Topic', r.topic), fact('Bytes', String(r.bytes))),
-        el('div', { class: 'detail' }, r.detail),
-      ),
+    refusedMessageRow(
+      r,
+      r.origin === 'lock'
+        ? `Lock ${r.lockId ?? '?'} refused a gateway command`
+        : `Gateway refused a ${r.channel} message from lock ${r.lockId ?? '(bad topic)'}`,
+      null,
     ),
 });
 
