@@ -112,12 +112,7 @@ export function listAccessEvents(db: ReadableDb, f: AccessFilter): Page<AccessEv
       door: f.door ?? null,
       lock: f.lock ?? null,
       allowed: f.allowed === undefined ? null : f.allowed ? 1 : 0,
-      code: f.code ?? null,
-      since: f.since ?? null,
-      until: f.until ?? null,
-      cAt: f.cursor?.[0] ?? null,
-      cId: f.cursor?.[1] ?? null,
-      n: f.limit + 1,
+      ...timeParams(f),
     });
   const parsed = parseRows('access_log', AccessRowSchema, rows);
   return mapPage(
