@@ -388,6 +388,12 @@ const desc = (a, b) => b - a;
 const fact = (label, value) => el('span', { class: 'meta-item' }, el('span', { class: 'meta-label' }, `${label} `), value);
 
 /**
+ * When and at which door and lock something happened: the first facts of an access event and of an alarm.
+ * @param {{ at: number, doorId: string | null, lockId: string }} x
+ */
+const whereAndWhen = (x) => [fact('When', fmtTime(x.at)), fact('Door', x.doorId ?? '–'), fact('Lock', x.lockId)];
+
+/**
  * One row of a staff list (access events, alarms, failed inbox rows, rejected
  * messages, lock refusals): a badge, then the title, the facts and what
  * follows them (`below`), then what stands beside the row (`after`).
@@ -432,9 +438,7 @@ const accessList = new PagedList({
       data: { eventId: e.eventId },
       title: decisionWords(e.code),
       facts: [
-        fact('When', fmtTime(e.at)),
-        fact('Door', e.doorId ?? '–'),
-        fact('Lock', e.lockId),
+        ...whereAndWhen(e),
         e.personId !== null && fact('Person', e.personId),
         e.credentialType !== null && fact('Credential', e.credentialType),
         el('code', { class: 'code' }, e.code),
@@ -459,9 +463,7 @@ const alarmsList = new PagedList({
       data: { alarmId: a.alarmId },
       title: alarmWords(a.kind),
       facts: [
-        fact('When', fmtTime(a.at)),
-        fact('Door', a.doorId ?? '–'),
-        fact('Lock', a.lockId),
+        ...whereAndWhen(a),
         !open && fact('Acknowledged', `${fmtTime(a.closedAt)}${a.closedBy ? ` by ${a.closedBy}` : ''}`),
         el('code', { class: 'code' }, a.kind),
       ],
