@@ -1,4 +1,4 @@
-import { createLogger, newCorrelationId, onShutdownSignals, withCorrelation } from '@tobira/shared';
+import { createLogger, exitWhenStopped, newCorrelationId, onShutdownSignals, withCorrelation } from '@tobira/shared';
 import { buildCloud } from './cloud.js';
 import { ConfigError, parseConfig, requireSigningJwk, type CloudConfig } from './config.js';
 
@@ -30,13 +30,7 @@ log.info({ issuer: tobira.cloud.issuer, api: tobira.apiUrl, brokerAccounts: tobi
 onShutdownSignals({
   graceful: (signal) => {
     log.info({ signal }, 'stopping');
-    tobira.stop().then(
-      () => process.exit(0),
-      (e: unknown) => {
-        log.error({ err: String(e) }, 'stop failed');
-        process.exit(1);
-      },
-    );
+    exitWhenStopped(tobira.stop(), (e) => log.error({ err: String(e) }, 'stop failed'));
   },
   forced: (signal) => {
     log.warn({ signal }, 'second signal: exiting now');

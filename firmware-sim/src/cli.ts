@@ -1,7 +1,7 @@
 import { chmodSync, existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { createInterface } from 'node:readline';
 import { PresentedCredential, createLogger, onShutdownSignals } from '@tobira/shared';
-import type { SimActivity } from './adapter.js';
+import type { SimActivity, SimLock } from './adapter.js';
 import { CliError, USAGE, parseCli, parseSecretsFile, type CliConfig } from './cli-args.js';
 import { validateFaults, type Faults } from './faults.js';
 import { Fleet } from './fleet.js';
@@ -138,6 +138,17 @@ const HELP = `commands: present <lock> <pin|card|mobile> <value> | open <lock> |
           jam <lock> | unjam <lock> | drain <lock> <percent> | reboot <lock> | disconnect <lock> | reconnect <lock>
           faults <lock|*> <json> | status | quit`;
 
+/** The commands that are one call on the named lock (a Map, so no inherited name is a command). */
+const DOOR_ACTIONS = new Map<string, (l: SimLock) => Promise<unknown>>([
+  ['open', (l) => l.openDoor()],
+  ['close', (l) => l.closeDoor()],
+  ['force', (l) => l.forceOpen()],
+  ['tamper', (l) => l.tamper()],
+  ['jam', (l) => l.jam()],
+  ['unjam', (l) => l.clearJam()],
+  ['reboot', (l) => l.reboot()],
+]);
+
 function repl(fleet: Fleet, onEnd: () => void): void {
   const rl = createInterface({ input: process.stdin });
   rl.on('close', onEnd);
@@ -146,6 +157,8 @@ function repl(fleet: Fleet, onEnd: () => void): void {
   });
   async function run([cmd, lockId, ...args]: string[]): Promise<void> {
     const lock = () => fleet.lock(lockId ?? '');
+    const action = DOOR_ACTIONS.get(cmd ?? '');
+    if (action) return void (await action(lock()));
     switch (cmd) {
       case undefined:
       case '':
@@ -157,20 +170,6 @@ function repl(fleet: Fleet, onEnd: () => void): void {
         if (!c.success) return out('usage: present <lock> <pin|card|mobile> <value>');
         return out(`result ${lockId} ${JSON.stringify(await lock().present(c.data))}`);
       }
-      case 'open':
-        return void (await lock().openDoor());
-      case 'close':
-        return void (await lock().closeDoor());
-      case 'force':
-        return void (await lock().forceOpen());
-      case 'tamper':
-        return void (await lock().tamper());
-      case 'jam':
-        return void (await lock().jam());
-      case 'unjam':
-        return void (await lock().clearJam());
-      case 'reboot':
-        return void (await lock().reboot());
       case 'drain':
         return void (await lock().drainBattery(Number(args[0] ?? 10)));
       case 'disconnect':

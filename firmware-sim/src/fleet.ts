@@ -1,8 +1,6 @@
-import { createLogger, decodeSecret, encodeSecret, isSlug, newPairingSecret, type Clock, type Logger } from '@tobira/shared';
-import type { IClientOptions } from 'mqtt';
+import { createLogger, decodeSecret, encodeSecret, isSlug, newPairingSecret } from '@tobira/shared';
 import { SimLock, type SimActivity, type SimLockOptions } from './adapter.js';
 import type { Faults } from './faults.js';
-import type { IdSource, LockConfig } from './lock.js';
 
 /**
  * A fleet of simulated locks behind one gateway: one SimLock (and one MQTT
@@ -10,25 +8,19 @@ import type { IdSource, LockConfig } from './lock.js';
  * given (raw or base64url) or generated, and `secrets()` hands them to
  * whoever provisions the gateway.
  */
-export interface FleetOptions {
-  readonly url: string;
-  readonly gatewayId: string;
+/** The per-lock options apply to every lock of the fleet. */
+export interface FleetOptions extends Pick<
+  SimLockOptions,
+  'url' | 'gatewayId' | 'clock' | 'timers' | 'lock' | 'log' | 'mqtt' | 'ids' | 'random' | 'publishTimeoutMs'
+> {
   /** A number N (locks L1..LN) or the lock ids. */
   readonly locks: number | readonly string[];
   /** Pairing secrets by lock id (Uint8Array or base64url); missing ones are generated. */
   readonly secrets?: Readonly<Record<string, Uint8Array | string>>;
-  readonly clock?: Clock;
-  readonly timers?: 'auto' | 'manual';
-  readonly lock?: Partial<Omit<LockConfig, 'lockId' | 'secret'>>;
-  readonly log?: Logger;
-  readonly mqtt?: IClientOptions;
   /** Every lock logs in to the site broker as itself (SimLockOptions.siteLogin). */
   readonly siteLogin?: boolean;
-  readonly ids?: IdSource;
-  readonly random?: () => number;
   /** Faults for every lock at start (change later with `setFaults`). */
   readonly faults?: Faults;
-  readonly publishTimeoutMs?: number;
   /** How many locks connect at once when the fleet starts. */
   readonly connectConcurrency?: number;
   readonly onActivity?: (lockId: string, a: SimActivity) => void;

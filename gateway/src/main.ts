@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 import { chmodSync, existsSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
-import { createLogger, newCorrelationId, onShutdownSignals, withCorrelation } from '@tobira/shared';
+import { createLogger, exitWhenStopped, newCorrelationId, onShutdownSignals, withCorrelation } from '@tobira/shared';
 import { mosquittoSiteFiles } from './adapters/mqtt/site-broker.js';
 import { crashHookFromEnv } from './app/context.js';
 import { loadConfig } from './config.js';
@@ -31,13 +31,7 @@ async function main(): Promise<void> {
   onShutdownSignals({
     graceful: (sig) => {
       log.info({ sig }, 'draining and stopping');
-      gateway.stop().then(
-        () => process.exit(0),
-        (e: unknown) => {
-          log.error({ err: e }, 'stop failed');
-          process.exit(1);
-        },
-      );
+      exitWhenStopped(gateway.stop(), (e) => log.error({ err: e }, 'stop failed'));
     },
     forced: (sig) => {
       // Everything that matters is already committed in SQLite (inbox, outbox, access log): exiting now loses nothing durable.

@@ -387,6 +387,35 @@ const desc = (a, b) => b - a;
  */
 const fact = (label, value) => el('span', { class: 'meta-item' }, el('span', { class: 'meta-label' }, `${label} `), value);
 
+/**
+ * When and at which door and lock something happened: the first facts of an access event and of an alarm.
+ * @param {{ at: number, doorId: string | null, lockId: string }} x
+ */
+const whereAndWhen = (x) => [fact('When', fmtTime(x.at)), fact('Door', x.doorId ?? '–'), fact('Lock', x.lockId)];
+
+/**
+ * One row of a staff list (access events, alarms, failed inbox rows, rejected
+ * messages, lock refusals): a badge, then the title, the facts and what
+ * follows them (`below`), then what stands beside the row (`after`).
+ * @param {{ tone: string, badge: [string, string], data?: Record<string, string>, title: string | null,
+ *   facts: (Node | string | null | false)[], below?: (Node | string | null | false)[], after?: Node | null }} r
+ */
+function listRow({ tone, badge, data, title, facts, below = [], after = null }) {
+  return el(
+    'li',
+    data === undefined ? { class: `row ${tone}` } : { class: `row ${tone}`, data },
+    el('span', { class: `badge ${badge[0]}` }, badge[1]),
+    el(
+      'div',
+      { class: 'row-main' },
+      title !== null && el('div', { class: 'row-title' }, title),
+      el('div', { class: 'meta' }, ...facts),
+      ...below,
+    ),
+    after,
+  );
+}
+
 /** @type {PagedList<AccessEvent>} */
 const accessList = new PagedList({
   path: '/staff/access-events',
@@ -403,26 +432,18 @@ const accessList = new PagedList({
     return p;
   },
   render: (e) =>
-    el(
-      'li',
-      { class: `row ${e.allowed ? 'ok' : 'bad'}`, data: { eventId: e.eventId } },
-      el('span', { class: `badge ${e.allowed ? 'ok' : 'bad'}` }, e.allowed ? 'ALLOWED' : 'DENIED'),
-      el(
-        'div',
-        { class: 'row-main' },
-        el('div', { class: 'row-title' }, decisionWords(e.code)),
-        el(
-          'div',
-          { class: 'meta' },
-          fact('When', fmtTime(e.at)),
-          fact('Door', e.doorId ?? '–'),
-          fact('Lock', e.lockId),
-          e.personId !== null && fact('Person', e.personId),
-          e.credentialType !== null && fact('Credential', e.credentialType),
-          el('code', { class: 'code' }, e.code),
-        ),
-      ),
-    ),
+    listRow({
+      tone: e.allowed ? 'ok' : 'bad',
+      badge: [e.allowed ? 'ok' : 'bad', e.allowed ? 'ALLOWED' : 'DENIED'],
+      data: { eventId: e.eventId },
+      title: decisionWords(e.code),
+      facts: [
+        ...whereAndWhen(e),
+        e.personId !== null && fact('Person', e.personId),
+        e.credentialType !== null && fact('Credential', e.credentialType),
+        el('code', { class: 'code' }, e.code),
+      ],
+    }),
 });
 
 /** @type {PagedList<Alarm>} */
@@ -436,26 +457,18 @@ const alarmsList = new PagedList({
     const open = a.status === 'open';
     const ack = open ? el('button', { class: 'ack big', data: { alarmId: a.alarmId } }, 'Acknowledge') : null;
     ack?.addEventListener('click', () => void acknowledge(a));
-    return el(
-      'li',
-      { class: `row ${open ? 'bad' : 'done'}`, data: { alarmId: a.alarmId } },
-      el('span', { class: `badge ${open ? 'bad' : 'muted'}` }, open ? 'OPEN' : 'CLOSED'),
-      el(
-        'div',
-        { class: 'row-main' },
-        el('div', { class: 'row-title' }, alarmWords(a.kind)),
-        el(
-          'div',
-          { class: 'meta' },
-          fact('When', fmtTime(a.at)),
-          fact('Door', a.doorId ?? '–'),
-          fact('Lock', a.lockId),
-          !open && fact('Acknowledged', `${fmtTime(a.closedAt)}${a.closedBy ? ` by ${a.closedBy}` : ''}`),
-          el('code', { class: 'code' }, a.kind),
-        ),
-      ),
-      ack,
-    );
+    return listRow({
+      tone: open ? 'bad' : 'done',
+      badge: [open ? 'bad' : 'muted', open ? 'OPEN' : 'CLOSED'],
+      data: { alarmId: a.alarmId },
+      title: alarmWords(a.kind),
+      facts: [
+        ...whereAndWhen(a),
+        !open && fact('Acknowledged', `${fmtTime(a.closedAt)}${a.closedBy ? ` by ${a.closedBy}` : ''}`),
+        el('code', { class: 'code' }, a.kind),
+      ],
+      after: ack,
+    });
   },
 });
 
@@ -466,27 +479,38 @@ const failedList = new PagedList({
   key: (r) => r.jti,
   order: (a, b) => desc(a.failedAt, b.failedAt),
   render: (r) =>
-    el(
-      'li',
-      { class: 'row bad' },
-      el('span', { class: 'badge bad' }, r.code ?? 'FAILED'),
-      el(
-        'div',
-        { class: 'row-main' },
-        el('div', { class: 'row-title' }, `${r.type}${r.keyId !== null ? ` for key ${r.keyId} v${r.keyVersion ?? '?'}` : ''}`),
-        el(
-          'div',
-          { class: 'meta' },
-          fact('Failed', fmtTime(r.failedAt)),
-          fact('Received', fmtTime(r.receivedAt)),
-          fact('Seq', r.seq === null ? '–' : String(r.seq)),
-          fact('Attempts', String(r.attempts)),
-          fact('Correlation id', r.cid),
-        ),
-        r.lastError !== null && el('div', { class: 'detail' }, r.lastError),
-      ),
-    ),
+    listRow({
+      tone: 'bad',
+      badge: ['bad', r.code ?? 'FAILED'],
+      title: `${r.type}${r.keyId !== null ? ` for key ${r.keyId} v${r.keyVersion ?? '?'}` : ''}`,
+      facts: [
+        fact('Failed', fmtTime(r.failedAt)),
+        fact('Received', fmtTime(r.receivedAt)),
+        fact('Seq', r.seq === null ? '–' : String(r.seq)),
+        fact('Attempts', String(r.attempts)),
+        fact('Correlation id', r.cid),
+      ],
+      below: [r.lastError !== null && el('div', { class: 'detail' }, r.lastError)],
+    }),
 });
+
+/**
+ * A message something refused (a rejected downlink, a lock refusal): the
+ * warn row both lists show, with its code, when, topic, size and detail;
+ * `title` goes above the facts, `extra` below the detail.
+ * @param {{ code: string, at: number, topic: string, bytes: number, detail: string }} r
+ * @param {string | null} title
+ * @param {HTMLElement | null} extra
+ */
+function refusedMessageRow(r, title, extra) {
+  return listRow({
+    tone: 'warn',
+    badge: ['warn', r.code],
+    title,
+    facts: [fact('When', fmtTime(r.at)), fact('Topic', r.topic), fact('Bytes', String(r.bytes))],
+    below: [el('div', { class: 'detail' }, r.detail), extra],
+  });
+}
 
 /** @type {PagedList<Rejected>} */
 const rejectedList = new PagedList({
@@ -494,19 +518,7 @@ const rejectedList = new PagedList({
   name: 'rejected',
   key: (r) => String(r.id),
   order: (a, b) => desc(a.at, b.at) || desc(a.id, b.id),
-  render: (r) =>
-    el(
-      'li',
-      { class: 'row warn' },
-      el('span', { class: 'badge warn' }, r.code),
-      el(
-        'div',
-        { class: 'row-main' },
-        el('div', { class: 'meta' }, fact('When', fmtTime(r.at)), fact('Topic', r.topic), fact('Bytes', String(r.bytes))),
-        el('div', { class: 'detail' }, r.detail),
-        claimedFacts(r),
-      ),
-    ),
+  render: (r) => refusedMessageRow(r, null, claimedFacts(r)),
 });
 
 /**
@@ -540,23 +552,12 @@ const refusalsList = new PagedList({
   key: (r) => String(r.id),
   order: (a, b) => desc(a.at, b.at) || desc(a.id, b.id),
   render: (r) =>
-    el(
-      'li',
-      { class: 'row warn' },
-      el('span', { class: 'badge warn' }, r.code),
-      el(
-        'div',
-        { class: 'row-main' },
-        el(
-          'div',
-          { class: 'row-title' },
-          r.origin === 'lock'
-            ? `Lock ${r.lockId ?? '?'} refused a gateway command`
-            : `Gateway refused a ${r.channel} message from lock ${r.lockId ?? '(bad topic)'}`,
-        ),
-        el('div', { class: 'meta' }, fact('When', fmtTime(r.at)), fact('Topic', r.topic), fact('Bytes', String(r.bytes))),
-        el('div', { class: 'detail' }, r.detail),
-      ),
+    refusedMessageRow(
+      r,
+      r.origin === 'lock'
+        ? `Lock ${r.lockId ?? '?'} refused a gateway command`
+        : `Gateway refused a ${r.channel} message from lock ${r.lockId ?? '(bad topic)'}`,
+      null,
     ),
 });
 

@@ -34,3 +34,14 @@ export function onShutdownSignals(handlers: ShutdownHandlers, opts: { duplicateW
     process.off('SIGTERM', on);
   };
 }
+
+/** The end of a graceful stop: the process exits 0 once `stopped` resolves, or 1 after `onError` (the caller's log line) if it rejects. */
+export function exitWhenStopped(stopped: Promise<unknown>, onError: (e: unknown) => void): void {
+  stopped.then(
+    () => process.exit(0),
+    (e: unknown) => {
+      onError(e);
+      process.exit(1);
+    },
+  );
+}

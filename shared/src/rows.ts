@@ -43,6 +43,16 @@ export interface Page<T> {
   readonly nextCursor: string | null;
 }
 
+/**
+ * What a keyset-paginated list is asked: the filters `F` (each optional,
+ * absent or undefined = any), the sort key `C` of the previous page's last
+ * row (decoded from its cursor; null for the first page) and the page size.
+ */
+export type PageQuery<F, C extends readonly unknown[]> = { readonly [K in keyof F]?: F[K] | undefined } & {
+  readonly cursor: Readonly<C> | null;
+  readonly limit: number;
+};
+
 /** Opaque cursor: base64url JSON of the last row's sort key. */
 export const encodeCursor = (key: readonly (string | number)[]): string => Buffer.from(JSON.stringify(key)).toString('base64url');
 

@@ -17,9 +17,8 @@ import {
 } from '@tobira/shared';
 import { KEY_TRANSITIONS, noopOf, transitionOf, type KeyEvent, type KeyStatus } from './key-states.js';
 
-/** An entry key as the cloud holds it. The credential is a keyed digest, never the clear value. */
-export interface EntryKey {
-  readonly id: KeyId;
+/** What an issue names and a key then holds: who, which credential (a keyed digest, never the clear value), which doors, when. */
+export interface KeyTerms {
   readonly personId: PersonId;
   readonly gatewayId: GatewayId;
   readonly credential: { readonly type: CredentialType; readonly digest: string };
@@ -28,8 +27,17 @@ export interface EntryKey {
   readonly validUntil: number;
   readonly schedule: Schedule | null;
   readonly offlineCapable: boolean;
-  /** How long after the gateway's last proven-fresh sync an offline-capable key still opens; null for other keys. */
+  /**
+   * How long after the gateway's last proven-fresh sync an offline-capable key
+   * still opens; null for other keys. An issue's caller has already bounded it
+   * by the cloud's cap.
+   */
   readonly offlineMaxSeconds: number | null;
+}
+
+/** An entry key as the cloud holds it. */
+export interface EntryKey extends KeyTerms {
+  readonly id: KeyId;
   /** Key version on the wire: grows on issue and revoke, never shrinks. */
   readonly version: number;
   /** Row revision for compare-and-set: grows on every write. */
@@ -80,18 +88,8 @@ function move(k: EntryKey, event: KeyEvent, patch: Partial<EntryKey>, cid: Corre
 
 // ---------------------------------------------------------------- issue
 
-export interface IssueKeyCommand {
+export interface IssueKeyCommand extends KeyTerms {
   readonly keyId: KeyId;
-  readonly personId: PersonId;
-  readonly gatewayId: GatewayId;
-  readonly credential: { readonly type: CredentialType; readonly digest: string };
-  readonly doors: readonly DoorId[];
-  readonly validFrom: number;
-  readonly validUntil: number;
-  readonly schedule: Schedule | null;
-  readonly offlineCapable: boolean;
-  /** The offline cap the key carries; the caller has already bounded it by the cloud's cap. */
-  readonly offlineMaxSeconds: number | null;
   readonly cid: CorrelationId;
 }
 

@@ -159,6 +159,7 @@ function ack(deps: ApplyDeps, row: InboxRow, a: AckDraft, now: number, ackOf: Me
   if ('refused' in r) deps.metrics.outboxRefused.inc({ type: 'ack' });
 }
 
+/** Keeps what a grant or revoke outcome left (applied or noop) and acks it; a snapshot acks every key under its first part's jti (`ackOf`). */
 function settleKey(
   deps: ApplyDeps,
   row: InboxRow,
@@ -167,10 +168,11 @@ function settleKey(
   version: number,
   grantCid: string | null,
   now: number,
+  ackOf: MessageId = row.jti,
 ): RowResult {
   if (o.status === 'applied' || o.status === 'noop') saveSlot(deps.store.db, keyId, o.state, grantCid, now);
   const result = o.status === 'conflict' ? 'refused' : o.status;
-  ack(deps, row, { result, code: o.code, keyId, keyVersion: version }, now);
+  ack(deps, row, { result, code: o.code, keyId, keyVersion: version }, now, ackOf);
   return { result, code: o.code };
 }
 
@@ -327,27 +329,12 @@ function applySnapshotPart(deps: ApplyDeps, row: InboxRow, m: SnapshotMessage, n
   // Tombstones first, while the keys they revoke still have their rows (so doors can still say KEY_REVOKED).
   for (const t of bodies.flatMap((x) => x.revoked)) {
     const o = applyRevoke(loadSlot(db, t.keyId), { keyId: t.keyId, version: t.version, reason: 'staff_revoked' });
-    if (o.status === 'applied' || o.status === 'noop') saveSlot(db, t.keyId, o.state, null, now);
-    ack(
-      deps,
-      snapRow,
-      { result: o.status === 'conflict' ? 'refused' : o.status, code: o.code, keyId: t.keyId, keyVersion: t.version },
-      now,
-      ackOf,
-    );
+    settleKey(deps, snapRow, t.keyId, o, t.version, null, now, ackOf);
   }
   // Then the active set is exactly the snapshot's keys (tombstones still hold back stale versions).
   dropActiveKeys(db);
   for (const g of bodies.flatMap((x) => x.keys)) {
-    const o = applyGrant(loadSlot(db, g.keyId), g);
-    if (o.status === 'applied' || o.status === 'noop') saveSlot(db, g.keyId, o.state, cid, now);
-    ack(
-      deps,
-      snapRow,
-      { result: o.status === 'conflict' ? 'refused' : o.status, code: o.code, keyId: g.keyId, keyVersion: g.version },
-      now,
-      ackOf,
-    );
+    settleKey(deps, snapRow, g.keyId, applyGrant(loadSlot(db, g.keyId), g), g.version, cid, now, ackOf);
   }
   setSnapshotApplied(db, b.asOfSeq);
   return { result: 'applied', code: 'MESSAGE_APPLIED' };

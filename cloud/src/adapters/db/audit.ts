@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { pageOf, parseRows, type Page } from '@tobira/shared';
+import { pageOf, parseRows, type Page, type PageQuery } from '@tobira/shared';
 import { Int8 } from './columns.js';
 import type { Queryable } from './db.js';
 import { scopeParam, type SiteScope } from './scope.js';
@@ -9,23 +9,6 @@ import { scopeParam, type SiteScope } from './scope.js';
  * event id) and `alarms`. Written by the uplink inbox in the transaction that
  * dedupes the message; read by the programmatic API and the admin API.
  */
-export interface StoredAccessEvent {
-  readonly eventId: string;
-  readonly gatewayId: string;
-  readonly seq: number;
-  readonly lockId: string;
-  readonly doorId: string | null;
-  readonly at: number;
-  readonly allowed: boolean;
-  readonly code: string;
-  readonly keyId: string | null;
-  readonly keyVersion: number | null;
-  readonly personId: string | null;
-  readonly credentialType: string | null;
-  readonly commandId: string | null;
-  readonly cid: string;
-  readonly receivedAt: number;
-}
 
 const AuditRow = z
   .object({
@@ -45,7 +28,7 @@ const AuditRow = z
     cid: z.string(),
     received_at: Int8,
   })
-  .transform((r): StoredAccessEvent => ({
+  .transform((r) => ({
     eventId: r.event_id,
     gatewayId: r.gateway_id,
     seq: r.seq,
@@ -62,6 +45,8 @@ const AuditRow = z
     cid: r.cid,
     receivedAt: r.received_at,
   }));
+/** An access event as the `audit` table stores it; its fields are the row schema's. */
+export type StoredAccessEvent = Readonly<z.output<typeof AuditRow>>;
 
 export interface AuditQuery {
   readonly gatewayId?: string;
@@ -79,18 +64,11 @@ export async function listAudit(q: Queryable, f: AuditQuery): Promise<StoredAcce
   return parseRows('audit', AuditRow, r.rows);
 }
 
-export interface EventFilter {
-  readonly siteId?: string | undefined;
-  readonly gatewayId?: string | undefined;
-  readonly doorId?: string | undefined;
-  readonly personId?: string | undefined;
-  readonly keyId?: string | undefined;
-  readonly code?: string | undefined;
-  readonly from?: number | undefined;
-  readonly to?: number | undefined;
-  readonly cursor: readonly [number, string] | null;
-  readonly limit: number;
-}
+/** `from` is inclusive, `to` exclusive (ms); the sort key is (at, event_id). */
+export type EventFilter = PageQuery<
+  { siteId: string; gatewayId: string; doorId: string; personId: string; keyId: string; code: string; from: number; to: number },
+  [number, string]
+>;
 
 /** An access event as the admin API shows it: with its site, without the uplink's seq and command id. */
 export type AccessEventView = Omit<StoredAccessEvent, 'seq' | 'commandId'> & { readonly siteId: string };
@@ -128,24 +106,11 @@ export async function listEvents(q: Queryable, scope: SiteScope, f: EventFilter)
   return pageOf(rows, f.limit, (e) => [e.at, e.eventId]);
 }
 
-export interface AccessEventRecord {
-  readonly eventId: string;
-  readonly gatewayId: string;
-  readonly seq: number;
+/** What the uplink inbox records: the stored event and the jti of the access.event message that carried it. */
+export interface AccessEventRecord extends StoredAccessEvent {
   readonly jti: string;
-  readonly lockId: string;
-  readonly doorId: string | null;
-  readonly at: number;
-  readonly allowed: boolean;
-  readonly code: string;
-  readonly keyId: string | null;
-  readonly keyVersion: number | null;
   /** The gateway's copy of the holder: the fallback when the cloud has no key by that id at that gateway. */
   readonly personId: string | null;
-  readonly credentialType: string | null;
-  readonly commandId: string | null;
-  readonly cid: string;
-  readonly receivedAt: number;
 }
 
 /** Records an access event once per event id: true when inserted, false for a duplicate. */

@@ -12,6 +12,7 @@ import {
   parseRow,
   parseRows,
   type Page,
+  type PageQuery,
 } from '@tobira/shared';
 import { KEY_EVENTS, KEY_STATUSES, type KeyStatus } from '../../domain/key-states.js';
 import type { EntryKey } from '../../domain/keys.js';
@@ -275,14 +276,7 @@ export async function getKeySummary(q: Queryable, scope: SiteScope, id: string):
   return r.rows[0] === undefined ? null : summaryFromRow(r.rows[0]);
 }
 
-export interface KeyFilter {
-  readonly siteId?: string | undefined;
-  readonly personId?: string | undefined;
-  readonly gatewayId?: string | undefined;
-  readonly status?: string | undefined;
-  readonly cursor: readonly [number, string] | null;
-  readonly limit: number;
-}
+export type KeyFilter = PageQuery<{ siteId: string; personId: string; gatewayId: string; status: string }, [number, string]>;
 
 /** Keys oldest first, keyset-paginated on (created_at, id). */
 export async function listKeys(q: Queryable, scope: SiteScope, f: KeyFilter): Promise<Page<KeySummary>> {

@@ -9,54 +9,51 @@ import type { Queryable } from './db.js';
  * API's key view) and for the resync replay. The dispatcher's own verbs
  * (claim, mark, fail, renew, purge) stay in adapters/outbox/, one per module.
  */
-export interface OutboxEntry {
-  readonly id: number;
-  readonly gatewayId: string;
-  readonly seq: number;
-  readonly jti: string;
-  readonly type: string;
-  readonly keyId: string | null;
-  readonly keyVersion: number | null;
+
+/**
+ * The columns of an outbox row that every read of it names (people's view
+ * here, the dead-letter list in adapters/outbox/dead-letters.ts), and the
+ * fields they become: one list, extended by each read.
+ */
+export const OutboxRowCore = z.object({
+  id: Int8,
+  gateway_id: z.string(),
+  seq: Int8,
+  jti: z.string(),
+  type: z.string(),
+  key_id: z.string().nullable(),
+  key_version: Int8.nullable(),
+  attempts: z.number().int(),
+  last_error: z.string().nullable(),
+  cid: z.string(),
+  created_at: Int8,
+});
+export const outboxCore = (r: z.infer<typeof OutboxRowCore>) => ({
+  id: r.id,
+  gatewayId: r.gateway_id,
+  seq: r.seq,
+  jti: r.jti,
+  type: r.type,
+  keyId: r.key_id,
+  keyVersion: r.key_version,
+  attempts: r.attempts,
+  lastError: r.last_error,
+  cid: r.cid,
+  createdAt: r.created_at,
+});
+export type OutboxCore = Readonly<ReturnType<typeof outboxCore>>;
+
+export interface OutboxEntry extends OutboxCore {
   readonly status: OutboxStatus;
-  readonly attempts: number;
-  readonly lastError: string | null;
-  readonly cid: string;
-  readonly createdAt: number;
   readonly sentAt: number | null;
 }
 
 const COLUMNS = 'id, gateway_id, seq, jti, type, key_id, key_version, status, attempts, last_error, cid, created_at, sent_at';
-const OutboxRow = z
-  .object({
-    id: Int8,
-    gateway_id: z.string(),
-    seq: Int8,
-    jti: z.string(),
-    type: z.string(),
-    key_id: z.string().nullable(),
-    key_version: Int8.nullable(),
-    status: z.enum(OUTBOX_STATUSES),
-    attempts: z.number().int(),
-    last_error: z.string().nullable(),
-    cid: z.string(),
-    created_at: Int8,
-    sent_at: Int8.nullable(),
-  })
-  .transform((r): OutboxEntry => ({
-    id: r.id,
-    gatewayId: r.gateway_id,
-    seq: r.seq,
-    jti: r.jti,
-    type: r.type,
-    keyId: r.key_id,
-    keyVersion: r.key_version,
-    status: r.status,
-    attempts: r.attempts,
-    lastError: r.last_error,
-    cid: r.cid,
-    createdAt: r.created_at,
-    sentAt: r.sent_at,
-  }));
+const OutboxRow = OutboxRowCore.extend({ status: z.enum(OUTBOX_STATUSES), sent_at: Int8.nullable() }).transform((r): OutboxEntry => ({
+  ...outboxCore(r),
+  status: r.status,
+  sentAt: r.sent_at,
+}));
 
 /** Every outbox row of a gateway, in seq order. */
 export async function listOutbox(q: Queryable, gatewayId: string): Promise<OutboxEntry[]> {

@@ -1,54 +1,15 @@
 import { z } from 'zod';
 import { parseRows } from '@tobira/shared';
-import { Int8 } from '../db/columns.js';
 import type { Queryable } from '../db/db.js';
+import { OutboxRowCore, outboxCore, type OutboxCore } from '../db/outbox-reads.js';
 import { scopeParam, type SiteScope } from '../db/scope.js';
 
 /** A dead `outbox` row: the dispatcher gave up on it; an operator retries it. */
-export interface DeadLetter {
-  readonly id: number;
+export interface DeadLetter extends OutboxCore {
   readonly siteId: string;
-  readonly gatewayId: string;
-  readonly seq: number;
-  readonly jti: string;
-  readonly type: string;
-  readonly keyId: string | null;
-  readonly keyVersion: number | null;
-  readonly attempts: number;
-  readonly lastError: string | null;
-  readonly cid: string;
-  readonly createdAt: number;
 }
 
-const DeadLetterRow = z
-  .object({
-    id: Int8,
-    site_id: z.string(),
-    gateway_id: z.string(),
-    seq: Int8,
-    jti: z.string(),
-    type: z.string(),
-    key_id: z.string().nullable(),
-    key_version: Int8.nullable(),
-    attempts: z.number().int(),
-    last_error: z.string().nullable(),
-    cid: z.string(),
-    created_at: Int8,
-  })
-  .transform((r): DeadLetter => ({
-    id: r.id,
-    siteId: r.site_id,
-    gatewayId: r.gateway_id,
-    seq: r.seq,
-    jti: r.jti,
-    type: r.type,
-    keyId: r.key_id,
-    keyVersion: r.key_version,
-    attempts: r.attempts,
-    lastError: r.last_error,
-    cid: r.cid,
-    createdAt: r.created_at,
-  }));
+const DeadLetterRow = OutboxRowCore.extend({ site_id: z.string() }).transform((r): DeadLetter => ({ ...outboxCore(r), siteId: r.site_id }));
 
 export interface DeadLetterFilter {
   readonly siteId?: string | undefined;

@@ -1,32 +1,13 @@
-import { backoffMs, type BackoffPolicy } from '../backoff.js';
+import { failLeased } from '../lease-fail.js';
 import type { Queryable } from '../db/db.js';
 
 export { backoffMs, type BackoffPolicy } from '../backoff.js';
 
 /**
- * Fail: releases the claim after a failed publish. Below `maxAttempts` the
- * row goes back to pending with its next attempt pushed out by the backoff;
- * at `maxAttempts` it is dead-lettered (visible through listDeadLetters, and
- * still replayed on a gateway's resync). Names the lease token like markSent.
- * Returns the new status, or null when the lease was lost.
+ * Fail for the downlink outbox (see failLeased): a dead row stays visible
+ * through listDeadLetters and is still replayed on a gateway's resync.
  */
-export async function failRow(
-  q: Queryable,
-  row: { id: number; leaseToken: string; attempts: number },
-  error: string,
-  now: number,
-  p: BackoffPolicy,
-  random: number,
-): Promise<'pending' | 'dead' | null> {
-  const status = row.attempts >= p.maxAttempts ? 'dead' : 'pending';
-  const r = await q.query(
-    `UPDATE outbox SET status = $3, next_attempt_at = $4, lease_token = NULL, lease_until = NULL, last_error = $5
-      WHERE id = $1 AND lease_token = $2 AND status = 'sending'`,
-    // a dead row is not due again: its next_attempt_at records when it died (the dead-letter webhook's `at`)
-    [row.id, row.leaseToken, status, status === 'dead' ? now : now + backoffMs(row.attempts, p, random), error.slice(0, 500)],
-  );
-  return r.rowCount === 1 ? status : null;
-}
+export const failRow = failLeased('outbox');
 
 /** After the broker connection came back, rows waiting out a backoff become due at once. */
 export async function expediteAfterReconnect(q: Queryable, now: number): Promise<number> {

@@ -1,19 +1,11 @@
-import { TimeZone } from '@tobira/shared';
+import { CreateSiteInput } from '../../app/inputs.js';
 import { z } from 'zod';
 import { defined, idempotent, problem, statusOf, who, type Api, type Ctx } from '../context.js';
 import { getSite, listSites } from '../../adapters/db/registry.js';
 import { Id, OutcomeStatus, Problem, Site, errorResponses } from '../schemas.js';
 
-const CreateSite = z.strictObject({
-  id: Id.optional(),
-  name: z.string().min(1).max(200),
-  timeZone: TimeZone.optional(),
-  offlineGraceSeconds: z
-    .int()
-    .min(0)
-    .max(7 * 86_400)
-    .optional(),
-});
+// the verb's own input schema, with the HTTP layer's id rule
+const CreateSite = CreateSiteInput.extend({ id: Id.optional() });
 
 /** Sites: created by admins; listed and read within the caller's sites. */
 export function sitesRoutes(app: Api, ctx: Ctx): void {

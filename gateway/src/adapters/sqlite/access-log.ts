@@ -15,41 +15,43 @@ export type StoredAccessEvent = AccessEvent & {
   readonly cid: string;
 };
 
-const AccessRowSchema = z
-  .object({
-    event_id: z.string(),
-    lock_id: z.string(),
-    request_id: z.string(),
-    door_id: z.string().nullable(),
-    at: z.int(),
-    allowed: flag,
-    code: z.string(),
-    key_id: z.string().nullable(),
-    key_version: z.int().nullable(),
-    person_id: z.string().nullable(),
-    credential_type: z.string().nullable(),
-    command_id: z.string().nullable(),
-    command_expires_at: z.int().nullable(),
-    hold_ms: z.int().nullable(),
-    cid: z.string(),
-  })
-  .transform((r) => ({
-    eventId: r.event_id,
-    requestId: r.request_id,
-    lockId: r.lock_id,
-    doorId: r.door_id,
-    at: r.at,
-    allowed: r.allowed,
-    code: r.code,
-    keyId: r.key_id,
-    keyVersion: r.key_version,
-    personId: r.person_id,
-    credentialType: r.credential_type,
-    commandId: r.command_id,
-    commandExpiresAt: r.command_expires_at,
-    holdMs: r.hold_ms,
-    cid: r.cid,
-  }))
+/** The columns of an `access_log` row (the staff read API's list adds `id`), and the fields they become. */
+export const AccessLogColumns = z.object({
+  event_id: z.string(),
+  lock_id: z.string(),
+  request_id: z.string(),
+  door_id: z.string().nullable(),
+  at: z.int(),
+  allowed: flag,
+  code: z.string(),
+  key_id: z.string().nullable(),
+  key_version: z.int().nullable(),
+  person_id: z.string().nullable(),
+  credential_type: z.string().nullable(),
+  command_id: z.string().nullable(),
+  command_expires_at: z.int().nullable(),
+  hold_ms: z.int().nullable(),
+  cid: z.string(),
+});
+export const accessLogFields = (r: z.infer<typeof AccessLogColumns>) => ({
+  eventId: r.event_id,
+  requestId: r.request_id,
+  lockId: r.lock_id,
+  doorId: r.door_id,
+  at: r.at,
+  allowed: r.allowed,
+  code: r.code,
+  keyId: r.key_id,
+  keyVersion: r.key_version,
+  personId: r.person_id,
+  credentialType: r.credential_type,
+  commandId: r.command_id,
+  commandExpiresAt: r.command_expires_at,
+  holdMs: r.hold_ms,
+  cid: r.cid,
+});
+
+const AccessRowSchema = AccessLogColumns.transform(accessLogFields)
   // the event fields are the access.event body's, checked by its own schema
   .pipe(AccessEventMessage.shape.body.extend({ commandExpiresAt: z.int().nullable(), holdMs: z.int().nullable(), cid: z.string() }));
 

@@ -1,6 +1,7 @@
-import { pageOf, parseRow, parseRows, type Page } from '@tobira/shared';
+import { pageOf, parseRow, parseRows, type Page, type PageQuery } from '@tobira/shared';
 import { z } from 'zod';
 import { countOf, flag, type ReadableDb } from './db.js';
+import { AccessLogColumns, accessLogFields } from './access-log.js';
 import type { LockRefusal } from './diagnostics.js';
 
 /**
@@ -80,58 +81,21 @@ export function listLocks(db: ReadableDb, now: number): StaffLock[] {
 
 // ---------------------------------------------------------------- access log
 
-const AccessRowSchema = z.object({
-  id: z.int(),
-  event_id: z.string(),
-  lock_id: z.string(),
-  request_id: z.string(),
-  door_id: nullableText,
-  at: z.int(),
-  allowed: flag,
-  code: z.string(),
-  key_id: nullableText,
-  key_version: nullableInt,
-  person_id: nullableText,
-  credential_type: nullableText,
-  command_id: nullableText,
-  command_expires_at: nullableInt,
-  hold_ms: nullableInt,
-  cid: z.string(),
-});
+const AccessRowSchema = AccessLogColumns.extend({ id: z.int() });
 
 /**
  * One door decision. The access log holds no credential value and no digest
  * (only the credential type), so nothing here helps guess a PIN.
  */
-export interface AccessEventView {
-  readonly eventId: string;
-  readonly at: number;
-  readonly lockId: string;
-  readonly doorId: string | null;
-  readonly requestId: string;
-  readonly allowed: boolean;
-  readonly code: string;
-  readonly keyId: string | null;
-  readonly keyVersion: number | null;
-  readonly personId: string | null;
-  readonly credentialType: string | null;
-  readonly commandId: string | null;
-  readonly commandExpiresAt: number | null;
-  readonly cid: string;
-}
+export type AccessEventView = Readonly<Omit<ReturnType<typeof accessLogFields>, 'holdMs'>>;
 
-export interface AccessFilter {
-  readonly door?: string | undefined;
-  readonly lock?: string | undefined;
-  readonly allowed?: boolean | undefined;
-  readonly code?: string | undefined;
-  /** Inclusive, ms. */
-  readonly since?: number | undefined;
-  /** Exclusive, ms. */
-  readonly until?: number | undefined;
-  readonly cursor: readonly [number, number] | null;
-  readonly limit: number;
+/** The filters of a list by time: `since` inclusive, `until` exclusive (ms). */
+interface TimeFilters {
+  code: string;
+  since: number;
+  until: number;
 }
+export type AccessFilter = PageQuery<TimeFilters & { door: string; lock: string; allowed: boolean }, [number, number]>;
 
 /** Door decisions newest first, keyset on (at, id). */
 export function listAccessEvents(db: ReadableDb, f: AccessFilter): Page<AccessEventView> {
@@ -148,32 +112,15 @@ export function listAccessEvents(db: ReadableDb, f: AccessFilter): Page<AccessEv
       door: f.door ?? null,
       lock: f.lock ?? null,
       allowed: f.allowed === undefined ? null : f.allowed ? 1 : 0,
-      code: f.code ?? null,
-      since: f.since ?? null,
-      until: f.until ?? null,
-      cAt: f.cursor?.[0] ?? null,
-      cId: f.cursor?.[1] ?? null,
-      n: f.limit + 1,
+      ...timeParams(f),
     });
   const parsed = parseRows('access_log', AccessRowSchema, rows);
   return mapPage(
     pageOf(parsed, f.limit, (r) => [r.at, r.id]),
-    (r): AccessEventView => ({
-      eventId: r.event_id,
-      at: r.at,
-      lockId: r.lock_id,
-      doorId: r.door_id,
-      requestId: r.request_id,
-      allowed: r.allowed,
-      code: r.code,
-      keyId: r.key_id,
-      keyVersion: r.key_version,
-      personId: r.person_id,
-      credentialType: r.credential_type,
-      commandId: r.command_id,
-      commandExpiresAt: r.command_expires_at,
-      cid: r.cid,
-    }),
+    (r): AccessEventView => {
+      const { holdMs: _holdMs, ...view } = accessLogFields(r);
+      return view;
+    },
   );
 }
 
@@ -310,13 +257,7 @@ export interface StaffFailedInboxRow {
   readonly cid: string;
 }
 
-export interface TimePageFilter {
-  readonly code?: string | undefined;
-  readonly since?: number | undefined;
-  readonly until?: number | undefined;
-  readonly cursor: readonly [number, number] | null;
-  readonly limit: number;
-}
+export type TimePageFilter = PageQuery<TimeFilters, [number, number]>;
 
 /** Inbox rows that failed to apply (they stay until an operator deals with them), newest failure first. */
 export function listFailedInbox(db: ReadableDb, f: TimePageFilter): Page<StaffFailedInboxRow> {
