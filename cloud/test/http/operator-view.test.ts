@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { topics } from '@tobira/shared';
 import { pgBackends } from '@tobira/shared/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { runAdminCli } from '../../src/admin-cli.js';
 import { cloudSigningKey } from '../cloud-helpers.js';
 import { fakeGateway, waitFor, type FakeGateway } from '../mqtt-helpers.js';
 import { bearer, issueBody, openHarness, seedSite, type Harness } from './harness.js';
@@ -255,6 +256,69 @@ describe.each(pgBackends())("the operator's view on %s", (backend) => {
 
       expect((await get(`/gateways/${a.gatewayId}/health`, h.tokens.managerB)).statusCode).toBe(404);
       expect((await get('/gateways/gw-nobody/health')).json()).toMatchObject({ code: 'GATEWAY_NOT_FOUND' });
+    });
+  });
+
+  describe('the admin CLI', () => {
+    /** The CLI, its requests answered by the app in process (cli.test.ts runs it against a listening server). */
+    async function cli(token: string, ...argv: string[]): Promise<{ code: number; status: number; json: Record<string, unknown> }> {
+      const lines: string[] = [];
+      const code = await runAdminCli(argv, {
+        env: { TOBIRA_API: 'http://api.test', TOBIRA_TOKEN: token },
+        out: (x) => lines.push(x),
+        err: (x) => lines.push(x),
+        fetch: async (input, init) => {
+          const u = new URL(String(input));
+          const r = await h.app.inject({
+            method: init?.method === 'POST' ? 'POST' : 'GET',
+            url: `${u.pathname}${u.search}`,
+            headers: Object.fromEntries(Object.entries(init?.headers ?? {})),
+            ...(typeof init?.body === 'string' ? { payload: init.body } : {}),
+          });
+          return new Response(r.body, { status: r.statusCode, headers: { 'content-type': 'application/json' } });
+        },
+      });
+      const m = /^(\d{3}) ([\s\S]*)$/.exec(lines.join('\n'));
+      return { code, status: Number(m?.[1]), json: JSON.parse(m?.[2] ?? '{}') as Record<string, unknown> };
+    }
+
+    it('lists and acknowledges alarms, lists rejected uplinks and shows a gateway health', async () => {
+      const a = await gatewayAt(h.siteA);
+      const alarmId = randomUUID();
+      await a.alarm({ alarmId, at: h.cloud.clock.now(), kind: 'low_battery' });
+      await a.gw.sendRaw('garbage-cli');
+      await waitFor(
+        async () => (await h.cloud.db.query('SELECT 1 FROM rejected_uplinks WHERE gateway_id = $1', [a.gatewayId])).rowCount === 1,
+        'rejected row',
+      );
+
+      const open = await cli(h.tokens.managerA, 'alarms', '--site', h.siteA, '--gateway', a.gatewayId, '--open', '--kind', 'low_battery');
+      expect(open).toMatchObject({ code: 0, status: 200, json: { items: [expect.objectContaining({ alarmId, ackedAt: null })] } });
+      expect(await cli(h.tokens.auditorA, 'alarms', 'ack', alarmId)).toMatchObject({ code: 1, status: 403 });
+      expect(await cli(h.tokens.managerA, 'alarms', 'ack', alarmId)).toMatchObject({
+        code: 0,
+        json: { status: 'applied', code: 'ALARM_ACKNOWLEDGED' },
+      });
+      expect(await cli(h.tokens.managerA, 'alarms', 'ack', alarmId)).toMatchObject({
+        code: 0,
+        json: { status: 'noop', code: 'ALARM_ALREADY_ACKED' },
+      });
+      expect((await cli(h.tokens.managerA, 'alarms', '--gateway', a.gatewayId, '--acknowledged')).json.items).toEqual([
+        expect.objectContaining({ alarmId, ackedBy: 'mA' }),
+      ]);
+      expect((await cli(h.tokens.managerA, 'alarms', '--open', '--acknowledged')).code).toBe(2);
+
+      const rejected = await cli(h.tokens.managerA, 'rejected-uplinks', '--gateway', a.gatewayId, '--code', 'MALFORMED');
+      expect(rejected).toMatchObject({
+        code: 0,
+        json: { items: [expect.objectContaining({ gatewayId: a.gatewayId, code: 'MALFORMED' })] },
+      });
+
+      expect(await cli(h.tokens.auditorA, 'gateway', 'health', a.gatewayId)).toMatchObject({
+        code: 0,
+        json: { health: { gatewayId: a.gatewayId, lastSeq: 0, failingClosed: null } },
+      });
+      expect(await cli(h.tokens.managerB, 'gateway', 'health', a.gatewayId)).toMatchObject({ code: 1, status: 404 });
     });
   });
 
