@@ -31,6 +31,10 @@ env: TOBIRA_API (e.g. http://127.0.0.1:8080), TOBIRA_TOKEN (bearer token)
   keys get <id> | keys history <id> | keys list [--site S] [--person P] [--gateway GW] [--status ST] [--limit N] [--cursor C]
   events [--site S] [--gateway GW] [--door D] [--person P] [--key K] [--code C] [--from T] [--until T] [--limit N] [--cursor C]
   dead-letters list [--site S] [--gateway GW] | dead-letters retry <id>
+  alarms [--site S] [--gateway GW] [--lock L] [--kind K] [--open | --acknowledged] [--from T] [--until T] [--limit N] [--cursor C]
+  alarms ack <alarmId>          acknowledge an alarm (a second ack answers noop ALARM_ALREADY_ACKED)
+  rejected-uplinks [--gateway GW] [--code C] [--from T] [--until T] [--limit N] [--cursor C]
+  gateway health <id>           presence, lease left, applied vs handed-out seq, outbox depth, clock skew, failing closed
   tokens create --name N --role admin|manager|auditor [--site S ...] [--expires-in-days N] | tokens list | tokens revoke <id>
   tokens rotate <id> [--grace-seconds N] [--expires-in-days N]   new token, same role and sites, shown once; the old one
                                 works N more seconds (default 3600; 0: revoked now). Any token may rotate itself.
@@ -117,6 +121,10 @@ export async function runAdminCli(argv: readonly string[], io: CliIo): Promise<n
         event: { type: 'string', multiple: true },
         'idempotency-key': { type: 'string' },
         cid: { type: 'string' },
+        lock: { type: 'string' },
+        kind: { type: 'string' },
+        open: { type: 'boolean' },
+        acknowledged: { type: 'boolean' },
         help: { type: 'boolean', short: 'h' },
       },
     });
@@ -251,6 +259,39 @@ export async function runAdminCli(argv: readonly string[], io: CliIo): Promise<n
             cursor: o.cursor,
           })}`,
         );
+      case 'alarms':
+        if (o.open && o.acknowledged) throw new Usage('--open and --acknowledged exclude each other');
+        return await call(
+          'GET',
+          `/alarms${query({
+            siteId: site,
+            gatewayId: o.gateway,
+            lockId: o.lock,
+            kind: o.kind,
+            state: o.open ? 'open' : o.acknowledged ? 'acknowledged' : undefined,
+            from: time(o.from, 'from'),
+            to: time(o.until, 'until'),
+            limit: o.limit,
+            cursor: o.cursor,
+          })}`,
+        );
+      case 'alarms ack':
+        return await call('POST', `/alarms/${id('<alarmId>')}/ack`);
+      case 'rejected-uplinks':
+        return await call(
+          'GET',
+          `/rejected-uplinks${query({
+            gatewayId: o.gateway,
+            code: o.code,
+            from: time(o.from, 'from'),
+            to: time(o.until, 'until'),
+            limit: o.limit,
+            cursor: o.cursor,
+          })}`,
+        );
+      case 'gateway health':
+      case 'gateways health':
+        return await call('GET', `/gateways/${id('<id>')}/health`);
       case 'dead-letters list':
         return await call('GET', `/dead-letters${query({ siteId: site, gatewayId: o.gateway })}`);
       case 'dead-letters retry':

@@ -248,7 +248,7 @@ export class Uplink {
         return inserted ? { result: 'applied', code: 'REPORT_RECORDED' } : { result: 'noop', code: 'DUPLICATE_MESSAGE' };
       }
       case 'gateway.status':
-        await recordStatus(tx, gatewayId, m.body, now);
+        await recordStatus(tx, gatewayId, m.body, now, m.cid);
         return { result: 'applied', code: 'REPORT_RECORDED' };
       case 'resync.request': {
         // A storm of signed requests (a compromised or looping gateway) is cut here, before any

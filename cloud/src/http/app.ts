@@ -28,6 +28,9 @@ import { eventsRoutes } from './routes/events.js';
 import { deadLettersRoutes } from './routes/dead-letters.js';
 import { tokensRoutes } from './routes/tokens.js';
 import { webhooksRoutes } from './routes/webhooks.js';
+import { alarmsRoutes } from './routes/alarms.js';
+import { rejectedUplinksRoutes } from './routes/rejected-uplinks.js';
+import { gatewayHealthRoutes } from './routes/gateway-health.js';
 
 export type ApiApp = FastifyInstance;
 
@@ -288,6 +291,9 @@ export async function buildApp(deps: ApiDeps): Promise<FastifyInstance> {
     deadLettersRoutes,
     tokensRoutes,
     webhooksRoutes,
+    alarmsRoutes,
+    rejectedUplinksRoutes,
+    gatewayHealthRoutes,
   ]) {
     await app.register(async (scope) => plugin(scope.withTypeProvider<ZodTypeProvider>(), ctx));
   }

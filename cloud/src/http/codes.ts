@@ -40,5 +40,8 @@ export const API_CODES = Object.freeze({
   DATABASE_UNREACHABLE: '`/healthz` reason: the database did not answer a query within healthDbTimeoutMs (or refused it).',
   BROKER_DISCONNECTED: "`/healthz` reason: the cloud's MQTT link to the broker is not connected (nothing is dispatched or received).",
   INTERNAL: 'An internal error; details are in the server log under the correlation id.',
+  ALARM_NOT_FOUND: 'No such alarm visible to this token.',
+  ALARM_ACKNOWLEDGED: 'The alarm is acknowledged now, under the calling token (applied).',
+  ALARM_ALREADY_ACKED: 'The alarm was already acknowledged; who and when are unchanged (noop).',
 });
 export type ApiCode = keyof typeof API_CODES;

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { MessageId, parseRow, parseRows, type Jwks } from '@tobira/shared';
+import { MessageId, SiteMode, parseRow, parseRows, type Jwks } from '@tobira/shared';
 import { Int8 } from './columns.js';
 import type { Queryable } from './db.js';
 import { scopeParam, type SiteScope } from './scope.js';
@@ -94,8 +94,14 @@ export async function recordPresence(q: Queryable, gatewayId: string, online: bo
   await q.query('UPDATE gateways SET online = $2, presence_at = $3 WHERE id = $1', [gatewayId, online, at]);
 }
 
-export async function recordStatus(q: Queryable, gatewayId: string, status: unknown, at: number): Promise<void> {
-  await q.query('UPDATE gateways SET last_status = $2::jsonb, last_status_at = $3 WHERE id = $1', [gatewayId, JSON.stringify(status), at]);
+/** The gateway's last status report; `cid` is the report's (the gateway.failing_closed webhook of migration 0016 carries it). */
+export async function recordStatus(q: Queryable, gatewayId: string, status: unknown, at: number, cid: string | null = null): Promise<void> {
+  await q.query('UPDATE gateways SET last_status = $2::jsonb, last_status_at = $3, last_status_cid = $4 WHERE id = $1', [
+    gatewayId,
+    JSON.stringify(status),
+    at,
+    cid,
+  ]);
 }
 
 export async function recordClockSkew(q: Queryable, gatewayId: string, skewMs: number, at: number): Promise<void> {
@@ -158,4 +164,89 @@ export async function gatewayGauges(q: Queryable): Promise<GatewayGauges[]> {
        FROM gateways g ORDER BY g.id`,
   );
   return parseRows('gateways', GaugeRow, r.rows);
+}
+
+// ---------------------------------------------------------------- health (the operator's view)
+
+/** Why a gateway's last status report says it denies ordinary keys (migration 0016 gateway_fail_closed_reason). */
+export const FAIL_CLOSED_REASONS = ['NO_LEASE', 'LEASE_EXPIRED', 'BEHIND_CLOUD'] as const;
+export type FailClosedReason = (typeof FAIL_CLOSED_REASONS)[number];
+
+/** A gateway's health as the cloud knows it: presence, its last status report, and the cloud's own counters. */
+export interface GatewayHealth {
+  readonly gatewayId: string;
+  readonly siteId: string;
+  readonly online: boolean | null;
+  readonly presenceAt: number | null;
+  readonly lastStatusAt: number | null;
+  /** From the last status report (null fields when there was none). */
+  readonly mode: SiteMode | null;
+  readonly leaseExpiresAt: number | null;
+  readonly appliedSeq: number | null;
+  readonly outboxDepth: number | null;
+  /** The last downlink seq handed out to it. */
+  readonly lastSeq: number;
+  readonly clockSkewMs: number | null;
+  readonly clockSkewAt: number | null;
+  readonly deadLetters: number;
+  /** Its downlinks not yet delivered (pending or being sent). */
+  readonly pendingDownlinks: number;
+  /** Judged at the cloud's now on the gateway's clock; null when it never reported. */
+  readonly failClosedReason: FailClosedReason | null;
+}
+const Status = z.object({ mode: SiteMode, appliedSeq: z.int(), leaseExpiresAt: z.int().nullable(), outboxDepth: z.int() }).nullable();
+const HealthRow = z
+  .object({
+    id: z.string(),
+    site_id: z.string(),
+    online: z.boolean().nullable(),
+    presence_at: Int8.nullable(),
+    last_status_at: Int8.nullable(),
+    last_status: Status,
+    last_seq: Int8,
+    clock_skew_ms: Int8.nullable(),
+    clock_skew_at: Int8.nullable(),
+    dead_letters: Int8,
+    pending_downlinks: Int8,
+    fail_closed_reason: z.enum(FAIL_CLOSED_REASONS).nullable(),
+  })
+  .transform((r): GatewayHealth => ({
+    gatewayId: r.id,
+    siteId: r.site_id,
+    online: r.online,
+    presenceAt: r.presence_at,
+    lastStatusAt: r.last_status_at,
+    mode: r.last_status?.mode ?? null,
+    leaseExpiresAt: r.last_status?.leaseExpiresAt ?? null,
+    appliedSeq: r.last_status?.appliedSeq ?? null,
+    outboxDepth: r.last_status?.outboxDepth ?? null,
+    lastSeq: r.last_seq,
+    clockSkewMs: r.clock_skew_ms,
+    clockSkewAt: r.clock_skew_at,
+    deadLetters: r.dead_letters,
+    pendingDownlinks: r.pending_downlinks,
+    failClosedReason: r.fail_closed_reason,
+  }));
+
+/**
+ * A gateway's health visible to the scope, or null. The failing-closed
+ * reason is the database function the gateway.failing_closed webhook uses,
+ * applied at `now` on the gateway's clock (now plus its last measured skew)
+ * to the lease it last reported: a heartbeat since may have extended it.
+ */
+export async function getGatewayHealth(q: Queryable, scope: SiteScope, id: string, now: number): Promise<GatewayHealth | null> {
+  const r = await q.query(
+    `SELECT g.id, g.site_id, g.online, g.presence_at, g.last_status_at,
+            CASE WHEN g.last_status IS NOT NULL THEN
+              jsonb_build_object('mode', g.last_status->'mode', 'appliedSeq', g.last_status->'appliedSeq',
+                                 'leaseExpiresAt', g.last_status->'leaseExpiresAt', 'outboxDepth', g.last_status->'outboxDepth') END AS last_status,
+            s.last_seq, g.clock_skew_ms, g.clock_skew_at,
+            (SELECT count(*) FROM outbox o WHERE o.gateway_id = g.id AND o.status = 'dead') AS dead_letters,
+            (SELECT count(*) FROM outbox o WHERE o.gateway_id = g.id AND o.status IN ('pending', 'sending')) AS pending_downlinks,
+            gateway_fail_closed_reason(g.last_status, $3::bigint + COALESCE(g.clock_skew_ms, 0), s.last_seq) AS fail_closed_reason
+       FROM gateways g CROSS JOIN LATERAL (SELECT COALESCE((SELECT last_seq FROM gateway_seq WHERE gateway_id = g.id), 0) AS last_seq) s
+      WHERE g.id = $2 AND ($1::text[] IS NULL OR g.site_id = ANY($1))`,
+    [scopeParam(scope), id, now],
+  );
+  return r.rows[0] === undefined ? null : parseRow('gateways', HealthRow, r.rows[0]);
 }

@@ -1,7 +1,8 @@
 import { z } from 'zod';
-import { parseRow, parseRows } from '@tobira/shared';
+import { pageOf, parseRow, parseRows, type Page } from '@tobira/shared';
 import { Int8 } from './columns.js';
 import type { Queryable } from './db.js';
+import { scopeParam, type SiteScope } from './scope.js';
 
 /**
  * The uplink inbox's tables: `uplink_inbox` (dedupe by jti, in the
@@ -110,4 +111,41 @@ export async function listRejectedUplinks(q: Queryable, f: { gatewayId?: string;
     [f.gatewayId ?? null, f.limit ?? 500],
   );
   return parseRows('rejected_uplinks', RejectedRow, r.rows);
+}
+
+export interface RejectedFilter {
+  readonly gatewayId?: string | undefined;
+  readonly code?: string | undefined;
+  readonly from?: number | undefined;
+  readonly to?: number | undefined;
+  /** The last row's (at, id) of the previous page. */
+  readonly cursor: readonly [number, number] | null;
+  readonly limit: number;
+}
+
+/**
+ * Rejected uplinks newest first, keyset-paginated on (at, id) descending; `from` inclusive, `to` exclusive.
+ * A scoped caller sees only rows of gateways of its sites: a row whose topic named no registered
+ * gateway (UNKNOWN_GATEWAY, BAD_TOPIC) belongs to no site, so only an unscoped token sees it.
+ */
+export async function listRejectedPage(q: Queryable, scope: SiteScope, f: RejectedFilter): Promise<Page<RejectedUplink>> {
+  const r = await q.query(
+    `SELECT r.id, r.gateway_id, r.topic, r.code, r.detail, r.at FROM rejected_uplinks r
+      WHERE ($1::text[] IS NULL OR r.gateway_id IN (SELECT id FROM gateways WHERE site_id = ANY($1)))
+        AND ($2::text IS NULL OR r.gateway_id = $2) AND ($3::text IS NULL OR r.code = $3)
+        AND ($4::bigint IS NULL OR r.at >= $4) AND ($5::bigint IS NULL OR r.at < $5)
+        AND ($6::bigint IS NULL OR (r.at, r.id) < ($6::bigint, $7::bigint))
+      ORDER BY r.at DESC, r.id DESC LIMIT $8`,
+    [
+      scopeParam(scope),
+      f.gatewayId ?? null,
+      f.code ?? null,
+      f.from ?? null,
+      f.to ?? null,
+      f.cursor?.[0] ?? null,
+      f.cursor?.[1] ?? null,
+      f.limit + 1,
+    ],
+  );
+  return pageOf(parseRows('rejected_uplinks', RejectedRow, r.rows), f.limit, (x) => [x.at, x.id]);
 }

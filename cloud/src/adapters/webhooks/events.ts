@@ -2,9 +2,20 @@ import type { ApiCode } from '../../http/codes.js';
 
 /**
  * Every webhook event type, in one table: the API's subscription enum and the
- * triggers of migrations 0006 and 0013 (which write these names) agree on it.
+ * triggers of migrations 0006, 0013 and 0016 (which write these names) agree on it.
+ * `alarm` and `alarm.raised` report the same insert (the latter with the site and
+ * receive time); `gateway.offline` and `gateway.failing_closed` are raised once per
+ * transition, not once per report (docs/api.md "Webhooks").
  */
-export const WEBHOOK_EVENTS = ['key.state_changed', 'access.event', 'alarm', 'downlink.dead_lettered'] as const;
+export const WEBHOOK_EVENTS = [
+  'key.state_changed',
+  'access.event',
+  'alarm',
+  'downlink.dead_lettered',
+  'alarm.raised',
+  'gateway.offline',
+  'gateway.failing_closed',
+] as const;
 export type WebhookEvent = (typeof WEBHOOK_EVENTS)[number];
 
 /** The stable code of a failed delivery attempt (webhook_deliveries.code; null when delivered). */
