@@ -7,7 +7,7 @@ import { scopeParam, type SiteScope } from './scope.js';
 /**
  * The operator's reads and the one write of the `alarms` table (the uplink
  * inbox inserts alarms, audit.ts insertAlarm): list newest first, and
- * acknowledge once (migration 0016).
+ * acknowledge once (migration 0015).
  */
 export interface AlarmView {
   readonly alarmId: string;

@@ -94,7 +94,7 @@ export async function recordPresence(q: Queryable, gatewayId: string, online: bo
   await q.query('UPDATE gateways SET online = $2, presence_at = $3 WHERE id = $1', [gatewayId, online, at]);
 }
 
-/** The gateway's last status report; `cid` is the report's (the gateway.failing_closed webhook of migration 0016 carries it). */
+/** The gateway's last status report; `cid` is the report's (the gateway.failing_closed webhook of migration 0015 carries it). */
 export async function recordStatus(q: Queryable, gatewayId: string, status: unknown, at: number, cid: string | null = null): Promise<void> {
   await q.query('UPDATE gateways SET last_status = $2::jsonb, last_status_at = $3, last_status_cid = $4 WHERE id = $1', [
     gatewayId,
@@ -168,7 +168,7 @@ export async function gatewayGauges(q: Queryable): Promise<GatewayGauges[]> {
 
 // ---------------------------------------------------------------- health (the operator's view)
 
-/** Why a gateway's last status report says it denies ordinary keys (migration 0016 gateway_fail_closed_reason). */
+/** Why a gateway's last status report says it denies ordinary keys (migration 0015 gateway_fail_closed_reason). */
 export const FAIL_CLOSED_REASONS = ['NO_LEASE', 'LEASE_EXPIRED', 'BEHIND_CLOUD'] as const;
 export type FailClosedReason = (typeof FAIL_CLOSED_REASONS)[number];
 

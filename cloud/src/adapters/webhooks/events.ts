@@ -2,7 +2,7 @@ import type { ApiCode } from '../../http/codes.js';
 
 /**
  * Every webhook event type, in one table: the API's subscription enum and the
- * triggers of migrations 0006, 0013 and 0016 (which write these names) agree on it.
+ * triggers of migrations 0006, 0013 and 0015 (which write these names) agree on it.
  * `alarm` and `alarm.raised` report the same insert (the latter with the site and
  * receive time); `gateway.offline` and `gateway.failing_closed` are raised once per
  * transition, not once per report (docs/api.md "Webhooks").
