@@ -4,7 +4,16 @@
  * hook) to prove that state and outbox are both there or both absent, and
  * that delivery happens once in effect after a restart.
  */
-export const CRASH_POINTS = ['afterCas', 'afterOutboxInsert', 'afterCommit', 'afterPublishBeforeMark', 'afterInboxInsert'] as const;
+export const CRASH_POINTS = [
+  'afterCas',
+  'afterOutboxInsert',
+  'afterCommit',
+  'afterPublishBeforeMark',
+  'afterInboxInsert',
+  // between a Stripe call that took effect and the local write recording it (issue #12)
+  'afterIntentCreatedBeforeRecord',
+  'afterRefundBeforeRecord',
+] as const;
 export type CrashPoint = (typeof CRASH_POINTS)[number];
 export type CrashHook = (point: CrashPoint) => void;
 
