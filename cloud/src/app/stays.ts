@@ -12,7 +12,9 @@ import {
   type Logger,
   type Outcome,
   type OutcomeCode,
+  type DoorId,
   type PersonId,
+  type SiteId,
 } from '@tobira/shared';
 import { enqueueBillingJob } from '../adapters/db/billing-jobs.js';
 import { pgErrorCode, type Tx } from '../adapters/db/db.js';
@@ -30,22 +32,27 @@ import {
 import type { SiteScope } from '../adapters/db/scope.js';
 import {
   casStay,
+  doorsAtSite,
   enterBillingVerb,
+  insertRoom,
   insertStayWithNights,
   loadRoom,
   loadStay,
   loadStayForUpdate,
   loadStaySettings,
   releaseNights,
+  saveStaySettings,
 } from '../adapters/db/stays.js';
+import { storeWebhookEvent } from '../adapters/db/webhook-events.js';
+import { verifyWebhook } from '../adapters/stripe/webhook.js';
 import { createPaymentIntent } from '../adapters/stripe/payment-intents.js';
 import type { BillingFailure } from '../adapters/stripe/errors.js';
 import * as pay from '../domain/payments.js';
 import type { IntentObservation, Payment } from '../domain/payments.js';
-import type { CancelReason, Paid } from '../domain/cancellation-policy.js';
+import { validatePolicy, type CancelReason, type CancellationPolicy, type Paid } from '../domain/cancellation-policy.js';
 import { holdsMoney } from '../domain/stay-states.js';
 import * as domain from '../domain/stays.js';
-import { stayWindow, type Stay, type StayEffect, type StayOutcome } from '../domain/stays.js';
+import { stayWindow, type Room, type Stay, type StayEffect, type StayOutcome } from '../domain/stays.js';
 import type { AppDeps } from './deps.js';
 import { issueKey, revokeKey } from './keys.js';
 
@@ -618,4 +625,133 @@ export function endStay(deps: StayDeps, stayId: string, cid: CorrelationId): Pro
 /** Hold expiry: a pending stay past its hold → expired, nights released, its intents cancelled through the billing queue. */
 export function expireStay(deps: StayDeps, stayId: string, cid: CorrelationId): Promise<StayResult> {
   return stayStep(deps, 'expireStay', stayId, cid, null, (s, _p, _settings, now) => domain.expireStay(s, { cid }, now));
+}
+
+// ---------------------------------------------------------------- webhook ingress
+
+export type WebhookReceipt =
+  | { readonly status: 'stored' | 'duplicate'; readonly eventId: string; readonly type: string }
+  | { readonly status: 'refused'; readonly code: OutcomeCode; readonly detail?: string };
+
+/**
+ * `POST /webhooks/stripe`: verifies the signature on the raw body and stores
+ * the event in the inbox in one transaction (the worker processes it).
+ * A refusal changes nothing.
+ */
+export async function receiveStripeWebhook(
+  deps: StayDeps,
+  webhookSecret: string | undefined,
+  raw: Buffer,
+  header: string | undefined,
+  cid: CorrelationId,
+): Promise<WebhookReceipt> {
+  const log = withCorrelation(deps.log, cid, { verb: 'receiveStripeWebhook' });
+  if (!deps.stripe || webhookSecret === undefined) return { status: 'refused', code: 'BILLING_NOT_CONFIGURED' };
+  const v = verifyWebhook(deps.stripe, raw, header, webhookSecret, deps.clock.now());
+  if (v.status === 'refused') {
+    log.warn({ code: v.code, detail: v.detail }, 'Stripe webhook refused');
+    return { status: 'refused', code: v.code, detail: v.detail };
+  }
+  const e = v.event;
+  const stored = await deps.db.transaction((tx) =>
+    storeWebhookEvent(tx, { eventId: e.eventId, type: e.type, objectId: e.objectId, payload: e.event, cid, now: deps.clock.now() }),
+  );
+  log.info(
+    { code: stored === 'stored' ? 'WEBHOOK_STORED' : 'WEBHOOK_DUPLICATE', eventId: e.eventId, type: e.type },
+    'Stripe webhook received',
+  );
+  return { status: stored, eventId: e.eventId, type: e.type };
+}
+
+// ---------------------------------------------------------------- rooms and site settings
+
+export interface CreateRoomInput {
+  readonly id?: string;
+  readonly siteId: string;
+  readonly name: string;
+  readonly doors: readonly string[];
+  readonly siteScope?: SiteScope;
+  readonly cid?: CorrelationId;
+}
+
+/** A room: a named set of the site's doors that one stay books. Its doors must be at its site. */
+export async function createRoom(deps: AppDeps, input: CreateRoomInput): Promise<Outcome<Room> & { readonly cid: CorrelationId }> {
+  const cid = input.cid ?? newCorrelationId();
+  if (!inScope(input.siteScope, input.siteId)) return { ...refused('SITE_NOT_FOUND'), cid };
+  const room: Room = {
+    id: input.id ?? `room_${newId()}`,
+    siteId: input.siteId as SiteId,
+    name: input.name,
+    doors: input.doors as DoorId[],
+  };
+  const r = await deps.db
+    .transaction(async (tx): Promise<Outcome<Room>> => {
+      if ((await loadStaySettings(tx, input.siteId)) === null) return refused('SITE_NOT_FOUND');
+      const found = await doorsAtSite(tx, input.siteId, input.doors);
+      const missing = input.doors.filter((d) => !found.includes(d));
+      if (input.doors.length === 0 || missing.length > 0) return refused('DOOR_NOT_FOUND', missing.join(','));
+      if ((await insertRoom(tx, room, deps.clock.now())) === 1) return applied('ROOM_CREATED', room);
+      const existing = await loadRoom(tx, room.id);
+      if (!existing) return refused('ROOM_NAME_TAKEN', `a room named ${room.name} exists at the site`);
+      const same =
+        existing.siteId === room.siteId &&
+        existing.name === room.name &&
+        [...existing.doors].sort().join() === [...room.doors].sort().join();
+      return same ? noop('ROOM_ALREADY_EXISTS', existing) : conflict('ROOM_ALREADY_EXISTS', existing);
+    })
+    .catch((e: unknown) => {
+      // UNIQUE (site_id, name)
+      if (pgErrorCode(e) === '23505') return refused('ROOM_NAME_TAKEN', `a room named ${room.name} exists at the site`);
+      throw e;
+    });
+  withCorrelation(deps.log, cid, { verb: 'createRoom', roomId: room.id }).info({ status: r.status, code: r.code }, 'room verb done');
+  return { ...r, cid };
+}
+
+export interface StaySettingsInput {
+  readonly siteId: string;
+  readonly holdMinutes?: number;
+  readonly checkInTime?: string;
+  readonly checkOutTime?: string;
+  readonly sharedDoors?: readonly string[];
+  readonly cancellationPolicy?: CancellationPolicy;
+  readonly currency?: string;
+  readonly maxNights?: number;
+  readonly siteScope?: SiteScope;
+  readonly cid?: CorrelationId;
+}
+
+/** A site's stay settings: what the input names replaces the current (or default) value; the policy must be monotone. */
+export async function setStaySettings(
+  deps: AppDeps,
+  input: StaySettingsInput,
+): Promise<Outcome<domain.SiteStaySettings> & { readonly cid: CorrelationId }> {
+  const cid = input.cid ?? newCorrelationId();
+  if (!inScope(input.siteScope, input.siteId)) return { ...refused('SITE_NOT_FOUND'), cid };
+  const r = await deps.db.transaction(async (tx): Promise<Outcome<domain.SiteStaySettings>> => {
+    const current = await loadStaySettings(tx, input.siteId);
+    if (!current) return refused('SITE_NOT_FOUND');
+    const next: domain.SiteStaySettings = {
+      ...current,
+      ...(input.holdMinutes === undefined ? {} : { holdMinutes: input.holdMinutes }),
+      ...(input.checkInTime === undefined ? {} : { checkInTime: input.checkInTime }),
+      ...(input.checkOutTime === undefined ? {} : { checkOutTime: input.checkOutTime }),
+      ...(input.sharedDoors === undefined ? {} : { sharedDoors: input.sharedDoors as DoorId[] }),
+      ...(input.cancellationPolicy === undefined ? {} : { cancellationPolicy: input.cancellationPolicy }),
+      ...(input.currency === undefined ? {} : { currency: input.currency }),
+      ...(input.maxNights === undefined ? {} : { maxNights: input.maxNights }),
+    };
+    const policy = validatePolicy(next.cancellationPolicy);
+    if (policy.status === 'refused') return refused(policy.code, policy.detail);
+    const found = await doorsAtSite(tx, input.siteId, next.sharedDoors);
+    const missing = next.sharedDoors.filter((d) => !found.includes(d));
+    if (missing.length > 0) return refused('DOOR_NOT_FOUND', missing.join(','));
+    await saveStaySettings(tx, next, deps.clock.now());
+    return applied('STAY_SETTINGS_SAVED', next);
+  });
+  withCorrelation(deps.log, cid, { verb: 'setStaySettings', siteId: input.siteId }).info(
+    { status: r.status, code: r.code },
+    'settings verb done',
+  );
+  return { ...r, cid };
 }

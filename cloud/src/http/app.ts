@@ -28,6 +28,10 @@ import { eventsRoutes } from './routes/events.js';
 import { deadLettersRoutes } from './routes/dead-letters.js';
 import { tokensRoutes } from './routes/tokens.js';
 import { webhooksRoutes } from './routes/webhooks.js';
+import { staysRoutes } from './routes/stays.js';
+import { roomsRoutes } from './routes/rooms.js';
+import { stripeWebhookRoutes } from './routes/stripe-webhook.js';
+import { payReturnRoutes } from './routes/pay-return.js';
 
 export type ApiApp = FastifyInstance;
 
@@ -288,6 +292,10 @@ export async function buildApp(deps: ApiDeps): Promise<FastifyInstance> {
     deadLettersRoutes,
     tokensRoutes,
     webhooksRoutes,
+    staysRoutes,
+    roomsRoutes,
+    stripeWebhookRoutes,
+    payReturnRoutes,
   ]) {
     await app.register(async (scope) => plugin(scope.withTypeProvider<ZodTypeProvider>(), ctx));
   }

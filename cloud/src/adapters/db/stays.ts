@@ -302,3 +302,9 @@ export async function countOverdueHolds(q: Queryable, before: number): Promise<n
   const r = await q.query(`SELECT count(*)::int AS n FROM stays WHERE status = 'pending' AND hold_until <= $1`, [before]);
   return parseRow('stays', z.object({ n: z.number().int() }), r.rows[0]).n;
 }
+
+/** Which of `doors` are at `siteId` (a room or the shared doors may only name the site's own). */
+export async function doorsAtSite(q: Queryable, siteId: string, doors: readonly string[]): Promise<string[]> {
+  const r = await q.query('SELECT id FROM doors WHERE site_id = $1 AND id = ANY($2::text[]) ORDER BY id', [siteId, [...doors]]);
+  return parseRows('doors', z.object({ id: z.string() }), r.rows).map((x) => x.id);
+}
