@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type Stripe from 'stripe';
-import { newCorrelationId, withCorrelation, type CorrelationId, type OutcomeCode } from '@tobira/shared';
+import { CorrelationId, newCorrelationId, withCorrelation, type OutcomeCode } from '@tobira/shared';
 import { z } from 'zod';
 import { claimBillingJobs, failBillingJob, markBillingJobDone, type BillingJob } from '../adapters/db/billing-jobs.js';
 import type { BackoffPolicy } from '../adapters/backoff.js';
@@ -147,7 +147,7 @@ export class BillingWorker {
       claimWebhookEvents(tx, { token, now: d.clock.now(), leaseMs: this.#o.leaseMs, limit: this.#o.batch }),
     );
     for (const e of claimed) {
-      const cid = e.cid as CorrelationId;
+      const cid = CorrelationId.parse(e.cid);
       const log = withCorrelation(d.log, cid, { part: 'billing-worker', eventId: e.eventId, type: e.type });
       const step = await guarded(() => this.processWebhookEvent(e, cid));
       if (step.ok) {
@@ -208,7 +208,7 @@ export class BillingWorker {
       claimBillingJobs(tx, { token, now: d.clock.now(), leaseMs: this.#o.leaseMs, limit: this.#o.batch }),
     );
     for (const j of claimed) {
-      const cid = j.cid as CorrelationId;
+      const cid = CorrelationId.parse(j.cid);
       const log = withCorrelation(d.log, cid, { part: 'billing-worker', job: j.kind, jobId: j.id, subjectId: j.subjectId });
       const step = await guarded(() => this.runJob(j, cid));
       if (step.ok) {

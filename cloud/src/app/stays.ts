@@ -12,10 +12,12 @@ import {
   type Logger,
   type Outcome,
   type OutcomeCode,
-  type DoorId,
-  type PersonId,
-  type SiteId,
+  DoorId,
+  PersonId,
+  SiteId,
+  summarizeIssues,
 } from '@tobira/shared';
+import { z } from 'zod';
 import { enqueueBillingJob } from '../adapters/db/billing-jobs.js';
 import { pgErrorCode, type Tx } from '../adapters/db/db.js';
 import {
@@ -315,6 +317,8 @@ export async function bookStay(deps: StayDeps, input: BookStayInput): Promise<St
   const log = withCorrelation(deps.log, cid, { verb: 'bookStay', stayId });
   const stripe = deps.stripe;
   if (!stripe) return { ...refused('BILLING_NOT_CONFIGURED'), cid };
+  const personId = PersonId.safeParse(input.personId);
+  if (!personId.success) return { ...refused('INVALID_REQUEST', 'personId'), cid };
   let booked: Outcome<StayView>;
   try {
     booked = await inBilling(deps, 'bookStay', async (tx): Promise<Outcome<StayView>> => {
@@ -328,7 +332,7 @@ export async function bookStay(deps: StayDeps, input: BookStayInput): Promise<St
         existing,
         {
           stayId,
-          personId: input.personId as PersonId,
+          personId: personId.data,
           room,
           settings,
           checkIn: input.checkIn,
@@ -678,12 +682,9 @@ export interface CreateRoomInput {
 export async function createRoom(deps: AppDeps, input: CreateRoomInput): Promise<Outcome<Room> & { readonly cid: CorrelationId }> {
   const cid = input.cid ?? newCorrelationId();
   if (!inScope(input.siteScope, input.siteId)) return { ...refused('SITE_NOT_FOUND'), cid };
-  const room: Room = {
-    id: input.id ?? `room_${newId()}`,
-    siteId: input.siteId as SiteId,
-    name: input.name,
-    doors: input.doors as DoorId[],
-  };
+  const ids = z.object({ siteId: SiteId, doors: z.array(DoorId) }).safeParse(input);
+  if (!ids.success) return { ...refused('INVALID_REQUEST', summarizeIssues(ids.error)), cid };
+  const room: Room = { id: input.id ?? `room_${newId()}`, siteId: ids.data.siteId, name: input.name, doors: ids.data.doors };
   const r = await deps.db
     .transaction(async (tx): Promise<Outcome<Room>> => {
       if ((await loadStaySettings(tx, input.siteId)) === null) return refused('SITE_NOT_FOUND');
@@ -728,6 +729,9 @@ export async function setStaySettings(
 ): Promise<Outcome<domain.SiteStaySettings> & { readonly cid: CorrelationId }> {
   const cid = input.cid ?? newCorrelationId();
   if (!inScope(input.siteScope, input.siteId)) return { ...refused('SITE_NOT_FOUND'), cid };
+  const shared = z.array(DoorId).optional().safeParse(input.sharedDoors);
+  if (!shared.success) return { ...refused('INVALID_REQUEST', summarizeIssues(shared.error)), cid };
+  const sharedDoors = shared.data;
   const r = await deps.db.transaction(async (tx): Promise<Outcome<domain.SiteStaySettings>> => {
     const current = await loadStaySettings(tx, input.siteId);
     if (!current) return refused('SITE_NOT_FOUND');
@@ -736,7 +740,7 @@ export async function setStaySettings(
       ...(input.holdMinutes === undefined ? {} : { holdMinutes: input.holdMinutes }),
       ...(input.checkInTime === undefined ? {} : { checkInTime: input.checkInTime }),
       ...(input.checkOutTime === undefined ? {} : { checkOutTime: input.checkOutTime }),
-      ...(input.sharedDoors === undefined ? {} : { sharedDoors: input.sharedDoors as DoorId[] }),
+      ...(sharedDoors === undefined ? {} : { sharedDoors }),
       ...(input.cancellationPolicy === undefined ? {} : { cancellationPolicy: input.cancellationPolicy }),
       ...(input.currency === undefined ? {} : { currency: input.currency }),
       ...(input.maxNights === undefined ? {} : { maxNights: input.maxNights }),
