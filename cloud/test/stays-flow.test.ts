@@ -386,6 +386,32 @@ describe.each(pgBackends())('stays flow on %s', (pgBackend) => {
     });
   });
 
+  describe('when a confirmed stay reaches its check-out time', () => {
+    it('the worker checks it out on its own; the key is left to end by its validity, the nights are released', async () => {
+      const d = dates();
+      const booked = await book(d);
+      if (booked.status !== 'applied') throw new Error(booked.code);
+      const stayId = booked.state.stay.id;
+      await pay(await intentOf(stayId));
+      await settle();
+      const clock = base.clock;
+      const saved = clock.now();
+      try {
+        clock.set(zonedInstant(d.checkOut, '09:59', 'Asia/Tokyo'));
+        await worker().runOnce();
+        expect(await loadStay(t.db, stayId)).toMatchObject({ status: 'confirmed' });
+        clock.set(zonedInstant(d.checkOut, '10:00', 'Asia/Tokyo'));
+        const pass = await worker().runOnce();
+        expect(pass.ended).toBeGreaterThanOrEqual(1);
+        expect(await loadStay(t.db, stayId)).toMatchObject({ status: 'checked_out', lastCode: 'STAY_CHECKED_OUT' });
+        expect(await getKey(base, `key_${stayId}`)).toMatchObject({ status: 'issuing', revokeReason: null });
+        expect(await heldNights(t.db, room.id, d.checkIn, d.checkOut)).toEqual([]);
+      } finally {
+        clock.set(saved);
+      }
+    });
+  });
+
   describe('when 20 clients race for one room', () => {
     it('exactly one booking wins; the others are ROOM_UNAVAILABLE with nothing created', async () => {
       const d = dates(3);

@@ -119,6 +119,7 @@ export const OUTCOME_CODES = table({
   ROOM_CREATED: 'The room was created with its doors.',
   ROOM_ALREADY_EXISTS: 'A room with this id exists (noop when it is the same room, conflict otherwise).',
   ROOM_NAME_TAKEN: 'Another room at the site has this name; nothing changed.',
+  STAY_NOT_OVER: 'The stay has not reached its check-out time, so it is not checked out automatically; nothing changed.',
   STAY_SETTINGS_SAVED: "The site's stay settings were saved.",
   STAY_HOLD_OVERDUE: 'Alarm: a stay is still pending past its hold plus the slack; the hold sweeper is not keeping up.',
 });

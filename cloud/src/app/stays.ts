@@ -282,7 +282,9 @@ async function stayStep(
     await runEffects({ deps, tx, stay: o.state, cid, now, log, ...opts }, o.emits);
     return applied(o.code, await viewOf(tx, o.state));
   });
-  log.info({ status: r.status, code: r.code }, 'stay verb done');
+  // the sweeps ask about stays that are not due yet on every pass: those answers are not news
+  const quiet = r.status === 'noop' && (verb === 'endStay' || verb === 'expireStay');
+  log[quiet ? 'debug' : 'info']({ status: r.status, code: r.code }, 'stay verb done');
   return { ...r, cid };
 }
 
@@ -614,7 +616,8 @@ export function endStay(deps: StayDeps, stayId: string, cid: CorrelationId): Pro
     cid,
     null,
     (s, _p, settings, now) => {
-      if (stayWindow(s, settings).validUntil > now) return noop('STAY_NOT_STARTED', s);
+      // not over yet (the sweep lists a day ahead of UTC to cover every zone): nothing to do
+      if (stayWindow(s, settings).validUntil > now) return noop('STAY_NOT_OVER', s);
       if (s.status === 'confirmed') {
         const i = domain.checkInStay(s, { settings, cid }, now);
         if (i.status !== 'applied') return i;
