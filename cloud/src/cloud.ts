@@ -29,6 +29,11 @@ import { WebhookDispatcher, type WebhookOptions } from './adapters/webhooks/work
 import { brokerAccountsFromConfig } from './adapters/broker/index.js';
 import type { CloudConfig } from './config.js';
 import type { CloudVerbs, VerbOptions } from './app/port.js';
+import type Stripe from 'stripe';
+import { stripeFromSettings } from './adapters/stripe/client.js';
+import { BillingWorker, type BillingWorkerOptions } from './app/billing-worker.js';
+import * as stays from './app/stays.js';
+import type { SiteScope } from './adapters/db/scope.js';
 
 export interface CloudDeps {
   /** An already-open database (tests share one PGlite between instances); not closed by stop(). */
@@ -39,6 +44,10 @@ export interface CloudDeps {
   readonly random?: () => number;
   /** The cloud broker's per-gateway accounts; default: not managed (provisioning carries no credentials). */
   readonly brokerAccounts?: BrokerAccounts;
+  /** The Stripe client (tests: one pointed at the local Stripe); default: from config.stripe, none without a secret key. */
+  readonly stripe?: Stripe | null;
+  /** Billing worker options; false: do not run it in this process (tests drive `runBilling()`). */
+  readonly billingWorker?: Partial<BillingWorkerOptions> | false;
 }
 
 export type Cloud = ReturnType<typeof createCloud>;
@@ -65,6 +74,8 @@ function coreOf(config: CloudConfig, cloudDeps: CloudDeps) {
   let heartbeat: Heartbeat | undefined;
   let sweeper: NodeJS.Timeout | undefined;
   let sweeping = false;
+  let billing: BillingWorker | undefined;
+  const stripe = cloudDeps.stripe === undefined ? stripeFromSettings(config.stripe) : cloudDeps.stripe;
 
   const need = <T>(v: T | undefined): T => {
     if (v === undefined) throw new Error('cloud not started');
@@ -80,6 +91,7 @@ function coreOf(config: CloudConfig, cloudDeps: CloudDeps) {
     brokerAccounts,
     offlineKeyMaxSeconds: config.offlineKeyMaxSeconds,
   });
+  const stayDeps = (o: VerbOptions = {}): stays.StayDeps => ({ ...app(o), stripe });
 
   return {
     async start(): Promise<void> {
@@ -133,6 +145,13 @@ function coreOf(config: CloudConfig, cloudDeps: CloudDeps) {
       if (!ready) startLog.warn({ url: config.mqttUrl }, 'MQTT not connected yet; starting anyway');
       await dispatcher.start();
       heartbeat.start();
+      if (stripe) {
+        billing = new BillingWorker(
+          { ...stayDeps(), stripe, log: log.child({ part: 'billing-worker' }), random: cloudDeps.random ?? Math.random },
+          cloudDeps.billingWorker === false ? {} : cloudDeps.billingWorker,
+        );
+        if (cloudDeps.billingWorker !== false) billing.start();
+      }
       sweeper = setInterval(() => {
         if (sweeping) return;
         sweeping = true;
@@ -149,6 +168,7 @@ function coreOf(config: CloudConfig, cloudDeps: CloudDeps) {
 
     async stop(): Promise<void> {
       if (sweeper) clearInterval(sweeper);
+      await billing?.stop();
       heartbeat?.stop();
       await dispatcher?.stop();
       await uplink?.stop();
@@ -213,6 +233,22 @@ function coreOf(config: CloudConfig, cloudDeps: CloudDeps) {
     listKeyDeliveries: (keyId: string) => reads.listKeyDeliveries(need(db), keyId),
     /** Sends every online gateway a heartbeat now (the timer does this every HEARTBEAT_INTERVAL_MS). */
     sendHeartbeats: () => need(heartbeat).beat(),
+
+    /** Stays can be booked: a Stripe client is configured. */
+    get billingConfigured(): boolean {
+      return stripe !== null;
+    },
+    bookStay: (input: stays.BookStayInput) => stays.bookStay(stayDeps(), input),
+    cancelStay: (input: stays.CancelStayInput, o?: VerbOptions) => stays.cancelStay(stayDeps(o), input),
+    checkInStay: (input: Parameters<typeof stays.checkInStay>[1], o?: VerbOptions) => stays.checkInStay(stayDeps(o), input),
+    checkOutStay: (input: Parameters<typeof stays.checkOutStay>[1], o?: VerbOptions) => stays.checkOutStay(stayDeps(o), input),
+    getStay: (stayId: string, scope: SiteScope = null) => stays.getStay(app(), stayId, scope),
+    createRoom: (input: stays.CreateRoomInput, o?: VerbOptions) => stays.createRoom(app(o), input),
+    setStaySettings: (input: stays.StaySettingsInput, o?: VerbOptions) => stays.setStaySettings(app(o), input),
+    receiveStripeWebhook: (raw: Buffer, header: string | undefined, cid: CorrelationId) =>
+      stays.receiveStripeWebhook(stayDeps(), config.stripe.webhookSecret, raw, header, cid),
+    /** One billing worker pass now (tests and the demo): webhook inbox, billing jobs, hold sweep, automatic check-out. */
+    runBilling: () => need(billing).runOnce(),
   };
 }
 

@@ -97,6 +97,14 @@ export const CloudConfigSchema = z.object({
   TOBIRA_HEALTH_DB_TIMEOUT_MS: z.coerce.number().int().min(10).max(60_000).default(2000),
   /** Requests per client IP per minute, counted before authentication (docs/api.md "Rate limits"). */
   TOBIRA_RATE_LIMIT_IP_MAX: z.coerce.number().int().min(1).default(1_200),
+  // Stays paid through Stripe (docs/payments.md). Without a secret key the stay verbs answer BILLING_NOT_CONFIGURED.
+  STRIPE_SECRET_KEY: z.string().optional(),
+  /** The `whsec_` secret that signs webhooks to POST /webhooks/stripe. */
+  STRIPE_WEBHOOK_SECRET: z.string().optional(),
+  /** Unset for Stripe itself; the local Stripe's host, port and `http` otherwise. */
+  STRIPE_API_HOST: z.string().optional(),
+  STRIPE_API_PORT: z.coerce.number().int().min(1).max(65535).optional(),
+  STRIPE_API_PROTOCOL: z.enum(['http', 'https']).optional(),
 });
 export type CloudConfigInput = z.input<typeof CloudConfigSchema>;
 
@@ -150,6 +158,14 @@ export interface CloudConfig {
     readonly tokenDefaultTtlMs: number | null;
     readonly healthDbTimeoutMs: number;
     readonly rateLimitIpMax: number;
+  };
+  /** Stripe (docs/payments.md); secretKey undefined: stays are not available. */
+  readonly stripe: {
+    readonly secretKey: string | undefined;
+    readonly webhookSecret: string | undefined;
+    readonly host: string | undefined;
+    readonly port: number | undefined;
+    readonly protocol: 'http' | 'https' | undefined;
   };
 }
 
@@ -261,6 +277,13 @@ export function parseConfig(env: Record<string, string | undefined> = process.en
       tokenDefaultTtlMs: c.TOBIRA_API_TOKEN_TTL_DAYS === 0 ? null : c.TOBIRA_API_TOKEN_TTL_DAYS * 86_400_000,
       healthDbTimeoutMs: c.TOBIRA_HEALTH_DB_TIMEOUT_MS,
       rateLimitIpMax: c.TOBIRA_RATE_LIMIT_IP_MAX,
+    },
+    stripe: {
+      secretKey: c.STRIPE_SECRET_KEY,
+      webhookSecret: c.STRIPE_WEBHOOK_SECRET,
+      host: c.STRIPE_API_HOST,
+      port: c.STRIPE_API_PORT,
+      protocol: c.STRIPE_API_PROTOCOL,
     },
   });
 }

@@ -48,6 +48,7 @@ import {
 import { pino } from 'pino';
 import { z } from 'zod';
 import { startFleet, type Fleet } from '@tobira/firmware-sim';
+import { startStripeLocal } from '@tobira/stripe-local';
 import { startLockPanel } from './control.js';
 import { once, readJson, writeJson } from './files.js';
 
@@ -63,6 +64,8 @@ const Env = z.object({
   TOBIRA_DEMO_API_PORT: z.coerce.number().int().min(0).max(65535).default(8080),
   TOBIRA_DEMO_GATEWAY_PORT: z.coerce.number().int().min(0).max(65535).default(8081),
   TOBIRA_DEMO_LOCKS_PORT: z.coerce.number().int().min(0).max(65535).default(8082),
+  /** The local Stripe the stays are paid through (0: a free port; the curl lines print it). */
+  TOBIRA_DEMO_STRIPE_PORT: z.coerce.number().int().min(0).max(65535).default(0),
   LOG_LEVEL: z.string().default('info'),
 });
 
@@ -159,6 +162,19 @@ async function main(): Promise<void> {
   }
   const cloudUrl = mqttUrl;
 
+  // 1b. the local Stripe (no internet needed): the cloud's real SDK talks to it, and it signs the webhooks it sends back
+  step('local Stripe (stripe-local)');
+  const stripeLocal = await startStripeLocal({
+    host: env.TOBIRA_DEMO_HOST,
+    port: env.TOBIRA_DEMO_STRIPE_PORT,
+    // its state is in memory: a seed per start keeps its ids apart from the ones an earlier run left in the database
+    seed: Date.now().toString(36),
+    log: root.child({ part: 'stripe-local' }),
+  });
+  const stripeWebhookSecret = `whsec_${randomBytes(24).toString('base64url')}`;
+  parts.push({ name: 'local Stripe', stop: () => stripeLocal.close() });
+  ok(stripeLocal.url);
+
   // 2. cloud
   step(env.DATABASE_URL ? 'cloud on PostgreSQL (DATABASE_URL)' : `cloud on embedded PostgreSQL (PGlite, ${join(data, 'cloud', 'db')})`);
   const cloud: Cloud = createCloud(
@@ -167,6 +183,11 @@ async function main(): Promise<void> {
       MQTT_URL: cloudUrl,
       MQTT_CLIENT_ID: 'tobira-cloud-demo',
       CLOUD_SIGNING_JWK: JSON.stringify(cloudKey),
+      STRIPE_SECRET_KEY: stripeLocal.secretKey,
+      STRIPE_WEBHOOK_SECRET: stripeWebhookSecret,
+      STRIPE_API_HOST: stripeLocal.host,
+      STRIPE_API_PORT: String(stripeLocal.port),
+      STRIPE_API_PROTOCOL: 'http',
       ...cloudLogin,
     }),
     { log: root.child({ part: 'cloud' }), clock: systemClock, ...(db ? { db } : {}), ...(brokerAccounts ? { brokerAccounts } : {}) },
@@ -195,6 +216,7 @@ async function main(): Promise<void> {
   });
   parts.push({ name: 'admin API', stop: () => api.close() });
   ok(api.url);
+  stripeLocal.webhooks.add({ url: `${api.url}/webhooks/stripe`, secret: stripeWebhookSecret });
 
   // 3. seed (first run only)
   const seedFile = join(data, 'seed.json');
@@ -213,6 +235,11 @@ async function main(): Promise<void> {
     writeJson(seedFile, seed, true);
     ok();
   }
+
+  // stays (docs/payments.md): Room 102 is bookable, the lobby opens for every stay; both idempotent, so on every start
+  const room = await cloud.createRoom({ id: 'room-102', siteId: seed.siteId, name: 'Room 102', doors: ['door-102'] });
+  const settings = await cloud.setStaySettings({ siteId: seed.siteId, sharedDoors: ['door-lobby'] });
+  if (room.status === 'refused' || settings.status !== 'applied') throw new Error(`setting up stays: ${room.code} ${settings.code}`);
 
   if (seed.gatewayConfig.staffToken === undefined) {
     // a data folder seeded before the staff UI: give the gateway a random staff token now (there is no default)
@@ -311,6 +338,18 @@ async function main(): Promise<void> {
     validUntil: now + 86_400_000,
   });
   const presentBody = (value: string) => `'{"type":"pin","value":"${value}"}'`;
+  // a stay some weeks ahead (a fresh range each start, so it does not clash with an earlier run's), cancelled in time for a full refund
+  const siteDay = (ms: number) => new Intl.DateTimeFormat('en-CA', { timeZone: 'Asia/Tokyo' }).format(ms);
+  const ahead = now + randomInt(14, 300) * 86_400_000;
+  const stayBody = JSON.stringify({
+    personId: seed.personId,
+    roomId: 'room-102',
+    checkIn: siteDay(ahead),
+    checkOut: siteDay(ahead + 2 * 86_400_000),
+    amount: 36_000,
+    currency: 'jpy',
+  });
+  const bookingKey = `demo-booking-${randomBytes(3).toString('hex')}`;
   process.stdout.write(
     [
       '',
@@ -347,6 +386,20 @@ async function main(): Promise<void> {
       '  # 7. lock the whole site down (only staff master keys open doors), then lift it',
       `  curl -s -X POST ${gateway.httpUrl}/staff/mode -H 'authorization: Bearer ${staffToken}' ${json} -d '{"mode":"lockdown"}'`,
       `  curl -s -X POST ${gateway.httpUrl}/staff/mode -H 'authorization: Bearer ${staffToken}' ${json} -d '{"mode":"normal"}'`,
+      '',
+      `  # 8. book Room 102 for two nights (202: the stay is pending, holding the nights; payment.clientSecret is for Stripe.js)`,
+      `  curl -s -X POST ${api.url}/stays ${auth} ${json} -H 'idempotency-key: ${bookingKey}' -d '${stayBody}'`,
+      '',
+      "  # 9. pay it as the guest's browser would, with a test card (PI = payment.intentId from step 8)",
+      `  curl -s "${stripeLocal.url}/_local/pay/$PI?card=pm_card_visa"`,
+      '',
+      '  # 10. the signed webhook confirms it within seconds and issues the key (Room 102 + Lobby); STAY = stay.id',
+      `  curl -s ${api.url}/stays/$STAY ${auth}`,
+      `  curl -s "${api.url}/pay/return?stay=$STAY&lang=ja"   # the guest's return page`,
+      '',
+      '  # 11. cancel it: the key is revoked at once, the refund is made exactly once',
+      `  curl -s -X POST ${api.url}/stays/$STAY/cancel ${auth} ${json} -d '{"reason":"guest_cancelled"}'`,
+      `  curl -s -u ${stripeLocal.secretKey}: "${stripeLocal.url}/v1/events?type=charge.refunded"`,
       '',
       'Ctrl-C stops everything.',
       '',

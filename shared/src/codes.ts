@@ -115,6 +115,13 @@ export const OUTCOME_CODES = table({
   WEBHOOK_SIGNATURE_INVALID: 'The Stripe-Signature header is missing or does not match the raw body.',
   WEBHOOK_TIMESTAMP_STALE: 'The webhook signature is older than the tolerance (300 s).',
   WEBHOOK_MALFORMED: 'The verified webhook body is not a Stripe event this service reads.',
+  BILLING_NOT_CONFIGURED: 'Stays are not available: the cloud has no STRIPE_SECRET_KEY; nothing changed.',
+  ROOM_CREATED: 'The room was created with its doors.',
+  ROOM_ALREADY_EXISTS: 'A room with this id exists (noop when it is the same room, conflict otherwise).',
+  ROOM_NAME_TAKEN: 'Another room at the site has this name; nothing changed.',
+  STAY_NOT_OVER: 'The stay has not reached its check-out time, so it is not checked out automatically; nothing changed.',
+  STAY_SETTINGS_SAVED: "The site's stay settings were saved.",
+  STAY_HOLD_OVERDUE: 'Alarm: a stay is still pending past its hold plus the slack; the hold sweeper is not keeping up.',
 });
 export type OutcomeCode = keyof typeof OUTCOME_CODES;
 

@@ -10,6 +10,9 @@ export const CRASH_POINTS = [
   'afterCommitBeforePublish',
   'afterPublishBeforeMark',
   'afterInboxInsertBeforeApply',
+  // between a Stripe call that took effect and the local write recording it (issue #12)
+  'afterIntentCreatedBeforeRecord',
+  'afterRefundBeforeRecord',
 ] as const;
 export type CrashPoint = (typeof CRASH_POINTS)[number];
 export type CrashHook = (point: CrashPoint) => void;

@@ -1,7 +1,9 @@
+import type { CorrelationId } from '@tobira/shared';
 import type { Tx } from '../adapters/db/db.js';
 import type { rotateGatewayBrokerCredentials } from './broker-rotation.js';
 import type * as keys from './keys.js';
 import type * as registry from './registry.js';
+import type * as stays from './stays.js';
 
 /**
  * Options of a write verb. `db`: run inside the caller's open transaction
@@ -37,6 +39,14 @@ export interface CloudVerbs {
     | { readonly status: 'applied'; readonly code: 'MESSAGE_APPLIED' }
     | { readonly status: 'refused'; readonly code: 'DEAD_LETTER_NOT_FOUND' }
   >;
+  /** Stays (issue #12). bookStay runs its own transactions: it calls Stripe between them, so it takes no caller transaction. */
+  bookStay(input: stays.BookStayInput): Promise<stays.StayResult>;
+  cancelStay(input: stays.CancelStayInput, o?: VerbOptions): Promise<stays.StayResult>;
+  checkOutStay(input: Parameters<typeof stays.checkOutStay>[1], o?: VerbOptions): Promise<stays.StayResult>;
+  createRoom(input: stays.CreateRoomInput, o?: VerbOptions): ReturnType<typeof stays.createRoom>;
+  setStaySettings(input: stays.StaySettingsInput, o?: VerbOptions): ReturnType<typeof stays.setStaySettings>;
+  receiveStripeWebhook(raw: Buffer, header: string | undefined, cid: CorrelationId): Promise<stays.WebhookReceipt>;
+  readonly billingConfigured: boolean;
   /** The MQTT link is connected (`/healthz`). */
   readonly mqttConnected: boolean;
 }

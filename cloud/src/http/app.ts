@@ -31,6 +31,10 @@ import { webhooksRoutes } from './routes/webhooks.js';
 import { alarmsRoutes } from './routes/alarms.js';
 import { rejectedUplinksRoutes } from './routes/rejected-uplinks.js';
 import { gatewayHealthRoutes } from './routes/gateway-health.js';
+import { staysRoutes } from './routes/stays.js';
+import { roomsRoutes } from './routes/rooms.js';
+import { stripeWebhookRoutes } from './routes/stripe-webhook.js';
+import { payReturnRoutes } from './routes/pay-return.js';
 
 export type ApiApp = FastifyInstance;
 
@@ -294,6 +298,10 @@ export async function buildApp(deps: ApiDeps): Promise<FastifyInstance> {
     alarmsRoutes,
     rejectedUplinksRoutes,
     gatewayHealthRoutes,
+    staysRoutes,
+    roomsRoutes,
+    stripeWebhookRoutes,
+    payReturnRoutes,
   ]) {
     await app.register(async (scope) => plugin(scope.withTypeProvider<ZodTypeProvider>(), ctx));
   }

@@ -96,6 +96,12 @@ const loadedKids = (data: string) =>
     .map((l) => (JSON.parse(l) as { kid: string }).kid);
 
 const run = async (cmd: string) => JSON.parse((await sh('bash', ['-c', cmd])).stdout) as Record<string, unknown>;
+/** A printed command that names values of an earlier answer ($PI, $STAY), as the reader would set them. */
+const runWith = async (cmd: string, vars: Record<string, string>) =>
+  JSON.parse((await sh('bash', ['-c', cmd], { env: { ...process.env, ...vars } })).stdout) as {
+    stay?: { status?: string };
+    payment?: { status?: string };
+  } & Record<string, unknown>;
 
 describe('npm start (the one-command demo)', () => {
   const data = mkdtempSync(join(tmpdir(), 'tobira-demo-'));
@@ -107,7 +113,8 @@ describe('npm start (the one-command demo)', () => {
       await demo.start();
       expect(demo.out).toContain('seeding a site');
       expect(demo.out).toContain('in sync');
-      const [allowed, denied, issue, status, presentNew, events, lockdown, normal, ...rest] = demo.curls();
+      const [allowed, denied, issue, status, presentNew, events, lockdown, normal, book, pay, stay, returnPage, cancel, refunds, ...rest] =
+        demo.curls();
       expect(rest).toEqual([]);
       expect(await run(allowed as string)).toMatchObject({
         status: 'decided',
@@ -121,6 +128,22 @@ describe('npm start (the one-command demo)', () => {
       expect(JSON.stringify(await run(events as string))).toContain('DOOR_NOT_PERMITTED');
       expect(await run(lockdown as string)).toMatchObject({ mode: 'lockdown' });
       expect(await run(normal as string)).toMatchObject({ mode: 'normal' });
+      // a stay through the local Stripe: book, pay with a test card, confirmed by the signed webhook, cancelled, refunded once
+      const booked = await run(book as string);
+      expect(booked).toMatchObject({ status: 'applied', code: 'STAY_BOOKED', stay: { status: 'pending' } });
+      const { stay: bookedStay, payment } = booked as { stay: { id: string }; payment: { intentId: string } };
+      const vars = { PI: payment.intentId, STAY: bookedStay.id };
+      expect(await runWith(pay as string, vars)).toMatchObject({ id: payment.intentId, status: 'succeeded' });
+      await waitFor(async () => (await runWith(stay as string, vars)).stay?.status === 'confirmed', 'the stay to be confirmed');
+      expect(await runWith(stay as string, vars)).toMatchObject({
+        stay: { keyId: `key_${bookedStay.id}` },
+        payment: { status: 'succeeded' },
+      });
+      expect((await sh('bash', ['-c', returnPage as string], { env: { ...process.env, ...vars } })).stdout).toContain('data-status="paid"');
+      expect(await runWith(cancel as string, vars)).toMatchObject({ status: 'applied', code: 'STAY_CANCELLED' });
+      await waitFor(async () => (await runWith(stay as string, vars)).payment?.status === 'refunded', 'the refund');
+      const refunded = (await runWith(refunds as string, vars)) as { data: { data: { object: { payment_intent: string } } }[] };
+      expect(refunded.data.filter((e) => e.data.object.payment_intent === payment.intentId)).toHaveLength(1);
       // the cloud broker enforces logins: no anonymous client, and the gateway has a login of its own
       const cloudBroker = /cloud MQTT broker[^\n]* … (mqtt:\/\/[^\s]+)/.exec(demo.out)?.[1];
       expect(cloudBroker).toBeDefined();

@@ -283,3 +283,28 @@ export async function saveStaySettings(tx: Tx, s: SiteStaySettings, now: number)
     }
   });
 }
+
+/**
+ * Confirmed or checked-in stays whose check-out date is on or before `lastDate`
+ * (a superset of those whose check-out instant has passed: the caller
+ * compares the instant in the site's zone), oldest check-out first.
+ */
+export async function listStaysEnding(q: Queryable, lastDate: string, limit: number): Promise<string[]> {
+  const r = await q.query(
+    `SELECT id FROM stays WHERE status IN ('confirmed', 'checked_in') AND check_out <= $1::date ORDER BY check_out, id LIMIT $2`,
+    [lastDate, limit],
+  );
+  return parseRows('stays', z.object({ id: z.string() }), r.rows).map((x) => x.id);
+}
+
+/** How many stays are still pending with their hold ended before `before` (the hold-overdue alarm's count). */
+export async function countOverdueHolds(q: Queryable, before: number): Promise<number> {
+  const r = await q.query(`SELECT count(*)::int AS n FROM stays WHERE status = 'pending' AND hold_until <= $1`, [before]);
+  return parseRow('stays', z.object({ n: z.number().int() }), r.rows[0]).n;
+}
+
+/** Which of `doors` are at `siteId` (a room or the shared doors may only name the site's own). */
+export async function doorsAtSite(q: Queryable, siteId: string, doors: readonly string[]): Promise<string[]> {
+  const r = await q.query('SELECT id FROM doors WHERE site_id = $1 AND id = ANY($2::text[]) ORDER BY id', [siteId, [...doors]]);
+  return parseRows('doors', z.object({ id: z.string() }), r.rows).map((x) => x.id);
+}

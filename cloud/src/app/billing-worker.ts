@@ -1,0 +1,326 @@
+import { randomUUID } from 'node:crypto';
+import type Stripe from 'stripe';
+import { CorrelationId, newCorrelationId, withCorrelation, type OutcomeCode } from '@tobira/shared';
+import { z } from 'zod';
+import { claimBillingJobs, failBillingJob, markBillingJobDone, type BillingJob } from '../adapters/db/billing-jobs.js';
+import type { BackoffPolicy } from '../adapters/backoff.js';
+import { loadPayment, loadPaymentByIntent, loadRefund, noteRefundError } from '../adapters/db/payments.js';
+import { countOverdueHolds, listExpiredHolds, listStaysEnding } from '../adapters/db/stays.js';
+import { claimWebhookEvents, failWebhookEvent, markWebhookProcessed, type StoredWebhookEvent } from '../adapters/db/webhook-events.js';
+import { classifyStripeError } from '../adapters/stripe/errors.js';
+import { cancelPaymentIntent, retrievePaymentIntent } from '../adapters/stripe/payment-intents.js';
+import { createRefund } from '../adapters/stripe/refunds.js';
+import { SimulatedCrash } from './crash.js';
+import {
+  BillingStepFailed,
+  endStay,
+  expireStay,
+  recordChargeRefunded,
+  recordRefundMade,
+  repairIntent,
+  settleFromObservation,
+  type StayDeps,
+} from './stays.js';
+
+export interface BillingWorkerOptions extends BackoffPolicy {
+  readonly pollMs: number;
+  readonly leaseMs: number;
+  readonly batch: number;
+  /** A stay still pending this long past its hold is an alarm (STAY_HOLD_OVERDUE). */
+  readonly holdSlackMs: number;
+}
+
+export const DEFAULT_BILLING_WORKER_OPTIONS: BillingWorkerOptions = Object.freeze({
+  pollMs: 2_000,
+  leaseMs: 60_000,
+  batch: 20,
+  holdSlackMs: 10 * 60_000,
+  baseMs: 2_000,
+  maxMs: 10 * 60_000,
+  maxAttempts: 12,
+});
+
+/** What one pass did (tests and the demo read it). */
+export interface BillingPass {
+  readonly events: number;
+  readonly jobs: number;
+  readonly expired: number;
+  readonly ended: number;
+  /** pending stays past hold + slack, after this pass's sweep */
+  readonly overdue: number;
+}
+
+const ID = z.string().min(1);
+const PaymentJob = z.object({ paymentId: ID });
+const RefundJob = z.object({ refundId: ID });
+const NotifyJob = z.object({ notice: z.string(), stayId: ID, pin: z.string().optional() });
+const IntentObject = z.object({ id: ID, metadata: z.record(z.string(), z.string()).nullish() });
+const ChargeObject = z.object({ id: ID, payment_intent: ID.nullable(), amount_refunded: z.number().int(), currency: z.string() });
+const EventPayload = z.object({ data: z.object({ object: z.unknown() }) });
+
+/** Step result: done with a code, or a classified failure. */
+type Step =
+  | { readonly ok: true; readonly code: string }
+  | { readonly ok: false; readonly code: OutcomeCode; readonly permanent: boolean; readonly error: string };
+
+const done = (code: string): Step => ({ ok: true, code });
+
+async function guarded(run: () => Promise<Step>): Promise<Step> {
+  try {
+    return await run();
+  } catch (e) {
+    if (e instanceof BillingStepFailed) return { ok: false, code: e.code, permanent: e.permanent, error: e.message };
+    if (e instanceof SimulatedCrash) throw e;
+    // a Stripe error that escaped a call site is classified; anything else is a bug, retried with backoff and logged
+    try {
+      const f = classifyStripeError(e);
+      return { ok: false, code: f.code, permanent: f.kind === 'permanent', error: f.message };
+    } catch {
+      return { ok: false, code: 'BILLING_UNAVAILABLE', permanent: false, error: e instanceof Error ? e.message : String(e) };
+    }
+  }
+}
+
+/**
+ * The billing worker: the Stripe webhook inbox, the billing job queue, the
+ * hold-expiry sweep and the automatic check-out, one pass at a time. Each
+ * item is claimed with a lease, run, then marked done or failed with capped
+ * backoff (permanent failures dead with their code). Guarantee: at least
+ * once per item; every effect is idempotent by itself (Stripe idempotency
+ * keys stored before the call, decisions on the intent's current status,
+ * CAS on the stay), so an item run twice has one effect.
+ */
+export class BillingWorker {
+  readonly #d: StayDeps & { readonly stripe: Stripe; readonly random: () => number };
+  readonly #o: BillingWorkerOptions;
+  #timer: NodeJS.Timeout | undefined;
+  #current: Promise<unknown> = Promise.resolve();
+  #stopped = true;
+
+  constructor(deps: StayDeps & { readonly stripe: Stripe; readonly random: () => number }, options: Partial<BillingWorkerOptions> = {}) {
+    this.#d = deps;
+    this.#o = { ...DEFAULT_BILLING_WORKER_OPTIONS, ...options };
+  }
+
+  start(): void {
+    this.#stopped = false;
+    this.#schedule();
+  }
+
+  async stop(): Promise<void> {
+    this.#stopped = true;
+    if (this.#timer) clearTimeout(this.#timer);
+    await this.#current.catch(() => {});
+  }
+
+  /** Runs a pass now (after any running one); resolves with what it did. */
+  runOnce(): Promise<BillingPass> {
+    const next = this.#current.catch(() => {}).then(() => this.#pass());
+    this.#current = next;
+    return next;
+  }
+
+  #schedule(): void {
+    if (this.#stopped) return;
+    this.#timer = setTimeout(() => {
+      this.runOnce()
+        .catch((e: unknown) => this.#d.log.error({ err: String(e), part: 'billing-worker' }, 'billing pass failed'))
+        .finally(() => this.#schedule());
+    }, this.#o.pollMs);
+    this.#timer.unref();
+  }
+
+  async #pass(): Promise<BillingPass> {
+    const events = await this.#events();
+    const jobs = await this.#jobs();
+    const { expired, overdue } = await this.#holds();
+    const ended = await this.#ends();
+    return { events, jobs, expired, ended, overdue };
+  }
+
+  // ------------------------------------------------------------ webhook inbox
+
+  async #events(): Promise<number> {
+    const d = this.#d;
+    const token = randomUUID();
+    const claimed = await d.db.transaction((tx) =>
+      claimWebhookEvents(tx, { token, now: d.clock.now(), leaseMs: this.#o.leaseMs, limit: this.#o.batch }),
+    );
+    for (const e of claimed) {
+      const cid = CorrelationId.parse(e.cid);
+      const log = withCorrelation(d.log, cid, { part: 'billing-worker', eventId: e.eventId, type: e.type });
+      const step = await guarded(() => this.processWebhookEvent(e, cid));
+      if (step.ok) {
+        await d.db.transaction((tx) => markWebhookProcessed(tx, { eventId: e.eventId, leaseToken: token }, d.clock.now()));
+        log.info({ code: step.code }, 'webhook event processed');
+      } else {
+        const status = await d.db.transaction((tx) =>
+          failWebhookEvent(tx, { eventId: e.eventId, leaseToken: token, attempts: e.attempts }, step, d.clock.now(), this.#o, d.random()),
+        );
+        const line = { code: step.code, status, attempts: e.attempts, detail: step.error };
+        if (status === 'dead') log.error({ ...line, alarm: true }, 'webhook event dead-lettered');
+        else log.warn(line, 'webhook event failed; retrying');
+      }
+    }
+    return claimed.length;
+  }
+
+  /**
+   * One verified event: the PaymentIntent it names is re-read from Stripe and
+   * the payment settled on that current status (never on the event's order
+   * or its copy of the object); `charge.refunded` records the charge's
+   * refunded total (monotone). Other types are stored and ignored.
+   */
+  async processWebhookEvent(e: StoredWebhookEvent, cid: CorrelationId): Promise<Step> {
+    const d = this.#d;
+    const payload = EventPayload.safeParse(e.payload);
+    if (!payload.success) return { ok: false, code: 'WEBHOOK_MALFORMED', permanent: true, error: 'no data.object' };
+    if (e.type.startsWith('payment_intent.')) {
+      const obj = IntentObject.safeParse(payload.data.data.object);
+      if (!obj.success) return { ok: false, code: 'WEBHOOK_MALFORMED', permanent: true, error: 'not a PaymentIntent' };
+      // an intent whose answer a crash lost is not recorded yet: its metadata names the payment
+      const byIntent = await loadPaymentByIntent(d.db, obj.data.id);
+      const paymentId = byIntent?.id ?? obj.data.metadata?.payment_id;
+      const payment = paymentId === undefined ? null : await loadPayment(d.db, paymentId);
+      if (!payment) return done('PAYMENT_NOT_FOUND'); // not one of ours (another system on the account)
+      const now = await retrievePaymentIntent(d.stripe, obj.data.id);
+      if (!now.ok) return { ok: false, code: now.failure.code, permanent: now.failure.kind === 'permanent', error: now.failure.message };
+      const r = await settleFromObservation(d, payment.id, now.value, cid);
+      return done(r.stay ?? r.payment);
+    }
+    if (e.type === 'charge.refunded') {
+      const obj = ChargeObject.safeParse(payload.data.data.object);
+      if (!obj.success || obj.data.payment_intent === null)
+        return { ok: false, code: 'WEBHOOK_MALFORMED', permanent: true, error: 'not a charge' };
+      const payment = await loadPaymentByIntent(d.db, obj.data.payment_intent);
+      if (!payment) return done('PAYMENT_NOT_FOUND');
+      return done(await recordChargeRefunded(d, payment.id, obj.data.amount_refunded, obj.data.currency, cid));
+    }
+    return done('EVENT_IGNORED');
+  }
+
+  // ------------------------------------------------------------ billing jobs
+
+  async #jobs(): Promise<number> {
+    const d = this.#d;
+    const token = randomUUID();
+    const claimed = await d.db.transaction((tx) =>
+      claimBillingJobs(tx, { token, now: d.clock.now(), leaseMs: this.#o.leaseMs, limit: this.#o.batch }),
+    );
+    for (const j of claimed) {
+      const cid = CorrelationId.parse(j.cid);
+      const log = withCorrelation(d.log, cid, { part: 'billing-worker', job: j.kind, jobId: j.id, subjectId: j.subjectId });
+      const step = await guarded(() => this.runJob(j, cid));
+      if (step.ok) {
+        await d.db.transaction((tx) => markBillingJobDone(tx, { id: j.id, leaseToken: token }, d.clock.now(), step.code));
+        log.info({ code: step.code }, 'billing job done');
+      } else {
+        const status = await d.db.transaction((tx) =>
+          failBillingJob(tx, { id: j.id, leaseToken: token, attempts: j.attempts }, step, d.clock.now(), this.#o, d.random()),
+        );
+        const line = { code: step.code, status, attempts: j.attempts, detail: step.error };
+        if (status === 'dead') log.error({ ...line, alarm: true }, 'billing job dead-lettered');
+        else log.warn(line, 'billing job failed; retrying with backoff');
+      }
+    }
+    return claimed.length;
+  }
+
+  async runJob(j: BillingJob, cid: CorrelationId): Promise<Step> {
+    const d = this.#d;
+    switch (j.kind) {
+      case 'create_intent':
+        return done(await repairIntent(d, PaymentJob.parse(j.body).paymentId, cid));
+      case 'cancel_intent': {
+        const p = await loadPayment(d.db, PaymentJob.parse(j.body).paymentId);
+        if (!p) return done('PAYMENT_NOT_FOUND');
+        // an intent never recorded was never shown to anyone: nobody can pay it
+        if (p.intentId === null) return done('PAYMENT_NOT_SETTLED');
+        const r = await cancelPaymentIntent(d.stripe, p.intentId);
+        if (!r.ok) return { ok: false, code: r.failure.code, permanent: r.failure.kind === 'permanent', error: r.failure.message };
+        // canceled → the payment fails; already succeeded → the stay has ended, so the money is refunded
+        const s = await settleFromObservation(d, p.id, r.value, cid);
+        return done(s.stay ?? s.payment);
+      }
+      case 'refund':
+        return this.#refund(RefundJob.parse(j.body).refundId, cid);
+      case 'notify': {
+        const n = NotifyJob.parse(j.body);
+        // the guest notification channel is still to come: the notice is this log line (never the PIN)
+        withCorrelation(d.log, cid, { part: 'notify' }).info(
+          { code: 'GUEST_NOTIFIED', notice: n.notice, stayId: n.stayId },
+          'guest notice',
+        );
+        return done('GUEST_NOTIFIED');
+      }
+      case 'issue_stay_key':
+        // keys are issued in the confirming transaction (app/stays.ts); no job of this kind is written
+        return done('NOTHING_TO_DO');
+      default: {
+        const never: never = j.kind;
+        throw new Error(`unhandled billing job ${String(never)}`);
+      }
+    }
+  }
+
+  /** The refund call with the key stored before it: Stripe answers a retry with the refund it already made (exactly once). */
+  async #refund(refundId: string, cid: CorrelationId): Promise<Step> {
+    const d = this.#d;
+    const refund = await loadRefund(d.db, refundId);
+    if (!refund) return done('PAYMENT_NOT_FOUND');
+    if (refund.status === 'succeeded') return done('REFUND_ALREADY_RECORDED');
+    const p = await loadPayment(d.db, refund.paymentId);
+    if (!p?.intentId) return { ok: false, code: 'PAYMENT_NOT_FOUND', permanent: true, error: 'the refunded payment has no intent' };
+    const r = await createRefund(d.stripe, {
+      intentId: p.intentId,
+      amount: refund.amount,
+      idempotencyKey: refund.idempotencyKey,
+      refundId,
+      reason: 'requested_by_customer',
+    });
+    if (!r.ok) {
+      const permanent = r.failure.kind === 'permanent';
+      await d.db.transaction((tx) => noteRefundError(tx, refundId, `${r.failure.code}: ${r.failure.message}`, permanent, d.clock.now()));
+      return { ok: false, code: r.failure.code, permanent, error: r.failure.message };
+    }
+    d.crash('afterRefundBeforeRecord');
+    return done(await recordRefundMade(d, refundId, r.value.stripeRefundId, cid));
+  }
+
+  // ------------------------------------------------------------ sweeps
+
+  async #holds(): Promise<{ expired: number; overdue: number }> {
+    const d = this.#d;
+    const cid = newCorrelationId();
+    const log = withCorrelation(d.log, cid, { part: 'hold-sweep' });
+    let expired = 0;
+    for (const id of await listExpiredHolds(d.db, d.clock.now(), this.#o.batch)) {
+      try {
+        const r = await expireStay(d, id, cid);
+        if (r.status === 'applied') expired += 1;
+      } catch (e) {
+        log.warn({ stayId: id, err: String(e) }, 'hold expiry failed');
+      }
+    }
+    const overdue = await countOverdueHolds(d.db, d.clock.now() - this.#o.holdSlackMs);
+    if (overdue > 0) log.error({ alarm: true, code: 'STAY_HOLD_OVERDUE', count: overdue }, 'ALARM: stays pending past their hold');
+    return { expired, overdue };
+  }
+
+  async #ends(): Promise<number> {
+    const d = this.#d;
+    const cid = newCorrelationId();
+    // a day ahead of UTC covers every zone; endStay compares the exact check-out instant
+    const lastDate = new Date(d.clock.now() + 86_400_000).toISOString().slice(0, 10);
+    let ended = 0;
+    for (const id of await listStaysEnding(d.db, lastDate, this.#o.batch)) {
+      try {
+        const r = await endStay(d, id, cid);
+        if (r.status === 'applied') ended += 1;
+      } catch (e) {
+        withCorrelation(d.log, cid, { part: 'stay-end' }).warn({ stayId: id, err: String(e) }, 'automatic check-out failed');
+      }
+    }
+    return ended;
+  }
+}

@@ -1,0 +1,102 @@
+import type { FastifyRequest } from 'fastify';
+import { z } from 'zod';
+import { listPaymentsOfStay } from '../../adapters/db/payments.js';
+import { loadStay } from '../../adapters/db/stays.js';
+import type { Api, Ctx } from '../context.js';
+import { Id } from '../schemas.js';
+
+type Lang = 'ja' | 'en';
+type Shown = 'pending' | 'paid' | 'balance_due' | 'ended' | 'cancelled' | 'not_found';
+
+const TEXT: Record<Lang, Record<Shown, string> & { title: string; balance: string }> = {
+  en: {
+    title: 'Your booking',
+    pending: 'We are waiting for your payment to be confirmed. This page refreshes by itself.',
+    paid: 'Paid. Your booking is confirmed; your key will reach you shortly.',
+    balance_due: 'Part of the price is paid.',
+    ended: 'This booking was not completed. Nothing was charged.',
+    cancelled: 'This booking was cancelled.',
+    not_found: 'We could not find this booking.',
+    balance: 'Balance due',
+  },
+  ja: {
+    title: 'ご予約',
+    pending: 'お支払いの確認をお待ちしています。このページは自動で更新されます。',
+    paid: 'お支払い済みです。ご予約が確定しました。鍵はまもなくお届けします。',
+    balance_due: '料金の一部をお支払いいただきました。',
+    ended: 'このご予約は完了しませんでした。料金は請求されていません。',
+    cancelled: 'このご予約はキャンセルされました。',
+    not_found: 'ご予約が見つかりませんでした。',
+    balance: '残額',
+  },
+};
+
+/** `?lang=` first, then the first of ja/en in Accept-Language, else English. */
+function langOf(req: FastifyRequest, asked: Lang | undefined): Lang {
+  if (asked) return asked;
+  const h = req.headers['accept-language'];
+  const tags = (typeof h === 'string' ? h : '').split(',').map((t) => t.trim().slice(0, 2).toLowerCase());
+  return tags.find((t): t is Lang => t === 'ja' || t === 'en') ?? 'en';
+}
+
+const escape = (s: string) => s.replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
+
+/** Minor units → a localized amount (yen has no minor unit, dollars have cents). */
+function money(minor: number, currency: string, lang: Lang): string {
+  const f = new Intl.NumberFormat(lang === 'ja' ? 'ja-JP' : 'en-US', { style: 'currency', currency: currency.toUpperCase() });
+  return f.format(minor / 10 ** (f.resolvedOptions().maximumFractionDigits ?? 0));
+}
+
+function page(lang: Lang, shown: Shown, extra: string): string {
+  const t = TEXT[lang];
+  const refresh = shown === 'pending' ? '<meta http-equiv="refresh" content="5">' : '';
+  return `<!doctype html><html lang="${lang}"><head><meta charset="utf-8">${refresh}<title>${escape(t.title)}</title></head>
+<body><h1>${escape(t.title)}</h1><p data-status="${shown}">${escape(t[shown])}</p>${extra}</body></html>`;
+}
+
+/**
+ * The guest's return page after paying (`return_url`): server-rendered, in
+ * Japanese or English, from the server's ledger only — pending, paid, or
+ * the balance due. Nothing a client sends here can claim a payment; the
+ * ledger moves only on verified webhooks re-read from Stripe.
+ */
+export function payReturnRoutes(app: Api, ctx: Ctx): void {
+  app.get(
+    '/pay/return',
+    {
+      config: { public: true },
+      schema: {
+        // a guest's HTML page, not part of the admin API (the OpenAPI document describes JSON answers only)
+        hide: true,
+        tags: ['stays'],
+        summary: "The guest's payment return page (HTML, ja/en): the ledger's view of the stay, never a client's claim",
+        querystring: z.strictObject({
+          stay: Id,
+          lang: z.enum(['ja', 'en']).optional(),
+          // what Stripe.js appends on redirect; read by nobody
+          payment_intent: z.string().max(200).optional(),
+          payment_intent_client_secret: z.string().max(300).optional(),
+          redirect_status: z.string().max(50).optional(),
+        }),
+      },
+    },
+    async (req, reply) => {
+      const lang = langOf(req, req.query.lang);
+      void reply.type('text/html; charset=utf-8').header('cache-control', 'no-store').header('content-language', lang);
+      const stay = await loadStay(ctx.db, req.query.stay);
+      if (!stay) return reply.status(404).send(page(lang, 'not_found', ''));
+      const payments = await listPaymentsOfStay(ctx.db, stay.id);
+      const received = payments.reduce((n, p) => n + p.amountReceived, 0);
+      let shown: Shown;
+      let extra = '';
+      if (stay.status === 'cancelled') shown = 'cancelled';
+      else if (stay.status === 'failed' || stay.status === 'expired') shown = 'ended';
+      else if (received >= stay.amount) shown = 'paid';
+      else if (received > 0) {
+        shown = 'balance_due';
+        extra = `<p data-balance="${stay.amount - received}">${escape(TEXT[lang].balance)}: ${escape(money(stay.amount - received, stay.currency, lang))}</p>`;
+      } else shown = 'pending';
+      return reply.status(200).send(page(lang, shown, extra));
+    },
+  );
+}
