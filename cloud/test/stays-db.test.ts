@@ -9,7 +9,7 @@ import {
   listDeadBillingJobs,
   markBillingJobDone,
 } from '../src/adapters/db/billing-jobs.js';
-import type { Db } from '../src/adapters/db/db.js';
+import { enterVerb, type Db } from '../src/adapters/db/db.js';
 import {
   casPayment,
   insertPayment,
@@ -23,7 +23,6 @@ import {
 } from '../src/adapters/db/payments.js';
 import {
   casStay,
-  enterBillingVerb,
   heldNights,
   insertRoom,
   insertStayWithNights,
@@ -58,7 +57,7 @@ const BACKOFF = { baseMs: 1_000, maxMs: 60_000, maxAttempts: 3 };
 
 async function book(db: Db, stay: Stay) {
   return db.transaction(async (tx) => {
-    await enterBillingVerb(tx, 'bookStay');
+    await enterVerb(tx, 'bookStay');
     return insertStayWithNights(tx, stay);
   });
 }
@@ -197,13 +196,13 @@ describe.each(pgBackends())('stays schema and repositories on %s', (pgBackend) =
       if (failed.status !== 'applied') throw new Error(failed.code);
       await expect(
         t.db.transaction(async (tx) => {
-          await enterBillingVerb(tx, 'failStay');
+          await enterVerb(tx, 'failStay');
           expect(await casStay(tx, failed.state, s.version)).toBe(1);
         }),
       ).rejects.toThrow(/still holds nights/);
       expect((await loadStay(t.db, s.id))?.status).toBe('pending');
       await t.db.transaction(async (tx) => {
-        await enterBillingVerb(tx, 'failStay');
+        await enterVerb(tx, 'failStay');
         expect(await casStay(tx, failed.state, s.version)).toBe(1);
         expect(await releaseNights(tx, s.id)).toBe(2);
       });
@@ -221,7 +220,7 @@ describe.each(pgBackends())('stays schema and repositories on %s', (pgBackend) =
       const next = failStay(a, { cid }, T0 + 5);
       if (next.status !== 'applied') throw new Error(next.code);
       await t.db.transaction(async (tx) => {
-        await enterBillingVerb(tx, 'failStay');
+        await enterVerb(tx, 'failStay');
         expect(await casStay(tx, next.state, a.version + 7)).toBe(0);
       });
       expect(await loadStay(t.db, a.id)).toEqual(a);
@@ -280,7 +279,7 @@ describe.each(pgBackends())('stays schema and repositories on %s', (pgBackend) =
         updatedAt: T0,
       };
       await t.db.transaction(async (tx) => {
-        await enterBillingVerb(tx, 'bookStay');
+        await enterVerb(tx, 'bookStay');
         expect(await insertStayWithNights(tx, s)).toBe('inserted');
         expect(await insertPayment(tx, p)).toBe(1);
       });
@@ -308,7 +307,7 @@ describe.each(pgBackends())('stays schema and repositories on %s', (pgBackend) =
       );
       if (o.status !== 'applied') throw new Error(o.code);
       await t.db.transaction(async (tx) => {
-        await enterBillingVerb(tx, 'settlePayment');
+        await enterVerb(tx, 'settlePayment');
         expect(await casPayment(tx, o.state, withIntent.version)).toBe(1);
         expect(await casPayment(tx, o.state, withIntent.version)).toBe(0);
       });

@@ -19,7 +19,7 @@ import {
 } from '@tobira/shared';
 import { z } from 'zod';
 import { enqueueBillingJob } from '../adapters/db/billing-jobs.js';
-import { pgErrorCode, type Tx } from '../adapters/db/db.js';
+import { enterVerb, pgErrorCode, type Tx } from '../adapters/db/db.js';
 import {
   casPayment,
   insertPayment,
@@ -35,7 +35,6 @@ import type { SiteScope } from '../adapters/db/scope.js';
 import {
   casStay,
   doorsAtSite,
-  enterBillingVerb,
   insertRoom,
   insertStayWithNights,
   loadRoom,
@@ -101,7 +100,7 @@ const defaultPin = (): string => String(randomInt(0, 100_000_000)).padStart(8, '
 /** Runs `fn` in one transaction with the stay/payment status guard's verb marker set. */
 export function inBilling<T>(deps: AppDeps, verb: string, fn: (tx: Tx) => Promise<T>): Promise<T> {
   return deps.db.transaction(async (tx) => {
-    await enterBillingVerb(tx, verb);
+    await enterVerb(tx, verb);
     return fn(tx);
   });
 }

@@ -2,7 +2,7 @@ import { z } from 'zod';
 import { pageOf, parseRow, parseRows, type Page } from '@tobira/shared';
 import { Int8 } from './columns.js';
 import type { Queryable } from './db.js';
-import { scopeParam, type SiteScope } from './scope.js';
+import { scopeParam, timePageParams, type SiteScope } from './scope.js';
 
 /**
  * The operator's reads and the one write of the `alarms` table (the uplink
@@ -78,19 +78,7 @@ export async function listAlarms(q: Queryable, scope: SiteScope, f: AlarmFilter)
         AND ($7::bigint IS NULL OR a.at >= $7) AND ($8::bigint IS NULL OR a.at < $8)
         AND ($9::bigint IS NULL OR (a.at, a.alarm_id::text) < ($9::bigint, $10::text))
       ORDER BY a.at DESC, a.alarm_id::text DESC LIMIT $11`,
-    [
-      scopeParam(scope),
-      f.siteId ?? null,
-      f.gatewayId ?? null,
-      f.lockId ?? null,
-      f.kind ?? null,
-      f.state ?? null,
-      f.from ?? null,
-      f.to ?? null,
-      f.cursor?.[0] ?? null,
-      f.cursor?.[1] ?? null,
-      f.limit + 1,
-    ],
+    [scopeParam(scope), f.siteId ?? null, f.gatewayId ?? null, f.lockId ?? null, f.kind ?? null, f.state ?? null, ...timePageParams(f)],
   );
   return pageOf(parseRows('alarms', AlarmRow, r.rows), f.limit, (a) => [a.at, a.alarmId]);
 }

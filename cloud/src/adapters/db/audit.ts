@@ -2,7 +2,7 @@ import { z } from 'zod';
 import { pageOf, parseRows, type Page, type PageQuery } from '@tobira/shared';
 import { Int8 } from './columns.js';
 import type { Queryable } from './db.js';
-import { scopeParam, type SiteScope } from './scope.js';
+import { scopeParam, timePageParams, type SiteScope } from './scope.js';
 
 /**
  * What the doors reported: the `audit` table (access events, one row per
@@ -95,11 +95,7 @@ export async function listEvents(q: Queryable, scope: SiteScope, f: EventFilter)
       f.personId ?? null,
       f.keyId ?? null,
       f.code ?? null,
-      f.from ?? null,
-      f.to ?? null,
-      f.cursor?.[0] ?? null,
-      f.cursor?.[1] ?? null,
-      f.limit + 1,
+      ...timePageParams(f),
     ],
   );
   const rows = parseRows('audit', EventRow, r.rows).map(({ seq: _seq, commandId: _commandId, ...event }): AccessEventView => event);

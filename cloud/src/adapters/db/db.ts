@@ -69,3 +69,12 @@ export function pgErrorCode(e: unknown): string | undefined {
     return (e as { code: string }).code;
   return undefined;
 }
+
+/**
+ * Sets the transaction-local marker (`tobira.verb`) the status guards check:
+ * a key's, a stay's or a payment's status changes only inside a verb's
+ * transaction (I4; migrations 0001 and 0014).
+ */
+export async function enterVerb(q: Queryable, verb: string): Promise<void> {
+  await q.query("SELECT set_config('tobira.verb', $1, true)", [verb]);
+}

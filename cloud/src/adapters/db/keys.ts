@@ -119,10 +119,7 @@ export async function casKey(q: Queryable, k: EntryKey, expectedRevision: number
   return r.rowCount;
 }
 
-/** Sets the transaction-local marker the keys trigger checks (I4). */
-export async function enterVerb(q: Queryable, verb: string): Promise<void> {
-  await q.query("SELECT set_config('tobira.verb', $1, true)", [verb]);
-}
+export { enterVerb } from './db.js';
 
 /** Whether another live key of the gateway already holds this credential. */
 export async function credentialInUse(q: Queryable, gatewayId: string, digest: string, exceptKeyId: string): Promise<boolean> {

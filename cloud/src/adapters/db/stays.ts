@@ -67,11 +67,6 @@ const STAY_COLUMNS = `s.id, s.site_id, s.room_id, s.person_id, s.check_in::text 
   ARRAY(SELECT d::date::text FROM generate_series(s.check_in::timestamp, s.check_out::timestamp - interval '1 day', interval '1 day') d) AS nights,
   s.amount, s.currency, s.deposit, s.status, s.version, s.hold_until, s.key_id, s.cancel_reason, s.last_code, s.cid, s.created_at, s.updated_at`;
 
-/** Sets the transaction-local marker the stays/payments status triggers check (I4). */
-export async function enterBillingVerb(q: Queryable, verb: string): Promise<void> {
-  await q.query("SELECT set_config('tobira.verb', $1, true)", [verb]);
-}
-
 export async function loadStay(q: Queryable, id: string): Promise<Stay | null> {
   const r = await q.query(`SELECT ${STAY_COLUMNS} FROM stays s WHERE s.id = $1`, [id]);
   return r.rows[0] === undefined ? null : stayOf(r.rows[0]);

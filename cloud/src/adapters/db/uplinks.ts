@@ -2,7 +2,7 @@ import { z } from 'zod';
 import { pageOf, parseRow, parseRows, type Page } from '@tobira/shared';
 import { Int8 } from './columns.js';
 import type { Queryable } from './db.js';
-import { scopeParam, type SiteScope } from './scope.js';
+import { scopeParam, timePageParams, type SiteScope } from './scope.js';
 
 /**
  * The uplink inbox's tables: `uplink_inbox` (dedupe by jti, in the
@@ -136,16 +136,7 @@ export async function listRejectedPage(q: Queryable, scope: SiteScope, f: Reject
         AND ($4::bigint IS NULL OR r.at >= $4) AND ($5::bigint IS NULL OR r.at < $5)
         AND ($6::bigint IS NULL OR (r.at, r.id) < ($6::bigint, $7::bigint))
       ORDER BY r.at DESC, r.id DESC LIMIT $8`,
-    [
-      scopeParam(scope),
-      f.gatewayId ?? null,
-      f.code ?? null,
-      f.from ?? null,
-      f.to ?? null,
-      f.cursor?.[0] ?? null,
-      f.cursor?.[1] ?? null,
-      f.limit + 1,
-    ],
+    [scopeParam(scope), f.gatewayId ?? null, f.code ?? null, ...timePageParams(f)],
   );
   return pageOf(parseRows('rejected_uplinks', RejectedRow, r.rows), f.limit, (x) => [x.at, x.id]);
 }
