@@ -53,7 +53,7 @@ export interface BillingPass {
 const ID = z.string().min(1);
 const PaymentJob = z.object({ paymentId: ID });
 const RefundJob = z.object({ refundId: ID });
-const NotifyJob = z.object({ notice: z.string(), stayId: ID, pin: z.string().optional() });
+const NotifyJob = z.object({ notice: z.string(), stayId: ID });
 const IntentObject = z.object({ id: ID, metadata: z.record(z.string(), z.string()).nullish() });
 const ChargeObject = z.object({ id: ID, payment_intent: ID.nullable(), amount_refunded: z.number().int(), currency: z.string() });
 const EventPayload = z.object({ data: z.object({ object: z.unknown() }) });

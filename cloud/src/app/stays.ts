@@ -203,8 +203,10 @@ async function runEffects(c: EffectContext, effects: readonly StayEffect[]): Pro
           kind: 'notify',
           subjectId: c.stay.id,
           dedupeKey: e.dedupeKey,
-          // the PIN travels to the guest's notice only (never a log line); the notification channel is still to come
-          body: { notice: e.notice, stayId: c.stay.id, ...(e.notice === 'stay_confirmed' && pin !== undefined ? { pin } : {}) },
+          // Never the PIN: a job body is a database row kept for days, and secrets are stored only as
+          // digests. Telling the guest their PIN is the notification channel's work (issue #13), which
+          // must carry it without persisting it in clear.
+          body: { notice: e.notice, stayId: c.stay.id },
           cid: c.cid,
           now: c.now,
         });
