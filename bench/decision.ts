@@ -76,7 +76,12 @@ export async function startDecisionBench(brokerUrl: string, lockCount: number): 
     requestRate: { burst: 1_000_000, perSecond: 1000 },
   };
   const child: ChildProcess = fork(GATEWAY_PROCESS, [], {
-    execArgv: ['--import', 'tsx'],
+    // TOBIRA_BENCH_CPU_PROF=<dir>: a CPU profile of the gateway process (docs/performance.md reads one)
+    execArgv: [
+      '--import',
+      'tsx',
+      ...(process.env.TOBIRA_BENCH_CPU_PROF ? ['--cpu-prof', `--cpu-prof-dir=${process.env.TOBIRA_BENCH_CPU_PROF}`] : []),
+    ],
     env: { ...process.env, TOBIRA_BENCH_GATEWAY_CONFIG: JSON.stringify(config) },
     stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
   });

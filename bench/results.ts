@@ -72,11 +72,21 @@ export interface Machine {
   readonly loadAvg1m: number;
 }
 
+/** One offered rate of the decision-throughput search, as measured. */
+export interface ThroughputStep {
+  readonly rate: number;
+  readonly p50: number;
+  readonly p99: number;
+  readonly answered: number;
+  readonly offered: number;
+  readonly verdict: 'sustained' | 'p99' | 'saturated';
+}
+
 export interface Results {
   readonly at: string;
   readonly machine: Machine;
   /** `--quick` or full, and the run's parameters, so two files can be compared fairly. */
-  readonly run: { readonly quick: boolean; readonly seconds: number };
+  readonly run: { readonly quick: boolean; readonly seconds: number; readonly throughputSteps?: readonly ThroughputStep[] };
   readonly metrics: Metrics;
 }
 
