@@ -23,7 +23,7 @@ import { commitDecisions, findAccess, insertAccess, type StoredAccessEvent } fro
 import { keySetView } from '../adapters/sqlite/keyset.js';
 import { lockById, setLockout, setSiteLockout, siteLockout as readSiteLockout } from '../adapters/sqlite/locks.js';
 import { enqueue } from '../adapters/sqlite/outbox.js';
-import { raiseTimeFloor, readSettings } from '../adapters/sqlite/settings.js';
+import { raiseTimeFloor, readSettings, type Settings } from '../adapters/sqlite/settings.js';
 import { nowOf, type AppContext } from './context.js';
 import { recordLockRefusal } from './locks.js';
 
@@ -186,14 +186,21 @@ export function handleLockRequests(deps: AccessDeps, items: readonly { lockId: s
     return { lockId, secret, requestId, credential };
   });
 
-  const decided = commitDecisions(store.db, (): (Decided | null)[] =>
-    prepared.map((p) => {
+  const decided = commitDecisions(store.db, (): (Decided | null)[] => {
+    // Read once per batch: no decision writes what another one reads from it (mode, lease); each
+    // decision's own writes (lockouts, uplink seq) are read per decision.
+    const settings = readSettings(store.db);
+    const now = deps.time.now(store.db, settings);
+    const batch = { settings, now, storageLow: deps.storageLow() };
+    const out = prepared.map((p): Decided | null => {
       if (p === null) return null;
       const earlier = findAccess(store.db, p.lockId, p.requestId);
       if (earlier !== null) return { row: earlier, command: recordedCommand(earlier, p.secret), replayed: true };
-      return { ...decideOne(deps, p.lockId, p.secret, p.requestId, p.credential), replayed: false };
-    }),
-  );
+      return { ...decideOne(deps, batch, p.lockId, p.secret, p.requestId, p.credential), replayed: false };
+    });
+    if (out.some((d) => d !== null && !d.replayed)) raiseTimeFloor(store.db, 0, now);
+    return out;
+  });
 
   const answers = decided.map((d, i): AccessAnswer | null => {
     const refusal = limited[i];
@@ -232,6 +239,7 @@ export function handleLockRequests(deps: AccessDeps, items: readonly { lockId: s
 /** One decision, inside `commitDecisions`' transaction: decide, lockouts (lock and site), access log, outbox. */
 function decideOne(
   deps: AccessDeps,
+  batch: { readonly settings: Settings; readonly now: number; readonly storageLow: boolean },
   lockId: string,
   secret: Uint8Array,
   requestId: string,
@@ -239,15 +247,14 @@ function decideOne(
 ): { row: StoredAccessEvent; command: LockCommand | null; siteLockoutUntil?: number } {
   const { access } = deps;
   const { db } = deps.store;
-  const now = nowOf(deps);
+  const { settings, now } = batch;
   const lock = lockById(db, lockId);
   const siteLockout = credential === null ? null : readSiteLockout(db, credential.type);
-  const settings = readSettings(db);
   const keySet = keySetView(db);
   const site = {
     ...settings,
     lastFreshAt: lastFreshSyncAt(settings.leaseExpiresAt, access.offlineGraceSeconds),
-    storageLow: deps.storageLow(),
+    storageLow: batch.storageLow,
     ...(siteLockout === null ? {} : { credentialLockout: siteLockout }),
   };
   const d =
@@ -267,7 +274,6 @@ function decideOne(
     if (next !== siteLockout) setSiteLockout(db, credential.type, next, now);
     if (next.lockedOutUntil !== null && next.lockedOutUntil !== siteLockout.lockedOutUntil) siteLockoutUntil = next.lockedOutUntil;
   }
-  raiseTimeFloor(db, 0, now);
   const key = d.key ?? null;
   const cid = (key !== null ? keySet.grantCid(key.grant.keyId) : null) ?? newCorrelationId();
   const command = d.allowed

@@ -1,5 +1,5 @@
 import type { Clock, Logger, MonotonicClock } from '@tobira/shared';
-import { advanceFloor, trustedNow, type TimeAnchor } from '../domain/freshness.js';
+import { advanceFloor, trustedNow, type TimeAnchor, type TimeFloor } from '../domain/freshness.js';
 import type { ReadableDb } from '../adapters/sqlite/db.js';
 import { readSettings } from '../adapters/sqlite/settings.js';
 import type { GatewayStore } from '../adapters/sqlite/store.js';
@@ -34,8 +34,9 @@ export class TrustedTime {
     readonly mono: MonotonicClock,
   ) {}
 
-  now(db: ReadableDb): number {
-    const a = advanceFloor(this.#anchor, readSettings(db), this.mono.now());
+  /** `floor`: the settings row when the caller has just read it (a decision batch reads it once). */
+  now(db: ReadableDb, floor: TimeFloor = readSettings(db)): number {
+    const a = advanceFloor(this.#anchor, floor, this.mono.now());
     this.#anchor = { floorMs: a.floorMs, monoMs: a.monoMs };
     return trustedNow(this.wall.now(), a.nowFloorMs);
   }

@@ -25,6 +25,13 @@ function formatter(timeZone: string): Intl.DateTimeFormat | null {
   return f;
 }
 
+/**
+ * True for a time zone this runtime knows, answered from the same cache as
+ * the schedule's formatters: `isTimeZone` builds an Intl object per call,
+ * which the decision path cannot afford per request.
+ */
+export const knownTimeZone = (timeZone: string): boolean => formatter(timeZone) !== null;
+
 /** Local week day (0 = Sunday) and minute of day of `now` in `timeZone`, or null for an unknown zone. */
 export function localWeekMinute(now: number, timeZone: string): { day: number; minute: number } | null {
   const f = formatter(timeZone);

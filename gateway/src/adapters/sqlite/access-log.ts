@@ -1,6 +1,6 @@
 import { AccessEventMessage, parseRow, parseRows, type AccessEvent } from '@tobira/shared';
 import { z } from 'zod';
-import { flag, type ReadableDb, type WritableDb } from './db.js';
+import { flag, type ReadableDb, type WritableDb, prepared } from './db.js';
 
 /**
  * The access log: every door decision, unique `(lock_id, request_id)`, with
@@ -57,19 +57,20 @@ const AccessRowSchema = AccessLogColumns.transform(accessLogFields)
 
 /** `outboxSeq`: the uplink seq of the row's access.event (retention keeps the row until that is delivered). */
 export function insertAccess(db: WritableDb, a: StoredAccessEvent, outboxSeq: number | null = null): void {
-  db.prepare(
+  prepared(
+    db,
     `INSERT INTO access_log (event_id, lock_id, request_id, door_id, at, allowed, code, key_id, key_version, person_id, credential_type, command_id, command_expires_at, hold_ms, cid, outbox_seq)
      VALUES (@eventId, @lockId, @requestId, @doorId, @at, @allowed, @code, @keyId, @keyVersion, @personId, @credentialType, @commandId, @commandExpiresAt, @holdMs, @cid, @outboxSeq)`,
   ).run({ ...a, allowed: a.allowed ? 1 : 0, outboxSeq });
 }
 
 export function findAccess(db: ReadableDb, lockId: string, requestId: string): StoredAccessEvent | null {
-  const r: unknown = db.prepare('SELECT * FROM access_log WHERE lock_id = ? AND request_id = ?').get(lockId, requestId);
+  const r: unknown = prepared(db, 'SELECT * FROM access_log WHERE lock_id = ? AND request_id = ?').get(lockId, requestId);
   return r === undefined ? null : parseRow('access_log', AccessRowSchema, r);
 }
 
 export function accessLog(db: ReadableDb, limit = 100): StoredAccessEvent[] {
-  return parseRows('access_log', AccessRowSchema, db.prepare('SELECT * FROM access_log ORDER BY id DESC LIMIT ?').all(limit));
+  return parseRows('access_log', AccessRowSchema, prepared(db, 'SELECT * FROM access_log ORDER BY id DESC LIMIT ?').all(limit));
 }
 
 /**
@@ -93,14 +94,13 @@ export function commitDecisions<T>(db: WritableDb, decideAll: () => T): T {
  * recorded, from before 0007) was delivered.
  */
 export function purgeAccessLog(db: WritableDb, now: number, bounds: { readonly maxRows: number; readonly maxAgeMs: number }): number {
-  const overflow: unknown = db.prepare('SELECT id FROM access_log ORDER BY id DESC LIMIT 1 OFFSET ?').get(bounds.maxRows);
+  const overflow: unknown = prepared(db, 'SELECT id FROM access_log ORDER BY id DESC LIMIT 1 OFFSET ?').get(bounds.maxRows);
   const overflowId = overflow === undefined ? -1 : parseRow('access_log', z.object({ id: z.int() }), overflow).id;
-  return db
-    .prepare(
-      `DELETE FROM access_log WHERE id IN (
+  return prepared(
+    db,
+    `DELETE FROM access_log WHERE id IN (
          SELECT a.id FROM access_log a
          WHERE (a.at < @cutoff OR a.id <= @overflowId)
            AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.seq = a.outbox_seq AND o.acked_at IS NULL))`,
-    )
-    .run({ cutoff: now - bounds.maxAgeMs, overflowId }).changes;
+  ).run({ cutoff: now - bounds.maxAgeMs, overflowId }).changes;
 }

@@ -1,5 +1,5 @@
 import { asDoorId, asLockId, type AlarmKind } from '@tobira/shared';
-import type { WritableDb } from './db.js';
+import { prepared, type WritableDb } from './db.js';
 import { lockById } from './locks.js';
 import { enqueue, type OutboxLimits } from './outbox.js';
 
@@ -15,9 +15,13 @@ export interface LockAlarm {
 /** Records an alarm once (by alarm id). Returns false for a redelivered alarm. Joins the caller's transaction. */
 export function insertAlarm(db: WritableDb, a: { alarmId: string; lockId: string; kind: string; at: number }, now: number): boolean {
   return (
-    db
-      .prepare('INSERT INTO alarms (alarm_id, lock_id, kind, at, received_at) VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING')
-      .run(a.alarmId, a.lockId, a.kind, a.at, now).changes === 1
+    prepared(db, 'INSERT INTO alarms (alarm_id, lock_id, kind, at, received_at) VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING').run(
+      a.alarmId,
+      a.lockId,
+      a.kind,
+      a.at,
+      now,
+    ).changes === 1
   );
 }
 
@@ -53,11 +57,15 @@ export function recordAlarm(db: WritableDb, limits: OutboxLimits, a: LockAlarm, 
 export function ackAlarm(db: WritableDb, alarmId: string, by: string, now: number): 'applied' | 'noop' | 'not_found' {
   return db
     .transaction(() => {
-      const r = db
-        .prepare('UPDATE alarms SET closed_at = ?, closed_by = ? WHERE alarm_id = ? AND closed_at IS NULL')
-        .run(now, by.slice(0, 200), alarmId);
+      const r = prepared(db, 'UPDATE alarms SET closed_at = ?, closed_by = ? WHERE alarm_id = ? AND closed_at IS NULL').run(
+        now,
+        by.slice(0, 200),
+        alarmId,
+      );
       if (r.changes === 1) return 'applied' as const;
-      return db.prepare('SELECT 1 FROM alarms WHERE alarm_id = ?').get(alarmId) === undefined ? ('not_found' as const) : ('noop' as const);
+      return prepared(db, 'SELECT 1 FROM alarms WHERE alarm_id = ?').get(alarmId) === undefined
+        ? ('not_found' as const)
+        : ('noop' as const);
     })
     .immediate();
 }

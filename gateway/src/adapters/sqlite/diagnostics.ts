@@ -1,5 +1,5 @@
 import type { UnverifiedClaims } from '@tobira/shared';
-import { countOf, withoutFsync, type ReadableDb, type WritableDb } from './db.js';
+import { countOf, withoutFsync, type ReadableDb, type WritableDb, prepared } from './db.js';
 
 /**
  * Diagnostics, not audit: downlinks refused by verification (`rejected`) and
@@ -58,30 +58,29 @@ export interface LockRefusal {
 export function recordRejected(db: WritableDb, maxRows: number, r: RejectedDownlink, at: number): void {
   const c = r.claimed;
   withoutFsync(db, () => {
-    const { lastInsertRowid } = db
-      .prepare(
-        `INSERT INTO rejected (at, topic, code, detail, bytes, claimed_jti, claimed_cid, claimed_type, claimed_seq, claimed_issuer)
+    const { lastInsertRowid } = prepared(
+      db,
+      `INSERT INTO rejected (at, topic, code, detail, bytes, claimed_jti, claimed_cid, claimed_type, claimed_seq, claimed_issuer)
          VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-      )
-      .run(
-        at,
-        r.topic.slice(0, 512),
-        r.code.slice(0, 64),
-        r.detail.slice(0, 500),
-        r.bytes,
-        c.jti?.slice(0, 36) ?? null,
-        c.cid?.slice(0, 128) ?? null,
-        c.type?.slice(0, 64) ?? null,
-        c.seq,
-        c.iss?.slice(0, 128) ?? null,
-      );
-    db.prepare('DELETE FROM rejected WHERE id <= ?').run(Number(lastInsertRowid) - maxRows);
+    ).run(
+      at,
+      r.topic.slice(0, 512),
+      r.code.slice(0, 64),
+      r.detail.slice(0, 500),
+      r.bytes,
+      c.jti?.slice(0, 36) ?? null,
+      c.cid?.slice(0, 128) ?? null,
+      c.type?.slice(0, 64) ?? null,
+      c.seq,
+      c.iss?.slice(0, 128) ?? null,
+    );
+    prepared(db, 'DELETE FROM rejected WHERE id <= ?').run(Number(lastInsertRowid) - maxRows);
   });
 }
 
 /** Age bound of rejected (hourly, with the other purges). */
 export function purgeRejected(db: WritableDb, now: number, maxAgeMs: number): number {
-  return db.prepare('DELETE FROM rejected WHERE at < ?').run(now - maxAgeMs).changes;
+  return prepared(db, 'DELETE FROM rejected WHERE at < ?').run(now - maxAgeMs).changes;
 }
 
 export function rejectedCount(db: ReadableDb): number {
@@ -91,23 +90,24 @@ export function rejectedCount(db: ReadableDb): number {
 /** Records a refused lock message, or a refusal a lock reported (never the payload). Inside a caller's transaction it joins it. */
 export function recordLockRefusal(db: WritableDb, maxRows: number, r: LockRefusal, at: number): void {
   withoutFsync(db, () => {
-    const { lastInsertRowid } = db
-      .prepare('INSERT INTO lock_refusals (at, origin, lock_id, channel, topic, code, detail, bytes) VALUES (?, ?, ?, ?, ?, ?, ?, ?)')
-      .run(
-        at,
-        r.origin,
-        r.lockId === null ? null : r.lockId.slice(0, 128),
-        r.channel.slice(0, 32),
-        r.topic.slice(0, 512),
-        r.code.slice(0, 64),
-        r.detail.slice(0, 500),
-        r.bytes,
-      );
-    db.prepare('DELETE FROM lock_refusals WHERE id <= ?').run(Number(lastInsertRowid) - maxRows);
+    const { lastInsertRowid } = prepared(
+      db,
+      'INSERT INTO lock_refusals (at, origin, lock_id, channel, topic, code, detail, bytes) VALUES (?, ?, ?, ?, ?, ?, ?, ?)',
+    ).run(
+      at,
+      r.origin,
+      r.lockId === null ? null : r.lockId.slice(0, 128),
+      r.channel.slice(0, 32),
+      r.topic.slice(0, 512),
+      r.code.slice(0, 64),
+      r.detail.slice(0, 500),
+      r.bytes,
+    );
+    prepared(db, 'DELETE FROM lock_refusals WHERE id <= ?').run(Number(lastInsertRowid) - maxRows);
   });
 }
 
 /** Age bound of lock_refusals (hourly, with the other purges). */
 export function purgeLockRefusals(db: WritableDb, now: number, maxAgeMs: number): number {
-  return db.prepare('DELETE FROM lock_refusals WHERE at < ?').run(now - maxAgeMs).changes;
+  return prepared(db, 'DELETE FROM lock_refusals WHERE at < ?').run(now - maxAgeMs).changes;
 }

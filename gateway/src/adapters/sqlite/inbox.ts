@@ -1,6 +1,6 @@
 import { DownlinkMessage, parseRow, parseRows, type MessageId } from '@tobira/shared';
 import { z } from 'zod';
-import { countOf, jsonColumn, type ReadableDb, type WritableDb } from './db.js';
+import { countOf, jsonColumn, type ReadableDb, type WritableDb, prepared } from './db.js';
 import { raiseTimeFloor } from './settings.js';
 
 /**
@@ -54,12 +54,11 @@ const InboxRowSchema = z
 export function insertInbox(db: WritableDb, m: DownlinkMessage, receivedAt: number): 'inserted' | 'duplicate' {
   return db
     .transaction(() => {
-      const r = db
-        .prepare(
-          `INSERT INTO inbox (jti, type, seq, cid, iat, message, received_at) VALUES (?, ?, ?, ?, ?, ?, ?)
+      const r = prepared(
+        db,
+        `INSERT INTO inbox (jti, type, seq, cid, iat, message, received_at) VALUES (?, ?, ?, ?, ?, ?, ?)
            ON CONFLICT (jti) DO NOTHING`,
-        )
-        .run(m.jti, m.type, 'seq' in m ? m.seq : null, m.cid, m.iat, JSON.stringify(m), receivedAt);
+      ).run(m.jti, m.type, 'seq' in m ? m.seq : null, m.cid, m.iat, JSON.stringify(m), receivedAt);
       raiseTimeFloor(db, m.iat * 1000, 0);
       return r.changes === 1 ? ('inserted' as const) : ('duplicate' as const);
     })
@@ -68,12 +67,12 @@ export function insertInbox(db: WritableDb, m: DownlinkMessage, receivedAt: numb
 
 /** Claims made before a crash are released: one process owns the file, so at startup nobody else holds a claim. */
 export function releaseAllClaims(db: WritableDb): void {
-  db.prepare("UPDATE inbox SET claimed_until = NULL WHERE status = 'pending'").run();
+  prepared(db, "UPDATE inbox SET claimed_until = NULL WHERE status = 'pending'").run();
 }
 
 /** Reclaims claims whose lease ran out (the claimer died or hung). */
 export function reclaimExpired(db: WritableDb, now: number): number {
-  return db.prepare("UPDATE inbox SET claimed_until = NULL WHERE status = 'pending' AND claimed_until <= ?").run(now).changes;
+  return prepared(db, "UPDATE inbox SET claimed_until = NULL WHERE status = 'pending' AND claimed_until <= ?").run(now).changes;
 }
 
 /**
@@ -84,32 +83,34 @@ export function reclaimExpired(db: WritableDb, now: number): number {
 export function nextInbox(db: ReadableDb, appliedSeq: number, now: number): InboxRow | null {
   const free = '(claimed_until IS NULL OR claimed_until <= @now)';
   const row: unknown =
-    db
-      .prepare(`SELECT * FROM inbox WHERE status = 'pending' AND seq IS NOT NULL AND seq <= @applied AND ${free} ORDER BY seq, id LIMIT 1`)
-      .get({ applied: appliedSeq, now }) ??
-    db
-      .prepare(`SELECT * FROM inbox WHERE status = 'pending' AND seq = @next AND ${free} ORDER BY id LIMIT 1`)
-      .get({ next: appliedSeq + 1, now }) ??
-    db.prepare(`SELECT * FROM inbox WHERE status = 'pending' AND seq IS NULL AND ${free} ORDER BY id LIMIT 1`).get({ now });
+    prepared(
+      db,
+      `SELECT * FROM inbox WHERE status = 'pending' AND seq IS NOT NULL AND seq <= @applied AND ${free} ORDER BY seq, id LIMIT 1`,
+    ).get({ applied: appliedSeq, now }) ??
+    prepared(db, `SELECT * FROM inbox WHERE status = 'pending' AND seq = @next AND ${free} ORDER BY id LIMIT 1`).get({
+      next: appliedSeq + 1,
+      now,
+    }) ??
+    prepared(db, `SELECT * FROM inbox WHERE status = 'pending' AND seq IS NULL AND ${free} ORDER BY id LIMIT 1`).get({ now });
   return row === undefined ? null : parseRow('inbox', InboxRowSchema, row);
 }
 
 /** True when sequenced rows wait beyond a missing seq. */
 export function hasGap(db: ReadableDb, appliedSeq: number): boolean {
-  return db.prepare("SELECT 1 FROM inbox WHERE status = 'pending' AND seq > ? LIMIT 1").get(appliedSeq + 1) !== undefined;
+  return prepared(db, "SELECT 1 FROM inbox WHERE status = 'pending' AND seq > ? LIMIT 1").get(appliedSeq + 1) !== undefined;
 }
 
 /** Claim: one attempt more, with a lease. 0 rows: someone else has it. */
 export function claimInbox(db: WritableDb, id: number, until: number): boolean {
   return (
-    db.prepare("UPDATE inbox SET attempts = attempts + 1, claimed_until = ? WHERE id = ? AND status = 'pending'").run(until, id).changes ===
-    1
+    prepared(db, "UPDATE inbox SET attempts = attempts + 1, claimed_until = ? WHERE id = ? AND status = 'pending'").run(until, id)
+      .changes === 1
   );
 }
 
 /** Mark: processed with the result the ack reports. Runs in the apply transaction. */
 export function markProcessed(db: WritableDb, id: number, result: string, code: string, now: number): void {
-  db.prepare("UPDATE inbox SET status = 'processed', result = ?, code = ?, processed_at = ?, claimed_until = NULL WHERE id = ?").run(
+  prepared(db, "UPDATE inbox SET status = 'processed', result = ?, code = ?, processed_at = ?, claimed_until = NULL WHERE id = ?").run(
     result,
     code,
     now,
@@ -119,7 +120,8 @@ export function markProcessed(db: WritableDb, id: number, result: string, code: 
 
 /** Fail: release the claim with the error; after the allowed attempts the row is marked failed (visible to operators). */
 export function failInbox(db: WritableDb, id: number, error: string, failed: boolean, now: number): void {
-  db.prepare(
+  prepared(
+    db,
     "UPDATE inbox SET claimed_until = NULL, last_error = ?, status = CASE WHEN ? THEN 'failed' ELSE status END, code = CASE WHEN ? THEN 'APPLY_FAILED' ELSE code END, processed_at = CASE WHEN ? THEN ? ELSE processed_at END WHERE id = ?",
   ).run(error.slice(0, 500), failed ? 1 : 0, failed ? 1 : 0, failed ? 1 : 0, now, id);
 }
@@ -169,12 +171,12 @@ export function inboxByStatus(db: ReadableDb): Record<string, number> {
   const rows = parseRows(
     'inbox',
     z.object({ status: z.string(), n: z.int() }),
-    db.prepare('SELECT status, count(*) AS n FROM inbox GROUP BY status').all(),
+    prepared(db, 'SELECT status, count(*) AS n FROM inbox GROUP BY status').all(),
   );
   return Object.fromEntries(rows.map((r) => [r.status, r.n]));
 }
 
 /** Purges processed inbox rows older than `olderThan` (30 days in production); failed rows stay for operators. */
 export function purgeProcessed(db: WritableDb, olderThan: number): number {
-  return db.prepare("DELETE FROM inbox WHERE status = 'processed' AND processed_at < ?").run(olderThan).changes;
+  return prepared(db, "DELETE FROM inbox WHERE status = 'processed' AND processed_at < ?").run(olderThan).changes;
 }

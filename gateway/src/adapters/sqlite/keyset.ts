@@ -1,8 +1,9 @@
-import { KeyGrant, MessageId, parseRow, parseRows, type CredentialType } from '@tobira/shared';
+import { CorruptRow, MessageId, parseRow, parseRows, type CredentialType, type KeyGrant } from '@tobira/shared';
 import { z } from 'zod';
 import type { KeySetView } from '../../domain/decide.js';
 import { STORED_KEY_STATUSES, type KeySlot, type StoredKey } from '../../domain/keyset.js';
-import { countOf, jsonColumn, type ReadableDb, type WritableDb } from './db.js';
+import { knownTimeZone } from '../../domain/schedule.js';
+import { countOf, jsonColumn, type ReadableDb, type WritableDb, prepared } from './db.js';
 
 /**
  * The key set: `keys` (one row per key id), `tombstones` (per key the highest
@@ -10,16 +11,92 @@ import { countOf, jsonColumn, type ReadableDb, type WritableDb } from './db.js';
  * parts until all have arrived). Every verb joins the caller's transaction
  * (the inbox writer's apply).
  */
-const KeyRow = z
-  .object({ version: z.int(), status: z.enum(STORED_KEY_STATUSES), grant_json: jsonColumn(KeyGrant) })
-  .transform((r): StoredKey => ({ grant: r.grant_json, version: r.version, status: r.status }));
+/**
+ * A grant is validated with the full `KeyGrant` schema once, when it arrives
+ * (the inbox verifies the message); the row stores that grant. Reading it
+ * back runs on every decision, so it is not parsed with zod again (the
+ * profile showed that, with the time zone's Intl check, as the decision's
+ * largest avoidable cost): a structural check of what the decision and the
+ * apply rules read stands in, and a row that does not fit is still a
+ * `CorruptRow`.
+ */
+const CREDENTIAL_TYPES: readonly unknown[] = ['pin', 'card', 'mobile'] satisfies CredentialType[];
+const HHMM = /^([01]\d|2[0-3]):[0-5]\d$|^24:00$/;
+const isRecord = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
+const isText = (v: unknown): v is string => typeof v === 'string' && v.length > 0;
+const isInt = (v: unknown, min: number): v is number => typeof v === 'number' && Number.isSafeInteger(v) && v >= min;
+const isDay = (v: unknown) => isInt(v, 0) && v <= 6;
+const isWindow = (w: unknown) =>
+  isRecord(w) &&
+  Array.isArray(w.days) &&
+  w.days.length > 0 &&
+  w.days.every(isDay) &&
+  typeof w.start === 'string' &&
+  HHMM.test(w.start) &&
+  typeof w.end === 'string' &&
+  HHMM.test(w.end);
+const isSchedule = (s: unknown) =>
+  s === null ||
+  (isRecord(s) &&
+    isText(s.timeZone) &&
+    knownTimeZone(s.timeZone) &&
+    Array.isArray(s.windows) &&
+    s.windows.length > 0 &&
+    s.windows.every(isWindow));
+
+function isStoredGrant(g: unknown): g is KeyGrant {
+  return (
+    isRecord(g) &&
+    isText(g.keyId) &&
+    isInt(g.version, 1) &&
+    isText(g.personId) &&
+    isRecord(g.credential) &&
+    CREDENTIAL_TYPES.includes(g.credential.type) &&
+    isText(g.credential.digest) &&
+    Array.isArray(g.doors) &&
+    g.doors.length > 0 &&
+    g.doors.every(isText) &&
+    isInt(g.validFrom, 0) &&
+    isInt(g.validUntil, 0) &&
+    isSchedule(g.schedule) &&
+    typeof g.offlineCapable === 'boolean' &&
+    (g.offlineMaxSeconds === undefined || isInt(g.offlineMaxSeconds, 1))
+  );
+}
+
+const KeyRowShape = z.object({ version: z.int(), status: z.enum(STORED_KEY_STATUSES), grant_json: z.string() });
+
+function storedKey(raw: unknown): StoredKey {
+  // the three columns by hand too: this runs per candidate key per decision
+  if (
+    !isRecord(raw) ||
+    !isInt(raw.version, 0) ||
+    (raw.status !== 'active' && raw.status !== 'revoked') ||
+    typeof raw.grant_json !== 'string'
+  )
+    return corruptKey(raw);
+  let grant: unknown;
+  try {
+    grant = JSON.parse(raw.grant_json);
+  } catch {
+    throw new CorruptRow('keys', 'grant_json: not JSON');
+  }
+  if (!isStoredGrant(grant)) throw new CorruptRow('keys', 'grant_json: not a key grant');
+  return { grant, version: raw.version, status: raw.status };
+}
+/** Names the columns that do not fit, as parseRow would. */
+function corruptKey(raw: unknown): never {
+  parseRow('keys', KeyRowShape, raw);
+  throw new CorruptRow('keys', 'not a key row');
+}
+
 const Tombstone = z.object({ version: z.int() });
 
 export function loadSlot(db: ReadableDb, keyId: string): KeySlot {
-  const k: unknown = db.prepare('SELECT version, status, grant_json FROM keys WHERE key_id = ?').get(keyId);
-  const t: unknown = db.prepare('SELECT version FROM tombstones WHERE key_id = ?').get(keyId);
+  const k: unknown = prepared(db, 'SELECT version, status, grant_json FROM keys WHERE key_id = ?').get(keyId);
+  const t: unknown = prepared(db, 'SELECT version FROM tombstones WHERE key_id = ?').get(keyId);
   return {
-    key: k === undefined ? null : parseRow('keys', KeyRow, k),
+    key: k === undefined ? null : storedKey(k),
     tombstone: t === undefined ? null : parseRow('tombstones', Tombstone, t).version,
   };
 }
@@ -28,7 +105,8 @@ export function loadSlot(db: ReadableDb, keyId: string): KeySlot {
 export function saveSlot(db: WritableDb, keyId: string, slot: KeySlot, grantCid: string | null, now: number): void {
   if (slot.key !== null) {
     const g = slot.key.grant;
-    db.prepare(
+    prepared(
+      db,
       `INSERT INTO keys (key_id, version, status, person_id, credential_type, credential_digest, grant_json, grant_cid, updated_at)
        VALUES (@keyId, @version, @status, @personId, @type, @digest, @json, @cid, @now)
        ON CONFLICT (key_id) DO UPDATE SET version = excluded.version, status = excluded.status, person_id = excluded.person_id,
@@ -47,7 +125,8 @@ export function saveSlot(db: WritableDb, keyId: string, slot: KeySlot, grantCid:
     });
   }
   if (slot.tombstone !== null) {
-    db.prepare(
+    prepared(
+      db,
       'INSERT INTO tombstones (key_id, version, at) VALUES (?, ?, ?) ON CONFLICT (key_id) DO UPDATE SET version = max(tombstones.version, excluded.version), at = excluded.at',
     ).run(keyId, slot.tombstone, now);
   }
@@ -59,13 +138,11 @@ const GrantCid = z.object({ grant_cid: z.string() });
 export function keySetView(db: ReadableDb): KeySetView & { grantCid(keyId: string): string | null } {
   return {
     byCredential: (type: CredentialType, digest: string): readonly StoredKey[] =>
-      parseRows(
-        'keys',
-        KeyRow,
-        db.prepare('SELECT version, status, grant_json FROM keys WHERE credential_type = ? AND credential_digest = ?').all(type, digest),
-      ),
+      prepared(db, 'SELECT version, status, grant_json FROM keys WHERE credential_type = ? AND credential_digest = ?')
+        .all(type, digest)
+        .map(storedKey),
     grantCid: (keyId: string) => {
-      const r: unknown = db.prepare('SELECT grant_cid FROM keys WHERE key_id = ?').get(keyId);
+      const r: unknown = prepared(db, 'SELECT grant_cid FROM keys WHERE key_id = ?').get(keyId);
       // '' is stored for keys no grant made (snapshot revokes): no cid to carry on
       return r === undefined ? null : parseRow('keys', GrantCid, r).grant_cid || null;
     },
@@ -74,14 +151,14 @@ export function keySetView(db: ReadableDb): KeySetView & { grantCid(keyId: strin
 
 /** Snapshot apply: drops every active key (revoked rows and tombstones stay), to be refilled from the snapshot. */
 export function dropActiveKeys(db: WritableDb): void {
-  db.prepare("DELETE FROM keys WHERE status = 'active'").run();
+  prepared(db, "DELETE FROM keys WHERE status = 'active'").run();
 }
 
 export function keyCounts(db: ReadableDb): { active: number; revoked: number; tombstones: number } {
   const k = parseRow(
     'keys',
     z.object({ a: z.int().nullable(), r: z.int().nullable() }),
-    db.prepare("SELECT sum(status = 'active') AS a, sum(status = 'revoked') AS r FROM keys").get(),
+    prepared(db, "SELECT sum(status = 'active') AS a, sum(status = 'revoked') AS r FROM keys").get(),
   );
   return { active: k.a ?? 0, revoked: k.r ?? 0, tombstones: countOf(db, 'tombstones', 'SELECT count(*) AS n FROM tombstones') };
 }
@@ -103,7 +180,8 @@ export function addSnapshotPart(
   p: { snapshotId: string; part: number; parts: number; asOfSeq: number; jti: string; cid: string; body: unknown },
   now: number,
 ): number {
-  db.prepare(
+  prepared(
+    db,
     'INSERT INTO snapshot_parts (snapshot_id, part, parts, as_of_seq, jti, cid, body, received_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING',
   ).run(p.snapshotId, p.part, p.parts, p.asOfSeq, p.jti, p.cid, JSON.stringify(p.body), now);
   return countOf(db, 'snapshot_parts', 'SELECT count(*) AS n FROM snapshot_parts WHERE snapshot_id = ?', p.snapshotId);
@@ -113,20 +191,19 @@ export function snapshotParts<S extends z.ZodType>(db: ReadableDb, snapshotId: s
   const rows = parseRows(
     'snapshot_parts',
     SnapshotPartRow,
-    db.prepare('SELECT part, jti, cid, body FROM snapshot_parts WHERE snapshot_id = ? ORDER BY part').all(snapshotId),
+    prepared(db, 'SELECT part, jti, cid, body FROM snapshot_parts WHERE snapshot_id = ? ORDER BY part').all(snapshotId),
   );
   return rows.map((r) => ({ part: r.part, jti: r.jti, cid: r.cid, body: parseRow('snapshot_parts', jsonColumn(body), r.body) }));
 }
 /** Drops parts of snapshots that never completed (by their newest part's arrival). */
 export function purgeIncompleteSnapshots(db: WritableDb, olderThan: number): number {
-  return db
-    .prepare(
-      'DELETE FROM snapshot_parts WHERE snapshot_id IN (SELECT snapshot_id FROM snapshot_parts GROUP BY snapshot_id HAVING max(received_at) < ?)',
-    )
-    .run(olderThan).changes;
+  return prepared(
+    db,
+    'DELETE FROM snapshot_parts WHERE snapshot_id IN (SELECT snapshot_id FROM snapshot_parts GROUP BY snapshot_id HAVING max(received_at) < ?)',
+  ).run(olderThan).changes;
 }
 export function dropSnapshot(db: WritableDb, snapshotId: string): void {
-  db.prepare('DELETE FROM snapshot_parts WHERE snapshot_id = ?').run(snapshotId);
+  prepared(db, 'DELETE FROM snapshot_parts WHERE snapshot_id = ?').run(snapshotId);
 }
 
 /** A part body read back without a schema (tests, tools). */

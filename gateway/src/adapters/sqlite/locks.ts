@@ -1,7 +1,7 @@
 import { BoltState, DoorState, parseRow, parseRows } from '@tobira/shared';
 import { z } from 'zod';
 import { noSiteLockout, type LockoutState, type SiteLockoutState } from '../../domain/lockout.js';
-import { flag, type ReadableDb, type WritableDb } from './db.js';
+import { flag, type ReadableDb, type WritableDb, prepared } from './db.js';
 
 /**
  * The configured locks (`locks`: door, availability, last state, per-lock
@@ -48,19 +48,20 @@ const LockRowSchema = z
 
 /** Pairs the configured locks (door mapping from config); state columns are kept. */
 export function upsertLock(db: WritableDb, lockId: string, doorId: string, now: number): void {
-  db.prepare(
+  prepared(
+    db,
     'INSERT INTO locks (lock_id, door_id, updated_at) VALUES (?, ?, ?) ON CONFLICT (lock_id) DO UPDATE SET door_id = excluded.door_id',
   ).run(lockId, doorId, now);
 }
 export function lockById(db: ReadableDb, lockId: string): LockRow | null {
-  const r: unknown = db.prepare('SELECT * FROM locks WHERE lock_id = ?').get(lockId);
+  const r: unknown = prepared(db, 'SELECT * FROM locks WHERE lock_id = ?').get(lockId);
   return r === undefined ? null : parseRow('locks', LockRowSchema, r);
 }
 export function allLocks(db: ReadableDb): LockRow[] {
-  return parseRows('locks', LockRowSchema, db.prepare('SELECT * FROM locks ORDER BY lock_id').all());
+  return parseRows('locks', LockRowSchema, prepared(db, 'SELECT * FROM locks ORDER BY lock_id').all());
 }
 export function setLockout(db: WritableDb, lockId: string, s: LockoutState, now: number): void {
-  db.prepare('UPDATE locks SET failures = ?, locked_out_until = ?, updated_at = ? WHERE lock_id = ?').run(
+  prepared(db, 'UPDATE locks SET failures = ?, locked_out_until = ?, updated_at = ? WHERE lock_id = ?').run(
     s.failures,
     s.lockedOutUntil,
     now,
@@ -70,9 +71,12 @@ export function setLockout(db: WritableDb, lockId: string, s: LockoutState, now:
 /** True when the availability changed. */
 export function setLockOnline(db: WritableDb, lockId: string, online: boolean, now: number): boolean {
   return (
-    db
-      .prepare('UPDATE locks SET online = ?, updated_at = ? WHERE lock_id = ? AND online != ?')
-      .run(online ? 1 : 0, now, lockId, online ? 1 : 0).changes === 1
+    prepared(db, 'UPDATE locks SET online = ?, updated_at = ? WHERE lock_id = ? AND online != ?').run(
+      online ? 1 : 0,
+      now,
+      lockId,
+      online ? 1 : 0,
+    ).changes === 1
   );
 }
 /** Records the state a lock reported, unless a newer one (by the lock's own time) is already in. */
@@ -82,7 +86,8 @@ export function recordLockState(
   s: { bolt: Bolt; door: Door; battery: number; at: number },
   now: number,
 ): void {
-  db.prepare(
+  prepared(
+    db,
     'UPDATE locks SET bolt = ?, door = ?, battery = ?, state_at = ?, updated_at = ? WHERE lock_id = ? AND (state_at IS NULL OR state_at <= ?)',
   ).run(s.bolt, s.door, s.battery, s.at, now, lockId, s.at);
 }
@@ -94,13 +99,14 @@ const SiteLockoutRow = z
   .transform((r): SiteLockoutState => ({ failures: r.failures, windowStart: r.window_start, lockedOutUntil: r.locked_out_until }));
 
 export function siteLockout(db: ReadableDb, credentialType: string): SiteLockoutState {
-  const r: unknown = db
-    .prepare('SELECT failures, window_start, locked_out_until FROM site_lockout WHERE credential_type = ?')
-    .get(credentialType);
+  const r: unknown = prepared(db, 'SELECT failures, window_start, locked_out_until FROM site_lockout WHERE credential_type = ?').get(
+    credentialType,
+  );
   return r === undefined ? noSiteLockout : parseRow('site_lockout', SiteLockoutRow, r);
 }
 export function setSiteLockout(db: WritableDb, credentialType: string, s: SiteLockoutState, now: number): void {
-  db.prepare(
+  prepared(
+    db,
     `INSERT INTO site_lockout (credential_type, failures, window_start, locked_out_until, updated_at) VALUES (?, ?, ?, ?, ?)
      ON CONFLICT (credential_type) DO UPDATE SET failures = excluded.failures, window_start = excluded.window_start, locked_out_until = excluded.locked_out_until, updated_at = excluded.updated_at`,
   ).run(credentialType, s.failures, s.windowStart, s.lockedOutUntil, now);

@@ -1,6 +1,6 @@
 import { newMessageId, parseRow, parseRows, CorrelationId, MessageId, type UplinkMessage } from '@tobira/shared';
 import { z } from 'zod';
-import { countOf, jsonColumn, withoutFsync, type ReadableDb, type WritableDb } from './db.js';
+import { countOf, jsonColumn, withoutFsync, type ReadableDb, type WritableDb, prepared } from './db.js';
 import { readSettings } from './settings.js';
 
 /**
@@ -32,6 +32,8 @@ export type EnqueueResult = { readonly seq: number; readonly jti: MessageId } | 
 
 const OUTBOX_TYPES = ['ack', 'access.event', 'alarm', 'gateway.status'] as const satisfies readonly OutboxType[];
 
+const NextSeq = z.object({ seq: z.int() });
+
 const OutboxRowSchema = z.object({
   seq: z.int(),
   jti: MessageId,
@@ -56,9 +58,14 @@ export function enqueue<T extends OutboxType>(
   now: number,
 ): EnqueueResult {
   if (!essential && outboxDepth(db) >= limits.maxRows) return { refused: 'OUTBOX_FULL' };
-  const seq = readSettings(db).nextUplinkSeq;
+  // one statement takes the seq and advances the counter (the decision path enqueues per request)
+  const seq = parseRow(
+    'settings',
+    NextSeq,
+    prepared(db, 'UPDATE settings SET next_uplink_seq = next_uplink_seq + 1 WHERE id = 1 RETURNING next_uplink_seq - 1 AS seq').get(),
+  ).seq;
   const jti = newMessageId();
-  db.prepare('INSERT INTO outbox (seq, jti, type, cid, body, essential, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)').run(
+  prepared(db, 'INSERT INTO outbox (seq, jti, type, cid, body, essential, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)').run(
     seq,
     jti,
     type,
@@ -67,7 +74,6 @@ export function enqueue<T extends OutboxType>(
     essential ? 1 : 0,
     now,
   );
-  db.prepare('UPDATE settings SET next_uplink_seq = ? WHERE id = 1').run(seq + 1);
   return { seq, jti };
 }
 
@@ -89,7 +95,7 @@ export function pendingOutbox(db: ReadableDb, limit: number): OutboxRow[] {
   return parseRows(
     'outbox',
     OutboxRowSchema,
-    db.prepare("SELECT seq, jti, type, cid, body FROM outbox WHERE status = 'pending' ORDER BY seq LIMIT ?").all(limit),
+    prepared(db, "SELECT seq, jti, type, cid, body FROM outbox WHERE status = 'pending' ORDER BY seq LIMIT ?").all(limit),
   );
 }
 
@@ -100,7 +106,7 @@ export function pendingOutbox(db: ReadableDb, limit: number): OutboxRow[] {
  * deduplicates.
  */
 export function markSent(db: WritableDb, seqs: readonly number[], now: number): void {
-  const stmt = db.prepare("UPDATE outbox SET status = 'sent', sent_at = ? WHERE seq = ? AND status = 'pending'");
+  const stmt = prepared(db, "UPDATE outbox SET status = 'sent', sent_at = ? WHERE seq = ? AND status = 'pending'");
   withoutFsync(db, () => seqs.forEach((s) => stmt.run(now, s)));
 }
 
@@ -123,14 +129,15 @@ export type UplinkAckResult = { readonly acked: number } | { readonly foreign: t
  * to it is done, whether sent or waiting to be sent again. In the caller's transaction.
  */
 export function ackUplink(db: WritableDb, seq: number, jti: string, now: number): UplinkAckResult {
-  const row: unknown = db.prepare('SELECT jti FROM outbox WHERE seq = ?').get(seq);
+  const row: unknown = prepared(db, 'SELECT jti FROM outbox WHERE seq = ?').get(seq);
   const ours = row === undefined ? undefined : parseRow('outbox', z.object({ jti: z.string() }), row);
   if (ours === undefined && seq <= readSettings(db).uplinkAckedSeq) return { acked: 0 }; // acknowledged before, and purged since
   if (ours?.jti !== jti) return { foreign: true, ourJti: ours?.jti ?? null };
-  const r = db
-    .prepare("UPDATE outbox SET status = 'sent', sent_at = COALESCE(sent_at, ?), acked_at = ? WHERE seq <= ? AND acked_at IS NULL")
-    .run(now, now, seq);
-  db.prepare('UPDATE settings SET uplink_acked_seq = max(uplink_acked_seq, ?) WHERE id = 1').run(seq);
+  const r = prepared(
+    db,
+    "UPDATE outbox SET status = 'sent', sent_at = COALESCE(sent_at, ?), acked_at = ? WHERE seq <= ? AND acked_at IS NULL",
+  ).run(now, now, seq);
+  prepared(db, 'UPDATE settings SET uplink_acked_seq = max(uplink_acked_seq, ?) WHERE id = 1').run(seq);
   return { acked: r.changes };
 }
 
@@ -141,11 +148,11 @@ export function ackUplink(db: WritableDb, seq: number, jti: string, now: number)
  * cloud deduplicates). In the caller's transaction. Returns how many.
  */
 export function requeueUnacked(db: WritableDb, sentBefore: number): number {
-  return db.prepare("UPDATE outbox SET status = 'pending' WHERE status = 'sent' AND acked_at IS NULL AND sent_at < ?").run(sentBefore)
+  return prepared(db, "UPDATE outbox SET status = 'pending' WHERE status = 'sent' AND acked_at IS NULL AND sent_at < ?").run(sentBefore)
     .changes;
 }
 
 /** Only rows the cloud acknowledged are ever deleted. */
 export function purgeSentOutbox(db: WritableDb, olderThan: number): number {
-  return db.prepare('DELETE FROM outbox WHERE acked_at IS NOT NULL AND acked_at < ?').run(olderThan).changes;
+  return prepared(db, 'DELETE FROM outbox WHERE acked_at IS NOT NULL AND acked_at < ?').run(olderThan).changes;
 }

@@ -1,6 +1,6 @@
 import { SiteMode, parseRow } from '@tobira/shared';
 import { z } from 'zod';
-import { withoutFsync, type ReadableDb, type WritableDb } from './db.js';
+import { withoutFsync, type ReadableDb, type WritableDb, prepared } from './db.js';
 
 /**
  * The `settings` row: the gateway's sync position, lease, trusted-time floor,
@@ -60,31 +60,31 @@ const SettingsRow = z
   }));
 
 export function readSettings(db: ReadableDb): Settings {
-  return parseRow('settings', SettingsRow, db.prepare('SELECT * FROM settings WHERE id = 1').get());
+  return parseRow('settings', SettingsRow, prepared(db, 'SELECT * FROM settings WHERE id = 1').get());
 }
 
 export function setAppliedSeq(db: WritableDb, seq: number): void {
-  db.prepare('UPDATE settings SET applied_seq = ? WHERE id = 1').run(seq);
+  prepared(db, 'UPDATE settings SET applied_seq = ? WHERE id = 1').run(seq);
 }
 /** A snapshot replaced the key set as of `asOfSeq`: it is the applied seq and the snapshot seq, and it settles an open seq conflict. */
 export function setSnapshotApplied(db: WritableDb, asOfSeq: number): void {
-  db.prepare('UPDATE settings SET applied_seq = ?, snapshot_seq = ?, seq_conflict_at = NULL WHERE id = 1').run(asOfSeq, asOfSeq);
+  prepared(db, 'UPDATE settings SET applied_seq = ?, snapshot_seq = ?, seq_conflict_at = NULL WHERE id = 1').run(asOfSeq, asOfSeq);
 }
 /** The cloud's history differs from ours: the lease ends now (fail closed) and stays unrenewed until a snapshot. */
 export function markSeqConflict(db: WritableDb, at: number): void {
-  db.prepare('UPDATE settings SET seq_conflict_at = COALESCE(seq_conflict_at, ?), lease_expires_at = NULL WHERE id = 1').run(at);
+  prepared(db, 'UPDATE settings SET seq_conflict_at = COALESCE(seq_conflict_at, ?), lease_expires_at = NULL WHERE id = 1').run(at);
 }
 export function setCloudLastSeq(db: WritableDb, seq: number): void {
-  db.prepare('UPDATE settings SET cloud_last_seq = ? WHERE id = 1').run(seq);
+  prepared(db, 'UPDATE settings SET cloud_last_seq = ? WHERE id = 1').run(seq);
 }
 export function setBehindHeartbeat(db: WritableDb, hb: { seq: number; iatMs: number } | null): void {
-  db.prepare('UPDATE settings SET behind_hb_seq = ?, behind_hb_iat_ms = ? WHERE id = 1').run(hb?.seq ?? null, hb?.iatMs ?? null);
+  prepared(db, 'UPDATE settings SET behind_hb_seq = ?, behind_hb_iat_ms = ? WHERE id = 1').run(hb?.seq ?? null, hb?.iatMs ?? null);
 }
 export function setLease(db: WritableDb, expiresAt: number): void {
-  db.prepare('UPDATE settings SET lease_expires_at = ? WHERE id = 1').run(expiresAt);
+  prepared(db, 'UPDATE settings SET lease_expires_at = ? WHERE id = 1').run(expiresAt);
 }
 export function setLastResyncAt(db: WritableDb, at: number): void {
-  db.prepare('UPDATE settings SET last_resync_at = ? WHERE id = 1').run(at);
+  prepared(db, 'UPDATE settings SET last_resync_at = ? WHERE id = 1').run(at);
 }
 
 /** Sets the site mode in its own transaction; false when it already was that mode (nothing written). */
@@ -92,7 +92,7 @@ export function setMode(db: WritableDb, mode: SiteMode): boolean {
   return db
     .transaction(() => {
       if (readSettings(db).mode === mode) return false;
-      db.prepare('UPDATE settings SET mode = ? WHERE id = 1').run(mode);
+      prepared(db, 'UPDATE settings SET mode = ? WHERE id = 1').run(mode);
       return true;
     })
     .immediate();
@@ -100,7 +100,7 @@ export function setMode(db: WritableDb, mode: SiteMode): boolean {
 
 /** Raises (never lowers) the trusted-time floor. */
 export function raiseTimeFloor(db: WritableDb, maxIatMs: number, highWaterMs: number): void {
-  db.prepare('UPDATE settings SET max_iat_ms = max(max_iat_ms, ?), high_water_ms = max(high_water_ms, ?) WHERE id = 1').run(
+  prepared(db, 'UPDATE settings SET max_iat_ms = max(max_iat_ms, ?), high_water_ms = max(high_water_ms, ?) WHERE id = 1').run(
     maxIatMs,
     highWaterMs,
   );
