@@ -708,14 +708,16 @@ describe.each(pgBackends())('uplink inbox on %s', (pgBackend) => {
         // and a resync from the gateway gets them replayed, pending and dead alike
         gw.received.length = 0;
         await gw.send({ type: 'resync.request', body: { requestId: newId(), lastAppliedSeq: 1, reason: 'gap' } });
-        // (the grant, seq 1, may be delivered again meanwhile: QoS 1 is at least once)
-        const replayed = () => [
-          ...new Map(
-            sequenced(gw.received)
-              .filter((m) => m.seq > 1)
-              .map((m) => [m.seq, m.type]),
-          ).entries(),
-        ];
+        // (the grant, seq 1, may be delivered again meanwhile: QoS 1 is at least once; the fake gateway
+        // verifies asynchronously, so what it records is in verification order, not arrival order)
+        const replayed = () =>
+          [
+            ...new Map(
+              sequenced(gw.received)
+                .filter((m) => m.seq > 1)
+                .map((m) => [m.seq, m.type]),
+            ).entries(),
+          ].sort((a, b) => a[0] - b[0]);
         await waitFor(() => (replayed().length >= 2 ? true : undefined), 'replayed');
         expect(replayed()).toEqual([
           [2, 'key.revoke'],
