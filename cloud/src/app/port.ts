@@ -42,6 +42,7 @@ export interface CloudVerbs {
   /** Stays (issue #12). bookStay runs its own transactions: it calls Stripe between them, so it takes no caller transaction. */
   bookStay(input: stays.BookStayInput): Promise<stays.StayResult>;
   cancelStay(input: stays.CancelStayInput, o?: VerbOptions): Promise<stays.StayResult>;
+  checkInStay(input: Parameters<typeof stays.checkInStay>[1], o?: VerbOptions): Promise<stays.StayResult>;
   checkOutStay(input: Parameters<typeof stays.checkOutStay>[1], o?: VerbOptions): Promise<stays.StayResult>;
   createRoom(input: stays.CreateRoomInput, o?: VerbOptions): ReturnType<typeof stays.createRoom>;
   setStaySettings(input: stays.StaySettingsInput, o?: VerbOptions): ReturnType<typeof stays.setStaySettings>;

@@ -2,10 +2,11 @@ import type { ApiCode } from '../../http/codes.js';
 
 /**
  * Every webhook event type, in one table: the API's subscription enum and the
- * triggers of migrations 0006, 0013 and 0015 (which write these names) agree on it.
+ * triggers of migrations 0006, 0013, 0015 and 0017 (which write these names) agree on it.
  * `alarm` and `alarm.raised` report the same insert (the latter with the site and
  * receive time); `gateway.offline` and `gateway.failing_closed` are raised once per
- * transition, not once per report (docs/api.md "Webhooks").
+ * transition, not once per report; the `stay.*` and `payment.*` events once per
+ * status change into the named state (docs/api.md "Webhooks").
  */
 export const WEBHOOK_EVENTS = [
   'key.state_changed',
@@ -15,6 +16,13 @@ export const WEBHOOK_EVENTS = [
   'alarm.raised',
   'gateway.offline',
   'gateway.failing_closed',
+  'stay.confirmed',
+  'stay.cancelled',
+  'stay.expired',
+  'stay.failed',
+  'stay.checked_out',
+  'payment.succeeded',
+  'payment.refunded',
 ] as const;
 export type WebhookEvent = (typeof WEBHOOK_EVENTS)[number];
 

@@ -213,6 +213,24 @@ export function staysRoutes(app: Api, ctx: Ctx): void {
   );
 
   app.post(
+    '/stays/:stayId/check-in',
+    {
+      schema: {
+        tags: ['stays'],
+        summary: 'Check a guest in (confirmed → checked_in); not before the check-in date at the site',
+        params: z.strictObject({ stayId: Id }),
+        response: { ...errorResponses, 200: StayAnswer, 202: StayAnswer, 409: StayConflict },
+      },
+    },
+    (req, reply) =>
+      idempotent(ctx, req, reply, async ({ db }) => {
+        const cid = cidOf(req);
+        const o = await ctx.cloud.checkInStay({ stayId: req.params.stayId, siteScope: who(req).sites, cid }, { db });
+        return answerOf(o, cid, 200);
+      }),
+  );
+
+  app.post(
     '/stays/:stayId/check-out',
     {
       schema: {

@@ -1,0 +1,209 @@
+import { generateSigningKeyPair, newId } from '@tobira/shared';
+import { pgBackends, startMqttBackend, type MqttTestBroker } from '@tobira/shared/testing';
+import { startStripeLocal, stripeClient, type StripeLocal } from '@tobira/stripe-local';
+import type { FastifyInstance } from 'fastify';
+import type Stripe from 'stripe';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createApiToken } from '../src/adapters/db/tokens.js';
+import { buildApp } from '../src/http/app.js';
+import { startCloud } from './cloud-helpers.js';
+import { T0, openTestDb, testLog, type TestDb } from './helpers.js';
+
+/**
+ * Stays for operators (issue #12 "Admin API"): the stay and payment
+ * webhooks, raised once per status change by the triggers of migration
+ * 0017 and never on a noop; the check-in route (outcomes, idempotency,
+ * roles and site scope).
+ */
+const SECRET = 'whsec_tobira_stay_ops';
+const EVENTS = [
+  'stay.confirmed',
+  'stay.cancelled',
+  'stay.expired',
+  'stay.failed',
+  'stay.checked_out',
+  'payment.succeeded',
+  'payment.refunded',
+] as const;
+
+describe.each(pgBackends())('stay operations on %s', (backend) => {
+  let t: TestDb;
+  let broker: MqttTestBroker;
+  let local: StripeLocal;
+  let stripe: Stripe;
+  let cloud: Awaited<ReturnType<typeof startCloud>>;
+  let app: FastifyInstance;
+  let admin: string;
+  let auditor: string;
+  let managerOther: string;
+  let siteId: string;
+  let roomId: string;
+  let personId: string;
+  let n = 0;
+
+  const auth = (token: string) => ({ authorization: `Bearer ${token}` });
+  const firstNight = (k: number) => Date.UTC(2027, 2, 1) + k * 4 * 86_400_000;
+  const book = async () => {
+    n += 1;
+    const start = firstNight(n);
+    const iso = (ms: number) => new Date(ms).toISOString().slice(0, 10);
+    const r = await app.inject({
+      method: 'POST',
+      url: '/stays',
+      headers: { ...auth(admin), 'idempotency-key': `bk-${newId()}` },
+      payload: { personId, roomId, checkIn: iso(start), checkOut: iso(start + 2 * 86_400_000), amount: 30_000, currency: 'jpy' },
+    });
+    expect(r.statusCode).toBe(202);
+    return { ...r.json<{ stay: { id: string }; payment: { id: string; intentId: string } }>(), start };
+  };
+  const pay = async (intentId: string) => {
+    await fetch(`${local.url}/_local/pay/${intentId}?card=pm_card_visa`);
+    await local.webhooks.idle();
+    await cloud.runBilling();
+  };
+  /** The webhook rows queued for a subject (a stay or payment id), by type. */
+  const hooks = async (subject: string) =>
+    (
+      await t.db.query<{ type: string; body: Record<string, unknown>; cid: string | null }>(
+        "SELECT type, body, cid FROM webhook_outbox WHERE body->>'stayId' = $1 OR body->>'paymentId' = $1 ORDER BY id",
+        [subject],
+      )
+    ).rows;
+  const post = (url: string, token = admin, key = `k-${newId()}`, payload?: Record<string, unknown>) =>
+    app.inject({ method: 'POST', url, headers: { ...auth(token), 'idempotency-key': key }, ...(payload ? { payload } : {}) });
+
+  beforeAll(async () => {
+    t = await openTestDb(backend);
+    broker = await startMqttBackend('aedes');
+    local = await startStripeLocal({ seed: `ops${backend}` });
+    stripe = stripeClient(local, { maxNetworkRetries: 1, timeout: 5_000 });
+    cloud = await startCloud(t, broker.url, { env: { STRIPE_WEBHOOK_SECRET: SECRET }, deps: { stripe, billingWorker: false } });
+    app = await buildApp({ cloud, db: cloud.db, log: testLog, clock: cloud.clock });
+    const url = await app.listen({ port: 0, host: '127.0.0.1' });
+    local.webhooks.add({ url: `${url}/webhooks/stripe`, secret: SECRET });
+    const u = newId().slice(-8);
+    siteId = `site-so-${u}`;
+    const other = `site-oo-${u}`;
+    for (const id of [siteId, other]) expect((await cloud.createSite({ id, name: id })).status).toBe('applied');
+    admin = (await createApiToken(cloud.db, { name: 'admin', role: 'admin' }, T0)).token;
+    auditor = (await createApiToken(cloud.db, { name: 'aud', role: 'auditor', sites: [siteId] }, T0)).token;
+    managerOther = (await createApiToken(cloud.db, { name: 'mo', role: 'manager', sites: [other] }, T0)).token;
+    const pair = await generateSigningKeyPair();
+    const gatewayId = `gw-${u}`;
+    expect((await cloud.registerGateway({ gatewayId, siteId, publicJwk: pair.publicJwk })).status).toBe('applied');
+    const doorId = `door-${u}`;
+    expect((await cloud.createDoor({ id: doorId, gatewayId, name: doorId })).status).toBe('applied');
+    personId = `guest-${u}`;
+    expect((await cloud.createPerson({ id: personId, name: 'Guest' })).status).toBe('applied');
+    const room = await app.inject({
+      method: 'POST',
+      url: '/rooms',
+      headers: auth(admin),
+      payload: { siteId, name: '301', doors: [doorId] },
+    });
+    expect(room.statusCode).toBe(201);
+    roomId = room.json<{ id: string }>().id;
+    // written directly: the API refuses an address that does not resolve, and nothing is delivered here (only queued)
+    await t.db.query(
+      "INSERT INTO webhook_endpoints (id, site_id, url, secret, events, created_at) VALUES ($1, $2, 'https://hooks.example.invalid/t', 's', $3, $4)",
+      [`wh-${u}`, siteId, [...EVENTS], T0],
+    );
+  });
+  afterAll(async () => {
+    await app?.close();
+    await cloud?.stop();
+    await local?.close();
+    await broker?.stop();
+    await t?.close();
+  });
+
+  it('an endpoint may subscribe to the stay and payment events, and an unknown one is refused', async () => {
+    const bad = await post('/webhooks', admin, undefined, { siteId, url: 'https://hooks.example.invalid/x', events: ['stay.booked'] });
+    expect(bad.statusCode).toBe(400);
+  });
+
+  it('cancel raises stay.cancelled, the refund payment.refunded, each once', async () => {
+    const { stay, payment } = await book();
+    await pay(payment.intentId);
+    const c = await post(`/stays/${stay.id}/cancel`, admin, undefined, { reason: 'guest_cancelled' });
+    expect(c.statusCode).toBe(202);
+    expect((await post(`/stays/${stay.id}/cancel`, admin, undefined, { reason: 'guest_cancelled' })).json()).toMatchObject({
+      status: 'noop',
+    });
+    await cloud.runBilling();
+    await local.webhooks.idle();
+    await cloud.runBilling();
+    await cloud.runBilling();
+    const got = await hooks(stay.id);
+    expect(got.filter((h) => h.type === 'stay.cancelled')).toHaveLength(1);
+    expect(got.filter((h) => h.type === 'payment.refunded')).toHaveLength(1);
+    expect(got.find((h) => h.type === 'stay.cancelled')?.body).toMatchObject({ cancelReason: 'guest_cancelled', code: 'STAY_CANCELLED' });
+    expect(got.find((h) => h.type === 'payment.refunded')?.body).toMatchObject({
+      paymentId: payment.id,
+      siteId,
+      amountRefunded: 30_000,
+      status: 'refunded',
+      from: 'refund_pending',
+    });
+  });
+
+  it('confirm, check in, check out: each webhook once per transition with the ids, site, status, code and cid; noops raise none', async () => {
+    const { stay, payment, start } = await book();
+    expect(await hooks(stay.id)).toEqual([]);
+    await pay(payment.intentId);
+    await cloud.runBilling();
+    const confirmed = await hooks(stay.id);
+    expect(confirmed.map((h) => h.type)).toEqual(['payment.succeeded', 'stay.confirmed']);
+    expect(confirmed[0]?.body).toMatchObject({
+      paymentId: payment.id,
+      stayId: stay.id,
+      siteId,
+      status: 'succeeded',
+      amountReceived: 30_000,
+    });
+    expect(confirmed[1]?.body).toMatchObject({ stayId: stay.id, siteId, status: 'confirmed', from: 'pending', code: 'STAY_CONFIRMED' });
+    expect(confirmed[1]?.cid).toEqual(expect.any(String));
+
+    const early = await post(`/stays/${stay.id}/check-in`);
+    expect(early.statusCode).toBe(422);
+    expect(early.json()).toMatchObject({ code: 'STAY_NOT_STARTED' });
+    cloud.clock.set(start + 16 * 3_600_000);
+    expect((await post(`/stays/${stay.id}/check-in`, auditor)).statusCode).toBe(403);
+    expect((await post(`/stays/${stay.id}/check-in`, managerOther)).statusCode).toBe(404);
+    const key = `ci-${stay.id}`;
+    const ci = await post(`/stays/${stay.id}/check-in`, admin, key);
+    expect(ci.statusCode).toBe(200);
+    expect(ci.json()).toMatchObject({ status: 'applied', stay: { id: stay.id, status: 'checked_in' } });
+    const replay = await post(`/stays/${stay.id}/check-in`, admin, key);
+    expect(replay.statusCode).toBe(200);
+    expect(replay.json()).toEqual(ci.json());
+    const again = await post(`/stays/${stay.id}/check-in`);
+    expect(again.statusCode).toBe(200);
+    expect(again.json()).toMatchObject({ status: 'noop', stay: { status: 'checked_in' } });
+    expect((await post(`/stays/no-such-stay/check-in`)).statusCode).toBe(404);
+    // checked_in has no webhook of its own
+    expect((await hooks(stay.id)).map((h) => h.type)).toEqual(['payment.succeeded', 'stay.confirmed']);
+
+    const co = await post(`/stays/${stay.id}/check-out`);
+    expect(co.json()).toMatchObject({ status: 'applied', stay: { status: 'checked_out' } });
+    expect((await post(`/stays/${stay.id}/check-out`)).json()).toMatchObject({ status: 'noop' });
+    // checking in a stay that is over changes nothing
+    const late = await post(`/stays/${stay.id}/check-in`);
+    expect(late.statusCode).toBe(200);
+    expect(late.json()).toMatchObject({ status: 'noop', stay: { status: 'checked_out' } });
+    await cloud.runBilling();
+    const all = await hooks(stay.id);
+    expect(all.map((h) => h.type)).toEqual(['payment.succeeded', 'stay.confirmed', 'stay.checked_out']);
+    expect(all[2]?.body).toMatchObject({ stayId: stay.id, siteId, status: 'checked_out', from: 'checked_in', code: 'STAY_CHECKED_OUT' });
+  });
+
+  it('a hold that runs out raises stay.expired once', async () => {
+    const { stay } = await book();
+    cloud.clock.advance(2 * 3_600_000);
+    await cloud.runBilling();
+    await cloud.runBilling();
+    const got = await hooks(stay.id);
+    expect(got.map((h) => h.type)).toEqual(['stay.expired']);
+    expect(got[0]?.body).toMatchObject({ stayId: stay.id, siteId, status: 'expired', from: 'pending' });
+  });
+});
