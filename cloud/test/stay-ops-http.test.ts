@@ -145,6 +145,15 @@ describe.each(pgBackends())('stay operations on %s', (backend) => {
       status: 'refunded',
       from: 'refund_pending',
     });
+
+    const ledger = await app.inject({ method: 'GET', url: `/stays/${stay.id}/payments`, headers: auth(auditor) });
+    expect(ledger.statusCode).toBe(200);
+    expect(ledger.json()).toMatchObject({
+      items: [{ id: payment.id, status: 'refunded', amountRefunded: 30_000, refunds: [{ amount: 30_000, status: 'succeeded' }] }],
+    });
+    expect(ledger.json<{ items: { refunds: Record<string, unknown>[] }[] }>().items[0]?.refunds[0]).not.toHaveProperty('idempotencyKey');
+    expect((await app.inject({ method: 'GET', url: `/stays/${stay.id}/payments`, headers: auth(managerOther) })).statusCode).toBe(404);
+    expect((await app.inject({ method: 'GET', url: '/stays/no-such-stay/payments', headers: auth(admin) })).statusCode).toBe(404);
   });
 
   it('confirm, check in, check out: each webhook once per transition with the ids, site, status, code and cid; noops raise none', async () => {
@@ -205,5 +214,47 @@ describe.each(pgBackends())('stay operations on %s', (backend) => {
     const got = await hooks(stay.id);
     expect(got.map((h) => h.type)).toEqual(['stay.expired']);
     expect(got[0]?.body).toMatchObject({ stayId: stay.id, siteId, status: 'expired', from: 'pending' });
+  });
+
+  it('lists dead Stripe events and dead billing jobs with their codes to admins only, and retries them', async () => {
+    const u = newId();
+    await t.db.query(
+      `INSERT INTO payment_webhook_events (event_id, type, object_id, payload, cid, received_at, status, attempts, next_attempt_at, last_error, dead_code)
+       VALUES ($1, 'payment_intent.succeeded', 'pi_x', '{}', 'cid-dead-event', $2, 'dead', 8, $2, 'no such payment', 'PAYMENT_NOT_FOUND')`,
+      [`evt_${u}`, T0],
+    );
+    const job = await t.db.query<{ id: string }>(
+      `INSERT INTO billing_jobs (kind, subject_id, dedupe_key, body, cid, status, attempts, next_attempt_at, last_error, last_code, created_at)
+       VALUES ('refund', 'ref_x', $1, '{}', 'cid-dead-job', 'dead', 8, $2, 'card_declined', 'BILLING_REFUSED', $2) RETURNING id`,
+      [`dead-${u}`, T0],
+    );
+    const jobId = Number(job.rows[0]?.id);
+    const list = (kind: string, token = admin) =>
+      app.inject({ method: 'GET', url: `/billing/dead-letters?kind=${kind}`, headers: auth(token) });
+    for (const token of [auditor, managerOther]) expect((await list('billing-jobs', token)).statusCode).toBe(403);
+    expect((await list('webhook-events')).json<{ items: unknown[] }>().items).toContainEqual(
+      expect.objectContaining({ eventId: `evt_${u}`, code: 'PAYMENT_NOT_FOUND', cid: 'cid-dead-event', attempts: 8 }),
+    );
+    expect((await list('billing-jobs')).json<{ items: unknown[] }>().items).toContainEqual(
+      expect.objectContaining({ id: jobId, kind: 'refund', code: 'BILLING_REFUSED', cid: 'cid-dead-job' }),
+    );
+    expect((await post(`/billing/dead-letters/billing-jobs/${jobId}/retry`, managerOther)).statusCode).toBe(403);
+    const key = `retry-${u}`;
+    const retried = await post(`/billing/dead-letters/billing-jobs/${jobId}/retry`, admin, key);
+    expect(retried.json()).toEqual({ status: 'applied', code: 'MESSAGE_APPLIED' });
+    expect((await post(`/billing/dead-letters/billing-jobs/${jobId}/retry`, admin, key)).json()).toEqual(retried.json());
+    expect((await post(`/billing/dead-letters/billing-jobs/${jobId}/retry`)).statusCode).toBe(404);
+    expect((await post(`/billing/dead-letters/webhook-events/evt_${u}/retry`)).statusCode).toBe(200);
+    expect((await post(`/billing/dead-letters/webhook-events/evt_${u}/retry`)).statusCode).toBe(404);
+    expect((await post('/billing/dead-letters/billing-jobs/not-a-number/retry')).statusCode).toBe(404);
+    const rows = await t.db.query<{ status: string; attempts: number }>(
+      'SELECT status, attempts FROM payment_webhook_events WHERE event_id = $1 UNION ALL SELECT status, attempts FROM billing_jobs WHERE id = $2',
+      [`evt_${u}`, jobId],
+    );
+    expect(rows.rows).toEqual([
+      { status: 'pending', attempts: 0 },
+      { status: 'pending', attempts: 0 },
+    ]);
+    expect((await list('billing-jobs')).json<{ items: { id: number }[] }>().items.map((j) => j.id)).not.toContain(jobId);
   });
 });

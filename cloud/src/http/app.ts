@@ -25,6 +25,7 @@ import { doorsRoutes } from './routes/doors.js';
 import { peopleRoutes } from './routes/people.js';
 import { keysRoutes } from './routes/keys.js';
 import { eventsRoutes } from './routes/events.js';
+import { billingRoutes } from './routes/billing.js';
 import { deadLettersRoutes } from './routes/dead-letters.js';
 import { tokensRoutes } from './routes/tokens.js';
 import { webhooksRoutes } from './routes/webhooks.js';
@@ -299,6 +300,7 @@ export async function buildApp(deps: ApiDeps): Promise<FastifyInstance> {
     rejectedUplinksRoutes,
     gatewayHealthRoutes,
     staysRoutes,
+    billingRoutes,
     roomsRoutes,
     stripeWebhookRoutes,
     payReturnRoutes,

@@ -163,3 +163,13 @@ export async function listDeadWebhookEvents(
   );
   return pageOf(r.rows.map(eventOf), o.limit, (e) => [e.receivedAt, e.eventId]);
 }
+
+/** Operator retry of a dead event: pending and due at once, attempts counted afresh, its code cleared. */
+export async function retryDeadWebhookEvent(q: Queryable, eventId: string, now: number): Promise<number> {
+  const r = await q.query(
+    `UPDATE payment_webhook_events SET status = 'pending', attempts = 0, next_attempt_at = $2, dead_code = NULL
+      WHERE event_id = $1 AND status = 'dead'`,
+    [eventId, now],
+  );
+  return r.rowCount;
+}

@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto';
 import type { OutcomeCode } from '@tobira/shared';
 import type { FastifyReply } from 'fastify';
 import { z } from 'zod';
-import { listPaymentsOfStay } from '../../adapters/db/payments.js';
+import { listPaymentsOfStay, listRefundsOfPayment, type Refund } from '../../adapters/db/payments.js';
 import { listStays, loadStay } from '../../adapters/db/stays.js';
 import type { StayView } from '../../app/stays.js';
 import { CANCEL_REASONS } from '../../domain/cancellation-policy.js';
@@ -47,6 +47,18 @@ export const PaymentJson = z.object({
   amountReceived: z.int(),
   amountRefunded: z.int(),
 });
+const RefundJson = z.object({
+  id: z.string(),
+  amount: z.int(),
+  currency: z.string(),
+  status: z.enum(['pending', 'succeeded', 'failed']),
+  stripeRefundId: z.string().nullable(),
+  attempts: z.int(),
+  lastError: z.string().nullable(),
+  createdAt: z.int(),
+  updatedAt: z.int(),
+});
+const refundJson = ({ paymentId: _p, idempotencyKey: _k, cid: _c, ...r }: Refund) => r;
 const StayViewJson = z.object({ stay: StayJson, payments: z.array(PaymentJson), payment: PaymentJson.nullable() });
 const StayAnswer = StayViewJson.extend({ status: OutcomeStatus, code: z.string(), cid: z.string() });
 const StayConflict = Problem.extend({ stay: StayJson.optional() });
@@ -187,6 +199,32 @@ export function staysRoutes(app: Api, ctx: Ctx): void {
       const stay = await loadStay(ctx.db, req.params.stayId);
       if (!stay || (scope !== null && !scope.includes(stay.siteId))) return reply.status(404).send(problem('STAY_NOT_FOUND'));
       return viewJson({ stay, payments: await listPaymentsOfStay(ctx.db, stay.id) });
+    },
+  );
+
+  app.get(
+    '/stays/:stayId/payments',
+    {
+      schema: {
+        tags: ['stays'],
+        summary: "A stay's payments, each with its refunds (the ledger an operator reconciles)",
+        params: z.strictObject({ stayId: Id }),
+        response: {
+          ...errorResponses,
+          200: z.object({ items: z.array(PaymentJson.extend({ lastCode: z.string(), refunds: z.array(RefundJson) })) }),
+        },
+      },
+    },
+    async (req, reply) => {
+      const scope = who(req).sites;
+      const stay = await loadStay(ctx.db, req.params.stayId);
+      if (!stay || (scope !== null && !scope.includes(stay.siteId))) return reply.status(404).send(problem('STAY_NOT_FOUND'));
+      const payments = await listPaymentsOfStay(ctx.db, stay.id);
+      const items = [];
+      for (const p of payments) {
+        items.push({ ...paymentJson(p), lastCode: p.lastCode, refunds: (await listRefundsOfPayment(ctx.db, p.id)).map(refundJson) });
+      }
+      return { items };
     },
   );
 
