@@ -40,6 +40,12 @@ env: TOBIRA_API (e.g. http://127.0.0.1:8080), TOBIRA_TOKEN (bearer token)
                                 works N more seconds (default 3600; 0: revoked now). Any token may rotate itself.
   webhooks create --site S --url URL --event ${WEBHOOK_EVENTS.join('|')} [--event ...] | webhooks list [--site S]
   webhooks deliveries <id> | webhooks disable <id>
+  stays list [--site S] [--status ST] [--limit N] [--cursor C] | stays get <id> | stays payments <id>
+  stays book --person P --room R --check-in DATE --check-out DATE --amount N --currency jpy [--deposit N]
+                                DATE: the site-local date (2027-03-01); the answer carries the guest's payment.clientSecret
+  stays cancel <id> --reason R | stays check-in <id> | stays check-out <id>
+  billing dead-letters [--kind webhook-events|billing-jobs] [--limit N] [--cursor C]   admin only; without --kind both lists
+  billing retry <webhook-events|billing-jobs> <id>   a dead Stripe event or billing job back to pending (admin only)
   tokens bootstrap --name N [--expires-in-days N]   direct to the database (DATABASE_URL or PGLITE_DATA_DIR): prints a new
                                 admin token once; it never expires unless --expires-in-days (rotate it once you have others)
 options: --idempotency-key K, --cid CORRELATION_ID
@@ -123,6 +129,12 @@ export async function runAdminCli(argv: readonly string[], io: CliIo): Promise<n
         cid: { type: 'string' },
         lock: { type: 'string' },
         kind: { type: 'string' },
+        room: { type: 'string' },
+        'check-in': { type: 'string' },
+        'check-out': { type: 'string' },
+        amount: { type: 'string' },
+        currency: { type: 'string' },
+        deposit: { type: 'string' },
         open: { type: 'boolean' },
         acknowledged: { type: 'boolean' },
         help: { type: 'boolean', short: 'h' },
@@ -324,6 +336,43 @@ export async function runAdminCli(argv: readonly string[], io: CliIo): Promise<n
         return await call('GET', `/webhooks/${id('<id>')}/deliveries`);
       case 'webhooks disable':
         return await call('POST', `/webhooks/${id('<id>')}/disable`);
+      case 'stays list':
+        return await call('GET', `/stays${query({ siteId: site, status: o.status, limit: o.limit, cursor: o.cursor })}`);
+      case 'stays get':
+        return await call('GET', `/stays/${id('<id>')}`);
+      case 'stays payments':
+        return await call('GET', `/stays/${id('<id>')}/payments`);
+      case 'stays book': {
+        const deposit = count(o.deposit, 'deposit');
+        // the booking's Idempotency-Key names the stay: --idempotency-key repeats a booking safely
+        return await call('POST', '/stays', {
+          personId: need(o.person, '--person'),
+          roomId: need(o.room, '--room'),
+          checkIn: need(o['check-in'], '--check-in'),
+          checkOut: need(o['check-out'], '--check-out'),
+          amount: need(count(o.amount, 'amount'), '--amount'),
+          currency: need(o.currency, '--currency'),
+          ...(deposit !== undefined ? { deposit } : {}),
+        });
+      }
+      case 'stays cancel':
+        return await call('POST', `/stays/${id('<id>')}/cancel`, { reason: need(o.reason, '--reason') });
+      case 'stays check-in':
+        return await call('POST', `/stays/${id('<id>')}/check-in`);
+      case 'stays check-out':
+        return await call('POST', `/stays/${id('<id>')}/check-out`);
+      case 'billing dead-letters': {
+        // without --kind: both lists, one answer each (a cursor belongs to one kind)
+        let code = 0;
+        for (const kind of o.kind ? [o.kind] : ['webhook-events', 'billing-jobs']) {
+          code = Math.max(code, await call('GET', `/billing/dead-letters${query({ kind, limit: o.limit, cursor: o.cursor })}`));
+        }
+        return code;
+      }
+      case 'billing retry': {
+        const kind = encodeURIComponent(need(arg, '<webhook-events|billing-jobs>'));
+        return await call('POST', `/billing/dead-letters/${kind}/${encodeURIComponent(need(positionals[3], '<id>'))}/retry`);
+      }
       default:
         throw new Usage(`unknown command: ${positionals.join(' ')}`);
     }

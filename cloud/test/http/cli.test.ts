@@ -3,6 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { generateSigningKeyPair, newId, systemClock } from '@tobira/shared';
 import { pgBackends, startMqttBackend, type MqttTestBroker } from '@tobira/shared/testing';
+import { startStripeLocal, stripeClient, type StripeLocal } from '@tobira/stripe-local';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { runAdminCli } from '../../src/admin-cli.js';
 import { startAdminApi, type AdminApi } from '../../src/cloud.js';
@@ -16,10 +17,16 @@ describe.each(pgBackends())('admin CLI against a listening API on %s', (backend)
   let cloud: Awaited<ReturnType<typeof startCloud>>;
   let api: AdminApi;
   let token: string;
+  let local: StripeLocal;
+  const SECRET = 'whsec_tobira_cli';
   beforeAll(async () => {
     t = await openTestDb(backend);
     broker = await startMqttBackend('aedes');
-    cloud = await startCloud(t, broker.url);
+    local = await startStripeLocal({ seed: `cli${backend}` });
+    cloud = await startCloud(t, broker.url, {
+      env: { STRIPE_WEBHOOK_SECRET: SECRET },
+      deps: { stripe: stripeClient(local, { maxNetworkRetries: 1, timeout: 5_000 }), billingWorker: false },
+    });
     api = await startAdminApi({
       cloud,
       db: cloud.db,
@@ -28,10 +35,12 @@ describe.each(pgBackends())('admin CLI against a listening API on %s', (backend)
       webhooks: false,
       config: { webhookAllowPrivateNetworks: true },
     });
+    local.webhooks.add({ url: `${api.url}/webhooks/stripe`, secret: SECRET });
   });
   afterAll(async () => {
     await api?.close();
     await cloud?.stop();
+    await local?.close();
     await broker?.stop();
     await t?.close();
   });
@@ -162,5 +171,75 @@ describe.each(pgBackends())('admin CLI against a listening API on %s', (backend)
     const u = await cli('keys', 'issue', '--person', 'p');
     expect(u.code).toBe(2);
     expect(u.err).toContain('usage:');
+  });
+
+  it('books, lists, reads, checks in and out and cancels stays; lists and retries billing dead letters', async () => {
+    const u = newId().slice(-8);
+    expect((await cli('sites', 'create', '--id', `ss-${u}`, '--name', 'Nara')).code).toBe(0);
+    const jwkFile = join(tmpdir(), `jwk-st-${u}.json`);
+    await writeFile(jwkFile, JSON.stringify((await generateSigningKeyPair()).publicJwk));
+    expect((await cli('gateways', 'register', '--id', `gws-${u}`, '--site', `ss-${u}`, '--jwk-file', jwkFile)).code).toBe(0);
+    expect((await cli('doors', 'create', '--id', `ds-${u}`, '--gateway', `gws-${u}`, '--name', 'Room door')).code).toBe(0);
+    expect((await cli('people', 'create', '--id', `ps-${u}`, '--site', `ss-${u}`, '--name', 'Guest')).code).toBe(0);
+    expect(await cloud.createRoom({ id: `r-${u}`, siteId: `ss-${u}`, name: '101', doors: [`ds-${u}`] })).toMatchObject({
+      status: 'applied',
+    });
+    const bookArgs = (from: string, to: string) => [
+      'stays',
+      'book',
+      '--person',
+      `ps-${u}`,
+      '--room',
+      `r-${u}`,
+      '--check-in',
+      from,
+      '--check-out',
+      to,
+      '--amount',
+      '20000',
+      '--currency',
+      'jpy',
+    ];
+    const booked = await cli(...bookArgs('2027-05-01', '2027-05-03'), '--idempotency-key', `bk-${u}`);
+    expect(booked.code).toBe(0);
+    expect(booked.json).toMatchObject({ status: 'applied', code: 'STAY_BOOKED', stay: { status: 'pending', roomId: `r-${u}` } });
+    const stay = booked.json.stay as { id: string };
+    expect((await cli(...bookArgs('2027-05-01', '2027-05-03'), '--idempotency-key', `bk-${u}`)).json).toMatchObject({
+      status: 'noop',
+      stay: { id: stay.id },
+    });
+    expect((await cli('stays', 'book', '--person', `ps-${u}`)).code).toBe(2);
+
+    const payment = booked.json.payment as { intentId: string };
+    await fetch(`${local.url}/_local/pay/${payment.intentId}?card=pm_card_visa`);
+    await local.webhooks.idle();
+    await cloud.runBilling();
+    expect((await cli('stays', 'get', stay.id)).json).toMatchObject({ stay: { status: 'confirmed' } });
+    const listed = await cli('stays', 'list', '--site', `ss-${u}`, '--status', 'confirmed');
+    expect(listed.json).toMatchObject({ items: [{ id: stay.id }], nextCursor: null });
+    expect((await cli('stays', 'payments', stay.id)).json).toMatchObject({ items: [{ status: 'succeeded', refunds: [] }] });
+
+    const early = await cli('stays', 'check-in', stay.id);
+    expect(early.code).toBe(1);
+    expect(early.json).toMatchObject({ code: 'STAY_NOT_STARTED' });
+    cloud.clock.set(Date.UTC(2027, 4, 1, 12));
+    expect((await cli('stays', 'check-in', stay.id)).json).toMatchObject({ status: 'applied', stay: { status: 'checked_in' } });
+    expect((await cli('stays', 'check-out', stay.id)).json).toMatchObject({ status: 'applied', stay: { status: 'checked_out' } });
+    const late = await cli('stays', 'cancel', stay.id, '--reason', 'staff_cancelled');
+    expect(late.code).toBe(0);
+    expect(late.json).toMatchObject({ status: 'noop', code: 'STAY_ALREADY_ENDED', stay: { status: 'checked_out' } });
+    expect((await cli('stays', 'cancel', stay.id)).code).toBe(2);
+
+    const dead = await cli('billing', 'dead-letters', '--kind', 'billing-jobs');
+    expect(dead.code).toBe(0);
+    expect(dead.json).toMatchObject({ items: [], nextCursor: null });
+    const both = await cli('billing', 'dead-letters');
+    expect(both.code).toBe(0);
+    expect(both.out.match(/"nextCursor"/g)).toHaveLength(2);
+    const retry = await cli('billing', 'retry', 'billing-jobs', '12345678');
+    expect(retry.code).toBe(1);
+    expect(retry.json).toMatchObject({ code: 'DEAD_LETTER_NOT_FOUND' });
+    expect((await cli('billing', 'retry', 'billing-jobs')).code).toBe(2);
+    expect((await cli('help')).out).toContain('stays check-in <id>');
   });
 });
