@@ -216,6 +216,30 @@ describe.each(pgBackends())('stay operations on %s', (backend) => {
     expect(got[0]?.body).toMatchObject({ stayId: stay.id, siteId, status: 'expired', from: 'pending' });
   });
 
+  it('a booking Stripe cannot take raises stay.failed once', async () => {
+    local.faults.unavailable = true;
+    try {
+      n += 1;
+      const iso = (ms: number) => new Date(ms).toISOString().slice(0, 10);
+      const r = await post('/stays', admin, `bk-${newId()}`, {
+        personId,
+        roomId,
+        checkIn: iso(firstNight(n)),
+        checkOut: iso(firstNight(n) + 86_400_000),
+        amount: 10_000,
+        currency: 'jpy',
+      });
+      expect(r.statusCode).toBe(503);
+    } finally {
+      local.faults.unavailable = false;
+    }
+    const failed = await t.db.query<{ id: string }>("SELECT id FROM stays WHERE site_id = $1 AND status = 'failed'", [siteId]);
+    expect(failed.rows).toHaveLength(1);
+    const got = await hooks(failed.rows[0]?.id ?? '');
+    expect(got.map((h) => h.type)).toEqual(['stay.failed']);
+    expect(got[0]?.body).toMatchObject({ siteId, status: 'failed', from: 'pending', code: 'STAY_FAILED' });
+  });
+
   it('lists dead Stripe events and dead billing jobs with their codes to admins only, and retries them', async () => {
     const u = newId();
     await t.db.query(
