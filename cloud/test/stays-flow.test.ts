@@ -200,6 +200,46 @@ describe.each(pgBackends())('stays flow on %s', (pgBackend) => {
     });
   });
 
+  describe('when a stay is booked with the guest credential', () => {
+    const PIN = '48151623';
+    const dump = async (table: string) => JSON.stringify((await t.db.query(`SELECT * FROM ${table}`)).rows);
+
+    it('keeps only its digest, issues the key with it at confirmation, and the clear PIN is in no row', async () => {
+      const drawn = pins;
+      const booked = await book({ credential: { type: 'pin', value: PIN } });
+      expect(booked).toMatchObject({ status: 'applied', code: 'STAY_BOOKED' });
+      if (booked.status !== 'applied') return;
+      const { stay } = booked.state;
+      expect(JSON.stringify(booked)).not.toContain(PIN);
+      expect(stay.guestCredential).toMatchObject({ type: 'pin', digest: expect.any(String) });
+      expect(stay.guestCredential?.digest).not.toContain(PIN);
+
+      await pay(await intentOf(stay.id));
+      await settle();
+      expect(await loadStay(t.db, stay.id)).toMatchObject({ status: 'confirmed', guestCredential: stay.guestCredential });
+      const key = await getKey(base, `key_${stay.id}`);
+      expect(key?.credential).toEqual(stay.guestCredential);
+      // no random PIN was drawn for it
+      expect(pins).toBe(drawn);
+      for (const table of ['stays', 'billing_jobs', 'idempotency_keys', 'keys', 'payments']) expect(await dump(table)).not.toContain(PIN);
+    });
+
+    it('refuses a second live booking of the same PIN at the same gateway at booking, with nothing held', async () => {
+      const first = await book({ credential: { type: 'pin', value: '27182818' } });
+      if (first.status !== 'applied') throw new Error(first.code);
+      await pay(await intentOf(first.state.stay.id));
+      await settle();
+      const d = dates();
+      const second = await book({ ...d, credential: { type: 'pin', value: '27182818' } });
+      expect(second).toMatchObject({ status: 'refused', code: 'CREDENTIAL_IN_USE' });
+      expect(await heldNights(t.db, room.id, d.checkIn, d.checkOut)).toHaveLength(0);
+    });
+
+    it('refuses a credential that is not a valid PIN', async () => {
+      expect(await book({ credential: { type: 'pin', value: 'x' } })).toMatchObject({ status: 'refused', code: 'INVALID_CREDENTIAL' });
+    });
+  });
+
   describe('when a confirmed stay is cancelled', () => {
     it('revokes the key at once, releases the nights, and refunds once through the worker', async () => {
       const d = dates();

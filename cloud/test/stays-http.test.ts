@@ -146,6 +146,24 @@ describe.each(pgBackends())('stay routes on %s', (backend) => {
       expect(other.json()).toMatchObject({ code: 'IDEMPOTENCY_KEY_REUSED' });
     });
 
+    it('takes the guest credential: the answer and the stored rows carry neither the PIN nor its digest in clear', async () => {
+      const res = await book(`bk-${newId()}`, { credential: { type: 'pin', value: '31415926' } });
+      expect(res.statusCode).toBe(202);
+      const body = res.json<{ stay: { id: string } }>();
+      expect(res.body).not.toContain('31415926');
+      expect(body.stay).not.toHaveProperty('guestCredential');
+      const row = await t.db.query<{ credential_type: string; credential_digest: string }>(
+        'SELECT credential_type, credential_digest FROM stays WHERE id = $1',
+        [body.stay.id],
+      );
+      expect(row.rows[0]).toMatchObject({ credential_type: 'pin', credential_digest: expect.any(String) });
+      expect(res.body).not.toContain(row.rows[0]?.credential_digest);
+      for (const table of ['stays', 'billing_jobs', 'idempotency_keys'])
+        expect(JSON.stringify((await t.db.query(`SELECT * FROM ${table}`)).rows)).not.toContain('31415926');
+      const bad = await book(`bk-${newId()}`, { credential: { type: 'pin', value: 'x' } });
+      expect(bad.json()).toMatchObject({ status: 'refused', code: 'INVALID_CREDENTIAL' });
+    });
+
     it('a night another stay holds is 409 ROOM_UNAVAILABLE', async () => {
       const a = await book(`bk-${newId()}`);
       expect(a.statusCode).toBe(202);

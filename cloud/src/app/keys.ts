@@ -123,7 +123,9 @@ export interface IssueKeyInput {
   readonly keyId?: string;
   readonly personId: string;
   readonly doors: readonly string[];
-  readonly credential: { readonly type: CredentialType; readonly value: string };
+  /** The clear value, or its digest with the pepper of the doors' gateway (a stay computes it at booking). */
+  readonly credential:
+    { readonly type: CredentialType; readonly value: string } | { readonly type: CredentialType; readonly digest: string };
   readonly validFrom: number;
   readonly validUntil: number;
   readonly schedule?: Schedule | null;
@@ -157,7 +159,8 @@ async function issueParsed(deps: AppDeps, input: ParsedIssueKeyInput, cid: Corre
   const first = targets.doors[0];
   if (first === undefined) return { ...refused('GATEWAY_NOT_FOUND'), cid };
   const gatewayId = asGatewayId(first.gatewayId);
-  const digest = credentialDigest(Buffer.from(first.pepper, 'base64url'), input.credential.type, input.credential.value);
+  const c = input.credential;
+  const digest = 'digest' in c ? c.digest : credentialDigest(Buffer.from(first.pepper, 'base64url'), c.type, c.value);
   const cmd: domain.IssueKeyCommand = {
     keyId,
     personId: input.personId,

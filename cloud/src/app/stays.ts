@@ -12,7 +12,9 @@ import {
   type Logger,
   type Outcome,
   type OutcomeCode,
+  credentialDigest,
   DoorId,
+  PresentedCredential,
   PersonId,
   SiteId,
   summarizeIssues,
@@ -44,6 +46,7 @@ import {
   releaseNights,
   saveStaySettings,
 } from '../adapters/db/stays.js';
+import { credentialInUse, issueTargets } from '../adapters/db/keys.js';
 import { storeWebhookEvent } from '../adapters/db/webhook-events.js';
 import { verifyWebhook } from '../adapters/stripe/webhook.js';
 import { createPaymentIntent } from '../adapters/stripe/payment-intents.js';
@@ -169,6 +172,21 @@ async function runEffects(c: EffectContext, effects: readonly StayEffect[]): Pro
         }
         break;
       case 'issue_key': {
+        const chosen = c.stay.guestCredential;
+        if (chosen !== null) {
+          // checked free at booking; a key issued since then may hold it: the stay cannot get its key, dead-lettered with the code
+          const o = await issueKey(keyDeps, {
+            keyId: e.key.keyId,
+            personId: e.key.personId,
+            doors: e.key.doors,
+            credential: chosen,
+            validFrom: e.key.validFrom,
+            validUntil: e.key.validUntil,
+            cid: c.cid,
+          });
+          if (o.status === 'applied' || o.status === 'noop') break;
+          throw new BillingStepFailed(o.code, true, `the stay key could not be issued with the booked credential (${o.status})`);
+        }
         const newPin = c.deps.newPin ?? defaultPin;
         for (let attempt = 1; ; attempt++) {
           pin = newPin();
@@ -300,8 +318,35 @@ export interface BookStayInput {
   readonly amount: number;
   readonly currency: string;
   readonly deposit?: number;
+  /**
+   * The guest's credential, chosen by the caller (the property system tells its guest). Only its digest is
+   * kept; without it the key gets a random PIN at confirmation.
+   */
+  readonly credential?: { readonly type: 'pin' | 'card'; readonly value: string };
   readonly siteScope?: SiteScope;
   readonly cid?: CorrelationId;
+}
+
+/**
+ * The digest of a booked credential with the pepper of the one gateway the room's doors and the shared doors
+ * are behind, refused when they span gateways or another live key there holds it (so a paid stay does not
+ * fail for it at confirmation).
+ */
+async function guestCredentialOf(
+  tx: Tx,
+  stayId: string,
+  personId: PersonId,
+  doors: readonly string[],
+  credential: { readonly type: 'pin' | 'card'; readonly value: string },
+): Promise<domain.GuestCredentialDigest | 'DOORS_SPAN_GATEWAYS' | 'DOOR_NOT_FOUND' | 'CREDENTIAL_IN_USE'> {
+  const targets = await issueTargets(tx, null, personId, doors);
+  const gateways = new Set(targets.doors.map((d) => d.gatewayId));
+  if (gateways.size !== 1) return 'DOORS_SPAN_GATEWAYS';
+  const first = targets.doors[0];
+  if (first === undefined) return 'DOOR_NOT_FOUND';
+  const digest = credentialDigest(Buffer.from(first.pepper, 'base64url'), credential.type, credential.value);
+  if (await credentialInUse(tx, first.gatewayId, digest, `key_${stayId}`)) return 'CREDENTIAL_IN_USE';
+  return { type: credential.type, digest };
 }
 
 /**
@@ -322,6 +367,9 @@ export async function bookStay(deps: StayDeps, input: BookStayInput): Promise<St
   if (!stripe) return { ...refused('BILLING_NOT_CONFIGURED'), cid };
   const personId = PersonId.safeParse(input.personId);
   if (!personId.success) return { ...refused('INVALID_REQUEST', 'personId'), cid };
+  if (input.credential !== undefined && !PresentedCredential.safeParse(input.credential).success) {
+    return { ...refused('INVALID_CREDENTIAL'), cid };
+  }
   let booked: Outcome<StayView>;
   try {
     booked = await inBilling(deps, 'bookStay', async (tx): Promise<Outcome<StayView>> => {
@@ -329,6 +377,12 @@ export async function bookStay(deps: StayDeps, input: BookStayInput): Promise<St
       if (!room || !inScope(input.siteScope, room.siteId)) return refused('ROOM_NOT_FOUND');
       const settings = await loadStaySettings(tx, room.siteId);
       if (!settings) return refused('ROOM_NOT_FOUND');
+      let guestCredential: domain.GuestCredentialDigest | null = null;
+      if (input.credential !== undefined) {
+        const g = await guestCredentialOf(tx, stayId, personId.data, [...room.doors, ...settings.sharedDoors], input.credential);
+        if (typeof g === 'string') return refused(g);
+        guestCredential = g;
+      }
       const existing = await loadStayForUpdate(tx, stayId);
       const now = deps.clock.now();
       const o = domain.bookStay(
@@ -343,6 +397,7 @@ export async function bookStay(deps: StayDeps, input: BookStayInput): Promise<St
           amount: input.amount,
           currency: input.currency,
           deposit: input.deposit ?? 0,
+          guestCredential,
           cid,
         },
         now,

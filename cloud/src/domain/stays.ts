@@ -83,11 +83,19 @@ export interface Stay {
   readonly holdUntil: number;
   /** The entry key issued for the stay, once confirmed. */
   readonly keyId: string | null;
+  /** The guest credential chosen at booking, as its keyed digest only; null: a random PIN at confirmation. */
+  readonly guestCredential: GuestCredentialDigest | null;
   readonly cancelReason: CancelReason | null;
   readonly lastCode: string;
   readonly cid: CorrelationId;
   readonly createdAt: number;
   readonly updatedAt: number;
+}
+
+/** A credential kept as its digest with the pepper of the gateway the stay's doors are behind. */
+export interface GuestCredentialDigest {
+  readonly type: 'pin' | 'card';
+  readonly digest: string;
 }
 
 /** What the key verb is asked to issue for a confirmed stay (credential and gateway are the use case's). */
@@ -165,6 +173,8 @@ export interface BookStayCommand {
   readonly amount: number;
   readonly currency: string;
   readonly deposit: number;
+  /** Absent or null: none chosen, a random PIN at confirmation. */
+  readonly guestCredential?: GuestCredentialDigest | null;
   readonly cid: CorrelationId;
 }
 
@@ -176,7 +186,9 @@ function sameBooking(s: Stay, c: BookStayCommand): boolean {
     s.checkOut === c.checkOut &&
     s.amount === c.amount &&
     s.currency === c.currency &&
-    s.deposit === c.deposit
+    s.deposit === c.deposit &&
+    s.guestCredential?.type === c.guestCredential?.type &&
+    s.guestCredential?.digest === c.guestCredential?.digest
   );
 }
 
@@ -223,6 +235,7 @@ export function bookStay(existing: Stay | null, cmd: BookStayCommand, now: numbe
     version: 1,
     holdUntil: now + cmd.settings.holdMinutes * 60_000,
     keyId: null,
+    guestCredential: cmd.guestCredential ?? null,
     cancelReason: null,
     lastCode: row.code,
     cid: cmd.cid,

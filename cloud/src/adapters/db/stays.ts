@@ -29,6 +29,8 @@ const StayRow = z.object({
   version: z.number().int().positive(),
   hold_until: z.number().int(),
   key_id: z.string().nullable(),
+  credential_type: z.enum(['pin', 'card']).nullable(),
+  credential_digest: z.string().min(1).nullable(),
   cancel_reason: z.enum(CANCEL_REASONS).nullable(),
   last_code: z.string(),
   cid: CorrelationId,
@@ -54,6 +56,8 @@ function stayOf(raw: unknown): Stay {
     version: r.version,
     holdUntil: r.hold_until,
     keyId: r.key_id,
+    guestCredential:
+      r.credential_type !== null && r.credential_digest !== null ? { type: r.credential_type, digest: r.credential_digest } : null,
     cancelReason: r.cancel_reason,
     lastCode: r.last_code,
     cid: r.cid,
@@ -65,7 +69,7 @@ function stayOf(raw: unknown): Stay {
 // dates as text (the drivers would make a local-midnight Date of them); nights from the dates, not from stay_nights
 const STAY_COLUMNS = `s.id, s.site_id, s.room_id, s.person_id, s.check_in::text AS check_in, s.check_out::text AS check_out,
   ARRAY(SELECT d::date::text FROM generate_series(s.check_in::timestamp, s.check_out::timestamp - interval '1 day', interval '1 day') d) AS nights,
-  s.amount, s.currency, s.deposit, s.status, s.version, s.hold_until, s.key_id, s.cancel_reason, s.last_code, s.cid, s.created_at, s.updated_at`;
+  s.amount, s.currency, s.deposit, s.status, s.version, s.hold_until, s.key_id, s.credential_type, s.credential_digest, s.cancel_reason, s.last_code, s.cid, s.created_at, s.updated_at`;
 
 export async function loadStay(q: Queryable, id: string): Promise<Stay | null> {
   const r = await q.query(`SELECT ${STAY_COLUMNS} FROM stays s WHERE s.id = $1`, [id]);
@@ -93,8 +97,8 @@ export async function insertStayWithNights(tx: Tx, s: Stay): Promise<InsertStayR
   return tx.transaction(async (sp) => {
     const ins = await sp.query(
       `INSERT INTO stays (id, site_id, room_id, person_id, check_in, check_out, amount, currency, deposit, status, version,
-         hold_until, key_id, cancel_reason, last_code, cid, created_at, updated_at)
-       VALUES ($1,$2,$3,$4,$5::date,$6::date,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18)
+         hold_until, key_id, cancel_reason, last_code, cid, created_at, updated_at, credential_type, credential_digest)
+       VALUES ($1,$2,$3,$4,$5::date,$6::date,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20)
        ON CONFLICT (id) DO NOTHING`,
       [
         s.id,
@@ -115,6 +119,8 @@ export async function insertStayWithNights(tx: Tx, s: Stay): Promise<InsertStayR
         s.cid,
         s.createdAt,
         s.updatedAt,
+        s.guestCredential?.type ?? null,
+        s.guestCredential?.digest ?? null,
       ],
     );
     if (ins.rowCount === 0) return 'exists';

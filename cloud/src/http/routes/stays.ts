@@ -63,7 +63,8 @@ const StayViewJson = z.object({ stay: StayJson, payments: z.array(PaymentJson), 
 const StayAnswer = StayViewJson.extend({ status: OutcomeStatus, code: z.string(), cid: z.string() });
 const StayConflict = Problem.extend({ stay: StayJson.optional() });
 
-const stayJson = ({ cid: _cid, nights, ...s }: Stay) => ({ ...s, nights: [...nights] });
+// the guest credential's digest stays in the database: an answer says nothing about the credential
+const stayJson = ({ cid: _cid, guestCredential: _credential, nights, ...s }: Stay) => ({ ...s, nights: [...nights] });
 const paymentJson = (p: Payment) => ({
   id: p.id,
   purpose: p.purpose,
@@ -136,6 +137,8 @@ export function staysRoutes(app: Api, ctx: Ctx): void {
           amount: Money,
           currency: z.string().regex(/^[a-z]{3}$/),
           deposit: Money.optional(),
+          // the guest's PIN or card, told to the guest by the caller; kept only as a digest, never answered back
+          credential: z.strictObject({ type: z.enum(['pin', 'card']), value: z.string().min(1).max(256) }).optional(),
         }),
         response: { ...errorResponses, 200: StayAnswer, 202: StayAnswer, 409: StayConflict },
       },
