@@ -91,7 +91,7 @@ function coreOf(config: CloudConfig, cloudDeps: CloudDeps) {
     brokerAccounts,
     offlineKeyMaxSeconds: config.offlineKeyMaxSeconds,
   });
-  const stayDeps = (o: VerbOptions = {}): stays.StayDeps => ({ ...app(o), stripe });
+  const stayDeps = (o: VerbOptions = {}): stays.StayDeps => ({ ...app(o), stripe, wakeBilling: () => billing?.wake() });
 
   return {
     async start(): Promise<void> {

@@ -1,13 +1,9 @@
-import { generateSigningKeyPair, newId } from '@tobira/shared';
-import { pgBackends, startMqttBackend, type MqttTestBroker } from '@tobira/shared/testing';
-import { startStripeLocal, stripeClient, type StripeLocal } from '@tobira/stripe-local';
-import type { FastifyInstance } from 'fastify';
-import type Stripe from 'stripe';
+import { newId } from '@tobira/shared';
+import { pgBackends } from '@tobira/shared/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createApiToken } from '../src/adapters/db/tokens.js';
-import { buildApp } from '../src/http/app.js';
-import { startCloud } from './cloud-helpers.js';
-import { T0, openTestDb, testLog, type TestDb } from './helpers.js';
+import { T0 } from './helpers.js';
+import { openStaysApi, type StaysApi } from './stays-harness.js';
 
 /**
  * Stays for operators (issue #12 "Admin API"): the stay and payment
@@ -27,12 +23,11 @@ const EVENTS = [
 ] as const;
 
 describe.each(pgBackends())('stay operations on %s', (backend) => {
-  let t: TestDb;
-  let broker: MqttTestBroker;
-  let local: StripeLocal;
-  let stripe: Stripe;
-  let cloud: Awaited<ReturnType<typeof startCloud>>;
-  let app: FastifyInstance;
+  let h: StaysApi;
+  let t: StaysApi['t'];
+  let local: StaysApi['local'];
+  let cloud: StaysApi['cloud'];
+  let app: StaysApi['app'];
   let admin: string;
   let auditor: string;
   let managerOther: string;
@@ -73,28 +68,11 @@ describe.each(pgBackends())('stay operations on %s', (backend) => {
     app.inject({ method: 'POST', url, headers: { ...auth(token), 'idempotency-key': key }, ...(payload ? { payload } : {}) });
 
   beforeAll(async () => {
-    t = await openTestDb(backend);
-    broker = await startMqttBackend('aedes');
-    local = await startStripeLocal({ seed: `ops${backend}` });
-    stripe = stripeClient(local, { maxNetworkRetries: 1, timeout: 5_000 });
-    cloud = await startCloud(t, broker.url, { env: { STRIPE_WEBHOOK_SECRET: SECRET }, deps: { stripe, billingWorker: false } });
-    app = await buildApp({ cloud, db: cloud.db, log: testLog, clock: cloud.clock });
-    const url = await app.listen({ port: 0, host: '127.0.0.1' });
-    local.webhooks.add({ url: `${url}/webhooks/stripe`, secret: SECRET });
-    const u = newId().slice(-8);
-    siteId = `site-so-${u}`;
-    const other = `site-oo-${u}`;
-    for (const id of [siteId, other]) expect((await cloud.createSite({ id, name: id })).status).toBe('applied');
-    admin = (await createApiToken(cloud.db, { name: 'admin', role: 'admin' }, T0)).token;
+    h = await openStaysApi(backend, { tag: 'so', secret: SECRET });
+    ({ t, local, cloud, app, admin, managerOther, siteId, personId } = h);
+    const { u } = h;
     auditor = (await createApiToken(cloud.db, { name: 'aud', role: 'auditor', sites: [siteId] }, T0)).token;
-    managerOther = (await createApiToken(cloud.db, { name: 'mo', role: 'manager', sites: [other] }, T0)).token;
-    const pair = await generateSigningKeyPair();
-    const gatewayId = `gw-${u}`;
-    expect((await cloud.registerGateway({ gatewayId, siteId, publicJwk: pair.publicJwk })).status).toBe('applied');
-    const doorId = `door-${u}`;
-    expect((await cloud.createDoor({ id: doorId, gatewayId, name: doorId })).status).toBe('applied');
-    personId = `guest-${u}`;
-    expect((await cloud.createPerson({ id: personId, name: 'Guest' })).status).toBe('applied');
+    const doorId = h.doors[0] as string;
     const room = await app.inject({
       method: 'POST',
       url: '/rooms',
@@ -109,13 +87,7 @@ describe.each(pgBackends())('stay operations on %s', (backend) => {
       [`wh-${u}`, siteId, [...EVENTS], T0],
     );
   });
-  afterAll(async () => {
-    await app?.close();
-    await cloud?.stop();
-    await local?.close();
-    await broker?.stop();
-    await t?.close();
-  });
+  afterAll(() => h?.close());
 
   it('an endpoint may subscribe to the stay and payment events, and an unknown one is refused', async () => {
     const bad = await post('/webhooks', admin, undefined, { siteId, url: 'https://hooks.example.invalid/x', events: ['stay.booked'] });

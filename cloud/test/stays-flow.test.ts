@@ -1,15 +1,11 @@
-import { createServer, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { asDoorId, asSiteId, newCorrelationId, newId, type CorrelationId } from '@tobira/shared';
 import { pgBackends } from '@tobira/shared/testing';
 import { startStripeLocal, stripeClient, type StripeLocal } from '@tobira/stripe-local';
 import type Stripe from 'stripe';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import type { Db } from '../src/adapters/db/db.js';
 import { listPaymentsOfStay, listRefundsOfPayment } from '../src/adapters/db/payments.js';
 import { heldNights, insertRoom, loadStay, loadStaySettings, saveStaySettings } from '../src/adapters/db/stays.js';
 import { loadWebhookEvent, storeWebhookEvent } from '../src/adapters/db/webhook-events.js';
-import { verifyWebhook } from '../src/adapters/stripe/webhook.js';
 import { BillingWorker } from '../src/app/billing-worker.js';
 import { SimulatedCrash, crashAt } from '../src/app/crash.js';
 import { getKey } from '../src/app/keys.js';
@@ -17,6 +13,7 @@ import { bookStay, cancelStay, checkOutStay, type StayDeps } from '../src/app/st
 import { zonedInstant } from '../src/domain/nights.js';
 import type { Room } from '../src/domain/stays.js';
 import { T0, capturingLogger, deps, openTestDb, seed, type TestDb } from './helpers.js';
+import { startInbox } from './stays-harness.js';
 
 /**
  * Stays end to end through the use cases and the billing worker, with the
@@ -26,39 +23,6 @@ import { T0, capturingLogger, deps, openTestDb, seed, type TestDb } from './help
  * crashes between a Stripe call and its local write, and racing bookings.
  */
 const WEBHOOK_SECRET = 'whsec_tobira_stays_flow';
-
-/** The receiving end of stripe-local's webhooks: verify on the raw body and store, as the route does. */
-async function startInbox(getDb: () => Db, stripe: () => Stripe, now: () => number): Promise<{ url: string; close(): Promise<void> }> {
-  const server: Server = createServer((req, res) => {
-    const chunks: Buffer[] = [];
-    req.on('data', (c: Buffer) => chunks.push(c));
-    req.on('end', () => {
-      const v = verifyWebhook(stripe(), Buffer.concat(chunks), String(req.headers['stripe-signature'] ?? ''), WEBHOOK_SECRET, Date.now());
-      if (v.status !== 'verified') {
-        res.statusCode = 400;
-        res.end();
-        return;
-      }
-      storeWebhookEvent(getDb(), {
-        eventId: v.event.eventId,
-        type: v.event.type,
-        objectId: v.event.objectId,
-        payload: v.event.event,
-        cid: newCorrelationId(),
-        now: now(),
-      }).then(
-        () => res.end(),
-        () => {
-          res.statusCode = 500;
-          res.end();
-        },
-      );
-    });
-  });
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-  const { port } = server.address() as AddressInfo;
-  return { url: `http://127.0.0.1:${port}/webhooks/stripe`, close: () => new Promise<void>((r) => server.close(() => r())) };
-}
 
 describe.each(pgBackends())('stays flow on %s', (pgBackend) => {
   let t: TestDb;
@@ -117,6 +81,7 @@ describe.each(pgBackends())('stays flow on %s', (pgBackend) => {
       () => t.db,
       () => stripe,
       () => base.clock.now(),
+      WEBHOOK_SECRET,
     );
     local = await startStripeLocal({ webhook: { url: inbox.url, secret: WEBHOOK_SECRET }, seed: `flow${pgBackend}` });
     stripe = stripeClient(local, { maxNetworkRetries: 1, timeout: 5_000 });

@@ -1,13 +1,7 @@
-import { generateSigningKeyPair, newId } from '@tobira/shared';
-import { pgBackends, startMqttBackend, type MqttTestBroker } from '@tobira/shared/testing';
-import { startStripeLocal, stripeClient, type StripeLocal } from '@tobira/stripe-local';
-import type { FastifyInstance } from 'fastify';
-import type Stripe from 'stripe';
+import { newId } from '@tobira/shared';
+import { pgBackends } from '@tobira/shared/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createApiToken } from '../src/adapters/db/tokens.js';
-import { buildApp } from '../src/http/app.js';
-import { startCloud } from './cloud-helpers.js';
-import { T0, openTestDb, testLog, type TestDb } from './helpers.js';
+import { openStaysApi, type StaysApi } from './stays-harness.js';
 
 /**
  * The stay routes over HTTP with the real SDK against the local Stripe,
@@ -20,12 +14,12 @@ import { T0, openTestDb, testLog, type TestDb } from './helpers.js';
 const SECRET = 'whsec_tobira_stays_http';
 
 describe.each(pgBackends())('stay routes on %s', (backend) => {
-  let t: TestDb;
-  let broker: MqttTestBroker;
-  let local: StripeLocal;
-  let stripe: Stripe;
-  let cloud: Awaited<ReturnType<typeof startCloud>>;
-  let app: FastifyInstance;
+  let h: StaysApi;
+  let t: StaysApi['t'];
+  let local: StaysApi['local'];
+  let stripe: StaysApi['stripe'];
+  let app: StaysApi['app'];
+  let cloud: StaysApi['cloud'];
   let admin: string;
   let managerOther: string;
   let siteId: string;
@@ -53,36 +47,11 @@ describe.each(pgBackends())('stay routes on %s', (backend) => {
     Number((await t.db.query<{ n: number }>('SELECT count(*)::int AS n FROM payment_webhook_events')).rows[0]?.n);
 
   beforeAll(async () => {
-    t = await openTestDb(backend);
-    broker = await startMqttBackend('aedes');
-    local = await startStripeLocal({ seed: `http${backend}` });
-    stripe = stripeClient(local, { maxNetworkRetries: 1, timeout: 5_000 });
-    cloud = await startCloud(t, broker.url, { env: { STRIPE_WEBHOOK_SECRET: SECRET }, deps: { stripe, billingWorker: false } });
-    app = await buildApp({ cloud, db: cloud.db, log: testLog, clock: cloud.clock });
-    const url = await app.listen({ port: 0, host: '127.0.0.1' });
-    local.webhooks.add({ url: `${url}/webhooks/stripe`, secret: SECRET });
-    const u = newId().slice(-8);
-    siteId = `site-st-${u}`;
-    const other = `site-ot-${u}`;
-    for (const id of [siteId, other]) expect((await cloud.createSite({ id, name: id })).status).toBe('applied');
-    admin = (await createApiToken(cloud.db, { name: 'admin', role: 'admin' }, T0)).token;
-    managerOther = (await createApiToken(cloud.db, { name: 'mo', role: 'manager', sites: [other] }, T0)).token;
-    const pair = await generateSigningKeyPair();
-    const gatewayId = `gw-${u}`;
-    expect((await cloud.registerGateway({ gatewayId, siteId, publicJwk: pair.publicJwk })).status).toBe('applied');
-    doorA = `door-a-${u}`;
-    doorB = `door-b-${u}`;
-    for (const id of [doorA, doorB]) expect((await cloud.createDoor({ id, gatewayId, name: id })).status).toBe('applied');
-    personId = `guest-${u}`;
-    expect((await cloud.createPerson({ id: personId, name: 'Guest' })).status).toBe('applied');
+    h = await openStaysApi(backend, { tag: 'st', secret: SECRET, doors: 2 });
+    ({ t, local, stripe, app, cloud, admin, managerOther, siteId, personId } = h);
+    [doorA, doorB] = h.doors as [string, string];
   });
-  afterAll(async () => {
-    await app?.close();
-    await cloud?.stop();
-    await local?.close();
-    await broker?.stop();
-    await t?.close();
-  });
+  afterAll(() => h?.close());
 
   describe('setting a site up for stays', () => {
     it('creates a room with its doors and sets shared doors and the hold through the API', async () => {

@@ -5,7 +5,8 @@ import { z } from 'zod';
 import { claimBillingJobs, failBillingJob, markBillingJobDone, type BillingJob } from '../adapters/db/billing-jobs.js';
 import type { BackoffPolicy } from '../adapters/backoff.js';
 import { loadPayment, loadPaymentByIntent, loadRefund, noteRefundError } from '../adapters/db/payments.js';
-import { countOverdueHolds, listExpiredHolds, listStaysEnding } from '../adapters/db/stays.js';
+import { countOverdueHolds, listExpiredHolds, listSitesWithStaysUnderway, listStaysEnding } from '../adapters/db/stays.js';
+import { lastCheckOutDue } from '../domain/nights.js';
 import { claimWebhookEvents, failWebhookEvent, markWebhookProcessed, type StoredWebhookEvent } from '../adapters/db/webhook-events.js';
 import { classifyStripeError } from '../adapters/stripe/errors.js';
 import { cancelPaymentIntent, retrievePaymentIntent } from '../adapters/stripe/payment-intents.js';
@@ -96,6 +97,8 @@ export class BillingWorker {
   #timer: NodeJS.Timeout | undefined;
   #current: Promise<unknown> = Promise.resolve();
   #stopped = true;
+  /** A woken pass is queued and has not begun: further wakes join it. */
+  #wakeQueued = false;
 
   constructor(deps: StayDeps & { readonly stripe: Stripe; readonly random: () => number }, options: Partial<BillingWorkerOptions> = {}) {
     this.#d = deps;
@@ -120,17 +123,34 @@ export class BillingWorker {
     return next;
   }
 
+  /**
+   * Runs a pass at once instead of at the next poll (a verified Stripe webhook was just stored in this
+   * process); the poll stays the fallback for events stored by another process. Wakes while a woken pass is
+   * still queued join it; a wake during a pass queues one more, so what was stored during it is seen.
+   */
+  wake(): void {
+    if (this.#stopped || this.#wakeQueued) return;
+    this.#wakeQueued = true;
+    this.#tick();
+  }
+
+  #tick(): void {
+    this.runOnce()
+      .catch((e: unknown) => this.#d.log.error({ err: String(e), part: 'billing-worker' }, 'billing pass failed'))
+      .finally(() => this.#schedule());
+  }
+
+  /** One timer at a time: whichever pass ends last sets the next poll. */
   #schedule(): void {
+    if (this.#timer) clearTimeout(this.#timer);
+    this.#timer = undefined;
     if (this.#stopped) return;
-    this.#timer = setTimeout(() => {
-      this.runOnce()
-        .catch((e: unknown) => this.#d.log.error({ err: String(e), part: 'billing-worker' }, 'billing pass failed'))
-        .finally(() => this.#schedule());
-    }, this.#o.pollMs);
+    this.#timer = setTimeout(() => this.#tick(), this.#o.pollMs);
     this.#timer.unref();
   }
 
   async #pass(): Promise<BillingPass> {
+    this.#wakeQueued = false;
     const events = await this.#events();
     const jobs = await this.#jobs();
     const { expired, overdue } = await this.#holds();
@@ -310,10 +330,14 @@ export class BillingWorker {
   async #ends(): Promise<number> {
     const d = this.#d;
     const cid = newCorrelationId();
-    // a day ahead of UTC covers every zone; endStay compares the exact check-out instant
-    const lastDate = new Date(d.clock.now() + 86_400_000).toISOString().slice(0, 10);
+    // each site's own calendar: the last check-out date that is over there now (endStay still checks the instant)
+    const now = d.clock.now();
+    const due = (await listSitesWithStaysUnderway(d.db)).map((s) => ({
+      siteId: s.siteId,
+      lastDate: lastCheckOutDue(now, s.checkOutTime, s.timeZone),
+    }));
     let ended = 0;
-    for (const id of await listStaysEnding(d.db, lastDate, this.#o.batch)) {
+    for (const id of await listStaysEnding(d.db, due, this.#o.batch)) {
       try {
         const r = await endStay(d, id, cid);
         if (r.status === 'applied') ended += 1;

@@ -73,6 +73,8 @@ export interface StayDeps extends AppDeps {
   readonly stripe: Stripe | null;
   /** A fresh PIN for a stay key (8 digits; injectable so tests know it). */
   readonly newPin?: () => string;
+  /** Wakes this process's billing worker (a webhook was stored); its poll is the fallback. */
+  readonly wakeBilling?: () => void;
 }
 
 /** A stay with its payments: what the API and the return page show. */
@@ -672,7 +674,7 @@ export function endStay(deps: StayDeps, stayId: string, cid: CorrelationId): Pro
     cid,
     null,
     (s, _p, settings, now) => {
-      // not over yet (the sweep lists a day ahead of UTC to cover every zone): nothing to do
+      // not over yet (a sweep that raced a change of the site's check-out time): nothing to do
       if (stayWindow(s, settings).validUntil > now) return noop('STAY_NOT_OVER', s);
       if (s.status === 'confirmed') {
         const i = domain.checkInStay(s, { settings, cid }, now);
@@ -723,6 +725,8 @@ export async function receiveStripeWebhook(
     { code: stored === 'stored' ? 'WEBHOOK_STORED' : 'WEBHOOK_DUPLICATE', eventId: e.eventId, type: e.type },
     'Stripe webhook received',
   );
+  // committed: the worker may process it now rather than at its next poll
+  if (stored === 'stored') deps.wakeBilling?.();
   return { status: stored, eventId: e.eventId, type: e.type };
 }
 

@@ -97,5 +97,15 @@ export function zonedInstant(date: IsoDate, hhmm: string, tz: string): number {
   return Math.min(first, second);
 }
 
+/**
+ * The latest check-out date whose check-out instant (`hhmm` in `tz`) is not
+ * after `now`: every stay at the site checking out on or before it is over.
+ * Invariant: judged on the site's own calendar, the same instant `zonedInstant` gives a stay's end.
+ */
+export function lastCheckOutDue(now: number, hhmm: string, tz: string): IsoDate {
+  const today = Math.floor((now + offsetAt(now, tz)) / DAY_MS);
+  return isoOf(zonedInstant(isoOf(today), hhmm, tz) <= now ? today : today - 1);
+}
+
 /** Whole days from `now` until `instant` (negative once it has passed): the input of a cancellation policy. */
 export const daysUntilCheckIn = (instant: number, now: number): number => Math.floor((instant - now) / DAY_MS);

@@ -290,10 +290,41 @@ export async function saveStaySettings(tx: Tx, s: SiteStaySettings, now: number)
  * (a superset of those whose check-out instant has passed: the caller
  * compares the instant in the site's zone), oldest check-out first.
  */
-export async function listStaysEnding(q: Queryable, lastDate: string, limit: number): Promise<string[]> {
+/** A site with stays under way (confirmed or checked in): its zone and check-out time (the default when unset). */
+export interface SiteCheckOut {
+  readonly siteId: string;
+  readonly timeZone: string;
+  readonly checkOutTime: string;
+}
+
+export async function listSitesWithStaysUnderway(q: Queryable): Promise<SiteCheckOut[]> {
   const r = await q.query(
-    `SELECT id FROM stays WHERE status IN ('confirmed', 'checked_in') AND check_out <= $1::date ORDER BY check_out, id LIMIT $2`,
-    [lastDate, limit],
+    `SELECT si.id AS site_id, si.time_zone, t.check_out_time FROM sites si LEFT JOIN site_stay_settings t ON t.site_id = si.id
+      WHERE EXISTS (SELECT 1 FROM stays s WHERE s.site_id = si.id AND s.status IN ('confirmed', 'checked_in')) ORDER BY si.id`,
+  );
+  const Row = z.object({ site_id: SiteId, time_zone: z.string().min(1), check_out_time: z.string().nullable() });
+  return parseRows('sites', Row, r.rows).map((x) => ({
+    siteId: x.site_id,
+    timeZone: x.time_zone,
+    checkOutTime: x.check_out_time ?? defaultStaySettings(x.site_id, x.time_zone).checkOutTime,
+  }));
+}
+
+/**
+ * Stays under way whose check-out date is on or before their site's `lastDate` (each site's own calendar:
+ * `lastCheckOutDue`), oldest check-out first. Only stays that are over are listed, so none that is not due
+ * takes a place in the batch.
+ */
+export async function listStaysEnding(
+  q: Queryable,
+  due: readonly { readonly siteId: string; readonly lastDate: string }[],
+  limit: number,
+): Promise<string[]> {
+  if (due.length === 0) return [];
+  const r = await q.query(
+    `SELECT s.id FROM stays s JOIN unnest($1::text[], $2::date[]) AS d(site_id, last_date) ON d.site_id = s.site_id
+      WHERE s.status IN ('confirmed', 'checked_in') AND s.check_out <= d.last_date ORDER BY s.check_out, s.id LIMIT $3`,
+    [due.map((x) => x.siteId), due.map((x) => x.lastDate), limit],
   );
   return parseRows('stays', z.object({ id: z.string() }), r.rows).map((x) => x.id);
 }
