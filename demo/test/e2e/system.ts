@@ -126,6 +126,10 @@ export interface SystemOptions {
   readonly siteLogins?: boolean;
   /** Everything the locks see and do (FleetOptions.onActivity). */
   readonly onLockActivity?: FleetOptions['onActivity'];
+  /** The site's time zone (default Asia/Tokyo). */
+  readonly timeZone?: string;
+  /** More cloud settings (env names of cloud/src/config.ts), e.g. the STRIPE_* ones of a local Stripe. */
+  readonly cloudEnv?: Readonly<Record<string, string>>;
 }
 
 let n = 0;
@@ -195,7 +199,7 @@ export class System {
     const site = await this.cloud.createSite({
       id: this.siteId,
       name: 'E2E site',
-      timeZone: 'Asia/Tokyo',
+      timeZone: this.opts.timeZone ?? 'Asia/Tokyo',
       offlineGraceSeconds: this.opts.offlineGraceSeconds ?? 300,
     });
     expectApplied(site, 'createSite');
@@ -265,6 +269,7 @@ export class System {
         DISPATCH_POLL_MS: '500',
         DISPATCH_BACKOFF_BASE_MS: '100',
         DISPATCH_BACKOFF_MAX_MS: '1000',
+        ...this.opts.cloudEnv,
       }),
       { clock: this.clock, log: this.log.child({ part: 'cloud' }) },
     );
