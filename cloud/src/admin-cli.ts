@@ -44,7 +44,8 @@ env: TOBIRA_API (e.g. http://127.0.0.1:8080), TOBIRA_TOKEN (bearer token)
   stays book --person P --room R --check-in DATE --check-out DATE --amount N --currency jpy [--deposit N]
                                 DATE: the site-local date (2027-03-01); the answer carries the guest's payment.clientSecret
   stays cancel <id> --reason R | stays check-in <id> | stays check-out <id>
-  billing dead-letters [--kind webhook-events|billing-jobs] [--limit N] [--cursor C]   admin only; without --kind both lists
+  billing dead-letters [--kind webhook-events|billing-jobs] [--site S] [--limit N] [--cursor C]   without --kind both lists;
+                                scoped by the token's sites like every list
   billing retry <webhook-events|billing-jobs> <id>   a dead Stripe event or billing job back to pending (admin only)
   tokens bootstrap --name N [--expires-in-days N]   direct to the database (DATABASE_URL or PGLITE_DATA_DIR): prints a new
                                 admin token once; it never expires unless --expires-in-days (rotate it once you have others)
@@ -365,7 +366,10 @@ export async function runAdminCli(argv: readonly string[], io: CliIo): Promise<n
         // without --kind: both lists, one answer each (a cursor belongs to one kind)
         let code = 0;
         for (const kind of o.kind ? [o.kind] : ['webhook-events', 'billing-jobs']) {
-          code = Math.max(code, await call('GET', `/billing/dead-letters${query({ kind, limit: o.limit, cursor: o.cursor })}`));
+          code = Math.max(
+            code,
+            await call('GET', `/billing/dead-letters${query({ kind, siteId: site, limit: o.limit, cursor: o.cursor })}`),
+          );
         }
         return code;
       }

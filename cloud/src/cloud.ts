@@ -13,7 +13,7 @@ import { listDeadLetters, retryDeadLetter, type DeadLetter } from './adapters/ou
 import { Dispatcher } from './adapters/outbox/dispatcher.js';
 import { purgeOld } from './adapters/outbox/purge.js';
 import { loadSigner, type CloudSigner } from './adapters/signer.js';
-import { crashAt, type CrashHook } from './app/crash.js';
+import { crashAt, killAt, type CrashHook } from './app/crash.js';
 import { unmanagedBrokerAccounts, type BrokerAccounts } from './app/broker-accounts.js';
 import type { AppDeps } from './app/deps.js';
 import * as keys from './app/keys.js';
@@ -65,7 +65,7 @@ export function createCloud(config: CloudConfig, cloudDeps: CloudDeps = {}) {
 function coreOf(config: CloudConfig, cloudDeps: CloudDeps) {
   const clock = cloudDeps.clock ?? systemClock;
   const log = cloudDeps.log ?? createLogger('cloud');
-  const crash = cloudDeps.crash ?? crashAt(config.crashAt);
+  const crash = cloudDeps.crash ?? (config.crashMode === 'kill' ? killAt(config.crashAt) : crashAt(config.crashAt));
   let db: Db | undefined;
   let link: MqttLink | undefined;
   let signer: CloudSigner | undefined;
@@ -148,7 +148,7 @@ function coreOf(config: CloudConfig, cloudDeps: CloudDeps) {
       if (stripe) {
         billing = new BillingWorker(
           { ...stayDeps(), stripe, log: log.child({ part: 'billing-worker' }), random: cloudDeps.random ?? Math.random },
-          cloudDeps.billingWorker === false ? {} : cloudDeps.billingWorker,
+          { ...config.billing, ...(cloudDeps.billingWorker === false ? {} : cloudDeps.billingWorker) },
         );
         if (cloudDeps.billingWorker !== false) billing.start();
       }

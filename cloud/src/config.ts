@@ -105,6 +105,11 @@ export const CloudConfigSchema = z.object({
   STRIPE_API_HOST: z.string().optional(),
   STRIPE_API_PORT: z.coerce.number().int().min(1).max(65535).optional(),
   STRIPE_API_PROTOCOL: z.enum(['http', 'https']).optional(),
+  /** Tests: what a CRASH_AT point does: `throw` (SimulatedCrash) or `kill` (SIGKILL of this process, as a power cut). */
+  CRASH_MODE: z.enum(['throw', 'kill']).default('throw'),
+  /** The billing worker (docs/payments.md): its poll (a stored webhook also wakes it) and its claim lease. */
+  BILLING_POLL_MS: int(2_000, 1),
+  BILLING_LEASE_MS: int(60_000, 1),
 });
 export type CloudConfigInput = z.input<typeof CloudConfigSchema>;
 
@@ -167,6 +172,8 @@ export interface CloudConfig {
     readonly port: number | undefined;
     readonly protocol: 'http' | 'https' | undefined;
   };
+  readonly crashMode: 'throw' | 'kill';
+  readonly billing: { readonly pollMs: number; readonly leaseMs: number };
 }
 
 /** Why the cloud refuses to start with its configuration (docs/cloud.md "Configuration"). */
@@ -285,6 +292,8 @@ export function parseConfig(env: Record<string, string | undefined> = process.en
       port: c.STRIPE_API_PORT,
       protocol: c.STRIPE_API_PROTOCOL,
     },
+    crashMode: c.CRASH_MODE,
+    billing: { pollMs: c.BILLING_POLL_MS, leaseMs: c.BILLING_LEASE_MS },
   });
 }
 

@@ -40,6 +40,15 @@ describe('parseConfig', () => {
     expect(parseConfig({}).crashAt).toEqual([]);
   });
 
+  it('a crash point throws by default and kills the process with CRASH_MODE=kill; the billing worker poll and lease are settings', () => {
+    expect(parseConfig({}).crashMode).toBe('throw');
+    expect(parseConfig({ CRASH_MODE: 'kill' }).crashMode).toBe('kill');
+    expect(() => parseConfig({ CRASH_MODE: 'abort' })).toThrow(/CRASH_MODE/);
+    expect(parseConfig({}).billing).toEqual({ pollMs: 2_000, leaseMs: 60_000 });
+    expect(parseConfig({ BILLING_POLL_MS: '500', BILLING_LEASE_MS: '1500' }).billing).toEqual({ pollMs: 500, leaseMs: 1_500 });
+    expect(() => parseConfig({ BILLING_LEASE_MS: '0' })).toThrow(/BILLING_LEASE_MS/);
+  });
+
   it('caps offline-capable keys at 7 days by default; the cap is 1 s to 365 days', () => {
     expect(parseConfig({}).offlineKeyMaxSeconds).toBe(604_800);
     expect(parseConfig({ OFFLINE_KEY_MAX_SECONDS: '3600' }).offlineKeyMaxSeconds).toBe(3600);

@@ -212,28 +212,64 @@ describe.each(pgBackends())('stay operations on %s', (backend) => {
     expect(got[0]?.body).toMatchObject({ siteId, status: 'failed', from: 'pending', code: 'STAY_FAILED' });
   });
 
-  it('lists dead Stripe events and dead billing jobs with their codes to admins only, and retries them', async () => {
+  it("lists dead Stripe events and dead billing jobs with their codes and sites, scoped by the token's sites and filtered by siteId, and admins retry them", async () => {
     const u = newId();
-    await t.db.query(
-      `INSERT INTO payment_webhook_events (event_id, type, object_id, payload, cid, received_at, status, attempts, next_attempt_at, last_error, dead_code)
-       VALUES ($1, 'payment_intent.succeeded', 'pi_x', '{}', 'cid-dead-event', $2, 'dead', 8, $2, 'no such payment', 'PAYMENT_NOT_FOUND')`,
-      [`evt_${u}`, T0],
+    const { stay, payment } = await book();
+    const deadEvent = (id: string, objectId: string, type = 'payment_intent.succeeded', payload = '{}') =>
+      t.db.query(
+        `INSERT INTO payment_webhook_events (event_id, type, object_id, payload, cid, received_at, status, attempts, next_attempt_at, last_error, dead_code)
+         VALUES ($1, $2, $3, $4::jsonb, 'cid-dead-event', $5, 'dead', 8, $5, 'no such payment', 'PAYMENT_NOT_FOUND')`,
+        [id, type, objectId, payload, T0],
+      );
+    const deadJob = async (kind: string, subject: string) =>
+      Number(
+        (
+          await t.db.query<{ id: string }>(
+            `INSERT INTO billing_jobs (kind, subject_id, dedupe_key, body, cid, status, attempts, next_attempt_at, last_error, last_code, created_at)
+             VALUES ($1, $2, $3, '{}', 'cid-dead-job', 'dead', 8, $4, 'card_declined', 'BILLING_REFUSED', $4) RETURNING id`,
+            [kind, subject, `dead-${kind}-${subject}-${u}`, T0],
+          )
+        ).rows[0]?.id,
+      );
+    // one of ours at the site (by intent, and a charge naming the intent) and one that names no payment of ours
+    await deadEvent(`evt_${u}`, 'pi_x');
+    await deadEvent(`evt_site_${u}`, payment.intentId);
+    await deadEvent(
+      `evt_ch_${u}`,
+      `ch_${u}`,
+      'charge.refunded',
+      JSON.stringify({ data: { object: { payment_intent: payment.intentId } } }),
     );
-    const job = await t.db.query<{ id: string }>(
-      `INSERT INTO billing_jobs (kind, subject_id, dedupe_key, body, cid, status, attempts, next_attempt_at, last_error, last_code, created_at)
-       VALUES ('refund', 'ref_x', $1, '{}', 'cid-dead-job', 'dead', 8, $2, 'card_declined', 'BILLING_REFUSED', $2) RETURNING id`,
-      [`dead-${u}`, T0],
+    const jobId = await deadJob('refund', 'ref_x');
+    const payJob = await deadJob('cancel_intent', payment.id);
+    const stayJob = await deadJob('notify', stay.id);
+    const list = (kind: string, token = admin, q = '') =>
+      app.inject({ method: 'GET', url: `/billing/dead-letters?kind=${kind}${q}`, headers: auth(token) });
+    const events = async (token = admin, q = '') =>
+      (await list('webhook-events', token, q)).json<{ items: { eventId: string; siteId: string | null }[] }>().items;
+    const jobs = async (token = admin, q = '') =>
+      (await list('billing-jobs', token, q)).json<{ items: { id: number; siteId: string | null }[] }>().items;
+
+    expect(await events()).toContainEqual(
+      expect.objectContaining({ eventId: `evt_${u}`, code: 'PAYMENT_NOT_FOUND', cid: 'cid-dead-event', attempts: 8, siteId: null }),
     );
-    const jobId = Number(job.rows[0]?.id);
-    const list = (kind: string, token = admin) =>
-      app.inject({ method: 'GET', url: `/billing/dead-letters?kind=${kind}`, headers: auth(token) });
-    for (const token of [auditor, managerOther]) expect((await list('billing-jobs', token)).statusCode).toBe(403);
-    expect((await list('webhook-events')).json<{ items: unknown[] }>().items).toContainEqual(
-      expect.objectContaining({ eventId: `evt_${u}`, code: 'PAYMENT_NOT_FOUND', cid: 'cid-dead-event', attempts: 8 }),
+    expect(await events()).toContainEqual(expect.objectContaining({ eventId: `evt_site_${u}`, siteId }));
+    expect(await events()).toContainEqual(expect.objectContaining({ eventId: `evt_ch_${u}`, siteId }));
+    expect(await jobs()).toContainEqual(
+      expect.objectContaining({ id: jobId, kind: 'refund', code: 'BILLING_REFUSED', cid: 'cid-dead-job', siteId: null }),
     );
-    expect((await list('billing-jobs')).json<{ items: unknown[] }>().items).toContainEqual(
-      expect.objectContaining({ id: jobId, kind: 'refund', code: 'BILLING_REFUSED', cid: 'cid-dead-job' }),
-    );
+    expect(await jobs()).toContainEqual(expect.objectContaining({ id: payJob, siteId }));
+    expect(await jobs()).toContainEqual(expect.objectContaining({ id: stayJob, siteId }));
+    // the site's auditor sees the site's dead letters only; a manager of another site sees none of them
+    expect((await events(auditor)).map((e) => e.eventId).sort()).toEqual([`evt_ch_${u}`, `evt_site_${u}`].sort());
+    expect((await jobs(auditor)).map((j) => j.id).sort()).toEqual([payJob, stayJob].sort());
+    expect(await events(managerOther)).toEqual([]);
+    expect(await jobs(managerOther)).toEqual([]);
+    // siteId filters, for admins too; a site outside the token's scope is an empty list, not another site's rows
+    expect((await jobs(admin, `&siteId=${siteId}`)).map((j) => j.id).sort()).toEqual([payJob, stayJob].sort());
+    expect((await events(admin, `&siteId=${siteId}`)).every((e) => e.siteId === siteId)).toBe(true);
+    expect(await jobs(managerOther, `&siteId=${siteId}`)).toEqual([]);
+    expect((await list('billing-jobs', admin, '&siteId=bad%20id')).statusCode).toBe(400);
     expect((await post(`/billing/dead-letters/billing-jobs/${jobId}/retry`, managerOther)).statusCode).toBe(403);
     const key = `retry-${u}`;
     const retried = await post(`/billing/dead-letters/billing-jobs/${jobId}/retry`, admin, key);

@@ -383,7 +383,7 @@ describe.each(pgBackends())('stays schema and repositories on %s', (pgBackend) =
           0,
         ),
       ).toBe('dead');
-      const dead = await listDeadWebhookEvents(t.db, { limit: 100 });
+      const dead = await listDeadWebhookEvents(t.db, null, { limit: 100 });
       expect(dead !== 'bad_cursor' && dead.items.find((d) => d.eventId === eventId)).toMatchObject({
         status: 'dead',
         deadCode: 'PAYMENT_AMOUNT_MISMATCH',
@@ -437,7 +437,7 @@ describe.each(pgBackends())('stays schema and repositories on %s', (pgBackend) =
         now += 120_000;
       }
       expect(statuses).toEqual(['pending', 'pending', 'dead']);
-      const dead = await listDeadBillingJobs(t.db, { limit: 1000 });
+      const dead = await listDeadBillingJobs(t.db, null, { limit: 1000 });
       expect(dead !== 'bad_cursor' && dead.items.find((d) => d.dedupeKey === key)).toMatchObject({
         lastCode: 'BILLING_UNAVAILABLE',
         attempts: 3,

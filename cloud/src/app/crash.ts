@@ -34,3 +34,16 @@ export function crashAt(points: readonly CrashPoint[]): CrashHook {
     if (set.has(point)) throw new SimulatedCrash(point);
   };
 }
+
+/**
+ * A hook that SIGKILLs this process at the named points (CRASH_MODE=kill): no
+ * finally block, no graceful stop, nothing flushed, as a power cut. For crash
+ * tests that run the cloud as a child process and restart it on the same database.
+ */
+export function killAt(points: readonly CrashPoint[]): CrashHook {
+  if (points.length === 0) return noCrash;
+  const set = new Set(points);
+  return (point) => {
+    if (set.has(point)) process.kill(process.pid, 'SIGKILL');
+  };
+}

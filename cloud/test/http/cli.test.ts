@@ -233,6 +233,9 @@ describe.each(pgBackends())('admin CLI against a listening API on %s', (backend)
     const dead = await cli('billing', 'dead-letters', '--kind', 'billing-jobs');
     expect(dead.code).toBe(0);
     expect(dead.json).toMatchObject({ items: [], nextCursor: null });
+    const scoped = await cli('billing', 'dead-letters', '--kind', 'webhook-events', '--site', `ss-${u}`);
+    expect(scoped.code).toBe(0);
+    expect(scoped.json).toMatchObject({ items: [], nextCursor: null });
     const both = await cli('billing', 'dead-letters');
     expect(both.code).toBe(0);
     expect(both.out.match(/"nextCursor"/g)).toHaveLength(2);

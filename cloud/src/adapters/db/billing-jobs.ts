@@ -2,6 +2,7 @@ import { z } from 'zod';
 import { CorrelationId, decodeCursor, pageOf, parseRow, type Page } from '@tobira/shared';
 import { backoffMs, type BackoffPolicy } from '../outbox/fail.js';
 import type { Queryable } from './db.js';
+import { scopeParam, type SiteScope } from './scope.js';
 
 /**
  * The billing outbox (`billing_jobs`): the effects stay and payment verbs
@@ -160,12 +161,29 @@ export async function retryDeadBillingJob(q: Queryable, id: number, now: number)
 const DeadCursor = z.tuple([z.number().int()]);
 
 /** The dead-letter list, oldest first, keyset-paginated on id. */
-export async function listDeadBillingJobs(q: Queryable, o: { limit: number; cursor?: string }): Promise<Page<BillingJob> | 'bad_cursor'> {
+/** The site a job's subject (a stay, a payment or a refund: the ids do not overlap) belongs to; null for none. */
+const JOB_SITE = `(SELECT COALESCE(
+    (SELECT s.site_id FROM stays s WHERE s.id = j.subject_id),
+    (SELECT s.site_id FROM payments p JOIN stays s ON s.id = p.stay_id WHERE p.id = j.subject_id),
+    (SELECT s.site_id FROM refunds r JOIN payments p ON p.id = r.payment_id JOIN stays s ON s.id = p.stay_id WHERE r.id = j.subject_id)))`;
+
+/**
+ * Dead jobs, oldest first, each with the site of its subject. Scoped like every list: a caller limited to
+ * some sites sees only jobs whose subject is at one of them (a job with no site only by an unscoped caller).
+ */
+export async function listDeadBillingJobs(
+  q: Queryable,
+  scope: SiteScope,
+  o: { limit: number; cursor?: string; siteId?: string },
+): Promise<Page<BillingJob & { readonly siteId: string | null }> | 'bad_cursor'> {
   const after = decodeCursor(DeadCursor, o.cursor);
   if (after === 'bad') return 'bad_cursor';
-  const r = await q.query(`SELECT * FROM billing_jobs WHERE status = 'dead' AND ($1::bigint IS NULL OR id > $1) ORDER BY id LIMIT $2`, [
-    after?.[0] ?? null,
-    o.limit + 1,
-  ]);
-  return pageOf(r.rows.map(jobOf), o.limit, (j) => [j.id]);
+  const r = await q.query(
+    `SELECT * FROM (SELECT j.*, ${JOB_SITE} AS site_id FROM billing_jobs j WHERE j.status = 'dead' AND ($1::bigint IS NULL OR j.id > $1)) x
+      WHERE ($2::text[] IS NULL OR x.site_id = ANY($2)) AND ($3::text IS NULL OR x.site_id = $3) ORDER BY x.id LIMIT $4`,
+    [after?.[0] ?? null, scopeParam(scope), o.siteId ?? null, o.limit + 1],
+  );
+  const Site = z.object({ site_id: z.string().nullable() });
+  const rows = r.rows.map((raw) => ({ ...jobOf(raw), siteId: parseRow('billing_jobs', Site, raw).site_id }));
+  return pageOf(rows, o.limit, (j) => [j.id]);
 }

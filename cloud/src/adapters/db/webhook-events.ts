@@ -2,6 +2,7 @@ import { z } from 'zod';
 import { CorrelationId, decodeCursor, pageOf, parseRow, type Page } from '@tobira/shared';
 import { backoffMs, type BackoffPolicy } from '../outbox/fail.js';
 import type { Queryable } from './db.js';
+import { scopeParam, type SiteScope } from './scope.js';
 
 /**
  * The Stripe webhook inbox (`payment_webhook_events`): the HTTP route
@@ -150,18 +151,33 @@ export async function failWebhookEvent(
 const DeadCursor = z.tuple([z.number().int(), z.string()]);
 
 /** The dead-letter list, oldest first, keyset-paginated on (received_at, event_id). */
+/**
+ * Dead events, oldest first, each with the site of the payment it names (by its intent, a charge's intent, or
+ * the intent's `metadata.payment_id`); null when it names none of ours. Scoped like every list: a caller
+ * limited to some sites sees only events of payments at one of them.
+ */
 export async function listDeadWebhookEvents(
   q: Queryable,
-  o: { limit: number; cursor?: string },
-): Promise<Page<StoredWebhookEvent> | 'bad_cursor'> {
+  scope: SiteScope,
+  o: { limit: number; cursor?: string; siteId?: string },
+): Promise<Page<StoredWebhookEvent & { readonly siteId: string | null }> | 'bad_cursor'> {
   const after = decodeCursor(DeadCursor, o.cursor);
   if (after === 'bad') return 'bad_cursor';
   const r = await q.query(
-    `SELECT * FROM payment_webhook_events WHERE status = 'dead' AND ($1::bigint IS NULL OR (received_at, event_id) > ($1::bigint, $2::text))
-      ORDER BY received_at, event_id LIMIT $3`,
-    [after?.[0] ?? null, after?.[1] ?? null, o.limit + 1],
+    `SELECT * FROM (
+       SELECT e.*, (SELECT s.site_id FROM payments p JOIN stays s ON s.id = p.stay_id
+                     WHERE p.intent_id IN (e.object_id, e.payload->'data'->'object'->>'payment_intent')
+                        OR p.id = e.payload->'data'->'object'->'metadata'->>'payment_id'
+                     ORDER BY p.id LIMIT 1) AS site_id
+         FROM payment_webhook_events e
+        WHERE e.status = 'dead' AND ($1::bigint IS NULL OR (e.received_at, e.event_id) > ($1::bigint, $2::text))) x
+      WHERE ($3::text[] IS NULL OR x.site_id = ANY($3)) AND ($4::text IS NULL OR x.site_id = $4)
+      ORDER BY x.received_at, x.event_id LIMIT $5`,
+    [after?.[0] ?? null, after?.[1] ?? null, scopeParam(scope), o.siteId ?? null, o.limit + 1],
   );
-  return pageOf(r.rows.map(eventOf), o.limit, (e) => [e.receivedAt, e.eventId]);
+  const Site = z.object({ site_id: z.string().nullable() });
+  const rows = r.rows.map((raw) => ({ ...eventOf(raw), siteId: parseRow('payment_webhook_events', Site, raw).site_id }));
+  return pageOf(rows, o.limit, (e) => [e.receivedAt, e.eventId]);
 }
 
 /** Operator retry of a dead event: pending and due at once, attempts counted afresh, its code cleared. */

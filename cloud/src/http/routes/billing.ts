@@ -1,8 +1,8 @@
 import { z } from 'zod';
 import { listDeadBillingJobs, retryDeadBillingJob } from '../../adapters/db/billing-jobs.js';
 import { listDeadWebhookEvents, retryDeadWebhookEvent } from '../../adapters/db/webhook-events.js';
-import { idempotent, problem, type Api, type Ctx } from '../context.js';
-import { Cursor, Limit, OutcomeStatus, errorResponses } from '../schemas.js';
+import { idempotent, problem, who, type Api, type Ctx } from '../context.js';
+import { Cursor, Id, Limit, OutcomeStatus, errorResponses } from '../schemas.js';
 
 const DeadWebhookEvent = z.object({
   eventId: z.string(),
@@ -13,6 +13,8 @@ const DeadWebhookEvent = z.object({
   code: z.string().nullable(),
   cid: z.string(),
   receivedAt: z.int(),
+  /** The site of the payment the event names; null when it names none of ours. */
+  siteId: z.string().nullable(),
 });
 const DeadBillingJob = z.object({
   id: z.int(),
@@ -23,25 +25,28 @@ const DeadBillingJob = z.object({
   code: z.string().nullable(),
   cid: z.string(),
   createdAt: z.int(),
+  /** The site of the job's stay, payment or refund. */
+  siteId: z.string().nullable(),
 });
 const DEAD_KINDS = ['webhook-events', 'billing-jobs'] as const;
 
 /**
  * The billing dead letters (issue #12, docs/payments.md): Stripe events the
  * worker gave up on and billing jobs that failed for good, each with its
- * code, and the operator's retry. Admin only: a Stripe event names no site
- * until it is processed, and a job's subject may be a stay, a payment or a
- * refund, so neither can be scoped by a token's sites.
+ * code and the site it belongs to (an event: the site of the payment it
+ * names; a job: the site of its stay, payment or refund). The list takes
+ * `siteId` and is scoped by the token's sites like every list (an event that
+ * names none of our payments has no site: only unscoped tokens see it); the
+ * retry is admin only.
  */
 export function billingRoutes(app: Api, ctx: Ctx): void {
   app.get(
     '/billing/dead-letters',
     {
-      config: { adminOnly: true },
       schema: {
         tags: ['billing'],
-        summary: 'Dead Stripe webhook events and dead billing jobs, oldest first, with their codes (admin only)',
-        querystring: z.strictObject({ kind: z.enum(DEAD_KINDS), cursor: Cursor.optional(), limit: Limit }),
+        summary: "Dead Stripe webhook events and dead billing jobs, oldest first, with their codes and sites; scoped by the token's sites",
+        querystring: z.strictObject({ kind: z.enum(DEAD_KINDS), siteId: Id.optional(), cursor: Cursor.optional(), limit: Limit }),
         response: {
           ...errorResponses,
           200: z.object({ items: z.array(z.union([DeadWebhookEvent, DeadBillingJob])), nextCursor: z.string().nullable() }),
@@ -49,9 +54,14 @@ export function billingRoutes(app: Api, ctx: Ctx): void {
       },
     },
     async (req, reply) => {
-      const o = { limit: req.query.limit, ...(req.query.cursor === undefined ? {} : { cursor: req.query.cursor }) };
+      const o = {
+        limit: req.query.limit,
+        ...(req.query.cursor === undefined ? {} : { cursor: req.query.cursor }),
+        ...(req.query.siteId === undefined ? {} : { siteId: req.query.siteId }),
+      };
+      const scope = who(req).sites;
       if (req.query.kind === 'webhook-events') {
-        const page = await listDeadWebhookEvents(ctx.db, o);
+        const page = await listDeadWebhookEvents(ctx.db, scope, o);
         if (page === 'bad_cursor') return reply.status(400).send(problem('BAD_REQUEST', 'bad cursor'));
         const items = page.items.map((e) => ({
           eventId: e.eventId,
@@ -62,10 +72,11 @@ export function billingRoutes(app: Api, ctx: Ctx): void {
           code: e.deadCode,
           cid: e.cid,
           receivedAt: e.receivedAt,
+          siteId: e.siteId,
         }));
         return { items, nextCursor: page.nextCursor };
       }
-      const page = await listDeadBillingJobs(ctx.db, o);
+      const page = await listDeadBillingJobs(ctx.db, scope, o);
       if (page === 'bad_cursor') return reply.status(400).send(problem('BAD_REQUEST', 'bad cursor'));
       const items = page.items.map((j) => ({
         id: j.id,
@@ -76,6 +87,7 @@ export function billingRoutes(app: Api, ctx: Ctx): void {
         code: j.lastCode,
         cid: j.cid,
         createdAt: j.createdAt,
+        siteId: j.siteId,
       }));
       return { items, nextCursor: page.nextCursor };
     },
