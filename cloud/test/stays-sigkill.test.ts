@@ -146,62 +146,77 @@ describe.each(pgBackends().filter((b) => b === 'postgres'))(
       await t?.close();
     });
 
-    it('killed after the PaymentIntent is created and before it is recorded: the repeated booking gets the same one intent, and it pays', async () => {
-      child = await startChild({ CRASH_AT: 'afterIntentCreatedBeforeRecord', CRASH_MODE: 'kill' });
-      const booking = { personId, roomId, checkIn: '2027-06-01', checkOut: '2027-06-03', amount: 24_000, currency: 'jpy' };
-      const key = `bk-${newId()}`;
-      // the process dies mid-request: the client sees the connection drop
-      await expect(call(child, 'POST', '/stays', booking, key)).rejects.toThrow();
-      expect(await child.exited).toEqual({ code: null, signal: 'SIGKILL' });
+    it(
+      'killed after the PaymentIntent is created and before it is recorded: the repeated booking gets the same one intent, and it pays',
+      { timeout: 120_000 },
+      async () => {
+        child = await startChild({ CRASH_AT: 'afterIntentCreatedBeforeRecord', CRASH_MODE: 'kill' });
+        const booking = { personId, roomId, checkIn: '2027-06-01', checkOut: '2027-06-03', amount: 24_000, currency: 'jpy' };
+        const key = `bk-${newId()}`;
+        // the process dies mid-request: the client sees the connection drop
+        await expect(call(child, 'POST', '/stays', booking, key)).rejects.toThrow();
+        expect(await child.exited).toEqual({ code: null, signal: 'SIGKILL' });
 
-      const pending = await t.db.query<{ id: string }>('SELECT id FROM stays WHERE room_id = $1 AND check_in = $2', [roomId, '2027-06-01']);
-      const stayId = pending.rows[0]?.id ?? '';
-      expect(await loadStay(t.db, stayId)).toMatchObject({ status: 'pending' });
-      expect((await listPaymentsOfStay(t.db, stayId))[0]).toMatchObject({ intentId: null });
-      const [made] = intentsOf(stayId);
-      expect(intentsOf(stayId)).toHaveLength(1);
+        const pending = await t.db.query<{ id: string }>('SELECT id FROM stays WHERE room_id = $1 AND check_in = $2', [
+          roomId,
+          '2027-06-01',
+        ]);
+        const stayId = pending.rows[0]?.id ?? '';
+        expect(await loadStay(t.db, stayId)).toMatchObject({ status: 'pending' });
+        expect((await listPaymentsOfStay(t.db, stayId))[0]).toMatchObject({ intentId: null });
+        const [made] = intentsOf(stayId);
+        expect(intentsOf(stayId)).toHaveLength(1);
 
-      child = await startChild();
-      const again = await call(child, 'POST', '/stays', booking, key);
-      expect(again.status).toBe(202);
-      const view = (await again.json()) as { stay: { id: string }; payment: { intentId: string } };
-      expect(view.stay.id).toBe(stayId);
-      expect(view.payment.intentId).toBe(made);
-      expect(intentsOf(stayId)).toEqual([made]);
+        child = await startChild();
+        const again = await call(child, 'POST', '/stays', booking, key);
+        // a repeat of a booking that exists: the same stay (200, noop), its intent now recorded
+        expect(again.status).toBe(200);
+        const view = (await again.json()) as { status: string; stay: { id: string; status: string }; payment: { intentId: string } };
+        expect(view).toMatchObject({ status: 'noop', stay: { status: 'pending' } });
+        expect(view.stay.id).toBe(stayId);
+        expect(view.payment.intentId).toBe(made);
+        expect(intentsOf(stayId)).toEqual([made]);
 
-      await fetch(`${local.url}/_local/pay/${made ?? ''}?card=pm_card_visa`);
-      await waitFor(async () => (await loadStay(t.db, stayId))?.status === 'confirmed', 'the stay confirmed after the restart');
-      expect(intentsOf(stayId)).toHaveLength(1);
-    });
+        await fetch(`${local.url}/_local/pay/${made ?? ''}?card=pm_card_visa`);
+        await waitFor(async () => (await loadStay(t.db, stayId))?.status === 'confirmed', 'the stay confirmed after the restart');
+        expect(intentsOf(stayId)).toHaveLength(1);
+      },
+    );
 
-    it('killed after the refund is made and before it is recorded: the next process replays the same refund, exactly one', async () => {
-      await stop(child);
-      child = await startChild({ CRASH_AT: 'afterRefundBeforeRecord', CRASH_MODE: 'kill' });
-      const booking = { personId, roomId, checkIn: '2027-07-01', checkOut: '2027-07-03', amount: 30_000, currency: 'jpy' };
-      const booked = await call(child, 'POST', '/stays', booking);
-      expect(booked.status).toBe(202);
-      const { stay, payment } = (await booked.json()) as { stay: { id: string }; payment: { id: string; intentId: string } };
-      await fetch(`${local.url}/_local/pay/${payment.intentId}?card=pm_card_visa`);
-      await waitFor(async () => (await loadStay(t.db, stay.id))?.status === 'confirmed', 'the stay confirmed');
+    it(
+      'killed after the refund is made and before it is recorded: the next process replays the same refund, exactly one',
+      { timeout: 120_000 },
+      async () => {
+        await stop(child);
+        child = await startChild({ CRASH_AT: 'afterRefundBeforeRecord', CRASH_MODE: 'kill' });
+        const booking = { personId, roomId, checkIn: '2027-07-01', checkOut: '2027-07-03', amount: 30_000, currency: 'jpy' };
+        const booked = await call(child, 'POST', '/stays', booking);
+        expect(booked.status).toBe(202);
+        const { stay, payment } = (await booked.json()) as { stay: { id: string }; payment: { id: string; intentId: string } };
+        await fetch(`${local.url}/_local/pay/${payment.intentId}?card=pm_card_visa`);
+        await waitFor(async () => (await loadStay(t.db, stay.id))?.status === 'confirmed', 'the stay confirmed');
 
-      // the cancel commits (key revoked, refund row and job with its key); the worker's refund call then kills the process
-      await call(child, 'POST', `/stays/${stay.id}/cancel`, { reason: 'staff_cancelled' }).catch(() => null);
-      expect(await child.exited).toEqual({ code: null, signal: 'SIGKILL' });
-      const refundsAtStripe = () => local.refunds().filter((r) => r.payment_intent === payment.intentId);
-      expect(refundsAtStripe()).toHaveLength(1);
-      expect(await listRefundsOfPayment(t.db, payment.id)).toEqual([expect.objectContaining({ status: 'pending', stripeRefundId: null })]);
-      expect(await loadStay(t.db, stay.id)).toMatchObject({ status: 'cancelled' });
+        // the cancel commits (key revoked, refund row and job with its key); the worker's refund call then kills the process
+        await call(child, 'POST', `/stays/${stay.id}/cancel`, { reason: 'staff_cancelled' }).catch(() => null);
+        expect(await child.exited).toEqual({ code: null, signal: 'SIGKILL' });
+        const refundsAtStripe = () => local.refunds().filter((r) => r.payment_intent === payment.intentId);
+        expect(refundsAtStripe()).toHaveLength(1);
+        expect(await listRefundsOfPayment(t.db, payment.id)).toEqual([
+          expect.objectContaining({ status: 'pending', stripeRefundId: null }),
+        ]);
+        expect(await loadStay(t.db, stay.id)).toMatchObject({ status: 'cancelled' });
 
-      child = await startChild();
-      await waitFor(
-        async () => (await listRefundsOfPayment(t.db, payment.id))[0]?.status === 'succeeded',
-        'the refund recorded by the next process',
-      );
-      await waitFor(async () => (await listPaymentsOfStay(t.db, stay.id))[0]?.status === 'refunded', 'the payment refunded');
-      expect(refundsAtStripe()).toHaveLength(1);
-      expect(await listRefundsOfPayment(t.db, payment.id)).toEqual([
-        expect.objectContaining({ status: 'succeeded', amount: 30_000, stripeRefundId: refundsAtStripe()[0]?.id }),
-      ]);
-    });
+        child = await startChild();
+        await waitFor(
+          async () => (await listRefundsOfPayment(t.db, payment.id))[0]?.status === 'succeeded',
+          'the refund recorded by the next process',
+        );
+        await waitFor(async () => (await listPaymentsOfStay(t.db, stay.id))[0]?.status === 'refunded', 'the payment refunded');
+        expect(refundsAtStripe()).toHaveLength(1);
+        expect(await listRefundsOfPayment(t.db, payment.id)).toEqual([
+          expect.objectContaining({ status: 'succeeded', amount: 30_000, stripeRefundId: refundsAtStripe()[0]?.id }),
+        ]);
+      },
+    );
   },
 );
