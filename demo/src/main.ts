@@ -338,18 +338,25 @@ async function main(): Promise<void> {
     validUntil: now + 86_400_000,
   });
   const presentBody = (value: string) => `'{"type":"pin","value":"${value}"}'`;
-  // a stay some weeks ahead (a fresh range each start, so it does not clash with an earlier run's), cancelled in time for a full refund
+  // A stay under way now (check-in yesterday, check-out tomorrow, site dates), so its key opens at once: the
+  // guest's PIN, chosen at booking, opens Room 102 and the lobby. Each start books a room of its own on Room
+  // 102's door, so the printed lines work on every start even when an earlier run's stay still holds its nights.
   const siteDay = (ms: number) => new Intl.DateTimeFormat('en-CA', { timeZone: 'Asia/Tokyo' }).format(ms);
-  const ahead = now + randomInt(14, 300) * 86_400_000;
+  const tag = randomBytes(3).toString('hex');
+  const stayRoom = await cloud.createRoom({ id: `room-102-${tag}`, siteId: seed.siteId, name: `Room 102 (${tag})`, doors: ['door-102'] });
+  if (stayRoom.status !== 'applied') throw new Error(`setting up the stay's room: ${stayRoom.code}`);
+  // 8 digits: never the 6-digit key PIN of step 3 (a PIN another live key at the gateway holds is refused)
+  const stayPin = String(randomInt(10_000_000, 100_000_000));
   const stayBody = JSON.stringify({
     personId: seed.personId,
-    roomId: 'room-102',
-    checkIn: siteDay(ahead),
-    checkOut: siteDay(ahead + 2 * 86_400_000),
+    roomId: stayRoom.state.id,
+    checkIn: siteDay(now - 86_400_000),
+    checkOut: siteDay(now + 86_400_000),
     amount: 36_000,
     currency: 'jpy',
+    credential: { type: 'pin', value: stayPin },
   });
-  const bookingKey = `demo-booking-${randomBytes(3).toString('hex')}`;
+  const bookingKey = `demo-booking-${tag}`;
   process.stdout.write(
     [
       '',
@@ -387,18 +394,31 @@ async function main(): Promise<void> {
       `  curl -s -X POST ${gateway.httpUrl}/staff/mode -H 'authorization: Bearer ${staffToken}' ${json} -d '{"mode":"lockdown"}'`,
       `  curl -s -X POST ${gateway.httpUrl}/staff/mode -H 'authorization: Bearer ${staffToken}' ${json} -d '{"mode":"normal"}'`,
       '',
-      `  # 8. book Room 102 for two nights (202: the stay is pending, holding the nights; payment.clientSecret is for Stripe.js)`,
+      `  # 8. book Room 102 from yesterday to tomorrow with the guest PIN ${stayPin} (202: the stay is pending, holding the nights;`,
+      '  #    payment.clientSecret is for Stripe.js; nothing opens yet: only a paid stay gets its key)',
       `  curl -s -X POST ${api.url}/stays ${auth} ${json} -H 'idempotency-key: ${bookingKey}' -d '${stayBody}'`,
       '',
       "  # 9. pay it as the guest's browser would, with a test card (PI = payment.intentId from step 8)",
       `  curl -s "${stripeLocal.url}/_local/pay/$PI?card=pm_card_visa"`,
       '',
-      '  # 10. the signed webhook confirms it within seconds and issues the key (Room 102 + Lobby); STAY = stay.id',
+      '  # 10. the signed webhook from the local Stripe confirms it at once and issues the key (Room 102 + Lobby); STAY = stay.id',
       `  curl -s ${api.url}/stays/$STAY ${auth}`,
       `  curl -s "${api.url}/pay/return?stay=$STAY&lang=ja"   # the guest's return page`,
       '',
-      '  # 11. cancel it: the key is revoked at once, the refund is made exactly once',
-      `  curl -s -X POST ${api.url}/stays/$STAY/cancel ${auth} ${json} -d '{"reason":"guest_cancelled"}'`,
+      "  # 11. the stay's key reaches the gateway (delivery: pending, then succeeded; after the cancel in 13: revoked)",
+      `  curl -s ${api.url}/keys/key_$STAY ${auth}`,
+      '',
+      `  # 12. the guest PIN ${stayPin} opens Room 102 at the simulated lock`,
+      `  curl -s -X POST ${panel.url}/locks/L2/present ${json} -d ${presentBody(stayPin)}`,
+      '',
+      '  # 13. the hotel cancels the stay (staff_cancelled: a full refund whatever the policy; a guest cancelling a stay',
+      '  #     already under way gets what the cancellation policy allows, by default nothing): the key is revoked at once',
+      `  curl -s -X POST ${api.url}/stays/$STAY/cancel ${auth} ${json} -d '{"reason":"staff_cancelled"}'`,
+      '',
+      '  # 14. once the gateway has the revoke (step 11 says revoked), the same PIN is denied: KEY_REVOKED',
+      `  curl -s -X POST ${panel.url}/locks/L2/present ${json} -d ${presentBody(stayPin)}`,
+      '',
+      "  # 15. the refund, made exactly once (the local Stripe's charge.refunded events for this intent)",
       `  curl -s -u ${stripeLocal.secretKey}: "${stripeLocal.url}/v1/events?type=charge.refunded"`,
       '',
       'Ctrl-C stops everything.',

@@ -113,8 +113,26 @@ describe('npm start (the one-command demo)', () => {
       await demo.start();
       expect(demo.out).toContain('seeding a site');
       expect(demo.out).toContain('in sync');
-      const [allowed, denied, issue, status, presentNew, events, lockdown, normal, book, pay, stay, returnPage, cancel, refunds, ...rest] =
-        demo.curls();
+      const [
+        allowed,
+        denied,
+        issue,
+        status,
+        presentNew,
+        events,
+        lockdown,
+        normal,
+        book,
+        pay,
+        stay,
+        returnPage,
+        stayKey,
+        openRoom,
+        cancel,
+        deniedRoom,
+        refunds,
+        ...rest
+      ] = demo.curls();
       expect(rest).toEqual([]);
       expect(await run(allowed as string)).toMatchObject({
         status: 'decided',
@@ -128,11 +146,14 @@ describe('npm start (the one-command demo)', () => {
       expect(JSON.stringify(await run(events as string))).toContain('DOOR_NOT_PERMITTED');
       expect(await run(lockdown as string)).toMatchObject({ mode: 'lockdown' });
       expect(await run(normal as string)).toMatchObject({ mode: 'normal' });
-      // a stay through the local Stripe: book, pay with a test card, confirmed by the signed webhook, cancelled, refunded once
+      // a stay through the local Stripe: book with a guest PIN, pay with a test card, confirmed by the signed webhook,
+      // the PIN opens the room at the sim, cancelled, the PIN denied at the sim, refunded once
       const booked = await run(book as string);
       expect(booked).toMatchObject({ status: 'applied', code: 'STAY_BOOKED', stay: { status: 'pending' } });
       const { stay: bookedStay, payment } = booked as { stay: { id: string }; payment: { intentId: string } };
       const vars = { PI: payment.intentId, STAY: bookedStay.id };
+      // not paid yet: the booked PIN opens nothing
+      expect(await runWith(openRoom as string, vars)).toMatchObject({ decision: { allowed: false, code: 'UNKNOWN_CREDENTIAL' } });
       expect(await runWith(pay as string, vars)).toMatchObject({ id: payment.intentId, status: 'succeeded' });
       await waitFor(async () => (await runWith(stay as string, vars)).stay?.status === 'confirmed', 'the stay to be confirmed');
       expect(await runWith(stay as string, vars)).toMatchObject({
@@ -140,7 +161,19 @@ describe('npm start (the one-command demo)', () => {
         payment: { status: 'succeeded' },
       });
       expect((await sh('bash', ['-c', returnPage as string], { env: { ...process.env, ...vars } })).stdout).toContain('data-status="paid"');
+      await waitFor(async () => (await runWith(stayKey as string, vars)).delivery === 'succeeded', "the stay's key delivered");
+      expect(await runWith(openRoom as string, vars)).toMatchObject({
+        status: 'decided',
+        decision: { allowed: true, code: 'ALLOWED' },
+        command: { result: 'executed' },
+      });
       expect(await runWith(cancel as string, vars)).toMatchObject({ status: 'applied', code: 'STAY_CANCELLED' });
+      await waitFor(async () => (await runWith(stayKey as string, vars)).status === 'revoked', "the stay's key revoked at the gateway");
+      expect(await runWith(deniedRoom as string, vars)).toMatchObject({
+        status: 'decided',
+        decision: { allowed: false, code: 'KEY_REVOKED' },
+        command: null,
+      });
       await waitFor(async () => (await runWith(stay as string, vars)).payment?.status === 'refunded', 'the refund');
       const refunded = (await runWith(refunds as string, vars)) as { data: { data: { object: { payment_intent: string } } }[] };
       expect(refunded.data.filter((e) => e.data.object.payment_intent === payment.intentId)).toHaveLength(1);
