@@ -286,6 +286,10 @@ function coreOf(config: CloudConfig, cloudDeps: CloudDeps) {
     /** A dead notification back to pending (docs/notifications.md). */
     retryNotification: (input: { id: number; siteScope?: SiteScope; cid?: CorrelationId }, o?: VerbOptions) =>
       notifications.retryNotification(app(o), input.id, input.siteScope ?? null, input.cid),
+    savePersonContact: (input: Parameters<typeof notifications.savePersonContact>[1], o?: VerbOptions) =>
+      notifications.savePersonContact(app(o), input),
+    saveSiteLocale: (input: Parameters<typeof notifications.saveSiteLocale>[1], o?: VerbOptions) =>
+      notifications.saveSiteLocale(app(o), input),
   };
 }
 

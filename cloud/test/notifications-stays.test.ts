@@ -43,7 +43,14 @@ async function startInbox(getDb: () => Db, stripe: () => Stripe, now: () => numb
         return;
       }
       const e = v.event;
-      storeWebhookEvent(getDb(), { eventId: e.eventId, type: e.type, objectId: e.objectId, payload: e.event, cid: newCorrelationId(), now: now() }).then(
+      storeWebhookEvent(getDb(), {
+        eventId: e.eventId,
+        type: e.type,
+        objectId: e.objectId,
+        payload: e.event,
+        cid: newCorrelationId(),
+        now: now(),
+      }).then(
         () => res.end(),
         () => {
           res.statusCode = 500;
@@ -143,7 +150,12 @@ describe.each(pgBackends())('stay notifications on %s', (pgBackend) => {
     // delivered once each to a real SMTP server, through the dispatcher
     const server = await startSmtp();
     const smtp = smtpChannel({ host: '127.0.0.1', port: server.port, from: 'tobira@example.test', secure: false, timeoutMs: 5_000 });
-    const disp = new NotificationDispatcher({ db: t.db, clock: base.clock, log: captured.log, channels: { smtp, log: logChannel(captured.log) } });
+    const disp = new NotificationDispatcher({
+      db: t.db,
+      clock: base.clock,
+      log: captured.log,
+      channels: { smtp, log: logChannel(captured.log) },
+    });
     await disp.runOnce();
     await disp.runOnce();
     await disp.stop();

@@ -15,6 +15,7 @@ import { SimulatedCrash, crashAt } from '../src/app/crash.js';
 import { enqueueNotification, retryNotification } from '../src/app/notifications.js';
 import { createPerson } from '../src/app/registry.js';
 import type { NotificationChannel } from '../src/domain/notifications.js';
+import type { Queryable } from '../src/adapters/db/db.js';
 import { capturingLogger, deps, openTestDb, seed, testLog, type TestDb } from './helpers.js';
 import { deadPort, startReceiver, startSmtp } from './notifications-helpers.js';
 
@@ -64,7 +65,7 @@ describe.each(pgBackends())('notification outbox on %s', (pgBackend) => {
     return id;
   }
 
-  const enqueue = (personId: string, subjectId: string, channel: NotificationChannel = 'log', db = t.db) =>
+  const enqueue = (personId: string, subjectId: string, channel: NotificationChannel = 'log', db: Queryable = t.db) =>
     enqueueNotification(db, {
       template: 'payment_received',
       subjectId,

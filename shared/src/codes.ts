@@ -131,6 +131,7 @@ export const OUTCOME_CODES = table({
   NOTIFICATION_SMTP_FAILED: 'The SMTP server could not be reached or refused the message; retried with backoff, then dead.',
   NOTIFICATION_WEBHOOK_FAILED: 'The notification webhook did not answer 2xx (or could not be reached); retried with backoff, then dead.',
   NOTIFICATION_ADDRESS_FORBIDDEN: 'The notification webhook URL is not a public address (egress guard); retried, then dead.',
+  NOTIFICATION_CONTACT_SAVED: "A person's e-mail / locale, or a site's locale, was saved (messages queued from now on use it).",
   NOTIFICATION_CHANNEL_UNCONFIGURED: "The row's channel is not configured in this cloud (no SMTP host or webhook URL); retried, then dead.",
 });
 export type OutcomeCode = keyof typeof OUTCOME_CODES;

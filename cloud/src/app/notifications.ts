@@ -6,6 +6,8 @@ import {
   loadRecipient,
   retryDeadNotification,
   loadNotification,
+  setPersonContact,
+  setSiteLocale,
 } from '../adapters/db/notifications.js';
 import type { SiteScope } from '../adapters/db/scope.js';
 import type { Payment } from '../domain/payments.js';
@@ -195,4 +197,32 @@ export async function retryNotification(
   }
   const now = await loadNotification(deps.db, id, scope);
   return { status: 'conflict', code: 'NOTIFICATION_NOT_DEAD', current: { id, status: now?.status ?? n.status } };
+}
+
+// ---------------------------------------------------------------- contact details (where and in which language)
+
+/** A person's e-mail and/or locale (undefined: unchanged, null: cleared); scoped like GET /people. */
+export async function savePersonContact(
+  deps: AppDeps,
+  input: {
+    readonly personId: string;
+    readonly email?: string | null | undefined;
+    readonly locale?: NotificationLocale | null | undefined;
+    readonly visible: boolean;
+  },
+): Promise<Outcome<{ readonly personId: string }>> {
+  if (!input.visible) return refused('PERSON_NOT_FOUND');
+  const n = await setPersonContact(deps.db, input.personId, { email: input.email, locale: input.locale });
+  return n === 1 ? applied('NOTIFICATION_CONTACT_SAVED', { personId: input.personId }) : refused('PERSON_NOT_FOUND');
+}
+
+/** A site's locale, the fallback of its people with none. */
+export async function saveSiteLocale(
+  deps: AppDeps,
+  input: { readonly siteId: string; readonly locale: NotificationLocale | null; readonly siteScope?: SiteScope },
+): Promise<Outcome<{ readonly siteId: string }>> {
+  const scope = input.siteScope ?? null;
+  if (scope !== null && !scope.includes(input.siteId)) return refused('SITE_NOT_FOUND');
+  const n = await setSiteLocale(deps.db, input.siteId, input.locale);
+  return n === 1 ? applied('NOTIFICATION_CONTACT_SAVED', { siteId: input.siteId }) : refused('SITE_NOT_FOUND');
 }

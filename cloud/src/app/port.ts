@@ -55,6 +55,15 @@ export interface CloudVerbs {
     input: { id: number; siteScope?: SiteScope; cid?: CorrelationId },
     o?: VerbOptions,
   ): ReturnType<typeof notifications.retryNotification>;
+  /** Where and in which language a person is told; a site's fallback locale. */
+  savePersonContact(
+    input: Parameters<typeof notifications.savePersonContact>[1],
+    o?: VerbOptions,
+  ): ReturnType<typeof notifications.savePersonContact>;
+  saveSiteLocale(
+    input: Parameters<typeof notifications.saveSiteLocale>[1],
+    o?: VerbOptions,
+  ): ReturnType<typeof notifications.saveSiteLocale>;
   /** The MQTT link is connected (`/healthz`). */
   readonly mqttConnected: boolean;
 }

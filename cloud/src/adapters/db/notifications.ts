@@ -65,7 +65,7 @@ export async function loadRecipient(q: Queryable, personId: string, siteId: stri
 export async function setPersonContact(
   q: Queryable,
   personId: string,
-  c: { readonly email?: string | null; readonly locale?: NotificationLocale | null },
+  c: { readonly email?: string | null | undefined; readonly locale?: NotificationLocale | null | undefined },
 ): Promise<number> {
   const r = await q.query(
     `UPDATE people SET email = CASE WHEN $2 THEN $3 ELSE email END, locale = CASE WHEN $4 THEN $5 ELSE locale END WHERE id = $1`,

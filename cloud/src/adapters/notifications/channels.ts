@@ -57,19 +57,17 @@ export function logChannel(log: Logger): Channel {
   return {
     send(m) {
       // never the subject or the body: a message may one day carry something only its recipient may read
-      log
-        .child({ cid: m.cid })
-        .info(
-          {
-            code: 'NOTIFICATION_SENT',
-            channel: 'log',
-            notificationId: m.id,
-            template: m.template,
-            locale: m.locale,
-            personId: m.person_id,
-          },
-          'notification sent',
-        );
+      log.child({ cid: m.cid }).info(
+        {
+          code: 'NOTIFICATION_SENT',
+          channel: 'log',
+          notificationId: m.id,
+          template: m.template,
+          locale: m.locale,
+          personId: m.person_id,
+        },
+        'notification sent',
+      );
       return Promise.resolve({ ok: true });
     },
     close: () => Promise.resolve(),
