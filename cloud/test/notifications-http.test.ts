@@ -2,6 +2,7 @@ import { newCorrelationId, newId } from '@tobira/shared';
 import { pgBackends, startMqttBackend, type MqttTestBroker } from '@tobira/shared/testing';
 import type { FastifyInstance } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { runAdminCli } from '../src/admin-cli.js';
 import { createApiToken } from '../src/adapters/db/tokens.js';
 import type { Channel } from '../src/adapters/notifications/channels.js';
 import { enqueueNotification } from '../src/app/notifications.js';
@@ -171,6 +172,49 @@ describe.each(pgBackends())('notifications API on %s', (backend) => {
     const o2 = await enqueue(p, siteA, `rf-loc-${u}-2`);
     expect(o2).toMatchObject({ status: 'applied', state: { locale: 'ja' } });
     await put(tokens.admin, `/sites/${siteA}/locale`, { locale: null });
+  });
+
+  it('admin CLI: notifications list|show|retry, people contact, sites locale', async () => {
+    const p = await personAt(siteA, 'Yuki');
+    const o = await enqueue(p, siteA, `rf-cli-${u}`);
+    if (o.status !== 'applied') throw new Error(o.code);
+    await killAll();
+    // the CLI's fetch goes to the app in process (same requests as over the wire)
+    const viaApp: typeof fetch = async (input, init) => {
+      const url = new URL(String(input));
+      const headers = Object.fromEntries(new Headers(init?.headers).entries());
+      const method = init?.method === 'POST' ? 'POST' : init?.method === 'PUT' ? 'PUT' : 'GET';
+      const r = await app.inject({
+        method,
+        url: url.pathname + url.search,
+        headers,
+        ...(typeof init?.body === 'string' ? { payload: init.body } : {}),
+      });
+      return new Response(r.body, { status: r.statusCode });
+    };
+    const cli = async (...argv: string[]) => {
+      const out: string[] = [];
+      const err: string[] = [];
+      const code = await runAdminCli(argv, {
+        env: { TOBIRA_API: 'http://cloud.test', TOBIRA_TOKEN: tokens.managerA },
+        out: (x) => out.push(x),
+        err: (x) => err.push(x),
+        fetch: viaApp,
+      });
+      return { code, text: (out.join('\n') || err.join('\n')).replace(/^\d{3} /, '') };
+    };
+    const list = await cli('notifications', 'list', '--person', p, '--status', 'dead', '--template', 'refund_made');
+    expect(list.code).toBe(0);
+    expect(JSON.parse(list.text)).toMatchObject({ items: [{ id: o.state.id, status: 'dead' }], nextCursor: null });
+    const show = await cli('notifications', 'show', String(o.state.id));
+    expect([show.code, JSON.parse(show.text)]).toMatchObject([0, { notification: { id: o.state.id, template: 'refund_made' } }]);
+    const retried = await cli('notifications', 'retry', String(o.state.id));
+    expect([retried.code, JSON.parse(retried.text)]).toEqual([0, { status: 'applied', code: 'NOTIFICATION_RETRIED' }]);
+    const again = await cli('notifications', 'retry', String(o.state.id));
+    expect([again.code, JSON.parse(again.text)]).toMatchObject([1, { code: 'NOTIFICATION_NOT_DEAD' }]);
+    expect((await cli('people', 'contact', p, '--email', 'yuki@example.test', '--locale', 'en')).code).toBe(0);
+    expect((await cli('sites', 'locale', siteA, '--locale', '')).code).toBe(0);
+    expect(await enqueue(p, siteA, `rf-cli-${u}-2`)).toMatchObject({ status: 'applied', state: { locale: 'en' } });
   });
 
   it('is in the OpenAPI document', async () => {
