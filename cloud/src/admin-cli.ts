@@ -47,6 +47,10 @@ env: TOBIRA_API (e.g. http://127.0.0.1:8080), TOBIRA_TOKEN (bearer token)
   billing dead-letters [--kind webhook-events|billing-jobs] [--site S] [--limit N] [--cursor C]   without --kind both lists;
                                 scoped by the token's sites like every list
   billing retry <webhook-events|billing-jobs> <id>   a dead Stripe event or billing job back to pending (admin only)
+  notifications list [--site S] [--status pending|sending|sent|dead] [--template T] [--person P] [--limit N] [--cursor C]
+  notifications show <id> | notifications retry <id>   a dead notification back to pending (admin, manager of its site)
+  people contact <id> [--email E|--email ''] [--locale ja|en|'']   where and in which language a person is told ('' clears)
+  sites locale <id> --locale ja|en|''   the site's fallback language for its people with none
   tokens bootstrap --name N [--expires-in-days N]   direct to the database (DATABASE_URL or PGLITE_DATA_DIR): prints a new
                                 admin token once; it never expires unless --expires-in-days (rotate it once you have others)
 options: --idempotency-key K, --cid CORRELATION_ID
@@ -138,6 +142,9 @@ export async function runAdminCli(argv: readonly string[], io: CliIo): Promise<n
         deposit: { type: 'string' },
         open: { type: 'boolean' },
         acknowledged: { type: 'boolean' },
+        template: { type: 'string' },
+        email: { type: 'string' },
+        locale: { type: 'string' },
         help: { type: 'boolean', short: 'h' },
       },
     });
@@ -169,10 +176,15 @@ export async function runAdminCli(argv: readonly string[], io: CliIo): Promise<n
     const api = need(io.env.TOBIRA_API, 'TOBIRA_API').replace(/\/$/, '');
     const token = need(io.env.TOBIRA_TOKEN, 'TOBIRA_TOKEN');
     const doFetch = io.fetch ?? fetch;
-    const call = async (method: 'GET' | 'POST', path: string, body?: unknown, extra: Record<string, string> = {}): Promise<number> => {
+    const call = async (
+      method: 'GET' | 'POST' | 'PUT',
+      path: string,
+      body?: unknown,
+      extra: Record<string, string> = {},
+    ): Promise<number> => {
       const headers: Record<string, string> = { authorization: `Bearer ${token}`, ...extra };
       if (o.cid) headers['x-correlation-id'] = o.cid;
-      if (method === 'POST') {
+      if (method !== 'GET') {
         headers['idempotency-key'] = o['idempotency-key'] ?? randomUUID();
         if (body !== undefined) headers['content-type'] = 'application/json';
       }
@@ -377,6 +389,23 @@ export async function runAdminCli(argv: readonly string[], io: CliIo): Promise<n
         const kind = encodeURIComponent(need(arg, '<webhook-events|billing-jobs>'));
         return await call('POST', `/billing/dead-letters/${kind}/${encodeURIComponent(need(positionals[3], '<id>'))}/retry`);
       }
+      case 'notifications list':
+        return await call(
+          'GET',
+          `/notifications${query({ siteId: site, status: o.status, template: o.template, personId: o.person, limit: o.limit, cursor: o.cursor })}`,
+        );
+      case 'notifications show':
+        return await call('GET', `/notifications/${id('<id>')}`);
+      case 'notifications retry':
+        return await call('POST', `/notifications/${id('<id>')}/retry`);
+      case 'people contact':
+        return await call('PUT', `/people/${id('<id>')}/contact`, {
+          ...(o.email !== undefined ? { email: o.email === '' ? null : o.email } : {}),
+          ...(o.locale !== undefined ? { locale: o.locale === '' ? null : o.locale } : {}),
+        });
+      case 'sites locale':
+        if (o.locale === undefined) throw new Usage('missing --locale');
+        return await call('PUT', `/sites/${id('<id>')}/locale`, { locale: o.locale === '' ? null : o.locale });
       default:
         throw new Usage(`unknown command: ${positionals.join(' ')}`);
     }

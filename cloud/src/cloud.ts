@@ -34,6 +34,10 @@ import { stripeFromSettings } from './adapters/stripe/client.js';
 import { BillingWorker, type BillingWorkerOptions } from './app/billing-worker.js';
 import * as stays from './app/stays.js';
 import type { SiteScope } from './adapters/db/scope.js';
+import { channelsOf, type Channel } from './adapters/notifications/channels.js';
+import { NotificationDispatcher, type NotificationDispatchOptions } from './adapters/notifications/dispatcher.js';
+import * as notifications from './app/notifications.js';
+import type { NotificationChannel } from './domain/notifications.js';
 
 export interface CloudDeps {
   /** An already-open database (tests share one PGlite between instances); not closed by stop(). */
@@ -48,6 +52,10 @@ export interface CloudDeps {
   readonly stripe?: Stripe | null;
   /** Billing worker options; false: do not run it in this process (tests drive `runBilling()`). */
   readonly billingWorker?: Partial<BillingWorkerOptions> | false;
+  /** Notification dispatcher options; false: do not run it in this process (tests drive `runNotifications()`). */
+  readonly notificationDispatcher?: Partial<NotificationDispatchOptions> | false;
+  /** Channels to send through instead of the configured ones (tests). */
+  readonly notificationChannels?: Partial<Record<NotificationChannel, Channel>>;
 }
 
 export type Cloud = ReturnType<typeof createCloud>;
@@ -75,6 +83,7 @@ function coreOf(config: CloudConfig, cloudDeps: CloudDeps) {
   let sweeper: NodeJS.Timeout | undefined;
   let sweeping = false;
   let billing: BillingWorker | undefined;
+  let notifier: NotificationDispatcher | undefined;
   const stripe = cloudDeps.stripe === undefined ? stripeFromSettings(config.stripe) : cloudDeps.stripe;
 
   const need = <T>(v: T | undefined): T => {
@@ -90,6 +99,7 @@ function coreOf(config: CloudConfig, cloudDeps: CloudDeps) {
     wake: () => dispatcher?.wake(),
     brokerAccounts,
     offlineKeyMaxSeconds: config.offlineKeyMaxSeconds,
+    notificationChannel: config.notifications.channel,
   });
   const stayDeps = (o: VerbOptions = {}): stays.StayDeps => ({ ...app(o), stripe, wakeBilling: () => billing?.wake() });
 
@@ -152,6 +162,25 @@ function coreOf(config: CloudConfig, cloudDeps: CloudDeps) {
         );
         if (cloudDeps.billingWorker !== false) billing.start();
       }
+      notifier = new NotificationDispatcher(
+        {
+          db,
+          clock,
+          log: log.child({ part: 'notifications' }),
+          crash,
+          random: cloudDeps.random ?? Math.random,
+          channels: cloudDeps.notificationChannels ?? channelsOf(config.notifications, log.child({ part: 'notifications' })),
+        },
+        {
+          pollMs: config.notifications.pollMs,
+          leaseMs: config.notifications.leaseMs,
+          maxAttempts: config.notifications.maxAttempts,
+          baseMs: config.notifications.backoffBaseMs,
+          maxMs: config.notifications.backoffMaxMs,
+          ...(cloudDeps.notificationDispatcher || {}),
+        },
+      );
+      if (cloudDeps.notificationDispatcher !== false) notifier.start();
       sweeper = setInterval(() => {
         if (sweeping) return;
         sweeping = true;
@@ -169,6 +198,8 @@ function coreOf(config: CloudConfig, cloudDeps: CloudDeps) {
     async stop(): Promise<void> {
       if (sweeper) clearInterval(sweeper);
       await billing?.stop();
+      // graceful: a pass in flight finishes its sends and marks before the database closes
+      await notifier?.stop();
       heartbeat?.stop();
       await dispatcher?.stop();
       await uplink?.stop();
@@ -249,6 +280,16 @@ function coreOf(config: CloudConfig, cloudDeps: CloudDeps) {
       stays.receiveStripeWebhook(stayDeps(), config.stripe.webhookSecret, raw, header, cid),
     /** One billing worker pass now (tests and the demo): webhook inbox, billing jobs, hold sweep, automatic check-out. */
     runBilling: () => need(billing).runOnce(),
+
+    /** One notification dispatcher pass now (tests and the demo); returns how many rows it claimed. */
+    runNotifications: () => need(notifier).runOnce(),
+    /** A dead notification back to pending (docs/notifications.md). */
+    retryNotification: (input: { id: number; siteScope?: SiteScope; cid?: CorrelationId }, o?: VerbOptions) =>
+      notifications.retryNotification(app(o), input.id, input.siteScope ?? null, input.cid),
+    savePersonContact: (input: Parameters<typeof notifications.savePersonContact>[1], o?: VerbOptions) =>
+      notifications.savePersonContact(app(o), input),
+    saveSiteLocale: (input: Parameters<typeof notifications.saveSiteLocale>[1], o?: VerbOptions) =>
+      notifications.saveSiteLocale(app(o), input),
   };
 }
 

@@ -2,6 +2,8 @@ import { hostname } from 'node:os';
 import { DEFAULT_OFFLINE_MAX_SECONDS, OFFLINE_MAX_SECONDS_LIMIT } from '@tobira/shared';
 import { z } from 'zod';
 import { CRASH_POINTS, type CrashPoint } from './app/crash.js';
+import type { NotificationWebhookSettings, SmtpSettings } from './adapters/notifications/channels.js';
+import { NOTIFICATION_CHANNELS, type NotificationChannel } from './domain/notifications.js';
 
 /**
  * Cloud configuration, parsed once from the environment with zod into a frozen
@@ -110,6 +112,28 @@ export const CloudConfigSchema = z.object({
   /** The billing worker (docs/payments.md): its poll (a stored webhook also wakes it) and its claim lease. */
   BILLING_POLL_MS: int(2_000, 1),
   BILLING_LEASE_MS: int(60_000, 1),
+  /** Guest and member notifications (docs/notifications.md): the channel new messages are queued for. */
+  NOTIFY_CHANNEL: z.enum(NOTIFICATION_CHANNELS).default('log'),
+  /** SMTP server of the `smtp` channel (required with it), its port, the From address (required with it). */
+  NOTIFY_SMTP_HOST: z.string().min(1).optional(),
+  NOTIFY_SMTP_PORT: z.coerce.number().int().min(1).max(65535).default(587),
+  NOTIFY_SMTP_FROM: z.string().min(3).optional(),
+  /** `true`: TLS from the start (port 465); `false`: STARTTLS when the server offers it. */
+  NOTIFY_SMTP_SECURE: z.enum(['true', 'false']).default('false'),
+  NOTIFY_SMTP_USER: z.string().min(1).optional(),
+  NOTIFY_SMTP_PASSWORD: z.string().optional(),
+  /** Receiver of the `webhook` channel (required with it); public https unless TOBIRA_WEBHOOK_ALLOW_PRIVATE. */
+  NOTIFY_WEBHOOK_URL: z.string().url().optional(),
+  /** HMAC key of the `webhook` channel's Tobira-Signature header; unset: unsigned. */
+  NOTIFY_WEBHOOK_SECRET: z.string().min(16).optional(),
+  /** Attempts before a notification is dead (a permanent failure, such as no e-mail, is dead at once). */
+  NOTIFY_MAX_ATTEMPTS: int(8, 1),
+  NOTIFY_POLL_MS: int(1_000, 1),
+  NOTIFY_LEASE_MS: int(60_000, 1),
+  NOTIFY_BACKOFF_BASE_MS: int(5_000, 1),
+  NOTIFY_BACKOFF_MAX_MS: int(1_800_000, 1),
+  /** SMTP connection/greeting/socket and webhook request timeout. */
+  NOTIFY_TIMEOUT_MS: int(10_000, 1),
 });
 export type CloudConfigInput = z.input<typeof CloudConfigSchema>;
 
@@ -174,6 +198,17 @@ export interface CloudConfig {
   };
   readonly crashMode: 'throw' | 'kill';
   readonly billing: { readonly pollMs: number; readonly leaseMs: number };
+  /** Notifications (docs/notifications.md): the channel new messages use, its settings, the dispatcher's. */
+  readonly notifications: {
+    readonly channel: NotificationChannel;
+    readonly smtp: SmtpSettings | null;
+    readonly webhook: NotificationWebhookSettings | null;
+    readonly maxAttempts: number;
+    readonly pollMs: number;
+    readonly leaseMs: number;
+    readonly backoffBaseMs: number;
+    readonly backoffMaxMs: number;
+  };
 }
 
 /** Why the cloud refuses to start with its configuration (docs/cloud.md "Configuration"). */
@@ -239,6 +274,11 @@ export function parseConfig(env: Record<string, string | undefined> = process.en
       'BROKER_ACCOUNTS=mosquitto-dynsec needs the dynsec admin login: BROKER_ADMIN_USERNAME and BROKER_ADMIN_PASSWORD (or MQTT_USERNAME and MQTT_PASSWORD)',
     );
   }
+  if (c.NOTIFY_SMTP_HOST !== undefined && c.NOTIFY_SMTP_FROM === undefined) throw new Error('NOTIFY_SMTP_HOST needs NOTIFY_SMTP_FROM');
+  if (c.NOTIFY_CHANNEL === 'smtp' && c.NOTIFY_SMTP_HOST === undefined)
+    throw new Error('NOTIFY_CHANNEL=smtp needs NOTIFY_SMTP_HOST and NOTIFY_SMTP_FROM');
+  if (c.NOTIFY_CHANNEL === 'webhook' && c.NOTIFY_WEBHOOK_URL === undefined)
+    throw new Error('NOTIFY_CHANNEL=webhook needs NOTIFY_WEBHOOK_URL');
   return deepFreeze({
     databaseUrl: c.DATABASE_URL,
     pgliteDataDir: c.PGLITE_DATA_DIR,
@@ -294,6 +334,35 @@ export function parseConfig(env: Record<string, string | undefined> = process.en
     },
     crashMode: c.CRASH_MODE,
     billing: { pollMs: c.BILLING_POLL_MS, leaseMs: c.BILLING_LEASE_MS },
+    notifications: {
+      channel: c.NOTIFY_CHANNEL,
+      smtp:
+        c.NOTIFY_SMTP_HOST === undefined
+          ? null
+          : {
+              host: c.NOTIFY_SMTP_HOST,
+              port: c.NOTIFY_SMTP_PORT,
+              from: c.NOTIFY_SMTP_FROM ?? '',
+              secure: c.NOTIFY_SMTP_SECURE === 'true',
+              user: c.NOTIFY_SMTP_USER,
+              password: c.NOTIFY_SMTP_PASSWORD,
+              timeoutMs: c.NOTIFY_TIMEOUT_MS,
+            },
+      webhook:
+        c.NOTIFY_WEBHOOK_URL === undefined
+          ? null
+          : {
+              url: c.NOTIFY_WEBHOOK_URL,
+              secret: c.NOTIFY_WEBHOOK_SECRET,
+              timeoutMs: c.NOTIFY_TIMEOUT_MS,
+              allowPrivateNetworks: c.TOBIRA_WEBHOOK_ALLOW_PRIVATE === 'true',
+            },
+      maxAttempts: c.NOTIFY_MAX_ATTEMPTS,
+      pollMs: c.NOTIFY_POLL_MS,
+      leaseMs: c.NOTIFY_LEASE_MS,
+      backoffBaseMs: c.NOTIFY_BACKOFF_BASE_MS,
+      backoffMaxMs: c.NOTIFY_BACKOFF_MAX_MS,
+    },
   });
 }
 

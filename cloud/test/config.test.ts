@@ -163,3 +163,34 @@ describe('parseConfig', () => {
     });
   });
 });
+
+describe('notifications config (docs/notifications.md)', () => {
+  it('defaults to the log channel with no SMTP or webhook, 8 attempts', () => {
+    expect(parseConfig({}).notifications).toMatchObject({ channel: 'log', smtp: null, webhook: null, maxAttempts: 8 });
+  });
+
+  it('reads the SMTP and webhook settings', () => {
+    const c = parseConfig({
+      NOTIFY_CHANNEL: 'smtp',
+      NOTIFY_SMTP_HOST: 'mail.example.com',
+      NOTIFY_SMTP_PORT: '465',
+      NOTIFY_SMTP_SECURE: 'true',
+      NOTIFY_SMTP_FROM: 'stay@example.com',
+      NOTIFY_WEBHOOK_URL: 'https://hooks.example.com/notify',
+      NOTIFY_MAX_ATTEMPTS: '3',
+    }).notifications;
+    expect(c).toMatchObject({
+      channel: 'smtp',
+      smtp: { host: 'mail.example.com', port: 465, secure: true, from: 'stay@example.com' },
+      webhook: { url: 'https://hooks.example.com/notify', allowPrivateNetworks: false },
+      maxAttempts: 3,
+    });
+  });
+
+  it('refuses a channel without its settings, and an unknown channel', () => {
+    expect(() => parseConfig({ NOTIFY_CHANNEL: 'smtp' })).toThrow(/NOTIFY_SMTP_HOST/);
+    expect(() => parseConfig({ NOTIFY_SMTP_HOST: 'mail.example.com' })).toThrow(/NOTIFY_SMTP_FROM/);
+    expect(() => parseConfig({ NOTIFY_CHANNEL: 'webhook' })).toThrow(/NOTIFY_WEBHOOK_URL/);
+    expect(() => parseConfig({ NOTIFY_CHANNEL: 'sms' })).toThrow();
+  });
+});

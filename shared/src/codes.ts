@@ -122,6 +122,17 @@ export const OUTCOME_CODES = table({
   STAY_NOT_OVER: 'The stay has not reached its check-out time, so it is not checked out automatically; nothing changed.',
   STAY_SETTINGS_SAVED: "The site's stay settings were saved.",
   STAY_HOLD_OVERDUE: 'Alarm: a stay is still pending past its hold plus the slack; the hold sweeper is not keeping up.',
+  NOTIFICATION_QUEUED: "The notification was rendered in the recipient's locale and queued in the notification outbox.",
+  NOTIFICATION_DUPLICATE: 'A notification with this dedupe key (the same business event) is already queued or sent; nothing changed.',
+  NOTIFICATION_NOT_FOUND: 'No such notification visible to this token.',
+  NOTIFICATION_RETRIED: 'The dead notification is pending again with its attempts reset.',
+  NOTIFICATION_NOT_DEAD: 'Only a dead notification can be retried; it is pending, sending or sent (the current one is in the answer).',
+  NOTIFICATION_NO_ADDRESS: 'The recipient has no address on the notification channel (smtp: no e-mail); dead at once, not retried.',
+  NOTIFICATION_SMTP_FAILED: 'The SMTP server could not be reached or refused the message; retried with backoff, then dead.',
+  NOTIFICATION_WEBHOOK_FAILED: 'The notification webhook did not answer 2xx (or could not be reached); retried with backoff, then dead.',
+  NOTIFICATION_ADDRESS_FORBIDDEN: 'The notification webhook URL is not a public address (egress guard); retried, then dead.',
+  NOTIFICATION_CONTACT_SAVED: "A person's e-mail / locale, or a site's locale, was saved (messages queued from now on use it).",
+  NOTIFICATION_CHANNEL_UNCONFIGURED: "The row's channel is not configured in this cloud (no SMTP host or webhook URL); retried, then dead.",
 });
 export type OutcomeCode = keyof typeof OUTCOME_CODES;
 

@@ -1,8 +1,8 @@
 import { backoffMs, type BackoffPolicy } from './backoff.js';
 import type { Queryable } from './db/db.js';
 
-/** The two leased queues: gateway downlinks (`outbox`) and webhooks (`webhook_outbox`); both lease a row by token while `sending`. */
-export type LeasedQueue = 'outbox' | 'webhook_outbox';
+/** The leased queues: gateway downlinks (`outbox`), webhooks (`webhook_outbox`) and notifications (`notification_outbox`); each leases a row by token while `sending`. */
+export type LeasedQueue = 'outbox' | 'webhook_outbox' | 'notification_outbox';
 
 /**
  * Fail: releases the claim after a failed attempt. Below `maxAttempts` the

@@ -13,6 +13,8 @@ export const CRASH_POINTS = [
   // between a Stripe call that took effect and the local write recording it (issue #12)
   'afterIntentCreatedBeforeRecord',
   'afterRefundBeforeRecord',
+  // between a notification handed to its channel and the row marked sent (issue #13): sent again after the lease
+  'afterNotificationSendBeforeMark',
 ] as const;
 export type CrashPoint = (typeof CRASH_POINTS)[number];
 export type CrashHook = (point: CrashPoint) => void;

@@ -2,6 +2,7 @@ import type { Clock, Logger } from '@tobira/shared';
 import type { Tx } from '../adapters/db/db.js';
 import type { BrokerAccounts } from './broker-accounts.js';
 import type { CrashHook } from './crash.js';
+import type { NotificationChannel } from '../domain/notifications.js';
 
 /** What every use case needs. Wired once in index.ts. */
 export interface AppDeps {
@@ -16,4 +17,6 @@ export interface AppDeps {
   readonly brokerAccounts: BrokerAccounts;
   /** The cap of an offline-capable key's offline validity, and its value when the issue names none (config OFFLINE_KEY_MAX_SECONDS); default DEFAULT_OFFLINE_MAX_SECONDS. */
   readonly offlineKeyMaxSeconds?: number;
+  /** The channel new notifications are queued for (config NOTIFY_CHANNEL); default `log`. */
+  readonly notificationChannel?: NotificationChannel;
 }

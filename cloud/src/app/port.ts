@@ -4,6 +4,8 @@ import type { rotateGatewayBrokerCredentials } from './broker-rotation.js';
 import type * as keys from './keys.js';
 import type * as registry from './registry.js';
 import type * as stays from './stays.js';
+import type * as notifications from './notifications.js';
+import type { SiteScope } from '../adapters/db/scope.js';
 
 /**
  * Options of a write verb. `db`: run inside the caller's open transaction
@@ -48,6 +50,20 @@ export interface CloudVerbs {
   setStaySettings(input: stays.StaySettingsInput, o?: VerbOptions): ReturnType<typeof stays.setStaySettings>;
   receiveStripeWebhook(raw: Buffer, header: string | undefined, cid: CorrelationId): Promise<stays.WebhookReceipt>;
   readonly billingConfigured: boolean;
+  /** A dead notification back to pending (issue #13). */
+  retryNotification(
+    input: { id: number; siteScope?: SiteScope; cid?: CorrelationId },
+    o?: VerbOptions,
+  ): ReturnType<typeof notifications.retryNotification>;
+  /** Where and in which language a person is told; a site's fallback locale. */
+  savePersonContact(
+    input: Parameters<typeof notifications.savePersonContact>[1],
+    o?: VerbOptions,
+  ): ReturnType<typeof notifications.savePersonContact>;
+  saveSiteLocale(
+    input: Parameters<typeof notifications.saveSiteLocale>[1],
+    o?: VerbOptions,
+  ): ReturnType<typeof notifications.saveSiteLocale>;
   /** The MQTT link is connected (`/healthz`). */
   readonly mqttConnected: boolean;
 }

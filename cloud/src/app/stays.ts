@@ -59,6 +59,7 @@ import * as domain from '../domain/stays.js';
 import { stayWindow, type Room, type Stay, type StayEffect, type StayOutcome } from '../domain/stays.js';
 import type { AppDeps } from './deps.js';
 import { issueKey, revokeKey } from './keys.js';
+import { notifyPaymentReceived, notifyRefundMade, notifyStay } from './notifications.js';
 
 /**
  * The stay use cases (issue #12, docs/payments.md): each is one transaction
@@ -230,6 +231,7 @@ async function runEffects(c: EffectContext, effects: readonly StayEffect[]): Pro
           cid: c.cid,
           now: c.now,
         });
+        await notifyStay(c.deps, c.tx, c.stay, e.notice, c.cid, c.now); // the guest's message (issue #13), never the PIN
         break;
       default: {
         const never: never = e;
@@ -546,6 +548,7 @@ export async function settleFromObservation(
     }
     if (o.status !== 'applied' || !p || !stay) return { payment: o.code, stay: null };
     if ((await casPayment(tx, o.state, p.version)) !== 1) throw new Error(`payment ${p.id} changed under its lock`);
+    if (o.state.status === 'succeeded') await notifyPaymentReceived(deps, tx, stay, o.state, cid, now);
     const payments = await listPaymentsOfStay(tx, stay.id);
     const settings = await loadStaySettings(tx, stay.siteId);
     const room = await loadRoom(tx, stay.roomId);
@@ -583,6 +586,8 @@ export async function recordRefundMade(deps: StayDeps, refundId: string, stripeR
     const r = refund ? await loadPayment(tx, refund.paymentId, true) : null;
     if (!r) return 'PAYMENT_NOT_FOUND';
     const total = (await listRefundsOfPayment(tx, r.id)).filter((x) => x.status === 'succeeded').reduce((n, x) => n + x.amount, 0);
+    const stay = refund ? await loadStay(tx, r.stayId) : null;
+    if (refund && stay) await notifyRefundMade(deps, tx, stay, refund, cid, now);
     return recordRefundTotal(deps, tx, r, total, r.currency, cid, now);
   });
 }

@@ -27,6 +27,7 @@ import { keysRoutes } from './routes/keys.js';
 import { eventsRoutes } from './routes/events.js';
 import { billingRoutes } from './routes/billing.js';
 import { deadLettersRoutes } from './routes/dead-letters.js';
+import { notificationsRoutes } from './routes/notifications.js';
 import { tokensRoutes } from './routes/tokens.js';
 import { webhooksRoutes } from './routes/webhooks.js';
 import { alarmsRoutes } from './routes/alarms.js';
@@ -304,6 +305,7 @@ export async function buildApp(deps: ApiDeps): Promise<FastifyInstance> {
     roomsRoutes,
     stripeWebhookRoutes,
     payReturnRoutes,
+    notificationsRoutes,
   ]) {
     await app.register(async (scope) => plugin(scope.withTypeProvider<ZodTypeProvider>(), ctx));
   }

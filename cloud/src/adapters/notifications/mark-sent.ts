@@ -1,0 +1,15 @@
+import type { Queryable } from '../db/db.js';
+
+/**
+ * Mark sent: names the lease token, so a dispatcher whose lease ran out (and
+ * whose row another one claimed and sends again) changes nothing. Returns
+ * whether the row was marked.
+ */
+export async function markNotificationSent(db: Queryable, row: { id: number; leaseToken: string }, now: number): Promise<boolean> {
+  const r = await db.query(
+    `UPDATE notification_outbox SET status = 'sent', sent_at = $3, updated_at = $3, lease_token = NULL, lease_until = NULL, last_error = NULL
+      WHERE id = $1 AND lease_token = $2`,
+    [row.id, row.leaseToken, now],
+  );
+  return r.rowCount === 1;
+}
