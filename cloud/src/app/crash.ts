@@ -13,6 +13,9 @@ export const CRASH_POINTS = [
   // between a Stripe call that took effect and the local write recording it (issue #12)
   'afterIntentCreatedBeforeRecord',
   'afterRefundBeforeRecord',
+  // memberships (issue #13): the subscription made / billing stopped, the local write not yet
+  'afterSubscriptionCreatedBeforeRecord',
+  'afterBillingStoppedBeforeEnd',
 ] as const;
 export type CrashPoint = (typeof CRASH_POINTS)[number];
 export type CrashHook = (point: CrashPoint) => void;
