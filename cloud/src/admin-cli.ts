@@ -401,7 +401,8 @@ export async function runAdminCli(argv: readonly string[], io: CliIo): Promise<n
         return await call('POST', `/plans/${id('<id>')}/retire`);
       case 'memberships apply': {
         if (o.pin !== undefined && o.card !== undefined) throw new Usage('give at most one of --pin, --card');
-        const credential = o.pin !== undefined ? { type: 'pin', value: o.pin } : o.card !== undefined ? { type: 'card', value: o.card } : undefined;
+        const credential =
+          o.pin !== undefined ? { type: 'pin', value: o.pin } : o.card !== undefined ? { type: 'card', value: o.card } : undefined;
         return await call('POST', '/memberships', {
           planId: need(o.plan, '--plan'),
           personId: need(o.person, '--person'),

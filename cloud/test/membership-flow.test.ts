@@ -171,7 +171,9 @@ describe.each(pgBackends())('memberships on %s', (pgBackend) => {
       const b = await approveMembership(md(), { membershipId: id, actor: 'staff-2' });
       expect(a).toMatchObject({ status: 'applied', code: 'MEMBERSHIP_APPROVED' });
       expect(b).toMatchObject({ status: 'noop', code: 'MEMBERSHIP_ALREADY_APPROVED' });
-      const subs = local.events().filter((e) => e.type === 'customer.subscription.created' && e.request.idempotency_key === `membership_initial:${id}:1`);
+      const subs = local
+        .events()
+        .filter((e) => e.type === 'customer.subscription.created' && e.request.idempotency_key === `membership_initial:${id}:1`);
       expect(subs).toHaveLength(1);
     });
   });
@@ -212,7 +214,10 @@ describe.each(pgBackends())('memberships on %s', (pgBackend) => {
       const id = `mem-${s.u}-${++n}`;
       await applyMembership(md(), { membershipId: id, planId, personId: s.personId });
       const staff = { reason: 'force_cancel' as const, actor: 'staff-1', note: 'fraud' };
-      expect(await endMembership(md(), { membershipId: id, ...staff })).toMatchObject({ status: 'refused', code: 'APPLICATION_UNDER_REVIEW' });
+      expect(await endMembership(md(), { membershipId: id, ...staff })).toMatchObject({
+        status: 'refused',
+        code: 'APPLICATION_UNDER_REVIEW',
+      });
       await approveMembership(md(), { membershipId: id, actor: 'staff-1' });
       expect(await endMembership(md(), { membershipId: id, ...staff })).toMatchObject({ status: 'refused', code: 'CHECKOUT_IN_PROGRESS' });
       expect(await endMembership(md(), { membershipId: id, reason: 'application_rejected', actor: 'staff-1' })).toMatchObject({
@@ -248,7 +253,13 @@ describe.each(pgBackends())('memberships on %s', (pgBackend) => {
       const m = await activeMember();
       local.advanceSubscription(m.subscriptionId ?? '', 'failed');
       await settle();
-      const r = await endMembership(md(), { membershipId: m.id, reason: 'force_cancel', actor: 's', note: 'n', expectedVersion: m.version });
+      const r = await endMembership(md(), {
+        membershipId: m.id,
+        reason: 'force_cancel',
+        actor: 's',
+        note: 'n',
+        expectedVersion: m.version,
+      });
       expect(r).toMatchObject({ status: 'conflict', code: 'MEMBERSHIP_STATE_CHANGED' });
       if (r.status === 'conflict') expect(r.current.status).toBe('past_due');
     });
@@ -305,7 +316,14 @@ describe.each(pgBackends())('memberships on %s', (pgBackend) => {
 
   describe('retiring a plan', () => {
     it('sets each paying member to end at period end (billing scheduled first) and rejects applications', async () => {
-      const p = await createPlan(md(), { siteId: s.siteId, name: `Old ${s.u}`, amount: 3000, currency: 'jpy', interval: 'month', doors: [s.doorA] });
+      const p = await createPlan(md(), {
+        siteId: s.siteId,
+        name: `Old ${s.u}`,
+        amount: 3000,
+        currency: 'jpy',
+        interval: 'month',
+        doors: [s.doorA],
+      });
       if (p.status !== 'applied') throw new Error('plan');
       const applied = await applyMembership(md(), { planId: p.state.id, personId: s.personId });
       const r = await retirePlan(md(), { planId: p.state.id, actor: 'staff-1' });
@@ -322,9 +340,9 @@ describe.each(pgBackends())('memberships on %s', (pgBackend) => {
   describe('the database guard of the one ending verb', () => {
     it('refuses ended/ending/rejected written under any verb but endMembership, and any status change outside a verb', async () => {
       const m = await activeMember();
-      await expect(t.db.query(`UPDATE memberships SET status = 'ended', ended_at = 1, end_reason = 'force_cancel' WHERE id = $1`, [m.id])).rejects.toThrow(
-        /inside a verb/,
-      );
+      await expect(
+        t.db.query(`UPDATE memberships SET status = 'ended', ended_at = 1, end_reason = 'force_cancel' WHERE id = $1`, [m.id]),
+      ).rejects.toThrow(/inside a verb/);
       await expect(
         t.db.transaction(async (tx) => {
           await enterVerb(tx, 'observeSubscription');
@@ -345,8 +363,13 @@ describe.each(pgBackends())('memberships on %s', (pgBackend) => {
 describe('the one writer rules (source)', () => {
   const root = fileURLToPath(new URL('../src/', import.meta.url));
   const walk = (dir: string): string[] =>
-    readdirSync(dir, { withFileTypes: true }).flatMap((e) => (e.isDirectory() ? walk(join(dir, e.name)) : e.name.endsWith('.ts') ? [join(dir, e.name)] : []));
-  const filesMatching = (re: RegExp) => walk(root).filter((f) => re.test(readFileSync(f, 'utf8'))).map((f) => relative(root, f));
+    readdirSync(dir, { withFileTypes: true }).flatMap((e) =>
+      e.isDirectory() ? walk(join(dir, e.name)) : e.name.endsWith('.ts') ? [join(dir, e.name)] : [],
+    );
+  const filesMatching = (re: RegExp) =>
+    walk(root)
+      .filter((f) => re.test(readFileSync(f, 'utf8')))
+      .map((f) => relative(root, f));
 
   it('subscriptions.create appears in exactly one file of cloud/src', () => {
     expect(filesMatching(/subscriptions\s*\.\s*create\b/)).toEqual(['adapters/stripe/subscriptions.ts']);

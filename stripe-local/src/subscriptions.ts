@@ -14,7 +14,15 @@
  * (`invoice.paid`, or `invoice.payment_failed` and `past_due`); `giveUp(id)`
  * is the end of Stripe's retries (canceled for `payment_failed`).
  */
-import { errorAnswer, type ApiAnswer, type Customer, type Invoice, type Price, type RecurringInterval, type Subscription } from './objects.js';
+import {
+  errorAnswer,
+  type ApiAnswer,
+  type Customer,
+  type Invoice,
+  type Price,
+  type RecurringInterval,
+  type Subscription,
+} from './objects.js';
 import { TEST_CARDS, type Clock, type EventDraft, type Ids, type VerbResult } from './ledger.js';
 import type {
   CancelSubscriptionParams,

@@ -98,14 +98,28 @@ function noticesOf(m: Membership, effects: readonly MembershipEffect[]): RaisedN
  * is then kept) or revoked, through the key verbs so the gateway gets it.
  * Returns the membership as finally written (an issued PIN's digest).
  */
-async function runEffects(deps: MembershipDeps, tx: Tx, m: Membership, plan: Plan, effects: readonly MembershipEffect[], cid: CorrelationId): Promise<Membership> {
+async function runEffects(
+  deps: MembershipDeps,
+  tx: Tx,
+  m: Membership,
+  plan: Plan,
+  effects: readonly MembershipEffect[],
+  cid: CorrelationId,
+): Promise<Membership> {
   const keyDeps = { ...deps, db: tx };
   let current = m;
   for (const e of effects) {
     switch (e.type) {
       case 'issue_key': {
         const now = deps.clock.now();
-        const terms = { keyId: e.keyId, personId: m.personId, doors: plan.doors, validFrom: now, validUntil: now + MEMBER_KEY_VALID_MS, cid };
+        const terms = {
+          keyId: e.keyId,
+          personId: m.personId,
+          doors: plan.doors,
+          validFrom: now,
+          validUntil: now + MEMBER_KEY_VALID_MS,
+          cid,
+        };
         if (current.credential !== null) {
           const o = await issueKey(keyDeps, { ...terms, credential: current.credential });
           if (o.status === 'applied' || o.status === 'noop') break;
@@ -129,7 +143,8 @@ async function runEffects(deps: MembershipDeps, tx: Tx, m: Membership, plan: Pla
       }
       case 'revoke_key': {
         const o = await revokeKey(keyDeps, { keyId: e.keyId, reason: e.reason, cid });
-        if (o.status === 'refused' && o.code !== 'KEY_NOT_FOUND') throw new BillingStepFailed(o.code, true, 'the member key could not be revoked');
+        if (o.status === 'refused' && o.code !== 'KEY_NOT_FOUND')
+          throw new BillingStepFailed(o.code, true, 'the member key could not be revoked');
         break;
       }
       case 'notify':
@@ -144,7 +159,8 @@ async function runEffects(deps: MembershipDeps, tx: Tx, m: Membership, plan: Pla
   return current;
 }
 
-const failureOutcome = (f: BillingFailure): Outcome<never> => refused(f.code === 'BILLING_UNAVAILABLE' ? 'BILLING_UNAVAILABLE' : f.code, f.message);
+const failureOutcome = (f: BillingFailure): Outcome<never> =>
+  refused(f.code === 'BILLING_UNAVAILABLE' ? 'BILLING_UNAVAILABLE' : f.code, f.message);
 
 // ---------------------------------------------------------------- plans
 
@@ -295,7 +311,10 @@ export async function applyMembership(deps: MembershipDeps, input: ApplyMembersh
     if (pgErrorCode(e) === '23503') return result(refused('PERSON_NOT_FOUND'), cid);
     throw e;
   }
-  withCorrelation(deps.log, cid, { verb: 'applyMembership', membershipId: id }).info({ status: o.status, code: o.code }, 'membership verb done');
+  withCorrelation(deps.log, cid, { verb: 'applyMembership', membershipId: id }).info(
+    { status: o.status, code: o.code },
+    'membership verb done',
+  );
   return result(o, cid);
 }
 
@@ -350,10 +369,20 @@ export async function approveMembership(
     await recordCheckout(
       tx,
       m.id,
-      { customerId: customer.value, subscriptionId: sub.value.observation.subscriptionId, invoiceId: sub.value.invoiceId, periodEnd: sub.value.observation.currentPeriodEnd },
+      {
+        customerId: customer.value,
+        subscriptionId: sub.value.observation.subscriptionId,
+        invoiceId: sub.value.invoiceId,
+        periodEnd: sub.value.observation.currentPeriodEnd,
+      },
       now,
     );
-    return applied(d.code, { ...d.state, stripeCustomerId: customer.value, subscriptionId: sub.value.observation.subscriptionId, firstInvoiceId: sub.value.invoiceId });
+    return applied(d.code, {
+      ...d.state,
+      stripeCustomerId: customer.value,
+      subscriptionId: sub.value.observation.subscriptionId,
+      firstInvoiceId: sub.value.invoiceId,
+    });
   });
   if (o.status !== 'applied') {
     const cur = o.status === 'conflict' ? o.current : o.status === 'noop' ? o.state : null;
@@ -418,7 +447,10 @@ export async function endMembership(deps: MembershipDeps, input: EndMembershipIn
     if (subId === null) throw new Error('a billing stop without a subscription');
     const stop = pre.billing === 'cancel_now' ? await cancelSubscriptionNow(stripe, subId) : await scheduleSubscriptionEnd(stripe, subId);
     if (!stop.ok) {
-      log.warn({ code: stop.failure.code, stripeCode: stop.failure.stripeCode, billing: pre.billing }, 'billing did not stop: nothing changed');
+      log.warn(
+        { code: stop.failure.code, stripeCode: stop.failure.stripeCode, billing: pre.billing },
+        'billing did not stop: nothing changed',
+      );
       return result(failureOutcome(stop.failure), cid);
     }
     deps.crash('afterBillingStoppedBeforeEnd');
@@ -470,7 +502,14 @@ export async function reconcileSubscription(deps: MembershipDeps, subscriptionId
   if (!now.ok) throw new BillingStepFailed(now.failure.code, now.failure.kind === 'permanent', now.failure.message);
   const first = domain.observeSubscription(m, now.value, { cid }, deps.clock.now());
   if (first.kind === 'end') {
-    const r = await endMembership(deps, { membershipId: m.id, reason: first.reason, actor: first.actor, note: first.note, subscriptionEnded: true, cid });
+    const r = await endMembership(deps, {
+      membershipId: m.id,
+      reason: first.reason,
+      actor: first.actor,
+      note: first.note,
+      subscriptionEnded: true,
+      cid,
+    });
     if (r.status === 'refused') throw new BillingStepFailed(r.code, true, 'the membership could not end');
     return r.code;
   }
@@ -526,4 +565,3 @@ export function getMembership(deps: MembershipDeps, id: string, scope: SiteScope
 export function listMemberships(deps: MembershipDeps, scope: SiteScope, f: MembershipFilter): Promise<Page<Membership>> {
   return listMembershipRows(deps.db, scope, f);
 }
-

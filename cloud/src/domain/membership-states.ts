@@ -14,14 +14,7 @@ export type MembershipStatus = (typeof MEMBERSHIP_STATUSES)[number];
 export const END_REASONS = ['self_cancel', 'force_cancel', 'application_rejected', 'plan_retired', 'payment_failed_final'] as const;
 export type EndReason = (typeof END_REASONS)[number];
 
-export const MEMBERSHIP_EVENTS = [
-  'apply',
-  'approve',
-  'invoice_paid',
-  'payment_failed',
-  'period_ended',
-  ...END_REASONS,
-] as const;
+export const MEMBERSHIP_EVENTS = ['apply', 'approve', 'invoice_paid', 'payment_failed', 'period_ended', ...END_REASONS] as const;
 export type MembershipEvent = (typeof MEMBERSHIP_EVENTS)[number];
 
 export interface MembershipTransitionRow {

@@ -148,7 +148,11 @@ export function applyMembership(existing: Membership | null, cmd: ApplyCommand, 
 }
 
 /** Approve: the application leaves review and its checkout starts (the use case then creates the subscription). */
-export function approveMembership(m: Membership | null, cmd: { readonly actor: string; readonly cid: CorrelationId }, now: number): MembershipOutcome {
+export function approveMembership(
+  m: Membership | null,
+  cmd: { readonly actor: string; readonly cid: CorrelationId },
+  now: number,
+): MembershipOutcome {
   if (!m) return refused('MEMBERSHIP_NOT_FOUND');
   if (m.status === 'applied' && m.approvedAt !== null) return noop('MEMBERSHIP_ALREADY_APPROVED', m);
   const n = membershipNoopOf(m.status, 'approve');
@@ -165,7 +169,14 @@ export type ObservationDecision =
   | { readonly kind: 'step'; readonly outcome: MembershipOutcome }
   | { readonly kind: 'end'; readonly reason: EndReason; readonly actor: string; readonly note: string };
 
-function step(m: Membership, event: MembershipEvent, patch: Partial<Membership>, effects: MembershipEffect[], cid: CorrelationId, now: number): MembershipOutcome {
+function step(
+  m: Membership,
+  event: MembershipEvent,
+  patch: Partial<Membership>,
+  effects: MembershipEffect[],
+  cid: CorrelationId,
+  now: number,
+): MembershipOutcome {
   const n = membershipNoopOf(m.status, event);
   if (n) return noop(n.code, m);
   const row = membershipTransitionOf(m.status, event);
@@ -186,7 +197,8 @@ export function observeSubscription(
   now: number,
 ): ObservationDecision {
   const stepped = (o: MembershipOutcome): ObservationDecision => ({ kind: 'step', outcome: o });
-  if (m.subscriptionId !== obs.subscriptionId) return stepped(refused('SUBSCRIPTION_MISMATCH', `${obs.subscriptionId} is not ${m.subscriptionId}`));
+  if (m.subscriptionId !== obs.subscriptionId)
+    return stepped(refused('SUBSCRIPTION_MISMATCH', `${obs.subscriptionId} is not ${m.subscriptionId}`));
   if (isFinal(m.status)) return stepped(noop('MEMBERSHIP_ALREADY_ENDED', m));
   switch (obs.status) {
     case 'active': {
@@ -219,7 +231,8 @@ export function observeSubscription(
         return stepped(step(m, 'invoice_paid', patch, effects, cmd.cid, now));
       }
       if (m.status === 'active') {
-        if (m.currentPeriodEnd !== null && obs.currentPeriodEnd <= m.currentPeriodEnd) return stepped(noop('SUBSCRIPTION_STATUS_UNCHANGED', m));
+        if (m.currentPeriodEnd !== null && obs.currentPeriodEnd <= m.currentPeriodEnd)
+          return stepped(noop('SUBSCRIPTION_STATUS_UNCHANGED', m));
         return stepped(step(m, 'invoice_paid', { currentPeriodEnd: obs.currentPeriodEnd }, [], cmd.cid, now));
       }
       return stepped(step(m, 'invoice_paid', {}, [], cmd.cid, now));
@@ -238,10 +251,17 @@ export function observeSubscription(
       );
     case 'canceled':
     case 'incomplete_expired': {
-      if (m.status === 'ending') return { kind: 'end', reason: m.endReason ?? 'self_cancel', actor: 'stripe', note: 'the subscription ended at its period end' };
+      if (m.status === 'ending')
+        return { kind: 'end', reason: m.endReason ?? 'self_cancel', actor: 'stripe', note: 'the subscription ended at its period end' };
       if (m.status === 'past_due' || obs.canceledFor === 'payment_failed')
-        return { kind: 'end', reason: m.status === 'past_due' ? 'payment_failed_final' : 'force_cancel', actor: 'stripe', note: 'Stripe gave up collecting the renewal' };
-      if (m.status === 'applied') return { kind: 'end', reason: 'application_rejected', actor: 'stripe', note: 'the first invoice was never paid' };
+        return {
+          kind: 'end',
+          reason: m.status === 'past_due' ? 'payment_failed_final' : 'force_cancel',
+          actor: 'stripe',
+          note: 'Stripe gave up collecting the renewal',
+        };
+      if (m.status === 'applied')
+        return { kind: 'end', reason: 'application_rejected', actor: 'stripe', note: 'the first invoice was never paid' };
       return { kind: 'end', reason: 'force_cancel', actor: 'stripe', note: 'the subscription was canceled in Stripe' };
     }
     case 'incomplete':
@@ -321,7 +341,8 @@ export function decideEnd(m: Membership | null, cmd: EndCommand, now: number): E
   const effects: MembershipEffect[] = [];
   if (final && m.keyId !== null && !m.suspended)
     effects.push({ type: 'revoke_key', keyId: m.keyId, reason: cmd.reason === 'plan_retired' ? 'plan_retired' : 'membership_ended' });
-  const notice: MembershipNotice = row.to === 'ending' ? 'membership_ending' : row.to === 'rejected' ? 'membership_rejected' : 'membership_ended';
+  const notice: MembershipNotice =
+    row.to === 'ending' ? 'membership_ending' : row.to === 'rejected' ? 'membership_rejected' : 'membership_ended';
   effects.push({ type: 'notify', notice, dedupeKey: `${notice}:${m.id}` });
   const billing: BillingStop =
     cmd.subscriptionEnded || m.subscriptionId === null ? 'none' : row.to === 'ending' ? 'cancel_at_period_end' : 'cancel_now';
@@ -336,7 +357,9 @@ export function suspendAccess(m: Membership | null, plan: Plan, cmd: { readonly 
   if (m.status !== 'past_due' || m.pastDueSince === null) return noop('MEMBERSHIP_NOT_PAST_DUE', m);
   if (m.suspended) return noop('MEMBERSHIP_ACCESS_ALREADY_SUSPENDED', m);
   if (m.pastDueSince + plan.graceSeconds * 1000 > now) return noop('MEMBERSHIP_GRACE_NOT_OVER', m);
-  const effects: MembershipEffect[] = [{ type: 'notify', notice: 'access_suspended', dedupeKey: `access_suspended:${m.id}:${m.pastDueSince}` }];
+  const effects: MembershipEffect[] = [
+    { type: 'notify', notice: 'access_suspended', dedupeKey: `access_suspended:${m.id}:${m.pastDueSince}` },
+  ];
   if (m.keyId !== null) effects.unshift({ type: 'revoke_key', keyId: m.keyId, reason: 'payment_failed' });
   return applied('MEMBERSHIP_ACCESS_SUSPENDED', write(m, { suspended: true }, 'MEMBERSHIP_ACCESS_SUSPENDED', cmd.cid, now), effects);
 }

@@ -240,7 +240,7 @@ describe.each(pgBackends())('admin CLI against a listening API on %s', (backend)
     expect(retry.code).toBe(1);
     expect(retry.json).toMatchObject({ code: 'DEAD_LETTER_NOT_FOUND' });
     expect((await cli('billing', 'retry', 'billing-jobs')).code).toBe(2);
-        expect((await cli('help')).out).toContain('stays check-in <id>');
+    expect((await cli('help')).out).toContain('stays check-in <id>');
   });
 
   it('runs a membership through the API: plan, apply, approve, pay, self-cancel refused with Stripe down (nothing changed), then ending and ended', async () => {
@@ -254,8 +254,27 @@ describe.each(pgBackends())('admin CLI against a listening API on %s', (backend)
     expect((await cli('doors', 'create', '--id', `dm-${u}`, '--gateway', `gwm-${u}`, '--name', 'Gym door')).code).toBe(0);
     expect((await cli('people', 'create', '--id', `pm-${u}`, '--site', `sm-${u}`, '--name', 'Member')).code).toBe(0);
     const plan = await cli(
-      'plans', 'create', '--site', `sm-${u}`, '--id', `plan-${u}`, '--name', 'Gym', '--amount', '6000', '--currency', 'jpy',
-      '--interval', 'month', '--door', `dm-${u}`, '--members-only', '--quota', '12', '--grace-seconds', '86400',
+      'plans',
+      'create',
+      '--site',
+      `sm-${u}`,
+      '--id',
+      `plan-${u}`,
+      '--name',
+      'Gym',
+      '--amount',
+      '6000',
+      '--currency',
+      'jpy',
+      '--interval',
+      'month',
+      '--door',
+      `dm-${u}`,
+      '--members-only',
+      '--quota',
+      '12',
+      '--grace-seconds',
+      '86400',
     );
     expect(plan.json).toMatchObject({ status: 'applied', code: 'PLAN_CREATED', planStatus: 'active', monthlyEntryQuota: 12 });
     const applied = await cli('memberships', 'apply', '--plan', `plan-${u}`, '--person', `pm-${u}`, '--id', `m-${u}`, '--pin', '55119922');
@@ -282,7 +301,12 @@ describe.each(pgBackends())('admin CLI against a listening API on %s', (backend)
     const stale = await cli('memberships', 'force-cancel', `m-${u}`, '--note', 'x', '--version', '1');
     expect(stale.json).toMatchObject({ status: 'conflict', code: 'MEMBERSHIP_STATE_CHANGED', membership: { membershipStatus: 'active' } });
     const ending = await cli('memberships', 'self-cancel', `m-${u}`);
-    expect(ending.json).toMatchObject({ status: 'applied', code: 'MEMBERSHIP_ENDING', membershipStatus: 'ending', notices: [{ notice: 'membership_ending' }] });
+    expect(ending.json).toMatchObject({
+      status: 'applied',
+      code: 'MEMBERSHIP_ENDING',
+      membershipStatus: 'ending',
+      notices: [{ notice: 'membership_ending' }],
+    });
     const sub = String(active.json.subscriptionId);
     expect(local.subscription(sub)).toMatchObject({ cancel_at_period_end: true });
     local.advanceSubscription(sub);
@@ -293,7 +317,12 @@ describe.each(pgBackends())('admin CLI against a listening API on %s', (backend)
       items: [{ id: `m-${u}` }],
       nextCursor: null,
     });
-    expect((await cli('plans', 'retire', `plan-${u}`)).json).toMatchObject({ status: 'applied', code: 'PLAN_RETIRED', ended: [], pending: [] });
+    expect((await cli('plans', 'retire', `plan-${u}`)).json).toMatchObject({
+      status: 'applied',
+      code: 'PLAN_RETIRED',
+      ended: [],
+      pending: [],
+    });
     expect((await cli('memberships', 'force-cancel', `m-${u}`)).code).toBe(2);
     expect((await cli('help')).out).toContain('memberships force-cancel <id> --note N');
   });

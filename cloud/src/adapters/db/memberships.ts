@@ -70,7 +70,8 @@ function membershipOf(raw: unknown): Membership {
     suspended: r.suspended,
     keyId: r.key_id,
     keySeq: r.key_seq,
-    credential: r.credential_type !== null && r.credential_digest !== null ? { type: r.credential_type, digest: r.credential_digest } : null,
+    credential:
+      r.credential_type !== null && r.credential_digest !== null ? { type: r.credential_type, digest: r.credential_digest } : null,
     endReason: r.end_reason,
     endedBy: r.ended_by,
     endNote: r.end_note,
@@ -169,7 +170,20 @@ export async function endMembershipRow(q: Queryable, m: Membership, expectedVers
     `UPDATE memberships SET status = $3, version = $4, end_reason = $5, ended_by = $6, end_note = $7, ended_at = $8,
        cancel_at_period_end = $9, last_code = $10, cid = $11, updated_at = $12
       WHERE id = $1 AND version = $2 AND $3::text IN ('ending', 'ended', 'rejected')`,
-    [m.id, expectedVersion, m.status, m.version, m.endReason, m.endedBy, m.endNote, m.endedAt, m.cancelAtPeriodEnd, m.lastCode, m.cid, m.updatedAt],
+    [
+      m.id,
+      expectedVersion,
+      m.status,
+      m.version,
+      m.endReason,
+      m.endedBy,
+      m.endNote,
+      m.endedAt,
+      m.cancelAtPeriodEnd,
+      m.lastCode,
+      m.cid,
+      m.updatedAt,
+    ],
   );
   return r.rowCount;
 }

@@ -163,7 +163,12 @@ export function membershipsRoutes(app: Api, ctx: Ctx): void {
     },
     async (req, reply) => {
       const p = who(req);
-      const o = await ctx.cloud.approveMembership({ membershipId: req.params.membershipId, actor: `token:${p.tokenId}`, siteScope: p.sites, cid: cidOf(req) });
+      const o = await ctx.cloud.approveMembership({
+        membershipId: req.params.membershipId,
+        actor: `token:${p.tokenId}`,
+        siteScope: p.sites,
+        cid: cidOf(req),
+      });
       return send(reply, o);
     },
   );
@@ -210,7 +215,12 @@ export function membershipsRoutes(app: Api, ctx: Ctx): void {
     },
     async (req, reply) => {
       const o = await ctx.cloud.selfCancelMembership(
-        defined({ membershipId: req.params.membershipId, expectedVersion: req.body.expectedVersion, siteScope: who(req).sites, cid: cidOf(req) }),
+        defined({
+          membershipId: req.params.membershipId,
+          expectedVersion: req.body.expectedVersion,
+          siteScope: who(req).sites,
+          cid: cidOf(req),
+        }),
       );
       return send(reply, o);
     },

@@ -37,7 +37,11 @@ const answer = (o: { status: 'applied' | 'noop'; code: string; state: Plan }, ci
 });
 
 /** A refusal or conflict as a problem body with the status its code maps to (DESIGN.md §3). */
-function sendProblem(reply: FastifyReply, o: { status: 'refused' | 'conflict'; code: Parameters<typeof problem>[0]; detail?: string }, cid: string) {
+function sendProblem(
+  reply: FastifyReply,
+  o: { status: 'refused' | 'conflict'; code: Parameters<typeof problem>[0]; detail?: string },
+  cid: string,
+) {
   return reply.status(statusOf(o)).send({ ...problem(o.code, o.status === 'refused' ? o.detail : undefined), cid });
 }
 function sendCreated(reply: FastifyReply, status: number, location: string, body: unknown) {
@@ -63,7 +67,11 @@ export function plansRoutes(app: Api, ctx: Ctx): void {
           doors: z.array(DoorId).min(1).max(64),
           membersOnly: z.boolean().optional(),
           monthlyEntryQuota: z.int().min(0).max(10_000).nullable().optional(),
-          graceSeconds: z.int().min(0).max(90 * 86_400).optional(),
+          graceSeconds: z
+            .int()
+            .min(0)
+            .max(90 * 86_400)
+            .optional(),
         }),
         response: { ...errorResponses, 200: PlanAnswer, 201: PlanAnswer },
       },
@@ -94,7 +102,11 @@ export function plansRoutes(app: Api, ctx: Ctx): void {
     async (req, reply) => {
       const cursor = decodeCursor(TimeIdCursor, req.query.cursor);
       if (cursor === 'bad') return reply.status(400).send(problem('BAD_REQUEST', 'bad cursor'));
-      const page = await listPlans(ctx.db, who(req).sites, defined({ siteId: req.query.siteId, status: req.query.status, limit: req.query.limit, cursor }));
+      const page = await listPlans(
+        ctx.db,
+        who(req).sites,
+        defined({ siteId: req.query.siteId, status: req.query.status, limit: req.query.limit, cursor }),
+      );
       return { items: page.items.map(planJson), nextCursor: page.nextCursor };
     },
   );
