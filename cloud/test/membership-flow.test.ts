@@ -337,6 +337,27 @@ describe.each(pgBackends())('memberships on %s', (pgBackend) => {
     });
   });
 
+  describe('webhooks out', () => {
+    it('membership.activated once on activation and membership.ended once on the end, in the transaction of the change', async () => {
+      await t.db.query(
+        `INSERT INTO webhook_endpoints (id, site_id, url, secret, events, created_at)
+         VALUES ($1, $2, 'https://hooks.example.test/m', 'whsec_x', ARRAY['membership.activated', 'membership.ended'], 0)`,
+        [`wh-${s.u}`, s.siteId],
+      );
+      const m = await activeMember();
+      await endMembership(md(), { membershipId: m.id, reason: 'force_cancel', actor: 'staff-1', note: 'done' });
+      await settle(); // the subscription.deleted that follows raises nothing more
+      const rows = await t.db.query<{ type: string; status: string }>(
+        `SELECT type, body->>'status' AS status FROM webhook_outbox WHERE endpoint_id = $1 AND body->>'membershipId' = $2 ORDER BY id`,
+        [`wh-${s.u}`, m.id],
+      );
+      expect(rows.rows).toEqual([
+        { type: 'membership.activated', status: 'active' },
+        { type: 'membership.ended', status: 'ended' },
+      ]);
+    });
+  });
+
   describe('the database guard of the one ending verb', () => {
     it('refuses ended/ending/rejected written under any verb but endMembership, and any status change outside a verb', async () => {
       const m = await activeMember();
