@@ -126,6 +126,8 @@ export interface SystemOptions {
   readonly siteLogins?: boolean;
   /** Everything the locks see and do (FleetOptions.onActivity). */
   readonly onLockActivity?: FleetOptions['onActivity'];
+  /** More cloud environment (e.g. STRIPE_* pointing at a local Stripe). */
+  readonly cloudEnv?: Readonly<Record<string, string>>;
 }
 
 let n = 0;
@@ -265,6 +267,7 @@ export class System {
         DISPATCH_POLL_MS: '500',
         DISPATCH_BACKOFF_BASE_MS: '100',
         DISPATCH_BACKOFF_MAX_MS: '1000',
+        ...this.opts.cloudEnv,
       }),
       { clock: this.clock, log: this.log.child({ part: 'cloud' }) },
     );
