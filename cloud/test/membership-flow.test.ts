@@ -13,6 +13,7 @@ import { casMembership, loadMembership } from '../src/adapters/db/memberships.js
 import { storeWebhookEvent } from '../src/adapters/db/webhook-events.js';
 import { verifyWebhook } from '../src/adapters/stripe/webhook.js';
 import { BillingWorker } from '../src/app/billing-worker.js';
+import { SimulatedCrash, crashAt } from '../src/app/crash.js';
 import { getKey } from '../src/app/keys.js';
 import {
   applyMembership,
@@ -175,6 +176,36 @@ describe.each(pgBackends())('memberships on %s', (pgBackend) => {
         .events()
         .filter((e) => e.type === 'customer.subscription.created' && e.request.idempotency_key === `membership_initial:${id}:1`);
       expect(subs).toHaveLength(1);
+    });
+  });
+
+  describe('when the approval crashes between the subscription and its local write', () => {
+    it('events for the unrecorded subscription are retried, approving again gets the same subscription, and the paid invoice activates it', async () => {
+      const id = `mem-${s.u}-${++n}`;
+      await applyMembership(md(), { membershipId: id, planId, personId: s.personId });
+      await expect(
+        approveMembership(md({ crash: crashAt(['afterSubscriptionCreatedBeforeRecord']) }), { membershipId: id, actor: 'staff-1' }),
+      ).rejects.toBeInstanceOf(SimulatedCrash);
+      expect(await load(id)).toMatchObject({ status: 'applied', approvedAt: null, subscriptionId: null });
+      const created = local
+        .events()
+        .filter((e) => e.type === 'customer.subscription.created' && e.request.idempotency_key === `membership_initial:${id}:1`);
+      expect(created).toHaveLength(1);
+      const subId = created[0]?.data.object.id ?? '';
+      // the member pays before the approval is recorded: the worker cannot place the events yet and retries them
+      expect(local.payInvoice(local.subscription(subId)?.latest_invoice ?? '').status).toBe(200);
+      await settle();
+      expect(await load(id)).toMatchObject({ status: 'applied' });
+      const again = await approveMembership(md(), { membershipId: id, actor: 'staff-1' });
+      expect(again).toMatchObject({ status: 'applied', code: 'MEMBERSHIP_APPROVED', state: { subscriptionId: subId } });
+      expect(
+        local
+          .events()
+          .filter((e) => e.type === 'customer.subscription.created' && e.request.idempotency_key === `membership_initial:${id}:1`),
+      ).toHaveLength(1);
+      base.clock.advance(3_600_000);
+      await worker().runOnce();
+      expect(await load(id)).toMatchObject({ status: 'active', keyId: `key_${id}_1` });
     });
   });
 

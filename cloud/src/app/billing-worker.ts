@@ -60,12 +60,18 @@ const NotifyJob = z.object({ notice: z.string(), stayId: ID });
 const IntentObject = z.object({ id: ID, metadata: z.record(z.string(), z.string()).nullish() });
 const ChargeObject = z.object({ id: ID, payment_intent: ID.nullable(), amount_refunded: z.number().int(), currency: z.string() });
 const EventPayload = z.object({ data: z.object({ object: z.unknown() }) });
-const SubscriptionObject = z.object({ id: ID, object: z.literal('subscription') });
-// API 2025-03-31 and later: an invoice names its subscription under parent.subscription_details
+const Metadata = z.record(z.string(), z.string()).nullish();
+const SubscriptionObject = z.object({ id: ID, object: z.literal('subscription'), metadata: Metadata });
+// API 2025-03-31 and later: an invoice names its subscription (and a copy of its metadata) under parent.subscription_details
 const InvoiceObject = z.object({
   id: ID,
-  parent: z.object({ subscription_details: z.object({ subscription: z.union([ID, z.object({ id: ID })]) }).nullish() }).nullish(),
+  parent: z
+    .object({ subscription_details: z.object({ subscription: z.union([ID, z.object({ id: ID })]), metadata: Metadata }).nullish() })
+    .nullish(),
 });
+/** The membership a subscription's metadata names, when its purpose says it is one of ours. */
+const subjectOf = (m: Record<string, string> | null | undefined): string | undefined =>
+  m?.purpose === 'membership_initial' || m?.purpose === 'membership_renewal' ? m.subject_id : undefined;
 
 /** Step result: done with a code, or a classified failure. */
 type Step =
@@ -210,10 +216,12 @@ export class BillingWorker {
       // memberships: the subscription is re-read and decided on its current status (app/memberships.ts)
       const sub = SubscriptionObject.safeParse(payload.data.data.object);
       const inv = sub.success ? null : InvoiceObject.safeParse(payload.data.data.object);
-      const named = inv?.success ? inv.data.parent?.subscription_details?.subscription : undefined;
+      const details = inv?.success ? inv.data.parent?.subscription_details : undefined;
+      const named = details?.subscription;
       const subscriptionId = sub.success ? sub.data.id : typeof named === 'string' ? named : named?.id;
       if (subscriptionId === undefined) return done('EVENT_IGNORED');
-      return done(await reconcileSubscription(d, subscriptionId, cid));
+      const subject = subjectOf(sub.success ? sub.data.metadata : details?.metadata);
+      return done(await reconcileSubscription(d, subscriptionId, cid, subject));
     }
     return done('EVENT_IGNORED');
   }

@@ -492,12 +492,27 @@ export function selfCancelMembership(
  * `invoice.paid` (or twice) changes nothing. A canceled subscription goes
  * through endMembership with `subscriptionEnded`.
  */
-export async function reconcileSubscription(deps: MembershipDeps, subscriptionId: string, cid: CorrelationId): Promise<OutcomeCode> {
+export async function reconcileSubscription(
+  deps: MembershipDeps,
+  subscriptionId: string,
+  cid: CorrelationId,
+  /** the membership the subscription's metadata names (`subject_id`), when it says it is one of ours */
+  subjectId?: string,
+): Promise<OutcomeCode> {
   const stripe = deps.stripe;
   if (!stripe) throw new BillingStepFailed('BILLING_NOT_CONFIGURED', false, 'no Stripe client');
   const log = withCorrelation(deps.log, cid, { verb: 'reconcileSubscription', subscriptionId });
   const m = await loadMembershipBySubscription(deps.db, subscriptionId);
-  if (!m) return 'MEMBERSHIP_NOT_FOUND';
+  if (!m) {
+    if (subjectId === undefined) return 'MEMBERSHIP_NOT_FOUND'; // not one of ours (another system on the account)
+    const named = await loadMembership(deps.db, subjectId);
+    if (!named) return 'MEMBERSHIP_NOT_FOUND';
+    // approved in Stripe, the approval's local write not landed yet: retried with backoff until it has
+    if (named.subscriptionId === null && named.status === 'applied')
+      throw new BillingStepFailed('MEMBERSHIP_NOT_FOUND', false, `membership ${subjectId} has not recorded ${subscriptionId} yet`);
+    // a subscription the membership does not hold (an approval that lost a race was cancelled): nothing to do
+    return 'SUBSCRIPTION_MISMATCH';
+  }
   const now = await retrieveSubscription(stripe, subscriptionId);
   if (!now.ok) throw new BillingStepFailed(now.failure.code, now.failure.kind === 'permanent', now.failure.message);
   const first = domain.observeSubscription(m, now.value, { cid }, deps.clock.now());
