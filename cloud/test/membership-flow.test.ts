@@ -423,10 +423,6 @@ describe('the one writer rules (source)', () => {
       .filter((f) => re.test(readFileSync(f, 'utf8')))
       .map((f) => relative(root, f));
 
-  it('subscriptions.create appears in exactly one file of cloud/src', () => {
-    expect(filesMatching(/subscriptions\s*\.\s*create\b/)).toEqual(['adapters/stripe/subscriptions.ts']);
-  });
-
   it('only the memberships repository writes the memberships table, and only endMembershipRow names the endMembership verb', () => {
     expect(filesMatching(/(UPDATE|INSERT INTO)\s+memberships\b/)).toEqual(['adapters/db/memberships.ts']);
     // the verb marker the guard checks (tobira.verb = endMembership) is set in one file
