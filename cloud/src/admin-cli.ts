@@ -46,6 +46,14 @@ env: TOBIRA_API (e.g. http://127.0.0.1:8080), TOBIRA_TOKEN (bearer token)
   stays cancel <id> --reason R | stays check-in <id> | stays check-out <id>
   billing dead-letters [--kind webhook-events|billing-jobs] [--site S] [--limit N] [--cursor C]   without --kind both lists;
                                 scoped by the token's sites like every list
+  plans create --site S --name N --amount N --currency jpy --interval day|week|month|year --door D [--door D2 ...]
+                                [--id ID] [--interval-count N] [--members-only] [--quota N] [--grace-seconds N]
+  plans list [--site S] [--status active|retired] [--limit N] [--cursor C] | plans get <id> | plans retire <id>
+  memberships apply --plan P --person P [--id ID] [--pin V | --card V]
+  memberships approve <id>      Stripe first: the subscription and its open first invoice
+  memberships reject <id> [--note N] [--version V] | memberships self-cancel <id> [--version V]
+  memberships force-cancel <id> --note N [--version V]   billing stops in Stripe first, then the membership ends
+  memberships list [--site S] [--plan P] [--person P] [--status ST] [--limit N] [--cursor C] | memberships get <id>
   billing retry <webhook-events|billing-jobs> <id>   a dead Stripe event or billing job back to pending (admin only)
   notifications list [--site S] [--status pending|sending|sent|dead] [--template T] [--person P] [--limit N] [--cursor C]
   notifications show <id> | notifications retry <id>   a dead notification back to pending (admin, manager of its site)
@@ -140,6 +148,13 @@ export async function runAdminCli(argv: readonly string[], io: CliIo): Promise<n
         amount: { type: 'string' },
         currency: { type: 'string' },
         deposit: { type: 'string' },
+        plan: { type: 'string' },
+        interval: { type: 'string' },
+        'interval-count': { type: 'string' },
+        'members-only': { type: 'boolean' },
+        quota: { type: 'string' },
+        note: { type: 'string' },
+        version: { type: 'string' },
         open: { type: 'boolean' },
         acknowledged: { type: 'boolean' },
         template: { type: 'string' },
@@ -374,6 +389,59 @@ export async function runAdminCli(argv: readonly string[], io: CliIo): Promise<n
         return await call('POST', `/stays/${id('<id>')}/check-in`);
       case 'stays check-out':
         return await call('POST', `/stays/${id('<id>')}/check-out`);
+      case 'plans create': {
+        const intervalCount = count(o['interval-count'], 'interval-count');
+        const quota = count(o.quota, 'quota');
+        return await call('POST', '/plans', {
+          siteId: need(site, '--site'),
+          name: need(o.name, '--name'),
+          amount: need(count(o.amount, 'amount'), '--amount'),
+          currency: need(o.currency, '--currency'),
+          interval: need(o.interval, '--interval'),
+          doors: need(o.door, '--door'),
+          ...(o.id ? { id: o.id } : {}),
+          ...(intervalCount !== undefined ? { intervalCount } : {}),
+          ...(o['members-only'] ? { membersOnly: true } : {}),
+          ...(quota !== undefined ? { monthlyEntryQuota: quota } : {}),
+          ...(graceSeconds !== undefined ? { graceSeconds } : {}),
+        });
+      }
+      case 'plans list':
+        return await call('GET', `/plans${query({ siteId: site, status: o.status, limit: o.limit, cursor: o.cursor })}`);
+      case 'plans get':
+        return await call('GET', `/plans/${id('<id>')}`);
+      case 'plans retire':
+        return await call('POST', `/plans/${id('<id>')}/retire`);
+      case 'memberships apply': {
+        if (o.pin !== undefined && o.card !== undefined) throw new Usage('give at most one of --pin, --card');
+        const credential =
+          o.pin !== undefined ? { type: 'pin', value: o.pin } : o.card !== undefined ? { type: 'card', value: o.card } : undefined;
+        return await call('POST', '/memberships', {
+          planId: need(o.plan, '--plan'),
+          personId: need(o.person, '--person'),
+          ...(o.id ? { id: o.id } : {}),
+          ...(credential ? { credential } : {}),
+        });
+      }
+      case 'memberships approve':
+        return await call('POST', `/memberships/${id('<id>')}/approve`);
+      case 'memberships reject':
+      case 'memberships self-cancel':
+      case 'memberships force-cancel': {
+        const expectedVersion = count(o.version, 'version');
+        if (verb === 'force-cancel') need(o.note, '--note');
+        return await call('POST', `/memberships/${id('<id>')}/${verb ?? ''}`, {
+          ...(o.note !== undefined && verb !== 'self-cancel' ? { note: o.note } : {}),
+          ...(expectedVersion !== undefined ? { expectedVersion } : {}),
+        });
+      }
+      case 'memberships list':
+        return await call(
+          'GET',
+          `/memberships${query({ siteId: site, planId: o.plan, personId: o.person, status: o.status, limit: o.limit, cursor: o.cursor })}`,
+        );
+      case 'memberships get':
+        return await call('GET', `/memberships/${id('<id>')}`);
       case 'billing dead-letters': {
         // without --kind: both lists, one answer each (a cursor belongs to one kind)
         let code = 0;

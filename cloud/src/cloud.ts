@@ -33,6 +33,7 @@ import type Stripe from 'stripe';
 import { stripeFromSettings } from './adapters/stripe/client.js';
 import { BillingWorker, type BillingWorkerOptions } from './app/billing-worker.js';
 import * as stays from './app/stays.js';
+import * as memberships from './app/memberships.js';
 import type { SiteScope } from './adapters/db/scope.js';
 import { channelsOf, type Channel } from './adapters/notifications/channels.js';
 import { NotificationDispatcher, type NotificationDispatchOptions } from './adapters/notifications/dispatcher.js';
@@ -290,6 +291,15 @@ function coreOf(config: CloudConfig, cloudDeps: CloudDeps) {
       notifications.savePersonContact(app(o), input),
     saveSiteLocale: (input: Parameters<typeof notifications.saveSiteLocale>[1], o?: VerbOptions) =>
       notifications.saveSiteLocale(app(o), input),
+    // memberships (issue #13, docs/memberships.md): Stripe is called between transactions, so these take no `db`
+    createPlan: (input: memberships.CreatePlanInput) => memberships.createPlan(stayDeps(), input),
+    retirePlan: (input: Parameters<typeof memberships.retirePlan>[1]) => memberships.retirePlan(stayDeps(), input),
+    applyMembership: (input: memberships.ApplyMembershipInput) => memberships.applyMembership(stayDeps(), input),
+    approveMembership: (input: Parameters<typeof memberships.approveMembership>[1]) => memberships.approveMembership(stayDeps(), input),
+    /** THE verb for every way a membership ends (billing stops first). */
+    endMembership: (input: memberships.EndMembershipInput) => memberships.endMembership(stayDeps(), input),
+    selfCancelMembership: (input: Parameters<typeof memberships.selfCancelMembership>[1]) =>
+      memberships.selfCancelMembership(stayDeps(), input),
   };
 }
 

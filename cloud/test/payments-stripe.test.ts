@@ -312,4 +312,14 @@ describe('the one PaymentIntent factory', () => {
     const files = walk(root).filter((f) => /paymentIntents\s*\.\s*create\b/.test(readFileSync(f, 'utf8')));
     expect(files.map((f) => relative(root, f))).toEqual(['adapters/stripe/payment-intents.ts']);
   });
+
+  it('subscriptions.create appears in exactly one file of cloud/src (the one Subscription factory, issue #13)', () => {
+    const root = fileURLToPath(new URL('../src/', import.meta.url));
+    const walk = (dir: string): string[] =>
+      readdirSync(dir, { withFileTypes: true }).flatMap((e) =>
+        e.isDirectory() ? walk(join(dir, e.name)) : e.name.endsWith('.ts') ? [join(dir, e.name)] : [],
+      );
+    const files = walk(root).filter((f) => /subscriptions\s*\.\s*create\b/.test(readFileSync(f, 'utf8')));
+    expect(files.map((f) => relative(root, f))).toEqual(['adapters/stripe/subscriptions.ts']);
+  });
 });

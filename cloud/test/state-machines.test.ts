@@ -3,6 +3,7 @@ import { describe, expect, it } from 'vitest';
 import { KEY_NOOPS, KEY_TRANSITIONS } from '../src/domain/key-states.js';
 import { OUTBOX_TRANSITIONS } from '../src/adapters/outbox/states.js';
 import { PAYMENT_NOOPS, PAYMENT_TRANSITIONS, STAY_NOOPS, STAY_TRANSITIONS } from '../src/domain/stay-states.js';
+import { MEMBERSHIP_NOOPS, MEMBERSHIP_TRANSITIONS } from '../src/domain/membership-states.js';
 
 const doc = readFileSync(new URL('../../docs/state-machines.md', import.meta.url), 'utf8');
 
@@ -62,6 +63,7 @@ describe('docs/state-machines.md', () => {
   it.each([
     ['stay', '### Stay transitions', '### Stay no-ops', STAY_TRANSITIONS, STAY_NOOPS],
     ['payment', '### Payment transitions', '### Payment no-ops', PAYMENT_TRANSITIONS, PAYMENT_NOOPS],
+    ['membership', '### Membership transitions', '### Membership no-ops', MEMBERSHIP_TRANSITIONS, MEMBERSHIP_NOOPS],
   ] as const)('lists exactly the %s transitions and no-ops of the code tables', (_name, tHeading, nHeading, transitions, noops) => {
     const tDoc = tableAfter(tHeading).flatMap(([from = '', event = '', to = '', c = '']) =>
       states(from).map((f) => `${f} --${event}--> ${to.replace(/`/g, '')} ${code(c)}`),

@@ -23,11 +23,20 @@ import {
   ListEventsParams,
   RetrieveParams,
   paramName,
+  CancelSubscriptionParams,
+  CreateCustomerParams,
+  CreatePriceParams,
+  CreateSubscriptionParams,
+  PayInvoiceParams,
+  UpdateSubscriptionParams,
 } from './params.js';
+import type { BillingBook } from './subscriptions.js';
 import type { WebhookDispatcher } from './webhooks.js';
 
 export interface AppDeps {
   ledger: Ledger;
+  /** customers, prices, subscriptions, invoices */
+  billing: BillingBook;
   ids: Ids;
   idempotency: IdempotencyStore;
   webhooks: WebhookDispatcher;
@@ -174,7 +183,8 @@ export function buildApp(deps: AppDeps) {
   const write =
     <S extends ZodType>(schema: S, run: (params: z.infer<S>, id: string) => VerbResult) =>
     async (req: FastifyRequest<{ Params: { id?: string } }>, reply: FastifyReply) => {
-      const form: Form = decodeForm(typeof req.body === 'string' ? req.body : '');
+      // DELETE may carry its parameters in the query string
+      const form: Form = decodeForm(typeof req.body === 'string' && req.body !== '' ? req.body : rawQuery(req));
       const key = header(req, 'idempotency-key');
       const path = req.url.split('?')[0] ?? req.url;
       if (key !== null) {
@@ -268,6 +278,48 @@ export function buildApp(deps: AppDeps) {
     read(ListEventsParams, (p) => ledger.listEvents(p)),
   );
 
+  const { billing } = deps;
+  app.post(
+    '/v1/customers',
+    write(CreateCustomerParams, (p) => billing.createCustomer(p)),
+  );
+  app.get(
+    '/v1/customers/:id',
+    read(RetrieveParams, (_p, id) => billing.retrieveCustomer(id)),
+  );
+  app.post(
+    '/v1/prices',
+    write(CreatePriceParams, (p) => billing.createPrice(p)),
+  );
+  app.get(
+    '/v1/prices/:id',
+    read(RetrieveParams, (_p, id) => billing.retrievePrice(id)),
+  );
+  app.post(
+    '/v1/subscriptions',
+    write(CreateSubscriptionParams, (p) => billing.createSubscription(p)),
+  );
+  app.get(
+    '/v1/subscriptions/:id',
+    read(RetrieveParams, (_p, id) => billing.retrieveSubscription(id)),
+  );
+  app.post(
+    '/v1/subscriptions/:id',
+    write(UpdateSubscriptionParams, (p, id) => billing.updateSubscription(id, p)),
+  );
+  app.delete(
+    '/v1/subscriptions/:id',
+    write(CancelSubscriptionParams, (p, id) => billing.cancelSubscription(id, p)),
+  );
+  app.get(
+    '/v1/invoices/:id',
+    read(RetrieveParams, (_p, id) => billing.retrieveInvoice(id)),
+  );
+  app.post(
+    '/v1/invoices/:id/pay',
+    write(PayInvoiceParams, (p, id) => billing.payInvoice(id, p)),
+  );
+
   // --- control routes: JSON in and out, no API key (a local test double) ---
 
   const body = <S extends ZodType>(schema: S, req: FastifyRequest, reply: FastifyReply): z.infer<S> | undefined => {
@@ -337,6 +389,29 @@ export function buildApp(deps: AppDeps) {
   // the demo's "pay it": a test card through the local server, the way a browser would confirm
   app.get<{ Params: { id: string }; Querystring: { card?: string } }>('/_local/pay/:id', async (req, reply) => {
     const result = ledger.confirmPaymentIntent(req.params.id, { payment_method: req.query.card ?? 'pm_card_visa' }, confirmMode);
+    emit(result, req);
+    return send(reply, result.answer);
+  });
+
+  // the demo's "pay the first invoice": a test card, the way the member's browser would
+  app.get<{ Params: { id: string }; Querystring: { card?: string } }>('/_local/invoices/:id/pay', async (req, reply) => {
+    const result = billing.payInvoice(req.params.id, { payment_method: req.query.card ?? 'pm_card_visa' });
+    emit(result, req);
+    return send(reply, result.answer);
+  });
+
+  // the period boundary: renewal paid or failed, or the end of a subscription set to cancel at period end
+  app.post<{ Params: { id: string } }>('/_local/subscriptions/:id/advance', async (req, reply) => {
+    const opts = body(z.strictObject({ outcome: z.enum(['paid', 'failed']).optional() }), req, reply);
+    if (!opts) return reply;
+    const result = billing.advance(req.params.id, opts.outcome ?? 'paid');
+    emit(result, req);
+    return send(reply, result.answer);
+  });
+
+  // Stripe's retries of a failed renewal are over: canceled for payment_failed
+  app.post<{ Params: { id: string } }>('/_local/subscriptions/:id/give_up', async (req, reply) => {
+    const result = billing.giveUp(req.params.id);
     emit(result, req);
     return send(reply, result.answer);
   });

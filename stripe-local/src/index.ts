@@ -11,4 +11,16 @@ export {
   type ReleaseOrder,
   type DeliveryAttempt,
 } from './webhooks.js';
-export type { PaymentIntent, Charge, Refund, StripeEvent, EventType, StripeErrorBody } from './objects.js';
+export type {
+  PaymentIntent,
+  Charge,
+  Refund,
+  StripeEvent,
+  EventType,
+  StripeErrorBody,
+  Customer,
+  Price,
+  Subscription,
+  Invoice,
+} from './objects.js';
+export { periodEnd, type RenewalOutcome } from './subscriptions.js';

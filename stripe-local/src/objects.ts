@@ -94,9 +94,18 @@ export type EventType =
   | 'charge.succeeded'
   | 'charge.failed'
   | 'charge.refunded'
-  | 'refund.created';
+  | 'refund.created'
+  | 'customer.created'
+  | 'customer.subscription.created'
+  | 'customer.subscription.updated'
+  | 'customer.subscription.deleted'
+  | 'invoice.created'
+  | 'invoice.finalized'
+  | 'invoice.paid'
+  | 'invoice.payment_succeeded'
+  | 'invoice.payment_failed';
 
-export type StripeObject = PaymentIntent | Charge | Refund;
+export type StripeObject = PaymentIntent | Charge | Refund | Customer | Subscription | Invoice;
 
 export interface StripeEvent {
   id: string;
@@ -133,4 +142,99 @@ export interface ApiAnswer {
 export function errorAnswer(status: number, error: StripeErrorBody): ApiAnswer {
   const docUrl = error.code ? { doc_url: `https://stripe.com/docs/error-codes/${error.code.replaceAll('_', '-')}` } : {};
   return { status, body: { error: { ...error, ...docUrl } } };
+}
+
+// ---------------------------------------------------------------- billing (subscriptions)
+
+export interface Customer {
+  id: string;
+  object: 'customer';
+  created: number;
+  description: string | null;
+  email: string | null;
+  livemode: false;
+  metadata: Metadata;
+  name: string | null;
+  /** the card the first invoice was paid with: what renewals charge (`invoice_settings.default_payment_method`) */
+  invoice_settings: { default_payment_method: string | null };
+}
+
+export type RecurringInterval = 'day' | 'week' | 'month' | 'year';
+
+export interface Price {
+  id: string;
+  object: 'price';
+  active: boolean;
+  created: number;
+  currency: string;
+  livemode: false;
+  metadata: Metadata;
+  product: string;
+  recurring: { interval: RecurringInterval; interval_count: number } | null;
+  type: 'recurring' | 'one_time';
+  unit_amount: number;
+}
+
+export interface SubscriptionItem {
+  id: string;
+  object: 'subscription_item';
+  created: number;
+  /** since API 2025-03-31 the period lives on the item, not the subscription */
+  current_period_start: number;
+  current_period_end: number;
+  metadata: Metadata;
+  price: Price;
+  quantity: number;
+  subscription: string;
+}
+
+export type SubscriptionStatus = 'incomplete' | 'incomplete_expired' | 'active' | 'past_due' | 'canceled' | 'unpaid';
+
+export interface Subscription {
+  id: string;
+  object: 'subscription';
+  billing_cycle_anchor: number;
+  cancel_at: number | null;
+  cancel_at_period_end: boolean;
+  canceled_at: number | null;
+  cancellation_details: { comment: string | null; feedback: string | null; reason: 'cancellation_requested' | 'payment_failed' | null };
+  collection_method: 'charge_automatically';
+  created: number;
+  currency: string;
+  customer: string;
+  ended_at: number | null;
+  items: { object: 'list'; data: SubscriptionItem[]; has_more: false; url: string };
+  latest_invoice: string | null;
+  livemode: false;
+  metadata: Metadata;
+  start_date: number;
+  status: SubscriptionStatus;
+}
+
+export type InvoiceStatus = 'draft' | 'open' | 'paid' | 'uncollectible' | 'void';
+
+export interface Invoice {
+  id: string;
+  object: 'invoice';
+  amount_due: number;
+  amount_paid: number;
+  amount_remaining: number;
+  attempt_count: number;
+  attempted: boolean;
+  billing_reason: 'subscription_create' | 'subscription_cycle';
+  collection_method: 'charge_automatically';
+  /** the client secret of the invoice's payment (API 2025-03-31: replaces `payment_intent`) */
+  confirmation_secret: { client_secret: string; type: 'payment_intent' } | null;
+  created: number;
+  currency: string;
+  customer: string;
+  livemode: false;
+  metadata: Metadata;
+  next_payment_attempt: number | null;
+  parent: { type: 'subscription_details'; subscription_details: { metadata: Metadata; subscription: string } };
+  period_start: number;
+  period_end: number;
+  status: InvoiceStatus;
+  status_transitions: { finalized_at: number | null; paid_at: number | null };
+  total: number;
 }

@@ -74,3 +74,83 @@ export function paramName(path: readonly PropertyKey[]): string {
   const [head, ...rest] = path.map(String);
   return `${head ?? ''}${rest.map((p) => `[${p}]`).join('')}`;
 }
+
+// ---------------------------------------------------------------- billing (subscriptions)
+
+const currency = z
+  .string()
+  .regex(/^[a-zA-Z]{3}$/, 'must be a three-letter ISO currency code')
+  .transform((c) => c.toLowerCase());
+const recurring = z.strictObject({
+  interval: z.enum(['day', 'week', 'month', 'year']),
+  interval_count: formInt.pipe(z.number().int().min(1).max(12)).optional(),
+});
+/** `cancel_at_period_end` and friends: Stripe's form booleans */
+export const CreateCustomerParams = z.strictObject({
+  email: z.string().optional(),
+  name: z.string().optional(),
+  description: z.string().optional(),
+  metadata: metadata.optional(),
+  expand,
+});
+export type CreateCustomerParams = z.infer<typeof CreateCustomerParams>;
+
+export const CreatePriceParams = z.strictObject({
+  currency,
+  unit_amount: formInt.pipe(z.number().int().min(1).max(99_999_999)),
+  recurring: recurring.optional(),
+  product: z.string().optional(),
+  product_data: z.strictObject({ name: z.string().min(1), metadata: metadata.optional() }).optional(),
+  metadata: metadata.optional(),
+  expand,
+});
+export type CreatePriceParams = z.infer<typeof CreatePriceParams>;
+
+export const CreateSubscriptionParams = z.strictObject({
+  customer: z.string(),
+  items: z
+    .array(
+      z.strictObject({
+        price: z.string().optional(),
+        price_data: z
+          .strictObject({ currency, product: z.string(), unit_amount: formInt.pipe(z.number().int().min(1)), recurring })
+          .optional(),
+        quantity: formInt.pipe(z.literal(1)).optional(),
+        metadata: metadata.optional(),
+      }),
+    )
+    .min(1)
+    .max(1),
+  metadata: metadata.optional(),
+  /** `default_incomplete`: the first invoice waits for a payment (`incomplete` until paid) — the only mode here */
+  payment_behavior: z.enum(['default_incomplete', 'allow_incomplete', 'error_if_incomplete']).optional(),
+  default_payment_method: z.string().optional(),
+  collection_method: z.literal('charge_automatically').optional(),
+  cancel_at_period_end: formBool.optional(),
+  payment_settings: z.strictObject({ save_default_payment_method: z.enum(['on_subscription', 'off']).optional() }).optional(),
+  description: z.string().optional(),
+  expand,
+});
+export type CreateSubscriptionParams = z.infer<typeof CreateSubscriptionParams>;
+
+export const UpdateSubscriptionParams = z.strictObject({
+  cancel_at_period_end: formBool.optional(),
+  metadata: metadata.optional(),
+  cancellation_details: z.strictObject({ comment: z.string().optional() }).optional(),
+  expand,
+});
+export type UpdateSubscriptionParams = z.infer<typeof UpdateSubscriptionParams>;
+
+export const CancelSubscriptionParams = z.strictObject({
+  invoice_now: formBool.optional(),
+  prorate: formBool.optional(),
+  cancellation_details: z.strictObject({ comment: z.string().optional() }).optional(),
+  expand,
+});
+export type CancelSubscriptionParams = z.infer<typeof CancelSubscriptionParams>;
+
+export const PayInvoiceParams = z.strictObject({
+  payment_method: z.string().optional(),
+  expand,
+});
+export type PayInvoiceParams = z.infer<typeof PayInvoiceParams>;

@@ -10,8 +10,9 @@ import { createLogger } from '@tobira/shared';
 import { buildApp } from './app.js';
 import { noFaults, type ApiFaults } from './faults.js';
 import { IdempotencyStore } from './idempotency.js';
-import { Ids, Ledger, type Clock } from './ledger.js';
-import type { PaymentIntent, Refund, Charge, StripeEvent, ApiAnswer } from './objects.js';
+import { BillingBook, type RenewalOutcome } from './subscriptions.js';
+import { Ids, Ledger, type Clock, type VerbResult } from './ledger.js';
+import type { PaymentIntent, Refund, Charge, StripeEvent, ApiAnswer, Subscription, Invoice, Customer } from './objects.js';
 import {
   DEFAULT_WEBHOOK_RETRY,
   WebhookDispatcher,
@@ -66,6 +67,15 @@ export interface StripeLocal {
   refunds(): Refund[];
   /** ends a `processing` PaymentIntent, emitting its events */
   settle(id: string, outcome: 'succeeded' | 'failed'): ApiAnswer;
+  customer(id: string): Customer | undefined;
+  subscription(id: string): Subscription | undefined;
+  invoice(id: string): Invoice | undefined;
+  /** pays an open invoice with a test card (the member's browser), emitting its events */
+  payInvoice(id: string, card?: string): ApiAnswer;
+  /** the subscription's period boundary: renewal paid / failed, or its end when set to cancel at period end */
+  advanceSubscription(id: string, outcome?: RenewalOutcome): ApiAnswer;
+  /** Stripe's retries of a failed renewal are over: canceled for payment_failed */
+  giveUpSubscription(id: string): ApiAnswer;
   close(): Promise<void>;
 }
 
@@ -74,13 +84,14 @@ export async function startStripeLocal(options: StripeLocalOptions = {}): Promis
   const clock: Clock = options.clock ?? { now: () => Date.now() };
   const ids = new Ids(options.seed ?? 'L0');
   const ledger = new Ledger(ids, clock);
+  const billing = new BillingBook(ids, clock);
   const idempotency = new IdempotencyStore(clock);
   const webhooks = new WebhookDispatcher(log, clock, { ...DEFAULT_WEBHOOK_RETRY, ...options.webhookRetry });
   if (options.webhook) webhooks.addEndpoint(options.webhook);
   const faults = noFaults();
   const secretKey = options.secretKey ?? DEFAULT_SECRET_KEY;
   const apiVersion = options.apiVersion ?? Stripe.API_VERSION;
-  const app = buildApp({ ledger, ids, idempotency, webhooks, faults, secretKey, apiVersion, log });
+  const app = buildApp({ ledger, billing, ids, idempotency, webhooks, faults, secretKey, apiVersion, log });
   const host = options.host ?? '127.0.0.1';
   await app.listen({ port: options.port ?? 0, host });
   const address = app.server.address();
@@ -88,6 +99,12 @@ export async function startStripeLocal(options: StripeLocalOptions = {}): Promis
   log.info({ host, port }, 'stripe-local listening');
 
   const snap = <T>(o: T): T => structuredClone(o);
+  const emitLocal = (result: VerbResult): ApiAnswer => {
+    webhooks.dispatch(
+      ledger.record(result.events, { apiVersion, requestId: null, idempotencyKey: null, endpoints: webhooks.endpoints.length }),
+    );
+    return result.answer;
+  };
   return {
     url: `http://${host}:${port}`,
     host,
@@ -107,13 +124,13 @@ export async function startStripeLocal(options: StripeLocalOptions = {}): Promis
     paymentIntent: (id) => snap(ledger.paymentIntents.get(id)),
     charge: (id) => snap(ledger.charges.get(id)),
     refunds: () => snap([...ledger.refunds.values()]),
-    settle: (id, outcome) => {
-      const result = ledger.settle(id, outcome);
-      webhooks.dispatch(
-        ledger.record(result.events, { apiVersion, requestId: null, idempotencyKey: null, endpoints: webhooks.endpoints.length }),
-      );
-      return result.answer;
-    },
+    settle: (id, outcome) => emitLocal(ledger.settle(id, outcome)),
+    customer: (id) => snap(billing.customers.get(id)),
+    subscription: (id) => snap(billing.subscriptions.get(id)),
+    invoice: (id) => snap(billing.invoices.get(id)),
+    payInvoice: (id, card = 'pm_card_visa') => emitLocal(billing.payInvoice(id, { payment_method: card })),
+    advanceSubscription: (id, outcome = 'paid') => emitLocal(billing.advance(id, outcome)),
+    giveUpSubscription: (id) => emitLocal(billing.giveUp(id)),
     close: async () => {
       webhooks.close();
       await app.close();

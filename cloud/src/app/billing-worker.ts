@@ -12,6 +12,7 @@ import { classifyStripeError } from '../adapters/stripe/errors.js';
 import { cancelPaymentIntent, retrievePaymentIntent } from '../adapters/stripe/payment-intents.js';
 import { createRefund } from '../adapters/stripe/refunds.js';
 import { SimulatedCrash } from './crash.js';
+import { reconcileSubscription, suspendOverdueAccess } from './memberships.js';
 import {
   BillingStepFailed,
   endStay,
@@ -49,6 +50,8 @@ export interface BillingPass {
   readonly ended: number;
   /** pending stays past hold + slack, after this pass's sweep */
   readonly overdue: number;
+  /** past-due memberships whose door access was suspended this pass (their plan's grace is over) */
+  readonly suspended: number;
 }
 
 const ID = z.string().min(1);
@@ -58,6 +61,18 @@ const NotifyJob = z.object({ notice: z.string(), stayId: ID });
 const IntentObject = z.object({ id: ID, metadata: z.record(z.string(), z.string()).nullish() });
 const ChargeObject = z.object({ id: ID, payment_intent: ID.nullable(), amount_refunded: z.number().int(), currency: z.string() });
 const EventPayload = z.object({ data: z.object({ object: z.unknown() }) });
+const Metadata = z.record(z.string(), z.string()).nullish();
+const SubscriptionObject = z.object({ id: ID, object: z.literal('subscription'), metadata: Metadata });
+// API 2025-03-31 and later: an invoice names its subscription (and a copy of its metadata) under parent.subscription_details
+const InvoiceObject = z.object({
+  id: ID,
+  parent: z
+    .object({ subscription_details: z.object({ subscription: z.union([ID, z.object({ id: ID })]), metadata: Metadata }).nullish() })
+    .nullish(),
+});
+/** The membership a subscription's metadata names, when its purpose says it is one of ours. */
+const subjectOf = (m: Record<string, string> | null | undefined): string | undefined =>
+  m?.purpose === 'membership_initial' || m?.purpose === 'membership_renewal' ? m.subject_id : undefined;
 
 /** Step result: done with a code, or a classified failure. */
 type Step =
@@ -155,7 +170,8 @@ export class BillingWorker {
     const jobs = await this.#jobs();
     const { expired, overdue } = await this.#holds();
     const ended = await this.#ends();
-    return { events, jobs, expired, ended, overdue };
+    const suspended = await suspendOverdueAccess(this.#d, this.#o.batch);
+    return { events, jobs, expired, ended, overdue, suspended };
   }
 
   // ------------------------------------------------------------ webhook inbox
@@ -215,6 +231,17 @@ export class BillingWorker {
       const payment = await loadPaymentByIntent(d.db, obj.data.payment_intent);
       if (!payment) return done('PAYMENT_NOT_FOUND');
       return done(await recordChargeRefunded(d, payment.id, obj.data.amount_refunded, obj.data.currency, cid));
+    }
+    if (e.type.startsWith('customer.subscription.') || e.type.startsWith('invoice.')) {
+      // memberships: the subscription is re-read and decided on its current status (app/memberships.ts)
+      const sub = SubscriptionObject.safeParse(payload.data.data.object);
+      const inv = sub.success ? null : InvoiceObject.safeParse(payload.data.data.object);
+      const details = inv?.success ? inv.data.parent?.subscription_details : undefined;
+      const named = details?.subscription;
+      const subscriptionId = sub.success ? sub.data.id : typeof named === 'string' ? named : named?.id;
+      if (subscriptionId === undefined) return done('EVENT_IGNORED');
+      const subject = subjectOf(sub.success ? sub.data.metadata : details?.metadata);
+      return done(await reconcileSubscription(d, subscriptionId, cid, subject));
     }
     return done('EVENT_IGNORED');
   }

@@ -15,6 +15,9 @@ export const CRASH_POINTS = [
   'afterRefundBeforeRecord',
   // between a notification handed to its channel and the row marked sent (issue #13): sent again after the lease
   'afterNotificationSendBeforeMark',
+  // memberships (issue #13): the subscription made / billing stopped, the local write not yet
+  'afterSubscriptionCreatedBeforeRecord',
+  'afterBillingStoppedBeforeEnd',
 ] as const;
 export type CrashPoint = (typeof CRASH_POINTS)[number];
 export type CrashHook = (point: CrashPoint) => void;

@@ -6,6 +6,7 @@ import type * as registry from './registry.js';
 import type * as stays from './stays.js';
 import type * as notifications from './notifications.js';
 import type { SiteScope } from '../adapters/db/scope.js';
+import type * as memberships from './memberships.js';
 
 /**
  * Options of a write verb. `db`: run inside the caller's open transaction
@@ -64,6 +65,13 @@ export interface CloudVerbs {
     input: Parameters<typeof notifications.saveSiteLocale>[1],
     o?: VerbOptions,
   ): ReturnType<typeof notifications.saveSiteLocale>;
+  /** Memberships (issue #13): Stripe is called between their transactions, so they take no caller transaction. */
+  createPlan(input: memberships.CreatePlanInput): ReturnType<typeof memberships.createPlan>;
+  retirePlan(input: Parameters<typeof memberships.retirePlan>[1]): ReturnType<typeof memberships.retirePlan>;
+  applyMembership(input: memberships.ApplyMembershipInput): ReturnType<typeof memberships.applyMembership>;
+  approveMembership(input: Parameters<typeof memberships.approveMembership>[1]): ReturnType<typeof memberships.approveMembership>;
+  endMembership(input: memberships.EndMembershipInput): ReturnType<typeof memberships.endMembership>;
+  selfCancelMembership(input: Parameters<typeof memberships.selfCancelMembership>[1]): ReturnType<typeof memberships.selfCancelMembership>;
   /** The MQTT link is connected (`/healthz`). */
   readonly mqttConnected: boolean;
 }

@@ -37,6 +37,8 @@ import { staysRoutes } from './routes/stays.js';
 import { roomsRoutes } from './routes/rooms.js';
 import { stripeWebhookRoutes } from './routes/stripe-webhook.js';
 import { payReturnRoutes } from './routes/pay-return.js';
+import { plansRoutes } from './routes/plans.js';
+import { membershipsRoutes } from './routes/memberships.js';
 
 export type ApiApp = FastifyInstance;
 
@@ -306,6 +308,8 @@ export async function buildApp(deps: ApiDeps): Promise<FastifyInstance> {
     stripeWebhookRoutes,
     payReturnRoutes,
     notificationsRoutes,
+    plansRoutes,
+    membershipsRoutes,
   ]) {
     await app.register(async (scope) => plugin(scope.withTypeProvider<ZodTypeProvider>(), ctx));
   }

@@ -245,4 +245,88 @@ describe.each(pgBackends())('admin CLI against a listening API on %s', (backend)
     expect((await cli('billing', 'retry', 'billing-jobs')).code).toBe(2);
     expect((await cli('help')).out).toContain('stays check-in <id>');
   });
+
+  it('runs a membership through the API: plan, apply, approve, pay, self-cancel refused with Stripe down (nothing changed), then ending and ended', async () => {
+    const u = newId().slice(-8);
+    // Stripe signs its webhooks with the wall clock (an earlier test moved the cloud's)
+    cloud.clock.set(Date.now());
+    expect((await cli('sites', 'create', '--id', `sm-${u}`, '--name', 'Gym')).code).toBe(0);
+    const jwkFile = join(tmpdir(), `jwk-sm-${u}.json`);
+    await writeFile(jwkFile, JSON.stringify((await generateSigningKeyPair()).publicJwk));
+    expect((await cli('gateways', 'register', '--id', `gwm-${u}`, '--site', `sm-${u}`, '--jwk-file', jwkFile)).code).toBe(0);
+    expect((await cli('doors', 'create', '--id', `dm-${u}`, '--gateway', `gwm-${u}`, '--name', 'Gym door')).code).toBe(0);
+    expect((await cli('people', 'create', '--id', `pm-${u}`, '--site', `sm-${u}`, '--name', 'Member')).code).toBe(0);
+    const plan = await cli(
+      'plans',
+      'create',
+      '--site',
+      `sm-${u}`,
+      '--id',
+      `plan-${u}`,
+      '--name',
+      'Gym',
+      '--amount',
+      '6000',
+      '--currency',
+      'jpy',
+      '--interval',
+      'month',
+      '--door',
+      `dm-${u}`,
+      '--members-only',
+      '--quota',
+      '12',
+      '--grace-seconds',
+      '86400',
+    );
+    expect(plan.json).toMatchObject({ status: 'applied', code: 'PLAN_CREATED', planStatus: 'active', monthlyEntryQuota: 12 });
+    const applied = await cli('memberships', 'apply', '--plan', `plan-${u}`, '--person', `pm-${u}`, '--id', `m-${u}`, '--pin', '55119922');
+    expect(applied.json).toMatchObject({ status: 'applied', code: 'MEMBERSHIP_APPLIED', membershipStatus: 'applied' });
+    expect(JSON.stringify(applied.json)).not.toContain('55119922');
+    const approved = await cli('memberships', 'approve', `m-${u}`);
+    expect(approved.json).toMatchObject({ status: 'applied', code: 'MEMBERSHIP_APPROVED' });
+    const invoice = String(approved.json.firstInvoiceId);
+    expect((await fetch(`${local.url}/_local/invoices/${invoice}/pay?card=pm_card_visa`)).status).toBe(200);
+    await local.webhooks.idle();
+    await cloud.runBilling();
+    const active = await cli('memberships', 'get', `m-${u}`);
+    expect(active.json).toMatchObject({ membershipStatus: 'active', keyId: `key_m-${u}_1` });
+    expect(JSON.stringify(active.json)).not.toMatch(/digest|55119922/);
+
+    local.faults.unavailable = true;
+    const down = await cli('memberships', 'self-cancel', `m-${u}`);
+    local.faults.unavailable = false;
+    expect(down.code).toBe(1);
+    expect(down.out + down.err).toMatch(/^503 /);
+    expect(down.json).toMatchObject({ status: 'refused', code: 'BILLING_UNAVAILABLE' });
+    expect((await cli('memberships', 'get', `m-${u}`)).json).toEqual(active.json);
+
+    const stale = await cli('memberships', 'force-cancel', `m-${u}`, '--note', 'x', '--version', '1');
+    expect(stale.json).toMatchObject({ status: 'conflict', code: 'MEMBERSHIP_STATE_CHANGED', membership: { membershipStatus: 'active' } });
+    const ending = await cli('memberships', 'self-cancel', `m-${u}`);
+    expect(ending.json).toMatchObject({
+      status: 'applied',
+      code: 'MEMBERSHIP_ENDING',
+      membershipStatus: 'ending',
+      notices: [{ notice: 'membership_ending' }],
+    });
+    const sub = String(active.json.subscriptionId);
+    expect(local.subscription(sub)).toMatchObject({ cancel_at_period_end: true });
+    local.advanceSubscription(sub);
+    await local.webhooks.idle();
+    await cloud.runBilling();
+    expect((await cli('memberships', 'get', `m-${u}`)).json).toMatchObject({ membershipStatus: 'ended', endReason: 'self_cancel' });
+    expect((await cli('memberships', 'list', '--site', `sm-${u}`, '--status', 'ended')).json).toMatchObject({
+      items: [{ id: `m-${u}` }],
+      nextCursor: null,
+    });
+    expect((await cli('plans', 'retire', `plan-${u}`)).json).toMatchObject({
+      status: 'applied',
+      code: 'PLAN_RETIRED',
+      ended: [],
+      pending: [],
+    });
+    expect((await cli('memberships', 'force-cancel', `m-${u}`)).code).toBe(2);
+    expect((await cli('help')).out).toContain('memberships force-cancel <id> --note N');
+  });
 });

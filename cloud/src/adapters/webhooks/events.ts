@@ -2,7 +2,7 @@ import type { ApiCode } from '../../http/codes.js';
 
 /**
  * Every webhook event type, in one table: the API's subscription enum and the
- * triggers of migrations 0006, 0013, 0015 and 0017 (which write these names) agree on it.
+ * triggers of migrations 0006, 0013, 0015, 0017 and 0019 (which write these names) agree on it.
  * `alarm` and `alarm.raised` report the same insert (the latter with the site and
  * receive time); `gateway.offline` and `gateway.failing_closed` are raised once per
  * transition, not once per report; the `stay.*` and `payment.*` events once per
@@ -23,6 +23,8 @@ export const WEBHOOK_EVENTS = [
   'stay.checked_out',
   'payment.succeeded',
   'payment.refunded',
+  'membership.activated',
+  'membership.ended',
 ] as const;
 export type WebhookEvent = (typeof WEBHOOK_EVENTS)[number];
 

@@ -1,0 +1,125 @@
+import type Stripe from 'stripe';
+import type { SubscriptionObservation } from '../../domain/memberships.js';
+import type { Plan } from '../../domain/plans.js';
+import { billingCall, type BillingResult } from './errors.js';
+
+/**
+ * THE one place a Subscription is created (the one-factory rule of
+ * DESIGN.md §7, as for PaymentIntents; a test greps cloud/src for the SDK
+ * call and finds it here only). Every subscription carries
+ * `metadata.purpose` (`membership_initial` | `membership_renewal`) and
+ * `metadata.subject_id` (the membership), and is created with the
+ * idempotency key `purpose:subjectId:attempt` the caller stored in the
+ * membership row BEFORE calling: a retry gets the same subscription back.
+ */
+export type SubscriptionPurpose = 'membership_initial' | 'membership_renewal';
+
+export interface CreateSubscriptionRequest {
+  readonly purpose: SubscriptionPurpose;
+  /** the membership */
+  readonly subjectId: string;
+  readonly customerId: string;
+  readonly priceId: string;
+  /** the stored `purpose:subjectId:attempt` */
+  readonly idempotencyKey: string;
+}
+
+export interface CreatedSubscription {
+  readonly observation: SubscriptionObservation;
+  /** the first invoice, open until the member pays it */
+  readonly invoiceId: string | null;
+}
+
+const STATUSES = ['incomplete', 'incomplete_expired', 'active', 'past_due', 'unpaid', 'canceled'] as const;
+
+/** The membership's view of a subscription: what `observeSubscription` decides on. */
+export function observeSubscription(s: Stripe.Subscription): SubscriptionObservation {
+  const end = s.items.data[0]?.current_period_end ?? 0;
+  const reason: string | null | undefined = s.cancellation_details?.reason;
+  return {
+    subscriptionId: s.id,
+    status: STATUSES.find((k) => k === s.status) ?? 'other',
+    currentPeriodEnd: end * 1000,
+    cancelAtPeriodEnd: s.cancel_at_period_end,
+    canceledFor: reason === 'payment_failed' ? 'payment_failed' : reason === 'cancellation_requested' ? 'cancellation_requested' : null,
+  };
+}
+
+const idOf = (x: string | { id: string } | null): string | null => (x === null ? null : typeof x === 'string' ? x : x.id);
+
+/** The plan's recurring Price, once per plan (key `price:<planId>`: a retry gets the same Price). */
+export async function createPlanPrice(stripe: Stripe, plan: Plan): Promise<BillingResult<string>> {
+  const res = await billingCall(() =>
+    stripe.prices.create(
+      {
+        currency: plan.currency,
+        unit_amount: plan.amount,
+        recurring: { interval: plan.interval, interval_count: plan.intervalCount },
+        product_data: { name: plan.name },
+        metadata: { plan_id: plan.id },
+      },
+      { idempotencyKey: `price:${plan.id}` },
+    ),
+  );
+  return res.ok ? { ok: true, value: res.value.id } : res;
+}
+
+/** The member's Stripe customer, once per membership (key `customer:<membershipId>`). */
+export async function createMemberCustomer(
+  stripe: Stripe,
+  c: { readonly membershipId: string; readonly personId: string },
+): Promise<BillingResult<string>> {
+  const res = await billingCall(() =>
+    stripe.customers.create(
+      { metadata: { membership_id: c.membershipId, person_id: c.personId } },
+      { idempotencyKey: `customer:${c.membershipId}` },
+    ),
+  );
+  return res.ok ? { ok: true, value: res.value.id } : res;
+}
+
+export async function createSubscription(stripe: Stripe, r: CreateSubscriptionRequest): Promise<BillingResult<CreatedSubscription>> {
+  if (!r.idempotencyKey.startsWith(`${r.purpose}:${r.subjectId}:`)) {
+    throw new Error(`idempotency key ${r.idempotencyKey} is not ${r.purpose}:${r.subjectId}:<attempt>`);
+  }
+  const res = await billingCall(() =>
+    stripe.subscriptions.create(
+      {
+        customer: r.customerId,
+        items: [{ price: r.priceId }],
+        // the first invoice waits for the member's payment; the subscription is `incomplete` until then
+        payment_behavior: 'default_incomplete',
+        metadata: { purpose: r.purpose, subject_id: r.subjectId, membership_id: r.subjectId },
+      },
+      { idempotencyKey: r.idempotencyKey },
+    ),
+  );
+  if (!res.ok) return res;
+  return { ok: true, value: { observation: observeSubscription(res.value), invoiceId: idOf(res.value.latest_invoice) } };
+}
+
+/** Re-reads a subscription: decisions use its current status, never the order events arrived in. */
+export async function retrieveSubscription(stripe: Stripe, id: string): Promise<BillingResult<SubscriptionObservation>> {
+  const res = await billingCall(() => stripe.subscriptions.retrieve(id));
+  return res.ok ? { ok: true, value: observeSubscription(res.value) } : res;
+}
+
+/**
+ * Cancels now (key `cancel:<id>`). A subscription that is already canceled
+ * counts as done (another staff member, or Stripe, got there first): the
+ * answer is the re-read.
+ */
+export async function cancelSubscriptionNow(stripe: Stripe, id: string): Promise<BillingResult<SubscriptionObservation>> {
+  const res = await billingCall(() => stripe.subscriptions.cancel(id, {}, { idempotencyKey: `cancel:${id}` }));
+  if (res.ok) return { ok: true, value: observeSubscription(res.value) };
+  if (res.failure.stripeCode === 'subscription_canceled') return retrieveSubscription(stripe, id);
+  return res;
+}
+
+/** Schedules the cancellation at the period end (key `cancel_at_period_end:<id>`): billing stops, access runs to the end. */
+export async function scheduleSubscriptionEnd(stripe: Stripe, id: string): Promise<BillingResult<SubscriptionObservation>> {
+  const res = await billingCall(() =>
+    stripe.subscriptions.update(id, { cancel_at_period_end: true }, { idempotencyKey: `cancel_at_period_end:${id}` }),
+  );
+  return res.ok ? { ok: true, value: observeSubscription(res.value) } : res;
+}
