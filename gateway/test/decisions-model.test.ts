@@ -74,6 +74,8 @@ class RealGateway {
   readonly pepper = newPairingSecret();
   readonly secrets = new Map(Object.keys(DOORS).map((l) => [l, newPairingSecret()]));
   armed: CrashPoint | null = null;
+  /** The crash point the process died at (its database handle is closed). */
+  dead: CrashPoint | null = null;
   restarts = 0;
   #db: ReturnType<typeof openDatabase> | null = null;
   #ctx: AppContext | null = null;
@@ -103,7 +105,10 @@ class RealGateway {
       metrics: createMetrics(),
       crash: (point) => {
         if (this.armed === point) {
+          // kill -9: nothing after this point may touch the file, not even the writer's error path
           this.armed = null;
+          this.dead = point;
+          db.close();
           throw new CrashSignal(point);
         }
       },
@@ -147,7 +152,8 @@ class RealGateway {
 
   /** kill -9 and start again on the same file: nothing but the committed SQLite state survives. */
   restart(): void {
-    this.#db?.close();
+    if (this.#db?.open === true) this.#db.close();
+    this.dead = null;
     this.restarts++;
     this.start();
   }
@@ -169,9 +175,10 @@ class RealGateway {
       applyPending(this.#apply!);
       return { result: r.kind, crashed: null };
     } catch (e) {
-      if (!(e instanceof CrashSignal)) throw e;
+      const point = this.dead;
+      if (point === null) throw e;
       this.restart();
-      return { result: 'stored', crashed: e.message as CrashPoint };
+      return { result: 'stored', crashed: point };
     }
   }
 
@@ -181,7 +188,7 @@ class RealGateway {
       const [answer] = handleLockRequests(this.#access!, [{ lockId, payload }]);
       return { answer: answer!, requestId, crashed: false };
     } catch (e) {
-      if (!(e instanceof CrashSignal)) throw e;
+      if (this.dead === null) throw e;
       this.restart();
       return { answer: null, requestId, crashed: true };
     }
@@ -262,11 +269,7 @@ class World {
 }
 
 type Cmd = fc.AsyncCommand<Model, World>;
-const cmd = (
-  name: string,
-  run: (w: World) => Promise<void> | void,
-  check: (m: Readonly<Model>) => boolean = () => true,
-): Cmd => ({
+const cmd = (name: string, run: (w: World) => Promise<void> | void, check: (m: Readonly<Model>) => boolean = () => true): Cmd => ({
   check,
   async run(_m, w) {
     w.log.push(name);
@@ -278,12 +281,12 @@ const cmd = (
 
 function issue(k: number, fromSeconds: number, forSeconds: number): Cmd {
   return cmd(
-    `issue ${KEYS[k]!.keyId} from ${fromSeconds}s for ${forSeconds}s`,
+    `issue ${KEYS[k]!.keyId} valid from ${fromSeconds}s to ${forSeconds}s`,
     async (w) => {
       const c = w.model.cloud[k]!;
       const version = c.version + 1;
       const now = w.gw.real.now();
-      const window: Window = { validFrom: now + fromSeconds * 1000, validUntil: now + (fromSeconds + forSeconds) * 1000 };
+      const window: Window = { validFrom: now + fromSeconds * 1000, validUntil: now + forSeconds * 1000 };
       const seq = ++w.model.seq;
       const spec = KEYS[k]!;
       const { token, message } = await w.sign({
@@ -390,6 +393,11 @@ const duplicate = (pick: number): Cmd =>
   );
 
 const deliver = (): Cmd => cmd('deliver', (w) => w.deliverOne().then(() => undefined));
+/** Everything in flight arrives, in the order the scheduler picks. */
+const deliverAll = (): Cmd =>
+  cmd('deliver all in flight', async (w) => {
+    while (await w.deliverOne());
+  });
 
 const crashOnNextDelivery = (point: CrashPoint): Cmd =>
   cmd(`deliver, crashing at ${point}`, async (w) => {
@@ -437,6 +445,7 @@ function present(k: number | null, lockId: string, crash: boolean): Cmd {
     const d = r.answer!.decision;
     w.log.push(`  -> ${d.code} (model ${expected.code}) trusted=${w.model.trusted} real=${w.model.real} lease=${w.model.lease}`);
     expect({ allowed: d.allowed, code: d.code }).toEqual(expected);
+    seenCodes.set(d.code, (seenCodes.get(d.code) ?? 0) + 1);
     if (d.allowed) {
       // Fail-closed by real time, whatever the gateway's clock says (DESIGN.md I1), checked on the real store.
       const real = w.gw.real.now();
@@ -456,33 +465,45 @@ function present(k: number | null, lockId: string, crash: boolean): Cmd {
   });
 }
 
+/** Decisions seen across the runs: the test checks it reached each outcome it is about. */
+const seenCodes = new Map<string, number>();
+
 const keyIndex = fc.integer({ min: 0, max: KEYS.length - 1 });
+const issueArb = fc
+  .tuple(keyIndex, fc.constantFrom(-3600, -3600, 60), fc.constantFrom(120, 900, 7200))
+  .map(([k, from, until]) => issue(k, from, until));
+const presentArb = fc
+  .tuple(fc.option(keyIndex, { freq: 8 }), fc.constantFrom('lock-1', 'lock-1', 'lock-2'), fc.integer({ min: 0, max: 5 }))
+  .map(([k, lock, n]) => present(k, lock, n === 0));
 const commands = fc.commands(
   [
-    fc.tuple(keyIndex, fc.constantFrom(-3600, 60), fc.constantFrom(120, 900, 7200)).map(([k, from, dur]) => issue(k, from, dur)),
+    issueArb,
+    issueArb,
+    issueArb,
     keyIndex.map(revoke),
     fc.tuple(keyIndex, fc.nat()).map(([k, p]) => staleGrant(k, p)),
     fc.constant(null).map(heartbeat),
     fc.constant(null).map(heartbeat),
+    fc.constant(null).map(heartbeat),
     fc.nat().map(duplicate),
     fc.constant(null).map(deliver),
-    fc.constant(null).map(deliver),
-    fc.constant(null).map(deliver),
+    fc.constant(null).map(deliverAll),
+    fc.constant(null).map(deliverAll),
     fc.constantFrom<CrashPoint>('afterInboxInsertBeforeApply', 'afterApplyBeforeAck').map(crashOnNextDelivery),
     fc.constant(null).map(restart),
     fc.constantFrom(1, 30, 120, 299, 301, 600, 1200).map(elapse),
     fc
       .oneof(
-        { arbitrary: fc.constantFrom<Step>('to1970', 'backDay', 'forward90s', 'forward15min', 'ntpFix'), weight: 5 },
+        { arbitrary: fc.constantFrom<Step>('to1970', 'backDay', 'forward90s', 'forward15min', 'ntpFix'), weight: 12 },
         { arbitrary: fc.constant<Step>('forward2days'), weight: 1 },
       )
       .map(clockStep),
-    fc
-      .tuple(fc.option(keyIndex, { freq: 6 }), fc.constantFrom('lock-1', 'lock-2'), fc.integer({ min: 0, max: 4 }).map((n) => n === 0))
-      .map(([k, lock, crash]) => present(k, lock, crash)),
-    fc.tuple(keyIndex, fc.constantFrom('lock-1', 'lock-2')).map(([k, lock]) => present(k, lock, false)),
+    presentArb,
+    presentArb,
+    presentArb,
+    presentArb,
   ],
-  { maxCommands: 40 },
+  { maxCommands: 50, size: 'max' },
 );
 
 describe('door decisions, model-based (fc.commands + fc.scheduler)', () => {
@@ -492,7 +513,7 @@ describe('door decisions, model-based (fc.commands + fc.scheduler)', () => {
     const cloudKeys = await KeySet.fromJwks({ keys: [pair.publicJwk] });
     const seed = process.env.TOBIRA_MODEL_SEED === undefined ? Date.now() % 2 ** 31 : Number(process.env.TOBIRA_MODEL_SEED);
     const path = process.env.TOBIRA_MODEL_PATH;
-    const numRuns = Number(process.env.TOBIRA_MODEL_RUNS ?? 40);
+    const numRuns = Number(process.env.TOBIRA_MODEL_RUNS ?? 30);
     let failing: string[] = [];
     try {
       await fc.assert(
@@ -522,10 +543,16 @@ describe('door decisions, model-based (fc.commands + fc.scheduler)', () => {
       );
     } catch (e) {
       const message = e instanceof Error ? e.message : String(e);
+      const cause = e instanceof Error && e.cause instanceof Error ? `\n\ncaused by: ${e.cause.message}` : '';
       throw new Error(
         `decisions model failed; reproduce with TOBIRA_MODEL_SEED=${seed} (and TOBIRA_MODEL_PATH from below)\n` +
-          `steps of the smallest failing run:\n${failing.join('\n')}\n\n${message}`,
+          `steps of the smallest failing run:\n${failing.join('\n')}${cause}\n\n${message}`,
+        { cause: e },
       );
     }
+    if (process.env.TOBIRA_MODEL_STATS !== undefined) console.log(Object.fromEntries(seenCodes));
+    // Not vacuous: across the runs doors opened, and were refused for several reasons.
+    expect(seenCodes.get('ALLOWED') ?? 0).toBeGreaterThan(0);
+    expect(seenCodes.size).toBeGreaterThanOrEqual(4);
   }, 120_000);
 });
