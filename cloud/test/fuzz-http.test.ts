@@ -209,5 +209,5 @@ describe.each(pgBackends())('admin API write routes fuzzed on %s', (backend) => 
       }),
       { numRuns },
     );
-  });
+  }, 300_000);
 });

@@ -137,7 +137,7 @@ describe.each(pgBackends())('Stripe webhook route fuzzed on %s', (backend) => {
       ),
       { numRuns },
     );
-  });
+  }, 300_000);
 
   it('valid signatures over random JSON and near-events: never a 5xx; a 200 stores one event, a 400 nothing', async () => {
     await fc.assert(
@@ -148,7 +148,7 @@ describe.each(pgBackends())('Stripe webhook route fuzzed on %s', (backend) => {
       }),
       { numRuns },
     );
-  });
+  }, 300_000);
 
   it('a valid signature over bytes that are not UTF-8 JSON is 400 WEBHOOK_MALFORMED or a signature refusal, never a 5xx', async () => {
     await fc.assert(
@@ -160,5 +160,5 @@ describe.each(pgBackends())('Stripe webhook route fuzzed on %s', (backend) => {
       }),
       { numRuns: Math.ceil(numRuns / 2) },
     );
-  });
+  }, 300_000);
 });

@@ -142,7 +142,7 @@ describe('gateway staff API, fuzzed', () => {
       }),
       { numRuns: 150 },
     );
-  });
+  }, 120_000);
 
   it('random alarm ids and bodies on POST /staff/alarms/:id/ack never get a 5xx; only the existing alarm is closed, once', async () => {
     const id = fc.oneof(
@@ -173,7 +173,7 @@ describe('gateway staff API, fuzzed', () => {
       }),
       { numRuns: 150 },
     );
-  });
+  }, 120_000);
 
   it('random methods, paths, tokens and correlation ids never get a 5xx and change nothing', async () => {
     const paths = fc.oneof(
@@ -224,5 +224,5 @@ describe('gateway staff API, fuzzed', () => {
       }),
       { numRuns: 150 },
     );
-  });
+  }, 120_000);
 });

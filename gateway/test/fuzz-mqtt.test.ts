@@ -125,7 +125,7 @@ describe('gateway MQTT inbound handlers, fuzzed', () => {
       }),
       { numRuns: 300 },
     );
-  });
+  }, 120_000);
 
   it('random lock state, event and presence payloads never throw and never touch the key set, inbox or lease', () => {
     const payload = fc.oneof(
@@ -166,5 +166,5 @@ describe('gateway MQTT inbound handlers, fuzzed', () => {
       ),
       { numRuns: 400 },
     );
-  });
+  }, 120_000);
 });
