@@ -8,10 +8,13 @@ import type { DecisionCode } from '@tobira/shared';
  * Time. `real` is real time (the cloud's clock, and the gateway's monotonic
  * clock); the gateway's wall clock reads `real + offset` and can be stepped
  * anywhere (1970 included). Trusted time never goes back and advances with
- * real time, and a wall clock ahead of real time only makes things end
- * sooner; with a tick at least as often as every command (the daemon ticks
- * every second) that is simply `real + max(offset now, largest offset ever
- * seen)`, across restarts too.
+ * real time while the gateway runs, and a wall clock ahead of real time only
+ * makes things end sooner; with a tick at least as often as every command
+ * (the daemon ticks every second) that is `real + max(offset now, floor)`,
+ * the floor being the largest offset ever seen. Time the gateway spends
+ * powered off is not known to it: a restart after `d` ms lowers the floor by
+ * `d` (the wall clock still counts, if it is right). A stored cloud message
+ * raises the floor to its `iat`: the cloud's clock is the reference.
  *
  * Key set. Sequenced messages apply in seq order, whatever order they arrive
  * in; a message id is applied once. A key opens iff its highest granted
@@ -98,6 +101,11 @@ export class Model {
   tick(): void {
     this.maxOffset = Math.max(this.maxOffset, this.offset);
   }
+  /** The gateway was off for `downMs` of real time and starts again. */
+  restartAfter(downMs: number): void {
+    this.maxOffset = Math.max(this.maxOffset, this.offset) - downMs;
+    this.real += downMs;
+  }
 
   /** The gateway receives a signed message. */
   deliver(m: Sent): Delivery {
@@ -108,6 +116,7 @@ export class Model {
     }
     if (this.seen.has(m.jti)) return 'duplicate';
     this.seen.add(m.jti);
+    this.maxOffset = Math.max(this.maxOffset, m.iat * 1000 - this.real);
     if (m.kind === 'heartbeat') {
       if (this.appliedSeq >= m.lastSeq) this.extend(m.iat * 1000);
       else this.behind = { seq: m.lastSeq, iatMs: m.iat * 1000 };
