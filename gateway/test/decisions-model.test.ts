@@ -592,7 +592,8 @@ describe('door decisions, model-based (fc.commands + fc.scheduler)', () => {
         { cause: e },
       );
     }
-    if (process.env.TOBIRA_MODEL_STATS !== undefined) console.log(Object.fromEntries(seenCodes));
+    if (process.env.TOBIRA_MODEL_STATS !== undefined)
+      process.stdout.write(`decision codes seen: ${JSON.stringify(Object.fromEntries(seenCodes))}\n`);
     // Not vacuous: across the runs doors opened, and were refused for several reasons.
     expect(seenCodes.get('ALLOWED') ?? 0).toBeGreaterThan(0);
     expect(seenCodes.size).toBeGreaterThanOrEqual(4);
