@@ -222,7 +222,7 @@ class World {
     this.gw = new RealGateway(cloudKeys, T0);
     this.gw.start();
     // The daemon's first tick (a second after start) persists the time floor; before it, a new
-    // gateway has nothing but its wall clock (a gateway born with its clock in 1970 refuses the cloud).
+    // gateway has nothing but its wall clock, until the first cloud message raises it.
     this.tick();
   }
 
