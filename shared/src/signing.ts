@@ -141,6 +141,14 @@ export interface VerifyOptions<S extends z.ZodType> {
    * which records the skew instead and refuses replays by its jti dedupe.
    */
   readonly anySkew?: boolean;
+  /**
+   * Accept an `iat` ahead of `clock` (`exp` is still checked). For a
+   * receiver whose clock may lag the signer's and that takes the signer's
+   * time as its floor: the gateway, whose trusted time after a power cut
+   * with its clock reset resumes where it stopped, behind the cloud by the
+   * outage, and only a verified cloud `iat` can bring it forward.
+   */
+  readonly futureIatOk?: boolean;
 }
 
 /** The tolerance `anySkew` stands for: finite (jose requires it), larger than any clock error. */
@@ -192,7 +200,7 @@ export async function verifyMessage<S extends z.ZodType>(input: unknown, opts: V
     return mapJoseError(e);
   }
   const iat = (payload as { iat?: unknown }).iat;
-  if (typeof iat === 'number' && iat * 1000 > opts.clock.now() + tolerance * 1000) {
+  if (opts.futureIatOk !== true && typeof iat === 'number' && iat * 1000 > opts.clock.now() + tolerance * 1000) {
     return fail('NOT_YET_VALID', 'issued in the future');
   }
   const parsed = opts.schema.safeParse(payload);

@@ -128,6 +128,14 @@ describe('a bad message is refused with its code and nothing throws', () => {
     expect(await verify(token, { clock: earlier })).toMatchObject({ ok: false, code: 'NOT_YET_VALID' });
   });
 
+  it('issued in the future is accepted with futureIatOk; an expired one still is not', async () => {
+    const { token } = await signedGrant();
+    const earlier = { now: () => f.clock.now() - 10 * 60_000 };
+    expect(await verify(token, { clock: earlier, futureIatOk: true })).toMatchObject({ ok: true });
+    const later = { now: () => f.clock.now() + 400 * 86_400_000 };
+    expect(await verify(token, { clock: later, futureIatOk: true })).toMatchObject({ ok: false, code: 'EXPIRED' });
+  });
+
   it('oversize -> TOO_LARGE, before any parsing', async () => {
     const big = Buffer.alloc(MAX_MESSAGE_BYTES + 1, 0x41);
     expect(await verify(big)).toMatchObject({ ok: false, code: 'TOO_LARGE' });

@@ -95,15 +95,10 @@ export function applyPending(deps: ApplyDeps): number {
       continue;
     }
     if (!claimInbox(db, row.id, now + deps.options.claimLeaseMs)) continue;
+    let r: RowResult;
     try {
       deps.beforeApply?.(row);
-      const r = applyInboxRow(db, row.id, now, () => applyRow(deps, row, now));
-      deps.crash('afterApplyBeforeAck');
-      deps.metrics.applied.inc({ type: row.type, result: r.result });
-      log.info({ result: r.result, code: r.code }, 'inbox message applied');
-      settled++;
-      deps.outboxWritten();
-      if (r.resync !== undefined) maybeResync(deps, r.resync, row.cid, r.resyncNow);
+      r = applyInboxRow(db, row.id, now, () => applyRow(deps, row, now));
     } catch (e) {
       const attempts = row.attempts + 1;
       const failed = attempts >= deps.options.maxAttempts;
@@ -111,7 +106,16 @@ export function applyPending(deps: ApplyDeps): number {
       log.error({ err: e, attempts, failed }, failed ? 'inbox message failed for good' : 'inbox apply failed; will retry');
       failRow(deps, row, e instanceof Error ? e.message : String(e), now, failed);
       if (!failed) return settled; // retried on the next pass
+      continue;
     }
+    // Committed: an error from here on is not a failed apply (it must not fail the row or ack it
+    // refused); it reaches the caller, and the next pass goes on with the rows after this one.
+    deps.crash('afterApplyBeforeAck');
+    deps.metrics.applied.inc({ type: row.type, result: r.result });
+    log.info({ result: r.result, code: r.code }, 'inbox message applied');
+    settled++;
+    deps.outboxWritten();
+    if (r.resync !== undefined) maybeResync(deps, r.resync, row.cid, r.resyncNow);
   }
 }
 

@@ -30,6 +30,10 @@ export async function receiveDownlink(deps: DownlinkDeps, topic: string, payload
     audience: deps.gatewayId,
     schema: DownlinkMessage,
     clock,
+    // The cloud's iat is the reference: trusted time that lags it (a restart after a power cut with the
+    // clock reset resumes at the persisted floor) is raised to it when the message is stored. Refusing it
+    // as "issued in the future" would fail the site closed until someone set the clock.
+    futureIatOk: true,
   });
   if (!v.ok) {
     deps.metrics.rejected.inc({ code: v.code });

@@ -1,4 +1,5 @@
 import type Stripe from 'stripe';
+import { z } from 'zod';
 import type { OutcomeCode } from '@tobira/shared';
 
 /** Stripe's default, and what DESIGN.md §7 asks for: a signature older than this is refused. */
@@ -19,6 +20,21 @@ export type WebhookVerdict =
       readonly code: Extract<OutcomeCode, 'WEBHOOK_SIGNATURE_INVALID' | 'WEBHOOK_TIMESTAMP_STALE' | 'WEBHOOK_MALFORMED'>;
       readonly detail: string;
     };
+
+/** What is read of a verified event before it is stored (the billing worker reads the rest). */
+const EventShape = z.object({
+  id: z.string().min(1).max(255),
+  type: z.string().min(1).max(255),
+  data: z.object({ object: z.unknown() }).nullish(),
+});
+
+/** PostgreSQL text and jsonb cannot hold U+0000 (in a value or a key). */
+function hasNul(v: unknown): boolean {
+  if (typeof v === 'string') return v.includes('\u0000');
+  if (Array.isArray(v)) return v.some(hasNul);
+  if (typeof v === 'object' && v !== null) return Object.entries(v).some(([k, x]) => k.includes('\u0000') || hasNul(x));
+  return false;
+}
 
 const timestampOf = (header: string): number | null => {
   const m = /(?:^|,)\s*t=(\d+)/.exec(header);
@@ -58,9 +74,11 @@ export function verifyWebhook(
   if (t === null) return { status: 'refused', code: 'WEBHOOK_SIGNATURE_INVALID', detail: 'no timestamp in the header' };
   const age = Math.floor(now / 1000) - t;
   if (age > toleranceSeconds) return { status: 'refused', code: 'WEBHOOK_TIMESTAMP_STALE', detail: `signed ${age} s ago` };
-  if (typeof event.id !== 'string' || typeof event.type !== 'string')
-    return { status: 'refused', code: 'WEBHOOK_MALFORMED', detail: 'not a Stripe event' };
-  const obj: unknown = event.data.object;
+  // Signed is not well-formed: the body may be any JSON (null, an array, an event without data).
+  const shape = EventShape.safeParse(event);
+  if (!shape.success) return { status: 'refused', code: 'WEBHOOK_MALFORMED', detail: 'not a Stripe event' };
+  if (hasNul(event)) return { status: 'refused', code: 'WEBHOOK_MALFORMED', detail: 'a string holds U+0000, which cannot be stored' };
+  const obj = shape.data.data?.object;
   const objectId = typeof obj === 'object' && obj !== null && 'id' in obj && typeof obj.id === 'string' ? obj.id : null;
   return { status: 'verified', event: { eventId: event.id, type: event.type, objectId, event } };
 }

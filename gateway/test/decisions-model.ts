@@ -1,0 +1,172 @@
+import type { DecisionCode } from '@tobira/shared';
+
+/**
+ * The model of door decisions for `decisions-model.test.ts`: what a gateway
+ * that follows DESIGN.md §2–§5 must answer at the door, written from the
+ * rules, not from the code (no import from `gateway/src`).
+ *
+ * Time. `real` is real time (the cloud's clock, and the gateway's monotonic
+ * clock); the gateway's wall clock reads `real + offset` and can be stepped
+ * anywhere (1970 included). Trusted time never goes back and advances with
+ * real time while the gateway runs, and a wall clock ahead of real time only
+ * makes things end sooner; with a tick at least as often as every command
+ * (the daemon ticks every second) that is `real + max(offset now, floor)`,
+ * the floor being the largest offset ever seen. Time the gateway spends
+ * powered off is not known to it: a restart after `d` ms lowers the floor by
+ * `d` (the wall clock still counts, if it is right). A stored cloud message
+ * raises the floor to its `iat`: the cloud's clock is the reference.
+ *
+ * Key set. Sequenced messages apply in seq order, whatever order they arrive
+ * in; a message id is applied once. A key opens iff its highest granted
+ * version is above its highest revoked version.
+ *
+ * Lease. A heartbeat proves freshness as of its `iat` once everything up to
+ * its `lastSeq` is applied: at arrival, or (for the last heartbeat that found
+ * the gateway behind) once the missing seqs are applied. The lease is the
+ * latest `iat + grace` proven, never shorter. A key that is not
+ * offline-capable opens only while trusted time is before it; an
+ * offline-capable one also within its offline cap of the last proof.
+ */
+export const GRACE_SECONDS = 300;
+/** Message lifetime (shared DEFAULT_TTL_SECONDS) and the verifier's tolerance. */
+export const MESSAGE_TTL_SECONDS = 86_400;
+export const SKEW_SECONDS = 60;
+
+export interface KeySpec {
+  readonly keyId: string;
+  readonly pin: string;
+  readonly doors: readonly string[];
+  readonly offlineCapable: boolean;
+  readonly offlineMaxSeconds?: number;
+}
+
+export interface Window {
+  readonly validFrom: number;
+  readonly validUntil: number;
+}
+
+interface Base {
+  readonly jti: string;
+  /** Whole seconds, as signed. */
+  readonly iat: number;
+}
+export type Sent =
+  | (Base & { readonly kind: 'grant'; readonly seq: number; readonly key: number; readonly version: number; readonly window: Window })
+  | (Base & { readonly kind: 'revoke'; readonly seq: number; readonly key: number; readonly version: number })
+  | (Base & { readonly kind: 'heartbeat'; readonly lastSeq: number });
+
+export type Delivery = 'stored' | 'duplicate' | 'rejected';
+
+export interface Prediction {
+  readonly allowed: boolean;
+  readonly code: DecisionCode;
+}
+
+export class Model {
+  // --- the world
+  real: number;
+  offset = 0;
+  maxOffset = 0;
+  // --- the cloud
+  seq = 0;
+  readonly cloud: { version: number; status: 'none' | 'active' | 'revoked'; windows: Map<number, Window> }[];
+  // --- what the gateway has been given
+  readonly seen = new Set<string>();
+  readonly waiting = new Map<number, Sent>();
+  appliedSeq = 0;
+  readonly granted: (Sent & { kind: 'grant' })[][];
+  readonly revoked: number[];
+  lease: number | null = null;
+  behind: { seq: number; iatMs: number } | null = null;
+  rejectedAny = false;
+
+  constructor(
+    readonly keys: readonly KeySpec[],
+    start: number,
+  ) {
+    this.real = start;
+    this.cloud = keys.map(() => ({ version: 0, status: 'none' as const, windows: new Map<number, Window>() }));
+    this.granted = keys.map(() => []);
+    this.revoked = keys.map(() => 0);
+  }
+
+  /** The gateway's trusted time. */
+  get trusted(): number {
+    return this.real + Math.max(this.offset, this.maxOffset);
+  }
+  get wall(): number {
+    return this.real + this.offset;
+  }
+  /** What the daemon's tick does: the time acted on is persisted. */
+  tick(): void {
+    this.maxOffset = Math.max(this.maxOffset, this.offset);
+  }
+  /** The gateway was off for `downMs` of real time and starts again. */
+  restartAfter(downMs: number): void {
+    this.maxOffset = Math.max(this.maxOffset, this.offset) - downMs;
+    this.real += downMs;
+  }
+
+  /** The gateway receives a signed message. */
+  deliver(m: Sent): Delivery {
+    // The verifier's expiry rule (jose): exp <= now - tolerance, in whole seconds.
+    if (m.iat + MESSAGE_TTL_SECONDS <= Math.floor(this.trusted / 1000) - SKEW_SECONDS) {
+      this.rejectedAny = true;
+      return 'rejected';
+    }
+    if (this.seen.has(m.jti)) return 'duplicate';
+    this.seen.add(m.jti);
+    this.maxOffset = Math.max(this.maxOffset, m.iat * 1000 - this.real);
+    if (m.kind === 'heartbeat') {
+      if (this.appliedSeq >= m.lastSeq) this.extend(m.iat * 1000);
+      else this.behind = { seq: m.lastSeq, iatMs: m.iat * 1000 };
+    } else {
+      this.waiting.set(m.seq, m);
+      for (let next = this.waiting.get(this.appliedSeq + 1); next !== undefined; next = this.waiting.get(this.appliedSeq + 1)) {
+        this.waiting.delete(this.appliedSeq + 1);
+        if (next.kind === 'grant') this.granted[next.key]!.push(next);
+        else if (next.kind === 'revoke') this.revoked[next.key] = Math.max(this.revoked[next.key]!, next.version);
+        this.appliedSeq++;
+      }
+    }
+    if (this.behind !== null && this.appliedSeq >= this.behind.seq) {
+      this.extend(this.behind.iatMs);
+      this.behind = null;
+    }
+    return 'stored';
+  }
+
+  private extend(iatMs: number): void {
+    const candidate = iatMs + GRACE_SECONDS * 1000;
+    this.lease = this.lease === null ? candidate : Math.max(this.lease, candidate);
+  }
+
+  /** The key the gateway holds for key index k: its highest granted version, and whether a revoke covers it. */
+  held(k: number): { grant: Sent & { kind: 'grant' }; active: boolean } | null {
+    const grants = this.granted[k]!;
+    if (grants.length === 0) return null;
+    const top = grants.reduce((a, b) => (b.version > a.version ? b : a));
+    return { grant: top, active: top.version > this.revoked[k]! };
+  }
+
+  /** The decision at a door for the PIN of key k (null: a PIN no key has). */
+  decide(k: number | null, door: string): Prediction {
+    const deny = (code: DecisionCode): Prediction => ({ allowed: false, code });
+    if (k === null) return deny('UNKNOWN_CREDENTIAL');
+    const held = this.held(k);
+    if (held === null) return deny('UNKNOWN_CREDENTIAL');
+    if (!held.active) return deny('KEY_REVOKED');
+    const spec = this.keys[k]!;
+    if (!spec.doors.includes(door)) return deny('DOOR_NOT_PERMITTED');
+    const now = this.trusted;
+    if (now < held.grant.window.validFrom) return deny('KEY_NOT_YET_VALID');
+    if (now >= held.grant.window.validUntil) return deny('KEY_EXPIRED');
+    const stale = this.lease === null || now >= this.lease;
+    if (stale) {
+      const lastFresh = this.lease === null ? null : this.lease - GRACE_SECONDS * 1000;
+      const cap = (spec.offlineMaxSeconds ?? 0) * 1000;
+      if (!(spec.offlineCapable && lastFresh !== null && now - lastFresh < cap)) return deny('CLOUD_STALE');
+    }
+    return { allowed: true, code: 'ALLOWED' };
+  }
+}
