@@ -87,9 +87,9 @@ export function listStaffActions(db: ReadableDb, f: StaffActionFilter): Page<Sta
     prepared(
       db,
       `SELECT id, action_id, at, actor_id, actor_name, action, target, detail, result, code, cid FROM staff_actions
-       WHERE (?1 IS NULL OR action = ?1) AND (?2 IS NULL OR (at, id) < (?2, ?3))
-       ORDER BY at DESC, id DESC LIMIT ?4`,
-    ).all(f.action ?? null, c?.[0] ?? null, c?.[1] ?? null, f.limit + 1),
+       WHERE (@action IS NULL OR action = @action) AND (@at IS NULL OR (at, id) < (@at, @id))
+       ORDER BY at DESC, id DESC LIMIT @limit`,
+    ).all({ action: f.action ?? null, at: c?.[0] ?? null, id: c?.[1] ?? null, limit: f.limit + 1 }),
   );
   return pageOf(rows, f.limit, (r) => [r.at, r.id]);
 }
