@@ -5,8 +5,11 @@
  * Rules this file keeps:
  * - Every value from the API goes into the page as text (`el()` / textContent),
  *   never through innerHTML, so a lock id or a code cannot inject markup.
- * - The staff token lives in sessionStorage only (gone with the tab) and is
- *   sent as `Authorization: Bearer`; 401 sends the user back to sign in.
+ * - Each person signs in with their own account: the session is an HttpOnly
+ *   cookie this script never sees; every state-changing call carries the
+ *   session's CSRF token (`X-CSRF-Token`, kept in memory only); 401 sends the
+ *   user back to sign in. What a role may do is decided by the gateway:
+ *   hidden buttons are only a convenience.
  * - Data is never shown as current when the gateway stopped answering: the
  *   banner turns to "status unknown" and the age of what is shown is stated.
  *
@@ -83,7 +86,6 @@ export function alarmWords(kind) {
   return Object.prototype.hasOwnProperty.call(ALARM_WORDS, kind) ? ALARM_WORDS[/** @type {keyof typeof ALARM_WORDS} */ (kind)] : kind;
 }
 
-const TOKEN_KEY = 'tobira.staffToken';
 const REFRESH_MS = 5000;
 const PAGE = 50;
 
@@ -93,11 +95,14 @@ class ApiError extends Error {
    * @param {number} status
    * @param {string} code
    * @param {string} [detail]
+   * @param {any} [body]
    */
-  constructor(status, code, detail) {
+  constructor(status, code, detail, body) {
     super(`${status} ${code}${detail ? `: ${detail}` : ''}`);
     this.status = status;
     this.code = code;
+    this.detail = detail;
+    this.body = body;
   }
 }
 
@@ -110,10 +115,10 @@ class ApiError extends Error {
 async function api(path, opts = {}) {
   /** @type {Record<string, string>} */
   const headers = { accept: 'application/json' };
-  const token = sessionStorage.getItem(TOKEN_KEY);
-  if (token !== null) headers.authorization = `Bearer ${token}`;
+  const method = opts.method ?? 'GET';
+  if (method !== 'GET' && state.me !== null) headers['x-csrf-token'] = state.me.csrfToken;
   /** @type {RequestInit} */
-  const init = { method: opts.method ?? 'GET', headers, cache: 'no-store', signal: AbortSignal.timeout(8000) };
+  const init = { method, headers, cache: 'no-store', credentials: 'same-origin', signal: AbortSignal.timeout(8000) };
   if (opts.body !== undefined) {
     headers['content-type'] = 'application/json';
     init.body = JSON.stringify(opts.body);
@@ -131,6 +136,7 @@ async function api(path, opts = {}) {
       res.status,
       typeof json?.code === 'string' ? json.code : `HTTP_${res.status}`,
       typeof json?.detail === 'string' ? json.detail : undefined,
+      json,
     );
   return json;
 }
@@ -263,7 +269,15 @@ function fmtDuration(seconds) {
  *   storage?: { low: boolean, freeBytes: number | null, minFreeBytes: number } }} Status
  */
 
+/**
+ * @typedef {{ accountId: string | null, username: string, displayName: string, role: 'staff' | 'supervisor' }} Me
+ * @typedef {{ accountId: string, username: string, displayName: string, role: 'staff' | 'supervisor', disabled: boolean,
+ *   disabledAt: number | null, createdAt: number, createdBy: string }} Account
+ */
+
 const state = {
+  /** The signed-in person and the session's CSRF token (memory only). @type {{ account: Me, csrfToken: string } | null} */
+  me: null,
   /** @type {Status | null} */
   status: null,
   /** performance.now() when `status` arrived (the lease counts down from there). */
@@ -744,19 +758,19 @@ function drawLocks(locks) {
 
 // ---------------------------------------------------------------- screens
 
-/** @param {'loading' | 'signin' | 'unconfigured' | 'app'} name */
+/** @param {'loading' | 'signin' | 'setup' | 'unconfigured' | 'app'} name */
 function show(name) {
-  for (const s of ['loading', 'signin', 'unconfigured', 'app']) $(`screen-${s}`).hidden = s !== name;
+  for (const s of ['loading', 'signin', 'setup', 'unconfigured', 'app']) $(`screen-${s}`).hidden = s !== name;
 }
 
-/** Forgets the token and every value shown, stops refreshing. @param {string} message */
+/** Forgets who is signed in and every value shown, stops refreshing. @param {string} message */
 function toSignIn(message) {
-  sessionStorage.removeItem(TOKEN_KEY);
+  state.me = null;
   stopRefreshing();
   clearData();
   setText($('signin-message'), message);
   show('signin');
-  /** @type {HTMLInputElement} */ ($('signin-token')).focus();
+  /** @type {HTMLInputElement} */ ($('signin-username')).focus();
 }
 
 function clearData() {
@@ -770,6 +784,9 @@ function clearData() {
   setText($('time-zone'), '');
   setText($('mode-result'), '');
   setText($('alarms-result'), '');
+  setText($('staff-result'), '');
+  setText($('whoami'), '');
+  $('staff-list').replaceChildren();
   $('conn-error').hidden = true;
   drawBanner();
 }
@@ -783,16 +800,12 @@ function clearData() {
  */
 function handleAuthError(e) {
   if (!(e instanceof ApiError)) return false;
-  if (e.status === 401) {
-    toSignIn('The gateway did not accept the staff token. Sign in again.');
-    return true;
-  }
-  if (e.status === 429 && e.code === 'AUTH_RATE_LIMITED') {
-    toSignIn('Too many wrong staff tokens were tried from this computer. Wait a few minutes, then sign in again.');
+  if (e.status === 401 || (e.status === 403 && e.code === 'CSRF_TOKEN_INVALID')) {
+    toSignIn('Your session has ended (signed out, timed out, or the account was changed). Sign in again.');
     return true;
   }
   if (e.status === 503 && e.code === 'STAFF_AUTH_NOT_CONFIGURED') {
-    sessionStorage.removeItem(TOKEN_KEY);
+    state.me = null;
     stopRefreshing();
     clearData();
     show('unconfigured');
@@ -837,7 +850,7 @@ function refresh() {
       // the zone first, so the lists below are drawn in it; lists drawn before in another zone are drawn again
       if (useTimeZone(/** @type {Status} */ (status).timeZone))
         for (const lists of Object.values(TAB_LISTS)) for (const l of lists) l.draw();
-      await Promise.all((TAB_LISTS[state.tab] ?? []).map((l) => l.refresh()));
+      await Promise.all([...(TAB_LISTS[state.tab] ?? []).map((l) => l.refresh()), state.tab === 'staff' ? refreshAccounts() : null]);
       if (!state.running) return;
       state.status = /** @type {Status} */ (status);
       state.statusAtMono = performance.now();
@@ -1005,33 +1018,155 @@ function acknowledge(a) {
 }
 
 /**
- * Signs in with the token typed (kept in sessionStorage), or shows why not.
- * @param {string} token
+ * Signs in with the username and password typed, or shows why not.
+ * @param {string} username
+ * @param {string} password
  */
-async function signIn(token) {
-  sessionStorage.setItem(TOKEN_KEY, token);
+async function signIn(username, password) {
   setText($('signin-message'), '');
   try {
-    await api('/staff/status');
+    state.me = await api('/staff/session', { method: 'POST', body: { username, password } });
   } catch (e) {
-    if (e instanceof ApiError && e.status === 401) {
-      toSignIn('That staff token was not accepted.');
-      return;
-    }
-    if (handleAuthError(e)) return;
-    sessionStorage.removeItem(TOKEN_KEY);
-    setText(
-      $('signin-message'),
-      e instanceof ApiError && e.status === 0
-        ? 'The gateway is not answering. Try again.'
-        : `Sign-in failed: ${e instanceof ApiError ? e.code : String(e)}`,
-    );
+    setText($('signin-message'), signInError(e));
     return;
   }
   enterApp();
 }
 
+/**
+ * @param {unknown} e
+ * @returns {string}
+ */
+function signInError(e) {
+  if (!(e instanceof ApiError)) return String(e);
+  if (e.status === 0) return 'The gateway is not answering. Try again.';
+  if (e.code === 'BAD_CREDENTIALS') return 'Wrong username or password.';
+  if (e.code === 'ACCOUNT_DISABLED') return 'This account is disabled. Ask a supervisor.';
+  if (e.code === 'SIGN_IN_THROTTLED')
+    return `Too many wrong tries from this computer. Wait ${e.body?.retryAfterSeconds ?? 'a few'} seconds, then try again.`;
+  if (e.code === 'SETUP_CODE_INVALID') return 'That setup code is not valid (or it expired: restart the gateway for a new one).';
+  if (e.code === 'SETUP_ALREADY_DONE') return 'Staff access is already set up. Sign in instead.';
+  if (e.code === 'WEAK_PASSWORD') return `The password is too weak: ${e.detail ?? 'at least 12 characters'}.`;
+  if (e.code === 'BAD_REQUEST') return `Please check the fields: ${e.detail ?? ''}`;
+  return `Sign-in failed: ${e.code}`;
+}
+
+async function setUpFirst() {
+  /** @param {string} id */
+  const v = (id) => /** @type {HTMLInputElement} */ ($(id)).value;
+  setText($('setup-message'), '');
+  try {
+    state.me = await api('/staff/setup', {
+      method: 'POST',
+      body: { code: v('setup-code'), username: v('setup-username'), displayName: v('setup-display'), password: v('setup-password') },
+    });
+  } catch (e) {
+    setText($('setup-message'), signInError(e));
+    return;
+  }
+  /** @type {HTMLFormElement} */ ($('setup-form')).reset();
+  enterApp();
+}
+
+async function signOut() {
+  try {
+    await api('/staff/session', { method: 'DELETE' });
+  } catch {
+    // the session is forgotten here either way; the gateway ends it at its timeout
+  }
+  toSignIn('Signed out.');
+}
+
+// ---------------------------------------------------------------- staff accounts (supervisors)
+
+async function refreshAccounts() {
+  if (state.me?.account.role !== 'supervisor') return;
+  /** @type {{ items: Account[] }} */
+  const r = await api('/staff/accounts');
+  $('staff-list').replaceChildren(...r.items.map(accountRow));
+}
+
+/** @param {Account} a */
+function accountRow(a) {
+  const self = a.accountId === state.me?.account.accountId;
+  const toggle = el('button', { class: a.disabled ? '' : 'danger', data: { act: a.disabled ? 'enable' : 'disable' } }, a.disabled ? 'Enable' : 'Disable');
+  toggle.addEventListener('click', () => changeAccount(a, a.disabled ? 'enable' : 'disable'));
+  const reset = el('button', { data: { act: 'password' } }, 'Reset password');
+  reset.addEventListener('click', () => resetPassword(a));
+  return listRow({
+    tone: a.disabled ? 'closed' : 'ok',
+    badge: a.disabled ? ['off', 'Disabled'] : a.role === 'supervisor' ? ['sup', 'Supervisor'] : ['staff', 'Staff'],
+    data: { account: a.username },
+    title: `${a.displayName}${self ? ' (you)' : ''}`,
+    facts: [fact('Username', a.username), fact('Created', fmtTime(a.createdAt)), fact('By', a.createdBy)],
+    after: el('div', { class: 'row-actions' }, toggle, reset),
+  });
+}
+
+/**
+ * @param {Account} a
+ * @param {'enable' | 'disable'} verb
+ */
+function changeAccount(a, verb) {
+  confirmDialog({
+    title: verb === 'disable' ? `Disable ${a.displayName}?` : `Enable ${a.displayName}?`,
+    text: verb === 'disable' ? 'They are signed out at once and cannot sign in until enabled again.' : 'They can sign in again.',
+    inputLabel: 'Note (optional)',
+    required: false,
+    ok: verb === 'disable' ? 'Disable' : 'Enable',
+    act: () =>
+      write(async () => {
+        /** @type {{ status: string }} */
+        const r = await api(`/staff/accounts/${encodeURIComponent(a.accountId)}/${verb}`, { method: 'POST' });
+        setText($('staff-result'), r.status === 'applied' ? `${a.displayName}: ${verb === 'disable' ? 'disabled' : 'enabled'}.` : 'Nothing changed.');
+        await refresh();
+      }),
+  });
+}
+
+/** @param {Account} a */
+function resetPassword(a) {
+  confirmDialog({
+    title: `New password for ${a.displayName}`,
+    text: 'Their open sessions end. Tell them the new password in person.',
+    inputLabel: 'New password (at least 12 characters)',
+    required: true,
+    ok: 'Set password',
+    act: (password) =>
+      write(async () => {
+        await api(`/staff/accounts/${encodeURIComponent(a.accountId)}/password`, { method: 'POST', body: { password } });
+        setText($('staff-result'), `${a.displayName}: password set.`);
+      }),
+  });
+}
+
+async function createAccount() {
+  /** @param {string} id */
+  const v = (id) => /** @type {HTMLInputElement} */ ($(id)).value;
+  setText($('staff-create-message'), '');
+  try {
+    /** @type {{ account: Account }} */
+    const r = await api('/staff/accounts', {
+      method: 'POST',
+      body: { username: v('new-username'), displayName: v('new-display'), role: v('new-role'), password: v('new-password') },
+    });
+    /** @type {HTMLFormElement} */ ($('staff-create')).reset();
+    setText($('staff-result'), `Account created: ${r.account.displayName} (${r.account.username}).`);
+    await refresh();
+  } catch (e) {
+    if (handleAuthError(e)) return;
+    setText(
+      $('staff-create-message'),
+      e instanceof ApiError && e.code === 'USERNAME_TAKEN' ? 'That username is taken.' : signInError(e).replace('Sign-in failed', 'Refused'),
+    );
+  }
+}
+
 function enterApp() {
+  const me = state.me?.account;
+  setText($('whoami'), me === undefined ? '' : `${me.displayName} · ${me.role === 'supervisor' ? 'Supervisor' : 'Staff'}`);
+  $('tabbtn-staff').hidden = me?.role !== 'supervisor';
+  if (state.tab === 'staff' && me?.role !== 'supervisor') state.tab = 'locks';
   show('app');
   startRefreshing();
   selectTab(state.tab);
@@ -1040,17 +1175,27 @@ function enterApp() {
 /** At load: a token from this tab's session is tried; without one, ask the gateway whether staff access is configured at all. */
 async function boot() {
   const fromHash = location.hash.slice(1);
-  if (['locks', 'access', 'alarms', 'problems', 'lockdown'].includes(fromHash)) state.tab = fromHash;
+  if (['locks', 'access', 'alarms', 'problems', 'lockdown', 'staff'].includes(fromHash)) state.tab = fromHash;
 
   $('signin-form').addEventListener('submit', (ev) => {
     ev.preventDefault();
-    const input = /** @type {HTMLInputElement} */ ($('signin-token'));
-    const token = input.value.trim();
-    input.value = '';
-    if (token === '') return;
-    void signIn(token);
+    const user = /** @type {HTMLInputElement} */ ($('signin-username'));
+    const pw = /** @type {HTMLInputElement} */ ($('signin-password'));
+    const username = user.value.trim();
+    const password = pw.value;
+    pw.value = '';
+    if (username === '' || password === '') return;
+    void signIn(username, password);
   });
-  $('signout').addEventListener('click', () => toSignIn('Signed out.'));
+  $('setup-form').addEventListener('submit', (ev) => {
+    ev.preventDefault();
+    void setUpFirst();
+  });
+  $('staff-create').addEventListener('submit', (ev) => {
+    ev.preventDefault();
+    void createAccount();
+  });
+  $('signout').addEventListener('click', () => void signOut());
   $('refresh').addEventListener('click', () => void refresh());
   $('unconfigured-retry').addEventListener('click', () => void probe());
   $('mode-switch').addEventListener('click', switchMode);
@@ -1079,24 +1224,37 @@ async function boot() {
   });
 }
 
+/** At load: an open session (the cookie) enters at once; without one, the setup form while no account exists, else sign-in. */
 async function probe() {
-  if (sessionStorage.getItem(TOKEN_KEY) !== null) {
-    await signIn(/** @type {string} */ (sessionStorage.getItem(TOKEN_KEY)));
-    return;
-  }
   try {
-    await api('/staff/status');
+    /** @type {{ account: Me, csrfToken: string | null }} */
+    const r = await api('/staff/session');
+    state.me = { account: r.account, csrfToken: r.csrfToken ?? '' };
     enterApp();
+    return;
   } catch (e) {
-    if (e instanceof ApiError && e.status === 401) {
-      setText($('signin-message'), '');
-      show('signin');
-      /** @type {HTMLInputElement} */ ($('signin-token')).focus();
-    } else if (!handleAuthError(e)) {
-      setText($('signin-message'), 'The gateway is not answering. Reload the page to try again.');
-      show('signin');
+    if (!(e instanceof ApiError && e.status === 401)) {
+      if (!handleAuthError(e)) {
+        setText($('signin-message'), 'The gateway is not answering. Reload the page to try again.');
+        show('signin');
+      }
+      return;
     }
   }
+  try {
+    /** @type {{ required: boolean }} */
+    const setup = await api('/staff/setup');
+    if (setup.required) {
+      show('setup');
+      /** @type {HTMLInputElement} */ ($('setup-code')).focus();
+      return;
+    }
+  } catch (e) {
+    if (handleAuthError(e)) return;
+  }
+  setText($('signin-message'), '');
+  show('signin');
+  /** @type {HTMLInputElement} */ ($('signin-username')).focus();
 }
 
 if (typeof document !== 'undefined') {
