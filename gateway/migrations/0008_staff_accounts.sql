@@ -52,3 +52,7 @@ CREATE TABLE staff_actions (
   cid          TEXT    NOT NULL
 ) STRICT;
 CREATE INDEX staff_actions_at ON staff_actions (at, id);
+
+-- A remote unlock's access-log row names the supervisor and the reason (JSON of the wire's StaffBy:
+-- accountId, name, reason); NULL on every decision made at a lock.
+ALTER TABLE access_log ADD COLUMN by_staff TEXT;

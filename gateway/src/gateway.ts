@@ -40,6 +40,7 @@ import { siteMessageRouter } from './app/site-requests.js';
 import { StaffAccounts } from './app/staff-accounts.js';
 import { ackAlarmLocally, setSiteMode } from './app/staff-actions.js';
 import { staffAudit } from './app/staff-audit.js';
+import { remoteUnlock } from './app/staff-unlock.js';
 import { health, staffStatus, type StaffStatusDeps } from './app/staff-status.js';
 import { UplinkSender, sendResyncRequest, type UplinkDeps } from './app/uplink.js';
 import type { GatewayConfig } from './config.js';
@@ -350,6 +351,20 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
           secureCookies: config.http.secureCookies,
           setMode: (mode, by, cid, actor) => setSiteMode(ctx(), mode, by, cid, actor === undefined ? null : { actor, audit }),
           ackAlarm: (alarmId, by, cid, actor) => ackAlarmLocally(base, alarmId, by, cid, actor === undefined ? null : { actor, audit }),
+          remoteUnlock: (lockId, reason, actor, cid) => {
+            const r = remoteUnlock(accessDeps, audit, actor, lockId, reason, cid);
+            if (r.status === 'applied') {
+              // after the commit, as a key decision's command (site-requests.ts publishAnswers)
+              const l = withCorrelation(log, cid, { lockId });
+              const link = site;
+              if (link === null) l.warn({ commandId: r.command.commandId }, 'remote unlock recorded but the locks link is down: command not sent');
+              else
+                link
+                  .publish(topics.lock(config.gatewayId, lockId, 'command'), JSON.stringify(r.command), { qos: 1 })
+                  .catch((e: unknown) => l.warn({ err: String(e), commandId: r.command.commandId }, 'remote unlock command not published'));
+            }
+            return r;
+          },
           staff: { status: () => staffStatus(statusDeps), ...staffLists(s.db, () => nowOf(base)) },
           health: () => health(statusDeps),
         });

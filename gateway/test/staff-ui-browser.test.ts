@@ -1,4 +1,4 @@
-import { connectMqtt, newId, topics, waitConnected } from '@tobira/shared';
+import { checkLockCommand, connectMqtt, newId, topics, waitConnected } from '@tobira/shared';
 import type { Page } from 'playwright-core';
 import { describe, expect, it } from 'vitest';
 import { T0 } from './fixtures.js';
@@ -290,6 +290,102 @@ describe('staff web UI in Chromium against a running gateway', () => {
       await row.waitFor();
       expect(await row.innerText()).toContain('Jan 14, 2026, 22:04:05');
       expect(await row.innerText()).not.toContain('12:04:05');
+    });
+  });
+
+  describe('remote unlock', () => {
+    it('a supervisor opens one door with a reason: an HMAC command reaches the lock, the feed and the audit name her; refusals are shown', async () => {
+      const s = await start();
+      await provision(s);
+      const page = await open(s);
+      await signIn(page);
+      const card = page.locator('#locks-list [data-lock-id="lock-1"]');
+      // offline lock: refused with its code, nothing sent
+      await card.locator('button.unlock').click();
+      await page.locator('#confirm-input').fill('guest locked out, room 101');
+      await page.locator('#confirm-ok').click();
+      await page.locator('#confirm-error').filter({ hasText: 'LOCK_OFFLINE' }).waitFor();
+      await page.locator('#confirm-cancel').click();
+      expect(s.lock.commands).toEqual([]);
+
+      await s.lock.publish('presence', { online: true }, true);
+      await waitFor(() => s.gw.store.lock('lock-1')?.online === true, 'lock online');
+      await card.locator('button.unlock').click();
+      await page.locator('#confirm-ok').click();
+      await page.locator('#confirm-error').filter({ hasText: 'reason' }).waitFor();
+      await page.locator('#confirm-input').fill('guest locked out, room 101');
+      await shot(page, 'remote-unlock-confirm-en');
+      await page.locator('#confirm-ok').click();
+      await page.locator('#locks-result').filter({ hasText: 'Unlock sent' }).waitFor();
+      await waitFor(() => s.lock.commands.length === 1, 'the lock got the command');
+      const cmd = s.lock.commands[0]!;
+      expect(cmd).toMatchObject({ lockId: 'lock-1', action: 'unlock' });
+      expect(checkLockCommand(s.f.lockSecret, cmd, { lockId: 'lock-1', now: s.f.clock.now(), seen: new Set<string>() })).toEqual({ ok: true });
+
+      await tab(page, 'access');
+      const row = page.locator('#access-list > li').filter({ hasText: 'Opened remotely by a supervisor' });
+      await row.filter({ hasText: 'Aiko Tanaka' }).filter({ hasText: 'guest locked out, room 101' }).waitFor();
+      await shot(page, 'remote-unlock-feed-en');
+      const events = s.gw.store.db.prepare("SELECT code, by_staff FROM access_log WHERE code = 'REMOTE_UNLOCK'").all();
+      expect(events).toHaveLength(1);
+      const outbox = s.gw.store.db.prepare("SELECT body FROM outbox WHERE type = 'access.event'").all() as { body: string }[];
+      const sent = outbox.map((o) => JSON.parse(o.body) as { code: string; by?: { name: string; reason: string } }).filter((b) => b.code === 'REMOTE_UNLOCK');
+      expect(sent.map((b) => b.by)).toEqual([expect.objectContaining({ name: 'Aiko Tanaka', reason: 'guest locked out, room 101' })]);
+      expect(s.gw.store.db.prepare("SELECT result, code FROM staff_actions WHERE action = 'remote_unlock' ORDER BY id").all()).toEqual([
+        { result: 'refused', code: 'LOCK_OFFLINE' },
+        { result: 'applied', code: null },
+      ]);
+    });
+
+    it('a staff member sees no unlock button, and a hand-made POST is refused 403 NOT_SUPERVISOR, and without the CSRF token 403 too', async () => {
+      const s = await start();
+      await provision(s);
+      await s.lock.publish('presence', { online: true }, true);
+      await waitFor(() => s.gw.store.lock('lock-1')?.online === true, 'lock online');
+      const page = await open(s);
+      await signIn(page, STAFF);
+      await page.locator('#locks-list [data-lock-id="lock-1"]').waitFor();
+      expect(await page.locator('button.unlock').count()).toBe(0);
+      const csrf = await page.evaluate(async () => {
+        const r = await fetch('/staff/session');
+        return ((await r.json()) as { csrfToken: string }).csrfToken;
+      });
+      const post = (headers: Record<string, string>) =>
+        page.evaluate(
+          async ([h]) => {
+            const r = await fetch('/staff/locks/lock-1/unlock', { method: 'POST', headers: h, body: JSON.stringify({ reason: 'let me in' }) });
+            return { status: r.status, body: (await r.json()) as unknown };
+          },
+          [headers] as const,
+        );
+      expect(await post({ 'content-type': 'application/json', 'x-csrf-token': csrf })).toEqual({ status: 403, body: { code: 'NOT_SUPERVISOR' } });
+      expect(await post({ 'content-type': 'application/json' })).toEqual({ status: 403, body: { code: 'CSRF_TOKEN_INVALID' } });
+      expect(s.lock.commands).toEqual([]);
+      expect(s.gw.store.db.prepare("SELECT count(*) AS n FROM access_log WHERE code = 'REMOTE_UNLOCK'").get()).toEqual({ n: 0 });
+    });
+
+    it('is refused during lockdown (SITE_LOCKDOWN) and allowed, with a warning, while failing closed', async () => {
+      const s = await start();
+      await s.lock.publish('presence', { online: true }, true);
+      await waitFor(() => s.gw.store.lock('lock-1')?.online === true, 'lock online');
+      const page = await open(s);
+      await signIn(page);
+      // no lease yet: failing closed
+      await banner(page, 'failing', 'FAILING CLOSED');
+      const card = page.locator('#locks-list [data-lock-id="lock-1"]');
+      await card.locator('button.unlock').click();
+      await page.locator('#confirm-text').filter({ hasText: 'WARNING' }).waitFor();
+      await page.locator('#confirm-input').fill('fire brigade at the door');
+      await page.locator('#confirm-ok').click();
+      await page.locator('#locks-result').filter({ hasText: 'failing closed' }).waitFor();
+      await waitFor(() => s.lock.commands.length === 1, 'the lock got the command');
+
+      s.gw.setMode('lockdown', 'test');
+      await card.locator('button.unlock').click();
+      await page.locator('#confirm-input').fill('one more');
+      await page.locator('#confirm-ok').click();
+      await page.locator('#confirm-error').filter({ hasText: 'SITE_LOCKDOWN' }).waitFor();
+      expect(s.lock.commands).toHaveLength(1);
     });
   });
 

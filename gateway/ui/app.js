@@ -27,6 +27,7 @@ export const DECISION_WORDS = Object.freeze({
   OUTSIDE_SCHEDULE: 'Key is not valid at this time of the week',
   DOOR_NOT_PERMITTED: 'Key does not open this door',
   SITE_LOCKDOWN: 'Site is in lockdown: only staff master keys open doors',
+  REMOTE_UNLOCK: 'Opened remotely by a supervisor',
   CLOUD_STALE: 'Refused because the gateway is not in sync with the cloud (failing closed)',
   LOCKED_OUT: 'Too many wrong tries at this lock, or with this kind of credential across the site: it is cooling down',
   BAD_REQUEST: 'The lock sent a malformed request',
@@ -380,7 +381,8 @@ const desc = (a, b) => b - a;
 
 /**
  * @typedef {{ eventId: string, at: number, lockId: string, doorId: string | null, requestId: string, allowed: boolean,
- *   code: string, keyId: string | null, personId: string | null, credentialType: string | null }} AccessEvent
+ *   code: string, keyId: string | null, personId: string | null, credentialType: string | null,
+ *   by?: { accountId: string, name: string, reason: string } | null }} AccessEvent
  * @typedef {{ alarmId: string, lockId: string, doorId: string | null, kind: string, status: 'open' | 'closed', at: number,
  *   receivedAt: number, closedAt: number | null, closedBy: string | null }} Alarm
  * @typedef {{ jti: string, type: string, seq: number | null, keyId: string | null, keyVersion: number | null, attempts: number,
@@ -455,6 +457,8 @@ const accessList = new PagedList({
         ...whereAndWhen(e),
         e.personId !== null && fact('Person', e.personId),
         e.credentialType !== null && fact('Credential', e.credentialType),
+        e.by != null && fact('By', e.by.name),
+        e.by != null && fact('Reason', e.by.reason),
         el('code', { class: 'code' }, e.code),
       ],
     }),
@@ -739,6 +743,7 @@ function drawLocks(locks) {
           ),
         l.openAlarms > 0 && el('div', null, el('dt', null, 'Open alarms'), el('dd', { class: 'bad' }, String(l.openAlarms))),
       ),
+      unlockButton(l),
     );
   });
   $('locks-list').replaceChildren(...cards);
@@ -754,6 +759,62 @@ function drawLocks(locks) {
     /** @type {HTMLOptionElement} */ (select.options[0]).value = '';
     select.value = doors.includes(chosen) ? chosen : '';
   }
+}
+
+/**
+ * The remote unlock button of a lock card: supervisors only (the gateway checks the role again).
+ * @param {Lock} l
+ * @returns {HTMLElement | null}
+ */
+function unlockButton(l) {
+  if (state.me?.account.role !== 'supervisor') return null;
+  const b = el('button', { class: 'unlock', data: { unlock: l.lockId } }, 'Unlock once…');
+  b.addEventListener('click', () => unlockOnce(l));
+  return b;
+}
+
+/** Why a remote unlock was refused, in plain words (the codes of POST /staff/locks/:lockId/unlock). */
+export const UNLOCK_REFUSED_WORDS = Object.freeze({
+  NOT_SUPERVISOR: 'Only a supervisor can open a door remotely.',
+  REASON_REQUIRED: 'Please give a reason.',
+  LOCK_NOT_FOUND: 'This gateway does not know that lock.',
+  LOCK_OFFLINE: 'The lock is offline: the command could not reach it. Nothing was sent.',
+  SITE_LOCKDOWN: 'The site is in lockdown. End the lockdown first to open a door.',
+});
+
+/** @param {Lock} l */
+function unlockOnce(l) {
+  const failing = state.status?.failClosed === true;
+  confirmDialog({
+    title: `Unlock ${l.doorId ?? l.lockId} once?`,
+    text:
+      'The door opens for one entry, as a valid key would. Your name and the reason are recorded in the audit.' +
+      (failing
+        ? ' WARNING: the gateway is failing closed (not in sync with the cloud). Remote unlock still works, but make sure the person may enter.'
+        : ''),
+    inputLabel: 'Reason (required, recorded)',
+    required: true,
+    ok: 'Unlock now',
+    act: async (reason) => {
+      try {
+        /** @type {{ warning: string | null }} */
+        const r = await api(`/staff/locks/${encodeURIComponent(l.lockId)}/unlock`, { method: 'POST', body: { reason } });
+        setText(
+          $('locks-result'),
+          `Unlock sent to ${l.doorId ?? l.lockId} at ${fmtTime(Date.now())}.` +
+            (r.warning === 'FAILING_CLOSED' ? ' The site is failing closed: this was recorded with a warning.' : ''),
+        );
+        void refresh();
+        return null;
+      } catch (e) {
+        if (e instanceof ApiError && Object.prototype.hasOwnProperty.call(UNLOCK_REFUSED_WORDS, e.code))
+          return `${UNLOCK_REFUSED_WORDS[/** @type {keyof typeof UNLOCK_REFUSED_WORDS} */ (e.code)]} (${e.code})`;
+        return write(async () => {
+          throw e;
+        });
+      }
+    },
+  });
 }
 
 // ---------------------------------------------------------------- screens
@@ -785,6 +846,7 @@ function clearData() {
   setText($('mode-result'), '');
   setText($('alarms-result'), '');
   setText($('staff-result'), '');
+  setText($('locks-result'), '');
   setText($('whoami'), '');
   $('staff-list').replaceChildren();
   $('conn-error').hidden = true;

@@ -192,6 +192,18 @@ export const AckMessage = sequenced(
 export const DecisionCode = z.enum(codesOf(DECISION_CODES));
 export type DecisionCode = z.infer<typeof DecisionCode>;
 
+/**
+ * Who opened a door remotely and why: a supervisor signed in to the gateway's
+ * staff UI (the account id is the gateway's; `name` is their display name).
+ * Only on `REMOTE_UNLOCK` access events; no other personal data.
+ */
+export const StaffBy = z.strictObject({
+  accountId: z.string().min(1).max(128),
+  name: z.string().min(1).max(100),
+  reason: z.string().min(1).max(200),
+});
+export type StaffBy = z.infer<typeof StaffBy>;
+
 /** One door decision, allowed or not. */
 export const AccessEventMessage = sequenced(
   'access.event',
@@ -208,6 +220,8 @@ export const AccessEventMessage = sequenced(
     personId: PersonId.nullable(),
     credentialType: CredentialType.nullable(),
     commandId: z.uuid().nullable(),
+    /** Set only on a remote unlock (code REMOTE_UNLOCK): the supervisor who opened the door, and why. Optional: older gateways omit it. */
+    by: StaffBy.optional(),
   }),
 );
 /** One door decision as both services name it (the gateway's access log row, the cloud's audit row). */

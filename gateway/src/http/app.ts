@@ -66,6 +66,10 @@ export const GATEWAY_HTTP_CODES = Object.freeze({
   ACCOUNT_NOT_FOUND: 'No such staff account; 404.',
   LAST_SUPERVISOR: 'Disabling the last enabled supervisor is refused (nobody could manage accounts then); 409.',
   NOT_SUPERVISOR: 'Only a supervisor may do this (remote unlock, staff accounts); 403. The API token acts as staff.',
+  REASON_REQUIRED: 'Remote unlock without a reason (blank after trimming); 422, nothing sent.',
+  LOCK_NOT_FOUND: 'Remote unlock of a lock this gateway is not paired with; 404.',
+  LOCK_OFFLINE: 'Remote unlock of a lock whose presence is offline: the command could not reach it; 409, nothing sent.',
+  SITE_LOCKDOWN: 'Remote unlock while the site is in lockdown: end the lockdown first; 409, nothing sent.',
 });
 export type GatewayHttpCode = keyof typeof GATEWAY_HTTP_CODES;
 

@@ -3,6 +3,7 @@ import type { Registry } from 'prom-client';
 import type { StaffLists } from '../adapters/sqlite/staff-queries.js';
 import type { StaffAccounts, StaffActor, SessionInfo } from '../app/staff-accounts.js';
 import type { AlarmAck } from '../app/staff-actions.js';
+import type { RemoteUnlockResult } from '../app/staff-unlock.js';
 import type { Health, StaffStatus } from '../app/staff-status.js';
 
 /** What the HTTP layer is given: the use cases and reads it maps to routes (no store, no SQL). */
@@ -35,6 +36,8 @@ export interface HttpDeps {
   /** Closes an open alarm once (`by` is recorded as closed_by); a second ack is a noop. */
   ackAlarm(alarmId: string, by: string, cid: string, actor?: StaffActor): AlarmAck;
   readonly staff: StaffReads;
+  /** Opens one door for one entry (supervisors; app/staff-unlock.ts) and publishes the command; undefined: not offered. */
+  remoteUnlock?: ((lockId: string, reason: string, actor: StaffActor, cid: string) => RemoteUnlockResult) | undefined;
 }
 
 /** Who the request is from, set by the staff auth hook (app.ts). */

@@ -87,7 +87,10 @@ const AccessRowSchema = AccessLogColumns.extend({ id: z.int() });
  * One door decision. The access log holds no credential value and no digest
  * (only the credential type), so nothing here helps guess a PIN.
  */
-export type AccessEventView = Readonly<Omit<ReturnType<typeof accessLogFields>, 'holdMs'>>;
+export type AccessEventView = Readonly<Omit<ReturnType<typeof accessLogFields>, 'holdMs'>> & {
+  /** A remote unlock's supervisor and reason; null on decisions made at a lock. */
+  readonly by: { readonly accountId: string; readonly name: string; readonly reason: string } | null;
+};
 
 /** The filters of a list by time: `since` inclusive, `until` exclusive (ms). */
 interface TimeFilters {
@@ -119,7 +122,7 @@ export function listAccessEvents(db: ReadableDb, f: AccessFilter): Page<AccessEv
     pageOf(parsed, f.limit, (r) => [r.at, r.id]),
     (r): AccessEventView => {
       const { holdMs: _holdMs, ...view } = accessLogFields(r);
-      return view;
+      return { ...view, by: r.by_staff };
     },
   );
 }
