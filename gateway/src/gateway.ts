@@ -313,7 +313,7 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
         timeZone: config.timeZone ?? null,
       };
 
-      const audit = staffAudit(s.db, () => nowOf(base));
+      const audit = staffAudit(s.db, () => nowOf(base), s.limits, () => uplink?.wake());
       const acc = new StaffAccounts({
         db: s.db,
         now: () => nowOf(base),

@@ -30,7 +30,7 @@ describe('staff accounts, sessions, CSRF and sign-in throttling (real SQLite fil
   let audit: StaffAudit;
 
   const build = (secureCookies = false) => {
-    audit = staffAudit(db, () => now);
+    audit = staffAudit(db, () => now, { maxRows: 1000 });
     accounts = new StaffAccounts({ db, now: () => now, log: pino({ level: 'silent' }), idleMs: IDLE, absoluteMs: MAX, audit });
     return buildApp({
       registry: createMetrics().registry,

@@ -30,6 +30,7 @@ import { deadLettersRoutes } from './routes/dead-letters.js';
 import { tokensRoutes } from './routes/tokens.js';
 import { webhooksRoutes } from './routes/webhooks.js';
 import { alarmsRoutes } from './routes/alarms.js';
+import { staffActionsRoutes } from './routes/staff-actions.js';
 import { rejectedUplinksRoutes } from './routes/rejected-uplinks.js';
 import { gatewayHealthRoutes } from './routes/gateway-health.js';
 import { staysRoutes } from './routes/stays.js';
@@ -304,6 +305,7 @@ export async function buildApp(deps: ApiDeps): Promise<FastifyInstance> {
     roomsRoutes,
     stripeWebhookRoutes,
     payReturnRoutes,
+    staffActionsRoutes,
   ]) {
     await app.register(async (scope) => plugin(scope.withTypeProvider<ZodTypeProvider>(), ctx));
   }
