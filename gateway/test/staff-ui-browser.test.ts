@@ -1,3 +1,5 @@
+import { mkdirSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
 import { checkLockCommand, connectMqtt, newId, topics, waitConnected } from '@tobira/shared';
 import type { Page } from 'playwright-core';
 import { describe, expect, it } from 'vitest';
@@ -10,10 +12,12 @@ import { STAFF, browserSuite } from './ui-browser.js';
  * The staff web UI in a real Chromium (Debian's, never a downloaded build)
  * against a real running gateway (embedded broker, fake cloud, fake lock,
  * manual clock). Waits are Playwright's auto-waiting locators or waitFor:
- * no sleeps, no timing assertions. Set TOBIRA_UI_SCREENSHOT_DIR to keep a
- * screenshot of each screen for a person to look at.
+ * no sleeps, no timing assertions. A screenshot of each screen is kept in
+ * test-artifacts/screenshots (gitignored; TOBIRA_UI_SCREENSHOT_DIR to move it).
  */
-const SHOTS = process.env.TOBIRA_UI_SCREENSHOT_DIR;
+/** Screenshots of each screen, kept as test artifacts (gitignored); TOBIRA_UI_SCREENSHOT_DIR puts them elsewhere. */
+const SHOTS = process.env.TOBIRA_UI_SCREENSHOT_DIR ?? fileURLToPath(new URL('../../test-artifacts/screenshots', import.meta.url));
+mkdirSync(SHOTS, { recursive: true });
 const MARKUP_LOCK = '<img src=x onerror="window.__xss=1">';
 const MARKUP_CODE = '<img src=x onerror="window.__xss=2">';
 
@@ -36,7 +40,7 @@ describe('staff web UI in Chromium against a running gateway', () => {
     page.locator(`#banner[data-state="${state}"]`).filter({ hasText: text }).waitFor();
   const tab = (page: Page, name: string) => page.locator(`[data-tab="${name}"]`).click();
   const shot = async (page: Page, name: string) => {
-    if (SHOTS !== undefined) await page.screenshot({ path: `${SHOTS}/${name}.png` });
+    await page.screenshot({ path: `${SHOTS}/${name}.png` });
   };
   const cookies = async (page: Page) => (await page.context().cookies()).map((c) => c.name);
 
