@@ -117,7 +117,11 @@ export const GatewayConfig = z.strictObject({
       /** A staff session ends after this long without a request (default 1800 s) ... */
       sessionIdleSeconds: z.int().min(60).max(86_400).optional(),
       /** ... and this long after sign-in, whatever happens (default 43200 s = 12 h). */
-      sessionMaxSeconds: z.int().min(300).max(7 * 86_400).optional(),
+      sessionMaxSeconds: z
+        .int()
+        .min(300)
+        .max(7 * 86_400)
+        .optional(),
     })
     .nullable()
     .default({ host: '127.0.0.1', port: 8080, authFailures: { max: 10, windowSeconds: 300 } }),

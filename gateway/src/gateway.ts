@@ -313,7 +313,12 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
         timeZone: config.timeZone ?? null,
       };
 
-      const audit = staffAudit(s.db, () => nowOf(base), s.limits, () => uplink?.wake());
+      const audit = staffAudit(
+        s.db,
+        () => nowOf(base),
+        s.limits,
+        () => uplink?.wake(),
+      );
       const acc = new StaffAccounts({
         db: s.db,
         now: () => nowOf(base),
@@ -357,7 +362,8 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
               // after the commit, as a key decision's command (site-requests.ts publishAnswers)
               const l = withCorrelation(log, cid, { lockId });
               const link = site;
-              if (link === null) l.warn({ commandId: r.command.commandId }, 'remote unlock recorded but the locks link is down: command not sent');
+              if (link === null)
+                l.warn({ commandId: r.command.commandId }, 'remote unlock recorded but the locks link is down: command not sent');
               else
                 link
                   .publish(topics.lock(config.gatewayId, lockId, 'command'), JSON.stringify(r.command), { qos: 1 })

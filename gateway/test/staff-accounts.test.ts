@@ -106,7 +106,11 @@ describe('staff accounts, sessions, CSRF and sign-in throttling (real SQLite fil
   };
   const signIn = async (username: string, password: string, ip = '10.0.0.1') => {
     const r = await req('POST', '/staff/session', { body: { username, password }, ip });
-    return { r, cookie: r.statusCode === 200 ? cookieOf(r).value : '', csrf: r.statusCode === 200 ? r.json<{ csrfToken: string }>().csrfToken : '' };
+    return {
+      r,
+      cookie: r.statusCode === 200 ? cookieOf(r).value : '',
+      csrf: r.statusCode === 200 ? r.json<{ csrfToken: string }>().csrfToken : '',
+    };
   };
 
   describe('the one-time setup code', () => {

@@ -121,7 +121,10 @@ describe('staff web UI in Chromium against a running gateway', () => {
         await page.locator('#signin-message').evaluate((e) => (e.textContent = ''));
       }
       await signIn(page);
-      await page.locator('#signin-message').filter({ hasText: /Wait \d+ seconds/ }).waitFor();
+      await page
+        .locator('#signin-message')
+        .filter({ hasText: /Wait \d+ seconds/ })
+        .waitFor();
       expect(await page.locator('#screen-app').isHidden()).toBe(true);
       // the guesser was this browser's address; once the wait is over the owner signs in
       s.f.clock.advance(2000);
@@ -324,7 +327,9 @@ describe('staff web UI in Chromium against a running gateway', () => {
       await waitFor(() => s.lock.commands.length === 1, 'the lock got the command');
       const cmd = s.lock.commands[0]!;
       expect(cmd).toMatchObject({ lockId: 'lock-1', action: 'unlock' });
-      expect(checkLockCommand(s.f.lockSecret, cmd, { lockId: 'lock-1', now: s.f.clock.now(), seen: new Set<string>() })).toEqual({ ok: true });
+      expect(checkLockCommand(s.f.lockSecret, cmd, { lockId: 'lock-1', now: s.f.clock.now(), seen: new Set<string>() })).toEqual({
+        ok: true,
+      });
 
       await tab(page, 'access');
       const row = page.locator('#access-list > li').filter({ hasText: 'Opened remotely by a supervisor' });
@@ -333,7 +338,9 @@ describe('staff web UI in Chromium against a running gateway', () => {
       const events = s.gw.store.db.prepare("SELECT code, by_staff FROM access_log WHERE code = 'REMOTE_UNLOCK'").all();
       expect(events).toHaveLength(1);
       const outbox = s.gw.store.db.prepare("SELECT body FROM outbox WHERE type = 'access.event'").all() as { body: string }[];
-      const sent = outbox.map((o) => JSON.parse(o.body) as { code: string; by?: { name: string; reason: string } }).filter((b) => b.code === 'REMOTE_UNLOCK');
+      const sent = outbox
+        .map((o) => JSON.parse(o.body) as { code: string; by?: { name: string; reason: string } })
+        .filter((b) => b.code === 'REMOTE_UNLOCK');
       expect(sent.map((b) => b.by)).toEqual([expect.objectContaining({ name: 'Aiko Tanaka', reason: 'guest locked out, room 101' })]);
       expect(s.gw.store.db.prepare("SELECT result, code FROM staff_actions WHERE action = 'remote_unlock' ORDER BY id").all()).toEqual([
         { result: 'refused', code: 'LOCK_OFFLINE' },
@@ -357,12 +364,19 @@ describe('staff web UI in Chromium against a running gateway', () => {
       const post = (headers: Record<string, string>) =>
         page.evaluate(
           async ([h]) => {
-            const r = await fetch('/staff/locks/lock-1/unlock', { method: 'POST', headers: h, body: JSON.stringify({ reason: 'let me in' }) });
+            const r = await fetch('/staff/locks/lock-1/unlock', {
+              method: 'POST',
+              headers: h,
+              body: JSON.stringify({ reason: 'let me in' }),
+            });
             return { status: r.status, body: (await r.json()) as unknown };
           },
           [headers] as const,
         );
-      expect(await post({ 'content-type': 'application/json', 'x-csrf-token': csrf })).toEqual({ status: 403, body: { code: 'NOT_SUPERVISOR' } });
+      expect(await post({ 'content-type': 'application/json', 'x-csrf-token': csrf })).toEqual({
+        status: 403,
+        body: { code: 'NOT_SUPERVISOR' },
+      });
       expect(await post({ 'content-type': 'application/json' })).toEqual({ status: 403, body: { code: 'CSRF_TOKEN_INVALID' } });
       expect(s.lock.commands).toEqual([]);
       expect(s.gw.store.db.prepare("SELECT count(*) AS n FROM access_log WHERE code = 'REMOTE_UNLOCK'").get()).toEqual({ n: 0 });

@@ -14,7 +14,11 @@ export async function makeAccounts(s: Running): Promise<void> {
   const sup = await s.gw.accounts.setup({ code: code.code, ...SUPERVISOR }, '127.0.0.1', 'test-setup');
   if (sup.status !== 'applied') throw new Error(`setup refused: ${sup.code}`);
   const { accountId, username, displayName, role } = sup.account;
-  const made = await s.gw.accounts.create({ accountId, username, displayName, role, via: 'session' }, { ...STAFF, role: 'staff' }, 'test-setup');
+  const made = await s.gw.accounts.create(
+    { accountId, username, displayName, role, via: 'session' },
+    { ...STAFF, role: 'staff' },
+    'test-setup',
+  );
   if (made.status !== 'applied') throw new Error(`account refused: ${made.code}`);
 }
 

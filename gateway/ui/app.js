@@ -1151,7 +1151,11 @@ async function refreshAccounts() {
 /** @param {Account} a */
 function accountRow(a) {
   const self = a.accountId === state.me?.account.accountId;
-  const toggle = el('button', { class: a.disabled ? '' : 'danger', data: { act: a.disabled ? 'enable' : 'disable' } }, a.disabled ? 'Enable' : 'Disable');
+  const toggle = el(
+    'button',
+    { class: a.disabled ? '' : 'danger', data: { act: a.disabled ? 'enable' : 'disable' } },
+    a.disabled ? 'Enable' : 'Disable',
+  );
   toggle.addEventListener('click', () => changeAccount(a, a.disabled ? 'enable' : 'disable'));
   const reset = el('button', { data: { act: 'password' } }, 'Reset password');
   reset.addEventListener('click', () => resetPassword(a));
@@ -1180,7 +1184,10 @@ function changeAccount(a, verb) {
       write(async () => {
         /** @type {{ status: string }} */
         const r = await api(`/staff/accounts/${encodeURIComponent(a.accountId)}/${verb}`, { method: 'POST' });
-        setText($('staff-result'), r.status === 'applied' ? `${a.displayName}: ${verb === 'disable' ? 'disabled' : 'enabled'}.` : 'Nothing changed.');
+        setText(
+          $('staff-result'),
+          r.status === 'applied' ? `${a.displayName}: ${verb === 'disable' ? 'disabled' : 'enabled'}.` : 'Nothing changed.',
+        );
         await refresh();
       }),
   });
@@ -1219,7 +1226,9 @@ async function createAccount() {
     if (handleAuthError(e)) return;
     setText(
       $('staff-create-message'),
-      e instanceof ApiError && e.code === 'USERNAME_TAKEN' ? 'That username is taken.' : signInError(e).replace('Sign-in failed', 'Refused'),
+      e instanceof ApiError && e.code === 'USERNAME_TAKEN'
+        ? 'That username is taken.'
+        : signInError(e).replace('Sign-in failed', 'Refused'),
     );
   }
 }

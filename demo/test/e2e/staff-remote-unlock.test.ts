@@ -31,7 +31,12 @@ describe('remote unlock and staff actions, end to end (embedded brokers and data
   it('the first supervisor is made with the one-time setup code and signed in', async () => {
     const code = sys.gateway.setupCode;
     expect(code).not.toBeNull();
-    const r = await post('/staff/setup', { code: code!.code, username: 'aiko', displayName: 'Aiko Tanaka', password: 'supervisor password 1' });
+    const r = await post('/staff/setup', {
+      code: code!.code,
+      username: 'aiko',
+      displayName: 'Aiko Tanaka',
+      password: 'supervisor password 1',
+    });
     expect(r.status).toBe(200);
     cookie = (r.headers.get('set-cookie') ?? '').split(';')[0]!;
     csrf = ((await r.json()) as { csrfToken: string }).csrfToken;
@@ -75,7 +80,11 @@ describe('remote unlock and staff actions, end to end (embedded brokers and data
       ['remote_unlock', 'Aiko Tanaka', 'applied'],
       ['sign_out', 'Aiko Tanaka', 'applied'],
     ]);
-    expect(page.items.find((a) => a.action === 'remote_unlock')).toMatchObject({ target: 'L1', detail: 'guest locked out, room 101', siteId: sys.siteId });
+    expect(page.items.find((a) => a.action === 'remote_unlock')).toMatchObject({
+      target: 'L1',
+      detail: 'guest locked out, room 101',
+      siteId: sys.siteId,
+    });
     expect((await sys.cloud.listStaffActions(['another-site'], { cursor: null, limit: 50 })).items).toEqual([]);
   });
 });

@@ -100,7 +100,12 @@ export type AccountCode =
   | 'LAST_SUPERVISOR'
   | 'NOT_SUPERVISOR';
 
-export type SignedIn = { readonly status: 'applied'; readonly account: StaffAccount; readonly sessionId: string; readonly csrfToken: string };
+export type SignedIn = {
+  readonly status: 'applied';
+  readonly account: StaffAccount;
+  readonly sessionId: string;
+  readonly csrfToken: string;
+};
 export type Refused = { readonly status: 'refused'; readonly code: AccountCode; readonly detail?: string };
 
 export interface SessionInfo {
@@ -141,11 +146,7 @@ export function newSetupCode(): string {
 }
 /** The code as typed: case, spaces and dashes do not matter; I, L → 1, O → 0 (Crockford). */
 export const normalizeSetupCode = (typed: string): string =>
-  typed
-    .toUpperCase()
-    .replace(/[\s-]/g, '')
-    .replace(/[IL]/g, '1')
-    .replace(/O/g, '0');
+  typed.toUpperCase().replace(/[\s-]/g, '').replace(/[IL]/g, '1').replace(/O/g, '0');
 
 export class StaffAccounts {
   readonly #d: AccountsDeps;
@@ -198,7 +199,11 @@ export class StaffAccounts {
         const stored = setupCode(db);
         if (stored === null || stored.expiresAt <= now) return 'SETUP_CODE_INVALID';
         if (!consumeSetupCode(db, sha256(normalizeSetupCode(i.code)), now)) return 'SETUP_CODE_INVALID';
-        insertAccount(db, { accountId, username: i.username, displayName: i.displayName, role: 'supervisor', passwordHash, createdBy: 'setup code' }, now);
+        insertAccount(
+          db,
+          { accountId, username: i.username, displayName: i.displayName, role: 'supervisor', passwordHash, createdBy: 'setup code' },
+          now,
+        );
         const account = accountById(db, accountId);
         if (account !== null)
           this.#d.audit({ actor: actorOf(account), action: 'setup', target: accountId, detail: null, result: 'applied', code: null, cid });
@@ -300,7 +305,15 @@ export class StaffAccounts {
     const account = db
       .transaction(() => {
         if (!insertAccount(db, { ...i, accountId, passwordHash, createdBy: actor.username }, this.#d.now())) return null;
-        this.#d.audit({ actor, action: 'account_create', target: accountId, detail: `${i.username} (${i.role})`, result: 'applied', code: null, cid });
+        this.#d.audit({
+          actor,
+          action: 'account_create',
+          target: accountId,
+          detail: `${i.username} (${i.role})`,
+          result: 'applied',
+          code: null,
+          cid,
+        });
         return accountById(db, accountId);
       })
       .immediate();
@@ -356,7 +369,15 @@ export class StaffAccounts {
     const ok = db
       .transaction(() => {
         if (!setPasswordHash(db, accountId, passwordHash, this.#d.now())) return false;
-        this.#d.audit({ actor, action: 'account_password_reset', target: accountId, detail: target.username, result: 'applied', code: null, cid });
+        this.#d.audit({
+          actor,
+          action: 'account_password_reset',
+          target: accountId,
+          detail: target.username,
+          result: 'applied',
+          code: null,
+          cid,
+        });
         return true;
       })
       .immediate();

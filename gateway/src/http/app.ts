@@ -57,7 +57,8 @@ export const GATEWAY_HTTP_CODES = Object.freeze({
   INTERNAL: 'An internal error; details are in the log under the correlation id.',
   BAD_CREDENTIALS: 'Sign-in: no such username, or not its password (the answer does not say which); 401.',
   ACCOUNT_DISABLED: 'Sign-in with the right password of a disabled account; 403.',
-  SIGN_IN_THROTTLED: 'Too many wrong passwords (or setup codes) from this address for this name; 429 with Retry-After. Other addresses are not affected.',
+  SIGN_IN_THROTTLED:
+    'Too many wrong passwords (or setup codes) from this address for this name; 429 with Retry-After. Other addresses are not affected.',
   CSRF_TOKEN_INVALID: "A state-changing request with a session cookie but without the session's X-CSRF-Token; 403, nothing changed.",
   SETUP_CODE_INVALID: 'Setup: not the current one-time setup code, or it expired (a restart prints a new one); 403.',
   SETUP_ALREADY_DONE: 'Setup: an account exists already; supervisors create the others; 409.',
@@ -173,7 +174,8 @@ export function buildApp(deps: HttpDeps & { readonly signInThrottle?: Partial<Th
   void app.register(uiRoutes);
 
   // `__Host-`: sent only over HTTPS, for this host and path / only (no subdomain can set or read it).
-  const cookie: SessionCookie = deps.secureCookies === true ? { name: '__Host-tobira_staff', secure: true } : { name: 'tobira_staff', secure: false };
+  const cookie: SessionCookie =
+    deps.secureCookies === true ? { name: '__Host-tobira_staff', secure: true } : { name: 'tobira_staff', secure: false };
   const throttle = new SignInThrottle(deps.now ?? Date.now, deps.signInThrottle);
   void app.register(async (open) => openSessionRoutes(open, deps, cookie, throttle));
 
@@ -195,7 +197,8 @@ export function buildApp(deps: HttpDeps & { readonly signInThrottle?: Partial<Th
       }
       if (req.headers.authorization === undefined) {
         req.log.warn({ code: 'UNAUTHORIZED', ip: req.ip, staleCookie: sid !== undefined }, 'staff request refused');
-        if (sid !== undefined) void reply.clearCookie(cookie.name, { path: '/', httpOnly: true, sameSite: 'strict', secure: cookie.secure });
+        if (sid !== undefined)
+          void reply.clearCookie(cookie.name, { path: '/', httpOnly: true, sameSite: 'strict', secure: cookie.secure });
         return reply.status(401).send({ code: 'UNAUTHORIZED' });
       }
       if (deps.staffToken === undefined) {

@@ -22,7 +22,7 @@ const Event = z.object({
   by: z
     .object({ accountId: z.string(), name: z.string(), reason: z.string() })
     .nullable()
-    .describe("REMOTE_UNLOCK only: the gateway staff supervisor who opened the door remotely, and the reason; null otherwise"),
+    .describe('REMOTE_UNLOCK only: the gateway staff supervisor who opened the door remotely, and the reason; null otherwise'),
 });
 
 /** The audit log of door decisions, attributed to a person. */

@@ -29,7 +29,8 @@ export function staffActionsRoutes(app: Api, ctx: Ctx): void {
     {
       schema: {
         tags: ['staff actions'],
-        summary: "List gateway staff actions (newest first) by site, gateway, action, account and time; cursor pagination; only the caller's sites",
+        summary:
+          "List gateway staff actions (newest first) by site, gateway, action, account and time; cursor pagination; only the caller's sites",
         querystring: z.strictObject({
           site: Id.optional().describe('site id'),
           gatewayId: Slug.optional(),

@@ -35,18 +35,16 @@ const AccountRow = z
     created_by: z.string(),
     updated_at: z.int(),
   })
-  .transform(
-    (r): StaffAccount => ({
-      accountId: r.account_id,
-      username: r.username,
-      displayName: r.display_name,
-      role: r.role,
-      disabledAt: r.disabled_at,
-      createdAt: r.created_at,
-      createdBy: r.created_by,
-      updatedAt: r.updated_at,
-    }),
-  );
+  .transform((r): StaffAccount => ({
+    accountId: r.account_id,
+    username: r.username,
+    displayName: r.display_name,
+    role: r.role,
+    disabledAt: r.disabled_at,
+    createdAt: r.created_at,
+    createdBy: r.created_by,
+    updatedAt: r.updated_at,
+  }));
 const COLS = 'account_id, username, display_name, role, disabled_at, created_at, created_by, updated_at';
 
 export function accountCount(db: ReadableDb): number {
@@ -157,7 +155,12 @@ export interface SessionRow {
 }
 const SessionRowSchema = z
   .object({ session_hash: z.string(), account_id: z.string(), created_at: z.int(), last_seen_at: z.int() })
-  .transform((r): SessionRow => ({ sessionHash: r.session_hash, accountId: r.account_id, createdAt: r.created_at, lastSeenAt: r.last_seen_at }));
+  .transform((r): SessionRow => ({
+    sessionHash: r.session_hash,
+    accountId: r.account_id,
+    createdAt: r.created_at,
+    lastSeenAt: r.last_seen_at,
+  }));
 
 export function insertSession(db: WritableDb, s: { sessionHash: string; accountId: string; ip: string }, now: number): void {
   prepared(db, 'INSERT INTO staff_sessions (session_hash, account_id, created_at, last_seen_at, ip) VALUES (?, ?, ?, ?, ?)').run(

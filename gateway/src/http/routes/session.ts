@@ -14,7 +14,12 @@ export const DisplayName = z.string().trim().min(1).max(100);
 export const Password = z.string().min(1).max(1024);
 
 const SignInBody = z.strictObject({ username: z.string().trim().min(1).max(64), password: Password });
-const SetupBody = z.strictObject({ code: z.string().trim().min(1).max(64), username: Username, displayName: DisplayName, password: Password });
+const SetupBody = z.strictObject({
+  code: z.string().trim().min(1).max(64),
+  username: Username,
+  displayName: DisplayName,
+  password: Password,
+});
 
 /** An account as the API shows it (never the hash). */
 export const accountView = (a: StaffAccount) => ({
@@ -50,7 +55,12 @@ function throttled(reply: FastifyReply, req: FastifyRequest, waitMs: number) {
  * code), POST /staff/session (sign in). Each successful one sets a new
  * session cookie (a new id; any session the browser had is ended).
  */
-export async function openSessionRoutes(app: FastifyInstance, deps: HttpDeps, cookie: SessionCookie, throttle: SignInThrottle): Promise<void> {
+export async function openSessionRoutes(
+  app: FastifyInstance,
+  deps: HttpDeps,
+  cookie: SessionCookie,
+  throttle: SignInThrottle,
+): Promise<void> {
   const accounts = deps.accounts;
   const notConfigured = (reply: FastifyReply) => reply.status(503).send({ code: 'STAFF_AUTH_NOT_CONFIGURED' });
 
