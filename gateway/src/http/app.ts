@@ -12,6 +12,7 @@ import { accountsRoutes } from './routes/accounts.js';
 import { alarmsRoutes } from './routes/alarms.js';
 import { diagnosticsRoutes } from './routes/diagnostics.js';
 import { healthRoutes } from './routes/health.js';
+import { keysRoutes } from './routes/keys.js';
 import { locksRoutes } from './routes/locks.js';
 import { modeRoutes } from './routes/mode.js';
 import { statusRoutes } from './routes/status.js';
@@ -219,6 +220,7 @@ export function buildApp(deps: HttpDeps & { readonly signInThrottle?: Partial<Th
     await accessRoutes(staff, deps);
     await alarmsRoutes(staff, deps);
     await diagnosticsRoutes(staff, deps);
+    await keysRoutes(staff, deps);
   });
 
   return app;

@@ -3,6 +3,7 @@ import { z } from 'zod';
 import { countOf, flag, type ReadableDb } from './db.js';
 import { AccessLogColumns, accessLogFields } from './access-log.js';
 import type { LockRefusal } from './diagnostics.js';
+import { listKeysOnSite, type KeyFilter, type StaffKey } from './staff-keys.js';
 
 /**
  * Read-only queries of the staff read API (docs/gateway.md "Staff read API").
@@ -446,6 +447,8 @@ export interface StaffLists {
   failedInbox(f: TimePageFilter): Page<StaffFailedInboxRow>;
   rejected(f: RejectedFilter): Page<StaffRejected>;
   lockRefusals(f: RefusalFilter): Page<StaffLockRefusal>;
+  /** The keys on site (staff-keys.ts), never the credential. */
+  keys(f: KeyFilter): Page<StaffKey>;
 }
 
 export type RefusalFilter = TimePageFilter & { readonly lock?: string | undefined; readonly origin?: 'gateway' | 'lock' | undefined };
@@ -459,5 +462,6 @@ export function staffLists(db: ReadableDb, now: () => number): StaffLists {
     failedInbox: (f) => listFailedInbox(db, f),
     rejected: (f) => listRejected(db, f),
     lockRefusals: (f) => listLockRefusals(db, f),
+    keys: (f) => listKeysOnSite(db, f, now()),
   };
 }
