@@ -58,7 +58,12 @@ describe('GET /staff/keys: the keys on site, never the credential (real SQLite f
       ['key-late', 'guest-ken', ['door-102'], 'active', 'not_yet_valid', g.version],
       ['key-old', 'guest-mia', ['door-103'], 'revoked', 'expired', g.version],
     ]);
-    expect(items[0]).toMatchObject({ credentialType: g.credential.type, validFrom: T0 - HOUR, validUntil: T0 + HOUR, schedule: g.schedule });
+    expect(items[0]).toMatchObject({
+      credentialType: g.credential.type,
+      validFrom: T0 - HOUR,
+      validUntil: T0 + HOUR,
+      schedule: g.schedule,
+    });
   });
 
   it('searches key, person and door ids (not the credential), filters by status, and pages', async () => {

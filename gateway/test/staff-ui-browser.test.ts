@@ -1,6 +1,6 @@
 import { mkdirSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
-import { checkLockCommand, connectMqtt, newId, topics, waitConnected } from '@tobira/shared';
+import { asDoorId, asKeyId, asPersonId, checkLockCommand, connectMqtt, newId, topics, waitConnected } from '@tobira/shared';
 import type { Page } from 'playwright-core';
 import { describe, expect, it } from 'vitest';
 import { T0 } from './fixtures.js';
@@ -404,6 +404,25 @@ describe('staff web UI in Chromium against a running gateway', () => {
       await page.locator('#confirm-ok').click();
       await page.locator('#confirm-error').filter({ hasText: 'SITE_LOCKDOWN' }).waitFor();
       expect(s.lock.commands).toHaveLength(1);
+    });
+  });
+
+  describe('keys on site', () => {
+    it('lists the keys the gateway holds with person, doors, validity and status, searchable, without the credential', async () => {
+      const s = await start();
+      await provision(s);
+      await s.cloud.grant({ keyId: asKeyId('key-guest-aiko'), personId: asPersonId('guest-aiko'), doors: [asDoorId('door-1')] });
+      await waitFor(() => s.gw.store.keyCounts().active >= 2, 'second key applied');
+      const page = await open(s);
+      await signIn(page);
+      await tab(page, 'keys');
+      const row = page.locator('#keys-list > li[data-key-id="key-guest-aiko"]');
+      await row.filter({ hasText: 'guest-aiko' }).filter({ hasText: 'door-1' }).filter({ hasText: 'VALID' }).waitFor();
+      await shot(page, 'keys-en');
+      expect(await page.locator('#keys-list > li').count()).toBe(2);
+      await page.locator('#keys-search').fill('aiko');
+      await waitFor(async () => (await page.locator('#keys-list > li').count()) === 1, 'search narrows the list');
+      expect(await page.locator('#tab-keys').innerText()).not.toContain(s.f.digest(PIN));
     });
   });
 

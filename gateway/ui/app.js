@@ -579,10 +579,56 @@ const refusalsList = new PagedList({
     ),
 });
 
+/**
+ * @typedef {{ keyId: string, version: number, status: 'active' | 'revoked', validity: 'not_yet_valid' | 'valid' | 'expired',
+ *   personId: string, credentialType: string, doors: string[], validFrom: number, validUntil: number,
+ *   schedule: { timeZone: string, windows: { days: number[], start: string, end: string }[] } | null, offlineCapable: boolean }} SiteKey
+ */
+
+const DAY_NAMES = ['Sun', 'Mon', 'Tue', 'Wed', 'Thu', 'Fri', 'Sat'];
+
+/** @type {PagedList<SiteKey>} */
+const keysList = new PagedList({
+  path: '/staff/keys',
+  name: 'keys',
+  key: (k) => k.keyId,
+  order: (a, b) => (a.keyId < b.keyId ? -1 : a.keyId > b.keyId ? 1 : 0),
+  params: () => {
+    /** @type {Record<string, string>} */
+    const p = {};
+    const q = /** @type {HTMLInputElement} */ ($('keys-search')).value.trim();
+    if (q !== '') p.q = q;
+    return p;
+  },
+  render: (k) => {
+    const usable = k.status === 'active' && k.validity === 'valid';
+    const badge = k.status === 'revoked' ? 'REVOKED' : k.validity === 'valid' ? 'VALID' : k.validity === 'expired' ? 'EXPIRED' : 'NOT YET';
+    const schedule =
+      k.schedule === null
+        ? 'any time'
+        : k.schedule.windows.map((w) => `${w.days.map((d) => DAY_NAMES[d] ?? String(d)).join(' ')} ${w.start}–${w.end}`).join(', ');
+    return listRow({
+      tone: usable ? 'ok' : 'closed',
+      badge: [usable ? 'ok' : 'off', badge],
+      data: { keyId: k.keyId },
+      title: k.personId,
+      facts: [
+        fact('Doors', k.doors.join(', ')),
+        fact('Valid', `${fmtTime(k.validFrom)} – ${fmtTime(k.validUntil)}`),
+        fact('Schedule', schedule),
+        fact('Credential', k.credentialType),
+        k.offlineCapable && fact('Staff master key', 'works offline'),
+        fact('Key', `${k.keyId} v${k.version}`),
+      ],
+    });
+  },
+});
+
 const TAB_LISTS = /** @type {Record<string, PagedList<any>[]>} */ ({
   access: [accessList],
   alarms: [alarmsList],
   problems: [failedList, rejectedList, refusalsList],
+  keys: [keysList],
 });
 
 // ---------------------------------------------------------------- rendering
@@ -1246,7 +1292,16 @@ function enterApp() {
 /** At load: a token from this tab's session is tried; without one, ask the gateway whether staff access is configured at all. */
 async function boot() {
   const fromHash = location.hash.slice(1);
-  if (['locks', 'access', 'alarms', 'problems', 'lockdown', 'staff'].includes(fromHash)) state.tab = fromHash;
+  if (['locks', 'access', 'alarms', 'problems', 'keys', 'lockdown', 'staff'].includes(fromHash)) state.tab = fromHash;
+  let searchTimer = 0;
+  $('keys-search').addEventListener('input', () => {
+    window.clearTimeout(searchTimer);
+    searchTimer = window.setTimeout(() => {
+      keysList.reset();
+      void refresh();
+    }, 250);
+  });
+  $('keys-filters').addEventListener('submit', (ev) => ev.preventDefault());
 
   $('signin-form').addEventListener('submit', (ev) => {
     ev.preventDefault();
@@ -1278,7 +1333,7 @@ async function boot() {
       void refresh();
     });
   }
-  for (const l of [accessList, alarmsList, failedList, rejectedList, refusalsList]) {
+  for (const l of [accessList, alarmsList, failedList, rejectedList, refusalsList, keysList]) {
     $(`${l.o.name}-more`).addEventListener('click', () => {
       l.more().catch((e) => {
         if (!handleAuthError(e)) void refresh();
