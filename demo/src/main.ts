@@ -363,7 +363,7 @@ async function main(): Promise<void> {
           ? '(sign in with your staff account)'
           : `(no staff account yet: create the first supervisor with the one-time setup code ${gateway.setupCode.code})`
       }`,
-      `    staff API token (automation, acts as staff): ${staffToken}`,
+      `    staff token: ${staffToken}   (API bearer for automation, acts as staff; people sign in with their accounts)`,
       `  Lock panel (simulated doors):   ${panel.url}/locks`,
       `  Seeded guest ${seed.personId} with PIN ${GUEST_PIN} for Room 101 (L1) and the Lobby (L3).`,
       '',
