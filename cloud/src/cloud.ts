@@ -20,6 +20,7 @@ import * as keys from './app/keys.js';
 import * as registry from './app/registry.js';
 import { rotateGatewayBrokerCredentials } from './app/broker-rotation.js';
 import * as reads from './app/reads.js';
+import { listStaffActions, type StaffActionFilter } from './adapters/db/staff-actions.js';
 import { Uplink } from './app/uplink.js';
 import { Heartbeat } from './app/heartbeat.js';
 import { DEFAULT_API_CONFIG, type ApiDeps } from './http/context.js';
@@ -248,6 +249,8 @@ function coreOf(config: CloudConfig, cloudDeps: CloudDeps) {
     listKeyHistory: (keyId: string) => keys.listKeyHistory(app(), keyId),
 
     listAudit: (opts: reads.AuditQuery = {}) => reads.listAudit(need(db), opts),
+    /** Gateway staff actions of the given sites (null: all), newest first (GET /staff-actions). */
+    listStaffActions: (sites: readonly string[] | null, f: StaffActionFilter) => listStaffActions(need(db), sites, f),
     listRejectedUplinks: (opts: { gatewayId?: string; limit?: number } = {}) => reads.listRejectedUplinks(need(db), opts),
     listUplinkGaps: (gatewayId: string) => reads.listUplinkGaps(need(db), gatewayId),
     listOutbox: (gatewayId: string) => reads.listOutbox(need(db), gatewayId),

@@ -365,8 +365,12 @@ async function main(): Promise<void> {
       `  Admin API:     ${api.url}   (OpenAPI: ${api.url}/openapi.json, interactive docs: ${api.url}/docs)`,
       `    admin token: ${adminToken.token}`,
       `  Gateway ${GATEWAY_ID} (site ${seed.siteId}):  ${gateway.httpUrl}/healthz   ${gateway.httpUrl}/metrics`,
-      `    staff web UI: ${gateway.httpUrl}/ui/   (sign in with the staff token)`,
-      `    staff token: ${staffToken}`,
+      `    staff web UI: ${gateway.httpUrl}/ui/   ${
+        gateway.setupCode === null
+          ? '(sign in with your staff account)'
+          : `(no staff account yet: create the first supervisor with the one-time setup code ${gateway.setupCode.code})`
+      }`,
+      `    staff token: ${staffToken}   (API bearer for automation, acts as staff; people sign in with their accounts)`,
       `  Lock panel (simulated doors):   ${panel.url}/locks`,
       `  Seeded guest ${seed.personId} with PIN ${GUEST_PIN} for Room 101 (L1) and the Lobby (L3).`,
       '',

@@ -112,6 +112,16 @@ export const GatewayConfig = z.strictObject({
       authFailures: z
         .strictObject({ max: z.int().min(1).max(10_000).default(10), windowSeconds: z.int().min(1).max(86_400).default(300) })
         .default({ max: 10, windowSeconds: 300 }),
+      /** The staff UI is reached over HTTPS (TLS here or at a proxy): the session cookie is `__Host-tobira_staff`, Secure. */
+      secureCookies: z.boolean().optional(),
+      /** A staff session ends after this long without a request (default 1800 s) ... */
+      sessionIdleSeconds: z.int().min(60).max(86_400).optional(),
+      /** ... and this long after sign-in, whatever happens (default 43200 s = 12 h). */
+      sessionMaxSeconds: z
+        .int()
+        .min(300)
+        .max(7 * 86_400)
+        .optional(),
     })
     .nullable()
     .default({ host: '127.0.0.1', port: 8080, authFailures: { max: 10, windowSeconds: 300 } }),
@@ -192,6 +202,8 @@ export function loadConfig(opts: { file?: string | undefined; env?: Env } = {}):
   num('TOBIRA_OFFLINE_GRACE_SECONDS', ['offlineGraceSeconds']);
   num('TOBIRA_HTTP_PORT', ['http', 'port']);
   str('TOBIRA_HTTP_HOST', ['http', 'host']);
+  if (env.TOBIRA_HTTP_SECURE_COOKIES !== undefined && env.TOBIRA_HTTP_SECURE_COOKIES !== '')
+    set(['http', 'secureCookies'], env.TOBIRA_HTTP_SECURE_COOKIES === 'true');
   const hosts = env.TOBIRA_HTTP_ALLOWED_HOSTS;
   if (hosts !== undefined && hosts !== '')
     set(

@@ -37,7 +37,10 @@ import { receiveDownlink, type DownlinkDeps } from './app/downlink.js';
 import { enqueueStatus } from './app/locks.js';
 import { purgeOld } from './app/retention.js';
 import { siteMessageRouter } from './app/site-requests.js';
+import { StaffAccounts } from './app/staff-accounts.js';
 import { ackAlarmLocally, setSiteMode } from './app/staff-actions.js';
+import { staffAudit } from './app/staff-audit.js';
+import { remoteUnlock } from './app/staff-unlock.js';
 import { health, staffStatus, type StaffStatusDeps } from './app/staff-status.js';
 import { UplinkSender, sendResyncRequest, type UplinkDeps } from './app/uplink.js';
 import type { GatewayConfig } from './config.js';
@@ -86,6 +89,14 @@ export interface Gateway {
   /** `cid`: the correlation id of the staff request (a fresh one when absent). */
   setMode(mode: SiteMode, by: string, cid?: string): { mode: SiteMode; changed: boolean };
   enqueueStatus(): boolean;
+  /**
+   * The one-time setup code of the first supervisor account, made at start
+   * while no staff account exists (null otherwise, and before start). Shown
+   * once by main.ts and the demo; only its hash is stored.
+   */
+  readonly setupCode: { readonly code: string; readonly expiresAt: number } | null;
+  /** Staff accounts and sessions (after start). */
+  readonly accounts: StaffAccounts;
   readonly cloudConnected: boolean;
   readonly siteConnected: boolean;
 }
@@ -108,6 +119,8 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
   let uplink: UplinkSender | null = null;
   let applyDeps: ApplyDeps | null = null;
   let storage: StorageGuard | null = null;
+  let accounts: StaffAccounts | null = null;
+  let setupCode: { code: string; expiresAt: number } | null = null;
   const timers: NodeJS.Timeout[] = [];
   let stopping = false;
   let applyScheduled = false;
@@ -141,6 +154,12 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
     metrics,
     get httpUrl() {
       return httpUrl;
+    },
+    get setupCode() {
+      return setupCode;
+    },
+    get accounts() {
+      return need(accounts);
     },
     get cloudConnected() {
       return cloud?.connected ?? false;
@@ -294,6 +313,35 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
         timeZone: config.timeZone ?? null,
       };
 
+      const audit = staffAudit(
+        s.db,
+        () => nowOf(base),
+        s.limits,
+        () => uplink?.wake(),
+      );
+      const acc = new StaffAccounts({
+        db: s.db,
+        now: () => nowOf(base),
+        log,
+        idleMs: (config.http?.sessionIdleSeconds ?? 1800) * 1000,
+        absoluteMs: (config.http?.sessionMaxSeconds ?? 43_200) * 1000,
+        audit,
+      });
+      accounts = acc;
+      setupCode = acc.issueSetupCode();
+      if (setupCode !== null)
+        runLog.warn({ expiresAt: setupCode.expiresAt }, 'no staff account yet: a one-time setup code was made (printed once on stdout)');
+      timers.push(
+        setInterval(() => {
+          try {
+            acc.purge();
+          } catch (e) {
+            runLog.error({ err: e }, 'session purge failed');
+          }
+        }, 60_000),
+      );
+      timers[timers.length - 1]?.unref();
+
       if (config.http !== null) {
         http = buildApp({
           registry: metrics.registry,
@@ -304,8 +352,25 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
           authFailures: config.http.authFailures,
           now: () => clock.now(),
           log,
-          setMode,
-          ackAlarm: (alarmId, by, cid) => ackAlarmLocally(base, alarmId, by, cid),
+          accounts: acc,
+          secureCookies: config.http.secureCookies,
+          setMode: (mode, by, cid, actor) => setSiteMode(ctx(), mode, by, cid, actor === undefined ? null : { actor, audit }),
+          ackAlarm: (alarmId, by, cid, actor) => ackAlarmLocally(base, alarmId, by, cid, actor === undefined ? null : { actor, audit }),
+          remoteUnlock: (lockId, reason, actor, cid) => {
+            const r = remoteUnlock(accessDeps, audit, actor, lockId, reason, cid);
+            if (r.status === 'applied') {
+              // after the commit, as a key decision's command (site-requests.ts publishAnswers)
+              const l = withCorrelation(log, cid, { lockId });
+              const link = site;
+              if (link === null)
+                l.warn({ commandId: r.command.commandId }, 'remote unlock recorded but the locks link is down: command not sent');
+              else
+                link
+                  .publish(topics.lock(config.gatewayId, lockId, 'command'), JSON.stringify(r.command), { qos: 1 })
+                  .catch((e: unknown) => l.warn({ err: String(e), commandId: r.command.commandId }, 'remote unlock command not published'));
+            }
+            return r;
+          },
           staff: { status: () => staffStatus(statusDeps), ...staffLists(s.db, () => nowOf(base)) },
           health: () => health(statusDeps),
         });

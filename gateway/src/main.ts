@@ -42,6 +42,12 @@ async function main(): Promise<void> {
   await gateway.start();
   // Tests wait for this line on stdout (pino JSON): it says the daemon took its config and opened its database.
   log.info({ gatewayId: config.gatewayId, http: gateway.httpUrl }, 'tobira-gateway ready');
+  // The setup code goes to the terminal (stderr: stdout is JSON lines), never into a log line.
+  const setup = gateway.setupCode;
+  if (setup !== null)
+    process.stderr.write(
+      `\nNo staff account yet. Open ${gateway.httpUrl ?? 'the staff UI'}/ui/ and create the first supervisor with this one-time setup code:\n\n    ${setup.code}\n\n(valid until ${new Date(setup.expiresAt).toISOString()}; a restart makes a new one)\n\n`,
+    );
 }
 
 /** Writes `<out>/tobira-site.passwd` (mode 0600: hashes, but still only for the broker) and `<out>/tobira-site.acl`. */

@@ -49,15 +49,17 @@ describe('staff read API over a real SQLite file', () => {
   const get = (url: string, headers: Record<string, string> = auth) => app.inject({ method: 'GET', url, headers });
 
   describe('when the caller is not staff', () => {
-    it('answers 503 STAFF_AUTH_NOT_CONFIGURED on every staff route when no token is configured, whatever the caller sends', async () => {
+    it('with no API token configured: a bearer token is answered 503 STAFF_AUTH_NOT_CONFIGURED, no credential at all 401', async () => {
       store.insertAccess(accessRow());
       const bare = staffAppOver(store, { staffToken: undefined });
       for (const url of STAFF_GETS) {
-        for (const headers of [{}, auth, { authorization: 'Bearer ' }]) {
+        for (const headers of [auth, { authorization: 'Bearer ' }]) {
           const r = await bare.inject({ method: 'GET', url, headers });
           expect(r.statusCode, url).toBe(503);
           expect(r.json()).toEqual({ code: 'STAFF_AUTH_NOT_CONFIGURED' });
         }
+        const none = await bare.inject({ method: 'GET', url });
+        expect([none.statusCode, none.json()], url).toEqual([401, { code: 'UNAUTHORIZED' }]);
       }
       await bare.close();
     });
@@ -226,6 +228,7 @@ describe('staff read API over a real SQLite file', () => {
         [
           'allowed',
           'at',
+          'by',
           'cid',
           'code',
           'commandExpiresAt',

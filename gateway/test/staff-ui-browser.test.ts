@@ -1,19 +1,23 @@
-import { connectMqtt, newId, topics, waitConnected } from '@tobira/shared';
+import { mkdirSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { asDoorId, asKeyId, asPersonId, checkLockCommand, connectMqtt, newId, topics, waitConnected } from '@tobira/shared';
 import type { Page } from 'playwright-core';
 import { describe, expect, it } from 'vitest';
 import { T0 } from './fixtures.js';
-import { PIN, STAFF_TOKEN, waitFor, type Running } from './harness.js';
+import { PIN, waitFor, type Running } from './harness.js';
 import { accessRow } from './staff-helpers.js';
-import { browserSuite } from './ui-browser.js';
+import { STAFF, browserSuite } from './ui-browser.js';
 
 /**
  * The staff web UI in a real Chromium (Debian's, never a downloaded build)
  * against a real running gateway (embedded broker, fake cloud, fake lock,
  * manual clock). Waits are Playwright's auto-waiting locators or waitFor:
- * no sleeps, no timing assertions. Set TOBIRA_UI_SCREENSHOT_DIR to keep a
- * screenshot of each screen for a person to look at.
+ * no sleeps, no timing assertions. A screenshot of each screen is kept in
+ * test-artifacts/screenshots (gitignored; TOBIRA_UI_SCREENSHOT_DIR to move it).
  */
-const SHOTS = process.env.TOBIRA_UI_SCREENSHOT_DIR;
+/** Screenshots of each screen, kept as test artifacts (gitignored); TOBIRA_UI_SCREENSHOT_DIR puts them elsewhere. */
+const SHOTS = process.env.TOBIRA_UI_SCREENSHOT_DIR ?? fileURLToPath(new URL('../../test-artifacts/screenshots', import.meta.url));
+mkdirSync(SHOTS, { recursive: true });
 const MARKUP_LOCK = '<img src=x onerror="window.__xss=1">';
 const MARKUP_CODE = '<img src=x onerror="window.__xss=2">';
 
@@ -36,73 +40,112 @@ describe('staff web UI in Chromium against a running gateway', () => {
     page.locator(`#banner[data-state="${state}"]`).filter({ hasText: text }).waitFor();
   const tab = (page: Page, name: string) => page.locator(`[data-tab="${name}"]`).click();
   const shot = async (page: Page, name: string) => {
-    if (SHOTS !== undefined) await page.screenshot({ path: `${SHOTS}/${name}.png` });
+    await page.screenshot({ path: `${SHOTS}/${name}.png` });
   };
-  const token = (page: Page) => page.evaluate<string | null>("sessionStorage.getItem('tobira.staffToken')");
+  const cookies = async (page: Page) => (await page.context().cookies()).map((c) => c.name);
 
   describe('signing in', () => {
-    it('redirects / to the sign-in screen; a wrong token gets a message and shows no data, the right one shows the gateway, sign-out forgets the token', async () => {
+    it('redirects / to the sign-in screen; a wrong password gets a message and shows no data, the right one shows the gateway, sign-out ends the session', async () => {
       const s = await start();
       const page = await open(s);
       expect(new URL(page.url()).pathname).toBe('/ui/');
       await page.locator('#screen-signin').waitFor();
 
-      await signIn(page, 'not-the-staff-token-000');
-      await page.locator('#signin-message').filter({ hasText: 'not accepted' }).waitFor();
+      await signIn(page, { username: 'aiko', password: 'not the password 000' });
+      await page.locator('#signin-message').filter({ hasText: 'Wrong username or password' }).waitFor();
       expect(await page.locator('#screen-app').isHidden()).toBe(true);
       expect(await page.locator('body').innerText()).not.toContain(s.f.gatewayId);
       expect(await page.locator('#locks-list > *').count()).toBe(0);
-      expect(await token(page)).toBeNull();
+      expect(await cookies(page)).toEqual([]);
 
       await signIn(page);
       await page.locator('#gateway-id').filter({ hasText: s.f.gatewayId }).waitFor();
       await page.locator('#locks-list [data-lock-id="lock-1"]').waitFor();
-      expect(await token(page)).toBe(STAFF_TOKEN);
+      await page.locator('#whoami').filter({ hasText: 'Aiko Tanaka · Supervisor' }).waitFor();
+      const [cookie] = await page.context().cookies();
+      expect(cookie).toMatchObject({ name: 'tobira_staff', httpOnly: true, sameSite: 'Strict' });
+      // the script cannot read the session
+      expect(await page.evaluate('document.cookie')).toBe('');
+      expect(await page.evaluate('sessionStorage.length + localStorage.length')).toBe(0);
 
-      // a reload in the same tab stays signed in (sessionStorage), with no token typed again
+      // a reload stays signed in (the cookie), with nothing typed again
       await page.reload();
       await page.locator('#gateway-id').filter({ hasText: s.f.gatewayId }).waitFor();
 
       await page.locator('#signout').click();
       await page.locator('#screen-signin').waitFor();
-      expect(await token(page)).toBeNull();
-      expect(await page.evaluate('sessionStorage.length')).toBe(0);
       expect(await page.locator('#screen-app').isHidden()).toBe(true);
       expect(await page.locator('#locks-list > *').count()).toBe(0);
       expect(await page.locator('#gateway-id').textContent()).toBe('');
+      // the old cookie value is dead on the server at once, not only forgotten by the browser
+      const r = await fetch(`${s.gw.httpUrl!}/staff/status`, { headers: { cookie: `tobira_staff=${cookie!.value}` } });
+      expect(r.status).toBe(401);
     });
 
-    it('goes back to sign-in, with a message and nothing shown, when the gateway stops accepting the token mid-session', async () => {
+    it('signs a staff member in without the staff accounts screen; a supervisor sees it', async () => {
       const s = await start();
       const page = await open(s);
+      await signIn(page, STAFF);
+      await page.locator('#whoami').filter({ hasText: 'Ken Sato · Staff' }).waitFor();
+      expect(await page.locator('#tabbtn-staff').isHidden()).toBe(true);
+      await shot(page, 'signed-in-staff-en');
+      await page.locator('#signout').click();
       await signIn(page);
-      await page.locator('#locks-list [data-lock-id="lock-1"]').waitFor();
-      // as if the staff token in the gateway's config had been changed since sign-in
-      await page.evaluate("sessionStorage.setItem('tobira.staffToken', 'an-old-staff-token-0000')");
-      await page.locator('#refresh').click();
-      await page.locator('#screen-signin').filter({ hasText: 'did not accept the staff token' }).waitFor();
-      expect(await token(page)).toBeNull();
-      expect(await page.locator('#locks-list > *').count()).toBe(0);
+      await page.locator('#tabbtn-staff').click();
+      await page.locator('#staff-list [data-account="ken"]').waitFor();
+      await shot(page, 'staff-accounts-en');
     });
 
-    it('says to wait, and signs in with nothing, once this address has tried too many wrong tokens (the right one included)', async () => {
-      const s = await start({ overrides: { http: { host: '127.0.0.1', port: 0, authFailures: { max: 2, windowSeconds: 300 } } } });
+    it('ends the session at once when a supervisor disables the account', async () => {
+      const s = await start();
       const page = await open(s);
-      for (const wrong of ['not-the-staff-token-001', 'not-the-staff-token-002']) {
-        await signIn(page, wrong);
-        await page.locator('#signin-message').filter({ hasText: 'not accepted' }).waitFor();
+      await signIn(page, STAFF);
+      await page.locator('#locks-list [data-lock-id="lock-1"]').waitFor();
+      const ken = s.gw.accounts.list().find((a) => a.username === 'ken')!;
+      const aiko = s.gw.accounts.list().find((a) => a.username === 'aiko')!;
+      const r = s.gw.accounts.setDisabled({ ...aiko, via: 'session' }, ken.accountId, true, 'test-disable');
+      expect(r.status).toBe('applied');
+      await page.locator('#refresh').click();
+      await page.locator('#screen-signin').filter({ hasText: 'Your session has ended' }).waitFor();
+      expect(await page.locator('#locks-list > *').count()).toBe(0);
+      await signIn(page, STAFF);
+      await page.locator('#signin-message').filter({ hasText: 'disabled' }).waitFor();
+    });
+
+    it('slows wrong passwords with a wait it names, and the supervisor still signs in from her own computer', async () => {
+      const s = await start();
+      const page = await open(s);
+      for (let i = 0; i < 3; i++) {
+        await signIn(page, { username: 'aiko', password: `wrong guess ${i}` });
+        await page.locator('#signin-message').filter({ hasText: 'Wrong username or password' }).waitFor();
+        await page.locator('#signin-message').evaluate((e) => (e.textContent = ''));
       }
       await signIn(page);
-      await page.locator('#signin-message').filter({ hasText: 'Too many wrong staff tokens' }).waitFor();
+      await page
+        .locator('#signin-message')
+        .filter({ hasText: /Wait \d+ seconds/ })
+        .waitFor();
       expect(await page.locator('#screen-app').isHidden()).toBe(true);
-      expect(await token(page)).toBeNull();
+      // the guesser was this browser's address; once the wait is over the owner signs in
+      s.f.clock.advance(2000);
+      await signIn(page);
+      await page.locator('#gateway-id').filter({ hasText: s.f.gatewayId }).waitFor();
     });
 
-    it('says staff access is not configured, and names the config key, when the gateway has no staff token', async () => {
-      const s = await start({ overrides: { staffToken: undefined } as never });
+    it('shows the setup form while there is no account, and the setup code creates the first supervisor', async () => {
+      const s = await start({ accounts: false });
       const page = await open(s);
-      await page.locator('#screen-unconfigured').filter({ hasText: 'staffToken' }).waitFor();
-      expect(await page.locator('#screen-signin').isHidden()).toBe(true);
+      await page.locator('#screen-setup').waitFor();
+      await shot(page, 'setup-en');
+      await page.locator('#setup-code').fill('WRONG-CODE');
+      await page.locator('#setup-username').fill('aiko');
+      await page.locator('#setup-display').fill('Aiko Tanaka');
+      await page.locator('#setup-password').fill('supervisor password 1');
+      await page.locator('#setup-form button[type=submit]').click();
+      await page.locator('#setup-message').filter({ hasText: 'not valid' }).waitFor();
+      await page.locator('#setup-code').fill(s.gw.setupCode!.code);
+      await page.locator('#setup-form button[type=submit]').click();
+      await page.locator('#whoami').filter({ hasText: 'Aiko Tanaka · Supervisor' }).waitFor();
     });
   });
 
@@ -257,6 +300,132 @@ describe('staff web UI in Chromium against a running gateway', () => {
     });
   });
 
+  describe('remote unlock', () => {
+    it('a supervisor opens one door with a reason: an HMAC command reaches the lock, the feed and the audit name her; refusals are shown', async () => {
+      const s = await start();
+      await provision(s);
+      const page = await open(s);
+      await signIn(page);
+      const card = page.locator('#locks-list [data-lock-id="lock-1"]');
+      // offline lock: refused with its code, nothing sent
+      await card.locator('button.unlock').click();
+      await page.locator('#confirm-input').fill('guest locked out, room 101');
+      await page.locator('#confirm-ok').click();
+      await page.locator('#confirm-error').filter({ hasText: 'LOCK_OFFLINE' }).waitFor();
+      await page.locator('#confirm-cancel').click();
+      expect(s.lock.commands).toEqual([]);
+
+      await s.lock.publish('presence', { online: true }, true);
+      await waitFor(() => s.gw.store.lock('lock-1')?.online === true, 'lock online');
+      await card.locator('button.unlock').click();
+      await page.locator('#confirm-ok').click();
+      await page.locator('#confirm-error').filter({ hasText: 'reason' }).waitFor();
+      await page.locator('#confirm-input').fill('guest locked out, room 101');
+      await shot(page, 'remote-unlock-confirm-en');
+      await page.locator('#confirm-ok').click();
+      await page.locator('#locks-result').filter({ hasText: 'Unlock sent' }).waitFor();
+      await waitFor(() => s.lock.commands.length === 1, 'the lock got the command');
+      const cmd = s.lock.commands[0]!;
+      expect(cmd).toMatchObject({ lockId: 'lock-1', action: 'unlock' });
+      expect(checkLockCommand(s.f.lockSecret, cmd, { lockId: 'lock-1', now: s.f.clock.now(), seen: new Set<string>() })).toEqual({
+        ok: true,
+      });
+
+      await tab(page, 'access');
+      const row = page.locator('#access-list > li').filter({ hasText: 'Opened remotely by a supervisor' });
+      await row.filter({ hasText: 'Aiko Tanaka' }).filter({ hasText: 'guest locked out, room 101' }).waitFor();
+      await shot(page, 'remote-unlock-feed-en');
+      const events = s.gw.store.db.prepare("SELECT code, by_staff FROM access_log WHERE code = 'REMOTE_UNLOCK'").all();
+      expect(events).toHaveLength(1);
+      const outbox = s.gw.store.db.prepare("SELECT body FROM outbox WHERE type = 'access.event'").all() as { body: string }[];
+      const sent = outbox
+        .map((o) => JSON.parse(o.body) as { code: string; by?: { name: string; reason: string } })
+        .filter((b) => b.code === 'REMOTE_UNLOCK');
+      expect(sent.map((b) => b.by)).toEqual([expect.objectContaining({ name: 'Aiko Tanaka', reason: 'guest locked out, room 101' })]);
+      expect(s.gw.store.db.prepare("SELECT result, code FROM staff_actions WHERE action = 'remote_unlock' ORDER BY id").all()).toEqual([
+        { result: 'refused', code: 'LOCK_OFFLINE' },
+        { result: 'applied', code: null },
+      ]);
+    });
+
+    it('a staff member sees no unlock button, and a hand-made POST is refused 403 NOT_SUPERVISOR, and without the CSRF token 403 too', async () => {
+      const s = await start();
+      await provision(s);
+      await s.lock.publish('presence', { online: true }, true);
+      await waitFor(() => s.gw.store.lock('lock-1')?.online === true, 'lock online');
+      const page = await open(s);
+      await signIn(page, STAFF);
+      await page.locator('#locks-list [data-lock-id="lock-1"]').waitFor();
+      expect(await page.locator('button.unlock').count()).toBe(0);
+      const csrf = await page.evaluate(async () => {
+        const r = await fetch('/staff/session');
+        return ((await r.json()) as { csrfToken: string }).csrfToken;
+      });
+      const post = (headers: Record<string, string>) =>
+        page.evaluate(
+          async ([h]) => {
+            const r = await fetch('/staff/locks/lock-1/unlock', {
+              method: 'POST',
+              headers: h,
+              body: JSON.stringify({ reason: 'let me in' }),
+            });
+            return { status: r.status, body: (await r.json()) as unknown };
+          },
+          [headers] as const,
+        );
+      expect(await post({ 'content-type': 'application/json', 'x-csrf-token': csrf })).toEqual({
+        status: 403,
+        body: { code: 'NOT_SUPERVISOR' },
+      });
+      expect(await post({ 'content-type': 'application/json' })).toEqual({ status: 403, body: { code: 'CSRF_TOKEN_INVALID' } });
+      expect(s.lock.commands).toEqual([]);
+      expect(s.gw.store.db.prepare("SELECT count(*) AS n FROM access_log WHERE code = 'REMOTE_UNLOCK'").get()).toEqual({ n: 0 });
+    });
+
+    it('is refused during lockdown (SITE_LOCKDOWN) and allowed, with a warning, while failing closed', async () => {
+      const s = await start();
+      await s.lock.publish('presence', { online: true }, true);
+      await waitFor(() => s.gw.store.lock('lock-1')?.online === true, 'lock online');
+      const page = await open(s);
+      await signIn(page);
+      // no lease yet: failing closed
+      await banner(page, 'failing', 'FAILING CLOSED');
+      const card = page.locator('#locks-list [data-lock-id="lock-1"]');
+      await card.locator('button.unlock').click();
+      await page.locator('#confirm-text').filter({ hasText: 'WARNING' }).waitFor();
+      await page.locator('#confirm-input').fill('fire brigade at the door');
+      await page.locator('#confirm-ok').click();
+      await page.locator('#locks-result').filter({ hasText: 'failing closed' }).waitFor();
+      await waitFor(() => s.lock.commands.length === 1, 'the lock got the command');
+
+      s.gw.setMode('lockdown', 'test');
+      await card.locator('button.unlock').click();
+      await page.locator('#confirm-input').fill('one more');
+      await page.locator('#confirm-ok').click();
+      await page.locator('#confirm-error').filter({ hasText: 'SITE_LOCKDOWN' }).waitFor();
+      expect(s.lock.commands).toHaveLength(1);
+    });
+  });
+
+  describe('keys on site', () => {
+    it('lists the keys the gateway holds with person, doors, validity and status, searchable, without the credential', async () => {
+      const s = await start();
+      await provision(s);
+      await s.cloud.grant({ keyId: asKeyId('key-guest-aiko'), personId: asPersonId('guest-aiko'), doors: [asDoorId('door-1')] });
+      await waitFor(() => s.gw.store.keyCounts().active >= 2, 'second key applied');
+      const page = await open(s);
+      await signIn(page);
+      await tab(page, 'keys');
+      const row = page.locator('#keys-list > li[data-key-id="key-guest-aiko"]');
+      await row.filter({ hasText: 'guest-aiko' }).filter({ hasText: 'door-1' }).filter({ hasText: 'VALID' }).waitFor();
+      await shot(page, 'keys-en');
+      expect(await page.locator('#keys-list > li').count()).toBe(2);
+      await page.locator('#keys-search').fill('aiko');
+      await waitFor(async () => (await page.locator('#keys-list > li').count()) === 1, 'search narrows the list');
+      expect(await page.locator('#tab-keys').innerText()).not.toContain(s.f.digest(PIN));
+    });
+  });
+
   describe('lockdown', () => {
     it('asks for a reason, switches the site to lockdown (doors then answer SITE_LOCKDOWN) and back to normal', async () => {
       const s = await start();
@@ -321,8 +490,12 @@ describe('staff web UI in Chromium against a running gateway', () => {
       await page.locator('#alarms-result').filter({ hasText: 'Acknowledged' }).waitFor();
       expect(await row.locator('button.ack').count()).toBe(0);
       expect(s.gw.store.db.prepare('SELECT closed_by FROM alarms WHERE alarm_id = ?').get(alarmId)).toEqual({
-        closed_by: 'staff: guard checked, door shut',
+        closed_by: 'Aiko Tanaka: guard checked, door shut',
       });
+      // and the gateway's staff audit names who did it
+      expect(s.gw.store.db.prepare("SELECT actor_name, target FROM staff_actions WHERE action = 'ack_alarm'").all()).toEqual([
+        { actor_name: 'Aiko Tanaka', target: alarmId },
+      ]);
       await waitFor(async () => (await page.locator('#count-alarms').textContent()) === '', 'open-alarm count cleared');
     });
   });

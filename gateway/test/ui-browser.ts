@@ -1,7 +1,26 @@
 import { startMqttBackend, type MqttTestBroker } from '@tobira/shared/testing';
 import { chromium, type Browser, type BrowserContext, type BrowserContextOptions, type Page } from 'playwright-core';
 import { afterAll, afterEach, beforeAll, beforeEach, expect } from 'vitest';
-import { STAFF_TOKEN, runSite, type Running } from './harness.js';
+import { runSite, type Running } from './harness.js';
+
+/** The accounts every browser test's gateway has (made through the setup code and a supervisor). */
+export const SUPERVISOR = { username: 'aiko', displayName: 'Aiko Tanaka', password: 'supervisor password 1' } as const;
+export const STAFF = { username: 'ken', displayName: 'Ken Sato', password: 'front desk password 2' } as const;
+
+/** The first supervisor through the gateway's one-time setup code, then a staff member she creates. */
+export async function makeAccounts(s: Running): Promise<void> {
+  const code = s.gw.setupCode;
+  if (code === null) throw new Error('no setup code: the gateway has accounts already');
+  const sup = await s.gw.accounts.setup({ code: code.code, ...SUPERVISOR }, '127.0.0.1', 'test-setup');
+  if (sup.status !== 'applied') throw new Error(`setup refused: ${sup.code}`);
+  const { accountId, username, displayName, role } = sup.account;
+  const made = await s.gw.accounts.create(
+    { accountId, username, displayName, role, via: 'session' },
+    { ...STAFF, role: 'staff' },
+    'test-setup',
+  );
+  if (made.status !== 'applied') throw new Error(`account refused: ${made.code}`);
+}
 
 /** Debian's Chromium, never a downloaded build. */
 export const CHROMIUM = process.env.TOBIRA_CHROMIUM ?? '/usr/bin/chromium';
@@ -42,9 +61,11 @@ export function browserSuite() {
     get broker(): MqttTestBroker {
       return broker;
     },
-    /** A gateway on this test's broker (closed after the test). */
-    async start(opts: Parameters<typeof runSite>[3] = {}): Promise<Running> {
-      site = await runSite(broker.url, broker.url, broker.unique, opts);
+    /** A gateway on this test's broker (closed after the test), with the two accounts unless `accounts: false`. */
+    async start(opts: Parameters<typeof runSite>[3] & { accounts?: boolean } = {}): Promise<Running> {
+      const { accounts, ...rest } = opts;
+      site = await runSite(broker.url, broker.url, broker.unique, rest);
+      if (accounts !== false) await makeAccounts(site);
       return site;
     },
     /** A page on the gateway's `/`, in a fresh context (closed after the test). */
@@ -61,8 +82,9 @@ export function browserSuite() {
       await page.goto(`${s.gw.httpUrl!}/`);
       return page;
     },
-    async signIn(page: Page, token = STAFF_TOKEN): Promise<void> {
-      await page.locator('#signin-token').fill(token);
+    async signIn(page: Page, who: { username: string; password: string } = SUPERVISOR): Promise<void> {
+      await page.locator('#signin-username').fill(who.username);
+      await page.locator('#signin-password').fill(who.password);
       await page.locator('#signin-form button[type=submit]').click();
     },
   };

@@ -5,8 +5,11 @@
  * Rules this file keeps:
  * - Every value from the API goes into the page as text (`el()` / textContent),
  *   never through innerHTML, so a lock id or a code cannot inject markup.
- * - The staff token lives in sessionStorage only (gone with the tab) and is
- *   sent as `Authorization: Bearer`; 401 sends the user back to sign in.
+ * - Each person signs in with their own account: the session is an HttpOnly
+ *   cookie this script never sees; every state-changing call carries the
+ *   session's CSRF token (`X-CSRF-Token`, kept in memory only); 401 sends the
+ *   user back to sign in. What a role may do is decided by the gateway:
+ *   hidden buttons are only a convenience.
  * - Data is never shown as current when the gateway stopped answering: the
  *   banner turns to "status unknown" and the age of what is shown is stated.
  *
@@ -24,6 +27,7 @@ export const DECISION_WORDS = Object.freeze({
   OUTSIDE_SCHEDULE: 'Key is not valid at this time of the week',
   DOOR_NOT_PERMITTED: 'Key does not open this door',
   SITE_LOCKDOWN: 'Site is in lockdown: only staff master keys open doors',
+  REMOTE_UNLOCK: 'Opened remotely by a supervisor',
   CLOUD_STALE: 'Refused because the gateway is not in sync with the cloud (failing closed)',
   LOCKED_OUT: 'Too many wrong tries at this lock, or with this kind of credential across the site: it is cooling down',
   BAD_REQUEST: 'The lock sent a malformed request',
@@ -83,7 +87,6 @@ export function alarmWords(kind) {
   return Object.prototype.hasOwnProperty.call(ALARM_WORDS, kind) ? ALARM_WORDS[/** @type {keyof typeof ALARM_WORDS} */ (kind)] : kind;
 }
 
-const TOKEN_KEY = 'tobira.staffToken';
 const REFRESH_MS = 5000;
 const PAGE = 50;
 
@@ -93,11 +96,14 @@ class ApiError extends Error {
    * @param {number} status
    * @param {string} code
    * @param {string} [detail]
+   * @param {any} [body]
    */
-  constructor(status, code, detail) {
+  constructor(status, code, detail, body) {
     super(`${status} ${code}${detail ? `: ${detail}` : ''}`);
     this.status = status;
     this.code = code;
+    this.detail = detail;
+    this.body = body;
   }
 }
 
@@ -110,10 +116,10 @@ class ApiError extends Error {
 async function api(path, opts = {}) {
   /** @type {Record<string, string>} */
   const headers = { accept: 'application/json' };
-  const token = sessionStorage.getItem(TOKEN_KEY);
-  if (token !== null) headers.authorization = `Bearer ${token}`;
+  const method = opts.method ?? 'GET';
+  if (method !== 'GET' && state.me !== null) headers['x-csrf-token'] = state.me.csrfToken;
   /** @type {RequestInit} */
-  const init = { method: opts.method ?? 'GET', headers, cache: 'no-store', signal: AbortSignal.timeout(8000) };
+  const init = { method, headers, cache: 'no-store', credentials: 'same-origin', signal: AbortSignal.timeout(8000) };
   if (opts.body !== undefined) {
     headers['content-type'] = 'application/json';
     init.body = JSON.stringify(opts.body);
@@ -131,6 +137,7 @@ async function api(path, opts = {}) {
       res.status,
       typeof json?.code === 'string' ? json.code : `HTTP_${res.status}`,
       typeof json?.detail === 'string' ? json.detail : undefined,
+      json,
     );
   return json;
 }
@@ -263,7 +270,15 @@ function fmtDuration(seconds) {
  *   storage?: { low: boolean, freeBytes: number | null, minFreeBytes: number } }} Status
  */
 
+/**
+ * @typedef {{ accountId: string | null, username: string, displayName: string, role: 'staff' | 'supervisor' }} Me
+ * @typedef {{ accountId: string, username: string, displayName: string, role: 'staff' | 'supervisor', disabled: boolean,
+ *   disabledAt: number | null, createdAt: number, createdBy: string }} Account
+ */
+
 const state = {
+  /** The signed-in person and the session's CSRF token (memory only). @type {{ account: Me, csrfToken: string } | null} */
+  me: null,
   /** @type {Status | null} */
   status: null,
   /** performance.now() when `status` arrived (the lease counts down from there). */
@@ -366,7 +381,8 @@ const desc = (a, b) => b - a;
 
 /**
  * @typedef {{ eventId: string, at: number, lockId: string, doorId: string | null, requestId: string, allowed: boolean,
- *   code: string, keyId: string | null, personId: string | null, credentialType: string | null }} AccessEvent
+ *   code: string, keyId: string | null, personId: string | null, credentialType: string | null,
+ *   by?: { accountId: string, name: string, reason: string } | null }} AccessEvent
  * @typedef {{ alarmId: string, lockId: string, doorId: string | null, kind: string, status: 'open' | 'closed', at: number,
  *   receivedAt: number, closedAt: number | null, closedBy: string | null }} Alarm
  * @typedef {{ jti: string, type: string, seq: number | null, keyId: string | null, keyVersion: number | null, attempts: number,
@@ -441,6 +457,8 @@ const accessList = new PagedList({
         ...whereAndWhen(e),
         e.personId !== null && fact('Person', e.personId),
         e.credentialType !== null && fact('Credential', e.credentialType),
+        e.by != null && fact('By', e.by.name),
+        e.by != null && fact('Reason', e.by.reason),
         el('code', { class: 'code' }, e.code),
       ],
     }),
@@ -561,10 +579,56 @@ const refusalsList = new PagedList({
     ),
 });
 
+/**
+ * @typedef {{ keyId: string, version: number, status: 'active' | 'revoked', validity: 'not_yet_valid' | 'valid' | 'expired',
+ *   personId: string, credentialType: string, doors: string[], validFrom: number, validUntil: number,
+ *   schedule: { timeZone: string, windows: { days: number[], start: string, end: string }[] } | null, offlineCapable: boolean }} SiteKey
+ */
+
+const DAY_NAMES = ['Sun', 'Mon', 'Tue', 'Wed', 'Thu', 'Fri', 'Sat'];
+
+/** @type {PagedList<SiteKey>} */
+const keysList = new PagedList({
+  path: '/staff/keys',
+  name: 'keys',
+  key: (k) => k.keyId,
+  order: (a, b) => (a.keyId < b.keyId ? -1 : a.keyId > b.keyId ? 1 : 0),
+  params: () => {
+    /** @type {Record<string, string>} */
+    const p = {};
+    const q = /** @type {HTMLInputElement} */ ($('keys-search')).value.trim();
+    if (q !== '') p.q = q;
+    return p;
+  },
+  render: (k) => {
+    const usable = k.status === 'active' && k.validity === 'valid';
+    const badge = k.status === 'revoked' ? 'REVOKED' : k.validity === 'valid' ? 'VALID' : k.validity === 'expired' ? 'EXPIRED' : 'NOT YET';
+    const schedule =
+      k.schedule === null
+        ? 'any time'
+        : k.schedule.windows.map((w) => `${w.days.map((d) => DAY_NAMES[d] ?? String(d)).join(' ')} ${w.start}–${w.end}`).join(', ');
+    return listRow({
+      tone: usable ? 'ok' : 'closed',
+      badge: [usable ? 'ok' : 'off', badge],
+      data: { keyId: k.keyId },
+      title: k.personId,
+      facts: [
+        fact('Doors', k.doors.join(', ')),
+        fact('Valid', `${fmtTime(k.validFrom)} – ${fmtTime(k.validUntil)}`),
+        fact('Schedule', schedule),
+        fact('Credential', k.credentialType),
+        k.offlineCapable && fact('Staff master key', 'works offline'),
+        fact('Key', `${k.keyId} v${k.version}`),
+      ],
+    });
+  },
+});
+
 const TAB_LISTS = /** @type {Record<string, PagedList<any>[]>} */ ({
   access: [accessList],
   alarms: [alarmsList],
   problems: [failedList, rejectedList, refusalsList],
+  keys: [keysList],
 });
 
 // ---------------------------------------------------------------- rendering
@@ -725,6 +789,7 @@ function drawLocks(locks) {
           ),
         l.openAlarms > 0 && el('div', null, el('dt', null, 'Open alarms'), el('dd', { class: 'bad' }, String(l.openAlarms))),
       ),
+      unlockButton(l),
     );
   });
   $('locks-list').replaceChildren(...cards);
@@ -742,21 +807,77 @@ function drawLocks(locks) {
   }
 }
 
-// ---------------------------------------------------------------- screens
-
-/** @param {'loading' | 'signin' | 'unconfigured' | 'app'} name */
-function show(name) {
-  for (const s of ['loading', 'signin', 'unconfigured', 'app']) $(`screen-${s}`).hidden = s !== name;
+/**
+ * The remote unlock button of a lock card: supervisors only (the gateway checks the role again).
+ * @param {Lock} l
+ * @returns {HTMLElement | null}
+ */
+function unlockButton(l) {
+  if (state.me?.account.role !== 'supervisor') return null;
+  const b = el('button', { class: 'unlock', data: { unlock: l.lockId } }, 'Unlock once…');
+  b.addEventListener('click', () => unlockOnce(l));
+  return b;
 }
 
-/** Forgets the token and every value shown, stops refreshing. @param {string} message */
+/** Why a remote unlock was refused, in plain words (the codes of POST /staff/locks/:lockId/unlock). */
+export const UNLOCK_REFUSED_WORDS = Object.freeze({
+  NOT_SUPERVISOR: 'Only a supervisor can open a door remotely.',
+  REASON_REQUIRED: 'Please give a reason.',
+  LOCK_NOT_FOUND: 'This gateway does not know that lock.',
+  LOCK_OFFLINE: 'The lock is offline: the command could not reach it. Nothing was sent.',
+  SITE_LOCKDOWN: 'The site is in lockdown. End the lockdown first to open a door.',
+});
+
+/** @param {Lock} l */
+function unlockOnce(l) {
+  const failing = state.status?.failClosed === true;
+  confirmDialog({
+    title: `Unlock ${l.doorId ?? l.lockId} once?`,
+    text:
+      'The door opens for one entry, as a valid key would. Your name and the reason are recorded in the audit.' +
+      (failing
+        ? ' WARNING: the gateway is failing closed (not in sync with the cloud). Remote unlock still works, but make sure the person may enter.'
+        : ''),
+    inputLabel: 'Reason (required, recorded)',
+    required: true,
+    ok: 'Unlock now',
+    act: async (reason) => {
+      try {
+        /** @type {{ warning: string | null }} */
+        const r = await api(`/staff/locks/${encodeURIComponent(l.lockId)}/unlock`, { method: 'POST', body: { reason } });
+        setText(
+          $('locks-result'),
+          `Unlock sent to ${l.doorId ?? l.lockId} at ${fmtTime(Date.now())}.` +
+            (r.warning === 'FAILING_CLOSED' ? ' The site is failing closed: this was recorded with a warning.' : ''),
+        );
+        void refresh();
+        return null;
+      } catch (e) {
+        if (e instanceof ApiError && Object.prototype.hasOwnProperty.call(UNLOCK_REFUSED_WORDS, e.code))
+          return `${UNLOCK_REFUSED_WORDS[/** @type {keyof typeof UNLOCK_REFUSED_WORDS} */ (e.code)]} (${e.code})`;
+        return write(async () => {
+          throw e;
+        });
+      }
+    },
+  });
+}
+
+// ---------------------------------------------------------------- screens
+
+/** @param {'loading' | 'signin' | 'setup' | 'unconfigured' | 'app'} name */
+function show(name) {
+  for (const s of ['loading', 'signin', 'setup', 'unconfigured', 'app']) $(`screen-${s}`).hidden = s !== name;
+}
+
+/** Forgets who is signed in and every value shown, stops refreshing. @param {string} message */
 function toSignIn(message) {
-  sessionStorage.removeItem(TOKEN_KEY);
+  state.me = null;
   stopRefreshing();
   clearData();
   setText($('signin-message'), message);
   show('signin');
-  /** @type {HTMLInputElement} */ ($('signin-token')).focus();
+  /** @type {HTMLInputElement} */ ($('signin-username')).focus();
 }
 
 function clearData() {
@@ -770,6 +891,10 @@ function clearData() {
   setText($('time-zone'), '');
   setText($('mode-result'), '');
   setText($('alarms-result'), '');
+  setText($('staff-result'), '');
+  setText($('locks-result'), '');
+  setText($('whoami'), '');
+  $('staff-list').replaceChildren();
   $('conn-error').hidden = true;
   drawBanner();
 }
@@ -783,16 +908,12 @@ function clearData() {
  */
 function handleAuthError(e) {
   if (!(e instanceof ApiError)) return false;
-  if (e.status === 401) {
-    toSignIn('The gateway did not accept the staff token. Sign in again.');
-    return true;
-  }
-  if (e.status === 429 && e.code === 'AUTH_RATE_LIMITED') {
-    toSignIn('Too many wrong staff tokens were tried from this computer. Wait a few minutes, then sign in again.');
+  if (e.status === 401 || (e.status === 403 && e.code === 'CSRF_TOKEN_INVALID')) {
+    toSignIn('Your session has ended (signed out, timed out, or the account was changed). Sign in again.');
     return true;
   }
   if (e.status === 503 && e.code === 'STAFF_AUTH_NOT_CONFIGURED') {
-    sessionStorage.removeItem(TOKEN_KEY);
+    state.me = null;
     stopRefreshing();
     clearData();
     show('unconfigured');
@@ -837,7 +958,7 @@ function refresh() {
       // the zone first, so the lists below are drawn in it; lists drawn before in another zone are drawn again
       if (useTimeZone(/** @type {Status} */ (status).timeZone))
         for (const lists of Object.values(TAB_LISTS)) for (const l of lists) l.draw();
-      await Promise.all((TAB_LISTS[state.tab] ?? []).map((l) => l.refresh()));
+      await Promise.all([...(TAB_LISTS[state.tab] ?? []).map((l) => l.refresh()), state.tab === 'staff' ? refreshAccounts() : null]);
       if (!state.running) return;
       state.status = /** @type {Status} */ (status);
       state.statusAtMono = performance.now();
@@ -1005,33 +1126,164 @@ function acknowledge(a) {
 }
 
 /**
- * Signs in with the token typed (kept in sessionStorage), or shows why not.
- * @param {string} token
+ * Signs in with the username and password typed, or shows why not.
+ * @param {string} username
+ * @param {string} password
  */
-async function signIn(token) {
-  sessionStorage.setItem(TOKEN_KEY, token);
+async function signIn(username, password) {
   setText($('signin-message'), '');
   try {
-    await api('/staff/status');
+    state.me = await api('/staff/session', { method: 'POST', body: { username, password } });
   } catch (e) {
-    if (e instanceof ApiError && e.status === 401) {
-      toSignIn('That staff token was not accepted.');
-      return;
-    }
-    if (handleAuthError(e)) return;
-    sessionStorage.removeItem(TOKEN_KEY);
-    setText(
-      $('signin-message'),
-      e instanceof ApiError && e.status === 0
-        ? 'The gateway is not answering. Try again.'
-        : `Sign-in failed: ${e instanceof ApiError ? e.code : String(e)}`,
-    );
+    setText($('signin-message'), signInError(e));
     return;
   }
   enterApp();
 }
 
+/**
+ * @param {unknown} e
+ * @returns {string}
+ */
+function signInError(e) {
+  if (!(e instanceof ApiError)) return String(e);
+  if (e.status === 0) return 'The gateway is not answering. Try again.';
+  if (e.code === 'BAD_CREDENTIALS') return 'Wrong username or password.';
+  if (e.code === 'ACCOUNT_DISABLED') return 'This account is disabled. Ask a supervisor.';
+  if (e.code === 'SIGN_IN_THROTTLED')
+    return `Too many wrong tries from this computer. Wait ${e.body?.retryAfterSeconds ?? 'a few'} seconds, then try again.`;
+  if (e.code === 'SETUP_CODE_INVALID') return 'That setup code is not valid (or it expired: restart the gateway for a new one).';
+  if (e.code === 'SETUP_ALREADY_DONE') return 'Staff access is already set up. Sign in instead.';
+  if (e.code === 'WEAK_PASSWORD') return `The password is too weak: ${e.detail ?? 'at least 12 characters'}.`;
+  if (e.code === 'BAD_REQUEST') return `Please check the fields: ${e.detail ?? ''}`;
+  return `Sign-in failed: ${e.code}`;
+}
+
+async function setUpFirst() {
+  /** @param {string} id */
+  const v = (id) => /** @type {HTMLInputElement} */ ($(id)).value;
+  setText($('setup-message'), '');
+  try {
+    state.me = await api('/staff/setup', {
+      method: 'POST',
+      body: { code: v('setup-code'), username: v('setup-username'), displayName: v('setup-display'), password: v('setup-password') },
+    });
+  } catch (e) {
+    setText($('setup-message'), signInError(e));
+    return;
+  }
+  /** @type {HTMLFormElement} */ ($('setup-form')).reset();
+  enterApp();
+}
+
+async function signOut() {
+  try {
+    await api('/staff/session', { method: 'DELETE' });
+  } catch {
+    // the session is forgotten here either way; the gateway ends it at its timeout
+  }
+  toSignIn('Signed out.');
+}
+
+// ---------------------------------------------------------------- staff accounts (supervisors)
+
+async function refreshAccounts() {
+  if (state.me?.account.role !== 'supervisor') return;
+  /** @type {{ items: Account[] }} */
+  const r = await api('/staff/accounts');
+  $('staff-list').replaceChildren(...r.items.map(accountRow));
+}
+
+/** @param {Account} a */
+function accountRow(a) {
+  const self = a.accountId === state.me?.account.accountId;
+  const toggle = el(
+    'button',
+    { class: a.disabled ? '' : 'danger', data: { act: a.disabled ? 'enable' : 'disable' } },
+    a.disabled ? 'Enable' : 'Disable',
+  );
+  toggle.addEventListener('click', () => changeAccount(a, a.disabled ? 'enable' : 'disable'));
+  const reset = el('button', { data: { act: 'password' } }, 'Reset password');
+  reset.addEventListener('click', () => resetPassword(a));
+  return listRow({
+    tone: a.disabled ? 'closed' : 'ok',
+    badge: a.disabled ? ['off', 'Disabled'] : a.role === 'supervisor' ? ['sup', 'Supervisor'] : ['staff', 'Staff'],
+    data: { account: a.username },
+    title: `${a.displayName}${self ? ' (you)' : ''}`,
+    facts: [fact('Username', a.username), fact('Created', fmtTime(a.createdAt)), fact('By', a.createdBy)],
+    after: el('div', { class: 'row-actions' }, toggle, reset),
+  });
+}
+
+/**
+ * @param {Account} a
+ * @param {'enable' | 'disable'} verb
+ */
+function changeAccount(a, verb) {
+  confirmDialog({
+    title: verb === 'disable' ? `Disable ${a.displayName}?` : `Enable ${a.displayName}?`,
+    text: verb === 'disable' ? 'They are signed out at once and cannot sign in until enabled again.' : 'They can sign in again.',
+    inputLabel: 'Note (optional)',
+    required: false,
+    ok: verb === 'disable' ? 'Disable' : 'Enable',
+    act: () =>
+      write(async () => {
+        /** @type {{ status: string }} */
+        const r = await api(`/staff/accounts/${encodeURIComponent(a.accountId)}/${verb}`, { method: 'POST' });
+        setText(
+          $('staff-result'),
+          r.status === 'applied' ? `${a.displayName}: ${verb === 'disable' ? 'disabled' : 'enabled'}.` : 'Nothing changed.',
+        );
+        await refresh();
+      }),
+  });
+}
+
+/** @param {Account} a */
+function resetPassword(a) {
+  confirmDialog({
+    title: `New password for ${a.displayName}`,
+    text: 'Their open sessions end. Tell them the new password in person.',
+    inputLabel: 'New password (at least 12 characters)',
+    required: true,
+    ok: 'Set password',
+    act: (password) =>
+      write(async () => {
+        await api(`/staff/accounts/${encodeURIComponent(a.accountId)}/password`, { method: 'POST', body: { password } });
+        setText($('staff-result'), `${a.displayName}: password set.`);
+      }),
+  });
+}
+
+async function createAccount() {
+  /** @param {string} id */
+  const v = (id) => /** @type {HTMLInputElement} */ ($(id)).value;
+  setText($('staff-create-message'), '');
+  try {
+    /** @type {{ account: Account }} */
+    const r = await api('/staff/accounts', {
+      method: 'POST',
+      body: { username: v('new-username'), displayName: v('new-display'), role: v('new-role'), password: v('new-password') },
+    });
+    /** @type {HTMLFormElement} */ ($('staff-create')).reset();
+    setText($('staff-result'), `Account created: ${r.account.displayName} (${r.account.username}).`);
+    await refresh();
+  } catch (e) {
+    if (handleAuthError(e)) return;
+    setText(
+      $('staff-create-message'),
+      e instanceof ApiError && e.code === 'USERNAME_TAKEN'
+        ? 'That username is taken.'
+        : signInError(e).replace('Sign-in failed', 'Refused'),
+    );
+  }
+}
+
 function enterApp() {
+  const me = state.me?.account;
+  setText($('whoami'), me === undefined ? '' : `${me.displayName} · ${me.role === 'supervisor' ? 'Supervisor' : 'Staff'}`);
+  $('tabbtn-staff').hidden = me?.role !== 'supervisor';
+  if (state.tab === 'staff' && me?.role !== 'supervisor') state.tab = 'locks';
   show('app');
   startRefreshing();
   selectTab(state.tab);
@@ -1040,17 +1292,36 @@ function enterApp() {
 /** At load: a token from this tab's session is tried; without one, ask the gateway whether staff access is configured at all. */
 async function boot() {
   const fromHash = location.hash.slice(1);
-  if (['locks', 'access', 'alarms', 'problems', 'lockdown'].includes(fromHash)) state.tab = fromHash;
+  if (['locks', 'access', 'alarms', 'problems', 'keys', 'lockdown', 'staff'].includes(fromHash)) state.tab = fromHash;
+  let searchTimer = 0;
+  $('keys-search').addEventListener('input', () => {
+    window.clearTimeout(searchTimer);
+    searchTimer = window.setTimeout(() => {
+      keysList.reset();
+      void refresh();
+    }, 250);
+  });
+  $('keys-filters').addEventListener('submit', (ev) => ev.preventDefault());
 
   $('signin-form').addEventListener('submit', (ev) => {
     ev.preventDefault();
-    const input = /** @type {HTMLInputElement} */ ($('signin-token'));
-    const token = input.value.trim();
-    input.value = '';
-    if (token === '') return;
-    void signIn(token);
+    const user = /** @type {HTMLInputElement} */ ($('signin-username'));
+    const pw = /** @type {HTMLInputElement} */ ($('signin-password'));
+    const username = user.value.trim();
+    const password = pw.value;
+    pw.value = '';
+    if (username === '' || password === '') return;
+    void signIn(username, password);
   });
-  $('signout').addEventListener('click', () => toSignIn('Signed out.'));
+  $('setup-form').addEventListener('submit', (ev) => {
+    ev.preventDefault();
+    void setUpFirst();
+  });
+  $('staff-create').addEventListener('submit', (ev) => {
+    ev.preventDefault();
+    void createAccount();
+  });
+  $('signout').addEventListener('click', () => void signOut());
   $('refresh').addEventListener('click', () => void refresh());
   $('unconfigured-retry').addEventListener('click', () => void probe());
   $('mode-switch').addEventListener('click', switchMode);
@@ -1062,7 +1333,7 @@ async function boot() {
       void refresh();
     });
   }
-  for (const l of [accessList, alarmsList, failedList, rejectedList, refusalsList]) {
+  for (const l of [accessList, alarmsList, failedList, rejectedList, refusalsList, keysList]) {
     $(`${l.o.name}-more`).addEventListener('click', () => {
       l.more().catch((e) => {
         if (!handleAuthError(e)) void refresh();
@@ -1079,24 +1350,37 @@ async function boot() {
   });
 }
 
+/** At load: an open session (the cookie) enters at once; without one, the setup form while no account exists, else sign-in. */
 async function probe() {
-  if (sessionStorage.getItem(TOKEN_KEY) !== null) {
-    await signIn(/** @type {string} */ (sessionStorage.getItem(TOKEN_KEY)));
-    return;
-  }
   try {
-    await api('/staff/status');
+    /** @type {{ account: Me, csrfToken: string | null }} */
+    const r = await api('/staff/session');
+    state.me = { account: r.account, csrfToken: r.csrfToken ?? '' };
     enterApp();
+    return;
   } catch (e) {
-    if (e instanceof ApiError && e.status === 401) {
-      setText($('signin-message'), '');
-      show('signin');
-      /** @type {HTMLInputElement} */ ($('signin-token')).focus();
-    } else if (!handleAuthError(e)) {
-      setText($('signin-message'), 'The gateway is not answering. Reload the page to try again.');
-      show('signin');
+    if (!(e instanceof ApiError && e.status === 401)) {
+      if (!handleAuthError(e)) {
+        setText($('signin-message'), 'The gateway is not answering. Reload the page to try again.');
+        show('signin');
+      }
+      return;
     }
   }
+  try {
+    /** @type {{ required: boolean }} */
+    const setup = await api('/staff/setup');
+    if (setup.required) {
+      show('setup');
+      /** @type {HTMLInputElement} */ ($('setup-code')).focus();
+      return;
+    }
+  } catch (e) {
+    if (handleAuthError(e)) return;
+  }
+  setText($('signin-message'), '');
+  show('signin');
+  /** @type {HTMLInputElement} */ ($('signin-username')).focus();
 }
 
 if (typeof document !== 'undefined') {

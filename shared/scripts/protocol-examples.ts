@@ -207,6 +207,23 @@ export async function renderProtocolExamples(): Promise<Record<string, string>> 
         locks: [{ lockId: asLockId(EXAMPLE.lockId), online: true, bolt: 'locked', door: 'closed', battery: 87, at: EXAMPLE.now }],
       },
     }),
+    'staff.action': await up({
+      type: 'staff.action',
+      jti: mid(16),
+      aud: EXAMPLE.cloudIssuer,
+      seq: 11,
+      cid: 'staff-019000010' as CorrelationId,
+      body: {
+        actionId: id(203),
+        at: EXAMPLE.now,
+        actor: { accountId: '01900000-0000-7000-8000-000000000501', name: 'Aiko Tanaka' },
+        action: 'remote_unlock',
+        target: EXAMPLE.lockId,
+        detail: 'guest locked out, room 101',
+        result: 'applied',
+        code: null,
+      },
+    }),
     'resync.request': await up({
       type: 'resync.request',
       jti: mid(15),

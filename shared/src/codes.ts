@@ -186,6 +186,8 @@ export const DECISION_CODES = table({
   RATE_LIMITED: 'The lock sent more requests than its rate limit allows; refused before anything was decided or recorded.',
   STORAGE_FULL:
     'The gateway is below its free-disk headroom and cannot promise to record the decision; only offline-capable staff keys open.',
+  REMOTE_UNLOCK:
+    "A supervisor opened the door remotely from the gateway's staff UI for one entry; the event's `by` names them and their reason.",
 });
 
 /** Why a signed cloud <-> gateway message was refused by `verifyMessage`. */

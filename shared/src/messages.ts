@@ -192,6 +192,18 @@ export const AckMessage = sequenced(
 export const DecisionCode = z.enum(codesOf(DECISION_CODES));
 export type DecisionCode = z.infer<typeof DecisionCode>;
 
+/**
+ * Who opened a door remotely and why: a supervisor signed in to the gateway's
+ * staff UI (the account id is the gateway's; `name` is their display name).
+ * Only on `REMOTE_UNLOCK` access events; no other personal data.
+ */
+export const StaffBy = z.strictObject({
+  accountId: z.string().min(1).max(128),
+  name: z.string().min(1).max(100),
+  reason: z.string().min(1).max(200),
+});
+export type StaffBy = z.infer<typeof StaffBy>;
+
 /** One door decision, allowed or not. */
 export const AccessEventMessage = sequenced(
   'access.event',
@@ -208,6 +220,8 @@ export const AccessEventMessage = sequenced(
     personId: PersonId.nullable(),
     credentialType: CredentialType.nullable(),
     commandId: z.uuid().nullable(),
+    /** Set only on a remote unlock (code REMOTE_UNLOCK): the supervisor who opened the door, and why. Optional: older gateways omit it. */
+    by: StaffBy.optional(),
   }),
 );
 /** One door decision as both services name it (the gateway's access log row, the cloud's audit row). */
@@ -276,12 +290,54 @@ export const ResyncRequestMessage = unsequenced(
   }),
 );
 
+/** What a staff member did at the gateway's staff UI or API (the gateway's `staff_actions` audit). */
+export const StaffActionKind = z.enum([
+  'setup',
+  'sign_in',
+  'sign_out',
+  'set_mode',
+  'ack_alarm',
+  'remote_unlock',
+  'account_create',
+  'account_disable',
+  'account_enable',
+  'account_password_reset',
+]);
+export type StaffActionKind = z.infer<typeof StaffActionKind>;
+
+/**
+ * One staff action at a gateway, sent through its outbox in the transaction
+ * of the action (exactly once in effect, deduplicated by `actionId`). The
+ * actor is the gateway's staff account (id and display name), or null for
+ * the gateway's API token (automation, named "API token"). No password,
+ * session or token ever travels.
+ */
+export const StaffActionMessage = sequenced(
+  'staff.action',
+  z.strictObject({
+    actionId: z.uuid(),
+    at: Millis,
+    actor: z.strictObject({ accountId: z.string().min(1).max(128).nullable(), name: z.string().min(1).max(100) }),
+    action: StaffActionKind,
+    /** What it was done to: a lock id, an alarm id, an account id, the new site mode; null for sign-in/out. */
+    target: z.string().min(1).max(128).nullable(),
+    /** The reason or note given (remote unlock, lockdown, alarm ack) or the account changed; at most 200 characters. */
+    detail: z.string().max(200).nullable(),
+    result: z.enum(['applied', 'noop', 'refused']),
+    code: z
+      .string()
+      .regex(/^[A-Z][A-Z0-9_]{1,63}$/)
+      .nullable(),
+  }),
+);
+
 export const UplinkMessage = z.discriminatedUnion('type', [
   AckMessage,
   AccessEventMessage,
   AlarmMessage,
   GatewayStatusMessage,
   ResyncRequestMessage,
+  StaffActionMessage,
 ]);
 export type UplinkMessage = z.infer<typeof UplinkMessage>;
 export type UplinkType = UplinkMessage['type'];

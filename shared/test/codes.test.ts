@@ -27,7 +27,7 @@ describe('code tables', () => {
     }
   });
 
-  it('has exactly the access decision codes of DESIGN.md §3, plus the flood bounds of the gateway (docs/gateway.md)', () => {
+  it('has exactly the access decision codes of DESIGN.md §3, plus the flood bounds of the gateway and its remote unlock (docs/gateway.md)', () => {
     expect(Object.keys(DECISION_CODES).sort()).toEqual(
       [
         'ALLOWED',
@@ -43,6 +43,7 @@ describe('code tables', () => {
         'BAD_REQUEST',
         'RATE_LIMITED',
         'STORAGE_FULL',
+        'REMOTE_UNLOCK',
       ].sort(),
     );
     expect(DecisionCode.options).toEqual(Object.keys(DECISION_CODES));

@@ -17,6 +17,7 @@ import {
   type OutcomeCode,
 } from '@tobira/shared';
 import { insertAccessEvent, insertAlarm } from '../adapters/db/audit.js';
+import { insertStaffAction } from '../adapters/db/staff-actions.js';
 import { pgErrorCode, type Queryable } from '../adapters/db/db.js';
 import { gatewayPublicJwk, recordClockSkew, recordPresence, recordStatus } from '../adapters/db/gateways.js';
 import {
@@ -245,6 +246,10 @@ export class Uplink {
       case 'alarm': {
         const b = m.body;
         const inserted = await insertAlarm(tx, { ...b, gatewayId, cid: m.cid, receivedAt: now });
+        return inserted ? { result: 'applied', code: 'REPORT_RECORDED' } : { result: 'noop', code: 'DUPLICATE_MESSAGE' };
+      }
+      case 'staff.action': {
+        const inserted = await insertStaffAction(tx, { gatewayId, seq: m.seq, cid: m.cid, receivedAt: now, body: m.body });
         return inserted ? { result: 'applied', code: 'REPORT_RECORDED' } : { result: 'noop', code: 'DUPLICATE_MESSAGE' };
       }
       case 'gateway.status':

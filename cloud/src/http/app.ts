@@ -31,6 +31,7 @@ import { notificationsRoutes } from './routes/notifications.js';
 import { tokensRoutes } from './routes/tokens.js';
 import { webhooksRoutes } from './routes/webhooks.js';
 import { alarmsRoutes } from './routes/alarms.js';
+import { staffActionsRoutes } from './routes/staff-actions.js';
 import { rejectedUplinksRoutes } from './routes/rejected-uplinks.js';
 import { gatewayHealthRoutes } from './routes/gateway-health.js';
 import { staysRoutes } from './routes/stays.js';
@@ -310,6 +311,7 @@ export async function buildApp(deps: ApiDeps): Promise<FastifyInstance> {
     notificationsRoutes,
     plansRoutes,
     membershipsRoutes,
+    staffActionsRoutes,
   ]) {
     await app.register(async (scope) => plugin(scope.withTypeProvider<ZodTypeProvider>(), ctx));
   }

@@ -4,25 +4,65 @@ import { setMode } from '../adapters/sqlite/settings.js';
 import { getAlarm, type StaffAlarm } from '../adapters/sqlite/staff-queries.js';
 import { enqueueStatus } from './locks.js';
 import { nowOf, type AppContext } from './context.js';
+import type { StaffActor, StaffAudit } from './staff-accounts.js';
 
-/** What staff do locally at the gateway (the staff HTTP routes call these): the site mode, closing an alarm. */
+/**
+ * What staff do locally at the gateway (the staff HTTP routes call these):
+ * the site mode, closing an alarm. Each is audited (`audit`, in the same
+ * transaction as the change) with the staff member who did it.
+ */
 
 export type AlarmAck =
   { readonly status: 'applied' | 'noop'; readonly alarm: StaffAlarm } | { readonly status: 'refused'; readonly code: 'ALARM_NOT_FOUND' };
 
+/** Who is acting, and where their action is audited; null: an internal call (tests, the daemon itself), not audited. */
+export interface Acting {
+  readonly actor: StaffActor;
+  readonly audit: StaffAudit;
+}
+
 /** Sets the site mode; a change is reported to the cloud at once (a gateway.status). `cid`: the staff request's. */
-export function setSiteMode(ctx: AppContext, mode: SiteMode, by: string, cid: string): { mode: SiteMode; changed: boolean } {
-  const changed = setMode(ctx.store.db, mode);
-  withCorrelation(ctx.log, cid).warn({ mode, by, changed }, 'site mode set locally');
+export function setSiteMode(
+  ctx: AppContext,
+  mode: SiteMode,
+  by: string,
+  cid: string,
+  acting: Acting | null = null,
+): { mode: SiteMode; changed: boolean } {
+  const db = ctx.store.db;
+  const changed = db
+    .transaction(() => {
+      const c = setMode(db, mode);
+      acting?.audit({
+        actor: acting.actor,
+        action: 'set_mode',
+        target: mode,
+        detail: by,
+        result: c ? 'applied' : 'noop',
+        code: null,
+        cid,
+      });
+      return c;
+    })
+    .immediate();
+  withCorrelation(ctx.log, cid).warn({ mode, by, changed, staff: acting?.actor.username }, 'site mode set locally');
   if (changed) enqueueStatus(ctx);
   return { mode, changed };
 }
 
 /** Closes an open alarm once (`by` is recorded as closed_by); a second ack is a noop. */
-export function ackAlarmLocally(ctx: AppContext, alarmId: string, by: string, cid: string): AlarmAck {
-  const result = ackAlarm(ctx.store.db, alarmId, by, nowOf(ctx));
-  const alarm = getAlarm(ctx.store.db, alarmId);
-  withCorrelation(ctx.log, cid).info({ alarmId, by, result }, 'alarm acknowledged locally');
+export function ackAlarmLocally(ctx: AppContext, alarmId: string, by: string, cid: string, acting: Acting | null = null): AlarmAck {
+  const db = ctx.store.db;
+  const result = db
+    .transaction(() => {
+      const r = ackAlarm(db, alarmId, by, nowOf(ctx));
+      if (r !== 'not_found')
+        acting?.audit({ actor: acting.actor, action: 'ack_alarm', target: alarmId, detail: by, result: r, code: null, cid });
+      return r;
+    })
+    .immediate();
+  const alarm = getAlarm(db, alarmId);
+  withCorrelation(ctx.log, cid).info({ alarmId, by, result, staff: acting?.actor.username }, 'alarm acknowledged locally');
   if (result === 'not_found' || alarm === null) return { status: 'refused', code: 'ALARM_NOT_FOUND' };
   return { status: result, alarm };
 }

@@ -1,35 +1,44 @@
 import { timingSafeEqual, createHash } from 'node:crypto';
+import fastifyCookie from '@fastify/cookie';
 import { CorrelationId, newCorrelationId } from '@tobira/shared';
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import { AuthFailureLimiter } from './auth-limit.js';
+import { actorOf, sameSecret, tokenActor } from '../app/staff-accounts.js';
 import type { HttpDeps } from './context.js';
 import { defaultHostRules, hostAllowed, hostRules, type HostRule } from './hosts.js';
 import { BadQuery } from './query.js';
 import { accessRoutes } from './routes/access.js';
+import { accountsRoutes } from './routes/accounts.js';
 import { alarmsRoutes } from './routes/alarms.js';
 import { diagnosticsRoutes } from './routes/diagnostics.js';
 import { healthRoutes } from './routes/health.js';
+import { keysRoutes } from './routes/keys.js';
 import { locksRoutes } from './routes/locks.js';
 import { modeRoutes } from './routes/mode.js';
 import { statusRoutes } from './routes/status.js';
+import { openSessionRoutes, sessionRoutes, type SessionCookie } from './routes/session.js';
 import { uiRoutes } from './routes/ui.js';
+import { SignInThrottle, type ThrottleOptions } from './sign-in-throttle.js';
 
-export type { HttpDeps, StaffReads } from './context.js';
+export type { HttpDeps, StaffReads, StaffAuth } from './context.js';
 export type { StaffStatus, Health } from '../app/staff-status.js';
 export type { AlarmAck } from '../app/staff-actions.js';
 export { UI_SECURITY_HEADERS } from './routes/ui.js';
 
 /**
  * The gateway's local HTTP surface, kept thin: health, Prometheus metrics,
- * the staff lockdown switch and the staff read API (docs/gateway.md), one
+ * the staff sign-in, accounts, actions and read API (docs/gateway.md), one
  * plugin per resource under routes/. A request whose Host header names no
  * allowed host is refused first (421, DNS rebinding). Every `/staff/*` route
- * needs the configured staff token (`Authorization: Bearer <token>`, compared
- * in constant time); with no token configured they are refused (503), there
- * is no default password. `/metrics` needs the metrics token when one is
+ * but the sign-in and setup ones needs either a staff session (the session
+ * cookie, and on every state-changing request the session's CSRF token in
+ * `X-CSRF-Token`) or the API token for automation (`Authorization: Bearer`,
+ * compared in constant time, acting with the `staff` role). There is no
+ * default password. `/metrics` needs the metrics token when one is
  * configured. Wrong tokens are counted per client address: past the limit it
- * gets 429 for the rest of the window. The checks run on request, before the
- * query or body is looked at, so a refused caller learns nothing.
+ * gets 429 for the rest of the window; wrong passwords are throttled per
+ * address and name (sign-in-throttle.ts). The checks run on request, before
+ * the query or body is looked at, so a refused caller learns nothing.
  * Every request carries a correlation id (`X-Correlation-Id`, echoed, or a
  * fresh one) in its log line. One error handler hides 5xx details. The staff
  * web UI (gateway/ui: one HTML page, one ES module, one CSS file, no build
@@ -41,12 +50,28 @@ export const GATEWAY_HTTP_CODES = Object.freeze({
   BAD_REQUEST: 'A malformed query, body, parameter or X-Correlation-Id; nothing changed.',
   NOT_FOUND: 'No such route.',
   HOST_NOT_ALLOWED: 'The Host header names no allowed host (http.allowedHosts; DNS rebinding guard); 421, before any auth.',
-  UNAUTHORIZED: 'No bearer token, or not the staff (or metrics) token; 401.',
+  UNAUTHORIZED: 'No live staff session and no bearer token, or not the staff (or metrics) token; 401.',
   AUTH_RATE_LIMITED:
     'Too many wrong tokens from this client address in the window (http.authFailures); 429 with Retry-After, whatever token is sent.',
-  STAFF_AUTH_NOT_CONFIGURED: 'No staff token is configured: staff routes are refused (503).',
+  STAFF_AUTH_NOT_CONFIGURED: 'A bearer token was sent but no staff API token is configured (or accounts are not set up in this app); 503.',
   ALARM_NOT_FOUND: 'No such alarm (404).',
   INTERNAL: 'An internal error; details are in the log under the correlation id.',
+  BAD_CREDENTIALS: 'Sign-in: no such username, or not its password (the answer does not say which); 401.',
+  ACCOUNT_DISABLED: 'Sign-in with the right password of a disabled account; 403.',
+  SIGN_IN_THROTTLED:
+    'Too many wrong passwords (or setup codes) from this address for this name; 429 with Retry-After. Other addresses are not affected.',
+  CSRF_TOKEN_INVALID: "A state-changing request with a session cookie but without the session's X-CSRF-Token; 403, nothing changed.",
+  SETUP_CODE_INVALID: 'Setup: not the current one-time setup code, or it expired (a restart prints a new one); 403.',
+  SETUP_ALREADY_DONE: 'Setup: an account exists already; supervisors create the others; 409.',
+  WEAK_PASSWORD: 'A password shorter than 12 characters, longer than 256, or containing the username; 422.',
+  USERNAME_TAKEN: 'An account with that username (compared without case) exists; 409.',
+  ACCOUNT_NOT_FOUND: 'No such staff account; 404.',
+  LAST_SUPERVISOR: 'Disabling the last enabled supervisor is refused (nobody could manage accounts then); 409.',
+  NOT_SUPERVISOR: 'Only a supervisor may do this (remote unlock, staff accounts); 403. The API token acts as staff.',
+  REASON_REQUIRED: 'Remote unlock without a reason (blank after trimming); 422, nothing sent.',
+  LOCK_NOT_FOUND: 'Remote unlock of a lock this gateway is not paired with; 404.',
+  LOCK_OFFLINE: 'Remote unlock of a lock whose presence is offline: the command could not reach it; 409, nothing sent.',
+  SITE_LOCKDOWN: 'Remote unlock while the site is in lockdown: end the lockdown first; 409, nothing sent.',
 });
 export type GatewayHttpCode = keyof typeof GATEWAY_HTTP_CODES;
 
@@ -59,7 +84,9 @@ function bearerMatches(req: FastifyRequest, token: string): boolean {
   return timingSafeEqual(digest(h.slice(7)), digest(token));
 }
 
-export function buildApp(deps: HttpDeps): FastifyInstance {
+const SAFE_METHODS = new Set(['GET', 'HEAD', 'OPTIONS']);
+
+export function buildApp(deps: HttpDeps & { readonly signInThrottle?: Partial<ThrottleOptions> }): FastifyInstance {
   const app = Fastify({
     loggerInstance: deps.log as FastifyBaseLogger,
     bodyLimit: 16 * 1024,
@@ -85,6 +112,8 @@ export function buildApp(deps: HttpDeps): FastifyInstance {
       );
   });
   app.setNotFoundHandler((_req, reply) => reply.status(404).send({ code: 'NOT_FOUND' }));
+  void app.register(fastifyCookie);
+  app.decorateRequest('staffAuth', null);
 
   // Correlation id: echoed on every answer; a malformed one is refused rather than silently replaced (as the cloud API does).
   app.addHook('onRequest', async (req, reply) => {
@@ -145,21 +174,53 @@ export function buildApp(deps: HttpDeps): FastifyInstance {
   void app.register(async (root) => healthRoutes(root, deps, checkToken));
   void app.register(uiRoutes);
 
+  // `__Host-`: sent only over HTTPS, for this host and path / only (no subdomain can set or read it).
+  const cookie: SessionCookie =
+    deps.secureCookies === true ? { name: '__Host-tobira_staff', secure: true } : { name: 'tobira_staff', secure: false };
+  const throttle = new SignInThrottle(deps.now ?? Date.now, deps.signInThrottle);
+  void app.register(async (open) => openSessionRoutes(open, deps, cookie, throttle));
+
   void app.register(async (staff) => {
     staff.addHook('onRequest', async (req: FastifyRequest, reply: FastifyReply) => {
+      const sid = req.cookies[cookie.name];
+      const session = sid === undefined ? null : (deps.accounts?.session(sid) ?? null);
+      if (session !== null) {
+        // Synchronizer token: a cross-site form or script cannot know it (SameSite=Strict is the second line).
+        if (!SAFE_METHODS.has(req.method)) {
+          const t = req.headers['x-csrf-token'];
+          if (typeof t !== 'string' || !sameSecret(t, session.csrfToken)) {
+            req.log.warn({ code: 'CSRF_TOKEN_INVALID', accountId: session.account.accountId }, 'staff request refused');
+            return reply.status(403).send({ code: 'CSRF_TOKEN_INVALID' });
+          }
+        }
+        req.staffAuth = { actor: actorOf(session.account), session };
+        return undefined;
+      }
+      if (req.headers.authorization === undefined) {
+        req.log.warn({ code: 'UNAUTHORIZED', ip: req.ip, staleCookie: sid !== undefined }, 'staff request refused');
+        if (sid !== undefined)
+          void reply.clearCookie(cookie.name, { path: '/', httpOnly: true, sameSite: 'strict', secure: cookie.secure });
+        return reply.status(401).send({ code: 'UNAUTHORIZED' });
+      }
       if (deps.staffToken === undefined) {
         req.log.warn({ code: 'STAFF_AUTH_NOT_CONFIGURED' }, 'staff request refused');
         return reply.status(503).send({ code: 'STAFF_AUTH_NOT_CONFIGURED' });
       }
-      return checkToken(req, reply, deps.staffToken, 'staff');
+      const refused = checkToken(req, reply, deps.staffToken, 'staff');
+      if (refused !== undefined) return refused;
+      req.staffAuth = { actor: tokenActor, session: null };
+      return undefined;
     });
 
+    await sessionRoutes(staff, deps, cookie);
+    await accountsRoutes(staff, deps);
     await statusRoutes(staff, deps);
     await modeRoutes(staff, deps);
     await locksRoutes(staff, deps);
     await accessRoutes(staff, deps);
     await alarmsRoutes(staff, deps);
     await diagnosticsRoutes(staff, deps);
+    await keysRoutes(staff, deps);
   });
 
   return app;

@@ -1,7 +1,9 @@
 import type { Logger, SiteMode } from '@tobira/shared';
 import type { Registry } from 'prom-client';
 import type { StaffLists } from '../adapters/sqlite/staff-queries.js';
+import type { StaffAccounts, StaffActor, SessionInfo } from '../app/staff-accounts.js';
 import type { AlarmAck } from '../app/staff-actions.js';
+import type { RemoteUnlockResult } from '../app/staff-unlock.js';
 import type { Health, StaffStatus } from '../app/staff-status.js';
 
 /** What the HTTP layer is given: the use cases and reads it maps to routes (no store, no SQL). */
@@ -12,6 +14,7 @@ export interface StaffReads extends StaffLists {
 export interface HttpDeps {
   health(): Health;
   readonly registry: Registry;
+  /** The API bearer token for automation (acts with the `staff` role, as "API token"); undefined: no bearer access. */
   readonly staffToken: string | undefined;
   /** Bearer token `/metrics` asks for; undefined: `/metrics` is open. */
   readonly metricsToken?: string | undefined;
@@ -24,8 +27,34 @@ export interface HttpDeps {
   readonly authFailures?: { readonly max: number; readonly windowSeconds: number };
   /** Clock (ms) of the auth-failure windows; default Date.now. */
   readonly now?: () => number;
-  setMode(mode: SiteMode, by: string, cid: string): { mode: SiteMode; changed: boolean };
+  /** Staff accounts and sessions; undefined: no account sign-in (only the bearer token). */
+  readonly accounts?: StaffAccounts | undefined;
+  /** The page is served over TLS (directly or by a proxy): the session cookie is `__Host-` prefixed and Secure. */
+  readonly secureCookies?: boolean | undefined;
+  /** `actor`: who asked (audited); absent in tests that call without one. */
+  setMode(mode: SiteMode, by: string, cid: string, actor?: StaffActor): { mode: SiteMode; changed: boolean };
   /** Closes an open alarm once (`by` is recorded as closed_by); a second ack is a noop. */
-  ackAlarm(alarmId: string, by: string, cid: string): AlarmAck;
+  ackAlarm(alarmId: string, by: string, cid: string, actor?: StaffActor): AlarmAck;
   readonly staff: StaffReads;
+  /** Opens one door for one entry (supervisors; app/staff-unlock.ts) and publishes the command; undefined: not offered. */
+  remoteUnlock?: ((lockId: string, reason: string, actor: StaffActor, cid: string) => RemoteUnlockResult) | undefined;
+}
+
+/** Who the request is from, set by the staff auth hook (app.ts). */
+export interface StaffAuth {
+  readonly actor: StaffActor;
+  /** The session (null: the API bearer token). */
+  readonly session: SessionInfo | null;
+}
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    staffAuth: StaffAuth | null;
+  }
+}
+
+/** The request's staff identity; only called behind the auth hook, which sets it or answers. */
+export function authOf(req: { staffAuth: StaffAuth | null }): StaffAuth {
+  if (req.staffAuth === null) throw new Error('staff route reached without the auth hook');
+  return req.staffAuth;
 }

@@ -27,6 +27,8 @@ const AuditRow = z
     command_id: z.string().nullable(),
     cid: z.string(),
     received_at: Int8,
+    /** 0020: a remote unlock's supervisor and reason (jsonb); null otherwise. */
+    staff_by: z.object({ accountId: z.string(), name: z.string(), reason: z.string() }).nullable().optional(),
   })
   .transform((r) => ({
     eventId: r.event_id,
@@ -44,6 +46,7 @@ const AuditRow = z
     commandId: r.command_id,
     cid: r.cid,
     receivedAt: r.received_at,
+    by: r.staff_by ?? null,
   }));
 /** An access event as the `audit` table stores it; its fields are the row schema's. */
 export type StoredAccessEvent = Readonly<z.output<typeof AuditRow>>;
@@ -103,7 +106,9 @@ export async function listEvents(q: Queryable, scope: SiteScope, f: EventFilter)
 }
 
 /** What the uplink inbox records: the stored event and the jti of the access.event message that carried it. */
-export interface AccessEventRecord extends StoredAccessEvent {
+export interface AccessEventRecord extends Omit<StoredAccessEvent, 'by'> {
+  /** A remote unlock's supervisor and reason (the wire's optional `by`). */
+  readonly by?: { readonly accountId: string; readonly name: string; readonly reason: string } | undefined;
   readonly jti: string;
   /** The gateway's copy of the holder: the fallback when the cloud has no key by that id at that gateway. */
   readonly personId: string | null;
@@ -112,11 +117,11 @@ export interface AccessEventRecord extends StoredAccessEvent {
 /** Records an access event once per event id: true when inserted, false for a duplicate. */
 export async function insertAccessEvent(q: Queryable, e: AccessEventRecord): Promise<boolean> {
   const r = await q.query(
-    `INSERT INTO audit (event_id, gateway_id, seq, jti, lock_id, door_id, at, allowed, code, key_id, key_version, person_id, credential_type, command_id, cid, received_at)
+    `INSERT INTO audit (event_id, gateway_id, seq, jti, lock_id, door_id, at, allowed, code, key_id, key_version, person_id, credential_type, command_id, cid, received_at, staff_by)
      VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,
              -- the cloud's own record names the holder; the gateway's copy is the fallback
              COALESCE((SELECT person_id FROM keys WHERE id = $10 AND gateway_id = $2), $12),
-             $13,$14,$15,$16) ON CONFLICT (event_id) DO NOTHING`,
+             $13,$14,$15,$16,$17::jsonb) ON CONFLICT (event_id) DO NOTHING`,
     [
       e.eventId,
       e.gatewayId,
@@ -134,6 +139,7 @@ export async function insertAccessEvent(q: Queryable, e: AccessEventRecord): Pro
       e.commandId,
       e.cid,
       e.receivedAt,
+      e.by === undefined ? null : JSON.stringify(e.by),
     ],
   );
   return r.rowCount === 1;

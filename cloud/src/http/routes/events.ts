@@ -19,6 +19,10 @@ const Event = z.object({
   credentialType: z.string().nullable(),
   cid: z.string().describe('the cid of the grant of the key that matched (traces the decision to the API call that issued the key)'),
   receivedAt: z.int(),
+  by: z
+    .object({ accountId: z.string(), name: z.string(), reason: z.string() })
+    .nullable()
+    .describe('REMOTE_UNLOCK only: the gateway staff supervisor who opened the door remotely, and the reason; null otherwise'),
 });
 
 /** The audit log of door decisions, attributed to a person. */

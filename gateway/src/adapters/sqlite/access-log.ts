@@ -1,6 +1,6 @@
-import { AccessEventMessage, parseRow, parseRows, type AccessEvent } from '@tobira/shared';
+import { AccessEventMessage, StaffBy, parseRow, parseRows, type AccessEvent } from '@tobira/shared';
 import { z } from 'zod';
-import { flag, type ReadableDb, type WritableDb, prepared } from './db.js';
+import { flag, jsonColumn, type ReadableDb, type WritableDb, prepared } from './db.js';
 
 /**
  * The access log: every door decision, unique `(lock_id, request_id)`, with
@@ -32,6 +32,8 @@ export const AccessLogColumns = z.object({
   command_expires_at: z.int().nullable(),
   hold_ms: z.int().nullable(),
   cid: z.string(),
+  /** A remote unlock's supervisor and reason (0008). */
+  by_staff: jsonColumn(StaffBy).nullable(),
 });
 export const accessLogFields = (r: z.infer<typeof AccessLogColumns>) => ({
   eventId: r.event_id,
@@ -51,17 +53,25 @@ export const accessLogFields = (r: z.infer<typeof AccessLogColumns>) => ({
   cid: r.cid,
 });
 
-const AccessRowSchema = AccessLogColumns.transform(accessLogFields)
+const AccessRowSchema = AccessLogColumns.transform((r) => ({ fields: accessLogFields(r), by: r.by_staff }))
   // the event fields are the access.event body's, checked by its own schema
-  .pipe(AccessEventMessage.shape.body.extend({ commandExpiresAt: z.int().nullable(), holdMs: z.int().nullable(), cid: z.string() }));
+  .pipe(
+    z.object({
+      fields: AccessEventMessage.shape.body
+        .omit({ by: true })
+        .extend({ commandExpiresAt: z.int().nullable(), holdMs: z.int().nullable(), cid: z.string() }),
+      by: StaffBy.nullable(),
+    }),
+  )
+  .transform(({ fields, by }): StoredAccessEvent => (by === null ? fields : { ...fields, by }));
 
 /** `outboxSeq`: the uplink seq of the row's access.event (retention keeps the row until that is delivered). */
 export function insertAccess(db: WritableDb, a: StoredAccessEvent, outboxSeq: number | null = null): void {
   prepared(
     db,
-    `INSERT INTO access_log (event_id, lock_id, request_id, door_id, at, allowed, code, key_id, key_version, person_id, credential_type, command_id, command_expires_at, hold_ms, cid, outbox_seq)
-     VALUES (@eventId, @lockId, @requestId, @doorId, @at, @allowed, @code, @keyId, @keyVersion, @personId, @credentialType, @commandId, @commandExpiresAt, @holdMs, @cid, @outboxSeq)`,
-  ).run({ ...a, allowed: a.allowed ? 1 : 0, outboxSeq });
+    `INSERT INTO access_log (event_id, lock_id, request_id, door_id, at, allowed, code, key_id, key_version, person_id, credential_type, command_id, command_expires_at, hold_ms, cid, outbox_seq, by_staff)
+     VALUES (@eventId, @lockId, @requestId, @doorId, @at, @allowed, @code, @keyId, @keyVersion, @personId, @credentialType, @commandId, @commandExpiresAt, @holdMs, @cid, @outboxSeq, @byStaff)`,
+  ).run({ ...a, by: undefined, allowed: a.allowed ? 1 : 0, outboxSeq, byStaff: a.by === undefined ? null : JSON.stringify(a.by) });
 }
 
 export function findAccess(db: ReadableDb, lockId: string, requestId: string): StoredAccessEvent | null {

@@ -3,6 +3,7 @@ import { z } from 'zod';
 import { countOf, flag, type ReadableDb } from './db.js';
 import { AccessLogColumns, accessLogFields } from './access-log.js';
 import type { LockRefusal } from './diagnostics.js';
+import { listKeysOnSite, type KeyFilter, type StaffKey } from './staff-keys.js';
 
 /**
  * Read-only queries of the staff read API (docs/gateway.md "Staff read API").
@@ -87,7 +88,10 @@ const AccessRowSchema = AccessLogColumns.extend({ id: z.int() });
  * One door decision. The access log holds no credential value and no digest
  * (only the credential type), so nothing here helps guess a PIN.
  */
-export type AccessEventView = Readonly<Omit<ReturnType<typeof accessLogFields>, 'holdMs'>>;
+export type AccessEventView = Readonly<Omit<ReturnType<typeof accessLogFields>, 'holdMs'>> & {
+  /** A remote unlock's supervisor and reason; null on decisions made at a lock. */
+  readonly by: { readonly accountId: string; readonly name: string; readonly reason: string } | null;
+};
 
 /** The filters of a list by time: `since` inclusive, `until` exclusive (ms). */
 interface TimeFilters {
@@ -119,7 +123,7 @@ export function listAccessEvents(db: ReadableDb, f: AccessFilter): Page<AccessEv
     pageOf(parsed, f.limit, (r) => [r.at, r.id]),
     (r): AccessEventView => {
       const { holdMs: _holdMs, ...view } = accessLogFields(r);
-      return view;
+      return { ...view, by: r.by_staff };
     },
   );
 }
@@ -443,6 +447,8 @@ export interface StaffLists {
   failedInbox(f: TimePageFilter): Page<StaffFailedInboxRow>;
   rejected(f: RejectedFilter): Page<StaffRejected>;
   lockRefusals(f: RefusalFilter): Page<StaffLockRefusal>;
+  /** The keys on site (staff-keys.ts), never the credential. */
+  keys(f: KeyFilter): Page<StaffKey>;
 }
 
 export type RefusalFilter = TimePageFilter & { readonly lock?: string | undefined; readonly origin?: 'gateway' | 'lock' | undefined };
@@ -456,5 +462,6 @@ export function staffLists(db: ReadableDb, now: () => number): StaffLists {
     failedInbox: (f) => listFailedInbox(db, f),
     rejected: (f) => listRejected(db, f),
     lockRefusals: (f) => listLockRefusals(db, f),
+    keys: (f) => listKeysOnSite(db, f, now()),
   };
 }

@@ -1,7 +1,7 @@
 import type { FastifyInstance } from 'fastify';
 import { z } from 'zod';
 import { AlarmCursor } from '../../adapters/sqlite/staff-queries.js';
-import type { HttpDeps } from '../context.js';
+import { authOf, type HttpDeps } from '../context.js';
 import { Cursor, Id, Limit, cursorOf, issues, query } from '../query.js';
 
 const AlarmQuery = z.strictObject({
@@ -21,7 +21,9 @@ export async function alarmsRoutes(staff: FastifyInstance, deps: HttpDeps): Prom
     const body = AckBody.safeParse(req.body ?? {});
     if (!body.success) return reply.status(422).send({ code: 'BAD_REQUEST', detail: issues(body.error) });
     const note = body.data.note;
-    const r = deps.ackAlarm(params.data.alarmId, note === undefined ? 'staff' : `staff: ${note}`, req.id);
+    const actor = authOf(req).actor;
+    const who = actor.via === 'token' ? 'staff' : actor.displayName;
+    const r = deps.ackAlarm(params.data.alarmId, note === undefined ? who : `${who}: ${note}`, req.id, actor);
     if (r.status === 'refused') return reply.status(404).send({ code: r.code });
     return reply.status(200).send(r);
   });

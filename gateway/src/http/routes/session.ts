@@ -1,0 +1,138 @@
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { z } from 'zod';
+import type { StaffAccount } from '../../adapters/sqlite/staff-accounts.js';
+import type { SignedIn } from '../../app/staff-accounts.js';
+import { authOf, type HttpDeps } from '../context.js';
+import { issues } from '../query.js';
+import type { SignInThrottle } from '../sign-in-throttle.js';
+
+export const Username = z
+  .string()
+  .trim()
+  .regex(/^[A-Za-z0-9._@-]{2,64}$/, '2-64 of A-Z a-z 0-9 . _ @ -');
+export const DisplayName = z.string().trim().min(1).max(100);
+export const Password = z.string().min(1).max(1024);
+
+const SignInBody = z.strictObject({ username: z.string().trim().min(1).max(64), password: Password });
+const SetupBody = z.strictObject({
+  code: z.string().trim().min(1).max(64),
+  username: Username,
+  displayName: DisplayName,
+  password: Password,
+});
+
+/** An account as the API shows it (never the hash). */
+export const accountView = (a: StaffAccount) => ({
+  accountId: a.accountId,
+  username: a.username,
+  displayName: a.displayName,
+  role: a.role,
+  disabled: a.disabledAt !== null,
+  disabledAt: a.disabledAt,
+  createdAt: a.createdAt,
+  createdBy: a.createdBy,
+});
+
+export interface SessionCookie {
+  readonly name: string;
+  readonly secure: boolean;
+}
+
+/** The throttle key of setup code guesses (no username can contain `#`). */
+const SETUP_KEY = '#setup';
+
+function throttled(reply: FastifyReply, req: FastifyRequest, waitMs: number) {
+  req.log.warn({ code: 'SIGN_IN_THROTTLED', ip: req.ip, waitMs }, 'staff sign-in refused');
+  return reply
+    .status(429)
+    .header('retry-after', String(Math.ceil(waitMs / 1000)))
+    .send({ code: 'SIGN_IN_THROTTLED', retryAfterSeconds: Math.ceil(waitMs / 1000) });
+}
+
+/**
+ * Open routes (no session needed): GET /staff/setup (is the setup form
+ * needed?), POST /staff/setup (the first supervisor, with the one-time
+ * code), POST /staff/session (sign in). Each successful one sets a new
+ * session cookie (a new id; any session the browser had is ended).
+ */
+export async function openSessionRoutes(
+  app: FastifyInstance,
+  deps: HttpDeps,
+  cookie: SessionCookie,
+  throttle: SignInThrottle,
+): Promise<void> {
+  const accounts = deps.accounts;
+  const notConfigured = (reply: FastifyReply) => reply.status(503).send({ code: 'STAFF_AUTH_NOT_CONFIGURED' });
+
+  const startSession = (req: FastifyRequest, reply: FastifyReply, r: SignedIn) => {
+    // A session the browser still had ends: a sign-in always gets a fresh id (no fixation).
+    const old = req.cookies[cookie.name];
+    if (old !== undefined && accounts !== undefined) {
+      const s = accounts.session(old);
+      if (s !== null) accounts.signOut(s, req.id);
+    }
+    void reply.setCookie(cookie.name, r.sessionId, { path: '/', httpOnly: true, sameSite: 'strict', secure: cookie.secure });
+    return reply.status(200).send({ account: accountView(r.account), csrfToken: r.csrfToken });
+  };
+
+  app.get('/staff/setup', async (_req, reply) => {
+    if (accounts === undefined) return notConfigured(reply);
+    return { required: accounts.setupRequired() };
+  });
+
+  app.post('/staff/setup', async (req, reply) => {
+    if (accounts === undefined) return notConfigured(reply);
+    const wait = throttle.waitFor(req.ip, SETUP_KEY);
+    if (wait > 0) return throttled(reply, req, wait);
+    const body = SetupBody.safeParse(req.body);
+    if (!body.success) return reply.status(422).send({ code: 'BAD_REQUEST', detail: issues(body.error) });
+    const r = await accounts.setup(body.data, req.ip, req.id);
+    if (r.status === 'refused') {
+      if (r.code === 'SETUP_CODE_INVALID') throttle.failed(req.ip, SETUP_KEY);
+      const status = r.code === 'SETUP_CODE_INVALID' ? 403 : r.code === 'SETUP_ALREADY_DONE' ? 409 : 422;
+      return reply.status(status).send(r.detail === undefined ? { code: r.code } : { code: r.code, detail: r.detail });
+    }
+    return startSession(req, reply, r);
+  });
+
+  app.post('/staff/session', async (req, reply) => {
+    if (accounts === undefined) return notConfigured(reply);
+    const body = SignInBody.safeParse(req.body);
+    if (!body.success) return reply.status(422).send({ code: 'BAD_REQUEST', detail: issues(body.error) });
+    const { username, password } = body.data;
+    const wait = throttle.waitFor(req.ip, username);
+    if (wait > 0) return throttled(reply, req, wait);
+    const r = await accounts.signIn(username, password, req.ip, req.id);
+    if (r.status === 'refused') {
+      if (r.code === 'BAD_CREDENTIALS') {
+        throttle.failed(req.ip, username);
+        return reply.status(401).send({ code: r.code });
+      }
+      return reply.status(403).send({ code: r.code });
+    }
+    throttle.succeeded(req.ip, username);
+    return startSession(req, reply, r);
+  });
+}
+
+/** GET /staff/session (who am I, and the CSRF token) and DELETE /staff/session (sign out), behind the auth hook. */
+export async function sessionRoutes(staff: FastifyInstance, deps: HttpDeps, cookie: SessionCookie): Promise<void> {
+  staff.get('/staff/session', async (req) => {
+    const a = authOf(req);
+    return {
+      via: a.actor.via,
+      account:
+        a.session === null
+          ? { accountId: null, username: a.actor.username, displayName: a.actor.displayName, role: a.actor.role }
+          : accountView(a.session.account),
+      csrfToken: a.session?.csrfToken ?? null,
+    };
+  });
+
+  staff.delete('/staff/session', async (req, reply) => {
+    const a = authOf(req);
+    if (a.session !== null) deps.accounts?.signOut(a.session, req.id);
+    void reply.clearCookie(cookie.name, { path: '/', httpOnly: true, sameSite: 'strict', secure: cookie.secure });
+    return reply.status(200).send({ status: a.session === null ? 'noop' : 'applied' });
+  });
+}
