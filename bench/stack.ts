@@ -276,13 +276,20 @@ export class Locks {
   }
 }
 
-/** Polls the lock side until `want(decision)`; answers when it first held (performance.now()), or null after `timeoutMs`. */
+/**
+ * Polls the lock side until `want(decision)`; answers when it first held
+ * (performance.now()), or null after `timeoutMs`. One request at a time, the
+ * next `everyMs` after the previous answer: every refused request is an
+ * access event the gateway sends up, and polling back to back would flood
+ * the cloud's inbox with them (docs/performance.md).
+ */
 export async function pollLock(
   locks: Locks,
   lockId: string,
   pin: string,
   want: (d: Decision) => boolean,
-  timeoutMs = 10_000,
+  timeoutMs = 30_000,
+  everyMs = 5,
 ): Promise<number | null> {
   const until = performance.now() + timeoutMs;
   let last = 'no answer';
@@ -290,6 +297,7 @@ export async function pollLock(
     const d = await locks.present(lockId, pin, 2000);
     if (d && want(d)) return d.at;
     last = d?.code ?? 'no answer';
+    await new Promise((r) => setTimeout(r, everyMs));
   }
   if (process.env.TOBIRA_BENCH_DEBUG) console.error(`pollLock ${lockId} ${pin}: last decision ${last}`);
   return null;
