@@ -97,6 +97,8 @@ export interface Results {
       readonly lagP99Ms: number;
       readonly rounds: number;
     }[];
+    /** Scenarios that did not finish (their metrics stay null), and why. */
+    readonly failures?: readonly { readonly scenario: string; readonly error: string }[];
     /** The end-to-end scenarios' sizes (samples, clients, keys, fleet and replica sizes). */
     readonly sizes?: Readonly<Record<string, number>>;
   };

@@ -299,7 +299,7 @@ export async function pollLock(
     last = d?.code ?? 'no answer';
     await new Promise((r) => setTimeout(r, everyMs));
   }
-  if (process.env.TOBIRA_BENCH_DEBUG) console.error(`pollLock ${lockId} ${pin}: last decision ${last}`);
+  console.error(`lock ${lockId}, PIN ${pin}: still not the awaited decision after ${timeoutMs} ms (last: ${last})`);
   return null;
 }
 
