@@ -4,13 +4,17 @@ import { connect, createServer, type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { fileURLToPath } from 'node:url';
 
 /**
  * The bench's own Mosquitto on a free loopback port, so no other process's
- * traffic shares it. TCP no-delay on the broker side (`set_tcp_nodelay`);
- * the clients set it on theirs (shared `connectMqtt`). No persistence, no
- * auth: the bench measures the path, not the ACL plugin.
+ * traffic shares it, started with the project's recommended broker settings:
+ * the same `deploy/mosquitto/conf.d/` the cloud and site brokers include
+ * (TCP no-delay, queue limits, session expiry, packet size; the clients set
+ * no-delay on their side too, shared `connectMqtt`). On top: the listener,
+ * no persistence, no auth — the bench measures the path, not the ACL plugin.
  */
+export const TUNING_DIR = fileURLToPath(new URL('../deploy/mosquitto/conf.d', import.meta.url));
 export interface BenchBroker {
   readonly url: string;
   stop(): Promise<void>;
@@ -44,11 +48,10 @@ export async function startBroker(): Promise<BenchBroker> {
       `listener ${port} 127.0.0.1`,
       ...(process.getuid?.() === 0 ? ['user root'] : []),
       'allow_anonymous true',
-      'set_tcp_nodelay true',
       'persistence false',
-      'max_queued_messages 100000',
       'log_dest stderr',
       'log_type error',
+      `include_dir ${TUNING_DIR}`,
       '',
     ].join('\n'),
   );

@@ -86,7 +86,22 @@ export interface Results {
   readonly at: string;
   readonly machine: Machine;
   /** `--quick` or full, and the run's parameters, so two files can be compared fairly. */
-  readonly run: { readonly quick: boolean; readonly seconds: number; readonly throughputSteps?: readonly ThroughputStep[] };
+  readonly run: {
+    readonly quick: boolean;
+    readonly seconds: number;
+    readonly throughputSteps?: readonly ThroughputStep[];
+    /** The fleet's steps as measured (the metric is the largest whose heartbeat lag p99 stayed under 1 s). */
+    readonly fleetSteps?: readonly {
+      readonly gateways: number;
+      readonly locks: number;
+      readonly lagP99Ms: number;
+      readonly rounds: number;
+    }[];
+    /** Scenarios that did not finish (their metrics stay null), and why. */
+    readonly failures?: readonly { readonly scenario: string; readonly error: string }[];
+    /** The end-to-end scenarios' sizes (samples, clients, keys, fleet and replica sizes). */
+    readonly sizes?: Readonly<Record<string, number>>;
+  };
   readonly metrics: Metrics;
 }
 

@@ -2,6 +2,7 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
+import { roundLags } from '../fleet.js';
 import { METRIC_NAMES, formatTable, percentile, resultsOf, thisMachine, writeResults } from '../results.js';
 
 // The JSON the bench writes is read by people and scripts comparing runs: its shape is the contract (issue #14).
@@ -36,6 +37,35 @@ describe('bench results file', () => {
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
+  });
+
+  it('names every metric exactly as issue #14 does, each present in the file even when not measured', () => {
+    // the issue's JSON, verbatim: a renamed or missing metric breaks every script comparing runs
+    const issue = [
+      'raw_mqtt_rtt_ms',
+      'raw_pg_cas_outbox_tx_per_s',
+      'raw_sqlite_full_tx_per_s',
+      'decision_latency_ms',
+      'decision_throughput_per_s',
+      'grant_propagation_ms',
+      'revoke_propagation_ms',
+      'issue_throughput_per_s',
+      'resync_100k_keys_s',
+      'gateway_rss_mb_100k_keys',
+      'fleet_gateways',
+      'fleet_locks',
+      'fleet_heartbeat_lag_p99_ms',
+      'replicas_in_order',
+    ];
+    expect([...METRIC_NAMES]).toEqual(issue);
+    const r = resultsOf({}, thisMachine(0), { quick: true, seconds: 1 });
+    expect(Object.keys(r.metrics)).toEqual(issue);
+    for (const name of issue) expect(formatTable(r)).toContain(name);
+  });
+
+  it('splits heartbeat arrivals into rounds and measures each behind its round’s first', () => {
+    // two rounds 1000 ms apart; the second round's last arrival is 30 ms behind its first
+    expect(roundLags([{ at: 0 }, { at: 5 }, { at: 12 }, { at: 1000 }, { at: 1030 }], 1000)).toEqual([0, 0, 5, 12, 30]);
   });
 
   it('takes nearest-rank percentiles', () => {

@@ -4,7 +4,16 @@
  * `startAdminApi` the admin API with its background work, `buildCloud` both
  * from one frozen config, as `npm run cloud` runs them.
  */
-import { createLogger, newCorrelationId, systemClock, withCorrelation, type Clock, type CorrelationId, type Logger } from '@tobira/shared';
+import {
+  createLogger,
+  filters,
+  newCorrelationId,
+  systemClock,
+  withCorrelation,
+  type Clock,
+  type CorrelationId,
+  type Logger,
+} from '@tobira/shared';
 import type { Db } from './adapters/db/db.js';
 import { migrate } from './adapters/db/migrate.js';
 import { openDb } from './adapters/db/open.js';
@@ -119,7 +128,10 @@ function coreOf(config: CloudConfig, cloudDeps: CloudDeps) {
         ...(config.mqttUsername ? { username: config.mqttUsername } : {}),
         ...(config.mqttPassword ? { password: config.mqttPassword } : {}),
       };
-      link = openMqttLink(config.mqttUrl, withCorrelation(log, newCorrelationId(), { part: 'mqtt-link' }), opts);
+      link = openMqttLink(config.mqttUrl, withCorrelation(log, newCorrelationId(), { part: 'mqtt-link' }), opts, {
+        group: config.mqttSharedGroup,
+        filters: [filters.allGatewaysUp], // presence is retained: never shared
+      });
       dispatcher = new Dispatcher(
         { db, clock, log, crash, link, signer, random: cloudDeps.random ?? Math.random },
         {

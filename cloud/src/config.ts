@@ -51,6 +51,16 @@ export const CloudConfigSchema = z.object({
   HEARTBEAT_INTERVAL_MS: int(10_000, 1),
   /** QoS of heartbeats: 1 as every downlink (docs/protocol.md); 0 keeps them out of offline gateways' broker queues. */
   HEARTBEAT_QOS: z.enum(['0', '1']).default('1'),
+  /**
+   * MQTT shared-subscription group for the uplinks (`$share/<group>/tobira/v1/gw/+/up`): every replica
+   * with the same group gets a share of the gateways' uplinks instead of all of them. Empty (the default)
+   * subscribes plainly, as aedes (no `$share` support) needs; set it with Mosquitto ≥ 2, EMQX or VerneMQ.
+   */
+  MQTT_SHARED_GROUP: z
+    .string()
+    .max(64)
+    .regex(/^[A-Za-z0-9_-]*$/)
+    .default(''),
   DISPATCH_POLL_MS: int(5_000, 1),
   DISPATCH_BATCH: int(50, 1),
   DISPATCH_LEASE_MS: int(30_000, 1),
@@ -157,6 +167,8 @@ export interface CloudConfig {
   readonly signingJwk: string | undefined;
   readonly heartbeatIntervalMs: number;
   readonly heartbeatQos: 0 | 1;
+  /** MQTT_SHARED_GROUP: '' = plain subscriptions. */
+  readonly mqttSharedGroup: string;
   readonly dispatch: {
     readonly pollMs: number;
     readonly batch: number;
@@ -299,6 +311,7 @@ export function parseConfig(env: Record<string, string | undefined> = process.en
     signingJwk: c.CLOUD_SIGNING_JWK,
     heartbeatIntervalMs: c.HEARTBEAT_INTERVAL_MS,
     heartbeatQos: c.HEARTBEAT_QOS === '0' ? 0 : 1,
+    mqttSharedGroup: c.MQTT_SHARED_GROUP,
     dispatch: {
       pollMs: c.DISPATCH_POLL_MS,
       batch: c.DISPATCH_BATCH,

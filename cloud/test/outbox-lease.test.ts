@@ -198,6 +198,48 @@ describe.each(pgBackends())('outbox claim lease on %s', (pgBackend) => {
       });
     });
 
+    describe('when a publish fails (the broker is up)', () => {
+      it("the gateway's later rows of the batch wait behind the failed one (back to pending, unspent) and go out after it, in seq order", async () => {
+        const clock = new ManualClock(T0);
+        const { s, gw } = await queued(clock);
+        const order: number[] = [];
+        gw.client.on('message', (_topic, payload) => {
+          const claims = JSON.parse(Buffer.from(payload.toString().split('.')[1] ?? '', 'base64url').toString()) as { seq?: number };
+          if (typeof claims.seq === 'number') order.push(claims.seq);
+        });
+        // the second publish fails once (a broker refusal, not a cut)
+        const d = await dispatcherWith(broker.url, clock, async (n) => {
+          if (n === 2) throw new Error('refused by the broker');
+        });
+        try {
+          await d.dispatcher.start();
+          await waitFor(
+            async () => (await rowsOf(s.gatewayId)).every((r) => r.status === 'pending' || r.status === 'sent') || undefined,
+            'the pass done',
+          );
+          await d.dispatcher.idle();
+          const rows = await rowsOf(s.gatewayId);
+          expect(rows.map((r) => [r.seq, r.status, r.attempts])).toEqual([
+            [1, 'sent', 1],
+            [2, 'pending', 1],
+            [3, 'pending', 0],
+            [4, 'pending', 0],
+            [5, 'pending', 0],
+          ]);
+          // seq 2 waits out its backoff, and nothing behind it is claimable meanwhile
+          expect((await rivalClaim(clock, randomUUID())).filter((r) => r.gatewayId === s.gatewayId)).toEqual([]);
+          clock.advance(60_000);
+          d.dispatcher.wake();
+          await waitFor(async () => (await rowsOf(s.gatewayId)).every((r) => r.status === 'sent') || undefined, 'all sent');
+          await waitFor(() => order.length >= ROWS || undefined, 'all at the gateway');
+          expect(order).toEqual([1, 2, 3, 4, 5]);
+        } finally {
+          await d.close();
+          await gw.close();
+        }
+      });
+    });
+
     describe('when the broker connection drops mid-batch', () => {
       it('the unsent rows go back to pending, due at once, with their attempt count unchanged; they go out when the broker returns', async () => {
         const clock = new ManualClock(T0);

@@ -1,5 +1,7 @@
 import { newCorrelationId, signMessage, topics, withCorrelation, type DownlinkMessage, type MessageOf } from '@tobira/shared';
+import { randomUUID } from 'node:crypto';
 import { heartbeatTargets } from '../adapters/db/gateways.js';
+import { takeRoundLease } from '../adapters/db/leases.js';
 import type { MqttLink } from '../adapters/mqtt/link.js';
 import type { CloudSigner } from '../adapters/signer.js';
 import type { AppDeps } from './deps.js';
@@ -18,12 +20,19 @@ type HeartbeatMessage = MessageOf<DownlinkMessage, 'heartbeat'>;
  * which the gateway keeps until then.
  * Skipping gateways known offline keeps heartbeats out of their broker
  * queues, where they would push out real messages; HEARTBEAT_QOS=0 goes further.
+ * With several replicas, the timer's round runs on one of them per interval:
+ * each tick first takes the round lease `heartbeat` (cloud_leases, 0021) for
+ * 90 % of the interval, and a replica that does not get it skips the round
+ * (so a gateway gets one heartbeat per interval, not one per replica; if the
+ * holder dies, another replica takes the next round). `beat()` itself (the
+ * demo's and tests' `sendHeartbeats`) sends regardless.
  */
 export class Heartbeat {
   readonly #app: AppDeps;
   readonly #o: { link: MqttLink; signer: CloudSigner; intervalMs: number; qos: 0 | 1; publishTimeoutMs: number };
   #timer: NodeJS.Timeout | undefined;
   #busy = false;
+  readonly #holder = randomUUID();
 
   constructor(app: AppDeps, o: { link: MqttLink; signer: CloudSigner; intervalMs: number; qos: 0 | 1; publishTimeoutMs: number }) {
     this.#app = app;
@@ -34,7 +43,7 @@ export class Heartbeat {
     this.#timer = setInterval(() => {
       if (this.#busy || !this.#o.link.connected) return;
       this.#busy = true;
-      this.beat()
+      this.round()
         .catch((e: unknown) => this.#app.log.warn({ err: String(e) }, 'heartbeat round failed'))
         .finally(() => {
           this.#busy = false;
@@ -45,6 +54,13 @@ export class Heartbeat {
 
   stop(): void {
     if (this.#timer) clearInterval(this.#timer);
+  }
+
+  /** The timer's round: sent only by the replica holding this interval's lease; false when another one has it. */
+  async round(): Promise<boolean> {
+    const mine = await takeRoundLease(this.#app.db, 'heartbeat', this.#holder, Math.max(1, Math.floor(this.#o.intervalMs * 0.9)));
+    if (mine) await this.beat();
+    return mine;
   }
 
   /** One round; returns what was sent to whom. */

@@ -27,7 +27,26 @@ export class NotConnected extends Error {
   }
 }
 
-export function openMqttLink(url: string, log: Logger, opts: IClientOptions = {}): MqttLink {
+/**
+ * Shared subscriptions (MQTT 5 `$share/<group>/<filter>`, also honoured by
+ * Mosquitto ≥ 2 for 3.1.1 clients, EMQX, VerneMQ; not by aedes): with
+ * `group` set, a subscription to one of `filters` is made as
+ * `$share/<group>/<filter>`, so the broker hands each message to one member
+ * of the group (one replica) instead of to every replica. Messages still
+ * arrive under their own topic. Retained messages are not delivered on a
+ * shared subscription, so retained topics (presence) must stay unshared.
+ */
+export interface SharedSubscriptions {
+  readonly group: string;
+  readonly filters: readonly string[];
+}
+
+/** The filter as subscribed: `$share/<group>/<filter>` when it is one of the shared filters, else itself. */
+export function subscribedFilter(filter: string, shared: SharedSubscriptions | undefined): string {
+  return shared && shared.group !== '' && shared.filters.includes(filter) ? `$share/${shared.group}/${filter}` : filter;
+}
+
+export function openMqttLink(url: string, log: Logger, opts: IClientOptions = {}, shared?: SharedSubscriptions): MqttLink {
   const client: MqttClient = connectMqtt(url, { clean: false, reconnectPeriod: 500, ...opts });
   // A persistent session redelivers unacknowledged messages right at CONNECT,
   // possibly before the inbox registered its handler: they wait for it instead
@@ -69,7 +88,7 @@ export function openMqttLink(url: string, log: Logger, opts: IClientOptions = {}
       registered(h);
     },
     async subscribe(filter) {
-      await client.subscribeAsync(filter, { qos: 1 });
+      await client.subscribeAsync(subscribedFilter(filter, shared), { qos: 1 });
     },
     onConnect(cb) {
       connectCbs.push(cb);

@@ -12,15 +12,54 @@ export interface ClaimedRow {
   readonly leaseToken: string;
 }
 
+/** Advisory lock namespace of the per-gateway claim (the second key is hashtext(gateway_id)). */
+export const CLAIM_LOCK_NAMESPACE = 0x70b1;
+
+/** A row is due: pending and its next attempt has come, or sending and its lease ran out. */
+const DUE = `((status = 'pending' AND next_attempt_at <= $1) OR (status = 'sending' AND lease_until <= $1))`;
+
 /**
- * Claim: takes up to `limit` due rows — pending rows whose next attempt is
- * due, and `sending` rows whose lease ran out (their holder died or stalled) —
- * with `FOR UPDATE SKIP LOCKED`, so replicas never claim the same row at once,
- * and stamps them with this claim's lease token. Rows are chosen by status,
- * never by an id cursor. Guarantee: while a lease holds, nobody else claims
- * the row; after it runs out, someone may (at-least-once delivery).
+ * Claim, ordered per gateway (claim by gateway). Must run inside one
+ * transaction (`db.transaction`); it takes three statements:
+ *
+ * 1. the gateways whose **lowest open row** (pending or sending) is due: a
+ *    gateway whose first open row is still leased to someone or waiting out
+ *    its backoff is not a candidate at all, so nothing after it can go first;
+ * 2. a transaction-scoped advisory lock per candidate gateway
+ *    (`pg_try_advisory_xact_lock`, not waiting): replicas claiming at once
+ *    never both look at one gateway; a gateway another replica is claiming
+ *    right now is skipped (that replica takes it);
+ * 3. for the locked gateways, in a fresh statement (so it sees what the
+ *    previous holder of the lock committed), the run of due rows from the
+ *    gateway's lowest open seq up to its first row that is not due, in seq
+ *    order, at most `limit` rows in all; they become `sending` under this
+ *    claim's lease token, with the attempt counted.
+ *
+ * Guarantee: a claim holds a gap-free prefix of each of its gateways' open
+ * rows, and no other claim holds any open row of those gateways while its
+ * lease holds; so, with the dispatcher publishing a claim's rows in seq order
+ * and stopping a gateway at its first row that does not go out (fail.ts
+ * `releaseUnspent`), seq N+1 is never published before N, whatever the
+ * number of replicas. A dead row is not open: the rows after it go, and the
+ * gateway's resync replays it. While a lease holds nobody else claims the
+ * row; after it runs out someone may (at-least-once delivery). Rows are
+ * chosen by status, never by an id cursor.
  */
 export async function claim(q: Queryable, opts: { token: string; now: number; leaseMs: number; limit: number }): Promise<ClaimedRow[]> {
+  const candidates = await q.query<{ gateway_id: string }>(
+    `SELECT gateway_id FROM (
+        SELECT DISTINCT ON (gateway_id) gateway_id, ${DUE} AS due
+          FROM outbox WHERE status IN ('pending', 'sending')
+         ORDER BY gateway_id, seq) f
+      WHERE due ORDER BY gateway_id LIMIT $2`,
+    [opts.now, opts.limit],
+  );
+  if (candidates.rows.length === 0) return [];
+  const locked = await q.query<{ g: string }>(
+    `SELECT g FROM unnest($1::text[]) AS g WHERE pg_try_advisory_xact_lock($2::int, hashtext(g))`,
+    [candidates.rows.map((r) => r.gateway_id), CLAIM_LOCK_NAMESPACE],
+  );
+  if (locked.rows.length === 0) return [];
   const r = await q.query<{
     id: number;
     gateway_id: string;
@@ -31,16 +70,23 @@ export async function claim(q: Queryable, opts: { token: string; now: number; le
     cid: string;
     attempts: number;
   }>(
-    `UPDATE outbox o
-        SET status = 'sending', lease_token = $1, lease_until = $2 + $3, attempts = o.attempts + 1
-       FROM (SELECT id FROM outbox
-              WHERE (status = 'pending' AND next_attempt_at <= $2) OR (status = 'sending' AND lease_until <= $2)
-              ORDER BY gateway_id, seq
-              LIMIT $4
-              FOR UPDATE SKIP LOCKED) c
-      WHERE o.id = c.id
+    `WITH open AS (
+        SELECT id, gateway_id, seq, ${DUE} AS due
+          FROM outbox WHERE gateway_id = ANY($5::text[]) AND status IN ('pending', 'sending')
+     ), blocked AS (
+        SELECT gateway_id, min(seq) AS seq FROM open WHERE NOT due GROUP BY gateway_id
+     ), pick AS (
+        SELECT o.id FROM open o LEFT JOIN blocked b ON b.gateway_id = o.gateway_id
+         WHERE o.due AND (b.seq IS NULL OR o.seq < b.seq)
+         ORDER BY o.gateway_id, o.seq
+         LIMIT $4
+     )
+     UPDATE outbox o
+        SET status = 'sending', lease_token = $2, lease_until = $1 + $3, attempts = o.attempts + 1
+       FROM pick
+      WHERE o.id = pick.id AND ((o.status = 'pending' AND o.next_attempt_at <= $1) OR (o.status = 'sending' AND o.lease_until <= $1))
       RETURNING o.id, o.gateway_id, o.seq, o.jti, o.type, o.body, o.cid, o.attempts`,
-    [opts.token, opts.now, opts.leaseMs, opts.limit],
+    [opts.now, opts.token, opts.leaseMs, opts.limit, locked.rows.map((x) => x.g)],
   );
   return r.rows
     .map((x) => ({

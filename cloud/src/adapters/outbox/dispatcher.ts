@@ -153,6 +153,8 @@ export class Dispatcher {
     const rows = await this.#d.db.transaction((tx) =>
       claim(tx, { token, now: this.#d.clock.now(), leaseMs: this.#o.leaseMs, limit: this.#o.batch }),
     );
+    // a gateway whose row did not go out in this pass: its later rows must not overtake it (claim.ts)
+    const stopped = new Set<string>();
     for (const [i, row] of rows.entries()) {
       if (i > 0) {
         // the claim's lease covers the whole batch; renew what is left before each publish (renew.ts)
@@ -165,10 +167,19 @@ export class Dispatcher {
         );
         if (!held.has(row.id)) {
           this.#rowLog(row).warn('lease lost before publishing: another dispatcher claimed the row; not publishing it');
+          stopped.add(row.gatewayId);
           continue;
         }
       }
-      if ((await this.#deliver(row)) === 'disconnected') {
+      if (stopped.has(row.gatewayId)) {
+        // an earlier row of its gateway did not go out: give this one back unspent, to follow it in order
+        const released = await releaseUnspent(this.#d.db, [row.id], token, this.#d.clock.now());
+        this.#rowLog(row).info({ released }, 'an earlier row of the gateway did not go out: back to pending, behind it');
+        continue;
+      }
+      const outcome = await this.#deliver(row);
+      if (outcome === 'failed') stopped.add(row.gatewayId);
+      if (outcome === 'disconnected') {
         const rest = rows.slice(i + 1);
         if (rest.length === 0) break;
         const released = await releaseUnspent(
@@ -198,15 +209,15 @@ export class Dispatcher {
     });
   }
 
-  /** Signs and publishes one row, then marks it; 'disconnected' when the broker link was lost (the row is released unspent). */
-  async #deliver(row: ClaimedRow): Promise<'done' | 'disconnected'> {
+  /** Signs and publishes one row, then marks it; 'failed' when it was failed (backoff or dead); 'disconnected' when the broker link was lost (the row is released unspent). */
+  async #deliver(row: ClaimedRow): Promise<'done' | 'failed' | 'disconnected'> {
     const log = this.#rowLog(row);
     let token: string;
     try {
       token = await signRow(this.#d.signer, row, this.#d.clock);
     } catch (e) {
       await this.#fail(row, log, e);
-      return 'done';
+      return 'failed';
     }
     try {
       await this.#d.link.publish(topics.gatewayDown(row.gatewayId), token, this.#o.publishTimeoutMs);
@@ -220,7 +231,7 @@ export class Dispatcher {
         return 'disconnected';
       }
       await this.#fail(row, log, e);
-      return 'done';
+      return 'failed';
     }
     this.#d.crash('afterPublishBeforeMark');
     const marked = await markSent(this.#d.db, row.id, row.leaseToken, this.#d.clock.now());
