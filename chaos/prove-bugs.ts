@@ -1,0 +1,3 @@
+export async function proveBugs(): Promise<number> {
+  throw new Error('not yet');
+}
