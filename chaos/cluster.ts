@@ -139,7 +139,7 @@ export class Cluster {
         ADMIN_API_PORT: String(apiPort),
         TOBIRA_BOOTSTRAP_ADMIN_TOKEN: this.token,
         TOBIRA_RATE_LIMIT_IP_MAX: '1000000',
-        LOG_LEVEL: 'warn',
+        LOG_LEVEL: 'info',
       },
       (l) => this.#cloudLine(l),
       REPO,
@@ -166,7 +166,7 @@ export class Cluster {
     if (!l.startsWith('{')) return;
     try {
       const o: unknown = JSON.parse(l);
-      if (isObj(o) && typeof o.level === 'number' && o.level >= 50) this.h.add('cloud', 'log-error', { msg: o.msg, code: o.code });
+      if (isObj(o) && typeof o.level === 'number' && o.level >= 40) this.h.add("cloud", o.level >= 50 ? "log-error" : "log-warn", { msg: o.msg, code: o.code ?? null, err: o.err ?? null });
     } catch {
       // not JSON: ignore
     }
@@ -272,7 +272,8 @@ export class Cluster {
     // the gateway's own record of each applied heartbeat: `time` is its (possibly wrong) wall clock
     if (o.msg === 'inbox message applied' && o.type === 'heartbeat')
       this.h.add(id, 'heartbeat', { result: o.result, code: o.code, seq: o.seq ?? null, nodeAt: o.time });
-    else if (typeof o.level === 'number' && o.level >= 50) this.h.add(id, 'log-error', { msg: o.msg, code: o.code ?? null });
+    else if (typeof o.level === 'number' && o.level >= 40)
+      this.h.add(id, o.level >= 50 ? 'log-error' : 'log-warn', { msg: o.msg, code: o.code ?? null, err: o.err ?? null });
   }
 
   #fleetLine(id: string, l: string): void {

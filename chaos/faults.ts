@@ -45,6 +45,24 @@ export function parseFaults(spec: string): FaultKind[] {
 }
 
 const GATEWAY_CRASH_POINTS = ['afterInboxInsertBeforeApply', 'afterApplyBeforeAck', 'afterDecisionBeforePublish'] as const;
+/** How often each kind is drawn relative to the others: killing a process costs seconds of restart, a link fault nothing. */
+const WEIGHT: Record<FaultKind, number> = {
+  'kill-cloud': 1,
+  'kill-gateway': 1,
+  'kill-fleet': 1,
+  'kill-broker': 1,
+  'crash-point': 1,
+  cut: 3,
+  stall: 2,
+  slow: 2,
+  reset: 3,
+  partition: 1,
+  clock: 2,
+  dup: 2,
+};
+/** A target is left alone this long after it healed, so the system can show it recovers (ms). */
+const COOLDOWN_MS = { process: 4000, link: 500 };
+
 /** 1970, a day back, ten minutes back, ten minutes and a day ahead. */
 const CLOCK_STEPS = (now: number) => [-now + 1000, -86_400_000, -600_000, 600_000, 86_400_000];
 
@@ -72,7 +90,9 @@ export class Injector {
   /** Starts one fault (not awaited: faults overlap). */
   inject(): void {
     if (this.kinds.length === 0 || this.#stopped) return;
-    const kind = pick(this.r, this.kinds);
+    const total = this.kinds.reduce((a, k) => a + WEIGHT[k], 0);
+    let x = this.r() * total;
+    const kind = this.kinds.find((k) => (x -= WEIGHT[k]) < 0) ?? pick(this.r, this.kinds);
     const p = this.#run(kind).catch((e: unknown) => {
       this.h.add('injector', 'fault-error', { kind, error: String(e) });
     });
@@ -95,7 +115,8 @@ export class Injector {
       const detail = await f();
       this.h.add('injector', 'fault-end', { kind, target, started: start.i, ...detail });
     } finally {
-      this.#busy.delete(target);
+      const cool = target.startsWith('link:') || target.startsWith('dup:') || target.startsWith('clock:') ? COOLDOWN_MS.link : COOLDOWN_MS.process;
+      setTimeout(() => this.#busy.delete(target), this.#stopped ? 0 : cool);
     }
   }
 
