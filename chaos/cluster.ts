@@ -339,9 +339,23 @@ export class Cluster {
     return { status: res.status, body: parsed };
   }
 
-  setClock(g: GatewayNode, offsetMs: number): void {
+  /** Steps gateway `g`'s wall clock by `offsetMs`, or stops it (`stopped`: it reads what it read now, from now on). */
+  setClock(g: GatewayNode, offsetMs: number, stopped = false): void {
     g.clockOffsetMs = offsetMs;
-    writeFileSync(g.clockFile, String(offsetMs));
+    writeFileSync(g.clockFile, stopped ? `@${Date.now() + offsetMs}` : String(offsetMs));
+  }
+
+  /** A client of the run's database that bypasses the proxy (the injector's stuck-row faults). */
+  async directDb<T>(f: (c: pg.Client) => Promise<T>): Promise<T> {
+    const u = new URL(this.o.pgUrl);
+    u.pathname = `/${this.dbName}`;
+    const c = new pg.Client({ connectionString: u.toString() });
+    await c.connect();
+    try {
+      return await f(c);
+    } finally {
+      await c.end();
+    }
   }
 
   async stop(): Promise<void> {

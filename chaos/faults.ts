@@ -22,6 +22,7 @@ export const FAULT_KINDS = [
   'partition',
   'clock',
   'dup',
+  'stuck-outbox',
 ] as const;
 export type FaultKind = (typeof FAULT_KINDS)[number];
 
@@ -29,7 +30,7 @@ export type FaultKind = (typeof FAULT_KINDS)[number];
 export function parseFaults(spec: string): FaultKind[] {
   const groups: Record<string, readonly FaultKind[]> = {
     all: FAULT_KINDS,
-    kill: ['kill-cloud', 'kill-gateway', 'kill-fleet', 'kill-broker'],
+    kill: ['kill-cloud', 'kill-gateway', 'kill-fleet', 'kill-broker', 'crash-point'],
     link: ['cut', 'stall', 'slow', 'reset'],
     net: ['cut', 'stall', 'slow', 'reset', 'partition', 'dup'],
   };
@@ -59,6 +60,7 @@ const WEIGHT: Record<FaultKind, number> = {
   partition: 1,
   clock: 2,
   dup: 2,
+  'stuck-outbox': 1,
 };
 /** A target is left alone this long after it healed, so the system can show it recovers (ms). */
 const COOLDOWN_MS = { process: 4000, link: 500 };
@@ -236,13 +238,46 @@ export class Injector {
         return this.#claim(
           `clock:${gw.id}`,
           async () => {
-            const offset = pick(this.r, CLOCK_STEPS(Date.now()));
-            c.setClock(gw, offset);
-            this.h.add(gw.id, 'clock-set', { offsetMs: offset });
+            const offset = pick(this.r, [0, ...CLOCK_STEPS(Date.now())]);
+            // offset 0 stopped: the clock stops where it is; otherwise stopped one time in three
+            const stopped = offset === 0 || this.r() < 0.33;
+            c.setClock(gw, offset, stopped);
+            this.h.add(gw.id, 'clock-set', { offsetMs: offset, stopped });
             await this.#hold(1000, 15_000);
             c.setClock(gw, 0);
             this.h.add(gw.id, 'clock-set', { offsetMs: 0 });
-            return { offsetMs: offset };
+            return { offsetMs: offset, stopped };
+          },
+          kind,
+        );
+      case 'stuck-outbox':
+        // a stuck row: every downlink the cloud hands out to this gateway waits in the dispatcher's backoff
+        // (as when a publish keeps failing); the heartbeat still names the seq handed out
+        return this.#claim(
+          `outbox:${gw.id}`,
+          async () => {
+            const ms = 3000 + this.r() * (c.o.offlineGraceSeconds * 1000 + 10_000);
+            const until = performance.now() + ms;
+            const far = () => Date.now() + 3_600_000;
+            let held = 0;
+            while (performance.now() < until) {
+              held += await c.directDb(async (db) => {
+                const r = await db.query("UPDATE outbox SET next_attempt_at = $2 WHERE gateway_id = $1 AND status = 'pending' AND next_attempt_at < $3", [
+                  gw.id,
+                  far(),
+                  Date.now() + 1_800_000,
+                ]);
+                return r.rowCount ?? 0;
+              });
+              await new Promise((res) => setTimeout(res, 100));
+            }
+            await c.directDb((db) =>
+              db.query("UPDATE outbox SET next_attempt_at = $2 WHERE gateway_id = $1 AND status = 'pending' AND next_attempt_at > $2", [
+                gw.id,
+                Date.now(),
+              ]),
+            );
+            return { ms: Math.round(ms), held };
           },
           kind,
         );

@@ -188,6 +188,7 @@ async function heal(c: Cluster): Promise<void> {
   if (!c.cloud.running) await c.startCloud();
   for (const g of c.gateways) {
     c.setClock(g, 0);
+    await c.directDb((db) => db.query("UPDATE outbox SET next_attempt_at = $1 WHERE status = 'pending' AND next_attempt_at > $1", [Date.now()]));
     if (!g.child.running) await c.startGateway(g);
     if (!g.fleet.running) await c.startFleet(g);
   }
@@ -246,11 +247,12 @@ async function main(): Promise<number> {
       keep: { type: 'boolean', default: false },
       check: { type: 'string' },
       'prove-bugs': { type: 'boolean', default: false },
+      only: { type: 'string' },
     },
   });
   if (values['prove-bugs']) {
     const { proveBugs } = await import('./prove-bugs.js');
-    return proveBugs();
+    return proveBugs(values.only);
   }
   if (values.check !== undefined) {
     const v = check(readHistory(values.check), { offlineGraceSeconds: Number(values.grace) });

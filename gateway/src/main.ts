@@ -30,7 +30,7 @@ const log = withCorrelation(baseLog, newCorrelationId());
 
 /**
  * Test tooling only (`npm run chaos`, docs/reliability.md): `TOBIRA_CLOCK_OFFSET_FILE` names a file
- * holding a number of ms added to the wall clock, re-read at most every 50 ms of real time, so a
+ * holding a number of ms added to the wall clock (or `@<ms>`: a clock stopped at that reading), re-read at most every 50 ms of real time, so a
  * chaos run can step this process's wall clock (back to 1970, a day ahead) while it runs. The
  * gateway sees only a wrong `Date.now()`: elapsed time (the monotonic clock) is untouched, as
  * when an operator or a dead RTC sets a real box's clock. Unset (production): the system clock.
@@ -38,6 +38,7 @@ const log = withCorrelation(baseLog, newCorrelationId());
 function clockFromEnv(file: string | undefined): Clock {
   if (file === undefined || file === '') return systemClock;
   let offset = 0;
+  let stoppedAt: number | null = null;
   let readAt = -Infinity;
   return {
     now() {
@@ -45,13 +46,16 @@ function clockFromEnv(file: string | undefined): Clock {
       if (mono - readAt >= 50) {
         readAt = mono;
         try {
-          const v = Number(readFileSync(file, 'utf8').trim());
+          const text = readFileSync(file, 'utf8').trim();
+          // `@<ms>`: a stopped clock reading <ms>; otherwise an offset in ms
+          stoppedAt = text.startsWith('@') ? Number(text.slice(1)) : null;
+          const v = Number(text);
           if (Number.isFinite(v)) offset = v;
         } catch {
           // no file (yet): keep the last offset
         }
       }
-      return Date.now() + offset;
+      return stoppedAt !== null && Number.isFinite(stoppedAt) ? stoppedAt : Date.now() + offset;
     },
   };
 }
