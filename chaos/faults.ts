@@ -251,32 +251,26 @@ export class Injector {
           kind,
         );
       case 'stuck-outbox':
-        // a stuck row: every downlink the cloud hands out to this gateway waits in the dispatcher's backoff
-        // (as when a publish keeps failing); the heartbeat still names the seq handed out
+        // a stuck row: every downlink the cloud hands out to this gateway is born held in the dispatcher's
+        // backoff (a test trigger on outbox, as fail-closed-holes.test.ts does); heartbeats still name its seq
         return this.#claim(
           `outbox:${gw.id}`,
           async () => {
             const ms = 3000 + this.r() * (c.o.offlineGraceSeconds * 1000 + 10_000);
-            const until = performance.now() + ms;
-            const far = () => Date.now() + 3_600_000;
-            let held = 0;
-            while (performance.now() < until) {
-              held += await c.directDb(async (db) => {
-                const r = await db.query("UPDATE outbox SET next_attempt_at = $2 WHERE gateway_id = $1 AND status = 'pending' AND next_attempt_at < $3", [
-                  gw.id,
-                  far(),
-                  Date.now() + 1_800_000,
-                ]);
-                return r.rowCount ?? 0;
-              });
-              await new Promise((res) => setTimeout(res, 100));
-            }
-            await c.directDb((db) =>
-              db.query("UPDATE outbox SET next_attempt_at = $2 WHERE gateway_id = $1 AND status = 'pending' AND next_attempt_at > $2", [
-                gw.id,
-                Date.now(),
-              ]),
-            );
+            await c.directDb(async (db) => {
+              await db.query('CREATE TABLE IF NOT EXISTS chaos_hold (gateway_id text PRIMARY KEY)');
+              await db.query(`CREATE OR REPLACE FUNCTION chaos_hold() RETURNS trigger LANGUAGE plpgsql AS $$
+                BEGIN IF EXISTS (SELECT 1 FROM chaos_hold WHERE gateway_id = NEW.gateway_id)
+                THEN NEW.next_attempt_at := NEW.next_attempt_at + 86400000; END IF; RETURN NEW; END $$`);
+              await db.query('DROP TRIGGER IF EXISTS chaos_hold ON outbox');
+              await db.query('CREATE TRIGGER chaos_hold BEFORE INSERT ON outbox FOR EACH ROW EXECUTE FUNCTION chaos_hold()');
+              await db.query('INSERT INTO chaos_hold VALUES ($1) ON CONFLICT DO NOTHING', [gw.id]);
+            });
+            await this.#hold(ms, ms);
+            const held = await c.directDb(async (db) => {
+              await db.query('DELETE FROM chaos_hold WHERE gateway_id = $1', [gw.id]);
+              return releaseHeld(db, gw.id);
+            });
             return { ms: Math.round(ms), held };
           },
           kind,
@@ -300,6 +294,16 @@ export class Injector {
       }
     }
   }
+}
+
+/** Makes every row held by the stuck-outbox fault due now; returns how many there were. */
+export async function releaseHeld(db: { query: (q: string, v: unknown[]) => Promise<{ rowCount: number | null }> }, gatewayId: string | null): Promise<number> {
+  const now = Date.now();
+  const r = await db.query(
+    "UPDATE outbox SET next_attempt_at = $1 WHERE status = 'pending' AND next_attempt_at > $2 AND ($3::text IS NULL OR gateway_id = $3)",
+    [now, now + 3_600_000, gatewayId],
+  );
+  return r.rowCount ?? 0;
 }
 
 export type { Proxy };

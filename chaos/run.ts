@@ -18,7 +18,7 @@ import { parseArgs } from 'node:util';
 import { check, type Verdict } from './checker.js';
 import { Cluster } from './cluster.js';
 import { collect } from './collect.js';
-import { Injector, parseFaults, type FaultKind } from './faults.js';
+import { Injector, parseFaults, releaseHeld, type FaultKind } from './faults.js';
 import { History, readHistory } from './history.js';
 import { prng } from './prng.js';
 import { Workload } from './workload.js';
@@ -188,7 +188,10 @@ async function heal(c: Cluster): Promise<void> {
   if (!c.cloud.running) await c.startCloud();
   for (const g of c.gateways) {
     c.setClock(g, 0);
-    await c.directDb((db) => db.query("UPDATE outbox SET next_attempt_at = $1 WHERE status = 'pending' AND next_attempt_at > $1", [Date.now()]));
+    await c.directDb(async (db) => {
+      await db.query('DROP TRIGGER IF EXISTS chaos_hold ON outbox');
+      await releaseHeld(db, null);
+    });
     if (!g.child.running) await c.startGateway(g);
     if (!g.fleet.running) await c.startFleet(g);
   }
