@@ -78,7 +78,12 @@ export class Workload {
       const res = await this.c.api('POST', `/keys/${k.keyId}/revoke`, { reason: reissue ? 'credential_lost' : 'staff_revoked' });
       const code = typeof res.body === 'object' && res.body !== null && 'code' in res.body ? res.body.code : null;
       this.h.add('workload', 'revoke', { keyId: k.keyId, gatewayId: k.gw.id, tSend, status: res.status, code });
-      if (res.status === 202 || res.status === 200) k.revoked = true;
+      if (res.status === 202 || res.status === 200) {
+        k.revoked = true;
+        // most recently revoked last
+        this.keys.splice(this.keys.indexOf(k), 1);
+        this.keys.push(k);
+      }
       if (reissue && k.revoked) await this.issue(k.gw, false);
     } catch (e) {
       this.h.add('workload', 'revoke', { keyId: k.keyId, gatewayId: k.gw.id, tSend, status: 0, error: String(e) });
@@ -94,7 +99,8 @@ export class Workload {
     let kind: 'valid' | 'revoked' | 'expired' | 'wrong' = 'wrong';
     let key: Key | undefined;
     const valid = mine.filter((k) => !k.revoked && k.validUntil > now + 1000);
-    const revoked = mine.filter((k) => k.revoked);
+    // a person whose key was just revoked tries again: the three most recent revokes
+    const revoked = mine.filter((k) => k.revoked).slice(-3);
     const expired = mine.filter((k) => !k.revoked && k.validUntil < now);
     if (x < 0.5 && valid.length > 0) [kind, key] = ['valid', pick(this.r, valid)];
     else if (x < 0.7 && revoked.length > 0) [kind, key] = ['revoked', pick(this.r, revoked)];
