@@ -151,7 +151,12 @@ export function check(history: readonly Entry[], o: CheckOptions): Verdict {
       ]);
   }
   for (const [id, a] of audit)
-    if (a.length > 1) fail('I2 audit exactly once', `event ${id} appears ${a.length} times in the cloud audit`, a.map((x) => x.i));
+    if (a.length > 1)
+      fail(
+        'I2 audit exactly once',
+        `event ${id} appears ${a.length} times in the cloud audit`,
+        a.map((x) => x.i),
+      );
   // every decision a lock received was logged by its gateway
   for (const e of history) {
     if (e.what !== 'present' || e.decided !== true || typeof e.requestId !== 'string') continue;
@@ -173,10 +178,11 @@ export function check(history: readonly Entry[], o: CheckOptions): Verdict {
     } else if (k.status === 'active') {
       count('active keys delivered');
       if (g === undefined || g.status !== 'active')
-        fail('key delivered', `key ${String(k.keyId)} is active in the cloud but ${g ? String(g.status) : 'missing'} on ${String(k.gatewayId)}`, [
-          k.i,
-          ...(g ? [g.i] : []),
-        ]);
+        fail(
+          'key delivered',
+          `key ${String(k.keyId)} is active in the cloud but ${g ? String(g.status) : 'missing'} on ${String(k.gatewayId)}`,
+          [k.i, ...(g ? [g.i] : [])],
+        );
     } else if (k.status === 'issuing' || k.status === 'revoking') {
       count('keys settled');
       const gwv = history.find((x) => x.what === 'cloud-gateway' && x.gatewayId === k.gatewayId);
@@ -192,10 +198,11 @@ export function check(history: readonly Entry[], o: CheckOptions): Verdict {
     count('gateway keys matched');
     const k = cloudKeys.find((x) => x.gatewayId === g.gatewayId && x.keyId === g.keyId);
     if (k === undefined || (k.status !== 'active' && k.status !== 'expired'))
-      fail('key sets equal', `key ${String(g.keyId)} is active on ${String(g.gatewayId)} but ${k ? String(k.status) : 'unknown'} in the cloud`, [
-        g.i,
-        ...(k ? [k.i] : []),
-      ]);
+      fail(
+        'key sets equal',
+        `key ${String(g.keyId)} is active on ${String(g.gatewayId)} but ${k ? String(k.status) : 'unknown'} in the cloud`,
+        [g.i, ...(k ? [k.i] : [])],
+      );
   }
   // no seq handed out and never applied without a visible dead letter
   for (const c of history.filter((e) => e.what === 'cloud-gateway')) {
@@ -203,10 +210,11 @@ export function check(history: readonly Entry[], o: CheckOptions): Verdict {
     const s = history.find((e) => e.what === 'gw-settings' && e.gatewayId === c.gatewayId);
     const behind = s !== undefined && typeof c.lastSeq === 'number' && typeof s.appliedSeq === 'number' && s.appliedSeq < c.lastSeq;
     if (behind && !(typeof c.deadLetters === 'number' && c.deadLetters > 0))
-      fail('outbox settled', `${String(c.gatewayId)} applied seq ${String(s?.appliedSeq)} < ${String(c.lastSeq)} handed out, no dead letter`, [
-        c.i,
-        ...(s ? [s.i] : []),
-      ]);
+      fail(
+        'outbox settled',
+        `${String(c.gatewayId)} applied seq ${String(s?.appliedSeq)} < ${String(c.lastSeq)} handed out, no dead letter`,
+        [c.i, ...(s ? [s.i] : [])],
+      );
   }
   return { checks, violations };
 }

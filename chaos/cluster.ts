@@ -166,7 +166,8 @@ export class Cluster {
     if (!l.startsWith('{')) return;
     try {
       const o: unknown = JSON.parse(l);
-      if (isObj(o) && typeof o.level === 'number' && o.level >= 40) this.h.add("cloud", o.level >= 50 ? "log-error" : "log-warn", { msg: o.msg, code: o.code ?? null, err: o.err ?? null });
+      if (isObj(o) && typeof o.level === 'number' && o.level >= 40)
+        this.h.add('cloud', o.level >= 50 ? 'log-error' : 'log-warn', { msg: o.msg, code: o.code ?? null, err: o.err ?? null });
     } catch {
       // not JSON: ignore
     }

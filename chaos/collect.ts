@@ -14,7 +14,16 @@ export async function collect(c: Cluster, h: History): Promise<void> {
     try {
       const rows = db
         .prepare('SELECT event_id, lock_id, request_id, at, allowed, code, key_id, command_id FROM access_log ORDER BY id')
-        .all() as { event_id: string; lock_id: string; request_id: string; at: number; allowed: number; code: string; key_id: string | null; command_id: string | null }[];
+        .all() as {
+        event_id: string;
+        lock_id: string;
+        request_id: string;
+        at: number;
+        allowed: number;
+        code: string;
+        key_id: string | null;
+        command_id: string | null;
+      }[];
       for (const r of rows)
         h.add('collect', 'gw-access-log', {
           gatewayId: g.id,
@@ -33,8 +42,7 @@ export async function collect(c: Cluster, h: History): Promise<void> {
       const known = new Set(keys.map((k) => k.key_id));
       for (const t of tomb) if (!known.has(t.key_id)) h.add('collect', 'gw-key', { gatewayId: g.id, keyId: t.key_id, status: 'tombstone' });
       const s = db.prepare('SELECT applied_seq, lease_expires_at FROM settings WHERE id = 1').get() as
-        | { applied_seq: number; lease_expires_at: number | null }
-        | undefined;
+        { applied_seq: number; lease_expires_at: number | null } | undefined;
       h.add('collect', 'gw-settings', { gatewayId: g.id, appliedSeq: s?.applied_seq ?? null, leaseExpiresAt: s?.lease_expires_at ?? null });
     } finally {
       db.close();

@@ -40,7 +40,8 @@ export function parseFaults(spec: string): FaultKind[] {
     const g = groups[s];
     if (g) for (const k of g) out.add(k);
     else if ((FAULT_KINDS as readonly string[]).includes(s)) out.add(s as FaultKind);
-    else throw new Error(`unknown fault ${JSON.stringify(s)}; kinds: ${FAULT_KINDS.join(', ')} or groups ${Object.keys(groups).join(', ')}`);
+    else
+      throw new Error(`unknown fault ${JSON.stringify(s)}; kinds: ${FAULT_KINDS.join(', ')} or groups ${Object.keys(groups).join(', ')}`);
   }
   return [...out];
 }
@@ -117,7 +118,8 @@ export class Injector {
       const detail = await f();
       this.h.add('injector', 'fault-end', { kind, target, started: start.i, ...detail });
     } finally {
-      const cool = target.startsWith('link:') || target.startsWith('dup:') || target.startsWith('clock:') ? COOLDOWN_MS.link : COOLDOWN_MS.process;
+      const cool =
+        target.startsWith('link:') || target.startsWith('dup:') || target.startsWith('clock:') ? COOLDOWN_MS.link : COOLDOWN_MS.process;
       setTimeout(() => this.#busy.delete(target), this.#stopped ? 0 : cool);
     }
   }
@@ -297,7 +299,10 @@ export class Injector {
 }
 
 /** Makes every row held by the stuck-outbox fault due now; returns how many there were. */
-export async function releaseHeld(db: { query: (q: string, v: unknown[]) => Promise<{ rowCount: number | null }> }, gatewayId: string | null): Promise<number> {
+export async function releaseHeld(
+  db: { query: (q: string, v: unknown[]) => Promise<{ rowCount: number | null }> },
+  gatewayId: string | null,
+): Promise<number> {
   const now = Date.now();
   const r = await db.query(
     "UPDATE outbox SET next_attempt_at = $1 WHERE status = 'pending' AND next_attempt_at > $2 AND ($3::text IS NULL OR gateway_id = $3)",

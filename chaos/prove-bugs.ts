@@ -65,7 +65,10 @@ function removeWorktree(dir: string): void {
 
 function runIn(dir: string, args: string[]): Promise<number> {
   return new Promise((res) => {
-    const p = spawn(process.execPath, ['--import', 'tsx', join(dir, 'chaos/run.ts'), ...args], { cwd: dir, stdio: ['ignore', 'inherit', 'inherit'] });
+    const p = spawn(process.execPath, ['--import', 'tsx', join(dir, 'chaos/run.ts'), ...args], {
+      cwd: dir,
+      stdio: ['ignore', 'inherit', 'inherit'],
+    });
     p.once('exit', (code) => res(code ?? 2));
   });
 }

@@ -118,7 +118,7 @@ export async function startProxy(
         for (const p of packets) {
           down.queue.push(p);
           // PUBLISH (type 3): the copy carries the DUP flag, as a redelivery does
-          if (((p[0] ?? 0) >> 4) === 3 && random() < dup) {
+          if ((p[0] ?? 0) >> 4 === 3 && random() < dup) {
             const copy = Buffer.from(p);
             copy[0] = (copy[0] ?? 0) | 0x08;
             down.queue.push(copy);

@@ -60,7 +60,12 @@ export async function runChaos(o: RunOptions): Promise<RunResult> {
   const h = new History(historyFile);
   const r = prng(o.seed);
   say(`chaos: seed ${o.seed}, ${o.durationSeconds} s, faults ${o.faults.join(',') || 'none'}, history ${historyFile}`);
-  h.add('runner', 'run', { seed: o.seed, durationSeconds: o.durationSeconds, faults: o.faults, offlineGraceSeconds: o.offlineGraceSeconds });
+  h.add('runner', 'run', {
+    seed: o.seed,
+    durationSeconds: o.durationSeconds,
+    faults: o.faults,
+    offlineGraceSeconds: o.offlineGraceSeconds,
+  });
   const cluster = new Cluster(
     {
       dir,
@@ -172,7 +177,11 @@ async function waitFresh(c: Cluster, timeoutMs: number): Promise<boolean> {
   const deadline = performance.now() + timeoutMs;
   while (performance.now() < deadline) {
     const all = await Promise.all(c.gateways.map((g) => healthOf(c, g.httpPort)));
-    if (all.every((b) => b !== null && b.failClosedReason === null && typeof b.leaseRemainingSeconds === 'number' && b.leaseRemainingSeconds > 0))
+    if (
+      all.every(
+        (b) => b !== null && b.failClosedReason === null && typeof b.leaseRemainingSeconds === 'number' && b.leaseRemainingSeconds > 0,
+      )
+    )
       return true;
     await sleep(300);
   }
@@ -283,7 +292,7 @@ if (import.meta.url === `file://${process.argv[1]}`) {
   main().then(
     (code) => process.exit(code),
     (e: unknown) => {
-      console.error('chaos: harness failure:', e);
+      process.stderr.write(`chaos: harness failure: ${e instanceof Error ? (e.stack ?? e.message) : String(e)}\n`);
       process.exit(2);
     },
   );

@@ -11,27 +11,23 @@ import { runChaos, summary } from '../run.js';
 const SEED = 7;
 
 describe('npm run chaos (short, fixed seed)', () => {
-  it(
-    `holds every invariant under a random mix of faults (seed ${SEED})`,
-    async () => {
-      const res = await runChaos({
-        seed: SEED,
-        durationSeconds: 40,
-        faults: parseFaults('all'),
-        gateways: 1,
-        offlineGraceSeconds: 10,
-        faultEveryMs: 700,
-        quiet: true,
-      });
-      const text = summary(res);
-      expect(res.verdict.violations, text).toEqual([]);
-      // it did something: faults of several kinds, decisions at the door, and the after-healing checks ran
-      expect(res.faultsTotal, text).toBeGreaterThanOrEqual(15);
-      expect(Object.keys(res.faults).length, text).toBeGreaterThanOrEqual(5);
-      expect(res.verdict.checks['I1 allowed decisions checked'] ?? 0, text).toBeGreaterThan(0);
-      expect(res.verdict.checks['I2 gateway decisions checked'] ?? 0, text).toBeGreaterThan(0);
-      expect(res.verdict.checks['outbox settled'], text).toBe(1);
-    },
-    600_000,
-  );
+  it(`holds every invariant under a random mix of faults (seed ${SEED})`, async () => {
+    const res = await runChaos({
+      seed: SEED,
+      durationSeconds: 40,
+      faults: parseFaults('all'),
+      gateways: 1,
+      offlineGraceSeconds: 10,
+      faultEveryMs: 700,
+      quiet: true,
+    });
+    const text = summary(res);
+    expect(res.verdict.violations, text).toEqual([]);
+    // it did something: faults of several kinds, decisions at the door, and the after-healing checks ran
+    expect(res.faultsTotal, text).toBeGreaterThanOrEqual(15);
+    expect(Object.keys(res.faults).length, text).toBeGreaterThanOrEqual(5);
+    expect(res.verdict.checks['I1 allowed decisions checked'] ?? 0, text).toBeGreaterThan(0);
+    expect(res.verdict.checks['I2 gateway decisions checked'] ?? 0, text).toBeGreaterThan(0);
+    expect(res.verdict.checks['outbox settled'], text).toBe(1);
+  }, 600_000);
 });

@@ -7,7 +7,14 @@ function history(...es: Omit<Entry, 'i' | 'wall'>[]): Entry[] {
   return es.map((e, n) => ({ wall: 1_800_000_000_000 + e.t, ...e, i: n + 1 }));
 }
 const opts = { offlineGraceSeconds: 10, slackMs: 1000 };
-const issue = (t: number, keyId = 'k1', validUntil = 1_900_000_000_000) => ({ t, who: 'workload', what: 'issue', keyId, status: 202, validUntil });
+const issue = (t: number, keyId = 'k1', validUntil = 1_900_000_000_000) => ({
+  t,
+  who: 'workload',
+  what: 'issue',
+  keyId,
+  status: 202,
+  validUntil,
+});
 const hb = (t: number) => ({ t, who: 'gw', what: 'heartbeat', result: 'applied' });
 const allow = (t: number, extra: Record<string, unknown> = {}) => ({
   t,
@@ -69,7 +76,10 @@ describe('the checker', () => {
   });
 
   it('reports a healthz that said fresh when the lease must have run out', () => {
-    const v = check(history(hb(0), { t: 15_000, who: 'gw', what: 'health', gatewayId: 'gw', tSend: 14_900, ok: true, failClosedReason: null }), opts);
+    const v = check(
+      history(hb(0), { t: 15_000, who: 'gw', what: 'health', gatewayId: 'gw', tSend: 14_900, ok: true, failClosedReason: null }),
+      opts,
+    );
     expect(v.violations.map((x) => x.invariant)).toEqual(['fail-closed reported']);
   });
 
