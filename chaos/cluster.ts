@@ -53,6 +53,8 @@ export interface GatewayNode {
   readonly child: Child;
   readonly fleet: Child;
   clockOffsetMs: number;
+  /** Real time (ms) until which this gateway's trusted time stays ahead after its clock was stepped forward. */
+  aheadUntil: number;
 }
 
 interface Json {
@@ -228,6 +230,7 @@ export class Cluster {
       siteLink,
       fleetLink,
       clockOffsetMs: 0,
+      aheadUntil: 0,
       child: new Child(
         id,
         process.execPath,

@@ -21,6 +21,7 @@ export const FAULT_KINDS = [
   'reset',
   'partition',
   'clock',
+  'clock-back',
   'dup',
   'stuck-outbox',
 ] as const;
@@ -60,14 +61,15 @@ const WEIGHT: Record<FaultKind, number> = {
   reset: 3,
   partition: 1,
   clock: 2,
+  'clock-back': 2,
   dup: 2,
   'stuck-outbox': 1,
 };
 /** A target is left alone this long after it healed, so the system can show it recovers (ms). */
 const COOLDOWN_MS = { process: 4000, link: 500 };
 
-/** 1970, a day back, ten minutes back, ten minutes and a day ahead. */
-const CLOCK_STEPS = (now: number) => [-now + 1000, -86_400_000, -600_000, 600_000, 86_400_000];
+/** 1970, a day back, ten minutes back, ten minutes and a day ahead (`back`: the first three). */
+const CLOCK_STEPS = (now: number, back = false) => [-now + 1000, -86_400_000, -600_000, ...(back ? [] : [600_000, 86_400_000])];
 
 export class Injector {
   readonly counts: Record<string, number> = {};
@@ -237,10 +239,14 @@ export class Injector {
           kind,
         );
       case 'clock':
+      case 'clock-back':
         return this.#claim(
           `clock:${gw.id}`,
           async () => {
-            const offset = pick(this.r, [0, ...CLOCK_STEPS(Date.now())]);
+            const offset = pick(this.r, [0, ...CLOCK_STEPS(Date.now(), kind === 'clock-back')]);
+            // trusted time never goes back (docs/gateway.md): a clock that was ahead leaves the gateway failing
+            // closed until real time catches up with what it read; healing then expects that, not a fresh site
+            if (offset > 0) gw.aheadUntil = Math.max(gw.aheadUntil, Date.now() + offset);
             // offset 0 stopped: the clock stops where it is; otherwise stopped one time in three
             const stopped = offset === 0 || this.r() < 0.33;
             c.setClock(gw, offset, stopped);

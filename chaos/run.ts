@@ -207,7 +207,12 @@ async function heal(c: Cluster): Promise<void> {
 }
 
 /** Waits until no key is in flight, every gateway is fresh and its uplink outbox is empty. */
-async function settle(c: Cluster, w: Workload, h: History, timeoutMs: number): Promise<{ ok: boolean; reason?: string; waitedMs: number }> {
+async function settle(
+  c: Cluster,
+  w: Workload,
+  h: History,
+  timeoutMs: number,
+): Promise<{ ok: boolean; reason?: string; waitedMs: number; failingClosedAhead?: string[] }> {
   const t0 = performance.now();
   let reason = '';
   while (performance.now() - t0 < timeoutMs) {
@@ -217,11 +222,15 @@ async function settle(c: Cluster, w: Workload, h: History, timeoutMs: number): P
       .reduce((m, e) => m.set(String(e.keyId), String(e.status)), new Map<string, string>());
     const pending = [...inFlight].filter(([, s]) => s === 'issuing' || s === 'revoking').map(([k]) => k);
     const health = await Promise.all(c.gateways.map((g) => healthOf(c, g.httpPort)));
-    const unhealthy = c.gateways.filter((_, i) => {
+    const aheadStale = c.gateways.filter((g) => g.aheadUntil > Date.now()).map((g) => g.id);
+    const unhealthy = c.gateways.filter((g, i) => {
       const b = health[i];
-      return !(b && b.failClosedReason === null && b.outboxDepth === 0);
+      // a gateway whose clock was stepped ahead fails closed until real time catches up (trusted time never goes back)
+      const fresh = b?.failClosedReason === null || (aheadStale.includes(g.id) && b?.failClosedReason === 'LEASE_EXPIRED');
+      return !(b && fresh && b.outboxDepth === 0);
     });
-    if (pending.length === 0 && unhealthy.length === 0) return { ok: true, waitedMs: Math.round(performance.now() - t0) };
+    if (pending.length === 0 && unhealthy.length === 0)
+      return { ok: true, waitedMs: Math.round(performance.now() - t0), ...(aheadStale.length > 0 && { failingClosedAhead: aheadStale }) };
     reason = `${pending.length} key(s) in flight (${pending.slice(0, 5).join(' ')}); not settled: ${unhealthy.map((g) => g.id).join(' ') || 'none'}`;
     await sleep(1000);
   }
