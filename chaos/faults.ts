@@ -251,7 +251,8 @@ export class Injector {
             const stopped = offset === 0 || this.r() < 0.33;
             c.setClock(gw, offset, stopped);
             this.h.add(gw.id, 'clock-set', { offsetMs: offset, stopped });
-            await this.#hold(1000, 15_000);
+            // clock-back holds longer: long enough to outlast a partition's grace
+            await (kind === 'clock-back' ? this.#hold(5000, 30_000) : this.#hold(1000, 15_000));
             c.setClock(gw, 0);
             this.h.add(gw.id, 'clock-set', { offsetMs: 0 });
             return { offsetMs: offset, stopped };

@@ -23,7 +23,13 @@ export interface BugCase {
 
 export const BUGS: readonly BugCase[] = [
   // trusted time not carried by the monotonic clock: a stopped or stepped-back wall clock keeps the lease alive offline
-  { patch: 'stopped-clock.patch', faults: 'clock-back,partition', expect: 'I1 offline grace', seeds: [11, 12, 13], durationSeconds: 60 },
+  {
+    patch: 'stopped-clock.patch',
+    faults: 'clock-back,partition',
+    expect: 'I1 offline grace',
+    seeds: [11, 12, 13, 14],
+    durationSeconds: 60,
+  },
   // lease renewed over a revoke stuck in the cloud's backoff: the revoked key keeps opening
   { patch: 'lease-over-stuck-revoke.patch', faults: 'stuck-outbox', expect: 'I1 revoke lag', seeds: [21, 22, 23], durationSeconds: 60 },
   // uplinks dropped once the broker took them: decisions the broker lost never reach the audit log
