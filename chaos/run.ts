@@ -45,6 +45,8 @@ export interface RunResult {
   readonly faultsTotal: number;
   readonly verdict: Verdict;
   readonly seconds: number;
+  /** what healing found: settled or not, and gateways left failing closed by a clock that was ahead */
+  readonly healed: Record<string, unknown> | null;
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -79,6 +81,8 @@ export async function runChaos(o: RunOptions): Promise<RunResult> {
     h,
   );
   const workload = new Workload(cluster, h, r);
+  let historyPath = historyFile;
+  let healed: Record<string, unknown> | null;
   const injector = new Injector(cluster, h, r, o.faults);
   try {
     await cluster.start();
@@ -120,6 +124,7 @@ export async function runChaos(o: RunOptions): Promise<RunResult> {
     await heal(cluster);
     const settled = await settle(cluster, workload, h, 120_000);
     h.add('runner', 'healed', settled);
+    healed = settled;
     await collect(cluster, h);
   } catch (e) {
     h.add('runner', 'harness-error', { error: String(e instanceof Error ? e.stack : e) });
@@ -132,7 +137,7 @@ export async function runChaos(o: RunOptions): Promise<RunResult> {
       writeFileSync(keepFile, h.entries.map((e) => JSON.stringify(e)).join('\n') + '\n');
       rmSync(dir, { recursive: true, force: true });
       historyPath = keepFile;
-    } else historyPath = historyFile;
+    }
   }
   const verdict = check(h.entries, { offlineGraceSeconds: o.offlineGraceSeconds });
   return {
@@ -143,9 +148,9 @@ export async function runChaos(o: RunOptions): Promise<RunResult> {
     faultsTotal: injector.total,
     verdict,
     seconds: Math.round((performance.now() - started) / 1000),
+    healed,
   };
 }
-let historyPath = '';
 
 async function healthOf(c: Cluster, port: number): Promise<Record<string, unknown> | null> {
   try {
@@ -248,6 +253,7 @@ export function summary(res: RunResult): string {
     `  checks: ${Object.entries(v.checks)
       .map(([k, n]) => `${k} ${n}`)
       .join('; ')}`,
+    `  healed: ${res.healed ? JSON.stringify(res.healed) : 'no'}`,
     `  violations: ${v.violations.length}`,
     ...v.violations.slice(0, 20).map((x) => `    [${x.invariant}] ${x.message} (history lines ${x.lines.join(', ')})`),
     `  history: ${res.historyFile}`,
