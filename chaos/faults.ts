@@ -21,7 +21,7 @@ export const FAULT_KINDS = [
   'reset',
   'partition',
   'clock',
-  'clock-back',
+  'clock-ahead',
   'dup',
   'stuck-outbox',
 ] as const;
@@ -30,7 +30,8 @@ export type FaultKind = (typeof FAULT_KINDS)[number];
 /** `--faults kill,cut,clock`: group names expand to kinds. */
 export function parseFaults(spec: string): FaultKind[] {
   const groups: Record<string, readonly FaultKind[]> = {
-    all: FAULT_KINDS,
+    // clock-ahead leaves a gateway failing closed for as long as the step (a day): opt-in, not in `all`
+    all: FAULT_KINDS.filter((k) => k !== 'clock-ahead'),
     kill: ['kill-cloud', 'kill-gateway', 'kill-fleet', 'kill-broker', 'crash-point'],
     link: ['cut', 'stall', 'slow', 'reset'],
     net: ['cut', 'stall', 'slow', 'reset', 'partition', 'dup'],
@@ -61,15 +62,15 @@ const WEIGHT: Record<FaultKind, number> = {
   reset: 3,
   partition: 1,
   clock: 2,
-  'clock-back': 2,
+  'clock-ahead': 1,
   dup: 2,
   'stuck-outbox': 1,
 };
 /** A target is left alone this long after it healed, so the system can show it recovers (ms). */
 const COOLDOWN_MS = { process: 4000, link: 500 };
 
-/** 1970, a day back, ten minutes back, ten minutes and a day ahead (`back`: the first three). */
-const CLOCK_STEPS = (now: number, back = false) => [-now + 1000, -86_400_000, -600_000, ...(back ? [] : [600_000, 86_400_000])];
+/** `clock`: 1970, a day back, ten minutes back, or stopped where it is; `clock-ahead`: ten minutes or a day ahead. */
+const CLOCK_STEPS = (now: number, ahead: boolean) => (ahead ? [600_000, 86_400_000] : [0, -now + 1000, -86_400_000, -600_000]);
 
 export class Injector {
   readonly counts: Record<string, number> = {};
@@ -239,11 +240,11 @@ export class Injector {
           kind,
         );
       case 'clock':
-      case 'clock-back':
+      case 'clock-ahead':
         return this.#claim(
           `clock:${gw.id}`,
           async () => {
-            const offset = pick(this.r, [0, ...CLOCK_STEPS(Date.now(), kind === 'clock-back')]);
+            const offset = pick(this.r, CLOCK_STEPS(Date.now(), kind === 'clock-ahead'));
             // trusted time never goes back (docs/gateway.md): a clock that was ahead leaves the gateway failing
             // closed until real time catches up with what it read; healing then expects that, not a fresh site
             if (offset > 0) gw.aheadUntil = Math.max(gw.aheadUntil, Date.now() + offset);
@@ -251,8 +252,8 @@ export class Injector {
             const stopped = offset === 0 || this.r() < 0.33;
             c.setClock(gw, offset, stopped);
             this.h.add(gw.id, 'clock-set', { offsetMs: offset, stopped });
-            // clock-back holds longer: long enough to outlast a partition's grace
-            await (kind === 'clock-back' ? this.#hold(5000, 30_000) : this.#hold(1000, 15_000));
+            // a clock back or stopped is held long enough to outlast a partition's grace
+            await (kind === 'clock' ? this.#hold(5000, 30_000) : this.#hold(1000, 15_000));
             c.setClock(gw, 0);
             this.h.add(gw.id, 'clock-set', { offsetMs: 0 });
             return { offsetMs: offset, stopped };

@@ -16,7 +16,8 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { check, type Verdict } from './checker.js';
-import { Cluster } from './cluster.js';
+import Database from 'better-sqlite3';
+import { Cluster, type GatewayNode } from './cluster.js';
 import { collect } from './collect.js';
 import { Injector, parseFaults, releaseHeld, type FaultKind } from './faults.js';
 import { History, readHistory } from './history.js';
@@ -94,12 +95,13 @@ export async function runChaos(o: RunOptions): Promise<RunResult> {
     const end = performance.now() + o.durationSeconds * 1000;
     const running = () => performance.now() < end;
     const loops = [
-      (async () => {
+      // three clients at once: one stuck on a dead cloud does not stop the others presenting at the doors
+      ...[0, 1, 2].map(async () => {
         while (running()) {
           await workload.step().catch((e: unknown) => h.add('workload', 'error', { error: String(e) }));
           await sleep(100 + r() * 300);
         }
-      })(),
+      }),
       (async () => {
         await sleep(1000);
         while (running()) {
@@ -211,7 +213,18 @@ async function heal(c: Cluster): Promise<void> {
   }
 }
 
-/** Waits until no key is in flight, every gateway is fresh and its uplink outbox is empty. */
+/** Uplinks the gateway keeps until the cloud acknowledges them (its SQLite, read-only). */
+function unackedUplinks(g: GatewayNode): number {
+  const db = new Database(g.sqlitePath, { readonly: true, fileMustExist: true });
+  try {
+    const row: unknown = db.prepare('SELECT count(*) AS n FROM outbox WHERE acked_at IS NULL').get();
+    return typeof row === 'object' && row !== null && 'n' in row && typeof row.n === 'number' ? row.n : -1;
+  } finally {
+    db.close();
+  }
+}
+
+/** Waits until no key is in flight, every gateway is fresh and the cloud acknowledged every uplink it has. */
 async function settle(
   c: Cluster,
   w: Workload,
@@ -228,11 +241,12 @@ async function settle(
     const pending = [...inFlight].filter(([, s]) => s === 'issuing' || s === 'revoking').map(([k]) => k);
     const health = await Promise.all(c.gateways.map((g) => healthOf(c, g.httpPort)));
     const aheadStale = c.gateways.filter((g) => g.aheadUntil > Date.now()).map((g) => g.id);
+    const unacked = c.gateways.map(unackedUplinks);
     const unhealthy = c.gateways.filter((g, i) => {
       const b = health[i];
       // a gateway whose clock was stepped ahead fails closed until real time catches up (trusted time never goes back)
       const fresh = b?.failClosedReason === null || (aheadStale.includes(g.id) && b?.failClosedReason === 'LEASE_EXPIRED');
-      return !(b && fresh && b.outboxDepth === 0);
+      return !(b && fresh && b.outboxDepth === 0 && unacked[i] === 0);
     });
     if (pending.length === 0 && unhealthy.length === 0)
       return { ok: true, waitedMs: Math.round(performance.now() - t0), ...(aheadStale.length > 0 && { failingClosedAhead: aheadStale }) };
