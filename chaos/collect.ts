@@ -53,6 +53,13 @@ export async function collect(c: Cluster, h: History): Promise<void> {
       h.add('collect', 'cloud-key', { gatewayId: g.id, keyId: k.id, status: k.status, version: k.version });
     const v = await c.api('GET', `/gateways/${g.id}`);
     const gv = (typeof v.body === 'object' && v.body !== null && 'gateway' in v.body ? v.body.gateway : v.body) as Record<string, unknown>;
+    for await (const u of pages(c, `/rejected-uplinks?gatewayId=${g.id}`))
+      h.add('collect', 'cloud-rejected-uplink', {
+        gatewayId: g.id,
+        code: u.code,
+        detail: u.detail ?? u.reason ?? null,
+        at: u.at ?? u.createdAt ?? null,
+      });
     h.add('collect', 'cloud-gateway', { gatewayId: g.id, lastSeq: gv.lastSeq ?? null, deadLetters: gv.deadLetters ?? null });
   }
   for await (const e of pages(c, `/access-events?siteId=${c.siteId}`))

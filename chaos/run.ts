@@ -250,7 +250,14 @@ async function settle(
     });
     if (pending.length === 0 && unhealthy.length === 0)
       return { ok: true, waitedMs: Math.round(performance.now() - t0), ...(aheadStale.length > 0 && { failingClosedAhead: aheadStale }) };
-    reason = `${pending.length} key(s) in flight (${pending.slice(0, 5).join(' ')}); not settled: ${unhealthy.map((g) => g.id).join(' ') || 'none'}`;
+    reason = `${pending.length} key(s) in flight (${pending.slice(0, 5).join(' ')}); not settled: ${
+      unhealthy
+        .map((g) => {
+          const i = c.gateways.indexOf(g);
+          return `${g.id} (${String(health[i]?.failClosedReason ?? 'fresh')}, outbox ${String(health[i]?.outboxDepth)}, unacked uplinks ${unacked[i]})`;
+        })
+        .join(' ') || 'none'
+    }`;
     await sleep(1000);
   }
   return { ok: false, reason, waitedMs: Math.round(performance.now() - t0) };

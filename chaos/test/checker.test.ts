@@ -2,9 +2,15 @@ import { describe, expect, it } from 'vitest';
 import { check } from '../checker.js';
 import type { Entry } from '../history.js';
 
+interface Line {
+  readonly t: number;
+  readonly who: string;
+  readonly what: string;
+  readonly [k: string]: unknown;
+}
 /** Builds a history from partial entries (line numbers and wall times filled in). */
-function history(...es: Omit<Entry, 'i' | 'wall'>[]): Entry[] {
-  return es.map((e, n) => ({ wall: 1_800_000_000_000 + e.t, ...e, i: n + 1 }));
+function history(...es: Line[]): Entry[] {
+  return es.map((e, n): Entry => ({ wall: 1_800_000_000_000 + e.t, ...e, i: n + 1 }));
 }
 const opts = { offlineGraceSeconds: 10, slackMs: 1000 };
 const issue = (t: number, keyId = 'k1', validUntil = 1_900_000_000_000) => ({
