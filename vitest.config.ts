@@ -2,7 +2,7 @@ import { defineConfig } from 'vitest/config';
 
 export default defineConfig({
   test: {
-    include: ['{shared,cloud,gateway,firmware-sim,demo,stripe-local,scripts,bench}/test/**/*.test.ts'],
+    include: ['{shared,cloud,gateway,firmware-sim,demo,stripe-local,scripts,bench,chaos}/test/**/*.test.ts'],
     globalSetup: ['shared/src/testing/global-setup.ts'],
     pool: 'forks',
     testTimeout: 30_000,

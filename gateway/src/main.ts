@@ -1,7 +1,17 @@
 #!/usr/bin/env node
 import { chmodSync, existsSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
-import { createLogger, exitWhenStopped, newCorrelationId, onShutdownSignals, withCorrelation } from '@tobira/shared';
+import { readFileSync } from 'node:fs';
+import {
+  createLogger,
+  exitWhenStopped,
+  monotonicClock,
+  newCorrelationId,
+  onShutdownSignals,
+  systemClock,
+  withCorrelation,
+  type Clock,
+} from '@tobira/shared';
 import { mosquittoSiteFiles } from './adapters/mqtt/site-broker.js';
 import { crashHookFromEnv } from './app/context.js';
 import { loadConfig } from './config.js';
@@ -18,6 +28,38 @@ import { createGateway } from './gateway.js';
 const baseLog = createLogger('gateway');
 const log = withCorrelation(baseLog, newCorrelationId());
 
+/**
+ * Test tooling only (`npm run chaos`, docs/reliability.md): `TOBIRA_CLOCK_OFFSET_FILE` names a file
+ * holding a number of ms added to the wall clock (or `@<ms>`: a clock stopped at that reading), re-read at most every 50 ms of real time, so a
+ * chaos run can step this process's wall clock (back to 1970, a day ahead) while it runs. The
+ * gateway sees only a wrong `Date.now()`: elapsed time (the monotonic clock) is untouched, as
+ * when an operator or a dead RTC sets a real box's clock. Unset (production): the system clock.
+ */
+function clockFromEnv(file: string | undefined): Clock {
+  if (file === undefined || file === '') return systemClock;
+  let offset = 0;
+  let stoppedAt: number | null = null;
+  let readAt = -Infinity;
+  return {
+    now() {
+      const mono = performance.now();
+      if (mono - readAt >= 50) {
+        readAt = mono;
+        try {
+          const text = readFileSync(file, 'utf8').trim();
+          // `@<ms>`: a stopped clock reading <ms>; otherwise an offset in ms
+          stoppedAt = text.startsWith('@') ? Number(text.slice(1)) : null;
+          const v = Number(text);
+          if (Number.isFinite(v)) offset = v;
+        } catch {
+          // no file (yet): keep the last offset
+        }
+      }
+      return stoppedAt !== null && Number.isFinite(stoppedAt) ? stoppedAt : Date.now() + offset;
+    },
+  };
+}
+
 function argValue(name: string): string | undefined {
   const i = process.argv.indexOf(name);
   return i >= 0 ? process.argv[i + 1] : undefined;
@@ -25,7 +67,13 @@ function argValue(name: string): string | undefined {
 
 async function main(): Promise<void> {
   const config = loadConfig({ file: argValue('--config') });
-  const gateway = createGateway(config, { log: baseLog, crash: crashHookFromEnv(process.env.TOBIRA_CRASH_AT) });
+  const gateway = createGateway(config, {
+    log: baseLog,
+    crash: crashHookFromEnv(process.env.TOBIRA_CRASH_AT),
+    clock: clockFromEnv(process.env.TOBIRA_CLOCK_OFFSET_FILE),
+    // explicit: with only `clock` given, trusted time would measure elapsed time on it (GatewayDeps.monotonic)
+    monotonic: monotonicClock,
+  });
   // One Ctrl-C can arrive several times (npm and tsx forward it): onShutdownSignals
   // takes those as one request; only a later, separate signal forces.
   onShutdownSignals({

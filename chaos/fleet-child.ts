@@ -1,0 +1,55 @@
+/**
+ * A lock fleet in a child process of the chaos runner (the firmware-sim
+ * Fleet API, as `npm run sim` uses it). Config: env CHAOS_FLEET (JSON
+ * `{url, gatewayId, locks, secrets}`). Commands on stdin, one JSON per line:
+ * `{"op":"present","id":"…","lockId":"L1","pin":"123456"}`. Out on stdout,
+ * one JSON per line: `{"ev":"ready"}`, `{"ev":"result","id":…,"result":…}`,
+ * and `{"ev":"command","lockId":…,"commandId":…,"result":"executed"|"refused","code":…,"bolt":…}`
+ * for every command a lock handled (the lock-side record of unlocks).
+ */
+import { createInterface } from 'node:readline';
+import { createLogger } from '@tobira/shared';
+import { Fleet } from '@tobira/firmware-sim';
+import { z } from 'zod';
+
+const Config = z.object({
+  url: z.string(),
+  gatewayId: z.string(),
+  locks: z.array(z.string()),
+  secrets: z.record(z.string(), z.string()),
+});
+const Command = z.object({ op: z.literal('present'), id: z.string(), lockId: z.string(), pin: z.string() });
+
+const out = (o: Record<string, unknown>) => process.stdout.write(`${JSON.stringify({ ...o, wallAt: Date.now() })}\n`);
+const cfg = Config.parse(JSON.parse(process.env.CHAOS_FLEET ?? '{}'));
+const fleet = new Fleet({
+  url: cfg.url,
+  gatewayId: cfg.gatewayId,
+  locks: cfg.locks,
+  secrets: cfg.secrets,
+  log: createLogger('firmware-sim', { level: 'silent' }),
+  onActivity: (lockId, a) => {
+    if (a.type === 'output' && a.output.kind === 'event' && a.output.event.kind === 'command_result')
+      out({
+        ev: 'command',
+        lockId,
+        commandId: a.output.event.commandId,
+        result: a.output.event.result,
+        code: a.output.event.code ?? null,
+      });
+  },
+});
+await fleet.start();
+out({ ev: 'ready' });
+createInterface({ input: process.stdin }).on('line', (line) => {
+  const c = Command.safeParse(JSON.parse(line));
+  if (!c.success) return;
+  const { id, lockId, pin } = c.data;
+  fleet
+    .lock(lockId)
+    .present({ type: 'pin', value: pin }, { timeoutMs: 4000 })
+    .then(
+      (r) => out({ ev: 'result', id, result: r }),
+      (e: unknown) => out({ ev: 'result', id, error: String(e) }),
+    );
+});

@@ -1,0 +1,123 @@
+/**
+ * `npm run chaos -- --prove-bugs [--only name]`: shows the checker can fail. Each patch in
+ * chaos/bugs/ re-introduces one of the three known fail-open bugs; for each, a throwaway
+ * `git worktree` of HEAD gets the patch and a targeted chaos run (its own faults, fixed seeds,
+ * tried in turn) must end with a violation of the invariant the bug breaks. Prints one line per
+ * bug and exits non-zero when a bug went unnoticed. Not part of `npm test` (minutes per bug).
+ */
+import { execFileSync, spawn } from 'node:child_process';
+import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, symlinkSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+
+const REPO = resolve(import.meta.dirname, '..');
+
+export interface BugCase {
+  readonly patch: string;
+  readonly faults: string;
+  /** the invariants a violation may name to count as caught */
+  readonly expect: readonly string[];
+  readonly seeds: readonly number[];
+  readonly durationSeconds: number;
+}
+
+export const BUGS: readonly BugCase[] = [
+  // trusted time not carried by the monotonic clock: a stopped or stepped-back wall clock keeps the lease alive offline
+  {
+    patch: 'stopped-clock.patch',
+    faults: 'clock,partition',
+    expect: ['I1 offline grace'],
+    seeds: [11, 12, 13, 14],
+    durationSeconds: 60,
+  },
+  // lease renewed over a revoke stuck in the cloud's backoff: the revoked key keeps opening
+  { patch: 'lease-over-stuck-revoke.patch', faults: 'stuck-outbox', expect: ['I1 revoke lag'], seeds: [21, 22, 23], durationSeconds: 60 },
+  // uplinks dropped once the broker took them: decisions the broker lost never reach the audit log
+  {
+    patch: 'uplink-dropped-on-puback.patch',
+    faults: 'kill-broker,kill-cloud,cut',
+    expect: ['I2 audit exactly once', 'stuck without dead letter'],
+    seeds: [31, 32, 33],
+    durationSeconds: 60,
+  },
+];
+
+/** A worktree of HEAD with its own node_modules: links to ours, except @tobira/* which must point into the worktree. */
+function throwawayWorktree(name: string): string {
+  const dir = join(tmpdir(), `tobira-prove-${name}-${process.pid}`);
+  rmSync(dir, { recursive: true, force: true });
+  execFileSync('git', ['-C', REPO, 'worktree', 'add', '--detach', dir, 'HEAD'], { stdio: 'ignore' });
+  const nm = join(dir, 'node_modules');
+  mkdirSync(nm);
+  for (const e of readdirSync(join(REPO, 'node_modules'))) {
+    if (e === '@tobira') continue;
+    symlinkSync(join(REPO, 'node_modules', e), join(nm, e));
+  }
+  mkdirSync(join(nm, '@tobira'));
+  for (const e of readdirSync(join(REPO, 'node_modules', '@tobira'))) symlinkSync(join('..', '..', e), join(nm, '@tobira', e));
+  for (const w of ['shared', 'cloud', 'gateway', 'firmware-sim', 'demo', 'stripe-local'])
+    if (existsSync(join(REPO, w, 'node_modules'))) symlinkSync(join(REPO, w, 'node_modules'), join(dir, w, 'node_modules'));
+  return dir;
+}
+
+function removeWorktree(dir: string): void {
+  try {
+    execFileSync('git', ['-C', REPO, 'worktree', 'remove', '--force', dir], { stdio: 'ignore' });
+  } catch {
+    rmSync(dir, { recursive: true, force: true });
+    execFileSync('git', ['-C', REPO, 'worktree', 'prune'], { stdio: 'ignore' });
+  }
+}
+
+function runIn(dir: string, args: string[]): Promise<number> {
+  return new Promise((res) => {
+    const p = spawn(process.execPath, ['--import', 'tsx', join(dir, 'chaos/run.ts'), ...args], {
+      cwd: dir,
+      stdio: ['ignore', 'inherit', 'inherit'],
+    });
+    p.once('exit', (code) => res(code ?? 2));
+  });
+}
+
+export interface ProveResult {
+  readonly patch: string;
+  readonly caught: boolean;
+  readonly seed: number | null;
+  readonly violations: string[];
+}
+
+export async function proveBug(b: BugCase, log: (s: string) => void = (s) => process.stdout.write(`${s}\n`)): Promise<ProveResult> {
+  const name = b.patch.replace(/\.patch$/, '');
+  const dir = throwawayWorktree(name);
+  try {
+    execFileSync('git', ['-C', dir, 'apply', join(REPO, 'chaos/bugs', b.patch)]);
+    for (const seed of b.seeds) {
+      const out = join(dir, `.chaos-${seed}`);
+      log(`prove-bugs: ${b.patch}: seed ${seed}, faults ${b.faults}, ${b.durationSeconds} s`);
+      const code = await runIn(dir, ['--seed', String(seed), '--duration', String(b.durationSeconds), '--faults', b.faults, '--out', out]);
+      const summaryFile = join(out, 'history.jsonl.summary.json');
+      if (code === 2 || !existsSync(summaryFile)) {
+        log(`prove-bugs: ${b.patch}: seed ${seed}: harness failure (exit ${code})`);
+        continue;
+      }
+      const s = JSON.parse(readFileSync(summaryFile, 'utf8')) as { verdict: { violations: { invariant: string; message: string }[] } };
+      const hits = s.verdict.violations.filter((v) => b.expect.includes(v.invariant)).map((v) => `[${v.invariant}] ${v.message}`);
+      if (hits.length > 0) return { patch: b.patch, caught: true, seed, violations: hits };
+    }
+    return { patch: b.patch, caught: false, seed: null, violations: [] };
+  } finally {
+    removeWorktree(dir);
+  }
+}
+
+export async function proveBugs(only?: string): Promise<number> {
+  const results: ProveResult[] = [];
+  for (const b of BUGS.filter((x) => only === undefined || x.patch.startsWith(only))) results.push(await proveBug(b));
+  for (const r of results)
+    process.stdout.write(
+      r.caught
+        ? `prove-bugs: CAUGHT ${r.patch} (seed ${r.seed}): ${r.violations.length} violation(s), e.g. ${r.violations[0]}\n`
+        : `prove-bugs: MISSED ${r.patch}: no violation of the expected invariant\n`,
+    );
+  return results.every((r) => r.caught) ? 0 : 1;
+}

@@ -1,0 +1,143 @@
+import { describe, expect, it } from 'vitest';
+import { check } from '../checker.js';
+import type { Entry } from '../history.js';
+
+interface Line {
+  readonly t: number;
+  readonly who: string;
+  readonly what: string;
+  readonly [k: string]: unknown;
+}
+/** Builds a history from partial entries (line numbers and wall times filled in). */
+function history(...es: Line[]): Entry[] {
+  return es.map((e, n): Entry => ({ wall: 1_800_000_000_000 + e.t, ...e, i: n + 1 }));
+}
+const opts = { offlineGraceSeconds: 10, slackMs: 1000 };
+const issue = (t: number, keyId = 'k1', validUntil = 1_900_000_000_000) => ({
+  t,
+  who: 'workload',
+  what: 'issue',
+  keyId,
+  status: 202,
+  validUntil,
+});
+const hb = (t: number) => ({ t, who: 'gw', what: 'heartbeat', result: 'applied' });
+const allow = (t: number, extra: Record<string, unknown> = {}) => ({
+  t,
+  who: 'workload',
+  what: 'present',
+  gatewayId: 'gw',
+  lockId: 'L1',
+  kind: 'valid',
+  keyId: 'k1',
+  tSend: t - 50,
+  wallSend: 1_800_000_000_000 + t - 50,
+  decided: true,
+  allowed: true,
+  commandId: 'c1',
+  ...extra,
+});
+
+describe('the checker', () => {
+  it('passes an unlock with a granted key and a recent heartbeat', () => {
+    const v = check(history(issue(0), hb(100), allow(5000)), opts);
+    expect(v.violations).toEqual([]);
+    expect(v.checks['I1 allowed decisions checked']).toBe(1);
+  });
+
+  it('reports an unlock more than offlineGraceSeconds of real time after the last heartbeat, with both lines', () => {
+    const v = check(history(issue(0), hb(100), allow(12_000)), opts);
+    expect(v.violations.map((x) => [x.invariant, x.lines])).toEqual([['I1 offline grace', [2, 3]]]);
+  });
+
+  it('reports an unlock after the cloud showed the revoke acknowledged', () => {
+    const v = check(
+      history(issue(0), hb(100), { t: 1000, who: 'cloud', what: 'key-status', keyId: 'k1', status: 'revoked' }, hb(1500), allow(2000)),
+      opts,
+    );
+    expect(v.violations.map((x) => x.invariant)).toEqual(['I1 revoke acked']);
+  });
+
+  it('reports an unlock longer than the grace after a revoke the cloud committed (a lease renewed over it)', () => {
+    const v = check(
+      history(issue(0), { t: 1000, who: 'workload', what: 'revoke', keyId: 'k1', status: 202 }, hb(11_500), allow(12_500)),
+      opts,
+    );
+    expect(v.violations.map((x) => x.invariant)).toEqual(['I1 revoke lag']);
+  });
+
+  it('reports an unlock for a PIN nobody was given, and a lock that ran a command no decision allowed', () => {
+    const v = check(
+      history(hb(0), allow(100, { kind: 'wrong', keyId: null }), {
+        t: 200,
+        who: 'fleet',
+        what: 'lock-command',
+        lockId: 'L1',
+        commandId: 'other',
+        result: 'executed',
+      }),
+      opts,
+    );
+    expect(v.violations.map((x) => x.invariant)).toEqual(['I1 no grant', 'I1 lock']);
+  });
+
+  it('reports a healthz that said fresh when the lease must have run out', () => {
+    const v = check(
+      history(hb(0), { t: 15_000, who: 'gw', what: 'health', gatewayId: 'gw', tSend: 14_900, ok: true, failClosedReason: null }),
+      opts,
+    );
+    expect(v.violations.map((x) => x.invariant)).toEqual(['fail-closed reported']);
+  });
+
+  describe('after healing', () => {
+    const healed = { t: 20_000, who: 'runner', what: 'healed', ok: true };
+    it('reports a gateway decision missing from the cloud audit, and one there twice', () => {
+      const v = check(
+        history(
+          healed,
+          { t: 20_001, who: 'collect', what: 'gw-access-log', gatewayId: 'gw', eventId: 'e1', requestId: 'r1' },
+          { t: 20_002, who: 'collect', what: 'gw-access-log', gatewayId: 'gw', eventId: 'e2', requestId: 'r2' },
+          { t: 20_003, who: 'collect', what: 'cloud-audit', eventId: 'e2' },
+          { t: 20_004, who: 'collect', what: 'cloud-audit', eventId: 'e2' },
+        ),
+        opts,
+      );
+      expect(v.violations.map((x) => [x.invariant, x.lines])).toEqual([
+        ['I2 audit exactly once', [2]],
+        ['I2 audit exactly once', [3, 4, 5]],
+        ['I2 audit exactly once', [4, 5]],
+      ]);
+    });
+
+    it('reports key sets that differ: revoked in the cloud but active on site, active in the cloud but missing', () => {
+      const v = check(
+        history(
+          healed,
+          { t: 20_001, who: 'collect', what: 'gw-key', gatewayId: 'gw', keyId: 'k1', status: 'active' },
+          { t: 20_002, who: 'collect', what: 'cloud-key', gatewayId: 'gw', keyId: 'k1', status: 'revoked' },
+          { t: 20_003, who: 'collect', what: 'cloud-key', gatewayId: 'gw', keyId: 'k2', status: 'active' },
+        ),
+        opts,
+      );
+      expect(v.violations.map((x) => x.invariant)).toEqual(['revoke applied', 'key delivered', 'key sets equal']);
+    });
+
+    it('reports a key still in flight with no dead letter, and a gateway behind the seq handed out', () => {
+      const v = check(
+        history(
+          healed,
+          { t: 20_001, who: 'collect', what: 'cloud-key', gatewayId: 'gw', keyId: 'k1', status: 'revoking' },
+          { t: 20_002, who: 'collect', what: 'gw-settings', gatewayId: 'gw', appliedSeq: 3 },
+          { t: 20_003, who: 'collect', what: 'cloud-gateway', gatewayId: 'gw', lastSeq: 4, deadLetters: 0 },
+        ),
+        opts,
+      );
+      expect(v.violations.map((x) => x.invariant)).toEqual(['stuck without dead letter', 'outbox settled']);
+    });
+
+    it('reports a system that did not settle', () => {
+      const v = check(history({ ...healed, ok: false, reason: 'gw not fresh' }), opts);
+      expect(v.violations.map((x) => x.invariant)).toEqual(['heal']);
+    });
+  });
+});

@@ -1,0 +1,151 @@
+import type { Cluster, GatewayNode } from './cluster.js';
+import type { History } from './history.js';
+import { pick } from './prng.js';
+
+/**
+ * The workload (docs/reliability.md): issues, revokes and re-issues keys
+ * through the admin API and presents valid, revoked, expired and wrong PINs
+ * at the sim locks, recording every request and answer in the history.
+ */
+interface Key {
+  readonly keyId: string;
+  readonly pin: string;
+  readonly gw: GatewayNode;
+  readonly validUntil: number;
+  revoked: boolean;
+}
+
+export class Workload {
+  readonly keys: Key[] = [];
+  readonly #pins = new Set<string>();
+  #n = 0;
+  ops = 0;
+  readonly #status = new Map<string, string>();
+
+  constructor(
+    readonly c: Cluster,
+    readonly h: History,
+    readonly r: () => number,
+  ) {}
+
+  #newPin(): string {
+    for (;;) {
+      const pin = String(100000 + Math.floor(this.r() * 900000));
+      if (!this.#pins.has(pin)) {
+        this.#pins.add(pin);
+        return pin;
+      }
+    }
+  }
+
+  async step(): Promise<void> {
+    this.ops++;
+    const x = this.r();
+    const live = this.keys.filter((k) => !k.revoked);
+    if (x < 0.2 || this.keys.length < 3) return this.issue();
+    if (x < 0.3 && live.length > 0) return this.revoke(pick(this.r, live), x < 0.25);
+    return this.present();
+  }
+
+  /** `reissueOf`: a new PIN for the same person and doors after a revoke (credential_lost). */
+  async issue(gw = pick(this.r, this.c.gateways), shortLived = this.r() < 0.15): Promise<void> {
+    const keyId = `k-${this.c.o.seed}-${++this.#n}`;
+    const pin = this.#newPin();
+    const now = Date.now();
+    const validUntil = shortLived ? now + 3000 + Math.floor(this.r() * 15_000) : now + 86_400_000;
+    const body = {
+      keyId,
+      personId: this.c.personId,
+      doors: gw.locks.map((l) => gw.doors[l]),
+      credential: { type: 'pin', value: pin },
+      validFrom: now - 3_600_000,
+      validUntil,
+    };
+    const tSend = this.h.now();
+    try {
+      const res = await this.c.api('POST', '/keys', body);
+      const code = typeof res.body === 'object' && res.body !== null && 'code' in res.body ? res.body.code : null;
+      this.h.add('workload', 'issue', { keyId, pin, gatewayId: gw.id, validUntil, tSend, status: res.status, code });
+      if (res.status === 202) this.keys.push({ keyId, pin, gw, validUntil, revoked: false });
+    } catch (e) {
+      this.h.add('workload', 'issue', { keyId, pin, gatewayId: gw.id, validUntil, tSend, status: 0, error: String(e) });
+    }
+  }
+
+  async revoke(k: Key, reissue: boolean): Promise<void> {
+    const tSend = this.h.now();
+    try {
+      const res = await this.c.api('POST', `/keys/${k.keyId}/revoke`, { reason: reissue ? 'credential_lost' : 'staff_revoked' });
+      const code = typeof res.body === 'object' && res.body !== null && 'code' in res.body ? res.body.code : null;
+      this.h.add('workload', 'revoke', { keyId: k.keyId, gatewayId: k.gw.id, tSend, status: res.status, code });
+      if (res.status === 202 || res.status === 200) {
+        k.revoked = true;
+        // most recently revoked last
+        this.keys.splice(this.keys.indexOf(k), 1);
+        this.keys.push(k);
+      }
+      if (reissue && k.revoked) await this.issue(k.gw, false);
+    } catch (e) {
+      this.h.add('workload', 'revoke', { keyId: k.keyId, gatewayId: k.gw.id, tSend, status: 0, error: String(e) });
+    }
+  }
+
+  async present(): Promise<void> {
+    const gw = pick(this.r, this.c.gateways);
+    const lockId = pick(this.r, gw.locks);
+    const mine = this.keys.filter((k) => k.gw === gw);
+    const x = this.r();
+    const now = Date.now();
+    let kind: 'valid' | 'revoked' | 'expired' | 'wrong' = 'wrong';
+    let key: Key | undefined;
+    const valid = mine.filter((k) => !k.revoked && k.validUntil > now + 1000);
+    // a person whose key was just revoked tries again: the three most recent revokes
+    const revoked = mine.filter((k) => k.revoked).slice(-3);
+    const expired = mine.filter((k) => !k.revoked && k.validUntil < now);
+    if (x < 0.5 && valid.length > 0) [kind, key] = ['valid', pick(this.r, valid)];
+    else if (x < 0.7 && revoked.length > 0) [kind, key] = ['revoked', pick(this.r, revoked)];
+    else if (x < 0.85 && expired.length > 0) [kind, key] = ['expired', pick(this.r, expired)];
+    const pin = key?.pin ?? this.#newPin();
+    const tSend = this.h.now();
+    const wallSend = Date.now();
+    const a = await this.c.present(gw, lockId, pin);
+    const res = typeof a.result === 'object' && a.result !== null ? (a.result as Record<string, unknown>) : null;
+    const d = res && typeof res.decision === 'object' && res.decision !== null ? (res.decision as Record<string, unknown>) : null;
+    const cmd = res && typeof res.command === 'object' && res.command !== null ? (res.command as Record<string, unknown>) : null;
+    this.h.add('workload', 'present', {
+      gatewayId: gw.id,
+      lockId,
+      kind,
+      keyId: key?.keyId ?? null,
+      tSend,
+      wallSend,
+      status: res?.status ?? 'error',
+      error: a.error ?? null,
+      requestId: res?.requestId ?? null,
+      decided: res?.status === 'decided',
+      allowed: d?.allowed ?? null,
+      code: d?.code ?? null,
+      commandId: d?.commandId ?? null,
+      command: cmd?.result ?? null,
+    });
+  }
+
+  /** Polls the cloud's view of every key; records each status change (an acked revoke is `revoked`). */
+  async pollKeys(): Promise<void> {
+    for (const gw of this.c.gateways) {
+      let cursor: string | null = null;
+      do {
+        const q: string = `/keys?gatewayId=${gw.id}&limit=500${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`;
+        const res = await this.c.api('GET', q, undefined, 3000);
+        if (res.status !== 200 || typeof res.body !== 'object' || res.body === null) return;
+        const body = res.body as { items?: { id: string; status: string; version: number }[]; nextCursor?: string | null };
+        for (const k of body.items ?? []) {
+          if (this.#status.get(k.id) === k.status) continue;
+          this.#status.set(k.id, k.status);
+          this.h.add('cloud', 'key-status', { keyId: k.id, gatewayId: gw.id, status: k.status, version: k.version });
+        }
+        cursor = body.nextCursor ?? null;
+      } while (cursor !== null);
+    }
+  }
+}
