@@ -1,17 +1,12 @@
-import { createServer, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { readdirSync, readFileSync } from 'node:fs';
 import { join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { newCorrelationId } from '@tobira/shared';
 import { pgBackends } from '@tobira/shared/testing';
 import { startStripeLocal, stripeClient, type StripeLocal } from '@tobira/stripe-local';
 import type Stripe from 'stripe';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { enterVerb, type Db } from '../src/adapters/db/db.js';
+import { enterVerb } from '../src/adapters/db/db.js';
 import { casMembership, loadMembership } from '../src/adapters/db/memberships.js';
-import { storeWebhookEvent } from '../src/adapters/db/webhook-events.js';
-import { verifyWebhook } from '../src/adapters/stripe/webhook.js';
 import { BillingWorker } from '../src/app/billing-worker.js';
 import { SimulatedCrash, crashAt } from '../src/app/crash.js';
 import { getKey } from '../src/app/keys.js';
@@ -26,6 +21,7 @@ import {
 } from '../src/app/memberships.js';
 import type { Membership } from '../src/domain/memberships.js';
 import { DAY, deps, openTestDb, seed, type TestDb } from './helpers.js';
+import { startInbox } from './stays-harness.js';
 
 /**
  * Memberships end to end through the use cases and the billing worker, with
@@ -37,38 +33,6 @@ import { DAY, deps, openTestDb, seed, type TestDb } from './helpers.js';
  * the grace period; the database guard of the one ending verb.
  */
 const WEBHOOK_SECRET = 'whsec_tobira_membership_flow';
-
-async function startInbox(getDb: () => Db, stripe: () => Stripe, now: () => number): Promise<{ url: string; close(): Promise<void> }> {
-  const server: Server = createServer((req, res) => {
-    const chunks: Buffer[] = [];
-    req.on('data', (c: Buffer) => chunks.push(c));
-    req.on('end', () => {
-      const v = verifyWebhook(stripe(), Buffer.concat(chunks), String(req.headers['stripe-signature'] ?? ''), WEBHOOK_SECRET, Date.now());
-      if (v.status !== 'verified') {
-        res.statusCode = 400;
-        res.end();
-        return;
-      }
-      storeWebhookEvent(getDb(), {
-        eventId: v.event.eventId,
-        type: v.event.type,
-        objectId: v.event.objectId,
-        payload: v.event.event,
-        cid: newCorrelationId(),
-        now: now(),
-      }).then(
-        () => res.end(),
-        () => {
-          res.statusCode = 500;
-          res.end();
-        },
-      );
-    });
-  });
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-  const { port } = server.address() as AddressInfo;
-  return { url: `http://127.0.0.1:${port}/webhooks/stripe`, close: () => new Promise<void>((r) => server.close(() => r())) };
-}
 
 describe.each(pgBackends())('memberships on %s', (pgBackend) => {
   let t: TestDb;
@@ -116,6 +80,7 @@ describe.each(pgBackends())('memberships on %s', (pgBackend) => {
       () => t.db,
       () => stripe,
       () => base.clock.now(),
+      WEBHOOK_SECRET,
     );
     local = await startStripeLocal({ webhook: { url: inbox.url, secret: WEBHOOK_SECRET }, seed: `mem${pgBackend}` });
     stripe = stripeClient(local, { maxNetworkRetries: 1, timeout: 5_000 });

@@ -1,24 +1,20 @@
-import { createServer, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
-import { asDoorId, asSiteId, newCorrelationId } from '@tobira/shared';
+import { asDoorId, asSiteId } from '@tobira/shared';
 import { pgBackends } from '@tobira/shared/testing';
 import { startStripeLocal, stripeClient, type StripeLocal } from '@tobira/stripe-local';
 import type Stripe from 'stripe';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Db } from '../src/adapters/db/db.js';
 import { listNotifications, setPersonContact } from '../src/adapters/db/notifications.js';
 import { listPaymentsOfStay } from '../src/adapters/db/payments.js';
 import { insertRoom, loadStay } from '../src/adapters/db/stays.js';
-import { storeWebhookEvent } from '../src/adapters/db/webhook-events.js';
 import { logChannel, smtpChannel } from '../src/adapters/notifications/channels.js';
 import { NotificationDispatcher } from '../src/adapters/notifications/dispatcher.js';
-import { verifyWebhook } from '../src/adapters/stripe/webhook.js';
 import { BillingWorker } from '../src/app/billing-worker.js';
 import { bookStay, cancelStay, type StayDeps } from '../src/app/stays.js';
 import { createPerson } from '../src/app/registry.js';
 import type { Room } from '../src/domain/stays.js';
 import { T0, capturingLogger, deps, openTestDb, seed, type TestDb } from './helpers.js';
 import { startSmtp } from './notifications-helpers.js';
+import { startInbox } from './stays-harness.js';
 
 /**
  * The guest is told (issues #12 and #13): a stay paid through the real
@@ -30,39 +26,6 @@ import { startSmtp } from './notifications-helpers.js';
  */
 const WEBHOOK_SECRET = 'whsec_tobira_notify_flow';
 const PIN = '48151623';
-
-async function startInbox(getDb: () => Db, stripe: () => Stripe, now: () => number) {
-  const server: Server = createServer((req, res) => {
-    const chunks: Buffer[] = [];
-    req.on('data', (c: Buffer) => chunks.push(c));
-    req.on('end', () => {
-      const v = verifyWebhook(stripe(), Buffer.concat(chunks), String(req.headers['stripe-signature'] ?? ''), WEBHOOK_SECRET, Date.now());
-      if (v.status !== 'verified') {
-        res.statusCode = 400;
-        res.end();
-        return;
-      }
-      const e = v.event;
-      storeWebhookEvent(getDb(), {
-        eventId: e.eventId,
-        type: e.type,
-        objectId: e.objectId,
-        payload: e.event,
-        cid: newCorrelationId(),
-        now: now(),
-      }).then(
-        () => res.end(),
-        () => {
-          res.statusCode = 500;
-          res.end();
-        },
-      );
-    });
-  });
-  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-  const { port } = server.address() as AddressInfo;
-  return { url: `http://127.0.0.1:${port}/webhooks/stripe`, close: () => new Promise<void>((r) => server.close(() => r())) };
-}
 
 describe.each(pgBackends())('stay notifications on %s', (pgBackend) => {
   let t: TestDb;
@@ -86,6 +49,7 @@ describe.each(pgBackends())('stay notifications on %s', (pgBackend) => {
       () => t.db,
       () => stripe,
       () => base.clock.now(),
+      WEBHOOK_SECRET,
     );
     local = await startStripeLocal({ webhook: { url: inbox.url, secret: WEBHOOK_SECRET }, seed: `notify${pgBackend}` });
     stripe = stripeClient(local, { maxNetworkRetries: 1, timeout: 5_000 });
