@@ -99,6 +99,8 @@ export interface Gateway {
   readonly accounts: StaffAccounts;
   readonly cloudConnected: boolean;
   readonly siteConnected: boolean;
+  /** The cloud has answered a resync request of this process, so the persisted lease counts (TrustedTime.proven). */
+  readonly timeProven: boolean;
 }
 
 const DAY = 24 * 3600 * 1000;
@@ -161,6 +163,9 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
     get accounts() {
       return need(accounts);
     },
+    get timeProven() {
+      return time.proven;
+    },
     get cloudConnected() {
       return cloud?.connected ?? false;
     },
@@ -217,7 +222,7 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
           uplinkAckTimeoutMs: config.uplinkAckTimeoutMs,
         },
         resyncThrottle: { lastMono: Number.NEGATIVE_INFINITY },
-        requestResync: (reason, seq, cid) => sendResyncRequest(upDeps, reason, seq, cid),
+        requestResync: (reason, seq, cid, requestId) => sendResyncRequest(upDeps, reason, seq, cid, requestId),
         ...(deps.beforeApply ? { beforeApply: deps.beforeApply } : {}),
       };
       applyDeps = ad;
@@ -240,7 +245,7 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
       metrics.bind({
         inboxDepth: () => inboxDepth(s.db),
         outboxDepth: () => outboxDepth(s.db),
-        leaseRemainingSeconds: () => leaseRemainingSeconds(readSettings(s.db).leaseExpiresAt, nowOf(base)),
+        leaseRemainingSeconds: () => leaseRemainingSeconds(time.lease(readSettings(s.db)), nowOf(base)),
         locks: () => allLocks(s.db),
         storage: () => guard.status(),
       });
@@ -263,7 +268,7 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
           onConnect: () => {
             uplink?.wake();
             // After a start or an outage, ask the cloud what we missed; the heartbeat then renews the lease.
-            maybeResync(ad, firstConnect ? 'startup' : 'stale', newCorrelationId());
+            maybeResync(ad, firstConnect ? 'startup' : 'stale', newCorrelationId(), firstConnect);
             firstConnect = false;
           },
         },

@@ -104,8 +104,8 @@ describe.each(mqttBackends())('kill -9 at each crash point and restart (broker: 
   it('runs, grants, opens, and drains on SIGTERM', async () => {
     expect(await started()).toBe('ready');
     await cloud.grant(farFuture);
-    await cloud.heartbeat();
-    await waitFor(() => cloud.ofType('ack').find((a) => a.body.ackSeq === null), 'heartbeat ack');
+    const hb = await cloud.heartbeat();
+    await waitFor(() => cloud.ofType('ack').find((a) => a.body.ackOf === hb.jti), 'heartbeat ack');
     expect((await lock.present(PIN, 'req-ok')).code).toBe('ALLOWED');
     await waitFor(() => cloud.presence === true, 'presence online');
     expect(await daemon.term()).toEqual({ code: 0, signal: null });
@@ -114,7 +114,14 @@ describe.each(mqttBackends())('kill -9 at each crash point and restart (broker: 
   });
 
   it('afterDecisionBeforePublish: the decision is recorded once; a retried request gets it without a second event', async () => {
+    const answered = () =>
+      readDb(f).inbox.filter(
+        (r) => (r as { type: string; status: string }).type === 'resync.answer' && (r as { status: string }).status === 'processed',
+      ).length;
+    const before = answered();
     expect(await started('afterDecisionBeforePublish')).toBe('ready');
+    // the restarted process's time is proven by the answer to its own startup request
+    await waitFor(() => answered() > before || undefined, 'startup resync answer applied');
     await waitFor(() => cloud.presence === true, 'presence online');
     await lock.publish('request', { requestId: 'req-crash', credential: { type: 'pin', value: PIN }, at: 0 });
     expect((await daemon.exited()).signal).toBe('SIGKILL');
@@ -124,9 +131,11 @@ describe.each(mqttBackends())('kill -9 at each crash point and restart (broker: 
   });
 
   it('afterInboxInsertBeforeApply: a revoke stored but not applied is applied after restart', async () => {
+    cloud.answerResync = false; // the crash point is the first inbox insert: let it be the revoke's
     expect(await started('afterInboxInsertBeforeApply')).toBe('ready');
     await cloud.revoke('key-1', 2);
     expect((await daemon.exited()).signal).toBe('SIGKILL');
+    cloud.answerResync = true;
     expect(readDb(f).inbox.at(-1)).toEqual({ type: 'key.revoke', seq: 2, status: 'pending' });
   });
 

@@ -24,7 +24,7 @@ import { releaseAllClaims } from '../src/adapters/sqlite/inbox.js';
 import { touchHighWater } from '../src/adapters/sqlite/settings.js';
 import { GatewayStore } from '../src/adapters/sqlite/store.js';
 import { handleLockRequests, type AccessDeps } from '../src/app/access.js';
-import { applyPending, type ApplyDeps } from '../src/app/apply.js';
+import { applyPending, maybeResync, type ApplyDeps } from '../src/app/apply.js';
 import { TrustedTime, nowOf, type AppContext, type CrashPoint } from '../src/app/context.js';
 import { receiveDownlink, type DownlinkDeps } from '../src/app/downlink.js';
 import { createMetrics } from '../src/metrics.js';
@@ -74,8 +74,8 @@ class RealGateway {
   readonly pepper = newPairingSecret();
   readonly secrets = new Map(Object.keys(DOORS).map((l) => [l, newPairingSecret()]));
   armed: CrashPoint | null = null;
-  /** Real time spent powered off: trusted time may lag real time by this much (docs/gateway.md). */
-  downtime = 0;
+  /** Resync requests the gateway sent (each process asks at start, and on heartbeats until proven); the cloud answers them. */
+  readonly requests: { requestId: string; boot: number; askedAt: number }[] = [];
   /** The crash point the process died at (its database handle is closed). */
   dead: CrashPoint | null = null;
   restarts = 0;
@@ -130,7 +130,7 @@ class RealGateway {
         uplinkAckTimeoutMs: 60_000,
       },
       resyncThrottle: { lastMono: Number.NEGATIVE_INFINITY },
-      requestResync: () => {},
+      requestResync: (_reason, _seq, _cid, requestId) => this.requests.push({ requestId, boot: this.restarts, askedAt: this.real.now() }),
     };
     this.#down = { ...ctx, cloudKeys: this.cloudKeys, cloudIssuer: ISSUER, applySoon: () => {} };
     this.#access = {
@@ -150,6 +150,8 @@ class RealGateway {
       storageLow: () => false,
     };
     applyPending(this.#apply);
+    // the daemon asks once its cloud link stands (gateway.ts onConnect); its answer proves the time
+    maybeResync(this.#apply, 'startup', newCorrelationId(), true);
   }
 
   /** kill -9 and start again on the same file (after `downMs` of real time off): nothing but the committed SQLite state survives. */
@@ -157,7 +159,6 @@ class RealGateway {
     if (this.#db?.open === true) this.#db.close();
     this.dead = null;
     this.real.advance(downMs);
-    this.downtime += downMs;
     this.restarts++;
     this.start();
   }
@@ -242,8 +243,9 @@ class World {
     for (let i = 0; i < 100 && this.arrived.length === 0; i++) await Promise.resolve();
     const m = this.arrived.shift();
     if (m === undefined) throw new Error('the scheduler released no message');
-    const expected = this.model.deliver(m.sent);
+    const expected = this.model.deliver(m.sent, this.gw.armed === 'afterInboxInsertBeforeApply');
     const got = await this.gw.receive(m.token);
+    if (got.crashed !== null) this.model.restartAfter(0); // a new process: the time is unproven again
     this.log.push(`deliver ${m.sent.kind} ${JSON.stringify(m.sent)} -> ${got.result}${got.crashed ? ` (crashed ${got.crashed})` : ''}`);
     expect(got.result, `delivery of ${m.sent.kind}`).toBe(expected);
     // Not acked to the broker before the inbox commit: it comes again.
@@ -388,6 +390,18 @@ const heartbeat = (): Cmd =>
     w.publish({ token, sent: { kind: 'heartbeat', jti: message.jti, iat: message.iat, lastSeq } });
   });
 
+/** The cloud answers every resync request it has received (the answers travel like any message: late, twice, across a restart). */
+const answerResyncs = (): Cmd =>
+  cmd('answer the resync requests', async (w) => {
+    for (const r of w.gw.requests.splice(0)) {
+      const body = { requestId: r.requestId, mode: 'up_to_date', fromSeq: 0, toSeq: 0, snapshotId: null };
+      const { token, message } = await w.sign({ type: 'resync.answer', body });
+      const m: InFlight = { token, sent: { kind: 'answer', jti: message.jti, iat: message.iat, boot: r.boot, askedAt: r.askedAt } };
+      w.sent.push(m);
+      w.publish(m);
+    }
+  });
+
 /** The broker (QoS 1) or the cloud's outbox sends a message again: same token, same id. */
 const duplicate = (pick: number): Cmd =>
   cmd(
@@ -446,6 +460,7 @@ function present(k: number | null, lockId: string, crash: boolean): Cmd {
     w.gw.armed = crash ? 'afterDecisionBeforePublish' : null;
     let r = w.gw.present(lockId, pin);
     if (r.crashed) {
+      w.model.restartAfter(0);
       // The decision was committed before the crash; the lock asks again with the same request id.
       r = w.gw.present(lockId, pin, r.requestId);
       expect(r.answer?.replayed).toBe(true);
@@ -455,9 +470,9 @@ function present(k: number | null, lockId: string, crash: boolean): Cmd {
     expect({ allowed: d.allowed, code: d.code }).toEqual(expected);
     seenCodes.set(d.code, (seenCodes.get(d.code) ?? 0) + 1);
     if (d.allowed) {
-      // Fail-closed by real time, whatever the gateway's clock says (DESIGN.md I1), checked on the real store.
-      // trusted time lags real time by at most the time spent powered off (documented; the wall clock may be wrong)
-      const real = w.gw.real.now() - w.gw.downtime;
+      // Fail-closed by real time, whatever the gateway's clock says (DESIGN.md I1), checked on the real store,
+      // across restarts too: trusted time lags real time by less than a second (an answer's iat is in whole seconds)
+      const real = w.gw.real.now() - 999;
       const slot = w.gw.store.loadSlot(KEYS[k!]!.keyId);
       expect(slot.key?.status).toBe('active');
       expect(slot.tombstone ?? 0).toBeLessThan(slot.key!.version);
@@ -494,6 +509,9 @@ const commands = fc.commands(
     fc.constant(null).map(heartbeat),
     fc.constant(null).map(heartbeat),
     fc.constant(null).map(heartbeat),
+    fc.constant(null).map(answerResyncs),
+    fc.constant(null).map(answerResyncs),
+    fc.constant(null).map(answerResyncs),
     fc.nat().map(duplicate),
     fc.constant(null).map(deliver),
     fc.constant(null).map(deliverAll),
@@ -516,7 +534,7 @@ const commands = fc.commands(
 );
 
 describe('a power cut that resets the wall clock to 1970', () => {
-  it('the cloud heartbeat after the outage renews the lease and the door opens again (it was refused as issued in the future)', async () => {
+  it('the restarted gateway fails closed until the cloud answers its own resync; then the heartbeat after the outage renews the lease', async () => {
     const pair = await generateSigningKeyPair();
     const w = new World(
       fc.sample(fc.scheduler(), { numRuns: 1, seed: 1 })[0]!,
@@ -524,20 +542,48 @@ describe('a power cut that resets the wall clock to 1970', () => {
       await KeySet.fromJwks({ keys: [pair.publicJwk] }),
     );
     try {
+      const first = w.gw.requests[0]!; // the first process's startup request
       await issue(0, -3600, 7200).run(w.model, w);
       await heartbeat().run(w.model, w);
+      await answerResyncs().run(w.model, w);
       await deliverAll().run(w.model, w);
       expect(w.gw.present('lock-1', KEYS[0]!.pin).answer!.decision.code).toBe('ALLOWED');
-      // The power goes for ten minutes; the RTC comes back at 1970. Lease time that passed while down is
-      // not known to the gateway (documented): what matters here is that the cloud can bring it back.
+      // The power goes for ten minutes; the RTC comes back at 1970. The restarted process cannot know how
+      // long it was off: it acts on no lease until the cloud answers its own resync request.
+      const { token: beforeCut } = await w.sign({
+        type: 'resync.answer',
+        body: { requestId: first.requestId, mode: 'up_to_date', fromSeq: 0, toSeq: 0, snapshotId: null },
+      });
       w.gw.real.advance(600_000);
       w.gw.offset = 3_600_000 - w.gw.real.now();
-      w.gw.restart();
+      w.gw.restart(); // the persisted lease (iat + 300 s) would still have 300 s left by the persisted floor
+      expect(w.gw.present('lock-1', KEYS[0]!.pin).answer!.decision.code).toBe('CLOUD_STALE');
+      // an answer to the previous process's request (late, or replayed) proves nothing
+      expect((await w.gw.receive(beforeCut)).result).toBe('stored');
+      expect(w.gw.present('lock-1', KEYS[0]!.pin).answer!.decision.code).toBe('CLOUD_STALE');
       w.gw.real.advance(400_000);
       w.gw.tick();
       const { token } = await w.sign({ type: 'heartbeat', body: { lastSeq: w.model.seq, intervalMs: 30_000 } });
       expect((await w.gw.receive(token)).result).toBe('stored');
       expect(w.gw.store.settings().leaseExpiresAt).toBe(Math.floor(w.gw.real.now() / 1000) * 1000 + GRACE_SECONDS * 1000);
+      expect(w.gw.present('lock-1', KEYS[0]!.pin).answer!.decision.code).toBe('CLOUD_STALE'); // a heartbeat is no proof of the time
+      const asked = w.gw.requests.filter((r) => r.boot === w.gw.restarts);
+      expect(asked.length).toBeGreaterThanOrEqual(2); // at start, and again on the heartbeat while unproven
+      const answerTo = async (requestId: string) =>
+        (
+          await w.sign({
+            type: 'resync.answer',
+            body: { requestId, mode: 'up_to_date', fromSeq: 0, toSeq: 0, snapshotId: null },
+          })
+        ).token;
+      // The answer to the request made at start, 400 s ago: the cloud may have signed it at any point of that
+      // round trip, so it says little about the time now; it proves nothing (and moves no floor).
+      const floorBefore = w.gw.store.settings().highWaterMs;
+      expect((await w.gw.receive(await answerTo(asked[0]!.requestId))).result).toBe('stored');
+      expect(w.gw.present('lock-1', KEYS[0]!.pin).answer!.decision.code).toBe('CLOUD_STALE');
+      expect(w.gw.store.settings().highWaterMs).toBeLessThan(floorBefore + 400_000);
+      // the answer to the request the heartbeat made just now proves it
+      expect((await w.gw.receive(await answerTo(asked.at(-1)!.requestId))).result).toBe('stored');
       expect(w.gw.present('lock-1', KEYS[0]!.pin).answer!.decision.code).toBe('ALLOWED');
       // and trusted time is the cloud's again: the lease runs out after the grace of real time
       w.gw.real.advance(GRACE_SECONDS * 1000);
@@ -566,6 +612,7 @@ describe('door decisions, model-based (fc.commands + fc.scheduler)', () => {
             // Heal: everything in flight arrives, the cloud sends a heartbeat; the key set is the cloud's
             // (unless the gateway's clock ran so far ahead that it refused the cloud's messages as expired).
             while (await w.deliverOne());
+            await answerResyncs().run(w.model, w);
             await heartbeat().run(w.model, w);
             while (await w.deliverOne());
             if (!w.model.rejectedAny) {

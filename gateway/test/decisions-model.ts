@@ -16,6 +16,14 @@ import type { DecisionCode } from '@tobira/shared';
  * `d` (the wall clock still counts, if it is right). A stored cloud message
  * raises the floor to its `iat`: the cloud's clock is the reference.
  *
+ * Restarts. Because of that, a started process has not proven the time: its
+ * lease counts as none (ordinary and offline-capable keys are CLOUD_STALE)
+ * until it applies the cloud's answer to a resync request made by this same
+ * process, which raises the floor to the answer's `iat` plus the time since
+ * the request (the round trip). An answer to an earlier process's request
+ * (in flight across the restart, or replayed) proves nothing, nor does one
+ * that comes more than PROOF_MAX_ROUND_TRIP_MS after its request.
+ *
  * Key set. Sequenced messages apply in seq order, whatever order they arrive
  * in; a message id is applied once. A key opens iff its highest granted
  * version is above its highest revoked version.
@@ -31,6 +39,8 @@ export const GRACE_SECONDS = 300;
 /** Message lifetime (shared DEFAULT_TTL_SECONDS) and the verifier's tolerance. */
 export const MESSAGE_TTL_SECONDS = 86_400;
 export const SKEW_SECONDS = 60;
+/** The longest round trip of a resync answer that still proves the time after a restart. */
+export const PROOF_MAX_ROUND_TRIP_MS = 10_000;
 
 export interface KeySpec {
   readonly keyId: string;
@@ -53,7 +63,9 @@ interface Base {
 export type Sent =
   | (Base & { readonly kind: 'grant'; readonly seq: number; readonly key: number; readonly version: number; readonly window: Window })
   | (Base & { readonly kind: 'revoke'; readonly seq: number; readonly key: number; readonly version: number })
-  | (Base & { readonly kind: 'heartbeat'; readonly lastSeq: number });
+  | (Base & { readonly kind: 'heartbeat'; readonly lastSeq: number })
+  /** The cloud's answer to the resync request the process of start number `boot` made at real time `askedAt`. */
+  | (Base & { readonly kind: 'answer'; readonly boot: number; readonly askedAt: number });
 
 export type Delivery = 'stored' | 'duplicate' | 'rejected';
 
@@ -79,6 +91,9 @@ export class Model {
   lease: number | null = null;
   behind: { seq: number; iatMs: number } | null = null;
   rejectedAny = false;
+  /** Starts of the gateway process so far (the first is 0), and whether this one has proven the time. */
+  boot = 0;
+  proven = false;
 
   constructor(
     readonly keys: readonly KeySpec[],
@@ -105,10 +120,15 @@ export class Model {
   restartAfter(downMs: number): void {
     this.maxOffset = Math.max(this.maxOffset, this.offset) - downMs;
     this.real += downMs;
+    this.boot++;
+    this.proven = false;
   }
 
-  /** The gateway receives a signed message. */
-  deliver(m: Sent): Delivery {
+  /**
+   * The gateway receives a signed message. `diesBeforeApply`: the process is
+   * killed once it is stored (the next process applies it, as its own).
+   */
+  deliver(m: Sent, diesBeforeApply = false): Delivery {
     // The verifier's expiry rule (jose): exp <= now - tolerance, in whole seconds.
     if (m.iat + MESSAGE_TTL_SECONDS <= Math.floor(this.trusted / 1000) - SKEW_SECONDS) {
       this.rejectedAny = true;
@@ -117,7 +137,12 @@ export class Model {
     if (this.seen.has(m.jti)) return 'duplicate';
     this.seen.add(m.jti);
     this.maxOffset = Math.max(this.maxOffset, m.iat * 1000 - this.real);
-    if (m.kind === 'heartbeat') {
+    if (m.kind === 'answer') {
+      if (m.boot === this.boot && !diesBeforeApply && this.real - m.askedAt <= PROOF_MAX_ROUND_TRIP_MS) {
+        this.proven = true;
+        this.maxOffset = Math.max(this.maxOffset, m.iat * 1000 + (this.real - m.askedAt) - this.real);
+      }
+    } else if (m.kind === 'heartbeat') {
       if (this.appliedSeq >= m.lastSeq) this.extend(m.iat * 1000);
       else this.behind = { seq: m.lastSeq, iatMs: m.iat * 1000 };
     } else {
@@ -161,9 +186,11 @@ export class Model {
     const now = this.trusted;
     if (now < held.grant.window.validFrom) return deny('KEY_NOT_YET_VALID');
     if (now >= held.grant.window.validUntil) return deny('KEY_EXPIRED');
-    const stale = this.lease === null || now >= this.lease;
+    // an unproven restart acts on no lease at all
+    const lease = this.proven ? this.lease : null;
+    const stale = lease === null || now >= lease;
     if (stale) {
-      const lastFresh = this.lease === null ? null : this.lease - GRACE_SECONDS * 1000;
+      const lastFresh = lease === null ? null : lease - GRACE_SECONDS * 1000;
       const cap = (spec.offlineMaxSeconds ?? 0) * 1000;
       if (!(spec.offlineCapable && lastFresh !== null && now - lastFresh < cap)) return deny('CLOUD_STALE');
     }

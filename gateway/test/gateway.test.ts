@@ -155,11 +155,11 @@ describe.each(mqttBackends())('gateway against %s', (backend) => {
       s.cloud.seq = 1;
       await s.cloud.publishRaw(token);
       await s.cloud.publishRaw(token);
-      await s.cloud.heartbeat();
+      const hb = await s.cloud.heartbeat();
       await waitFor(() => s.gw.store.settings().leaseExpiresAt !== null, 'lease');
-      expect(s.gw.store.inboxByStatus()).toEqual({ processed: 2 }); // the grant and the heartbeat
+      expect(s.gw.store.inboxByStatus()).toEqual({ processed: 3 }); // the startup resync answer, the grant and the heartbeat
       // The heartbeat's ack follows the grant's in uplink seq order: once it is in, any second grant ack would be too.
-      await waitFor(() => s.cloud.ofType('ack').find((a) => a.body.ackSeq === null), 'heartbeat ack');
+      await waitFor(() => s.cloud.ofType('ack').find((a) => a.body.ackOf === hb.jti), 'heartbeat ack');
       expect(s.cloud.ofType('ack').filter((a) => a.body.keyId === 'key-1')).toHaveLength(1);
     });
 

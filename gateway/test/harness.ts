@@ -115,6 +115,11 @@ export class FakeCloud {
   readonly uplink: UplinkMessage[] = [];
   readonly rawUplink: string[] = [];
   seq = 0;
+  /**
+   * Answer each `startup` resync request (`up_to_date`, or `replay` with nothing replayed), as the
+   * cloud does: the answer proves the time to a (re)started gateway. Other reasons are the tests' to answer.
+   */
+  answerResync = true;
   /** The gateway's retained presence (last will), as last seen. */
   presence: boolean | null = null;
   #client: MqttClient | null = null;
@@ -144,6 +149,13 @@ export class FakeCloud {
           this.rawUplink.push(text);
           // The cloud deduplicates by jti (QoS 1 and outbox resends are at least once); so does this fake.
           if (!this.uplink.some((m) => m.jti === v.message.jti)) this.uplink.push(v.message);
+          if (v.message.type === 'resync.request' && v.message.body.reason === 'startup' && this.answerResync) {
+            // as the cloud does, an answer naming the request: it proves the time to a restarted gateway
+            const b = v.message.body;
+            const mode = b.lastAppliedSeq >= this.seq ? 'up_to_date' : 'replay';
+            const body = { requestId: b.requestId, mode, fromSeq: b.lastAppliedSeq, toSeq: this.seq, snapshotId: null };
+            this.send({ type: 'resync.answer', body }).catch(() => {}); // a closed fake cloud answers nothing
+          }
         }),
       );
     });
@@ -260,6 +272,8 @@ export async function runSite(
   const gw = createGateway(f.config, { clock: f.clock, log: silentLog(), tickMs: 50, ...opts.deps });
   await gw.start();
   await waitFor(() => gw.cloudConnected && gw.siteConnected, 'gateway connected');
+  // the fake cloud's answer to the startup resync request proves the time (TrustedTime.proven)
+  if (cloud.answerResync) await waitFor(() => gw.timeProven, 'startup resync answered');
   const lock = new FakeLock(f.gatewayId);
   await lock.connect(siteUrl);
   return {
@@ -284,8 +298,8 @@ export async function provision(
   const m = await s.cloud.grant(g);
   await s.cloud.heartbeat();
   await waitFor(
-    () => s.gw.store.settings().leaseExpiresAt !== null && s.gw.store.settings().appliedSeq >= s.cloud.seq,
-    'grant and heartbeat applied',
+    () => s.gw.timeProven && s.gw.store.settings().leaseExpiresAt !== null && s.gw.store.settings().appliedSeq >= s.cloud.seq,
+    'grant, heartbeat and the startup resync answer applied',
   );
   return m;
 }

@@ -36,7 +36,7 @@ describe.each(mqttBackends())('when the cloud broker is unreachable (site broker
       await gw.stop({ force: true });
       rmSync(f.dir, { recursive: true, force: true });
     });
-    await waitFor(() => gw.cloudConnected && gw.siteConnected, 'connected');
+    await waitFor(() => gw.cloudConnected && gw.siteConnected && gw.timeProven, 'connected, startup resync answered');
     await cloud.grant();
     await cloud.heartbeat();
     await waitFor(() => gw.store.settings().leaseExpiresAt !== null, 'lease');

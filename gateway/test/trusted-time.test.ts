@@ -113,6 +113,7 @@ describe.each(mqttBackends())('trusted time when the wall clock is wrong (broker
     await s.gw.stop({ force: true });
 
     // A new process: its monotonic clock starts anew, the cloud is unreachable, the wall clock still reads 1970.
+    // It cannot know how long it was off (an hour, here, or a second), so the persisted lease does not count.
     const restartedMono = new ManualClock(0);
     const gw = createGateway(parseConfig({ ...s.f.configInput, cloud: { ...s.f.configInput.cloud, url: 'mqtt://127.0.0.1:1' } }), {
       clock: s.f.clock,
@@ -127,11 +128,62 @@ describe.each(mqttBackends())('trusted time when the wall clock is wrong (broker
     await lock.connect(broker.url);
     extra.push(() => lock.close());
 
-    const after = await status(gw);
-    expect(after.failClosed).toBe(false);
-    expect(after.leaseRemainingSeconds).toBeLessThanOrEqual(100); // the persisted remainder at most
+    expect(await status(gw)).toMatchObject({ failClosed: true, failClosedReason: 'TIME_UNPROVEN', leaseRemainingSeconds: 0 });
+    expect((await lock.present(PIN)).code).toBe('CLOUD_STALE');
+    expect(gw.store.settings().leaseExpiresAt).not.toBeNull(); // kept: a proof of the time may show it still runs
+  });
+
+  it('after a restart, counts the persisted lease again only once the cloud answers a resync request of the new process', async () => {
+    const s = await start();
+    await inSync(s);
+    s.f.clock.set(0);
+    mono.advance(200_000);
+    await waitFor(() => s.gw.store.settings().highWaterMs >= T0 + 200_000, 'time floor checkpointed');
+    await s.gw.stop({ force: true });
+    s.cloud.answerResync = false; // the cloud is slow to answer: the restarted gateway waits for it
+
+    const restartedMono = new ManualClock(0);
+    const gw = createGateway(s.f.config, { clock: s.f.clock, monotonic: restartedMono, log: silentLog(), tickMs: 50 });
+    await gw.start();
+    extra.push(() => gw.stop({ force: true }));
+    const lock = new FakeLock(s.f.gatewayId, 'lock-1');
+    await lock.connect(broker.url);
+    extra.push(() => lock.close());
+    const req = await waitFor(
+      () => s.cloud.ofType('resync.request').find((r) => r.body.reason === 'startup' && r.iat * 1000 >= T0 + 200_000),
+      'startup request of the new process',
+    );
+    expect((await lock.present(PIN)).code).toBe('CLOUD_STALE');
+
+    // An answer to the old process's request (queued across the restart, or replayed) proves nothing.
+    const old = s.cloud.ofType('resync.request')[0]!;
+    expect(old.jti).not.toBe(req.jti);
+    s.f.clock.set(T0 + 200_000 + 3_000); // the cloud's clock: the gateway was off for 3 s
+    await s.cloud.send({
+      type: 'resync.answer',
+      body: { requestId: old.body.requestId, mode: 'up_to_date', fromSeq: 0, toSeq: 0, snapshotId: null },
+    });
+    await waitFor(
+      () => (gw.store.inboxByStatus().processed ?? 0) >= 1 && gw.store.inboxByStatus().pending === undefined,
+      'old answer applied',
+    );
+    expect(gw.timeProven).toBe(false);
+    expect((await lock.present(PIN)).code).toBe('CLOUD_STALE');
+
+    // The answer to the new process's request: trusted time is the cloud's (the 3 s off counted), the lease counts.
+    await s.cloud.send({
+      type: 'resync.answer',
+      body: { requestId: req.body.requestId, mode: 'up_to_date', fromSeq: 1, toSeq: 1, snapshotId: null },
+    });
+    await waitFor(() => gw.timeProven || undefined, 'time proven');
+    s.f.clock.set(0);
     expect((await lock.present(PIN)).code).toBe('ALLOWED');
-    restartedMono.advance(100_000);
+    const st = await status(gw);
+    expect(st.failClosed).toBe(false);
+    // 300 s of lease from the heartbeat at T0, minus the 203 s that really passed (not just the 200 s the old process saw)
+    expect(st.leaseRemainingSeconds).toBeLessThanOrEqual(97);
+    expect(st.leaseRemainingSeconds).toBeGreaterThan(90);
+    restartedMono.advance(97_000);
     expect((await lock.present(PIN)).code).toBe('CLOUD_STALE');
   });
 });

@@ -42,6 +42,11 @@ export const FAIL_CLOSED_WORDS = Object.freeze({
     detail:
       'The gateway has not yet heard from the cloud since it was set up, so it cannot know which keys are valid and refuses ordinary keys. Check that the gateway is connected to the internet; doors work again by themselves as soon as the cloud answers.',
   },
+  TIME_UNPROVEN: {
+    title: 'restarted: waiting for the cloud to confirm the time',
+    detail:
+      'The gateway has restarted and cannot know how long it was off, so it refuses ordinary keys until the cloud answers it (normally within a second). If this stays, check the internet connection; doors work again by themselves as soon as the cloud answers. A supervisor can still open a door remotely.',
+  },
   LEASE_EXPIRED: {
     title: 'lost contact with the cloud',
     detail:

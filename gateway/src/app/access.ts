@@ -251,9 +251,12 @@ function decideOne(
   const lock = lockById(db, lockId);
   const siteLockout = credential === null ? null : readSiteLockout(db, credential.type);
   const keySet = keySetView(db);
+  // the lease this process may act on: none until a restart is proven (TrustedTime.proven)
+  const leaseExpiresAt = deps.time.lease(settings);
   const site = {
     ...settings,
-    lastFreshAt: lastFreshSyncAt(settings.leaseExpiresAt, access.offlineGraceSeconds),
+    leaseExpiresAt,
+    lastFreshAt: lastFreshSyncAt(leaseExpiresAt, access.offlineGraceSeconds),
     storageLow: batch.storageLow,
     ...(siteLockout === null ? {} : { credentialLockout: siteLockout }),
   };

@@ -3,6 +3,7 @@ import {
   asKeyId,
   assertNever,
   newCorrelationId,
+  newId,
   withCorrelation,
   type MessageId,
   type Outcome,
@@ -24,6 +25,7 @@ import { addSnapshotPart, dropActiveKeys, dropSnapshot, loadSlot, saveSlot, snap
 import { ackUplink, enqueue, requeueUnacked } from '../adapters/sqlite/outbox.js';
 import {
   markSeqConflict,
+  raiseTimeFloor,
   readSettings,
   setAppliedSeq,
   setBehindHeartbeat,
@@ -58,7 +60,7 @@ export type { ResyncReason };
 export interface ApplyDeps extends AppContext {
   readonly options: ApplyOptions;
   /** Sends a signed resync.request (not through the outbox: it carries no seq and the next heartbeat repeats it). */
-  readonly requestResync: (reason: ResyncReason, lastAppliedSeq: number, cid: string) => void;
+  readonly requestResync: (reason: ResyncReason, lastAppliedSeq: number, cid: string, requestId: string) => void;
   /** Process-local rate limit of resync requests. */
   readonly resyncThrottle: { lastMono: number };
   /** Test seam: throw here to make an apply fail. */
@@ -237,13 +239,16 @@ function applyRow(deps: ApplyDeps, row: InboxRow, now: number): RowResult {
       );
       if (v.kind === 'extend') {
         setLease(db, v.leaseExpiresAt);
+        // Since the start no answer has proven the time (the startup request or its answer was
+        // lost, or refused by the cloud's rate limit): the lease does not count yet, so ask again.
+        const unproven: Pick<RowResult, 'resync'> = deps.time.proven ? {} : { resync: 'startup' };
         // The cloud names a last seq below ours: its database may have been restored to an earlier
         // point (or this heartbeat was overtaken by a newer message). Ask, so a cloud that lost our
         // history moves past it and sends its key set; the lease stands, the answer settles which.
         r =
           m.body.lastSeq < settings.appliedSeq
             ? { result: 'applied', code: 'MESSAGE_APPLIED', resync: 'ahead' }
-            : { result: 'applied', code: 'MESSAGE_APPLIED' };
+            : { result: 'applied', code: 'MESSAGE_APPLIED', ...unproven };
       } else {
         // Behind: the cloud has handed out a seq we do not have (in flight, held in its backoff,
         // or dead-lettered). No lease from it now; we ask, and once the missing rows are applied
@@ -254,10 +259,25 @@ function applyRow(deps: ApplyDeps, row: InboxRow, now: number): RowResult {
       ack(deps, row, { ...r, keyId: null, keyVersion: null }, now);
       break;
     }
-    case 'resync.answer':
+    case 'resync.answer': {
+      // The answer to a request this process sent proves the time after a restart (TrustedTime.proven).
+      const proof = deps.time.answered(m.body.requestId, m.iat * 1000);
+      if (proof.kind === 'proven') {
+        raiseTimeFloor(db, 0, proof.floorMs);
+        withCorrelation(deps.log, m.cid).info(
+          { code: 'TIME_PROVEN', floorMs: proof.floorMs, roundTripMs: proof.roundTripMs },
+          'the cloud answered our resync: trusted time proven',
+        );
+      } else if (proof.kind === 'late') {
+        withCorrelation(deps.log, m.cid).warn(
+          { code: 'TIME_PROOF_LATE', roundTripMs: proof.roundTripMs },
+          'the answer to our resync came too late to prove the time; asking again',
+        );
+      }
       r = { result: 'applied', code: 'MESSAGE_APPLIED' };
       ack(deps, row, { ...r, keyId: null, keyVersion: null }, now);
       break;
+    }
     case 'keyset.snapshot':
       r = applySnapshotPart(deps, row, m, now);
       break;
@@ -346,14 +366,18 @@ function applySnapshotPart(deps: ApplyDeps, row: InboxRow, m: SnapshotMessage, n
 
 /**
  * Asks the cloud for a resync at most once per `resyncIntervalMs` of process
- * time (a rate limit, so it runs on the monotonic clock, not on trusted time).
+ * time (a rate limit, so it runs on the monotonic clock, not on trusted time);
+ * `now` skips the limit (the first connect, a first seq conflict). Each
+ * request's id is recorded: its answer proves the time after a restart.
  */
 export function maybeResync(deps: ApplyDeps, reason: ResyncReason, cid: string, now = false): void {
   const mono = performance.now();
-  if (!now && reason !== 'startup' && mono - deps.resyncThrottle.lastMono < deps.options.resyncIntervalMs) return;
+  if (!now && mono - deps.resyncThrottle.lastMono < deps.options.resyncIntervalMs) return;
   deps.resyncThrottle.lastMono = mono;
   const s = readSettings(deps.store.db);
   setLastResyncAt(deps.store.db, nowOf(deps));
-  withCorrelation(deps.log, cid).info({ reason, lastAppliedSeq: s.appliedSeq }, 'requesting resync');
-  deps.requestResync(reason, s.appliedSeq, cid);
+  const requestId = newId();
+  deps.time.asked(requestId);
+  withCorrelation(deps.log, cid).info({ reason, lastAppliedSeq: s.appliedSeq, requestId }, 'requesting resync');
+  deps.requestResync(reason, s.appliedSeq, cid, requestId);
 }

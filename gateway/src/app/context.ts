@@ -22,6 +22,14 @@ export interface AppContext {
   readonly outboxWritten: () => void;
 }
 
+/** A resync answer's round trip above this proves nothing after a restart (TrustedTime.answered). */
+export const PROOF_MAX_ROUND_TRIP_MS = 10_000;
+
+export type TimeProof =
+  | { readonly kind: 'proven'; readonly floorMs: number; readonly roundTripMs: number }
+  | { readonly kind: 'late'; readonly roundTripMs: number }
+  | { readonly kind: 'foreign' };
+
 /**
  * The gateway's one source of trusted time (domain/freshness.ts): the wall
  * clock, floored by the persisted time floor carried forward on the
@@ -29,10 +37,55 @@ export interface AppContext {
  */
 export class TrustedTime {
   #anchor: TimeAnchor | null = null;
+  /** Resync requests this process sent and not yet answered: requestId → monotonic reading when sent. */
+  readonly #asked = new Map<string, number>();
+  #proven = false;
   constructor(
     readonly wall: Clock,
     readonly mono: MonotonicClock,
   ) {}
+
+  /**
+   * Whether this process has proven the time since it started. Across a
+   * restart the monotonic clock means nothing and the wall clock may be
+   * wrong, so nothing says how long the gateway was off: until the cloud
+   * answers a resync request this process sent (a signed round trip made
+   * after the start), the persisted lease counts as expired (domain/freshness.ts).
+   */
+  get proven(): boolean {
+    return this.#proven;
+  }
+
+  /** The lease this process may act on: none until the restart is proven, then the persisted one. */
+  lease(settings: { readonly leaseExpiresAt: number | null }): number | null {
+    return this.#proven ? settings.leaseExpiresAt : null;
+  }
+
+  /** Records a resync request as it is sent (its answer is the proof). Keeps the newest 32. */
+  asked(requestId: string): void {
+    this.#asked.set(requestId, this.mono.now());
+    if (this.#asked.size > 32) this.#asked.delete(this.#asked.keys().next().value as string);
+  }
+
+  /**
+   * A verified resync answer arrived. It proves the time when it answers a
+   * request of this process within PROOF_MAX_ROUND_TRIP_MS: the cloud
+   * signed it between our request and now, so the latest real time it can
+   * be now is its `iat` plus the round trip, and that is the new floor. An
+   * answer to another process's request (a replay, or one queued across the
+   * restart) proves nothing; nor does a late one (its floor would put
+   * trusted time ahead by the whole round trip, and leases would end early).
+   */
+  answered(requestId: string, iatMs: number): TimeProof {
+    const sent = this.#asked.get(requestId);
+    if (sent === undefined) return { kind: 'foreign' };
+    this.#asked.delete(requestId);
+    const roundTripMs = Math.floor(Math.max(0, this.mono.now() - sent));
+    if (roundTripMs > PROOF_MAX_ROUND_TRIP_MS) return { kind: 'late', roundTripMs };
+    this.#asked.clear();
+    this.#proven = true;
+    return { kind: 'proven', floorMs: iatMs + roundTripMs, roundTripMs };
+  }
 
   /** `floor`: the settings row when the caller has just read it (a decision batch reads it once). */
   now(db: ReadableDb, floor: TimeFloor = readSettings(db)): number {

@@ -139,7 +139,7 @@ export function enqueueStatus(ctx: AppContext): boolean {
     return {
       mode: s.mode,
       appliedSeq: s.appliedSeq,
-      leaseExpiresAt: s.leaseExpiresAt,
+      leaseExpiresAt: ctx.time.lease(s),
       outboxDepth: outboxDepth(db),
       locks: allLocks(db)
         .slice(0, 256)

@@ -5,7 +5,7 @@ import { readSettings, type Settings } from '../adapters/sqlite/settings.js';
 import { staffCounts } from '../adapters/sqlite/staff-queries.js';
 import type { StorageStatus } from '../adapters/storage.js';
 import { isStale, leaseRemainingSeconds } from '../domain/freshness.js';
-import { nowOf, type AppContext } from './context.js';
+import { nowOf, type AppContext, type TrustedTime } from './context.js';
 
 /**
  * The staff status projection (`GET /staff/status`) and `/healthz`, from one
@@ -14,7 +14,7 @@ import { nowOf, type AppContext } from './context.js';
  */
 
 /** Why the site denies ordinary keys with CLOUD_STALE (DESIGN.md I1). */
-export const FAIL_CLOSED_REASONS = ['NO_LEASE', 'LEASE_EXPIRED', 'BEHIND_CLOUD', 'SEQ_CONFLICT'] as const;
+export const FAIL_CLOSED_REASONS = ['NO_LEASE', 'TIME_UNPROVEN', 'LEASE_EXPIRED', 'BEHIND_CLOUD', 'SEQ_CONFLICT'] as const;
 export type FailClosedReason = (typeof FAIL_CLOSED_REASONS)[number];
 /** Why `/healthz` answers 503: the site fails closed (FAIL_CLOSED_REASONS), a broker link is down, or the daemon is stopping. */
 export const HEALTH_REASONS = [...FAIL_CLOSED_REASONS, 'CLOUD_LINK_DOWN', 'SITE_LINK_DOWN', 'STOPPING'] as const;
@@ -88,11 +88,17 @@ export function healthVerdict(s: {
   return { status, reasons, ok: status === 'ok' };
 }
 
-/** Why ordinary keys are denied CLOUD_STALE (null when they are not). */
-export function failClosedReasonOf(st: Settings, stale: boolean): FailClosedReason | null {
-  if (!stale) return null;
+/**
+ * Why ordinary keys are denied CLOUD_STALE (null when they are not), from
+ * the settings, this process's trusted time and whether it has proven the
+ * time since it started (TrustedTime.proven).
+ */
+export function failClosedReasonOf(st: Settings, time: Pick<TrustedTime, 'lease' | 'proven'>, now: number): FailClosedReason | null {
+  if (!isStale(time.lease(st), now)) return null;
   if (st.seqConflictAt !== null) return 'SEQ_CONFLICT';
   if (st.leaseExpiresAt === null) return 'NO_LEASE';
+  // restarted, and no answer from the cloud yet says how long we were off
+  if (!time.proven) return 'TIME_UNPROVEN';
   // the cloud has handed out seqs we never got (a revoke stuck in its backoff or dead-lettered, a lost resync)
   if (st.cloudLastSeq !== null && st.cloudLastSeq > st.appliedSeq) return 'BEHIND_CLOUD';
   return 'LEASE_EXPIRED';
@@ -110,12 +116,12 @@ export interface StaffStatusDeps extends Pick<AppContext, 'gatewayId' | 'store' 
 function freshness(deps: StaffStatusDeps) {
   const st = readSettings(deps.store.db);
   const now = nowOf(deps);
-  return { st, now, failClosedReason: failClosedReasonOf(st, isStale(st.leaseExpiresAt, now)) };
+  return { st, now, lease: deps.time.lease(st), failClosedReason: failClosedReasonOf(st, deps.time, now) };
 }
 
 export function staffStatus(deps: StaffStatusDeps): StaffStatus {
   const { db } = deps.store;
-  const { st, now, failClosedReason } = freshness(deps);
+  const { st, now, lease, failClosedReason } = freshness(deps);
   const c = staffCounts(db);
   return {
     gatewayId: deps.gatewayId,
@@ -124,8 +130,8 @@ export function staffStatus(deps: StaffStatusDeps): StaffStatus {
     cloudConnected: deps.cloudConnected(),
     siteConnected: deps.siteConnected(),
     appliedSeq: st.appliedSeq,
-    leaseExpiresAt: st.leaseExpiresAt,
-    leaseRemainingSeconds: leaseRemainingSeconds(st.leaseExpiresAt, now),
+    leaseExpiresAt: lease,
+    leaseRemainingSeconds: leaseRemainingSeconds(lease, now),
     failClosed: failClosedReason !== null,
     failClosedReason,
     waitingOnGap: hasGap(db, st.appliedSeq),
@@ -149,7 +155,7 @@ export function staffStatus(deps: StaffStatusDeps): StaffStatus {
 
 export function health(deps: StaffStatusDeps): Health {
   const { db } = deps.store;
-  const { st, now, failClosedReason } = freshness(deps);
+  const { st, now, lease, failClosedReason } = freshness(deps);
   const cloudConnected = deps.cloudConnected();
   const siteConnected = deps.siteConnected();
   return {
@@ -159,8 +165,8 @@ export function health(deps: StaffStatusDeps): Health {
     siteConnected,
     mode: st.mode,
     appliedSeq: st.appliedSeq,
-    leaseExpiresAt: st.leaseExpiresAt,
-    leaseRemainingSeconds: leaseRemainingSeconds(st.leaseExpiresAt, now),
+    leaseExpiresAt: lease,
+    leaseRemainingSeconds: leaseRemainingSeconds(lease, now),
     inboxDepth: inboxDepth(db),
     outboxDepth: outboxDepth(db),
   };

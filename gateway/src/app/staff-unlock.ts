@@ -3,7 +3,6 @@ import { commitDecisions, insertAccess, type StoredAccessEvent } from '../adapte
 import { lockById } from '../adapters/sqlite/locks.js';
 import { enqueue } from '../adapters/sqlite/outbox.js';
 import { raiseTimeFloor, readSettings } from '../adapters/sqlite/settings.js';
-import { isStale } from '../domain/freshness.js';
 import { decideRemoteUnlock, type RemoteUnlockCode } from '../domain/remote-unlock.js';
 import type { AccessDeps } from './access.js';
 import type { StaffActor, StaffAudit } from './staff-accounts.js';
@@ -49,7 +48,7 @@ export function remoteUnlock(
       reason: reasonText,
       lock: lock === null || secret === undefined ? null : lock,
       mode: settings.mode,
-      failClosedReason: failClosedReasonOf(settings, isStale(settings.leaseExpiresAt, now)),
+      failClosedReason: failClosedReasonOf(settings, deps.time, now),
     });
     if (!d.allowed) {
       audit({ actor, action: 'remote_unlock', target: lockId, detail: reasonText.trim() || null, result: 'refused', code: d.code, cid });

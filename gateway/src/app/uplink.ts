@@ -89,10 +89,10 @@ export class UplinkSender {
 }
 
 /** Sends a signed resync.request right away (unsequenced, not through the outbox: the next heartbeat repeats it if lost). */
-export function sendResyncRequest(deps: UplinkDeps, reason: ResyncReason, lastAppliedSeq: number, cid: string): void {
+export function sendResyncRequest(deps: UplinkDeps, reason: ResyncReason, lastAppliedSeq: number, cid: string, requestId: string): void {
   const link = deps.link();
   if (link === null || !link.connected) return;
-  const draft = { type: 'resync.request', aud: deps.cloudIssuer, cid, body: { requestId: newId(), lastAppliedSeq, reason } };
+  const draft = { type: 'resync.request', aud: deps.cloudIssuer, cid, body: { requestId, lastAppliedSeq, reason } };
   signMessage<UplinkMessage>(deps.signingKey, deps.gatewayId, draft as never, { now: () => nowOf(deps) })
     .then(({ token }) => link.publish(topics.gatewayUp(deps.gatewayId), token, { qos: 1 }))
     .catch((e: unknown) =>
