@@ -1,5 +1,6 @@
 import type { Clock, CorrelationId, Logger, OutcomeCode } from '@tobira/shared';
 import type { FastifyReply, FastifyRequest } from 'fastify';
+import type { Registry } from 'prom-client';
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import type { Tx } from '../adapters/db/db.js';
@@ -55,6 +56,8 @@ export interface ApiDeps {
   readonly log: Logger;
   readonly clock: Clock;
   readonly config?: Partial<ApiConfig>;
+  /** The cloud core's per-process metrics (processMetrics), scraped with the API's at GET /metrics; none: the API's only. */
+  readonly processRegistry?: Registry;
 }
 
 /** A resource plugin's Fastify instance (zod type provider). */

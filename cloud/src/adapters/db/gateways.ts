@@ -148,24 +148,6 @@ export async function heartbeatTargets(q: Queryable): Promise<HeartbeatTarget[]>
   return parseRows('gateways', HeartbeatRow, r.rows);
 }
 
-export interface GatewayGauges {
-  readonly gatewayId: string;
-  readonly clockSkewMs: number | null;
-  readonly deadLetters: number;
-}
-const GaugeRow = z
-  .object({ id: z.string(), clock_skew_ms: Int8.nullable(), dead_letters: Int8 })
-  .transform((r): GatewayGauges => ({ gatewayId: r.id, clockSkewMs: r.clock_skew_ms, deadLetters: r.dead_letters }));
-
-/** Per gateway, what GET /metrics reports: its clock skew and its dead-lettered downlinks. */
-export async function gatewayGauges(q: Queryable): Promise<GatewayGauges[]> {
-  const r = await q.query(
-    `SELECT g.id, g.clock_skew_ms, (SELECT count(*) FROM outbox o WHERE o.gateway_id = g.id AND o.status = 'dead') AS dead_letters
-       FROM gateways g ORDER BY g.id`,
-  );
-  return parseRows('gateways', GaugeRow, r.rows);
-}
-
 // ---------------------------------------------------------------- health (the operator's view)
 
 /** Why a gateway's last status report says it denies ordinary keys (migration 0015 gateway_fail_closed_reason). */
