@@ -30,13 +30,13 @@ export interface CloudMetrics {
 export function cloudMetrics(db: Queryable, clock: Clock, processRegistry?: Registry): CloudMetrics {
   const registry = new Registry();
   let snapshot: Promise<{ gateways: GatewayGauges[]; queues: QueueGauge[]; now: number }> | null = null;
-  // one set of queries per scrape, shared by the gauges
+  // one set of queries per scrape (metrics() starts it afresh), shared by the gauges
   const read = () =>
     (snapshot ??= (async () => {
       const now = clock.now();
       const [gateways, queues] = await Promise.all([gatewayGauges(db, now), queueGauges(db)]);
       return { gateways, queues, now };
-    })().finally(() => setImmediate(() => (snapshot = null))));
+    })());
   const perGateway = (name: string, help: string, value: (g: GatewayGauges, now: number) => number | null) =>
     new Gauge({
       name,
@@ -122,7 +122,10 @@ export function cloudMetrics(db: Queryable, clock: Clock, processRegistry?: Regi
   const scraped = processRegistry ? Registry.merge([registry, processRegistry]) : registry;
   return {
     contentType: scraped.contentType,
-    metrics: () => scraped.metrics(),
+    metrics: () => {
+      snapshot = null;
+      return scraped.metrics();
+    },
     observeHttp: (route, method, statusCode, seconds) => http.observe({ route, method, status_code: String(statusCode) }, seconds),
     names: () => scraped.getMetricsAsArray().map((m) => m.name),
   };
