@@ -82,7 +82,7 @@ describe.each(pgBackends())('cloud GET /metrics on %s', (backend) => {
     expect((await app.inject({ method: 'GET', url: '/metrics' })).statusCode).toBe(401);
   });
 
-  it("per gateway: outbox depth and the age of its oldest undelivered downlink, publish failures, dead letters, then the dispatch lag of the row that waited", async () => {
+  it('per gateway: outbox depth and the age of its oldest undelivered downlink, publish failures, dead letters, then the dispatch lag of the row that waited', async () => {
     g.gateway_id = s.gatewayId;
     let m = await scrape();
     expect(of('tobira_cloud_outbox_depth', m, g)).toBe(0);
@@ -151,7 +151,8 @@ describe.each(pgBackends())('cloud GET /metrics on %s', (backend) => {
     expect(of('tobira_cloud_gateway_online', m, g)).toBeUndefined();
 
     const lastSeq = Number(
-      (await cloud.db.query<{ last_seq: string }>('SELECT last_seq FROM gateway_seq WHERE gateway_id = $1', [s.gatewayId])).rows[0]?.last_seq,
+      (await cloud.db.query<{ last_seq: string }>('SELECT last_seq FROM gateway_seq WHERE gateway_id = $1', [s.gatewayId])).rows[0]
+        ?.last_seq,
     );
     const { jti } = await gw.send({
       seq: 1,
@@ -165,7 +166,10 @@ describe.each(pgBackends())('cloud GET /metrics on %s', (backend) => {
       'rejected recorded',
     );
     await gw.sendRaw(JSON.stringify({ online: true }), topics.gatewayPresence(s.gatewayId));
-    await waitFor(async () => (await cloud.db.query('SELECT 1 FROM gateways WHERE id = $1 AND online', [s.gatewayId])).rowCount === 1, 'online');
+    await waitFor(
+      async () => (await cloud.db.query('SELECT 1 FROM gateways WHERE id = $1 AND online', [s.gatewayId])).rowCount === 1,
+      'online',
+    );
 
     m = await scrape();
     expect(of('tobira_cloud_uplinks_total', m, { result: 'applied', code: 'REPORT_RECORDED' })).toBe(applied0 + 1);
@@ -180,7 +184,10 @@ describe.each(pgBackends())('cloud GET /metrics on %s', (backend) => {
       type: 'gateway.status',
       body: { mode: 'normal', outboxDepth: 0, locks: [], appliedSeq: lastSeq, leaseExpiresAt: cloud.clock.now() + 3_600_000 },
     });
-    await waitFor(async () => (await cloud.db.query('SELECT 1 FROM uplink_inbox WHERE jti = $1', [fresh])).rowCount === 1, 'status applied');
+    await waitFor(
+      async () => (await cloud.db.query('SELECT 1 FROM uplink_inbox WHERE jti = $1', [fresh])).rowCount === 1,
+      'status applied',
+    );
     m = await scrape();
     expect(of('tobira_cloud_gateway_failing_closed', m, g)).toBe(0);
     expect(of('tobira_cloud_gateway_seq_lag', m, g)).toBe(0);
@@ -254,7 +261,11 @@ describe.each(pgBackends())('cloud GET /metrics on %s', (backend) => {
     await app.inject({ method: 'GET', url: `/no/such/${s.gatewayId}`, headers: bearer(admin) });
     const m = await scrape();
     expect(
-      of('tobira_cloud_http_request_duration_seconds_count', m, { route: '/gateways/:gatewayId/health', method: 'GET', status_code: '200' }),
+      of('tobira_cloud_http_request_duration_seconds_count', m, {
+        route: '/gateways/:gatewayId/health',
+        method: 'GET',
+        status_code: '200',
+      }),
     ).toBe(1);
     expect(of('tobira_cloud_http_request_duration_seconds_count', m, { route: 'unmatched', status_code: '404' })).toBeGreaterThanOrEqual(1);
     const httpLines = m.split('\n').filter((l) => l.startsWith('tobira_cloud_http_request_duration_seconds'));

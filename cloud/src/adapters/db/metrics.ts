@@ -39,20 +39,18 @@ const GaugeRow = z
     reported: z.boolean(),
     fail_closed_reason: z.enum(FAIL_CLOSED_REASONS).nullable(),
   })
-  .transform(
-    (r): GatewayGauges => ({
-      gatewayId: r.id,
-      online: r.online,
-      clockSkewMs: r.clock_skew_ms,
-      openDownlinks: r.open_rows,
-      oldestOpenAt: r.oldest_open_at,
-      deadLetters: r.dead,
-      lastSeq: r.last_seq,
-      appliedSeq: r.applied_seq,
-      failingClosed: r.reported ? r.fail_closed_reason !== null : null,
-      failClosedReason: r.fail_closed_reason,
-    }),
-  );
+  .transform((r): GatewayGauges => ({
+    gatewayId: r.id,
+    online: r.online,
+    clockSkewMs: r.clock_skew_ms,
+    openDownlinks: r.open_rows,
+    oldestOpenAt: r.oldest_open_at,
+    deadLetters: r.dead,
+    lastSeq: r.last_seq,
+    appliedSeq: r.applied_seq,
+    failingClosed: r.reported ? r.fail_closed_reason !== null : null,
+    failClosedReason: r.fail_closed_reason,
+  }));
 
 /**
  * Every gateway's gauges, by id. Failing closed is the function the
