@@ -35,7 +35,7 @@ export interface ApiConfig {
   readonly webhookAllowPrivateNetworks: boolean;
   /** Lifetime of a new API token when the request names none (ms); null: tokens do not expire unless asked. */
   readonly tokenDefaultTtlMs: number | null;
-  /** How long `/healthz` waits for its database query before it reports DATABASE_UNREACHABLE (ms). */
+  /** How long `/readyz` waits for its database query before it reports DATABASE_UNREACHABLE (ms). */
   readonly healthDbTimeoutMs: number;
 }
 export const DEFAULT_API_CONFIG: ApiConfig = Object.freeze({
