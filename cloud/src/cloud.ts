@@ -351,7 +351,12 @@ export async function startAdminApi(opts: AdminApiOptions): Promise<AdminApi> {
     opts.webhooks === false
       ? undefined
       : new WebhookDispatcher(
-          { db: opts.db, clock: opts.clock, log: opts.log.child({ part: 'webhooks' }), ...(opts.telemetry ? { telemetry: opts.telemetry } : {}) },
+          {
+            db: opts.db,
+            clock: opts.clock,
+            log: opts.log.child({ part: 'webhooks' }),
+            ...(opts.telemetry ? { telemetry: opts.telemetry } : {}),
+          },
           { ...opts.webhooks, allowPrivateNetworks },
         );
   webhooks?.start();

@@ -35,7 +35,7 @@ function exported(): Map<string, Exported> {
     for (const m of r.getMetricsAsArray()) {
       // prom-client keeps a metric's label names on the instance; its types do not say so
       const labels = (m as unknown as { labelNames?: string[] }).labelNames ?? [];
-      out.set(m.name, { type: m.type, labels });
+      out.set(m.name, { type: String(m.type), labels });
     }
   };
   add(cloud);

@@ -290,7 +290,10 @@ export async function buildApp(deps: ApiDeps): Promise<FastifyInstance> {
     if (dbFailure !== null) reasons.push('DATABASE_UNREACHABLE');
     if (!deps.cloud.mqttConnected) reasons.push('BROKER_DISCONNECTED');
     if (reasons.length === 0) return reply.status(200).send({ ok: true, status: 'ok', reasons });
-    req.log.warn({ code: 'SERVICE_UNAVAILABLE', reasons, ...(dbFailure === null ? {} : { database: dbFailure }) }, 'readiness check failed');
+    req.log.warn(
+      { code: 'SERVICE_UNAVAILABLE', reasons, ...(dbFailure === null ? {} : { database: dbFailure }) },
+      'readiness check failed',
+    );
     return reply.status(503).header('retry-after', '5').send({ ok: false, status: 'unavailable', code: 'SERVICE_UNAVAILABLE', reasons });
   });
   z_.get('/openapi.json', { config: { public: true }, schema: { hide: true } }, async () => app.swagger());

@@ -53,7 +53,12 @@ export async function openPgliteDb(dataDir: string): Promise<Db> {
         if (!closed) await unlisten();
       };
     },
-    poolStats: () => ({ max: 1, total: closed ? 0 : 1, idle: !closed && mutex.inFlight === 0 ? 1 : 0, waiting: Math.max(0, mutex.inFlight - 1) }),
+    poolStats: () => ({
+      max: 1,
+      total: closed ? 0 : 1,
+      idle: !closed && mutex.inFlight === 0 ? 1 : 0,
+      waiting: Math.max(0, mutex.inFlight - 1),
+    }),
     async close() {
       if (closed) return;
       closed = true;

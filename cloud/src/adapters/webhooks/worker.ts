@@ -140,7 +140,10 @@ export class WebhookDispatcher {
       return;
     }
     const status = await failDelivery(this.deps.db, leased, error, now, this.#o, (this.deps.random ?? Math.random)());
-    (this.deps.telemetry ?? noTelemetry).webhook(status === null ? 'lease_lost' : status === 'dead' ? 'dead' : 'retry', code ?? 'WEBHOOK_CONNECTION_FAILED');
+    (this.deps.telemetry ?? noTelemetry).webhook(
+      status === null ? 'lease_lost' : status === 'dead' ? 'dead' : 'retry',
+      code ?? 'WEBHOOK_CONNECTION_FAILED',
+    );
     log.warn({ statusCode, error, dead: status === 'dead', code, ...refused }, 'webhook delivery failed');
   }
 }
