@@ -1,11 +1,12 @@
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { startEmbeddedBroker, topics, type EmbeddedBroker, type ManualClock } from '@tobira/shared';
+import { newCorrelationId, startEmbeddedBroker, topics, type EmbeddedBroker, type ManualClock } from '@tobira/shared';
 import { pgBackends } from '@tobira/shared/testing';
 import type { FastifyInstance } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createApiToken } from '../../src/adapters/db/tokens.js';
 import { WebhookDispatcher } from '../../src/adapters/webhooks/worker.js';
+import { enqueueNotification } from '../../src/app/notifications.js';
 import { buildApp } from '../../src/http/app.js';
 import type { Cloud } from '../../src/index.js';
 import { cloudSigningKey, startCloud } from '../cloud-helpers.js';
@@ -34,12 +35,35 @@ describe.each(pgBackends())('cloud GET /metrics on %s', (backend) => {
   let admin: string;
   let s: Awaited<ReturnType<typeof seed>>;
   let gw: FakeGateway;
+  // the receiver of webhooks and notification webhooks: answers `answer`
+  let server: Server;
+  let url: string;
+  let answer = 500;
   beforeAll(async () => {
+    server = createServer((req, res) => {
+      req.resume();
+      req.on('end', () => {
+        res.statusCode = answer;
+        res.end();
+      });
+    });
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/hook`;
     t = await openTestDb(backend);
     broker = await startEmbeddedBroker();
     cloud = await startCloud(t, broker.url, {
-      // a row that fails waits 5-10 minutes before its next attempt, and is dead at its second
-      env: { DISPATCH_MAX_ATTEMPTS: '2', DISPATCH_BACKOFF_BASE_MS: '600000', DISPATCH_BACKOFF_MAX_MS: '600000' },
+      env: {
+        // a row that fails waits 5-10 minutes before its next attempt, and is dead at its second
+        DISPATCH_MAX_ATTEMPTS: '2',
+        DISPATCH_BACKOFF_BASE_MS: '600000',
+        DISPATCH_BACKOFF_MAX_MS: '600000',
+        // a notification is dead at its first failure; the test runs the notification dispatcher
+        NOTIFY_MAX_ATTEMPTS: '1',
+        NOTIFY_WEBHOOK_URL: url,
+        NOTIFY_WEBHOOK_SECRET: 'metrics-test-secret-0123456789',
+        TOBIRA_WEBHOOK_ALLOW_PRIVATE: 'true',
+      },
+      deps: { notificationDispatcher: false },
     });
     app = await buildApp({
       cloud,
@@ -66,6 +90,7 @@ describe.each(pgBackends())('cloud GET /metrics on %s', (backend) => {
     await cloud?.stop();
     await broker?.stop();
     await t?.close();
+    await new Promise<void>((r) => server?.close(() => r()));
   });
 
   const scrape = async (): Promise<string> => {
@@ -193,25 +218,8 @@ describe.each(pgBackends())('cloud GET /metrics on %s', (backend) => {
     expect(of('tobira_cloud_gateway_seq_lag', m, g)).toBe(0);
   });
 
-  describe('webhooks', () => {
-    let server: Server;
-    let answer = 500;
-    beforeAll(async () => {
-      server = createServer((req, res) => {
-        req.resume();
-        req.on('end', () => {
-          res.statusCode = answer;
-          res.end();
-        });
-      });
-      await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
-    });
-    afterAll(async () => {
-      await new Promise<void>((r) => server.close(() => r()));
-    });
-
-    it('deliveries by result and code, and the queue rows by status', async () => {
-      const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/hook`;
+  describe('webhooks and notifications', () => {
+    it('webhook deliveries by result and code, and the queue rows by status', async () => {
       const reg = await app.inject({
         method: 'POST',
         url: '/webhooks',
@@ -253,6 +261,30 @@ describe.each(pgBackends())('cloud GET /metrics on %s', (backend) => {
       m = await scrape();
       expect(of('tobira_cloud_webhook_deliveries_total', m, { result: 'delivered', code: 'OK' })).toBe(ok0 + 1);
       expect(of('tobira_cloud_queue_rows', m, { queue: 'webhook', status: 'pending' })).toBe(0);
+    });
+
+    it('notification outbox depth, then its dead row', async () => {
+      const queued = await enqueueNotification(cloud.db, {
+        template: 'refund_made',
+        subjectId: `metrics-${s.u}`,
+        personId: s.personId,
+        siteId: s.siteId,
+        vars: { amount: 1_200, currency: 'jpy' },
+        cid: newCorrelationId(),
+        now: cloud.clock.now(),
+        channel: 'webhook',
+      });
+      expect(queued.status).toBe('applied');
+      cloud.clock.advance(7_000);
+      let m = await scrape();
+      expect(of('tobira_cloud_queue_rows', m, { queue: 'notification', status: 'pending' })).toBe(1);
+      expect(of('tobira_cloud_queue_oldest_age_seconds', m, { queue: 'notification', status: 'pending' })).toBe(7);
+      expect(of('tobira_cloud_queue_rows', m, { queue: 'notification', status: 'dead' })).toBe(0);
+      answer = 503;
+      expect(await cloud.runNotifications()).toBe(1);
+      m = await scrape();
+      expect(of('tobira_cloud_queue_rows', m, { queue: 'notification', status: 'pending' })).toBe(0);
+      expect(of('tobira_cloud_queue_rows', m, { queue: 'notification', status: 'dead' })).toBe(1);
     });
   });
 
