@@ -31,6 +31,8 @@ const api = await startAdminApi({
   bootstrapAdminToken: token,
   config: { rateLimitMax: 1_000_000_000, rateLimitIpMax: 1_000_000_000 },
   webhooks: false,
+  telemetry: cloud.telemetry,
+  processRegistry: cloud.metricsRegistry,
 });
 process.send?.({ ready: true, url: api.url });
 process.on('message', (m) => {

@@ -49,6 +49,8 @@ import { channelsOf, type Channel } from './adapters/notifications/channels.js';
 import { NotificationDispatcher, type NotificationDispatchOptions } from './adapters/notifications/dispatcher.js';
 import * as notifications from './app/notifications.js';
 import type { NotificationChannel } from './domain/notifications.js';
+import { processMetrics } from './adapters/metrics/process.js';
+import type { Telemetry } from './app/telemetry.js';
 
 export interface CloudDeps {
   /** An already-open database (tests share one PGlite between instances); not closed by stop(). */
@@ -96,6 +98,7 @@ function coreOf(config: CloudConfig, cloudDeps: CloudDeps) {
   let billing: BillingWorker | undefined;
   let notifier: NotificationDispatcher | undefined;
   const stripe = cloudDeps.stripe === undefined ? stripeFromSettings(config.stripe) : cloudDeps.stripe;
+  const metrics = processMetrics({ backend: () => db?.kind ?? null, pool: () => db?.poolStats() ?? null });
 
   const need = <T>(v: T | undefined): T => {
     if (v === undefined) throw new Error('cloud not started');
@@ -133,7 +136,7 @@ function coreOf(config: CloudConfig, cloudDeps: CloudDeps) {
         filters: [filters.allGatewaysUp], // presence is retained: never shared
       });
       dispatcher = new Dispatcher(
-        { db, clock, log, crash, link, signer, random: cloudDeps.random ?? Math.random },
+        { db, clock, log, crash, link, signer, random: cloudDeps.random ?? Math.random, telemetry: metrics.telemetry },
         {
           pollMs: config.dispatch.pollMs,
           batch: config.dispatch.batch,
@@ -152,6 +155,7 @@ function coreOf(config: CloudConfig, cloudDeps: CloudDeps) {
         resyncRate: config.resyncRate,
         resyncMaxConcurrent: config.resyncMaxConcurrent,
         rejectedMaxRows: config.rejectedUplinksMaxRows,
+        telemetry: metrics.telemetry,
       });
       heartbeat = new Heartbeat(app(), {
         link,
@@ -244,6 +248,10 @@ function coreOf(config: CloudConfig, cloudDeps: CloudDeps) {
     get mqttConnected(): boolean {
       return link?.connected ?? false;
     },
+    /** What this process counts (uplinks, dispatch lag, publish failures; the admin API's webhook worker reports here too). */
+    telemetry: metrics.telemetry,
+    /** Those counters and the database pool, scraped with the admin API's metrics (ApiDeps.processRegistry). */
+    metricsRegistry: metrics.registry,
 
     createSite: (input: Parameters<typeof registry.createSite>[1], o?: VerbOptions) => registry.createSite(app(o), input),
     registerGateway: (input: Parameters<typeof registry.registerGateway>[2], o?: VerbOptions) =>
@@ -321,6 +329,8 @@ function coreOf(config: CloudConfig, cloudDeps: CloudDeps) {
 export interface AdminApiOptions extends ListenOptions {
   /** Webhook worker options (its `allowPrivateNetworks` is `config.webhookAllowPrivateNetworks`); false: do not deliver webhooks from this process. */
   readonly webhooks?: Partial<WebhookOptions> | false;
+  /** Where the webhook worker counts its deliveries (the cloud's `telemetry`); none: not counted. */
+  readonly telemetry?: Telemetry;
 }
 export type AdminApi = Listener;
 
@@ -341,7 +351,12 @@ export async function startAdminApi(opts: AdminApiOptions): Promise<AdminApi> {
     opts.webhooks === false
       ? undefined
       : new WebhookDispatcher(
-          { db: opts.db, clock: opts.clock, log: opts.log.child({ part: 'webhooks' }) },
+          {
+            db: opts.db,
+            clock: opts.clock,
+            log: opts.log.child({ part: 'webhooks' }),
+            ...(opts.telemetry ? { telemetry: opts.telemetry } : {}),
+          },
           { ...opts.webhooks, allowPrivateNetworks },
         );
   webhooks?.start();
@@ -402,6 +417,8 @@ export function buildCloud(config: CloudConfig, deps: { readonly log: Logger; re
         host: config.api.host,
         port: config.api.port,
         config: apiConfigOf(config),
+        telemetry: cloud.telemetry,
+        processRegistry: cloud.metricsRegistry,
         ...(config.api.bootstrapAdminToken ? { bootstrapAdminToken: config.api.bootstrapAdminToken } : {}),
       });
     },

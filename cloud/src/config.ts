@@ -105,7 +105,7 @@ export const CloudConfigSchema = z.object({
   TOBIRA_WEBHOOK_ALLOW_PRIVATE: z.enum(['true', 'false']).default('false'),
   /** Lifetime in days of a new API token that names none; 0: no expiry unless asked. */
   TOBIRA_API_TOKEN_TTL_DAYS: z.coerce.number().int().min(0).max(3650).default(90),
-  /** How long /healthz waits for the database before it reports DATABASE_UNREACHABLE. */
+  /** How long /readyz waits for the database before it reports DATABASE_UNREACHABLE. */
   TOBIRA_HEALTH_DB_TIMEOUT_MS: z.coerce.number().int().min(10).max(60_000).default(2000),
   /** Requests per client IP per minute, counted before authentication (docs/api.md "Rate limits"). */
   TOBIRA_RATE_LIMIT_IP_MAX: z.coerce.number().int().min(1).default(1_200),

@@ -213,6 +213,8 @@ async function main(): Promise<void> {
     bootstrapAdminToken: adminToken.token,
     // everything runs on this one box, so a webhook receiver will be local too: SSRF guard off (docs/api.md "Webhooks")
     config: { webhookAllowPrivateNetworks: true, gatewayBrokerUrl: cloudUrl },
+    telemetry: cloud.telemetry,
+    processRegistry: cloud.metricsRegistry,
   });
   parts.push({ name: 'admin API', stop: () => api.close() });
   ok(api.url);

@@ -72,6 +72,6 @@ export interface CloudVerbs {
   approveMembership(input: Parameters<typeof memberships.approveMembership>[1]): ReturnType<typeof memberships.approveMembership>;
   endMembership(input: memberships.EndMembershipInput): ReturnType<typeof memberships.endMembership>;
   selfCancelMembership(input: Parameters<typeof memberships.selfCancelMembership>[1]): ReturnType<typeof memberships.selfCancelMembership>;
-  /** The MQTT link is connected (`/healthz`). */
+  /** The MQTT link is connected (`/readyz`). */
   readonly mqttConnected: boolean;
 }

@@ -34,6 +34,7 @@ import type { MqttLink } from '../adapters/mqtt/link.js';
 import type { CloudSigner } from '../adapters/signer.js';
 import { SimulatedCrash } from './crash.js';
 import type { AppDeps } from './deps.js';
+import { noTelemetry, type Telemetry } from './telemetry.js';
 import { recordGatewayReport } from './keys.js';
 import { answerResync } from './resync.js';
 
@@ -66,6 +67,8 @@ export interface UplinkOptions {
   readonly resyncMaxConcurrent?: number;
   /** rejected_uplinks keeps at most this many rows, the newest (default 10,000; the purge also drops them by age). */
   readonly rejectedMaxRows?: number;
+  /** Uplinks by result and code (GET /metrics); default: reported nowhere. */
+  readonly telemetry?: Telemetry;
 }
 
 type Sequenced = Exclude<UplinkMessage, { type: 'resync.request' }>;
@@ -170,10 +173,12 @@ export class Uplink {
 
     if (outcome === 'duplicate') {
       log.info({ code: 'DUPLICATE_MESSAGE' satisfies OutcomeCode }, 'duplicate uplink; not applied again');
+      this.#telemetry.uplink('duplicate', 'DUPLICATE_MESSAGE');
       return;
     }
     await this.#recordSkew(gatewayId, m.iat * 1000 - now, now, log);
     log.info({ result: outcome.result, code: outcome.code }, 'uplink applied');
+    this.#telemetry.uplink(outcome.result, outcome.code);
     if (m.type === 'resync.request' && outcome.result === 'applied') {
       // One answer at a time per gateway, and a bounded number across gateways: a request
       // that finds either busy is dropped (logged); the gateway asks again on its next heartbeat.
@@ -336,12 +341,17 @@ export class Uplink {
     return ks;
   }
 
+  get #telemetry(): Telemetry {
+    return this.#o.telemetry ?? noTelemetry;
+  }
+
   /** `log`: the message's correlated logger once it verified (APPLY_FAILED); before that there is no trusted cid. */
   async #reject(gatewayId: string | null, topic: string, code: string, detail: string, log = this.#app.log): Promise<void> {
     // details can quote the bad input (JSON.parse does), and PostgreSQL text refuses NUL: keep them printable
     const safeTopic = printable(topic, 512);
     const safeDetail = printable(detail, 1000);
     log.warn({ gatewayId, topic: safeTopic.slice(0, 200), code, detail: safeDetail }, 'uplink rejected');
+    this.#telemetry.uplink('rejected', code);
     await recordRejected(
       this.#app.db,
       { gatewayId, topic: safeTopic, code, detail: safeDetail, at: this.#app.clock.now() },

@@ -47,7 +47,7 @@ const ROUTES = new WeakMap<FastifyInstance, { method: string; url: string; hidde
 /** Every route the app registered (for the OpenAPI completeness test and the docs). */
 export const routesOf = (app: FastifyInstance): readonly { method: string; url: string; hidden: boolean }[] => ROUTES.get(app) ?? [];
 
-const PUBLIC_PREFIXES = ['/docs', '/openapi.json', '/healthz'];
+const PUBLIC_PREFIXES = ['/docs', '/openapi.json', '/healthz', '/readyz'];
 const WRITE_METHODS = new Set(['POST', 'PUT', 'PATCH', 'DELETE']);
 
 /** True when any string (or key) in a parsed value holds a NUL, which PostgreSQL text cannot store. */
@@ -65,7 +65,7 @@ function dependencyDown(e: unknown): boolean {
   return ['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', '57P01', '57P03', '53300'].includes(code) || code.startsWith('08');
 }
 
-/** Why `/healthz` answers 503 (codes.ts). */
+/** Why `/readyz` answers 503 (codes.ts). */
 const HEALTH_REASONS = ['DATABASE_UNREACHABLE', 'BROKER_DISCONNECTED'] as const satisfies readonly ApiCode[];
 
 /** null when `SELECT 1` answers within `timeoutMs`, else why not: a hung connection counts as down, not as a hung health check. */
@@ -162,6 +162,12 @@ export async function buildApp(deps: ApiDeps): Promise<FastifyInstance> {
     return reply.status(500).send(problem('INTERNAL', `correlation id ${req.id}`));
   });
   app.setNotFoundHandler((_req, reply) => reply.status(404).send(problem('NOT_FOUND', 'no such route')));
+
+  const metrics = cloudMetrics(deps.db, deps.clock, deps.processRegistry);
+  // latency by route pattern (not the URL: an id per series would grow without bound); unmatched URLs share one series
+  app.addHook('onResponse', async (req, reply) => {
+    metrics.observeHttp(req.routeOptions.url ?? 'unmatched', req.method, reply.statusCode, reply.elapsedTime / 1000);
+  });
 
   // correlation id: a bad X-Correlation-Id is refused rather than silently replaced
   app.addHook('onRequest', async (req, reply) => {
@@ -274,17 +280,23 @@ export async function buildApp(deps: ApiDeps): Promise<FastifyInstance> {
     code: z.literal('SERVICE_UNAVAILABLE').optional(),
     reasons: z.array(z.enum(HEALTH_REASONS)),
   });
-  z_.get('/healthz', { config: { public: true }, schema: { hide: true, response: { 200: Health, 503: Health } } }, async (req, reply) => {
+  // live: the process answers (a supervisor restarts it otherwise); readiness is /readyz
+  z_.get('/healthz', { config: { public: true }, schema: { hide: true, response: { 200: Health } } }, async (_req, reply) =>
+    reply.status(200).send({ ok: true, status: 'ok', reasons: [] }),
+  );
+  z_.get('/readyz', { config: { public: true }, schema: { hide: true, response: { 200: Health, 503: Health } } }, async (req, reply) => {
     const reasons: (typeof HEALTH_REASONS)[number][] = [];
     const dbFailure = await databaseCheck();
     if (dbFailure !== null) reasons.push('DATABASE_UNREACHABLE');
     if (!deps.cloud.mqttConnected) reasons.push('BROKER_DISCONNECTED');
     if (reasons.length === 0) return reply.status(200).send({ ok: true, status: 'ok', reasons });
-    req.log.warn({ code: 'SERVICE_UNAVAILABLE', reasons, ...(dbFailure === null ? {} : { database: dbFailure }) }, 'health check failed');
+    req.log.warn(
+      { code: 'SERVICE_UNAVAILABLE', reasons, ...(dbFailure === null ? {} : { database: dbFailure }) },
+      'readiness check failed',
+    );
     return reply.status(503).header('retry-after', '5').send({ ok: false, status: 'unavailable', code: 'SERVICE_UNAVAILABLE', reasons });
   });
   z_.get('/openapi.json', { config: { public: true }, schema: { hide: true } }, async () => app.swagger());
-  const metrics = cloudMetrics(deps.db);
   // Prometheus text; admin tokens only (it names every gateway)
   z_.get('/metrics', { config: { adminOnly: true }, schema: { hide: true } }, async (_req, reply) =>
     reply.header('content-type', metrics.contentType).send(await metrics.metrics()),

@@ -36,9 +36,9 @@ export const API_CODES = Object.freeze({
   GATEWAY_OFFLINE: "A key's delivery notice (warnings): its gateway is offline; delivery waits for it.",
   RATE_LIMITED:
     'Too many requests from this client address (counted before authentication) or for this token; retry after the Retry-After seconds.',
-  SERVICE_UNAVAILABLE: 'A dependency (database, broker) is down; retry later. `/healthz` names which in `reasons`.',
-  DATABASE_UNREACHABLE: '`/healthz` reason: the database did not answer a query within healthDbTimeoutMs (or refused it).',
-  BROKER_DISCONNECTED: "`/healthz` reason: the cloud's MQTT link to the broker is not connected (nothing is dispatched or received).",
+  SERVICE_UNAVAILABLE: 'A dependency (database, broker) is down; retry later. `/readyz` names which in `reasons`.',
+  DATABASE_UNREACHABLE: '`/readyz` reason: the database did not answer a query within healthDbTimeoutMs (or refused it).',
+  BROKER_DISCONNECTED: "`/readyz` reason: the cloud's MQTT link to the broker is not connected (nothing is dispatched or received).",
   INTERNAL: 'An internal error; details are in the server log under the correlation id.',
   ALARM_NOT_FOUND: 'No such alarm visible to this token.',
   ALARM_ACKNOWLEDGED: 'The alarm is acknowledged now, under the calling token (applied).',

@@ -1,5 +1,6 @@
 import type { Clock, CorrelationId, Logger, OutcomeCode } from '@tobira/shared';
 import type { FastifyReply, FastifyRequest } from 'fastify';
+import type { Registry } from 'prom-client';
 import type { FastifyPluginAsyncZod } from 'fastify-type-provider-zod';
 import { z } from 'zod';
 import type { Tx } from '../adapters/db/db.js';
@@ -34,7 +35,7 @@ export interface ApiConfig {
   readonly webhookAllowPrivateNetworks: boolean;
   /** Lifetime of a new API token when the request names none (ms); null: tokens do not expire unless asked. */
   readonly tokenDefaultTtlMs: number | null;
-  /** How long `/healthz` waits for its database query before it reports DATABASE_UNREACHABLE (ms). */
+  /** How long `/readyz` waits for its database query before it reports DATABASE_UNREACHABLE (ms). */
   readonly healthDbTimeoutMs: number;
 }
 export const DEFAULT_API_CONFIG: ApiConfig = Object.freeze({
@@ -55,6 +56,8 @@ export interface ApiDeps {
   readonly log: Logger;
   readonly clock: Clock;
   readonly config?: Partial<ApiConfig>;
+  /** The cloud core's per-process metrics (processMetrics), scraped with the API's at GET /metrics; none: the API's only. */
+  readonly processRegistry?: Registry;
 }
 
 /** A resource plugin's Fastify instance (zod type provider). */

@@ -27,7 +27,7 @@ export async function openHarness(backend: PgBackendName, config: Partial<ApiCon
   const t = await openTestDb(backend);
   const broker = await startMqttBackend('aedes');
   const cloud = await startCloud(t, broker.url);
-  const app = await buildApp({ cloud, db: cloud.db, log: testLog, clock: cloud.clock, config });
+  const app = await buildApp({ cloud, db: cloud.db, log: testLog, clock: cloud.clock, config, processRegistry: cloud.metricsRegistry });
   await app.ready();
   const u = newId().slice(-8);
   const siteA = `site-a-${u}`;

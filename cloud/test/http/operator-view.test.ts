@@ -257,6 +257,52 @@ describe.each(pgBackends())("the operator's view on %s", (backend) => {
       expect((await get(`/gateways/${a.gatewayId}/health`, h.tokens.managerB)).statusCode).toBe(404);
       expect((await get('/gateways/gw-nobody/health')).json()).toMatchObject({ code: 'GATEWAY_NOT_FOUND' });
     });
+
+    it("the fleet view lists every gateway's health by site, page by page without a repeat or a gap, scoped, and filtered on failing closed", async () => {
+      const siteId = `site-fleet-${randomUUID().slice(0, 8)}`;
+      expect(
+        (await h.app.inject({ method: 'POST', url: '/sites', headers: bearer(h.tokens.admin), payload: { id: siteId, name: 'Fleet' } }))
+          .statusCode,
+      ).toBe(201);
+      const gws = [await gatewayAt(siteId), await gatewayAt(siteId), await gatewayAt(siteId)];
+      const now = h.cloud.clock.now();
+      const [fresh, closed] = gws;
+      await fresh?.status({ appliedSeq: 0, leaseExpiresAt: now + HOUR });
+      await closed?.status({ appliedSeq: 0, leaseExpiresAt: null });
+
+      type Item = {
+        gatewayId: string;
+        siteId: string;
+        failingClosed: boolean | null;
+        failClosedReason: string | null;
+        leaseLeftMs: number | null;
+      };
+      const { pages, items } = await allPages<Item>(`/gateway-health?siteId=${siteId}&limit=2`);
+      expect(pages).toBe(2);
+      expect(items.map((x) => x.gatewayId)).toEqual(gws.map((x) => x.gatewayId).sort());
+      expect(items.every((x) => x.siteId === siteId)).toBe(true);
+      const byId = new Map(items.map((x) => [x.gatewayId, x]));
+      // the same figures as the gateway's own health route
+      expect(byId.get(fresh?.gatewayId ?? '')).toMatchObject({ failingClosed: false, leaseLeftMs: HOUR });
+      expect(byId.get(closed?.gatewayId ?? '')).toMatchObject({ failingClosed: true, failClosedReason: 'NO_LEASE', leaseLeftMs: null });
+      expect(byId.get(gws[2]?.gatewayId ?? '')).toMatchObject({ failingClosed: null });
+      const one = (await get(`/gateways/${closed?.gatewayId ?? ''}/health`)).json() as { health: Item };
+      expect(byId.get(closed?.gatewayId ?? '')).toEqual(one.health);
+
+      const failing = (await get(`/gateway-health?siteId=${siteId}&failingClosed=true`)).json() as { items: Item[] };
+      expect(failing.items.map((x) => x.gatewayId)).toEqual([closed?.gatewayId]);
+      const notFailing = (await get(`/gateway-health?siteId=${siteId}&failingClosed=false`)).json() as { items: Item[] };
+      expect(notFailing.items.map((x) => x.gatewayId)).toEqual([fresh?.gatewayId]);
+
+      // a manager of another site sees none of them, even naming the site
+      expect((await get(`/gateway-health?siteId=${siteId}`, h.tokens.managerA)).json().items).toEqual([]);
+      const mine = (await get('/gateway-health?limit=500', h.tokens.managerA)).json() as { items: Item[] };
+      expect(mine.items.length).toBeGreaterThan(0);
+      expect(mine.items.every((x) => x.siteId === h.siteA)).toBe(true);
+      const bad = await get('/gateway-health?cursor=bm90LWEtY3Vyc29y');
+      expect(bad.statusCode).toBe(400);
+      expect((await get('/gateway-health?failingClosed=yes')).statusCode).toBe(400);
+    });
   });
 
   describe('the admin CLI', () => {

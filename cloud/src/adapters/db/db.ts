@@ -53,6 +53,21 @@ export interface Db extends Tx {
   /** LISTEN on a channel; NOTIFYs are delivered after the sender's commit. Returns an unlisten function. */
   listen(channel: string, onNotify: (payload: string) => void): Promise<() => Promise<void>>;
   close(): Promise<void>;
+  /** Connection use right now (GET /metrics): the pg pool's, or PGlite's one connection and the queries queued for it. */
+  poolStats(): PoolStats;
+}
+
+/**
+ * `max`: connections it may open; `total`: open now; `idle`: open, not in
+ * use; `waiting`: queries or transactions queued for a connection. PGlite is
+ * one in-process connection: max = total = 1, idle 1 while nothing runs.
+ * LISTEN sessions (pg) are dedicated clients, outside the pool.
+ */
+export interface PoolStats {
+  readonly max: number;
+  readonly total: number;
+  readonly idle: number;
+  readonly waiting: number;
 }
 
 /** Makes the open transaction read one consistent snapshot; must be its first statement. */

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { MessageId, SiteMode, parseRow, parseRows, type Jwks } from '@tobira/shared';
+import { MessageId, SiteMode, pageOf, parseRow, parseRows, type Jwks, type Page } from '@tobira/shared';
 import { Int8 } from './columns.js';
 import type { Queryable } from './db.js';
 import { scopeParam, type SiteScope } from './scope.js';
@@ -148,24 +148,6 @@ export async function heartbeatTargets(q: Queryable): Promise<HeartbeatTarget[]>
   return parseRows('gateways', HeartbeatRow, r.rows);
 }
 
-export interface GatewayGauges {
-  readonly gatewayId: string;
-  readonly clockSkewMs: number | null;
-  readonly deadLetters: number;
-}
-const GaugeRow = z
-  .object({ id: z.string(), clock_skew_ms: Int8.nullable(), dead_letters: Int8 })
-  .transform((r): GatewayGauges => ({ gatewayId: r.id, clockSkewMs: r.clock_skew_ms, deadLetters: r.dead_letters }));
-
-/** Per gateway, what GET /metrics reports: its clock skew and its dead-lettered downlinks. */
-export async function gatewayGauges(q: Queryable): Promise<GatewayGauges[]> {
-  const r = await q.query(
-    `SELECT g.id, g.clock_skew_ms, (SELECT count(*) FROM outbox o WHERE o.gateway_id = g.id AND o.status = 'dead') AS dead_letters
-       FROM gateways g ORDER BY g.id`,
-  );
-  return parseRows('gateways', GaugeRow, r.rows);
-}
-
 // ---------------------------------------------------------------- health (the operator's view)
 
 /** Why a gateway's last status report says it denies ordinary keys (migration 0015 gateway_fail_closed_reason). */
@@ -235,8 +217,12 @@ const HealthRow = z
  * to the lease it last reported: a heartbeat since may have extended it.
  */
 export async function getGatewayHealth(q: Queryable, scope: SiteScope, id: string, now: number): Promise<GatewayHealth | null> {
-  const r = await q.query(
-    `SELECT g.id, g.site_id, g.online, g.presence_at, g.last_status_at,
+  const r = await q.query(`${HEALTH_SELECT} WHERE g.id = $2 AND ($1::text[] IS NULL OR g.site_id = ANY($1))`, [scopeParam(scope), id, now]);
+  return r.rows[0] === undefined ? null : parseRow('gateways', HealthRow, r.rows[0]);
+}
+
+/** A gateway's health, judged at `$3` (the cloud's now) on its clock; the caller adds the WHERE. */
+const HEALTH_SELECT = `SELECT g.id, g.site_id, g.online, g.presence_at, g.last_status_at,
             CASE WHEN g.last_status IS NOT NULL THEN
               jsonb_build_object('mode', g.last_status->'mode', 'appliedSeq', g.last_status->'appliedSeq',
                                  'leaseExpiresAt', g.last_status->'leaseExpiresAt', 'outboxDepth', g.last_status->'outboxDepth') END AS last_status,
@@ -244,9 +230,26 @@ export async function getGatewayHealth(q: Queryable, scope: SiteScope, id: strin
             (SELECT count(*) FROM outbox o WHERE o.gateway_id = g.id AND o.status = 'dead') AS dead_letters,
             (SELECT count(*) FROM outbox o WHERE o.gateway_id = g.id AND o.status IN ('pending', 'sending')) AS pending_downlinks,
             gateway_fail_closed_reason(g.last_status, $3::bigint + COALESCE(g.clock_skew_ms, 0), s.last_seq) AS fail_closed_reason
-       FROM gateways g CROSS JOIN LATERAL (SELECT COALESCE((SELECT last_seq FROM gateway_seq WHERE gateway_id = g.id), 0) AS last_seq) s
-      WHERE g.id = $2 AND ($1::text[] IS NULL OR g.site_id = ANY($1))`,
-    [scopeParam(scope), id, now],
+       FROM gateways g CROSS JOIN LATERAL (SELECT COALESCE((SELECT last_seq FROM gateway_seq WHERE gateway_id = g.id), 0) AS last_seq) s`;
+
+export interface GatewayHealthFilter {
+  readonly siteId?: string | undefined;
+  /** true: only those whose last report says they fail closed; false: only those that reported and do not. */
+  readonly failingClosed?: boolean | undefined;
+  /** The last gateway id of the previous page. */
+  readonly after: string | null;
+  readonly limit: number;
+}
+
+/** The health of every gateway visible to the scope (the fleet view), by gateway id, keyset-paginated on the id. */
+export async function listGatewayHealth(q: Queryable, scope: SiteScope, f: GatewayHealthFilter, now: number): Promise<Page<GatewayHealth>> {
+  const r = await q.query(
+    `SELECT * FROM (${HEALTH_SELECT}
+       WHERE ($1::text[] IS NULL OR g.site_id = ANY($1)) AND ($2::text IS NULL OR g.site_id = $2)
+         AND ($4::text IS NULL OR g.id > $4)) h
+      WHERE $5::boolean IS NULL OR (h.last_status IS NOT NULL AND (h.fail_closed_reason IS NOT NULL) = $5)
+      ORDER BY h.id LIMIT $6`,
+    [scopeParam(scope), f.siteId ?? null, now, f.after, f.failingClosed ?? null, f.limit + 1],
   );
-  return r.rows[0] === undefined ? null : parseRow('gateways', HealthRow, r.rows[0]);
+  return pageOf(parseRows('gateways', HealthRow, r.rows), f.limit, (x) => [x.gatewayId]);
 }

@@ -22,7 +22,8 @@ function wrap(c: pg.Pool | pg.PoolClient): Queryable {
 }
 
 export function openPgDb(url: string, log: Logger, opts: { max?: number } = {}): Db {
-  const pool = new pg.Pool({ connectionString: url, max: opts.max ?? 10, types });
+  const max = opts.max ?? 10;
+  const pool = new pg.Pool({ connectionString: url, max, types });
   // An idle client that errors (server restart) must not crash the process.
   pool.on('error', (e) => log.warn({ err: e }, 'idle pg client error'));
   const base = wrap(pool);
@@ -90,6 +91,7 @@ export function openPgDb(url: string, log: Logger, opts: { max?: number } = {}):
         }
       };
     },
+    poolStats: () => ({ max, total: pool.totalCount, idle: pool.idleCount, waiting: pool.waitingCount }),
     async close() {
       dbClosed = true;
       const open = [...listeners];

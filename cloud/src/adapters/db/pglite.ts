@@ -8,13 +8,20 @@ import { withSavepoints, type Db, type QueryResult, type Queryable } from './db.
  */
 class Mutex {
   #tail: Promise<void> = Promise.resolve();
+  /** Runs queued or running (the pool metrics). */
+  #inFlight = 0;
   run<T>(fn: () => Promise<T>): Promise<T> {
+    this.#inFlight++;
     const result = this.#tail.then(fn);
     this.#tail = result.then(
       () => undefined,
       () => undefined,
     );
+    void this.#tail.then(() => this.#inFlight--);
     return result;
+  }
+  get inFlight(): number {
+    return this.#inFlight;
   }
 }
 
@@ -46,6 +53,12 @@ export async function openPgliteDb(dataDir: string): Promise<Db> {
         if (!closed) await unlisten();
       };
     },
+    poolStats: () => ({
+      max: 1,
+      total: closed ? 0 : 1,
+      idle: !closed && mutex.inFlight === 0 ? 1 : 0,
+      waiting: Math.max(0, mutex.inFlight - 1),
+    }),
     async close() {
       if (closed) return;
       closed = true;

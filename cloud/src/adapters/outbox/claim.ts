@@ -10,6 +10,8 @@ export interface ClaimedRow {
   readonly cid: string;
   readonly attempts: number;
   readonly leaseToken: string;
+  /** When the row was committed (the dispatch lag metric). */
+  readonly createdAt: number;
 }
 
 /** Advisory lock namespace of the per-gateway claim (the second key is hashtext(gateway_id)). */
@@ -69,6 +71,7 @@ export async function claim(q: Queryable, opts: { token: string; now: number; le
     body: unknown;
     cid: string;
     attempts: number;
+    created_at: number | string;
   }>(
     `WITH open AS (
         SELECT id, gateway_id, seq, ${DUE} AS due
@@ -85,7 +88,7 @@ export async function claim(q: Queryable, opts: { token: string; now: number; le
         SET status = 'sending', lease_token = $2, lease_until = $1 + $3, attempts = o.attempts + 1
        FROM pick
       WHERE o.id = pick.id AND ((o.status = 'pending' AND o.next_attempt_at <= $1) OR (o.status = 'sending' AND o.lease_until <= $1))
-      RETURNING o.id, o.gateway_id, o.seq, o.jti, o.type, o.body, o.cid, o.attempts`,
+      RETURNING o.id, o.gateway_id, o.seq, o.jti, o.type, o.body, o.cid, o.attempts, o.created_at`,
     [opts.now, opts.token, opts.leaseMs, opts.limit, locked.rows.map((x) => x.g)],
   );
   return r.rows
@@ -99,6 +102,7 @@ export async function claim(q: Queryable, opts: { token: string; now: number; le
       cid: x.cid,
       attempts: x.attempts,
       leaseToken: opts.token,
+      createdAt: Number(x.created_at),
     }))
     .sort((a, b) => (a.gatewayId === b.gatewayId ? a.seq - b.seq : a.gatewayId < b.gatewayId ? -1 : 1));
 }

@@ -10,6 +10,7 @@ import {
   type MessageId,
 } from '@tobira/shared';
 import { SimulatedCrash, type CrashHook } from '../../app/crash.js';
+import { noTelemetry, type Telemetry } from '../../app/telemetry.js';
 import type { Db } from '../db/db.js';
 import { NotConnected, type MqttLink } from '../mqtt/link.js';
 import type { CloudSigner } from '../signer.js';
@@ -34,6 +35,8 @@ export interface DispatcherDeps {
   readonly link: MqttLink;
   readonly signer: CloudSigner;
   readonly random: () => number;
+  /** Dispatch lag and publish failures (GET /metrics); default: reported nowhere. */
+  readonly telemetry?: Telemetry;
 }
 
 /** Signs one sequenced outbox row as its downlink message (fresh iat/exp; same jti and seq on every attempt and replay). */
@@ -228,21 +231,29 @@ export class Dispatcher {
           { err: e instanceof Error ? e.message : String(e), released },
           'publish broken by the broker connection; back to pending, no attempt spent',
         );
+        this.#telemetry.publishFailed('disconnected');
         return 'disconnected';
       }
       await this.#fail(row, log, e);
       return 'failed';
     }
     this.#d.crash('afterPublishBeforeMark');
-    const marked = await markSent(this.#d.db, row.id, row.leaseToken, this.#d.clock.now());
+    const now = this.#d.clock.now();
+    const marked = await markSent(this.#d.db, row.id, row.leaseToken, now);
+    this.#telemetry.published(now - row.createdAt);
     if (marked === 1) log.info('outbox row sent');
     else log.warn('published, but the lease was lost before marking: another dispatcher owns the row (receiver dedupes by jti)');
     return 'done';
   }
 
+  get #telemetry(): Telemetry {
+    return this.#d.telemetry ?? noTelemetry;
+  }
+
   async #fail(row: ClaimedRow, log: Logger, e: unknown): Promise<void> {
     const err = e instanceof Error ? e.message : String(e);
     const status = await failRow(this.#d.db, row, err, this.#d.clock.now(), this.#o, this.#d.random());
+    this.#telemetry.publishFailed(status === null ? 'lease_lost' : status === 'dead' ? 'dead' : 'retry');
     if (status === 'dead') log.error({ err }, 'outbox row dead-lettered');
     else if (status === null) log.warn({ err }, 'publish failed and the lease was already lost');
     else log.warn({ err }, 'publish failed; will retry');

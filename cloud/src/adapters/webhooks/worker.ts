@@ -8,6 +8,7 @@ import { logAttempt } from './endpoints.js';
 import type { DeliveryCode } from './events.js';
 import { failDelivery } from './fail.js';
 import { markDelivered } from './mark-delivered.js';
+import { noTelemetry, type Telemetry } from '../../app/telemetry.js';
 
 /**
  * Webhook delivery (docs/api.md "Webhooks"). Triggers (migrations 0006, 0013)
@@ -52,7 +53,7 @@ export class WebhookDispatcher {
   #running: Promise<void> | undefined;
 
   constructor(
-    private readonly deps: { db: Queryable; clock: Clock; log: Logger; random?: () => number; resolve?: ResolveAll },
+    private readonly deps: { db: Queryable; clock: Clock; log: Logger; random?: () => number; resolve?: ResolveAll; telemetry?: Telemetry },
     options: Partial<WebhookOptions> = {},
   ) {
     this.#o = { ...DEFAULT_WEBHOOK_OPTIONS, ...options };
@@ -134,10 +135,15 @@ export class WebhookDispatcher {
     const leased = { id: row.id, leaseToken: row.lease_token, attempts: row.attempts };
     if (error === null) {
       const marked = await markDelivered(this.deps.db, leased, now);
+      (this.deps.telemetry ?? noTelemetry).webhook('delivered', 'OK');
       log.info({ statusCode, marked }, 'webhook delivered');
       return;
     }
     const status = await failDelivery(this.deps.db, leased, error, now, this.#o, (this.deps.random ?? Math.random)());
+    (this.deps.telemetry ?? noTelemetry).webhook(
+      status === null ? 'lease_lost' : status === 'dead' ? 'dead' : 'retry',
+      code ?? 'WEBHOOK_CONNECTION_FAILED',
+    );
     log.warn({ statusCode, error, dead: status === 'dead', code, ...refused }, 'webhook delivery failed');
   }
 }

@@ -1,8 +1,13 @@
-import { SiteMode } from '@tobira/shared';
+import { SiteMode, decodeCursor } from '@tobira/shared';
 import { z } from 'zod';
-import { FAIL_CLOSED_REASONS, getGatewayHealth } from '../../adapters/db/gateways.js';
+import {
+  FAIL_CLOSED_REASONS,
+  getGatewayHealth,
+  listGatewayHealth,
+  type GatewayHealth as HealthRecord,
+} from '../../adapters/db/gateways.js';
 import { problem, who, type Api, type Ctx } from '../context.js';
-import { Slug, errorResponses } from '../schemas.js';
+import { Cursor, Id, Limit, Slug, errorResponses } from '../schemas.js';
 
 const GatewayHealth = z.object({
   gatewayId: z.string(),
@@ -48,15 +53,58 @@ export function gatewayHealthRoutes(app: Api, ctx: Ctx): void {
       const now = ctx.clock.now();
       const h = await getGatewayHealth(ctx.db, who(req).sites, req.params.gatewayId, now);
       if (!h) return reply.status(404).send(problem('GATEWAY_NOT_FOUND'));
-      const gatewayNow = now + (h.clockSkewMs ?? 0);
-      return {
-        health: {
-          ...h,
-          leaseLeftMs: h.leaseExpiresAt === null ? null : Math.max(0, h.leaseExpiresAt - gatewayNow),
-          seqLag: h.appliedSeq === null ? null : h.lastSeq - h.appliedSeq,
-          failingClosed: h.lastStatusAt === null ? null : h.failClosedReason !== null,
-        },
-      };
+      return { health: view(h, now) };
     },
   );
+
+  app.get(
+    '/gateway-health',
+    {
+      schema: {
+        tags: ['gateways'],
+        summary: "Every gateway's health (the fleet view), by site and failing closed, ordered by gateway id; cursor pagination",
+        querystring: z.strictObject({
+          siteId: Id.optional(),
+          failingClosed: z
+            .enum(['true', 'false'])
+            .optional()
+            .describe('true: only those failing closed; false: only those that reported and do not'),
+          cursor: Cursor.optional(),
+          limit: Limit,
+        }),
+        response: { ...errorResponses, 200: z.object({ items: z.array(GatewayHealth), nextCursor: z.string().nullable() }) },
+      },
+    },
+    async (req, reply) => {
+      const cursor = decodeCursor(IdCursor, req.query.cursor);
+      if (cursor === 'bad') return reply.status(400).send(problem('BAD_REQUEST', 'bad cursor'));
+      const now = ctx.clock.now();
+      const page = await listGatewayHealth(
+        ctx.db,
+        who(req).sites,
+        {
+          siteId: req.query.siteId,
+          failingClosed: req.query.failingClosed === undefined ? undefined : req.query.failingClosed === 'true',
+          after: cursor?.[0] ?? null,
+          limit: req.query.limit,
+        },
+        now,
+      );
+      return { items: page.items.map((h) => view(h, now)), nextCursor: page.nextCursor };
+    },
+  );
+}
+
+/** The last row's gateway id. */
+const IdCursor = z.tuple([z.string().min(1)]);
+
+/** The stored health and what is judged from it now: the lease left on the gateway's clock, the seq lag, failing closed. */
+function view(h: HealthRecord, now: number) {
+  const gatewayNow = now + (h.clockSkewMs ?? 0);
+  return {
+    ...h,
+    leaseLeftMs: h.leaseExpiresAt === null ? null : Math.max(0, h.leaseExpiresAt - gatewayNow),
+    seqLag: h.appliedSeq === null ? null : h.lastSeq - h.appliedSeq,
+    failingClosed: h.lastStatusAt === null ? null : h.failClosedReason !== null,
+  };
 }
