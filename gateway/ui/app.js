@@ -97,6 +97,10 @@ export function codeWords(code) {
 }
 
 const REFRESH_MS = 5000;
+/** While the live feed is connected, a full refresh still runs this often (a safety net: a lost notice cannot leave the page stale for long). */
+const LIVE_SAFETY_MS = 30_000;
+/** After the gateway refused a stream (over its limit), the page polls and tries the stream again after this long. */
+const LIVE_RETRY_MS = 30_000;
 const PAGE = 50;
 
 /** An answer other than 2xx, or no answer at all (status 0). */
@@ -1041,7 +1045,11 @@ function startRefreshing() {
   state.running = true;
   stopTimers();
   if (!document.hidden) {
-    state.timer = window.setInterval(() => void refresh(), REFRESH_MS);
+    state.timer = window.setInterval(() => {
+      // polling is the fallback: with the live feed connected, only the safety-net refresh runs
+      if (live.state === 'live' && Date.now() - state.lastOkAt < LIVE_SAFETY_MS) return;
+      void refresh();
+    }, REFRESH_MS);
     state.ticker = window.setInterval(drawTicking, 1000);
   }
 }
@@ -1056,6 +1064,97 @@ function stopTimers() {
 function stopRefreshing() {
   state.running = false;
   stopTimers();
+  stopLive();
+}
+
+// ---------------------------------------------------------------- live feed (server-sent events)
+
+/**
+ * The live feed: GET /staff/events, authenticated by the session cookie. A
+ * notice (access, lock, alarm, status) makes the page fetch what changed,
+ * soon and once for a burst. Every (re)connect fetches everything (what
+ * happened while disconnected is then shown). The browser reconnects by
+ * itself after a drop (the gateway asks for 2 s); a refused stream (over the
+ * gateway's limit, or the session gone) is closed for good by the browser:
+ * the page polls and tries again later.
+ */
+const live = {
+  /** @type {EventSource | null} */
+  source: null,
+  /** @type {'off' | 'connecting' | 'live' | 'polling'} */
+  state: 'off',
+  /** @type {number | undefined} */
+  soon: undefined,
+  /** @type {number | undefined} */
+  retry: undefined,
+  /** Notices received (the page shows it for tests and support as data-events). */
+  events: 0,
+};
+
+/** @param {'off' | 'connecting' | 'live' | 'polling'} st */
+function setLive(st) {
+  live.state = st;
+  drawLive();
+}
+
+function drawLive() {
+  const e = $('live');
+  e.dataset.state = live.state;
+  e.dataset.events = String(live.events);
+  e.hidden = live.state === 'off';
+  setText(e, live.state === 'off' ? '' : t(`live.${live.state}`));
+}
+
+function startLive() {
+  stopLive();
+  if (typeof EventSource === 'undefined') {
+    setLive('polling');
+    return;
+  }
+  const es = new EventSource('/staff/events');
+  live.source = es;
+  setLive('connecting');
+  es.onopen = () => {
+    setLive('live');
+    // what happened while the stream was down is fetched now
+    void refresh();
+  };
+  es.onerror = () => {
+    if (live.source !== es) return;
+    if (es.readyState === EventSource.CLOSED) {
+      // refused (429 over the limit, 401 signed out): poll; the next poll notices a 401 and signs out
+      live.source = null;
+      setLive('polling');
+      window.clearTimeout(live.retry);
+      live.retry = window.setTimeout(() => {
+        if (state.running) startLive();
+      }, LIVE_RETRY_MS);
+    } else setLive('connecting');
+  };
+  for (const type of ['access', 'lock', 'alarm', 'status', 'resync'])
+    es.addEventListener(type, () => {
+      live.events++;
+      refreshSoon();
+    });
+}
+
+/** One refresh for a burst of notices (a door opening sends a decision, then a state). */
+function refreshSoon() {
+  if (live.soon !== undefined) return;
+  live.soon = window.setTimeout(() => {
+    live.soon = undefined;
+    drawLive();
+    void refresh();
+  }, 100);
+}
+
+function stopLive() {
+  live.source?.close();
+  live.source = null;
+  window.clearTimeout(live.retry);
+  window.clearTimeout(live.soon);
+  live.soon = undefined;
+  setLive('off');
 }
 
 // ---------------------------------------------------------------- actions
@@ -1350,6 +1449,7 @@ function useLanguage(l, remember) {
   if (state.locks !== null) drawLocks(state.locks);
   for (const lists of Object.values(TAB_LISTS)) for (const list of lists) list.draw();
   if (state.accounts !== null) $('staff-list').replaceChildren(...state.accounts.map(accountRow));
+  drawLive();
 }
 
 /** The language at load: the one chosen before in this browser, else the browser's preference. @returns {Lang} */
@@ -1370,6 +1470,7 @@ function enterApp() {
   if (state.tab === 'staff' && me?.role !== 'supervisor') state.tab = 'locks';
   show('app');
   startRefreshing();
+  startLive();
   selectTab(state.tab);
 }
 
