@@ -325,19 +325,22 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
       };
 
       // The lease runs out with no message arriving: the status the page shows is compared every second while a page listens.
+      live.sampleStatus = () => {
+        const st = staffStatus(statusDeps);
+        return {
+          failClosed: st.failClosed,
+          failClosedReason: st.failClosedReason,
+          mode: st.mode,
+          cloudConnected: st.cloudConnected,
+          siteConnected: st.siteConnected,
+          locksOnline: st.locksOnline,
+        };
+      };
       timers.push(
         setInterval(() => {
-          if (live.streamCount === 0 || stopping) return;
+          if (stopping) return;
           try {
-            const st = staffStatus(statusDeps);
-            live.statusNow({
-              failClosed: st.failClosed,
-              failClosedReason: st.failClosedReason,
-              mode: st.mode,
-              cloudConnected: st.cloudConnected,
-              siteConnected: st.siteConnected,
-              locksOnline: st.locksOnline,
-            });
+            live.tick();
           } catch (e) {
             runLog.error({ err: e }, 'live status check failed');
           }

@@ -81,11 +81,20 @@ export class LiveFeed {
     }
   }
 
+  /** The status now (set by the daemon); unset: no `status` events. */
+  sampleStatus: (() => StatusSummary) | null = null;
+
   /**
    * Publishes `status` when what the page shows of it changed since the last
-   * call (the lease runs out with no message arriving: this is called on a timer).
+   * look (the lease runs out with no message arriving: called every second).
+   * Looks only while a stream is open; the first stream takes the baseline.
    */
-  statusNow(s: StatusSummary): void {
+  tick(): void {
+    if (this.#streams.size === 0 || this.sampleStatus === null) {
+      this.#last = null;
+      return;
+    }
+    const s = this.sampleStatus();
     const prev = this.#last;
     this.#last = s;
     if (prev === null) return;
@@ -105,6 +114,8 @@ export class LiveFeed {
    * still kept (`replayed`); else `resync` (the page fetches everything).
    */
   attach(stream: LiveStream, lastEventId: number | null): { missed: readonly Numbered[]; resync: boolean } {
+    // the status this stream's page is about to fetch is the baseline a change is measured from
+    if (this.#streams.size === 0 && this.sampleStatus !== null) this.#last = this.sampleStatus();
     this.#streams.add(stream);
     if (lastEventId === null) return { missed: [], resync: false };
     const oldest = this.#recent[0]?.id ?? this.#next + 1;

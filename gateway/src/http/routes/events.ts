@@ -79,10 +79,11 @@ export async function eventsRoutes(staff: FastifyInstance, deps: HttpDeps): Prom
         const left = (perKey.get(key) ?? 1) - 1;
         if (left <= 0) perKey.delete(key);
         else perKey.set(key, left);
-        res.end();
+        // A stream's connection is never reused: closing it means the server's close does not wait on it.
+        res.end(() => res.socket?.destroy());
       },
     };
-    req.raw.on('close', () => stream.end());
+    res.on('close', () => stream.end());
     const { missed, resync } = live.attach(stream, lastEventId);
     if (resync) res.write(`event: resync\ndata: {}\n\n`);
     for (const n of missed) res.write(frame(n));
