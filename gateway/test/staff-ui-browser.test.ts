@@ -426,6 +426,43 @@ describe('staff web UI in Chromium against a running gateway', () => {
     });
   });
 
+  describe('display names', () => {
+    it('shows the person and door names a grant carries, with the ids on hover, and searches by name', async () => {
+      const s = await start();
+      await provision(s);
+      await s.cloud.grant({
+        keyId: asKeyId('key-guest-aiko'),
+        personId: asPersonId('guest-aiko'),
+        personName: 'Aiko Tanaka',
+        doors: [asDoorId('door-1')],
+        doorNames: { [asDoorId('door-1')]: 'Room 101' },
+        credential: { type: 'pin', digest: s.f.digest('424242') },
+      });
+      await waitFor(() => s.gw.store.keyCounts().active >= 2, 'named key applied');
+      expect((await s.lock.present('424242')).code).toBe('ALLOWED');
+      const page = await open(s);
+      await signIn(page);
+      const card = page.locator('#locks-list [data-lock-id="lock-1"]');
+      await card.locator('h3').filter({ hasText: 'Room 101' }).waitFor();
+      expect(await card.locator('h3').getAttribute('title')).toBe('id: door-1');
+
+      await tab(page, 'access');
+      const row = page.locator('#access-list > li').first();
+      await row.filter({ hasText: 'Aiko Tanaka' }).filter({ hasText: 'Room 101' }).waitFor();
+      expect(await row.locator('[data-id="guest-aiko"]').getAttribute('title')).toBe('id: guest-aiko');
+      expect(await row.locator('[data-id="door-1"]').getAttribute('title')).toBe('id: door-1');
+      expect(await page.locator('#filter-door option[value="door-1"]').innerText()).toBe('Room 101');
+      await shot(page, 'names-access-en');
+
+      await tab(page, 'keys');
+      await page.locator('#keys-search').fill('tanaka');
+      await waitFor(async () => (await page.locator('#keys-list > li').count()) === 1, 'search by name');
+      const key = page.locator('#keys-list > li[data-key-id="key-guest-aiko"]');
+      await key.filter({ hasText: 'Aiko Tanaka' }).filter({ hasText: 'Room 101' }).waitFor();
+      expect(await key.innerText()).toContain('guest-aiko');
+    });
+  });
+
   describe('lockdown', () => {
     it('asks for a reason, switches the site to lockdown (doors then answer SITE_LOCKDOWN) and back to normal', async () => {
       const s = await start();

@@ -409,6 +409,7 @@ const desc = (a, b) => b - a;
 /**
  * @typedef {{ eventId: string, at: number, lockId: string, doorId: string | null, requestId: string, allowed: boolean,
  *   code: string, keyId: string | null, personId: string | null, credentialType: string | null,
+ *   personName?: string | null, doorName?: string | null,
  *   by?: { accountId: string, name: string, reason: string } | null }} AccessEvent
  * @typedef {{ alarmId: string, lockId: string, doorId: string | null, kind: string, status: 'open' | 'closed', at: number,
  *   receivedAt: number, closedAt: number | null, closedBy: string | null }} Alarm
@@ -419,22 +420,46 @@ const desc = (a, b) => b - a;
  *   claimedIssuer: string | null }} Rejected
  * @typedef {{ id: number, at: number, origin: 'gateway' | 'lock', lockId: string | null, channel: string, topic: string,
  *   code: string, detail: string, bytes: number }} Refusal
- * @typedef {{ lockId: string, doorId: string | null, online: boolean,
+ * @typedef {{ lockId: string, doorId: string | null, doorName?: string | null, online: boolean,
  *   state: { bolt: string | null, door: string | null, battery: number | null, at: number | null },
  *   lockout: { failures: number, lockedOutUntil: number | null, lockedOut: boolean }, openAlarms: number, updatedAt: number }} Lock
  */
 
 /**
+ * One labelled fact; with `id`, the value is a display name and the id shows on hover.
  * @param {string} label
  * @param {string} value
+ * @param {string | null} [id]
  */
-const fact = (label, value) => el('span', { class: 'meta-item' }, el('span', { class: 'meta-label' }, `${label} `), value);
+const fact = (label, value, id = null) =>
+  el(
+    'span',
+    id !== null && id !== value ? { class: 'meta-item', title: t('fact.idTitle', { id }), data: { id } } : { class: 'meta-item' },
+    el('span', { class: 'meta-label' }, `${label} `),
+    value,
+  );
+
+/**
+ * A door's display name: the one the event carries, else the one its lock card has, else its id.
+ * @param {string | null} doorId
+ * @param {string | null | undefined} [name]
+ * @returns {string}
+ */
+function doorName(doorId, name) {
+  if (doorId === null) return '–';
+  if (typeof name === 'string') return name;
+  return state.locks?.find((l) => l.doorId === doorId)?.doorName ?? doorId;
+}
 
 /**
  * When and at which door and lock something happened: the first facts of an access event and of an alarm.
- * @param {{ at: number, doorId: string | null, lockId: string }} x
+ * @param {{ at: number, doorId: string | null, lockId: string, doorName?: string | null }} x
  */
-const whereAndWhen = (x) => [fact(t('fact.when'), fmtTime(x.at)), fact(t('fact.door'), x.doorId ?? '–'), fact(t('fact.lock'), x.lockId)];
+const whereAndWhen = (x) => [
+  fact(t('fact.when'), fmtTime(x.at)),
+  fact(t('fact.door'), doorName(x.doorId, x.doorName), x.doorId),
+  fact(t('fact.lock'), x.lockId),
+];
 
 /**
  * One row of a staff list (access events, alarms, failed inbox rows, rejected
@@ -482,7 +507,7 @@ const accessList = new PagedList({
       title: decisionWords(e.code),
       facts: [
         ...whereAndWhen(e),
-        e.personId !== null && fact(t('fact.person'), e.personId),
+        e.personId !== null && fact(t('fact.person'), e.personName ?? e.personId, e.personId),
         e.credentialType !== null && fact(t('fact.credential'), e.credentialType),
         e.by != null && fact(t('fact.by'), e.by.name),
         e.by != null && fact(t('fact.reason'), e.by.reason),
@@ -615,7 +640,8 @@ const refusalsList = new PagedList({
 
 /**
  * @typedef {{ keyId: string, version: number, status: 'active' | 'revoked', validity: 'not_yet_valid' | 'valid' | 'expired',
- *   personId: string, credentialType: string, doors: string[], validFrom: number, validUntil: number,
+ *   personId: string, personName: string | null, credentialType: string, doors: string[],
+ *   doorNames: Record<string, string>, validFrom: number, validUntil: number,
  *   schedule: { timeZone: string, windows: { days: number[], start: string, end: string }[] } | null, offlineCapable: boolean }} SiteKey
  */
 
@@ -653,9 +679,10 @@ const keysList = new PagedList({
       tone: usable ? 'ok' : 'closed',
       badge: [usable ? 'ok' : 'off', badge],
       data: { keyId: k.keyId },
-      title: k.personId,
+      title: k.personName ?? k.personId,
       facts: [
-        fact(t('keys.doors'), k.doors.join(', ')),
+        fact(t('keys.doors'), k.doors.map((d) => k.doorNames[d] ?? d).join(', '), k.doors.join(', ')),
+        k.personName !== null && fact(t('fact.person'), k.personId),
         fact(t('keys.validRange'), t('keys.range', { from: fmtTime(k.validFrom), until: fmtTime(k.validUntil) })),
         fact(t('keys.schedule'), schedule),
         fact(t('fact.credential'), k.credentialType),
@@ -791,6 +818,14 @@ function drawTicking() {
   upd.className = `updated${state.failingSince !== null ? ' bad' : ''}`;
 }
 
+/**
+ * What a lock card is called: its door's name, else the door id, else the lock id.
+ * @param {Lock} l
+ */
+function lockTitle(l) {
+  return l.doorName ?? l.doorId ?? l.lockId;
+}
+
 /** @param {Lock[]} locks */
 function drawLocks(locks) {
   const cards = locks.map((l) => {
@@ -801,7 +836,7 @@ function drawLocks(locks) {
       el(
         'header',
         { class: 'lock-head' },
-        el('h3', null, l.doorId ?? l.lockId),
+        el('h3', l.doorId !== null && l.doorName != null ? { title: t('fact.idTitle', { id: l.doorId }) } : null, lockTitle(l)),
         el('span', { class: `badge ${l.online ? 'ok' : 'bad'}` }, t(l.online ? 'locks.online' : 'locks.offline')),
       ),
       el(
@@ -854,7 +889,11 @@ function drawLocks(locks) {
     const chosen = select.value;
     select.replaceChildren(
       el('option', { data: { i18n: 'access.allDoors' } }, t('access.allDoors')),
-      ...doors.map((d) => el('option', null, /** @type {string} */ (d))),
+      ...doors.map((d) => {
+        const o = /** @type {HTMLOptionElement} */ (el('option', null, doorName(d)));
+        o.value = /** @type {string} */ (d);
+        return o;
+      }),
     );
     /** @type {HTMLOptionElement} */ (select.options[0]).value = '';
     select.value = doors.includes(chosen) ? chosen : '';
@@ -887,7 +926,7 @@ function unlockButton(l) {
 function unlockOnce(l) {
   const failing = state.status?.failClosed === true;
   confirmDialog({
-    title: t('unlock.title', { door: l.doorId ?? l.lockId }),
+    title: t('unlock.title', { door: lockTitle(l) }),
     text: t('unlock.text') + (failing ? t('unlock.failingWarning') : ''),
     inputLabel: t('unlock.reason'),
     required: true,
@@ -898,7 +937,7 @@ function unlockOnce(l) {
         const r = await api(`/staff/locks/${encodeURIComponent(l.lockId)}/unlock`, { method: 'POST', body: { reason } });
         setText(
           $('locks-result'),
-          t('unlock.sent', { door: l.doorId ?? l.lockId, time: fmtTime(Date.now()) }) +
+          t('unlock.sent', { door: lockTitle(l), time: fmtTime(Date.now()) }) +
             (r.warning === 'FAILING_CLOSED' ? t('unlock.sentFailing') : ''),
         );
         void refresh();
@@ -1247,7 +1286,7 @@ function switchMode() {
 function acknowledge(a) {
   confirmDialog({
     title: t('alarms.ackTitle', { kind: alarmWords(a.kind) }),
-    text: t('alarms.ackText', { where: a.doorId ?? a.lockId, time: fmtTime(a.at) }),
+    text: t('alarms.ackText', { where: a.doorId === null ? a.lockId : doorName(a.doorId), time: fmtTime(a.at) }),
     inputLabel: t('staff.note'),
     required: false,
     ok: t('alarms.ack'),
@@ -1257,7 +1296,9 @@ function acknowledge(a) {
         const r = await api(`/staff/alarms/${encodeURIComponent(a.alarmId)}/ack`, { method: 'POST', body: note === '' ? {} : { note } });
         setText(
           $('alarms-result'),
-          r.status === 'applied' ? t('alarms.ackDone', { kind: alarmWords(a.kind), where: a.doorId ?? a.lockId }) : t('alarms.ackNoop'),
+          r.status === 'applied'
+            ? t('alarms.ackDone', { kind: alarmWords(a.kind), where: a.doorId === null ? a.lockId : doorName(a.doorId) })
+            : t('alarms.ackNoop'),
         );
         await refresh();
       }),

@@ -218,6 +218,7 @@ const en = Object.freeze({
   'fact.credential': 'Credential',
   'fact.by': 'By',
   'fact.reason': 'Reason',
+  'fact.idTitle': 'id: {id}',
   'list.more': 'Load more',
 
   'alarms.empty': 'No alarms.',
@@ -550,6 +551,7 @@ const ja = Object.freeze({
   'fact.credential': '認証',
   'fact.by': '実施者',
   'fact.reason': '理由',
+  'fact.idTitle': 'ID：{id}',
   'list.more': 'さらに読み込む',
 
   'alarms.empty': 'アラームはありません。',
