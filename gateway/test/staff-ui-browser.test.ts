@@ -50,6 +50,7 @@ describe('staff web UI in Chromium against a running gateway', () => {
       const page = await open(s);
       expect(new URL(page.url()).pathname).toBe('/ui/');
       await page.locator('#screen-signin').waitFor();
+      await shot(page, 'signin-en');
 
       await signIn(page, { username: 'aiko', password: 'not the password 000' });
       await page.locator('#signin-message').filter({ hasText: 'Wrong username or password' }).waitFor();
@@ -137,6 +138,10 @@ describe('staff web UI in Chromium against a running gateway', () => {
       const page = await open(s);
       await page.locator('#screen-setup').waitFor();
       await shot(page, 'setup-en');
+      await page.locator('#lang').selectOption('ja');
+      await page.locator('#screen-setup h1').filter({ hasText: 'スタッフアクセスの設定' }).waitFor();
+      await shot(page, 'setup-ja');
+      await page.locator('#lang').selectOption('en');
       await page.locator('#setup-code').fill('WRONG-CODE');
       await page.locator('#setup-username').fill('aiko');
       await page.locator('#setup-display').fill('Aiko Tanaka');
