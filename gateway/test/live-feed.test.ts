@@ -199,6 +199,17 @@ describe('the live feed (GET /staff/events)', () => {
     expect(l2.frames).toEqual([]);
   });
 
+  it('does not keep its session alive: the stream ends when the session idles out while only the stream is open', async () => {
+    const { cookie } = await signIn(STAFF);
+    const l = await stream({ cookie });
+    await waitFor(() => s.gw.live.streamCount === 1, 'stream attached');
+    // the default idle timeout is 30 minutes; the open stream is no activity
+    s.f.clock.advance(30 * 60 * 1000 + 1);
+    await waitFor(() => l.ended, 'stream ended at the idle timeout');
+    const r = await fetch(`${s.gw.httpUrl!}/staff/status`, { headers: { cookie } });
+    expect(r.status).toBe(401);
+  });
+
   it('caps open streams per session (429 TOO_MANY_STREAMS), another session still gets one, and a closed one frees its place', async () => {
     const { cookie } = await signIn(STAFF);
     const four = await Promise.all([0, 1, 2, 3].map(() => stream({ cookie })));
