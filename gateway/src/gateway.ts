@@ -41,6 +41,7 @@ import { StaffAccounts } from './app/staff-accounts.js';
 import { ackAlarmLocally, setSiteMode } from './app/staff-actions.js';
 import { staffAudit } from './app/staff-audit.js';
 import { remoteUnlock } from './app/staff-unlock.js';
+import { LiveFeed } from './app/live-feed.js';
 import { health, staffStatus, type StaffStatusDeps } from './app/staff-status.js';
 import { UplinkSender, sendResyncRequest, type UplinkDeps } from './app/uplink.js';
 import type { GatewayConfig } from './config.js';
@@ -95,6 +96,8 @@ export interface Gateway {
    * once by main.ts and the demo; only its hash is stored.
    */
   readonly setupCode: { readonly code: string; readonly expiresAt: number } | null;
+  /** The staff page's live feed (GET /staff/events). */
+  readonly live: LiveFeed;
   /** Staff accounts and sessions (after start). */
   readonly accounts: StaffAccounts;
   readonly cloudConnected: boolean;
@@ -123,6 +126,7 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
   let storage: StorageGuard | null = null;
   let accounts: StaffAccounts | null = null;
   let setupCode: { code: string; expiresAt: number } | null = null;
+  const live = new LiveFeed(runLog);
   const timers: NodeJS.Timeout[] = [];
   let stopping = false;
   let applyScheduled = false;
@@ -160,6 +164,7 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
     get setupCode() {
       return setupCode;
     },
+    live,
     get accounts() {
       return need(accounts);
     },
@@ -275,7 +280,13 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
         withCorrelation(log, newCorrelationId(), { link: 'cloud' }),
       );
 
-      const onSiteMessage = siteMessageRouter({ ...accessDeps, site: () => site, stopping: () => stopping, runLog });
+      const onSiteMessage = siteMessageRouter({
+        ...accessDeps,
+        site: () => site,
+        stopping: () => stopping,
+        runLog,
+        changed: (e) => live.publish(e),
+      });
       const siteFilters = (['request', 'state', 'event', 'presence'] as const).map((c) => filters.locksOf(config.gatewayId, c));
       site = connectSiteLink(
         config.site,
@@ -317,6 +328,30 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
         storage: () => guard.status(),
         timeZone: config.timeZone ?? null,
       };
+
+      // The lease runs out with no message arriving: the status the page shows is compared every second while a page listens.
+      live.sampleStatus = () => {
+        const st = staffStatus(statusDeps);
+        return {
+          failClosed: st.failClosed,
+          failClosedReason: st.failClosedReason,
+          mode: st.mode,
+          cloudConnected: st.cloudConnected,
+          siteConnected: st.siteConnected,
+          locksOnline: st.locksOnline,
+        };
+      };
+      timers.push(
+        setInterval(() => {
+          if (stopping) return;
+          try {
+            live.tick();
+          } catch (e) {
+            runLog.error({ err: e }, 'live status check failed');
+          }
+        }, 1000),
+      );
+      timers[timers.length - 1]?.unref();
 
       const audit = staffAudit(
         s.db,
@@ -360,10 +395,15 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
           accounts: acc,
           secureCookies: config.http.secureCookies,
           setMode: (mode, by, cid, actor) => setSiteMode(ctx(), mode, by, cid, actor === undefined ? null : { actor, audit }),
-          ackAlarm: (alarmId, by, cid, actor) => ackAlarmLocally(base, alarmId, by, cid, actor === undefined ? null : { actor, audit }),
+          ackAlarm: (alarmId, by, cid, actor) => {
+            const r = ackAlarmLocally(base, alarmId, by, cid, actor === undefined ? null : { actor, audit });
+            if (r.status === 'applied') live.publish({ type: 'alarm', lockId: r.alarm.lockId });
+            return r;
+          },
           remoteUnlock: (lockId, reason, actor, cid) => {
             const r = remoteUnlock(accessDeps, audit, actor, lockId, reason, cid);
             if (r.status === 'applied') {
+              live.publish({ type: 'access', lockId, allowed: true, code: r.event.code });
               // after the commit, as a key decision's command (site-requests.ts publishAnswers)
               const l = withCorrelation(log, cid, { lockId });
               const link = site;
@@ -378,6 +418,7 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
           },
           staff: { status: () => staffStatus(statusDeps), ...staffLists(s.db, () => nowOf(base)) },
           health: () => health(statusDeps),
+          live,
         });
         httpUrl = await http.listen({ host: config.http.host, port: config.http.port });
       }

@@ -178,6 +178,7 @@ describe.each(mqttBackends())('staff read API of a running gateway against %s', 
         {
           lockId: 'lock-1',
           doorId: 'door-1',
+          doorName: null,
           online: true,
           state: { bolt: 'locked', door: 'closed', battery: 64, at: T0 },
           lockout: { failures: 1, lockedOutUntil: null, lockedOut: false },

@@ -228,6 +228,8 @@ describe('staff read API over a real SQLite file', () => {
         [
           'allowed',
           'at',
+          'doorName',
+          'personName',
           'by',
           'cid',
           'code',
@@ -387,6 +389,7 @@ describe('staff read API over a real SQLite file', () => {
         {
           lockId: 'lock-1',
           doorId: 'door-1',
+          doorName: null,
           online: true,
           state: { bolt: 'locked', door: 'closed', battery: 77, at: T0 - 5 },
           lockout: { failures: 0, lockedOutUntil: null, lockedOut: false },
@@ -396,6 +399,7 @@ describe('staff read API over a real SQLite file', () => {
         {
           lockId: 'lock-2',
           doorId: 'door-2',
+          doorName: null,
           online: false,
           state: { bolt: null, door: null, battery: null, at: null },
           lockout: { failures: 3, lockedOutUntil: T0 + 60_000, lockedOut: true },

@@ -50,6 +50,7 @@ describe('staff web UI in Chromium against a running gateway', () => {
       const page = await open(s);
       expect(new URL(page.url()).pathname).toBe('/ui/');
       await page.locator('#screen-signin').waitFor();
+      await shot(page, 'signin-en');
 
       await signIn(page, { username: 'aiko', password: 'not the password 000' });
       await page.locator('#signin-message').filter({ hasText: 'Wrong username or password' }).waitFor();
@@ -137,6 +138,10 @@ describe('staff web UI in Chromium against a running gateway', () => {
       const page = await open(s);
       await page.locator('#screen-setup').waitFor();
       await shot(page, 'setup-en');
+      await page.locator('#lang').selectOption('ja');
+      await page.locator('#screen-setup h1').filter({ hasText: 'スタッフアクセスの設定' }).waitFor();
+      await shot(page, 'setup-ja');
+      await page.locator('#lang').selectOption('en');
       await page.locator('#setup-code').fill('WRONG-CODE');
       await page.locator('#setup-username').fill('aiko');
       await page.locator('#setup-display').fill('Aiko Tanaka');
@@ -426,6 +431,43 @@ describe('staff web UI in Chromium against a running gateway', () => {
     });
   });
 
+  describe('display names', () => {
+    it('shows the person and door names a grant carries, with the ids on hover, and searches by name', async () => {
+      const s = await start();
+      await provision(s);
+      await s.cloud.grant({
+        keyId: asKeyId('key-guest-aiko'),
+        personId: asPersonId('guest-aiko'),
+        personName: 'Aiko Tanaka',
+        doors: [asDoorId('door-1')],
+        doorNames: { [asDoorId('door-1')]: 'Room 101' },
+        credential: { type: 'pin', digest: s.f.digest('424242') },
+      });
+      await waitFor(() => s.gw.store.keyCounts().active >= 2, 'named key applied');
+      expect((await s.lock.present('424242')).code).toBe('ALLOWED');
+      const page = await open(s);
+      await signIn(page);
+      const card = page.locator('#locks-list [data-lock-id="lock-1"]');
+      await card.locator('h3').filter({ hasText: 'Room 101' }).waitFor();
+      expect(await card.locator('h3').getAttribute('title')).toBe('id: door-1');
+
+      await tab(page, 'access');
+      const row = page.locator('#access-list > li').first();
+      await row.filter({ hasText: 'Aiko Tanaka' }).filter({ hasText: 'Room 101' }).waitFor();
+      expect(await row.locator('[data-id="guest-aiko"]').getAttribute('title')).toBe('id: guest-aiko');
+      expect(await row.locator('[data-id="door-1"]').getAttribute('title')).toBe('id: door-1');
+      expect(await page.locator('#filter-door option[value="door-1"]').innerText()).toBe('Room 101');
+      await shot(page, 'names-access-en');
+
+      await tab(page, 'keys');
+      await page.locator('#keys-search').fill('tanaka');
+      await waitFor(async () => (await page.locator('#keys-list > li').count()) === 1, 'search by name');
+      const key = page.locator('#keys-list > li[data-key-id="key-guest-aiko"]');
+      await key.filter({ hasText: 'Aiko Tanaka' }).filter({ hasText: 'Room 101' }).waitFor();
+      expect(await key.innerText()).toContain('guest-aiko');
+    });
+  });
+
   describe('lockdown', () => {
     it('asks for a reason, switches the site to lockdown (doors then answer SITE_LOCKDOWN) and back to normal', async () => {
       const s = await start();
@@ -497,6 +539,109 @@ describe('staff web UI in Chromium against a running gateway', () => {
         { actor_name: 'Aiko Tanaka', target: alarmId },
       ]);
       await waitFor(async () => (await page.locator('#count-alarms').textContent()) === '', 'open-alarm count cleared');
+    });
+  });
+
+  describe('in Japanese and English', () => {
+    /** Words left when ids, codes, numbers and the names the test made are taken out: none may be English. */
+    const english = (text: string, allowed: readonly string[]) => {
+      let rest = text;
+      for (const a of allowed) rest = rest.split(a).join(' ');
+      rest = rest.replace(/\b[A-Z][A-Z0-9_]{2,}\b/g, ' ').replace(/\bv\d+\b/g, ' ');
+      return rest.match(/[A-Za-z]{3,}/g) ?? [];
+    };
+
+    it("defaults to the browser's language, switches in the page (kept after a reload), and every screen reads in Japanese", async () => {
+      const s = await start({ overrides: { timeZone: 'Asia/Tokyo' } });
+      await provision(s);
+      await s.lock.publish('presence', { online: true }, true);
+      await s.lock.publish('state', { lockId: 'lock-1', bolt: 'locked', door: 'closed', battery: 80, at: T0, lastCommandId: null }, true);
+      await waitFor(() => s.gw.store.lock('lock-1')?.online === true && s.gw.store.lock('lock-1')?.bolt === 'locked', 'lock online');
+      expect((await s.lock.present(PIN)).code).toBe('ALLOWED');
+      const alarmId = newId();
+      await s.lock.publish('event', { eventId: alarmId, lockId: 'lock-1', at: T0, kind: 'door_ajar' });
+      await waitFor(() => s.gw.store.db.prepare('SELECT 1 FROM alarms WHERE alarm_id = ?').get(alarmId), 'alarm stored');
+
+      // a browser that prefers Japanese gets Japanese from the first screen
+      const page = await open(s, undefined, { locale: 'ja-JP', timezoneId: 'America/New_York' });
+      await page.locator('#screen-signin').waitFor();
+      expect(await page.locator('html').getAttribute('lang')).toBe('ja');
+      expect(await page.locator('#signin-form button[type=submit]').innerText()).toBe('サインイン');
+      await shot(page, 'signin-ja');
+      await signIn(page, { username: 'aiko', password: 'not the password 000' });
+      await page.locator('#signin-message').filter({ hasText: 'ユーザー名またはパスワードが違います' }).waitFor();
+      await signIn(page);
+      await banner(page, 'normal', 'ドアは正常に動作しています');
+      await page.locator('#whoami').filter({ hasText: 'Aiko Tanaka · スーパーバイザー' }).waitFor();
+      await page.locator('#time-zone').filter({ hasText: '時刻：Asia/Tokyo（施設の時刻）' }).waitFor();
+      const card = page.locator('#locks-list [data-lock-id="lock-1"]');
+      await card.filter({ hasText: 'オンライン' }).waitFor();
+      expect(await card.innerText()).toMatch(/ボルト\s+施錠/);
+
+      const allowed = [
+        s.f.gatewayId,
+        'Tobira',
+        'Aiko Tanaka',
+        'Ken Sato',
+        'aiko',
+        'ken',
+        'lock-1',
+        'door-1',
+        'Asia/Tokyo',
+        'MiB',
+        'English',
+        'person-1',
+        'key-1',
+        'pin',
+        'door_ajar',
+      ];
+      const screens = ['locks', 'access', 'alarms', 'problems', 'keys', 'lockdown', 'staff'];
+      for (const t of screens) {
+        await tab(page, t);
+        await page.locator(`#tab-${t}`).waitFor();
+        if (t === 'access') await page.locator('#access-list > li').first().waitFor();
+        if (t === 'alarms') await page.locator('#alarms-list > li').first().waitFor();
+        if (t === 'keys') await page.locator('#keys-list > li').first().waitFor();
+        if (t === 'staff') await page.locator('#staff-list > li').nth(1).waitFor();
+        const text = await page.locator('body').innerText();
+        expect(english(text, allowed), t).toEqual([]);
+        await shot(page, `${t}-ja`);
+      }
+      // dates in Japanese, in the site's zone
+      await tab(page, 'access');
+      expect(await page.locator('#access-list > li').first().innerText()).toMatch(/\d{4}年\d{1,2}月\d{1,2}日/);
+      expect(await page.locator('#access-list').innerText()).toContain('許可：ドアを開錠しました');
+
+      // a refusal from the server, in the catalogue's words with its code
+      await tab(page, 'locks');
+      s.gw.setMode('lockdown', 'test');
+      await card.locator('button.unlock').click();
+      await page.locator('#confirm-input').fill('テスト');
+      await page.locator('#confirm-ok').click();
+      await page
+        .locator('#confirm-error')
+        .filter({ hasText: '施設はロックダウン中です。ドアを開けるには先にロックダウンを解除してください。（SITE_LOCKDOWN）' })
+        .waitFor();
+      await shot(page, 'remote-unlock-refused-ja');
+      await page.locator('#confirm-cancel').click();
+
+      // the choice is kept in this browser: a reload stays Japanese even where the browser prefers another language
+      await page.locator('#lang').selectOption('en');
+      await banner(page, 'lockdown', 'LOCKDOWN: only staff master keys open doors');
+      expect(await page.locator('html').getAttribute('lang')).toBe('en');
+      await page.reload();
+      await banner(page, 'lockdown', 'LOCKDOWN');
+      expect(await page.locator('[data-tab="locks"]').innerText()).toBe('Locks');
+      for (const t of screens) {
+        await tab(page, t);
+        await page.locator(`#tab-${t}`).waitFor();
+        await shot(page, `${t}-en`);
+      }
+      await page.locator('#lang').selectOption('ja');
+      await banner(page, 'lockdown', 'ロックダウン中');
+      await page.reload();
+      await banner(page, 'lockdown', 'ロックダウン中');
+      expect(await page.locator('[data-tab="locks"]').innerText()).toBe('錠');
     });
   });
 

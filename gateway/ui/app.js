@@ -1,4 +1,5 @@
 // @ts-check
+import { MESSAGES as MESSAGES_BY_LANG } from './messages.js';
 /**
  * The gateway's staff web UI: one ES module, no framework, no build step.
  *
@@ -17,61 +18,57 @@
  * gateway's code tables; the page itself starts only in a browser.
  */
 
-/** Plain words for every access decision code (shared/src/codes.ts DECISION_CODES). */
-export const DECISION_WORDS = Object.freeze({
-  ALLOWED: 'Allowed: the door was unlocked',
-  UNKNOWN_CREDENTIAL: 'Unknown PIN or card: no key on this site has it',
-  KEY_REVOKED: 'Key was revoked',
-  KEY_NOT_YET_VALID: 'Key is not valid yet (it starts later)',
-  KEY_EXPIRED: 'Key has expired',
-  OUTSIDE_SCHEDULE: 'Key is not valid at this time of the week',
-  DOOR_NOT_PERMITTED: 'Key does not open this door',
-  SITE_LOCKDOWN: 'Site is in lockdown: only staff master keys open doors',
-  REMOTE_UNLOCK: 'Opened remotely by a supervisor',
-  CLOUD_STALE: 'Refused because the gateway is not in sync with the cloud (failing closed)',
-  LOCKED_OUT: 'Too many wrong tries at this lock, or with this kind of credential across the site: it is cooling down',
-  BAD_REQUEST: 'The lock sent a malformed request',
-  RATE_LIMITED: 'The lock sent too many requests too fast: refused without deciding',
-  STORAGE_FULL: 'Refused because the gateway is almost out of disk space (only staff master keys open)',
-});
+/** The decision codes, alarm kinds and fail-closed reasons the catalogue has words for (shared/src/codes.ts, shared AlarmKind, app/staff-status.ts). */
+export { MESSAGES, LANGUAGES } from './messages.js';
 
-/** Why the doors fail closed (`failClosedReason` of /staff/status): a title and what to do. */
-export const FAIL_CLOSED_WORDS = Object.freeze({
-  NO_LEASE: {
-    title: 'no proof of sync with the cloud yet',
-    detail:
-      'The gateway has not yet heard from the cloud since it was set up, so it cannot know which keys are valid and refuses ordinary keys. Check that the gateway is connected to the internet; doors work again by themselves as soon as the cloud answers.',
-  },
-  TIME_UNPROVEN: {
-    title: 'restarted: waiting for the cloud to confirm the time',
-    detail:
-      'The gateway has restarted and cannot know how long it was off, so it refuses ordinary keys until the cloud answers it (normally within a second). If this stays, check the internet connection; doors work again by themselves as soon as the cloud answers. A supervisor can still open a door remotely.',
-  },
-  LEASE_EXPIRED: {
-    title: 'lost contact with the cloud',
-    detail:
-      'The gateway has not heard from the cloud for longer than the allowed offline time, so it cannot be sure no key was revoked and refuses ordinary keys. Check the internet connection (see "Cloud" below); doors recover by themselves once the cloud is reachable. If failed messages show under Problems, call support.',
-  },
-  BEHIND_CLOUD: {
-    title: 'the gateway is missing key changes the cloud has made',
-    detail:
-      'The cloud has made key changes (such as a revoked key) that have not reached this gateway, so it cannot be sure which keys are still valid and refuses ordinary keys. It asks the cloud for them by itself; if this does not clear within minutes while the cloud is reachable, call support (the cloud operator sees the undelivered message).',
-  },
-  SEQ_CONFLICT: {
-    title: 'the gateway and the cloud disagree on the key history',
-    detail:
-      "The cloud's record of keys differs from this gateway's (for example after the cloud's database was restored), so ordinary keys are refused until the cloud sends a full key list. This normally clears by itself within minutes while the cloud is reachable; if it does not, call support.",
-  },
-});
+/** @typedef {'en' | 'ja'} Lang */
 
-/** Alarm kinds in plain words (shared AlarmKind). */
-export const ALARM_WORDS = Object.freeze({
-  door_ajar: 'Door left open',
-  forced_open: 'Door forced open',
-  tamper: 'Lock tampered with',
-  jam: 'Bolt jammed',
-  low_battery: 'Battery low',
-});
+/** The language shown: the choice saved in this browser, else the browser's preferred one we have, else English. */
+/** @type {Lang} */
+let lang = 'en';
+
+const LANG_STORAGE_KEY = 'tobira.staff.lang';
+
+/**
+ * The first of the browser's preferred languages that the page has (`ja-JP` is `ja`), else English.
+ * @param {readonly string[]} preferred
+ * @returns {Lang}
+ */
+export function pickLanguage(preferred) {
+  for (const p of preferred) {
+    const base = p.toLowerCase().split('-')[0];
+    if (base === 'ja' || base === 'en') return base;
+  }
+  return 'en';
+}
+
+/**
+ * The words of a catalogue key in the language shown, placeholders `{name}` filled from `params`.
+ * A key no catalogue has is shown as it is (the i18n test makes that a failure).
+ * @param {string} key
+ * @param {Record<string, string | number>} [params]
+ * @returns {string}
+ */
+export function t(key, params) {
+  /** @type {Record<string, string>} */
+  const cat = MESSAGES_BY_LANG[lang];
+  const text = Object.prototype.hasOwnProperty.call(cat, key) ? /** @type {string} */ (cat[key]) : key;
+  if (params === undefined) return text;
+  return text.replace(/\{(\w+)\}/g, (m, name) => (Object.prototype.hasOwnProperty.call(params, name) ? String(params[name]) : m));
+}
+
+/**
+ * True when the catalogue has the key (codes from the gateway are looked up with it).
+ * @param {string} key
+ */
+function has(key) {
+  return Object.prototype.hasOwnProperty.call(MESSAGES_BY_LANG[lang], key);
+}
+
+/** @param {Lang} l */
+export function setLanguageForTest(l) {
+  lang = l;
+}
 
 /**
  * Plain words for a decision code; an unknown code is shown as it is.
@@ -79,9 +76,7 @@ export const ALARM_WORDS = Object.freeze({
  * @returns {string}
  */
 export function decisionWords(code) {
-  return Object.prototype.hasOwnProperty.call(DECISION_WORDS, code)
-    ? DECISION_WORDS[/** @type {keyof typeof DECISION_WORDS} */ (code)]
-    : `Unrecognised code ${code}`;
+  return has(`decision.${code}`) ? t(`decision.${code}`) : t('decision.unknown', { code });
 }
 
 /**
@@ -89,10 +84,23 @@ export function decisionWords(code) {
  * @returns {string}
  */
 export function alarmWords(kind) {
-  return Object.prototype.hasOwnProperty.call(ALARM_WORDS, kind) ? ALARM_WORDS[/** @type {keyof typeof ALARM_WORDS} */ (kind)] : kind;
+  return has(`alarm.${kind}`) ? t(`alarm.${kind}`) : kind;
+}
+
+/**
+ * A code the gateway answered with, in words, the code after them; an unknown code as it is.
+ * @param {string} code
+ * @returns {string}
+ */
+export function codeWords(code) {
+  return has(`code.${code}`) ? t('code.withCode', { words: t(`code.${code}`), code }) : t('code.unknown', { code });
 }
 
 const REFRESH_MS = 5000;
+/** While the live feed is connected, a full refresh still runs this often (a safety net: a lost notice cannot leave the page stale for long). */
+const LIVE_SAFETY_MS = 30_000;
+/** After the gateway refused a stream (over its limit), the page polls and tries the stream again after this long. */
+const LIVE_RETRY_MS = 30_000;
 const PAGE = 50;
 
 /** An answer other than 2xx, or no answer at all (status 0). */
@@ -203,14 +211,25 @@ let dateFormat = makeFormat(undefined);
 function makeFormat(tz) {
   /** @type {Intl.DateTimeFormatOptions} */
   const o = { year: 'numeric', month: 'short', day: 'numeric', hour: '2-digit', minute: '2-digit', second: '2-digit', hourCycle: 'h23' };
+  const locale = dateLocale();
   if (tz !== undefined) {
     try {
-      return { format: new Intl.DateTimeFormat(undefined, { ...o, timeZone: tz }), site: true };
+      return { format: new Intl.DateTimeFormat(locale, { ...o, timeZone: tz }), site: true };
     } catch {
       // a zone this browser's time zone data does not have: the header says the device's zone is used
     }
   }
-  return { format: new Intl.DateTimeFormat(undefined, o), site: false };
+  return { format: new Intl.DateTimeFormat(locale, o), site: false };
+}
+
+/**
+ * The locale dates are written in: the browser's own when it is a variant of the language shown
+ * (en-GB writes 15 Jan), else the language shown.
+ * @returns {string}
+ */
+function dateLocale() {
+  const browser = typeof navigator === 'undefined' ? [] : navigator.languages;
+  return browser.find((l) => l.toLowerCase().split('-')[0] === lang) ?? lang;
 }
 
 /**
@@ -232,10 +251,9 @@ function drawTimeZone() {
   const e = $('time-zone');
   e.dataset.zone = shown;
   e.dataset.source = dateFormat.site ? 'site' : 'device';
-  if (dateFormat.site) setText(e, `Times: ${shown} (site time)`);
-  else if (timeZone !== undefined)
-    setText(e, `Times: ${shown} (this device's zone; this browser does not know the site's zone ${timeZone})`);
-  else setText(e, `Times: ${shown} (this device's zone; the gateway does not know the site's zone)`);
+  if (dateFormat.site) setText(e, t('tz.site', { zone: shown }));
+  else if (timeZone !== undefined) setText(e, t('tz.deviceUnknownSite', { zone: shown, site: timeZone }));
+  else setText(e, t('tz.deviceNoSite', { zone: shown }));
 }
 
 /**
@@ -244,7 +262,7 @@ function drawTimeZone() {
  * @returns {string}
  */
 function fmtTime(ms) {
-  if (ms === null || ms === undefined || ms <= 0) return 'never';
+  if (ms === null || ms === undefined || ms <= 0) return t('time.never');
   return dateFormat.format.format(new Date(ms));
 }
 
@@ -258,10 +276,10 @@ function fmtDuration(seconds) {
   const h = Math.floor((s % 86400) / 3600);
   const m = Math.floor((s % 3600) / 60);
   const r = s % 60;
-  if (d > 0) return `${d} d ${h} h`;
-  if (h > 0) return `${h} h ${m} min`;
-  if (m > 0) return `${m} min ${r} s`;
-  return `${r} s`;
+  if (d > 0) return t('dur.dh', { d, h });
+  if (h > 0) return t('dur.hm', { h, m });
+  if (m > 0) return t('dur.ms', { m, s: r });
+  return t('dur.s', { s: r });
 }
 
 // ---------------------------------------------------------------- state
@@ -286,6 +304,10 @@ const state = {
   me: null,
   /** @type {Status | null} */
   status: null,
+  /** The locks last drawn (drawn again when the language changes). @type {Lock[] | null} */
+  locks: null,
+  /** The staff accounts last drawn. @type {Account[] | null} */
+  accounts: null,
   /** performance.now() when `status` arrived (the lease counts down from there). */
   statusAtMono: 0,
   /** Wall-clock ms of the last complete refresh. */
@@ -387,6 +409,7 @@ const desc = (a, b) => b - a;
 /**
  * @typedef {{ eventId: string, at: number, lockId: string, doorId: string | null, requestId: string, allowed: boolean,
  *   code: string, keyId: string | null, personId: string | null, credentialType: string | null,
+ *   personName?: string | null, doorName?: string | null,
  *   by?: { accountId: string, name: string, reason: string } | null }} AccessEvent
  * @typedef {{ alarmId: string, lockId: string, doorId: string | null, kind: string, status: 'open' | 'closed', at: number,
  *   receivedAt: number, closedAt: number | null, closedBy: string | null }} Alarm
@@ -397,22 +420,46 @@ const desc = (a, b) => b - a;
  *   claimedIssuer: string | null }} Rejected
  * @typedef {{ id: number, at: number, origin: 'gateway' | 'lock', lockId: string | null, channel: string, topic: string,
  *   code: string, detail: string, bytes: number }} Refusal
- * @typedef {{ lockId: string, doorId: string | null, online: boolean,
+ * @typedef {{ lockId: string, doorId: string | null, doorName?: string | null, online: boolean,
  *   state: { bolt: string | null, door: string | null, battery: number | null, at: number | null },
  *   lockout: { failures: number, lockedOutUntil: number | null, lockedOut: boolean }, openAlarms: number, updatedAt: number }} Lock
  */
 
 /**
+ * One labelled fact; with `id`, the value is a display name and the id shows on hover.
  * @param {string} label
  * @param {string} value
+ * @param {string | null} [id]
  */
-const fact = (label, value) => el('span', { class: 'meta-item' }, el('span', { class: 'meta-label' }, `${label} `), value);
+const fact = (label, value, id = null) =>
+  el(
+    'span',
+    id !== null && id !== value ? { class: 'meta-item', title: t('fact.idTitle', { id }), data: { id } } : { class: 'meta-item' },
+    el('span', { class: 'meta-label' }, `${label} `),
+    value,
+  );
+
+/**
+ * A door's display name: the one the event carries, else the one its lock card has, else its id.
+ * @param {string | null} doorId
+ * @param {string | null | undefined} [name]
+ * @returns {string}
+ */
+function doorName(doorId, name) {
+  if (doorId === null) return '–';
+  if (typeof name === 'string') return name;
+  return state.locks?.find((l) => l.doorId === doorId)?.doorName ?? doorId;
+}
 
 /**
  * When and at which door and lock something happened: the first facts of an access event and of an alarm.
- * @param {{ at: number, doorId: string | null, lockId: string }} x
+ * @param {{ at: number, doorId: string | null, lockId: string, doorName?: string | null }} x
  */
-const whereAndWhen = (x) => [fact('When', fmtTime(x.at)), fact('Door', x.doorId ?? '–'), fact('Lock', x.lockId)];
+const whereAndWhen = (x) => [
+  fact(t('fact.when'), fmtTime(x.at)),
+  fact(t('fact.door'), doorName(x.doorId, x.doorName), x.doorId),
+  fact(t('fact.lock'), x.lockId),
+];
 
 /**
  * One row of a staff list (access events, alarms, failed inbox rows, rejected
@@ -455,15 +502,15 @@ const accessList = new PagedList({
   render: (e) =>
     listRow({
       tone: e.allowed ? 'ok' : 'bad',
-      badge: [e.allowed ? 'ok' : 'bad', e.allowed ? 'ALLOWED' : 'DENIED'],
+      badge: [e.allowed ? 'ok' : 'bad', t(e.allowed ? 'access.allowed' : 'access.denied')],
       data: { eventId: e.eventId },
       title: decisionWords(e.code),
       facts: [
         ...whereAndWhen(e),
-        e.personId !== null && fact('Person', e.personId),
-        e.credentialType !== null && fact('Credential', e.credentialType),
-        e.by != null && fact('By', e.by.name),
-        e.by != null && fact('Reason', e.by.reason),
+        e.personId !== null && fact(t('fact.person'), e.personName ?? e.personId, e.personId),
+        e.credentialType !== null && fact(t('fact.credential'), e.credentialType),
+        e.by != null && fact(t('fact.by'), e.by.name),
+        e.by != null && fact(t('fact.reason'), e.by.reason),
         el('code', { class: 'code' }, e.code),
       ],
     }),
@@ -478,16 +525,20 @@ const alarmsList = new PagedList({
   order: (a, b) => (a.status === b.status ? 0 : a.status === 'open' ? -1 : 1) || desc(a.at, b.at) || (a.alarmId < b.alarmId ? 1 : -1),
   render: (a) => {
     const open = a.status === 'open';
-    const ack = open ? el('button', { class: 'ack big', data: { alarmId: a.alarmId } }, 'Acknowledge') : null;
+    const ack = open ? el('button', { class: 'ack big', data: { alarmId: a.alarmId } }, t('alarms.ack')) : null;
     ack?.addEventListener('click', () => void acknowledge(a));
     return listRow({
       tone: open ? 'bad' : 'done',
-      badge: [open ? 'bad' : 'muted', open ? 'OPEN' : 'CLOSED'],
+      badge: [open ? 'bad' : 'muted', t(open ? 'alarms.open' : 'alarms.closed')],
       data: { alarmId: a.alarmId },
       title: alarmWords(a.kind),
       facts: [
         ...whereAndWhen(a),
-        !open && fact('Acknowledged', `${fmtTime(a.closedAt)}${a.closedBy ? ` by ${a.closedBy}` : ''}`),
+        !open &&
+          fact(
+            t('alarms.acknowledged'),
+            a.closedBy ? t('alarms.ackedBy', { time: fmtTime(a.closedAt), by: a.closedBy }) : fmtTime(a.closedAt),
+          ),
         el('code', { class: 'code' }, a.kind),
       ],
       after: ack,
@@ -504,14 +555,17 @@ const failedList = new PagedList({
   render: (r) =>
     listRow({
       tone: 'bad',
-      badge: ['bad', r.code ?? 'FAILED'],
-      title: `${r.type}${r.keyId !== null ? ` for key ${r.keyId} v${r.keyVersion ?? '?'}` : ''}`,
+      badge: ['bad', r.code ?? t('problems.failedBadge')],
+      title:
+        r.keyId !== null
+          ? t('problems.failedTitleKey', { type: r.type, key: r.keyId, version: r.keyVersion ?? '?' })
+          : t('problems.failedTitle', { type: r.type }),
       facts: [
-        fact('Failed', fmtTime(r.failedAt)),
-        fact('Received', fmtTime(r.receivedAt)),
-        fact('Seq', r.seq === null ? '–' : String(r.seq)),
-        fact('Attempts', String(r.attempts)),
-        fact('Correlation id', r.cid),
+        fact(t('problems.failedAt'), fmtTime(r.failedAt)),
+        fact(t('problems.received'), fmtTime(r.receivedAt)),
+        fact(t('problems.seq'), r.seq === null ? '–' : String(r.seq)),
+        fact(t('problems.attempts'), String(r.attempts)),
+        fact(t('problems.cid'), r.cid),
       ],
       below: [r.lastError !== null && el('div', { class: 'detail' }, r.lastError)],
     }),
@@ -530,7 +584,7 @@ function refusedMessageRow(r, title, extra) {
     tone: 'warn',
     badge: ['warn', r.code],
     title,
-    facts: [fact('When', fmtTime(r.at)), fact('Topic', r.topic), fact('Bytes', String(r.bytes))],
+    facts: [fact(t('fact.when'), fmtTime(r.at)), fact(t('problems.topic'), r.topic), fact(t('problems.bytes'), String(r.bytes))],
     below: [el('div', { class: 'detail' }, r.detail), extra],
   });
 }
@@ -553,17 +607,17 @@ const rejectedList = new PagedList({
  */
 function claimedFacts(r) {
   const claims = /** @type {[string, string | number | null][]} */ ([
-    ['Message id', r.claimedJti],
-    ['Correlation id', r.claimedCid],
-    ['Type', r.claimedType],
-    ['Seq', r.claimedSeq],
-    ['Issuer', r.claimedIssuer],
+    [t('problems.messageId'), r.claimedJti],
+    [t('problems.cid'), r.claimedCid],
+    [t('problems.type'), r.claimedType],
+    [t('problems.seq'), r.claimedSeq],
+    [t('problems.issuer'), r.claimedIssuer],
   ]).filter(([, v]) => v !== null);
   if (claims.length === 0) return null;
   return el(
     'div',
-    { class: 'meta claimed', title: 'Read from the message without verifying it: anyone could have written these values.' },
-    el('span', { class: 'meta-item meta-label' }, 'Claimed (unverified):'),
+    { class: 'meta claimed', title: t('problems.claimedTitle') },
+    el('span', { class: 'meta-item meta-label' }, t('problems.claimed')),
     ...claims.map(([label, v]) => fact(label, String(v))),
   );
 }
@@ -578,19 +632,18 @@ const refusalsList = new PagedList({
     refusedMessageRow(
       r,
       r.origin === 'lock'
-        ? `Lock ${r.lockId ?? '?'} refused a gateway command`
-        : `Gateway refused a ${r.channel} message from lock ${r.lockId ?? '(bad topic)'}`,
+        ? t('problems.lockRefused', { lock: r.lockId ?? '?' })
+        : t('problems.gatewayRefused', { channel: r.channel, lock: r.lockId ?? t('problems.badTopic') }),
       null,
     ),
 });
 
 /**
  * @typedef {{ keyId: string, version: number, status: 'active' | 'revoked', validity: 'not_yet_valid' | 'valid' | 'expired',
- *   personId: string, credentialType: string, doors: string[], validFrom: number, validUntil: number,
+ *   personId: string, personName: string | null, credentialType: string, doors: string[],
+ *   doorNames: Record<string, string>, validFrom: number, validUntil: number,
  *   schedule: { timeZone: string, windows: { days: number[], start: string, end: string }[] } | null, offlineCapable: boolean }} SiteKey
  */
-
-const DAY_NAMES = ['Sun', 'Mon', 'Tue', 'Wed', 'Thu', 'Fri', 'Sat'];
 
 /** @type {PagedList<SiteKey>} */
 const keysList = new PagedList({
@@ -607,23 +660,34 @@ const keysList = new PagedList({
   },
   render: (k) => {
     const usable = k.status === 'active' && k.validity === 'valid';
-    const badge = k.status === 'revoked' ? 'REVOKED' : k.validity === 'valid' ? 'VALID' : k.validity === 'expired' ? 'EXPIRED' : 'NOT YET';
+    const badge = t(
+      k.status === 'revoked'
+        ? 'keys.revoked'
+        : k.validity === 'valid'
+          ? 'keys.valid'
+          : k.validity === 'expired'
+            ? 'keys.expired'
+            : 'keys.notYet',
+    );
     const schedule =
       k.schedule === null
-        ? 'any time'
-        : k.schedule.windows.map((w) => `${w.days.map((d) => DAY_NAMES[d] ?? String(d)).join(' ')} ${w.start}–${w.end}`).join(', ');
+        ? t('keys.anyTime')
+        : k.schedule.windows
+            .map((w) => t('keys.window', { days: w.days.map((d) => t(`day.${d}`)).join(' '), start: w.start, end: w.end }))
+            .join(', ');
     return listRow({
       tone: usable ? 'ok' : 'closed',
       badge: [usable ? 'ok' : 'off', badge],
       data: { keyId: k.keyId },
-      title: k.personId,
+      title: k.personName ?? k.personId,
       facts: [
-        fact('Doors', k.doors.join(', ')),
-        fact('Valid', `${fmtTime(k.validFrom)} – ${fmtTime(k.validUntil)}`),
-        fact('Schedule', schedule),
-        fact('Credential', k.credentialType),
-        k.offlineCapable && fact('Staff master key', 'works offline'),
-        fact('Key', `${k.keyId} v${k.version}`),
+        fact(t('keys.doors'), k.doors.map((d) => k.doorNames[d] ?? d).join(', '), k.doors.join(', ')),
+        k.personName !== null && fact(t('fact.person'), k.personId),
+        fact(t('keys.validRange'), t('keys.range', { from: fmtTime(k.validFrom), until: fmtTime(k.validUntil) })),
+        fact(t('keys.schedule'), schedule),
+        fact(t('fact.credential'), k.credentialType),
+        k.offlineCapable && fact(t('keys.master'), t('keys.masterOffline')),
+        fact(t('keys.key'), t('keys.keyVersion', { key: k.keyId, version: k.version })),
       ],
     });
   },
@@ -645,30 +709,27 @@ function drawStatus(s) {
   setText($('count-alarms'), s.openAlarms > 0 ? String(s.openAlarms) : '');
   const problems = s.inboxFailed + s.rejectedDownlinks + s.lockRefusals;
   setText($('count-problems'), problems > 0 ? String(problems) : '');
-  setText($('count-failed'), `(${s.inboxFailed})`);
-  setText($('count-rejected'), `(${s.rejectedDownlinks})`);
-  setText($('count-refusals'), `(${s.lockRefusals})`);
-  setText($('fact-cloud'), s.cloudConnected ? 'connected' : 'NOT connected');
+  setText($('count-failed'), t('problems.count', { n: s.inboxFailed }));
+  setText($('count-rejected'), t('problems.count', { n: s.rejectedDownlinks }));
+  setText($('count-refusals'), t('problems.count', { n: s.lockRefusals }));
+  setText($('fact-cloud'), t(s.cloudConnected ? 'facts.connected' : 'facts.notConnected'));
   $('fact-cloud').className = s.cloudConnected ? 'good' : 'bad';
-  setText($('fact-site'), s.siteConnected ? 'connected' : 'NOT connected');
+  setText($('fact-site'), t(s.siteConnected ? 'facts.connected' : 'facts.notConnected'));
   $('fact-site').className = s.siteConnected ? 'good' : 'bad';
   setText(
     $('fact-sync'),
-    s.newestVerifiedIatMs > 0 ? `${fmtTime(s.newestVerifiedIatMs)} (${fmtDuration((s.now - s.newestVerifiedIatMs) / 1000)} ago)` : 'never',
+    s.newestVerifiedIatMs > 0
+      ? t('facts.syncAgo', { time: fmtTime(s.newestVerifiedIatMs), ago: fmtDuration((s.now - s.newestVerifiedIatMs) / 1000) })
+      : t('time.never'),
   );
-  setText($('fact-locks'), `${s.locksOnline} of ${s.locksTotal}`);
+  setText($('fact-locks'), t('facts.locksOf', { online: s.locksOnline, total: s.locksTotal }));
   $('fact-locks').className = s.locksOnline < s.locksTotal ? 'bad' : 'good';
 
   const lockdown = s.mode === 'lockdown';
-  setText($('mode-now'), lockdown ? 'LOCKDOWN' : 'normal');
-  setText(
-    $('mode-explain'),
-    lockdown
-      ? 'Lockdown: every door refuses ordinary keys (SITE_LOCKDOWN); only staff master keys open doors. End it when the situation is over.'
-      : 'Normal: doors open for every valid key. Lockdown makes every door refuse ordinary keys at once; only staff master keys still open doors.',
-  );
+  setText($('mode-now'), t(lockdown ? 'lockdown.on' : 'lockdown.normal'));
+  setText($('mode-explain'), t(lockdown ? 'lockdown.explainOn' : 'lockdown.explainOff'));
   const sw = $('mode-switch');
-  setText(sw, lockdown ? 'End lockdown (back to normal)' : 'Start lockdown');
+  setText(sw, t(lockdown ? 'lockdown.end' : 'lockdown.start'));
   sw.className = `big ${lockdown ? 'primary' : 'danger'}`;
   sw.dataset.target = lockdown ? 'normal' : 'lockdown';
   drawBanner();
@@ -680,43 +741,46 @@ function drawBanner() {
   const banner = $('banner');
   const warnings = [];
   let cls = 'unknown';
-  let title = 'Status not known yet';
+  let title = t('banner.notKnown');
   let detail = '';
   if (state.failingSince !== null) {
     cls = 'unknown';
-    title = 'STATUS UNKNOWN: the gateway is not answering';
-    detail = `No answer since ${fmtTime(state.failingSince)}. What is shown below is from ${fmtTime(state.lastOkAt)} and may be out of date. Check the gateway's power and network.`;
+    title = t('banner.unknownTitle');
+    detail = t('banner.unknownDetail', { since: fmtTime(state.failingSince), at: fmtTime(state.lastOkAt) });
   } else if (s !== null) {
-    const reason =
-      s.failClosedReason !== null && Object.prototype.hasOwnProperty.call(FAIL_CLOSED_WORDS, s.failClosedReason)
-        ? FAIL_CLOSED_WORDS[/** @type {keyof typeof FAIL_CLOSED_WORDS} */ (s.failClosedReason)]
-        : null;
+    const known = s.failClosedReason !== null && has(`failClosed.${s.failClosedReason}.title`);
     if (s.failClosed) {
       cls = 'failing';
-      title = `FAILING CLOSED: ${reason?.title ?? s.failClosedReason ?? 'not in sync with the cloud'}`;
-      detail = `${reason?.detail ?? 'Ordinary keys are refused until the gateway is back in sync with the cloud.'}${s.mode === 'lockdown' ? ' The site is also in lockdown.' : ''}`;
+      title = t('banner.failingTitle', {
+        reason: known ? t(`failClosed.${s.failClosedReason}.title`) : (s.failClosedReason ?? t('banner.failingFallback')),
+      });
+      detail =
+        (known ? t(`failClosed.${s.failClosedReason}.detail`) : t('banner.failingDetailFallback')) +
+        (s.mode === 'lockdown' ? t('banner.alsoLockdown') : '');
     } else if (s.storage?.low === true) {
       // Absent from an older gateway: treated as not low.
       cls = 'failing';
-      title = 'FAILING CLOSED: the gateway is almost out of disk space';
-      detail =
-        'It cannot promise to record who opens a door, so it refuses ordinary keys (STORAGE_FULL); staff master keys still open. Free space on the gateway or call support; doors work again by themselves once there is room.';
+      title = t('banner.diskTitle');
+      detail = t('banner.diskDetail');
     } else if (s.mode === 'lockdown') {
       cls = 'lockdown';
-      title = 'LOCKDOWN: only staff master keys open doors';
-      detail = 'Every door refuses ordinary keys. End the lockdown on the Lockdown screen when the situation is over.';
+      title = t('banner.lockdownTitle');
+      detail = t('banner.lockdownDetail');
     } else {
       cls = 'normal';
-      title = 'Doors operating normally';
-      detail = 'The gateway is in sync with the cloud; valid keys open their doors.';
+      title = t('banner.normalTitle');
+      detail = t('banner.normalDetail');
     }
-    if (s.failClosedReason !== null) warnings.push(`Reason code: ${s.failClosedReason}`);
-    if (s.inboxFailed > 0) warnings.push(`${s.inboxFailed} cloud message(s) failed to apply: see Problems.`);
-    if (s.waitingOnGap) warnings.push('Waiting for missing messages from the cloud (a resend has been asked for).');
-    if (s.openAlarms > 0) warnings.push(`${s.openAlarms} open alarm(s): see Alarms.`);
+    if (s.failClosedReason !== null) warnings.push(t('banner.warnReason', { code: s.failClosedReason }));
+    if (s.inboxFailed > 0) warnings.push(t('banner.warnFailed', { n: s.inboxFailed }));
+    if (s.waitingOnGap) warnings.push(t('banner.warnGap'));
+    if (s.openAlarms > 0) warnings.push(t('banner.warnAlarms', { n: s.openAlarms }));
     if (s.storage?.low === true)
       warnings.push(
-        `Disk almost full (DISK_LOW): ${Math.floor((s.storage.freeBytes ?? 0) / 2 ** 20)} MiB free, ${Math.floor(s.storage.minFreeBytes / 2 ** 20)} MiB needed.`,
+        t('banner.warnDisk', {
+          free: Math.floor((s.storage.freeBytes ?? 0) / 2 ** 20),
+          min: Math.floor(s.storage.minFreeBytes / 2 ** 20),
+        }),
       );
   }
   banner.className = `banner ${cls}`;
@@ -735,23 +799,31 @@ function drawTicking() {
     const remaining = s.leaseExpiresAt === null ? null : Math.max(0, s.leaseRemainingSeconds - elapsed);
     const lease = $('fact-lease');
     if (state.failingSince !== null) {
-      setText(lease, 'unknown (gateway not answering)');
+      setText(lease, t('lease.unknown'));
       lease.className = 'bad';
     } else if (remaining === null) {
-      setText(lease, 'none');
+      setText(lease, t('lease.none'));
       lease.className = 'bad';
     } else if (remaining <= 0) {
-      setText(lease, `expired (at ${fmtTime(s.leaseExpiresAt)})`);
+      setText(lease, t('lease.expired', { time: fmtTime(s.leaseExpiresAt) }));
       lease.className = 'bad';
     } else {
-      setText(lease, `${fmtDuration(remaining)} left`);
+      setText(lease, t('lease.left', { left: fmtDuration(remaining) }));
       lease.className = remaining < 60 ? 'warn' : 'good';
     }
   }
   const upd = $('last-updated');
-  if (state.lastOkAt === 0) setText(upd, 'Not updated yet');
-  else setText(upd, `Updated ${fmtTime(state.lastOkAt)} (${fmtDuration((Date.now() - state.lastOkAt) / 1000)} ago)`);
+  if (state.lastOkAt === 0) setText(upd, t('updated.never'));
+  else setText(upd, t('updated.at', { time: fmtTime(state.lastOkAt), ago: fmtDuration((Date.now() - state.lastOkAt) / 1000) }));
   upd.className = `updated${state.failingSince !== null ? ' bad' : ''}`;
+}
+
+/**
+ * What a lock card is called: its door's name, else the door id, else the lock id.
+ * @param {Lock} l
+ */
+function lockTitle(l) {
+  return l.doorName ?? l.doorId ?? l.lockId;
 }
 
 /** @param {Lock[]} locks */
@@ -764,35 +836,44 @@ function drawLocks(locks) {
       el(
         'header',
         { class: 'lock-head' },
-        el('h3', null, l.doorId ?? l.lockId),
-        el('span', { class: `badge ${l.online ? 'ok' : 'bad'}` }, l.online ? 'ONLINE' : 'OFFLINE'),
+        el('h3', l.doorId !== null && l.doorName != null ? { title: t('fact.idTitle', { id: l.doorId }) } : null, lockTitle(l)),
+        el('span', { class: `badge ${l.online ? 'ok' : 'bad'}` }, t(l.online ? 'locks.online' : 'locks.offline')),
       ),
       el(
         'dl',
         { class: 'lock-facts' },
-        el('div', null, el('dt', null, 'Lock'), el('dd', null, l.lockId)),
+        el('div', null, el('dt', null, t('locks.lock')), el('dd', null, l.lockId)),
         el(
           'div',
           null,
-          el('dt', null, 'Bolt'),
-          el('dd', { class: l.state.bolt === 'jammed' ? 'bad' : '' }, l.state.bolt ?? 'not reported'),
+          el('dt', null, t('locks.bolt')),
+          el('dd', { class: l.state.bolt === 'jammed' ? 'bad' : '', data: { bolt: l.state.bolt ?? '' } }, stateWords('bolt', l.state.bolt)),
         ),
-        el('div', null, el('dt', null, 'Door'), el('dd', null, l.state.door ?? 'not reported')),
         el(
           'div',
           null,
-          el('dt', null, 'Battery'),
-          el('dd', { class: battery !== null && battery < 20 ? 'bad' : '' }, battery === null ? 'not reported' : `${battery}%`),
+          el('dt', null, t('locks.door')),
+          el('dd', { data: { door: l.state.door ?? '' } }, stateWords('door', l.state.door)),
         ),
-        el('div', null, el('dt', null, 'Last report'), el('dd', null, fmtTime(l.state.at))),
+        el(
+          'div',
+          null,
+          el('dt', null, t('locks.battery')),
+          el(
+            'dd',
+            { class: battery !== null && battery < 20 ? 'bad' : '' },
+            battery === null ? t('locks.notReported') : t('locks.batteryPct', { n: battery }),
+          ),
+        ),
+        el('div', null, el('dt', null, t('locks.lastReport')), el('dd', null, fmtTime(l.state.at))),
         l.lockout.lockedOut &&
           el(
             'div',
             null,
-            el('dt', null, 'Wrong tries'),
-            el('dd', { class: 'bad' }, `cooling down until ${fmtTime(l.lockout.lockedOutUntil)}`),
+            el('dt', null, t('locks.wrongTries')),
+            el('dd', { class: 'bad' }, t('locks.coolingUntil', { time: fmtTime(l.lockout.lockedOutUntil) })),
           ),
-        l.openAlarms > 0 && el('div', null, el('dt', null, 'Open alarms'), el('dd', { class: 'bad' }, String(l.openAlarms))),
+        l.openAlarms > 0 && el('div', null, el('dt', null, t('locks.openAlarms')), el('dd', { class: 'bad' }, String(l.openAlarms))),
       ),
       unlockButton(l),
     );
@@ -806,10 +887,27 @@ function drawLocks(locks) {
   const have = [...select.options].slice(1).map((o) => o.value);
   if (doors.join('\n') !== have.join('\n')) {
     const chosen = select.value;
-    select.replaceChildren(el('option', null, 'All doors'), ...doors.map((d) => el('option', null, /** @type {string} */ (d))));
+    select.replaceChildren(
+      el('option', { data: { i18n: 'access.allDoors' } }, t('access.allDoors')),
+      ...doors.map((d) => {
+        const o = /** @type {HTMLOptionElement} */ (el('option', null, doorName(d)));
+        o.value = /** @type {string} */ (d);
+        return o;
+      }),
+    );
     /** @type {HTMLOptionElement} */ (select.options[0]).value = '';
     select.value = doors.includes(chosen) ? chosen : '';
   }
+}
+
+/**
+ * A bolt or door state the lock reported, in words; one the catalogue does not know as it is.
+ * @param {'bolt' | 'door'} kind
+ * @param {string | null} value
+ */
+function stateWords(kind, value) {
+  if (value === null) return t('locks.notReported');
+  return has(`${kind}.${value}`) ? t(`${kind}.${value}`) : value;
 }
 
 /**
@@ -819,47 +917,32 @@ function drawLocks(locks) {
  */
 function unlockButton(l) {
   if (state.me?.account.role !== 'supervisor') return null;
-  const b = el('button', { class: 'unlock', data: { unlock: l.lockId } }, 'Unlock once…');
+  const b = el('button', { class: 'unlock', data: { unlock: l.lockId } }, t('locks.unlockButton'));
   b.addEventListener('click', () => unlockOnce(l));
   return b;
 }
-
-/** Why a remote unlock was refused, in plain words (the codes of POST /staff/locks/:lockId/unlock). */
-export const UNLOCK_REFUSED_WORDS = Object.freeze({
-  NOT_SUPERVISOR: 'Only a supervisor can open a door remotely.',
-  REASON_REQUIRED: 'Please give a reason.',
-  LOCK_NOT_FOUND: 'This gateway does not know that lock.',
-  LOCK_OFFLINE: 'The lock is offline: the command could not reach it. Nothing was sent.',
-  SITE_LOCKDOWN: 'The site is in lockdown. End the lockdown first to open a door.',
-});
 
 /** @param {Lock} l */
 function unlockOnce(l) {
   const failing = state.status?.failClosed === true;
   confirmDialog({
-    title: `Unlock ${l.doorId ?? l.lockId} once?`,
-    text:
-      'The door opens for one entry, as a valid key would. Your name and the reason are recorded in the audit.' +
-      (failing
-        ? ' WARNING: the gateway is failing closed (not in sync with the cloud). Remote unlock still works, but make sure the person may enter.'
-        : ''),
-    inputLabel: 'Reason (required, recorded)',
+    title: t('unlock.title', { door: lockTitle(l) }),
+    text: t('unlock.text') + (failing ? t('unlock.failingWarning') : ''),
+    inputLabel: t('unlock.reason'),
     required: true,
-    ok: 'Unlock now',
+    ok: t('unlock.ok'),
     act: async (reason) => {
       try {
         /** @type {{ warning: string | null }} */
         const r = await api(`/staff/locks/${encodeURIComponent(l.lockId)}/unlock`, { method: 'POST', body: { reason } });
         setText(
           $('locks-result'),
-          `Unlock sent to ${l.doorId ?? l.lockId} at ${fmtTime(Date.now())}.` +
-            (r.warning === 'FAILING_CLOSED' ? ' The site is failing closed: this was recorded with a warning.' : ''),
+          t('unlock.sent', { door: lockTitle(l), time: fmtTime(Date.now()) }) +
+            (r.warning === 'FAILING_CLOSED' ? t('unlock.sentFailing') : ''),
         );
         void refresh();
         return null;
       } catch (e) {
-        if (e instanceof ApiError && Object.prototype.hasOwnProperty.call(UNLOCK_REFUSED_WORDS, e.code))
-          return `${UNLOCK_REFUSED_WORDS[/** @type {keyof typeof UNLOCK_REFUSED_WORDS} */ (e.code)]} (${e.code})`;
         return write(async () => {
           throw e;
         });
@@ -887,6 +970,8 @@ function toSignIn(message) {
 
 function clearData() {
   state.status = null;
+  state.locks = null;
+  state.accounts = null;
   state.lastOkAt = 0;
   state.failingSince = null;
   $('locks-list').replaceChildren();
@@ -914,7 +999,7 @@ function clearData() {
 function handleAuthError(e) {
   if (!(e instanceof ApiError)) return false;
   if (e.status === 401 || (e.status === 403 && e.code === 'CSRF_TOKEN_INVALID')) {
-    toSignIn('Your session has ended (signed out, timed out, or the account was changed). Sign in again.');
+    toSignIn(t('signin.sessionEnded'));
     return true;
   }
   if (e.status === 503 && e.code === 'STAFF_AUTH_NOT_CONFIGURED') {
@@ -972,7 +1057,8 @@ function refresh() {
       $('conn-error').hidden = true;
       document.body.classList.remove('stale');
       drawStatus(state.status);
-      drawLocks(/** @type {{ items: Lock[] }} */ (locks).items);
+      state.locks = /** @type {{ items: Lock[] }} */ (locks).items;
+      drawLocks(state.locks);
     } catch (e) {
       if (handleAuthError(e) || !state.running) return;
       state.failingSince ??= Date.now();
@@ -980,11 +1066,9 @@ function refresh() {
       const box = $('conn-error');
       setText(
         box,
-        `The gateway is not answering (${state.failCode}) since ${fmtTime(state.failingSince)}. ` +
-          (state.lastOkAt > 0
-            ? `Everything below was last updated ${fmtTime(state.lastOkAt)} and may be out of date.`
-            : 'Nothing could be loaded.') +
-          ' Retrying every few seconds.',
+        t('conn.error', { code: state.failCode, since: fmtTime(state.failingSince) }) +
+          (state.lastOkAt > 0 ? t('conn.lastUpdated', { at: fmtTime(state.lastOkAt) }) : t('conn.nothing')) +
+          t('conn.retrying'),
       );
       box.hidden = false;
       document.body.classList.add('stale');
@@ -1000,7 +1084,11 @@ function startRefreshing() {
   state.running = true;
   stopTimers();
   if (!document.hidden) {
-    state.timer = window.setInterval(() => void refresh(), REFRESH_MS);
+    state.timer = window.setInterval(() => {
+      // polling is the fallback: with the live feed connected, only the safety-net refresh runs
+      if (live.state === 'live' && Date.now() - state.lastOkAt < LIVE_SAFETY_MS) return;
+      void refresh();
+    }, REFRESH_MS);
     state.ticker = window.setInterval(drawTicking, 1000);
   }
 }
@@ -1015,6 +1103,97 @@ function stopTimers() {
 function stopRefreshing() {
   state.running = false;
   stopTimers();
+  stopLive();
+}
+
+// ---------------------------------------------------------------- live feed (server-sent events)
+
+/**
+ * The live feed: GET /staff/events, authenticated by the session cookie. A
+ * notice (access, lock, alarm, status) makes the page fetch what changed,
+ * soon and once for a burst. Every (re)connect fetches everything (what
+ * happened while disconnected is then shown). The browser reconnects by
+ * itself after a drop (the gateway asks for 2 s); a refused stream (over the
+ * gateway's limit, or the session gone) is closed for good by the browser:
+ * the page polls and tries again later.
+ */
+const live = {
+  /** @type {EventSource | null} */
+  source: null,
+  /** @type {'off' | 'connecting' | 'live' | 'polling'} */
+  state: 'off',
+  /** @type {number | undefined} */
+  soon: undefined,
+  /** @type {number | undefined} */
+  retry: undefined,
+  /** Notices received (the page shows it for tests and support as data-events). */
+  events: 0,
+};
+
+/** @param {'off' | 'connecting' | 'live' | 'polling'} st */
+function setLive(st) {
+  live.state = st;
+  drawLive();
+}
+
+function drawLive() {
+  const e = $('live');
+  e.dataset.state = live.state;
+  e.dataset.events = String(live.events);
+  e.hidden = live.state === 'off';
+  setText(e, live.state === 'off' ? '' : t(`live.${live.state}`));
+}
+
+function startLive() {
+  stopLive();
+  if (typeof EventSource === 'undefined') {
+    setLive('polling');
+    return;
+  }
+  const es = new EventSource('/staff/events');
+  live.source = es;
+  setLive('connecting');
+  es.onopen = () => {
+    setLive('live');
+    // what happened while the stream was down is fetched now
+    void refresh();
+  };
+  es.onerror = () => {
+    if (live.source !== es) return;
+    if (es.readyState === EventSource.CLOSED) {
+      // refused (429 over the limit, 401 signed out): poll; the next poll notices a 401 and signs out
+      live.source = null;
+      setLive('polling');
+      window.clearTimeout(live.retry);
+      live.retry = window.setTimeout(() => {
+        if (state.running) startLive();
+      }, LIVE_RETRY_MS);
+    } else setLive('connecting');
+  };
+  for (const type of ['access', 'lock', 'alarm', 'status', 'resync'])
+    es.addEventListener(type, () => {
+      live.events++;
+      refreshSoon();
+    });
+}
+
+/** One refresh for a burst of notices (a door opening sends a decision, then a state). */
+function refreshSoon() {
+  if (live.soon !== undefined) return;
+  live.soon = window.setTimeout(() => {
+    live.soon = undefined;
+    drawLive();
+    void refresh();
+  }, 100);
+}
+
+function stopLive() {
+  live.source?.close();
+  live.source = null;
+  window.clearTimeout(live.retry);
+  window.clearTimeout(live.soon);
+  live.soon = undefined;
+  setLive('off');
 }
 
 // ---------------------------------------------------------------- actions
@@ -1040,7 +1219,7 @@ function confirmDialog(o) {
     ev.preventDefault();
     const value = input.value.trim();
     if (o.required && value === '') {
-      setText($('confirm-error'), 'Please give a reason.');
+      setText($('confirm-error'), t('dialog.reasonRequired'));
       return;
     }
     const ok = /** @type {HTMLButtonElement} */ ($('confirm-ok'));
@@ -1074,11 +1253,7 @@ async function write(f) {
       /** @type {HTMLDialogElement} */ ($('confirm')).close();
       return null;
     }
-    return e instanceof ApiError
-      ? e.status === 0
-        ? 'The gateway is not answering; nothing was changed. Try again.'
-        : `The gateway refused: ${e.code}`
-      : String(e);
+    return e instanceof ApiError ? (e.status === 0 ? t('code.notAnsweringNothingChanged') : codeWords(e.code)) : String(e);
   }
 }
 
@@ -1086,21 +1261,21 @@ function switchMode() {
   const target = $('mode-switch').dataset.target === 'normal' ? 'normal' : 'lockdown';
   const toLockdown = target === 'lockdown';
   confirmDialog({
-    title: toLockdown ? 'Start lockdown?' : 'End lockdown?',
-    text: toLockdown
-      ? 'Every door will refuse ordinary keys at once. Only staff master keys will open doors until the lockdown is ended.'
-      : 'Doors will open again for every valid key.',
-    inputLabel: 'Reason (recorded in the gateway log)',
+    title: t(toLockdown ? 'lockdown.startTitle' : 'lockdown.endTitle'),
+    text: t(toLockdown ? 'lockdown.startText' : 'lockdown.endText'),
+    inputLabel: t('lockdown.reason'),
     required: true,
-    ok: toLockdown ? 'Start lockdown' : 'End lockdown',
+    ok: t(toLockdown ? 'lockdown.start' : 'lockdown.endOk'),
     act: (reason) =>
       write(async () => {
         /** @type {{ status: string, mode: string }} */
         const r = await api('/staff/mode', { method: 'POST', body: { mode: target, reason } });
-        const what = r.mode === 'lockdown' ? 'Lockdown' : 'Normal mode';
+        const on = r.mode === 'lockdown';
         setText(
           $('mode-result'),
-          r.status === 'applied' ? `${what} is on (changed at ${fmtTime(Date.now())}).` : `${what} was already on; nothing changed.`,
+          r.status === 'applied'
+            ? t(on ? 'lockdown.appliedOn' : 'lockdown.appliedOff', { time: fmtTime(Date.now()) })
+            : t(on ? 'lockdown.noopOn' : 'lockdown.noopOff'),
         );
         await refresh();
       }),
@@ -1110,11 +1285,11 @@ function switchMode() {
 /** @param {Alarm} a */
 function acknowledge(a) {
   confirmDialog({
-    title: `Acknowledge: ${alarmWords(a.kind)}?`,
-    text: `${a.doorId ?? a.lockId}, ${fmtTime(a.at)}. The alarm is closed on this gateway.`,
-    inputLabel: 'Note (optional)',
+    title: t('alarms.ackTitle', { kind: alarmWords(a.kind) }),
+    text: t('alarms.ackText', { where: a.doorId === null ? a.lockId : doorName(a.doorId), time: fmtTime(a.at) }),
+    inputLabel: t('staff.note'),
     required: false,
-    ok: 'Acknowledge',
+    ok: t('alarms.ack'),
     act: (note) =>
       write(async () => {
         /** @type {{ status: string }} */
@@ -1122,8 +1297,8 @@ function acknowledge(a) {
         setText(
           $('alarms-result'),
           r.status === 'applied'
-            ? `Acknowledged: ${alarmWords(a.kind)} at ${a.doorId ?? a.lockId}.`
-            : 'That alarm was already acknowledged.',
+            ? t('alarms.ackDone', { kind: alarmWords(a.kind), where: a.doorId === null ? a.lockId : doorName(a.doorId) })
+            : t('alarms.ackNoop'),
         );
         await refresh();
       }),
@@ -1152,16 +1327,11 @@ async function signIn(username, password) {
  */
 function signInError(e) {
   if (!(e instanceof ApiError)) return String(e);
-  if (e.status === 0) return 'The gateway is not answering. Try again.';
-  if (e.code === 'BAD_CREDENTIALS') return 'Wrong username or password.';
-  if (e.code === 'ACCOUNT_DISABLED') return 'This account is disabled. Ask a supervisor.';
-  if (e.code === 'SIGN_IN_THROTTLED')
-    return `Too many wrong tries from this computer. Wait ${e.body?.retryAfterSeconds ?? 'a few'} seconds, then try again.`;
-  if (e.code === 'SETUP_CODE_INVALID') return 'That setup code is not valid (or it expired: restart the gateway for a new one).';
-  if (e.code === 'SETUP_ALREADY_DONE') return 'Staff access is already set up. Sign in instead.';
-  if (e.code === 'WEAK_PASSWORD') return `The password is too weak: ${e.detail ?? 'at least 12 characters'}.`;
-  if (e.code === 'BAD_REQUEST') return `Please check the fields: ${e.detail ?? ''}`;
-  return `Sign-in failed: ${e.code}`;
+  if (e.status === 0) return t('code.GATEWAY_UNREACHABLE');
+  if (e.code === 'SIGN_IN_THROTTLED' && typeof e.body?.retryAfterSeconds === 'number')
+    return t('code.signInThrottledWait', { seconds: e.body.retryAfterSeconds });
+  // the gateway's detail is English for logs and scripts: the page shows the catalogue's words
+  return has(`code.${e.code}`) ? t(`code.${e.code}`) : codeWords(e.code);
 }
 
 async function setUpFirst() {
@@ -1187,7 +1357,7 @@ async function signOut() {
   } catch {
     // the session is forgotten here either way; the gateway ends it at its timeout
   }
-  toSignIn('Signed out.');
+  toSignIn(t('signin.signedOut'));
 }
 
 // ---------------------------------------------------------------- staff accounts (supervisors)
@@ -1196,6 +1366,7 @@ async function refreshAccounts() {
   if (state.me?.account.role !== 'supervisor') return;
   /** @type {{ items: Account[] }} */
   const r = await api('/staff/accounts');
+  state.accounts = r.items;
   $('staff-list').replaceChildren(...r.items.map(accountRow));
 }
 
@@ -1205,17 +1376,22 @@ function accountRow(a) {
   const toggle = el(
     'button',
     { class: a.disabled ? '' : 'danger', data: { act: a.disabled ? 'enable' : 'disable' } },
-    a.disabled ? 'Enable' : 'Disable',
+    t(a.disabled ? 'staff.enable' : 'staff.disable'),
   );
   toggle.addEventListener('click', () => changeAccount(a, a.disabled ? 'enable' : 'disable'));
-  const reset = el('button', { data: { act: 'password' } }, 'Reset password');
+  const reset = el('button', { data: { act: 'password' } }, t('staff.resetPassword'));
   reset.addEventListener('click', () => resetPassword(a));
   return listRow({
     tone: a.disabled ? 'closed' : 'ok',
-    badge: a.disabled ? ['off', 'Disabled'] : a.role === 'supervisor' ? ['sup', 'Supervisor'] : ['staff', 'Staff'],
+    badge: a.disabled ? ['off', t('staff.disabled')] : a.role === 'supervisor' ? ['sup', t('role.supervisor')] : ['staff', t('role.staff')],
     data: { account: a.username },
-    title: `${a.displayName}${self ? ' (you)' : ''}`,
-    facts: [fact('Username', a.username), fact('Created', fmtTime(a.createdAt)), fact('By', a.createdBy)],
+    title: self ? t('staff.you', { name: a.displayName }) : a.displayName,
+    facts: [
+      fact(t('staff.username'), a.username),
+      fact(t('staff.created'), fmtTime(a.createdAt)),
+      // the first supervisor is made by the setup code (app/staff-accounts.ts), the others by a supervisor's name
+      fact(t('staff.by'), a.createdBy === 'setup code' ? t('staff.bySetupCode') : a.createdBy),
+    ],
     after: el('div', { class: 'row-actions' }, toggle, reset),
   });
 }
@@ -1226,18 +1402,20 @@ function accountRow(a) {
  */
 function changeAccount(a, verb) {
   confirmDialog({
-    title: verb === 'disable' ? `Disable ${a.displayName}?` : `Enable ${a.displayName}?`,
-    text: verb === 'disable' ? 'They are signed out at once and cannot sign in until enabled again.' : 'They can sign in again.',
-    inputLabel: 'Note (optional)',
+    title: t(verb === 'disable' ? 'staff.disableTitle' : 'staff.enableTitle', { name: a.displayName }),
+    text: t(verb === 'disable' ? 'staff.disableText' : 'staff.enableText'),
+    inputLabel: t('staff.note'),
     required: false,
-    ok: verb === 'disable' ? 'Disable' : 'Enable',
+    ok: t(verb === 'disable' ? 'staff.disable' : 'staff.enable'),
     act: () =>
       write(async () => {
         /** @type {{ status: string }} */
         const r = await api(`/staff/accounts/${encodeURIComponent(a.accountId)}/${verb}`, { method: 'POST' });
         setText(
           $('staff-result'),
-          r.status === 'applied' ? `${a.displayName}: ${verb === 'disable' ? 'disabled' : 'enabled'}.` : 'Nothing changed.',
+          r.status === 'applied'
+            ? t(verb === 'disable' ? 'staff.disabledDone' : 'staff.enabledDone', { name: a.displayName })
+            : t('staff.nothingChanged'),
         );
         await refresh();
       }),
@@ -1247,15 +1425,15 @@ function changeAccount(a, verb) {
 /** @param {Account} a */
 function resetPassword(a) {
   confirmDialog({
-    title: `New password for ${a.displayName}`,
-    text: 'Their open sessions end. Tell them the new password in person.',
-    inputLabel: 'New password (at least 12 characters)',
+    title: t('staff.passwordTitle', { name: a.displayName }),
+    text: t('staff.passwordText'),
+    inputLabel: t('staff.newPassword'),
     required: true,
-    ok: 'Set password',
+    ok: t('staff.setPassword'),
     act: (password) =>
       write(async () => {
         await api(`/staff/accounts/${encodeURIComponent(a.accountId)}/password`, { method: 'POST', body: { password } });
-        setText($('staff-result'), `${a.displayName}: password set.`);
+        setText($('staff-result'), t('staff.passwordDone', { name: a.displayName }));
       }),
   });
 }
@@ -1271,31 +1449,79 @@ async function createAccount() {
       body: { username: v('new-username'), displayName: v('new-display'), role: v('new-role'), password: v('new-password') },
     });
     /** @type {HTMLFormElement} */ ($('staff-create')).reset();
-    setText($('staff-result'), `Account created: ${r.account.displayName} (${r.account.username}).`);
+    setText($('staff-result'), t('staff.createdDone', { name: r.account.displayName, username: r.account.username }));
     await refresh();
   } catch (e) {
     if (handleAuthError(e)) return;
-    setText(
-      $('staff-create-message'),
-      e instanceof ApiError && e.code === 'USERNAME_TAKEN'
-        ? 'That username is taken.'
-        : signInError(e).replace('Sign-in failed', 'Refused'),
-    );
+    setText($('staff-create-message'), signInError(e));
   }
+}
+
+function drawWhoami() {
+  const me = state.me?.account;
+  setText($('whoami'), me === undefined ? '' : t('top.whoami', { name: me.displayName, role: t(`role.${me.role}`) }));
+}
+
+/**
+ * Shows the page in a language: the fixed words of index.html (`data-i18n`), then everything drawn
+ * from data again (times too: the date format follows the language).
+ * @param {Lang} l
+ * @param {boolean} remember true when the person chose it (kept in this browser); false for the default
+ */
+function useLanguage(l, remember) {
+  lang = l;
+  if (remember) {
+    try {
+      localStorage.setItem(LANG_STORAGE_KEY, l);
+    } catch {
+      // storage refused (private mode): the choice holds for this page only
+    }
+  }
+  document.documentElement.lang = l;
+  document.title = t('app.title');
+  for (const e of document.querySelectorAll('[data-i18n]')) e.textContent = t(/** @type {HTMLElement} */ (e).dataset.i18n ?? '');
+  for (const e of document.querySelectorAll('[data-i18n-label]'))
+    e.setAttribute('aria-label', t(/** @type {HTMLElement} */ (e).dataset.i18nLabel ?? ''));
+  /** @type {HTMLSelectElement} */ ($('lang')).value = l;
+  dateFormat = makeFormat(timeZone);
+  drawWhoami();
+  if (state.status !== null) drawStatus(state.status);
+  else drawBanner();
+  if (state.locks !== null) drawLocks(state.locks);
+  for (const lists of Object.values(TAB_LISTS)) for (const list of lists) list.draw();
+  if (state.accounts !== null) $('staff-list').replaceChildren(...state.accounts.map(accountRow));
+  drawLive();
+}
+
+/** The language at load: the one chosen before in this browser, else the browser's preference. @returns {Lang} */
+function initialLanguage() {
+  try {
+    const saved = localStorage.getItem(LANG_STORAGE_KEY);
+    if (saved === 'en' || saved === 'ja') return saved;
+  } catch {
+    // no storage: the browser's preference
+  }
+  return pickLanguage(navigator.languages);
 }
 
 function enterApp() {
   const me = state.me?.account;
-  setText($('whoami'), me === undefined ? '' : `${me.displayName} · ${me.role === 'supervisor' ? 'Supervisor' : 'Staff'}`);
+  drawWhoami();
   $('tabbtn-staff').hidden = me?.role !== 'supervisor';
   if (state.tab === 'staff' && me?.role !== 'supervisor') state.tab = 'locks';
   show('app');
   startRefreshing();
+  startLive();
   selectTab(state.tab);
 }
 
 /** At load: a token from this tab's session is tried; without one, ask the gateway whether staff access is configured at all. */
 async function boot() {
+  useLanguage(initialLanguage(), false);
+  $('lang').addEventListener('change', (ev) => {
+    const v = /** @type {HTMLSelectElement} */ (ev.target).value;
+    useLanguage(v === 'ja' ? 'ja' : 'en', true);
+  });
   const fromHash = location.hash.slice(1);
   if (['locks', 'access', 'alarms', 'problems', 'keys', 'lockdown', 'staff'].includes(fromHash)) state.tab = fromHash;
   let searchTimer = 0;
@@ -1366,7 +1592,7 @@ async function probe() {
   } catch (e) {
     if (!(e instanceof ApiError && e.status === 401)) {
       if (!handleAuthError(e)) {
-        setText($('signin-message'), 'The gateway is not answering. Reload the page to try again.');
+        setText($('signin-message'), t('signin.notAnsweringReload'));
         show('signin');
       }
       return;

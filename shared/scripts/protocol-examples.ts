@@ -95,6 +95,8 @@ export async function renderProtocolExamples(): Promise<Record<string, string>> 
     validUntil: Date.UTC(2026, 11, 1, 10),
     schedule: { timeZone: 'Asia/Tokyo', windows: [{ days: [1, 2, 3, 4, 5], start: '07:00', end: '22:00' }] },
     offlineCapable: false,
+    personName: 'Aiko Tanaka',
+    doorNames: { [asDoorId('door-101')]: 'Room 101' },
   };
   const down = async (draft: Parameters<typeof signMessage<DownlinkMessage>>[2]) => {
     const { token, message } = await signMessage<DownlinkMessage>(cloudKey, EXAMPLE.cloudIssuer, draft, clock);

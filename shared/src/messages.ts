@@ -65,6 +65,19 @@ export const DEFAULT_OFFLINE_MAX_SECONDS = 7 * 86_400;
 /** Highest offline cap a grant may carry (and the cloud may be configured with): 365 days. */
 export const OFFLINE_MAX_SECONDS_LIMIT = 365 * 86_400;
 
+/**
+ * A name a person reads (a door's "Room 101", a guest's "Aiko Tanaka"): 1–80
+ * characters after trimming, no control characters. Never a credential and
+ * nothing personal beyond the name itself.
+ */
+export const DisplayName = z
+  .string()
+  .trim()
+  .min(1)
+  .max(80)
+  .regex(/^[^\p{Cc}]+$/u, 'no control characters');
+export type DisplayName = z.infer<typeof DisplayName>;
+
 export const KeyGrant = z.strictObject({
   keyId: KeyId,
   version: Version,
@@ -88,6 +101,14 @@ export const KeyGrant = z.strictObject({
    * refuses only offline-capable grants: upgrade gateways first).
    */
   offlineMaxSeconds: z.int().min(1).max(OFFLINE_MAX_SECONDS_LIMIT).optional(),
+  /**
+   * Display names, for the staff UI only (never used to decide): the
+   * person's, and those of the doors in `doors` (a name for a door not in
+   * `doors` is ignored). Optional and additive: a grant without them is
+   * shown with ids.
+   */
+  personName: DisplayName.optional(),
+  doorNames: z.record(DoorId, DisplayName).optional(),
 });
 export type KeyGrant = z.infer<typeof KeyGrant>;
 

@@ -3,6 +3,7 @@ import { purgeLockRefusals, purgeRejected } from '../adapters/sqlite/diagnostics
 import { purgeProcessed } from '../adapters/sqlite/inbox.js';
 import { purgeIncompleteSnapshots } from '../adapters/sqlite/keyset.js';
 import { purgeSentOutbox } from '../adapters/sqlite/outbox.js';
+import { purgeStaffActions } from '../adapters/sqlite/staff-actions.js';
 import { nowOf, type AppContext } from './context.js';
 
 const DAY = 24 * 3600 * 1000;
@@ -11,7 +12,8 @@ const DAY = 24 * 3600 * 1000;
  * The hourly purge. Retention: processed inbox 30 days (failed rows stay),
  * acknowledged outbox 7 days, incomplete snapshots 1 day, lock refusals and
  * rejected downlinks by the store's retention, the access log by `accessLog`
- * (only rows the cloud already has). Returns the rows deleted.
+ * and the staff audit (staff_actions) by the store's retention (both: only
+ * rows the cloud already has). Returns the rows deleted.
  */
 export function purgeOld(ctx: Pick<AppContext, 'store' | 'time'>): number {
   const { db, retention } = ctx.store;
@@ -22,6 +24,7 @@ export function purgeOld(ctx: Pick<AppContext, 'store' | 'time'>): number {
     purgeIncompleteSnapshots(db, now - DAY) +
     purgeLockRefusals(db, now, retention.lockRefusalsMaxAgeMs) +
     purgeRejected(db, now, retention.rejectedMaxAgeMs) +
-    purgeAccessLog(db, now, { maxRows: retention.accessLogMaxRows, maxAgeMs: retention.accessLogMaxAgeMs })
+    purgeAccessLog(db, now, { maxRows: retention.accessLogMaxRows, maxAgeMs: retention.accessLogMaxAgeMs }) +
+    purgeStaffActions(db, now, { maxRows: retention.staffActionsMaxRows, maxAgeMs: retention.staffActionsMaxAgeMs })
   );
 }

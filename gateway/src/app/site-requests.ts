@@ -1,6 +1,7 @@
 import { newCorrelationId, parseTopic, topics, withCorrelation, type Logger } from '@tobira/shared';
 import type { Link } from '../adapters/mqtt/links.js';
 import { handleLockRequests, type AccessAnswer, type AccessDeps } from './access.js';
+import type { LiveEvent } from './live-feed.js';
 import { handleLockMessage, recordLockRefusal } from './locks.js';
 
 /**
@@ -16,6 +17,8 @@ export interface SiteRequestsDeps extends AccessDeps {
   readonly stopping: () => boolean;
   /** Lines of this router's own failures (the daemon's run log). */
   readonly runLog: Logger;
+  /** Told after each commit what changed (the staff page's live feed); absent: nobody listens. */
+  readonly changed?: (e: LiveEvent) => void;
 }
 
 /**
@@ -57,6 +60,9 @@ export function siteMessageRouter(deps: SiteRequestsDeps): (topic: string, paylo
       deps.runLog.error({ err: e, requests: batch.length }, 'lock requests not decided');
       return;
     }
+    for (const [i, a] of answers.entries())
+      if (a !== null && !a.replayed)
+        deps.changed?.({ type: 'access', lockId: batch[i]!.lockId, allowed: a.decision.allowed, code: a.decision.code });
     const link = deps.site();
     if (link === null) return;
     publishAnswers(
@@ -91,6 +97,7 @@ export function siteMessageRouter(deps: SiteRequestsDeps): (topic: string, paylo
         if (pending.length === 1) setImmediate(flush);
       } else if (t.channel === 'state' || t.channel === 'event' || t.channel === 'presence') {
         handleLockMessage(deps, t.lockId, t.channel, payload);
+        deps.changed?.(t.channel === 'event' ? { type: 'alarm', lockId: t.lockId } : { type: 'lock', lockId: t.lockId });
       }
     } catch (e) {
       deps.runLog.error({ err: e, topic }, 'site message handling failed');

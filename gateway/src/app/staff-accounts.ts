@@ -272,6 +272,18 @@ export class StaffAccounts {
     return { account: s.account, sessionHash: h, csrfToken: csrfTokenOf(sessionId) };
   }
 
+  /**
+   * Whether a session is still live, without counting as activity (a live
+   * feed stream open for hours must not keep its session from idling out):
+   * false once signed out, disabled, idle too long or too old.
+   */
+  stillLive(sessionHash: string): boolean {
+    const s = sessionByHash(this.#d.db, sessionHash);
+    if (s === null) return false;
+    const now = this.#d.now();
+    return s.account.disabledAt === null && now - s.session.lastSeenAt < this.#d.idleMs && now - s.session.createdAt < this.#d.absoluteMs;
+  }
+
   signOut(s: SessionInfo, cid: string): void {
     const db = this.#d.db;
     db.transaction(() => {

@@ -11,6 +11,7 @@ import { accessRoutes } from './routes/access.js';
 import { accountsRoutes } from './routes/accounts.js';
 import { alarmsRoutes } from './routes/alarms.js';
 import { diagnosticsRoutes } from './routes/diagnostics.js';
+import { eventsRoutes } from './routes/events.js';
 import { healthRoutes } from './routes/health.js';
 import { keysRoutes } from './routes/keys.js';
 import { locksRoutes } from './routes/locks.js';
@@ -72,6 +73,7 @@ export const GATEWAY_HTTP_CODES = Object.freeze({
   LOCK_NOT_FOUND: 'Remote unlock of a lock this gateway is not paired with; 404.',
   LOCK_OFFLINE: 'Remote unlock of a lock whose presence is offline: the command could not reach it; 409, nothing sent.',
   SITE_LOCKDOWN: 'Remote unlock while the site is in lockdown: end the lockdown first; 409, nothing sent.',
+  TOO_MANY_STREAMS: 'GET /staff/events over the open-stream limit (per session, or in all); 429 with Retry-After: the page polls instead.',
 });
 export type GatewayHttpCode = keyof typeof GATEWAY_HTTP_CODES;
 
@@ -221,6 +223,7 @@ export function buildApp(deps: HttpDeps & { readonly signInThrottle?: Partial<Th
     await alarmsRoutes(staff, deps);
     await diagnosticsRoutes(staff, deps);
     await keysRoutes(staff, deps);
+    await eventsRoutes(staff, deps);
   });
 
   return app;

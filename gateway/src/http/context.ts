@@ -2,6 +2,7 @@ import type { Logger, SiteMode } from '@tobira/shared';
 import type { Registry } from 'prom-client';
 import type { StaffLists } from '../adapters/sqlite/staff-queries.js';
 import type { StaffAccounts, StaffActor, SessionInfo } from '../app/staff-accounts.js';
+import type { LiveFeed } from '../app/live-feed.js';
 import type { AlarmAck } from '../app/staff-actions.js';
 import type { RemoteUnlockResult } from '../app/staff-unlock.js';
 import type { Health, StaffStatus } from '../app/staff-status.js';
@@ -38,6 +39,10 @@ export interface HttpDeps {
   readonly staff: StaffReads;
   /** Opens one door for one entry (supervisors; app/staff-unlock.ts) and publishes the command; undefined: not offered. */
   remoteUnlock?: ((lockId: string, reason: string, actor: StaffActor, cid: string) => RemoteUnlockResult) | undefined;
+  /** The live feed GET /staff/events streams (routes/events.ts); undefined: not offered. */
+  readonly live?: LiveFeed | undefined;
+  /** Open live streams allowed per session and in all (default routes/events.ts LIVE_STREAM_LIMITS). */
+  readonly liveStreamLimits?: { readonly perSession?: number; readonly total?: number } | undefined;
 }
 
 /** Who the request is from, set by the staff auth hook (app.ts). */

@@ -18,6 +18,9 @@ export interface RetentionLimits {
   /** access_log (audit, not diagnostics): pruned beyond these by the hourly purge, but only rows the cloud already has. */
   readonly accessLogMaxRows: number;
   readonly accessLogMaxAgeMs: number;
+  /** staff_actions (the staff audit): pruned beyond these by the hourly purge, but only rows the cloud already has. */
+  readonly staffActionsMaxRows: number;
+  readonly staffActionsMaxAgeMs: number;
 }
 export const DEFAULT_RETENTION: RetentionLimits = Object.freeze({
   lockRefusalsMaxRows: 10_000,
@@ -26,6 +29,8 @@ export const DEFAULT_RETENTION: RetentionLimits = Object.freeze({
   rejectedMaxAgeMs: 30 * 24 * 3600 * 1000,
   accessLogMaxRows: 100_000,
   accessLogMaxAgeMs: 30 * 24 * 3600 * 1000,
+  staffActionsMaxRows: 50_000,
+  staffActionsMaxAgeMs: 90 * 24 * 3600 * 1000,
 });
 
 /** A downlink message refused by verification, as recorded (never its payload). */

@@ -93,3 +93,21 @@ export function listStaffActions(db: ReadableDb, f: StaffActionFilter): Page<Sta
   );
   return pageOf(rows, f.limit, (r) => [r.at, r.id]);
 }
+
+/**
+ * Retention of the staff audit, as the access log's (access-log.ts
+ * purgeAccessLog): rows older than `maxAgeMs`, and beyond the newest
+ * `maxRows`, are deleted, but never one whose `staff.action` uplink the
+ * cloud has not acknowledged yet (the cloud's copy is the lasting audit).
+ * Returns the rows deleted.
+ */
+export function purgeStaffActions(db: WritableDb, now: number, bounds: { readonly maxRows: number; readonly maxAgeMs: number }): number {
+  const overflow: unknown = prepared(db, 'SELECT id FROM staff_actions ORDER BY id DESC LIMIT 1 OFFSET ?').get(bounds.maxRows);
+  const overflowId = overflow === undefined ? -1 : z.object({ id: z.int() }).parse(overflow).id;
+  return prepared(
+    db,
+    `DELETE FROM staff_actions WHERE (at < @cutoff OR id <= @overflowId)
+       AND action_id NOT IN (
+         SELECT json_extract(body, '$.actionId') FROM outbox WHERE type = 'staff.action' AND acked_at IS NULL)`,
+  ).run({ cutoff: now - bounds.maxAgeMs, overflowId }).changes;
+}

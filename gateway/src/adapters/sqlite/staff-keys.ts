@@ -16,8 +16,12 @@ export interface StaffKey {
   /** Where `now` falls in the validity window. */
   readonly validity: 'not_yet_valid' | 'valid' | 'expired';
   readonly personId: string;
+  /** The person's display name from the grant (null: the grant has none). */
+  readonly personName: string | null;
   readonly credentialType: string;
   readonly doors: readonly string[];
+  /** Display names of doors in `doors`, from the grant (a door without one is absent). */
+  readonly doorNames: Readonly<Record<string, string>>;
   readonly validFrom: number;
   readonly validUntil: number;
   readonly schedule: KeyGrant['schedule'];
@@ -35,6 +39,50 @@ const Row = z.object({
 
 export type KeyFilter = PageQuery<{ q: string; status: 'active' | 'revoked' }, [string]>;
 
+/** The grant's door names, only for doors the grant opens. */
+function namesOfDoors(g: KeyGrant): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const d of g.doors) {
+    const n = g.doorNames?.[d];
+    if (n !== undefined) out[d] = n;
+  }
+  return out;
+}
+
+/**
+ * The display names the site's grants carry (keys.grant_json): person id and
+ * door id to name, the most recently updated grant winning. For the staff
+ * views only; an id without a name is absent.
+ */
+export function siteNames(db: ReadableDb): { persons: Map<string, string>; doors: Map<string, string> } {
+  const rows = prepared(
+    db,
+    `SELECT person_id, json_extract(grant_json, '$.personName') AS person_name,
+            json_extract(grant_json, '$.doorNames') AS door_names, json_extract(grant_json, '$.doors') AS doors
+       FROM keys WHERE json_extract(grant_json, '$.personName') IS NOT NULL OR json_extract(grant_json, '$.doorNames') IS NOT NULL
+      ORDER BY updated_at, key_id`,
+  ).all();
+  const persons = new Map<string, string>();
+  const doors = new Map<string, string>();
+  for (const r of parseRows('keys', NamesRow, rows)) {
+    if (r.person_name !== null) persons.set(r.person_id, r.person_name);
+    if (r.door_names === null) continue;
+    const names = r.door_names;
+    for (const d of r.doors) {
+      const n = names[d];
+      if (n !== undefined) doors.set(d, n);
+    }
+  }
+  return { persons, doors };
+}
+
+const NamesRow = z.object({
+  person_id: z.string(),
+  person_name: z.string().nullable(),
+  door_names: jsonColumn(z.record(z.string(), z.string())).nullable(),
+  doors: jsonColumn(z.array(z.string())),
+});
+
 /** Keys by key id, keyset-paginated; `q` matches a key id, person id or door id containing it (without case). */
 export function listKeysOnSite(db: ReadableDb, f: KeyFilter, now: number): Page<StaffKey> {
   const like = f.q === undefined ? null : `%${f.q.replace(/[\\%_]/g, (c) => `\\${c}`)}%`;
@@ -46,6 +94,7 @@ export function listKeysOnSite(db: ReadableDb, f: KeyFilter, now: number): Page<
       `SELECT k.key_id, k.version, k.status, k.updated_at, k.grant_json FROM keys k
         WHERE (@status IS NULL OR k.status = @status)
           AND (@q IS NULL OR k.key_id LIKE @q ESCAPE '\\' OR k.person_id LIKE @q ESCAPE '\\'
+               OR json_extract(k.grant_json, '$.personName') LIKE @q ESCAPE '\\'
                OR EXISTS (SELECT 1 FROM json_each(k.grant_json, '$.doors') d WHERE d.value LIKE @q ESCAPE '\\'))
           AND (@after IS NULL OR k.key_id > @after)
         ORDER BY k.key_id LIMIT @n`,
@@ -59,8 +108,10 @@ export function listKeysOnSite(db: ReadableDb, f: KeyFilter, now: number): Page<
       status: r.status,
       validity: now < g.validFrom ? 'not_yet_valid' : now >= g.validUntil ? 'expired' : 'valid',
       personId: g.personId,
+      personName: g.personName ?? null,
       credentialType: g.credential.type,
       doors: g.doors,
+      doorNames: namesOfDoors(g),
       validFrom: g.validFrom,
       validUntil: g.validUntil,
       schedule: g.schedule,

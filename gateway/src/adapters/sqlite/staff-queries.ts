@@ -1,6 +1,7 @@
 import { pageOf, parseRow, parseRows, type Page, type PageQuery } from '@tobira/shared';
 import { z } from 'zod';
 import { countOf, flag, type ReadableDb } from './db.js';
+import { siteNames } from './staff-keys.js';
 import { AccessLogColumns, accessLogFields } from './access-log.js';
 import type { LockRefusal } from './diagnostics.js';
 import { listKeysOnSite, type KeyFilter, type StaffKey } from './staff-keys.js';
@@ -43,6 +44,8 @@ const LockRowSchema = z.object({
 export interface StaffLock {
   readonly lockId: string;
   readonly doorId: string | null;
+  /** The door's display name, from the site's grants (null: none names it). */
+  readonly doorName: string | null;
   /** From the lock's retained presence (an empty or missing one is offline). */
   readonly online: boolean;
   /** The last state the lock reported (null until it reports one); `stateAt` is the lock's own time. */
@@ -65,9 +68,11 @@ export function listLocks(db: ReadableDb, now: number): StaffLock[] {
          FROM locks l ORDER BY l.lock_id`,
     )
     .all();
+  const names = siteNames(db);
   return parseRows('locks', LockRowSchema, rows).map((r) => ({
     lockId: r.lock_id,
     doorId: r.door_id,
+    doorName: r.door_id === null ? null : (names.doors.get(r.door_id) ?? null),
     online: r.online,
     state: { bolt: r.bolt, door: r.door, battery: r.battery, at: r.state_at },
     lockout: {
@@ -91,6 +96,9 @@ const AccessRowSchema = AccessLogColumns.extend({ id: z.int() });
 export type AccessEventView = Readonly<Omit<ReturnType<typeof accessLogFields>, 'holdMs'>> & {
   /** A remote unlock's supervisor and reason; null on decisions made at a lock. */
   readonly by: { readonly accountId: string; readonly name: string; readonly reason: string } | null;
+  /** Display names from the site's grants as they are now (null: none names the person / door). */
+  readonly personName: string | null;
+  readonly doorName: string | null;
 };
 
 /** The filters of a list by time: `since` inclusive, `until` exclusive (ms). */
@@ -119,11 +127,17 @@ export function listAccessEvents(db: ReadableDb, f: AccessFilter): Page<AccessEv
       ...timeParams(f),
     });
   const parsed = parseRows('access_log', AccessRowSchema, rows);
+  const names = siteNames(db);
   return mapPage(
     pageOf(parsed, f.limit, (r) => [r.at, r.id]),
     (r): AccessEventView => {
       const { holdMs: _holdMs, ...view } = accessLogFields(r);
-      return { ...view, by: r.by_staff };
+      return {
+        ...view,
+        by: r.by_staff,
+        personName: view.personId === null ? null : (names.persons.get(view.personId) ?? null),
+        doorName: view.doorId === null ? null : (names.doors.get(view.doorId) ?? null),
+      };
     },
   );
 }

@@ -20,6 +20,7 @@ const UI_FILES = [
   { route: '/ui/', file: 'index.html', type: 'text/html; charset=utf-8' },
   { route: '/ui/app.js', file: 'app.js', type: 'text/javascript; charset=utf-8' },
   { route: '/ui/app.css', file: 'app.css', type: 'text/css; charset=utf-8' },
+  { route: '/ui/messages.js', file: 'messages.js', type: 'text/javascript; charset=utf-8' },
 ] as const;
 
 /** gateway/ui, next to this package's src/ (no build step: the files are used as they are in the repository). */
