@@ -5,7 +5,9 @@
  * - Debian's `mosquitto` with `mosquitto_ctrl` and its dynamic-security
  *   plugin: broker-account and site-login tests start Mosquittos of their own.
  * - Debian's `chromium`: the staff web UI tests drive it through
- *   playwright-core (a browser is never downloaded).
+ *   playwright-core (a browser is never downloaded); Debian's
+ *   `fonts-ipafont-gothic` (3.5 MB), so its screenshots of the staff UI in
+ *   Japanese show the text, not empty boxes.
  *
  * Missing ones are installed with apt-get when it can (root, Debian); else it
  * stops with one line naming the command to run. Never a silent skip: a
@@ -46,6 +48,11 @@ const needs: readonly Need[] = [
     present: () => existsSync(process.env.TOBIRA_DYNSEC_PLUGIN ?? DEFAULT_DYNSEC_PLUGIN),
   },
   { what: 'chromium', pkg: 'chromium', present: () => existsSync(process.env.TOBIRA_CHROMIUM ?? '/usr/bin/chromium') },
+  {
+    what: 'a Japanese font (the staff UI screenshots in Japanese)',
+    pkg: 'fonts-ipafont-gothic',
+    present: () => existsSync('/usr/share/fonts/opentype/ipafont-gothic/ipag.ttf'),
+  },
 ];
 
 const say = (line: string) => process.stdout.write(`[tobira] ${line}\n`);
