@@ -48,6 +48,7 @@ import type { SiteScope } from './adapters/db/scope.js';
 import { channelsOf, type Channel } from './adapters/notifications/channels.js';
 import { NotificationDispatcher, type NotificationDispatchOptions } from './adapters/notifications/dispatcher.js';
 import * as notifications from './app/notifications.js';
+import * as signing from './app/signing-keys.js';
 import type { NotificationChannel } from './domain/notifications.js';
 
 export interface CloudDeps {
@@ -112,6 +113,7 @@ function coreOf(config: CloudConfig, cloudDeps: CloudDeps) {
     offlineKeyMaxSeconds: config.offlineKeyMaxSeconds,
     notificationChannel: config.notifications.channel,
   });
+  const signingDeps = (): signing.SigningDeps => ({ ...app(), signer: need(signer) });
   const stayDeps = (o: VerbOptions = {}): stays.StayDeps => ({ ...app(o), stripe, wakeBilling: () => billing?.wake() });
 
   return {
@@ -121,6 +123,7 @@ function coreOf(config: CloudConfig, cloudDeps: CloudDeps) {
       db = cloudDeps.db ?? (await openDb(config, startLog));
       await migrate(db, startLog, clock.now());
       signer = await loadSigner(config.issuer, config.signingJwk, startLog);
+      await signer.attach(db, clock.now());
       const opts = {
         // persistent session: uplinks not yet acknowledged (PUBACK after commit) are redelivered after a restart
         clean: config.mqttCleanSession,
@@ -315,6 +318,12 @@ function coreOf(config: CloudConfig, cloudDeps: CloudDeps) {
     endMembership: (input: memberships.EndMembershipInput) => memberships.endMembership(stayDeps(), input),
     selfCancelMembership: (input: Parameters<typeof memberships.selfCancelMembership>[1]) =>
       memberships.selfCancelMembership(stayDeps(), input),
+    // signing-key rotation (issue #17, docs/operations.md): publish → switch → re-sign → retire
+    listSigningKeys: () => signing.listSigningKeys(signingDeps()),
+    publishSigningKey: (input: Parameters<typeof signing.publishSigningKey>[1]) => signing.publishSigningKey(signingDeps(), input),
+    switchSigningKey: (input: Parameters<typeof signing.switchSigningKey>[1]) => signing.switchSigningKey(signingDeps(), input),
+    resignLiveGrants: (input: Parameters<typeof signing.resignLiveGrants>[1] = {}) => signing.resignLiveGrants(signingDeps(), input),
+    retireSigningKey: (input: Parameters<typeof signing.retireSigningKey>[1]) => signing.retireSigningKey(signingDeps(), input),
   };
 }
 
