@@ -48,6 +48,7 @@ describe('SQLite store', () => {
       { version: 6, name: 'uplink_ack_behind' },
       { version: 7, name: 'flood_bounds' },
       { version: 8, name: 'staff_accounts' },
+      { version: 10, name: 'trusted_cloud_keys' },
     ]);
   });
 

@@ -33,6 +33,7 @@ export const DECISION_WORDS = Object.freeze({
   BAD_REQUEST: 'The lock sent a malformed request',
   RATE_LIMITED: 'The lock sent too many requests too fast: refused without deciding',
   STORAGE_FULL: 'Refused because the gateway is almost out of disk space (only staff master keys open)',
+  SIGNER_RETIRED: 'Key was granted under a retired cloud signing key and not renewed since',
 });
 
 /** Why the doors fail closed (`failClosedReason` of /staff/status): a title and what to do. */

@@ -106,17 +106,24 @@ export async function saveSigningKey(q: Queryable, k: SigningKeyRow, expectedSta
   return r.rowCount ?? 0;
 }
 
+const APPLIED = `(result = 'applied' OR code = 'KEYSET_UNCHANGED')`;
+
 export async function allGatewayIds(q: Queryable): Promise<string[]> {
   const r = await q.query<{ id: string }>('SELECT id FROM gateways ORDER BY id');
   return r.rows.map((x) => x.id);
 }
 
-/** Gateways that have not applied (acked applied or noop) this key's step: every gateway without such an ack. */
+/**
+ * Gateways that have not applied this key's step: every gateway without an
+ * ack `applied`, or noop `KEYSET_UNCHANGED` (it had it already). Any other
+ * noop does not count: DUPLICATE_MESSAGE is an update skipped because a
+ * snapshot covered its seq, and a snapshot carries no trusted keys.
+ */
 export async function gatewaysNotAcked(q: Queryable, kid: string, step: 'publish' | 'retire'): Promise<string[]> {
   const r = await q.query<{ id: string }>(
     `SELECT g.id FROM gateways g
       WHERE NOT EXISTS (SELECT 1 FROM signing_key_deliveries d
-                         WHERE d.kid = $1 AND d.step = $2 AND d.gateway_id = g.id AND d.result IN ('applied', 'noop'))
+                         WHERE d.kid = $1 AND d.step = $2 AND d.gateway_id = g.id AND ${APPLIED})
       ORDER BY g.id`,
     [kid, step],
   );
@@ -167,7 +174,7 @@ const CountRow = z.object({
 });
 export async function deliveryCounts(q: Queryable): Promise<DeliveryCount[]> {
   const r = await q.query(
-    `SELECT kid, step, count(*) AS queued, count(*) FILTER (WHERE result IN ('applied', 'noop')) AS applied,
+    `SELECT kid, step, count(*) AS queued, count(*) FILTER (WHERE ${APPLIED}) AS applied,
             count(*) FILTER (WHERE result = 'refused') AS refused
        FROM signing_key_deliveries GROUP BY kid, step ORDER BY kid, step`,
   );
