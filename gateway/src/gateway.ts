@@ -1,7 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import {
-  KeySet,
   createLogger,
   decodeSecret,
   filters,

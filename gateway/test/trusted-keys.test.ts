@@ -46,14 +46,29 @@ describe('keyset.update rules (domain/trusted-keys.ts)', () => {
       status: 'refused',
       code: 'KEYSET_SELF_RETIRE',
     });
-    expect(applyKeySetUpdate([trusted(a), trusted(b)], { add: [], retire: [{ kid: a.kid, at: T0 }, { kid: b.kid, at: T0 }] }, c.kid, T0)).toMatchObject({
+    expect(
+      applyKeySetUpdate(
+        [trusted(a), trusted(b)],
+        {
+          add: [],
+          retire: [
+            { kid: a.kid, at: T0 },
+            { kid: b.kid, at: T0 },
+          ],
+        },
+        c.kid,
+        T0,
+      ),
+    ).toMatchObject({
       status: 'refused',
       code: 'KEYSET_WOULD_BE_EMPTY',
     });
   });
 
   it('refuses a known kid with another public key; an update that changes nothing is a noop', () => {
-    expect(applyKeySetUpdate([trusted(a)], { add: [{ jwk: { ...pub(b), kid: a.kid }, notBefore: T0 }], retire: [] }, a.kid, T0)).toMatchObject({
+    expect(
+      applyKeySetUpdate([trusted(a)], { add: [{ jwk: { ...pub(b), kid: a.kid }, notBefore: T0 }], retire: [] }, a.kid, T0),
+    ).toMatchObject({
       status: 'refused',
       code: 'INVALID_PUBLIC_KEY',
     });
@@ -99,19 +114,30 @@ describe.each(mqttBackends())('trusted cloud keys of a running gateway against %
     await s.cloud.publishRaw((await update(s, { add: [{ jwk: pub(next), notBefore: T0 }] })).token);
     // as the cloud does (switch waits for the ack): nothing under the next key before the gateway applied it
     await waitFor(() => s.gw.store.settings().appliedSeq >= s.cloud.seq, 'the add applied');
-    const kept = (await s.cloud.sign(
-      { type: 'key.grant', seq: ++s.cloud.seq, body: { key: s.gw.store.loadSlot('key-kept').key!.grant } },
-      nextKey,
-    )).token;
+    const kept = (
+      await s.cloud.sign({ type: 'key.grant', seq: ++s.cloud.seq, body: { key: s.gw.store.loadSlot('key-kept').key!.grant } }, nextKey)
+    ).token;
     await s.cloud.publishRaw(kept);
     // retire the old key, in an update signed by the next one
     await s.cloud.publishRaw((await update(s, { retire: [{ kid: s.f.cloudPair.kid, at: T0 }] }, nextKey)).token);
     await waitFor(() => s.gw.store.settings().appliedSeq >= s.cloud.seq, 'the rotation applied');
-    expect(s.gw.store.trustedKeys().map((k) => [k.kid, k.status]).sort()).toEqual([[next.kid, 'trusted'], [s.f.cloudPair.kid, 'retired']].sort());
+    expect(
+      s.gw.store
+        .trustedKeys()
+        .map((k) => [k.kid, k.status])
+        .sort(),
+    ).toEqual(
+      [
+        [next.kid, 'trusted'],
+        [s.f.cloudPair.kid, 'retired'],
+      ].sort(),
+    );
     await waitFor(() => acks(s).length >= 2, 'both updates acked');
     expect(acks(s).map((a) => a.body.code)).toEqual(['KEYSET_UPDATED', 'KEYSET_UPDATED']);
     // a heartbeat under the new key keeps the site fresh
-    await s.cloud.publishRaw((await s.cloud.sign({ type: 'heartbeat', body: { lastSeq: s.cloud.seq, intervalMs: 30_000 } }, nextKey)).token);
+    await s.cloud.publishRaw(
+      (await s.cloud.sign({ type: 'heartbeat', body: { lastSeq: s.cloud.seq, intervalMs: 30_000 } }, nextKey)).token,
+    );
     await waitFor(() => (s.gw.store.settings().leaseExpiresAt ?? 0) > s.f.clock.now(), 'fresh lease');
     expect(await s.lock.present(PIN)).toMatchObject({ allowed: true, code: 'ALLOWED' });
     expect(await s.lock.present('777777')).toMatchObject({ allowed: false, code: 'SIGNER_RETIRED' });
@@ -159,7 +185,17 @@ describe.each(mqttBackends())('trusted cloud keys of a running gateway against %
     const again = createGateway(s.f.config, { clock: s.f.clock, log: silentLog(), tickMs: 50 });
     await again.start();
     try {
-      expect(again.store.trustedKeys().map((k) => [k.kid, k.status]).sort()).toEqual([[next.kid, 'trusted'], [s.f.cloudPair.kid, 'retired']].sort());
+      expect(
+        again.store
+          .trustedKeys()
+          .map((k) => [k.kid, k.status])
+          .sort(),
+      ).toEqual(
+        [
+          [next.kid, 'trusted'],
+          [s.f.cloudPair.kid, 'retired'],
+        ].sort(),
+      );
     } finally {
       await again.stop({ force: true });
     }
