@@ -113,7 +113,7 @@ function coreOf(config: CloudConfig, cloudDeps: CloudDeps) {
     offlineKeyMaxSeconds: config.offlineKeyMaxSeconds,
     notificationChannel: config.notifications.channel,
   });
-  const signingDeps = (): signing.SigningDeps => ({ ...app(), signer: need(signer) });
+  const signingDeps = (o: VerbOptions = {}): signing.SigningDeps => ({ ...app(o), signer: need(signer) });
   const stayDeps = (o: VerbOptions = {}): stays.StayDeps => ({ ...app(o), stripe, wakeBilling: () => billing?.wake() });
 
   return {
@@ -320,10 +320,14 @@ function coreOf(config: CloudConfig, cloudDeps: CloudDeps) {
       memberships.selfCancelMembership(stayDeps(), input),
     // signing-key rotation (issue #17, docs/operations.md): publish → switch → re-sign → retire
     listSigningKeys: () => signing.listSigningKeys(signingDeps()),
-    publishSigningKey: (input: Parameters<typeof signing.publishSigningKey>[1]) => signing.publishSigningKey(signingDeps(), input),
-    switchSigningKey: (input: Parameters<typeof signing.switchSigningKey>[1]) => signing.switchSigningKey(signingDeps(), input),
-    resignLiveGrants: (input: Parameters<typeof signing.resignLiveGrants>[1] = {}) => signing.resignLiveGrants(signingDeps(), input),
-    retireSigningKey: (input: Parameters<typeof signing.retireSigningKey>[1]) => signing.retireSigningKey(signingDeps(), input),
+    publishSigningKey: (input: Parameters<typeof signing.publishSigningKey>[1], o?: VerbOptions) =>
+      signing.publishSigningKey(signingDeps(o), input),
+    switchSigningKey: (input: Parameters<typeof signing.switchSigningKey>[1], o?: VerbOptions) =>
+      signing.switchSigningKey(signingDeps(o), input),
+    resignLiveGrants: (input: Parameters<typeof signing.resignLiveGrants>[1] = {}, o?: VerbOptions) =>
+      signing.resignLiveGrants(signingDeps(o), input),
+    retireSigningKey: (input: Parameters<typeof signing.retireSigningKey>[1], o?: VerbOptions) =>
+      signing.retireSigningKey(signingDeps(o), input),
   };
 }
 

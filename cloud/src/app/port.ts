@@ -79,8 +79,8 @@ export interface CloudVerbs {
   /** Signing-key rotation (issue #17, docs/operations.md); these run their own transactions. */
   readonly jwks: Jwks;
   listSigningKeys(): Promise<signing.SigningKeyView[]>;
-  publishSigningKey(input: Parameters<typeof signing.publishSigningKey>[1]): Promise<signing.SigningResult>;
-  switchSigningKey(input: Parameters<typeof signing.switchSigningKey>[1]): Promise<signing.SigningResult>;
-  resignLiveGrants(input?: Parameters<typeof signing.resignLiveGrants>[1]): Promise<signing.SigningResult>;
-  retireSigningKey(input: Parameters<typeof signing.retireSigningKey>[1]): Promise<signing.SigningResult>;
+  publishSigningKey(input: Parameters<typeof signing.publishSigningKey>[1], o?: VerbOptions): Promise<signing.SigningResult>;
+  switchSigningKey(input: Parameters<typeof signing.switchSigningKey>[1], o?: VerbOptions): Promise<signing.SigningResult>;
+  resignLiveGrants(input?: Parameters<typeof signing.resignLiveGrants>[1], o?: VerbOptions): Promise<signing.SigningResult>;
+  retireSigningKey(input: Parameters<typeof signing.retireSigningKey>[1], o?: VerbOptions): Promise<signing.SigningResult>;
 }

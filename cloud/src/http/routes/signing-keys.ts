@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import { cidOf, idempotent, problem, statusOf, type Api, type Ctx } from '../context.js';
 import { OutcomeStatus, errorResponses } from '../schemas.js';
+import type { VerbOptions } from '../../app/port.js';
 
 const Kid = z.string().regex(/^[A-Za-z0-9_.:-]{1,128}$/);
 const KidParams = z.strictObject({ kid: Kid });
@@ -76,6 +77,7 @@ export function signingKeysRoutes(app: Api, ctx: Ctx): void {
       kid: string,
       body: { retireAfterSeconds?: number | undefined },
       cid: ReturnType<typeof cidOf>,
+      o: VerbOptions,
     ) => ReturnType<Ctx['cloud']['publishSigningKey']>,
   ) =>
     app.post(
@@ -99,8 +101,9 @@ export function signingKeysRoutes(app: Api, ctx: Ctx): void {
         },
       },
       (req, reply) =>
-        idempotent(ctx, req, reply, async () => {
-          const o = await run(req.params.kid, req.body ?? {}, cidOf(req));
+        // in the idempotency unit's transaction: the step and its stored answer commit together
+        idempotent(ctx, req, reply, async ({ db }) => {
+          const o = await run(req.params.kid, req.body ?? {}, cidOf(req), { db });
           if (o.status === 'applied' || o.status === 'noop')
             return { statusCode: 200, body: { status: o.status, code: o.code, key: o.state.key, queued: o.state.queued } };
           return { statusCode: statusOf(o), body: o.status === 'refused' ? problem(o.code, o.detail) : { status: o.status, code: o.code } };
@@ -110,18 +113,21 @@ export function signingKeysRoutes(app: Api, ctx: Ctx): void {
   step(
     '/signing-keys/:kid/publish',
     'Publish a staged key: JWKS, and a keyset.update adding it for every gateway that has not applied it',
-    (kid, _b, cid) => ctx.cloud.publishSigningKey({ kid, cid }),
+    (kid, _b, cid, o) => ctx.cloud.publishSigningKey({ kid, cid }, o),
   );
   step(
     '/signing-keys/:kid/switch',
     'Sign with this key from now on (refused SIGNING_KEY_NOT_DELIVERED until every gateway applied its publish)',
-    (kid, b, cid) =>
-      ctx.cloud.switchSigningKey({ kid, cid, ...(b.retireAfterSeconds !== undefined ? { retireAfterSeconds: b.retireAfterSeconds } : {}) }),
+    (kid, b, cid, o) =>
+      ctx.cloud.switchSigningKey(
+        { kid, cid, ...(b.retireAfterSeconds !== undefined ? { retireAfterSeconds: b.retireAfterSeconds } : {}) },
+        o,
+      ),
   );
   step(
     '/signing-keys/:kid/retire',
     'Retire a previous signer: a keyset.update retiring it for every gateway (after the re-sign step)',
-    (kid, _b, cid) => ctx.cloud.retireSigningKey({ kid, cid }),
+    (kid, _b, cid, o) => ctx.cloud.retireSigningKey({ kid, cid }, o),
   );
 
   app.post(
@@ -135,8 +141,8 @@ export function signingKeysRoutes(app: Api, ctx: Ctx): void {
       },
     },
     (req, reply) =>
-      idempotent(ctx, req, reply, async () => {
-        const o = await ctx.cloud.resignLiveGrants({ cid: cidOf(req) });
+      idempotent(ctx, req, reply, async ({ db }) => {
+        const o = await ctx.cloud.resignLiveGrants({ cid: cidOf(req) }, { db });
         if (o.status === 'applied' || o.status === 'noop')
           return { statusCode: 200, body: { status: o.status, code: o.code, key: o.state.key, queued: o.state.queued } };
         return { statusCode: statusOf(o), body: o.status === 'refused' ? problem(o.code, o.detail) : { status: o.status, code: o.code } };
