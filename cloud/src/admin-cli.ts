@@ -67,6 +67,7 @@ env: TOBIRA_API (e.g. http://127.0.0.1:8080), TOBIRA_TOKEN (bearer token)
   signing rotate publish <kid>  JWKS + a keyset.update adding it for every gateway (run again to re-send to late ones)
   signing rotate switch <kid> [--retire-after-seconds N]   sign with it (refused until every gateway applied the publish)
   signing rotate resign         queue every live grant again under the current signing key
+                                (<kid> may be given as --kid=KID, for a kid starting with '-')
   signing rotate retire <kid>   retire the previous signer: a keyset.update retiring it for every gateway
 options: --idempotency-key K, --cid CORRELATION_ID
 times (T): ISO 8601 (2026-01-01T00:00:00Z) or epoch milliseconds`;
@@ -168,6 +169,7 @@ export async function runAdminCli(argv: readonly string[], io: CliIo): Promise<n
         email: { type: 'string' },
         locale: { type: 'string' },
         'retire-after-seconds': { type: 'string' },
+        kid: { type: 'string' },
         help: { type: 'boolean', short: 'h' },
       },
     });
@@ -352,7 +354,8 @@ export async function runAdminCli(argv: readonly string[], io: CliIo): Promise<n
       case 'signing list':
         return await call('GET', '/signing-keys');
       case 'signing rotate': {
-        const kid = positionals[3];
+        // --kid=K for a kid that starts with '-' (base64url thumbprints may), which would read as an option
+        const kid = o.kid ?? positionals[3];
         const k = () => encodeURIComponent(need(kid, '<kid>'));
         switch (arg) {
           case 'publish':

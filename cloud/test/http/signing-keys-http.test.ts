@@ -55,9 +55,9 @@ describe.each(pgBackends())('signing keys over HTTP and the CLI on %s', (backend
     [k1, k2] = await Promise.all([generateSigningKeyPair(), generateSigningKeyPair()]);
     await start([k1]);
     admin = (await createApiToken(cloud.db, { name: 'admin', role: 'admin' })).token;
-    auditor = (await createApiToken(cloud.db, { name: 'auditor', role: 'auditor' })).token;
     const site = await cloud.createSite({ id: `site-${gatewayId}`, name: 'Sig', timeZone: 'Asia/Tokyo', offlineGraceSeconds: 300 });
     expect(site.status).toBe('applied');
+    auditor = (await createApiToken(cloud.db, { name: 'auditor', role: 'auditor', sites: [`site-${gatewayId}`] })).token;
     const gw = await generateSigningKeyPair();
     expect((await cloud.registerGateway({ gatewayId, siteId: `site-${gatewayId}`, publicJwk: gw.publicJwk })).status).toBe('applied');
     // the "add" step: the new key in CLOUD_SIGNING_JWK, the cloud restarted
@@ -102,12 +102,12 @@ describe.each(pgBackends())('signing keys over HTTP and the CLI on %s', (backend
         expect.objectContaining({ kid: k2.kid, status: 'staged', loaded: true }),
       ]),
     );
-    expect(await cli('signing', 'rotate', 'switch', k2.kid)).toMatchObject({
+    expect(await cli('signing', 'rotate', 'switch', `--kid=${k2.kid}`)).toMatchObject({
       code: 1,
       status: 422,
       json: { code: 'SIGNING_KEY_NOT_PUBLISHED' },
     });
-    expect(await cli('signing', 'rotate', 'retire', k1.kid)).toMatchObject({
+    expect(await cli('signing', 'rotate', 'retire', `--kid=${k1.kid}`)).toMatchObject({
       code: 1,
       status: 422,
       json: { code: 'SIGNING_KEY_IS_SIGNER' },
@@ -118,10 +118,10 @@ describe.each(pgBackends())('signing keys over HTTP and the CLI on %s', (backend
       json: { code: 'SIGNING_KEY_NOT_FOUND' },
     });
 
-    const pub = await cli('signing', 'rotate', 'publish', k2.kid);
+    const pub = await cli('signing', 'rotate', 'publish', `--kid=${k2.kid}`);
     expect(pub).toMatchObject({ code: 0, status: 200, json: { status: 'applied', code: 'SIGNING_KEY_PUBLISHED', queued: 1 } });
     expect((await jwks()).body.keys.map((k) => k.kid)).toEqual([k1.kid, k2.kid]);
-    const refused = await cli('signing', 'rotate', 'switch', k2.kid);
+    const refused = await cli('signing', 'rotate', 'switch', `--kid=${k2.kid}`);
     expect(refused).toMatchObject({ code: 1, status: 422, json: { code: 'SIGNING_KEY_NOT_DELIVERED' } });
     expect(String(refused.json.detail)).toContain(gatewayId);
     // the gateway applies the keyset.update (the uplink inbox records its ack by the message's jti)
@@ -132,18 +132,18 @@ describe.each(pgBackends())('signing keys over HTTP and the CLI on %s', (backend
     expect(
       await recordDeliveryAck(cloud.db, { gatewayId, jti: jti.rows[0]?.jti ?? '', result: 'applied', code: 'KEYSET_UPDATED' }, Date.now()),
     ).toBe(1);
-    expect(await cli('signing', 'rotate', 'publish', k2.kid)).toMatchObject({
+    expect(await cli('signing', 'rotate', 'publish', `--kid=${k2.kid}`)).toMatchObject({
       status: 200,
       json: { status: 'noop', code: 'SIGNING_KEY_ALREADY_PUBLISHED' },
     });
 
-    const sw = await cli('signing', 'rotate', 'switch', k2.kid, '--retire-after-seconds', '600');
+    const sw = await cli('signing', 'rotate', 'switch', `--kid=${k2.kid}`, '--retire-after-seconds', '600');
     expect(sw).toMatchObject({ code: 0, status: 200, json: { status: 'applied', code: 'SIGNING_KEY_SWITCHED' } });
     expect(cloud.jwks.keys[0]?.kid).toBe(k2.kid);
     const old = (await cloud.listSigningKeys()).find((k) => k.kid === k1.kid);
     expect(old).toMatchObject({ status: 'previous' });
     expect(typeof (await jwks()).body.keys.find((k) => k.kid === k1.kid)?.retire_after).toBe('number');
-    expect(await cli('signing', 'rotate', 'retire', k1.kid)).toMatchObject({
+    expect(await cli('signing', 'rotate', 'retire', `--kid=${k1.kid}`)).toMatchObject({
       code: 1,
       status: 422,
       json: { code: 'SIGNING_KEY_RESIGN_PENDING' },
@@ -154,18 +154,24 @@ describe.each(pgBackends())('signing keys over HTTP and the CLI on %s', (backend
       status: 200,
       json: { status: 'applied', code: 'SIGNING_KEY_RESIGN_QUEUED' },
     });
-    expect(await cli('signing', 'rotate', 'retire', k1.kid)).toMatchObject({
+    expect(await cli('signing', 'rotate', 'retire', `--kid=${k1.kid}`)).toMatchObject({
       code: 0,
       status: 200,
       json: { status: 'applied', code: 'SIGNING_KEY_RETIRED', queued: 1 },
     });
-    expect(await cli('signing', 'rotate', 'retire', k1.kid)).toMatchObject({
+    expect(await cli('signing', 'rotate', 'retire', `--kid=${k1.kid}`)).toMatchObject({
       status: 200,
       json: { status: 'noop', code: 'SIGNING_KEY_ALREADY_RETIRED' },
     });
     // a retired key never comes back
-    expect(await cli('signing', 'rotate', 'publish', k1.kid)).toMatchObject({ status: 422, json: { code: 'SIGNING_KEY_WRONG_STATE' } });
-    expect(await cli('signing', 'rotate', 'switch', k1.kid)).toMatchObject({ status: 422, json: { code: 'SIGNING_KEY_WRONG_STATE' } });
+    expect(await cli('signing', 'rotate', 'publish', `--kid=${k1.kid}`)).toMatchObject({
+      status: 422,
+      json: { code: 'SIGNING_KEY_WRONG_STATE' },
+    });
+    expect(await cli('signing', 'rotate', 'switch', `--kid=${k1.kid}`)).toMatchObject({
+      status: 422,
+      json: { code: 'SIGNING_KEY_WRONG_STATE' },
+    });
     expect((await jwks()).body.keys.map((k) => k.kid)).toEqual([k2.kid]);
     // the outbox holds the two keyset.update rows for the gateway: add k2, then retire k1
     const rows = await cloud.db.query<{ type: string; body: { add: { jwk: { kid: string } }[]; retire: { kid: string }[] } }>(

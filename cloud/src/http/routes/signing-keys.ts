@@ -96,7 +96,8 @@ export function signingKeysRoutes(app: Api, ctx: Ctx): void {
                 .max(365 * 86_400)
                 .optional(),
             })
-            .optional(),
+            // no body at all is fine (Fastify hands the schema null then)
+            .nullish(),
           response: { ...errorResponses, 200: StepAnswer },
         },
       },
