@@ -3,7 +3,7 @@ import { readFile } from 'node:fs/promises';
 import { realpathSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import { createLogger } from '@tobira/shared';
+import { createLogger, generateSigningKeyPair } from '@tobira/shared';
 import type { Queryable } from './adapters/db/db.js';
 import { migrate } from './adapters/db/migrate.js';
 import { openDb } from './adapters/db/open.js';
@@ -61,6 +61,14 @@ env: TOBIRA_API (e.g. http://127.0.0.1:8080), TOBIRA_TOKEN (bearer token)
   sites locale <id> --locale ja|en|''   the site's fallback language for its people with none
   tokens bootstrap --name N [--expires-in-days N]   direct to the database (DATABASE_URL or PGLITE_DATA_DIR): prints a new
                                 admin token once; it never expires unless --expires-in-days (rotate it once you have others)
+  signing list                  the cloud signing keys: staged / published / signing / previous / retired, deliveries
+  signing rotate add            prints a new Ed25519 private JWK (no API call): add it to CLOUD_SIGNING_JWK on every
+                                replica and restart them; the cloud registers it as staged (docs/operations.md)
+  signing rotate publish <kid>  JWKS + a keyset.update adding it for every gateway (run again to re-send to late ones)
+  signing rotate switch <kid> [--retire-after-seconds N]   sign with it (refused until every gateway applied the publish)
+  signing rotate resign         queue every live grant again under the current signing key
+                                (<kid> may be given as --kid=KID, for a kid starting with '-')
+  signing rotate retire <kid>   retire the previous signer: a keyset.update retiring it for every gateway
 options: --idempotency-key K, --cid CORRELATION_ID
 times (T): ISO 8601 (2026-01-01T00:00:00Z) or epoch milliseconds`;
 
@@ -160,6 +168,8 @@ export async function runAdminCli(argv: readonly string[], io: CliIo): Promise<n
         template: { type: 'string' },
         email: { type: 'string' },
         locale: { type: 'string' },
+        'retire-after-seconds': { type: 'string' },
+        kid: { type: 'string' },
         help: { type: 'boolean', short: 'h' },
       },
     });
@@ -187,6 +197,15 @@ export async function runAdminCli(argv: readonly string[], io: CliIo): Promise<n
 
   try {
     if (group === 'tokens' && verb === 'bootstrap') return await bootstrap(io, need(o.name, '--name'));
+    if (group === 'signing' && verb === 'rotate' && arg === 'add') {
+      // local: the private key never travels to the API; the operator puts it in CLOUD_SIGNING_JWK
+      const pair = await generateSigningKeyPair();
+      io.out(JSON.stringify({ kid: pair.kid, privateJwk: pair.privateJwk }, null, 2));
+      io.err(
+        `add privateJwk to CLOUD_SIGNING_JWK (a JSON array, the current keys first) on every replica, restart them, then: signing rotate publish ${pair.kid}`,
+      );
+      return 0;
+    }
 
     const api = need(io.env.TOBIRA_API, 'TOBIRA_API').replace(/\/$/, '');
     const token = need(io.env.TOBIRA_TOKEN, 'TOBIRA_TOKEN');
@@ -332,6 +351,27 @@ export async function runAdminCli(argv: readonly string[], io: CliIo): Promise<n
       case 'gateway health':
       case 'gateways health':
         return await call('GET', `/gateways/${id('<id>')}/health`);
+      case 'signing list':
+        return await call('GET', '/signing-keys');
+      case 'signing rotate': {
+        // --kid=K for a kid that starts with '-' (base64url thumbprints may), which would read as an option
+        const kid = o.kid ?? positionals[3];
+        const k = () => encodeURIComponent(need(kid, '<kid>'));
+        switch (arg) {
+          case 'publish':
+            return await call('POST', `/signing-keys/${k()}/publish`);
+          case 'switch': {
+            const after = count(o['retire-after-seconds'], 'retire-after-seconds');
+            return await call('POST', `/signing-keys/${k()}/switch`, after !== undefined ? { retireAfterSeconds: after } : {});
+          }
+          case 'resign':
+            return await call('POST', '/signing-keys/resign');
+          case 'retire':
+            return await call('POST', `/signing-keys/${k()}/retire`);
+          default:
+            throw new Usage('signing rotate add | publish <kid> | switch <kid> | resign | retire <kid>');
+        }
+      }
       case 'dead-letters list':
         return await call('GET', `/dead-letters${query({ siteId: site, gatewayId: o.gateway })}`);
       case 'dead-letters retry':

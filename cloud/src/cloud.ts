@@ -48,6 +48,7 @@ import type { SiteScope } from './adapters/db/scope.js';
 import { channelsOf, type Channel } from './adapters/notifications/channels.js';
 import { NotificationDispatcher, type NotificationDispatchOptions } from './adapters/notifications/dispatcher.js';
 import * as notifications from './app/notifications.js';
+import * as signing from './app/signing-keys.js';
 import type { NotificationChannel } from './domain/notifications.js';
 import { processMetrics } from './adapters/metrics/process.js';
 import type { Telemetry } from './app/telemetry.js';
@@ -115,6 +116,7 @@ function coreOf(config: CloudConfig, cloudDeps: CloudDeps) {
     offlineKeyMaxSeconds: config.offlineKeyMaxSeconds,
     notificationChannel: config.notifications.channel,
   });
+  const signingDeps = (o: VerbOptions = {}): signing.SigningDeps => ({ ...app(o), signer: need(signer) });
   const stayDeps = (o: VerbOptions = {}): stays.StayDeps => ({ ...app(o), stripe, wakeBilling: () => billing?.wake() });
 
   return {
@@ -124,6 +126,7 @@ function coreOf(config: CloudConfig, cloudDeps: CloudDeps) {
       db = cloudDeps.db ?? (await openDb(config, startLog));
       await migrate(db, startLog, clock.now());
       signer = await loadSigner(config.issuer, config.signingJwk, startLog);
+      await signer.attach(db, clock.now());
       const opts = {
         // persistent session: uplinks not yet acknowledged (PUBACK after commit) are redelivered after a restart
         clean: config.mqttCleanSession,
@@ -323,6 +326,16 @@ function coreOf(config: CloudConfig, cloudDeps: CloudDeps) {
     endMembership: (input: memberships.EndMembershipInput) => memberships.endMembership(stayDeps(), input),
     selfCancelMembership: (input: Parameters<typeof memberships.selfCancelMembership>[1]) =>
       memberships.selfCancelMembership(stayDeps(), input),
+    // signing-key rotation (issue #17, docs/operations.md): publish → switch → re-sign → retire
+    listSigningKeys: () => signing.listSigningKeys(signingDeps()),
+    publishSigningKey: (input: Parameters<typeof signing.publishSigningKey>[1], o?: VerbOptions) =>
+      signing.publishSigningKey(signingDeps(o), input),
+    switchSigningKey: (input: Parameters<typeof signing.switchSigningKey>[1], o?: VerbOptions) =>
+      signing.switchSigningKey(signingDeps(o), input),
+    resignLiveGrants: (input: Parameters<typeof signing.resignLiveGrants>[1] = {}, o?: VerbOptions) =>
+      signing.resignLiveGrants(signingDeps(o), input),
+    retireSigningKey: (input: Parameters<typeof signing.retireSigningKey>[1], o?: VerbOptions) =>
+      signing.retireSigningKey(signingDeps(o), input),
   };
 }
 

@@ -245,10 +245,12 @@ describe.each(pgBackends())('outbox dispatcher on %s', (pgBackend) => {
         for (const keyId of keyIds) {
           const k = await cloud.getKey(keyId);
           const last = [...bySeq.values()]
-            .filter((m) => (m.type === 'key.grant' ? m.body.key.keyId : m.body.keyId) === keyId)
+            .filter((m) => (m.type === 'key.grant' ? m.body.key.keyId : m.type === 'key.revoke' ? m.body.keyId : null) === keyId)
             .sort((a, b) => b.seq - a.seq)[0];
           expect(last?.type).toBe(k?.status === 'revoking' ? 'key.revoke' : 'key.grant');
-          expect(last?.type === 'key.grant' ? last.body.key.version : last?.body.version).toBe(k?.version);
+          expect(last?.type === 'key.grant' ? last.body.key.version : last?.type === 'key.revoke' ? last.body.version : null).toBe(
+            k?.version,
+          );
         }
       } finally {
         await cloud.stop();

@@ -12,6 +12,7 @@ import {
 import { mqttBackends, pgBackends, startMqttBackend, type MqttTestBroker } from '@tobira/shared/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { issueKey } from '../src/app/keys.js';
+import { recordDeliveryAck } from '../src/adapters/db/signing-keys.js';
 import { startCloud } from './cloud-helpers.js';
 import { DAY, T0, deps, openTestDb, seed, type TestDb } from './helpers.js';
 import { waitFor } from './mqtt-helpers.js';
@@ -19,33 +20,29 @@ import { waitFor } from './mqtt-helpers.js';
 /**
  * Outbox rows are stored unsigned and signed at each send (dispatcher
  * signRow), so no stored row carries a signature, or a kid, of its own: every
- * downlink names the kid of the key that signed it at that moment. A
- * rotation (CLOUD_SIGNING_JWK = [new, old]) signs rows queued before it with
- * the new key, and a gateway that does not trust the new kid yet refuses
- * them (UNKNOWN_KID) rather than trying its other keys.
+ * downlink names the kid of the key that signed it at that moment. Which key
+ * signs is the `signing_keys` table's (issue #17): a key added to
+ * CLOUD_SIGNING_JWK is only staged, and the cloud switches to it only once
+ * every gateway applied the keyset.update that publishes it.
  */
 const headerOf = (token: string) =>
   JSON.parse(Buffer.from(token.split('.')[0] ?? '', 'base64url').toString()) as { alg?: string; kid?: string };
 
 describe.each(pgBackends())('downlink signing keys on %s', (pgBackend) => {
-  let t: TestDb;
-  beforeAll(async () => {
-    t = await openTestDb(pgBackend);
-  });
-  afterAll(async () => {
-    await t.close();
-  });
-
   describe.each(mqttBackends())('with %s', (mqttBackend) => {
+    // a database of its own: which key signs is the database's (signing_keys), shared by every cloud on it
+    let t: TestDb;
     let broker: MqttTestBroker;
     beforeAll(async () => {
+      t = await openTestDb(pgBackend);
       broker = await startMqttBackend(mqttBackend);
     });
     afterAll(async () => {
       await broker.stop();
+      await t.close();
     });
 
-    it('every dispatched row names the kid of the key that signed it; after a rotation a row queued before it is signed with the new key', async () => {
+    it('every dispatched row names the kid of the key that signed it; a key added to CLOUD_SIGNING_JWK signs only once published and applied by every gateway', async () => {
       const clock = new ManualClock(T0);
       const d = deps(t.db, clock);
       const s = await seed(d, { gatewayId: `gw-${broker.unique}-${newId().slice(-8)}` });
@@ -79,6 +76,9 @@ describe.each(pgBackends())('downlink signing keys on %s', (pgBackend) => {
         }
         // queued while no cloud runs: the row waits unsigned
         await issue(2);
+        // the "add" step: the new key joins CLOUD_SIGNING_JWK (first, even) and the cloud restarts. It is only
+        // staged: no gateway trusts it yet, so the cloud keeps signing with the old key (before issue #17 the
+        // first key signed at once, and a gateway that did not know it refused everything: UNKNOWN_KID)
         const after = await startCloud(t, broker.url, {
           clock,
           env: { CLOUD_SIGNING_JWK: JSON.stringify([newKey.privateJwk, oldKey.privateJwk]) },
@@ -86,25 +86,50 @@ describe.each(pgBackends())('downlink signing keys on %s', (pgBackend) => {
         try {
           await after.flush();
           await waitFor(() => tokens.some((x) => seqOf(x) === 2) || undefined, 'seq 2 on the wire');
-          expect(after.jwks.keys.map((k) => k.kid)).toEqual([newKey.kid, oldKey.kid]);
+          expect(after.jwks.keys.map((k) => k.kid)).toEqual([oldKey.kid]);
+          expect((await after.listSigningKeys()).map((k) => [k.kid, k.status]).sort()).toEqual(
+            [
+              [newKey.kid, 'staged'],
+              [oldKey.kid, 'signing'],
+            ].sort(),
+          );
+          // publish: a keyset.update adding it (seq 3, signed by the old key); switching waits for the gateway's ack
+          expect(await after.publishSigningKey({ kid: newKey.kid })).toMatchObject({ status: 'applied', code: 'SIGNING_KEY_PUBLISHED' });
+          expect(after.jwks.keys.map((k) => k.kid)).toEqual([oldKey.kid, newKey.kid]);
+          await after.flush();
+          await waitFor(() => tokens.some((x) => seqOf(x) === 3) || undefined, 'seq 3 on the wire');
+          const sw = await after.switchSigningKey({ kid: newKey.kid });
+          expect(sw).toMatchObject({ status: 'refused', code: 'SIGNING_KEY_NOT_DELIVERED' });
+          expect(sw.status === 'refused' && sw.detail).toContain(s.gatewayId);
+          // the gateway's ack of seq 3 (the uplink inbox records it this way; the e2e rotation test goes through MQTT)
+          const update = tokens.find((x) => seqOf(x) === 3) ?? '';
+          const jti = (JSON.parse(Buffer.from(update.split('.')[1] ?? '', 'base64url').toString()) as { jti: string }).jti;
+          expect(await recordDeliveryAck(t.db, { gatewayId: s.gatewayId, jti, result: 'applied', code: 'KEYSET_UPDATED' }, T0)).toBe(1);
+          expect(await after.switchSigningKey({ kid: newKey.kid })).toMatchObject({ status: 'applied', code: 'SIGNING_KEY_SWITCHED' });
+          await issue(4);
+          await after.flush();
+          await waitFor(() => tokens.some((x) => seqOf(x) === 4) || undefined, 'seq 4 on the wire');
         } finally {
           await after.stop();
         }
         const bySeq = new Map(tokens.map((x) => [seqOf(x), headerOf(x)]));
         expect(bySeq.get(1)).toEqual(expect.objectContaining({ alg: 'EdDSA', kid: oldKey.kid }));
-        expect(bySeq.get(2)).toEqual(expect.objectContaining({ alg: 'EdDSA', kid: newKey.kid }));
+        expect(bySeq.get(2)).toEqual(expect.objectContaining({ alg: 'EdDSA', kid: oldKey.kid }));
+        expect(bySeq.get(3)).toEqual(expect.objectContaining({ alg: 'EdDSA', kid: oldKey.kid }));
+        expect(bySeq.get(4)).toEqual(expect.objectContaining({ alg: 'EdDSA', kid: newKey.kid }));
         // every signed downlink (heartbeats included) names a kid
         expect(tokens.every((x) => typeof headerOf(x).kid === 'string')).toBe(true);
-        // as a gateway checks them: one trusting both keys, one trusting only the old key
+        // as a gateway checks them: one that applied seq 3 trusts both; one still on the old key alone
+        // refuses only what came after the switch it had to apply first
         const verify = async (keys: KeySet, token: string) => {
           const v = await verifyMessage(token, { keys, issuer: 'tobira-cloud', audience: s.gatewayId, schema: DownlinkMessage, clock });
           return v.ok ? 'ok' : v.code;
         };
         const both = await KeySet.fromJwks({ keys: [oldKey.publicJwk, newKey.publicJwk] });
         const oldOnly = await KeySet.fromJwks({ keys: [oldKey.publicJwk] });
-        const grant = (seq: number) => tokens.find((x) => seqOf(x) === seq) ?? '';
-        expect([await verify(both, grant(1)), await verify(both, grant(2))]).toEqual(['ok', 'ok']);
-        expect([await verify(oldOnly, grant(1)), await verify(oldOnly, grant(2))]).toEqual(['ok', 'UNKNOWN_KID']);
+        const msg = (seq: number) => tokens.find((x) => seqOf(x) === seq) ?? '';
+        expect(await Promise.all([1, 2, 3, 4].map((q) => verify(both, msg(q))))).toEqual(['ok', 'ok', 'ok', 'ok']);
+        expect(await Promise.all([1, 2, 3, 4].map((q) => verify(oldOnly, msg(q))))).toEqual(['ok', 'ok', 'ok', 'UNKNOWN_KID']);
       } finally {
         await raw.endAsync(true);
       }

@@ -4,6 +4,7 @@ import { KEY_NOOPS, KEY_TRANSITIONS } from '../src/domain/key-states.js';
 import { OUTBOX_TRANSITIONS } from '../src/adapters/outbox/states.js';
 import { PAYMENT_NOOPS, PAYMENT_TRANSITIONS, STAY_NOOPS, STAY_TRANSITIONS } from '../src/domain/stay-states.js';
 import { MEMBERSHIP_NOOPS, MEMBERSHIP_TRANSITIONS } from '../src/domain/membership-states.js';
+import { SIGNING_KEY_TRANSITIONS } from '../src/domain/signing-keys.js';
 
 const doc = readFileSync(new URL('../../docs/state-machines.md', import.meta.url), 'utf8');
 
@@ -58,6 +59,13 @@ describe('docs/state-machines.md', () => {
     );
     const fromCode = OUTBOX_TRANSITIONS.map((r) => [r.from, r.event, r.to, r.by].join(' | '));
     expect(fromDoc).toEqual(fromCode);
+  });
+
+  it('lists exactly the cloud signing key transitions of the code table', () => {
+    const fromDoc = tableAfter('### Signing key transitions').map(([from = '', step = '', to = '', c = '']) =>
+      [code(from), step, code(to), code(c)].join(' | '),
+    );
+    expect(fromDoc).toEqual(SIGNING_KEY_TRANSITIONS.map((r) => [r.from, r.step, r.to, r.code].join(' | ')));
   });
 
   it.each([

@@ -1,3 +1,4 @@
+import { fixedSigner } from '../src/adapters/signer.js';
 import fc from 'fast-check';
 import { Uplink } from '../src/app/uplink.js';
 import { NotConnected, type MqttLink } from '../src/adapters/mqtt/link.js';
@@ -102,7 +103,7 @@ describe.each(pgBackends())('uplink inbox on %s', (pgBackend) => {
       const key = await cloudSigningKey();
       const inbox = new Uplink(d, {
         link: disconnectedLink,
-        signer: { issuer: 'tobira-cloud', key: await importSigningKey(key.privateJwk), jwks: { keys: [key.publicJwk] } },
+        signer: fixedSigner('tobira-cloud', await importSigningKey(key.privateJwk), { keys: [key.publicJwk] }),
         replayMax: 10,
         publishTimeoutMs: 100,
       });
@@ -146,7 +147,7 @@ describe.each(pgBackends())('uplink inbox on %s', (pgBackend) => {
       const key = await cloudSigningKey();
       const inbox = new Uplink(d, {
         link: disconnectedLink,
-        signer: { issuer: 'tobira-cloud', key: await importSigningKey(key.privateJwk), jwks: { keys: [key.publicJwk] } },
+        signer: fixedSigner('tobira-cloud', await importSigningKey(key.privateJwk), { keys: [key.publicJwk] }),
         replayMax: 10,
         publishTimeoutMs: 100,
         rejectedMaxRows: 5,
@@ -206,8 +207,8 @@ describe.each(pgBackends())('uplink inbox on %s', (pgBackend) => {
           ackSeq: m.seq,
           result,
           code: result === 'applied' ? 'MESSAGE_APPLIED' : 'MESSAGE_REJECTED',
-          keyId: m.type === 'key.grant' ? m.body.key.keyId : m.body.keyId,
-          keyVersion: m.type === 'key.grant' ? m.body.key.version : m.body.version,
+          keyId: m.type === 'key.grant' ? m.body.key.keyId : m.type === 'key.revoke' ? m.body.keyId : null,
+          keyVersion: m.type === 'key.grant' ? m.body.key.version : m.type === 'key.revoke' ? m.body.version : null,
         },
       });
     const statusOf = async (keyId: string) => (await cloud.getKey(keyId))?.status;

@@ -1,7 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import {
-  KeySet,
   createLogger,
   decodeSecret,
   filters,
@@ -34,6 +33,8 @@ import type { AccessDeps } from './app/access.js';
 import { applyPending, maybeResync, type ApplyDeps } from './app/apply.js';
 import { TrustedTime, noCrash, nowOf, type AppContext, type CrashHook } from './app/context.js';
 import { receiveDownlink, type DownlinkDeps } from './app/downlink.js';
+import { CloudKeyRing } from './app/trusted-keys.js';
+import { seedTrustedKeys } from './adapters/sqlite/trusted-keys.js';
 import { enqueueStatus } from './app/locks.js';
 import { purgeOld } from './app/retention.js';
 import { siteMessageRouter } from './app/site-requests.js';
@@ -204,7 +205,9 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
 
       const pair = JSON.parse(readFileSync(config.keyPairFile, 'utf8')) as KeyPairJwk;
       const signingKey = await importSigningKey(pair.privateJwk);
-      const cloudKeys = await KeySet.fromJwks(config.cloud.jwks);
+      // the config seeds the trusted cloud keys; signed keyset.update messages change them (a retired one never comes back)
+      seedTrustedKeys(s.db, config.cloud.jwks.keys, now0);
+      const cloudKeys = new CloudKeyRing(s.db);
 
       const base: AppContext = {
         gatewayId: config.gatewayId,
@@ -229,6 +232,7 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
         resyncThrottle: { lastMono: Number.NEGATIVE_INFINITY },
         requestResync: (reason, seq, cid, requestId) => sendResyncRequest(upDeps, reason, seq, cid, requestId),
         ...(deps.beforeApply ? { beforeApply: deps.beforeApply } : {}),
+        trustedKeysChanged: () => cloudKeys.invalidate(),
       };
       applyDeps = ad;
       const downDeps: DownlinkDeps = { ...base, cloudKeys, cloudIssuer: config.cloud.issuer, applySoon };

@@ -138,6 +138,7 @@ const en = Object.freeze({
   'decision.BAD_REQUEST': 'The lock sent a malformed request',
   'decision.RATE_LIMITED': 'The lock sent too many requests too fast: refused without deciding',
   'decision.STORAGE_FULL': 'Refused because the gateway is almost out of disk space (only staff master keys open)',
+  'decision.SIGNER_RETIRED': 'Key was granted under a retired cloud signing key and not renewed since',
   'decision.unknown': 'Unrecognised code {code}',
 
   'alarm.door_ajar': 'Door left open',
@@ -474,6 +475,7 @@ const ja = Object.freeze({
   'decision.BAD_REQUEST': '錠から不正な形式の要求がありました',
   'decision.RATE_LIMITED': '錠からの要求が速すぎます：判断せずに拒否しました',
   'decision.STORAGE_FULL': 'ゲートウェイのディスク容量不足のため拒否（スタッフのマスターキーのみ開錠）',
+  'decision.SIGNER_RETIRED': '廃止されたクラウド署名鍵で発行され、その後更新されていない鍵です',
   'decision.unknown': '不明なコード {code}',
 
   'alarm.door_ajar': 'ドアが開いたままです',

@@ -158,6 +158,30 @@ export async function renderProtocolExamples(): Promise<Record<string, string>> 
         revoked: [{ keyId: asKeyId('key_01900000c'), version: 3 }],
       },
     }),
+    'keyset.update': await down({
+      type: 'keyset.update',
+      jti: mid(6),
+      aud: gw,
+      seq: 44,
+      cid,
+      body: {
+        updateId: id(106),
+        add: [
+          {
+            jwk: {
+              kty: 'OKP',
+              crv: 'Ed25519',
+              x: 'N3rReLRkfYEkv1TgoA86MQuBbSorSbZiiiyVqgXaIH8',
+              kid: 'cloud-2027',
+              alg: 'EdDSA',
+              use: 'sig',
+            },
+            notBefore: EXAMPLE.now,
+          },
+        ],
+        retire: [],
+      },
+    }),
     ack: await up({
       type: 'ack',
       jti: mid(11),

@@ -167,6 +167,28 @@ export const OUTCOME_CODES = table({
   APPLICATION_UNDER_REVIEW: 'The membership is an application under review: reject it instead; nothing changed.',
   MEMBERSHIP_NOTE_REQUIRED: 'A force-cancel needs the staff actor and a note; nothing changed.',
   SUBSCRIPTION_MISMATCH: 'The Stripe subscription is not the membership recorded one; nothing changed.',
+  // signing-key rotation (issue #17, docs/operations.md)
+  SIGNING_KEY_PUBLISHED:
+    'The cloud key is published (JWKS) and a keyset.update adding it is queued for every gateway that has not applied it.',
+  SIGNING_KEY_SWITCHED: 'The cloud signs with this key from now on; the previous signer stays trusted until it is retired.',
+  SIGNING_KEY_RESIGN_QUEUED: 'Every live grant was queued again under the current signing key (one outbox row per key).',
+  SIGNING_KEY_RETIRED: 'The key is retired: a keyset.update retiring it is queued for every gateway; nothing it signs is accepted again.',
+  KEYSET_UPDATED: 'The gateway applied a keyset.update: its trusted cloud keys changed.',
+  SIGNING_KEY_ALREADY_PUBLISHED: 'The key is already published and every gateway has applied it; nothing changed.',
+  SIGNING_KEY_ALREADY_SIGNING: 'The key already signs; nothing changed.',
+  SIGNING_KEY_ALREADY_RETIRED: 'The key is already retired; nothing changed.',
+  KEYSET_UNCHANGED: 'The keyset.update changes nothing the gateway does not already have; nothing changed.',
+  SIGNING_KEY_NOT_FOUND: 'No cloud signing key with this kid (a new key is added through CLOUD_SIGNING_JWK and a restart).',
+  SIGNING_KEY_NOT_LOADED: "This cloud process does not hold the key's private part (CLOUD_SIGNING_JWK); nothing changed.",
+  SIGNING_KEY_NOT_PUBLISHED: 'The key is not published yet (publish it first); nothing changed.',
+  SIGNING_KEY_NOT_DELIVERED:
+    'A gateway has not applied the keyset.update adding this key yet (detail names them); switching now would fail them closed.',
+  SIGNING_KEY_IS_SIGNER: 'The key signs now: switch to another key before retiring it; nothing changed.',
+  SIGNING_KEY_RESIGN_PENDING: 'Live grants were not re-sent since this key stopped signing (run the re-sign step first); nothing changed.',
+  SIGNING_KEY_WRONG_STATE: 'The key is retired (or only staged) and cannot take this step; nothing changed.',
+  KEYSET_KID_RETIRED: 'The keyset.update adds a key the gateway has retired; a retired key is never trusted again. Refused.',
+  KEYSET_SELF_RETIRE: 'The keyset.update retires the key it is signed with. Refused.',
+  KEYSET_WOULD_BE_EMPTY: 'The keyset.update would leave the gateway trusting no cloud key. Refused.',
 });
 export type OutcomeCode = keyof typeof OUTCOME_CODES;
 
@@ -188,6 +210,8 @@ export const DECISION_CODES = table({
     'The gateway is below its free-disk headroom and cannot promise to record the decision; only offline-capable staff keys open.',
   REMOTE_UNLOCK:
     "A supervisor opened the door remotely from the gateway's staff UI for one entry; the event's `by` names them and their reason.",
+  SIGNER_RETIRED:
+    'The key was granted in a message signed by a cloud key that is now retired, and was not re-sent under a current key (signing-key rotation re-sends every live grant first).',
 });
 
 /** Why a signed cloud <-> gateway message was refused by `verifyMessage`. */
@@ -197,6 +221,7 @@ export const VERIFY_CODES = table({
   ALG_NOT_ALLOWED: 'The JWS algorithm is not EdDSA (includes "none" and algorithm swaps).',
   WRONG_TYP: 'The JWS typ header is not the Tobira message type.',
   UNKNOWN_KID: 'The key id is not in the trusted key set (keys are never fetched on demand).',
+  KID_RETIRED: 'The message is signed by a key that was retired (signing-key rotation); nothing it signs is accepted any more.',
   BAD_SIGNATURE: 'The signature does not verify with the named key.',
   WRONG_ISSUER: 'The issuer is not the expected sender.',
   WRONG_AUDIENCE: 'The message is addressed to someone else.',

@@ -184,12 +184,47 @@ export const KeySetSnapshotMessage = unsequenced(
     .refine((b) => b.part <= b.parts, { message: 'part > parts' }),
 );
 
+/**
+ * A cloud signing key as the wire carries it (issue #17): an Ed25519 public
+ * JWK with its `kid`. Never a private part (`d` is refused by the strict object).
+ */
+export const PublicSigningJwk = z.strictObject({
+  kty: z.literal('OKP'),
+  crv: z.literal('Ed25519'),
+  x: z.string().regex(/^[A-Za-z0-9_-]{43}$/, 'base64url Ed25519 public key'),
+  kid: z.string().regex(/^[A-Za-z0-9_.:-]{1,128}$/),
+  alg: z.literal('EdDSA').optional(),
+  use: z.literal('sig').optional(),
+});
+export type PublicSigningJwk = z.infer<typeof PublicSigningJwk>;
+
+/**
+ * Changes the gateway's trusted set of cloud signing keys (signing-key
+ * rotation, docs/operations.md). Signed, like every downlink, by a key the
+ * gateway already trusts, and sequenced, so it applies in order with the
+ * grants around it: `add` a new cloud key (published before the cloud signs
+ * with it), `retire` an old one (after every live grant was re-sent under the
+ * new key). A retired kid is never trusted again, whatever a later update or
+ * the gateway's config says.
+ */
+export const KeySetUpdateMessage = sequenced(
+  'keyset.update',
+  z
+    .strictObject({
+      updateId: z.uuid(),
+      add: z.array(z.strictObject({ jwk: PublicSigningJwk, notBefore: Millis })).max(16),
+      retire: z.array(z.strictObject({ kid: PublicSigningJwk.shape.kid, at: Millis })).max(16),
+    })
+    .refine((b) => b.add.length + b.retire.length > 0, { message: 'adds or retires nothing' }),
+);
+
 export const DownlinkMessage = z.discriminatedUnion('type', [
   KeyGrantMessage,
   KeyRevokeMessage,
   HeartbeatMessage,
   ResyncAnswerMessage,
   KeySetSnapshotMessage,
+  KeySetUpdateMessage,
 ]);
 export type DownlinkMessage = z.infer<typeof DownlinkMessage>;
 export type DownlinkType = DownlinkMessage['type'];

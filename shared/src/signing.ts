@@ -149,6 +149,8 @@ export interface VerifyOptions<S extends z.ZodType> {
    * outage, and only a verified cloud `iat` can bring it forward.
    */
   readonly futureIatOk?: boolean;
+  /** Kids that were trusted once and are retired: refused as KID_RETIRED rather than UNKNOWN_KID (a retired key is never trusted again). */
+  readonly retiredKids?: ReadonlySet<string>;
 }
 
 /** The tolerance `anySkew` stands for: finite (jose requires it), larger than any clock error. */
@@ -181,6 +183,7 @@ export async function verifyMessage<S extends z.ZodType>(input: unknown, opts: V
   if (header.alg !== JWS_ALG) return fail('ALG_NOT_ALLOWED', `alg ${String(header.alg)}`);
   if (header.typ !== JWS_TYP) return fail('WRONG_TYP', `typ ${String(header.typ)}`);
   if (typeof header.kid !== 'string') return fail('UNKNOWN_KID', 'no kid');
+  if (opts.retiredKids?.has(header.kid) === true) return fail('KID_RETIRED', `kid ${header.kid.slice(0, 80)}`);
   const key = opts.keys.get(header.kid);
   if (key === undefined) return fail('UNKNOWN_KID', `kid ${header.kid.slice(0, 80)}`);
 

@@ -66,6 +66,7 @@ export class Heartbeat {
   /** One round; returns what was sent to whom. */
   async beat(): Promise<{ gatewayId: string; lastSeq: number }[]> {
     const targets = await heartbeatTargets(this.#app.db);
+    await this.#o.signer.refresh(this.#app.db);
     const sent: { gatewayId: string; lastSeq: number }[] = [];
     await Promise.all(
       targets.map(async ({ gatewayId, lastSeq, ackedSeq, ackedJti }) => {

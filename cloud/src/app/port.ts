@@ -7,6 +7,8 @@ import type * as stays from './stays.js';
 import type * as notifications from './notifications.js';
 import type { SiteScope } from '../adapters/db/scope.js';
 import type * as memberships from './memberships.js';
+import type * as signing from './signing-keys.js';
+import type { Jwks } from '@tobira/shared';
 
 /**
  * Options of a write verb. `db`: run inside the caller's open transaction
@@ -74,4 +76,11 @@ export interface CloudVerbs {
   selfCancelMembership(input: Parameters<typeof memberships.selfCancelMembership>[1]): ReturnType<typeof memberships.selfCancelMembership>;
   /** The MQTT link is connected (`/readyz`). */
   readonly mqttConnected: boolean;
+  /** Signing-key rotation (issue #17, docs/operations.md); these run their own transactions. */
+  readonly jwks: Jwks;
+  listSigningKeys(): Promise<signing.SigningKeyView[]>;
+  publishSigningKey(input: Parameters<typeof signing.publishSigningKey>[1], o?: VerbOptions): Promise<signing.SigningResult>;
+  switchSigningKey(input: Parameters<typeof signing.switchSigningKey>[1], o?: VerbOptions): Promise<signing.SigningResult>;
+  resignLiveGrants(input?: Parameters<typeof signing.resignLiveGrants>[1], o?: VerbOptions): Promise<signing.SigningResult>;
+  retireSigningKey(input: Parameters<typeof signing.retireSigningKey>[1], o?: VerbOptions): Promise<signing.SigningResult>;
 }

@@ -105,6 +105,7 @@ export async function answerResync(app: AppDeps, r: ResyncDeps, gatewayId: strin
   }
   if (from < lastSeq && lastSeq - from <= r.replayMax && req.body.reason !== 'conflict') {
     const rows = await outboxRowsBetween(app.db, gatewayId, from, lastSeq);
+    await r.signer.refresh(app.db); // after the rows: never older than what they were queued under
     // sign everything first: a row that cannot be signed (a poison row) makes it a snapshot instead
     const tokens =
       rows.length === lastSeq - from
@@ -122,6 +123,7 @@ export async function answerResync(app: AppDeps, r: ResyncDeps, gatewayId: strin
     await setRepeatableRead(tx);
     return { asOfSeq: await lastSeqOf(tx, gatewayId), keys: await keysForSnapshot(tx, gatewayId) };
   });
+  await r.signer.refresh(app.db);
   const grants = snap.keys.filter((k) => k.status === 'issuing' || k.status === 'active').map(toGrant);
   const tombstones = snap.keys
     .filter((k) => k.status === 'revoking' || k.status === 'revoked')

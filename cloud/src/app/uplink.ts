@@ -37,6 +37,7 @@ import type { AppDeps } from './deps.js';
 import { noTelemetry, type Telemetry } from './telemetry.js';
 import { recordGatewayReport } from './keys.js';
 import { answerResync } from './resync.js';
+import { recordDeliveryAck } from '../adapters/db/signing-keys.js';
 
 /**
  * Codes of rejected uplinks: every verification code of shared VERIFY_CODES,
@@ -228,7 +229,11 @@ export class Uplink {
     switch (m.type) {
       case 'ack': {
         const b = m.body;
-        if (b.keyId === null || b.keyVersion === null) return { result: 'noop', code: 'REPORT_RECORDED' };
+        if (b.keyId === null || b.keyVersion === null) {
+          // a keyset.update's ack settles its delivery (signing-key rotation; the switch step waits for it)
+          const settled = await recordDeliveryAck(tx, { gatewayId, jti: b.ackOf, result: b.result, code: b.code }, now);
+          return { result: settled > 0 ? 'applied' : 'noop', code: 'REPORT_RECORDED' };
+        }
         const o = await recordGatewayReport(
           this.#app,
           {

@@ -10,6 +10,8 @@ import {
   type ResyncReason,
 } from '@tobira/shared';
 import { onHeartbeat } from '../domain/freshness.js';
+import { applyKeySetUpdate } from '../domain/trusted-keys.js';
+import { loadTrustedKeys, saveTrustedKeys } from '../adapters/sqlite/trusted-keys.js';
 import { applyGrant, applyRevoke, type KeySlot } from '../domain/keyset.js';
 import {
   applyInboxRow,
@@ -65,6 +67,8 @@ export interface ApplyDeps extends AppContext {
   readonly resyncThrottle: { lastMono: number };
   /** Test seam: throw here to make an apply fail. */
   readonly beforeApply?: (row: InboxRow) => void;
+  /** Called when a keyset.update changed the trusted cloud keys (the downlink verifier reloads them). */
+  readonly trustedKeysChanged?: () => void;
 }
 
 interface AckDraft extends Settled {
@@ -144,6 +148,7 @@ function keyOf(row: InboxRow): { keyId: string | null; keyVersion: number | null
     case 'heartbeat':
     case 'resync.answer':
     case 'keyset.snapshot':
+    case 'keyset.update':
       return { keyId: null, keyVersion: null };
     default:
       return assertNever(m, 'downlink type');
@@ -152,7 +157,7 @@ function keyOf(row: InboxRow): { keyId: string | null; keyVersion: number | null
 
 /** Acks of sequenced messages and snapshots are essential; heartbeat and resync-answer acks are not (see docs/gateway.md). */
 function ack(deps: ApplyDeps, row: InboxRow, a: AckDraft, now: number, ackOf: MessageId = row.jti): void {
-  const essential = row.type === 'key.grant' || row.type === 'key.revoke' || row.type === 'keyset.snapshot';
+  const essential = row.type === 'key.grant' || row.type === 'key.revoke' || row.type === 'keyset.snapshot' || row.type === 'keyset.update';
   const r = enqueue(
     deps.store.db,
     deps.store.limits,
@@ -176,7 +181,9 @@ function settleKey(
   now: number,
   ackOf: MessageId = row.jti,
 ): RowResult {
-  if (o.status === 'applied' || o.status === 'noop') saveSlot(deps.store.db, keyId, o.state, grantCid, now);
+  // the signer is noted for the grant that made the key, or the same grant again (a re-sign after a key rotation)
+  const signerKid = o.code === 'KEY_ACTIVATED' || o.code === 'KEY_ALREADY_ACTIVE' ? row.kid : null;
+  if (o.status === 'applied' || o.status === 'noop') saveSlot(deps.store.db, keyId, o.state, grantCid, now, signerKid);
   const result = o.status === 'conflict' ? 'refused' : o.status;
   ack(deps, row, { result, code: o.code, keyId, keyVersion: version }, now, ackOf);
   return { result, code: o.code };
@@ -190,7 +197,8 @@ function applyRow(deps: ApplyDeps, row: InboxRow, now: number): RowResult {
   let r: RowResult;
   switch (m.type) {
     case 'key.grant':
-    case 'key.revoke': {
+    case 'key.revoke':
+    case 'keyset.update': {
       if (m.seq <= settings.snapshotSeq) {
         // Covered by a snapshot (a message still in flight when the snapshot was taken): never re-applied.
         r = { result: 'noop', code: 'DUPLICATE_MESSAGE' };
@@ -213,7 +221,9 @@ function applyRow(deps: ApplyDeps, row: InboxRow, now: number): RowResult {
         r = { result: 'refused', code: 'SEQ_CONFLICT', resync: 'conflict', resyncNow: settings.seqConflictAt === null };
         break;
       }
-      if (m.type === 'key.grant') {
+      if (m.type === 'keyset.update') {
+        r = applyKeySetRow(deps, row, m, now);
+      } else if (m.type === 'key.grant') {
         const g = m.body.key;
         r = settleKey(deps, row, g.keyId, applyGrant(loadSlot(db, g.keyId), g), g.version, m.cid, now);
       } else {
@@ -326,6 +336,38 @@ function settleUplinks(deps: ApplyDeps, row: InboxRow, a: { seq: number; jti: st
       'uplinks the cloud has not acknowledged are sent again',
     );
   }
+}
+
+/**
+ * A keyset.update (signing-key rotation): the trusted cloud keys change in
+ * this transaction, in seq order with the grants around it; acked like a
+ * grant. Refused (KEYSET_KID_RETIRED, KEYSET_SELF_RETIRE,
+ * KEYSET_WOULD_BE_EMPTY, INVALID_PUBLIC_KEY): nothing changes, the seq moves on.
+ */
+function applyKeySetRow(
+  deps: ApplyDeps,
+  row: InboxRow,
+  m: Extract<InboxRow['message'], { type: 'keyset.update' }>,
+  now: number,
+): RowResult {
+  const o = applyKeySetUpdate(loadTrustedKeys(deps.store.db), m.body, row.kid, now);
+  if (o.status === 'applied') {
+    saveTrustedKeys(deps.store.db, o.state);
+    deps.trustedKeysChanged?.();
+    withCorrelation(deps.log, row.cid, { jti: row.jti, seq: row.seq }).info(
+      {
+        code: o.code,
+        trusted: o.state.filter((k) => k.status === 'trusted').map((k) => k.kid),
+        retired: o.state.filter((k) => k.status === 'retired').map((k) => k.kid),
+      },
+      'trusted cloud keys changed',
+    );
+  } else if (o.status === 'refused') {
+    withCorrelation(deps.log, row.cid, { jti: row.jti, seq: row.seq }).warn({ code: o.code, detail: o.detail }, 'keyset.update refused');
+  }
+  const r: RowResult = { result: o.status === 'conflict' ? 'refused' : o.status, code: o.code };
+  ack(deps, row, { ...r, keyId: null, keyVersion: null }, now);
+  return r;
 }
 
 type SnapshotMessage = Extract<InboxRow['message'], { type: 'keyset.snapshot' }>;

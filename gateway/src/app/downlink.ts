@@ -1,4 +1,5 @@
-import { DownlinkMessage, newCorrelationId, readClaimsUnverified, verifyMessage, withCorrelation, type KeySet } from '@tobira/shared';
+import { DownlinkMessage, KeySet, newCorrelationId, readClaimsUnverified, verifyMessage, withCorrelation } from '@tobira/shared';
+import type { CloudKeyRing } from './trusted-keys.js';
 import { recordRejected } from '../adapters/sqlite/diagnostics.js';
 import { insertInbox } from '../adapters/sqlite/inbox.js';
 import { nowOf, type AppContext } from './context.js';
@@ -14,7 +15,8 @@ import { nowOf, type AppContext } from './context.js';
  * only after this returns, i.e. after the commit.
  */
 export interface DownlinkDeps extends AppContext {
-  readonly cloudKeys: KeySet;
+  /** The trusted cloud keys: the gateway's `trusted_keys` (a fixed KeySet in tests that need no rotation). */
+  readonly cloudKeys: KeySet | CloudKeyRing;
   readonly cloudIssuer: string;
   readonly applySoon: () => void;
 }
@@ -24,8 +26,10 @@ export type DownlinkResult =
 
 export async function receiveDownlink(deps: DownlinkDeps, topic: string, payload: Uint8Array): Promise<DownlinkResult> {
   const clock = { now: () => nowOf(deps) };
+  const ring = deps.cloudKeys instanceof KeySet ? { keys: deps.cloudKeys, retired: new Set<string>() } : await deps.cloudKeys.current();
   const v = await verifyMessage(payload, {
-    keys: deps.cloudKeys,
+    keys: ring.keys,
+    retiredKids: ring.retired,
     issuer: deps.cloudIssuer,
     audience: deps.gatewayId,
     schema: DownlinkMessage,
@@ -55,7 +59,7 @@ export async function receiveDownlink(deps: DownlinkDeps, topic: string, payload
   }
   const m = v.message;
   const log = withCorrelation(deps.log, m.cid, { jti: m.jti, type: m.type, seq: 'seq' in m ? m.seq : null });
-  const inserted = insertInbox(deps.store.db, m, clock.now());
+  const inserted = insertInbox(deps.store.db, m, clock.now(), v.kid);
   if (inserted === 'duplicate') {
     log.info('duplicate downlink message: acked, not applied again');
     return { kind: 'duplicate', jti: m.jti };

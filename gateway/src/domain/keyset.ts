@@ -20,6 +20,12 @@ export interface StoredKey {
   /** The version the key is at: the grant's, or the revoke's once revoked. */
   readonly version: number;
   readonly status: StoredKeyStatus;
+  /**
+   * The cloud key that signed the message this grant came in is retired (or,
+   * for a grant stored before the gateway noted signers, some key was
+   * retired since): the cloud did not re-send it under a current key.
+   */
+  readonly signerRetired?: boolean;
 }
 
 export interface KeySlot {

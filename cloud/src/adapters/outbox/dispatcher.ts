@@ -156,6 +156,10 @@ export class Dispatcher {
     const rows = await this.#d.db.transaction((tx) =>
       claim(tx, { token, now: this.#d.clock.now(), leaseMs: this.#o.leaseMs, limit: this.#o.batch }),
     );
+    // The signer is read after the claim: a later statement sees every switch committed before the
+    // rows it claimed (re-sent grants and a retire are queued after the switch), so those rows are
+    // never signed with the key they replace, whichever replica sends them (docs/operations.md).
+    if (rows.length > 0) await this.#d.signer.refresh(this.#d.db);
     // a gateway whose row did not go out in this pass: its later rows must not overtake it (claim.ts)
     const stopped = new Set<string>();
     for (const [i, row] of rows.entries()) {

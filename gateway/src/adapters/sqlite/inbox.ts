@@ -16,6 +16,8 @@ export interface InboxRow {
   readonly cid: string;
   readonly message: DownlinkMessage;
   readonly attempts: number;
+  /** The kid of the cloud key that signed it (null: stored before migration 0010, or a test's row). */
+  readonly kid: string | null;
 }
 
 /** What an apply settled a row as (the inbox mark and the ack report it). */
@@ -33,6 +35,7 @@ const InboxRowSchema = z
     cid: z.string(),
     message: jsonColumn(DownlinkMessage),
     attempts: z.int(),
+    kid: z.string().nullable().default(null),
   })
   .refine((r) => r.message.type === r.type && r.message.jti === r.jti, 'message does not match columns')
   .transform((r): InboxRow => ({
@@ -43,6 +46,7 @@ const InboxRowSchema = z
     cid: r.cid,
     message: r.message,
     attempts: r.attempts,
+    kid: r.kid,
   }));
 
 /**
@@ -51,14 +55,14 @@ const InboxRowSchema = z
  * Guarantee: once this commits, the message will be applied (at least once
  * attempted, exactly once in effect) even if the process dies right after.
  */
-export function insertInbox(db: WritableDb, m: DownlinkMessage, receivedAt: number): 'inserted' | 'duplicate' {
+export function insertInbox(db: WritableDb, m: DownlinkMessage, receivedAt: number, kid: string | null = null): 'inserted' | 'duplicate' {
   return db
     .transaction(() => {
       const r = prepared(
         db,
-        `INSERT INTO inbox (jti, type, seq, cid, iat, message, received_at) VALUES (?, ?, ?, ?, ?, ?, ?)
+        `INSERT INTO inbox (jti, type, seq, cid, iat, message, received_at, kid) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
            ON CONFLICT (jti) DO NOTHING`,
-      ).run(m.jti, m.type, 'seq' in m ? m.seq : null, m.cid, m.iat, JSON.stringify(m), receivedAt);
+      ).run(m.jti, m.type, 'seq' in m ? m.seq : null, m.cid, m.iat, JSON.stringify(m), receivedAt, kid);
       raiseTimeFloor(db, m.iat * 1000, 0);
       return r.changes === 1 ? ('inserted' as const) : ('duplicate' as const);
     })

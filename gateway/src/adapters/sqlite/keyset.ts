@@ -82,7 +82,9 @@ function storedKey(raw: unknown): StoredKey {
     throw new CorruptRow('keys', 'grant_json: not JSON');
   }
   if (!isStoredGrant(grant)) throw new CorruptRow('keys', 'grant_json: not a key grant');
-  return { grant, version: raw.version, status: raw.status };
+  return raw.signer_retired === 1
+    ? { grant, version: raw.version, status: raw.status, signerRetired: true }
+    : { grant, version: raw.version, status: raw.status };
 }
 /** Names the columns that do not fit, as parseRow would. */
 function corruptKey(raw: unknown): never {
@@ -101,15 +103,27 @@ export function loadSlot(db: ReadableDb, keyId: string): KeySlot {
   };
 }
 
-/** Writes a slot back. `grantCid` is the cid of the grant that made the key (kept for access-event attribution). */
-export function saveSlot(db: WritableDb, keyId: string, slot: KeySlot, grantCid: string | null, now: number): void {
+/**
+ * Writes a slot back. `grantCid` is the cid of the grant that made the key
+ * (kept for access-event attribution); `signerKid` the kid of the cloud key
+ * that signed the message the grant came in (null: keep the stored one).
+ */
+export function saveSlot(
+  db: WritableDb,
+  keyId: string,
+  slot: KeySlot,
+  grantCid: string | null,
+  now: number,
+  signerKid: string | null = null,
+): void {
   if (slot.key !== null) {
     const g = slot.key.grant;
     prepared(
       db,
-      `INSERT INTO keys (key_id, version, status, person_id, credential_type, credential_digest, grant_json, grant_cid, updated_at)
-       VALUES (@keyId, @version, @status, @personId, @type, @digest, @json, @cid, @now)
+      `INSERT INTO keys (key_id, version, status, person_id, credential_type, credential_digest, grant_json, grant_cid, updated_at, signer_kid)
+       VALUES (@keyId, @version, @status, @personId, @type, @digest, @json, @cid, @now, @signerKid)
        ON CONFLICT (key_id) DO UPDATE SET version = excluded.version, status = excluded.status, person_id = excluded.person_id,
+         signer_kid = coalesce(excluded.signer_kid, keys.signer_kid),
          credential_type = excluded.credential_type, credential_digest = excluded.credential_digest, grant_json = excluded.grant_json,
          grant_cid = CASE WHEN excluded.status = 'active' THEN excluded.grant_cid ELSE keys.grant_cid END, updated_at = excluded.updated_at`,
     ).run({
@@ -122,6 +136,7 @@ export function saveSlot(db: WritableDb, keyId: string, slot: KeySlot, grantCid:
       json: JSON.stringify(g),
       cid: grantCid ?? '',
       now,
+      signerKid,
     });
   }
   if (slot.tombstone !== null) {
@@ -134,11 +149,23 @@ export function saveSlot(db: WritableDb, keyId: string, slot: KeySlot, grantCid:
 
 const GrantCid = z.object({ grant_cid: z.string() });
 
+/**
+ * 1 when the cloud key that signed the key's grant is retired (trusted_keys);
+ * for a grant stored before signers were noted (null), when any key was
+ * retired since: every live grant is re-sent under the new key before a
+ * retire, so one still unnoted is one the cloud did not re-send.
+ */
+const SIGNER_RETIRED = `(CASE WHEN keys.signer_kid IS NULL THEN EXISTS (SELECT 1 FROM trusted_keys WHERE status = 'retired')
+  ELSE EXISTS (SELECT 1 FROM trusted_keys t WHERE t.kid = keys.signer_kid AND t.status = 'retired') END)`;
+
 /** The key set as `decide` reads it, plus the cid of the grant that made a key. Use inside the decision transaction. */
 export function keySetView(db: ReadableDb): KeySetView & { grantCid(keyId: string): string | null } {
   return {
     byCredential: (type: CredentialType, digest: string): readonly StoredKey[] =>
-      prepared(db, 'SELECT version, status, grant_json FROM keys WHERE credential_type = ? AND credential_digest = ?')
+      prepared(
+        db,
+        `SELECT version, status, grant_json, ${SIGNER_RETIRED} AS signer_retired FROM keys WHERE credential_type = ? AND credential_digest = ?`,
+      )
         .all(type, digest)
         .map(storedKey),
     grantCid: (keyId: string) => {

@@ -10,6 +10,7 @@ import * as inbox from './inbox.js';
 import * as keys from './keyset.js';
 import * as locks from './locks.js';
 import * as outbox from './outbox.js';
+import * as trusted from './trusted-keys.js';
 import { readSettings } from './settings.js';
 
 export { CorruptRow } from '@tobira/shared';
@@ -41,6 +42,8 @@ export class GatewayStore {
   }
 
   settings = () => readSettings(this.db);
+  /** The cloud keys this gateway trusts, and the retired ones (signing-key rotation). */
+  trustedKeys = () => trusted.loadTrustedKeys(this.db);
   insertInbox = (m: DownlinkMessage, receivedAt: number) => inbox.insertInbox(this.db, m, receivedAt);
   nextInbox = (appliedSeq: number, now: number) => inbox.nextInbox(this.db, appliedSeq, now);
   claimInbox = (id: number, until: number) => inbox.claimInbox(this.db, id, until);

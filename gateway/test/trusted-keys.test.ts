@@ -1,0 +1,203 @@
+import { generateSigningKeyPair, importSigningKey, newId, type KeyPairJwk, type PublicSigningJwk } from '@tobira/shared';
+import { mqttBackends, startMqttBackend, type MqttTestBroker } from '@tobira/shared/testing';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { applyKeySetUpdate, type TrustedKey } from '../src/domain/trusted-keys.js';
+import { createGateway } from '../src/gateway.js';
+import { T0 } from './fixtures.js';
+import { PIN, provision, runSite, silentLog, waitFor, type Running } from './harness.js';
+
+const pub = (p: KeyPairJwk): PublicSigningJwk => ({ kty: 'OKP', crv: 'Ed25519', x: String(p.publicJwk.x), kid: p.kid });
+const trusted = (p: KeyPairJwk, status: 'trusted' | 'retired' = 'trusted'): TrustedKey => ({
+  kid: p.kid,
+  jwk: pub(p),
+  status,
+  source: 'config',
+  notBefore: null,
+  addedAt: T0,
+  retiredAt: status === 'retired' ? T0 : null,
+});
+
+describe('keyset.update rules (domain/trusted-keys.ts)', () => {
+  let a: KeyPairJwk;
+  let b: KeyPairJwk;
+  let c: KeyPairJwk;
+  beforeEach(async () => {
+    [a, b, c] = await Promise.all([generateSigningKeyPair(), generateSigningKeyPair(), generateSigningKeyPair()]);
+  });
+
+  it('adds a new key, signed by a trusted one', () => {
+    const o = applyKeySetUpdate([trusted(a)], { add: [{ jwk: pub(b), notBefore: T0 }], retire: [] }, a.kid, T0);
+    expect(o).toMatchObject({ status: 'applied', code: 'KEYSET_UPDATED' });
+    expect(o.status === 'applied' && o.state).toEqual([expect.objectContaining({ kid: b.kid, status: 'trusted', source: 'cloud' })]);
+  });
+
+  it('retires an old key in an update signed by the new one', () => {
+    const o = applyKeySetUpdate([trusted(a), trusted(b)], { add: [], retire: [{ kid: a.kid, at: T0 }] }, b.kid, T0);
+    expect(o.status === 'applied' && o.state).toEqual([expect.objectContaining({ kid: a.kid, status: 'retired', retiredAt: T0 })]);
+  });
+
+  it('never trusts a retired kid again: re-adding it is refused KEYSET_KID_RETIRED', () => {
+    const o = applyKeySetUpdate([trusted(a, 'retired'), trusted(b)], { add: [{ jwk: pub(a), notBefore: T0 }], retire: [] }, b.kid, T0);
+    expect(o).toEqual({ status: 'refused', code: 'KEYSET_KID_RETIRED', detail: `kid ${a.kid}` });
+  });
+
+  it('refuses an update retiring the key it is signed with (KEYSET_SELF_RETIRE) or leaving no key (KEYSET_WOULD_BE_EMPTY)', () => {
+    expect(applyKeySetUpdate([trusted(a), trusted(b)], { add: [], retire: [{ kid: a.kid, at: T0 }] }, a.kid, T0)).toMatchObject({
+      status: 'refused',
+      code: 'KEYSET_SELF_RETIRE',
+    });
+    expect(
+      applyKeySetUpdate(
+        [trusted(a), trusted(b)],
+        {
+          add: [],
+          retire: [
+            { kid: a.kid, at: T0 },
+            { kid: b.kid, at: T0 },
+          ],
+        },
+        c.kid,
+        T0,
+      ),
+    ).toMatchObject({
+      status: 'refused',
+      code: 'KEYSET_WOULD_BE_EMPTY',
+    });
+  });
+
+  it('refuses a known kid with another public key; an update that changes nothing is a noop', () => {
+    expect(
+      applyKeySetUpdate([trusted(a)], { add: [{ jwk: { ...pub(b), kid: a.kid }, notBefore: T0 }], retire: [] }, a.kid, T0),
+    ).toMatchObject({
+      status: 'refused',
+      code: 'INVALID_PUBLIC_KEY',
+    });
+    expect(applyKeySetUpdate([trusted(a)], { add: [{ jwk: pub(a), notBefore: T0 }], retire: [] }, a.kid, T0)).toMatchObject({
+      status: 'noop',
+      code: 'KEYSET_UNCHANGED',
+    });
+  });
+
+  it('a retire of a kid never seen is kept, so it can never be added later', () => {
+    const o = applyKeySetUpdate([trusted(a)], { add: [], retire: [{ kid: c.kid, at: T0 }] }, a.kid, T0);
+    expect(o.status === 'applied' && o.state).toEqual([expect.objectContaining({ kid: c.kid, jwk: null, status: 'retired' })]);
+  });
+});
+
+describe.each(mqttBackends())('trusted cloud keys of a running gateway against %s', (backend) => {
+  let broker: MqttTestBroker;
+  let site: Running | undefined;
+  beforeEach(async () => {
+    broker = await startMqttBackend(backend);
+  });
+  afterEach(async () => {
+    await site?.close();
+    site = undefined;
+    await broker.stop();
+  });
+
+  const update = (s: Running, body: { add?: unknown[]; retire?: unknown[] }, key = s.f.cloudKey) =>
+    s.cloud.sign({ type: 'keyset.update', seq: ++s.cloud.seq, body: { updateId: newId(), add: [], retire: [], ...body } }, key);
+  const acks = (s: Running) => s.cloud.ofType('ack').filter((m) => m.body.keyId === null && m.body.ackSeq !== null);
+  const rejected = (s: Running, code: string) =>
+    s.gw.store.db.prepare('SELECT count(*) AS n FROM rejected WHERE code = ?').get(code) as { n: number };
+
+  it('a key granted under a retired signer that was not re-sent opens nothing (SIGNER_RETIRED); one re-sent under the new key opens', async () => {
+    site = await runSite(broker.url, broker.url, broker.unique);
+    const s = site;
+    const next = await generateSigningKeyPair();
+    const nextKey = await importSigningKey(next.privateJwk);
+    // two keys under the old signer
+    await provision(s, { keyId: 'key-kept' as never });
+    await s.cloud.grant({ keyId: 'key-left' as never, credential: { type: 'pin', digest: s.f.digest('777777') } });
+    // add the next key (signed by the old one), then the kept key's grant again under the next key
+    await s.cloud.publishRaw((await update(s, { add: [{ jwk: pub(next), notBefore: T0 }] })).token);
+    // as the cloud does (switch waits for the ack): nothing under the next key before the gateway applied it
+    await waitFor(() => s.gw.store.settings().appliedSeq >= s.cloud.seq, 'the add applied');
+    const kept = (
+      await s.cloud.sign({ type: 'key.grant', seq: ++s.cloud.seq, body: { key: s.gw.store.loadSlot('key-kept').key!.grant } }, nextKey)
+    ).token;
+    await s.cloud.publishRaw(kept);
+    // retire the old key, in an update signed by the next one
+    await s.cloud.publishRaw((await update(s, { retire: [{ kid: s.f.cloudPair.kid, at: T0 }] }, nextKey)).token);
+    await waitFor(() => s.gw.store.settings().appliedSeq >= s.cloud.seq, 'the rotation applied');
+    expect(
+      s.gw.store
+        .trustedKeys()
+        .map((k) => [k.kid, k.status])
+        .sort(),
+    ).toEqual(
+      [
+        [next.kid, 'trusted'],
+        [s.f.cloudPair.kid, 'retired'],
+      ].sort(),
+    );
+    await waitFor(() => acks(s).length >= 2, 'both updates acked');
+    expect(acks(s).map((a) => a.body.code)).toEqual(['KEYSET_UPDATED', 'KEYSET_UPDATED']);
+    // a heartbeat under the new key keeps the site fresh
+    await s.cloud.publishRaw(
+      (await s.cloud.sign({ type: 'heartbeat', body: { lastSeq: s.cloud.seq, intervalMs: 30_000 } }, nextKey)).token,
+    );
+    await waitFor(() => (s.gw.store.settings().leaseExpiresAt ?? 0) > s.f.clock.now(), 'fresh lease');
+    expect(await s.lock.present(PIN)).toMatchObject({ allowed: true, code: 'ALLOWED' });
+    expect(await s.lock.present('777777')).toMatchObject({ allowed: false, code: 'SIGNER_RETIRED' });
+    // and the old key signs nothing any more: a heartbeat under it is refused KID_RETIRED
+    await s.cloud.heartbeat();
+    await waitFor(() => rejected(s, 'KID_RETIRED').n === 1, 'the old-key heartbeat refused');
+  });
+
+  it('an update signed by an unknown key is refused UNKNOWN_KID; one re-adding a retired key is refused KEYSET_KID_RETIRED and changes nothing', async () => {
+    site = await runSite(broker.url, broker.url, broker.unique);
+    const s = site;
+    const next = await generateSigningKeyPair();
+    await provision(s);
+    // signed by a key the gateway never trusted: refused before the inbox
+    await s.cloud.publishRaw((await update(s, { add: [{ jwk: pub(next), notBefore: T0 }] }, s.f.otherKey)).token);
+    s.cloud.seq--; // it never reached the inbox: the seq is free again
+    await waitFor(() => rejected(s, 'UNKNOWN_KID').n === 1, 'refused UNKNOWN_KID');
+    expect(s.gw.store.trustedKeys().map((k) => k.kid)).toEqual([s.f.cloudPair.kid]);
+    // add next, retire the old (signed by next), then an update signed by next re-adding the old one
+    const nextKey = await importSigningKey(next.privateJwk);
+    await s.cloud.publishRaw((await update(s, { add: [{ jwk: pub(next), notBefore: T0 }] })).token);
+    await waitFor(() => s.gw.store.settings().appliedSeq >= s.cloud.seq, 'the add applied');
+    await s.cloud.publishRaw((await update(s, { retire: [{ kid: s.f.cloudPair.kid, at: T0 }] }, nextKey)).token);
+    await s.cloud.publishRaw((await update(s, { add: [{ jwk: pub(s.f.cloudPair), notBefore: T0 }] }, nextKey)).token);
+    await waitFor(() => acks(s).length >= 3, 'three updates acked');
+    expect(acks(s).map((a) => [a.body.result, a.body.code])).toEqual([
+      ['applied', 'KEYSET_UPDATED'],
+      ['applied', 'KEYSET_UPDATED'],
+      ['refused', 'KEYSET_KID_RETIRED'],
+    ]);
+    expect(s.gw.store.trustedKeys().find((k) => k.kid === s.f.cloudPair.kid)?.status).toBe('retired');
+  });
+
+  it('a restart re-seeds from the config, which still lists the retired key: it stays retired', async () => {
+    site = await runSite(broker.url, broker.url, broker.unique);
+    const s = site;
+    const next = await generateSigningKeyPair();
+    const nextKey = await importSigningKey(next.privateJwk);
+    await provision(s);
+    await s.cloud.publishRaw((await update(s, { add: [{ jwk: pub(next), notBefore: T0 }] })).token);
+    await waitFor(() => s.gw.store.settings().appliedSeq >= s.cloud.seq, 'the add applied');
+    await s.cloud.publishRaw((await update(s, { retire: [{ kid: s.f.cloudPair.kid, at: T0 }] }, nextKey)).token);
+    await waitFor(() => s.gw.store.settings().appliedSeq >= s.cloud.seq, 'updates applied');
+    await s.gw.stop({ force: true });
+    const again = createGateway(s.f.config, { clock: s.f.clock, log: silentLog(), tickMs: 50 });
+    await again.start();
+    try {
+      expect(
+        again.store
+          .trustedKeys()
+          .map((k) => [k.kid, k.status])
+          .sort(),
+      ).toEqual(
+        [
+          [next.kid, 'trusted'],
+          [s.f.cloudPair.kid, 'retired'],
+        ].sort(),
+      );
+    } finally {
+      await again.stop({ force: true });
+    }
+  });
+});
