@@ -20,7 +20,9 @@ export const OUTCOME_CODES = table({
   REPORT_RECORDED: 'A gateway report was recorded.',
   MESSAGE_APPLIED: 'A message was applied.',
   BROKER_CREDENTIALS_ROTATED: "The gateway's cloud-broker password was replaced; the old one no longer logs in.",
+  KEY_USED_RECORDED: "A one-time key's entry reached the cloud (access event); the key is used.",
   // noop
+  KEY_ALREADY_USED: 'The one-time key was already used; nothing changed.',
   KEY_ALREADY_REVOKED: 'The key is already revoked, revoking, expired or failed; nothing changed.',
   KEY_ALREADY_ACTIVE: 'The key is already active; nothing changed.',
   KEY_NOT_EXPIRED: 'The key validity window has not ended; nothing changed.',
@@ -186,6 +188,7 @@ export const DECISION_CODES = table({
   RATE_LIMITED: 'The lock sent more requests than its rate limit allows; refused before anything was decided or recorded.',
   STORAGE_FULL:
     'The gateway is below its free-disk headroom and cannot promise to record the decision; only offline-capable staff keys open.',
+  KEY_USED: 'The key is a one-time key and its one entry has been used.',
   REMOTE_UNLOCK:
     "A supervisor opened the door remotely from the gateway's staff UI for one entry; the event's `by` names them and their reason.",
 });

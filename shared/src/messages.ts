@@ -88,6 +88,13 @@ export const KeyGrant = z.strictObject({
    * refuses only offline-capable grants: upgrade gateways first).
    */
   offlineMaxSeconds: z.int().min(1).max(OFFLINE_MAX_SECONDS_LIMIT).optional(),
+  /**
+   * A one-time key (a delivery, a cleaner's single visit): it opens for its
+   * first successful entry only; the gateway consumes it in the decision's
+   * transaction and answers KEY_USED after. Sent only when true, so an older
+   * gateway (strict schema) refuses only one-time grants.
+   */
+  oneTime: z.literal(true).optional(),
 });
 export type KeyGrant = z.infer<typeof KeyGrant>;
 

@@ -20,7 +20,7 @@ import { decide, lastFreshSyncAt } from '../domain/decide.js';
 import { recordAttempt, recordSiteAttempt, type LockoutPolicy, type SiteLockoutPolicy } from '../domain/lockout.js';
 import { fullBucket, takeToken, type Bucket, type RatePolicy } from '@tobira/shared';
 import { commitDecisions, findAccess, insertAccess, type StoredAccessEvent } from '../adapters/sqlite/access-log.js';
-import { keySetView } from '../adapters/sqlite/keyset.js';
+import { consumeKey, keySetView } from '../adapters/sqlite/keyset.js';
 import { lockById, setLockout, setSiteLockout, siteLockout as readSiteLockout } from '../adapters/sqlite/locks.js';
 import { enqueue } from '../adapters/sqlite/outbox.js';
 import { raiseTimeFloor, readSettings, type Settings } from '../adapters/sqlite/settings.js';
@@ -275,6 +275,12 @@ function decideOne(
     if (next.lockedOutUntil !== null && next.lockedOutUntil !== siteLockout.lockedOutUntil) siteLockoutUntil = next.lockedOutUntil;
   }
   const key = d.key ?? null;
+  // A one-time key is consumed in this transaction, with its decision: the next decision (the next
+  // request of this batch, or of the next transaction at any lock) reads it and answers KEY_USED.
+  if (d.allowed && key !== null && key.grant.oneTime === true) {
+    if (!consumeKey(db, { keyId: key.grant.keyId, version: key.version, lockId, requestId }, now))
+      throw new Error(`one-time key ${key.grant.keyId} allowed although already consumed`);
+  }
   const cid = (key !== null ? keySet.grantCid(key.grant.keyId) : null) ?? newCorrelationId();
   const command = d.allowed
     ? signLockCommand(secret, {

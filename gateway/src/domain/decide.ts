@@ -72,6 +72,7 @@ export interface Decision {
 /** How far a key got through the checks: the refusal of the key that got furthest is the answer. */
 const PROGRESS: readonly DecisionCode[] = [
   'KEY_REVOKED',
+  'KEY_USED',
   'DOOR_NOT_PERMITTED',
   'KEY_NOT_YET_VALID',
   'KEY_EXPIRED',
@@ -85,6 +86,7 @@ const PROGRESS: readonly DecisionCode[] = [
 function judgeKey(k: StoredKey, doorId: DoorId, site: SiteView, now: number): DecisionCode {
   const g = k.grant;
   if (k.status !== 'active') return 'KEY_REVOKED';
+  if (g.oneTime === true && k.consumedAt !== undefined) return 'KEY_USED';
   if (!g.doors.includes(doorId)) return 'DOOR_NOT_PERMITTED';
   if (now < g.validFrom) return 'KEY_NOT_YET_VALID';
   if (now >= g.validUntil) return 'KEY_EXPIRED';
@@ -99,7 +101,7 @@ function judgeKey(k: StoredKey, doorId: DoorId, site: SiteView, now: number): De
 
 /**
  * Invariant: `allowed` is true only for an active key at a version above any
- * revoke, for this lock's door, inside its validity window and schedule, with
+ * revoke, not a one-time key already consumed, for this lock's door, inside its validity window and schedule, with
  * neither the lock nor the credential type locked out, with no lockdown and
  * disk headroom unless the key is offline-capable, and with a running lease
  * unless the key is offline-capable and less than its offline cap has passed

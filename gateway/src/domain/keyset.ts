@@ -20,6 +20,8 @@ export interface StoredKey {
   /** The version the key is at: the grant's, or the revoke's once revoked. */
   readonly version: number;
   readonly status: StoredKeyStatus;
+  /** A one-time key whose entry was used: when (trusted time). Absent: not consumed. */
+  readonly consumedAt?: number;
 }
 
 export interface KeySlot {

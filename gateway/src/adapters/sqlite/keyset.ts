@@ -60,7 +60,8 @@ function isStoredGrant(g: unknown): g is KeyGrant {
     isInt(g.validUntil, 0) &&
     isSchedule(g.schedule) &&
     typeof g.offlineCapable === 'boolean' &&
-    (g.offlineMaxSeconds === undefined || isInt(g.offlineMaxSeconds, 1))
+    (g.offlineMaxSeconds === undefined || isInt(g.offlineMaxSeconds, 1)) &&
+    (g.oneTime === undefined || g.oneTime === true)
   );
 }
 
@@ -82,6 +83,10 @@ function storedKey(raw: unknown): StoredKey {
     throw new CorruptRow('keys', 'grant_json: not JSON');
   }
   if (!isStoredGrant(grant)) throw new CorruptRow('keys', 'grant_json: not a key grant');
+  if (raw.consumed_at !== undefined && raw.consumed_at !== null) {
+    if (!isInt(raw.consumed_at, 0)) throw new CorruptRow('consumed_keys', 'at: not a time');
+    return { grant, version: raw.version, status: raw.status, consumedAt: raw.consumed_at };
+  }
   return { grant, version: raw.version, status: raw.status };
 }
 /** Names the columns that do not fit, as parseRow would. */
@@ -138,7 +143,11 @@ const GrantCid = z.object({ grant_cid: z.string() });
 export function keySetView(db: ReadableDb): KeySetView & { grantCid(keyId: string): string | null } {
   return {
     byCredential: (type: CredentialType, digest: string): readonly StoredKey[] =>
-      prepared(db, 'SELECT version, status, grant_json FROM keys WHERE credential_type = ? AND credential_digest = ?')
+      prepared(
+        db,
+        `SELECT k.version, k.status, k.grant_json, c.at AS consumed_at FROM keys k LEFT JOIN consumed_keys c ON c.key_id = k.key_id
+         WHERE k.credential_type = ? AND k.credential_digest = ?`,
+      )
         .all(type, digest)
         .map(storedKey),
     grantCid: (keyId: string) => {
@@ -147,6 +156,21 @@ export function keySetView(db: ReadableDb): KeySetView & { grantCid(keyId: strin
       return r === undefined ? null : parseRow('keys', GrantCid, r).grant_cid || null;
     },
   };
+}
+
+/**
+ * Records that a one-time key's entry was used, in the caller's decision
+ * transaction. Returns false when it was already consumed (0 rows: the
+ * caller's decision must not have allowed it, which `decide` guarantees
+ * because it reads the same row inside the same transaction).
+ */
+export function consumeKey(db: WritableDb, c: { keyId: string; version: number; lockId: string; requestId: string }, now: number): boolean {
+  return (
+    prepared(
+      db,
+      'INSERT INTO consumed_keys (key_id, version, lock_id, request_id, at) VALUES (?, ?, ?, ?, ?) ON CONFLICT (key_id) DO NOTHING',
+    ).run(c.keyId, c.version, c.lockId, c.requestId, now).changes === 1
+  );
 }
 
 /** Snapshot apply: drops every active key (revoked rows and tombstones stay), to be refilled from the snapshot. */
