@@ -61,9 +61,18 @@ describe('issueKey', () => {
       code: 'INVALID_VALIDITY_WINDOW',
     });
   });
-  it('refuses a schedule window that does not start before it ends', () => {
-    const schedule = { timeZone: 'Asia/Tokyo', windows: [{ days: [1], start: '18:00', end: '09:00' }] };
-    expect(issueKey(null, cmd({ schedule }), NOW)).toMatchObject({ status: 'refused', code: 'INVALID_SCHEDULE' });
+  it('accepts an overnight window (the gateway opens it past midnight) and refuses an empty one or one with no days or dates', () => {
+    const overnight = { timeZone: 'Asia/Tokyo', windows: [{ days: [1], start: '18:00', end: '09:00' }] };
+    expect(issueKey(null, cmd({ schedule: overnight }), NOW)).toMatchObject({ status: 'applied' });
+    for (const w of [
+      { days: [1], start: '09:00', end: '09:00' },
+      { start: '09:00', end: '10:00' },
+      { dates: ['2026-02-30'], start: '09:00', end: '10:00' },
+    ])
+      expect(issueKey(null, cmd({ schedule: { timeZone: 'Asia/Tokyo', windows: [w] } }), NOW)).toMatchObject({
+        status: 'refused',
+        code: 'INVALID_SCHEDULE',
+      });
   });
   it('answers noop for the same id and content, conflict for other content', () => {
     const k = issued();

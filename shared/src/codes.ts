@@ -50,7 +50,7 @@ export const OUTCOME_CODES = table({
   INVALID_CREDENTIAL: 'The credential value is not valid for its type (PIN 4-12 digits, card 4-64 hex, mobile 16-256 base64url).',
   ALREADY_EXISTS: 'An entity with this id already exists.',
   INVALID_VALIDITY_WINDOW: 'validFrom is not before validUntil, or the window has already ended.',
-  INVALID_SCHEDULE: 'The week-day schedule is malformed.',
+  INVALID_SCHEDULE: 'The schedule is malformed: a window with neither days nor dates, start 24:00 or equal to end, a date not on the calendar, an unknown time zone.',
   OFFLINE_MAX_TOO_LONG:
     "offlineMaxSeconds is above the cloud's cap for offline-capable keys (OFFLINE_KEY_MAX_SECONDS, 7 days by default); nothing changed.",
   INVALID_TRANSITION: 'The event is not allowed from the current state.',

@@ -27,7 +27,7 @@ describe('code tables', () => {
     }
   });
 
-  it('has exactly the access decision codes of DESIGN.md §3, plus the flood bounds of the gateway and its remote unlock (docs/gateway.md)', () => {
+  it('has exactly the access decision codes of DESIGN.md §3, plus the flood bounds of the gateway, its remote unlock (docs/gateway.md) and one-time keys (issue #17)', () => {
     expect(Object.keys(DECISION_CODES).sort()).toEqual(
       [
         'ALLOWED',
@@ -44,6 +44,7 @@ describe('code tables', () => {
         'RATE_LIMITED',
         'STORAGE_FULL',
         'REMOTE_UNLOCK',
+        'KEY_USED',
       ].sort(),
     );
     expect(DecisionCode.options).toEqual(Object.keys(DECISION_CODES));

@@ -3,6 +3,7 @@ import {
   conflict,
   noop,
   refused,
+  scheduleProblems,
   type CorrelationId,
   type CredentialType,
   type DoorId,
@@ -99,8 +100,6 @@ export interface IssueKeyCommand extends KeyTerms {
   readonly cid: CorrelationId;
 }
 
-const minutes = (hhmm: string): number => Number(hhmm.slice(0, 2)) * 60 + Number(hhmm.slice(3, 5));
-
 function sameContent(k: EntryKey, c: IssueKeyCommand): boolean {
   return (
     k.personId === c.personId &&
@@ -128,9 +127,9 @@ export function issueKey(existing: EntryKey | null, cmd: IssueKeyCommand, now: n
   if (!(cmd.validFrom < cmd.validUntil) || cmd.validUntil <= now) {
     return refused('INVALID_VALIDITY_WINDOW', 'validFrom must be before validUntil and validUntil in the future');
   }
-  if (cmd.schedule && cmd.schedule.windows.some((w) => minutes(w.start) >= minutes(w.end))) {
-    return refused('INVALID_SCHEDULE', 'each window must start before it ends');
-  }
+  // the shared rules the gateway evaluates by (overnight windows and dates included): one validator for both sides
+  const problems = cmd.schedule ? scheduleProblems(cmd.schedule.windows) : [];
+  if (problems.length > 0) return refused('INVALID_SCHEDULE', problems.join('; '));
   if (!cmd.offlineCapable && cmd.offlineMaxSeconds !== null) {
     return refused('INVALID_REQUEST', 'offlineMaxSeconds is only for offline-capable keys');
   }

@@ -1,4 +1,4 @@
-import { CorruptRow, MessageId, parseRow, parseRows, type CredentialType, type KeyGrant } from '@tobira/shared';
+import { CorruptRow, DATE_PATTERN, HHMM_PATTERN, MessageId, parseRow, parseRows, type CredentialType, type KeyGrant } from '@tobira/shared';
 import { z } from 'zod';
 import type { KeySetView } from '../../domain/decide.js';
 import { STORED_KEY_STATUSES, type KeySlot, type StoredKey } from '../../domain/keyset.js';
@@ -21,20 +21,21 @@ import { countOf, jsonColumn, type ReadableDb, type WritableDb, prepared } from 
  * `CorruptRow`.
  */
 const CREDENTIAL_TYPES: readonly unknown[] = ['pin', 'card', 'mobile'] satisfies CredentialType[];
-const HHMM = /^([01]\d|2[0-3]):[0-5]\d$|^24:00$/;
 const isRecord = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
 const isText = (v: unknown): v is string => typeof v === 'string' && v.length > 0;
 const isInt = (v: unknown, min: number): v is number => typeof v === 'number' && Number.isSafeInteger(v) && v >= min;
 const isDay = (v: unknown) => isInt(v, 0) && v <= 6;
+const isDate = (v: unknown) => typeof v === 'string' && DATE_PATTERN.test(v);
+const isList = (v: unknown, item: (x: unknown) => boolean) => Array.isArray(v) && v.length > 0 && v.every(item);
 const isWindow = (w: unknown) =>
   isRecord(w) &&
-  Array.isArray(w.days) &&
-  w.days.length > 0 &&
-  w.days.every(isDay) &&
+  (w.days !== undefined || w.dates !== undefined) &&
+  (w.days === undefined || isList(w.days, isDay)) &&
+  (w.dates === undefined || isList(w.dates, isDate)) &&
   typeof w.start === 'string' &&
-  HHMM.test(w.start) &&
+  HHMM_PATTERN.test(w.start) &&
   typeof w.end === 'string' &&
-  HHMM.test(w.end);
+  HHMM_PATTERN.test(w.end);
 const isSchedule = (s: unknown) =>
   s === null ||
   (isRecord(s) &&
