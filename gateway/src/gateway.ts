@@ -233,6 +233,8 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
           commandTtlMs: config.commandTtlMs,
           pairingSecrets: new Map(config.locks.map((l) => [l.lockId, decodeSecret(l.pairingSecret)])),
           offlineGraceSeconds: config.offlineGraceSeconds,
+          // mobile tokens are checked with the same trusted cloud keys as the downlink (issue #17)
+          mobileTokens: { keys: cloudKeys, issuer: config.cloud.issuer },
         },
         buckets: new Map(),
         storageLow: () => guard.low,

@@ -16,3 +16,4 @@ export * from './lifecycle.js';
 export * from './broker-auth.js';
 export * from './rows.js';
 export * from './schedule.js';
+export * from './mobile-token.js';

@@ -338,6 +338,14 @@ export const PresentedCredential = z.discriminatedUnion('type', [
   z.strictObject({ type: z.literal('pin'), value: z.string().regex(/^\d{4,12}$/) }),
   z.strictObject({ type: z.literal('card'), value: z.string().regex(/^[0-9A-Fa-f]{4,64}$/) }),
   z.strictObject({ type: z.literal('mobile'), value: z.string().regex(/^[A-Za-z0-9_-]{16,256}$/) }),
+  /**
+   * A mobile token the cloud signed for a phone (shared/src/mobile-token.ts), relayed by the lock as it
+   * got it; the gateway verifies it offline and decides for the key it names (credential type `mobile`).
+   */
+  z.strictObject({
+    type: z.literal('mobile_token'),
+    value: z.string().max(2048).regex(/^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$/),
+  }),
 ]);
 export type PresentedCredential = z.infer<typeof PresentedCredential>;
 

@@ -15,8 +15,11 @@ import {
   type AccessEvent,
   type LockCommand,
   type LockDecision,
+  type KeySet,
+  type MobileTokenCheck,
+  verifyMobileTokenSignature,
 } from '@tobira/shared';
-import { decide, lastFreshSyncAt } from '../domain/decide.js';
+import { decide, decideMobileToken, lastFreshSyncAt } from '../domain/decide.js';
 import { recordAttempt, recordSiteAttempt, type LockoutPolicy, type SiteLockoutPolicy } from '../domain/lockout.js';
 import { fullBucket, takeToken, type Bucket, type RatePolicy } from '@tobira/shared';
 import { commitDecisions, findAccess, insertAccess, type StoredAccessEvent } from '../adapters/sqlite/access-log.js';
@@ -48,6 +51,8 @@ export interface AccessOptions {
   readonly pairingSecrets: ReadonlyMap<string, Uint8Array>;
   /** The lease length a fresh heartbeat grants (config offlineGraceSeconds), to read the last proven-fresh sync back from the lease. */
   readonly offlineGraceSeconds: number;
+  /** The cloud's trusted keys and issuer, to check relayed mobile tokens with (absent: every token is MOBILE_TOKEN_UNKNOWN_SIGNER). */
+  readonly mobileTokens?: { readonly keys: KeySet; readonly issuer: string };
 }
 
 export interface AccessDeps extends AppContext {
@@ -177,12 +182,13 @@ export function handleLockRequests(deps: AccessDeps, items: readonly { lockId: s
       });
     }
     const requestId = parsed.ok ? parsed.value.requestId : (salvageRequestId(payload) ?? `invalid-${newId()}`);
-    const credential = parsed.ok
-      ? {
-          type: parsed.value.credential.type,
-          digest: credentialDigest(access.pepper, parsed.value.credential.type, parsed.value.credential.value),
-        }
-      : null;
+    const c = parsed.ok ? parsed.value.credential : null;
+    const credential: Presented | null =
+      c === null
+        ? null
+        : c.type === 'mobile_token'
+          ? { type: 'mobile', token: checkMobileToken(access, c.value) }
+          : { type: c.type, digest: credentialDigest(access.pepper, c.type, c.value) };
     return { lockId, secret, requestId, credential };
   });
 
@@ -236,6 +242,19 @@ export function handleLockRequests(deps: AccessDeps, items: readonly { lockId: s
   return answers;
 }
 
+/**
+ * What a lock presented, ready to decide on: a keyed digest, or a mobile
+ * token with its signature already checked (outside the transaction: the
+ * check reads nothing the transaction writes).
+ */
+type Presented = { readonly type: CredentialType; readonly digest: string } | { readonly type: 'mobile'; readonly token: MobileTokenCheck };
+
+function checkMobileToken(access: AccessOptions, token: string): MobileTokenCheck {
+  if (access.mobileTokens === undefined)
+    return { ok: false, code: 'MOBILE_TOKEN_UNKNOWN_SIGNER', detail: 'this gateway trusts no cloud key for mobile tokens' };
+  return verifyMobileTokenSignature(token, access.mobileTokens.keys, access.mobileTokens.issuer);
+}
+
 /** One decision, inside `commitDecisions`' transaction: decide, lockouts (lock and site), access log, outbox. */
 function decideOne(
   deps: AccessDeps,
@@ -243,7 +262,7 @@ function decideOne(
   lockId: string,
   secret: Uint8Array,
   requestId: string,
-  credential: { type: CredentialType; digest: string } | null,
+  credential: Presented | null,
 ): { row: StoredAccessEvent; command: LockCommand | null; siteLockoutUntil?: number } {
   const { access } = deps;
   const { db } = deps.store;
@@ -257,16 +276,21 @@ function decideOne(
     storageLow: batch.storageLow,
     ...(siteLockout === null ? {} : { credentialLockout: siteLockout }),
   };
+  const lockView = lock === null ? null : { ...lock, doorId: lock.doorId === null ? null : asDoorId(lock.doorId) };
   const d =
     credential === null
       ? ({ allowed: false, code: 'BAD_REQUEST' } as const)
-      : decide(
-          { lockId: asLockId(lockId), credentialType: credential.type, digest: credential.digest },
-          keySet,
-          lock === null ? null : { ...lock, doorId: lock.doorId === null ? null : asDoorId(lock.doorId) },
-          site,
-          now,
-        );
+      : 'token' in credential
+        ? decideMobileToken(
+            credential.token.ok
+              ? { lockId: asLockId(lockId), claims: credential.token.claims, audience: deps.gatewayId }
+              : { lockId: asLockId(lockId), refused: credential.token.code },
+            keySet,
+            lockView,
+            site,
+            now,
+          )
+        : decide({ lockId: asLockId(lockId), credentialType: credential.type, digest: credential.digest }, keySet, lockView, site, now);
   if (lock !== null && d.code !== 'LOCKED_OUT') setLockout(db, lockId, recordAttempt(lock, d.code, now, access.lockout), now);
   let siteLockoutUntil: number | undefined;
   if (credential !== null && siteLockout !== null) {

@@ -151,6 +151,14 @@ export function keySetView(db: ReadableDb): KeySetView & { grantCid(keyId: strin
       )
         .all(type, digest)
         .map(storedKey),
+    byKeyId: (keyId: string): StoredKey | null => {
+      const r: unknown = prepared(
+        db,
+        `SELECT k.version, k.status, k.grant_json, c.at AS consumed_at FROM keys k LEFT JOIN consumed_keys c ON c.key_id = k.key_id
+         WHERE k.key_id = ?`,
+      ).get(keyId);
+      return r === undefined ? null : storedKey(r);
+    },
     grantCid: (keyId: string) => {
       const r: unknown = prepared(db, 'SELECT grant_cid FROM keys WHERE key_id = ?').get(keyId);
       // '' is stored for keys no grant made (snapshot revokes): no cid to carry on
