@@ -20,6 +20,7 @@ export const OUTCOME_CODES = table({
   REPORT_RECORDED: 'A gateway report was recorded.',
   MESSAGE_APPLIED: 'A message was applied.',
   BROKER_CREDENTIALS_ROTATED: "The gateway's cloud-broker password was replaced; the old one no longer logs in.",
+  MOBILE_TOKEN_ISSUED: "A short-lived mobile token was signed for the key's person, bound to the key and its gateway.",
   KEY_USED_RECORDED: "A one-time key's entry reached the cloud (access event); the key is used.",
   // noop
   KEY_ALREADY_USED: 'The one-time key was already used; nothing changed.',

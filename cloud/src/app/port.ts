@@ -7,6 +7,7 @@ import type * as stays from './stays.js';
 import type * as notifications from './notifications.js';
 import type { SiteScope } from '../adapters/db/scope.js';
 import type * as memberships from './memberships.js';
+import type * as mobileTokens from './mobile-tokens.js';
 
 /**
  * Options of a write verb. `db`: run inside the caller's open transaction
@@ -74,4 +75,6 @@ export interface CloudVerbs {
   selfCancelMembership(input: Parameters<typeof memberships.selfCancelMembership>[1]): ReturnType<typeof memberships.selfCancelMembership>;
   /** The MQTT link is connected (`/healthz`). */
   readonly mqttConnected: boolean;
+  /** A short-lived signed token for a mobile key's phone (issue #17). */
+  issueMobileToken(input: mobileTokens.MobileTokenInput): Promise<mobileTokens.MobileTokenResult>;
 }
