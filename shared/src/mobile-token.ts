@@ -20,7 +20,7 @@ import { JWS_ALG, type KeySet, type SigningKey } from './signing.js';
  * The signature is checked synchronously (node:crypto over the same key as
  * jose imported), because the gateway decides inside one synchronous SQLite
  * transaction; the time and addressing rules are the gateway's decision
- * (gateway/src/domain/decide.ts), judged on its trusted time.
+ * (the gateway's decideMobileToken), judged on its trusted time.
  */
 export const MOBILE_TOKEN_TYP = 'tobira-mobile+jwt';
 export const MOBILE_TOKEN_DEFAULT_TTL_SECONDS = 300;
