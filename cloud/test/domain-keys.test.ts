@@ -1,6 +1,15 @@
 import { KeyGrant, asDoorId, asGatewayId, asKeyId, asPersonId, newCorrelationId } from '@tobira/shared';
 import { describe, expect, it } from 'vitest';
-import { expireKey, issueKey, recordGatewayReport, recordKeyUse, revokeKey, toGrant, type EntryKey, type IssueKeyCommand } from '../src/domain/keys.js';
+import {
+  expireKey,
+  issueKey,
+  recordGatewayReport,
+  recordKeyUse,
+  revokeKey,
+  toGrant,
+  type EntryKey,
+  type IssueKeyCommand,
+} from '../src/domain/keys.js';
 
 const NOW = Date.UTC(2026, 10, 29, 9);
 const DAY = 86_400_000;

@@ -30,7 +30,10 @@ afterAll(() => {
 
 const pad = (n: number) => String(n).padStart(2, '0');
 const hhmm = fc.oneof(
-  { arbitrary: fc.tuple(fc.integer({ min: 0, max: 23 }), fc.constantFrom(0, 15, 30, 45)).map(([h, m]) => `${pad(h)}:${pad(m)}`), weight: 8 },
+  {
+    arbitrary: fc.tuple(fc.integer({ min: 0, max: 23 }), fc.constantFrom(0, 15, 30, 45)).map(([h, m]) => `${pad(h)}:${pad(m)}`),
+    weight: 8,
+  },
   { arbitrary: fc.constantFrom('24:00', '00:00', '24:15', '25:00', '12:60', '9:00', ''), weight: 2 },
 );
 const date = fc.oneof(

@@ -29,7 +29,10 @@ const mobileKey: StoredKey = {
   version: 1,
   status: 'active',
 };
-const keys = (...ks: StoredKey[]): KeySetView => ({ byCredential: () => [], byKeyId: (id) => ks.find((k) => k.grant.keyId === id) ?? null });
+const keys = (...ks: StoredKey[]): KeySetView => ({
+  byCredential: () => [],
+  byKeyId: (id) => ks.find((k) => k.grant.keyId === id) ?? null,
+});
 
 async function setup() {
   const pair = await generateSigningKeyPair();
@@ -37,8 +40,14 @@ async function setup() {
   const trusted = await KeySet.fromJwks({ keys: [pair.publicJwk] });
   const clock = new ManualClock(T0);
   const token = async (over: { keyId?: string; personId?: string; gatewayId?: string; ttlSeconds?: number } = {}) =>
-    (await signMobileToken(key, ISSUER, { gatewayId: GW, keyId: 'key-m', personId: 'person-1', jti: newId(), ttlSeconds: 60, ...over }, clock))
-      .token;
+    (
+      await signMobileToken(
+        key,
+        ISSUER,
+        { gatewayId: GW, keyId: 'key-m', personId: 'person-1', jti: newId(), ttlSeconds: 60, ...over },
+        clock,
+      )
+    ).token;
   const judge = (t: string, now = T0, ks = keys(mobileKey)) => {
     const v = verifyMobileTokenSignature(t, trusted, ISSUER);
     return decideMobileToken(

@@ -78,7 +78,11 @@ describe('at the door', () => {
   const lock = { doorId: DOOR, failures: 0, lockedOutUntil: null };
   it('a key with an overnight schedule opens past midnight and answers OUTSIDE_SCHEDULE after it', () => {
     const s = schedule('Asia/Tokyo', { days: [5], start: '22:00', end: '06:00' });
-    const k = { grant: grant({ schedule: s, validFrom: 0, validUntil: at('2027-01-01T00:00:00Z') }), version: 1, status: 'active' as const };
+    const k = {
+      grant: grant({ schedule: s, validFrom: 0, validUntil: at('2027-01-01T00:00:00Z') }),
+      version: 1,
+      status: 'active' as const,
+    };
     const keys: KeySetView = { byCredential: () => [k] };
     const site = (now: number) => ({ mode: 'normal' as const, leaseExpiresAt: now + 60_000 });
     const t1 = at('2026-12-04T17:00:00Z'); // Sat 02:00 JST

@@ -53,7 +53,8 @@ export const OUTCOME_CODES = table({
   INVALID_VALIDITY_WINDOW: 'validFrom is not before validUntil, or the window has already ended.',
   KEY_NOT_MOBILE: 'Mobile tokens are issued only for keys whose credential type is mobile.',
   KEY_NOT_LIVE: 'The key is not issuing or active (revoked, expired, failed or used); no token is issued.',
-  INVALID_SCHEDULE: 'The schedule is malformed: a window with neither days nor dates, start 24:00 or equal to end, a date not on the calendar, an unknown time zone.',
+  INVALID_SCHEDULE:
+    'The schedule is malformed: a window with neither days nor dates, start 24:00 or equal to end, a date not on the calendar, an unknown time zone.',
   OFFLINE_MAX_TOO_LONG:
     "offlineMaxSeconds is above the cloud's cap for offline-capable keys (OFFLINE_KEY_MAX_SECONDS, 7 days by default); nothing changed.",
   INVALID_TRANSITION: 'The event is not allowed from the current state.',

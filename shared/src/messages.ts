@@ -344,7 +344,10 @@ export const PresentedCredential = z.discriminatedUnion('type', [
    */
   z.strictObject({
     type: z.literal('mobile_token'),
-    value: z.string().max(2048).regex(/^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$/),
+    value: z
+      .string()
+      .max(2048)
+      .regex(/^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$/),
   }),
 ]);
 export type PresentedCredential = z.infer<typeof PresentedCredential>;

@@ -53,7 +53,7 @@ export async function signMobileToken(
   const ttl = Math.min(c.ttlSeconds ?? MOBILE_TOKEN_DEFAULT_TTL_SECONDS, MOBILE_TOKEN_MAX_TTL_SECONDS);
   const exp = Math.min(iat + ttl, c.notAfter === undefined ? Number.MAX_SAFE_INTEGER : Math.floor(c.notAfter / 1000));
   const claims = MobileTokenClaims.parse({ iss: issuer, aud: c.gatewayId, sub: c.keyId, pid: c.personId, jti: c.jti, iat, exp });
-  const token = await new SignJWT(claims as unknown as Record<string, unknown>)
+  const token = await new SignJWT({ ...claims })
     .setProtectedHeader({ alg: JWS_ALG, typ: MOBILE_TOKEN_TYP, kid: key.kid })
     .sign(key.privateKey);
   return { token, claims };
@@ -63,6 +63,7 @@ export type MobileTokenCheck =
   | { readonly ok: true; readonly claims: MobileTokenClaims; readonly kid: string }
   | { readonly ok: false; readonly code: 'MOBILE_TOKEN_INVALID' | 'MOBILE_TOKEN_UNKNOWN_SIGNER'; readonly detail: string };
 
+const Header = z.object({ alg: z.unknown(), typ: z.unknown(), kid: z.unknown(), crit: z.unknown() });
 const decode = (segment: string): unknown => JSON.parse(Buffer.from(segment, 'base64url').toString('utf8'));
 const invalid = (detail: string): MobileTokenCheck => ({ ok: false, code: 'MOBILE_TOKEN_INVALID', detail });
 
@@ -73,7 +74,7 @@ const invalid = (detail: string): MobileTokenCheck => ({ ok: false, code: 'MOBIL
  */
 export function verifyMobileTokenSignature(token: string, keys: KeySet, issuer: string): MobileTokenCheck {
   if (token.length > MOBILE_TOKEN_MAX_LENGTH || !MOBILE_TOKEN_PATTERN.test(token)) return invalid('not a compact JWS');
-  const [h, p, s] = token.split('.') as [string, string, string];
+  const [h = '', p = '', s = ''] = token.split('.');
   // one signed token has exactly one encoding (base64url is malleable in its padding bits)
   if (Buffer.from(s, 'base64url').toString('base64url') !== s) return invalid('non-canonical signature encoding');
   let header: unknown;
@@ -84,8 +85,9 @@ export function verifyMobileTokenSignature(token: string, keys: KeySet, issuer: 
   } catch {
     return invalid('unreadable header or claims');
   }
-  if (typeof header !== 'object' || header === null) return invalid('header is not an object');
-  const { alg, typ, kid, crit } = header as Record<string, unknown>;
+  const fields = Header.safeParse(header);
+  if (!fields.success) return invalid('header is not an object');
+  const { alg, typ, kid, crit } = fields.data;
   if (alg !== JWS_ALG) return invalid(`alg ${String(alg)}`);
   if (typ !== MOBILE_TOKEN_TYP) return invalid(`typ ${String(typ)}`);
   if (crit !== undefined) return invalid('crit header');

@@ -53,7 +53,7 @@ const toMinutes = (hhmm: string): number => Number(hhmm.slice(0, 2)) * 60 + Numb
 /** True for a YYYY-MM-DD that is on the calendar (2026-02-29 is not). */
 export function isCalendarDate(date: string): boolean {
   if (!DATE_PATTERN.test(date)) return false;
-  const [y, m, d] = date.split('-').map(Number) as [number, number, number];
+  const [y = 0, m = 0, d = 0] = date.split('-').map(Number);
   const t = new Date(Date.UTC(y, m - 1, d));
   return t.getUTCFullYear() === y && t.getUTCMonth() === m - 1 && t.getUTCDate() === d;
 }
@@ -69,8 +69,7 @@ export function scheduleProblems(windows: readonly ScheduleWindowShape[]): strin
     if ((w.days === undefined || w.days.length === 0) && (w.dates === undefined || w.dates.length === 0))
       out.push(`windows[${i}]: give days, dates or both`);
     if (w.start === '24:00') out.push(`windows[${i}]: start 24:00 (a window starts before the end of its day)`);
-    else if (toMinutes(w.start) === toMinutes(w.end))
-      out.push(`windows[${i}]: start equals end (write a whole day as 00:00-24:00)`);
+    else if (toMinutes(w.start) === toMinutes(w.end)) out.push(`windows[${i}]: start equals end (write a whole day as 00:00-24:00)`);
     for (const d of w.dates ?? []) if (!isCalendarDate(d)) out.push(`windows[${i}]: ${d} is not a calendar date`);
   });
   return out;
@@ -163,7 +162,7 @@ export function localTime(now: number, timeZone: string): LocalTime | null {
 
 /** The calendar day before a YYYY-MM-DD (calendar arithmetic: no time zone, no DST). */
 export function previousDate(date: string): string {
-  const [y, m, d] = date.split('-').map(Number) as [number, number, number];
+  const [y = 0, m = 0, d = 0] = date.split('-').map(Number);
   return new Date(Date.UTC(y, m - 1, d - 1)).toISOString().slice(0, 10);
 }
 
@@ -171,7 +170,10 @@ const opensOn = (w: ScheduleWindowShape, date: string, day: number): boolean =>
   (w.days?.includes(day) ?? false) || (w.dates?.includes(date) ?? false);
 
 /** Invariant: true only if `now` falls inside one window of the schedule, in its time zone's wall-clock time. */
-export function inSchedule(schedule: { readonly timeZone: string; readonly windows: readonly ScheduleWindowShape[] }, now: number): boolean {
+export function inSchedule(
+  schedule: { readonly timeZone: string; readonly windows: readonly ScheduleWindowShape[] },
+  now: number,
+): boolean {
   const local = localTime(now, schedule.timeZone);
   if (local === null) return false;
   const { date, day, minute } = local;

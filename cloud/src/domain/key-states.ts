@@ -8,7 +8,15 @@ import type { OutcomeCode } from '@tobira/shared';
 export const KEY_STATUSES = ['issuing', 'active', 'revoking', 'revoked', 'expired', 'failed', 'used'] as const;
 export type KeyStatus = (typeof KEY_STATUSES)[number];
 
-export const KEY_EVENTS = ['issue', 'grant_applied', 'grant_rejected', 'revoke', 'revoke_applied', 'validity_ended', 'used_at_door'] as const;
+export const KEY_EVENTS = [
+  'issue',
+  'grant_applied',
+  'grant_rejected',
+  'revoke',
+  'revoke_applied',
+  'validity_ended',
+  'used_at_door',
+] as const;
 export type KeyEvent = (typeof KEY_EVENTS)[number];
 
 export interface KeyTransitionRow {

@@ -139,7 +139,7 @@ export const Key = z.object({
       'offline-capable keys: how long after its gateway last proved itself in sync the key still opens while the gateway fails closed',
     ),
   oneTime: z.boolean().describe('a one-time key: its first entry at the door uses it up (status `used`)'),
-  usedAt: z.int().nullable().describe("a used one-time key: when the gateway allowed its entry (epoch ms); null otherwise"),
+  usedAt: z.int().nullable().describe('a used one-time key: when the gateway allowed its entry (epoch ms); null otherwise'),
   version: z.int(),
   revision: z.int().describe('compare-and-set revision; the ETag, and what If-Match names'),
   status: z.string(),

@@ -15,7 +15,7 @@ const MobileTokenAnswer = z.object({
   status: OutcomeStatus,
   code: z.string(),
   cid: z.string(),
-  token: z.string().describe("compact JWS (typ tobira-mobile+jwt) for the phone; the lock relays it as a `mobile_token` credential"),
+  token: z.string().describe('compact JWS (typ tobira-mobile+jwt) for the phone; the lock relays it as a `mobile_token` credential'),
   keyId: z.string(),
   personId: z.string(),
   gatewayId: z.string().describe('the only gateway (site) that accepts it'),
