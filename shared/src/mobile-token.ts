@@ -63,7 +63,12 @@ export type MobileTokenCheck =
   | { readonly ok: true; readonly claims: MobileTokenClaims; readonly kid: string }
   | { readonly ok: false; readonly code: 'MOBILE_TOKEN_INVALID' | 'MOBILE_TOKEN_UNKNOWN_SIGNER'; readonly detail: string };
 
-const Header = z.object({ alg: z.unknown(), typ: z.unknown(), kid: z.unknown(), crit: z.unknown() });
+const Header = z.object({
+  alg: z.unknown().optional(),
+  typ: z.unknown().optional(),
+  kid: z.unknown().optional(),
+  crit: z.unknown().optional(),
+});
 const decode = (segment: string): unknown => JSON.parse(Buffer.from(segment, 'base64url').toString('utf8'));
 const invalid = (detail: string): MobileTokenCheck => ({ ok: false, code: 'MOBILE_TOKEN_INVALID', detail });
 
