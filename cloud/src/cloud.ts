@@ -22,6 +22,7 @@ import { listDeadLetters, retryDeadLetter, type DeadLetter } from './adapters/ou
 import { Dispatcher } from './adapters/outbox/dispatcher.js';
 import { purgeOld } from './adapters/outbox/purge.js';
 import { loadSigner, type CloudSigner } from './adapters/signer.js';
+import { issueMobileToken, type MobileTokenInput } from './app/mobile-tokens.js';
 import { crashAt, killAt, type CrashHook } from './app/crash.js';
 import { unmanagedBrokerAccounts, type BrokerAccounts } from './app/broker-accounts.js';
 import type { AppDeps } from './app/deps.js';
@@ -270,6 +271,8 @@ function coreOf(config: CloudConfig, cloudDeps: CloudDeps) {
     expireKeys: (opts: { limit?: number; cid?: CorrelationId } = {}) => keys.expireKeys(app(), opts),
     getKey: (keyId: string) => keys.getKey(app(), keyId),
     listKeyHistory: (keyId: string) => keys.listKeyHistory(app(), keyId),
+    /** A short-lived signed token for a mobile key's phone (issue #17); nothing is written. */
+    issueMobileToken: (input: MobileTokenInput, o?: VerbOptions) => issueMobileToken(app(o), need(signer), input),
 
     listAudit: (opts: reads.AuditQuery = {}) => reads.listAudit(need(db), opts),
     /** Gateway staff actions of the given sites (null: all), newest first (GET /staff-actions). */

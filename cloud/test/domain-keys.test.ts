@@ -1,6 +1,15 @@
 import { KeyGrant, asDoorId, asGatewayId, asKeyId, asPersonId, newCorrelationId } from '@tobira/shared';
 import { describe, expect, it } from 'vitest';
-import { expireKey, issueKey, recordGatewayReport, revokeKey, toGrant, type EntryKey, type IssueKeyCommand } from '../src/domain/keys.js';
+import {
+  expireKey,
+  issueKey,
+  recordGatewayReport,
+  recordKeyUse,
+  revokeKey,
+  toGrant,
+  type EntryKey,
+  type IssueKeyCommand,
+} from '../src/domain/keys.js';
 
 const NOW = Date.UTC(2026, 10, 29, 9);
 const DAY = 86_400_000;
@@ -61,9 +70,18 @@ describe('issueKey', () => {
       code: 'INVALID_VALIDITY_WINDOW',
     });
   });
-  it('refuses a schedule window that does not start before it ends', () => {
-    const schedule = { timeZone: 'Asia/Tokyo', windows: [{ days: [1], start: '18:00', end: '09:00' }] };
-    expect(issueKey(null, cmd({ schedule }), NOW)).toMatchObject({ status: 'refused', code: 'INVALID_SCHEDULE' });
+  it('accepts an overnight window (the gateway opens it past midnight) and refuses an empty one or one with no days or dates', () => {
+    const overnight = { timeZone: 'Asia/Tokyo', windows: [{ days: [1], start: '18:00', end: '09:00' }] };
+    expect(issueKey(null, cmd({ schedule: overnight }), NOW)).toMatchObject({ status: 'applied' });
+    for (const w of [
+      { days: [1], start: '09:00', end: '09:00' },
+      { start: '09:00', end: '10:00' },
+      { dates: ['2026-02-30'], start: '09:00', end: '10:00' },
+    ])
+      expect(issueKey(null, cmd({ schedule: { timeZone: 'Asia/Tokyo', windows: [w] } }), NOW)).toMatchObject({
+        status: 'refused',
+        code: 'INVALID_SCHEDULE',
+      });
   });
   it('answers noop for the same id and content, conflict for other content', () => {
     const k = issued();
@@ -150,5 +168,38 @@ describe('recordGatewayReport', () => {
   });
   it('answers a duplicate ack for an active key with KEY_ALREADY_ACTIVE', () => {
     expect(recordGatewayReport(withStatus('active'), report(), NOW)).toMatchObject({ status: 'noop', code: 'KEY_ALREADY_ACTIVE' });
+  });
+});
+
+describe('recordKeyUse (one-time keys)', () => {
+  const report = { gatewayId: asGatewayId('gw-1'), at: NOW + 5000, cid };
+  const oneTime = (status: EntryKey['status']) => withStatus(status, { oneTime: true });
+  it('a one-time key carries oneTime in its grant; an ordinary key carries none', () => {
+    const o = issueKey(null, cmd({ oneTime: true }), NOW);
+    if (o.status !== 'applied') throw new Error('issue failed');
+    expect(toGrant(o.state).oneTime).toBe(true);
+    expect(KeyGrant.safeParse(toGrant(o.state)).success).toBe(true);
+    expect('oneTime' in toGrant(issued())).toBe(false);
+  });
+  it('moves an issuing or active one-time key to used, with the entry time, and sends nothing', () => {
+    for (const status of ['issuing', 'active'] as const) {
+      const o = recordKeyUse(oneTime(status), report, NOW + 6000);
+      expect(o).toMatchObject({ status: 'applied', code: 'KEY_USED_RECORDED', state: { status: 'used', usedAt: NOW + 5000 }, emits: [] });
+    }
+  });
+  it('changes nothing for an ordinary key, a report from another gateway, a used or already dead key', () => {
+    expect(recordKeyUse(withStatus('active'), report, NOW)).toMatchObject({ status: 'noop', code: 'REPORT_IGNORED' });
+    expect(recordKeyUse(oneTime('active'), { ...report, gatewayId: asGatewayId('gw-2') }, NOW)).toMatchObject({
+      status: 'noop',
+      code: 'REPORT_IGNORED',
+    });
+    expect(recordKeyUse(oneTime('used'), report, NOW)).toMatchObject({ status: 'noop', code: 'KEY_ALREADY_USED' });
+    for (const status of ['revoking', 'revoked', 'expired', 'failed'] as const)
+      expect(recordKeyUse(oneTime(status), report, NOW)).toMatchObject({ status: 'noop', code: 'REPORT_IGNORED' });
+    expect(recordKeyUse(null, report, NOW)).toMatchObject({ status: 'refused', code: 'KEY_NOT_FOUND' });
+  });
+  it('a used key is not revoked or expired again', () => {
+    expect(revokeKey(oneTime('used'), { reason: 'staff_revoked', cid }, NOW)).toMatchObject({ status: 'noop', code: 'KEY_ALREADY_USED' });
+    expect(expireKey(oneTime('used'), { cid }, NOW + 2 * DAY)).toMatchObject({ status: 'noop' });
   });
 });

@@ -108,7 +108,7 @@ export function parseCli(argv: readonly string[], env: Readonly<Record<string, s
     const [lockId, type, ...rest] = p.split(':');
     const parsed = PresentedCredential.safeParse({ type, value: rest.join(':') });
     if (!lockId || !ids.includes(lockId)) throw new CliError(`--present ${p}: unknown lock ${lockId ?? ''}`);
-    if (!parsed.success) throw new CliError(`--present ${p}: expected <lock>:<pin|card|mobile>:<value>`);
+    if (!parsed.success) throw new CliError(`--present ${p}: expected <lock>:<pin|card|mobile|mobile_token>:<value>`);
     return { lockId, credential: parsed.data };
   });
 

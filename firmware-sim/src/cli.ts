@@ -134,7 +134,7 @@ async function main(): Promise<number> {
   return 0;
 }
 
-const HELP = `commands: present <lock> <pin|card|mobile> <value> | open <lock> | close <lock> | force <lock> | tamper <lock>
+const HELP = `commands: present <lock> <pin|card|mobile|mobile_token> <value> | open <lock> | close <lock> | force <lock> | tamper <lock>
           jam <lock> | unjam <lock> | drain <lock> <percent> | reboot <lock> | disconnect <lock> | reconnect <lock>
           faults <lock|*> <json> | status | quit`;
 
@@ -167,7 +167,7 @@ function repl(fleet: Fleet, onEnd: () => void): void {
         return out(HELP);
       case 'present': {
         const c = PresentedCredential.safeParse({ type: args[0], value: args[1] });
-        if (!c.success) return out('usage: present <lock> <pin|card|mobile> <value>');
+        if (!c.success) return out('usage: present <lock> <pin|card|mobile|mobile_token> <value>');
         return out(`result ${lockId} ${JSON.stringify(await lock().present(c.data))}`);
       }
       case 'drain':

@@ -60,6 +60,13 @@ describe('CLI arguments', () => {
     });
   });
 
+  it('relays a mobile token as the phone gave it (--present <lock>:mobile_token:<jws>)', () => {
+    const token = 'eyJhbGciOiJFZERTQSJ9.eyJzdWIiOiJrZXktMSJ9.c2lnbmF0dXJl';
+    const c = parseCli(['-g', 'gw-1', '--lock-ids', 'front', '--present', `front:mobile_token:${token}`], {});
+    expect(c).toMatchObject({ present: [{ lockId: 'front', credential: { type: 'mobile_token', value: token } }] });
+    expect(() => parseCli(['-g', 'gw-1', '--lock-ids', 'front', '--present', 'front:mobile_token:not-a-jws'], {})).toThrow();
+  });
+
   it.each([
     [[]],
     [['--gateway', 'gw/1']],

@@ -208,6 +208,7 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
       // the config seeds the trusted cloud keys; signed keyset.update messages change them (a retired one never comes back)
       seedTrustedKeys(s.db, config.cloud.jwks.keys, now0);
       const cloudKeys = new CloudKeyRing(s.db);
+      await cloudKeys.current(); // loaded before the first decision (mobile tokens are checked synchronously)
 
       const base: AppContext = {
         gatewayId: config.gatewayId,
@@ -247,6 +248,8 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
           commandTtlMs: config.commandTtlMs,
           pairingSecrets: new Map(config.locks.map((l) => [l.lockId, decodeSecret(l.pairingSecret)])),
           offlineGraceSeconds: config.offlineGraceSeconds,
+          // mobile tokens are checked with the same trusted cloud keys as the downlink (issue #17)
+          mobileTokens: { keys: () => cloudKeys.loaded(), issuer: config.cloud.issuer },
         },
         buckets: new Map(),
         storageLow: () => guard.low,

@@ -56,6 +56,8 @@ const KEYS: readonly KeySpec[] = [
   { keyId: 'key-b', pin: '222222', doors: ['door-1', 'door-2'], offlineCapable: false },
   // a staff key: opens on a stale lease within its offline cap
   { keyId: 'key-staff', pin: '333333', doors: ['door-1', 'door-2'], offlineCapable: true, offlineMaxSeconds: 900 },
+  // a one-time key (a delivery): the first entry at either door consumes it
+  { keyId: 'key-once', pin: '444444', doors: ['door-1', 'door-2'], offlineCapable: false, oneTime: true },
 ];
 const UNKNOWN_PIN = '987654';
 
@@ -307,6 +309,7 @@ function issue(k: number, fromSeconds: number, forSeconds: number): Cmd {
             ...window,
             offlineCapable: spec.offlineCapable,
             ...(spec.offlineMaxSeconds === undefined ? {} : { offlineMaxSeconds: spec.offlineMaxSeconds }),
+            ...(spec.oneTime === true ? { oneTime: true as const } : {}),
           }),
         },
       });
@@ -368,6 +371,7 @@ function staleGrant(k: number, pick: number): Cmd {
             ...original.sent.window,
             offlineCapable: spec.offlineCapable,
             ...(spec.offlineMaxSeconds === undefined ? {} : { offlineMaxSeconds: spec.offlineMaxSeconds }),
+            ...(spec.oneTime === true ? { oneTime: true as const } : {}),
           }),
         },
       });
@@ -466,6 +470,7 @@ function present(k: number | null, lockId: string, crash: boolean): Cmd {
       expect(r.answer?.replayed).toBe(true);
     }
     const d = r.answer!.decision;
+    w.model.decided(k, expected);
     w.log.push(`  -> ${d.code} (model ${expected.code}) trusted=${w.model.trusted} real=${w.model.real} lease=${w.model.lease}`);
     expect({ allowed: d.allowed, code: d.code }).toEqual(expected);
     seenCodes.set(d.code, (seenCodes.get(d.code) ?? 0) + 1);
@@ -588,6 +593,33 @@ describe('a power cut that resets the wall clock to 1970', () => {
       // and trusted time is the cloud's again: the lease runs out after the grace of real time
       w.gw.real.advance(GRACE_SECONDS * 1000);
       expect(w.gw.present('lock-1', KEYS[0]!.pin).answer!.decision.code).toBe('CLOUD_STALE');
+    } finally {
+      w.gw.close();
+    }
+  });
+});
+
+describe('a one-time key', () => {
+  it('opens once, at either door; a crash after the decision does not give the entry back; later presentations are KEY_USED', async () => {
+    const pair = await generateSigningKeyPair();
+    const w = new World(
+      fc.sample(fc.scheduler(), { numRuns: 1, seed: 1 })[0]!,
+      await importSigningKey(pair.privateJwk),
+      await KeySet.fromJwks({ keys: [pair.publicJwk] }),
+    );
+    const once = KEYS.findIndex((k) => k.oneTime === true);
+    try {
+      await issue(once, -3600, 7200).run(w.model, w);
+      await heartbeat().run(w.model, w);
+      await answerResyncs().run(w.model, w);
+      await deliverAll().run(w.model, w);
+      // each step checks the gateway's answer against the model
+      await present(once, 'lock-2', true).run(w.model, w);
+      expect(w.model.used.has(once)).toBe(true);
+      await present(once, 'lock-1', false).run(w.model, w);
+      await restart(0).run(w.model, w);
+      await present(once, 'lock-2', false).run(w.model, w);
+      expect(w.gw.present('lock-1', KEYS[once]!.pin).answer!.decision.code).toBe('KEY_USED');
     } finally {
       w.gw.close();
     }

@@ -26,7 +26,9 @@ import type { DecisionCode } from '@tobira/shared';
  *
  * Key set. Sequenced messages apply in seq order, whatever order they arrive
  * in; a message id is applied once. A key opens iff its highest granted
- * version is above its highest revoked version.
+ * version is above its highest revoked version, and, for a one-time key, no
+ * door has opened for it yet (a decision, once committed, is never undone:
+ * a crash after it does not give the entry back).
  *
  * Lease. A heartbeat proves freshness as of its `iat` once everything up to
  * its `lastSeq` is applied: at arrival, or (for the last heartbeat that found
@@ -48,6 +50,8 @@ export interface KeySpec {
   readonly doors: readonly string[];
   readonly offlineCapable: boolean;
   readonly offlineMaxSeconds?: number;
+  /** A one-time key: its first ALLOWED consumes it; after that it is KEY_USED, whatever version is granted. */
+  readonly oneTime?: boolean;
 }
 
 export interface Window {
@@ -88,6 +92,8 @@ export class Model {
   appliedSeq = 0;
   readonly granted: (Sent & { kind: 'grant' })[][];
   readonly revoked: number[];
+  /** One-time keys whose entry was used. */
+  readonly used = new Set<number>();
   lease: number | null = null;
   behind: { seq: number; iatMs: number } | null = null;
   rejectedAny = false;
@@ -182,6 +188,7 @@ export class Model {
     if (held === null) return deny('UNKNOWN_CREDENTIAL');
     if (!held.active) return deny('KEY_REVOKED');
     const spec = this.keys[k]!;
+    if (spec.oneTime === true && this.used.has(k)) return deny('KEY_USED');
     if (!spec.doors.includes(door)) return deny('DOOR_NOT_PERMITTED');
     const now = this.trusted;
     if (now < held.grant.window.validFrom) return deny('KEY_NOT_YET_VALID');
@@ -195,5 +202,10 @@ export class Model {
       if (!(spec.offlineCapable && lastFresh !== null && now - lastFresh < cap)) return deny('CLOUD_STALE');
     }
     return { allowed: true, code: 'ALLOWED' };
+  }
+
+  /** The gateway committed a decision for key k: an allowed one-time key is used from now on. */
+  decided(k: number | null, p: Prediction): void {
+    if (k !== null && p.allowed && this.keys[k]!.oneTime === true) this.used.add(k);
   }
 }

@@ -20,7 +20,10 @@ export const OUTCOME_CODES = table({
   REPORT_RECORDED: 'A gateway report was recorded.',
   MESSAGE_APPLIED: 'A message was applied.',
   BROKER_CREDENTIALS_ROTATED: "The gateway's cloud-broker password was replaced; the old one no longer logs in.",
+  MOBILE_TOKEN_ISSUED: "A short-lived mobile token was signed for the key's person, bound to the key and its gateway.",
+  KEY_USED_RECORDED: "A one-time key's entry reached the cloud (access event); the key is used.",
   // noop
+  KEY_ALREADY_USED: 'The one-time key was already used; nothing changed.',
   KEY_ALREADY_REVOKED: 'The key is already revoked, revoking, expired or failed; nothing changed.',
   KEY_ALREADY_ACTIVE: 'The key is already active; nothing changed.',
   KEY_NOT_EXPIRED: 'The key validity window has not ended; nothing changed.',
@@ -48,7 +51,10 @@ export const OUTCOME_CODES = table({
   INVALID_CREDENTIAL: 'The credential value is not valid for its type (PIN 4-12 digits, card 4-64 hex, mobile 16-256 base64url).',
   ALREADY_EXISTS: 'An entity with this id already exists.',
   INVALID_VALIDITY_WINDOW: 'validFrom is not before validUntil, or the window has already ended.',
-  INVALID_SCHEDULE: 'The week-day schedule is malformed.',
+  KEY_NOT_MOBILE: 'Mobile tokens are issued only for keys whose credential type is mobile.',
+  KEY_NOT_LIVE: 'The key is not issuing or active (revoked, expired, failed or used); no token is issued.',
+  INVALID_SCHEDULE:
+    'The schedule is malformed: a window with neither days nor dates, start 24:00 or equal to end, a date not on the calendar, an unknown time zone.',
   OFFLINE_MAX_TOO_LONG:
     "offlineMaxSeconds is above the cloud's cap for offline-capable keys (OFFLINE_KEY_MAX_SECONDS, 7 days by default); nothing changed.",
   INVALID_TRANSITION: 'The event is not allowed from the current state.',
@@ -208,6 +214,12 @@ export const DECISION_CODES = table({
   RATE_LIMITED: 'The lock sent more requests than its rate limit allows; refused before anything was decided or recorded.',
   STORAGE_FULL:
     'The gateway is below its free-disk headroom and cannot promise to record the decision; only offline-capable staff keys open.',
+  KEY_USED: 'The key is a one-time key and its one entry has been used.',
+  MOBILE_TOKEN_INVALID: 'The mobile token is malformed, tampered with (its signature does not verify) or not a Tobira mobile token.',
+  MOBILE_TOKEN_UNKNOWN_SIGNER: "The mobile token is signed by a key that is not among the gateway's trusted cloud keys.",
+  MOBILE_TOKEN_EXPIRED: 'The mobile token has expired (it lives minutes; the phone asks the cloud for a new one).',
+  MOBILE_TOKEN_WRONG_SITE: 'The mobile token was issued for another gateway (site).',
+  MOBILE_TOKEN_MISMATCH: 'The mobile token names a key that is not a mobile key of the person it names.',
   REMOTE_UNLOCK:
     "A supervisor opened the door remotely from the gateway's staff UI for one entry; the event's `by` names them and their reason.",
   SIGNER_RETIRED:

@@ -15,3 +15,5 @@ export * from './broker.js';
 export * from './lifecycle.js';
 export * from './broker-auth.js';
 export * from './rows.js';
+export * from './schedule.js';
+export * from './mobile-token.js';

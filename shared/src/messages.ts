@@ -2,6 +2,7 @@ import { z } from 'zod';
 import { DECISION_CODES, REVOKE_REASONS, codesOf } from './codes.js';
 import { CorrelationId, DoorId, KeyId, LockId, MessageId, PersonId } from './ids.js';
 import { OUTCOME_STATUSES } from './outcome.js';
+import { Schedule } from './schedule.js';
 
 /**
  * The wire contract: a zod schema for every message of DESIGN.md §5. Types are
@@ -30,35 +31,8 @@ export const CredentialDigest = z.strictObject({
   digest: z.string().regex(/^[A-Za-z0-9_-]{43}$/, 'base64url HMAC-SHA256'),
 });
 
-/** True for an IANA time zone this runtime knows (Asia/Tokyo, UTC, ...). */
-export function isTimeZone(tz: string): boolean {
-  try {
-    new Intl.DateTimeFormat('en', { timeZone: tz });
-    return true;
-  } catch {
-    return false;
-  }
-}
-/** An IANA time zone name; an unknown one is refused where it enters (a schedule or a site), never found out at a door. */
-export const TimeZone = z.string().min(1).max(64).refine(isTimeZone, { message: 'an IANA time zone such as Asia/Tokyo' });
-
-const HHMM = z.string().regex(/^([01]\d|2[0-3]):[0-5]\d$|^24:00$/, 'HH:MM');
-/** A week-day schedule in the site's time zone: the key opens only inside one of the windows. */
-export const Schedule = z.strictObject({
-  timeZone: TimeZone,
-  windows: z
-    .array(
-      z.strictObject({
-        /** 0 = Sunday ... 6 = Saturday */
-        days: z.array(z.int().min(0).max(6)).min(1).max(7),
-        start: HHMM,
-        end: HHMM,
-      }),
-    )
-    .min(1)
-    .max(32),
-});
-export type Schedule = z.infer<typeof Schedule>;
+// The schedule and time zone schemas live in schedule.ts (one validator for cloud and gateway).
+export { Schedule, TimeZone, isTimeZone } from './schedule.js';
 
 /** Offline cap of an offline-capable key whose grant names none (a grant from a cloud before the cap): 7 days. */
 export const DEFAULT_OFFLINE_MAX_SECONDS = 7 * 86_400;
@@ -109,6 +83,13 @@ export const KeyGrant = z.strictObject({
    */
   personName: DisplayName.optional(),
   doorNames: z.record(DoorId, DisplayName).optional(),
+  /**
+   * A one-time key (a delivery, a cleaner's single visit): it opens for its
+   * first successful entry only; the gateway consumes it in the decision's
+   * transaction and answers KEY_USED after. Sent only when true, so an older
+   * gateway (strict schema) refuses only one-time grants.
+   */
+  oneTime: z.literal(true).optional(),
 });
 export type KeyGrant = z.infer<typeof KeyGrant>;
 
@@ -413,6 +394,17 @@ export const PresentedCredential = z.discriminatedUnion('type', [
   z.strictObject({ type: z.literal('pin'), value: z.string().regex(/^\d{4,12}$/) }),
   z.strictObject({ type: z.literal('card'), value: z.string().regex(/^[0-9A-Fa-f]{4,64}$/) }),
   z.strictObject({ type: z.literal('mobile'), value: z.string().regex(/^[A-Za-z0-9_-]{16,256}$/) }),
+  /**
+   * A mobile token the cloud signed for a phone (shared/src/mobile-token.ts), relayed by the lock as it
+   * got it; the gateway verifies it offline and decides for the key it names (credential type `mobile`).
+   */
+  z.strictObject({
+    type: z.literal('mobile_token'),
+    value: z
+      .string()
+      .max(2048)
+      .regex(/^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$/),
+  }),
 ]);
 export type PresentedCredential = z.infer<typeof PresentedCredential>;
 

@@ -35,7 +35,21 @@ export const keyGrant: fc.Arbitrary<KeyGrant> = fc.record(
       fc.record({
         timeZone: fc.constantFrom('Asia/Tokyo', 'UTC', 'Europe/Berlin'),
         windows: fc.array(
-          fc.record({ days: fc.uniqueArray(fc.integer({ min: 0, max: 6 }), { minLength: 1, maxLength: 7 }), start: hhmm, end: hhmm }),
+          fc
+            .record(
+              {
+                days: fc.uniqueArray(fc.integer({ min: 0, max: 6 }), { minLength: 1, maxLength: 7 }),
+                dates: fc.array(
+                  fc.integer({ min: 0, max: 3650 }).map((d) => new Date(Date.UTC(2026, 0, 1 + d)).toISOString().slice(0, 10)),
+                  { minLength: 1, maxLength: 3 },
+                ),
+                start: hhmm,
+                end: hhmm,
+              },
+              { requiredKeys: ['start', 'end'] },
+            )
+            // the schedule rules (shared/src/schedule.ts): days or dates, and a window is not empty
+            .filter((w) => (w.days !== undefined || w.dates !== undefined) && w.start !== w.end),
           {
             minLength: 1,
             maxLength: 3,
@@ -45,6 +59,7 @@ export const keyGrant: fc.Arbitrary<KeyGrant> = fc.record(
     ),
     offlineCapable: fc.boolean(),
     offlineMaxSeconds: fc.integer({ min: 1, max: OFFLINE_MAX_SECONDS_LIMIT }),
+    oneTime: fc.constant(true as const),
   },
   { requiredKeys: ['keyId', 'version', 'personId', 'credential', 'doors', 'validFrom', 'validUntil', 'schedule', 'offlineCapable'] },
 ) as fc.Arbitrary<KeyGrant>;

@@ -27,7 +27,7 @@ describe('code tables', () => {
     }
   });
 
-  it('has exactly the access decision codes of DESIGN.md §3, plus the flood bounds of the gateway, its remote unlock and signing-key rotation (docs/gateway.md)', () => {
+  it('has exactly the access decision codes of DESIGN.md §3, plus the flood bounds of the gateway, its remote unlock, signing-key rotation (docs/gateway.md), one-time keys and mobile tokens (issue #17)', () => {
     expect(Object.keys(DECISION_CODES).sort()).toEqual(
       [
         'ALLOWED',
@@ -45,6 +45,12 @@ describe('code tables', () => {
         'STORAGE_FULL',
         'REMOTE_UNLOCK',
         'SIGNER_RETIRED',
+        'KEY_USED',
+        'MOBILE_TOKEN_INVALID',
+        'MOBILE_TOKEN_UNKNOWN_SIGNER',
+        'MOBILE_TOKEN_EXPIRED',
+        'MOBILE_TOKEN_WRONG_SITE',
+        'MOBILE_TOKEN_MISMATCH',
       ].sort(),
     );
     expect(DecisionCode.options).toEqual(Object.keys(DECISION_CODES));

@@ -42,7 +42,7 @@ export type KeyResult = Outcome<EntryKey, Enqueued> & { readonly cid: Correlatio
 
 const MAX_CAS_ATTEMPTS = 3;
 
-type Verb = 'issueKey' | 'revokeKey' | 'expireKey' | 'recordGatewayReport';
+type Verb = 'issueKey' | 'revokeKey' | 'expireKey' | 'recordGatewayReport' | 'recordKeyUse';
 
 /**
  * The adapter that owns a verb's transaction: load → decide (pure) → CAS →
@@ -132,6 +132,8 @@ export interface IssueKeyInput {
   readonly offlineCapable?: boolean;
   /** Offline-capable keys only: at most (and by default) the cloud's cap, `offlineKeyMaxSeconds`. */
   readonly offlineMaxSeconds?: number;
+  /** A one-time key: the first entry at the door uses it up (status `used`). */
+  readonly oneTime?: boolean;
   /** The caller's sites (an API token's scope): a person or door outside them is not found. Absent or null: every site. */
   readonly siteScope?: SiteScope;
   readonly cid?: CorrelationId;
@@ -173,6 +175,7 @@ async function issueParsed(deps: AppDeps, input: ParsedIssueKeyInput, cid: Corre
     offlineCapable: input.offlineCapable ?? false,
     // every offline-capable key carries its cap, so the gateway never needs the default for it
     offlineMaxSeconds: input.offlineCapable === true ? (input.offlineMaxSeconds ?? offlineCap) : (input.offlineMaxSeconds ?? null),
+    oneTime: input.oneTime ?? false,
     cid,
   };
   if (await credentialInUse(deps.db, gatewayId, digest, keyId)) return { ...refused('CREDENTIAL_IN_USE'), cid };
@@ -256,6 +259,26 @@ export function recordGatewayReport(deps: AppDeps, input: GatewayReportInput, tx
     (current, now) => domain.recordGatewayReport(current, report, now),
     tx,
   );
+}
+
+// ---------------------------------------------------------------- use (one-time keys)
+
+export interface KeyUseInput {
+  readonly keyId: KeyId;
+  readonly gatewayId: GatewayId;
+  /** The gateway's decision time of the entry. */
+  readonly at: number;
+  readonly cid: CorrelationId;
+}
+
+/**
+ * An allowed access event of a key: a one-time key becomes `used` (any other
+ * key: noop REPORT_IGNORED, nothing written). With `tx`, inside the uplink
+ * inbox's transaction, so the audit row and the key's use commit together.
+ */
+export function recordKeyUse(deps: AppDeps, input: KeyUseInput, tx?: Queryable): Promise<KeyResult> {
+  const report: domain.KeyUseReport = { gatewayId: input.gatewayId, at: input.at, cid: input.cid };
+  return transition(deps, 'recordKeyUse', input.keyId, input.cid, (current, now) => domain.recordKeyUse(current, report, now), tx);
 }
 
 // ---------------------------------------------------------------- reads

@@ -9,6 +9,7 @@ import type { SiteScope } from '../adapters/db/scope.js';
 import type * as memberships from './memberships.js';
 import type * as signing from './signing-keys.js';
 import type { Jwks } from '@tobira/shared';
+import type * as mobileTokens from './mobile-tokens.js';
 
 /**
  * Options of a write verb. `db`: run inside the caller's open transaction
@@ -83,4 +84,6 @@ export interface CloudVerbs {
   switchSigningKey(input: Parameters<typeof signing.switchSigningKey>[1], o?: VerbOptions): Promise<signing.SigningResult>;
   resignLiveGrants(input?: Parameters<typeof signing.resignLiveGrants>[1], o?: VerbOptions): Promise<signing.SigningResult>;
   retireSigningKey(input: Parameters<typeof signing.retireSigningKey>[1], o?: VerbOptions): Promise<signing.SigningResult>;
+  /** A short-lived signed token for a mobile key's phone (issue #17). */
+  issueMobileToken(input: mobileTokens.MobileTokenInput): Promise<mobileTokens.MobileTokenResult>;
 }

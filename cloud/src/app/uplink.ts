@@ -35,7 +35,7 @@ import type { CloudSigner } from '../adapters/signer.js';
 import { SimulatedCrash } from './crash.js';
 import type { AppDeps } from './deps.js';
 import { noTelemetry, type Telemetry } from './telemetry.js';
-import { recordGatewayReport } from './keys.js';
+import { recordGatewayReport, recordKeyUse } from './keys.js';
 import { answerResync } from './resync.js';
 import { recordDeliveryAck } from '../adapters/db/signing-keys.js';
 
@@ -251,7 +251,11 @@ export class Uplink {
       case 'access.event': {
         const b = m.body;
         const inserted = await insertAccessEvent(tx, { ...b, gatewayId, seq: m.seq, jti: m.jti, cid: m.cid, receivedAt: now });
-        return inserted ? { result: 'applied', code: 'REPORT_RECORDED' } : { result: 'noop', code: 'DUPLICATE_MESSAGE' };
+        if (!inserted) return { result: 'noop', code: 'DUPLICATE_MESSAGE' };
+        // A one-time key's entry: the key is `used` in the same transaction as its audit row (other keys: noop).
+        if (b.allowed && b.keyId !== null)
+          await recordKeyUse(this.#app, { keyId: asKeyId(b.keyId), gatewayId: asGatewayId(gatewayId), at: b.at, cid: m.cid }, tx);
+        return { result: 'applied', code: 'REPORT_RECORDED' };
       }
       case 'alarm': {
         const b = m.body;

@@ -3,6 +3,7 @@ import {
   conflict,
   noop,
   refused,
+  scheduleProblems,
   type CorrelationId,
   type CredentialType,
   type DoorId,
@@ -33,11 +34,14 @@ export interface KeyTerms {
    * by the cloud's cap.
    */
   readonly offlineMaxSeconds: number | null;
+  /** A one-time key: its first entry at the door uses it up (status `used`). Absent: false. */
+  readonly oneTime?: boolean;
 }
 
 /** An entry key as the cloud holds it. */
 export interface EntryKey extends KeyTerms {
   readonly id: KeyId;
+  readonly oneTime: boolean;
   /** Key version on the wire: grows on issue and revoke, never shrinks. */
   readonly version: number;
   /** Row revision for compare-and-set: grows on every write. */
@@ -45,6 +49,8 @@ export interface EntryKey extends KeyTerms {
   readonly status: KeyStatus;
   readonly revokeReason: RevokeReason | null;
   readonly lastCode: string;
+  /** A one-time key's entry (the gateway's decision time), once its access event is in; null before and for other keys. */
+  readonly usedAt: number | null;
   /** Correlation id of the command that last changed the key. */
   readonly cid: CorrelationId;
   readonly createdAt: number;
@@ -70,6 +76,7 @@ export function toGrant(k: EntryKey): KeyGrant {
     schedule: k.schedule,
     offlineCapable: k.offlineCapable,
     ...(k.offlineCapable && k.offlineMaxSeconds !== null ? { offlineMaxSeconds: k.offlineMaxSeconds } : {}),
+    ...(k.oneTime ? { oneTime: true } : {}),
   } as KeyGrant;
 }
 
@@ -93,8 +100,6 @@ export interface IssueKeyCommand extends KeyTerms {
   readonly cid: CorrelationId;
 }
 
-const minutes = (hhmm: string): number => Number(hhmm.slice(0, 2)) * 60 + Number(hhmm.slice(3, 5));
-
 function sameContent(k: EntryKey, c: IssueKeyCommand): boolean {
   return (
     k.personId === c.personId &&
@@ -106,7 +111,8 @@ function sameContent(k: EntryKey, c: IssueKeyCommand): boolean {
     k.validUntil === c.validUntil &&
     JSON.stringify(k.schedule) === JSON.stringify(c.schedule) &&
     k.offlineCapable === c.offlineCapable &&
-    k.offlineMaxSeconds === c.offlineMaxSeconds
+    k.offlineMaxSeconds === c.offlineMaxSeconds &&
+    k.oneTime === (c.oneTime ?? false)
   );
 }
 
@@ -121,9 +127,9 @@ export function issueKey(existing: EntryKey | null, cmd: IssueKeyCommand, now: n
   if (!(cmd.validFrom < cmd.validUntil) || cmd.validUntil <= now) {
     return refused('INVALID_VALIDITY_WINDOW', 'validFrom must be before validUntil and validUntil in the future');
   }
-  if (cmd.schedule && cmd.schedule.windows.some((w) => minutes(w.start) >= minutes(w.end))) {
-    return refused('INVALID_SCHEDULE', 'each window must start before it ends');
-  }
+  // the shared rules the gateway evaluates by (overnight windows and dates included): one validator for both sides
+  const problems = cmd.schedule ? scheduleProblems(cmd.schedule.windows) : [];
+  if (problems.length > 0) return refused('INVALID_SCHEDULE', problems.join('; '));
   if (!cmd.offlineCapable && cmd.offlineMaxSeconds !== null) {
     return refused('INVALID_REQUEST', 'offlineMaxSeconds is only for offline-capable keys');
   }
@@ -140,6 +146,8 @@ export function issueKey(existing: EntryKey | null, cmd: IssueKeyCommand, now: n
     schedule: cmd.schedule,
     offlineCapable: cmd.offlineCapable,
     offlineMaxSeconds: cmd.offlineMaxSeconds,
+    oneTime: cmd.oneTime ?? false,
+    usedAt: null,
     version: 1,
     revision: 1,
     status: row.to,
@@ -218,6 +226,32 @@ export function recordGatewayReport(key: EntryKey | null, report: GatewayReport,
   return applied(next.lastCode as 'KEY_ACTIVATED', next, []);
 }
 
+// ---------------------------------------------------------------- use (one-time keys)
+
+export interface KeyUseReport {
+  readonly gatewayId: GatewayId;
+  /** When the gateway allowed the entry (its decision time). */
+  readonly at: number;
+  readonly cid: CorrelationId;
+}
+
+/**
+ * A gateway's access event allowed a one-time key: `issuing`/`active` →
+ * `used`, nothing sent (the gateway consumed it at the door already).
+ * Invariant: only a one-time key of the reporting gateway is ever used; any
+ * other report changes nothing (REPORT_IGNORED).
+ */
+export function recordKeyUse(key: EntryKey | null, report: KeyUseReport, now: number): KeyOutcome {
+  if (!key) return refused('KEY_NOT_FOUND');
+  if (!key.oneTime || report.gatewayId !== key.gatewayId) return noop('REPORT_IGNORED', key);
+  const same = noopOf(key.status, 'used_at_door');
+  if (same) return noop(same.code, key);
+  const next = move(key, 'used_at_door', { usedAt: report.at }, report.cid, now);
+  // revoking, revoked, expired, failed: the key is already dead here; the audit row has the entry
+  if (!next) return noop('REPORT_IGNORED', key);
+  return applied('KEY_USED_RECORDED', next, []);
+}
+
 function reportEvent(status: KeyStatus, result: GatewayReport['result']): KeyEvent | undefined {
   switch (status) {
     case 'issuing':
@@ -230,6 +264,7 @@ function reportEvent(status: KeyStatus, result: GatewayReport['result']): KeyEve
     case 'revoked':
     case 'expired':
     case 'failed':
+    case 'used':
       return undefined;
     default:
       return assertNeverStatus(status);

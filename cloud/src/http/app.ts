@@ -24,6 +24,7 @@ import { gatewaysRoutes } from './routes/gateways.js';
 import { doorsRoutes } from './routes/doors.js';
 import { peopleRoutes } from './routes/people.js';
 import { keysRoutes } from './routes/keys.js';
+import { mobileTokensRoutes } from './routes/mobile-tokens.js';
 import { eventsRoutes } from './routes/events.js';
 import { billingRoutes } from './routes/billing.js';
 import { deadLettersRoutes } from './routes/dead-letters.js';
@@ -326,6 +327,7 @@ export async function buildApp(deps: ApiDeps): Promise<FastifyInstance> {
     membershipsRoutes,
     staffActionsRoutes,
     signingKeysRoutes,
+    mobileTokensRoutes,
   ]) {
     await app.register(async (scope) => plugin(scope.withTypeProvider<ZodTypeProvider>(), ctx));
   }

@@ -120,7 +120,7 @@ export const BrokerLogin = z.object({
   }),
 });
 
-export const KeyStatusEnum = z.enum(['issuing', 'active', 'revoking', 'revoked', 'expired', 'failed']);
+export const KeyStatusEnum = z.enum(['issuing', 'active', 'revoking', 'revoked', 'expired', 'failed', 'used']);
 export const Key = z.object({
   id: z.string(),
   siteId: z.string(),
@@ -138,6 +138,8 @@ export const Key = z.object({
     .describe(
       'offline-capable keys: how long after its gateway last proved itself in sync the key still opens while the gateway fails closed',
     ),
+  oneTime: z.boolean().describe('a one-time key: its first entry at the door uses it up (status `used`)'),
+  usedAt: z.int().nullable().describe('a used one-time key: when the gateway allowed its entry (epoch ms); null otherwise'),
   version: z.int(),
   revision: z.int().describe('compare-and-set revision; the ETag, and what If-Match names'),
   status: z.string(),
@@ -190,6 +192,12 @@ export const IssueKeyBody = z.strictObject({
     .optional()
     .describe(
       "offline-capable keys only: how long after the gateway's last proven-fresh sync the key still opens; at most, and by default, the server's cap (7 days unless configured; above it 422 OFFLINE_MAX_TOO_LONG)",
+    ),
+  oneTime: z
+    .boolean()
+    .optional()
+    .describe(
+      'a one-time key (a delivery, a single visit): the first entry at the door uses it up; later presentations are refused KEY_USED and the key shows status `used` once the entry reached the cloud',
     ),
 });
 export const RevokeKeyBody = z.strictObject({ reason: RevokeReason });

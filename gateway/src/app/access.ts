@@ -15,12 +15,15 @@ import {
   type AccessEvent,
   type LockCommand,
   type LockDecision,
+  type KeySet,
+  type MobileTokenCheck,
+  verifyMobileTokenSignature,
 } from '@tobira/shared';
-import { decide, lastFreshSyncAt } from '../domain/decide.js';
+import { decide, decideMobileToken, lastFreshSyncAt } from '../domain/decide.js';
 import { recordAttempt, recordSiteAttempt, type LockoutPolicy, type SiteLockoutPolicy } from '../domain/lockout.js';
 import { fullBucket, takeToken, type Bucket, type RatePolicy } from '@tobira/shared';
 import { commitDecisions, findAccess, insertAccess, type StoredAccessEvent } from '../adapters/sqlite/access-log.js';
-import { keySetView } from '../adapters/sqlite/keyset.js';
+import { consumeKey, keySetView } from '../adapters/sqlite/keyset.js';
 import { lockById, setLockout, setSiteLockout, siteLockout as readSiteLockout } from '../adapters/sqlite/locks.js';
 import { enqueue } from '../adapters/sqlite/outbox.js';
 import { raiseTimeFloor, readSettings, type Settings } from '../adapters/sqlite/settings.js';
@@ -48,6 +51,9 @@ export interface AccessOptions {
   readonly pairingSecrets: ReadonlyMap<string, Uint8Array>;
   /** The lease length a fresh heartbeat grants (config offlineGraceSeconds), to read the last proven-fresh sync back from the lease. */
   readonly offlineGraceSeconds: number;
+  /** The cloud's trusted keys and issuer, to check relayed mobile tokens with (absent: every token is MOBILE_TOKEN_UNKNOWN_SIGNER). */
+  /** The cloud keys mobile tokens are checked with: the trusted set as last loaded (null: none loaded yet), or a fixed set. */
+  readonly mobileTokens?: { readonly keys: KeySet | (() => KeySet | null); readonly issuer: string };
 }
 
 export interface AccessDeps extends AppContext {
@@ -177,12 +183,13 @@ export function handleLockRequests(deps: AccessDeps, items: readonly { lockId: s
       });
     }
     const requestId = parsed.ok ? parsed.value.requestId : (salvageRequestId(payload) ?? `invalid-${newId()}`);
-    const credential = parsed.ok
-      ? {
-          type: parsed.value.credential.type,
-          digest: credentialDigest(access.pepper, parsed.value.credential.type, parsed.value.credential.value),
-        }
-      : null;
+    const c = parsed.ok ? parsed.value.credential : null;
+    const credential: Presented | null =
+      c === null
+        ? null
+        : c.type === 'mobile_token'
+          ? { type: 'mobile', token: checkMobileToken(access, c.value) }
+          : { type: c.type, digest: credentialDigest(access.pepper, c.type, c.value) };
     return { lockId, secret, requestId, credential };
   });
 
@@ -236,6 +243,22 @@ export function handleLockRequests(deps: AccessDeps, items: readonly { lockId: s
   return answers;
 }
 
+/**
+ * What a lock presented, ready to decide on: a keyed digest, or a mobile
+ * token with its signature already checked (outside the transaction: the
+ * check reads nothing the transaction writes).
+ */
+type Presented = { readonly type: CredentialType; readonly digest: string } | { readonly type: 'mobile'; readonly token: MobileTokenCheck };
+
+function checkMobileToken(access: AccessOptions, token: string): MobileTokenCheck {
+  if (access.mobileTokens === undefined)
+    return { ok: false, code: 'MOBILE_TOKEN_UNKNOWN_SIGNER', detail: 'this gateway trusts no cloud key for mobile tokens' };
+  const k = access.mobileTokens.keys;
+  const keys = typeof k === 'function' ? k() : k;
+  if (keys === null) return { ok: false, code: 'MOBILE_TOKEN_UNKNOWN_SIGNER', detail: 'the trusted cloud keys are not loaded yet' };
+  return verifyMobileTokenSignature(token, keys, access.mobileTokens.issuer);
+}
+
 /** One decision, inside `commitDecisions`' transaction: decide, lockouts (lock and site), access log, outbox. */
 function decideOne(
   deps: AccessDeps,
@@ -243,7 +266,7 @@ function decideOne(
   lockId: string,
   secret: Uint8Array,
   requestId: string,
-  credential: { type: CredentialType; digest: string } | null,
+  credential: Presented | null,
 ): { row: StoredAccessEvent; command: LockCommand | null; siteLockoutUntil?: number } {
   const { access } = deps;
   const { db } = deps.store;
@@ -260,16 +283,21 @@ function decideOne(
     storageLow: batch.storageLow,
     ...(siteLockout === null ? {} : { credentialLockout: siteLockout }),
   };
+  const lockView = lock === null ? null : { ...lock, doorId: lock.doorId === null ? null : asDoorId(lock.doorId) };
   const d =
     credential === null
       ? ({ allowed: false, code: 'BAD_REQUEST' } as const)
-      : decide(
-          { lockId: asLockId(lockId), credentialType: credential.type, digest: credential.digest },
-          keySet,
-          lock === null ? null : { ...lock, doorId: lock.doorId === null ? null : asDoorId(lock.doorId) },
-          site,
-          now,
-        );
+      : 'token' in credential
+        ? decideMobileToken(
+            credential.token.ok
+              ? { lockId: asLockId(lockId), claims: credential.token.claims, audience: deps.gatewayId }
+              : { lockId: asLockId(lockId), refused: credential.token.code },
+            keySet,
+            lockView,
+            site,
+            now,
+          )
+        : decide({ lockId: asLockId(lockId), credentialType: credential.type, digest: credential.digest }, keySet, lockView, site, now);
   if (lock !== null && d.code !== 'LOCKED_OUT') setLockout(db, lockId, recordAttempt(lock, d.code, now, access.lockout), now);
   let siteLockoutUntil: number | undefined;
   if (credential !== null && siteLockout !== null) {
@@ -278,6 +306,12 @@ function decideOne(
     if (next.lockedOutUntil !== null && next.lockedOutUntil !== siteLockout.lockedOutUntil) siteLockoutUntil = next.lockedOutUntil;
   }
   const key = d.key ?? null;
+  // A one-time key is consumed in this transaction, with its decision: the next decision (the next
+  // request of this batch, or of the next transaction at any lock) reads it and answers KEY_USED.
+  if (d.allowed && key !== null && key.grant.oneTime === true) {
+    if (!consumeKey(db, { keyId: key.grant.keyId, version: key.version, lockId, requestId }, now))
+      throw new Error(`one-time key ${key.grant.keyId} allowed although already consumed`);
+  }
   const cid = (key !== null ? keySet.grantCid(key.grant.keyId) : null) ?? newCorrelationId();
   const command = d.allowed
     ? signLockCommand(secret, {

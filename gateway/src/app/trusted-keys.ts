@@ -10,7 +10,14 @@ import { loadTrustedKeys } from '../adapters/sqlite/trusted-keys.js';
  */
 export class CloudKeyRing {
   #cached: Promise<{ keys: KeySet; retired: ReadonlySet<string> }> | null = null;
+  /** The trusted set as last loaded, for synchronous checks (mobile tokens, inside a decision's transaction). */
+  #last: KeySet | null = null;
   constructor(private readonly db: ReadableDb) {}
+
+  /** The trusted keys as last loaded (null before the first load; `current()` at start loads them). */
+  loaded(): KeySet | null {
+    return this.#last;
+  }
 
   current(): Promise<{ keys: KeySet; retired: ReadonlySet<string> }> {
     this.#cached ??= (async () => {
@@ -18,15 +25,18 @@ export class CloudKeyRing {
       const trusted = rows.flatMap((k) =>
         k.status === 'trusted' && k.jwk !== null ? [{ kty: k.jwk.kty, crv: k.jwk.crv, x: k.jwk.x, kid: k.jwk.kid }] : [],
       );
-      return {
-        keys: await KeySet.fromJwks({ keys: trusted }),
-        retired: new Set(rows.filter((k) => k.status === 'retired').map((k) => k.kid)),
-      };
+      const keys = await KeySet.fromJwks({ keys: trusted });
+      this.#last = keys;
+      return { keys, retired: new Set(rows.filter((k) => k.status === 'retired').map((k) => k.kid)) };
     })();
     return this.#cached;
   }
 
+  /** The trusted set changed (a keyset.update applied): reloaded now, so `loaded()` follows at once. */
   invalidate(): void {
     this.#cached = null;
+    this.current().catch(() => {
+      this.#cached = null; // loaded again on the next use; a retired key stays out (the next load reads the table)
+    });
   }
 }

@@ -6,6 +6,7 @@ import {
   type DoorId,
   type KeyGrant,
   type LockId,
+  type MobileTokenClaims,
 } from '@tobira/shared';
 import { isStale } from './freshness.js';
 import type { StoredKey } from './keyset.js';
@@ -23,9 +24,20 @@ export interface AccessRequest {
   readonly digest: string;
 }
 
+/**
+ * A mobile token the lock relayed, once its signature was checked
+ * (`verifyMobileTokenSignature`): its claims, and this gateway's id (the
+ * audience it must name); or why the check refused it.
+ */
+export type MobileTokenRequest =
+  | { readonly lockId: LockId; readonly claims: MobileTokenClaims; readonly audience: string }
+  | { readonly lockId: LockId; readonly refused: 'MOBILE_TOKEN_INVALID' | 'MOBILE_TOKEN_UNKNOWN_SIGNER' };
+
 /** The key set as decide sees it: every key (active or revoked) that has this credential. */
 export interface KeySetView {
   byCredential(type: CredentialType, digest: string): readonly StoredKey[];
+  /** The key with this id (a mobile token names its key); absent: no key is found by id. */
+  byKeyId?(keyId: string): StoredKey | null;
 }
 
 /** null: the lock is not paired with this gateway. */
@@ -73,6 +85,7 @@ export interface Decision {
 const PROGRESS: readonly DecisionCode[] = [
   'KEY_REVOKED',
   'SIGNER_RETIRED',
+  'KEY_USED',
   'DOOR_NOT_PERMITTED',
   'KEY_NOT_YET_VALID',
   'KEY_EXPIRED',
@@ -88,6 +101,7 @@ function judgeKey(k: StoredKey, doorId: DoorId, site: SiteView, now: number): De
   if (k.status !== 'active') return 'KEY_REVOKED';
   // signing-key rotation: a grant only a retired cloud key vouches for opens nothing (docs/gateway.md)
   if (k.signerRetired === true) return 'SIGNER_RETIRED';
+  if (g.oneTime === true && k.consumedAt !== undefined) return 'KEY_USED';
   if (!g.doors.includes(doorId)) return 'DOOR_NOT_PERMITTED';
   if (now < g.validFrom) return 'KEY_NOT_YET_VALID';
   if (now >= g.validUntil) return 'KEY_EXPIRED';
@@ -102,7 +116,7 @@ function judgeKey(k: StoredKey, doorId: DoorId, site: SiteView, now: number): De
 
 /**
  * Invariant: `allowed` is true only for an active key at a version above any
- * revoke, granted under a cloud key that is not retired, for this lock's door, inside its validity window and schedule, with
+ * revoke, granted under a cloud key that is not retired, not a one-time key already consumed, for this lock's door, inside its validity window and schedule, with
  * neither the lock nor the credential type locked out, with no lockdown and
  * disk headroom unless the key is offline-capable, and with a running lease
  * unless the key is offline-capable and less than its offline cap has passed
@@ -112,10 +126,37 @@ export function decide(request: AccessRequest, keySet: KeySetView, lock: LockVie
   if (lock === null || lock.doorId === null) return { allowed: false, code: 'BAD_REQUEST' };
   if (isLockedOut(lock, now)) return { allowed: false, code: 'LOCKED_OUT' };
   if (site.credentialLockout !== undefined && isLockedOut(site.credentialLockout, now)) return { allowed: false, code: 'LOCKED_OUT' };
-  const candidates = keySet.byCredential(request.credentialType, request.digest);
+  return judgeCandidates(keySet.byCredential(request.credentialType, request.digest), lock.doorId, site, now);
+}
+
+/** Seconds a token's `iat` may be ahead of trusted time (the cloud's clock against the gateway's). */
+export const MOBILE_TOKEN_SKEW_SECONDS = 60;
+
+/**
+ * The decision for a relayed mobile token. Invariant: `allowed` only for a
+ * token signed by a trusted cloud key, addressed to this gateway, not
+ * expired on trusted time, naming a mobile key of the person it names, and
+ * only when that key would open this door now by every rule of `decide`.
+ */
+export function decideMobileToken(request: MobileTokenRequest, keySet: KeySetView, lock: LockView, site: SiteView, now: number): Decision {
+  if (lock === null || lock.doorId === null) return { allowed: false, code: 'BAD_REQUEST' };
+  if (isLockedOut(lock, now)) return { allowed: false, code: 'LOCKED_OUT' };
+  if (site.credentialLockout !== undefined && isLockedOut(site.credentialLockout, now)) return { allowed: false, code: 'LOCKED_OUT' };
+  if ('refused' in request) return { allowed: false, code: request.refused };
+  const c = request.claims;
+  if (c.aud !== request.audience) return { allowed: false, code: 'MOBILE_TOKEN_WRONG_SITE' };
+  if (now >= c.exp * 1000) return { allowed: false, code: 'MOBILE_TOKEN_EXPIRED' };
+  if (c.iat * 1000 > now + MOBILE_TOKEN_SKEW_SECONDS * 1000) return { allowed: false, code: 'MOBILE_TOKEN_INVALID' };
+  const key = keySet.byKeyId?.(c.sub) ?? null;
+  if (key === null) return { allowed: false, code: 'UNKNOWN_CREDENTIAL' };
+  if (key.grant.personId !== c.pid || key.grant.credential.type !== 'mobile') return { allowed: false, code: 'MOBILE_TOKEN_MISMATCH', key };
+  return judgeCandidates([key], lock.doorId, site, now);
+}
+
+function judgeCandidates(candidates: readonly StoredKey[], doorId: DoorId, site: SiteView, now: number): Decision {
   let best: { code: DecisionCode; key: StoredKey; rank: number } | null = null;
   for (const key of candidates) {
-    const code = judgeKey(key, lock.doorId, site, now);
+    const code = judgeKey(key, doorId, site, now);
     if (code === 'ALLOWED') return { allowed: true, code, key };
     const rank = PROGRESS.indexOf(code);
     if (best === null || rank > best.rank) best = { code, key, rank };

@@ -26,6 +26,8 @@ export interface StoredKey {
    * retired since): the cloud did not re-send it under a current key.
    */
   readonly signerRetired?: boolean;
+  /** A one-time key whose entry was used: when (trusted time). Absent: not consumed. */
+  readonly consumedAt?: number;
 }
 
 export interface KeySlot {

@@ -38,6 +38,8 @@ const KeyRow = z
     schedule: Schedule.nullable(),
     offline_capable: z.boolean(),
     offline_max_seconds: z.number().int().positive().nullable(),
+    one_time: z.boolean(),
+    used_at: z.number().int().nullable(),
     version: z.number().int().positive(),
     revision: z.number().int().positive(),
     status: z.enum(KEY_STATUSES),
@@ -58,6 +60,8 @@ const KeyRow = z
     schedule: r.schedule,
     offlineCapable: r.offline_capable,
     offlineMaxSeconds: r.offline_max_seconds,
+    oneTime: r.one_time,
+    usedAt: r.used_at,
     version: r.version,
     revision: r.revision,
     status: r.status,
@@ -81,8 +85,9 @@ export async function loadKey(q: Queryable, id: string): Promise<EntryKey | null
 export async function insertKey(q: Queryable, k: EntryKey): Promise<number> {
   const r = await q.query(
     `INSERT INTO keys (id, person_id, gateway_id, credential_type, credential_digest, doors, valid_from, valid_until,
-       schedule, offline_capable, version, revision, status, revoke_reason, last_code, cid, created_at, updated_at, offline_max_seconds)
-     VALUES ($1,$2,$3,$4,$5,$6::jsonb,$7,$8,$9::jsonb,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19)
+       schedule, offline_capable, version, revision, status, revoke_reason, last_code, cid, created_at, updated_at, offline_max_seconds,
+       one_time, used_at)
+     VALUES ($1,$2,$3,$4,$5,$6::jsonb,$7,$8,$9::jsonb,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21)
      ON CONFLICT (id) DO NOTHING`,
     [
       k.id,
@@ -104,6 +109,8 @@ export async function insertKey(q: Queryable, k: EntryKey): Promise<number> {
       k.createdAt,
       k.updatedAt,
       k.offlineMaxSeconds,
+      k.oneTime,
+      k.usedAt,
     ],
   );
   return r.rowCount;
@@ -112,9 +119,9 @@ export async function insertKey(q: Queryable, k: EntryKey): Promise<number> {
 /** Compare-and-set on the row revision: 1 row = we won, 0 rows = someone changed the key first. */
 export async function casKey(q: Queryable, k: EntryKey, expectedRevision: number): Promise<number> {
   const r = await q.query(
-    `UPDATE keys SET status = $3, version = $4, revision = $5, revoke_reason = $6, last_code = $7, cid = $8, updated_at = $9
+    `UPDATE keys SET status = $3, version = $4, revision = $5, revoke_reason = $6, last_code = $7, cid = $8, updated_at = $9, used_at = $10
      WHERE id = $1 AND revision = $2`,
-    [k.id, expectedRevision, k.status, k.version, k.revision, k.revokeReason, k.lastCode, k.cid, k.updatedAt],
+    [k.id, expectedRevision, k.status, k.version, k.revision, k.revokeReason, k.lastCode, k.cid, k.updatedAt, k.usedAt],
   );
   return r.rowCount;
 }
@@ -241,6 +248,8 @@ export interface KeySummary {
   readonly schedule: unknown;
   readonly offlineCapable: boolean;
   readonly offlineMaxSeconds: number | null;
+  readonly oneTime: boolean;
+  readonly usedAt: number | null;
   readonly version: number;
   readonly revision: number;
   readonly status: KeyStatus;

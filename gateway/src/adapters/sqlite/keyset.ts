@@ -1,4 +1,4 @@
-import { CorruptRow, MessageId, parseRow, parseRows, type CredentialType, type KeyGrant } from '@tobira/shared';
+import { CorruptRow, DATE_PATTERN, HHMM_PATTERN, MessageId, parseRow, parseRows, type CredentialType, type KeyGrant } from '@tobira/shared';
 import { z } from 'zod';
 import type { KeySetView } from '../../domain/decide.js';
 import { STORED_KEY_STATUSES, type KeySlot, type StoredKey } from '../../domain/keyset.js';
@@ -21,20 +21,21 @@ import { countOf, jsonColumn, type ReadableDb, type WritableDb, prepared } from 
  * `CorruptRow`.
  */
 const CREDENTIAL_TYPES: readonly unknown[] = ['pin', 'card', 'mobile'] satisfies CredentialType[];
-const HHMM = /^([01]\d|2[0-3]):[0-5]\d$|^24:00$/;
 const isRecord = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
 const isText = (v: unknown): v is string => typeof v === 'string' && v.length > 0;
 const isInt = (v: unknown, min: number): v is number => typeof v === 'number' && Number.isSafeInteger(v) && v >= min;
 const isDay = (v: unknown) => isInt(v, 0) && v <= 6;
+const isDate = (v: unknown) => typeof v === 'string' && DATE_PATTERN.test(v);
+const isList = (v: unknown, item: (x: unknown) => boolean) => Array.isArray(v) && v.length > 0 && v.every(item);
 const isWindow = (w: unknown) =>
   isRecord(w) &&
-  Array.isArray(w.days) &&
-  w.days.length > 0 &&
-  w.days.every(isDay) &&
+  (w.days !== undefined || w.dates !== undefined) &&
+  (w.days === undefined || isList(w.days, isDay)) &&
+  (w.dates === undefined || isList(w.dates, isDate)) &&
   typeof w.start === 'string' &&
-  HHMM.test(w.start) &&
+  HHMM_PATTERN.test(w.start) &&
   typeof w.end === 'string' &&
-  HHMM.test(w.end);
+  HHMM_PATTERN.test(w.end);
 const isSchedule = (s: unknown) =>
   s === null ||
   (isRecord(s) &&
@@ -60,7 +61,8 @@ function isStoredGrant(g: unknown): g is KeyGrant {
     isInt(g.validUntil, 0) &&
     isSchedule(g.schedule) &&
     typeof g.offlineCapable === 'boolean' &&
-    (g.offlineMaxSeconds === undefined || isInt(g.offlineMaxSeconds, 1))
+    (g.offlineMaxSeconds === undefined || isInt(g.offlineMaxSeconds, 1)) &&
+    (g.oneTime === undefined || g.oneTime === true)
   );
 }
 
@@ -82,9 +84,18 @@ function storedKey(raw: unknown): StoredKey {
     throw new CorruptRow('keys', 'grant_json: not JSON');
   }
   if (!isStoredGrant(grant)) throw new CorruptRow('keys', 'grant_json: not a key grant');
-  return raw.signer_retired === 1
-    ? { grant, version: raw.version, status: raw.status, signerRetired: true }
-    : { grant, version: raw.version, status: raw.status };
+  let consumedAt: number | undefined;
+  if (raw.consumed_at !== undefined && raw.consumed_at !== null) {
+    if (!isInt(raw.consumed_at, 0)) throw new CorruptRow('consumed_keys', 'at: not a time');
+    consumedAt = raw.consumed_at;
+  }
+  return {
+    grant,
+    version: raw.version,
+    status: raw.status,
+    ...(raw.signer_retired === 1 ? { signerRetired: true } : {}),
+    ...(consumedAt === undefined ? {} : { consumedAt }),
+  };
 }
 /** Names the columns that do not fit, as parseRow would. */
 function corruptKey(raw: unknown): never {
@@ -164,16 +175,40 @@ export function keySetView(db: ReadableDb): KeySetView & { grantCid(keyId: strin
     byCredential: (type: CredentialType, digest: string): readonly StoredKey[] =>
       prepared(
         db,
-        `SELECT version, status, grant_json, ${SIGNER_RETIRED} AS signer_retired FROM keys WHERE credential_type = ? AND credential_digest = ?`,
+        `SELECT keys.version, keys.status, keys.grant_json, ${SIGNER_RETIRED} AS signer_retired, c.at AS consumed_at
+         FROM keys LEFT JOIN consumed_keys c ON c.key_id = keys.key_id WHERE keys.credential_type = ? AND keys.credential_digest = ?`,
       )
         .all(type, digest)
         .map(storedKey),
+    byKeyId: (keyId: string): StoredKey | null => {
+      const r: unknown = prepared(
+        db,
+        `SELECT keys.version, keys.status, keys.grant_json, ${SIGNER_RETIRED} AS signer_retired, c.at AS consumed_at
+         FROM keys LEFT JOIN consumed_keys c ON c.key_id = keys.key_id WHERE keys.key_id = ?`,
+      ).get(keyId);
+      return r === undefined ? null : storedKey(r);
+    },
     grantCid: (keyId: string) => {
       const r: unknown = prepared(db, 'SELECT grant_cid FROM keys WHERE key_id = ?').get(keyId);
       // '' is stored for keys no grant made (snapshot revokes): no cid to carry on
       return r === undefined ? null : parseRow('keys', GrantCid, r).grant_cid || null;
     },
   };
+}
+
+/**
+ * Records that a one-time key's entry was used, in the caller's decision
+ * transaction. Returns false when it was already consumed (0 rows: the
+ * caller's decision must not have allowed it, which `decide` guarantees
+ * because it reads the same row inside the same transaction).
+ */
+export function consumeKey(db: WritableDb, c: { keyId: string; version: number; lockId: string; requestId: string }, now: number): boolean {
+  return (
+    prepared(
+      db,
+      'INSERT INTO consumed_keys (key_id, version, lock_id, request_id, at) VALUES (?, ?, ?, ?, ?) ON CONFLICT (key_id) DO NOTHING',
+    ).run(c.keyId, c.version, c.lockId, c.requestId, now).changes === 1
+  );
 }
 
 /** Snapshot apply: drops every active key (revoked rows and tombstones stay), to be refilled from the snapshot. */
