@@ -188,6 +188,14 @@ export const DECISION_CODES = table({
     'The gateway is below its free-disk headroom and cannot promise to record the decision; only offline-capable staff keys open.',
   REMOTE_UNLOCK:
     "A supervisor opened the door remotely from the gateway's staff UI for one entry; the event's `by` names them and their reason.",
+  // operating modes (issue #17 part 3, docs/gateway.md "Passage mode" and "Privacy")
+  PASSAGE_UNLOCK:
+    'Passage mode began at this door: the gateway holds it unlocked (renewed HMAC unlock commands) while its schedule runs.',
+  PASSAGE_RELOCK:
+    'Passage mode ended at this door (schedule over, cleared, lockdown, failing closed or a restart outside it): a lock command was sent.',
+  PRIVACY_ACTIVE: "The guest inside set privacy (thumb-turn / do-not-disturb): staff keys and staff remote unlocks are refused.",
+  PRIVACY_OVERRIDE:
+    "A supervisor opened a door in privacy remotely, flagged as an emergency; the event's `by` names them and their reason.",
 });
 
 /** Why a signed cloud <-> gateway message was refused by `verifyMessage`. */

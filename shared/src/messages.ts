@@ -302,6 +302,7 @@ export const StaffActionKind = z.enum([
   'account_disable',
   'account_enable',
   'account_password_reset',
+  'set_passage',
 ]);
 export type StaffActionKind = z.infer<typeof StaffActionKind>;
 
@@ -400,6 +401,11 @@ export type LockState = z.infer<typeof LockState>;
 
 export const LockEvent = z.discriminatedUnion('kind', [
   z.strictObject({ eventId: z.uuid(), lockId: LockId, at: Millis, kind: AlarmKind }),
+  /**
+   * The guest inside turned privacy on (thumb-turn, do-not-disturb) or it was
+   * cleared (turned back, or the inside handle opened the door on the way out).
+   */
+  z.strictObject({ eventId: z.uuid(), lockId: LockId, at: Millis, kind: z.literal('privacy'), active: z.boolean() }),
   z.strictObject({
     eventId: z.uuid(),
     lockId: LockId,

@@ -21,6 +21,7 @@ import { recordAttempt, recordSiteAttempt, type LockoutPolicy, type SiteLockoutP
 import { fullBucket, takeToken, type Bucket, type RatePolicy } from '@tobira/shared';
 import { commitDecisions, findAccess, insertAccess, type StoredAccessEvent } from '../adapters/sqlite/access-log.js';
 import { keySetView } from '../adapters/sqlite/keyset.js';
+import { lockModesOf } from '../adapters/sqlite/modes.js';
 import { lockById, setLockout, setSiteLockout, siteLockout as readSiteLockout } from '../adapters/sqlite/locks.js';
 import { enqueue } from '../adapters/sqlite/outbox.js';
 import { raiseTimeFloor, readSettings, type Settings } from '../adapters/sqlite/settings.js';
@@ -263,7 +264,13 @@ function decideOne(
       : decide(
           { lockId: asLockId(lockId), credentialType: credential.type, digest: credential.digest },
           keySet,
-          lock === null ? null : { ...lock, doorId: lock.doorId === null ? null : asDoorId(lock.doorId) },
+          lock === null
+            ? null
+            : {
+                ...lock,
+                doorId: lock.doorId === null ? null : asDoorId(lock.doorId),
+                privacy: (lockModesOf(db, lockId)?.privacySince ?? null) !== null,
+              },
           site,
           now,
         );

@@ -28,8 +28,11 @@ export interface KeySetView {
   byCredential(type: CredentialType, digest: string): readonly StoredKey[];
 }
 
-/** null: the lock is not paired with this gateway. */
-export type LockView = (LockoutState & { readonly doorId: DoorId | null }) | null;
+/**
+ * null: the lock is not paired with this gateway. `privacy`: the guest
+ * inside has privacy on (absent: off); staff keys are refused then.
+ */
+export type LockView = (LockoutState & { readonly doorId: DoorId | null; readonly privacy?: boolean }) | null;
 
 export interface SiteView {
   readonly mode: SiteMode;
@@ -76,19 +79,23 @@ const PROGRESS: readonly DecisionCode[] = [
   'KEY_NOT_YET_VALID',
   'KEY_EXPIRED',
   'OUTSIDE_SCHEDULE',
+  'PRIVACY_ACTIVE',
   'SITE_LOCKDOWN',
   'CLOUD_STALE',
   'STORAGE_FULL',
   'ALLOWED',
 ];
 
-function judgeKey(k: StoredKey, doorId: DoorId, site: SiteView, now: number): DecisionCode {
+function judgeKey(k: StoredKey, doorId: DoorId, privacy: boolean, site: SiteView, now: number): DecisionCode {
   const g = k.grant;
   if (k.status !== 'active') return 'KEY_REVOKED';
   if (!g.doors.includes(doorId)) return 'DOOR_NOT_PERMITTED';
   if (now < g.validFrom) return 'KEY_NOT_YET_VALID';
   if (now >= g.validUntil) return 'KEY_EXPIRED';
   if (g.schedule !== null && !inSchedule(g.schedule, now)) return 'OUTSIDE_SCHEDULE';
+  // Privacy: the guest inside turned it on; staff (offline-capable, master) keys stay out. A supervisor's
+  // emergency entry is a remote unlock with the emergency flag (domain/remote-unlock.ts), never a key.
+  if (privacy && g.offlineCapable) return 'PRIVACY_ACTIVE';
   // Offline-capable staff keys pass lockdown, and a stale lease within their offline cap; nothing else does.
   if (site.mode === 'lockdown' && !g.offlineCapable) return 'SITE_LOCKDOWN';
   if (isStale(site.leaseExpiresAt, now) && !withinOfflineCap(g, site.lastFreshAt, now)) return 'CLOUD_STALE';
@@ -100,7 +107,8 @@ function judgeKey(k: StoredKey, doorId: DoorId, site: SiteView, now: number): De
 /**
  * Invariant: `allowed` is true only for an active key at a version above any
  * revoke, for this lock's door, inside its validity window and schedule, with
- * neither the lock nor the credential type locked out, with no lockdown and
+ * neither the lock nor the credential type locked out, not a staff
+ * (offline-capable) key at a door whose guest has privacy on, with no lockdown and
  * disk headroom unless the key is offline-capable, and with a running lease
  * unless the key is offline-capable and less than its offline cap has passed
  * since the last proven-fresh sync.
@@ -112,7 +120,7 @@ export function decide(request: AccessRequest, keySet: KeySetView, lock: LockVie
   const candidates = keySet.byCredential(request.credentialType, request.digest);
   let best: { code: DecisionCode; key: StoredKey; rank: number } | null = null;
   for (const key of candidates) {
-    const code = judgeKey(key, lock.doorId, site, now);
+    const code = judgeKey(key, lock.doorId, lock.privacy === true, site, now);
     if (code === 'ALLOWED') return { allowed: true, code, key };
     const rank = PROGRESS.indexOf(code);
     if (best === null || rank > best.rank) best = { code, key, rank };
