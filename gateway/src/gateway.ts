@@ -152,7 +152,8 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
     setImmediate(() => {
       applyScheduled = false;
       try {
-        applyNow();
+        // a site.mode from the cloud (lockdown, passage) takes effect at the doors at once
+        if (applyNow() > 0) passageNow();
       } catch (e) {
         runLog.error({ err: e }, 'inbox writer pass failed');
       }

@@ -19,6 +19,12 @@ export const OUTCOME_CODES = table({
   KEY_EXPIRED: 'The key validity window ended; the key expired.',
   REPORT_RECORDED: 'A gateway report was recorded.',
   MESSAGE_APPLIED: 'A message was applied.',
+  MODE_REQUEST_QUEUED: "The mode request was queued for each gateway of the site(s) as a signed site.mode message; each shows pending until its gateway confirms.",
+  MODE_APPLIED: 'The gateway applied the site.mode message: its site mode and passage schedules are as requested.',
+  MODE_UNCHANGED: 'The gateway already was in the requested mode with those passage schedules; nothing changed.',
+  MODE_REQUEST_NOT_FOUND: 'No such mode request visible to the caller.',
+  MODE_REQUEST_EMPTY: 'The request names neither a mode nor passage; nothing was queued.',
+  MODE_NO_GATEWAY: 'No gateway is registered at the site(s) in scope; nothing was queued.',
   BROKER_CREDENTIALS_ROTATED: "The gateway's cloud-broker password was replaced; the old one no longer logs in.",
   // noop
   KEY_ALREADY_REVOKED: 'The key is already revoked, revoking, expired or failed; nothing changed.',

@@ -163,12 +163,31 @@ export const KeySetSnapshotMessage = unsequenced(
     .refine((b) => b.part <= b.parts, { message: 'part > parts' }),
 );
 
+/**
+ * Operating modes set from the cloud (issue #17 part 3, docs/gateway.md
+ * "Modes from the cloud"): the site mode (null: unchanged) and passage
+ * schedules per door (schedule null: passage cleared), applied in seq order
+ * like a key, acked with the request's result. `by`: the operator (API
+ * token name) shown in the staff UI as the mode's origin.
+ */
+export const SiteModeMessage = sequenced(
+  'site.mode',
+  z.strictObject({
+    requestId: z.uuid(),
+    mode: z.enum(['normal', 'lockdown']).nullable(),
+    passage: z.array(z.strictObject({ doorId: DoorId, schedule: Schedule.nullable() })).max(256),
+    by: z.string().min(1).max(100),
+    reason: z.string().min(1).max(200).nullable(),
+  }),
+);
+
 export const DownlinkMessage = z.discriminatedUnion('type', [
   KeyGrantMessage,
   KeyRevokeMessage,
   HeartbeatMessage,
   ResyncAnswerMessage,
   KeySetSnapshotMessage,
+  SiteModeMessage,
 ]);
 export type DownlinkMessage = z.infer<typeof DownlinkMessage>;
 export type DownlinkType = DownlinkMessage['type'];

@@ -33,6 +33,7 @@ import {
   setSnapshotApplied,
 } from '../adapters/sqlite/settings.js';
 import { nowOf, type AppContext } from './context.js';
+import { applySiteMode } from './site-mode.js';
 
 /**
  * The inbox writer: applies pending inbox rows one at a time, sequenced rows
@@ -142,6 +143,7 @@ function keyOf(row: InboxRow): { keyId: string | null; keyVersion: number | null
     case 'heartbeat':
     case 'resync.answer':
     case 'keyset.snapshot':
+    case 'site.mode':
       return { keyId: null, keyVersion: null };
     default:
       return assertNever(m, 'downlink type');
@@ -150,7 +152,7 @@ function keyOf(row: InboxRow): { keyId: string | null; keyVersion: number | null
 
 /** Acks of sequenced messages and snapshots are essential; heartbeat and resync-answer acks are not (see docs/gateway.md). */
 function ack(deps: ApplyDeps, row: InboxRow, a: AckDraft, now: number, ackOf: MessageId = row.jti): void {
-  const essential = row.type === 'key.grant' || row.type === 'key.revoke' || row.type === 'keyset.snapshot';
+  const essential = row.type === 'key.grant' || row.type === 'key.revoke' || row.type === 'keyset.snapshot' || row.type === 'site.mode';
   const r = enqueue(
     deps.store.db,
     deps.store.limits,
@@ -188,7 +190,8 @@ function applyRow(deps: ApplyDeps, row: InboxRow, now: number): RowResult {
   let r: RowResult;
   switch (m.type) {
     case 'key.grant':
-    case 'key.revoke': {
+    case 'key.revoke':
+    case 'site.mode': {
       if (m.seq <= settings.snapshotSeq) {
         // Covered by a snapshot (a message still in flight when the snapshot was taken): never re-applied.
         r = { result: 'noop', code: 'DUPLICATE_MESSAGE' };
@@ -211,7 +214,11 @@ function applyRow(deps: ApplyDeps, row: InboxRow, now: number): RowResult {
         r = { result: 'refused', code: 'SEQ_CONFLICT', resync: 'conflict', resyncNow: settings.seqConflictAt === null };
         break;
       }
-      if (m.type === 'key.grant') {
+      if (m.type === 'site.mode') {
+        // The same rules as a mode set at the gateway (app/site-mode.ts); passage follows on the next evaluation.
+        r = applySiteMode(deps, m, now);
+        ack(deps, row, { ...r, keyId: null, keyVersion: null }, now);
+      } else if (m.type === 'key.grant') {
         const g = m.body.key;
         r = settleKey(deps, row, g.keyId, applyGrant(loadSlot(db, g.keyId), g), g.version, m.cid, now);
       } else {
