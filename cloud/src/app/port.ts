@@ -7,6 +7,7 @@ import type * as stays from './stays.js';
 import type * as notifications from './notifications.js';
 import type { SiteScope } from '../adapters/db/scope.js';
 import type * as memberships from './memberships.js';
+import type * as modes from './modes.js';
 
 /**
  * Options of a write verb. `db`: run inside the caller's open transaction
@@ -74,4 +75,8 @@ export interface CloudVerbs {
   selfCancelMembership(input: Parameters<typeof memberships.selfCancelMembership>[1]): ReturnType<typeof memberships.selfCancelMembership>;
   /** The MQTT link is connected (`/healthz`). */
   readonly mqttConnected: boolean;
+  /** Operating modes from the cloud (issue #17 part 3): lockdown / passage for a site or every site in scope. */
+  requestMode(input: modes.RequestModeInput, o?: VerbOptions): ReturnType<typeof modes.requestMode>;
+  getModeRequest(requestId: string, scope: SiteScope): Promise<modes.ModeRequestView | null>;
+  listSiteModeRequests(siteId: string, scope: SiteScope, limit?: number): Promise<modes.ModeRequestView[] | null>;
 }

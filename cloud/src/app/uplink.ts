@@ -18,6 +18,7 @@ import {
 } from '@tobira/shared';
 import { insertAccessEvent, insertAlarm } from '../adapters/db/audit.js';
 import { insertStaffAction } from '../adapters/db/staff-actions.js';
+import { settleModeRequest } from '../adapters/db/modes.js';
 import { pgErrorCode, type Queryable } from '../adapters/db/db.js';
 import { gatewayPublicJwk, recordClockSkew, recordPresence, recordStatus } from '../adapters/db/gateways.js';
 import {
@@ -223,7 +224,12 @@ export class Uplink {
     switch (m.type) {
       case 'ack': {
         const b = m.body;
-        if (b.keyId === null || b.keyVersion === null) return { result: 'noop', code: 'REPORT_RECORDED' };
+        if (b.keyId === null || b.keyVersion === null) {
+          // A site.mode ack settles its mode request (pending -> applied / refused), once.
+          const s = await settleModeRequest(tx, { gatewayId, jti: b.ackOf, result: b.result, code: b.code, at: now });
+          if (s === 'settled') return { result: 'applied', code: 'REPORT_RECORDED' };
+          return { result: 'noop', code: s === 'already' ? 'DUPLICATE_MESSAGE' : 'REPORT_RECORDED' };
+        }
         const o = await recordGatewayReport(
           this.#app,
           {
