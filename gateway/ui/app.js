@@ -33,6 +33,24 @@ export const DECISION_WORDS = Object.freeze({
   BAD_REQUEST: 'The lock sent a malformed request',
   RATE_LIMITED: 'The lock sent too many requests too fast: refused without deciding',
   STORAGE_FULL: 'Refused because the gateway is almost out of disk space (only staff master keys open)',
+  PASSAGE_UNLOCK: 'Passage mode: the door is held unlocked during its schedule',
+  PASSAGE_RELOCK: 'Passage mode ended: the door was locked again',
+  PRIVACY_ACTIVE: 'The guest inside set privacy (do not disturb): staff keys are refused',
+  PRIVACY_OVERRIDE: 'Emergency: a supervisor opened a door the guest had set to privacy',
+});
+
+/**
+ * Where the site mode and passage came from (`modeOrigin` / `passage` of
+ * /staff/status), kept together so they move into the ja/en catalogues as one block.
+ */
+export const MODE_ORIGIN_WORDS = Object.freeze({
+  gateway: 'set here at the gateway',
+  cloud: 'set from the cloud',
+  by: 'by',
+  never: 'never changed',
+  passage: 'Passage (held unlocked on a schedule)',
+  held: 'held open now',
+  notHeld: 'locked now',
 });
 
 /** Why the doors fail closed (`failClosedReason` of /staff/status): a title and what to do. */
@@ -662,11 +680,33 @@ function drawStatus(s) {
       ? 'Lockdown: every door refuses ordinary keys (SITE_LOCKDOWN); only staff master keys open doors. End it when the situation is over.'
       : 'Normal: doors open for every valid key. Lockdown makes every door refuse ordinary keys at once; only staff master keys still open doors.',
   );
+  drawModeOrigin(s);
   const sw = $('mode-switch');
   setText(sw, lockdown ? 'End lockdown (back to normal)' : 'Start lockdown');
   sw.className = `big ${lockdown ? 'primary' : 'danger'}`;
   sw.dataset.target = lockdown ? 'normal' : 'lockdown';
   drawBanner();
+}
+
+/** Where the mode came from and the passage doors (absent from an older gateway: nothing shown). @param {Status} s */
+function drawModeOrigin(s) {
+  const o = /** @type {{ origin?: 'gateway' | 'cloud', by?: string | null, at?: number | null } | undefined} */ (
+    /** @type {Record<string, unknown>} */ (s).modeOrigin
+  );
+  const w = MODE_ORIGIN_WORDS;
+  const origin =
+    o === undefined || o.origin === undefined
+      ? ''
+      : o.at == null
+        ? w.never
+        : `${o.origin === 'cloud' ? w.cloud : w.gateway}${o.by ? ` ${w.by} ${o.by}` : ''}, ${fmtTime(o.at)}`;
+  const passage = /** @type {{ doorId: string, origin: 'gateway' | 'cloud', setBy: string, held: boolean }[] | undefined} */ (
+    /** @type {Record<string, unknown>} */ (s).passage
+  );
+  const doors = (passage ?? []).map(
+    (p) => `${p.doorId}: ${p.held ? w.held : w.notHeld} (${p.origin === 'cloud' ? w.cloud : w.gateway} ${w.by} ${p.setBy})`,
+  );
+  setText($('mode-origin'), [origin, doors.length > 0 ? `${w.passage}: ${doors.join('; ')}` : ''].filter((x) => x !== '').join(' — '));
 }
 
 /** The banner: never green unless the latest answer from the gateway says so and is fresh. */
