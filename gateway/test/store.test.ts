@@ -48,6 +48,7 @@ describe('SQLite store', () => {
       { version: 6, name: 'uplink_ack_behind' },
       { version: 7, name: 'flood_bounds' },
       { version: 8, name: 'staff_accounts' },
+      { version: 12, name: 'modes' },
     ]);
   });
 
@@ -317,7 +318,7 @@ describe('SQLite store', () => {
       const sentGone = write(T0 - 40 * DAY);
       reachedCloud(before, [sentGone.seq], T0 - 39 * DAY);
       before.purgeSentOutbox(T0 - 7 * DAY);
-      expect(migrate(earlier)).toEqual([7, 8]);
+      expect(migrate(earlier)).toEqual([7, 8, 12]);
       expect(earlier.prepare('SELECT event_id, outbox_seq FROM access_log ORDER BY id').all()).toEqual([
         { event_id: unsent.eventId, outbox_seq: unsent.seq },
         { event_id: sentGone.eventId, outbox_seq: null },
