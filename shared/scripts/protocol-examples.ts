@@ -156,6 +156,25 @@ export async function renderProtocolExamples(): Promise<Record<string, string>> 
         revoked: [{ keyId: asKeyId('key_01900000c'), version: 3 }],
       },
     }),
+    'site.mode': await down({
+      type: 'site.mode',
+      jti: mid(6),
+      aud: gw,
+      seq: 44,
+      cid,
+      body: {
+        requestId: id(106),
+        mode: null,
+        passage: [
+          {
+            doorId: asDoorId('door-101'),
+            schedule: { timeZone: 'Asia/Tokyo', windows: [{ days: [1, 2, 3, 4, 5], start: '08:00', end: '20:00' }] },
+          },
+        ],
+        by: 'kyoto pms',
+        reason: 'lobby hours',
+      },
+    }),
     ack: await up({
       type: 'ack',
       jti: mid(11),
@@ -265,6 +284,13 @@ export async function renderProtocolExamples(): Promise<Record<string, string>> 
       lockId: EXAMPLE.lockId,
       at: EXAMPLE.now + 90_000,
       kind: 'door_ajar',
+    }),
+    'lock.privacy': plain(lockTopic('event'), 'event', {
+      eventId: id(403),
+      lockId: EXAMPLE.lockId,
+      at: EXAMPLE.now + 120_000,
+      kind: 'privacy',
+      active: true,
     }),
     presence: plain(lockTopic('presence'), 'presence', { online: false }),
   };

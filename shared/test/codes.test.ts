@@ -27,7 +27,7 @@ describe('code tables', () => {
     }
   });
 
-  it('has exactly the access decision codes of DESIGN.md §3, plus the flood bounds of the gateway and its remote unlock (docs/gateway.md)', () => {
+  it('has exactly the access decision codes of DESIGN.md §3, plus the flood bounds of the gateway, its remote unlock, passage and privacy (docs/gateway.md)', () => {
     expect(Object.keys(DECISION_CODES).sort()).toEqual(
       [
         'ALLOWED',
@@ -44,6 +44,10 @@ describe('code tables', () => {
         'RATE_LIMITED',
         'STORAGE_FULL',
         'REMOTE_UNLOCK',
+        'PASSAGE_UNLOCK',
+        'PASSAGE_RELOCK',
+        'PRIVACY_ACTIVE',
+        'PRIVACY_OVERRIDE',
       ].sort(),
     );
     expect(DecisionCode.options).toEqual(Object.keys(DECISION_CODES));

@@ -2,8 +2,8 @@ import { type DownlinkMessage, type Schedule } from '@tobira/shared';
 import { mqttBackends, startMqttBackend, type MqttTestBroker } from '@tobira/shared/testing';
 import { SimLock } from '@tobira/firmware-sim';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { allPassage, readSiteMode } from '../src/adapters/sqlite/modes.js';
-import { PIN, provision, runSite, silentLog, waitFor, type Running } from './harness.js';
+import { allPassage, readSiteMode } from '../../../gateway/src/adapters/sqlite/modes.js';
+import { PIN, provision, runSite, silentLog, waitFor, type Running } from '../../../gateway/test/harness.js';
 
 const LOBBY: Schedule = { timeZone: 'Asia/Tokyo', windows: [{ days: [0, 1, 2, 3, 4, 5, 6], start: '08:00', end: '20:00' }] };
 const REQ = '6f1c1a52-8f7e-4f4e-9d55-0c7f1f0c2a11';

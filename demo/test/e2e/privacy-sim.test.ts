@@ -2,12 +2,12 @@ import { asKeyId, type Schedule } from '@tobira/shared';
 import { mqttBackends, startMqttBackend, type MqttTestBroker } from '@tobira/shared/testing';
 import { SimLock } from '@tobira/firmware-sim';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { accessLog } from '../src/adapters/sqlite/access-log.js';
-import { lockModesOf } from '../src/adapters/sqlite/modes.js';
-import { decide, type KeySetView } from '../src/domain/decide.js';
-import { decideRemoteUnlock } from '../src/domain/remote-unlock.js';
-import { DOOR, LOCK, T0, grant } from './fixtures.js';
-import { FakeLock, PIN, STAFF_PIN, STAFF_TOKEN, provision, runSite, silentLog, waitFor, type Running } from './harness.js';
+import { accessLog } from '../../../gateway/src/adapters/sqlite/access-log.js';
+import { lockModesOf } from '../../../gateway/src/adapters/sqlite/modes.js';
+import { decide, type KeySetView } from '../../../gateway/src/domain/decide.js';
+import { decideRemoteUnlock } from '../../../gateway/src/domain/remote-unlock.js';
+import { DOOR, LOCK, T0, grant } from '../../../gateway/test/fixtures.js';
+import { FakeLock, PIN, STAFF_PIN, STAFF_TOKEN, provision, runSite, silentLog, waitFor, type Running } from '../../../gateway/test/harness.js';
 
 describe('privacy rules', () => {
   const guest = { grant: grant(), version: 1, status: 'active' as const };

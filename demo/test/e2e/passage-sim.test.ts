@@ -2,12 +2,12 @@ import { checkLockCommand, type Schedule } from '@tobira/shared';
 import { mqttBackends, startMqttBackend, type MqttTestBroker } from '@tobira/shared/testing';
 import { SimLock } from '@tobira/firmware-sim';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { accessLog } from '../src/adapters/sqlite/access-log.js';
-import { lockModesOf } from '../src/adapters/sqlite/modes.js';
-import { passageStep, passageWanted, type PassageInput } from '../src/domain/passage.js';
-import { createGateway, type Gateway } from '../src/gateway.js';
-import { T0 } from './fixtures.js';
-import { provision, runSite, silentLog, STAFF_TOKEN, waitFor, type Running } from './harness.js';
+import { accessLog } from '../../../gateway/src/adapters/sqlite/access-log.js';
+import { lockModesOf } from '../../../gateway/src/adapters/sqlite/modes.js';
+import { passageStep, passageWanted, type PassageInput } from '../../../gateway/src/domain/passage.js';
+import { createGateway, type Gateway } from '../../../gateway/src/gateway.js';
+import { T0 } from '../../../gateway/test/fixtures.js';
+import { provision, runSite, silentLog, STAFF_TOKEN, waitFor, type Running } from '../../../gateway/test/harness.js';
 
 const HOUR = 3_600_000;
 /** The lobby: 08:00-20:00 every day, site time (T0 is Monday 12:00 in Asia/Tokyo). */
