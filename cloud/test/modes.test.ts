@@ -29,7 +29,11 @@ describe.each(pgBackends())('mode requests on %s', (pgBackend) => {
     const d = deps(t.db);
     const s = await seed(d);
     const o = await requestMode(d, { ...base, siteId: s.siteId, mode: 'lockdown', reason: 'police request' });
-    expect(o).toMatchObject({ status: 'applied', code: 'MODE_REQUEST_QUEUED', state: { status: 'pending', mode: 'lockdown', requestedBy: 'ops' } });
+    expect(o).toMatchObject({
+      status: 'applied',
+      code: 'MODE_REQUEST_QUEUED',
+      state: { status: 'pending', mode: 'lockdown', requestedBy: 'ops' },
+    });
     if (o.status !== 'applied') throw new Error('not applied');
     const rows = (await outbox(s.gatewayId)).rows;
     expect(rows).toHaveLength(1);
@@ -70,7 +74,16 @@ describe.each(pgBackends())('mode requests on %s', (pgBackend) => {
     const all = await requestMode(d, { ...base, siteId: s.siteId, passage: { doorIds: null, schedule: null } });
     expect(all).toMatchObject({
       status: 'applied',
-      state: { gateways: [{ passage: [{ doorId: s.doorA, schedule: null }, { doorId: s.doorB, schedule: null }] }] },
+      state: {
+        gateways: [
+          {
+            passage: [
+              { doorId: s.doorA, schedule: null },
+              { doorId: s.doorB, schedule: null },
+            ],
+          },
+        ],
+      },
     });
     const before = (await outbox(s.gatewayId)).rows.length;
     expect(await requestMode(d, { ...base, siteId: s.siteId, passage: { doorIds: [elsewhere.doorA], schedule: LOBBY } })).toMatchObject({

@@ -19,7 +19,8 @@ export const OUTCOME_CODES = table({
   KEY_EXPIRED: 'The key validity window ended; the key expired.',
   REPORT_RECORDED: 'A gateway report was recorded.',
   MESSAGE_APPLIED: 'A message was applied.',
-  MODE_REQUEST_QUEUED: "The mode request was queued for each gateway of the site(s) as a signed site.mode message; each shows pending until its gateway confirms.",
+  MODE_REQUEST_QUEUED:
+    'The mode request was queued for each gateway of the site(s) as a signed site.mode message; each shows pending until its gateway confirms.',
   MODE_APPLIED: 'The gateway applied the site.mode message: its site mode and passage schedules are as requested.',
   MODE_UNCHANGED: 'The gateway already was in the requested mode with those passage schedules; nothing changed.',
   MODE_REQUEST_NOT_FOUND: 'No such mode request visible to the caller.',
@@ -195,11 +196,10 @@ export const DECISION_CODES = table({
   REMOTE_UNLOCK:
     "A supervisor opened the door remotely from the gateway's staff UI for one entry; the event's `by` names them and their reason.",
   // operating modes (issue #17 part 3, docs/gateway.md "Passage mode" and "Privacy")
-  PASSAGE_UNLOCK:
-    'Passage mode began at this door: the gateway holds it unlocked (renewed HMAC unlock commands) while its schedule runs.',
+  PASSAGE_UNLOCK: 'Passage mode began at this door: the gateway holds it unlocked (renewed HMAC unlock commands) while its schedule runs.',
   PASSAGE_RELOCK:
     'Passage mode ended at this door (schedule over, cleared, lockdown, failing closed or a restart outside it): a lock command was sent.',
-  PRIVACY_ACTIVE: "The guest inside set privacy (thumb-turn / do-not-disturb): staff keys and staff remote unlocks are refused.",
+  PRIVACY_ACTIVE: 'The guest inside set privacy (thumb-turn / do-not-disturb): staff keys and staff remote unlocks are refused.',
   PRIVACY_OVERRIDE:
     "A supervisor opened a door in privacy remotely, flagged as an emergency; the event's `by` names them and their reason.",
 });

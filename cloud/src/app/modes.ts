@@ -1,13 +1,4 @@
-import {
-  applied,
-  newId,
-  refused,
-  withCorrelation,
-  type CorrelationId,
-  type Outcome,
-  type Schedule,
-  type SiteMode,
-} from '@tobira/shared';
+import { applied, newId, refused, withCorrelation, type CorrelationId, type Outcome, type Schedule, type SiteMode } from '@tobira/shared';
 import type { Queryable } from '../adapters/db/db.js';
 import {
   doorsIn,
@@ -116,8 +107,10 @@ export async function requestMode(deps: AppDeps, input: RequestModeInput): Promi
     const now = deps.clock.now();
     let queued = 0;
     for (const g of gateways) {
-      const doors = input.passage === null ? [] : doorGateway === null ? g.doors : g.doors.filter((d) => doorGateway!.get(d) === g.gatewayId);
-      if (doors.length > MAX_PASSAGE_DOORS) return refused('INVALID_REQUEST', `more than ${MAX_PASSAGE_DOORS} doors behind gateway ${g.gatewayId}`);
+      const doors =
+        input.passage === null ? [] : doorGateway === null ? g.doors : g.doors.filter((d) => doorGateway!.get(d) === g.gatewayId);
+      if (doors.length > MAX_PASSAGE_DOORS)
+        return refused('INVALID_REQUEST', `more than ${MAX_PASSAGE_DOORS} doors behind gateway ${g.gatewayId}`);
       const passage: PassageEntry[] = doors.map((doorId) => ({ doorId, schedule: input.passage?.schedule ?? null }));
       if (input.mode === null && passage.length === 0) continue;
       const body = { requestId, mode: input.mode, passage, by: input.by.slice(0, 100), reason: input.reason };
@@ -144,7 +137,10 @@ export async function requestMode(deps: AppDeps, input: RequestModeInput): Promi
   };
   const out = await deps.db.transaction(run);
   if (out.status === 'applied') {
-    log.warn({ code: out.code, requestId: out.state.requestId, mode: input.mode, gateways: out.state.gateways.length }, 'mode request queued');
+    log.warn(
+      { code: out.code, requestId: out.state.requestId, mode: input.mode, gateways: out.state.gateways.length },
+      'mode request queued',
+    );
     deps.wake();
   } else log.info({ code: out.code }, 'mode request refused');
   return out;

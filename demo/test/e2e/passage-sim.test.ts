@@ -239,4 +239,3 @@ describe.each(mqttBackends())('passage mode at a gateway with a firmware-sim loc
     });
   });
 });
-

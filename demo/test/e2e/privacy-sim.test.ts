@@ -7,7 +7,17 @@ import { lockModesOf } from '../../../gateway/src/adapters/sqlite/modes.js';
 import { decide, type KeySetView } from '../../../gateway/src/domain/decide.js';
 import { decideRemoteUnlock } from '../../../gateway/src/domain/remote-unlock.js';
 import { DOOR, LOCK, T0, grant } from '../../../gateway/test/fixtures.js';
-import { FakeLock, PIN, STAFF_PIN, STAFF_TOKEN, provision, runSite, silentLog, waitFor, type Running } from '../../../gateway/test/harness.js';
+import {
+  FakeLock,
+  PIN,
+  STAFF_PIN,
+  STAFF_TOKEN,
+  provision,
+  runSite,
+  silentLog,
+  waitFor,
+  type Running,
+} from '../../../gateway/test/harness.js';
 
 describe('privacy rules', () => {
   const guest = { grant: grant(), version: 1, status: 'active' as const };

@@ -29,10 +29,11 @@ describe.each(mqttBackends())('site.mode downlinks at a gateway (%s)', (backend)
     await waitFor(() => s.gw.store.lock('lock-1')?.online === true, 'sim lock online');
   };
   const siteMode = async (body: Record<string, unknown>, seq = ++s.cloud.seq) =>
-    (await s.cloud.send({ type: 'site.mode', seq, body: { requestId: REQ, mode: null, passage: [], by: 'ops-token', reason: null, ...body } })) as Extract<
-      DownlinkMessage,
-      { type: 'site.mode' }
-    >;
+    (await s.cloud.send({
+      type: 'site.mode',
+      seq,
+      body: { requestId: REQ, mode: null, passage: [], by: 'ops-token', reason: null, ...body },
+    })) as Extract<DownlinkMessage, { type: 'site.mode' }>;
   const ackOf = (jti: string) => waitFor(() => s.cloud.ofType('ack').find((a) => a.body.ackOf === jti), 'the ack');
 
   beforeEach(async () => {
@@ -54,7 +55,9 @@ describe.each(mqttBackends())('site.mode downlinks at a gateway (%s)', (backend)
     const again = await siteMode({ mode: 'lockdown' });
     expect((await ackOf(again.jti)).body).toMatchObject({ result: 'noop', code: 'MODE_UNCHANGED' });
     // the staff UI status shows where the mode came from
-    const st = (await (await fetch(`${s.gw.httpUrl}/staff/status`, { headers: { authorization: 'Bearer staff-token-0123456789' } })).json()) as {
+    const st = (await (
+      await fetch(`${s.gw.httpUrl}/staff/status`, { headers: { authorization: 'Bearer staff-token-0123456789' } })
+    ).json()) as {
       modeOrigin: unknown;
     };
     expect(st.modeOrigin).toMatchObject({ origin: 'cloud', by: 'ops-token', requestId: REQ });
@@ -62,7 +65,12 @@ describe.each(mqttBackends())('site.mode downlinks at a gateway (%s)', (backend)
 
   it('a cloud passage schedule holds the sim door open, and a cloud lockdown relocks it at once', async () => {
     await start(86_400);
-    const m = await siteMode({ passage: [{ doorId: 'door-1', schedule: LOBBY }, { doorId: 'door-elsewhere', schedule: LOBBY }] });
+    const m = await siteMode({
+      passage: [
+        { doorId: 'door-1', schedule: LOBBY },
+        { doorId: 'door-elsewhere', schedule: LOBBY },
+      ],
+    });
     expect((await ackOf(m.jti)).body).toMatchObject({ result: 'applied', code: 'MODE_APPLIED' });
     expect(allPassage(s.gw.store.db)).toMatchObject([{ doorId: 'door-1', origin: 'cloud', setBy: 'ops-token', requestId: REQ }]);
     await waitFor(() => sim.bolt === 'unlocked', 'held open by the cloud schedule');

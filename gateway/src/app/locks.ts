@@ -117,7 +117,8 @@ export function handleLockMessage(
       }
       if (ev.kind === 'privacy') {
         // The guest's privacy (thumb-turn / do-not-disturb): staff keys are refused while it is on (domain/decide.ts).
-        if (setPrivacy(db, lockId, ev.active, now)) log.info({ privacy: ev.active }, ev.active ? 'privacy on: staff keys refused' : 'privacy off');
+        if (setPrivacy(db, lockId, ev.active, now))
+          log.info({ privacy: ev.active }, ev.active ? 'privacy on: staff keys refused' : 'privacy off');
         return;
       }
       const cid = newCorrelationId();

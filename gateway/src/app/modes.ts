@@ -23,7 +23,15 @@ export function setPassageLocally(
   const r = db
     .transaction((): PassageResult => {
       if (!lockModes(db).some((l) => l.doorId === doorId)) {
-        acting?.audit({ actor: acting.actor, action: 'set_passage', target: doorId, detail: by, result: 'refused', code: 'DOOR_NOT_FOUND', cid });
+        acting?.audit({
+          actor: acting.actor,
+          action: 'set_passage',
+          target: doorId,
+          detail: by,
+          result: 'refused',
+          code: 'DOOR_NOT_FOUND',
+          cid,
+        });
         return { status: 'refused', code: 'DOOR_NOT_FOUND' };
       }
       const changed = writePassage(db, doorId, {

@@ -1,4 +1,13 @@
-import { asDoorId, asLockId, newCorrelationId, newId, signLockCommand, withCorrelation, type AccessEvent, type LockCommand } from '@tobira/shared';
+import {
+  asDoorId,
+  asLockId,
+  newCorrelationId,
+  newId,
+  signLockCommand,
+  withCorrelation,
+  type AccessEvent,
+  type LockCommand,
+} from '@tobira/shared';
 import { commitDecisions, insertAccess, type StoredAccessEvent } from '../adapters/sqlite/access-log.js';
 import { allPassage, lockModes, setPassageSince } from '../adapters/sqlite/modes.js';
 import { enqueue } from '../adapters/sqlite/outbox.js';

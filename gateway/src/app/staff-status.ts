@@ -157,7 +157,13 @@ function modesOf(db: StaffStatusDeps['store']['db']): Pick<StaffStatus, 'modeOri
   const { origin, by, at, requestId } = readSiteMode(db);
   const modeOrigin = { origin, by, at, requestId };
   const held = new Set(lockModes(db).flatMap((l) => (l.passageSince !== null && l.doorId !== null ? [l.doorId] : [])));
-  const passage = allPassage(db).map((p) => ({ doorId: p.doorId, origin: p.origin, setBy: p.setBy, setAt: p.setAt, held: held.has(p.doorId) }));
+  const passage = allPassage(db).map((p) => ({
+    doorId: p.doorId,
+    origin: p.origin,
+    setBy: p.setBy,
+    setAt: p.setAt,
+    held: held.has(p.doorId),
+  }));
   return { modeOrigin, passage };
 }
 

@@ -44,7 +44,10 @@ export interface PassageInput {
 }
 
 /** Invariant: `hold` is true only with a schedule running now, no lockdown, no privacy, and a gateway that is not failing closed. */
-export function passageWanted(i: PassageInput, now: number): { readonly hold: true } | { readonly hold: false; readonly why: PassageBlock } {
+export function passageWanted(
+  i: PassageInput,
+  now: number,
+): { readonly hold: true } | { readonly hold: false; readonly why: PassageBlock } {
   if (i.schedule === null) return { hold: false, why: 'NO_PASSAGE' };
   if (i.mode === 'lockdown') return { hold: false, why: 'SITE_LOCKDOWN' };
   if (i.failClosedReason !== null) return { hold: false, why: 'CLOUD_STALE' };

@@ -30,7 +30,8 @@ import type { SiteMode } from '@tobira/shared';
  * event then carries PRIVACY_OVERRIDE instead of REMOTE_UNLOCK so the audit
  * tells it apart.
  */
-export type RemoteUnlockCode = 'NOT_SUPERVISOR' | 'REASON_REQUIRED' | 'LOCK_NOT_FOUND' | 'LOCK_OFFLINE' | 'SITE_LOCKDOWN' | 'PRIVACY_ACTIVE';
+export type RemoteUnlockCode =
+  'NOT_SUPERVISOR' | 'REASON_REQUIRED' | 'LOCK_NOT_FOUND' | 'LOCK_OFFLINE' | 'SITE_LOCKDOWN' | 'PRIVACY_ACTIVE';
 
 export interface RemoteUnlockInput {
   readonly role: 'staff' | 'supervisor';

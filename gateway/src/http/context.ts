@@ -40,9 +40,7 @@ export interface HttpDeps {
   /** Sets or clears a door's passage schedule (app/modes.ts); undefined: not offered. */
   setPassage?: ((doorId: string, schedule: Schedule | null, by: string, cid: string, actor: StaffActor) => PassageResult) | undefined;
   /** Opens one door for one entry (supervisors; app/staff-unlock.ts) and publishes the command; undefined: not offered. */
-  remoteUnlock?:
-    | ((lockId: string, reason: string, actor: StaffActor, cid: string, emergency?: boolean) => RemoteUnlockResult)
-    | undefined;
+  remoteUnlock?: ((lockId: string, reason: string, actor: StaffActor, cid: string, emergency?: boolean) => RemoteUnlockResult) | undefined;
 }
 
 /** Who the request is from, set by the staff auth hook (app.ts). */

@@ -35,10 +35,7 @@ export interface ModeRequestRow {
 }
 
 /** The gateways of the sites (null: every site), with their doors. */
-export async function gatewaysWithDoors(
-  q: Queryable,
-  sites: SiteScope,
-): Promise<{ gatewayId: string; siteId: string; doors: string[] }[]> {
+export async function gatewaysWithDoors(q: Queryable, sites: SiteScope): Promise<{ gatewayId: string; siteId: string; doors: string[] }[]> {
   const r = await q.query<{ gateway_id: string; site_id: string; doors: string[] | null }>(
     `SELECT g.id AS gateway_id, g.site_id, array_remove(array_agg(d.id ORDER BY d.id), NULL) AS doors
        FROM gateways g LEFT JOIN doors d ON d.gateway_id = g.id
@@ -102,24 +99,22 @@ const Row = z
     requested_at: Int8,
     settled_at: Int8.nullable(),
   })
-  .transform(
-    (x): ModeRequestRow => ({
-      requestId: x.request_id,
-      gatewayId: x.gateway_id,
-      siteId: x.site_id,
-      mode: x.mode,
-      passage: x.passage,
-      requestedBy: x.requested_by,
-      reason: x.reason,
-      jti: x.jti,
-      seq: x.seq,
-      cid: x.cid,
-      status: x.status,
-      code: x.code,
-      requestedAt: x.requested_at,
-      settledAt: x.settled_at,
-    }),
-  );
+  .transform((x): ModeRequestRow => ({
+    requestId: x.request_id,
+    gatewayId: x.gateway_id,
+    siteId: x.site_id,
+    mode: x.mode,
+    passage: x.passage,
+    requestedBy: x.requested_by,
+    reason: x.reason,
+    jti: x.jti,
+    seq: x.seq,
+    cid: x.cid,
+    status: x.status,
+    code: x.code,
+    requestedAt: x.requested_at,
+    settledAt: x.settled_at,
+  }));
 
 /** The rows of one request the caller may see (another site's rows are not found). */
 export async function modeRequestRows(q: Queryable, requestId: string, sites: SiteScope): Promise<ModeRequestRow[]> {
@@ -132,6 +127,9 @@ export async function modeRequestRows(q: Queryable, requestId: string, sites: Si
 
 /** The newest requests of one site (newest first, at most `limit` rows). */
 export async function siteModeRows(q: Queryable, siteId: string, limit: number): Promise<ModeRequestRow[]> {
-  const r = await q.query(`SELECT * FROM mode_requests WHERE site_id = $1 ORDER BY requested_at DESC, gateway_id LIMIT $2`, [siteId, limit]);
+  const r = await q.query(`SELECT * FROM mode_requests WHERE site_id = $1 ORDER BY requested_at DESC, gateway_id LIMIT $2`, [
+    siteId,
+    limit,
+  ]);
   return parseRows('mode_requests', Row, r.rows);
 }

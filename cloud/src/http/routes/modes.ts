@@ -5,7 +5,9 @@ import { Id, errorResponses } from '../schemas.js';
 
 const ModeBody = z
   .strictObject({
-    mode: SiteMode.optional().describe('the site mode to set: lockdown refuses every key but offline-capable staff keys; absent: unchanged'),
+    mode: SiteMode.optional().describe(
+      'the site mode to set: lockdown refuses every key but offline-capable staff keys; absent: unchanged',
+    ),
     passage: z
       .strictObject({
         doorIds: z.array(Id).min(1).max(256).optional().describe('absent: every door of the site(s)'),
@@ -74,8 +76,12 @@ export function modesRoutes(app: Api, ctx: Ctx): void {
             },
             { db },
           );
-          if (o.status !== 'applied') return { statusCode: statusOf(o), body: { ...problem(o.code, 'detail' in o ? o.detail : undefined), cid } };
-          req.log.warn({ code: o.code, requestId: o.state.requestId, mode: b.mode, passage: b.passage !== undefined }, 'mode request queued');
+          if (o.status !== 'applied')
+            return { statusCode: statusOf(o), body: { ...problem(o.code, 'detail' in o ? o.detail : undefined), cid } };
+          req.log.warn(
+            { code: o.code, requestId: o.state.requestId, mode: b.mode, passage: b.passage !== undefined },
+            'mode request queued',
+          );
           return {
             statusCode: 202,
             body: { status: 'applied', code: o.code, cid, request: o.state },

@@ -28,9 +28,7 @@ const ModeRow = z
     mode_at: z.int().nullable(),
     mode_request_id: z.string().nullable(),
   })
-  .transform(
-    (r): SiteModeInfo => ({ mode: r.mode, origin: r.mode_origin, by: r.mode_by, at: r.mode_at, requestId: r.mode_request_id }),
-  );
+  .transform((r): SiteModeInfo => ({ mode: r.mode, origin: r.mode_origin, by: r.mode_by, at: r.mode_at, requestId: r.mode_request_id }));
 
 export function readSiteMode(db: ReadableDb): SiteModeInfo {
   return parseRow(
@@ -78,16 +76,14 @@ const PassageRowSchema = z
     set_at: z.int(),
     request_id: z.string().nullable(),
   })
-  .transform(
-    (r): PassageRow => ({
-      doorId: r.door_id,
-      schedule: r.schedule,
-      origin: r.origin,
-      setBy: r.set_by,
-      setAt: r.set_at,
-      requestId: r.request_id,
-    }),
-  );
+  .transform((r): PassageRow => ({
+    doorId: r.door_id,
+    schedule: r.schedule,
+    origin: r.origin,
+    setBy: r.set_by,
+    setAt: r.set_at,
+    requestId: r.request_id,
+  }));
 
 export function allPassage(db: ReadableDb): PassageRow[] {
   return parseRows('passage', PassageRowSchema, prepared(db, 'SELECT * FROM passage ORDER BY door_id').all());
@@ -97,7 +93,13 @@ export function allPassage(db: ReadableDb): PassageRow[] {
 export function writePassage(
   db: WritableDb,
   doorId: string,
-  p: { readonly schedule: Schedule | null; readonly origin: ModeOrigin; readonly by: string; readonly at: number; readonly requestId: string | null },
+  p: {
+    readonly schedule: Schedule | null;
+    readonly origin: ModeOrigin;
+    readonly by: string;
+    readonly at: number;
+    readonly requestId: string | null;
+  },
 ): boolean {
   if (p.schedule === null) return prepared(db, 'DELETE FROM passage WHERE door_id = ?').run(doorId).changes === 1;
   const text = JSON.stringify(p.schedule);
