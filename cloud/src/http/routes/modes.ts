@@ -37,6 +37,7 @@ const ModeRequest = z.object({
   requestedAt: z.int(),
   gateways: z.array(GatewayRequest),
 });
+const SiteParam = z.object({ siteId: Id.optional() });
 const ModeAnswer = z.object({ status: z.literal('applied'), code: z.string(), cid: z.string(), request: ModeRequest });
 
 /**
@@ -62,7 +63,7 @@ export function modesRoutes(app: Api, ctx: Ctx): void {
         idempotent(ctx, req, reply, async ({ db }) => {
           const cid = cidOf(req);
           const p = who(req);
-          const params = req.params as { siteId?: string };
+          const params = SiteParam.parse(req.params ?? {});
           const b = req.body;
           const o = await ctx.cloud.requestMode(
             {

@@ -103,8 +103,8 @@ export function writePassage(
 ): boolean {
   if (p.schedule === null) return prepared(db, 'DELETE FROM passage WHERE door_id = ?').run(doorId).changes === 1;
   const text = JSON.stringify(p.schedule);
-  const cur: unknown = prepared(db, 'SELECT schedule FROM passage WHERE door_id = ?').get(doorId);
-  if (cur !== undefined && (cur as { schedule: string }).schedule === text) return false;
+  const row: unknown = prepared(db, 'SELECT schedule FROM passage WHERE door_id = ?').get(doorId);
+  if (row !== undefined && parseRow('passage', z.object({ schedule: z.string() }), row).schedule === text) return false;
   prepared(
     db,
     `INSERT INTO passage (door_id, schedule, origin, set_by, set_at, request_id) VALUES (?, ?, ?, ?, ?, ?)
