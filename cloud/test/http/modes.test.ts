@@ -16,7 +16,7 @@ describe.each(pgBackends())('modes from the admin API on %s', (backend) => {
   afterAll(async () => {
     await h.close();
   });
-  const post = (url: string, token: string, payload: unknown) => h.app.inject({ method: 'POST', url, headers: bearer(token), payload });
+  const post = (url: string, token: string, payload: object) => h.app.inject({ method: 'POST', url, headers: bearer(token), payload });
 
   it("a site's manager locks it down: 202 pending, the request readable at its location", async () => {
     const r = await post(`/sites/${h.siteA}/mode`, h.tokens.managerA, { mode: 'lockdown', reason: 'police request' });
