@@ -45,6 +45,7 @@ import { stripeFromSettings } from './adapters/stripe/client.js';
 import { BillingWorker, type BillingWorkerOptions } from './app/billing-worker.js';
 import * as stays from './app/stays.js';
 import * as memberships from './app/memberships.js';
+import * as modes from './app/modes.js';
 import type { SiteScope } from './adapters/db/scope.js';
 import { channelsOf, type Channel } from './adapters/notifications/channels.js';
 import { NotificationDispatcher, type NotificationDispatchOptions } from './adapters/notifications/dispatcher.js';
@@ -323,6 +324,9 @@ function coreOf(config: CloudConfig, cloudDeps: CloudDeps) {
     // memberships (issue #13, docs/memberships.md): Stripe is called between transactions, so these take no `db`
     createPlan: (input: memberships.CreatePlanInput) => memberships.createPlan(stayDeps(), input),
     retirePlan: (input: Parameters<typeof memberships.retirePlan>[1]) => memberships.retirePlan(stayDeps(), input),
+    requestMode: (input: modes.RequestModeInput, o?: VerbOptions) => modes.requestMode(app(o), input),
+    getModeRequest: (requestId: string, scope: SiteScope) => modes.getModeRequest(app(), requestId, scope),
+    listSiteModeRequests: (siteId: string, scope: SiteScope, limit?: number) => modes.listSiteModeRequests(app(), siteId, scope, limit),
     applyMembership: (input: memberships.ApplyMembershipInput) => memberships.applyMembership(stayDeps(), input),
     approveMembership: (input: Parameters<typeof memberships.approveMembership>[1]) => memberships.approveMembership(stayDeps(), input),
     /** THE verb for every way a membership ends (billing stops first). */

@@ -23,7 +23,7 @@ describe('backoff', () => {
 });
 
 const grantsOf = (msgs: DownlinkMessage[]) =>
-  msgs.filter((m) => m.type === 'key.grant' || m.type === 'key.revoke') as Extract<DownlinkMessage, { seq: number }>[];
+  msgs.filter((m) => m.type === 'key.grant' || m.type === 'key.revoke') as Extract<DownlinkMessage, { type: 'key.grant' | 'key.revoke' }>[];
 
 describe.each(pgBackends())('outbox dispatcher on %s', (pgBackend) => {
   let t: TestDb;

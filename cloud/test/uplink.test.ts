@@ -12,7 +12,7 @@ import { DAY, T0, capturingLogger, deps, openTestDb, seed, type TestDb } from '.
 import { cloudSigningKey, startCloud } from './cloud-helpers.js';
 import { fakeGateway, waitFor, type FakeGateway } from './mqtt-helpers.js';
 
-type Seq = Extract<DownlinkMessage, { seq: number }>;
+type Seq = Extract<DownlinkMessage, { type: 'key.grant' | 'key.revoke' }>;
 const sequenced = (msgs: DownlinkMessage[]) => msgs.filter((m): m is Seq => m.type === 'key.grant' || m.type === 'key.revoke');
 
 const cloud0 = (t: TestDb) => t.db.query('SELECT id FROM rejected_uplinks');

@@ -274,6 +274,11 @@ export class SimLock {
   jam = () => this.input({ type: 'jam' });
   clearJam = () => this.input({ type: 'clear_jam' });
   drainBattery = (percent: number) => this.input({ type: 'battery_drain', percent });
+  /** The guest inside turns the privacy thumb-turn on / back off. */
+  privacyOn = () => this.input({ type: 'privacy_on' });
+  privacyOff = () => this.input({ type: 'privacy_off' });
+  /** The guest leaves by the inside handle (always opens; clears privacy). */
+  exit = () => this.input({ type: 'exit' });
   /** Power cycle: the lock boots again (locked), keeping its replay window. */
   reboot = () => this.input({ type: 'boot' });
 

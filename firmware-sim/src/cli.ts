@@ -136,6 +136,7 @@ async function main(): Promise<number> {
 
 const HELP = `commands: present <lock> <pin|card|mobile|mobile_token> <value> | open <lock> | close <lock> | force <lock> | tamper <lock>
           jam <lock> | unjam <lock> | drain <lock> <percent> | reboot <lock> | disconnect <lock> | reconnect <lock>
+          privacy-on <lock> | privacy-off <lock> | leave <lock> (inside handle: clears privacy)
           faults <lock|*> <json> | status | quit`;
 
 /** The commands that are one call on the named lock (a Map, so no inherited name is a command). */
@@ -147,6 +148,9 @@ const DOOR_ACTIONS = new Map<string, (l: SimLock) => Promise<unknown>>([
   ['jam', (l) => l.jam()],
   ['unjam', (l) => l.clearJam()],
   ['reboot', (l) => l.reboot()],
+  ['privacy-on', (l) => l.privacyOn()],
+  ['privacy-off', (l) => l.privacyOff()],
+  ['leave', (l) => l.exit()],
 ]);
 
 function repl(fleet: Fleet, onEnd: () => void): void {

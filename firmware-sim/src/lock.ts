@@ -43,6 +43,9 @@ import {
  * | jam              | not jammed                             | jammed                     | state, jam alarm                       |
  * | clear_jam        | jammed                                 | locked                     | state                                  |
  * | battery_drain    | level changes                          | unchanged                  | state (+ low_battery alarm when it first drops below the threshold) |
+ * | privacy_on       | privacy off (the guest turns the inside thumb-turn) | unchanged      | privacy event {active: true}           |
+ * | privacy_off      | privacy on (thumb-turn turned back)    | unchanged                  | privacy event {active: false}          |
+ * | exit             | door closed (inside handle: always opens, mechanical egress) | door open | (privacy event {active: false} if on), state |
  */
 
 export type BoltState = LockState['bolt'];
@@ -95,6 +98,8 @@ export interface Lock {
   /** The door-ajar alarm was raised for the current opening. */
   readonly ajarRaised: boolean;
   readonly lastCommandId: string | null;
+  /** The guest inside turned privacy on (thumb-turn / do-not-disturb); cleared when turned back or on the way out. */
+  readonly privacy: boolean;
   /**
    * Accepted command ids -> their expiry. The same window as shared
    * `ReplayWindow`, kept as an immutable value so the machine stays pure. It
@@ -117,7 +122,10 @@ export type LockInput =
   | { readonly type: 'tamper' }
   | { readonly type: 'jam' }
   | { readonly type: 'clear_jam' }
-  | { readonly type: 'battery_drain'; readonly percent: number };
+  | { readonly type: 'battery_drain'; readonly percent: number }
+  | { readonly type: 'privacy_on' }
+  | { readonly type: 'privacy_off' }
+  | { readonly type: 'exit' };
 
 export type LockOutput =
   | { readonly kind: 'state'; readonly state: LockState }
@@ -146,6 +154,7 @@ export function initialLock(config: LockConfig, now: number, battery = 100): Loc
     doorOpenedAt: null,
     ajarRaised: false,
     lastCommandId: null,
+    privacy: false,
     seen: new Map(),
   };
 }
@@ -262,7 +271,24 @@ function handle(lock: Lock, input: LockInput, now: number, ids: IdSource, out: L
       if (lock.battery >= threshold && battery < threshold) out.push(alarm(lock, 'low_battery', now, ids));
       return drained;
     }
+    case 'privacy_on':
+      if (lock.privacy) return lock;
+      out.push(privacyEvent(lock, true, now, ids));
+      return { ...lock, privacy: true };
+    case 'privacy_off':
+      if (!lock.privacy) return lock;
+      out.push(privacyEvent(lock, false, now, ids));
+      return { ...lock, privacy: false };
+    case 'exit': {
+      if (lock.door === 'open') return lock;
+      if (lock.privacy) out.push(privacyEvent(lock, false, now, ids));
+      return publish({ ...lock, privacy: false, door: 'open', doorOpenedAt: now, ajarRaised: false, at: now });
+    }
   }
+}
+
+function privacyEvent(lock: Lock, active: boolean, now: number, ids: IdSource): LockOutput {
+  return { kind: 'event', event: { eventId: ids.newId(), lockId: lock.config.lockId, at: now, kind: 'privacy', active } };
 }
 
 function clampBattery(n: number): number {

@@ -132,6 +132,15 @@ export const GatewayConfig = z.strictObject({
   timeZone: TimeZone.optional(),
   holdMs: z.int().min(0).max(60_000).default(5000),
   commandTtlMs: z.int().min(1000).max(DEFAULT_MAX_COMMAND_TTL_MS).default(10_000),
+  /**
+   * Passage mode (docs/gateway.md "Passage mode"): each unlock holds the bolt
+   * for `holdMs` and is renewed after `renewAfterMs`, so a gateway that stops
+   * renewing leaves a door that relocks by itself within `holdMs`.
+   */
+  passage: z
+    .strictObject({ holdMs: z.int().min(1000).max(60_000).default(30_000), renewAfterMs: z.int().min(100).max(60_000).default(10_000) })
+    .refine((p) => p.renewAfterMs < p.holdMs, { message: 'renewAfterMs must be below holdMs' })
+    .default({ holdMs: 30_000, renewAfterMs: 10_000 }),
   outboxMaxRows: z.int().min(1).default(100_000),
   inboxMaxAttempts: z.int().min(1).default(5),
   inboxClaimLeaseMs: z.int().min(1000).default(30_000),

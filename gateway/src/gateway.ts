@@ -48,6 +48,8 @@ import { UplinkSender, sendResyncRequest, type UplinkDeps } from './app/uplink.j
 import type { GatewayConfig } from './config.js';
 import { leaseRemainingSeconds } from './domain/freshness.js';
 import { buildApp } from './http/app.js';
+import { evaluatePassage, type PassageChange, type PassageDeps } from './app/passage.js';
+import { setPassageLocally } from './app/modes.js';
 import { createMetrics, type Metrics } from './metrics.js';
 
 export interface GatewayDeps {
@@ -82,6 +84,8 @@ export interface Gateway {
   readonly httpUrl: string | null;
   /** Runs the inbox writer now (tests; it also runs on every stored message and every tick). */
   applyNow(): number;
+  /** Evaluates passage mode now (tests; it also runs at start, on every tick and after a mode change). */
+  passageNow(): PassageChange[];
   /** Runs the hourly purge now (tests); returns the rows deleted. */
   purgeNow(): number;
   /** Reads the data folder's free space now (tests; it also runs at start and every storage.checkIntervalMs). */
@@ -131,6 +135,16 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
   const timers: NodeJS.Timeout[] = [];
   let stopping = false;
   let applyScheduled = false;
+  let passageDeps: PassageDeps | null = null;
+  const passageNow = (): PassageChange[] => (passageDeps === null ? [] : evaluatePassage(passageDeps));
+  const passageSoon = () =>
+    setImmediate(() => {
+      try {
+        passageNow();
+      } catch (e) {
+        runLog.error({ err: e }, 'passage evaluation failed');
+      }
+    });
 
   const need = <T>(v: T | null): T => {
     if (v === null) throw new Error('gateway not started');
@@ -145,14 +159,19 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
     setImmediate(() => {
       applyScheduled = false;
       try {
-        applyNow();
+        // a site.mode from the cloud (lockdown, passage) takes effect at the doors at once
+        if (applyNow() > 0) passageNow();
       } catch (e) {
         runLog.error({ err: e }, 'inbox writer pass failed');
       }
     });
   };
 
-  const setMode = (mode: SiteMode, by: string, cid: string = newCorrelationId()) => setSiteMode(ctx(), mode, by, cid);
+  const setMode = (mode: SiteMode, by: string, cid: string = newCorrelationId()) => {
+    const r = setSiteMode(ctx(), mode, by, cid);
+    if (r.changed) passageNow();
+    return r;
+  };
 
   const gw: Gateway = {
     get store() {
@@ -179,6 +198,7 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
       return site?.connected ?? false;
     },
     applyNow,
+    passageNow,
     purgeNow,
     checkStorageNow: () => need(storage).check(),
     uplinkIdle: () => uplink?.idle() ?? Promise.resolve(),
@@ -302,12 +322,29 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
         withCorrelation(log, newCorrelationId(), { link: 'site' }),
       );
 
+      passageDeps = {
+        ...accessDeps,
+        passage: config.passage,
+        lastUnlock: new Map(),
+        sendCommand: (lockId, command, cid) => {
+          // QoS 1: while the site link is down mqtt.js queues it; the lock refuses it if it arrives expired.
+          site
+            ?.publish(topics.lock(config.gatewayId, lockId, 'command'), JSON.stringify(command), { qos: 1 })
+            .catch((e: unknown) =>
+              withCorrelation(log, cid, { lockId }).warn({ err: String(e), commandId: command.commandId }, 'passage command not published'),
+            );
+        },
+      };
+      // A restart re-evaluates what it held: relock outside the schedule, renew at once inside it.
+      passageNow();
+
       const tickMs = deps.tickMs ?? 1000;
       timers.push(
         setInterval(() => {
           try {
             applyNow();
             touchHighWater(s.db, nowOf(base));
+            passageNow();
           } catch (e) {
             runLog.error({ err: e }, 'tick failed');
           }
@@ -401,14 +438,23 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
           log,
           accounts: acc,
           secureCookies: config.http.secureCookies,
-          setMode: (mode, by, cid, actor) => setSiteMode(ctx(), mode, by, cid, actor === undefined ? null : { actor, audit }),
+          setMode: (mode, by, cid, actor) => {
+            const r = setSiteMode(ctx(), mode, by, cid, actor === undefined ? null : { actor, audit });
+            if (r.changed) passageSoon();
+            return r;
+          },
+          setPassage: (doorId, schedule, by, cid, actor) => {
+            const r = setPassageLocally(ctx(), doorId, schedule, by, cid, { actor, audit });
+            if (r.status === 'applied') passageSoon();
+            return r;
+          },
           ackAlarm: (alarmId, by, cid, actor) => {
             const r = ackAlarmLocally(base, alarmId, by, cid, actor === undefined ? null : { actor, audit });
             if (r.status === 'applied') live.publish({ type: 'alarm', lockId: r.alarm.lockId });
             return r;
           },
-          remoteUnlock: (lockId, reason, actor, cid) => {
-            const r = remoteUnlock(accessDeps, audit, actor, lockId, reason, cid);
+          remoteUnlock: (lockId, reason, actor, cid, emergency) => {
+            const r = remoteUnlock(accessDeps, audit, actor, lockId, reason, cid, emergency);
             if (r.status === 'applied') {
               live.publish({ type: 'access', lockId, allowed: true, code: r.event.code });
               // after the commit, as a key decision's command (site-requests.ts publishAnswers)

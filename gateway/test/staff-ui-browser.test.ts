@@ -508,6 +508,23 @@ describe('staff web UI in Chromium against a running gateway', () => {
       s.f.clock.advance(1000);
       expect((await s.lock.present(PIN)).code).toBe('ALLOWED');
     });
+
+    it('shows where the mode came from: the cloud and who, after a signed site.mode lockdown', async () => {
+      const s = await start();
+      await provision(s);
+      const page = await open(s);
+      await signIn(page);
+      await tab(page, 'lockdown');
+      await page.locator('#mode-origin').filter({ hasText: 'never changed' }).waitFor();
+      await s.cloud.send({
+        type: 'site.mode',
+        seq: ++s.cloud.seq,
+        body: { requestId: newId(), mode: 'lockdown', passage: [], by: 'ops-token', reason: 'police request' },
+      });
+      await banner(page, 'lockdown', 'LOCKDOWN');
+      await page.locator('#mode-origin').filter({ hasText: 'set from the cloud by ops-token' }).waitFor();
+      await shot(page, 'lockdown-from-cloud');
+    });
   });
 
   describe('alarms', () => {

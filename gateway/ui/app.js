@@ -728,11 +728,41 @@ function drawStatus(s) {
   const lockdown = s.mode === 'lockdown';
   setText($('mode-now'), t(lockdown ? 'lockdown.on' : 'lockdown.normal'));
   setText($('mode-explain'), t(lockdown ? 'lockdown.explainOn' : 'lockdown.explainOff'));
+  drawModeOrigin(s);
   const sw = $('mode-switch');
   setText(sw, t(lockdown ? 'lockdown.end' : 'lockdown.start'));
   sw.className = `big ${lockdown ? 'primary' : 'danger'}`;
   sw.dataset.target = lockdown ? 'normal' : 'lockdown';
   drawBanner();
+}
+
+/** Where the mode came from and the passage doors (absent from an older gateway: nothing shown). @param {Status} s */
+function drawModeOrigin(s) {
+  const o = /** @type {{ origin?: 'gateway' | 'cloud', by?: string | null, at?: number | null } | undefined} */ (
+    /** @type {Record<string, unknown>} */ (s).modeOrigin
+  );
+  const w = {
+    gateway: t('modeOrigin.gateway'),
+    cloud: t('modeOrigin.cloud'),
+    by: t('modeOrigin.by'),
+    never: t('modeOrigin.never'),
+    passage: t('modeOrigin.passage'),
+    held: t('modeOrigin.held'),
+    notHeld: t('modeOrigin.notHeld'),
+  };
+  const origin =
+    o === undefined || o.origin === undefined
+      ? ''
+      : o.at == null
+        ? w.never
+        : `${o.origin === 'cloud' ? w.cloud : w.gateway}${o.by ? ` ${w.by} ${o.by}` : ''}, ${fmtTime(o.at)}`;
+  const passage = /** @type {{ doorId: string, origin: 'gateway' | 'cloud', setBy: string, held: boolean }[] | undefined} */ (
+    /** @type {Record<string, unknown>} */ (s).passage
+  );
+  const doors = (passage ?? []).map(
+    (p) => `${p.doorId}: ${p.held ? w.held : w.notHeld} (${p.origin === 'cloud' ? w.cloud : w.gateway} ${w.by} ${p.setBy})`,
+  );
+  setText($('mode-origin'), [origin, doors.length > 0 ? `${w.passage}: ${doors.join('; ')}` : ''].filter((x) => x !== '').join(' — '));
 }
 
 /** The banner: never green unless the latest answer from the gateway says so and is fresh. */

@@ -182,6 +182,25 @@ export async function renderProtocolExamples(): Promise<Record<string, string>> 
         retire: [],
       },
     }),
+    'site.mode': await down({
+      type: 'site.mode',
+      jti: mid(7),
+      aud: gw,
+      seq: 45,
+      cid,
+      body: {
+        requestId: id(107),
+        mode: null,
+        passage: [
+          {
+            doorId: asDoorId('door-101'),
+            schedule: { timeZone: 'Asia/Tokyo', windows: [{ days: [1, 2, 3, 4, 5], start: '08:00', end: '20:00' }] },
+          },
+        ],
+        by: 'kyoto pms',
+        reason: 'lobby hours',
+      },
+    }),
     ack: await up({
       type: 'ack',
       jti: mid(11),
@@ -291,6 +310,13 @@ export async function renderProtocolExamples(): Promise<Record<string, string>> 
       lockId: EXAMPLE.lockId,
       at: EXAMPLE.now + 90_000,
       kind: 'door_ajar',
+    }),
+    'lock.privacy': plain(lockTopic('event'), 'event', {
+      eventId: id(403),
+      lockId: EXAMPLE.lockId,
+      at: EXAMPLE.now + 120_000,
+      kind: 'privacy',
+      active: true,
     }),
     presence: plain(lockTopic('presence'), 'presence', { online: false }),
   };

@@ -19,6 +19,13 @@ export const OUTCOME_CODES = table({
   KEY_EXPIRED: 'The key validity window ended; the key expired.',
   REPORT_RECORDED: 'A gateway report was recorded.',
   MESSAGE_APPLIED: 'A message was applied.',
+  MODE_REQUEST_QUEUED:
+    'The mode request was queued for each gateway of the site(s) as a signed site.mode message; each shows pending until its gateway confirms.',
+  MODE_APPLIED: 'The gateway applied the site.mode message: its site mode and passage schedules are as requested.',
+  MODE_UNCHANGED: 'The gateway already was in the requested mode with those passage schedules; nothing changed.',
+  MODE_REQUEST_NOT_FOUND: 'No such mode request visible to the caller.',
+  MODE_REQUEST_EMPTY: 'The request names neither a mode nor passage; nothing was queued.',
+  MODE_NO_GATEWAY: 'No gateway is registered at the site(s) in scope; nothing was queued.',
   BROKER_CREDENTIALS_ROTATED: "The gateway's cloud-broker password was replaced; the old one no longer logs in.",
   MOBILE_TOKEN_ISSUED: "A short-lived mobile token was signed for the key's person, bound to the key and its gateway.",
   KEY_USED_RECORDED: "A one-time key's entry reached the cloud (access event); the key is used.",
@@ -224,6 +231,13 @@ export const DECISION_CODES = table({
     "A supervisor opened the door remotely from the gateway's staff UI for one entry; the event's `by` names them and their reason.",
   SIGNER_RETIRED:
     'The key was granted in a message signed by a cloud key that is now retired, and was not re-sent under a current key (signing-key rotation re-sends every live grant first).',
+  // operating modes (issue #17 part 3, docs/gateway.md "Passage mode" and "Privacy")
+  PASSAGE_UNLOCK: 'Passage mode began at this door: the gateway holds it unlocked (renewed HMAC unlock commands) while its schedule runs.',
+  PASSAGE_RELOCK:
+    'Passage mode ended at this door (schedule over, cleared, lockdown, failing closed or a restart outside it): a lock command was sent.',
+  PRIVACY_ACTIVE: 'The guest inside set privacy (thumb-turn / do-not-disturb): staff keys and staff remote unlocks are refused.',
+  PRIVACY_OVERRIDE:
+    "A supervisor opened a door in privacy remotely, flagged as an emergency; the event's `by` names them and their reason.",
 });
 
 /** Why a signed cloud <-> gateway message was refused by `verifyMessage`. */

@@ -199,6 +199,24 @@ export const KeySetUpdateMessage = sequenced(
     .refine((b) => b.add.length + b.retire.length > 0, { message: 'adds or retires nothing' }),
 );
 
+/**
+ * Operating modes set from the cloud (issue #17 part 3, docs/gateway.md
+ * "Modes from the cloud"): the site mode (null: unchanged) and passage
+ * schedules per door (schedule null: passage cleared), applied in seq order
+ * like a key, acked with the request's result. `by`: the operator (API
+ * token name) shown in the staff UI as the mode's origin.
+ */
+export const SiteModeMessage = sequenced(
+  'site.mode',
+  z.strictObject({
+    requestId: z.uuid(),
+    mode: z.enum(['normal', 'lockdown']).nullable(),
+    passage: z.array(z.strictObject({ doorId: DoorId, schedule: Schedule.nullable() })).max(256),
+    by: z.string().min(1).max(100),
+    reason: z.string().min(1).max(200).nullable(),
+  }),
+);
+
 export const DownlinkMessage = z.discriminatedUnion('type', [
   KeyGrantMessage,
   KeyRevokeMessage,
@@ -206,6 +224,7 @@ export const DownlinkMessage = z.discriminatedUnion('type', [
   ResyncAnswerMessage,
   KeySetSnapshotMessage,
   KeySetUpdateMessage,
+  SiteModeMessage,
 ]);
 export type DownlinkMessage = z.infer<typeof DownlinkMessage>;
 export type DownlinkType = DownlinkMessage['type'];
@@ -339,6 +358,7 @@ export const StaffActionKind = z.enum([
   'account_disable',
   'account_enable',
   'account_password_reset',
+  'set_passage',
 ]);
 export type StaffActionKind = z.infer<typeof StaffActionKind>;
 
@@ -448,6 +468,11 @@ export type LockState = z.infer<typeof LockState>;
 
 export const LockEvent = z.discriminatedUnion('kind', [
   z.strictObject({ eventId: z.uuid(), lockId: LockId, at: Millis, kind: AlarmKind }),
+  /**
+   * The guest inside turned privacy on (thumb-turn, do-not-disturb) or it was
+   * cleared (turned back, or the inside handle opened the door on the way out).
+   */
+  z.strictObject({ eventId: z.uuid(), lockId: LockId, at: Millis, kind: z.literal('privacy'), active: z.boolean() }),
   z.strictObject({
     eventId: z.uuid(),
     lockId: LockId,

@@ -27,7 +27,7 @@ describe('code tables', () => {
     }
   });
 
-  it('has exactly the access decision codes of DESIGN.md §3, plus the flood bounds of the gateway, its remote unlock, signing-key rotation (docs/gateway.md), one-time keys and mobile tokens (issue #17)', () => {
+  it('has exactly the access decision codes of DESIGN.md §3, plus the flood bounds of the gateway, its remote unlock, signing-key rotation, passage and privacy (docs/gateway.md), one-time keys and mobile tokens (issue #17)', () => {
     expect(Object.keys(DECISION_CODES).sort()).toEqual(
       [
         'ALLOWED',
@@ -51,6 +51,10 @@ describe('code tables', () => {
         'MOBILE_TOKEN_EXPIRED',
         'MOBILE_TOKEN_WRONG_SITE',
         'MOBILE_TOKEN_MISMATCH',
+        'PASSAGE_UNLOCK',
+        'PASSAGE_RELOCK',
+        'PRIVACY_ACTIVE',
+        'PRIVACY_OVERRIDE',
       ].sort(),
     );
     expect(DecisionCode.options).toEqual(Object.keys(DECISION_CODES));

@@ -10,6 +10,7 @@ import type * as memberships from './memberships.js';
 import type * as signing from './signing-keys.js';
 import type { Jwks } from '@tobira/shared';
 import type * as mobileTokens from './mobile-tokens.js';
+import type * as modes from './modes.js';
 
 /**
  * Options of a write verb. `db`: run inside the caller's open transaction
@@ -86,4 +87,8 @@ export interface CloudVerbs {
   retireSigningKey(input: Parameters<typeof signing.retireSigningKey>[1], o?: VerbOptions): Promise<signing.SigningResult>;
   /** A short-lived signed token for a mobile key's phone (issue #17). */
   issueMobileToken(input: mobileTokens.MobileTokenInput): Promise<mobileTokens.MobileTokenResult>;
+  /** Operating modes from the cloud (issue #17 part 3): lockdown / passage for a site or every site in scope. */
+  requestMode(input: modes.RequestModeInput, o?: VerbOptions): ReturnType<typeof modes.requestMode>;
+  getModeRequest(requestId: string, scope: SiteScope): Promise<modes.ModeRequestView | null>;
+  listSiteModeRequests(siteId: string, scope: SiteScope, limit?: number): Promise<modes.ModeRequestView[] | null>;
 }

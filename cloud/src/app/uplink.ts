@@ -18,6 +18,7 @@ import {
 } from '@tobira/shared';
 import { insertAccessEvent, insertAlarm } from '../adapters/db/audit.js';
 import { insertStaffAction } from '../adapters/db/staff-actions.js';
+import { settleModeRequest } from '../adapters/db/modes.js';
 import { pgErrorCode, type Queryable } from '../adapters/db/db.js';
 import { gatewayPublicJwk, recordClockSkew, recordPresence, recordStatus } from '../adapters/db/gateways.js';
 import {
@@ -230,7 +231,11 @@ export class Uplink {
       case 'ack': {
         const b = m.body;
         if (b.keyId === null || b.keyVersion === null) {
-          // a keyset.update's ack settles its delivery (signing-key rotation; the switch step waits for it)
+          // An ack with no key: a site.mode's settles its mode request (pending -> applied / refused), once;
+          // a keyset.update's settles its delivery (signing-key rotation; the switch step waits for it).
+          const s = await settleModeRequest(tx, { gatewayId, jti: b.ackOf, result: b.result, code: b.code, at: now });
+          if (s === 'settled') return { result: 'applied', code: 'REPORT_RECORDED' };
+          if (s === 'already') return { result: 'noop', code: 'DUPLICATE_MESSAGE' };
           const settled = await recordDeliveryAck(tx, { gatewayId, jti: b.ackOf, result: b.result, code: b.code }, now);
           return { result: settled > 0 ? 'applied' : 'noop', code: 'REPORT_RECORDED' };
         }

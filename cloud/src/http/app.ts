@@ -42,6 +42,7 @@ import { payReturnRoutes } from './routes/pay-return.js';
 import { plansRoutes } from './routes/plans.js';
 import { membershipsRoutes } from './routes/memberships.js';
 import { signingKeysRoutes } from './routes/signing-keys.js';
+import { modesRoutes } from './routes/modes.js';
 
 export type ApiApp = FastifyInstance;
 
@@ -328,6 +329,7 @@ export async function buildApp(deps: ApiDeps): Promise<FastifyInstance> {
     staffActionsRoutes,
     signingKeysRoutes,
     mobileTokensRoutes,
+    modesRoutes,
   ]) {
     await app.register(async (scope) => plugin(scope.withTypeProvider<ZodTypeProvider>(), ctx));
   }

@@ -24,6 +24,7 @@ import { recordAttempt, recordSiteAttempt, type LockoutPolicy, type SiteLockoutP
 import { fullBucket, takeToken, type Bucket, type RatePolicy } from '@tobira/shared';
 import { commitDecisions, findAccess, insertAccess, type StoredAccessEvent } from '../adapters/sqlite/access-log.js';
 import { consumeKey, keySetView } from '../adapters/sqlite/keyset.js';
+import { lockModesOf } from '../adapters/sqlite/modes.js';
 import { lockById, setLockout, setSiteLockout, siteLockout as readSiteLockout } from '../adapters/sqlite/locks.js';
 import { enqueue } from '../adapters/sqlite/outbox.js';
 import { raiseTimeFloor, readSettings, type Settings } from '../adapters/sqlite/settings.js';
@@ -283,7 +284,14 @@ function decideOne(
     storageLow: batch.storageLow,
     ...(siteLockout === null ? {} : { credentialLockout: siteLockout }),
   };
-  const lockView = lock === null ? null : { ...lock, doorId: lock.doorId === null ? null : asDoorId(lock.doorId) };
+  const lockView =
+    lock === null
+      ? null
+      : {
+          ...lock,
+          doorId: lock.doorId === null ? null : asDoorId(lock.doorId),
+          privacy: (lockModesOf(db, lockId)?.privacySince ?? null) !== null,
+        };
   const d =
     credential === null
       ? ({ allowed: false, code: 'BAD_REQUEST' } as const)

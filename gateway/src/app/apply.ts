@@ -37,6 +37,7 @@ import {
   setSnapshotApplied,
 } from '../adapters/sqlite/settings.js';
 import { nowOf, type AppContext } from './context.js';
+import { applySiteMode } from './site-mode.js';
 
 /**
  * The inbox writer: applies pending inbox rows one at a time, sequenced rows
@@ -149,6 +150,7 @@ function keyOf(row: InboxRow): { keyId: string | null; keyVersion: number | null
     case 'resync.answer':
     case 'keyset.snapshot':
     case 'keyset.update':
+    case 'site.mode':
       return { keyId: null, keyVersion: null };
     default:
       return assertNever(m, 'downlink type');
@@ -157,7 +159,12 @@ function keyOf(row: InboxRow): { keyId: string | null; keyVersion: number | null
 
 /** Acks of sequenced messages and snapshots are essential; heartbeat and resync-answer acks are not (see docs/gateway.md). */
 function ack(deps: ApplyDeps, row: InboxRow, a: AckDraft, now: number, ackOf: MessageId = row.jti): void {
-  const essential = row.type === 'key.grant' || row.type === 'key.revoke' || row.type === 'keyset.snapshot' || row.type === 'keyset.update';
+  const essential =
+    row.type === 'key.grant' ||
+    row.type === 'key.revoke' ||
+    row.type === 'keyset.snapshot' ||
+    row.type === 'keyset.update' ||
+    row.type === 'site.mode';
   const r = enqueue(
     deps.store.db,
     deps.store.limits,
@@ -198,7 +205,8 @@ function applyRow(deps: ApplyDeps, row: InboxRow, now: number): RowResult {
   switch (m.type) {
     case 'key.grant':
     case 'key.revoke':
-    case 'keyset.update': {
+    case 'keyset.update':
+    case 'site.mode': {
       if (m.seq <= settings.snapshotSeq) {
         // Covered by a snapshot (a message still in flight when the snapshot was taken): never re-applied.
         r = { result: 'noop', code: 'DUPLICATE_MESSAGE' };
@@ -223,6 +231,10 @@ function applyRow(deps: ApplyDeps, row: InboxRow, now: number): RowResult {
       }
       if (m.type === 'keyset.update') {
         r = applyKeySetRow(deps, row, m, now);
+      } else if (m.type === 'site.mode') {
+        // The same rules as a mode set at the gateway (app/site-mode.ts); passage follows on the next evaluation.
+        r = applySiteMode(deps, m, now);
+        ack(deps, row, { ...r, keyId: null, keyVersion: null }, now);
       } else if (m.type === 'key.grant') {
         const g = m.body.key;
         r = settleKey(deps, row, g.keyId, applyGrant(loadSlot(db, g.keyId), g), g.version, m.cid, now);

@@ -13,6 +13,7 @@ import {
 import { recordAlarm } from '../adapters/sqlite/alarms.js';
 import { recordLockRefusal as insertLockRefusal, type LockRefusal } from '../adapters/sqlite/diagnostics.js';
 import { allLocks, lockById, recordLockState, setLockOnline } from '../adapters/sqlite/locks.js';
+import { setPrivacy } from '../adapters/sqlite/modes.js';
 import { enqueueBuilt, outboxDepth } from '../adapters/sqlite/outbox.js';
 import { readSettings } from '../adapters/sqlite/settings.js';
 import { nowOf, type AppContext } from './context.js';
@@ -112,6 +113,12 @@ export function handleLockMessage(
             payload,
           });
         } else log.info({ commandId: ev.commandId, result: ev.result, code: ev.code }, 'lock command result');
+        return;
+      }
+      if (ev.kind === 'privacy') {
+        // The guest's privacy (thumb-turn / do-not-disturb): staff keys are refused while it is on (domain/decide.ts).
+        if (setPrivacy(db, lockId, ev.active, now))
+          log.info({ privacy: ev.active }, ev.active ? 'privacy on: staff keys refused' : 'privacy off');
         return;
       }
       const cid = newCorrelationId();

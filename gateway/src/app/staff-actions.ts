@@ -1,6 +1,6 @@
 import { withCorrelation, type SiteMode } from '@tobira/shared';
 import { ackAlarm } from '../adapters/sqlite/alarms.js';
-import { setMode } from '../adapters/sqlite/settings.js';
+import { writeSiteMode } from '../adapters/sqlite/modes.js';
 import { getAlarm, type StaffAlarm } from '../adapters/sqlite/staff-queries.js';
 import { enqueueStatus } from './locks.js';
 import { nowOf, type AppContext } from './context.js';
@@ -32,7 +32,8 @@ export function setSiteMode(
   const db = ctx.store.db;
   const changed = db
     .transaction(() => {
-      const c = setMode(db, mode);
+      // Where the mode came from is shown in the staff UI (origin gateway, who set it).
+      const c = writeSiteMode(db, { mode, origin: 'gateway', by: acting?.actor.displayName ?? by, at: nowOf(ctx), requestId: null });
       acting?.audit({
         actor: acting.actor,
         action: 'set_mode',

@@ -1,6 +1,7 @@
 import type { SiteMode } from '@tobira/shared';
 import { hasGap, inboxDepth } from '../adapters/sqlite/inbox.js';
 import { outboxDepth, outboxUnacked } from '../adapters/sqlite/outbox.js';
+import { allPassage, lockModes, readSiteMode, type ModeOrigin, type SiteModeInfo } from '../adapters/sqlite/modes.js';
 import { readSettings, type Settings } from '../adapters/sqlite/settings.js';
 import { staffCounts } from '../adapters/sqlite/staff-queries.js';
 import type { StorageStatus } from '../adapters/storage.js';
@@ -70,6 +71,10 @@ export interface StaffStatus {
   timeZone: string | null;
   /** Disk headroom of the data folder: while `low`, ordinary keys are refused STORAGE_FULL (docs/gateway.md "Flood bounds"). */
   storage: StorageStatus;
+  /** Where the site mode came from (docs/gateway.md "Modes from the cloud"): the gateway's staff or the cloud, who, when. */
+  modeOrigin: Omit<SiteModeInfo, 'mode'>;
+  /** Passage schedules by door, where each came from, and whether the gateway holds the door open now. */
+  passage: { doorId: string; origin: ModeOrigin; setBy: string; setAt: number; held: boolean }[];
 }
 
 /** The answer of `/healthz` from the same projection as `/staff/status` (its failClosedReason and link states). */
@@ -150,7 +155,22 @@ export function staffStatus(deps: StaffStatusDeps): StaffStatus {
     locksOnline: c.locksOnline,
     timeZone: deps.timeZone,
     storage: deps.storage(),
+    ...modesOf(db),
   };
+}
+
+function modesOf(db: StaffStatusDeps['store']['db']): Pick<StaffStatus, 'modeOrigin' | 'passage'> {
+  const { origin, by, at, requestId } = readSiteMode(db);
+  const modeOrigin = { origin, by, at, requestId };
+  const held = new Set(lockModes(db).flatMap((l) => (l.passageSince !== null && l.doorId !== null ? [l.doorId] : [])));
+  const passage = allPassage(db).map((p) => ({
+    doorId: p.doorId,
+    origin: p.origin,
+    setBy: p.setBy,
+    setAt: p.setAt,
+    held: held.has(p.doorId),
+  }));
+  return { modeOrigin, passage };
 }
 
 export function health(deps: StaffStatusDeps): Health {

@@ -1,6 +1,7 @@
 import { asDoorId, asLockId, newId, signLockCommand, withCorrelation, type AccessEvent, type LockCommand } from '@tobira/shared';
 import { commitDecisions, insertAccess, type StoredAccessEvent } from '../adapters/sqlite/access-log.js';
 import { lockById } from '../adapters/sqlite/locks.js';
+import { lockModesOf } from '../adapters/sqlite/modes.js';
 import { enqueue } from '../adapters/sqlite/outbox.js';
 import { raiseTimeFloor, readSettings } from '../adapters/sqlite/settings.js';
 import { decideRemoteUnlock, type RemoteUnlockCode } from '../domain/remote-unlock.js';
@@ -25,6 +26,7 @@ export type RemoteUnlockResult =
       readonly event: StoredAccessEvent;
       readonly command: LockCommand;
       readonly warning: 'FAILING_CLOSED' | null;
+      readonly code: 'REMOTE_UNLOCK' | 'PRIVACY_OVERRIDE';
     }
   | { readonly status: 'refused'; readonly code: RemoteUnlockCode };
 
@@ -35,6 +37,7 @@ export function remoteUnlock(
   lockId: string,
   reasonText: string,
   cid: string,
+  emergency = false,
 ): RemoteUnlockResult {
   const db = deps.store.db;
   const log = withCorrelation(deps.log, cid, { lockId });
@@ -46,8 +49,9 @@ export function remoteUnlock(
     const d = decideRemoteUnlock({
       role: actor.role,
       reason: reasonText,
-      lock: lock === null || secret === undefined ? null : lock,
+      lock: lock === null || secret === undefined ? null : { ...lock, privacy: (lockModesOf(db, lockId)?.privacySince ?? null) !== null },
       mode: settings.mode,
+      emergency,
       failClosedReason: failClosedReasonOf(settings, deps.time, now),
     });
     if (!d.allowed) {
@@ -69,7 +73,7 @@ export function remoteUnlock(
       doorId: lock.doorId === null ? null : asDoorId(lock.doorId),
       at: now,
       allowed: true,
-      code: 'REMOTE_UNLOCK',
+      code: d.code ?? 'REMOTE_UNLOCK',
       keyId: null,
       keyVersion: null,
       personId: null,
@@ -87,17 +91,18 @@ export function remoteUnlock(
       target: lockId,
       detail: d.reason,
       result: 'applied',
-      code: d.warning,
+      // an emergency entry through privacy is flagged in the staff audit by its code
+      code: d.code ?? d.warning,
       cid,
     });
-    return { status: 'applied', event: row, command, warning: d.warning };
+    return { status: 'applied', event: row, command, warning: d.warning, code: d.code ?? 'REMOTE_UNLOCK' };
   });
   if (r.status === 'refused') {
     log.warn({ code: r.code, staff: actor.username }, 'remote unlock refused');
     return r;
   }
-  deps.metrics.decisions.inc({ code: 'REMOTE_UNLOCK' });
-  const line = { code: 'REMOTE_UNLOCK', staff: actor.username, reason: r.event.by?.reason, commandId: r.command.commandId };
+  deps.metrics.decisions.inc({ code: r.code });
+  const line = { code: r.code, staff: actor.username, reason: r.event.by?.reason, commandId: r.command.commandId };
   if (r.warning === null) log.warn(line, 'remote unlock by a supervisor');
   else log.warn({ ...line, warning: r.warning }, 'remote unlock by a supervisor WHILE FAILING CLOSED (the key set may be stale)');
   deps.outboxWritten();

@@ -40,8 +40,11 @@ export interface KeySetView {
   byKeyId?(keyId: string): StoredKey | null;
 }
 
-/** null: the lock is not paired with this gateway. */
-export type LockView = (LockoutState & { readonly doorId: DoorId | null }) | null;
+/**
+ * null: the lock is not paired with this gateway. `privacy`: the guest
+ * inside has privacy on (absent: off); staff keys are refused then.
+ */
+export type LockView = (LockoutState & { readonly doorId: DoorId | null; readonly privacy?: boolean }) | null;
 
 export interface SiteView {
   readonly mode: SiteMode;
@@ -90,13 +93,14 @@ const PROGRESS: readonly DecisionCode[] = [
   'KEY_NOT_YET_VALID',
   'KEY_EXPIRED',
   'OUTSIDE_SCHEDULE',
+  'PRIVACY_ACTIVE',
   'SITE_LOCKDOWN',
   'CLOUD_STALE',
   'STORAGE_FULL',
   'ALLOWED',
 ];
 
-function judgeKey(k: StoredKey, doorId: DoorId, site: SiteView, now: number): DecisionCode {
+function judgeKey(k: StoredKey, doorId: DoorId, privacy: boolean, site: SiteView, now: number): DecisionCode {
   const g = k.grant;
   if (k.status !== 'active') return 'KEY_REVOKED';
   // signing-key rotation: a grant only a retired cloud key vouches for opens nothing (docs/gateway.md)
@@ -106,6 +110,9 @@ function judgeKey(k: StoredKey, doorId: DoorId, site: SiteView, now: number): De
   if (now < g.validFrom) return 'KEY_NOT_YET_VALID';
   if (now >= g.validUntil) return 'KEY_EXPIRED';
   if (g.schedule !== null && !inSchedule(g.schedule, now)) return 'OUTSIDE_SCHEDULE';
+  // Privacy: the guest inside turned it on; staff (offline-capable, master) keys stay out. A supervisor's
+  // emergency entry is a remote unlock with the emergency flag (domain/remote-unlock.ts), never a key.
+  if (privacy && g.offlineCapable) return 'PRIVACY_ACTIVE';
   // Offline-capable staff keys pass lockdown, and a stale lease within their offline cap; nothing else does.
   if (site.mode === 'lockdown' && !g.offlineCapable) return 'SITE_LOCKDOWN';
   if (isStale(site.leaseExpiresAt, now) && !withinOfflineCap(g, site.lastFreshAt, now)) return 'CLOUD_STALE';
@@ -117,7 +124,8 @@ function judgeKey(k: StoredKey, doorId: DoorId, site: SiteView, now: number): De
 /**
  * Invariant: `allowed` is true only for an active key at a version above any
  * revoke, granted under a cloud key that is not retired, not a one-time key already consumed, for this lock's door, inside its validity window and schedule, with
- * neither the lock nor the credential type locked out, with no lockdown and
+ * neither the lock nor the credential type locked out, not a staff
+ * (offline-capable) key at a door whose guest has privacy on, with no lockdown and
  * disk headroom unless the key is offline-capable, and with a running lease
  * unless the key is offline-capable and less than its offline cap has passed
  * since the last proven-fresh sync.
@@ -126,7 +134,7 @@ export function decide(request: AccessRequest, keySet: KeySetView, lock: LockVie
   if (lock === null || lock.doorId === null) return { allowed: false, code: 'BAD_REQUEST' };
   if (isLockedOut(lock, now)) return { allowed: false, code: 'LOCKED_OUT' };
   if (site.credentialLockout !== undefined && isLockedOut(site.credentialLockout, now)) return { allowed: false, code: 'LOCKED_OUT' };
-  return judgeCandidates(keySet.byCredential(request.credentialType, request.digest), lock.doorId, site, now);
+  return judgeCandidates(keySet.byCredential(request.credentialType, request.digest), lock.doorId, lock.privacy === true, site, now);
 }
 
 /** Seconds a token's `iat` may be ahead of trusted time (the cloud's clock against the gateway's). */
@@ -150,13 +158,13 @@ export function decideMobileToken(request: MobileTokenRequest, keySet: KeySetVie
   const key = keySet.byKeyId?.(c.sub) ?? null;
   if (key === null) return { allowed: false, code: 'UNKNOWN_CREDENTIAL' };
   if (key.grant.personId !== c.pid || key.grant.credential.type !== 'mobile') return { allowed: false, code: 'MOBILE_TOKEN_MISMATCH', key };
-  return judgeCandidates([key], lock.doorId, site, now);
+  return judgeCandidates([key], lock.doorId, lock.privacy === true, site, now);
 }
 
-function judgeCandidates(candidates: readonly StoredKey[], doorId: DoorId, site: SiteView, now: number): Decision {
+function judgeCandidates(candidates: readonly StoredKey[], doorId: DoorId, privacy: boolean, site: SiteView, now: number): Decision {
   let best: { code: DecisionCode; key: StoredKey; rank: number } | null = null;
   for (const key of candidates) {
-    const code = judgeKey(key, doorId, site, now);
+    const code = judgeKey(key, doorId, privacy, site, now);
     if (code === 'ALLOWED') return { allowed: true, code, key };
     const rank = PROGRESS.indexOf(code);
     if (best === null || rank > best.rank) best = { code, key, rank };

@@ -16,6 +16,7 @@ import { healthRoutes } from './routes/health.js';
 import { keysRoutes } from './routes/keys.js';
 import { locksRoutes } from './routes/locks.js';
 import { modeRoutes } from './routes/mode.js';
+import { passageRoutes } from './routes/passage.js';
 import { statusRoutes } from './routes/status.js';
 import { openSessionRoutes, sessionRoutes, type SessionCookie } from './routes/session.js';
 import { uiRoutes } from './routes/ui.js';
@@ -219,6 +220,7 @@ export function buildApp(deps: HttpDeps & { readonly signInThrottle?: Partial<Th
     await statusRoutes(staff, deps);
     await modeRoutes(staff, deps);
     await locksRoutes(staff, deps);
+    await passageRoutes(staff, deps);
     await accessRoutes(staff, deps);
     await alarmsRoutes(staff, deps);
     await diagnosticsRoutes(staff, deps);

@@ -1,4 +1,5 @@
-import type { Logger, SiteMode } from '@tobira/shared';
+import type { Logger, Schedule, SiteMode } from '@tobira/shared';
+import type { PassageResult } from '../app/modes.js';
 import type { Registry } from 'prom-client';
 import type { StaffLists } from '../adapters/sqlite/staff-queries.js';
 import type { StaffAccounts, StaffActor, SessionInfo } from '../app/staff-accounts.js';
@@ -37,8 +38,10 @@ export interface HttpDeps {
   /** Closes an open alarm once (`by` is recorded as closed_by); a second ack is a noop. */
   ackAlarm(alarmId: string, by: string, cid: string, actor?: StaffActor): AlarmAck;
   readonly staff: StaffReads;
+  /** Sets or clears a door's passage schedule (app/modes.ts); undefined: not offered. */
+  setPassage?: ((doorId: string, schedule: Schedule | null, by: string, cid: string, actor: StaffActor) => PassageResult) | undefined;
   /** Opens one door for one entry (supervisors; app/staff-unlock.ts) and publishes the command; undefined: not offered. */
-  remoteUnlock?: ((lockId: string, reason: string, actor: StaffActor, cid: string) => RemoteUnlockResult) | undefined;
+  remoteUnlock?: ((lockId: string, reason: string, actor: StaffActor, cid: string, emergency?: boolean) => RemoteUnlockResult) | undefined;
   /** The live feed GET /staff/events streams (routes/events.ts); undefined: not offered. */
   readonly live?: LiveFeed | undefined;
   /** Open live streams allowed per session and in all (default routes/events.ts LIVE_STREAM_LIMITS). */

@@ -71,14 +71,14 @@ export async function listKeyDeliveries(q: Queryable, keyId: string): Promise<Ou
 export interface ReplayRow {
   readonly seq: number;
   readonly jti: string;
-  readonly type: 'key.grant' | 'key.revoke' | 'keyset.update';
+  readonly type: 'key.grant' | 'key.revoke' | 'keyset.update' | 'site.mode';
   readonly body: unknown;
   readonly cid: string;
 }
 const ReplayRowSchema = z.object({
   seq: Int8,
   jti: z.string(),
-  type: z.enum(['key.grant', 'key.revoke', 'keyset.update']),
+  type: z.enum(['key.grant', 'key.revoke', 'keyset.update', 'site.mode']),
   body: z.unknown(),
   cid: z.string(),
 });

@@ -19,6 +19,7 @@ export const STAFF_ACTIONS = [
   'account_disable',
   'account_enable',
   'account_password_reset',
+  'set_passage',
 ] as const;
 export type StaffActionKind = (typeof STAFF_ACTIONS)[number];
 

@@ -4,8 +4,16 @@ import { authOf, type HttpDeps } from '../context.js';
 import { NoQuery, issues, query } from '../query.js';
 
 const UnlockParams = z.strictObject({ lockId: z.string().min(1).max(128) });
-const UnlockBody = z.strictObject({ reason: z.string().max(200).optional() });
-const REFUSED_STATUS = { NOT_SUPERVISOR: 403, REASON_REQUIRED: 422, LOCK_NOT_FOUND: 404, LOCK_OFFLINE: 409, SITE_LOCKDOWN: 409 } as const;
+/** `emergency`: a supervisor's entry through the guest's privacy (docs/gateway.md "Privacy"); audited as PRIVACY_OVERRIDE. */
+const UnlockBody = z.strictObject({ reason: z.string().max(200).optional(), emergency: z.boolean().optional() });
+const REFUSED_STATUS = {
+  NOT_SUPERVISOR: 403,
+  REASON_REQUIRED: 422,
+  LOCK_NOT_FOUND: 404,
+  LOCK_OFFLINE: 409,
+  SITE_LOCKDOWN: 409,
+  PRIVACY_ACTIVE: 409,
+} as const;
 
 /**
  * GET /staff/locks: every lock the gateway knows, with state, lockout and open alarms (one page).
@@ -27,11 +35,11 @@ export async function locksRoutes(staff: FastifyInstance, deps: HttpDeps): Promi
     if (!p.success) return reply.status(400).send({ code: 'BAD_REQUEST', detail: issues(p.error) });
     const body = UnlockBody.safeParse(req.body ?? {});
     if (!body.success) return reply.status(422).send({ code: 'BAD_REQUEST', detail: issues(body.error) });
-    const r = unlock(p.data.lockId, body.data.reason ?? '', actor, req.id);
+    const r = unlock(p.data.lockId, body.data.reason ?? '', actor, req.id, body.data.emergency ?? false);
     if (r.status === 'refused') return reply.status(REFUSED_STATUS[r.code]).send({ code: r.code });
     return reply.status(200).send({
       status: 'applied',
-      code: 'REMOTE_UNLOCK',
+      code: r.code,
       eventId: r.event.eventId,
       commandId: r.command.commandId,
       at: r.event.at,

@@ -1,0 +1,39 @@
+import { withCorrelation, type DownlinkMessage } from '@tobira/shared';
+import { lockModes, writePassage, writeSiteMode } from '../adapters/sqlite/modes.js';
+import type { AppContext } from './context.js';
+
+type SiteModeMessage = Extract<DownlinkMessage, { type: 'site.mode' }>;
+
+/**
+ * A `site.mode` downlink (modes set from the cloud), inside the inbox
+ * writer's transaction: the site mode and the passage schedules are written
+ * with origin `cloud`, who (`by`) and the request id, exactly as a mode set
+ * at the gateway is (app/staff-actions.ts, app/modes.ts); the same rules
+ * then decide (domain/decide.ts, domain/passage.ts). In particular a cloud
+ * passage schedule never holds a door open while the gateway fails closed.
+ * Doors this gateway does not have are skipped (the cloud sends only its own).
+ */
+export function applySiteMode(
+  ctx: Pick<AppContext, 'store' | 'log'>,
+  m: SiteModeMessage,
+  now: number,
+): { result: 'applied' | 'noop'; code: 'MODE_APPLIED' | 'MODE_UNCHANGED' } {
+  const { db } = ctx.store;
+  const b = m.body;
+  let changed = false;
+  if (b.mode !== null) changed = writeSiteMode(db, { mode: b.mode, origin: 'cloud', by: b.by, at: now, requestId: b.requestId });
+  const doors = new Set(lockModes(db).flatMap((l) => (l.doorId === null ? [] : [l.doorId])));
+  const skipped: string[] = [];
+  for (const p of b.passage) {
+    if (!doors.has(p.doorId)) {
+      skipped.push(p.doorId);
+      continue;
+    }
+    if (writePassage(db, p.doorId, { schedule: p.schedule, origin: 'cloud', by: b.by, at: now, requestId: b.requestId })) changed = true;
+  }
+  withCorrelation(ctx.log, m.cid, { requestId: b.requestId }).warn(
+    { mode: b.mode, passage: b.passage.map((p) => ({ doorId: p.doorId, on: p.schedule !== null })), by: b.by, changed, skipped },
+    'site mode set from the cloud',
+  );
+  return changed ? { result: 'applied', code: 'MODE_APPLIED' } : { result: 'noop', code: 'MODE_UNCHANGED' };
+}
