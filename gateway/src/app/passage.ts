@@ -12,7 +12,6 @@ import { commitDecisions, insertAccess, type StoredAccessEvent } from '../adapte
 import { allPassage, lockModes, setPassageSince } from '../adapters/sqlite/modes.js';
 import { enqueue } from '../adapters/sqlite/outbox.js';
 import { raiseTimeFloor, readSettings } from '../adapters/sqlite/settings.js';
-import { isStale } from '../domain/freshness.js';
 import { passageStep, passageWanted, type PassageBlock } from '../domain/passage.js';
 import type { AccessDeps } from './access.js';
 import { failClosedReasonOf } from './staff-status.js';
