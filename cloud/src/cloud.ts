@@ -44,6 +44,7 @@ import { stripeFromSettings } from './adapters/stripe/client.js';
 import { BillingWorker, type BillingWorkerOptions } from './app/billing-worker.js';
 import * as stays from './app/stays.js';
 import * as memberships from './app/memberships.js';
+import * as walkIns from './app/walk-ins.js';
 import type { SiteScope } from './adapters/db/scope.js';
 import { channelsOf, type Channel } from './adapters/notifications/channels.js';
 import { NotificationDispatcher, type NotificationDispatchOptions } from './adapters/notifications/dispatcher.js';
@@ -315,6 +316,12 @@ function coreOf(config: CloudConfig, cloudDeps: CloudDeps) {
     endMembership: (input: memberships.EndMembershipInput) => memberships.endMembership(stayDeps(), input),
     selfCancelMembership: (input: Parameters<typeof memberships.selfCancelMembership>[1]) =>
       memberships.selfCancelMembership(stayDeps(), input),
+    // check-in gates, walk-ins and quotas (issue #13, docs/memberships.md "Check-in gates")
+    createWalkIn: (input: walkIns.CreateWalkInInput) => walkIns.createWalkIn(stayDeps(), input),
+    cancelWalkIn: (input: Parameters<typeof walkIns.cancelWalkIn>[1]) => walkIns.cancelWalkIn(stayDeps(), input),
+    blockPerson: (input: Parameters<typeof walkIns.blockPerson>[1]) => walkIns.blockPerson(stayDeps(), input),
+    unblockPerson: (input: Parameters<typeof walkIns.unblockPerson>[1]) => walkIns.unblockPerson(stayDeps(), input),
+    quotaView: (input: Parameters<typeof walkIns.quotaView>[1]) => walkIns.quotaView(stayDeps(), input),
   };
 }
 

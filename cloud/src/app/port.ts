@@ -7,6 +7,7 @@ import type * as stays from './stays.js';
 import type * as notifications from './notifications.js';
 import type { SiteScope } from '../adapters/db/scope.js';
 import type * as memberships from './memberships.js';
+import type * as walkIns from './walk-ins.js';
 
 /**
  * Options of a write verb. `db`: run inside the caller's open transaction
@@ -72,6 +73,12 @@ export interface CloudVerbs {
   approveMembership(input: Parameters<typeof memberships.approveMembership>[1]): ReturnType<typeof memberships.approveMembership>;
   endMembership(input: memberships.EndMembershipInput): ReturnType<typeof memberships.endMembership>;
   selfCancelMembership(input: Parameters<typeof memberships.selfCancelMembership>[1]): ReturnType<typeof memberships.selfCancelMembership>;
+  /** Check-in gates, walk-ins and quotas (issue #13): a walk-in calls Stripe between its transactions. */
+  createWalkIn(input: walkIns.CreateWalkInInput): ReturnType<typeof walkIns.createWalkIn>;
+  cancelWalkIn(input: Parameters<typeof walkIns.cancelWalkIn>[1]): ReturnType<typeof walkIns.cancelWalkIn>;
+  blockPerson(input: Parameters<typeof walkIns.blockPerson>[1]): ReturnType<typeof walkIns.blockPerson>;
+  unblockPerson(input: Parameters<typeof walkIns.unblockPerson>[1]): ReturnType<typeof walkIns.unblockPerson>;
+  quotaView(input: Parameters<typeof walkIns.quotaView>[1]): ReturnType<typeof walkIns.quotaView>;
   /** The MQTT link is connected (`/healthz`). */
   readonly mqttConnected: boolean;
 }

@@ -40,6 +40,7 @@ import { stripeWebhookRoutes } from './routes/stripe-webhook.js';
 import { payReturnRoutes } from './routes/pay-return.js';
 import { plansRoutes } from './routes/plans.js';
 import { membershipsRoutes } from './routes/memberships.js';
+import { walkInsRoutes } from './routes/walk-ins.js';
 
 export type ApiApp = FastifyInstance;
 
@@ -312,6 +313,7 @@ export async function buildApp(deps: ApiDeps): Promise<FastifyInstance> {
     plansRoutes,
     membershipsRoutes,
     staffActionsRoutes,
+    walkInsRoutes,
   ]) {
     await app.register(async (scope) => plugin(scope.withTypeProvider<ZodTypeProvider>(), ctx));
   }
