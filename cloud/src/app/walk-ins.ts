@@ -7,6 +7,7 @@ import {
   PersonId,
   PresentedCredential,
   refused,
+  SiteId,
   withCorrelation,
   type CorrelationId,
   type Logger,
@@ -22,7 +23,6 @@ import { loadStaySettings } from '../adapters/db/stays.js';
 import {
   casWalkIn,
   deleteBlock,
-  hasAccessMembership,
   insertBlock,
   insertWalkIn,
   listBlocks,
@@ -31,7 +31,6 @@ import {
   listWalkIns as listWalkInRows,
   loadBlock,
   loadWalkIn,
-  quotaUsed,
   recordWalkInIntent,
   returnQuota,
   useQuota,
@@ -42,11 +41,12 @@ import {
 import type { BillingFailure } from '../adapters/stripe/errors.js';
 import { cancelPaymentIntent, createPaymentIntent } from '../adapters/stripe/payment-intents.js';
 import type { CancelReason } from '../domain/cancellation-policy.js';
-import { checkInGates, type GateFacts } from '../domain/check-in-gates.js';
+import { checkInGates } from '../domain/check-in-gates.js';
 import type { IntentObservation } from '../domain/payments.js';
 import type { Plan } from '../domain/plans.js';
 import * as domain from '../domain/walk-ins.js';
 import { quotaMonthOf, type WalkIn, type WalkInEffect, type WalkInOutcome } from '../domain/walk-ins.js';
+import { gateFacts } from './check-in.js';
 import { issueKey, revokeKey } from './keys.js';
 import { BillingStepFailed, inBilling, type StayDeps } from './stays.js';
 
@@ -68,21 +68,6 @@ const plain = (o: WalkInOutcome): Outcome<WalkIn> => (o.status === 'applied' ? a
 const failureOutcome = (f: BillingFailure): Outcome<never> =>
   refused(f.code === 'BILLING_UNAVAILABLE' ? 'BILLING_UNAVAILABLE' : f.code, f.message);
 const inScope = (scope: SiteScope | undefined, siteId: string): boolean => scope === null || scope === undefined || scope.includes(siteId);
-
-/** The facts the check-in gates decide on, loaded in the caller's transaction. */
-export async function gateFacts(
-  tx: Tx,
-  f: { siteId: string; personId: string; plan: Plan | null; walkInsAllowed: boolean; month: string },
-): Promise<Omit<GateFacts, 'kind' | 'plan'>> {
-  const block = await loadBlock(tx, f.siteId, f.personId);
-  return {
-    siteId: f.siteId as GateFacts['siteId'],
-    blocked: block === null ? null : { reason: block.reason },
-    walkInsAllowed: f.walkInsAllowed,
-    member: f.plan === null ? false : await hasAccessMembership(tx, f.plan.id, f.personId),
-    usedThisMonth: f.plan === null ? 0 : await quotaUsed(tx, f.plan.id, f.personId, f.month),
-  };
-}
 
 /** Runs a walk-in verb's effects in its transaction: the key through the key verbs, quota uses back to their month. */
 async function runEffects(deps: WalkInDeps, tx: Tx, w: WalkIn, effects: readonly WalkInEffect[], cid: CorrelationId): Promise<void> {
@@ -174,6 +159,8 @@ export async function createWalkIn(deps: WalkInDeps, input: CreateWalkInInput): 
   const log = withCorrelation(deps.log, cid, { verb: 'createWalkIn', walkInId: id });
   const personId = PersonId.safeParse(input.personId);
   if (!personId.success) return { ...refused('INVALID_REQUEST', 'personId'), cid };
+  const siteId = SiteId.safeParse(input.siteId);
+  if (!siteId.success) return { ...refused('INVALID_REQUEST', 'siteId'), cid };
   if (!PresentedCredential.safeParse(input.credential).success) return { ...refused('INVALID_CREDENTIAL'), cid };
   let created: Outcome<WalkIn>;
   try {
@@ -187,7 +174,7 @@ export async function createWalkIn(deps: WalkInDeps, input: CreateWalkInInput): 
       const plan = await loadPlan(tx, input.planId);
       const month = quotaMonthOf(now, settings.timeZone);
       const facts = await gateFacts(tx, {
-        siteId: input.siteId,
+        siteId: siteId.data,
         personId: personId.data,
         plan,
         walkInsAllowed: settings.walkInsAllowed,
