@@ -59,6 +59,12 @@ env: TOBIRA_API (e.g. http://127.0.0.1:8080), TOBIRA_TOKEN (bearer token)
   notifications show <id> | notifications retry <id>   a dead notification back to pending (admin, manager of its site)
   people contact <id> [--email E|--email ''] [--locale ja|en|'']   where and in which language a person is told ('' clears)
   sites locale <id> --locale ja|en|''   the site's fallback language for its people with none
+  walk-ins create --site S --plan P --person P (--pin V | --card V) [--id ID]   the check-in gates, one quota use, then
+                                the PaymentIntent (purpose walk_in): 422 with the gate's code, or 202 pending with clientSecret
+  walk-ins get <id> | walk-ins list [--site S] [--person P] [--status ST] | walk-ins cancel <id> --reason R
+  people block <id> --site S --reason R | people unblock <id> --site S | people blocked --site S   check-ins: GUEST_BLOCKED
+  plans quota <plan id> [--person P] [--month YYYY-MM]   the plan's monthly quota uses (the site's calendar month)
+  (plans create also takes --walk-in-amount N: the price of a walk-in day pass; stays check-in passes the gates too)
   tokens bootstrap --name N [--expires-in-days N]   direct to the database (DATABASE_URL or PGLITE_DATA_DIR): prints a new
                                 admin token once; it never expires unless --expires-in-days (rotate it once you have others)
   signing list                  the cloud signing keys: staged / published / signing / previous / retired, deliveries
@@ -170,6 +176,8 @@ export async function runAdminCli(argv: readonly string[], io: CliIo): Promise<n
         locale: { type: 'string' },
         'retire-after-seconds': { type: 'string' },
         kid: { type: 'string' },
+        'walk-in-amount': { type: 'string' },
+        month: { type: 'string' },
         help: { type: 'boolean', short: 'h' },
       },
     });
@@ -211,7 +219,7 @@ export async function runAdminCli(argv: readonly string[], io: CliIo): Promise<n
     const token = need(io.env.TOBIRA_TOKEN, 'TOBIRA_TOKEN');
     const doFetch = io.fetch ?? fetch;
     const call = async (
-      method: 'GET' | 'POST' | 'PUT',
+      method: 'GET' | 'POST' | 'PUT' | 'DELETE',
       path: string,
       body?: unknown,
       extra: Record<string, string> = {},
@@ -444,6 +452,7 @@ export async function runAdminCli(argv: readonly string[], io: CliIo): Promise<n
           ...(o['members-only'] ? { membersOnly: true } : {}),
           ...(quota !== undefined ? { monthlyEntryQuota: quota } : {}),
           ...(graceSeconds !== undefined ? { graceSeconds } : {}),
+          ...(o['walk-in-amount'] !== undefined ? { walkInAmount: count(o['walk-in-amount'], 'walk-in-amount') } : {}),
         });
       }
       case 'plans list':
@@ -514,6 +523,33 @@ export async function runAdminCli(argv: readonly string[], io: CliIo): Promise<n
       case 'sites locale':
         if (o.locale === undefined) throw new Usage('missing --locale');
         return await call('PUT', `/sites/${id('<id>')}/locale`, { locale: o.locale === '' ? null : o.locale });
+      case 'walk-ins create': {
+        if ((o.pin === undefined) === (o.card === undefined)) throw new Usage('give exactly one of --pin, --card');
+        return await call('POST', '/walk-ins', {
+          siteId: need(site, '--site'),
+          planId: need(o.plan, '--plan'),
+          personId: need(o.person, '--person'),
+          credential: o.pin !== undefined ? { type: 'pin', value: o.pin } : { type: 'card', value: o.card },
+          ...(o.id ? { id: o.id } : {}),
+        });
+      }
+      case 'walk-ins get':
+        return await call('GET', `/walk-ins/${id('<id>')}`);
+      case 'walk-ins list':
+        return await call(
+          'GET',
+          `/walk-ins${query({ siteId: site, personId: o.person, status: o.status, limit: o.limit, cursor: o.cursor })}`,
+        );
+      case 'walk-ins cancel':
+        return await call('POST', `/walk-ins/${id('<id>')}/cancel`, { reason: need(o.reason, '--reason') });
+      case 'people block':
+        return await call('PUT', `/sites/${need(site, '--site')}/blocked-people/${id('<id>')}`, { reason: need(o.reason, '--reason') });
+      case 'people unblock':
+        return await call('DELETE', `/sites/${need(site, '--site')}/blocked-people/${id('<id>')}`);
+      case 'people blocked':
+        return await call('GET', `/sites/${need(site, '--site')}/blocked-people`);
+      case 'plans quota':
+        return await call('GET', `/plans/${id('<id>')}/quota${query({ personId: o.person, month: o.month })}`);
       default:
         throw new Usage(`unknown command: ${positionals.join(' ')}`);
     }

@@ -46,6 +46,7 @@ import { BillingWorker, type BillingWorkerOptions } from './app/billing-worker.j
 import * as stays from './app/stays.js';
 import * as memberships from './app/memberships.js';
 import * as modes from './app/modes.js';
+import * as walkIns from './app/walk-ins.js';
 import type { SiteScope } from './adapters/db/scope.js';
 import { channelsOf, type Channel } from './adapters/notifications/channels.js';
 import { NotificationDispatcher, type NotificationDispatchOptions } from './adapters/notifications/dispatcher.js';
@@ -343,6 +344,12 @@ function coreOf(config: CloudConfig, cloudDeps: CloudDeps) {
       signing.resignLiveGrants(signingDeps(o), input),
     retireSigningKey: (input: Parameters<typeof signing.retireSigningKey>[1], o?: VerbOptions) =>
       signing.retireSigningKey(signingDeps(o), input),
+    // check-in gates, walk-ins and quotas (issue #13, docs/memberships.md "Check-in gates")
+    createWalkIn: (input: walkIns.CreateWalkInInput) => walkIns.createWalkIn(stayDeps(), input),
+    cancelWalkIn: (input: Parameters<typeof walkIns.cancelWalkIn>[1]) => walkIns.cancelWalkIn(stayDeps(), input),
+    blockPerson: (input: Parameters<typeof walkIns.blockPerson>[1]) => walkIns.blockPerson(stayDeps(), input),
+    unblockPerson: (input: Parameters<typeof walkIns.unblockPerson>[1]) => walkIns.unblockPerson(stayDeps(), input),
+    quotaView: (input: Parameters<typeof walkIns.quotaView>[1]) => walkIns.quotaView(stayDeps(), input),
   };
 }
 

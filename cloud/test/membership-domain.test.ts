@@ -25,6 +25,7 @@ const plan: Plan = {
   doors: [asDoorId('door-1')],
   membersOnly: false,
   monthlyEntryQuota: null,
+  walkInAmount: null,
   graceSeconds: 3600,
   status: 'active',
   stripePriceId: null,

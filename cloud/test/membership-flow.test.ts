@@ -282,6 +282,13 @@ describe.each(pgBackends())('memberships on %s', (pgBackend) => {
       await settle();
       expect(await load(m.id)).toMatchObject({ status: 'past_due', suspended: false });
       expect(await getKey(base, m.keyId ?? '')).toMatchObject({ status: 'issuing' });
+      // the member is told once, in the site's language (ja), with the plan's price, through the notification outbox
+      const told = await t.db.query<{ template: string; locale: string; body: string; dedupe_key: string }>(
+        "SELECT template, locale, body, dedupe_key FROM notification_outbox WHERE template = 'payment_failed' AND dedupe_key LIKE $1",
+        [`payment_failed:${m.id}:%`],
+      );
+      expect(told.rows).toHaveLength(1);
+      expect(told.rows[0]).toMatchObject({ locale: 'ja', body: expect.stringContaining('Lounge') as string });
       base.clock.advance(DAY);
       await worker().runOnce();
       expect(await load(m.id)).toMatchObject({ status: 'past_due', suspended: false });

@@ -5,6 +5,7 @@ import { OUTBOX_TRANSITIONS } from '../src/adapters/outbox/states.js';
 import { PAYMENT_NOOPS, PAYMENT_TRANSITIONS, STAY_NOOPS, STAY_TRANSITIONS } from '../src/domain/stay-states.js';
 import { MEMBERSHIP_NOOPS, MEMBERSHIP_TRANSITIONS } from '../src/domain/membership-states.js';
 import { SIGNING_KEY_TRANSITIONS } from '../src/domain/signing-keys.js';
+import { WALK_IN_NOOPS, WALK_IN_TRANSITIONS } from '../src/domain/walk-ins.js';
 
 const doc = readFileSync(new URL('../../docs/state-machines.md', import.meta.url), 'utf8');
 
@@ -83,6 +84,21 @@ describe('docs/state-machines.md', () => {
       states(from).map((f) => `${f} --${event}--> noop ${code(c)}`),
     );
     const nCode = noops.flatMap((r) => r.from.map((f) => `${f} --${r.event}--> noop ${r.code}`));
+    expect(nDoc.sort()).toEqual(nCode.sort());
+    expect(nDoc.length).toBeGreaterThan(6);
+  });
+
+  it('lists exactly the walk-in transitions and no-ops of the code tables', () => {
+    const tDoc = tableAfter('### Walk-in transitions').flatMap(([from = '', event = '', to = '', c = '']) =>
+      states(from).map((f) => `${f} --${event}--> ${to.replace(/`/g, '')} ${code(c)}`),
+    );
+    const tCode = WALK_IN_TRANSITIONS.flatMap((r) => r.from.map((f) => `${f} --${r.event}--> ${r.to} ${r.code}`));
+    expect(tDoc.sort()).toEqual(tCode.sort());
+    expect(tDoc.length).toBe(5);
+    const nDoc = tableAfter('### Walk-in no-ops').flatMap(([from = '', event = '', c = '']) =>
+      states(from).map((f) => `${f} --${event}--> noop ${code(c)}`),
+    );
+    const nCode = WALK_IN_NOOPS.flatMap((r) => r.from.map((f) => `${f} --${r.event}--> noop ${r.code}`));
     expect(nDoc.sort()).toEqual(nCode.sort());
     expect(nDoc.length).toBeGreaterThan(6);
   });

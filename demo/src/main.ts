@@ -359,6 +359,28 @@ async function main(): Promise<void> {
     credential: { type: 'pin', value: stayPin },
   });
   const bookingKey = `demo-booking-${tag}`;
+  // A membership plan of its own each start (issue #13): the members' lounge behind the lobby door, billed monthly by a
+  // Stripe subscription on the local Stripe. The member's PIN has 7 digits: never one of the 6- or 8-digit PINs above.
+  const plan = await cloud.createPlan({
+    id: `plan-lounge-${tag}`,
+    siteId: seed.siteId,
+    name: `Members' lounge (${tag})`,
+    amount: 8000,
+    currency: 'jpy',
+    interval: 'month',
+    doors: ['door-lobby'],
+    membersOnly: true,
+    monthlyEntryQuota: 20,
+  });
+  if (plan.status !== 'applied') throw new Error(`seeding the plan: ${plan.code}`);
+  const memberPin = String(randomInt(1_000_000, 10_000_000));
+  const membershipId = `mem-${tag}`;
+  const applyBody = JSON.stringify({
+    id: membershipId,
+    planId: plan.state.id,
+    personId: seed.personId,
+    credential: { type: 'pin', value: memberPin },
+  });
   process.stdout.write(
     [
       '',
@@ -426,6 +448,34 @@ async function main(): Promise<void> {
       '',
       "  # 15. the refund, made exactly once (the local Stripe's charge.refunded events for this intent)",
       `  curl -s -u ${stripeLocal.secretKey}: "${stripeLocal.url}/v1/events?type=charge.refunded"`,
+      '',
+      `Memberships (plan ${plan.state.id}: the lobby, 8000 JPY a month, members only):`,
+      '',
+      `  # 16. ${seed.personId} applies with the PIN ${memberPin} (201: applied, under review; the PIN is kept only as a digest)`,
+      `  curl -s -X POST ${api.url}/memberships ${auth} ${json} -d '${applyBody}'`,
+      '',
+      '  # 17. staff approve it: Stripe first (price, customer, subscription), then the approval; INVOICE = firstInvoiceId',
+      `  curl -s -X POST ${api.url}/memberships/${membershipId}/approve ${auth}`,
+      '',
+      '  # 18. the member pays the first invoice on the local Stripe with a test card',
+      `  curl -s "${stripeLocal.url}/_local/invoices/$INVOICE/pay?card=pm_card_visa"`,
+      '',
+      '  # 19. the signed invoice webhook makes it active with a key for the lobby (membershipStatus active, keyId)',
+      `  curl -s ${api.url}/memberships/${membershipId} ${auth}`,
+      '',
+      `  # 20. the member's PIN ${memberPin} opens the lobby at the simulated lock (once the key is delivered)`,
+      `  curl -s -X POST ${panel.url}/locks/L3/present ${json} -d ${presentBody(memberPin)}`,
+      '',
+      '  # 21. make the local Stripe unreachable, then self-cancel: 503 BILLING_UNAVAILABLE and nothing changed',
+      '  #     (step 19 still says active, version unchanged; the PIN still opens the lobby)',
+      `  curl -s -X POST ${stripeLocal.url}/_local/faults ${json} -d '{"api":{"unavailable":true}}'`,
+      `  curl -s -X POST ${api.url}/memberships/${membershipId}/self-cancel ${auth} ${json} -d '{}'`,
+      '',
+      '  # 22. Stripe back: self-cancel sets the subscription to cancel at period end FIRST, then the membership is ending',
+      '  #     (the key works to the period end, then is revoked); the member is told in their language (GET /notifications)',
+      `  curl -s -X POST ${stripeLocal.url}/_local/faults/reset`,
+      `  curl -s -X POST ${api.url}/memberships/${membershipId}/self-cancel ${auth} ${json} -d '{}'`,
+      `  curl -s '${api.url}/notifications?personId=${seed.personId}&template=membership_ending' ${auth}`,
       '',
       'Ctrl-C stops everything.',
       '',

@@ -48,9 +48,9 @@ describe('SQLite store', () => {
       { version: 6, name: 'uplink_ack_behind' },
       { version: 7, name: 'flood_bounds' },
       { version: 8, name: 'staff_accounts' },
-      { version: 10, name: 'trusted_cloud_keys' },
-      { version: 11, name: 'one_time_keys' },
-      { version: 12, name: 'modes' },
+      { version: 9, name: 'trusted_cloud_keys' },
+      { version: 10, name: 'one_time_keys' },
+      { version: 11, name: 'modes' },
     ]);
   });
 
@@ -320,7 +320,7 @@ describe('SQLite store', () => {
       const sentGone = write(T0 - 40 * DAY);
       reachedCloud(before, [sentGone.seq], T0 - 39 * DAY);
       before.purgeSentOutbox(T0 - 7 * DAY);
-      expect(migrate(earlier)).toEqual([7, 8, 10, 11, 12]);
+      expect(migrate(earlier)).toEqual([7, 8, 9, 10, 11]);
       expect(earlier.prepare('SELECT event_id, outbox_seq FROM access_log ORDER BY id').all()).toEqual([
         { event_id: unsent.eventId, outbox_seq: unsent.seq },
         { event_id: sentGone.eventId, outbox_seq: null },

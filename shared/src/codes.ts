@@ -202,6 +202,33 @@ export const OUTCOME_CODES = table({
   KEYSET_KID_RETIRED: 'The keyset.update adds a key the gateway has retired; a retired key is never trusted again. Refused.',
   KEYSET_SELF_RETIRE: 'The keyset.update retires the key it is signed with. Refused.',
   KEYSET_WOULD_BE_EMPTY: 'The keyset.update would leave the gateway trusting no cloud key. Refused.',
+  // check-in gates, walk-ins and monthly quotas (issue #13, docs/memberships.md "Check-in gates")
+  GUEST_BLOCKED: 'Check-in gate: the site has blocked this person; nothing changed.',
+  PLAN_NOT_IN_CONFIG: 'Check-in gate: the plan is not offered at this site (another site, or retired); nothing changed.',
+  WALK_IN_NOT_ALLOWED: 'Check-in gate: the site sells no walk-ins, or the plan is not sold at the front desk; nothing changed.',
+  MEMBERS_ONLY_PLAN:
+    'Check-in gate: the plan is for its members only and the person holds no membership of it that gives access now; nothing changed.',
+  QUOTA_EXHAUSTED: "Check-in gate: the person has used the plan's monthly quota for this month of the site; nothing changed.",
+  WALK_IN_CREATED: 'The walk-in passed the gates, took one quota use and waits for its payment (PaymentIntent purpose walk_in).',
+  WALK_IN_PAID: 'The walk-in is paid: its key is issued through the key verb, to the end of the day at the site.',
+  WALK_IN_FAILED: 'The walk-in payment was cancelled: nothing charged, the quota use released.',
+  WALK_IN_EXPIRED: 'The walk-in was not paid within its hold: the intent cancelled in Stripe first, the quota use released.',
+  WALK_IN_CANCELLED: 'The paid walk-in was cancelled: its key revoked; its quota use given back when the cancellation policy says so.',
+  WALK_IN_ALREADY_CREATED: 'The same walk-in was already created; nothing changed.',
+  WALK_IN_ALREADY_PAID: 'The walk-in is already paid; nothing changed.',
+  WALK_IN_ALREADY_ENDED: 'The walk-in already failed or expired; nothing changed.',
+  WALK_IN_ALREADY_CANCELLED: 'The walk-in was already cancelled; nothing changed.',
+  WALK_IN_NOT_PENDING: 'The walk-in is not waiting for payment; nothing changed.',
+  WALK_IN_PAYMENT_PENDING: 'The walk-in payment has not settled (a declined card may be retried until the hold ends); nothing changed.',
+  WALK_IN_HOLD_NOT_OVER: 'The walk-in hold has not ended yet; nothing changed.',
+  WALK_IN_ALREADY_EXISTS: 'A walk-in with this id exists for another plan or person; nothing changed.',
+  WALK_IN_NOT_FOUND: 'No such walk-in visible to the caller.',
+  WALK_IN_NOT_PAID: 'The walk-in is not paid: there is nothing to cancel (an unpaid walk-in is released when its hold ends).',
+  PAYMENT_AFTER_WALK_IN_ENDED: 'Money settled for a walk-in that already failed or expired (an alarm: refund it in Stripe).',
+  PERSON_BLOCKED: 'The person is blocked at the site: check-ins are refused with GUEST_BLOCKED.',
+  PERSON_ALREADY_BLOCKED: 'The person was already blocked at the site; nothing changed.',
+  PERSON_UNBLOCKED: 'The block on the person at the site was lifted.',
+  PERSON_NOT_BLOCKED: 'The person is not blocked at the site; nothing changed.',
 });
 export type OutcomeCode = keyof typeof OUTCOME_CODES;
 
@@ -277,6 +304,7 @@ export const REVOKE_REASONS = table({
   credential_lost: 'The holder reported the credential lost or stolen.',
   plan_retired: 'The plan the key belonged to was retired.',
   payment_failed: 'The payment that gated the key failed.',
+  walk_in_cancelled: 'The walk-in day pass the key belonged to was cancelled.',
 });
 
 export function codesOf<T extends Record<string, string>>(t: T): [keyof T & string, ...(keyof T & string)[]] {

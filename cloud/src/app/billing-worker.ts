@@ -13,6 +13,7 @@ import { cancelPaymentIntent, retrievePaymentIntent } from '../adapters/stripe/p
 import { createRefund } from '../adapters/stripe/refunds.js';
 import { SimulatedCrash } from './crash.js';
 import { reconcileSubscription, suspendOverdueAccess } from './memberships.js';
+import { expireWalkIns, settleWalkInPayment } from './walk-ins.js';
 import {
   BillingStepFailed,
   endStay,
@@ -52,6 +53,8 @@ export interface BillingPass {
   readonly overdue: number;
   /** past-due memberships whose door access was suspended this pass (their plan's grace is over) */
   readonly suspended: number;
+  /** unpaid walk-ins released this pass (their intent cancelled in Stripe first, the quota use given back) */
+  readonly walkInsExpired: number;
 }
 
 const ID = z.string().min(1);
@@ -171,7 +174,8 @@ export class BillingWorker {
     const { expired, overdue } = await this.#holds();
     const ended = await this.#ends();
     const suspended = await suspendOverdueAccess(this.#d, this.#o.batch);
-    return { events, jobs, expired, ended, overdue, suspended };
+    const walkInsExpired = await expireWalkIns(this.#d, this.#o.batch);
+    return { events, jobs, expired, ended, overdue, suspended, walkInsExpired };
   }
 
   // ------------------------------------------------------------ webhook inbox
@@ -218,6 +222,13 @@ export class BillingWorker {
       const byIntent = await loadPaymentByIntent(d.db, obj.data.id);
       const paymentId = byIntent?.id ?? obj.data.metadata?.payment_id;
       const payment = paymentId === undefined ? null : await loadPayment(d.db, paymentId);
+      const walkInId = obj.data.metadata?.purpose === 'walk_in' ? obj.data.metadata.subject_id : undefined;
+      if (!payment && walkInId !== undefined) {
+        // a walk-in at the front desk (app/walk-ins.ts): settled on the intent re-read now, like a stay's payment
+        const now = await retrievePaymentIntent(d.stripe, obj.data.id);
+        if (!now.ok) return { ok: false, code: now.failure.code, permanent: now.failure.kind === 'permanent', error: now.failure.message };
+        return done(await settleWalkInPayment(d, walkInId, now.value, cid));
+      }
       if (!payment) return done('PAYMENT_NOT_FOUND'); // not one of ours (another system on the account)
       const now = await retrievePaymentIntent(d.stripe, obj.data.id);
       if (!now.ok) return { ok: false, code: now.failure.code, permanent: now.failure.kind === 'permanent', error: now.failure.message };

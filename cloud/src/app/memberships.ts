@@ -34,7 +34,7 @@ import {
 } from '../adapters/db/memberships.js';
 import { insertPlan, listPlans as listPlanRows, loadPlan, recordPlanPrice, retirePlanRow, type PlanFilter } from '../adapters/db/plans.js';
 import type { SiteScope } from '../adapters/db/scope.js';
-import { doorsAtSite } from '../adapters/db/stays.js';
+import { doorsAtSite, listConfirmedStaysOfMembership } from '../adapters/db/stays.js';
 import type { BillingFailure } from '../adapters/stripe/errors.js';
 import {
   cancelSubscriptionNow,
@@ -51,7 +51,8 @@ import * as plans from '../domain/plans.js';
 import type { BillingInterval, Plan } from '../domain/plans.js';
 import type { Page } from '@tobira/shared';
 import { issueKey, revokeKey } from './keys.js';
-import { BillingStepFailed, inBilling, type StayDeps } from './stays.js';
+import { notifyMembership } from './membership-notices.js';
+import { BillingStepFailed, cancelStayInTx, inBilling, type StayDeps } from './stays.js';
 
 /**
  * The membership use cases (issue #13, docs/memberships.md). Stripe is
@@ -148,7 +149,8 @@ async function runEffects(
         break;
       }
       case 'notify':
-        // raised to the caller (RaisedNotice): the notification outbox is built apart
+        // the member's message, in this transaction (and raised to the caller as a RaisedNotice)
+        await notifyMembership(deps, tx, current, plan, e.notice, e.dedupeKey, cid);
         break;
       default: {
         const never: never = e;
@@ -175,6 +177,8 @@ export interface CreatePlanInput {
   readonly doors: readonly string[];
   readonly membersOnly?: boolean;
   readonly monthlyEntryQuota?: number | null;
+  /** the price of a walk-in day pass; null or absent: not sold at the front desk */
+  readonly walkInAmount?: number | null;
   readonly graceSeconds?: number;
   readonly siteScope?: SiteScope;
   readonly cid?: CorrelationId;
@@ -206,6 +210,7 @@ export async function createPlan(deps: MembershipDeps, input: CreatePlanInput): 
           doors: ids.data.doors,
           membersOnly: input.membersOnly ?? false,
           monthlyEntryQuota: input.monthlyEntryQuota ?? null,
+          walkInAmount: input.walkInAmount ?? null,
           graceSeconds: input.graceSeconds ?? plans.DEFAULT_GRACE_SECONDS,
         },
         deps.clock.now(),
@@ -469,6 +474,13 @@ export async function endMembership(deps: MembershipDeps, input: EndMembershipIn
     const plan = await loadPlan(tx, m.planId);
     if (!plan) throw new Error(`membership ${m.id} has no plan`);
     const written = await runEffects(deps, tx, o.state, plan, o.emits, cid);
+    if (written.status === 'ended' || written.status === 'rejected') {
+      // the end takes effect: the member's future bookings (confirmed, not started) are cancelled through the stay verb
+      for (const stayId of await listConfirmedStaysOfMembership(tx, m.id)) {
+        const c = await cancelStayInTx(deps, tx, stayId, 'membership_ended', cid);
+        log.info({ stayId, status: c.status, code: c.code }, "member's booking cancelled");
+      }
+    }
     return { o: applied(o.code, written), notices: noticesOf(m, o.emits) };
   });
   log.info({ status: out.o.status, code: out.o.code, billing: pre.billing }, 'membership verb done');

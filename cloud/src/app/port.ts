@@ -11,6 +11,7 @@ import type * as signing from './signing-keys.js';
 import type { Jwks } from '@tobira/shared';
 import type * as mobileTokens from './mobile-tokens.js';
 import type * as modes from './modes.js';
+import type * as walkIns from './walk-ins.js';
 
 /**
  * Options of a write verb. `db`: run inside the caller's open transaction
@@ -76,6 +77,12 @@ export interface CloudVerbs {
   approveMembership(input: Parameters<typeof memberships.approveMembership>[1]): ReturnType<typeof memberships.approveMembership>;
   endMembership(input: memberships.EndMembershipInput): ReturnType<typeof memberships.endMembership>;
   selfCancelMembership(input: Parameters<typeof memberships.selfCancelMembership>[1]): ReturnType<typeof memberships.selfCancelMembership>;
+  /** Check-in gates, walk-ins and quotas (issue #13): a walk-in calls Stripe between its transactions. */
+  createWalkIn(input: walkIns.CreateWalkInInput): ReturnType<typeof walkIns.createWalkIn>;
+  cancelWalkIn(input: Parameters<typeof walkIns.cancelWalkIn>[1]): ReturnType<typeof walkIns.cancelWalkIn>;
+  blockPerson(input: Parameters<typeof walkIns.blockPerson>[1]): ReturnType<typeof walkIns.blockPerson>;
+  unblockPerson(input: Parameters<typeof walkIns.unblockPerson>[1]): ReturnType<typeof walkIns.unblockPerson>;
+  quotaView(input: Parameters<typeof walkIns.quotaView>[1]): ReturnType<typeof walkIns.quotaView>;
   /** The MQTT link is connected (`/readyz`). */
   readonly mqttConnected: boolean;
   /** Signing-key rotation (issue #17, docs/operations.md); these run their own transactions. */

@@ -47,6 +47,7 @@ import {
   saveStaySettings,
 } from '../adapters/db/stays.js';
 import { credentialInUse, issueTargets } from '../adapters/db/keys.js';
+import { loadMembership } from '../adapters/db/memberships.js';
 import { storeWebhookEvent } from '../adapters/db/webhook-events.js';
 import { verifyWebhook } from '../adapters/stripe/webhook.js';
 import { createPaymentIntent } from '../adapters/stripe/payment-intents.js';
@@ -60,6 +61,7 @@ import { stayWindow, type Room, type Stay, type StayEffect, type StayOutcome } f
 import type { AppDeps } from './deps.js';
 import { issueKey, revokeKey } from './keys.js';
 import { notifyPaymentReceived, notifyRefundMade, notifyStay } from './notifications.js';
+import { stayCheckInGate } from './check-in.js';
 
 /**
  * The stay use cases (issue #12, docs/payments.md): each is one transaction
@@ -286,29 +288,70 @@ async function stayStep(
   stayId: string,
   cid: CorrelationId,
   scope: SiteScope | undefined,
-  decide: (s: Stay, payments: readonly Payment[], settings: domain.SiteStaySettings, now: number) => Promise<StayOutcome> | StayOutcome,
+  decide: (
+    s: Stay,
+    payments: readonly Payment[],
+    settings: domain.SiteStaySettings,
+    now: number,
+    tx: Tx,
+  ) => Promise<StayOutcome> | StayOutcome,
   opts: { keyExpiresAlone?: boolean } = {},
 ): Promise<StayResult> {
   const log = withCorrelation(deps.log, cid, { verb, stayId });
-  const r = await inBilling(deps, verb, async (tx): Promise<Outcome<StayView>> => {
-    const s = await loadStayForUpdate(tx, stayId);
-    if (!s || !inScope(scope, s.siteId)) return refused('STAY_NOT_FOUND');
-    const settings = await loadStaySettings(tx, s.siteId);
-    if (!settings) throw new Error(`stay ${s.id} has no site ${s.siteId}`);
-    const now = deps.clock.now();
-    const o = await decide(s, await listPaymentsOfStay(tx, s.id), settings, now);
-    if (o.status === 'refused') return o;
-    if (o.status === 'conflict') return conflict(o.code, await viewOf(tx, o.current));
-    if (o.status === 'noop') return noop(o.code, await viewOf(tx, o.state));
-    // the row is locked: a lost CAS here is a bug, not a race
-    if ((await casStay(tx, o.state, s.version)) !== 1) throw new Error(`stay ${s.id} changed under its lock`);
-    await runEffects({ deps, tx, stay: o.state, cid, now, log, ...opts }, o.emits);
-    return applied(o.code, await viewOf(tx, o.state));
-  });
+  const r = await inBilling(deps, verb, (tx) => stayStepIn(deps, tx, stayId, cid, scope, decide, log, opts));
   // the sweeps ask about stays that are not due yet on every pass: those answers are not news
   const quiet = r.status === 'noop' && (verb === 'endStay' || verb === 'expireStay');
   log[quiet ? 'debug' : 'info']({ status: r.status, code: r.code }, 'stay verb done');
   return { ...r, cid };
+}
+
+/** The body of a stay verb inside the caller's transaction (which has set tobira.verb): lock, decide, CAS, effects. */
+async function stayStepIn(
+  deps: StayDeps,
+  tx: Tx,
+  stayId: string,
+  cid: CorrelationId,
+  scope: SiteScope | undefined,
+  decide: Parameters<typeof stayStep>[5],
+  log: Logger,
+  opts: { keyExpiresAlone?: boolean } = {},
+): Promise<Outcome<StayView>> {
+  const s = await loadStayForUpdate(tx, stayId);
+  if (!s || !inScope(scope, s.siteId)) return refused('STAY_NOT_FOUND');
+  const settings = await loadStaySettings(tx, s.siteId);
+  if (!settings) throw new Error(`stay ${s.id} has no site ${s.siteId}`);
+  const now = deps.clock.now();
+  const o = await decide(s, await listPaymentsOfStay(tx, s.id), settings, now, tx);
+  if (o.status === 'refused') return o;
+  if (o.status === 'conflict') return conflict(o.code, await viewOf(tx, o.current));
+  if (o.status === 'noop') return noop(o.code, await viewOf(tx, o.state));
+  // the row is locked: a lost CAS here is a bug, not a race
+  if ((await casStay(tx, o.state, s.version)) !== 1) throw new Error(`stay ${s.id} changed under its lock`);
+  await runEffects({ deps, tx, stay: o.state, cid, now, log, ...opts }, o.emits);
+  return applied(o.code, await viewOf(tx, o.state));
+}
+
+/**
+ * The stay verb `cancelStay` inside another verb's transaction (which has set tobira.verb): ending a
+ * membership cancels its members' bookings this way, in the transaction that ends it.
+ */
+export function cancelStayInTx(
+  deps: StayDeps,
+  tx: Tx,
+  stayId: string,
+  reason: CancelReason,
+  cid: CorrelationId,
+): Promise<Outcome<StayView>> {
+  const log = withCorrelation(deps.log, cid, { verb: 'cancelStay', stayId });
+  return stayStepIn(
+    deps,
+    tx,
+    stayId,
+    cid,
+    null,
+    (s, payments, settings, now) => domain.cancelStay(s, { reason, settings, paid: paidOf(payments), cid }, now),
+    log,
+  );
 }
 
 // ---------------------------------------------------------------- book
@@ -327,6 +370,8 @@ export interface BookStayInput {
    * kept; without it the key gets a random PIN at confirmation.
    */
   readonly credential?: { readonly type: 'pin' | 'card'; readonly value: string };
+  /** A members' booking: the guest's membership at the site (it must give door access now; its end cancels the stay). */
+  readonly membershipId?: string;
   readonly siteScope?: SiteScope;
   readonly cid?: CorrelationId;
 }
@@ -387,6 +432,12 @@ export async function bookStay(deps: StayDeps, input: BookStayInput): Promise<St
         if (typeof g === 'string') return refused(g);
         guestCredential = g;
       }
+      if (input.membershipId !== undefined) {
+        const m = await loadMembership(tx, input.membershipId);
+        const gives = m !== null && (m.status === 'active' || m.status === 'ending' || (m.status === 'past_due' && !m.suspended));
+        if (!m || m.personId !== personId.data || m.siteId !== room.siteId || !gives)
+          return refused('MEMBERS_ONLY_PLAN', "a members' booking needs the guest's membership at this site, giving access now");
+      }
       const existing = await loadStayForUpdate(tx, stayId);
       const now = deps.clock.now();
       const o = domain.bookStay(
@@ -402,6 +453,7 @@ export async function bookStay(deps: StayDeps, input: BookStayInput): Promise<St
           currency: input.currency,
           deposit: input.deposit ?? 0,
           guestCredential,
+          membershipId: input.membershipId ?? null,
           cid,
         },
         now,
@@ -649,11 +701,20 @@ export function cancelStay(deps: StayDeps, input: CancelStayInput): Promise<Stay
   );
 }
 
+/**
+ * Check in: the check-in gates first (issue #13; `GUEST_BLOCKED`, and
+ * `MEMBERS_ONLY_PLAN` for a members' booking whose membership no longer
+ * gives access), decided in the transaction that writes the check-in.
+ */
 export function checkInStay(deps: StayDeps, input: { stayId: string; siteScope?: SiteScope; cid?: CorrelationId }): Promise<StayResult> {
   const cid = input.cid ?? newCorrelationId();
-  return stayStep(deps, 'checkInStay', input.stayId, cid, input.siteScope, (s, _p, settings, now) =>
-    domain.checkInStay(s, { settings, cid }, now),
-  );
+  return stayStep(deps, 'checkInStay', input.stayId, cid, input.siteScope, async (s, _p, settings, now, tx) => {
+    if (s.status === 'confirmed') {
+      const gate = await stayCheckInGate(tx, s, settings, now);
+      if (gate.status === 'refused') return refused(gate.code, gate.detail);
+    }
+    return domain.checkInStay(s, { settings, cid }, now);
+  });
 }
 
 /** Check out: the key ends now (revoked with stay_checked_out) and the nights are released. */
@@ -786,6 +847,7 @@ export interface StaySettingsInput {
   readonly cancellationPolicy?: CancellationPolicy;
   readonly currency?: string;
   readonly maxNights?: number;
+  readonly walkInsAllowed?: boolean;
   readonly siteScope?: SiteScope;
   readonly cid?: CorrelationId;
 }
@@ -812,6 +874,7 @@ export async function setStaySettings(
       ...(input.cancellationPolicy === undefined ? {} : { cancellationPolicy: input.cancellationPolicy }),
       ...(input.currency === undefined ? {} : { currency: input.currency }),
       ...(input.maxNights === undefined ? {} : { maxNights: input.maxNights }),
+      ...(input.walkInsAllowed === undefined ? {} : { walkInsAllowed: input.walkInsAllowed }),
     };
     const policy = validatePolicy(next.cancellationPolicy);
     if (policy.status === 'refused') return refused(policy.code, policy.detail);

@@ -11,7 +11,16 @@ export interface CancellationPolicy {
   readonly tiers: readonly { readonly minDaysBefore: number; readonly refundPercent: number }[];
   /** Percent refunded on a no-show (the guest never came): usually 0. */
   readonly noShowRefundPercent: number;
+  /**
+   * Whether a cancelled walk-in gives its use of a monthly quota back (to the
+   * month it was used in): `always`, only when the site cancelled
+   * (`site_fault`, the default), or `never`.
+   */
+  readonly quotaReturn?: QuotaReturn | undefined;
 }
+
+export const QUOTA_RETURNS = ['always', 'site_fault', 'never'] as const;
+export type QuotaReturn = (typeof QUOTA_RETURNS)[number];
 
 /** Full refund a week ahead, half from two days ahead, nothing after. */
 export const DEFAULT_CANCELLATION_POLICY: CancellationPolicy = Object.freeze({
@@ -19,17 +28,29 @@ export const DEFAULT_CANCELLATION_POLICY: CancellationPolicy = Object.freeze({
   noShowRefundPercent: 0,
 });
 
-export const CANCEL_REASONS = ['guest_cancelled', 'staff_cancelled', 'no_show', 'payment_disputed', 'site_closed'] as const;
+export const CANCEL_REASONS = [
+  'guest_cancelled',
+  'staff_cancelled',
+  'no_show',
+  'payment_disputed',
+  'site_closed',
+  'membership_ended',
+] as const;
 export type CancelReason = (typeof CANCEL_REASONS)[number];
 
-/** Reasons that are the site's doing: the guest gets everything back whatever the policy says. */
-const SITE_FAULT: ReadonlySet<CancelReason> = new Set(['staff_cancelled', 'site_closed']);
+/**
+ * Reasons that are the site's doing: the guest gets everything back whatever the policy says. A members'
+ * booking cancelled because its membership ended (`membership_ended`) was not cancelled by the guest.
+ */
+const SITE_FAULT: ReadonlySet<CancelReason> = new Set(['staff_cancelled', 'site_closed', 'membership_ended']);
 
 const pct = (n: number) => Number.isInteger(n) && n >= 0 && n <= 100;
 
 /** Invariant: a policy the refund function accepts is monotone (fewer days before never refunds more). */
 export function validatePolicy(p: CancellationPolicy): Checked<CancellationPolicy> {
   if (!pct(p.noShowRefundPercent)) return no('INVALID_CANCELLATION_POLICY', 'noShowRefundPercent must be an integer 0..100');
+  if (p.quotaReturn !== undefined && !QUOTA_RETURNS.includes(p.quotaReturn))
+    return no('INVALID_CANCELLATION_POLICY', `quotaReturn must be one of ${QUOTA_RETURNS.join(', ')}`);
   let prev: { minDaysBefore: number; refundPercent: number } | undefined;
   for (const t of p.tiers) {
     if (!Number.isInteger(t.minDaysBefore) || t.minDaysBefore < 0 || !pct(t.refundPercent)) {
@@ -78,4 +99,13 @@ export function refundFor(p: CancellationPolicy, price: number, paid: Paid, days
   const deposit = paid.deposit - fromDeposit;
   const balance = paid.balance - fromBalance;
   return { fee, deposit, balance, total: deposit + balance };
+}
+
+/**
+ * Whether cancelling a walk-in for `reason` gives its quota use back (to the month it was used in, never
+ * the current one: the caller names the month). Invariant: `never` never returns, `always` always does.
+ */
+export function returnsQuota(p: CancellationPolicy, reason: CancelReason): boolean {
+  const rule = p.quotaReturn ?? 'site_fault';
+  return rule === 'always' || (rule === 'site_fault' && SITE_FAULT.has(reason));
 }

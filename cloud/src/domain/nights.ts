@@ -109,3 +109,15 @@ export function lastCheckOutDue(now: number, hhmm: string, tz: string): IsoDate 
 
 /** Whole days from `now` until `instant` (negative once it has passed): the input of a cancellation policy. */
 export const daysUntilCheckIn = (instant: number, now: number): number => Math.floor((instant - now) / DAY_MS);
+
+/** The site-local calendar date of an instant (`tz` an IANA zone). */
+export function localDateOf(now: number, tz: string): IsoDate {
+  return isoOf(Math.floor((now + offsetAt(now, tz)) / DAY_MS));
+}
+
+/** `date` plus `n` calendar days. */
+export function addDays(date: IsoDate, n: number): IsoDate {
+  const day = dayNumber(date);
+  if (day === null) throw new Error(`bad date ${date}`);
+  return isoOf(day + n);
+}

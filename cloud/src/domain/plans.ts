@@ -20,10 +20,12 @@ export interface Plan {
   readonly intervalCount: number;
   /** the doors (zones) a member's key opens; all behind one gateway */
   readonly doors: readonly DoorId[];
-  /** only members may check in (enforced by the check-in gates, a later step) */
+  /** only members may check in (check-in gate MEMBERS_ONLY_PLAN) */
   readonly membersOnly: boolean;
-  /** entries per calendar month (enforced by quotas, a later step); null: no limit */
+  /** entries (walk-in day passes) per person per calendar month of the site (gate QUOTA_EXHAUSTED); null: no limit */
   readonly monthlyEntryQuota: number | null;
+  /** the price of a walk-in day pass at the front desk, minor units; null: not sold at the desk (WALK_IN_NOT_ALLOWED) */
+  readonly walkInAmount: number | null;
   /** how long a past-due member keeps door access before the key is suspended */
   readonly graceSeconds: number;
   readonly status: 'active' | 'retired';
@@ -46,6 +48,8 @@ export function createPlan(existing: Plan | null, input: PlanInput, now: number)
   if (input.monthlyEntryQuota !== null && (!Number.isInteger(input.monthlyEntryQuota) || input.monthlyEntryQuota < 0))
     return refused('PLAN_INVALID', 'monthlyEntryQuota must be a non-negative integer');
   if (!Number.isInteger(input.graceSeconds) || input.graceSeconds < 0) return refused('PLAN_INVALID', 'graceSeconds must be >= 0');
+  if (input.walkInAmount !== null && (!Number.isSafeInteger(input.walkInAmount) || input.walkInAmount <= 0))
+    return refused('PLAN_INVALID', 'walkInAmount must be a positive integer');
   const plan: Plan = { ...input, status: 'active', stripePriceId: null, createdAt: now, updatedAt: now, retiredAt: null };
   if (existing) {
     const same =

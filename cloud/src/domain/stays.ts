@@ -44,6 +44,8 @@ export interface SiteStaySettings {
   /** ISO 4217, lower case as Stripe writes it */
   readonly currency: string;
   readonly maxNights: number;
+  /** The front desk may sell walk-in day passes (check-in gate WALK_IN_NOT_ALLOWED); off unless set. */
+  readonly walkInsAllowed: boolean;
 }
 
 export const DEFAULT_HOLD_MINUTES = 30;
@@ -60,6 +62,7 @@ export function defaultStaySettings(siteId: SiteId, timeZone: string): SiteStayS
     cancellationPolicy: DEFAULT_CANCELLATION_POLICY,
     currency: 'jpy',
     maxNights: DEFAULT_MAX_NIGHTS,
+    walkInsAllowed: false,
   };
 }
 
@@ -86,6 +89,8 @@ export interface Stay {
   /** The guest credential chosen at booking, as its keyed digest only; null: a random PIN at confirmation. */
   readonly guestCredential: GuestCredentialDigest | null;
   readonly cancelReason: CancelReason | null;
+  /** A members' booking: the membership it was booked under (its end cancels the stay); null or absent: none. */
+  readonly membershipId?: string | null;
   readonly lastCode: string;
   readonly cid: CorrelationId;
   readonly createdAt: number;
@@ -175,6 +180,8 @@ export interface BookStayCommand {
   readonly deposit: number;
   /** Absent or null: none chosen, a random PIN at confirmation. */
   readonly guestCredential?: GuestCredentialDigest | null;
+  /** A members' booking: the membership it is booked under (checked living by the use case). */
+  readonly membershipId?: string | null;
   readonly cid: CorrelationId;
 }
 
@@ -188,7 +195,8 @@ function sameBooking(s: Stay, c: BookStayCommand): boolean {
     s.currency === c.currency &&
     s.deposit === c.deposit &&
     s.guestCredential?.type === c.guestCredential?.type &&
-    s.guestCredential?.digest === c.guestCredential?.digest
+    s.guestCredential?.digest === c.guestCredential?.digest &&
+    (s.membershipId ?? null) === (c.membershipId ?? null)
   );
 }
 
@@ -237,6 +245,7 @@ export function bookStay(existing: Stay | null, cmd: BookStayCommand, now: numbe
     keyId: null,
     guestCredential: cmd.guestCredential ?? null,
     cancelReason: null,
+    membershipId: cmd.membershipId ?? null,
     lastCode: row.code,
     cid: cmd.cid,
     createdAt: now,

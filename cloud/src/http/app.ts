@@ -43,6 +43,7 @@ import { plansRoutes } from './routes/plans.js';
 import { membershipsRoutes } from './routes/memberships.js';
 import { signingKeysRoutes } from './routes/signing-keys.js';
 import { modesRoutes } from './routes/modes.js';
+import { walkInsRoutes } from './routes/walk-ins.js';
 
 export type ApiApp = FastifyInstance;
 
@@ -330,6 +331,7 @@ export async function buildApp(deps: ApiDeps): Promise<FastifyInstance> {
     signingKeysRoutes,
     mobileTokensRoutes,
     modesRoutes,
+    walkInsRoutes,
   ]) {
     await app.register(async (scope) => plugin(scope.withTypeProvider<ZodTypeProvider>(), ctx));
   }

@@ -329,4 +329,55 @@ describe.each(pgBackends())('admin CLI against a listening API on %s', (backend)
     expect((await cli('memberships', 'force-cancel', `m-${u}`)).code).toBe(2);
     expect((await cli('help')).out).toContain('memberships force-cancel <id> --note N');
   });
+
+  it('runs the front desk through the API: walk-in gates with their codes, block/unblock, a paid walk-in, cancel, the quota view', async () => {
+    const u = newId().slice(-8);
+    cloud.clock.set(Date.now());
+    expect((await cli('sites', 'create', '--id', `sw-${u}`, '--name', 'Desk')).code).toBe(0);
+    const jwkFile = join(tmpdir(), `jwk-sw-${u}.json`);
+    await writeFile(jwkFile, JSON.stringify((await generateSigningKeyPair()).publicJwk));
+    expect((await cli('gateways', 'register', '--id', `gww-${u}`, '--site', `sw-${u}`, '--jwk-file', jwkFile)).code).toBe(0);
+    expect((await cli('doors', 'create', '--id', `dw-${u}`, '--gateway', `gww-${u}`, '--name', 'Desk door')).code).toBe(0);
+    expect((await cli('people', 'create', '--id', `pw-${u}`, '--site', `sw-${u}`, '--name', 'Walker')).code).toBe(0);
+    const plan = await cli(
+      ...['plans', 'create', '--site', `sw-${u}`, '--id', `pw-plan-${u}`, '--name', 'Day', '--amount', '6000', '--currency', 'jpy'],
+      ...['--interval', 'month', '--door', `dw-${u}`, '--quota', '1', '--walk-in-amount', '1200'],
+    );
+    expect(plan.json).toMatchObject({ code: 'PLAN_CREATED', walkInAmount: 1200, monthlyEntryQuota: 1 });
+    const walk = (...extra: string[]) =>
+      cli('walk-ins', 'create', '--site', `sw-${u}`, '--plan', `pw-plan-${u}`, '--person', `pw-${u}`, '--pin', '661234', ...extra);
+
+    const off = await walk();
+    expect(off.code).toBe(1);
+    expect(off.json).toMatchObject({ status: 'refused', code: 'WALK_IN_NOT_ALLOWED' });
+    await fetch(`${api.url}/sites/sw-${u}/stay-settings`, {
+      method: 'PUT',
+      headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ walkInsAllowed: true }),
+    });
+    expect((await cli('people', 'block', `pw-${u}`, '--site', `sw-${u}`, '--reason', 'fight')).json).toMatchObject({
+      code: 'PERSON_BLOCKED',
+    });
+    expect((await cli('people', 'blocked', '--site', `sw-${u}`)).json).toMatchObject({ items: [{ personId: `pw-${u}`, reason: 'fight' }] });
+    expect((await walk()).json).toMatchObject({ code: 'GUEST_BLOCKED' });
+    expect((await cli('people', 'unblock', `pw-${u}`, '--site', `sw-${u}`)).json).toMatchObject({ code: 'PERSON_UNBLOCKED' });
+
+    const w = await walk('--id', `wi-${u}`);
+    expect(w.json).toMatchObject({ status: 'applied', code: 'WALK_IN_CREATED', walkInStatus: 'pending' });
+    expect(JSON.stringify(w.json)).not.toContain('661234');
+    expect((await fetch(`${local.url}/_local/pay/${String(w.json.intentId)}?card=pm_card_visa`)).status).toBe(200);
+    await local.webhooks.idle();
+    await cloud.runBilling();
+    expect((await cli('walk-ins', 'get', `wi-${u}`)).json).toMatchObject({ walkInStatus: 'paid', keyId: `key_wi-${u}` });
+    expect((await walk()).json).toMatchObject({ code: 'QUOTA_EXHAUSTED' });
+    expect((await cli('plans', 'quota', `pw-plan-${u}`, '--person', `pw-${u}`)).json).toMatchObject({ items: [{ used: 1, left: 0 }] });
+    expect((await cli('walk-ins', 'cancel', `wi-${u}`, '--reason', 'staff_cancelled')).json).toMatchObject({
+      code: 'WALK_IN_CANCELLED',
+      quotaReturned: true,
+    });
+    expect((await cli('plans', 'quota', `pw-plan-${u}`)).json).toMatchObject({ items: [{ used: 0, left: 1 }] });
+    expect((await cli('walk-ins', 'list', '--site', `sw-${u}`)).json).toMatchObject({ items: [{ id: `wi-${u}` }] });
+    expect((await cli('walk-ins', 'create', '--site', `sw-${u}`)).code).toBe(2);
+    expect((await cli('help')).out).toContain('walk-ins create --site S --plan P');
+  });
 });

@@ -131,6 +131,16 @@ describe('npm start (the one-command demo)', () => {
         cancel,
         deniedRoom,
         refunds,
+        apply,
+        approve,
+        payInvoice,
+        member,
+        openLobby,
+        stripeDown,
+        cancelDown,
+        stripeUp,
+        selfCancel,
+        endingNotice,
         ...rest
       ] = demo.curls();
       expect(rest).toEqual([]);
@@ -180,6 +190,27 @@ describe('npm start (the one-command demo)', () => {
       await waitFor(async () => (await runWith(stay as string, vars)).payment?.status === 'refunded', 'the refund');
       const refunded = (await runWith(refunds as string, vars)) as { data: { data: { object: { payment_intent: string } } }[] };
       expect(refunded.data.filter((e) => e.data.object.payment_intent === payment.intentId)).toHaveLength(1);
+      // a membership through the local Stripe: apply, approve (Stripe first), pay the first invoice, the key opens the
+      // lobby; self-cancel with Stripe unreachable changes nothing; with Stripe up it is ending and the member is told
+      expect(await run(apply as string)).toMatchObject({ status: 'applied', code: 'MEMBERSHIP_APPLIED' });
+      const approved = await run(approve as string);
+      expect(approved).toMatchObject({ status: 'applied', code: 'MEMBERSHIP_APPROVED' });
+      const mvars = { INVOICE: String(approved.firstInvoiceId) };
+      expect(await runWith(payInvoice as string, mvars)).toMatchObject({ status: 'paid' });
+      await waitFor(async () => (await run(member as string)).membershipStatus === 'active', 'the membership to be active');
+      const active = await run(member as string);
+      // the member's key (no PIN presented before it is delivered: wrong PINs would lock the door out)
+      const memberKey = (stayKey as string).replace('key_$STAY', String(active.keyId));
+      await waitFor(async () => (await run(memberKey)).delivery === 'succeeded', "the member's key delivered");
+      expect(await run(openLobby as string)).toMatchObject({ decision: { allowed: true, code: 'ALLOWED' } });
+      await run(stripeDown as string);
+      expect(await run(cancelDown as string)).toMatchObject({ status: 'refused', code: 'BILLING_UNAVAILABLE' });
+      expect(await run(member as string)).toEqual(active);
+      expect(await run(openLobby as string)).toMatchObject({ decision: { allowed: true, code: 'ALLOWED' } });
+      await run(stripeUp as string);
+      expect(await run(selfCancel as string)).toMatchObject({ status: 'applied', code: 'MEMBERSHIP_ENDING', membershipStatus: 'ending' });
+      expect(await run(openLobby as string)).toMatchObject({ decision: { allowed: true, code: 'ALLOWED' } });
+      expect(await run(endingNotice as string)).toMatchObject({ items: [{ template: 'membership_ending' }] });
       // the cloud broker enforces logins: no anonymous client, and the gateway has a login of its own
       const cloudBroker = /cloud MQTT broker[^\n]* … (mqtt:\/\/[^\s]+)/.exec(demo.out)?.[1];
       expect(cloudBroker).toBeDefined();

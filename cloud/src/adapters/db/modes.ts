@@ -5,7 +5,7 @@ import type { Queryable } from './db.js';
 import { scopeParam, type SiteScope } from './scope.js';
 
 /**
- * Mode requests (`mode_requests`, migration 0027): one row per gateway a
+ * Mode requests (`mode_requests`, migration 0025): one row per gateway a
  * request went to, written in the transaction that queues its `site.mode`
  * outbox row, settled by that gateway's ack (matched by the message's jti)
  * in the uplink inbox's transaction. Pending rows only move to applied or

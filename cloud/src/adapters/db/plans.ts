@@ -18,6 +18,7 @@ const PlanRow = z.object({
   members_only: z.boolean(),
   monthly_entry_quota: z.number().int().nonnegative().nullable(),
   grace_seconds: z.number().int().nonnegative(),
+  walk_in_amount: Int8.pipe(z.number().positive()).nullable(),
   status: z.enum(['active', 'retired']),
   stripe_price_id: z.string().nullable(),
   created_at: Int8,
@@ -40,6 +41,7 @@ function planOf(raw: unknown): Plan {
     membersOnly: r.members_only,
     monthlyEntryQuota: r.monthly_entry_quota,
     graceSeconds: r.grace_seconds,
+    walkInAmount: r.walk_in_amount,
     status: r.status,
     stripePriceId: r.stripe_price_id,
     createdAt: r.created_at,
@@ -62,8 +64,8 @@ export async function loadPlan(q: Queryable, id: string, scope: SiteScope = null
 export async function insertPlan(q: Queryable, p: Plan): Promise<number> {
   const r = await q.query(
     `INSERT INTO plans (id, site_id, name, amount, currency, billing_interval, interval_count, members_only, monthly_entry_quota,
-       grace_seconds, status, stripe_price_id, created_at, updated_at, retired_at)
-     VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15) ON CONFLICT DO NOTHING`,
+       grace_seconds, status, stripe_price_id, created_at, updated_at, retired_at, walk_in_amount)
+     VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16) ON CONFLICT DO NOTHING`,
     [
       p.id,
       p.siteId,
@@ -80,6 +82,7 @@ export async function insertPlan(q: Queryable, p: Plan): Promise<number> {
       p.createdAt,
       p.updatedAt,
       p.retiredAt,
+      p.walkInAmount,
     ],
   );
   if (r.rowCount !== 1) return 0;

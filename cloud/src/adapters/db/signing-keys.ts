@@ -7,7 +7,7 @@ import type { Queryable } from './db.js';
 import { keyFromRow } from './keys.js';
 
 /**
- * The `signing_keys` and `signing_key_deliveries` tables (migration 0025):
+ * The `signing_keys` and `signing_key_deliveries` tables (migration 0023):
  * each cloud signing key's public JWK and place in its life, and the
  * keyset.update queued to each gateway for each step with the gateway's ack.
  * Every verb joins the caller's transaction.
@@ -48,7 +48,7 @@ const toKey = (r: z.infer<typeof Row>): SigningKeyRow => ({
 
 /**
  * Registers the keys this process loaded from CLOUD_SIGNING_JWK. On an empty
- * table (the first start after migration 0025) the first signs and the
+ * table (the first start after migration 0023) the first signs and the
  * others are published, as before rotation existed (gateways were given all
  * of them at provisioning); later, a key the table does not know is staged:
  * no gateway trusts it yet, so nothing is signed with it until it is

@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { CorrelationId, DoorId, PersonId, SiteId, decodeCursor, pageOf, parseRow, parseRows, type Page } from '@tobira/shared';
-import { CANCEL_REASONS, type CancellationPolicy } from '../../domain/cancellation-policy.js';
+import { CANCEL_REASONS, QUOTA_RETURNS, type CancellationPolicy } from '../../domain/cancellation-policy.js';
 import { STAY_STATUSES, type StayStatus } from '../../domain/stay-states.js';
 import { defaultStaySettings, type Room, type SiteStaySettings, type Stay } from '../../domain/stays.js';
 import type { Queryable, Tx } from './db.js';
@@ -32,6 +32,7 @@ const StayRow = z.object({
   credential_type: z.enum(['pin', 'card']).nullable(),
   credential_digest: z.string().min(1).nullable(),
   cancel_reason: z.enum(CANCEL_REASONS).nullable(),
+  membership_id: z.string().nullable(),
   last_code: z.string(),
   cid: CorrelationId,
   created_at: z.number().int(),
@@ -59,6 +60,7 @@ function stayOf(raw: unknown): Stay {
     guestCredential:
       r.credential_type !== null && r.credential_digest !== null ? { type: r.credential_type, digest: r.credential_digest } : null,
     cancelReason: r.cancel_reason,
+    membershipId: r.membership_id,
     lastCode: r.last_code,
     cid: r.cid,
     createdAt: r.created_at,
@@ -69,7 +71,7 @@ function stayOf(raw: unknown): Stay {
 // dates as text (the drivers would make a local-midnight Date of them); nights from the dates, not from stay_nights
 const STAY_COLUMNS = `s.id, s.site_id, s.room_id, s.person_id, s.check_in::text AS check_in, s.check_out::text AS check_out,
   ARRAY(SELECT d::date::text FROM generate_series(s.check_in::timestamp, s.check_out::timestamp - interval '1 day', interval '1 day') d) AS nights,
-  s.amount, s.currency, s.deposit, s.status, s.version, s.hold_until, s.key_id, s.credential_type, s.credential_digest, s.cancel_reason, s.last_code, s.cid, s.created_at, s.updated_at`;
+  s.amount, s.currency, s.deposit, s.status, s.version, s.hold_until, s.key_id, s.credential_type, s.credential_digest, s.cancel_reason, s.membership_id, s.last_code, s.cid, s.created_at, s.updated_at`;
 
 export async function loadStay(q: Queryable, id: string): Promise<Stay | null> {
   const r = await q.query(`SELECT ${STAY_COLUMNS} FROM stays s WHERE s.id = $1`, [id]);
@@ -97,8 +99,8 @@ export async function insertStayWithNights(tx: Tx, s: Stay): Promise<InsertStayR
   return tx.transaction(async (sp) => {
     const ins = await sp.query(
       `INSERT INTO stays (id, site_id, room_id, person_id, check_in, check_out, amount, currency, deposit, status, version,
-         hold_until, key_id, cancel_reason, last_code, cid, created_at, updated_at, credential_type, credential_digest)
-       VALUES ($1,$2,$3,$4,$5::date,$6::date,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20)
+         hold_until, key_id, cancel_reason, last_code, cid, created_at, updated_at, credential_type, credential_digest, membership_id)
+       VALUES ($1,$2,$3,$4,$5::date,$6::date,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21)
        ON CONFLICT (id) DO NOTHING`,
       [
         s.id,
@@ -121,6 +123,7 @@ export async function insertStayWithNights(tx: Tx, s: Stay): Promise<InsertStayR
         s.updatedAt,
         s.guestCredential?.type ?? null,
         s.guestCredential?.digest ?? null,
+        s.membershipId ?? null,
       ],
     );
     if (ins.rowCount === 0) return 'exists';
@@ -230,7 +233,11 @@ export async function insertRoom(tx: Tx, room: Room, now: number): Promise<numbe
 // ---------------------------------------------------------------- site stay settings
 
 const Tier = z.object({ minDaysBefore: z.number().int().nonnegative(), refundPercent: z.number().int().min(0).max(100) });
-const Policy = z.object({ tiers: z.array(Tier), noShowRefundPercent: z.number().int().min(0).max(100) });
+const Policy = z.object({
+  tiers: z.array(Tier),
+  noShowRefundPercent: z.number().int().min(0).max(100),
+  quotaReturn: z.enum(QUOTA_RETURNS).optional(),
+});
 const SettingsRow = z.object({
   site_id: SiteId,
   time_zone: z.string().min(1),
@@ -240,13 +247,14 @@ const SettingsRow = z.object({
   cancellation_policy: Policy.nullable(),
   currency: z.string().nullable(),
   max_nights: z.number().int().positive().nullable(),
+  walk_ins_allowed: z.boolean().nullable(),
   shared_doors: z.array(DoorId),
 });
 
 /** The site's stay settings, the defaults filling what it has not set; null for an unknown site. */
 export async function loadStaySettings(q: Queryable, siteId: string): Promise<SiteStaySettings | null> {
   const r = await q.query(
-    `SELECT s.id AS site_id, s.time_zone, t.hold_minutes, t.check_in_time, t.check_out_time, t.cancellation_policy, t.currency, t.max_nights,
+    `SELECT s.id AS site_id, s.time_zone, t.hold_minutes, t.check_in_time, t.check_out_time, t.cancellation_policy, t.currency, t.max_nights, t.walk_ins_allowed,
             ARRAY(SELECT door_id FROM stay_shared_doors WHERE site_id = s.id ORDER BY door_id) AS shared_doors
        FROM sites s LEFT JOIN site_stay_settings t ON t.site_id = s.id WHERE s.id = $1`,
     [siteId],
@@ -263,6 +271,7 @@ export async function loadStaySettings(q: Queryable, siteId: string): Promise<Si
     cancellationPolicy: policy,
     currency: x.currency ?? d.currency,
     maxNights: x.max_nights ?? d.maxNights,
+    walkInsAllowed: x.walk_ins_allowed ?? d.walkInsAllowed,
     sharedDoors: x.shared_doors,
   };
 }
@@ -271,12 +280,23 @@ export async function loadStaySettings(q: Queryable, siteId: string): Promise<Si
 export async function saveStaySettings(tx: Tx, s: SiteStaySettings, now: number): Promise<void> {
   await tx.transaction(async (sp) => {
     await sp.query(
-      `INSERT INTO site_stay_settings (site_id, hold_minutes, check_in_time, check_out_time, cancellation_policy, currency, max_nights, updated_at)
-       VALUES ($1,$2,$3,$4,$5::jsonb,$6,$7,$8)
+      `INSERT INTO site_stay_settings (site_id, hold_minutes, check_in_time, check_out_time, cancellation_policy, currency, max_nights, updated_at,
+         walk_ins_allowed)
+       VALUES ($1,$2,$3,$4,$5::jsonb,$6,$7,$8,$9)
        ON CONFLICT (site_id) DO UPDATE SET hold_minutes = EXCLUDED.hold_minutes, check_in_time = EXCLUDED.check_in_time,
          check_out_time = EXCLUDED.check_out_time, cancellation_policy = EXCLUDED.cancellation_policy, currency = EXCLUDED.currency,
-         max_nights = EXCLUDED.max_nights, updated_at = EXCLUDED.updated_at`,
-      [s.siteId, s.holdMinutes, s.checkInTime, s.checkOutTime, JSON.stringify(s.cancellationPolicy), s.currency, s.maxNights, now],
+         max_nights = EXCLUDED.max_nights, updated_at = EXCLUDED.updated_at, walk_ins_allowed = EXCLUDED.walk_ins_allowed`,
+      [
+        s.siteId,
+        s.holdMinutes,
+        s.checkInTime,
+        s.checkOutTime,
+        JSON.stringify(s.cancellationPolicy),
+        s.currency,
+        s.maxNights,
+        now,
+        s.walkInsAllowed,
+      ],
     );
     await sp.query('DELETE FROM stay_shared_doors WHERE site_id = $1', [s.siteId]);
     if (s.sharedDoors.length > 0) {
@@ -339,4 +359,12 @@ export async function countOverdueHolds(q: Queryable, before: number): Promise<n
 export async function doorsAtSite(q: Queryable, siteId: string, doors: readonly string[]): Promise<string[]> {
   const r = await q.query('SELECT id FROM doors WHERE site_id = $1 AND id = ANY($2::text[]) ORDER BY id', [siteId, [...doors]]);
   return parseRows('doors', z.object({ id: z.string() }), r.rows).map((x) => x.id);
+}
+
+/** The confirmed stays (members' bookings not started) booked under a membership: what its end cancels. */
+export async function listConfirmedStaysOfMembership(q: Queryable, membershipId: string): Promise<string[]> {
+  const r = await q.query<{ id: string }>(`SELECT id FROM stays WHERE membership_id = $1 AND status = 'confirmed' ORDER BY check_in, id`, [
+    membershipId,
+  ]);
+  return r.rows.map((x) => x.id);
 }

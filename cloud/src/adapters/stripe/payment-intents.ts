@@ -12,7 +12,8 @@ import { billingCall, type BillingResult } from './errors.js';
  * or a lost answer — gets the same intent back from Stripe, never a second one.
  */
 export interface CreateIntentRequest {
-  readonly purpose: PaymentPurpose;
+  /** a stay's payment, or a walk-in day pass at the front desk (app/walk-ins.ts) */
+  readonly purpose: PaymentPurpose | 'walk_in';
   /** the stay (or other subject) the money is for */
   readonly subjectId: string;
   /** the payment row's id, for finding it from a webhook */

@@ -17,6 +17,7 @@ export const PlanJson = z.object({
   doors: z.array(z.string()),
   membersOnly: z.boolean(),
   monthlyEntryQuota: z.int().nullable(),
+  walkInAmount: z.int().nullable(),
   graceSeconds: z.int(),
   status: z.enum(['active', 'retired']),
   stripePriceId: z.string().nullable(),
@@ -67,6 +68,8 @@ export function plansRoutes(app: Api, ctx: Ctx): void {
           doors: z.array(DoorId).min(1).max(64),
           membersOnly: z.boolean().optional(),
           monthlyEntryQuota: z.int().min(0).max(10_000).nullable().optional(),
+          // the price of a walk-in day pass at the front desk (POST /walk-ins); absent: not sold there
+          walkInAmount: z.int().min(1).max(Number.MAX_SAFE_INTEGER).nullable().optional(),
           graceSeconds: z
             .int()
             .min(0)

@@ -1,6 +1,7 @@
 import { DoorId } from '@tobira/shared';
 import { z } from 'zod';
 import { cidOf, defined, idempotent, problem, statusOf, who, type Api, type Ctx } from '../context.js';
+import { QUOTA_RETURNS } from '../../domain/cancellation-policy.js';
 import { Id, OutcomeStatus, Problem, errorResponses } from '../schemas.js';
 
 const Room = z.object({ id: z.string(), siteId: z.string(), name: z.string(), doors: z.array(z.string()) });
@@ -9,6 +10,8 @@ const HHMM = z.string().regex(/^([01][0-9]|2[0-3]):[0-5][0-9]$/, 'HH:MM (site-lo
 const Policy = z.strictObject({
   tiers: z.array(z.strictObject({ minDaysBefore: z.int().min(0).max(3650), refundPercent: z.int().min(0).max(100) })).max(20),
   noShowRefundPercent: z.int().min(0).max(100),
+  /** whether a cancelled walk-in gives its quota use back to the month it was used in (default site_fault) */
+  quotaReturn: z.enum(QUOTA_RETURNS).optional(),
 });
 const Settings = z.object({
   siteId: z.string(),
@@ -20,6 +23,7 @@ const Settings = z.object({
   cancellationPolicy: Policy,
   currency: z.string(),
   maxNights: z.int(),
+  walkInsAllowed: z.boolean(),
 });
 const SettingsAnswer = Settings.extend({ status: OutcomeStatus, code: z.string(), cid: z.string() });
 
@@ -69,6 +73,8 @@ export function roomsRoutes(app: Api, ctx: Ctx): void {
             .regex(/^[a-z]{3}$/)
             .optional(),
           maxNights: z.int().min(1).max(366).optional(),
+          // the front desk may sell walk-in day passes (POST /walk-ins); off unless set
+          walkInsAllowed: z.boolean().optional(),
         }),
         response: { ...errorResponses, 200: SettingsAnswer },
       },
@@ -93,6 +99,7 @@ export function roomsRoutes(app: Api, ctx: Ctx): void {
             cancellationPolicy: {
               tiers: s.cancellationPolicy.tiers.map((t) => ({ ...t })),
               noShowRefundPercent: s.cancellationPolicy.noShowRefundPercent,
+              ...(s.cancellationPolicy.quotaReturn === undefined ? {} : { quotaReturn: s.cancellationPolicy.quotaReturn }),
             },
           },
         };

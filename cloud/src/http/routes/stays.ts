@@ -31,6 +31,7 @@ export const StayJson = z.object({
   holdUntil: z.int(),
   keyId: z.string().nullable(),
   cancelReason: z.enum(CANCEL_REASONS).nullable(),
+  membershipId: z.string().nullable(),
   lastCode: z.string(),
   createdAt: z.int(),
   updatedAt: z.int(),
@@ -64,7 +65,11 @@ const StayAnswer = StayViewJson.extend({ status: OutcomeStatus, code: z.string()
 const StayConflict = Problem.extend({ stay: StayJson.optional() });
 
 // the guest credential's digest stays in the database: an answer says nothing about the credential
-const stayJson = ({ cid: _cid, guestCredential: _credential, nights, ...s }: Stay) => ({ ...s, nights: [...nights] });
+const stayJson = ({ cid: _cid, guestCredential: _credential, nights, membershipId, ...s }: Stay) => ({
+  ...s,
+  nights: [...nights],
+  membershipId: membershipId ?? null,
+});
 const paymentJson = (p: Payment) => ({
   id: p.id,
   purpose: p.purpose,
@@ -139,6 +144,8 @@ export function staysRoutes(app: Api, ctx: Ctx): void {
           deposit: Money.optional(),
           // the guest's PIN or card, told to the guest by the caller; kept only as a digest, never answered back
           credential: z.strictObject({ type: z.enum(['pin', 'card']), value: z.string().min(1).max(256) }).optional(),
+          // a members' booking: the guest's membership (refused MEMBERS_ONLY_PLAN unless it gives access now); its end cancels the stay
+          membershipId: Id.optional(),
         }),
         response: { ...errorResponses, 200: StayAnswer, 202: StayAnswer, 409: StayConflict },
       },

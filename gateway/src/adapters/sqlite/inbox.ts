@@ -16,7 +16,7 @@ export interface InboxRow {
   readonly cid: string;
   readonly message: DownlinkMessage;
   readonly attempts: number;
-  /** The kid of the cloud key that signed it (null: stored before migration 0010, or a test's row). */
+  /** The kid of the cloud key that signed it (null: stored before migration 0009, or a test's row). */
   readonly kid: string | null;
 }
 

@@ -3,7 +3,7 @@ import { z } from 'zod';
 import { prepared, type ReadableDb, type WritableDb } from './db.js';
 
 /**
- * Operating modes beyond the site mode column (migration 0012): where the
+ * Operating modes beyond the site mode column (migration 0011): where the
  * site mode came from, the passage schedules per door, and per lock whether
  * the gateway holds it open for passage and whether the guest inside has
  * privacy on. Single statements that join the caller's transaction.

@@ -4,7 +4,7 @@ import { z } from 'zod';
 import type { TrustedKey } from '../../domain/trusted-keys.js';
 import { prepared, type ReadableDb, type WritableDb } from './db.js';
 
-/** The `trusted_keys` table (migration 0010): the cloud keys this gateway trusts, and the retired ones it never will again. */
+/** The `trusted_keys` table (migration 0009): the cloud keys this gateway trusts, and the retired ones it never will again. */
 const Row = z.object({
   kid: z.string(),
   jwk: z.string(),

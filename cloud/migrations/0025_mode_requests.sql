@@ -1,4 +1,4 @@
--- 0027: operating modes set from the cloud (issue #17 part 3; docs/api.md "Modes", docs/cloud.md).
+-- 0025: operating modes set from the cloud (issue #17 part 3; docs/api.md "Modes", docs/cloud.md).
 -- Forward-only.
 
 -- The outbox carries a third sequenced type: site.mode (a site mode and/or passage schedules

@@ -1,4 +1,4 @@
--- 0026: one-time keys (issue #17 part 2). A one-time key opens for its first successful entry;
+-- 0024: one-time keys (issue #17 part 2). A one-time key opens for its first successful entry;
 -- the gateway consumes it at the door and its access event moves the key to `used` here (verb
 -- recordKeyUse, through the key verbs' trigger like every status change). Forward-only.
 ALTER TABLE keys ADD COLUMN one_time boolean NOT NULL DEFAULT false;

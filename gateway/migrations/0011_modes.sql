@@ -1,4 +1,4 @@
--- 0012: operating modes (issue #17 part 3; docs/gateway.md "Passage mode", "Privacy",
+-- 0011: operating modes (issue #17 part 3; docs/gateway.md "Passage mode", "Privacy",
 -- "Modes from the cloud"). Forward-only.
 
 -- Where the site mode came from: the gateway's staff (UI/API) or the cloud (a signed site.mode

@@ -1,0 +1,433 @@
+import {
+  applied,
+  credentialDigest,
+  newCorrelationId,
+  newId,
+  noop,
+  PersonId,
+  PresentedCredential,
+  refused,
+  SiteId,
+  withCorrelation,
+  type CorrelationId,
+  type Logger,
+  type Outcome,
+  type OutcomeCode,
+  type Page,
+} from '@tobira/shared';
+import { pgErrorCode, type Tx } from '../adapters/db/db.js';
+import { credentialInUse, issueTargets } from '../adapters/db/keys.js';
+import { loadPlan } from '../adapters/db/plans.js';
+import type { SiteScope } from '../adapters/db/scope.js';
+import { loadStaySettings } from '../adapters/db/stays.js';
+import {
+  casWalkIn,
+  deleteBlock,
+  insertBlock,
+  insertWalkIn,
+  listBlocks,
+  listExpiredWalkIns,
+  listQuotaUsage,
+  listWalkIns as listWalkInRows,
+  loadBlock,
+  loadWalkIn,
+  recordWalkInIntent,
+  returnQuota,
+  useQuota,
+  type Block,
+  type QuotaUsage,
+  type WalkInFilter,
+} from '../adapters/db/walk-ins.js';
+import type { BillingFailure } from '../adapters/stripe/errors.js';
+import { cancelPaymentIntent, createPaymentIntent } from '../adapters/stripe/payment-intents.js';
+import type { CancelReason } from '../domain/cancellation-policy.js';
+import { checkInGates } from '../domain/check-in-gates.js';
+import type { IntentObservation } from '../domain/payments.js';
+import type { Plan } from '../domain/plans.js';
+import * as domain from '../domain/walk-ins.js';
+import { quotaMonthOf, type WalkIn, type WalkInEffect, type WalkInOutcome } from '../domain/walk-ins.js';
+import { gateFacts } from './check-in.js';
+import { issueKey, revokeKey } from './keys.js';
+import { BillingStepFailed, inBilling, type StayDeps } from './stays.js';
+
+/**
+ * Walk-ins at the front desk, the check-in gates and monthly quotas (issue
+ * #13, docs/memberships.md "Check-in gates"). A walk-in passes the gates
+ * and takes its quota use in one transaction with its idempotency key
+ * (`walk_in:<id>:1`), THEN the PaymentIntent is made by the one factory
+ * (`metadata.purpose = walk_in`); only the verified, deduplicated webhook
+ * (re-read from Stripe) settles it into a key, through the key verb. An
+ * unpaid walk-in is released when its hold ends: the intent is cancelled in
+ * Stripe first, and the quota use goes back to the month it was taken from.
+ */
+export type WalkInDeps = StayDeps;
+
+export type WalkInResult = Outcome<WalkIn> & { readonly cid: CorrelationId };
+
+const plain = (o: WalkInOutcome): Outcome<WalkIn> => (o.status === 'applied' ? applied(o.code, o.state) : o);
+const failureOutcome = (f: BillingFailure): Outcome<never> =>
+  refused(f.code === 'BILLING_UNAVAILABLE' ? 'BILLING_UNAVAILABLE' : f.code, f.message);
+const inScope = (scope: SiteScope | undefined, siteId: string): boolean => scope === null || scope === undefined || scope.includes(siteId);
+
+/** Runs a walk-in verb's effects in its transaction: the key through the key verbs, quota uses back to their month. */
+async function runEffects(deps: WalkInDeps, tx: Tx, w: WalkIn, effects: readonly WalkInEffect[], cid: CorrelationId): Promise<void> {
+  const keyDeps = { ...deps, db: tx };
+  for (const e of effects) {
+    switch (e.type) {
+      case 'use_quota':
+        // written by createWalkIn before the row (its 0 rows is the refusal)
+        break;
+      case 'return_quota':
+        await returnQuota(tx, { planId: w.planId, personId: w.personId, month: e.month, now: deps.clock.now() });
+        break;
+      case 'issue_key': {
+        const plan = await loadPlan(tx, w.planId);
+        if (!plan) throw new Error(`walk-in ${w.id} has no plan`);
+        const o = await issueKey(keyDeps, {
+          keyId: e.keyId,
+          personId: w.personId,
+          doors: plan.doors,
+          credential: w.credential,
+          validFrom: e.validFrom,
+          validUntil: e.validUntil,
+          cid,
+        });
+        if (o.status !== 'applied' && o.status !== 'noop')
+          throw new BillingStepFailed(o.code, true, `the walk-in key could not be issued (${o.status})`);
+        break;
+      }
+      case 'revoke_key': {
+        const o = await revokeKey(keyDeps, { keyId: e.keyId, reason: 'walk_in_cancelled', cid });
+        if (o.status === 'refused' && o.code !== 'KEY_NOT_FOUND')
+          throw new BillingStepFailed(o.code, true, 'the walk-in key could not be revoked');
+        break;
+      }
+      default: {
+        const never: never = e;
+        throw new Error(`unhandled walk-in effect ${JSON.stringify(never)}`);
+      }
+    }
+  }
+}
+
+/** Lock, decide, compare-and-set, effects: one transaction. */
+async function walkInStep(
+  deps: WalkInDeps,
+  verb: string,
+  walkInId: string,
+  cid: CorrelationId,
+  scope: SiteScope | undefined,
+  decide: (w: WalkIn, timeZone: string, tx: Tx, now: number) => Promise<WalkInOutcome> | WalkInOutcome,
+): Promise<Outcome<WalkIn>> {
+  return inBilling(deps, verb, async (tx) => {
+    const w = await loadWalkIn(tx, walkInId, scope ?? null, true);
+    if (!w) return refused('WALK_IN_NOT_FOUND');
+    const settings = await loadStaySettings(tx, w.siteId);
+    if (!settings) throw new Error(`walk-in ${w.id} has no site`);
+    const now = deps.clock.now();
+    const o = await decide(w, settings.timeZone, tx, now);
+    if (o.status !== 'applied') return o;
+    if ((await casWalkIn(tx, o.state, w.version)) !== 1) throw new Error(`walk-in ${w.id} changed under its lock`);
+    await runEffects(deps, tx, o.state, o.emits, cid);
+    return applied(o.code, o.state);
+  });
+}
+
+// ---------------------------------------------------------------- create
+
+export interface CreateWalkInInput {
+  readonly walkInId?: string;
+  readonly siteId: string;
+  readonly planId: string;
+  readonly personId: string;
+  /** the PIN or card the desk gives the guest; kept only as its digest */
+  readonly credential: { readonly type: 'pin' | 'card'; readonly value: string };
+  readonly siteScope?: SiteScope;
+  readonly cid?: CorrelationId;
+}
+
+/**
+ * A walk-in: gates → quota use → pending row with its idempotency key (one
+ * transaction), then the PaymentIntent from the one factory, recorded. A
+ * gate's refusal changes nothing. Stripe unreachable → the walk-in fails at
+ * once (its quota use released) and the answer is BILLING_UNAVAILABLE. A
+ * repeat with the same id answers the same walk-in and the same intent.
+ */
+export async function createWalkIn(deps: WalkInDeps, input: CreateWalkInInput): Promise<WalkInResult> {
+  const cid = input.cid ?? newCorrelationId();
+  const id = input.walkInId ?? `wi_${newId()}`;
+  const log = withCorrelation(deps.log, cid, { verb: 'createWalkIn', walkInId: id });
+  const personId = PersonId.safeParse(input.personId);
+  if (!personId.success) return { ...refused('INVALID_REQUEST', 'personId'), cid };
+  const siteId = SiteId.safeParse(input.siteId);
+  if (!siteId.success) return { ...refused('INVALID_REQUEST', 'siteId'), cid };
+  if (!PresentedCredential.safeParse(input.credential).success) return { ...refused('INVALID_CREDENTIAL'), cid };
+  let created: Outcome<WalkIn>;
+  try {
+    created = await inBilling(deps, 'createWalkIn', async (tx): Promise<Outcome<WalkIn>> => {
+      if (!inScope(input.siteScope, input.siteId)) return refused('SITE_NOT_FOUND');
+      const settings = await loadStaySettings(tx, input.siteId);
+      if (!settings) return refused('SITE_NOT_FOUND');
+      const existing = await loadWalkIn(tx, id, null, true);
+      if (existing) return plain(domain.repeatWalkIn(existing, input.planId, personId.data));
+      const now = deps.clock.now();
+      const plan = await loadPlan(tx, input.planId);
+      const month = quotaMonthOf(now, settings.timeZone);
+      const facts = await gateFacts(tx, {
+        siteId: siteId.data,
+        personId: personId.data,
+        plan,
+        walkInsAllowed: settings.walkInsAllowed,
+        month,
+      });
+      // the gates before anything else is looked at: staff see the gate's code
+      const gate = checkInGates({ ...facts, kind: 'walk_in', plan });
+      if (gate.status === 'refused') return refused(gate.code, gate.detail);
+      if (!plan) return refused('PLAN_NOT_IN_CONFIG');
+      // the gates need no payment provider; selling the pass does
+      if (!deps.stripe) return refused('BILLING_NOT_CONFIGURED');
+      const targets = await issueTargets(tx, null, personId.data, plan.doors);
+      if (!targets.personFound) return refused('PERSON_NOT_FOUND');
+      const first = targets.doors[0];
+      if (new Set(targets.doors.map((d) => d.gatewayId)).size !== 1 || first === undefined) return refused('DOORS_SPAN_GATEWAYS');
+      const digest = credentialDigest(Buffer.from(first.pepper, 'base64url'), input.credential.type, input.credential.value);
+      if (await credentialInUse(tx, first.gatewayId, digest, domain.walkInKeyId(id))) return refused('CREDENTIAL_IN_USE');
+      const o = domain.createWalkIn(
+        null,
+        {
+          walkInId: id,
+          plan,
+          personId: personId.data,
+          timeZone: settings.timeZone,
+          holdMinutes: settings.holdMinutes,
+          credential: { type: input.credential.type, digest },
+          gates: facts,
+          cid,
+        },
+        now,
+      );
+      if (o.status !== 'applied') return plain(o);
+      for (const e of o.emits) {
+        // the SQL compare-and-set is the guard under concurrency: the gate above read a count that may have moved
+        if (
+          e.type === 'use_quota' &&
+          (await useQuota(tx, { planId: plan.id, personId: personId.data, month: e.month, quota: e.quota, now })) !== 1
+        )
+          return refused('QUOTA_EXHAUSTED', `the quota of ${e.quota} for ${e.month} is used up`);
+      }
+      if ((await insertWalkIn(tx, o.state)) !== 1) throw new Error(`walk-in ${id} appeared under its lock`);
+      return plain(o);
+    });
+  } catch (e) {
+    if (pgErrorCode(e) === '23503') return { ...refused('PERSON_NOT_FOUND'), cid };
+    throw e;
+  }
+  if (created.status === 'refused' || created.status === 'conflict') {
+    log.info({ status: created.status, code: created.code }, 'walk-in verb done');
+    return { ...created, cid };
+  }
+  const w = created.state;
+  if (w.status !== 'pending' || w.intentId !== null) return { ...created, cid };
+  const made = await ensureIntent(deps, w, log);
+  if (!made.ok) {
+    // nobody can pay a walk-in whose intent was never shown: it fails now and gives its quota use back
+    await walkInStep(deps, 'failWalkIn', w.id, cid, null, (cur, _tz, _tx, now) => domain.failWalkIn(cur, { cid }, now));
+    log.warn({ code: made.failure.code, stripeCode: made.failure.stripeCode }, 'walk-in failed: no PaymentIntent');
+    return { ...failureOutcome(made.failure), cid };
+  }
+  const now = await loadWalkIn(deps.db, w.id);
+  if (!now) throw new Error(`walk-in ${w.id} vanished`);
+  log.info({ status: created.status, code: created.code, intentId: now.intentId }, 'walk-in verb done');
+  return created.status === 'applied' ? { ...applied(created.code, now), cid } : { ...noop(created.code, now), cid };
+}
+
+/** The intent of the walk-in from THE factory with its stored key (a repeat gets the same intent back), recorded. */
+async function ensureIntent(
+  deps: WalkInDeps,
+  w: WalkIn,
+  log: Logger,
+): Promise<{ ok: true; intentId: string } | { ok: false; failure: BillingFailure }> {
+  const stripe = deps.stripe;
+  if (!stripe) throw new Error('no Stripe client');
+  const res = await createPaymentIntent(stripe, {
+    purpose: 'walk_in',
+    subjectId: w.id,
+    paymentId: w.id,
+    amount: w.amount,
+    currency: w.currency,
+    idempotencyKey: w.idempotencyKey,
+    description: `walk-in ${w.id}`,
+  });
+  if (!res.ok) return { ok: false, failure: res.failure };
+  deps.crash('afterIntentCreatedBeforeRecord');
+  const n = await deps.db.transaction((tx) => recordWalkInIntent(tx, w.id, res.value.intentId, res.value.clientSecret, deps.clock.now()));
+  if (n !== 1) log.error({ code: 'PAYMENT_INTENT_MISMATCH', intentId: res.value.intentId }, 'walk-in already has another intent');
+  return { ok: true, intentId: res.value.intentId };
+}
+
+// ---------------------------------------------------------------- settle (webhook)
+
+/**
+ * A verified payment_intent event of a walk-in (metadata.purpose = walk_in),
+ * the intent re-read from Stripe: paid → key issued in this transaction;
+ * canceled → failed, quota use released. An amount that is not the walk-in's,
+ * or money for a walk-in that ended, is an alarm and dead-letters the event.
+ */
+export async function settleWalkInPayment(
+  deps: WalkInDeps,
+  walkInId: string,
+  obs: IntentObservation,
+  cid: CorrelationId,
+): Promise<OutcomeCode> {
+  const log = withCorrelation(deps.log, cid, { verb: 'settleWalkIn', walkInId, intentId: obs.intentId });
+  const o = await walkInStep(deps, 'settleWalkIn', walkInId, cid, null, (w, timeZone, _tx, now) =>
+    domain.settleWalkIn(w, obs, { timeZone, cid }, now),
+  );
+  if (o.status === 'refused' && o.code !== 'WALK_IN_NOT_FOUND') {
+    log.error({ alarm: true, code: o.code, detail: o.detail }, 'ALARM: Stripe and the walk-in disagree');
+    throw new BillingStepFailed(o.code, true, o.detail ?? 'refused');
+  }
+  log.info({ status: o.status, code: o.code }, 'walk-in payment settled');
+  return o.code;
+}
+
+// ---------------------------------------------------------------- expire (billing pass)
+
+/**
+ * The hold sweep of walk-ins: for each pending walk-in past its hold, the
+ * intent is cancelled in Stripe FIRST (an intent whose answer a crash lost
+ * is fetched again with the stored key), then the walk-in is expired and its
+ * quota use released — or, when the intent had succeeded meanwhile, paid.
+ * Stripe unreachable: it stays pending until the next pass (nothing released
+ * while money may still land).
+ */
+export async function expireWalkIns(deps: WalkInDeps, limit: number): Promise<number> {
+  const stripe = deps.stripe;
+  if (!stripe) return 0;
+  const cid = newCorrelationId();
+  const log = withCorrelation(deps.log, cid, { part: 'walk-in-hold-sweep' });
+  let expired = 0;
+  for (const id of await listExpiredWalkIns(deps.db, deps.clock.now(), limit)) {
+    const w = await loadWalkIn(deps.db, id);
+    if (!w) continue;
+    let intentId = w.intentId;
+    if (intentId === null) {
+      const made = await ensureIntent(deps, w, log);
+      if (!made.ok) {
+        log.warn({ walkInId: id, code: made.failure.code }, 'walk-in hold over, Stripe unreachable: retried next pass');
+        continue;
+      }
+      intentId = made.intentId;
+    }
+    const c = await cancelPaymentIntent(stripe, intentId);
+    if (!c.ok) {
+      log.warn({ walkInId: id, code: c.failure.code }, 'walk-in intent not cancelled: retried next pass');
+      continue;
+    }
+    const o = await walkInStep(deps, 'expireWalkIn', id, cid, null, (cur, timeZone, _tx, now) =>
+      domain.expireWalkIn(cur, c.value, { timeZone, cid }, now),
+    );
+    if (o.status === 'applied' && o.code === 'WALK_IN_EXPIRED') expired += 1;
+    log.info({ walkInId: id, status: o.status, code: o.code }, 'walk-in hold over');
+  }
+  return expired;
+}
+
+// ---------------------------------------------------------------- cancel
+
+/** Cancel a paid walk-in: key revoked now; its quota use back to ITS month when the site's cancellation policy says so. */
+export async function cancelWalkIn(
+  deps: WalkInDeps,
+  input: { walkInId: string; reason: CancelReason; siteScope?: SiteScope; cid?: CorrelationId },
+): Promise<WalkInResult> {
+  const cid = input.cid ?? newCorrelationId();
+  const o = await walkInStep(deps, 'cancelWalkIn', input.walkInId, cid, input.siteScope, async (w, _tz, tx, now) => {
+    const settings = await loadStaySettings(tx, w.siteId);
+    if (!settings) throw new Error(`walk-in ${w.id} has no site`);
+    return domain.cancelWalkIn(w, { reason: input.reason, policy: settings.cancellationPolicy, cid }, now);
+  });
+  withCorrelation(deps.log, cid, { verb: 'cancelWalkIn', walkInId: input.walkInId }).info(
+    { status: o.status, code: o.code },
+    'walk-in verb done',
+  );
+  return { ...o, cid };
+}
+
+// ---------------------------------------------------------------- reads
+
+export function getWalkIn(deps: WalkInDeps, id: string, scope: SiteScope = null): Promise<WalkIn | null> {
+  return loadWalkIn(deps.db, id, scope);
+}
+
+export function listWalkIns(deps: WalkInDeps, scope: SiteScope, f: WalkInFilter): Promise<Page<WalkIn>> {
+  return listWalkInRows(deps.db, scope, f);
+}
+
+/** A plan's quota uses per person and month (the site's calendar), within the caller's sites. */
+export async function quotaView(
+  deps: WalkInDeps,
+  input: { planId: string; personId?: string | undefined; month?: string | undefined; siteScope?: SiteScope },
+): Promise<{ readonly plan: Plan; readonly usage: readonly QuotaUsage[]; readonly currentMonth: string } | null> {
+  const plan = await loadPlan(deps.db, input.planId, input.siteScope ?? null);
+  if (!plan) return null;
+  const settings = await loadStaySettings(deps.db, plan.siteId);
+  const currentMonth = quotaMonthOf(deps.clock.now(), settings?.timeZone ?? 'UTC');
+  const usage = await listQuotaUsage(deps.db, input.siteScope ?? null, { planId: plan.id, personId: input.personId, month: input.month });
+  return { plan, usage, currentMonth };
+}
+
+// ---------------------------------------------------------------- blocked people
+
+export type BlockResult = Outcome<Block> & { readonly cid: CorrelationId };
+
+/** Block a person at a site: their check-ins there are refused with GUEST_BLOCKED (their keys are not touched). */
+export async function blockPerson(
+  deps: WalkInDeps,
+  input: { siteId: string; personId: string; reason: string; actor: string; siteScope?: SiteScope; cid?: CorrelationId },
+): Promise<BlockResult> {
+  const cid = input.cid ?? newCorrelationId();
+  if (!inScope(input.siteScope, input.siteId)) return { ...refused('SITE_NOT_FOUND'), cid };
+  const block: Block = {
+    siteId: input.siteId,
+    personId: input.personId,
+    reason: input.reason,
+    blockedBy: input.actor,
+    blockedAt: deps.clock.now(),
+  };
+  const o = await deps.db
+    .transaction(async (tx): Promise<Outcome<Block>> => {
+      if ((await insertBlock(tx, block)) === 1) return applied('PERSON_BLOCKED', block);
+      const cur = await loadBlock(tx, input.siteId, input.personId);
+      return cur ? noop('PERSON_ALREADY_BLOCKED', cur) : refused('PERSON_NOT_FOUND');
+    })
+    .catch((e: unknown): Outcome<Block> => {
+      if (pgErrorCode(e) === '23503') return refused('PERSON_NOT_FOUND', 'no such person or site');
+      throw e;
+    });
+  withCorrelation(deps.log, cid, { verb: 'blockPerson', siteId: input.siteId, personId: input.personId }).info(
+    { status: o.status, code: o.code, actor: input.actor },
+    'block verb done',
+  );
+  return { ...o, cid };
+}
+
+export async function unblockPerson(
+  deps: WalkInDeps,
+  input: { siteId: string; personId: string; actor: string; siteScope?: SiteScope; cid?: CorrelationId },
+): Promise<Outcome<{ readonly siteId: string; readonly personId: string }> & { readonly cid: CorrelationId }> {
+  const cid = input.cid ?? newCorrelationId();
+  if (!inScope(input.siteScope, input.siteId)) return { ...refused('SITE_NOT_FOUND'), cid };
+  const n = await deleteBlock(deps.db, input.siteId, input.personId);
+  const state = { siteId: input.siteId, personId: input.personId };
+  const o: Outcome<typeof state> = n === 1 ? applied('PERSON_UNBLOCKED', state) : noop('PERSON_NOT_BLOCKED', state);
+  withCorrelation(deps.log, cid, { verb: 'unblockPerson', siteId: input.siteId, personId: input.personId }).info(
+    { status: o.status, code: o.code, actor: input.actor },
+    'block verb done',
+  );
+  return { ...o, cid };
+}
+
+export function listBlockedPeople(deps: WalkInDeps, siteId: string, scope: SiteScope = null): Promise<Block[]> {
+  if (!inScope(scope, siteId)) return Promise.resolve([]);
+  return listBlocks(deps.db, siteId);
+}

@@ -1,0 +1,291 @@
+import {
+  applied,
+  conflict,
+  noop,
+  refused,
+  type CorrelationId,
+  type Outcome,
+  type OutcomeCode,
+  type PersonId,
+  type SiteId,
+} from '@tobira/shared';
+import { returnsQuota, type CancelReason, type CancellationPolicy } from './cancellation-policy.js';
+import { checkInGates, type GateFacts } from './check-in-gates.js';
+import { addDays, localDateOf, zonedInstant, type IsoDate } from './nights.js';
+import type { IntentObservation } from './payments.js';
+import type { Plan } from './plans.js';
+
+/**
+ * Walk-ins (issue #13): a day pass of a plan sold at the front desk. It
+ * passes the check-in gates, takes one use of the plan's monthly quota in
+ * the site's calendar month, pays through the intent factory
+ * (`purpose = walk_in`) and only then gets its key, through the key verb.
+ * The state machine is a literal table (docs/state-machines.md checks it).
+ */
+export const WALK_IN_STATUSES = ['pending', 'paid', 'failed', 'expired', 'cancelled'] as const;
+export type WalkInStatus = (typeof WALK_IN_STATUSES)[number];
+
+export const WALK_IN_EVENTS = ['create', 'payment_settled', 'payment_cancelled', 'hold_expired', 'cancel'] as const;
+export type WalkInEvent = (typeof WALK_IN_EVENTS)[number];
+
+export interface WalkInTransitionRow {
+  readonly from: readonly (WalkInStatus | null)[];
+  readonly event: WalkInEvent;
+  readonly to: WalkInStatus;
+  readonly code: OutcomeCode;
+}
+export interface WalkInNoopRow {
+  readonly from: readonly WalkInStatus[];
+  readonly event: WalkInEvent;
+  readonly code: OutcomeCode;
+}
+
+export const WALK_IN_TRANSITIONS: readonly WalkInTransitionRow[] = [
+  { from: [null], event: 'create', to: 'pending', code: 'WALK_IN_CREATED' },
+  { from: ['pending'], event: 'payment_settled', to: 'paid', code: 'WALK_IN_PAID' },
+  { from: ['pending'], event: 'payment_cancelled', to: 'failed', code: 'WALK_IN_FAILED' },
+  { from: ['pending'], event: 'hold_expired', to: 'expired', code: 'WALK_IN_EXPIRED' },
+  { from: ['paid'], event: 'cancel', to: 'cancelled', code: 'WALK_IN_CANCELLED' },
+];
+
+export const WALK_IN_NOOPS: readonly WalkInNoopRow[] = [
+  { from: ['paid', 'cancelled'], event: 'payment_settled', code: 'WALK_IN_ALREADY_PAID' },
+  { from: ['paid', 'cancelled'], event: 'payment_cancelled', code: 'PAYMENT_FAILURE_IGNORED' },
+  { from: ['failed', 'expired'], event: 'payment_cancelled', code: 'WALK_IN_ALREADY_ENDED' },
+  { from: ['paid', 'failed', 'expired', 'cancelled'], event: 'hold_expired', code: 'WALK_IN_NOT_PENDING' },
+  { from: ['cancelled'], event: 'cancel', code: 'WALK_IN_ALREADY_CANCELLED' },
+  { from: ['failed', 'expired'], event: 'cancel', code: 'WALK_IN_ALREADY_ENDED' },
+];
+
+const transitionOf = (from: WalkInStatus | null, event: WalkInEvent) =>
+  WALK_IN_TRANSITIONS.find((r) => r.event === event && r.from.includes(from));
+const noopOf = (from: WalkInStatus, event: WalkInEvent) => WALK_IN_NOOPS.find((r) => r.event === event && r.from.includes(from));
+
+export interface WalkIn {
+  readonly id: string;
+  readonly siteId: SiteId;
+  readonly planId: string;
+  readonly personId: PersonId;
+  /** the site-local date of the pass */
+  readonly day: IsoDate;
+  /** the month (`YYYY-MM`, site calendar) its quota use counts against; null: the plan has no quota */
+  readonly quotaMonth: string | null;
+  /** the use was given back (to `quotaMonth`) */
+  readonly quotaReturned: boolean;
+  readonly status: WalkInStatus;
+  readonly version: number;
+  /** minor units */
+  readonly amount: number;
+  readonly currency: string;
+  /** `walk_in:<id>:1`, stored before the first Stripe call */
+  readonly idempotencyKey: string;
+  readonly intentId: string | null;
+  readonly clientSecret: string | null;
+  readonly amountReceived: number;
+  /** while pending: when the quota use and the sale are released if unpaid */
+  readonly holdUntil: number;
+  readonly keyId: string | null;
+  /** the credential the desk gave the guest, as its keyed digest only */
+  readonly credential: { readonly type: 'pin' | 'card'; readonly digest: string };
+  readonly cancelReason: CancelReason | null;
+  readonly lastCode: string;
+  readonly cid: CorrelationId;
+  readonly createdAt: number;
+  readonly updatedAt: number;
+}
+
+/** What a walk-in verb asks of the rest of the system, in the transaction of its change. */
+export type WalkInEffect =
+  | { readonly type: 'use_quota'; readonly month: string; readonly quota: number }
+  | { readonly type: 'return_quota'; readonly month: string }
+  | { readonly type: 'issue_key'; readonly keyId: string; readonly validFrom: number; readonly validUntil: number }
+  | { readonly type: 'revoke_key'; readonly keyId: string };
+
+export type WalkInOutcome = Outcome<WalkIn, WalkInEffect>;
+
+/** The quota month of an instant at the site: the calendar month there (`YYYY-MM`), not UTC's. */
+export const quotaMonthOf = (now: number, timeZone: string): string => localDateOf(now, timeZone).slice(0, 7);
+
+export const walkInKeyId = (walkInId: string): string => `key_${walkInId}`;
+export const walkInIdempotencyKey = (walkInId: string, attempt: number): string => `walk_in:${walkInId}:${attempt}`;
+
+/** A walk-in key runs to the end of its day at the site (at least an hour from when it is paid). */
+export const WALK_IN_MIN_KEY_MS = 3_600_000;
+
+const write = (w: WalkIn, event: WalkInEvent, patch: Partial<WalkIn>, cid: CorrelationId, now: number): WalkInOutcome | null => {
+  const n = noopOf(w.status, event);
+  if (n) return noop(n.code, w);
+  const row = transitionOf(w.status, event);
+  if (!row) return null;
+  return applied(row.code, { ...w, ...patch, status: row.to, version: w.version + 1, lastCode: row.code, cid, updatedAt: now });
+};
+
+// ---------------------------------------------------------------- create
+
+export interface CreateWalkInCommand {
+  readonly walkInId: string;
+  readonly plan: Plan;
+  readonly personId: PersonId;
+  readonly timeZone: string;
+  readonly holdMinutes: number;
+  readonly credential: { readonly type: 'pin' | 'card'; readonly digest: string };
+  /** the facts of the gates (blocked, walk-ins allowed, membership, uses this month), loaded in the transaction */
+  readonly gates: Omit<GateFacts, 'kind' | 'plan'>;
+  readonly cid: CorrelationId;
+}
+
+/**
+ * Create: the check-in gates first (each refusal coded for staff), then a
+ * pending walk-in with its idempotency key and, when the plan has a quota,
+ * one use of this month's quota (the SQL use is the guard under races:
+ * 0 rows there is QUOTA_EXHAUSTED too). Invariant: nothing is created for a
+ * person a gate refuses; an existing id is never overwritten.
+ */
+export function createWalkIn(existing: WalkIn | null, cmd: CreateWalkInCommand, now: number): WalkInOutcome {
+  if (existing) return repeatWalkIn(existing, cmd.plan.id, cmd.personId);
+  const gate = checkInGates({ ...cmd.gates, kind: 'walk_in', plan: cmd.plan });
+  if (gate.status === 'refused') return refused(gate.code, gate.detail);
+  if (cmd.plan.walkInAmount === null) return refused('WALK_IN_NOT_ALLOWED');
+  const row = transitionOf(null, 'create');
+  if (!row) throw new Error('walk-in table has no create row');
+  const day = localDateOf(now, cmd.timeZone);
+  const quota = cmd.plan.monthlyEntryQuota;
+  const quotaMonth = quota === null ? null : day.slice(0, 7);
+  const w: WalkIn = {
+    id: cmd.walkInId,
+    siteId: cmd.gates.siteId,
+    planId: cmd.plan.id,
+    personId: cmd.personId,
+    day,
+    quotaMonth,
+    quotaReturned: false,
+    status: row.to,
+    version: 1,
+    amount: cmd.plan.walkInAmount,
+    currency: cmd.plan.currency,
+    idempotencyKey: walkInIdempotencyKey(cmd.walkInId, 1),
+    intentId: null,
+    clientSecret: null,
+    amountReceived: 0,
+    holdUntil: now + cmd.holdMinutes * 60_000,
+    keyId: null,
+    credential: cmd.credential,
+    cancelReason: null,
+    lastCode: row.code,
+    cid: cmd.cid,
+    createdAt: now,
+    updatedAt: now,
+  };
+  return applied(row.code, w, quota === null || quotaMonth === null ? [] : [{ type: 'use_quota', month: quotaMonth, quota }]);
+}
+
+/** The same walk-in asked for again (same id): noop when it is the same plan and person, else a conflict. */
+export function repeatWalkIn(existing: WalkIn, planId: string, personId: string): WalkInOutcome {
+  return existing.planId === planId && existing.personId === personId
+    ? noop('WALK_IN_ALREADY_CREATED', existing)
+    : conflict('WALK_IN_ALREADY_EXISTS', existing);
+}
+
+// ---------------------------------------------------------------- settle
+
+/**
+ * Settle on what Stripe says the intent is NOW (never the event order):
+ * succeeded → `paid` with its key (to the end of the day at the site);
+ * canceled → `failed`, the quota use released (it was never used); a decline
+ * or anything in between changes nothing (the guest may try another card
+ * until the hold ends). Invariant: money that is not the walk-in's amount
+ * and currency is refused (an alarm), never applied.
+ */
+export function settleWalkIn(
+  w: WalkIn | null,
+  obs: IntentObservation,
+  cmd: { readonly timeZone: string; readonly cid: CorrelationId },
+  now: number,
+): WalkInOutcome {
+  if (!w) return refused('WALK_IN_NOT_FOUND');
+  if (w.intentId !== null && w.intentId !== obs.intentId) return refused('PAYMENT_INTENT_MISMATCH', `${obs.intentId} is not ${w.intentId}`);
+  if (obs.currency !== w.currency || obs.amount !== w.amount || (obs.status === 'succeeded' && obs.amountReceived !== w.amount))
+    return refused(
+      'PAYMENT_AMOUNT_MISMATCH',
+      `walk-in ${w.amount} ${w.currency}, Stripe ${obs.amount}/${obs.amountReceived} ${obs.currency}`,
+    );
+  if (obs.status === 'succeeded') {
+    if (w.status === 'failed' || w.status === 'expired')
+      return refused('PAYMENT_AFTER_WALK_IN_ENDED', `the walk-in is ${w.status}: refund what was paid`);
+    const keyId = walkInKeyId(w.id);
+    const endOfDay = zonedInstant(addDays(w.day, 1), '00:00', cmd.timeZone);
+    const validUntil = Math.max(endOfDay, now + WALK_IN_MIN_KEY_MS);
+    const o = write(w, 'payment_settled', { keyId, amountReceived: obs.amountReceived, intentId: obs.intentId }, cmd.cid, now);
+    if (!o) return refused('INVALID_TRANSITION', `payment_settled from ${w.status}`);
+    return o.status === 'applied' ? applied(o.code, o.state, [{ type: 'issue_key', keyId, validFrom: now, validUntil }]) : o;
+  }
+  if (obs.status === 'canceled') {
+    const o = write(w, 'payment_cancelled', { intentId: obs.intentId, quotaReturned: w.quotaMonth !== null }, cmd.cid, now);
+    if (!o) return refused('INVALID_TRANSITION', `payment_cancelled from ${w.status}`);
+    return o.status === 'applied' ? applied(o.code, o.state, releaseOf(o.state)) : o;
+  }
+  return noop('WALK_IN_PAYMENT_PENDING', w);
+}
+
+/** The quota use of a walk-in that was never used (failed, expired): back to its own month. */
+function releaseOf(w: WalkIn): WalkInEffect[] {
+  return w.quotaMonth === null ? [] : [{ type: 'return_quota', month: w.quotaMonth }];
+}
+
+// ---------------------------------------------------------------- fail
+
+/** Fail: no PaymentIntent could be made for it (Stripe unreachable): `failed`, its quota use released, nothing charged. */
+export function failWalkIn(w: WalkIn | null, cmd: { readonly cid: CorrelationId }, now: number): WalkInOutcome {
+  if (!w) return refused('WALK_IN_NOT_FOUND');
+  const o = write(w, 'payment_cancelled', { quotaReturned: w.quotaMonth !== null }, cmd.cid, now);
+  if (!o) return refused('INVALID_TRANSITION', `payment_cancelled from ${w.status}`);
+  return o.status === 'applied' ? applied(o.code, o.state, releaseOf(o.state)) : o;
+}
+
+// ---------------------------------------------------------------- expire
+
+/**
+ * Expire: unpaid past its hold → `expired`, the quota use released. The use
+ * case cancels the intent in Stripe FIRST and hands its answer here: one
+ * that succeeded meanwhile is settled as paid instead (no money is lost for
+ * a pass that was bought). Invariant: never before `holdUntil`.
+ */
+export function expireWalkIn(
+  w: WalkIn | null,
+  obs: IntentObservation | null,
+  cmd: { readonly timeZone: string; readonly cid: CorrelationId },
+  now: number,
+): WalkInOutcome {
+  if (!w) return refused('WALK_IN_NOT_FOUND');
+  if (w.status === 'pending' && now < w.holdUntil) return noop('WALK_IN_HOLD_NOT_OVER', w);
+  if (obs !== null && obs.status === 'succeeded') return settleWalkIn(w, obs, cmd, now);
+  if (obs !== null && obs.status !== 'canceled') return noop('WALK_IN_PAYMENT_PENDING', w);
+  const o = write(w, 'hold_expired', { quotaReturned: w.quotaMonth !== null }, cmd.cid, now);
+  if (!o) return refused('INVALID_TRANSITION', `hold_expired from ${w.status}`);
+  return o.status === 'applied' ? applied(o.code, o.state, releaseOf(o.state)) : o;
+}
+
+// ---------------------------------------------------------------- cancel
+
+/**
+ * Cancel a paid walk-in: its key revoked through the key verb in the same
+ * transaction; its quota use given back to the month it was used in (never
+ * the current one) only when the site's cancellation policy says so
+ * (`returnsQuota`). Invariant: a use is given back at most once.
+ */
+export function cancelWalkIn(
+  w: WalkIn | null,
+  cmd: { readonly reason: CancelReason; readonly policy: CancellationPolicy; readonly cid: CorrelationId },
+  now: number,
+): WalkInOutcome {
+  if (!w) return refused('WALK_IN_NOT_FOUND');
+  if (w.status === 'pending') return refused('WALK_IN_NOT_PAID', 'an unpaid walk-in is released when its hold ends');
+  const give = w.quotaMonth !== null && !w.quotaReturned && returnsQuota(cmd.policy, cmd.reason);
+  const o = write(w, 'cancel', { cancelReason: cmd.reason, quotaReturned: w.quotaReturned || give }, cmd.cid, now);
+  if (!o) return refused('INVALID_TRANSITION', `cancel from ${w.status}`);
+  if (o.status !== 'applied') return o;
+  const effects: WalkInEffect[] = [];
+  if (w.keyId !== null) effects.push({ type: 'revoke_key', keyId: w.keyId });
+  if (give && w.quotaMonth !== null) effects.push({ type: 'return_quota', month: w.quotaMonth });
+  return applied(o.code, o.state, effects);
+}
