@@ -1,4 +1,4 @@
-import { newCorrelationId, newId, signMessage, topics, withCorrelation, type SigningKey, type UplinkMessage } from '@tobira/shared';
+import { newCorrelationId, signMessage, topics, withCorrelation, type SigningKey, type UplinkMessage } from '@tobira/shared';
 import type { Link } from '../adapters/mqtt/links.js';
 import { markSent, pendingOutbox } from '../adapters/sqlite/outbox.js';
 import type { ResyncReason } from './apply.js';
