@@ -1,4 +1,4 @@
-import { credentialDigest } from '@tobira/shared';
+import { KeyGrant, credentialDigest } from '@tobira/shared';
 import { pgBackends } from '@tobira/shared/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { crashAt, SimulatedCrash } from '../src/app/crash.js';
@@ -231,6 +231,19 @@ describe.each(pgBackends())('entry-key verbs on %s', (backend) => {
       expect(await outboxOf(s.gatewayId)).toEqual([
         { seq: 1, type: 'key.grant', key_id: o.state.id, key_version: 1, status: 'pending', cid: o.cid },
       ]);
+    });
+
+    it("queues a grant with the person's and doors' display names, leaving out a name the wire cannot carry", async () => {
+      const d = deps(t.db);
+      const s = await seed(d);
+      await t.db.query(`UPDATE doors SET name = 'B' || chr(7) WHERE id = $1`, [s.doorB]); // a control character
+      const o = await issue(d, s);
+      expect(o).toMatchObject({ status: 'applied', code: 'KEY_ISSUED' });
+      const body = (await t.db.query<{ body: { key: KeyGrant } }>('SELECT body FROM outbox WHERE gateway_id = $1', [s.gatewayId])).rows[0]
+        ?.body;
+      expect(body?.key).toMatchObject({ personName: 'Hana', doorNames: { [s.doorA]: 'A' } });
+      expect(body?.key.doorNames).not.toHaveProperty(s.doorB);
+      expect(KeyGrant.safeParse(body?.key).success).toBe(true); // what the gateway's strict schema takes
     });
 
     it('refuses doors behind two gateways, unknown doors and unknown people, writing nothing', async () => {

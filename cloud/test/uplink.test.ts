@@ -514,6 +514,8 @@ describe.each(pgBackends())('uplink inbox on %s', (pgBackend) => {
               .sort(),
           );
           expect(snap.body.revoked).toEqual([{ keyId: keys[0]?.status === 'applied' ? keys[0].state.id : '', version: 2 }]);
+          // the snapshot's grants carry the display names the cloud holds now, as an issue's grant does
+          expect(snap.body.keys.map((k) => [k.personName, k.doorNames])).toEqual(keys.slice(1).map(() => ['Hana', { [s.doorA]: 'A' }]));
         } finally {
           await gw.close();
         }

@@ -24,6 +24,7 @@ import {
   enterVerb,
   getKeySummary,
   insertKey,
+  grantNames,
   issueTargets,
   keysDueToExpire,
   listHistory,
@@ -177,6 +178,7 @@ async function issueParsed(deps: AppDeps, input: ParsedIssueKeyInput, cid: Corre
     offlineMaxSeconds: input.offlineCapable === true ? (input.offlineMaxSeconds ?? offlineCap) : (input.offlineMaxSeconds ?? null),
     oneTime: input.oneTime ?? false,
     cid,
+    names: await grantNames(deps.db, [{ personId: input.personId, doors: input.doors }]),
   };
   if (await credentialInUse(deps.db, gatewayId, digest, keyId)) return { ...refused('CREDENTIAL_IN_USE'), cid };
   try {

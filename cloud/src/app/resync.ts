@@ -14,7 +14,7 @@ import { signRow } from '../adapters/outbox/dispatcher.js';
 import type { CloudSigner } from '../adapters/signer.js';
 import { setRepeatableRead } from '../adapters/db/db.js';
 import { bumpSeqPast, lastSeqOf } from '../adapters/db/gateways.js';
-import { keysForSnapshot } from '../adapters/db/keys.js';
+import { grantNames, keysForSnapshot } from '../adapters/db/keys.js';
 import { outboxRowsBetween } from '../adapters/db/outbox-reads.js';
 import { toGrant } from '../domain/keys.js';
 import type { AppDeps } from './deps.js';
@@ -124,7 +124,9 @@ export async function answerResync(app: AppDeps, r: ResyncDeps, gatewayId: strin
     return { asOfSeq: await lastSeqOf(tx, gatewayId), keys: await keysForSnapshot(tx, gatewayId) };
   });
   await r.signer.refresh(app.db);
-  const grants = snap.keys.filter((k) => k.status === 'issuing' || k.status === 'active').map(toGrant);
+  const live = snap.keys.filter((k) => k.status === 'issuing' || k.status === 'active');
+  const names = await grantNames(app.db, live);
+  const grants = live.map((k) => toGrant(k, names));
   const tombstones = snap.keys
     .filter((k) => k.status === 'revoking' || k.status === 'revoked')
     .map((k) => ({ keyId: k.id, version: k.version }));

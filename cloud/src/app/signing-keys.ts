@@ -12,6 +12,7 @@ import {
   type SigningKeyRow,
 } from '../adapters/db/signing-keys.js';
 import type { Queryable } from '../adapters/db/db.js';
+import { grantNames } from '../adapters/db/keys.js';
 import { enqueue } from '../adapters/outbox/enqueue.js';
 import type { CloudSigner } from '../adapters/signer.js';
 import * as domain from '../domain/signing-keys.js';
@@ -171,10 +172,11 @@ export function resignLiveGrants(deps: SigningDeps, input: { cid?: CorrelationId
         throw new Error('signing key changed under its lock');
     }
     const keys = await liveKeys(tx);
+    const names = await grantNames(tx, keys);
     for (const key of keys) {
       await enqueue(
         tx,
-        { gatewayId: key.gatewayId, type: 'key.grant', keyId: key.id, keyVersion: key.version, body: { key: toGrant(key) }, cid },
+        { gatewayId: key.gatewayId, type: 'key.grant', keyId: key.id, keyVersion: key.version, body: { key: toGrant(key, names) }, cid },
         now,
       );
     }

@@ -1,4 +1,5 @@
 import {
+  DisplayName,
   applied,
   conflict,
   noop,
@@ -63,8 +64,32 @@ export type KeyDownlink =
 
 export type KeyOutcome = Outcome<EntryKey, KeyDownlink>;
 
-/** The grant a gateway receives for a key (the wire form of the key's current version). */
-export function toGrant(k: EntryKey): KeyGrant {
+/**
+ * Display names a grant carries for the gateway's staff UI (never used to
+ * decide): the person's and those of the key's doors, as the cloud holds them
+ * when the grant is sent (issue, resync snapshot, re-sign).
+ */
+export interface GrantNames {
+  readonly people: ReadonlyMap<string, string>;
+  readonly doors: ReadonlyMap<string, string>;
+}
+
+/** A name the wire takes (DisplayName: 1–80 characters, no control characters), else nothing: a grant is never refused for its name. */
+function wireName(name: string | undefined): string | undefined {
+  if (name === undefined) return undefined;
+  const r = DisplayName.safeParse(name);
+  return r.success ? r.data : undefined;
+}
+
+/** The grant a gateway receives for a key (the wire form of the key's current version), with display names when known. */
+export function toGrant(k: EntryKey, names?: GrantNames): KeyGrant {
+  const personName = wireName(names?.people.get(k.personId));
+  const doorNames = Object.fromEntries(
+    k.doors.flatMap((d) => {
+      const n = wireName(names?.doors.get(d));
+      return n === undefined ? [] : [[d, n]];
+    }),
+  );
   return {
     keyId: k.id,
     version: k.version,
@@ -77,6 +102,8 @@ export function toGrant(k: EntryKey): KeyGrant {
     offlineCapable: k.offlineCapable,
     ...(k.offlineCapable && k.offlineMaxSeconds !== null ? { offlineMaxSeconds: k.offlineMaxSeconds } : {}),
     ...(k.oneTime ? { oneTime: true } : {}),
+    ...(personName === undefined ? {} : { personName }),
+    ...(Object.keys(doorNames).length === 0 ? {} : { doorNames }),
   } as KeyGrant;
 }
 
@@ -98,6 +125,8 @@ function move(k: EntryKey, event: KeyEvent, patch: Partial<EntryKey>, cid: Corre
 export interface IssueKeyCommand extends KeyTerms {
   readonly keyId: KeyId;
   readonly cid: CorrelationId;
+  /** Display names for the grant (not part of the key: a rename is not a new key). */
+  readonly names?: GrantNames;
 }
 
 function sameContent(k: EntryKey, c: IssueKeyCommand): boolean {
@@ -157,7 +186,7 @@ export function issueKey(existing: EntryKey | null, cmd: IssueKeyCommand, now: n
     createdAt: now,
     updatedAt: now,
   };
-  return applied(row.code, key, [{ type: 'key.grant', body: { key: toGrant(key) } }]);
+  return applied(row.code, key, [{ type: 'key.grant', body: { key: toGrant(key, cmd.names) } }]);
 }
 
 // ---------------------------------------------------------------- revoke

@@ -15,7 +15,7 @@ import {
   type PageQuery,
 } from '@tobira/shared';
 import { KEY_EVENTS, KEY_STATUSES, type KeyStatus } from '../../domain/key-states.js';
-import type { EntryKey } from '../../domain/keys.js';
+import type { EntryKey, GrantNames } from '../../domain/keys.js';
 import type { Queryable } from './db.js';
 import { scopeParam, type SiteScope } from './scope.js';
 
@@ -346,3 +346,23 @@ export async function issueTargets(
     doors: rows.flatMap((x) => (x.kind === 'door' ? [{ id: x.id, gatewayId: x.gateway_id, pepper: x.pepper }] : [])),
   };
 }
+
+/**
+ * The display names grants carry (domain/keys.ts GrantNames): the people's
+ * and doors' names of these keys, in one query. Read outside the key's
+ * transaction: a name is for the staff UI only, never for a decision.
+ */
+export async function grantNames(q: Queryable, keys: readonly { personId: string; doors: readonly string[] }[]): Promise<GrantNames> {
+  if (keys.length === 0) return { people: new Map(), doors: new Map() };
+  const r = await q.query(
+    `SELECT 'person' AS kind, id, name FROM people WHERE id = ANY($1::text[])
+     UNION ALL SELECT 'door', id, name FROM doors WHERE id = ANY($2::text[])`,
+    [[...new Set(keys.map((k) => k.personId))], [...new Set(keys.flatMap((k) => k.doors))]],
+  );
+  const rows = parseRows('people', NameRow, r.rows);
+  return {
+    people: new Map(rows.filter((x) => x.kind === 'person').map((x) => [x.id, x.name])),
+    doors: new Map(rows.filter((x) => x.kind === 'door').map((x) => [x.id, x.name])),
+  };
+}
+const NameRow = z.object({ kind: z.enum(['person', 'door']), id: z.string(), name: z.string() });
