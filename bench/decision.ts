@@ -104,6 +104,19 @@ export async function startDecisionBench(brokerUrl: string, lockCount: number): 
     );
     await cloud.publishAsync(topics.gatewayDown(GATEWAY_ID), token, { qos: 1 });
   };
+  // Answer the gateway's resync requests as the cloud does: the answer proves the time to a started gateway (TIME_UNPROVEN).
+  cloud.on('message', (_t, payload) => {
+    const claims = JSON.parse(Buffer.from(payload.toString().split('.')[1] ?? '', 'base64url').toString()) as {
+      type?: string;
+      body?: { requestId?: string; lastAppliedSeq?: number };
+    };
+    if (claims.type !== 'resync.request' || claims.body?.requestId === undefined) return;
+    const from = claims.body.lastAppliedSeq ?? 0;
+    void send({
+      type: 'resync.answer',
+      body: { requestId: claims.body.requestId, mode: from >= 1 ? 'up_to_date' : 'replay', fromSeq: from, toSeq: 1, snapshotId: null },
+    });
+  });
   const now = Date.now();
   await send({
     type: 'key.grant',

@@ -1,10 +1,11 @@
 -- 0025: operating modes set from the cloud (issue #17 part 3; docs/api.md "Modes", docs/cloud.md).
 -- Forward-only.
 
--- The outbox carries a third sequenced type: site.mode (a site mode and/or passage schedules
--- for one gateway). The CHECK of 0001 named only the key types.
+-- The outbox carries a fourth sequenced type: site.mode (a site mode and/or passage schedules
+-- for one gateway), next to the key types and 0023's keyset.update.
+
 ALTER TABLE outbox DROP CONSTRAINT IF EXISTS outbox_type_check;
-ALTER TABLE outbox ADD CONSTRAINT outbox_type_check CHECK (type IN ('key.grant', 'key.revoke', 'site.mode'));
+ALTER TABLE outbox ADD CONSTRAINT outbox_type_check CHECK (type IN ('key.grant', 'key.revoke', 'keyset.update', 'site.mode'));
 
 -- One row per gateway a mode request went to. `request_id` is the admin call (one site or every
 -- site in the caller's scope); its status is `pending` until every gateway acked its site.mode

@@ -319,7 +319,8 @@ async function main(): Promise<void> {
   ok();
   step("waiting for the gateway's first proven sync with the cloud (until then it fails closed)");
   await cloud.sendHeartbeats();
-  const synced = await waitUntil(() => (gateway.store.settings().leaseExpiresAt ?? 0) > Date.now(), 30_000);
+  // (after a restart the stored lease counts only once the cloud has answered this process: TIME_UNPROVEN)
+  const synced = await waitUntil(() => gateway.timeProven && (gateway.store.settings().leaseExpiresAt ?? 0) > Date.now(), 30_000);
   ok(synced ? 'in sync' : 'not yet: doors answer CLOUD_STALE until it is (see the gateway /healthz)');
   const panel = await startLockPanel(fleet, env.TOBIRA_DEMO_HOST, env.TOBIRA_DEMO_LOCKS_PORT);
   parts.push({ name: 'lock panel', stop: () => panel.app.close() });

@@ -92,7 +92,7 @@ const keptKid = (data: string) => (JSON.parse(readFileSync(join(data, 'cloud', '
 const loadedKids = (data: string) =>
   readFileSync(join(data, 'logs', 'demo.log'), 'utf8')
     .split('\n')
-    .filter((l) => l.includes('"cloud signing key loaded"'))
+    .filter((l) => l.includes('"cloud signing keys loaded"'))
     .map((l) => (JSON.parse(l) as { kid: string }).kid);
 
 const run = async (cmd: string) => JSON.parse((await sh('bash', ['-c', cmd])).stdout) as Record<string, unknown>;

@@ -222,20 +222,40 @@ describe.each(mqttBackends())('passage mode at a gateway with a firmware-sim loc
       await waitFor(() => s.lock.commands.at(-1)?.action === 'lock', 'a lock command at start');
     });
 
-    it('renews at once at start a door still inside its schedule (no second PASSAGE_UNLOCK)', async () => {
+    it('renews a door still inside its schedule once the restart is proven (no second PASSAGE_UNLOCK)', async () => {
       await start(86_400);
       await setPassage(LOBBY);
       await waitFor(() => sim.bolt === 'unlocked', 'held');
       const sent = unlocksSent();
       const gw = await restart(T0 + 20_000);
+      // the fake cloud answers the new process's startup resync: its lease counts again, the hold is renewed
+      await waitFor(() => gw.timeProven || undefined, 'restart proven');
       await waitFor(() => unlocksSent() > sent, 'renewed at start');
       await advance(15_000);
       expect(sim.bolt).toBe('unlocked');
-      expect(
-        accessLog(gw.store.db)
-          .map((a) => a.code)
-          .filter((c) => c.startsWith('PASSAGE')),
-      ).toEqual(['PASSAGE_UNLOCK']);
+      const passage = accessLog(gw.store.db)
+        .map((a) => a.code)
+        .filter((c) => c.startsWith('PASSAGE'));
+      expect(passage[0]).toBe('PASSAGE_UNLOCK');
+      // (a relock and a new unlock when the first evaluation ran before the proof: never two unlocks in a row)
+      expect(passage.filter((c, i) => c === 'PASSAGE_UNLOCK' && passage[i - 1] === 'PASSAGE_UNLOCK')).toEqual([]);
+    });
+
+    it('relocks at start while the restart is unproven (the cloud does not answer): passage never holds a door open failing closed', async () => {
+      await start(86_400);
+      await setPassage(LOBBY);
+      await waitFor(() => sim.bolt === 'unlocked', 'held');
+      s.cloud.answerResync = false;
+      const gw = await restart(T0 + 20_000);
+      await waitFor(
+        () =>
+          accessLog(gw.store.db)
+            .map((a) => a.code)
+            .includes('PASSAGE_RELOCK') || undefined,
+        'relocked while TIME_UNPROVEN',
+      );
+      await waitFor(() => s.lock.commands.at(-1)?.action === 'lock', 'a lock command at start');
+      expect(gw.timeProven).toBe(false);
     });
   });
 });
