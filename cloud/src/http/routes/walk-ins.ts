@@ -83,6 +83,18 @@ function send(reply: FastifyReply, o: WalkInResult, appliedAs: 200 | 202 = 200):
  * names its id, so a repeat is the domain's noop (no Idempotency-Key needed:
  * it calls Stripe between transactions).
  */
+/** A block or unblock outcome: 404 for an unknown site or person, 422 for another refusal, else 200 with the row. */
+function sendBlockOutcome(
+  reply: FastifyReply,
+  o: Awaited<ReturnType<Ctx['cloud']['blockPerson']>> | Awaited<ReturnType<Ctx['cloud']['unblockPerson']>>,
+): FastifyReply {
+  if (o.status === 'refused' || o.status === 'conflict')
+    return reply
+      .status(o.code.endsWith('_NOT_FOUND') ? 404 : 422)
+      .send({ ...problem(o.code, o.status === 'refused' ? o.detail : undefined), cid: o.cid });
+  return reply.status(200).send({ ...o.state, status: o.status, code: o.code, cid: o.cid });
+}
+
 export function walkInsRoutes(app: Api, ctx: Ctx): void {
   app.post(
     '/walk-ins',
@@ -213,11 +225,7 @@ export function walkInsRoutes(app: Api, ctx: Ctx): void {
         siteScope: p.sites,
         cid: cidOf(req),
       });
-      if (o.status === 'refused' || o.status === 'conflict')
-        return reply
-          .status(o.code.endsWith('_NOT_FOUND') ? 404 : 422)
-          .send({ ...problem(o.code, o.status === 'refused' ? o.detail : undefined), cid: o.cid });
-      return reply.status(200).send({ ...o.state, status: o.status, code: o.code, cid: o.cid });
+      return sendBlockOutcome(reply, o);
     },
   );
 
@@ -243,11 +251,7 @@ export function walkInsRoutes(app: Api, ctx: Ctx): void {
         siteScope: p.sites,
         cid: cidOf(req),
       });
-      if (o.status === 'refused' || o.status === 'conflict')
-        return reply
-          .status(o.code.endsWith('_NOT_FOUND') ? 404 : 422)
-          .send({ ...problem(o.code, o.status === 'refused' ? o.detail : undefined), cid: o.cid });
-      return reply.status(200).send({ ...o.state, status: o.status, code: o.code, cid: o.cid });
+      return sendBlockOutcome(reply, o);
     },
   );
 
