@@ -25,16 +25,23 @@ import {
  *
  * Heartbeat lag: the cloud sends every online gateway a heartbeat per
  * `HEARTBEAT_INTERVAL_MS` round; an observer on the broker records when
- * each one arrives. A gateway's lag in a round is its heartbeat's arrival
- * minus the round's first arrival: how long one cloud process takes to
- * sign and publish a round to the whole fleet, with the uplinks of the
- * fleet coming in meanwhile. The fleet grows by `steps` while the lag p99
- * stays under `boundMs`; the answer is the largest step that did.
+ * each one arrives. A heartbeat's lag is how much longer than the interval
+ * its gateway waited for it since the previous one (or since the window
+ * opened; a gateway still waiting when the window closes counts that wait):
+ * a round that is slow to sign and publish to the whole fleet shows as lag,
+ * and so does a round the cloud skipped or sent late (a gateway's freshness
+ * lease runs on these gaps). The round spread (arrival minus the round's
+ * first arrival) is reported too. The fleet grows by `steps` while the lag
+ * p99 stays under `boundMs`; the answer is the largest step that did.
  */
 export interface FleetStep {
   readonly gateways: number;
   readonly locks: number;
   readonly lagP99Ms: number;
+  /** Heartbeats seen in the window, and how many a round every interval to every gateway would have sent. */
+  readonly heartbeats: number;
+  readonly expected: number;
+  readonly spreadP99Ms: number;
   readonly rounds: number;
 }
 export interface FleetResult {
@@ -107,12 +114,30 @@ export async function runFleet(o: {
       const seen = () => new Set(arrivals.map((a) => a.gatewayId)).size;
       for (let waited = 0; seen() < fleet.length && waited < 60_000 + 10 * o.intervalMs; waited += 200) await sleep(200);
       arrivals = [];
+      const windowStart = performance.now();
       await sleep(o.rounds * o.intervalMs + o.intervalMs / 2);
-      const lags = roundLags(arrivals, o.intervalMs);
+      const windowEnd = performance.now();
+      const lags = gapLags(
+        fleet.map((g) => g.gatewayId),
+        arrivals,
+        { start: windowStart, end: windowEnd },
+        o.intervalMs,
+      );
       const lagP99Ms = round(percentile(lags, 99), 1);
-      const step = { gateways: fleet.length, locks: fleet.length * o.locks, lagP99Ms, rounds: o.rounds };
+      const spreadP99Ms = round(percentile(roundLags(arrivals, o.intervalMs), 99), 1);
+      const step = {
+        gateways: fleet.length,
+        locks: fleet.length * o.locks,
+        lagP99Ms,
+        heartbeats: arrivals.length,
+        expected: fleet.length * Math.floor((windowEnd - windowStart) / o.intervalMs),
+        spreadP99Ms,
+        rounds: o.rounds,
+      };
       steps.push(step);
-      o.log(`fleet ${step.gateways} gateways × ${o.locks} locks: heartbeat lag p99 ${lagP99Ms} ms (${lags.length} heartbeats)`);
+      o.log(
+        `fleet ${step.gateways} gateways × ${o.locks} locks: heartbeat lag p99 ${lagP99Ms} ms, round spread p99 ${spreadP99Ms} ms (${step.heartbeats} heartbeats of ${step.expected} due)`,
+      );
       if (!(lagP99Ms <= o.boundMs)) break;
     }
   } finally {
@@ -126,6 +151,34 @@ export async function runFleet(o: {
   }
   const kept = steps.filter((s) => s.lagP99Ms <= o.boundMs).at(-1);
   return { gateways: kept?.gateways ?? 0, locks: kept?.locks ?? 0, lagP99Ms: kept?.lagP99Ms ?? steps.at(-1)?.lagP99Ms ?? NaN, steps };
+}
+
+/**
+ * Each heartbeat's lag behind its due time: for every gateway, the gaps
+ * between its arrivals in the window (the first measured from the window's
+ * start, and the wait still open at its end), less the interval, floored at
+ * 0. A gateway that got nothing in the window counts the whole window.
+ */
+export function gapLags(
+  gatewayIds: readonly string[],
+  arrivals: readonly { gatewayId: string; at: number }[],
+  window: { start: number; end: number },
+  intervalMs: number,
+): number[] {
+  const byGateway = new Map<string, number[]>(gatewayIds.map((id) => [id, []]));
+  for (const a of arrivals) byGateway.get(a.gatewayId)?.push(a.at);
+  const lags: number[] = [];
+  for (const ats of byGateway.values()) {
+    ats.sort((a, b) => a - b);
+    let prev = window.start;
+    for (const at of ats) {
+      lags.push(Math.max(0, at - prev - intervalMs));
+      prev = at;
+    }
+    const open = window.end - prev - intervalMs;
+    if (open > 0 || ats.length === 0) lags.push(Math.max(0, open));
+  }
+  return lags.sort((a, b) => a - b);
 }
 
 /** Splits arrivals into rounds (a new round starts more than half an interval after the current one began); each arrival's lag behind its round's first. */

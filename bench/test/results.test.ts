@@ -2,7 +2,7 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { roundLags } from '../fleet.js';
+import { gapLags, roundLags } from '../fleet.js';
 import { METRIC_NAMES, formatTable, percentile, resultsOf, thisMachine, writeResults } from '../results.js';
 
 // The JSON the bench writes is read by people and scripts comparing runs: its shape is the contract (issue #14).
@@ -66,6 +66,21 @@ describe('bench results file', () => {
   it('splits heartbeat arrivals into rounds and measures each behind its round’s first', () => {
     // two rounds 1000 ms apart; the second round's last arrival is 30 ms behind its first
     expect(roundLags([{ at: 0 }, { at: 5 }, { at: 12 }, { at: 1000 }, { at: 1030 }], 1000)).toEqual([0, 0, 5, 12, 30]);
+  });
+
+  it('counts a skipped or late heartbeat round as lag, and a gateway never reached as the whole window', () => {
+    const w = { start: 0, end: 3500 };
+    // a: on time every 1000 ms (its first 200 ms into the window); b: the round at 2000 skipped; c: nothing
+    const arrivals = [
+      { gatewayId: 'a', at: 200 },
+      { gatewayId: 'a', at: 1200 },
+      { gatewayId: 'a', at: 2200 },
+      { gatewayId: 'a', at: 3200 },
+      { gatewayId: 'b', at: 210 },
+      { gatewayId: 'b', at: 1210 },
+      { gatewayId: 'b', at: 3210 },
+    ];
+    expect(gapLags(['a', 'b', 'c'], arrivals, w, 1000)).toEqual([0, 0, 0, 0, 0, 0, 1000, 2500]);
   });
 
   it('takes nearest-rank percentiles', () => {
