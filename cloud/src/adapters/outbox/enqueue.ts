@@ -24,20 +24,22 @@ export interface Enqueued {
  * commits or rolls back with the state change, and its `seq` is the gateway's
  * next one with no gap (the counter row stays locked until commit; a rollback
  * undoes the increment). The NOTIFY is delivered only on commit.
+ * One statement (one round trip): the counter row's lock serialises every
+ * transaction that writes to this gateway until it commits, so the time
+ * between taking the seq and the commit bounds one gateway's issue rate
+ * (docs/performance.md); callers enqueue last, right before the commit.
  */
 export async function enqueue(tx: Queryable, d: OutboxDraft, now: number): Promise<Enqueued> {
-  const s = await tx.query<{ last_seq: number }>(
-    'UPDATE gateway_seq SET last_seq = last_seq + 1 WHERE gateway_id = $1 RETURNING last_seq',
-    [d.gatewayId],
-  );
-  const seq = s.rows[0]?.last_seq;
-  if (seq === undefined) throw new Error(`no seq counter for gateway ${d.gatewayId}`);
   const jti = newMessageId();
-  await tx.query(
-    `INSERT INTO outbox (gateway_id, seq, jti, type, key_id, key_version, body, cid, status, attempts, next_attempt_at, created_at)
-     VALUES ($1,$2,$3,$4,$5,$6,$7::jsonb,$8,'pending',0,$9,$9)`,
-    [d.gatewayId, seq, jti, d.type, d.keyId, d.keyVersion, JSON.stringify(d.body), d.cid, now],
+  const r = await tx.query<{ seq: number }>(
+    `WITH s AS (UPDATE gateway_seq SET last_seq = last_seq + 1 WHERE gateway_id = $1 RETURNING last_seq),
+          o AS (INSERT INTO outbox (gateway_id, seq, jti, type, key_id, key_version, body, cid, status, attempts, next_attempt_at, created_at)
+                SELECT $1, s.last_seq, $2, $3, $4, $5, $6::jsonb, $7, 'pending', 0, $8, $8 FROM s
+                RETURNING seq)
+     SELECT o.seq, pg_notify($9, $1) FROM o`,
+    [d.gatewayId, jti, d.type, d.keyId, d.keyVersion, JSON.stringify(d.body), d.cid, now, OUTBOX_CHANNEL],
   );
-  await tx.query('SELECT pg_notify($1, $2)', [OUTBOX_CHANNEL, d.gatewayId]);
+  const seq = r.rows[0]?.seq;
+  if (seq === undefined) throw new Error(`no seq counter for gateway ${d.gatewayId}`);
   return { gatewayId: d.gatewayId, seq, jti, type: d.type };
 }
