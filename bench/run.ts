@@ -3,7 +3,9 @@
  * the door decision path, grant/revoke propagation and issue throughput
  * through the admin API, a 100k-key resync, the fleet one cloud process
  * serves, and two replicas in order — printed as a table and written to
- * bench/results/latest.json. Needs the mosquitto binary (it starts its own
+ * bench/results/latest.json. `--only floors,decision,propagation,resync,fleet,replicas`
+ * runs a subset (written only with `--out`, so a partial run never replaces
+ * the full results). Needs the mosquitto binary (it starts its own
  * broker) and PostgreSQL (`DATABASE_URL`, else the local one). Benchmarks are
  * not tests: nothing here asserts a timing.
  */
@@ -19,8 +21,19 @@ import { runResync } from './resync.js';
 import { formatTable, resultsOf, round, thisMachine, writeResults, type Metrics, type ThroughputStep } from './results.js';
 
 const quick = process.argv.includes('--quick');
+const SCENARIOS = ['floors', 'decision', 'propagation', 'resync', 'fleet', 'replicas'] as const;
+type ScenarioName = (typeof SCENARIOS)[number];
+const onlyArg = process.argv.indexOf('--only');
+const only: readonly string[] = onlyArg >= 0 ? (process.argv[onlyArg + 1] ?? '').split(',') : SCENARIOS;
+const unknown = only.filter((n) => !(SCENARIOS as readonly string[]).includes(n));
+if (unknown.length > 0) {
+  console.error(`unknown scenario(s) ${unknown.join(', ')}; known: ${SCENARIOS.join(', ')}`);
+  process.exit(2);
+}
+const runs = (name: ScenarioName) => only.includes(name);
 const outArg = process.argv.indexOf('--out');
-const OUT = outArg >= 0 ? process.argv[outArg + 1]! : fileURLToPath(new URL('./results/latest.json', import.meta.url));
+const OUT =
+  outArg >= 0 ? process.argv[outArg + 1]! : onlyArg >= 0 ? null : fileURLToPath(new URL('./results/latest.json', import.meta.url));
 const DATABASE_URL = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
 
 const P = quick
@@ -65,45 +78,50 @@ async function main() {
   const broker = await startBroker();
   try {
     log(`broker ${broker.url}; ${quick ? 'quick' : 'full'} run`);
-    m.raw_mqtt_rtt_ms = await rawMqttRtt(broker.url, P.rttRequests);
-    log(`raw mqtt rtt: p50 ${m.raw_mqtt_rtt_ms.p50} ms, p99 ${m.raw_mqtt_rtt_ms.p99} ms`);
-    m.raw_pg_cas_outbox_tx_per_s = await rawPgCasOutbox(DATABASE_URL, 16, P.pgSeconds);
-    log(`raw pg CAS+outbox at 16 connections: ${m.raw_pg_cas_outbox_tx_per_s} tx/s`);
-    m.raw_sqlite_full_tx_per_s = rawSqliteFull(P.sqliteSeconds);
-    log(`raw sqlite synchronous=FULL: ${m.raw_sqlite_full_tx_per_s} tx/s`);
+    if (runs('floors')) {
+      m.raw_mqtt_rtt_ms = await rawMqttRtt(broker.url, P.rttRequests);
+      log(`raw mqtt rtt: p50 ${m.raw_mqtt_rtt_ms.p50} ms, p99 ${m.raw_mqtt_rtt_ms.p99} ms`);
+      m.raw_pg_cas_outbox_tx_per_s = await rawPgCasOutbox(DATABASE_URL, 16, P.pgSeconds);
+      log(`raw pg CAS+outbox at 16 connections: ${m.raw_pg_cas_outbox_tx_per_s} tx/s`);
+      m.raw_sqlite_full_tx_per_s = rawSqliteFull(P.sqliteSeconds);
+      log(`raw sqlite synchronous=FULL: ${m.raw_sqlite_full_tx_per_s} tx/s`);
+    }
 
-    const bench = await startDecisionBench(broker.url, LOCKS);
-    try {
-      await bench.run({ rate: LATENCY_RATE, seconds: 2 }); // warm-up: JIT, SQLite page cache
-      const steady = await bench.run({ rate: LATENCY_RATE, seconds: P.latencySeconds });
-      log(`decision at ${LATENCY_RATE}/s over ${LOCKS} locks: ${describe(steady)}`);
-      m.decision_latency_ms = steady.latency;
-      // Up the rates until the path saturates (requests unanswered or not sent on time): a step whose p99
-      // misses the bound on a shared machine does not end the search, and the log shows where it saturates.
-      let best = 0;
-      for (const rate of RATES) {
-        const r = await bench.run({ rate, seconds: P.stepSeconds });
-        const saturated = r.answered < 0.99 * r.offered || r.sentPerSecond < 0.95 * rate;
-        const ok = !saturated && r.latency.p99 < P99_BOUND_MS;
-        log(`decision throughput step ${rate}/s: ${describe(r)} -> ${ok ? 'sustained' : saturated ? 'saturated' : 'p99 over the bound'}`);
-        steps.push({
-          rate,
-          ...r.latency,
-          answered: r.answered,
-          offered: r.offered,
-          verdict: ok ? 'sustained' : saturated ? 'saturated' : 'p99',
-        });
-        if (ok) best = rate;
-        if (saturated) break;
+    if (runs('decision')) {
+      const bench = await startDecisionBench(broker.url, LOCKS);
+      try {
+        await bench.run({ rate: LATENCY_RATE, seconds: 2 }); // warm-up: JIT, SQLite page cache
+        const steady = await bench.run({ rate: LATENCY_RATE, seconds: P.latencySeconds });
+        log(`decision at ${LATENCY_RATE}/s over ${LOCKS} locks: ${describe(steady)}`);
+        m.decision_latency_ms = steady.latency;
+        // Up the rates until the path saturates (requests unanswered or not sent on time): a step whose p99
+        // misses the bound on a shared machine does not end the search, and the log shows where it saturates.
+        let best = 0;
+        for (const rate of RATES) {
+          const r = await bench.run({ rate, seconds: P.stepSeconds });
+          const saturated = r.answered < 0.99 * r.offered || r.sentPerSecond < 0.95 * rate;
+          const ok = !saturated && r.latency.p99 < P99_BOUND_MS;
+          log(`decision throughput step ${rate}/s: ${describe(r)} -> ${ok ? 'sustained' : saturated ? 'saturated' : 'p99 over the bound'}`);
+          steps.push({
+            rate,
+            ...r.latency,
+            answered: r.answered,
+            offered: r.offered,
+            verdict: ok ? 'sustained' : saturated ? 'saturated' : 'p99',
+          });
+          if (ok) best = rate;
+          if (saturated) break;
+        }
+        m.decision_throughput_per_s = best;
+      } finally {
+        await bench.stop();
       }
-      m.decision_throughput_per_s = best;
-    } finally {
-      await bench.stop();
     }
 
     // Each end-to-end scenario stands alone: one that fails (a loaded machine can starve a gateway of its
     // heartbeats) leaves its metrics null and says why in `run.failures`, and the run goes on.
-    const scenario = async (name: string, body: () => Promise<void>) => {
+    const scenario = async (name: ScenarioName, body: () => Promise<void>) => {
+      if (!runs(name)) return;
       try {
         await body();
       } catch (e) {
@@ -172,8 +190,8 @@ async function main() {
       replicasOps: E.replicas.ops,
     },
   });
-  writeResults(OUT, results);
-  log(`\n${formatTable(results)}\n\nwritten to ${OUT}`);
+  if (OUT !== null) writeResults(OUT, results);
+  log(`\n${formatTable(results)}\n\n${OUT === null ? 'a partial run (--only): not written (give --out to keep it)' : `written to ${OUT}`}`);
 }
 
 main().catch((e: unknown) => {
