@@ -270,8 +270,13 @@ function coreOf(config: CloudConfig, cloudDeps: CloudDeps) {
       return links?.connected ?? false;
     },
     /** Each MQTT link's state and the uplinks in flight in the inbox (tests; /metrics shows the same). */
-    get mqttLinks(): { readonly in: boolean; readonly out: boolean; readonly inFlight: number } {
-      return { in: links?.inbox.connected ?? false, out: links?.out.connected ?? false, inFlight: links?.inbox.inFlight ?? 0 };
+    get mqttLinks(): { readonly in: boolean; readonly out: boolean; readonly inFlight: number; readonly inFlightPeak: number } {
+      return {
+        in: links?.inbox.connected ?? false,
+        out: links?.out.connected ?? false,
+        inFlight: links?.inbox.inFlight ?? 0,
+        inFlightPeak: links?.inbox.inFlightPeak ?? 0,
+      };
     },
     /** What this process counts (uplinks, dispatch lag, publish failures; the admin API's webhook worker reports here too). */
     telemetry: metrics.telemetry,

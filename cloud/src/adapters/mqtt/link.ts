@@ -75,7 +75,7 @@ export function openMqttLink(
   opts: IClientOptions = {},
   shared?: SharedSubscriptions,
   linkOpts: LinkOptions = {},
-): MqttLink & { readonly inFlight: number } {
+): MqttLink & { readonly inFlight: number; readonly inFlightPeak: number } {
   const client: MqttClient = connectMqtt(url, { clean: false, reconnectPeriod: 500, ...opts });
   // A persistent session redelivers unacknowledged messages right at CONNECT,
   // possibly before the inbox registered its handler: they wait for it instead
@@ -127,6 +127,9 @@ export function openMqttLink(
     get inFlight() {
       return queue.inFlight;
     },
+    get inFlightPeak() {
+      return queue.peak;
+    },
     publish(topic, payload, timeoutMs, qos = 1) {
       if (!client.connected) return Promise.reject(new NotConnected());
       return new Promise((resolve, reject) => {
@@ -166,7 +169,7 @@ export function openMqttLink(
 /** A replica's two connections (issue #14); each is an MqttLink. */
 export interface MqttLinks {
   /** The uplink subscription (shared when configured) and presence: receives, never publishes. */
-  readonly inbox: MqttLink & { readonly inFlight: number };
+  readonly inbox: MqttLink & { readonly inFlight: number; readonly inFlightPeak: number };
   /** The dispatcher's, the heartbeat's and the resync answers' publishes: subscribes to nothing. */
   readonly out: MqttLink;
   /** Both connected. */
