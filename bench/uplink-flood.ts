@@ -85,7 +85,10 @@ async function main() {
     const arrived = new Map<number, number>();
     const waiters = new Map<number, () => void>();
     bClient.on('message', (_t, payload) => {
-      const claims = JSON.parse(Buffer.from(payload.toString().split('.')[1] ?? '', 'base64url').toString()) as { type?: string; seq?: number };
+      const claims = JSON.parse(Buffer.from(payload.toString().split('.')[1] ?? '', 'base64url').toString()) as {
+        type?: string;
+        seq?: number;
+      };
       if (claims.type === 'key.grant' && typeof claims.seq === 'number' && !arrived.has(claims.seq)) {
         arrived.set(claims.seq, performance.now());
         waiters.get(claims.seq)?.();
@@ -122,7 +125,9 @@ async function main() {
     const aClient = connectMqtt(broker.url, { clientId: `bench-${a.gatewayId}`, clean: true });
     await waitConnected(aClient);
     const audited = async () =>
-      Number(((await cloud.db.query('SELECT count(*)::int AS n FROM audit WHERE gateway_id = $1', [a.gatewayId])).rows[0] as { n: number }).n);
+      Number(
+        ((await cloud.db.query('SELECT count(*)::int AS n FROM audit WHERE gateway_id = $1', [a.gatewayId])).rows[0] as { n: number }).n,
+      );
 
     const t0 = performance.now();
     const published = Promise.all(tokens.map((t) => aClient.publishAsync(topics.gatewayUp(a.gatewayId), t, { qos: 1 })));
