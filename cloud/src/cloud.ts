@@ -17,7 +17,7 @@ import {
 import type { Db } from './adapters/db/db.js';
 import { migrate } from './adapters/db/migrate.js';
 import { openDb } from './adapters/db/open.js';
-import { openMqttLink, type MqttLink } from './adapters/mqtt/link.js';
+import { openMqttLinks, type MqttLinks } from './adapters/mqtt/link.js';
 import { listDeadLetters, retryDeadLetter, type DeadLetter } from './adapters/outbox/dead-letters.js';
 import { Dispatcher } from './adapters/outbox/dispatcher.js';
 import { purgeOld } from './adapters/outbox/purge.js';
@@ -92,7 +92,7 @@ function coreOf(config: CloudConfig, cloudDeps: CloudDeps) {
   const log = cloudDeps.log ?? createLogger('cloud');
   const crash = cloudDeps.crash ?? (config.crashMode === 'kill' ? killAt(config.crashAt) : crashAt(config.crashAt));
   let db: Db | undefined;
-  let link: MqttLink | undefined;
+  let links: MqttLinks | undefined;
   let signer: CloudSigner | undefined;
   let dispatcher: Dispatcher | undefined;
   let uplink: Uplink | undefined;
@@ -102,7 +102,11 @@ function coreOf(config: CloudConfig, cloudDeps: CloudDeps) {
   let billing: BillingWorker | undefined;
   let notifier: NotificationDispatcher | undefined;
   const stripe = cloudDeps.stripe === undefined ? stripeFromSettings(config.stripe) : cloudDeps.stripe;
-  const metrics = processMetrics({ backend: () => db?.kind ?? null, pool: () => db?.poolStats() ?? null });
+  const metrics = processMetrics({
+    backend: () => db?.kind ?? null,
+    pool: () => db?.poolStats() ?? null,
+    links: () => (links ? { in: links.inbox.connected, out: links.out.connected, inFlight: links.inbox.inFlight } : null),
+  });
 
   const need = <T>(v: T | undefined): T => {
     if (v === undefined) throw new Error('cloud not started');
@@ -137,10 +141,18 @@ function coreOf(config: CloudConfig, cloudDeps: CloudDeps) {
         ...(config.mqttUsername ? { username: config.mqttUsername } : {}),
         ...(config.mqttPassword ? { password: config.mqttPassword } : {}),
       };
-      link = openMqttLink(config.mqttUrl, withCorrelation(log, newCorrelationId(), { part: 'mqtt-link' }), opts, {
-        group: config.mqttSharedGroup,
-        filters: [filters.allGatewaysUp], // presence is retained: never shared
-      });
+      // two connections (issue #14): the inbox's incoming flood never holds up the PUBACKs of the dispatcher's publishes
+      links = openMqttLinks(
+        config.mqttUrl,
+        withCorrelation(log, newCorrelationId(), { part: 'mqtt-link' }),
+        opts,
+        {
+          group: config.mqttSharedGroup,
+          filters: [filters.allGatewaysUp], // presence is retained: never shared
+        },
+        { maxInFlight: config.uplinkMaxInFlight },
+      );
+      const link = links.out;
       dispatcher = new Dispatcher(
         { db, clock, log, crash, link, signer, random: cloudDeps.random ?? Math.random, telemetry: metrics.telemetry },
         {
@@ -154,7 +166,8 @@ function coreOf(config: CloudConfig, cloudDeps: CloudDeps) {
         },
       );
       uplink = new Uplink(app(), {
-        link,
+        link: links.inbox,
+        publishLink: links.out,
         signer,
         replayMax: config.resyncReplayMax,
         publishTimeoutMs: config.dispatch.publishTimeoutMs,
@@ -173,7 +186,7 @@ function coreOf(config: CloudConfig, cloudDeps: CloudDeps) {
       uplink.start();
       // not fatal: the link keeps reconnecting, and the uplink subscription is made on every connect
       const ready = await Promise.race([
-        uplink.subscribed.then(() => true),
+        Promise.all([uplink.subscribed, links.out.waitConnected(5_000)]).then(([, out]) => out),
         new Promise<boolean>((r) => setTimeout(() => r(false), 5_000).unref()),
       ]);
       if (!ready) startLog.warn({ url: config.mqttUrl }, 'MQTT not connected yet; starting anyway');
@@ -225,9 +238,11 @@ function coreOf(config: CloudConfig, cloudDeps: CloudDeps) {
       // graceful: a pass in flight finishes its sends and marks before the database closes
       await notifier?.stop();
       heartbeat?.stop();
-      await dispatcher?.stop();
+      // the inbox first: it takes nothing new and its handlers in flight commit and are acknowledged
+      await links?.inbox.close();
       await uplink?.stop();
-      await link?.close();
+      await dispatcher?.stop();
+      await links?.out.close();
       if (!cloudDeps.db) await db?.close();
       db = undefined;
     },
@@ -252,7 +267,16 @@ function coreOf(config: CloudConfig, cloudDeps: CloudDeps) {
       return dispatcher?.crashed ?? false;
     },
     get mqttConnected(): boolean {
-      return link?.connected ?? false;
+      return links?.connected ?? false;
+    },
+    /** Each MQTT link's state and the uplinks in flight in the inbox (tests; /metrics shows the same). */
+    get mqttLinks(): { readonly in: boolean; readonly out: boolean; readonly inFlight: number; readonly inFlightPeak: number } {
+      return {
+        in: links?.inbox.connected ?? false,
+        out: links?.out.connected ?? false,
+        inFlight: links?.inbox.inFlight ?? 0,
+        inFlightPeak: links?.inbox.inFlightPeak ?? 0,
+      };
     },
     /** What this process counts (uplinks, dispatch lag, publish failures; the admin API's webhook worker reports here too). */
     telemetry: metrics.telemetry,

@@ -17,7 +17,10 @@ export const CloudConfigSchema = z.object({
   /** PGlite data directory (`memory://` keeps it in memory). */
   PGLITE_DATA_DIR: z.string().min(1).default('memory://'),
   MQTT_URL: z.string().url().default('mqtt://127.0.0.1:1883'),
-  /** Stable client id for the persistent MQTT session; one per replica, the same across its restarts. */
+  /**
+   * Stable client id of the replica, the same across its restarts; its two connections use `<id>-in`
+   * (the inbox, a persistent session) and `<id>-out` (publishes; a clean session).
+   */
   MQTT_CLIENT_ID: z.string().min(1).max(128).default(`tobira-cloud-${hostname()}`.slice(0, 128)),
   /** Clean session (tests only): a restarted cloud would not get the uplinks it had not acknowledged. */
   MQTT_CLEAN_SESSION: z.enum(['true', 'false']).default('false'),
@@ -73,6 +76,12 @@ export const CloudConfigSchema = z.object({
   RESYNC_BURST: int(5, 1),
   RESYNC_PER_MINUTE: int(30, 1),
   RESYNC_MAX_CONCURRENT: int(4, 1),
+  /**
+   * Uplinks received and not yet handled, at most: handled concurrently across gateways (each gateway's
+   * in order), each in its own transaction (a pool connection). At the bound the inbox stops reading
+   * until one is done; the rest waits in the broker's queue.
+   */
+  UPLINK_MAX_IN_FLIGHT: int(8, 1),
   REJECTED_UPLINKS_MAX_ROWS: int(10_000, 1),
   /** Sent outbox rows and uplink dedupe rows older than this are purged by the sweeper. */
   RETENTION_MS: int(7 * 86_400_000, 1),
@@ -183,6 +192,8 @@ export interface CloudConfig {
   readonly resyncRate: { readonly burst: number; readonly perSecond: number };
   /** Resync answers (replays and snapshots) built at once, across all gateways. */
   readonly resyncMaxConcurrent: number;
+  /** UPLINK_MAX_IN_FLIGHT. */
+  readonly uplinkMaxInFlight: number;
   /** rejected_uplinks keeps at most this many rows (the newest); the purge also drops them by age. */
   readonly rejectedUplinksMaxRows: number;
   readonly expireSweepMs: number;
@@ -324,6 +335,7 @@ export function parseConfig(env: Record<string, string | undefined> = process.en
     resyncReplayMax: c.RESYNC_REPLAY_MAX,
     resyncRate: { burst: c.RESYNC_BURST, perSecond: c.RESYNC_PER_MINUTE / 60 },
     resyncMaxConcurrent: c.RESYNC_MAX_CONCURRENT,
+    uplinkMaxInFlight: c.UPLINK_MAX_IN_FLIGHT,
     rejectedUplinksMaxRows: c.REJECTED_UPLINKS_MAX_ROWS,
     expireSweepMs: c.EXPIRE_SWEEP_MS,
     retentionMs: c.RETENTION_MS,

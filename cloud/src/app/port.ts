@@ -83,7 +83,7 @@ export interface CloudVerbs {
   blockPerson(input: Parameters<typeof walkIns.blockPerson>[1]): ReturnType<typeof walkIns.blockPerson>;
   unblockPerson(input: Parameters<typeof walkIns.unblockPerson>[1]): ReturnType<typeof walkIns.unblockPerson>;
   quotaView(input: Parameters<typeof walkIns.quotaView>[1]): ReturnType<typeof walkIns.quotaView>;
-  /** The MQTT link is connected (`/readyz`). */
+  /** Both MQTT links (inbox and publishing) are connected (`/readyz`). */
   readonly mqttConnected: boolean;
   /** Signing-key rotation (issue #17, docs/operations.md); these run their own transactions. */
   readonly jwks: Jwks;

@@ -59,7 +59,10 @@ const SKEW_RESOLUTION_MS = 1_000;
 const SKEW_REFRESH_MS = 60_000;
 
 export interface UplinkOptions {
+  /** Where uplinks come in (a replica's inbox link). */
   readonly link: MqttLink;
+  /** Where resync answers go out (a replica's publishing link); default: `link`. */
+  readonly publishLink?: MqttLink;
   readonly signer: CloudSigner;
   readonly replayMax: number;
   readonly publishTimeoutMs: number;
@@ -194,7 +197,7 @@ export class Uplink {
       this.#answering.add(gatewayId);
       // Answered outside the incoming-message pipeline: mqtt.js handles no
       // PUBACK while a handler is pending, so publishing from inside it would wait on itself.
-      const p: Promise<void> = answerResync(this.#app, this.#o, gatewayId, m)
+      const p: Promise<void> = answerResync(this.#app, { ...this.#o, link: this.#o.publishLink ?? this.#o.link }, gatewayId, m)
         .then(() => undefined)
         .catch((e: unknown) => log.warn({ err: String(e) }, 'resync answer not sent; the gateway asks again'))
         .finally(() => {

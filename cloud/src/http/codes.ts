@@ -38,7 +38,8 @@ export const API_CODES = Object.freeze({
     'Too many requests from this client address (counted before authentication) or for this token; retry after the Retry-After seconds.',
   SERVICE_UNAVAILABLE: 'A dependency (database, broker) is down; retry later. `/readyz` names which in `reasons`.',
   DATABASE_UNREACHABLE: '`/readyz` reason: the database did not answer a query within healthDbTimeoutMs (or refused it).',
-  BROKER_DISCONNECTED: "`/readyz` reason: the cloud's MQTT link to the broker is not connected (nothing is dispatched or received).",
+  BROKER_DISCONNECTED:
+    "`/readyz` reason: one of the cloud's two MQTT links to the broker (inbox, publishing) is not connected (nothing is received, or nothing dispatched).",
   INTERNAL: 'An internal error; details are in the server log under the correlation id.',
   ALARM_NOT_FOUND: 'No such alarm visible to this token.',
   ALARM_ACKNOWLEDGED: 'The alarm is acknowledged now, under the calling token (applied).',

@@ -314,6 +314,13 @@ describe.each(pgBackends())('cloud GET /metrics on %s', (backend) => {
     expect(of('tobira_cloud_db_pool_connections', m, { backend: b, state: 'idle' })).toBeGreaterThanOrEqual(0);
   });
 
+  it("both MQTT links, each as a series, and the inbox's uplinks in flight", async () => {
+    const m = await scrape();
+    expect(of('tobira_cloud_mqtt_connected', m, { link: 'in' })).toBe(1);
+    expect(of('tobira_cloud_mqtt_connected', m, { link: 'out' })).toBe(1);
+    expect(of('tobira_cloud_uplinks_in_flight', m, {})).toBeGreaterThanOrEqual(0);
+  });
+
   it('says in the help of every per-process metric that replicas are summed', async () => {
     const m = await scrape();
     for (const name of [
@@ -323,6 +330,8 @@ describe.each(pgBackends())('cloud GET /metrics on %s', (backend) => {
       'tobira_cloud_webhook_deliveries_total',
       'tobira_cloud_http_request_duration_seconds',
       'tobira_cloud_db_pool_connections',
+      'tobira_cloud_mqtt_connected',
+      'tobira_cloud_uplinks_in_flight',
     ]) {
       const help = m.split('\n').find((l) => l.startsWith(`# HELP ${name} `));
       expect(help, name).toContain('Per process');

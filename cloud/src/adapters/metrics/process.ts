@@ -21,7 +21,12 @@ export interface ProcessMetrics {
  * database pool read at scrape time. `pool` returns null before the
  * database is open.
  */
-export function processMetrics(sources: { readonly backend: () => string | null; readonly pool: () => PoolStats | null }): ProcessMetrics {
+export function processMetrics(sources: {
+  readonly backend: () => string | null;
+  readonly pool: () => PoolStats | null;
+  /** The MQTT links (inbox, publishing) and the inbox's uplinks in flight; null before they are opened. */
+  readonly links?: () => { readonly in: boolean; readonly out: boolean; readonly inFlight: number } | null;
+}): ProcessMetrics {
   const registry = new Registry();
   const uplinks = new Counter({
     name: 'tobira_cloud_uplinks_total',
@@ -58,6 +63,27 @@ export function processMetrics(sources: { readonly backend: () => string | null;
       const backend = sources.backend();
       if (s === null || backend === null) return;
       for (const state of ['max', 'total', 'idle', 'waiting'] as const) this.set({ backend, state }, s[state]);
+    },
+  });
+  new Gauge({
+    name: 'tobira_cloud_mqtt_connected',
+    help: `1 while the MQTT link is connected, by link: in (the uplink inbox) and out (dispatcher, heartbeats, resync answers).${PER_PROCESS}`,
+    labelNames: ['link'] as const,
+    registers: [registry],
+    collect() {
+      this.reset();
+      const l = sources.links?.();
+      if (!l) return;
+      this.set({ link: 'in' }, l.in ? 1 : 0);
+      this.set({ link: 'out' }, l.out ? 1 : 0);
+    },
+  });
+  new Gauge({
+    name: 'tobira_cloud_uplinks_in_flight',
+    help: `Uplinks received and not yet handled (at most UPLINK_MAX_IN_FLIGHT; at the bound the inbox stops reading and the broker queues).${PER_PROCESS}`,
+    registers: [registry],
+    collect() {
+      this.set(sources.links?.()?.inFlight ?? 0);
     },
   });
   // every result a counter can have is exported from the start, so a rate() has a series before the first event
