@@ -155,7 +155,7 @@ describe.each(mqttBackends())('the uplink sender with batches (broker: %s)', (ba
   }
 
   const enqueue = (count: number) => {
-    for (let i = 1; i <= count; i++) store.enqueue('access.event', event(i), newCorrelationId(), true, T0);
+    for (let i = 1; i <= count; i++) store.enqueue('access.event', event(i) as never, newCorrelationId(), true, T0);
   };
   const statuses = () => store.db.prepare('SELECT seq, status FROM outbox ORDER BY seq').all() as { seq: number; status: string }[];
   const items = async (payload: Buffer) => {
@@ -212,7 +212,11 @@ describe.each(mqttBackends())('the uplink sender with batches (broker: %s)', (ba
     s1.wake();
     await s1.idle();
     // the refused batch's rows stay pending (the first one's may too: its PUBACK can come after the pass gave up)
-    expect(statuses().slice(3).map((r) => r.status)).toEqual(['pending', 'pending', 'pending']);
+    expect(
+      statuses()
+        .slice(3)
+        .map((r) => r.status),
+    ).toEqual(['pending', 'pending', 'pending']);
     await until(() => seen.length === 1);
     // as after a crash: a new sender over the same file sends the rest again
     store.db.prepare("UPDATE outbox SET status = 'pending'").run();
