@@ -131,6 +131,7 @@ export class UplinkSender {
             tokens.map((t, i) =>
               link.publish(topic, t, { qos: 1 }).then(() => {
                 for (const r of units[i]!) sent.push(r.seq);
+                if (units[i]!.length > 1) deps.metrics.uplinkBatches.inc();
               }),
             ),
           );
