@@ -24,7 +24,9 @@ describe.each(backends())('a burst of access events, end to end (%s brokers and 
         sys.fleet.lock(locks[i % locks.length]!).present({ type: 'pin', value: String(900000 + i) }, { timeoutMs: 20_000 }),
       ),
     );
-    expect(results.filter((r) => r.status === 'decided').length).toBeGreaterThan(0);
+    // the gateway's flood bound answers RATE_LIMITED without an access event (docs/gateway.md); every other decision has one
+    const events = results.filter((r) => r.status === 'decided' && r.decision?.code !== 'RATE_LIMITED').length;
+    expect(events).toBeGreaterThan(10);
 
     const sent = () =>
       (
@@ -35,7 +37,7 @@ describe.each(backends())('a burst of access events, end to end (%s brokers and 
       ).map((r) => ({ seq: r.seq, eventId: (JSON.parse(r.body) as { eventId: string }).eventId }));
     const atGateway = await waitFor(() => {
       const s = sent();
-      return s.length >= results.filter((r) => r.status === 'decided').length && s;
+      return s.length >= events && s;
     }, 'the decisions in the gateway outbox');
     const audit = await waitFor(async () => {
       const rows = await sys.cloud.listAudit({ gatewayId: sys.gatewayId, limit: 10_000 });
