@@ -126,6 +126,57 @@ describe.each(pgBackends())('uplink.batch on %s', (pgBackend) => {
       expect(await g.rejected()).toEqual([]);
     });
 
+    it('of mixed types applies each with its own effect, as if each had come alone', async () => {
+      const g = await setup();
+      const alarmId = newId();
+      const actionId = newId();
+      const items: Item[] = [
+        accessItem(1, g.s.doorA),
+        {
+          type: 'alarm',
+          seq: 2,
+          jti: newMessageId(),
+          cid: newCorrelationId(),
+          body: { alarmId, lockId: 'lock-1', doorId: g.s.doorA, kind: 'forced_open', at: T0 },
+        },
+        {
+          type: 'staff.action',
+          seq: 3,
+          jti: newMessageId(),
+          cid: newCorrelationId(),
+          body: {
+            actionId,
+            at: T0,
+            actor: { accountId: null, name: 'API token' },
+            action: 'set_mode',
+            target: 'lockdown',
+            detail: null,
+            result: 'applied',
+            code: null,
+          },
+        },
+        {
+          type: 'gateway.status',
+          seq: 4,
+          jti: newMessageId(),
+          cid: newCorrelationId(),
+          body: { mode: 'normal', appliedSeq: 0, leaseExpiresAt: null, outboxDepth: 0, locks: [] },
+        },
+      ];
+      await g.inbox.handle(g.topic, await g.batch(items));
+      expect(await g.audit()).toEqual([1]);
+      expect((await t.db.query('SELECT 1 FROM alarms WHERE alarm_id = $1', [alarmId])).rowCount).toBe(1);
+      expect((await t.db.query('SELECT seq FROM staff_actions WHERE action_id = $1', [actionId])).rows).toEqual([
+        { seq: expect.anything() },
+      ]);
+      const inbox = await t.db.query<{ type: string; result: string }>(
+        'SELECT type, result FROM uplink_inbox WHERE gateway_id = $1 ORDER BY seq',
+        [g.s.gatewayId],
+      );
+      expect(inbox.rows).toEqual(['access.event', 'alarm', 'staff.action', 'gateway.status'].map((type) => ({ type, result: 'applied' })));
+      expect(await g.acked()).toBe(4);
+    });
+
     it('sent again (a new envelope, the same items) is a noop', async () => {
       const g = await setup();
       const items = [1, 2, 3].map((q) => accessItem(q, g.s.doorA));
