@@ -177,6 +177,22 @@ describe.each(pgBackends())('uplink.batch on %s', (pgBackend) => {
       expect(await g.acked()).toBe(4);
     });
 
+    it('from a gateway whose history started again (new jtis at seqs already acknowledged) is applied, and the pointer restarts', async () => {
+      const g = await setup();
+      await g.inbox.handle(g.topic, await g.batch([1, 2, 3].map((q) => accessItem(q, g.s.doorA))));
+      expect(await g.acked()).toBe(3);
+      await g.inbox.handle(g.topic, await g.batch([1, 2].map((q) => accessItem(q, g.s.doorA, 10 + q))));
+      expect(await g.acked()).toBe(2);
+      expect((await g.audit()).sort()).toEqual([1, 1, 2, 2, 3]);
+      const row = await t.db.query<{ max_seq: string; received: string; acked_jti: string }>(
+        'SELECT max_seq, received, acked_jti FROM uplink_seq WHERE gateway_id = $1',
+        [g.s.gatewayId],
+      );
+      expect(row.rows[0]).toMatchObject({ received: expect.anything() });
+      expect(Number(row.rows[0]!.max_seq)).toBe(3);
+      expect(Number(row.rows[0]!.received)).toBe(5);
+    });
+
     it('sent again (a new envelope, the same items) is a noop', async () => {
       const g = await setup();
       const items = [1, 2, 3].map((q) => accessItem(q, g.s.doorA));

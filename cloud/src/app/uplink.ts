@@ -17,6 +17,7 @@ import {
   type RatePolicy,
   type MessageOf,
   type OutcomeCode,
+  type BatchableUplink,
   type UplinkBatchMessage,
 } from '@tobira/shared';
 import { insertAccessEvent, insertAlarm } from '../adapters/db/audit.js';
@@ -28,11 +29,15 @@ import {
   advanceUplinkAck,
   claimInbox,
   lockUplinkSeq,
+  lockUplinkSeqRow,
   noteUplinkSeq,
+  saveUplinkSeq,
+  seqsTakenByOthers,
   recordInboxResult,
   recordRejected,
   resetUplinkAck,
   seqTakenByOther,
+  type UplinkSeqRow,
 } from '../adapters/db/uplinks.js';
 import type { MqttLink } from '../adapters/mqtt/link.js';
 import type { CloudSigner } from '../adapters/signer.js';
@@ -78,6 +83,8 @@ export interface UplinkOptions {
 
 type Sequenced = Exclude<UplinkMessage, { type: 'resync.request' }>;
 type Applied = { result: 'applied' | 'noop' | 'refused'; code: string };
+/** A batch's view of the gateway's seq row while its items are applied (null: no row yet). */
+type BatchSeq = { row: UplinkSeqRow | null; received: number };
 
 /**
  * The uplink inbox. Every message on `gw/+/up` is verified against the
@@ -207,8 +214,19 @@ export class Uplink {
     const now = this.#app.clock.now();
     const outcomes = await this.#withRetry(log, () =>
       this.#app.db.transaction(async (tx) => {
+        // The seq row is locked once and written once for the whole batch; in between, each item
+        // moves it in memory exactly as #trackSeq / #advanceAck would (tested against the same rules).
+        const row = await lockUplinkSeqRow(tx, gatewayId);
+        const seqs: BatchSeq = { row, received: 0 };
+        const taken = await seqsTakenByOthers(
+          tx,
+          gatewayId,
+          items.map((it) => it.m.seq),
+          items.map((it) => it.m.jti),
+        );
         const out: (Applied | 'duplicate')[] = [];
-        for (const it of items) out.push(await this.#applyInTx(tx, gatewayId, it.m, now, it.log));
+        for (const it of items) out.push(await this.#applyBatchItem(tx, gatewayId, it.m, now, it.log, seqs, taken));
+        if (seqs.row !== null) await saveUplinkSeq(tx, gatewayId, seqs.row, seqs.received);
         return out;
       }),
     ).catch(unstorable);
@@ -245,6 +263,51 @@ export class Uplink {
     }
     this.#app.crash('afterInboxInsertBeforeApply');
     if (m.type !== 'resync.request') await this.#trackSeq(tx, gatewayId, m, log);
+    const applied = await this.#apply(tx, gatewayId, m, now);
+    await recordInboxResult(tx, m.jti, applied.result, applied.code);
+    return applied;
+  }
+
+  /**
+   * One item of a batch inside the batch's transaction: #applyInTx's steps,
+   * with the seq bookkeeping (#trackSeq, #advanceAck) done on `seqs` in
+   * memory: the highest seq, a gap logged, a restarted history, and the
+   * acknowledgement pointer moving over the next seq only (duplicates too).
+   */
+  async #applyBatchItem(
+    tx: Queryable,
+    gatewayId: string,
+    m: BatchableUplink,
+    now: number,
+    log: AppDeps['log'],
+    seqs: BatchSeq,
+    taken: ReadonlySet<number>,
+  ): Promise<Applied | 'duplicate'> {
+    const advance = (row: UplinkSeqRow) => {
+      if (row.ackedSeq === m.seq - 1) {
+        row.ackedSeq = m.seq;
+        row.ackedJti = m.jti;
+      }
+    };
+    if (!(await claimInbox(tx, { jti: m.jti, gatewayId, type: m.type, seq: m.seq, cid: m.cid, receivedAt: now }))) {
+      if (seqs.row !== null) advance(seqs.row);
+      return 'duplicate';
+    }
+    if (taken.has(m.seq)) log.warn({ seq: m.seq }, 'uplink seq reused by another message; applied, gap tracking may be off');
+    this.#app.crash('afterInboxInsertBeforeApply');
+    const row = (seqs.row ??= { maxSeq: 0, ackedSeq: 0, ackedJti: null });
+    if (m.seq > row.maxSeq + 1) log.warn({ missingFrom: row.maxSeq + 1, missingTo: m.seq - 1 }, 'uplink seq gap');
+    if (m.seq <= row.ackedSeq) {
+      log.warn(
+        { code: 'UPLINK_HISTORY_RESTARTED', seq: m.seq, ackedSeq: row.ackedSeq },
+        "the gateway's uplink seq started again; acknowledgement restarts",
+      );
+      row.ackedSeq = 0;
+      row.ackedJti = null;
+    }
+    row.maxSeq = Math.max(row.maxSeq, m.seq);
+    seqs.received++;
+    advance(row);
     const applied = await this.#apply(tx, gatewayId, m, now);
     await recordInboxResult(tx, m.jti, applied.result, applied.code);
     return applied;
