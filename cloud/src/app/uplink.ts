@@ -50,6 +50,7 @@ import { recordDeliveryAck } from '../adapters/db/signing-keys.js';
 
 /**
  * Codes of rejected uplinks: every verification code of shared VERIFY_CODES,
+ * every batch code of shared UPLINK_BATCH_CODES (a batch rejected as a whole),
  * plus the ones only the cloud inbox can tell.
  */
 export const UPLINK_REJECT_CODES = Object.freeze({
