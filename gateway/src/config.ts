@@ -1,6 +1,14 @@
 import { readFileSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
-import { DEFAULT_MAX_COMMAND_TTL_MS, DoorId, GatewayId, LockId, decodeSecret, summarizeIssues } from '@tobira/shared';
+import {
+  DEFAULT_MAX_COMMAND_TTL_MS,
+  DoorId,
+  GatewayId,
+  LockId,
+  UPLINK_BATCH_MAX_ITEMS,
+  decodeSecret,
+  summarizeIssues,
+} from '@tobira/shared';
 import { z } from 'zod';
 
 /**
@@ -146,6 +154,12 @@ export const GatewayConfig = z.strictObject({
   inboxClaimLeaseMs: z.int().min(1000).default(30_000),
   resyncIntervalMs: z.int().min(100).default(10_000),
   uplinkAckTimeoutMs: z.int().min(1000).default(60_000),
+  /**
+   * Outbox rows sent under one signature (`uplink.batch`, issue #14). The
+   * cloud must accept uplink.batch (this release or later: upgrade the cloud
+   * first); 1 sends every row alone, as older gateways do.
+   */
+  uplinkBatchMax: z.int().min(1).max(UPLINK_BATCH_MAX_ITEMS).default(50),
   statusIntervalMs: z.int().min(1000).default(60_000),
   drainTimeoutMs: z.int().min(0).default(5000),
 });
@@ -210,6 +224,7 @@ export function loadConfig(opts: { file?: string | undefined; env?: Env } = {}):
   str('TOBIRA_SITE_TIME_ZONE', ['timeZone']);
   num('TOBIRA_OFFLINE_GRACE_SECONDS', ['offlineGraceSeconds']);
   num('TOBIRA_HTTP_PORT', ['http', 'port']);
+  num('TOBIRA_UPLINK_BATCH_MAX', ['uplinkBatchMax']);
   str('TOBIRA_HTTP_HOST', ['http', 'host']);
   if (env.TOBIRA_HTTP_SECURE_COOKIES !== undefined && env.TOBIRA_HTTP_SECURE_COOKIES !== '')
     set(['http', 'secureCookies'], env.TOBIRA_HTTP_SECURE_COOKIES === 'true');

@@ -239,7 +239,14 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
         crash: deps.crash ?? noCrash,
         outboxWritten: () => uplink?.wake(),
       };
-      const upDeps: UplinkDeps = { ...base, link: () => cloud, signingKey, cloudIssuer: config.cloud.issuer, batchSize: 100 };
+      const upDeps: UplinkDeps = {
+        ...base,
+        link: () => cloud,
+        signingKey,
+        cloudIssuer: config.cloud.issuer,
+        batchSize: 100,
+        batchMax: config.uplinkBatchMax,
+      };
       uplink = new UplinkSender(upDeps);
       const ad: ApplyDeps = {
         ...base,

@@ -11,6 +11,7 @@ export interface Metrics {
   readonly outboxRefused: Counter<'type'>;
   readonly uplinkSent: Counter;
   readonly uplinkResent: Counter;
+  readonly uplinkBatches: Counter;
   readonly lockMessagesRefused: Counter<'channel' | 'code'>;
 }
 
@@ -70,6 +71,11 @@ export function createMetrics(defaults = false): Metrics & { bind(src: MetricSou
     uplinkResent: new Counter({
       name: 'tobira_gateway_uplink_resent_total',
       help: 'Uplink messages sent again because the cloud had not acknowledged applying them in time.',
+      registers: [registry],
+    }),
+    uplinkBatches: new Counter({
+      name: 'tobira_gateway_uplink_batches_total',
+      help: 'uplink.batch messages acked by the cloud broker (each carries several outbox rows under one signature).',
       registers: [registry],
     }),
     lockMessagesRefused: new Counter({

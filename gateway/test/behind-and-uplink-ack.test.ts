@@ -89,12 +89,21 @@ describe.each(mqttBackends())('a gateway behind the cloud, and uplinks the cloud
 
       s.f.clock.advance(6_000); // overdue
       await s.cloud.heartbeat(1, ackBefore);
-      const claims = (t: string) => JSON.parse(Buffer.from(t.split('.')[1]!, 'base64url').toString()) as { jti: string; seq: number };
+      // a message alone, or the items of an uplink.batch
+      const claims = (t: string) => {
+        const c = JSON.parse(Buffer.from(t.split('.')[1]!, 'base64url').toString()) as {
+          jti: string;
+          seq: number;
+          type: string;
+          body: unknown;
+        };
+        return c.type === 'uplink.batch' ? (c.body as { items: { jti: string; seq: number }[] }).items : [c];
+      };
       const resent = await waitFor(
         () =>
           s.cloud.rawUplink
             .slice(n)
-            .map(claims)
+            .flatMap(claims)
             .find((c) => c.jti === event.jti),
         'the event sent again',
       );

@@ -6,7 +6,9 @@ import {
   LockCommand,
   LockDecision,
   ManualClock,
-  UplinkMessage,
+  UplinkEnvelope,
+  type UplinkMessage,
+  checkUplinkBatch,
   connectMqtt,
   credentialDigest,
   encodeSecret,
@@ -141,17 +143,25 @@ export class FakeCloud {
           keys: gwKeys,
           issuer: this.f.gatewayId,
           audience: CLOUD_ISSUER,
-          schema: UplinkMessage,
+          schema: UplinkEnvelope,
           clock: this.f.clock,
           anySkew: true,
         }).then((v) => {
           if (!v.ok) throw new Error(`uplink does not verify: ${v.code} ${v.detail}`);
           this.rawUplink.push(text);
+          // A batch stands for its items, each checked as the cloud checks them (issue #14).
+          let messages: UplinkMessage[];
+          if (v.message.type === 'uplink.batch') {
+            const c = checkUplinkBatch(v.message);
+            if (!c.ok) throw new Error(`uplink batch refused: ${c.code} ${c.detail}`);
+            messages = c.items;
+          } else messages = [v.message];
           // The cloud deduplicates by jti (QoS 1 and outbox resends are at least once); so does this fake.
-          if (!this.uplink.some((m) => m.jti === v.message.jti)) this.uplink.push(v.message);
-          if (v.message.type === 'resync.request' && v.message.body.reason === 'startup' && this.answerResync) {
+          for (const m of messages) if (!this.uplink.some((x) => x.jti === m.jti)) this.uplink.push(m);
+          const m = messages[0]!;
+          if (m.type === 'resync.request' && m.body.reason === 'startup' && this.answerResync) {
             // as the cloud does, an answer naming the request: it proves the time to a restarted gateway
-            const b = v.message.body;
+            const b = m.body;
             const mode = b.lastAppliedSeq >= this.seq ? 'up_to_date' : 'replay';
             const body = { requestId: b.requestId, mode, fromSeq: b.lastAppliedSeq, toSeq: this.seq, snapshotId: null };
             this.send({ type: 'resync.answer', body }).catch(() => {}); // a closed fake cloud answers nothing

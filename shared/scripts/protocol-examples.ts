@@ -18,6 +18,7 @@ import {
   type DownlinkMessage,
   type KeyGrant,
   type MessageId,
+  type UplinkBatchMessage,
   type UplinkMessage,
 } from '../src/index.js';
 
@@ -276,6 +277,44 @@ export async function renderProtocolExamples(): Promise<Record<string, string>> 
       cid: 'resync-01900000f' as CorrelationId,
       body: { requestId: id(104), lastAppliedSeq: 12, reason: 'gap' },
     }),
+    'uplink.batch': await (async () => {
+      const items = [
+        {
+          type: 'access.event',
+          seq: 12,
+          jti: mid(17),
+          cid: 'req-8b1d22' as CorrelationId,
+          body: {
+            eventId: id(204),
+            requestId: 'L1-000043',
+            lockId: asLockId(EXAMPLE.lockId),
+            doorId: asDoorId('door-101'),
+            at: EXAMPLE.now + 60_000,
+            allowed: false,
+            code: 'UNKNOWN_CREDENTIAL',
+            keyId: null,
+            keyVersion: null,
+            personId: null,
+            credentialType: 'card',
+            commandId: null,
+          },
+        },
+        {
+          type: 'ack',
+          seq: 13,
+          jti: mid(18),
+          cid,
+          body: { ackOf: mid(2), ackSeq: 43, result: 'applied', code: 'KEY_REVOKED', keyId: grant.keyId, keyVersion: 2 },
+        },
+      ];
+      const { token, message } = await signMessage<UplinkBatchMessage>(
+        gwKey,
+        gw,
+        { type: 'uplink.batch', jti: mid(19), aud: EXAMPLE.cloudIssuer, cid: 'req-8b1d22' as CorrelationId, body: { items } },
+        clock,
+      );
+      return signedBlock(topics.gatewayUp(gw), token, message);
+    })(),
     'lock.request': plain(lockTopic('request'), 'request', {
       requestId: 'L1-000042',
       credential: { type: 'pin', value: '1234' },

@@ -284,6 +284,19 @@ export const VERIFY_CODES = table({
 });
 export type VerifyCode = keyof typeof VERIFY_CODES;
 
+/**
+ * Why the cloud refused an `uplink.batch` as a whole (issue #14, docs/protocol.md
+ * "uplink.batch"): recorded in rejected uplinks like a verification code; nothing
+ * of such a batch is applied.
+ */
+export const UPLINK_BATCH_CODES = table({
+  BATCH_TYPE_NOT_ALLOWED: 'A batch item has a type that is never batched (resync.request, uplink.batch) or no uplink type at all.',
+  BATCH_SEQ_NOT_CONSECUTIVE: 'The batch items do not carry consecutive, increasing seqs (a gap, a repeat or a decrease).',
+  BATCH_DUPLICATE_ITEM: 'Two items of the batch carry the same jti.',
+  BATCH_ITEM_INVALID: 'A batch item does not match the schema of its own message type.',
+});
+export type UplinkBatchCode = keyof typeof UPLINK_BATCH_CODES;
+
 /** Why a lock controller refused a gateway command (HMAC check). */
 export const LOCK_COMMAND_CODES = table({
   BAD_MAC: 'The command MAC does not verify with the lock pairing secret.',

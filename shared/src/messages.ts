@@ -1,7 +1,8 @@
 import { z } from 'zod';
-import { DECISION_CODES, REVOKE_REASONS, codesOf } from './codes.js';
+import { DECISION_CODES, REVOKE_REASONS, codesOf, type UplinkBatchCode } from './codes.js';
 import { CorrelationId, DoorId, KeyId, LockId, MessageId, PersonId } from './ids.js';
 import { OUTCOME_STATUSES } from './outcome.js';
+import { summarizeIssues } from './payload.js';
 import { Schedule } from './schedule.js';
 
 /**
@@ -399,7 +400,90 @@ export const UplinkMessage = z.discriminatedUnion('type', [
 export type UplinkMessage = z.infer<typeof UplinkMessage>;
 export type UplinkType = UplinkMessage['type'];
 
-export type SignedMessage = DownlinkMessage | UplinkMessage;
+// ---------------------------------------------------------------- uplink batch (issue #14)
+
+/** Most items one `uplink.batch` carries (its size is bounded by MAX_MESSAGE_BYTES as well). */
+export const UPLINK_BATCH_MAX_ITEMS = 100;
+/** Uplink types a batch may carry: every sequenced one. resync.request (unsequenced) is never batched. */
+export const BATCHABLE_UPLINK_TYPES = [
+  'ack',
+  'access.event',
+  'alarm',
+  'gateway.status',
+  'staff.action',
+] as const satisfies readonly Exclude<UplinkType, 'resync.request'>[];
+export type BatchableUplink = Exclude<UplinkMessage, { type: 'resync.request' }>;
+
+/**
+ * Consecutive outbox rows of one gateway under one signature (issue #14):
+ * each item is what the row would have been sent as alone, less the claims
+ * the envelope carries for all (`iss`, `aud`, `iat`, `exp`). The envelope's
+ * own `jti` is not deduplicated; its items are, each by its own `jti`, and
+ * ordered by their `seq`. The schema checks the shape only: `checkUplinkBatch`
+ * checks the items (types, consecutive seqs, each against its own schema).
+ */
+export const UplinkBatchMessage = unsequenced(
+  'uplink.batch',
+  z.strictObject({
+    items: z
+      .array(
+        z.strictObject({
+          type: z.string().min(1).max(64),
+          seq: Seq,
+          jti: MessageId,
+          cid: CorrelationId,
+          body: z.unknown(),
+        }),
+      )
+      .min(1)
+      .max(UPLINK_BATCH_MAX_ITEMS),
+  }),
+);
+export type UplinkBatchMessage = z.infer<typeof UplinkBatchMessage>;
+
+/** Everything the cloud's uplink topic carries: a single uplink message or a batch of them. */
+export const UplinkEnvelope = z.discriminatedUnion('type', [...UplinkMessage.options, UplinkBatchMessage]);
+export type UplinkEnvelope = z.infer<typeof UplinkEnvelope>;
+
+const BATCHABLE: ReadonlySet<string> = new Set(BATCHABLE_UPLINK_TYPES);
+
+/**
+ * The items of a verified batch as the messages they stand for, in seq order;
+ * or the code that refuses the whole batch. Invariant: an `ok` answer holds
+ * only valid sequenced uplinks with distinct jtis and consecutive seqs.
+ */
+export function checkUplinkBatch(
+  m: UplinkBatchMessage,
+):
+  | { readonly ok: true; readonly items: BatchableUplink[] }
+  | { readonly ok: false; readonly code: UplinkBatchCode; readonly detail: string } {
+  const items: BatchableUplink[] = [];
+  const jtis = new Set<string>();
+  for (const [i, it] of m.body.items.entries()) {
+    if (!BATCHABLE.has(it.type)) return { ok: false, code: 'BATCH_TYPE_NOT_ALLOWED', detail: `item ${i}: type ${it.type.slice(0, 64)}` };
+    const first = m.body.items[0]!.seq;
+    if (it.seq !== first + i)
+      return { ok: false, code: 'BATCH_SEQ_NOT_CONSECUTIVE', detail: `item ${i}: seq ${it.seq}, expected ${first + i}` };
+    if (jtis.has(it.jti)) return { ok: false, code: 'BATCH_DUPLICATE_ITEM', detail: `item ${i}: jti ${it.jti}` };
+    jtis.add(it.jti);
+    const one = UplinkMessage.safeParse({
+      jti: it.jti,
+      iss: m.iss,
+      aud: m.aud,
+      iat: m.iat,
+      exp: m.exp,
+      cid: it.cid,
+      type: it.type,
+      seq: it.seq,
+      body: it.body,
+    });
+    if (!one.success) return { ok: false, code: 'BATCH_ITEM_INVALID', detail: `item ${i} (${it.type}): ${summarizeIssues(one.error)}` };
+    items.push(one.data as BatchableUplink);
+  }
+  return { ok: true, items };
+}
+
+export type SignedMessage = DownlinkMessage | UplinkMessage | UplinkBatchMessage;
 export type MessageOf<M extends SignedMessage, T extends M['type']> = Extract<M, { type: T }>;
 
 // ---------------------------------------------------------------- presence (retained, last will)

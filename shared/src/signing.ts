@@ -15,7 +15,14 @@ import type { z } from 'zod';
 import type { Clock } from './clock.js';
 import type { VerifyCode } from './codes.js';
 import { CorrelationId, MessageId, newMessageId } from './ids.js';
-import { DownlinkMessage, MAX_MESSAGE_BYTES, UplinkMessage, type SignedMessage } from './messages.js';
+import {
+  DownlinkMessage,
+  MAX_MESSAGE_BYTES,
+  UplinkEnvelope,
+  checkUplinkBatch,
+  type SignedMessage,
+  type UplinkBatchMessage,
+} from './messages.js';
 import { decodeText, summarizeIssues } from './payload.js';
 
 /**
@@ -110,9 +117,13 @@ export async function signMessage<M extends SignedMessage>(
   const iat = Math.floor(clock.now() / 1000);
   const { ttlSeconds = DEFAULT_TTL_SECONDS, jti = newMessageId(), ...rest } = draft as Draft<SignedMessage>;
   const claims = { ...rest, jti, iss: issuer, iat, exp: iat + ttlSeconds };
-  const schema: z.ZodType = isDownlinkType(claims.type) ? DownlinkMessage : UplinkMessage;
+  const schema: z.ZodType = isDownlinkType(claims.type) ? DownlinkMessage : UplinkEnvelope;
   const checked = schema.safeParse(claims);
   if (!checked.success) throw new TypeError(`refusing to sign an invalid ${claims.type}: ${summarizeIssues(checked.error)}`);
+  if (claims.type === 'uplink.batch') {
+    const b = checkUplinkBatch(checked.data as UplinkBatchMessage);
+    if (!b.ok) throw new TypeError(`refusing to sign an invalid uplink.batch: ${b.code} ${b.detail}`);
+  }
   const token = await new SignJWT(claims as unknown as Record<string, unknown>)
     .setProtectedHeader({ alg: JWS_ALG, typ: JWS_TYP, kid: key.kid })
     .sign(key.privateKey);

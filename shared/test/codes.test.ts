@@ -5,6 +5,7 @@ import {
   LOCK_COMMAND_CODES,
   OUTCOME_CODES,
   REVOKE_REASONS,
+  UPLINK_BATCH_CODES,
   VERIFY_CODES,
   applied,
   conflict,
@@ -18,6 +19,7 @@ describe('code tables', () => {
     ['DECISION_CODES', DECISION_CODES],
     ['VERIFY_CODES', VERIFY_CODES],
     ['LOCK_COMMAND_CODES', LOCK_COMMAND_CODES],
+    ['UPLINK_BATCH_CODES', UPLINK_BATCH_CODES],
   ])('%s is frozen, upper snake case, each with a one-line meaning', (_n, table) => {
     expect(Object.isFrozen(table)).toBe(true);
     for (const [code, meaning] of Object.entries(table)) {

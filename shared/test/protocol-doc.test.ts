@@ -7,7 +7,8 @@ import {
   LOCK_CHANNELS,
   LOCK_COMMAND_CODES,
   ManualClock,
-  UplinkMessage,
+  UPLINK_BATCH_CODES,
+  UplinkEnvelope,
   VERIFY_CODES,
   checkLockCommand,
   decodeSecret,
@@ -30,7 +31,7 @@ describe('docs/protocol.md', () => {
 
   it('every signed example in the document verifies with the example keys', async () => {
     const tokens = [...doc.matchAll(/```text\n([A-Za-z0-9_.-]+)\n```/g)].map((m) => m[1] as string);
-    expect(tokens.length).toBe(13);
+    expect(tokens.length).toBe(14);
     for (const token of tokens) {
       const down = await verifyMessage(token, {
         keys: keys.cloud,
@@ -43,7 +44,7 @@ describe('docs/protocol.md', () => {
         keys: keys.gateway,
         issuer: EXAMPLE.gatewayId,
         audience: EXAMPLE.cloudIssuer,
-        schema: UplinkMessage,
+        schema: UplinkEnvelope,
         clock,
       });
       expect(down.ok || up.ok, token.slice(0, 40)).toBe(true);
@@ -61,11 +62,12 @@ describe('docs/protocol.md', () => {
   });
 
   it('documents every message type, topic channel and code', () => {
-    const types = [...DownlinkMessage.options, ...UplinkMessage.options].map((o) => o.shape.type.value);
+    const types = [...DownlinkMessage.options, ...UplinkEnvelope.options].map((o) => o.shape.type.value);
     for (const t of types) expect(doc, t).toContain(`#### \`${t}\``);
     for (const c of LOCK_CHANNELS) expect(doc, c).toContain(`/lock/{lockId}/${c}\``);
     for (const c of GATEWAY_CHANNELS) expect(doc, c).toContain(`gw/{gatewayId}/${c}\``);
-    for (const code of [...Object.keys(VERIFY_CODES), ...Object.keys(DECISION_CODES)]) expect(doc, code).toContain(`| \`${code}\` |`);
+    for (const code of [...Object.keys(VERIFY_CODES), ...Object.keys(DECISION_CODES), ...Object.keys(UPLINK_BATCH_CODES)])
+      expect(doc, code).toContain(`| \`${code}\` |`);
     for (const code of Object.keys(LOCK_COMMAND_CODES)) expect(doc, code).toContain(`| \`${code}\` |`);
   });
 

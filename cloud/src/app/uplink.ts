@@ -1,7 +1,9 @@
 import {
   KeySet,
   Presence,
-  UplinkMessage,
+  UplinkEnvelope,
+  type UplinkMessage,
+  checkUplinkBatch,
   asGatewayId,
   asKeyId,
   filters,
@@ -15,6 +17,8 @@ import {
   type RatePolicy,
   type MessageOf,
   type OutcomeCode,
+  type BatchableUplink,
+  type UplinkBatchMessage,
 } from '@tobira/shared';
 import { insertAccessEvent, insertAlarm } from '../adapters/db/audit.js';
 import { insertStaffAction } from '../adapters/db/staff-actions.js';
@@ -25,11 +29,15 @@ import {
   advanceUplinkAck,
   claimInbox,
   lockUplinkSeq,
+  lockUplinkSeqRow,
   noteUplinkSeq,
+  saveUplinkSeq,
+  seqsTakenByOthers,
   recordInboxResult,
   recordRejected,
   resetUplinkAck,
   seqTakenByOther,
+  type UplinkSeqRow,
 } from '../adapters/db/uplinks.js';
 import type { MqttLink } from '../adapters/mqtt/link.js';
 import type { CloudSigner } from '../adapters/signer.js';
@@ -42,6 +50,7 @@ import { recordDeliveryAck } from '../adapters/db/signing-keys.js';
 
 /**
  * Codes of rejected uplinks: every verification code of shared VERIFY_CODES,
+ * every batch code of shared UPLINK_BATCH_CODES (a batch rejected as a whole),
  * plus the ones only the cloud inbox can tell.
  */
 export const UPLINK_REJECT_CODES = Object.freeze({
@@ -78,6 +87,8 @@ export interface UplinkOptions {
 
 type Sequenced = Exclude<UplinkMessage, { type: 'resync.request' }>;
 type Applied = { result: 'applied' | 'noop' | 'refused'; code: string };
+/** A batch's view of the gateway's seq row while its items are applied (null: no row yet). */
+type BatchSeq = { row: UplinkSeqRow | null; received: number };
 
 /**
  * The uplink inbox. Every message on `gw/+/up` is verified against the
@@ -139,51 +150,27 @@ export class Uplink {
       keys,
       issuer: gatewayId,
       audience: this.#o.signer.issuer,
-      schema: UplinkMessage,
+      schema: UplinkEnvelope,
       clock: this.#app.clock,
       anySkew: true,
     });
     if (!v.ok) return this.#reject(gatewayId, topic, v.code, v.detail);
-    const m = v.message;
+    if (v.message.type === 'uplink.batch') return this.#handleBatch(gatewayId, topic, v.message);
+    return this.#handleOne(gatewayId, topic, v.message);
+  }
+
+  /** One verified uplink message, applied in its own transaction. */
+  async #handleOne(gatewayId: string, topic: string, m: UplinkMessage): Promise<void> {
     const log = withCorrelation(this.#app.log, m.cid, { gatewayId, jti: m.jti, type: m.type });
     const now = this.#app.clock.now();
-    const seq = m.type === 'resync.request' ? null : m.seq;
-
     const outcome = await this.#withRetry(log, () =>
-      this.#app.db.transaction(async (tx): Promise<Applied | 'duplicate' | 'unstorable'> => {
-        if (!(await claimInbox(tx, { jti: m.jti, gatewayId, type: m.type, seq, cid: m.cid, receivedAt: now }))) {
-          // a resend the gateway made because it had no acknowledgement yet: it may move the pointer on
-          if (m.type !== 'resync.request') await this.#advanceAck(tx, gatewayId, m.seq, m.jti);
-          return 'duplicate';
-        }
-        if (seq !== null) {
-          // applied anyway (dedupe is by jti): most likely the gateway's store was reset and its seq started again
-          if (await seqTakenByOther(tx, gatewayId, seq, m.jti))
-            log.warn({ seq }, 'uplink seq reused by another message; applied, gap tracking may be off');
-        }
-        this.#app.crash('afterInboxInsertBeforeApply');
-        if (m.type !== 'resync.request') await this.#trackSeq(tx, gatewayId, m, log);
-        const applied = await this.#apply(tx, gatewayId, m, now);
-        await recordInboxResult(tx, m.jti, applied.result, applied.code);
-        return applied;
-      }),
-    ).catch((e: unknown) => {
-      // A signed message the database refuses as data (SQLSTATE class 22/23: say a NUL in a
-      // string) would fail the same way forever: record it and let it be acknowledged.
-      const code = pgErrorCode(e);
-      if (code !== undefined && (code.startsWith('22') || code.startsWith('23'))) return 'unstorable' as const;
-      throw e;
-    });
+      this.#app.db.transaction((tx): Promise<Applied | 'duplicate'> => this.#applyInTx(tx, gatewayId, m, now, log)),
+    ).catch(unstorable);
     if (outcome === 'unstorable') return this.#reject(gatewayId, topic, 'APPLY_FAILED', `jti ${m.jti}: the database refused its data`, log);
 
-    if (outcome === 'duplicate') {
-      log.info({ code: 'DUPLICATE_MESSAGE' satisfies OutcomeCode }, 'duplicate uplink; not applied again');
-      this.#telemetry.uplink('duplicate', 'DUPLICATE_MESSAGE');
-      return;
-    }
+    this.#report(log, outcome);
+    if (outcome === 'duplicate') return;
     await this.#recordSkew(gatewayId, m.iat * 1000 - now, now, log);
-    log.info({ result: outcome.result, code: outcome.code }, 'uplink applied');
-    this.#telemetry.uplink(outcome.result, outcome.code);
     if (m.type === 'resync.request' && outcome.result === 'applied') {
       // One answer at a time per gateway, and a bounded number across gateways: a request
       // that finds either busy is dropped (logged); the gateway asks again on its next heartbeat.
@@ -206,6 +193,139 @@ export class Uplink {
         });
       this.#pending.add(p);
     }
+  }
+
+  /**
+   * A verified batch (issue #14): its items are checked as a whole (a batch
+   * with a gap, a decrease, a duplicate item, a type that is never batched or
+   * an item its own schema refuses is rejected with its code, and nothing of
+   * it is applied), then applied in seq order in ONE transaction, each item
+   * exactly as if it had come alone: deduplicated by its jti (a resend that
+   * overlaps what was applied applies only the new items), its seq tracked,
+   * the acknowledgement pointer walked on. The PUBACK goes out after the commit.
+   * An item the database refuses as data would fail the whole transaction
+   * forever: the items are then applied one at a time, as singles are, so only
+   * that item is recorded APPLY_FAILED.
+   */
+  async #handleBatch(gatewayId: string, topic: string, batch: UplinkBatchMessage): Promise<void> {
+    const log = withCorrelation(this.#app.log, batch.cid, { gatewayId, jti: batch.jti, type: batch.type });
+    const checked = checkUplinkBatch(batch);
+    if (!checked.ok) return this.#reject(gatewayId, topic, checked.code, `batch ${batch.jti}: ${checked.detail}`, log);
+    const items = checked.items.map((m) => ({
+      m,
+      log: withCorrelation(this.#app.log, m.cid, { gatewayId, jti: m.jti, type: m.type, batch: batch.jti }),
+    }));
+    const now = this.#app.clock.now();
+    const outcomes = await this.#withRetry(log, () =>
+      this.#app.db.transaction(async (tx) => {
+        // The seq row is locked once and written once for the whole batch; in between, each item
+        // moves it in memory exactly as #trackSeq / #advanceAck would (tested against the same rules).
+        const row = await lockUplinkSeqRow(tx, gatewayId);
+        const seqs: BatchSeq = { row, received: 0 };
+        const taken = await seqsTakenByOthers(
+          tx,
+          gatewayId,
+          items.map((it) => it.m.seq),
+          items.map((it) => it.m.jti),
+        );
+        const out: (Applied | 'duplicate')[] = [];
+        for (const it of items) out.push(await this.#applyBatchItem(tx, gatewayId, it.m, now, it.log, seqs, taken));
+        if (seqs.row !== null) await saveUplinkSeq(tx, gatewayId, seqs.row, seqs.received);
+        return out;
+      }),
+    ).catch(unstorable);
+    if (outcomes === 'unstorable') {
+      log.warn(
+        { code: 'APPLY_FAILED', items: items.length },
+        'the database refused an item of the batch; its items are applied one at a time',
+      );
+      for (const it of items) await this.#handleOne(gatewayId, topic, it.m);
+      return;
+    }
+    items.forEach((it, i) => this.#report(it.log, outcomes[i]!));
+    const fresh = outcomes.filter((o) => o !== 'duplicate').length;
+    log.info({ items: items.length, fresh, fromSeq: items[0]!.m.seq, toSeq: items[items.length - 1]!.m.seq }, 'uplink batch applied');
+    if (fresh > 0) await this.#recordSkew(gatewayId, batch.iat * 1000 - now, now, log);
+  }
+
+  /**
+   * One message's effect inside the caller's transaction: claim its jti (a
+   * duplicate only walks the acknowledgement pointer), track its seq, apply,
+   * record the result.
+   */
+  async #applyInTx(tx: Queryable, gatewayId: string, m: UplinkMessage, now: number, log: AppDeps['log']): Promise<Applied | 'duplicate'> {
+    const seq = m.type === 'resync.request' ? null : m.seq;
+    if (!(await claimInbox(tx, { jti: m.jti, gatewayId, type: m.type, seq, cid: m.cid, receivedAt: now }))) {
+      // a resend the gateway made because it had no acknowledgement yet: it may move the pointer on
+      if (m.type !== 'resync.request') await this.#advanceAck(tx, gatewayId, m.seq, m.jti);
+      return 'duplicate';
+    }
+    if (seq !== null) {
+      // applied anyway (dedupe is by jti): most likely the gateway's store was reset and its seq started again
+      if (await seqTakenByOther(tx, gatewayId, seq, m.jti))
+        log.warn({ seq }, 'uplink seq reused by another message; applied, gap tracking may be off');
+    }
+    this.#app.crash('afterInboxInsertBeforeApply');
+    if (m.type !== 'resync.request') await this.#trackSeq(tx, gatewayId, m, log);
+    const applied = await this.#apply(tx, gatewayId, m, now);
+    await recordInboxResult(tx, m.jti, applied.result, applied.code);
+    return applied;
+  }
+
+  /**
+   * One item of a batch inside the batch's transaction: #applyInTx's steps,
+   * with the seq bookkeeping (#trackSeq, #advanceAck) done on `seqs` in
+   * memory: the highest seq, a gap logged, a restarted history, and the
+   * acknowledgement pointer moving over the next seq only (duplicates too).
+   */
+  async #applyBatchItem(
+    tx: Queryable,
+    gatewayId: string,
+    m: BatchableUplink,
+    now: number,
+    log: AppDeps['log'],
+    seqs: BatchSeq,
+    taken: ReadonlySet<number>,
+  ): Promise<Applied | 'duplicate'> {
+    const advance = (row: UplinkSeqRow) => {
+      if (row.ackedSeq === m.seq - 1) {
+        row.ackedSeq = m.seq;
+        row.ackedJti = m.jti;
+      }
+    };
+    if (!(await claimInbox(tx, { jti: m.jti, gatewayId, type: m.type, seq: m.seq, cid: m.cid, receivedAt: now }))) {
+      if (seqs.row !== null) advance(seqs.row);
+      return 'duplicate';
+    }
+    if (taken.has(m.seq)) log.warn({ seq: m.seq }, 'uplink seq reused by another message; applied, gap tracking may be off');
+    this.#app.crash('afterInboxInsertBeforeApply');
+    const row = (seqs.row ??= { maxSeq: 0, ackedSeq: 0, ackedJti: null });
+    if (m.seq > row.maxSeq + 1) log.warn({ missingFrom: row.maxSeq + 1, missingTo: m.seq - 1 }, 'uplink seq gap');
+    if (m.seq <= row.ackedSeq) {
+      log.warn(
+        { code: 'UPLINK_HISTORY_RESTARTED', seq: m.seq, ackedSeq: row.ackedSeq },
+        "the gateway's uplink seq started again; acknowledgement restarts",
+      );
+      row.ackedSeq = 0;
+      row.ackedJti = null;
+    }
+    row.maxSeq = Math.max(row.maxSeq, m.seq);
+    seqs.received++;
+    advance(row);
+    const applied = await this.#apply(tx, gatewayId, m, now);
+    await recordInboxResult(tx, m.jti, applied.result, applied.code);
+    return applied;
+  }
+
+  /** The log line and the counter of one message's outcome. */
+  #report(log: AppDeps['log'], outcome: Applied | 'duplicate'): void {
+    if (outcome === 'duplicate') {
+      log.info({ code: 'DUPLICATE_MESSAGE' satisfies OutcomeCode }, 'duplicate uplink; not applied again');
+      this.#telemetry.uplink('duplicate', 'DUPLICATE_MESSAGE');
+      return;
+    }
+    log.info({ result: outcome.result, code: outcome.code }, 'uplink applied');
+    this.#telemetry.uplink(outcome.result, outcome.code);
   }
 
   /**
@@ -375,6 +495,17 @@ export class Uplink {
       this.#o.rejectedMaxRows ?? DEFAULT_REJECTED_MAX_ROWS,
     );
   }
+}
+
+/**
+ * A signed message the database refuses as data (SQLSTATE class 22/23: say a
+ * NUL in a string) would fail the same way forever: it is recorded and
+ * acknowledged instead of retried.
+ */
+function unstorable(e: unknown): 'unstorable' {
+  const code = pgErrorCode(e);
+  if (code !== undefined && (code.startsWith('22') || code.startsWith('23'))) return 'unstorable';
+  throw e;
 }
 
 /** Control characters (NUL included) replaced, length bounded. */

@@ -43,6 +43,47 @@ export async function lockUplinkSeq(q: Queryable, gatewayId: string): Promise<{ 
   return { maxSeq: row.max_seq, ackedSeq: row.acked_seq };
 }
 
+/** The seq row a batch works on, locked for the transaction (null before the gateway's first sequenced message). */
+export interface UplinkSeqRow {
+  maxSeq: number;
+  ackedSeq: number;
+  ackedJti: string | null;
+}
+export async function lockUplinkSeqRow(q: Queryable, gatewayId: string): Promise<UplinkSeqRow | null> {
+  const r = await q.query('SELECT max_seq, acked_seq, acked_jti FROM uplink_seq WHERE gateway_id = $1 FOR UPDATE', [gatewayId]);
+  if (r.rows[0] === undefined) return null;
+  const row = parseRow('uplink_seq', z.object({ max_seq: Int8, acked_seq: Int8, acked_jti: z.string().nullable() }), r.rows[0]);
+  return { maxSeq: row.max_seq, ackedSeq: row.acked_seq, ackedJti: row.acked_jti };
+}
+
+/**
+ * Writes back the seq row a batch computed under `lockUplinkSeqRow`'s lock:
+ * the highest seq, `received` more messages, and the acknowledgement pointer
+ * (one statement for the batch instead of three per message).
+ */
+export async function saveUplinkSeq(q: Queryable, gatewayId: string, row: UplinkSeqRow, received: number): Promise<void> {
+  await q.query(
+    `INSERT INTO uplink_seq (gateway_id, max_seq, received, acked_seq, acked_jti) VALUES ($1, $2, $3, $4, $5)
+     ON CONFLICT (gateway_id) DO UPDATE SET max_seq = GREATEST(uplink_seq.max_seq, EXCLUDED.max_seq),
+       received = uplink_seq.received + EXCLUDED.received, acked_seq = EXCLUDED.acked_seq, acked_jti = EXCLUDED.acked_jti`,
+    [gatewayId, row.maxSeq, received, row.ackedSeq, row.ackedJti],
+  );
+}
+
+/** Of `seqs`, those another message of the gateway (a jti not in `jtis`) already came with. */
+export async function seqsTakenByOthers(
+  q: Queryable,
+  gatewayId: string,
+  seqs: readonly number[],
+  jtis: readonly string[],
+): Promise<Set<number>> {
+  const r = await q.query(
+    'SELECT DISTINCT seq FROM uplink_inbox WHERE gateway_id = $1 AND seq = ANY($2::bigint[]) AND NOT (jti::text = ANY($3::text[]))',
+    [gatewayId, seqs, jtis],
+  );
+  return new Set(parseRows('uplink_inbox', z.object({ seq: Int8 }), r.rows).map((x) => x.seq));
+}
+
 /** The gateway's uplink history started again: acknowledgement restarts from nothing. */
 export async function resetUplinkAck(q: Queryable, gatewayId: string): Promise<void> {
   await q.query('UPDATE uplink_seq SET acked_seq = 0, acked_jti = NULL WHERE gateway_id = $1', [gatewayId]);
