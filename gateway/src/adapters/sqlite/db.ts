@@ -4,6 +4,7 @@ import { fileURLToPath } from 'node:url';
 import { parseRow, parseRows } from '@tobira/shared';
 import Database from 'better-sqlite3';
 import { z } from 'zod';
+import { guardTransactions } from './memory.js';
 
 /**
  * The gateway's SQLite file (better-sqlite3 12: never 13, it crashes on Node 20).
@@ -27,6 +28,8 @@ export function openDatabase(path: string, migrationsDir = MIGRATIONS_DIR): Writ
   db.pragma('busy_timeout = 5000');
   // The one place a handle becomes writable: the brand is given here and nowhere else.
   const writableDb = db as WritableDb;
+  // the in-memory decision state (memory.ts) follows each transaction's commit or rollback
+  guardTransactions(db);
   migrate(writableDb, migrationsDir);
   return writableDb;
 }

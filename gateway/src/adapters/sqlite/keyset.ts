@@ -4,6 +4,7 @@ import type { KeySetView } from '../../domain/decide.js';
 import { STORED_KEY_STATUSES, type KeySlot, type StoredKey } from '../../domain/keyset.js';
 import { knownTimeZone } from '../../domain/schedule.js';
 import { countOf, jsonColumn, type ReadableDb, type WritableDb, prepared } from './db.js';
+import { memConsumed, memDropActiveKeys, memKeyRow, memoryGrantCid, memoryKeyById, memoryKeysByCredential } from './memory.js';
 
 /**
  * The key set: `keys` (one row per key id), `tombstones` (per key the highest
@@ -68,7 +69,7 @@ function isStoredGrant(g: unknown): g is KeyGrant {
 
 const KeyRowShape = z.object({ version: z.int(), status: z.enum(STORED_KEY_STATUSES), grant_json: z.string() });
 
-function storedKey(raw: unknown): StoredKey {
+export function storedKey(raw: unknown): StoredKey {
   // the three columns by hand too: this runs per candidate key per decision
   if (
     !isRecord(raw) ||
@@ -156,43 +157,22 @@ export function saveSlot(
       'INSERT INTO tombstones (key_id, version, at) VALUES (?, ?, ?) ON CONFLICT (key_id) DO UPDATE SET version = max(tombstones.version, excluded.version), at = excluded.at',
     ).run(keyId, slot.tombstone, now);
   }
+  if (slot.key !== null) memKeyRow(db, keyId);
 }
 
-const GrantCid = z.object({ grant_cid: z.string() });
-
 /**
- * 1 when the cloud key that signed the key's grant is retired (trusted_keys);
- * for a grant stored before signers were noted (null), when any key was
- * retired since: every live grant is re-sent under the new key before a
- * retire, so one still unnoted is one the cloud did not re-send.
+ * The key set as `decide` reads it, plus the cid of the grant that made a
+ * key: from the in-memory key set (memory.ts), which holds each key's
+ * one-time consumption and whether the cloud key that signed its grant is
+ * retired (retired signer; a grant stored before signers were noted counts as
+ * retired once any key was retired: every live grant is re-sent under the new
+ * key before a retire, so one still unnoted is one the cloud did not re-send).
  */
-const SIGNER_RETIRED = `(CASE WHEN keys.signer_kid IS NULL THEN EXISTS (SELECT 1 FROM trusted_keys WHERE status = 'retired')
-  ELSE EXISTS (SELECT 1 FROM trusted_keys t WHERE t.kid = keys.signer_kid AND t.status = 'retired') END)`;
-
-/** The key set as `decide` reads it, plus the cid of the grant that made a key. Use inside the decision transaction. */
 export function keySetView(db: ReadableDb): KeySetView & { grantCid(keyId: string): string | null } {
   return {
-    byCredential: (type: CredentialType, digest: string): readonly StoredKey[] =>
-      prepared(
-        db,
-        `SELECT keys.version, keys.status, keys.grant_json, ${SIGNER_RETIRED} AS signer_retired, c.at AS consumed_at
-         FROM keys LEFT JOIN consumed_keys c ON c.key_id = keys.key_id WHERE keys.credential_type = ? AND keys.credential_digest = ?`,
-      )
-        .all(type, digest)
-        .map(storedKey),
-    byKeyId: (keyId: string): StoredKey | null => {
-      const r: unknown = prepared(
-        db,
-        `SELECT keys.version, keys.status, keys.grant_json, ${SIGNER_RETIRED} AS signer_retired, c.at AS consumed_at
-         FROM keys LEFT JOIN consumed_keys c ON c.key_id = keys.key_id WHERE keys.key_id = ?`,
-      ).get(keyId);
-      return r === undefined ? null : storedKey(r);
-    },
-    grantCid: (keyId: string) => {
-      const r: unknown = prepared(db, 'SELECT grant_cid FROM keys WHERE key_id = ?').get(keyId);
-      // '' is stored for keys no grant made (snapshot revokes): no cid to carry on
-      return r === undefined ? null : parseRow('keys', GrantCid, r).grant_cid || null;
-    },
+    byCredential: (type: CredentialType, digest: string): readonly StoredKey[] => memoryKeysByCredential(db, type, digest),
+    byKeyId: (keyId: string): StoredKey | null => memoryKeyById(db, keyId),
+    grantCid: (keyId: string) => memoryGrantCid(db, keyId),
   };
 }
 
@@ -203,17 +183,19 @@ export function keySetView(db: ReadableDb): KeySetView & { grantCid(keyId: strin
  * because it reads the same row inside the same transaction).
  */
 export function consumeKey(db: WritableDb, c: { keyId: string; version: number; lockId: string; requestId: string }, now: number): boolean {
-  return (
+  const consumed =
     prepared(
       db,
       'INSERT INTO consumed_keys (key_id, version, lock_id, request_id, at) VALUES (?, ?, ?, ?, ?) ON CONFLICT (key_id) DO NOTHING',
-    ).run(c.keyId, c.version, c.lockId, c.requestId, now).changes === 1
-  );
+    ).run(c.keyId, c.version, c.lockId, c.requestId, now).changes === 1;
+  if (consumed) memConsumed(db, c.keyId, now);
+  return consumed;
 }
 
 /** Snapshot apply: drops every active key (revoked rows and tombstones stay), to be refilled from the snapshot. */
 export function dropActiveKeys(db: WritableDb): void {
   prepared(db, "DELETE FROM keys WHERE status = 'active'").run();
+  memDropActiveKeys(db);
 }
 
 export function keyCounts(db: ReadableDb): { active: number; revoked: number; tombstones: number } {

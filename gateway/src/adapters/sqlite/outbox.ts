@@ -1,6 +1,7 @@
 import { newMessageId, parseRow, parseRows, CorrelationId, MessageId, type UplinkMessage } from '@tobira/shared';
 import { z } from 'zod';
 import { countOf, jsonColumn, withoutFsync, type ReadableDb, type WritableDb, prepared } from './db.js';
+import { memSettings } from './memory.js';
 import { readSettings } from './settings.js';
 
 /**
@@ -64,6 +65,7 @@ export function enqueue<T extends OutboxType>(
     NextSeq,
     prepared(db, 'UPDATE settings SET next_uplink_seq = next_uplink_seq + 1 WHERE id = 1 RETURNING next_uplink_seq - 1 AS seq').get(),
   ).seq;
+  memSettings(db, (s) => ({ ...s, nextUplinkSeq: seq + 1 }));
   const jti = newMessageId();
   prepared(db, 'INSERT INTO outbox (seq, jti, type, cid, body, essential, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)').run(
     seq,
@@ -138,6 +140,7 @@ export function ackUplink(db: WritableDb, seq: number, jti: string, now: number)
     "UPDATE outbox SET status = 'sent', sent_at = COALESCE(sent_at, ?), acked_at = ? WHERE seq <= ? AND acked_at IS NULL",
   ).run(now, now, seq);
   prepared(db, 'UPDATE settings SET uplink_acked_seq = max(uplink_acked_seq, ?) WHERE id = 1').run(seq);
+  memSettings(db, (s) => (seq <= s.uplinkAckedSeq ? s : { ...s, uplinkAckedSeq: seq }));
   return { acked: r.changes };
 }
 

@@ -1,6 +1,7 @@
 import { SiteMode, parseRow } from '@tobira/shared';
 import { z } from 'zod';
 import { withoutFsync, type ReadableDb, type WritableDb, prepared } from './db.js';
+import { memSettings, memorySettings } from './memory.js';
 
 /**
  * The `settings` row: the gateway's sync position, lease, trusted-time floor,
@@ -59,32 +60,44 @@ const SettingsRow = z
     uplinkAckedSeq: r.uplink_acked_seq,
   }));
 
+/** The settings row, from memory (memory.ts: loaded from the row, written through by the setters below). */
 export function readSettings(db: ReadableDb): Settings {
+  return memorySettings(db);
+}
+/** The settings row read from SQLite (the memory's load). */
+export function readSettingsRow(db: ReadableDb): Settings {
   return parseRow('settings', SettingsRow, prepared(db, 'SELECT * FROM settings WHERE id = 1').get());
 }
 
 export function setAppliedSeq(db: WritableDb, seq: number): void {
   prepared(db, 'UPDATE settings SET applied_seq = ? WHERE id = 1').run(seq);
+  memSettings(db, (s) => ({ ...s, appliedSeq: seq }));
 }
 /** A snapshot replaced the key set as of `asOfSeq`: it is the applied seq and the snapshot seq, and it settles an open seq conflict. */
 export function setSnapshotApplied(db: WritableDb, asOfSeq: number): void {
   prepared(db, 'UPDATE settings SET applied_seq = ?, snapshot_seq = ?, seq_conflict_at = NULL WHERE id = 1').run(asOfSeq, asOfSeq);
+  memSettings(db, (s) => ({ ...s, appliedSeq: asOfSeq, snapshotSeq: asOfSeq, seqConflictAt: null }));
 }
 /** The cloud's history differs from ours: the lease ends now (fail closed) and stays unrenewed until a snapshot. */
 export function markSeqConflict(db: WritableDb, at: number): void {
   prepared(db, 'UPDATE settings SET seq_conflict_at = COALESCE(seq_conflict_at, ?), lease_expires_at = NULL WHERE id = 1').run(at);
+  memSettings(db, (s) => ({ ...s, seqConflictAt: s.seqConflictAt ?? at, leaseExpiresAt: null }));
 }
 export function setCloudLastSeq(db: WritableDb, seq: number): void {
   prepared(db, 'UPDATE settings SET cloud_last_seq = ? WHERE id = 1').run(seq);
+  memSettings(db, (s) => ({ ...s, cloudLastSeq: seq }));
 }
 export function setBehindHeartbeat(db: WritableDb, hb: { seq: number; iatMs: number } | null): void {
   prepared(db, 'UPDATE settings SET behind_hb_seq = ?, behind_hb_iat_ms = ? WHERE id = 1').run(hb?.seq ?? null, hb?.iatMs ?? null);
+  memSettings(db, (s) => ({ ...s, behindHeartbeat: hb === null ? null : { seq: hb.seq, iatMs: hb.iatMs } }));
 }
 export function setLease(db: WritableDb, expiresAt: number): void {
   prepared(db, 'UPDATE settings SET lease_expires_at = ? WHERE id = 1').run(expiresAt);
+  memSettings(db, (s) => ({ ...s, leaseExpiresAt: expiresAt }));
 }
 export function setLastResyncAt(db: WritableDb, at: number): void {
   prepared(db, 'UPDATE settings SET last_resync_at = ? WHERE id = 1').run(at);
+  memSettings(db, (s) => ({ ...s, lastResyncAt: at }));
 }
 
 /** Sets the site mode in its own transaction; false when it already was that mode (nothing written). */
@@ -93,6 +106,7 @@ export function setMode(db: WritableDb, mode: SiteMode): boolean {
     .transaction(() => {
       if (readSettings(db).mode === mode) return false;
       prepared(db, 'UPDATE settings SET mode = ? WHERE id = 1').run(mode);
+      memSettings(db, (s) => ({ ...s, mode }));
       return true;
     })
     .immediate();
@@ -103,6 +117,11 @@ export function raiseTimeFloor(db: WritableDb, maxIatMs: number, highWaterMs: nu
   prepared(db, 'UPDATE settings SET max_iat_ms = max(max_iat_ms, ?), high_water_ms = max(high_water_ms, ?) WHERE id = 1').run(
     maxIatMs,
     highWaterMs,
+  );
+  memSettings(db, (s) =>
+    maxIatMs <= s.maxIatMs && highWaterMs <= s.highWaterMs
+      ? s
+      : { ...s, maxIatMs: Math.max(s.maxIatMs, maxIatMs), highWaterMs: Math.max(s.highWaterMs, highWaterMs) },
   );
 }
 
