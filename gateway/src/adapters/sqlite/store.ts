@@ -11,7 +11,6 @@ import * as keys from './keyset.js';
 import * as locks from './locks.js';
 import * as outbox from './outbox.js';
 import * as trusted from './trusted-keys.js';
-import { loadMemory } from './memory.js';
 import { readSettings } from './settings.js';
 
 export { CorruptRow } from '@tobira/shared';
@@ -40,8 +39,6 @@ export class GatewayStore {
     retention: Partial<diag.RetentionLimits> = {},
   ) {
     this.retention = { ...diag.DEFAULT_RETENTION, ...retention };
-    // what a decision reads, filled from SQLite now (memory.ts): a restart rebuilds it from what was committed
-    loadMemory(db);
   }
 
   settings = () => readSettings(this.db);
