@@ -265,7 +265,9 @@ export function memSettings(db: Database.Database, next: (s: Settings) => Settin
 /** Re-reads one lock's row (pairing, lockout, privacy): the row as this transaction sees it. */
 export function memLockRow(db: Database.Database, lockId: string): void {
   change(db, (s) => {
-    const r: unknown = db.prepare('SELECT lock_id, door_id, failures, locked_out_until, privacy_since FROM locks WHERE lock_id = ?').get(lockId);
+    const r: unknown = db
+      .prepare('SELECT lock_id, door_id, failures, locked_out_until, privacy_since FROM locks WHERE lock_id = ?')
+      .get(lockId);
     return setEntry(s.locks, lockId, isRecord(r) ? lockMemoryOf(r) : undefined);
   });
 }
