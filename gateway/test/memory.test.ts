@@ -391,6 +391,11 @@ describe('in-memory decision state, written through', () => {
     first.close();
     const db = openDatabase(path);
     expect(memoryLoaded(db)).toBe(false);
+    // the guarded transaction() keeps better-sqlite3's shape: every variant carries the others and the handle
+    type Variant = (() => number) & { database: unknown; default: Variant; deferred: Variant; immediate: Variant; exclusive: Variant };
+    const t = db.transaction(() => 1) as unknown as Variant;
+    expect([t.database, t.immediate.database, t.deferred.exclusive.database, t.default.database]).toEqual([db, db, db, db]);
+    expect(t.deferred.immediate()).toBe(1);
     expect(() =>
       db
         .transaction(() => {

@@ -2,6 +2,7 @@ import { CorruptRow, type CredentialType } from '@tobira/shared';
 import type Database from 'better-sqlite3';
 import type { StoredKey } from '../../domain/keyset.js';
 import type { LockoutState, SiteLockoutState } from '../../domain/lockout.js';
+import { prepared } from './db.js';
 import { storedKey } from './keyset.js';
 import { readSettingsRow, type Settings } from './settings.js';
 
@@ -153,7 +154,7 @@ function unindexKey(byCredential: Map<string, Set<string>>, k: KeyMemory): void 
 
 function loadTrusted(db: Database.Database): Map<string, 'trusted' | 'retired'> {
   const trusted = new Map<string, 'trusted' | 'retired'>();
-  for (const r of db.prepare('SELECT kid, status FROM trusted_keys').all()) {
+  for (const r of prepared(db, 'SELECT kid, status FROM trusted_keys').all()) {
     if (!isRecord(r) || typeof r.kid !== 'string' || (r.status !== 'trusted' && r.status !== 'retired'))
       throw new CorruptRow('trusted_keys', 'not a trusted key row');
     trusted.set(r.kid, r.status);
@@ -226,7 +227,17 @@ export function guardTransactions(db: Database.Database): void {
         throw e;
       }
     });
-    return Object.assign(wrap(t), { deferred: wrap(t.deferred), immediate: wrap(t.immediate), exclusive: wrap(t.exclusive) });
+    // the same shape as better-sqlite3's: each variant carries every variant and the database
+    const variants = { default: wrap(t), deferred: wrap(t.deferred), immediate: wrap(t.immediate), exclusive: wrap(t.exclusive) };
+    const properties = {
+      default: { value: variants.default },
+      deferred: { value: variants.deferred },
+      immediate: { value: variants.immediate },
+      exclusive: { value: variants.exclusive },
+      database: { value: db, enumerable: true },
+    };
+    for (const v of Object.values(variants)) Object.defineProperties(v, properties);
+    return variants.default;
   };
   (db as unknown as { transaction: unknown }).transaction = transaction;
 }
@@ -301,7 +312,7 @@ export function memSiteLockout(db: Database.Database, credentialType: string, lo
 /** Re-reads one key's row after it was written (grant, revoke, re-sign: the SQL keeps the grant cid and signer by its own rules). */
 export function memKeyRow(db: Database.Database, keyId: string): void {
   change(db, (s) => {
-    const r: unknown = db.prepare(`${KEY_ROWS} WHERE key_id = ?`).get(keyId);
+    const r: unknown = prepared(db, `${KEY_ROWS} WHERE key_id = ?`).get(keyId);
     return replaceKey(s, keyId, r === undefined ? undefined : keyMemoryOf(r));
   });
 }
