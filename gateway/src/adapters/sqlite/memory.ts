@@ -2,9 +2,9 @@ import { CorruptRow, type CredentialType } from '@tobira/shared';
 import type Database from 'better-sqlite3';
 import type { StoredKey } from '../../domain/keyset.js';
 import type { LockoutState, SiteLockoutState } from '../../domain/lockout.js';
-import { prepared } from './db.js';
-import { storedKey } from './keyset.js';
-import { readSettingsRow, type Settings } from './settings.js';
+import { storedKey } from './key-rows.js';
+import { readSettingsRow, type Settings } from './settings-row.js';
+import { prepared } from './statements.js';
 
 /**
  * What a door decision reads, held in memory (issue #14): the key set by
