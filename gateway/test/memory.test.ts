@@ -3,7 +3,16 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import fc from 'fast-check';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { ManualClock, asKeyId, credentialDigest, newPairingSecret, type SiteMode } from '@tobira/shared';
+import {
+  ManualClock,
+  asKeyId,
+  credentialDigest,
+  newCorrelationId,
+  newMessageId,
+  newPairingSecret,
+  type DownlinkMessage,
+  type SiteMode,
+} from '@tobira/shared';
 import { pino } from 'pino';
 import { openDatabase, type WritableDb } from '../src/adapters/sqlite/db.js';
 import { consumeKey, dropActiveKeys, loadSlot, saveSlot } from '../src/adapters/sqlite/keyset.js';
@@ -15,6 +24,7 @@ import { markSeqConflict, raiseTimeFloor, readSettings, setLease, setMode, setSn
 import { GatewayStore } from '../src/adapters/sqlite/store.js';
 import { saveTrustedKeys } from '../src/adapters/sqlite/trusted-keys.js';
 import { handleLockRequests, type AccessDeps } from '../src/app/access.js';
+import { applyPending, type ApplyDeps } from '../src/app/apply.js';
 import { TrustedTime, noCrash } from '../src/app/context.js';
 import { applyGrant, applyRevoke } from '../src/domain/keyset.js';
 import { createMetrics } from '../src/metrics.js';
@@ -320,6 +330,95 @@ describe('in-memory decision state, written through', () => {
     );
     for (const code of ['ALLOWED', 'KEY_REVOKED', 'KEY_USED', 'SIGNER_RETIRED', 'LOCKED_OUT', 'SITE_LOCKDOWN'])
       expect(codesSeen).toContain(code);
+  });
+
+  it('through the real inbox apply, with applies that fail and are retried: the memory follows every commit, and a revoked key never opens', () => {
+    fc.assert(
+      fc.property(
+        fc.array(
+          fc.record({ kind: fc.constantFrom<'grant' | 'revoke'>('grant', 'revoke'), key: keyNo, version: fc.integer({ min: 1, max: 4 }) }),
+          {
+            minLength: 1,
+            maxLength: 10,
+          },
+        ),
+        fc.array(fc.boolean(), { minLength: 1, maxLength: 20 }),
+        (ops, failures) => {
+          const clock = new ManualClock(T0);
+          const rig = openRig(join(dir, `apply-${requestNo++}.sqlite`), clock);
+          setLease(rig.db, T0 + 3_600_000);
+          const deps: ApplyDeps = {
+            ...rig.deps,
+            options: { offlineGraceSeconds: 300, maxAttempts: 100, claimLeaseMs: 30_000, resyncIntervalMs: 0, uplinkAckTimeoutMs: 60_000 },
+            resyncThrottle: { lastMono: Number.NEGATIVE_INFINITY },
+            requestResync: () => {},
+          };
+          const access = {
+            ...rig.deps,
+            access: {
+              ...rig.deps.access,
+              lockout: { limit: 0, cooldownSeconds: 60 },
+              siteLockout: { limit: 0, windowSeconds: 600, cooldownSeconds: 300 },
+            },
+          };
+          let round = 0;
+          const failing = {
+            ...deps,
+            beforeApply: () => {
+              if (failures[round++ % failures.length] === true) throw new Injected('apply failed');
+            },
+          };
+          try {
+            ops.forEach((op, i) => {
+              const keyId = asKeyId(`key-${op.key}`);
+              const base = {
+                jti: newMessageId(),
+                iss: 'tobira-cloud',
+                aud: 'gw-mem',
+                iat: T0 / 1000,
+                exp: T0 / 1000 + 3600,
+                cid: newCorrelationId(),
+                seq: i + 1,
+              };
+              const m: DownlinkMessage =
+                op.kind === 'grant'
+                  ? {
+                      ...base,
+                      type: 'key.grant',
+                      body: { key: grant({ keyId, version: op.version, credential: { type: 'pin', digest: digestOf(op.key) } }) },
+                    }
+                  : { ...base, type: 'key.revoke', body: { keyId, version: op.version, reason: 'staff_revoked' } };
+              rig.deps.store.insertInbox(m, T0);
+              clock.advance(31_000); // a failed claim's lease runs out, so the row is tried again
+              applyPending(failing);
+              expectInSync(rig.db);
+              for (const key of [1, 2, 3]) {
+                const slot = loadSlot(rig.db, `key-${key}`);
+                const [a] = handleLockRequests(access, [
+                  {
+                    lockId: 'lock-1',
+                    payload: Buffer.from(
+                      JSON.stringify({ requestId: `r-${requestNo++}`, credential: { type: 'pin', value: pinOf(key) }, at: T0 }),
+                    ),
+                  },
+                ]);
+                // what SQLite holds after the commit decides: active opens, anything else never does
+                expect({ key, code: a!.decision.code, allowed: a!.decision.allowed }).toMatchObject({
+                  key,
+                  allowed: slot.key?.status === 'active',
+                });
+              }
+            });
+            applyPending(deps);
+            expectInSync(rig.db);
+            expect(readSettings(rig.db).appliedSeq).toBe(ops.length);
+          } finally {
+            rig.close();
+          }
+        },
+      ),
+      { numRuns: 40 },
+    );
   });
 
   it('a revoke committed is never followed by an opening with that key, and a rolled-back revoke leaves the key opening', () => {
