@@ -4,7 +4,7 @@ import type { KeySetView } from '../../domain/decide.js';
 import type { KeySlot, StoredKey } from '../../domain/keyset.js';
 import { countOf, jsonColumn, type ReadableDb, type WritableDb, prepared } from './db.js';
 import { storedKey } from './key-rows.js';
-import { memConsumed, memDropActiveKeys, memKeyRow, memoryGrantCid, memoryKeyById, memoryKeysByCredential } from './memory.js';
+import { memConsumed, memDropActiveKeys, memKeySaved, memoryGrantCid, memoryKeyById, memoryKeysByCredential } from './memory.js';
 
 /**
  * The key set: `keys` (one row per key id), `tombstones` (per key the highest
@@ -65,7 +65,7 @@ export function saveSlot(
       'INSERT INTO tombstones (key_id, version, at) VALUES (?, ?, ?) ON CONFLICT (key_id) DO UPDATE SET version = max(tombstones.version, excluded.version), at = excluded.at',
     ).run(keyId, slot.tombstone, now);
   }
-  if (slot.key !== null) memKeyRow(db, keyId);
+  if (slot.key !== null) memKeySaved(db, keyId, slot.key, grantCid, signerKid);
 }
 
 /**

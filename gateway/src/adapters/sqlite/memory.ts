@@ -309,11 +309,21 @@ export function memSiteLockout(db: Database.Database, credentialType: string, lo
   );
 }
 
-/** Re-reads one key's row after it was written (grant, revoke, re-sign: the SQL keeps the grant cid and signer by its own rules). */
-export function memKeyRow(db: Database.Database, keyId: string): void {
+/**
+ * A key's row was written by `saveSlot` (grant, revoke, re-sign): the same
+ * rules as its SQL — the grant cid is replaced only by an active key (a new
+ * row takes it either way; '' is none), the signer only by a non-null one.
+ */
+export function memKeySaved(db: Database.Database, keyId: string, key: StoredKey, grantCid: string | null, signerKid: string | null): void {
   change(db, (s) => {
-    const r: unknown = prepared(db, `${KEY_ROWS} WHERE key_id = ?`).get(keyId);
-    return replaceKey(s, keyId, r === undefined ? undefined : keyMemoryOf(r));
+    const before = s.keys.get(keyId);
+    const next: KeyMemory = {
+      keyId,
+      key: { grant: key.grant, version: key.version, status: key.status },
+      grantCid: before === undefined || key.status === 'active' ? grantCid || null : before.grantCid,
+      signerKid: signerKid ?? before?.signerKid ?? null,
+    };
+    return replaceKey(s, keyId, next);
   });
 }
 
