@@ -12,7 +12,7 @@ import { prepared } from './statements.js';
  * the cloud key that signed its grant is retired), the locks' lockout, door
  * and privacy, the site-wide lockout per credential type, and the settings
  * row. SQLite stays the durable truth: the memory is filled from it when first
- * used (GatewayStore does that at start, so a restart or a crash rebuilds it
+ * used (the gateway loads it at start, in gateway.ts, so a restart or a crash rebuilds it
  * from what was committed), and written through by the same adapter functions
  * that write the rows, after their statement ran, in the same transaction.
  *
@@ -171,7 +171,7 @@ function memoryOf(db: Database.Database): Memory {
   return m;
 }
 
-/** Fills the memory from SQLite now (GatewayStore calls it at start), unless it already is. */
+/** Fills the memory from SQLite now (the gateway calls it at start), unless it already is. */
 export function loadMemory(db: Database.Database): void {
   memoryOf(db);
 }
