@@ -20,6 +20,7 @@ import {
 } from '@tobira/shared';
 import type { FastifyInstance } from 'fastify';
 import { openDatabase } from './adapters/sqlite/db.js';
+import { loadMemory } from './adapters/sqlite/memory.js';
 import type { RetentionLimits } from './adapters/sqlite/diagnostics.js';
 import { inboxDepth, releaseAllClaims, type InboxRow } from './adapters/sqlite/inbox.js';
 import { allLocks, upsertLock } from './adapters/sqlite/locks.js';
@@ -212,6 +213,9 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
         { accessLogMaxRows: config.accessLog.maxRows, accessLogMaxAgeMs: config.accessLog.maxAgeDays * DAY, ...deps.retention },
       );
       store = s;
+      // what a door decision reads, filled from SQLite before anything runs (adapters/sqlite/memory.ts):
+      // a restart, or a start after a crash, rebuilds it from what was committed
+      loadMemory(s.db);
       const dataDir = config.sqlitePath === ':memory:' ? process.cwd() : dirname(resolve(config.sqlitePath));
       const guard = new StorageGuard(dataDir, config.storage.minFreeBytes, deps.freeSpace ?? statfsFreeBytes, runLog, () =>
         nowOf({ store: s, time }),

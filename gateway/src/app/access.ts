@@ -20,12 +20,12 @@ import {
   verifyMobileTokenSignature,
 } from '@tobira/shared';
 import { decide, decideMobileToken, lastFreshSyncAt } from '../domain/decide.js';
-import { recordAttempt, recordSiteAttempt, type LockoutPolicy, type SiteLockoutPolicy } from '../domain/lockout.js';
+import { noSiteLockout, recordAttempt, recordSiteAttempt, type LockoutPolicy, type SiteLockoutPolicy } from '../domain/lockout.js';
 import { fullBucket, takeToken, type Bucket, type RatePolicy } from '@tobira/shared';
 import { commitDecisions, findAccess, insertAccess, type StoredAccessEvent } from '../adapters/sqlite/access-log.js';
 import { consumeKey, keySetView } from '../adapters/sqlite/keyset.js';
-import { lockModesOf } from '../adapters/sqlite/modes.js';
-import { lockById, setLockout, setSiteLockout, siteLockout as readSiteLockout } from '../adapters/sqlite/locks.js';
+import { setLockout, setSiteLockout } from '../adapters/sqlite/locks.js';
+import { memoryLock, memorySiteLockout } from '../adapters/sqlite/memory.js';
 import { enqueue } from '../adapters/sqlite/outbox.js';
 import { raiseTimeFloor, readSettings, type Settings } from '../adapters/sqlite/settings.js';
 import { nowOf, type AppContext } from './context.js';
@@ -272,8 +272,9 @@ function decideOne(
   const { access } = deps;
   const { db } = deps.store;
   const { settings, now } = batch;
-  const lock = lockById(db, lockId);
-  const siteLockout = credential === null ? null : readSiteLockout(db, credential.type);
+  // every read below is from memory (adapters/sqlite/memory.ts), the writes go to SQLite and memory
+  const lock = memoryLock(db, lockId);
+  const siteLockout = credential === null ? null : (memorySiteLockout(db, credential.type) ?? noSiteLockout);
   const keySet = keySetView(db);
   // the lease this process may act on: none until a restart is proven (TrustedTime.proven)
   const leaseExpiresAt = deps.time.lease(settings);
@@ -288,9 +289,10 @@ function decideOne(
     lock === null
       ? null
       : {
-          ...lock,
+          failures: lock.failures,
+          lockedOutUntil: lock.lockedOutUntil,
           doorId: lock.doorId === null ? null : asDoorId(lock.doorId),
-          privacy: (lockModesOf(db, lockId)?.privacySince ?? null) !== null,
+          privacy: lock.privacySince !== null,
         };
   const d =
     credential === null

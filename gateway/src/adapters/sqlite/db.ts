@@ -4,6 +4,7 @@ import { fileURLToPath } from 'node:url';
 import { parseRow, parseRows } from '@tobira/shared';
 import Database from 'better-sqlite3';
 import { z } from 'zod';
+import { guardTransactions } from './memory.js';
 
 /**
  * The gateway's SQLite file (better-sqlite3 12: never 13, it crashes on Node 20).
@@ -27,6 +28,8 @@ export function openDatabase(path: string, migrationsDir = MIGRATIONS_DIR): Writ
   db.pragma('busy_timeout = 5000');
   // The one place a handle becomes writable: the brand is given here and nowhere else.
   const writableDb = db as WritableDb;
+  // the in-memory decision state (memory.ts) follows each transaction's commit or rollback
+  guardTransactions(db);
   migrate(writableDb, migrationsDir);
   return writableDb;
 }
@@ -49,28 +52,9 @@ export function withoutFsync<T>(db: WritableDb, fn: () => T): T {
   }
 }
 
-const statements = new WeakMap<ReadableDb, Map<string, Database.Statement>>();
+import { prepared } from './statements.js';
 
-/**
- * The handle's prepared statement for `sql`, prepared on its first use and
- * kept for the handle's life: preparing costs more than running most of our
- * statements (the decision path's profile showed a third of its CPU in
- * `prepare`). Only for fixed SQL text (the cache is keyed by it); a closed
- * handle's statements go with it.
- */
-export function prepared(db: ReadableDb, sql: string): Database.Statement {
-  let byText = statements.get(db);
-  if (byText === undefined) {
-    byText = new Map();
-    statements.set(db, byText);
-  }
-  let s = byText.get(sql);
-  if (s === undefined) {
-    s = db.prepare(sql);
-    byText.set(sql, s);
-  }
-  return s;
-}
+export { prepared };
 
 /** A TEXT column holding JSON: parsed, then validated by `schema` (a row that is not JSON fails the row's parse, never throws a SyntaxError). */
 export const jsonColumn = <S extends z.ZodType>(schema: S) =>

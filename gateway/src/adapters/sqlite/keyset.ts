@@ -1,9 +1,10 @@
-import { CorruptRow, DATE_PATTERN, HHMM_PATTERN, MessageId, parseRow, parseRows, type CredentialType, type KeyGrant } from '@tobira/shared';
+import { MessageId, parseRow, parseRows, type CredentialType } from '@tobira/shared';
 import { z } from 'zod';
 import type { KeySetView } from '../../domain/decide.js';
-import { STORED_KEY_STATUSES, type KeySlot, type StoredKey } from '../../domain/keyset.js';
-import { knownTimeZone } from '../../domain/schedule.js';
+import type { KeySlot, StoredKey } from '../../domain/keyset.js';
 import { countOf, jsonColumn, type ReadableDb, type WritableDb, prepared } from './db.js';
+import { storedKey } from './key-rows.js';
+import { memConsumed, memDropActiveKeys, memKeySaved, memoryGrantCid, memoryKeyById, memoryKeysByCredential } from './memory.js';
 
 /**
  * The key set: `keys` (one row per key id), `tombstones` (per key the highest
@@ -11,98 +12,6 @@ import { countOf, jsonColumn, type ReadableDb, type WritableDb, prepared } from 
  * parts until all have arrived). Every verb joins the caller's transaction
  * (the inbox writer's apply).
  */
-/**
- * A grant is validated with the full `KeyGrant` schema once, when it arrives
- * (the inbox verifies the message); the row stores that grant. Reading it
- * back runs on every decision, so it is not parsed with zod again (the
- * profile showed that, with the time zone's Intl check, as the decision's
- * largest avoidable cost): a structural check of what the decision and the
- * apply rules read stands in, and a row that does not fit is still a
- * `CorruptRow`.
- */
-const CREDENTIAL_TYPES: readonly unknown[] = ['pin', 'card', 'mobile'] satisfies CredentialType[];
-const isRecord = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
-const isText = (v: unknown): v is string => typeof v === 'string' && v.length > 0;
-const isInt = (v: unknown, min: number): v is number => typeof v === 'number' && Number.isSafeInteger(v) && v >= min;
-const isDay = (v: unknown) => isInt(v, 0) && v <= 6;
-const isDate = (v: unknown) => typeof v === 'string' && DATE_PATTERN.test(v);
-const isList = (v: unknown, item: (x: unknown) => boolean) => Array.isArray(v) && v.length > 0 && v.every(item);
-const isWindow = (w: unknown) =>
-  isRecord(w) &&
-  (w.days !== undefined || w.dates !== undefined) &&
-  (w.days === undefined || isList(w.days, isDay)) &&
-  (w.dates === undefined || isList(w.dates, isDate)) &&
-  typeof w.start === 'string' &&
-  HHMM_PATTERN.test(w.start) &&
-  typeof w.end === 'string' &&
-  HHMM_PATTERN.test(w.end);
-const isSchedule = (s: unknown) =>
-  s === null ||
-  (isRecord(s) &&
-    isText(s.timeZone) &&
-    knownTimeZone(s.timeZone) &&
-    Array.isArray(s.windows) &&
-    s.windows.length > 0 &&
-    s.windows.every(isWindow));
-
-function isStoredGrant(g: unknown): g is KeyGrant {
-  return (
-    isRecord(g) &&
-    isText(g.keyId) &&
-    isInt(g.version, 1) &&
-    isText(g.personId) &&
-    isRecord(g.credential) &&
-    CREDENTIAL_TYPES.includes(g.credential.type) &&
-    isText(g.credential.digest) &&
-    Array.isArray(g.doors) &&
-    g.doors.length > 0 &&
-    g.doors.every(isText) &&
-    isInt(g.validFrom, 0) &&
-    isInt(g.validUntil, 0) &&
-    isSchedule(g.schedule) &&
-    typeof g.offlineCapable === 'boolean' &&
-    (g.offlineMaxSeconds === undefined || isInt(g.offlineMaxSeconds, 1)) &&
-    (g.oneTime === undefined || g.oneTime === true)
-  );
-}
-
-const KeyRowShape = z.object({ version: z.int(), status: z.enum(STORED_KEY_STATUSES), grant_json: z.string() });
-
-function storedKey(raw: unknown): StoredKey {
-  // the three columns by hand too: this runs per candidate key per decision
-  if (
-    !isRecord(raw) ||
-    !isInt(raw.version, 0) ||
-    (raw.status !== 'active' && raw.status !== 'revoked') ||
-    typeof raw.grant_json !== 'string'
-  )
-    return corruptKey(raw);
-  let grant: unknown;
-  try {
-    grant = JSON.parse(raw.grant_json);
-  } catch {
-    throw new CorruptRow('keys', 'grant_json: not JSON');
-  }
-  if (!isStoredGrant(grant)) throw new CorruptRow('keys', 'grant_json: not a key grant');
-  let consumedAt: number | undefined;
-  if (raw.consumed_at !== undefined && raw.consumed_at !== null) {
-    if (!isInt(raw.consumed_at, 0)) throw new CorruptRow('consumed_keys', 'at: not a time');
-    consumedAt = raw.consumed_at;
-  }
-  return {
-    grant,
-    version: raw.version,
-    status: raw.status,
-    ...(raw.signer_retired === 1 ? { signerRetired: true } : {}),
-    ...(consumedAt === undefined ? {} : { consumedAt }),
-  };
-}
-/** Names the columns that do not fit, as parseRow would. */
-function corruptKey(raw: unknown): never {
-  parseRow('keys', KeyRowShape, raw);
-  throw new CorruptRow('keys', 'not a key row');
-}
-
 const Tombstone = z.object({ version: z.int() });
 
 export function loadSlot(db: ReadableDb, keyId: string): KeySlot {
@@ -156,43 +65,22 @@ export function saveSlot(
       'INSERT INTO tombstones (key_id, version, at) VALUES (?, ?, ?) ON CONFLICT (key_id) DO UPDATE SET version = max(tombstones.version, excluded.version), at = excluded.at',
     ).run(keyId, slot.tombstone, now);
   }
+  if (slot.key !== null) memKeySaved(db, keyId, slot.key, grantCid, signerKid);
 }
 
-const GrantCid = z.object({ grant_cid: z.string() });
-
 /**
- * 1 when the cloud key that signed the key's grant is retired (trusted_keys);
- * for a grant stored before signers were noted (null), when any key was
- * retired since: every live grant is re-sent under the new key before a
- * retire, so one still unnoted is one the cloud did not re-send.
+ * The key set as `decide` reads it, plus the cid of the grant that made a
+ * key: from the in-memory key set (memory.ts), which holds each key's
+ * one-time consumption and whether the cloud key that signed its grant is
+ * retired (retired signer; a grant stored before signers were noted counts as
+ * retired once any key was retired: every live grant is re-sent under the new
+ * key before a retire, so one still unnoted is one the cloud did not re-send).
  */
-const SIGNER_RETIRED = `(CASE WHEN keys.signer_kid IS NULL THEN EXISTS (SELECT 1 FROM trusted_keys WHERE status = 'retired')
-  ELSE EXISTS (SELECT 1 FROM trusted_keys t WHERE t.kid = keys.signer_kid AND t.status = 'retired') END)`;
-
-/** The key set as `decide` reads it, plus the cid of the grant that made a key. Use inside the decision transaction. */
 export function keySetView(db: ReadableDb): KeySetView & { grantCid(keyId: string): string | null } {
   return {
-    byCredential: (type: CredentialType, digest: string): readonly StoredKey[] =>
-      prepared(
-        db,
-        `SELECT keys.version, keys.status, keys.grant_json, ${SIGNER_RETIRED} AS signer_retired, c.at AS consumed_at
-         FROM keys LEFT JOIN consumed_keys c ON c.key_id = keys.key_id WHERE keys.credential_type = ? AND keys.credential_digest = ?`,
-      )
-        .all(type, digest)
-        .map(storedKey),
-    byKeyId: (keyId: string): StoredKey | null => {
-      const r: unknown = prepared(
-        db,
-        `SELECT keys.version, keys.status, keys.grant_json, ${SIGNER_RETIRED} AS signer_retired, c.at AS consumed_at
-         FROM keys LEFT JOIN consumed_keys c ON c.key_id = keys.key_id WHERE keys.key_id = ?`,
-      ).get(keyId);
-      return r === undefined ? null : storedKey(r);
-    },
-    grantCid: (keyId: string) => {
-      const r: unknown = prepared(db, 'SELECT grant_cid FROM keys WHERE key_id = ?').get(keyId);
-      // '' is stored for keys no grant made (snapshot revokes): no cid to carry on
-      return r === undefined ? null : parseRow('keys', GrantCid, r).grant_cid || null;
-    },
+    byCredential: (type: CredentialType, digest: string): readonly StoredKey[] => memoryKeysByCredential(db, type, digest),
+    byKeyId: (keyId: string): StoredKey | null => memoryKeyById(db, keyId),
+    grantCid: (keyId: string) => memoryGrantCid(db, keyId),
   };
 }
 
@@ -203,17 +91,19 @@ export function keySetView(db: ReadableDb): KeySetView & { grantCid(keyId: strin
  * because it reads the same row inside the same transaction).
  */
 export function consumeKey(db: WritableDb, c: { keyId: string; version: number; lockId: string; requestId: string }, now: number): boolean {
-  return (
+  const consumed =
     prepared(
       db,
       'INSERT INTO consumed_keys (key_id, version, lock_id, request_id, at) VALUES (?, ?, ?, ?, ?) ON CONFLICT (key_id) DO NOTHING',
-    ).run(c.keyId, c.version, c.lockId, c.requestId, now).changes === 1
-  );
+    ).run(c.keyId, c.version, c.lockId, c.requestId, now).changes === 1;
+  if (consumed) memConsumed(db, c.keyId, now);
+  return consumed;
 }
 
 /** Snapshot apply: drops every active key (revoked rows and tombstones stay), to be refilled from the snapshot. */
 export function dropActiveKeys(db: WritableDb): void {
   prepared(db, "DELETE FROM keys WHERE status = 'active'").run();
+  memDropActiveKeys(db);
 }
 
 export function keyCounts(db: ReadableDb): { active: number; revoked: number; tombstones: number } {

@@ -2,6 +2,7 @@ import { BoltState, DoorState, parseRow, parseRows } from '@tobira/shared';
 import { z } from 'zod';
 import { noSiteLockout, type LockoutState, type SiteLockoutState } from '../../domain/lockout.js';
 import { flag, type ReadableDb, type WritableDb, prepared } from './db.js';
+import { memLockRow, memLockout, memSiteLockout } from './memory.js';
 
 /**
  * The configured locks (`locks`: door, availability, last state, per-lock
@@ -52,6 +53,7 @@ export function upsertLock(db: WritableDb, lockId: string, doorId: string, now: 
     db,
     'INSERT INTO locks (lock_id, door_id, updated_at) VALUES (?, ?, ?) ON CONFLICT (lock_id) DO UPDATE SET door_id = excluded.door_id',
   ).run(lockId, doorId, now);
+  memLockRow(db, lockId);
 }
 export function lockById(db: ReadableDb, lockId: string): LockRow | null {
   const r: unknown = prepared(db, 'SELECT * FROM locks WHERE lock_id = ?').get(lockId);
@@ -67,6 +69,7 @@ export function setLockout(db: WritableDb, lockId: string, s: LockoutState, now:
     now,
     lockId,
   );
+  memLockout(db, lockId, s);
 }
 /** True when the availability changed. */
 export function setLockOnline(db: WritableDb, lockId: string, online: boolean, now: number): boolean {
@@ -110,4 +113,5 @@ export function setSiteLockout(db: WritableDb, credentialType: string, s: SiteLo
     `INSERT INTO site_lockout (credential_type, failures, window_start, locked_out_until, updated_at) VALUES (?, ?, ?, ?, ?)
      ON CONFLICT (credential_type) DO UPDATE SET failures = excluded.failures, window_start = excluded.window_start, locked_out_until = excluded.locked_out_until, updated_at = excluded.updated_at`,
   ).run(credentialType, s.failures, s.windowStart, s.lockedOutUntil, now);
+  memSiteLockout(db, credentialType, s);
 }

@@ -1,6 +1,7 @@
 import { Schedule, SiteMode, parseJson, parseRow, parseRows } from '@tobira/shared';
 import { z } from 'zod';
 import { prepared, type ReadableDb, type WritableDb } from './db.js';
+import { memPrivacy, memSettings } from './memory.js';
 
 /**
  * Operating modes beyond the site mode column (migration 0011): where the
@@ -40,12 +41,13 @@ export function readSiteMode(db: ReadableDb): SiteModeInfo {
 
 /** Sets the mode and its origin (inside the caller's transaction); false when the mode already was `mode` (the origin is not rewritten then). */
 export function writeSiteMode(db: WritableDb, m: Omit<SiteModeInfo, 'at'> & { readonly at: number }): boolean {
-  return (
+  const changed =
     prepared(
       db,
       'UPDATE settings SET mode = ?, mode_origin = ?, mode_by = ?, mode_at = ?, mode_request_id = ? WHERE id = 1 AND mode != ?',
-    ).run(m.mode, m.origin, m.by, m.at, m.requestId, m.mode).changes === 1
-  );
+    ).run(m.mode, m.origin, m.by, m.at, m.requestId, m.mode).changes === 1;
+  if (changed) memSettings(db, (s) => ({ ...s, mode: m.mode }));
+  return changed;
 }
 
 export interface PassageRow {
@@ -141,7 +143,9 @@ export function setPassageSince(db: WritableDb, lockId: string, since: number | 
 }
 /** Privacy on (since `at`) or off (null); true when it changed. */
 export function setPrivacy(db: WritableDb, lockId: string, active: boolean, at: number): boolean {
-  return active
+  const changed = active
     ? prepared(db, 'UPDATE locks SET privacy_since = ? WHERE lock_id = ? AND privacy_since IS NULL').run(at, lockId).changes === 1
     : prepared(db, 'UPDATE locks SET privacy_since = NULL WHERE lock_id = ? AND privacy_since IS NOT NULL').run(lockId).changes === 1;
+  if (changed) memPrivacy(db, lockId, active ? at : null);
+  return changed;
 }

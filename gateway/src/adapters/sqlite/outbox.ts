@@ -1,6 +1,7 @@
 import { newMessageId, parseRow, parseRows, CorrelationId, MessageId, type UplinkMessage } from '@tobira/shared';
 import { z } from 'zod';
 import { countOf, jsonColumn, withoutFsync, type ReadableDb, type WritableDb, prepared } from './db.js';
+import { memSettings } from './memory.js';
 import { readSettings } from './settings.js';
 
 /**
@@ -33,6 +34,10 @@ export type EnqueueResult = { readonly seq: number; readonly jti: MessageId } | 
 const OUTBOX_TYPES = ['ack', 'access.event', 'alarm', 'gateway.status', 'staff.action'] as const satisfies readonly OutboxType[];
 
 const NextSeq = z.object({ seq: z.int() });
+function nextSeqOf(r: unknown): number {
+  const seq = typeof r === 'object' && r !== null ? (r as { seq?: unknown }).seq : undefined;
+  return typeof seq === 'number' && Number.isSafeInteger(seq) ? seq : parseRow('settings', NextSeq, r).seq;
+}
 
 const OutboxRowSchema = z.object({
   seq: z.int(),
@@ -58,12 +63,13 @@ export function enqueue<T extends OutboxType>(
   now: number,
 ): EnqueueResult {
   if (!essential && outboxDepth(db) >= limits.maxRows) return { refused: 'OUTBOX_FULL' };
-  // one statement takes the seq and advances the counter (the decision path enqueues per request)
-  const seq = parseRow(
-    'settings',
-    NextSeq,
-    prepared(db, 'UPDATE settings SET next_uplink_seq = next_uplink_seq + 1 WHERE id = 1 RETURNING next_uplink_seq - 1 AS seq').get(),
-  ).seq;
+  // one statement takes the seq and advances the counter; read back by hand (no zod: the decision path enqueues per request)
+  const taken: unknown = prepared(
+    db,
+    'UPDATE settings SET next_uplink_seq = next_uplink_seq + 1 WHERE id = 1 RETURNING next_uplink_seq - 1 AS seq',
+  ).get();
+  const seq = nextSeqOf(taken);
+  memSettings(db, (s) => ({ ...s, nextUplinkSeq: seq + 1 }));
   const jti = newMessageId();
   prepared(db, 'INSERT INTO outbox (seq, jti, type, cid, body, essential, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)').run(
     seq,
@@ -138,6 +144,7 @@ export function ackUplink(db: WritableDb, seq: number, jti: string, now: number)
     "UPDATE outbox SET status = 'sent', sent_at = COALESCE(sent_at, ?), acked_at = ? WHERE seq <= ? AND acked_at IS NULL",
   ).run(now, now, seq);
   prepared(db, 'UPDATE settings SET uplink_acked_seq = max(uplink_acked_seq, ?) WHERE id = 1').run(seq);
+  memSettings(db, (s) => (seq <= s.uplinkAckedSeq ? s : { ...s, uplinkAckedSeq: seq }));
   return { acked: r.changes };
 }
 

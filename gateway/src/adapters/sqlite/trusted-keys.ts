@@ -3,6 +3,7 @@ import type { JWK } from 'jose';
 import { z } from 'zod';
 import type { TrustedKey } from '../../domain/trusted-keys.js';
 import { prepared, type ReadableDb, type WritableDb } from './db.js';
+import { memTrustedKeys } from './memory.js';
 
 /** The `trusted_keys` table (migration 0009): the cloud keys this gateway trusts, and the retired ones it never will again. */
 const Row = z.object({
@@ -37,6 +38,7 @@ export function seedTrustedKeys(db: WritableDb, keys: readonly JWK[], now: numbe
         `INSERT INTO trusted_keys (kid, jwk, status, source, added_at) VALUES (?, ?, 'trusted', 'config', ?) ON CONFLICT (kid) DO NOTHING`,
       ).run(jwk.kid, JSON.stringify(jwk), now).changes;
     }
+    memTrustedKeys(db);
   }).immediate();
   return n;
 }
@@ -50,4 +52,5 @@ export function saveTrustedKeys(db: WritableDb, rows: readonly TrustedKey[]): vo
        ON CONFLICT (kid) DO UPDATE SET status = excluded.status, retired_at = excluded.retired_at`,
     ).run(k.kid, JSON.stringify(k.jwk), k.status, k.source, k.notBefore, k.addedAt, k.retiredAt);
   }
+  if (rows.length > 0) memTrustedKeys(db);
 }
