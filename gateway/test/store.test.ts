@@ -51,6 +51,7 @@ describe('SQLite store', () => {
       { version: 9, name: 'trusted_cloud_keys' },
       { version: 10, name: 'one_time_keys' },
       { version: 11, name: 'modes' },
+      { version: 12, name: 'uplink_keys' },
     ]);
   });
 

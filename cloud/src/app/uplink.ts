@@ -20,7 +20,8 @@ import { insertAccessEvent, insertAlarm } from '../adapters/db/audit.js';
 import { insertStaffAction } from '../adapters/db/staff-actions.js';
 import { settleModeRequest } from '../adapters/db/modes.js';
 import { pgErrorCode, type Queryable } from '../adapters/db/db.js';
-import { gatewayPublicJwk, recordClockSkew, recordPresence, recordStatus } from '../adapters/db/gateways.js';
+import { recordClockSkew, recordPresence, recordStatus } from '../adapters/db/gateways.js';
+import { uplinkKeys } from '../adapters/db/uplink-keys.js';
 import {
   advanceUplinkAck,
   claimInbox,
@@ -39,6 +40,7 @@ import { noTelemetry, type Telemetry } from './telemetry.js';
 import { recordGatewayReport, recordKeyUse } from './keys.js';
 import { answerResync } from './resync.js';
 import { recordDeliveryAck } from '../adapters/db/signing-keys.js';
+import { applyUplinkKeyProposal, noteUplinkKid } from './uplink-keys.js';
 
 /**
  * Codes of rejected uplinks: every verification code of shared VERIFY_CODES,
@@ -74,7 +76,11 @@ export interface UplinkOptions {
 }
 
 type Sequenced = Exclude<UplinkMessage, { type: 'resync.request' }>;
-type Applied = { result: 'applied' | 'noop' | 'refused'; code: string };
+type Applied = { result: 'applied' | 'noop' | 'refused'; code: string; wake?: boolean };
+/** A gateway's accepted uplink keys as last read (current and previous), and its retired kids. */
+type GatewayKeys = { keys: KeySet; retired: ReadonlySet<string>; at: number };
+/** A kid not in the cached keys re-reads them, at most this often per gateway (a rotation on another replica). */
+const KEY_RELOAD_MS = 1_000;
 
 /**
  * The uplink inbox. Every message on `gw/+/up` is verified against the
@@ -86,7 +92,7 @@ type Applied = { result: 'applied' | 'noop' | 'refused'; code: string };
 export class Uplink {
   readonly #app: AppDeps;
   readonly #o: UplinkOptions;
-  readonly #keys = new Map<string, KeySet>();
+  readonly #keys = new Map<string, GatewayKeys>();
   readonly #skew = new Map<string, { skewMs: number; at: number }>();
   /** Per gateway: resync requests it may still have answered (RESYNC_BURST, RESYNC_PER_MINUTE). */
   readonly #resyncBuckets = new Map<string, Bucket>();
@@ -127,27 +133,43 @@ export class Uplink {
     if (t?.kind === 'gateway' && t.channel === 'presence') return this.#presence(t.gatewayId, payload);
     if (t?.kind !== 'gateway' || t.channel !== 'up') return this.#reject(null, topic, 'BAD_TOPIC', 'not a gateway uplink topic');
     const gatewayId = t.gatewayId;
-    const keys = await this.#keysOf(gatewayId);
+    let keys = await this.#keysOf(gatewayId);
     if (!keys) return this.#reject(gatewayId, topic, 'UNKNOWN_GATEWAY', `gateway ${gatewayId}`);
     // anySkew: a verified, correctly addressed message is never dropped for the gateway's clock
     // (its access events would be lost for good); the skew is recorded instead, and replays are
     // refused by the jti dedupe below.
-    const v = await verifyMessage(payload, {
-      keys,
-      issuer: gatewayId,
-      audience: this.#o.signer.issuer,
-      schema: UplinkMessage,
-      clock: this.#app.clock,
-      anySkew: true,
-    });
+    const verify = (k: GatewayKeys) =>
+      verifyMessage(payload, {
+        keys: k.keys,
+        retiredKids: k.retired,
+        issuer: gatewayId,
+        audience: this.#o.signer.issuer,
+        schema: UplinkMessage,
+        clock: this.#app.clock,
+        anySkew: true,
+      });
+    let v = await verify(keys);
+    if (!v.ok && v.code === 'UNKNOWN_KID' && this.#app.clock.now() - keys.at >= KEY_RELOAD_MS) {
+      // the gateway's key may have been rotated through another replica since we read it
+      this.#keys.delete(gatewayId);
+      keys = await this.#keysOf(gatewayId);
+      if (!keys) return this.#reject(gatewayId, topic, 'UNKNOWN_GATEWAY', `gateway ${gatewayId}`);
+      v = await verify(keys);
+    }
     if (!v.ok) return this.#reject(gatewayId, topic, v.code, v.detail);
+    const kid = v.kid;
     const m = v.message;
     const log = withCorrelation(this.#app.log, m.cid, { gatewayId, jti: m.jti, type: m.type });
     const now = this.#app.clock.now();
     const seq = m.type === 'resync.request' ? null : m.seq;
 
     const outcome = await this.#withRetry(log, () =>
-      this.#app.db.transaction(async (tx): Promise<Applied | 'duplicate' | 'unstorable'> => {
+      this.#app.db.transaction(async (tx): Promise<Applied | 'duplicate' | 'unstorable' | { refusedKid: string; retired?: never }> => {
+        // The table decides, not this replica's cache: a retired kid is refused here (and
+        // the first message under a rotated key retires the old one, in this transaction).
+        const k = await noteUplinkKid(tx, gatewayId, kid, now);
+        if (!k.ok) return { refusedKid: k.code };
+        if (k.retired !== null) log.warn({ code: 'UPLINK_KEY_ACTIVATED', retiredKid: k.retired, kid }, 'gateway uplink key rotated; the old key is retired');
         if (!(await claimInbox(tx, { jti: m.jti, gatewayId, type: m.type, seq, cid: m.cid, receivedAt: now }))) {
           // a resend the gateway made because it had no acknowledgement yet: it may move the pointer on
           if (m.type !== 'resync.request') await this.#advanceAck(tx, gatewayId, m.seq, m.jti);
@@ -160,7 +182,7 @@ export class Uplink {
         }
         this.#app.crash('afterInboxInsertBeforeApply');
         if (m.type !== 'resync.request') await this.#trackSeq(tx, gatewayId, m, log);
-        const applied = await this.#apply(tx, gatewayId, m, now);
+        const applied = await this.#apply(tx, gatewayId, m, now, kid);
         await recordInboxResult(tx, m.jti, applied.result, applied.code);
         return applied;
       }),
@@ -172,6 +194,11 @@ export class Uplink {
       throw e;
     });
     if (outcome === 'unstorable') return this.#reject(gatewayId, topic, 'APPLY_FAILED', `jti ${m.jti}: the database refused its data`, log);
+    if (typeof outcome === 'object' && 'refusedKid' in outcome) {
+      this.#keys.delete(gatewayId);
+      return this.#reject(gatewayId, topic, outcome.refusedKid, `kid ${kid.slice(0, 80)}`, log);
+    }
+    if (kid !== keys.keys.kids[0] || (outcome !== 'duplicate' && outcome.wake === true)) this.#keys.delete(gatewayId);
 
     if (outcome === 'duplicate') {
       log.info({ code: 'DUPLICATE_MESSAGE' satisfies OutcomeCode }, 'duplicate uplink; not applied again');
@@ -180,6 +207,7 @@ export class Uplink {
     }
     await this.#recordSkew(gatewayId, m.iat * 1000 - now, now, log);
     log.info({ result: outcome.result, code: outcome.code }, 'uplink applied');
+    if (outcome.wake === true) this.#app.wake();
     this.#telemetry.uplink(outcome.result, outcome.code);
     if (m.type === 'resync.request' && outcome.result === 'applied') {
       // One answer at a time per gateway, and a bounded number across gateways: a request
@@ -226,7 +254,7 @@ export class Uplink {
     }
   }
 
-  async #apply(tx: Queryable, gatewayId: string, m: UplinkMessage, now: number): Promise<Applied> {
+  async #apply(tx: Queryable, gatewayId: string, m: UplinkMessage, now: number, kid: string): Promise<Applied> {
     switch (m.type) {
       case 'ack': {
         const b = m.body;
@@ -274,6 +302,12 @@ export class Uplink {
       case 'gateway.status':
         await recordStatus(tx, gatewayId, m.body, now, m.cid);
         return { result: 'applied', code: 'REPORT_RECORDED' };
+      case 'uplink_key.proposal': {
+        const p = await applyUplinkKeyProposal(tx, gatewayId, m, kid, now);
+        if (p.result === 'refused')
+          withCorrelation(this.#app.log, m.cid, { gatewayId, rotationId: m.body.rotationId }).warn({ code: p.code }, 'uplink key proposal refused');
+        return { result: p.result, code: p.code, wake: p.queued };
+      }
       case 'resync.request': {
         // A storm of signed requests (a compromised or looping gateway) is cut here, before any
         // snapshot is built: recorded refused in the inbox, logged at its first refusal.
@@ -345,14 +379,17 @@ export class Uplink {
     await recordPresence(this.#app.db, gatewayId, p.value.online, this.#app.clock.now());
   }
 
-  async #keysOf(gatewayId: string): Promise<KeySet | null> {
+  /** The gateway's current key first, then a previous one still accepted; null for an unknown gateway. */
+  async #keysOf(gatewayId: string): Promise<GatewayKeys | null> {
     const cached = this.#keys.get(gatewayId);
     if (cached) return cached;
-    const jwk = await gatewayPublicJwk(this.#app.db, gatewayId);
-    if (jwk === null) return null;
-    const ks = await KeySet.fromJwks({ keys: [jwk] });
-    this.#keys.set(gatewayId, ks);
-    return ks;
+    const rows = await uplinkKeys(this.#app.db, gatewayId);
+    if (rows.length === 0) return null;
+    const accepted = [...rows.filter((r) => r.status === 'current'), ...rows.filter((r) => r.status === 'previous')];
+    const ks = await KeySet.fromJwks({ keys: accepted.map(({ publicJwk: j }) => ({ kty: j.kty, crv: j.crv, x: j.x, kid: j.kid })) });
+    const g = { keys: ks, retired: new Set(rows.filter((r) => r.status === 'retired').map((r) => r.kid)), at: this.#app.clock.now() };
+    this.#keys.set(gatewayId, g);
+    return g;
   }
 
   get #telemetry(): Telemetry {

@@ -16,7 +16,8 @@ import { nowOf, type AppContext } from './context.js';
  */
 export interface UplinkDeps extends AppContext {
   readonly link: () => Link | null;
-  readonly signingKey: SigningKey;
+  /** The active uplink key, read when a row is signed (a rotation switches it; app/uplink-keys.ts). */
+  readonly signingKey: () => Promise<SigningKey>;
   readonly cloudIssuer: string;
   readonly batchSize: number;
 }
@@ -58,10 +59,11 @@ export class UplinkSender {
         if (rows.length === 0) break;
         const sent: number[] = [];
         try {
+          const key = await deps.signingKey();
           const tokens = await Promise.all(
             rows.map(async (r) => {
               const draft = { type: r.type, seq: r.seq, aud: deps.cloudIssuer, body: r.body, cid: r.cid, jti: r.jti };
-              return (await signMessage<UplinkMessage>(deps.signingKey, deps.gatewayId, draft as never, { now: () => nowOf(deps) })).token;
+              return (await signMessage<UplinkMessage>(key, deps.gatewayId, draft as never, { now: () => nowOf(deps) })).token;
             }),
           );
           // Published in seq order on one connection: the broker keeps that order.
@@ -93,7 +95,9 @@ export function sendResyncRequest(deps: UplinkDeps, reason: ResyncReason, lastAp
   const link = deps.link();
   if (link === null || !link.connected) return;
   const draft = { type: 'resync.request', aud: deps.cloudIssuer, cid, body: { requestId, lastAppliedSeq, reason } };
-  signMessage<UplinkMessage>(deps.signingKey, deps.gatewayId, draft as never, { now: () => nowOf(deps) })
+  deps
+    .signingKey()
+    .then((key) => signMessage<UplinkMessage>(key, deps.gatewayId, draft as never, { now: () => nowOf(deps) }))
     .then(({ token }) => link.publish(topics.gatewayUp(deps.gatewayId), token, { qos: 1 }))
     .catch((e: unknown) =>
       withCorrelation(deps.log, cid).warn({ err: e instanceof Error ? e.message : String(e) }, 'resync request not sent'),
