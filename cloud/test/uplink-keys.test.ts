@@ -34,14 +34,25 @@ describe('uplink-key rotation rules (domain)', () => {
   const r: domain.UplinkKeyRotation = { id: 'r1', gatewayId: 'g', status: 'requested', oldKid: 'old', newKid: null, code: null };
   const facts = { signedKid: 'old', currentKid: 'old', newKid: 'new', proofOk: true, kidTaken: false };
   it('accepts a proposal signed by the current key with a good proof', () => {
-    expect(domain.acceptProposal(r, facts)).toMatchObject({ status: 'applied', code: 'UPLINK_KEY_PROPOSAL_ACCEPTED', state: { status: 'proposed', newKid: 'new' } });
+    expect(domain.acceptProposal(r, facts)).toMatchObject({
+      status: 'applied',
+      code: 'UPLINK_KEY_PROPOSAL_ACCEPTED',
+      state: { status: 'proposed', newKid: 'new' },
+    });
   });
   it('refuses a rotation it did not issue, one signed by another key, and fails one with a bad proof or a used kid', () => {
     expect(domain.acceptProposal(null, facts)).toMatchObject({ status: 'refused', code: 'UPLINK_KEY_ROTATION_UNKNOWN' });
     expect(domain.acceptProposal(r, { ...facts, signedKid: 'other' })).toMatchObject({ status: 'refused', code: 'UPLINK_KEY_NOT_CURRENT' });
-    expect(domain.acceptProposal(r, { ...facts, proofOk: false })).toMatchObject({ state: { status: 'failed', code: 'UPLINK_KEY_BAD_PROOF' } });
-    expect(domain.acceptProposal(r, { ...facts, kidTaken: true })).toMatchObject({ state: { status: 'failed', code: 'UPLINK_KEY_KID_TAKEN' } });
-    expect(domain.acceptProposal({ ...r, status: 'failed' }, facts)).toMatchObject({ status: 'refused', code: 'UPLINK_KEY_ROTATION_NOT_OPEN' });
+    expect(domain.acceptProposal(r, { ...facts, proofOk: false })).toMatchObject({
+      state: { status: 'failed', code: 'UPLINK_KEY_BAD_PROOF' },
+    });
+    expect(domain.acceptProposal(r, { ...facts, kidTaken: true })).toMatchObject({
+      state: { status: 'failed', code: 'UPLINK_KEY_KID_TAKEN' },
+    });
+    expect(domain.acceptProposal({ ...r, status: 'failed' }, facts)).toMatchObject({
+      status: 'refused',
+      code: 'UPLINK_KEY_ROTATION_NOT_OPEN',
+    });
   });
   it('treats the same proposal again as a noop, and a second rotation while one is open as a conflict', () => {
     expect(domain.acceptProposal({ ...r, status: 'proposed', newKid: 'new' }, facts)).toMatchObject({ status: 'noop' });
@@ -121,15 +132,21 @@ describe.each(pgBackends())('gateway uplink-key rotation on %s', (pgBackend) => 
       ).rows;
     const keys = async () =>
       (
-        await t.db.query<{ kid: string; status: string }>('SELECT kid, status FROM gateway_uplink_keys WHERE gateway_id = $1 ORDER BY added_at, kid', [
-          s.gatewayId,
-        ])
+        await t.db.query<{ kid: string; status: string }>(
+          'SELECT kid, status FROM gateway_uplink_keys WHERE gateway_id = $1 ORDER BY status',
+          [s.gatewayId],
+        )
       ).rows;
     const rotate = () => rotateUplinkKey(d, { gatewayId: s.gatewayId, scope: null, by: 'ops' });
     const propose = (rotationId: string, opts: { proofBy?: 'new' | 'other'; kid?: string } = {}) => {
       const pair = generateUplinkKeyPairSync(opts.kid ?? `up-${newId()}`);
       const other = generateUplinkKeyPairSync(pair.publicJwk.kid);
-      const proof = signUplinkKeyProof(opts.proofBy === 'other' ? other.privateJwk : pair.privateJwk, s.gatewayId, rotationId, pair.publicJwk.kid);
+      const proof = signUplinkKeyProof(
+        opts.proofBy === 'other' ? other.privateJwk : pair.privateJwk,
+        s.gatewayId,
+        rotationId,
+        pair.publicJwk.kid,
+      );
       return { pair, draft: { type: 'uplink_key.proposal', body: { rotationId, publicJwk: pair.publicJwk, proof } } };
     };
     const inboxResult = async (jti: string) =>
@@ -140,14 +157,25 @@ describe.each(pgBackends())('gateway uplink-key rotation on %s', (pgBackend) => 
   it('rotate queues a sequenced uplink_key.rotate; a second rotate while it is open is a conflict with a code', async () => {
     const x = await setup();
     const o = await x.rotate();
-    expect(o).toMatchObject({ status: 'applied', code: 'UPLINK_KEY_ROTATION_REQUESTED', state: { status: 'requested', oldKid: x.s.pair.kid } });
+    expect(o).toMatchObject({
+      status: 'applied',
+      code: 'UPLINK_KEY_ROTATION_REQUESTED',
+      state: { status: 'requested', oldKid: x.s.pair.kid },
+    });
     if (o.status !== 'applied') throw new Error('rotate');
     expect(await x.outbox('uplink_key.rotate')).toEqual([{ body: { rotationId: o.state.rotationId }, seq: o.state.rotateSeq }]);
     expect(x.woken()).toBe(1);
     const again = await x.rotate();
-    expect(again).toMatchObject({ status: 'conflict', code: 'UPLINK_KEY_ROTATION_IN_PROGRESS', current: { rotationId: o.state.rotationId } });
+    expect(again).toMatchObject({
+      status: 'conflict',
+      code: 'UPLINK_KEY_ROTATION_IN_PROGRESS',
+      current: { rotationId: o.state.rotationId },
+    });
     expect(await x.outbox('uplink_key.rotate')).toHaveLength(1);
-    expect(await rotateUplinkKey(x.d, { gatewayId: 'no-such-gw', scope: null, by: 'ops' })).toMatchObject({ status: 'refused', code: 'GATEWAY_NOT_FOUND' });
+    expect(await rotateUplinkKey(x.d, { gatewayId: 'no-such-gw', scope: null, by: 'ops' })).toMatchObject({
+      status: 'refused',
+      code: 'GATEWAY_NOT_FOUND',
+    });
     // another site's token does not see the gateway
     expect(await rotateUplinkKey(x.d, { gatewayId: x.s.gatewayId, scope: ['other-site'], by: 'ops' })).toMatchObject({
       status: 'refused',
@@ -164,10 +192,12 @@ describe.each(pgBackends())('gateway uplink-key rotation on %s', (pgBackend) => 
     const { pair, draft } = x.propose(o.state.rotationId);
     const m = await x.send(x.oldKey, draft);
     expect(await x.inboxResult(m.jti)).toEqual({ result: 'applied', code: 'UPLINK_KEY_PROPOSAL_ACCEPTED' });
-    expect(await x.outbox('uplink_key.activate')).toEqual([{ body: { rotationId: o.state.rotationId, kid: pair.publicJwk.kid }, seq: o.state.rotateSeq + 1 }]);
+    expect(await x.outbox('uplink_key.activate')).toEqual([
+      { body: { rotationId: o.state.rotationId, kid: pair.publicJwk.kid }, seq: o.state.rotateSeq + 1 },
+    ]);
     expect(await x.keys()).toEqual([
-      { kid: x.s.pair.kid, status: 'previous' },
       { kid: pair.publicJwk.kid, status: 'current' },
+      { kid: x.s.pair.kid, status: 'previous' },
     ]);
     // in flight under the old key: still accepted
     const during = x.event();
@@ -181,8 +211,8 @@ describe.each(pgBackends())('gateway uplink-key rotation on %s', (pgBackend) => 
     const after = x.event();
     await x.send(newKey, after);
     expect(await x.keys()).toEqual([
-      { kid: x.s.pair.kid, status: 'retired' },
       { kid: pair.publicJwk.kid, status: 'current' },
+      { kid: x.s.pair.kid, status: 'retired' },
     ]);
     expect(await listUplinkKeyRotations(x.d, x.s.gatewayId, null)).toMatchObject([{ status: 'active', newKid: pair.publicJwk.kid }]);
     for (const e of [before, during, after]) expect(await x.audited(e.body.eventId)).toBe(true);
