@@ -327,7 +327,8 @@ function coreOf(config: CloudConfig, cloudDeps: CloudDeps) {
     createPlan: (input: memberships.CreatePlanInput) => memberships.createPlan(stayDeps(), input),
     retirePlan: (input: Parameters<typeof memberships.retirePlan>[1]) => memberships.retirePlan(stayDeps(), input),
     requestMode: (input: modes.RequestModeInput, o?: VerbOptions) => modes.requestMode(app(o), input),
-    rotateUplinkKey: (input: Parameters<typeof uplinkKeys.rotateUplinkKey>[1], o?: VerbOptions) => uplinkKeys.rotateUplinkKey(app(o), input),
+    rotateUplinkKey: (input: Parameters<typeof uplinkKeys.rotateUplinkKey>[1], o?: VerbOptions) =>
+      uplinkKeys.rotateUplinkKey(app(o), input),
     listUplinkKeyRotations: (gatewayId: string, scope: SiteScope) => uplinkKeys.listUplinkKeyRotations(app(), gatewayId, scope),
     getModeRequest: (requestId: string, scope: SiteScope) => modes.getModeRequest(app(), requestId, scope),
     listSiteModeRequests: (siteId: string, scope: SiteScope, limit?: number) => modes.listSiteModeRequests(app(), siteId, scope, limit),

@@ -244,7 +244,13 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
         crash: deps.crash ?? noCrash,
         outboxWritten: () => uplink?.wake(),
       };
-      const upDeps: UplinkDeps = { ...base, link: () => cloud, signingKey: () => uplinkKeys.current(), cloudIssuer: config.cloud.issuer, batchSize: 100 };
+      const upDeps: UplinkDeps = {
+        ...base,
+        link: () => cloud,
+        signingKey: () => uplinkKeys.current(),
+        cloudIssuer: config.cloud.issuer,
+        batchSize: 100,
+      };
       uplink = new UplinkSender(upDeps);
       const ad: ApplyDeps = {
         ...base,

@@ -203,11 +203,12 @@ export const OUTCOME_CODES = table({
   KEYSET_SELF_RETIRE: 'The keyset.update retires the key it is signed with. Refused.',
   KEYSET_WOULD_BE_EMPTY: 'The keyset.update would leave the gateway trusting no cloud key. Refused.',
   // gateway uplink-key rotation (issue #17 part 1, docs/operations.md "Rotating a gateway's uplink key")
-  UPLINK_KEY_ROTATION_REQUESTED: "An uplink_key.rotate is queued for the gateway; it answers with a proposal signed by its current key.",
-  UPLINK_KEY_ROTATION_IN_PROGRESS: 'A rotation of this gateway\'s uplink key is already requested or proposed; nothing changed.',
+  UPLINK_KEY_ROTATION_REQUESTED: 'An uplink_key.rotate is queued for the gateway; it answers with a proposal signed by its current key.',
+  UPLINK_KEY_ROTATION_IN_PROGRESS: "A rotation of this gateway's uplink key is already requested or proposed; nothing changed.",
   UPLINK_KEY_PROPOSAL_ACCEPTED: 'Both proofs verified: the new key is recorded for the gateway and an uplink_key.activate is queued.',
   UPLINK_KEY_ROTATION_UNKNOWN: 'The proposal names a rotation the cloud did not issue to this gateway; refused, nothing changed.',
-  UPLINK_KEY_ROTATION_NOT_OPEN: 'The proposal names a rotation that is no longer waiting for one (failed, or proposed with another key); refused.',
+  UPLINK_KEY_ROTATION_NOT_OPEN:
+    'The proposal names a rotation that is no longer waiting for one (failed, or proposed with another key); refused.',
   UPLINK_KEY_NOT_CURRENT: 'The proposal is not signed with the key the cloud has on record as current; refused, nothing changed.',
   UPLINK_KEY_BAD_PROOF: 'The proof made with the proposed key does not verify; the rotation failed, nothing else changed.',
   UPLINK_KEY_KID_TAKEN: 'The proposed kid is one this gateway used before; the rotation failed, nothing else changed.',

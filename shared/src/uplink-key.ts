@@ -42,4 +42,3 @@ export function verifyUplinkKeyProof(publicJwk: PublicSigningJwk, proof: string,
     return false;
   }
 }
-

@@ -99,7 +99,16 @@ export async function rotateUplinkKey(
       { gatewayId: input.gatewayId, type: 'uplink_key.rotate', keyId: null, keyVersion: null, body: { rotationId: id }, cid },
       now,
     );
-    await insertRotation(tx, { id, gatewayId: input.gatewayId, oldKid: current.kid, requestedBy: input.by, cid, jti: e.jti, seq: e.seq, now });
+    await insertRotation(tx, {
+      id,
+      gatewayId: input.gatewayId,
+      oldKid: current.kid,
+      requestedBy: input.by,
+      cid,
+      jti: e.jti,
+      seq: e.seq,
+      now,
+    });
     const r = await lockRotation(tx, input.gatewayId, id);
     if (r === null) throw new Error('rotation not read back');
     return { status: 'applied', code: d.code, state: viewOf(r), emits: [] };

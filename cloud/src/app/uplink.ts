@@ -169,7 +169,8 @@ export class Uplink {
         // the first message under a rotated key retires the old one, in this transaction).
         const k = await noteUplinkKid(tx, gatewayId, kid, now);
         if (!k.ok) return { refusedKid: k.code };
-        if (k.retired !== null) log.warn({ code: 'UPLINK_KEY_ACTIVATED', retiredKid: k.retired, kid }, 'gateway uplink key rotated; the old key is retired');
+        if (k.retired !== null)
+          log.warn({ code: 'UPLINK_KEY_ACTIVATED', retiredKid: k.retired, kid }, 'gateway uplink key rotated; the old key is retired');
         if (!(await claimInbox(tx, { jti: m.jti, gatewayId, type: m.type, seq, cid: m.cid, receivedAt: now }))) {
           // a resend the gateway made because it had no acknowledgement yet: it may move the pointer on
           if (m.type !== 'resync.request') await this.#advanceAck(tx, gatewayId, m.seq, m.jti);
@@ -305,7 +306,10 @@ export class Uplink {
       case 'uplink_key.proposal': {
         const p = await applyUplinkKeyProposal(tx, gatewayId, m, kid, now);
         if (p.result === 'refused')
-          withCorrelation(this.#app.log, m.cid, { gatewayId, rotationId: m.body.rotationId }).warn({ code: p.code }, 'uplink key proposal refused');
+          withCorrelation(this.#app.log, m.cid, { gatewayId, rotationId: m.body.rotationId }).warn(
+            { code: p.code },
+            'uplink key proposal refused',
+          );
         return { result: p.result, code: p.code, wake: p.queued };
       }
       case 'resync.request': {

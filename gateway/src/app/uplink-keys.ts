@@ -64,11 +64,7 @@ export function applyUplinkKeyRotate(deps: AppContext, m: RotateMessage, now: nu
   return { result: 'applied', code: 'UPLINK_KEY_PROPOSED' };
 }
 
-export function applyUplinkKeyActivate(
-  deps: AppContext,
-  m: ActivateMessage,
-  now: number,
-): UplinkKeyResult {
+export function applyUplinkKeyActivate(deps: AppContext, m: ActivateMessage, now: number): UplinkKeyResult {
   const { db } = deps.store;
   const log = withCorrelation(deps.log, m.cid, { jti: m.jti, seq: m.seq, rotationId: m.body.rotationId, kid: m.body.kid });
   const key = uplinkKeyOfRotation(db, m.body.rotationId);

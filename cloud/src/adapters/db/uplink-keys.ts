@@ -57,8 +57,16 @@ export async function uplinkKidState(
 }
 
 /** current → previous, the new key current (and copied to gateways.public_jwk), in one transaction. */
-export async function installUplinkKey(q: Queryable, gatewayId: string, jwk: PublicSigningJwk, rotationId: string, now: number): Promise<void> {
-  const moved = await q.query(`UPDATE gateway_uplink_keys SET status = 'previous' WHERE gateway_id = $1 AND status = 'current'`, [gatewayId]);
+export async function installUplinkKey(
+  q: Queryable,
+  gatewayId: string,
+  jwk: PublicSigningJwk,
+  rotationId: string,
+  now: number,
+): Promise<void> {
+  const moved = await q.query(`UPDATE gateway_uplink_keys SET status = 'previous' WHERE gateway_id = $1 AND status = 'current'`, [
+    gatewayId,
+  ]);
   if (moved.rowCount !== 1) throw new Error(`gateway ${gatewayId} has no current uplink key`);
   await q.query(
     `INSERT INTO gateway_uplink_keys (gateway_id, kid, public_jwk, status, rotation_id, added_at) VALUES ($1, $2, $3::jsonb, 'current', $4, $5)`,

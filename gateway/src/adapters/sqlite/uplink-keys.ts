@@ -92,6 +92,9 @@ export function discardProposedKeys(db: WritableDb, now: number): number {
 /** The active key retired (private part erased), then the proposed `kid` active: the switch, in the caller's transaction. */
 export function switchUplinkKey(db: WritableDb, kid: string, now: number): void {
   prepared(db, `UPDATE uplink_keys SET status = 'retired', private_jwk = NULL, retired_at = ? WHERE status = 'active'`).run(now);
-  const n = prepared(db, `UPDATE uplink_keys SET status = 'active', activated_at = ? WHERE kid = ? AND status = 'proposed'`).run(now, kid).changes;
+  const n = prepared(db, `UPDATE uplink_keys SET status = 'active', activated_at = ? WHERE kid = ? AND status = 'proposed'`).run(
+    now,
+    kid,
+  ).changes;
   if (n !== 1) throw new Error(`uplink key ${kid} is not proposed`);
 }
