@@ -112,6 +112,16 @@ describe.each(mqttBackends())('uplink-key rotation of a running gateway against 
     ).toEqual(['refused', 'refused']);
     expect(rows(s.gw).map((r) => r.status)).toEqual(['active', 'proposed']);
     expect(rawOf(s, 'ack').every((t) => kidOf(t) === s.f.gatewayPair.kid)).toBe(true);
+    // the cloud gave up on that rotation and asks again: the earlier proposed key is dropped with its private part
+    const second = newId();
+    await s.cloud.send({ type: 'uplink_key.rotate', seq: ++s.cloud.seq, body: { rotationId: second } });
+    const p2 = await waitFor(() => proposals(s).find((m) => m.body.rotationId === second), 'second proposal');
+    expect(p2.body.publicJwk.kid).not.toBe(p.body.publicJwk.kid);
+    expect(rows(s.gw)).toEqual([
+      { kid: s.f.gatewayPair.kid, status: 'active', has_private: 1, rotation_id: null },
+      { kid: p2.body.publicJwk.kid, status: 'proposed', has_private: 1, rotation_id: second },
+      { kid: p.body.publicJwk.kid, status: 'retired', has_private: 0, rotation_id: rotationId },
+    ]);
   });
 
   it('a restart between proposal and confirm resumes: the same proposal is sent again with the same stored key, and the confirm then switches', async () => {

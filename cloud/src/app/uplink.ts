@@ -163,14 +163,14 @@ export class Uplink {
     const now = this.#app.clock.now();
     const seq = m.type === 'resync.request' ? null : m.seq;
 
+    let retiredKid: string | null = null;
     const outcome = await this.#withRetry(log, () =>
-      this.#app.db.transaction(async (tx): Promise<Applied | 'duplicate' | 'unstorable' | { refusedKid: string; retired?: never }> => {
+      this.#app.db.transaction(async (tx): Promise<Applied | 'duplicate' | 'unstorable' | { refusedKid: string }> => {
         // The table decides, not this replica's cache: a retired kid is refused here (and
         // the first message under a rotated key retires the old one, in this transaction).
         const k = await noteUplinkKid(tx, gatewayId, kid, now);
         if (!k.ok) return { refusedKid: k.code };
-        if (k.retired !== null)
-          log.warn({ code: 'UPLINK_KEY_ACTIVATED', retiredKid: k.retired, kid }, 'gateway uplink key rotated; the old key is retired');
+        retiredKid = k.retired;
         if (!(await claimInbox(tx, { jti: m.jti, gatewayId, type: m.type, seq, cid: m.cid, receivedAt: now }))) {
           // a resend the gateway made because it had no acknowledgement yet: it may move the pointer on
           if (m.type !== 'resync.request') await this.#advanceAck(tx, gatewayId, m.seq, m.jti);
@@ -199,7 +199,11 @@ export class Uplink {
       this.#keys.delete(gatewayId);
       return this.#reject(gatewayId, topic, outcome.refusedKid, `kid ${kid.slice(0, 80)}`, log);
     }
-    if (kid !== keys.keys.kids[0] || (outcome !== 'duplicate' && outcome.wake === true)) this.#keys.delete(gatewayId);
+    if (retiredKid !== null)
+      log.warn({ code: 'UPLINK_KEY_ACTIVATED', retiredKid, kid }, 'gateway uplink key rotated; the old key is retired');
+    // the gateway's keys changed (a proposal accepted, the old key retired), or it signed with one not current: read them again
+    if (retiredKid !== null || kid !== keys.keys.kids[0] || (outcome !== 'duplicate' && outcome.wake === true))
+      this.#keys.delete(gatewayId);
 
     if (outcome === 'duplicate') {
       log.info({ code: 'DUPLICATE_MESSAGE' satisfies OutcomeCode }, 'duplicate uplink; not applied again');
