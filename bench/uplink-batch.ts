@@ -138,7 +138,10 @@ async function gatewayRun(url: string, batchMax: number): Promise<{ cpuPer1000: 
         },
         end: async () => {},
       }),
-      signingKey: await importSigningKey(pair.privateJwk),
+      signingKey: (
+        (k) => () =>
+          Promise.resolve(k)
+      )(await importSigningKey(pair.privateJwk)),
       cloudIssuer: 'tobira-cloud',
       batchSize: 100,
       batchMax,

@@ -24,6 +24,8 @@ env: TOBIRA_API (e.g. http://127.0.0.1:8080), TOBIRA_TOKEN (bearer token)
 
   sites list | sites get <id> | sites create --name N [--id ID] [--tz Asia/Tokyo] [--grace SECONDS]
   gateways list [--site S] | gateways get <id> | gateways register --id GW --site S --jwk-file public.jwk.json
+  gateways rotate-uplink-key --id GW   rotate the gateway's own uplink signing key (409 while one is in progress)
+  gateways uplink-key-rotations <id>   its rotations, newest first
   doors list [--site S] [--gateway GW] | doors get <id> | doors create --gateway GW --name N [--id ID]
   people list [--site S] | people get <id> | people create --name N --site S [--id ID]
   keys issue --person P --door D [--door D2 ...] (--pin V | --card V | --mobile V) --from T --until T [--id ID] [--offline [--offline-max SECONDS]]
@@ -263,6 +265,10 @@ export async function runAdminCli(argv: readonly string[], io: CliIo): Promise<n
         const jwk = JSON.parse(await readFile(need(o['jwk-file'], '--jwk-file'), 'utf8')) as unknown;
         return await call('POST', '/gateways', { gatewayId: need(o.id, '--id'), siteId: need(site, '--site'), publicJwk: jwk });
       }
+      case 'gateways rotate-uplink-key':
+        return await call('POST', `/gateways/${encodeURIComponent(need(o.id, '--id'))}/uplink-key/rotate`);
+      case 'gateways uplink-key-rotations':
+        return await call('GET', `/gateways/${id('<id>')}/uplink-key/rotations`);
       case 'doors list':
         return await call('GET', `/doors${query({ siteId: site, gatewayId: o.gateway })}`);
       case 'doors get':

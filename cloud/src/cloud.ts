@@ -46,6 +46,7 @@ import { BillingWorker, type BillingWorkerOptions } from './app/billing-worker.j
 import * as stays from './app/stays.js';
 import * as memberships from './app/memberships.js';
 import * as modes from './app/modes.js';
+import * as uplinkKeys from './app/uplink-keys.js';
 import * as walkIns from './app/walk-ins.js';
 import type { SiteScope } from './adapters/db/scope.js';
 import { channelsOf, type Channel } from './adapters/notifications/channels.js';
@@ -350,6 +351,9 @@ function coreOf(config: CloudConfig, cloudDeps: CloudDeps) {
     createPlan: (input: memberships.CreatePlanInput) => memberships.createPlan(stayDeps(), input),
     retirePlan: (input: Parameters<typeof memberships.retirePlan>[1]) => memberships.retirePlan(stayDeps(), input),
     requestMode: (input: modes.RequestModeInput, o?: VerbOptions) => modes.requestMode(app(o), input),
+    rotateUplinkKey: (input: Parameters<typeof uplinkKeys.rotateUplinkKey>[1], o?: VerbOptions) =>
+      uplinkKeys.rotateUplinkKey(app(o), input),
+    listUplinkKeyRotations: (gatewayId: string, scope: SiteScope) => uplinkKeys.listUplinkKeyRotations(app(), gatewayId, scope),
     getModeRequest: (requestId: string, scope: SiteScope) => modes.getModeRequest(app(), requestId, scope),
     listSiteModeRequests: (siteId: string, scope: SiteScope, limit?: number) => modes.listSiteModeRequests(app(), siteId, scope, limit),
     applyMembership: (input: memberships.ApplyMembershipInput) => memberships.applyMembership(stayDeps(), input),

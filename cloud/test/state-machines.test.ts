@@ -6,6 +6,7 @@ import { PAYMENT_NOOPS, PAYMENT_TRANSITIONS, STAY_NOOPS, STAY_TRANSITIONS } from
 import { MEMBERSHIP_NOOPS, MEMBERSHIP_TRANSITIONS } from '../src/domain/membership-states.js';
 import { SIGNING_KEY_TRANSITIONS } from '../src/domain/signing-keys.js';
 import { WALK_IN_NOOPS, WALK_IN_TRANSITIONS } from '../src/domain/walk-ins.js';
+import { UPLINK_KEY_ROTATION_TRANSITIONS } from '../src/domain/uplink-keys.js';
 
 const doc = readFileSync(new URL('../../docs/state-machines.md', import.meta.url), 'utf8');
 
@@ -86,6 +87,14 @@ describe('docs/state-machines.md', () => {
     const nCode = noops.flatMap((r) => r.from.map((f) => `${f} --${r.event}--> noop ${r.code}`));
     expect(nDoc.sort()).toEqual(nCode.sort());
     expect(nDoc.length).toBeGreaterThan(6);
+  });
+
+  it('lists exactly the gateway uplink-key rotation transitions of the code table', () => {
+    const fromDoc = tableAfter('### Uplink-key rotation transitions').map(([from = '', event = '', to = '', c = '']) =>
+      [code(from), event, code(to), code(c)].join(' | '),
+    );
+    expect(fromDoc).toEqual(UPLINK_KEY_ROTATION_TRANSITIONS.map((r) => [r.from, r.event, r.to, r.code].join(' | ')));
+    expect(fromDoc.length).toBe(5);
   });
 
   it('lists exactly the walk-in transitions and no-ops of the code tables', () => {

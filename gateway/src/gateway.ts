@@ -6,7 +6,6 @@ import {
   filters,
   gatewayCloudClientId,
   gatewaySiteClientId,
-  importSigningKey,
   monotonicClock,
   newCorrelationId,
   systemClock,
@@ -52,6 +51,8 @@ import { buildApp } from './http/app.js';
 import { evaluatePassage, type PassageChange, type PassageDeps } from './app/passage.js';
 import { setPassageLocally } from './app/modes.js';
 import { createMetrics, type Metrics } from './metrics.js';
+import { seedUplinkKey } from './adapters/sqlite/uplink-keys.js';
+import { UplinkKeyRing } from './app/uplink-keys.js';
 
 export interface GatewayDeps {
   /** Wall clock (default: the system's). */
@@ -228,7 +229,11 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
       releaseAllClaims(s.db);
 
       const pair = JSON.parse(readFileSync(config.keyPairFile, 'utf8')) as KeyPairJwk;
-      const signingKey = await importSigningKey(pair.privateJwk);
+      // the key pair file seeds the first uplink key; a rotation (uplink_key.rotate) replaces it in the store
+      if (!seedUplinkKey(s.db, pair, now0))
+        runLog.info({ fileKid: pair.kid }, 'the key pair file is not the active uplink key (rotated since); the stored key signs');
+      const uplinkKeys = new UplinkKeyRing(s.db);
+      await uplinkKeys.current(); // a broken stored key stops the start, before anything is signed
       // the config seeds the trusted cloud keys; signed keyset.update messages change them (a retired one never comes back)
       seedTrustedKeys(s.db, config.cloud.jwks.keys, now0);
       const cloudKeys = new CloudKeyRing(s.db);
@@ -246,7 +251,7 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
       const upDeps: UplinkDeps = {
         ...base,
         link: () => cloud,
-        signingKey,
+        signingKey: () => uplinkKeys.current(),
         cloudIssuer: config.cloud.issuer,
         batchSize: 100,
         batchMax: config.uplinkBatchMax,
@@ -265,6 +270,7 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
         requestResync: (reason, seq, cid, requestId) => sendResyncRequest(upDeps, reason, seq, cid, requestId),
         ...(deps.beforeApply ? { beforeApply: deps.beforeApply } : {}),
         trustedKeysChanged: () => cloudKeys.invalidate(),
+        uplinkKeyChanged: () => uplinkKeys.invalidate(),
       };
       applyDeps = ad;
       const downDeps: DownlinkDeps = { ...base, cloudKeys, cloudIssuer: config.cloud.issuer, applySoon };

@@ -1,3 +1,4 @@
+import type { JWK } from 'jose';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -124,11 +125,19 @@ export class FakeCloud {
   answerResync = true;
   /** The gateway's retained presence (last will), as last seen. */
   presence: boolean | null = null;
+  /** The gateway's public keys uplinks are verified with (a test adds a rotated one with `acceptGatewayKey`). */
+  #gwJwks: JWK[];
   #client: MqttClient | null = null;
-  constructor(private readonly f: SiteFixture) {}
+  constructor(private readonly f: SiteFixture) {
+    this.#gwJwks = [f.gatewayPair.publicJwk];
+  }
+
+  /** Accepts uplinks signed with this key too (an uplink-key rotation). */
+  acceptGatewayKey(jwk: JWK): void {
+    this.#gwJwks = [...this.#gwJwks, jwk];
+  }
 
   async connect(url: string): Promise<void> {
-    const gwKeys = await KeySet.fromJwks({ keys: [this.f.gatewayPair.publicJwk] });
     const c = connectMqtt(url, { protocolVersion: 4, clientId: `cloud-${this.f.gatewayId}-${counter++}`, clean: true });
     // Verify one message at a time so `uplink` keeps broker order (verification is async).
     let chain: Promise<void> = Promise.resolve();
@@ -138,9 +147,9 @@ export class FakeCloud {
         this.presence = text === '' ? null : (JSON.parse(text) as { online: boolean }).online;
         return;
       }
-      chain = chain.then(() =>
+      chain = chain.then(async () =>
         verifyMessage(text, {
-          keys: gwKeys,
+          keys: await KeySet.fromJwks({ keys: this.#gwJwks }),
           issuer: this.f.gatewayId,
           audience: CLOUD_ISSUER,
           schema: UplinkEnvelope,

@@ -51,6 +51,7 @@ describe('SQLite store', () => {
       { version: 9, name: 'trusted_cloud_keys' },
       { version: 10, name: 'one_time_keys' },
       { version: 11, name: 'modes' },
+      { version: 12, name: 'uplink_keys' },
     ]);
   });
 
@@ -320,7 +321,7 @@ describe('SQLite store', () => {
       const sentGone = write(T0 - 40 * DAY);
       reachedCloud(before, [sentGone.seq], T0 - 39 * DAY);
       before.purgeSentOutbox(T0 - 7 * DAY);
-      expect(migrate(earlier)).toEqual([7, 8, 9, 10, 11]);
+      expect(migrate(earlier)).toEqual([7, 8, 9, 10, 11, 12]);
       expect(earlier.prepare('SELECT event_id, outbox_seq FROM access_log ORDER BY id').all()).toEqual([
         { event_id: unsent.eventId, outbox_seq: unsent.seq },
         { event_id: sentGone.eventId, outbox_seq: null },

@@ -147,7 +147,10 @@ describe.each(mqttBackends())('the uplink sender with batches (broker: %s)', (ba
       crash: noCrash,
       outboxWritten: () => {},
       link: () => l,
-      signingKey: await importSigningKey(pair.privateJwk),
+      signingKey: (
+        (k) => () =>
+          Promise.resolve(k)
+      )(await importSigningKey(pair.privateJwk)),
       cloudIssuer: 'tobira-cloud',
       batchSize: 100,
       batchMax,

@@ -20,6 +20,7 @@ import {
   type MessageId,
   type UplinkBatchMessage,
   type UplinkMessage,
+  signUplinkKeyProof,
 } from '../src/index.js';
 
 /**
@@ -32,6 +33,8 @@ export const DOC_PATH = fileURLToPath(new URL('../../docs/protocol.md', import.m
 const keysFile = JSON.parse(readFileSync(new URL('./example-keys.json', import.meta.url), 'utf8')) as {
   cloud: Record<string, string>;
   gateway: Record<string, string>;
+  /** The gateway's next uplink key, for the uplink-key rotation examples. */
+  gatewayNext: Record<string, string>;
   pairingSecret: string;
   credentialPepper: string;
 };
@@ -251,6 +254,34 @@ export async function renderProtocolExamples(): Promise<Record<string, string>> 
         leaseExpiresAt: EXAMPLE.now + 300_000,
         outboxDepth: 0,
         locks: [{ lockId: asLockId(EXAMPLE.lockId), online: true, bolt: 'locked', door: 'closed', battery: 87, at: EXAMPLE.now }],
+      },
+    }),
+    'uplink_key.rotate': await down({
+      type: 'uplink_key.rotate',
+      jti: mid(18),
+      aud: gw,
+      seq: 46,
+      cid,
+      body: { rotationId: id(108) },
+    }),
+    'uplink_key.activate': await down({
+      type: 'uplink_key.activate',
+      jti: mid(19),
+      aud: gw,
+      seq: 47,
+      cid,
+      body: { rotationId: id(108), kid: keysFile.gatewayNext.kid! },
+    }),
+    'uplink_key.proposal': await up({
+      type: 'uplink_key.proposal',
+      jti: mid(17),
+      aud: EXAMPLE.cloudIssuer,
+      seq: 12,
+      cid,
+      body: {
+        rotationId: id(108),
+        publicJwk: { kty: 'OKP', crv: 'Ed25519', x: keysFile.gatewayNext.x!, kid: keysFile.gatewayNext.kid!, alg: 'EdDSA', use: 'sig' },
+        proof: signUplinkKeyProof(keysFile.gatewayNext, gw, id(108), keysFile.gatewayNext.kid!),
       },
     }),
     'staff.action': await up({

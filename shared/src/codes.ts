@@ -202,6 +202,19 @@ export const OUTCOME_CODES = table({
   KEYSET_KID_RETIRED: 'The keyset.update adds a key the gateway has retired; a retired key is never trusted again. Refused.',
   KEYSET_SELF_RETIRE: 'The keyset.update retires the key it is signed with. Refused.',
   KEYSET_WOULD_BE_EMPTY: 'The keyset.update would leave the gateway trusting no cloud key. Refused.',
+  // gateway uplink-key rotation (issue #17 part 1, docs/operations.md "Rotating a gateway's uplink key")
+  UPLINK_KEY_ROTATION_REQUESTED: 'An uplink_key.rotate is queued for the gateway; it answers with a proposal signed by its current key.',
+  UPLINK_KEY_ROTATION_IN_PROGRESS: "A rotation of this gateway's uplink key is already requested or proposed; nothing changed.",
+  UPLINK_KEY_PROPOSAL_ACCEPTED: 'Both proofs verified: the new key is recorded for the gateway and an uplink_key.activate is queued.',
+  UPLINK_KEY_ROTATION_UNKNOWN: 'The proposal names a rotation the cloud did not issue to this gateway; refused, nothing changed.',
+  UPLINK_KEY_ROTATION_NOT_OPEN:
+    'The proposal names a rotation that is no longer waiting for one (failed, or proposed with another key); refused.',
+  UPLINK_KEY_NOT_CURRENT: 'The proposal is not signed with the key the cloud has on record as current; refused, nothing changed.',
+  UPLINK_KEY_BAD_PROOF: 'The proof made with the proposed key does not verify; the rotation failed, nothing else changed.',
+  UPLINK_KEY_KID_TAKEN: 'The proposed kid is one this gateway used before; the rotation failed, nothing else changed.',
+  UPLINK_KEY_ACTIVATED: 'The gateway signs its uplinks with the new key from now on; the old private key is deleted.',
+  UPLINK_KEY_ALREADY_ACTIVE: 'The gateway already signs with this key; nothing changed.',
+  UPLINK_KEY_PROPOSED: 'The gateway made (or kept) a new uplink key for the rotation and queued its proposal.',
   // check-in gates, walk-ins and monthly quotas (issue #13, docs/memberships.md "Check-in gates")
   GUEST_BLOCKED: 'Check-in gate: the site has blocked this person; nothing changed.',
   PLAN_NOT_IN_CONFIG: 'Check-in gate: the plan is not offered at this site (another site, or retired); nothing changed.',

@@ -17,3 +17,4 @@ export * from './broker-auth.js';
 export * from './rows.js';
 export * from './schedule.js';
 export * from './mobile-token.js';
+export * from './uplink-key.js';

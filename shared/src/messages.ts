@@ -218,6 +218,22 @@ export const SiteModeMessage = sequenced(
   }),
 );
 
+/**
+ * Gateway uplink-key rotation (issue #17 part 1, docs/operations.md): the cloud
+ * asks the gateway to make a new uplink signing key for `rotationId`; the
+ * gateway answers with an `uplink_key.proposal`. Sequenced, so a gateway
+ * offline at the time gets it later, in order, and a replay is a noop.
+ */
+export const UplinkKeyRotateMessage = sequenced('uplink_key.rotate', z.strictObject({ rotationId: z.uuid() }));
+/**
+ * The cloud verified the proposal of `rotationId` and accepts `kid` from now
+ * on: the gateway switches its uplink signing to that key and deletes the old one.
+ */
+export const UplinkKeyActivateMessage = sequenced(
+  'uplink_key.activate',
+  z.strictObject({ rotationId: z.uuid(), kid: PublicSigningJwk.shape.kid }),
+);
+
 export const DownlinkMessage = z.discriminatedUnion('type', [
   KeyGrantMessage,
   KeyRevokeMessage,
@@ -226,6 +242,8 @@ export const DownlinkMessage = z.discriminatedUnion('type', [
   KeySetSnapshotMessage,
   KeySetUpdateMessage,
   SiteModeMessage,
+  UplinkKeyRotateMessage,
+  UplinkKeyActivateMessage,
 ]);
 export type DownlinkMessage = z.infer<typeof DownlinkMessage>;
 export type DownlinkType = DownlinkMessage['type'];
@@ -389,6 +407,22 @@ export const StaffActionMessage = sequenced(
   }),
 );
 
+/**
+ * The gateway's answer to an `uplink_key.rotate`: the new public key and a
+ * proof made with its private part over the gateway id, rotation id and kid
+ * (shared `signUplinkKeyProof`). The message itself is signed with the
+ * gateway's current (old) key: the cloud checks both, so only the holder of
+ * the old key can name the new one, and only for a key it holds.
+ */
+export const UplinkKeyProposalMessage = sequenced(
+  'uplink_key.proposal',
+  z.strictObject({
+    rotationId: z.uuid(),
+    publicJwk: PublicSigningJwk,
+    proof: z.string().regex(/^[A-Za-z0-9_-]{86}$/, 'base64url Ed25519 signature'),
+  }),
+);
+
 export const UplinkMessage = z.discriminatedUnion('type', [
   AckMessage,
   AccessEventMessage,
@@ -396,6 +430,7 @@ export const UplinkMessage = z.discriminatedUnion('type', [
   GatewayStatusMessage,
   ResyncRequestMessage,
   StaffActionMessage,
+  UplinkKeyProposalMessage,
 ]);
 export type UplinkMessage = z.infer<typeof UplinkMessage>;
 export type UplinkType = UplinkMessage['type'];
@@ -411,8 +446,15 @@ export const BATCHABLE_UPLINK_TYPES = [
   'alarm',
   'gateway.status',
   'staff.action',
+  'uplink_key.proposal',
 ] as const satisfies readonly Exclude<UplinkType, 'resync.request'>[];
 export type BatchableUplink = Exclude<UplinkMessage, { type: 'resync.request' }>;
+// Every sequenced uplink type must be batchable: the gateway packs whatever its outbox holds, and a batch
+// with a type missing here would be rejected whole, every time it is resent (a compile error instead).
+const everySequencedTypeIsBatchable: Exclude<BatchableUplink['type'], (typeof BATCHABLE_UPLINK_TYPES)[number]> extends never
+  ? true
+  : never = true;
+void everySequencedTypeIsBatchable;
 
 /**
  * Consecutive outbox rows of one gateway under one signature (issue #14):

@@ -11,6 +11,7 @@ import type * as signing from './signing-keys.js';
 import type { Jwks } from '@tobira/shared';
 import type * as mobileTokens from './mobile-tokens.js';
 import type * as modes from './modes.js';
+import type * as uplinkKeys from './uplink-keys.js';
 import type * as walkIns from './walk-ins.js';
 
 /**
@@ -96,6 +97,9 @@ export interface CloudVerbs {
   issueMobileToken(input: mobileTokens.MobileTokenInput): Promise<mobileTokens.MobileTokenResult>;
   /** Operating modes from the cloud (issue #17 part 3): lockdown / passage for a site or every site in scope. */
   requestMode(input: modes.RequestModeInput, o?: VerbOptions): ReturnType<typeof modes.requestMode>;
+  /** Rotation of a gateway's own uplink key (issue #17 part 1). */
+  rotateUplinkKey(input: Parameters<typeof uplinkKeys.rotateUplinkKey>[1], o?: VerbOptions): ReturnType<typeof uplinkKeys.rotateUplinkKey>;
+  listUplinkKeyRotations(gatewayId: string, scope: SiteScope): ReturnType<typeof uplinkKeys.listUplinkKeyRotations>;
   getModeRequest(requestId: string, scope: SiteScope): Promise<modes.ModeRequestView | null>;
   listSiteModeRequests(siteId: string, scope: SiteScope, limit?: number): Promise<modes.ModeRequestView[] | null>;
 }

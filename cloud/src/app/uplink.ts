@@ -24,7 +24,8 @@ import { insertAccessEvent, insertAlarm } from '../adapters/db/audit.js';
 import { insertStaffAction } from '../adapters/db/staff-actions.js';
 import { settleModeRequest } from '../adapters/db/modes.js';
 import { pgErrorCode, type Queryable } from '../adapters/db/db.js';
-import { gatewayPublicJwk, recordClockSkew, recordPresence, recordStatus } from '../adapters/db/gateways.js';
+import { recordClockSkew, recordPresence, recordStatus } from '../adapters/db/gateways.js';
+import { uplinkKeys } from '../adapters/db/uplink-keys.js';
 import {
   advanceUplinkAck,
   claimInbox,
@@ -47,6 +48,7 @@ import { noTelemetry, type Telemetry } from './telemetry.js';
 import { recordGatewayReport, recordKeyUse } from './keys.js';
 import { answerResync } from './resync.js';
 import { recordDeliveryAck } from '../adapters/db/signing-keys.js';
+import { applyUplinkKeyProposal, noteUplinkKid } from './uplink-keys.js';
 
 /**
  * Codes of rejected uplinks: every verification code of shared VERIFY_CODES,
@@ -85,8 +87,14 @@ export interface UplinkOptions {
   readonly telemetry?: Telemetry;
 }
 
+/** The key a verified message was signed with, and the gateway's keys it was checked against. */
+type SignedBy = { kid: string; keys: GatewayKeys };
 type Sequenced = Exclude<UplinkMessage, { type: 'resync.request' }>;
-type Applied = { result: 'applied' | 'noop' | 'refused'; code: string };
+type Applied = { result: 'applied' | 'noop' | 'refused'; code: string; wake?: boolean };
+/** A gateway's accepted uplink keys as last read (current and previous), and its retired kids. */
+type GatewayKeys = { keys: KeySet; retired: ReadonlySet<string>; at: number };
+/** A kid not in the cached keys re-reads them, at most this often per gateway (a rotation on another replica). */
+const KEY_RELOAD_MS = 1_000;
 /** A batch's view of the gateway's seq row while its items are applied (null: no row yet). */
 type BatchSeq = { row: UplinkSeqRow | null; received: number };
 
@@ -100,7 +108,7 @@ type BatchSeq = { row: UplinkSeqRow | null; received: number };
 export class Uplink {
   readonly #app: AppDeps;
   readonly #o: UplinkOptions;
-  readonly #keys = new Map<string, KeySet>();
+  readonly #keys = new Map<string, GatewayKeys>();
   readonly #skew = new Map<string, { skewMs: number; at: number }>();
   /** Per gateway: resync requests it may still have answered (RESYNC_BURST, RESYNC_PER_MINUTE). */
   readonly #resyncBuckets = new Map<string, Bucket>();
@@ -141,32 +149,95 @@ export class Uplink {
     if (t?.kind === 'gateway' && t.channel === 'presence') return this.#presence(t.gatewayId, payload);
     if (t?.kind !== 'gateway' || t.channel !== 'up') return this.#reject(null, topic, 'BAD_TOPIC', 'not a gateway uplink topic');
     const gatewayId = t.gatewayId;
-    const keys = await this.#keysOf(gatewayId);
+    let keys = await this.#keysOf(gatewayId);
     if (!keys) return this.#reject(gatewayId, topic, 'UNKNOWN_GATEWAY', `gateway ${gatewayId}`);
     // anySkew: a verified, correctly addressed message is never dropped for the gateway's clock
     // (its access events would be lost for good); the skew is recorded instead, and replays are
     // refused by the jti dedupe below.
-    const v = await verifyMessage(payload, {
-      keys,
-      issuer: gatewayId,
-      audience: this.#o.signer.issuer,
-      schema: UplinkEnvelope,
-      clock: this.#app.clock,
-      anySkew: true,
-    });
+    const verify = (k: GatewayKeys) =>
+      verifyMessage(payload, {
+        keys: k.keys,
+        retiredKids: k.retired,
+        issuer: gatewayId,
+        audience: this.#o.signer.issuer,
+        schema: UplinkEnvelope,
+        clock: this.#app.clock,
+        anySkew: true,
+      });
+    let v = await verify(keys);
+    if (!v.ok && v.code === 'UNKNOWN_KID' && this.#app.clock.now() - keys.at >= KEY_RELOAD_MS) {
+      // the gateway's key may have been rotated through another replica since we read it
+      this.#keys.delete(gatewayId);
+      keys = await this.#keysOf(gatewayId);
+      if (!keys) return this.#reject(gatewayId, topic, 'UNKNOWN_GATEWAY', `gateway ${gatewayId}`);
+      v = await verify(keys);
+    }
     if (!v.ok) return this.#reject(gatewayId, topic, v.code, v.detail);
-    if (v.message.type === 'uplink.batch') return this.#handleBatch(gatewayId, topic, v.message);
-    return this.#handleOne(gatewayId, topic, v.message);
+    const signed = { kid: v.kid, keys };
+    if (v.message.type === 'uplink.batch') return this.#handleBatch(gatewayId, topic, v.message, signed);
+    return this.#handleOne(gatewayId, topic, v.message, signed);
+  }
+
+  /**
+   * The key a verified message was signed with, checked against the table in
+   * the message's transaction (not this replica's cache): a retired kid is
+   * refused, and the first message under a rotated key retires the old one.
+   */
+  async #noteKid(tx: Queryable, gatewayId: string, kid: string, now: number): Promise<{ refusedKid: string } | { retired: string | null }> {
+    const k = await noteUplinkKid(tx, gatewayId, kid, now);
+    return k.ok ? { retired: k.retired } : { refusedKid: k.code };
+  }
+
+  /** After a message's transaction: a refused kid is rejected; a rotation that took effect is logged and the cached keys dropped. Returns true when rejected. */
+  async #afterKid(
+    gatewayId: string,
+    topic: string,
+    signed: SignedBy,
+    noted: { refusedKid: string } | { retired: string | null },
+    wake: boolean,
+    log: AppDeps['log'],
+  ): Promise<boolean> {
+    if ('refusedKid' in noted) {
+      this.#keys.delete(gatewayId);
+      await this.#reject(gatewayId, topic, noted.refusedKid, `kid ${signed.kid.slice(0, 80)}`, log);
+      return true;
+    }
+    if (noted.retired !== null)
+      log.warn(
+        { code: 'UPLINK_KEY_ACTIVATED', retiredKid: noted.retired, kid: signed.kid },
+        'gateway uplink key rotated; the old key is retired',
+      );
+    // the gateway's keys changed (a proposal accepted, the old key retired), or it signed with one not current: read them again
+    if (noted.retired !== null || signed.kid !== signed.keys.keys.kids[0] || wake) this.#keys.delete(gatewayId);
+    if (wake) this.#app.wake();
+    return false;
   }
 
   /** One verified uplink message, applied in its own transaction. */
-  async #handleOne(gatewayId: string, topic: string, m: UplinkMessage): Promise<void> {
+  async #handleOne(gatewayId: string, topic: string, m: UplinkMessage, signed: SignedBy): Promise<void> {
     const log = withCorrelation(this.#app.log, m.cid, { gatewayId, jti: m.jti, type: m.type });
     const now = this.#app.clock.now();
+    let noted: { refusedKid: string } | { retired: string | null } = { retired: null };
     const outcome = await this.#withRetry(log, () =>
-      this.#app.db.transaction((tx): Promise<Applied | 'duplicate'> => this.#applyInTx(tx, gatewayId, m, now, log)),
+      this.#app.db.transaction(async (tx): Promise<Applied | 'duplicate' | 'refusedKid'> => {
+        noted = await this.#noteKid(tx, gatewayId, signed.kid, now);
+        if ('refusedKid' in noted) return 'refusedKid';
+        return this.#applyInTx(tx, gatewayId, m, now, log, signed.kid);
+      }),
     ).catch(unstorable);
     if (outcome === 'unstorable') return this.#reject(gatewayId, topic, 'APPLY_FAILED', `jti ${m.jti}: the database refused its data`, log);
+    if (
+      await this.#afterKid(
+        gatewayId,
+        topic,
+        signed,
+        noted,
+        outcome !== 'duplicate' && outcome !== 'refusedKid' && outcome.wake === true,
+        log,
+      )
+    )
+      return;
+    if (outcome === 'refusedKid') return;
 
     this.#report(log, outcome);
     if (outcome === 'duplicate') return;
@@ -207,7 +278,7 @@ export class Uplink {
    * forever: the items are then applied one at a time, as singles are, so only
    * that item is recorded APPLY_FAILED.
    */
-  async #handleBatch(gatewayId: string, topic: string, batch: UplinkBatchMessage): Promise<void> {
+  async #handleBatch(gatewayId: string, topic: string, batch: UplinkBatchMessage, signed: SignedBy): Promise<void> {
     const log = withCorrelation(this.#app.log, batch.cid, { gatewayId, jti: batch.jti, type: batch.type });
     const checked = checkUplinkBatch(batch);
     if (!checked.ok) return this.#reject(gatewayId, topic, checked.code, `batch ${batch.jti}: ${checked.detail}`, log);
@@ -216,8 +287,11 @@ export class Uplink {
       log: withCorrelation(this.#app.log, m.cid, { gatewayId, jti: m.jti, type: m.type, batch: batch.jti }),
     }));
     const now = this.#app.clock.now();
+    let noted: { refusedKid: string } | { retired: string | null } = { retired: null };
     const outcomes = await this.#withRetry(log, () =>
-      this.#app.db.transaction(async (tx) => {
+      this.#app.db.transaction(async (tx): Promise<(Applied | 'duplicate')[] | 'refusedKid'> => {
+        noted = await this.#noteKid(tx, gatewayId, signed.kid, now);
+        if ('refusedKid' in noted) return 'refusedKid';
         // The seq row is locked once and written once for the whole batch; in between, each item
         // moves it in memory exactly as #trackSeq / #advanceAck would (tested against the same rules).
         const row = await lockUplinkSeqRow(tx, gatewayId);
@@ -229,7 +303,7 @@ export class Uplink {
           items.map((it) => it.m.jti),
         );
         const out: (Applied | 'duplicate')[] = [];
-        for (const it of items) out.push(await this.#applyBatchItem(tx, gatewayId, it.m, now, it.log, seqs, taken));
+        for (const it of items) out.push(await this.#applyBatchItem(tx, gatewayId, it.m, now, it.log, seqs, taken, signed.kid));
         if (seqs.row !== null) await saveUplinkSeq(tx, gatewayId, seqs.row, seqs.received);
         return out;
       }),
@@ -239,9 +313,12 @@ export class Uplink {
         { code: 'APPLY_FAILED', items: items.length },
         'the database refused an item of the batch; its items are applied one at a time',
       );
-      for (const it of items) await this.#handleOne(gatewayId, topic, it.m);
+      for (const it of items) await this.#handleOne(gatewayId, topic, it.m, signed);
       return;
     }
+    const wake = outcomes !== 'refusedKid' && outcomes.some((o) => o !== 'duplicate' && o.wake === true);
+    if (await this.#afterKid(gatewayId, topic, signed, noted, wake, log)) return;
+    if (outcomes === 'refusedKid') return;
     items.forEach((it, i) => this.#report(it.log, outcomes[i]!));
     const fresh = outcomes.filter((o) => o !== 'duplicate').length;
     log.info({ items: items.length, fresh, fromSeq: items[0]!.m.seq, toSeq: items[items.length - 1]!.m.seq }, 'uplink batch applied');
@@ -253,7 +330,14 @@ export class Uplink {
    * duplicate only walks the acknowledgement pointer), track its seq, apply,
    * record the result.
    */
-  async #applyInTx(tx: Queryable, gatewayId: string, m: UplinkMessage, now: number, log: AppDeps['log']): Promise<Applied | 'duplicate'> {
+  async #applyInTx(
+    tx: Queryable,
+    gatewayId: string,
+    m: UplinkMessage,
+    now: number,
+    log: AppDeps['log'],
+    kid: string,
+  ): Promise<Applied | 'duplicate'> {
     const seq = m.type === 'resync.request' ? null : m.seq;
     if (!(await claimInbox(tx, { jti: m.jti, gatewayId, type: m.type, seq, cid: m.cid, receivedAt: now }))) {
       // a resend the gateway made because it had no acknowledgement yet: it may move the pointer on
@@ -267,7 +351,7 @@ export class Uplink {
     }
     this.#app.crash('afterInboxInsertBeforeApply');
     if (m.type !== 'resync.request') await this.#trackSeq(tx, gatewayId, m, log);
-    const applied = await this.#apply(tx, gatewayId, m, now);
+    const applied = await this.#apply(tx, gatewayId, m, now, kid);
     await recordInboxResult(tx, m.jti, applied.result, applied.code);
     return applied;
   }
@@ -286,6 +370,7 @@ export class Uplink {
     log: AppDeps['log'],
     seqs: BatchSeq,
     taken: ReadonlySet<number>,
+    kid: string,
   ): Promise<Applied | 'duplicate'> {
     const advance = (row: UplinkSeqRow) => {
       if (row.ackedSeq === m.seq - 1) {
@@ -312,7 +397,7 @@ export class Uplink {
     row.maxSeq = Math.max(row.maxSeq, m.seq);
     seqs.received++;
     advance(row);
-    const applied = await this.#apply(tx, gatewayId, m, now);
+    const applied = await this.#apply(tx, gatewayId, m, now, kid);
     await recordInboxResult(tx, m.jti, applied.result, applied.code);
     return applied;
   }
@@ -349,7 +434,7 @@ export class Uplink {
     }
   }
 
-  async #apply(tx: Queryable, gatewayId: string, m: UplinkMessage, now: number): Promise<Applied> {
+  async #apply(tx: Queryable, gatewayId: string, m: UplinkMessage, now: number, kid: string): Promise<Applied> {
     switch (m.type) {
       case 'ack': {
         const b = m.body;
@@ -397,6 +482,15 @@ export class Uplink {
       case 'gateway.status':
         await recordStatus(tx, gatewayId, m.body, now, m.cid);
         return { result: 'applied', code: 'REPORT_RECORDED' };
+      case 'uplink_key.proposal': {
+        const p = await applyUplinkKeyProposal(tx, gatewayId, m, kid, now);
+        if (p.result === 'refused')
+          withCorrelation(this.#app.log, m.cid, { gatewayId, rotationId: m.body.rotationId }).warn(
+            { code: p.code },
+            'uplink key proposal refused',
+          );
+        return { result: p.result, code: p.code, wake: p.queued };
+      }
       case 'resync.request': {
         // A storm of signed requests (a compromised or looping gateway) is cut here, before any
         // snapshot is built: recorded refused in the inbox, logged at its first refusal.
@@ -468,14 +562,17 @@ export class Uplink {
     await recordPresence(this.#app.db, gatewayId, p.value.online, this.#app.clock.now());
   }
 
-  async #keysOf(gatewayId: string): Promise<KeySet | null> {
+  /** The gateway's current key first, then a previous one still accepted; null for an unknown gateway. */
+  async #keysOf(gatewayId: string): Promise<GatewayKeys | null> {
     const cached = this.#keys.get(gatewayId);
     if (cached) return cached;
-    const jwk = await gatewayPublicJwk(this.#app.db, gatewayId);
-    if (jwk === null) return null;
-    const ks = await KeySet.fromJwks({ keys: [jwk] });
-    this.#keys.set(gatewayId, ks);
-    return ks;
+    const rows = await uplinkKeys(this.#app.db, gatewayId);
+    if (rows.length === 0) return null;
+    const accepted = [...rows.filter((r) => r.status === 'current'), ...rows.filter((r) => r.status === 'previous')];
+    const ks = await KeySet.fromJwks({ keys: accepted.map(({ publicJwk: j }) => ({ kty: j.kty, crv: j.crv, x: j.x, kid: j.kid })) });
+    const g = { keys: ks, retired: new Set(rows.filter((r) => r.status === 'retired').map((r) => r.kid)), at: this.#app.clock.now() };
+    this.#keys.set(gatewayId, g);
+    return g;
   }
 
   get #telemetry(): Telemetry {

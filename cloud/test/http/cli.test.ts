@@ -80,6 +80,14 @@ describe.each(pgBackends())('admin CLI against a listening API on %s', (backend)
     const gw = await cli('gateways', 'register', '--id', `gw-${u}`, '--site', `s-${u}`, '--jwk-file', jwkFile);
     expect(gw.code).toBe(0);
     expect(gw.json).toMatchObject({ status: 'applied', provisioning: { gatewayId: `gw-${u}` } });
+    // the gateway's uplink key: a rotation is requested (202), a second one while it is open exits 1 with its code
+    const rot = await cli('gateways', 'rotate-uplink-key', '--id', `gw-${u}`);
+    expect(rot.code).toBe(0);
+    expect(rot.json).toMatchObject({ status: 'applied', code: 'UPLINK_KEY_ROTATION_REQUESTED', rotation: { status: 'requested' } });
+    const again = await cli('gateways', 'rotate-uplink-key', '--id', `gw-${u}`);
+    expect(again.code).toBe(1);
+    expect(again.json).toMatchObject({ status: 'conflict', code: 'UPLINK_KEY_ROTATION_IN_PROGRESS' });
+    expect((await cli('gateways', 'uplink-key-rotations', `gw-${u}`)).json).toMatchObject({ items: [{ status: 'requested' }] });
     expect((await cli('doors', 'create', '--id', `d-${u}`, '--gateway', `gw-${u}`, '--name', 'Front')).code).toBe(0);
     expect((await cli('people', 'create', '--id', `p-${u}`, '--site', `s-${u}`, '--name', 'Hana')).code).toBe(0);
     const issued = await cli(

@@ -38,6 +38,7 @@ import {
 } from '../adapters/sqlite/settings.js';
 import { nowOf, type AppContext } from './context.js';
 import { applySiteMode } from './site-mode.js';
+import { applyUplinkKeyActivate, applyUplinkKeyRotate } from './uplink-keys.js';
 
 /**
  * The inbox writer: applies pending inbox rows one at a time, sequenced rows
@@ -70,6 +71,8 @@ export interface ApplyDeps extends AppContext {
   readonly beforeApply?: (row: InboxRow) => void;
   /** Called when a keyset.update changed the trusted cloud keys (the downlink verifier reloads them). */
   readonly trustedKeysChanged?: () => void;
+  /** Called when an uplink_key.activate switched this gateway's uplink signing key (the sender re-reads it). */
+  readonly uplinkKeyChanged?: () => void;
 }
 
 interface AckDraft extends Settled {
@@ -151,6 +154,8 @@ function keyOf(row: InboxRow): { keyId: string | null; keyVersion: number | null
     case 'keyset.snapshot':
     case 'keyset.update':
     case 'site.mode':
+    case 'uplink_key.rotate':
+    case 'uplink_key.activate':
       return { keyId: null, keyVersion: null };
     default:
       return assertNever(m, 'downlink type');
@@ -164,7 +169,9 @@ function ack(deps: ApplyDeps, row: InboxRow, a: AckDraft, now: number, ackOf: Me
     row.type === 'key.revoke' ||
     row.type === 'keyset.snapshot' ||
     row.type === 'keyset.update' ||
-    row.type === 'site.mode';
+    row.type === 'site.mode' ||
+    row.type === 'uplink_key.rotate' ||
+    row.type === 'uplink_key.activate';
   const r = enqueue(
     deps.store.db,
     deps.store.limits,
@@ -206,7 +213,9 @@ function applyRow(deps: ApplyDeps, row: InboxRow, now: number): RowResult {
     case 'key.grant':
     case 'key.revoke':
     case 'keyset.update':
-    case 'site.mode': {
+    case 'site.mode':
+    case 'uplink_key.rotate':
+    case 'uplink_key.activate': {
       if (m.seq <= settings.snapshotSeq) {
         // Covered by a snapshot (a message still in flight when the snapshot was taken): never re-applied.
         r = { result: 'noop', code: 'DUPLICATE_MESSAGE' };
@@ -235,6 +244,14 @@ function applyRow(deps: ApplyDeps, row: InboxRow, now: number): RowResult {
         // The same rules as a mode set at the gateway (app/site-mode.ts); passage follows on the next evaluation.
         r = applySiteMode(deps, m, now);
         ack(deps, row, { ...r, keyId: null, keyVersion: null }, now);
+      } else if (m.type === 'uplink_key.rotate') {
+        r = applyUplinkKeyRotate(deps, m, now);
+        ack(deps, row, { ...r, keyId: null, keyVersion: null }, now);
+      } else if (m.type === 'uplink_key.activate') {
+        r = applyUplinkKeyActivate(deps, m, now);
+        // the ack is queued after the switch: it is the first uplink signed with the new key
+        ack(deps, row, { ...r, keyId: null, keyVersion: null }, now);
+        if (r.result === 'applied') deps.uplinkKeyChanged?.();
       } else if (m.type === 'key.grant') {
         const g = m.body.key;
         r = settleKey(deps, row, g.keyId, applyGrant(loadSlot(db, g.keyId), g), g.version, m.cid, now);

@@ -30,7 +30,8 @@ import { nowOf, type AppContext } from './context.js';
  */
 export interface UplinkDeps extends AppContext {
   readonly link: () => Link | null;
-  readonly signingKey: SigningKey;
+  /** The active uplink key, read when a row is signed (a rotation switches it; app/uplink-keys.ts). */
+  readonly signingKey: () => Promise<SigningKey>;
   readonly cloudIssuer: string;
   /** Rows read per pass. */
   readonly batchSize: number;
@@ -108,12 +109,13 @@ export class UplinkSender {
         const units = packRows(rows, deps.batchMax);
         try {
           const clock = { now: () => nowOf(deps) };
+          const key = await deps.signingKey();
           const tokens = await Promise.all(
             units.map(async (unit) => {
               if (unit.length === 1) {
                 const r = unit[0]!;
                 const draft = { type: r.type, seq: r.seq, aud: deps.cloudIssuer, body: r.body, cid: r.cid, jti: r.jti };
-                return (await signMessage<UplinkMessage>(deps.signingKey, deps.gatewayId, draft as never, clock)).token;
+                return (await signMessage<UplinkMessage>(key, deps.gatewayId, draft as never, clock)).token;
               }
               // the envelope's cid is its first row's: the batch's log lines meet that row's
               const draft = {
@@ -123,7 +125,7 @@ export class UplinkSender {
                 jti: newMessageId(),
                 body: { items: unit.map(itemOf) },
               };
-              return (await signMessage<UplinkBatchMessage>(deps.signingKey, deps.gatewayId, draft as never, clock)).token;
+              return (await signMessage<UplinkBatchMessage>(key, deps.gatewayId, draft as never, clock)).token;
             }),
           );
           // Published in seq order on one connection: the broker keeps that order.
@@ -156,7 +158,9 @@ export function sendResyncRequest(deps: UplinkDeps, reason: ResyncReason, lastAp
   const link = deps.link();
   if (link === null || !link.connected) return;
   const draft = { type: 'resync.request', aud: deps.cloudIssuer, cid, body: { requestId, lastAppliedSeq, reason } };
-  signMessage<UplinkMessage>(deps.signingKey, deps.gatewayId, draft as never, { now: () => nowOf(deps) })
+  deps
+    .signingKey()
+    .then((key) => signMessage<UplinkMessage>(key, deps.gatewayId, draft as never, { now: () => nowOf(deps) }))
     .then(({ token }) => link.publish(topics.gatewayUp(deps.gatewayId), token, { qos: 1 }))
     .catch((e: unknown) =>
       withCorrelation(deps.log, cid).warn({ err: e instanceof Error ? e.message : String(e) }, 'resync request not sent'),

@@ -79,6 +79,11 @@ export async function insertGateway(
     g.createdAt,
   ]);
   await q.query('INSERT INTO gateway_seq (gateway_id, last_seq) VALUES ($1, 0)', [g.id]);
+  // its first uplink key (migration 0026): rotations add the later ones
+  await q.query(
+    `INSERT INTO gateway_uplink_keys (gateway_id, kid, public_jwk, status, added_at) VALUES ($1, $2::jsonb->>'kid', $2::jsonb, 'current', $3)`,
+    [g.id, JSON.stringify(g.publicJwk), g.createdAt],
+  );
 }
 
 /** The registered public key the gateway's uplinks are verified with, or null for an unknown gateway. */

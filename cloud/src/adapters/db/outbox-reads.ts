@@ -71,14 +71,14 @@ export async function listKeyDeliveries(q: Queryable, keyId: string): Promise<Ou
 export interface ReplayRow {
   readonly seq: number;
   readonly jti: string;
-  readonly type: 'key.grant' | 'key.revoke' | 'keyset.update' | 'site.mode';
+  readonly type: 'key.grant' | 'key.revoke' | 'keyset.update' | 'site.mode' | 'uplink_key.rotate' | 'uplink_key.activate';
   readonly body: unknown;
   readonly cid: string;
 }
 const ReplayRowSchema = z.object({
   seq: Int8,
   jti: z.string(),
-  type: z.enum(['key.grant', 'key.revoke', 'keyset.update', 'site.mode']),
+  type: z.enum(['key.grant', 'key.revoke', 'keyset.update', 'site.mode', 'uplink_key.rotate', 'uplink_key.activate']),
   body: z.unknown(),
   cid: z.string(),
 });

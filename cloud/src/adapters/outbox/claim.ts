@@ -5,7 +5,7 @@ export interface ClaimedRow {
   readonly gatewayId: string;
   readonly seq: number;
   readonly jti: string;
-  readonly type: 'key.grant' | 'key.revoke' | 'keyset.update' | 'site.mode';
+  readonly type: 'key.grant' | 'key.revoke' | 'keyset.update' | 'site.mode' | 'uplink_key.rotate' | 'uplink_key.activate';
   readonly body: unknown;
   readonly cid: string;
   readonly attempts: number;

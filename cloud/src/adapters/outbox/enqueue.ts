@@ -5,7 +5,7 @@ export const OUTBOX_CHANNEL = 'tobira_outbox';
 
 export interface OutboxDraft {
   readonly gatewayId: string;
-  readonly type: 'key.grant' | 'key.revoke' | 'keyset.update' | 'site.mode';
+  readonly type: 'key.grant' | 'key.revoke' | 'keyset.update' | 'site.mode' | 'uplink_key.rotate' | 'uplink_key.activate';
   readonly keyId: string | null;
   readonly keyVersion: number | null;
   readonly body: unknown;

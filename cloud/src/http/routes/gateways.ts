@@ -6,6 +6,23 @@ import { BrokerLogin, Gateway, Id, OutcomeStatus, Problem, Provisioning, PublicJ
 
 const RegisterGateway = z.strictObject({ gatewayId: Slug, siteId: Id, publicJwk: PublicJwk });
 
+const UplinkKeyRotation = z.object({
+  rotationId: z.string(),
+  gatewayId: z.string(),
+  status: z
+    .enum(['requested', 'proposed', 'active', 'failed'])
+    .describe('requested → proposed (new key accepted, activate queued) → active (old key retired); failed: a bad proposal'),
+  oldKid: z.string(),
+  newKid: z.string().nullable(),
+  code: z.string().nullable().describe('why it failed (UPLINK_KEY_BAD_PROOF, UPLINK_KEY_KID_TAKEN)'),
+  requestedBy: z.string(),
+  rotateSeq: z.int().describe("the uplink_key.rotate message's seq at the gateway"),
+  activateSeq: z.int().nullable(),
+  requestedAt: z.int(),
+  proposedAt: z.int().nullable(),
+  settledAt: z.int().nullable(),
+});
+
 /** Gateways: registration returns the provisioning data once (pepper, cloud JWKS, topics, broker). */
 export function gatewaysRoutes(app: Api, ctx: Ctx): void {
   app.post(
@@ -61,6 +78,48 @@ export function gatewaysRoutes(app: Api, ctx: Ctx): void {
         }
         return { statusCode: statusOf(o), body: o.status === 'refused' ? problem(o.code, o.detail) : { status: o.status, code: o.code } };
       }),
+  );
+
+  app.post(
+    '/gateways/:gatewayId/uplink-key/rotate',
+    {
+      schema: {
+        tags: ['gateways'],
+        summary:
+          "Rotate the gateway's own uplink signing key: queues a signed uplink_key.rotate; 409 UPLINK_KEY_ROTATION_IN_PROGRESS while one is open",
+        params: z.strictObject({ gatewayId: Slug }),
+        response: {
+          ...errorResponses,
+          202: z.object({ status: OutcomeStatus, code: z.string(), cid: z.string(), rotation: UplinkKeyRotation }),
+          409: z.object({ status: OutcomeStatus, code: z.string(), cid: z.string(), rotation: UplinkKeyRotation }),
+        },
+      },
+    },
+    (req, reply) =>
+      idempotent(ctx, req, reply, async ({ db }) => {
+        // a gateway outside the token's sites is refused as not found (404) by the verb
+        const p = who(req);
+        const o = await ctx.cloud.rotateUplinkKey({ gatewayId: req.params.gatewayId, scope: p.sites, by: p.name, cid: cidOf(req) }, { db });
+        if (o.status === 'refused') return { statusCode: statusOf(o), body: problem(o.code, o.detail) };
+        const rotation = o.status === 'conflict' ? o.current : o.state;
+        return { statusCode: statusOf(o, 202), body: { status: o.status, code: o.code, cid: o.cid, rotation } };
+      }),
+  );
+
+  app.get(
+    '/gateways/:gatewayId/uplink-key/rotations',
+    {
+      schema: {
+        tags: ['gateways'],
+        summary: "The gateway's uplink-key rotations, newest first (20)",
+        params: z.strictObject({ gatewayId: Slug }),
+        response: { ...errorResponses, 200: z.object({ items: z.array(UplinkKeyRotation) }) },
+      },
+    },
+    async (req, reply) => {
+      const items = await ctx.cloud.listUplinkKeyRotations(req.params.gatewayId, who(req).sites);
+      return items ? { items } : reply.status(404).send(problem('GATEWAY_NOT_FOUND'));
+    },
   );
 
   app.get(

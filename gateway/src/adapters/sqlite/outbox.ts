@@ -31,7 +31,14 @@ export const DEFAULT_OUTBOX_LIMITS: OutboxLimits = Object.freeze({ maxRows: 100_
 
 export type EnqueueResult = { readonly seq: number; readonly jti: MessageId } | { readonly refused: 'OUTBOX_FULL' };
 
-const OUTBOX_TYPES = ['ack', 'access.event', 'alarm', 'gateway.status', 'staff.action'] as const satisfies readonly OutboxType[];
+const OUTBOX_TYPES = [
+  'ack',
+  'access.event',
+  'alarm',
+  'gateway.status',
+  'staff.action',
+  'uplink_key.proposal',
+] as const satisfies readonly OutboxType[];
 
 const NextSeq = z.object({ seq: z.int() });
 function nextSeqOf(r: unknown): number {
