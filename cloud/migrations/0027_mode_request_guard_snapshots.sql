@@ -33,3 +33,22 @@ CREATE TRIGGER mode_requests_status_insert BEFORE INSERT ON mode_requests FOR EA
 CREATE TRIGGER mode_requests_status_update BEFORE UPDATE ON mode_requests FOR EACH ROW
   WHEN (OLD.status IS DISTINCT FROM NEW.status)
   EXECUTE FUNCTION mode_request_status_guard();
+
+-- Resync snapshots sent (issue #17 loose ends; docs/architecture.md "Resync"): one row per
+-- snapshot, named by its first part's jti (what the gateway's acks of it name). When the
+-- gateway acks the whole snapshot (SNAPSHOT_APPLIED, or the refusal code of its trusted-key
+-- set), the mode requests of that gateway whose seq the snapshot covers are settled
+-- (MODE_SNAPSHOT_COVERED; the snapshot carried the site's modes), and when its trusted-key set
+-- was applied, so are the signing-key deliveries it covers. Rows older than the outbox
+-- retention are purged with it.
+CREATE TABLE resync_snapshots (
+  jti         text    PRIMARY KEY,
+  gateway_id  text    NOT NULL REFERENCES gateways(id),
+  snapshot_id text    NOT NULL UNIQUE,
+  as_of_seq   bigint  NOT NULL,
+  keyset      boolean NOT NULL,
+  sent_at     bigint  NOT NULL,
+  acked_at    bigint,
+  ack_code    text
+);
+CREATE INDEX resync_snapshots_sent ON resync_snapshots (sent_at);
