@@ -52,3 +52,9 @@ CREATE TABLE resync_snapshots (
   ack_code    text
 );
 CREATE INDEX resync_snapshots_sent ON resync_snapshots (sent_at);
+
+-- An explicit staff marker on keys (issue #17 loose ends; docs/gateway.md "Privacy"): a staff key
+-- is kept out of a room whose guest has privacy on. Set by `staff: true` on issue, and for every
+-- offline-capable key (a master key is a staff key); the adapter reads `staff OR offline_capable`,
+-- so keys issued before this migration read as they did (no backfill through the status guard).
+ALTER TABLE keys ADD COLUMN staff boolean NOT NULL DEFAULT false;

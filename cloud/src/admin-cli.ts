@@ -27,8 +27,8 @@ env: TOBIRA_API (e.g. http://127.0.0.1:8080), TOBIRA_TOKEN (bearer token)
   doors list [--site S] [--gateway GW] | doors get <id> | doors create --gateway GW --name N [--id ID]
   people list [--site S] | people get <id> | people create --name N --site S [--id ID]
   keys issue --person P --door D [--door D2 ...] (--pin V | --card V | --mobile V) --from T --until T [--id ID] [--offline [--offline-max SECONDS]]
-             [--one-time] [--tz ZONE --window WHEN@HH:MM-HH:MM [--window ...]]
-                                --one-time: opens for its first entry only. --window: a schedule window in --tz (the site's
+             [--one-time] [--staff] [--tz ZONE --window WHEN@HH:MM-HH:MM [--window ...]]
+                                --one-time: opens for its first entry only. --staff: kept out of rooms with privacy on. --window: a schedule window in --tz (the site's
                                 zone); WHEN: week days and/or dates, comma-separated (mon-fri, sat,sun, 0-6, 2026-12-24);
                                 an end before the start runs overnight (fri@22:00-06:00 ends Saturday 06:00)
   keys mobile-token --id K [--ttl SECONDS]   a short-lived signed token for the key's phone (POST /keys/{id}/mobile-token)
@@ -199,6 +199,7 @@ export async function runAdminCli(argv: readonly string[], io: CliIo): Promise<n
         offline: { type: 'boolean' },
         'offline-max': { type: 'string' },
         'one-time': { type: 'boolean' },
+        staff: { type: 'boolean' },
         window: { type: 'string', multiple: true },
         ttl: { type: 'string' },
         reason: { type: 'string' },
@@ -353,6 +354,7 @@ export async function runAdminCli(argv: readonly string[], io: CliIo): Promise<n
           ...(o.offline ? { offlineCapable: true } : {}),
           ...(o['offline-max'] ? { offlineMaxSeconds: Number(o['offline-max']) } : {}),
           ...(o['one-time'] ? { oneTime: true } : {}),
+          ...(o.staff ? { staff: true } : {}),
           ...(o.window !== undefined ? { schedule: schedule(o.tz, o.window) } : o.tz !== undefined ? usage('--tz needs --window') : {}),
         });
       }

@@ -90,6 +90,15 @@ export const KeyGrant = z.strictObject({
    * gateway (strict schema) refuses only one-time grants.
    */
   oneTime: z.literal(true).optional(),
+  /**
+   * A staff key (issue #17): the gateway keeps it out of a door whose guest
+   * has privacy on (PRIVACY_ACTIVE). A grant without it (an older cloud) is
+   * judged by `offlineCapable`, as before, so nothing opens that did not. The
+   * cloud sends it only when true (every offline-capable key is a staff key),
+   * so an older gateway (strict schema) refuses only staff grants: upgrade
+   * gateways first.
+   */
+  staff: z.boolean().optional(),
 });
 export type KeyGrant = z.infer<typeof KeyGrant>;
 
