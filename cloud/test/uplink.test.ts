@@ -562,6 +562,19 @@ describe.each(pgBackends())('uplink inbox on %s', (pgBackend) => {
           mode: { seq: 4, requestId: normal.state.requestId, mode: 'normal', by: 'ops', reason: null },
           passage: [{ seq: 3, requestId: passage.state.requestId, doorId: s.doorA, schedule: LOBBY, by: 'ops', reason: null }],
         });
+        // signing-key deliveries of this gateway: one the snapshot covers (skipped as DUPLICATE_MESSAGE), one past it
+        await t.db.query(
+          `INSERT INTO signing_key_deliveries (kid, step, gateway_id, jti, seq, queued_at, acked_at, result, code)
+           VALUES ($1, 'publish', $2, $3, 2, 1, 1, 'noop', 'DUPLICATE_MESSAGE'), ($1, 'retire', $2, $4, 99, 1, NULL, NULL, NULL)`,
+          [signer.kid, s.gatewayId, newMessageId(), newMessageId()],
+        );
+        const deliveries = async () =>
+          (
+            await t.db.query<{ step: string; result: string | null; code: string | null }>(
+              'SELECT step, result, code FROM signing_key_deliveries WHERE gateway_id = $1 ORDER BY step',
+              [s.gatewayId],
+            )
+          ).rows;
         // a request queued after the snapshot was read is not covered by it
         const later = await mode({ mode: 'lockdown' });
         if (later.status !== 'applied') throw new Error('later');
@@ -582,6 +595,11 @@ describe.each(pgBackends())('uplink inbox on %s', (pgBackend) => {
           await waitFor(async () => (await statusOf(r.state.requestId))?.status === 'applied' || undefined, 'covered request settled');
         expect(await statusOf(normal.state.requestId)).toMatchObject({ status: 'applied', code: 'MODE_SNAPSHOT_COVERED' });
         expect(await statusOf(later.state.requestId)).toMatchObject({ status: 'pending', code: null });
+        // the snapshot's trusted keys were applied: the covered delivery counts as applied, the later one does not
+        expect(await deliveries()).toEqual([
+          { step: 'publish', result: 'applied', code: 'SNAPSHOT_COVERED' },
+          { step: 'retire', result: null, code: null },
+        ]);
         // the same ack again (QoS 1 redelivers, a replayed uplink): nothing moves
         await wholeAck(gw);
         await new Promise((r) => setTimeout(r, 300));

@@ -203,6 +203,9 @@ describe.each(pgBackends())('admin CLI against a listening API on %s', (backend)
         },
       },
     });
+    expect((await cli('keys', 'get', `k1-${u}`)).json).toMatchObject({ key: { staff: false } });
+    expect((await cli(...base, '--id', `k4-${u}`, '--card', '0A0B0C0D', '--staff')).code).toBe(0);
+    expect((await cli('keys', 'get', `k4-${u}`)).json).toMatchObject({ key: { staff: true, oneTime: false, schedule: null } });
     // a mobile key: a signed token bound to it; --ttl is passed on (the API bounds it)
     expect((await cli(...base, '--id', `k2-${u}`, '--mobile', `phone-${u}-0123456789`)).code).toBe(0);
     const tok = await cli('keys', 'mobile-token', '--id', `k2-${u}`, '--ttl', '120');
