@@ -309,6 +309,31 @@ describe.each(mqttBackends())('trusted cloud keys of a running gateway against %
     expect(trustedNow()).toEqual(before);
   });
 
+  it('privacy by the staff marker, through the stored key set: a grant marked staff is refused PRIVACY_ACTIVE at a door with privacy on, an unmarked offline-capable one too (fallback), the guest key opens', async () => {
+    site = await runSite(broker.url, broker.url, broker.unique);
+    const s = site;
+    await provision(s);
+    await s.cloud.grant({ keyId: 'key-cleaner' as never, staff: true, credential: { type: 'pin', digest: s.f.digest('777777') } });
+    await s.cloud.grant({
+      keyId: 'key-master' as never,
+      offlineCapable: true,
+      offlineMaxSeconds: 3600,
+      credential: { type: 'pin', digest: s.f.digest('888888') },
+    });
+    await s.cloud.heartbeat();
+    await waitFor(() => s.gw.store.settings().appliedSeq >= s.cloud.seq, 'grants applied');
+    // without privacy every key opens
+    expect((await s.lock.present('777777')).code).toBe('ALLOWED');
+    await s.lock.publish('event', { eventId: newId(), lockId: s.lock.lockId, at: s.f.clock.now(), kind: 'privacy', active: true });
+    const privacyOn = () =>
+      (s.gw.store.db.prepare('SELECT privacy_since FROM locks WHERE lock_id = ?').get(s.lock.lockId) as { privacy_since: number | null })
+        .privacy_since !== null;
+    await waitFor(privacyOn, 'privacy on');
+    expect(await s.lock.present('777777')).toMatchObject({ allowed: false, code: 'PRIVACY_ACTIVE' });
+    expect(await s.lock.present('888888')).toMatchObject({ allowed: false, code: 'PRIVACY_ACTIVE' });
+    expect(await s.lock.present(PIN)).toMatchObject({ allowed: true, code: 'ALLOWED' });
+  });
+
   it('a restart re-seeds from the config, which still lists the retired key: it stays retired', async () => {
     site = await runSite(broker.url, broker.url, broker.unique);
     const s = site;
