@@ -29,6 +29,11 @@ env: TOBIRA_API (e.g. http://127.0.0.1:8080), TOBIRA_TOKEN (bearer token)
   doors list [--site S] [--gateway GW] | doors get <id> | doors create --gateway GW --name N [--id ID]
   people list [--site S] | people get <id> | people create --name N --site S [--id ID]
   keys issue --person P --door D [--door D2 ...] (--pin V | --card V | --mobile V) --from T --until T [--id ID] [--offline [--offline-max SECONDS]]
+             [--one-time] [--staff] [--tz ZONE --window WHEN@HH:MM-HH:MM [--window ...]]
+                                --one-time: opens for its first entry only. --staff: kept out of rooms with privacy on. --window: a schedule window in --tz (the site's
+                                zone); WHEN: week days and/or dates, comma-separated (mon-fri, sat,sun, 0-6, 2026-12-24);
+                                an end before the start runs overnight (fri@22:00-06:00 ends Saturday 06:00)
+  keys mobile-token --id K [--ttl SECONDS]   a short-lived signed token for the key's phone (POST /keys/{id}/mobile-token)
   keys revoke <id> --reason R [--if-match REVISION]
   keys get <id> | keys history <id> | keys list [--site S] [--person P] [--gateway GW] [--status ST] [--limit N] [--cursor C]
   events [--site S] [--gateway GW] [--door D] [--person P] [--key K] [--code C] [--from T] [--until T] [--limit N] [--cursor C]
@@ -106,6 +111,58 @@ function count(v: string | undefined, name: string): number | undefined {
   return Number(v);
 }
 
+function usage(message: string): never {
+  throw new Usage(message);
+}
+
+const DAY_NAMES = ['sun', 'mon', 'tue', 'wed', 'thu', 'fri', 'sat'];
+const FULL_DAY_NAMES = ['sunday', 'monday', 'tuesday', 'wednesday', 'thursday', 'friday', 'saturday'];
+
+/** A week day as the API numbers it (0 = Sunday): 0..6, sun..sat or sunday..saturday. */
+function dayOf(v: string, spec: string): number {
+  if (/^[0-6]$/.test(v)) return Number(v);
+  const lower = v.toLowerCase();
+  const i = Math.max(DAY_NAMES.indexOf(lower), FULL_DAY_NAMES.indexOf(lower));
+  if (i < 0) throw new Usage(`--window ${spec}: not a week day: ${v}`);
+  return i;
+}
+
+/**
+ * `--window WHEN@HH:MM-HH:MM` → one schedule window (the API's shape; the
+ * server checks the rules). WHEN: comma-separated week days (sun..sat or 0..6,
+ * ranges like mon-fri; fri-mon wraps) and dates (YYYY-MM-DD). An end before
+ * the start is an overnight window, as the API reads it.
+ */
+export function parseWindow(spec: string): { days?: number[]; dates?: string[]; start: string; end: string } {
+  const m = /^([^@]+)@(\d{2}:\d{2})-(\d{2}:\d{2})$/.exec(spec.trim());
+  if (m === null) throw new Usage(`--window ${spec}: expected WHEN@HH:MM-HH:MM (for example mon-fri@08:00-20:00)`);
+  const [, when = '', start = '', end = ''] = m;
+  const days = new Set<number>();
+  const dates: string[] = [];
+  for (const part of when.split(',').map((x) => x.trim())) {
+    if (/^\d{4}-\d{2}-\d{2}$/.test(part)) dates.push(part);
+    else if (part.includes('-')) {
+      const [a = '', b = ''] = part.split('-');
+      const from = dayOf(a, spec);
+      const to = dayOf(b, spec);
+      for (let d = from; ; d = (d + 1) % 7) {
+        days.add(d);
+        if (d === to) break;
+      }
+    } else days.add(dayOf(part, spec));
+  }
+  return {
+    ...(days.size > 0 ? { days: [...days].sort((a, b) => a - b) } : {}),
+    ...(dates.length > 0 ? { dates } : {}),
+    start,
+    end,
+  };
+}
+
+function schedule(tz: string | undefined, windows: readonly string[]) {
+  return { timeZone: need(tz, '--tz (the schedule time zone, e.g. Asia/Tokyo)'), windows: windows.map(parseWindow) };
+}
+
 function need<T>(v: T | undefined, what: string): T {
   if (v === undefined || v === '') throw new Usage(`missing ${what}`);
   return v;
@@ -143,6 +200,10 @@ export async function runAdminCli(argv: readonly string[], io: CliIo): Promise<n
         until: { type: 'string' },
         offline: { type: 'boolean' },
         'offline-max': { type: 'string' },
+        'one-time': { type: 'boolean' },
+        staff: { type: 'boolean' },
+        window: { type: 'string', multiple: true },
+        ttl: { type: 'string' },
         reason: { type: 'string' },
         'if-match': { type: 'string' },
         status: { type: 'string' },
@@ -298,7 +359,18 @@ export async function runAdminCli(argv: readonly string[], io: CliIo): Promise<n
           ...(o.id ? { keyId: o.id } : {}),
           ...(o.offline ? { offlineCapable: true } : {}),
           ...(o['offline-max'] ? { offlineMaxSeconds: Number(o['offline-max']) } : {}),
+          ...(o['one-time'] ? { oneTime: true } : {}),
+          ...(o.staff ? { staff: true } : {}),
+          ...(o.window !== undefined ? { schedule: schedule(o.tz, o.window) } : o.tz !== undefined ? usage('--tz needs --window') : {}),
         });
+      }
+      case 'keys mobile-token': {
+        const ttl = count(o.ttl, 'ttl');
+        return await call(
+          'POST',
+          `/keys/${encodeURIComponent(need(o.id ?? arg, '--id'))}/mobile-token`,
+          ttl === undefined ? {} : { ttlSeconds: ttl },
+        );
       }
       case 'keys revoke':
         return await call(

@@ -8,6 +8,7 @@ import { DAY, T0, capturingLogger, deps, openTestDb, seed, testLog, type TestDb 
 import { readdir } from 'node:fs/promises';
 import { MIGRATIONS_DIR, migrate } from '../src/adapters/db/migrate.js';
 import { runKeyModel } from './keys-model.js';
+import { loadKey } from '../src/adapters/db/keys.js';
 import { waitFor } from './mqtt-helpers.js';
 import { claim } from '../src/adapters/outbox/claim.js';
 import { markSent } from '../src/adapters/outbox/mark-sent.js';
@@ -244,6 +245,43 @@ describe.each(pgBackends())('entry-key verbs on %s', (backend) => {
       expect(body?.key).toMatchObject({ personName: 'Hana', doorNames: { [s.doorA]: 'A' } });
       expect(body?.key.doorNames).not.toHaveProperty(s.doorB);
       expect(KeyGrant.safeParse(body?.key).success).toBe(true); // what the gateway's strict schema takes
+    });
+
+    it('marks staff keys in the grant (staff: true asked, or offline-capable) and nowhere else; the marker is part of the content', async () => {
+      const d = deps(t.db);
+      const s = await seed(d);
+      const grantOf = async (keyId: string) =>
+        (await t.db.query<{ body: { key: KeyGrant } }>('SELECT body FROM outbox WHERE key_id = $1', [keyId])).rows[0]?.body.key;
+      const staff = await issue(d, s, { keyId: `staff-${s.u}`, staff: true, credential: { type: 'pin', value: '310001' } });
+      const master = await issue(d, s, { keyId: `master-${s.u}`, offlineCapable: true, credential: { type: 'pin', value: '310002' } });
+      const guest = await issue(d, s, { keyId: `guest-${s.u}`, staff: false, credential: { type: 'pin', value: '310003' } });
+      expect([staff, master, guest].map((o) => [o.status, o.status === 'applied' ? o.state.staff : null])).toEqual([
+        ['applied', true],
+        ['applied', true],
+        ['applied', false],
+      ]);
+      expect((await grantOf(`staff-${s.u}`))?.staff).toBe(true);
+      expect((await grantOf(`master-${s.u}`))?.staff).toBe(true);
+      expect(await grantOf(`guest-${s.u}`)).not.toHaveProperty('staff');
+      for (const k of ['staff', 'master', 'guest']) expect(KeyGrant.safeParse(await grantOf(`${k}-${s.u}`)).success).toBe(true);
+      // the same issue again is a noop; the same key without the marker is another key (conflict), nothing queued
+      expect(await issue(d, s, { keyId: `staff-${s.u}`, staff: true, credential: { type: 'pin', value: '310001' } })).toMatchObject({
+        status: 'noop',
+      });
+      expect(
+        await issue(d, s, { keyId: `master-${s.u}`, offlineCapable: true, credential: { type: 'pin', value: '310002' } }),
+      ).toMatchObject({
+        status: 'noop',
+      });
+      expect(await issue(d, s, { keyId: `staff-${s.u}`, credential: { type: 'pin', value: '310001' } })).toMatchObject({
+        status: 'conflict',
+        code: 'KEY_ALREADY_EXISTS',
+      });
+      // a key stored before the column (staff false) that is offline-capable still reads, and is sent, as staff
+      await t.db.query('UPDATE keys SET staff = false WHERE id = $1', [`master-${s.u}`]);
+      expect((await t.db.query<{ staff: boolean }>('SELECT staff FROM keys WHERE id = $1', [`master-${s.u}`])).rows[0]?.staff).toBe(false);
+      expect((await loadKey(t.db, `master-${s.u}`))?.staff).toBe(true);
+      expect(await outboxOf(s.gatewayId)).toHaveLength(3);
     });
 
     it('refuses doors behind two gateways, unknown doors and unknown people, writing nothing', async () => {

@@ -42,9 +42,9 @@ describe.each(pgBackends())('mode requests on %s', (pgBackend) => {
 
     // the gateway's ack settles it, once
     const ack = { gatewayId: s.gatewayId, jti: rows[0]!.jti, result: 'applied' as const, code: 'MODE_APPLIED', at: 5 };
-    expect(await settleModeRequest(t.db, ack)).toBe('settled');
-    expect(await settleModeRequest(t.db, { ...ack, result: 'refused', code: 'APPLY_FAILED' })).toBe('already');
-    expect(await settleModeRequest(t.db, { ...ack, jti: 'not-a-mode-jti' })).toBe('unknown');
+    expect(await t.db.transaction((tx) => settleModeRequest(tx, ack))).toBe('settled');
+    expect(await t.db.transaction((tx) => settleModeRequest(tx, { ...ack, result: 'refused', code: 'APPLY_FAILED' }))).toBe('already');
+    expect(await t.db.transaction((tx) => settleModeRequest(tx, { ...ack, jti: 'not-a-mode-jti' }))).toBe('unknown');
     expect(await getModeRequest(d, o.state.requestId, null)).toMatchObject({
       status: 'applied',
       gateways: [{ status: 'applied', code: 'MODE_APPLIED', settledAt: 5 }],
@@ -59,9 +59,11 @@ describe.each(pgBackends())('mode requests on %s', (pgBackend) => {
     const o = await requestMode(d, { ...base, siteId: s.siteId, mode: 'lockdown' });
     if (o.status !== 'applied') throw new Error('not applied');
     const jti = (await outbox(s.gatewayId)).rows[0]!.jti;
-    expect(await settleModeRequest(t.db, { gatewayId: other.gatewayId, jti, result: 'applied', code: 'MODE_APPLIED', at: 1 })).toBe(
-      'unknown',
-    );
+    expect(
+      await t.db.transaction((tx) =>
+        settleModeRequest(tx, { gatewayId: other.gatewayId, jti, result: 'applied', code: 'MODE_APPLIED', at: 1 }),
+      ),
+    ).toBe('unknown');
     expect((await getModeRequest(d, o.state.requestId, null))?.status).toBe('pending');
   });
 
@@ -117,5 +119,52 @@ describe.each(pgBackends())('mode requests on %s', (pgBackend) => {
     const s = await seed(d);
     expect(await requestMode(d, { ...base, siteId: s.siteId })).toMatchObject({ status: 'refused', code: 'MODE_REQUEST_EMPTY' });
     expect((await outbox(s.gatewayId)).rows).toEqual([]);
+  });
+
+  it('the database guards the status (0027): pending only by requestMode, settled once only by settleModeRequest, final after', async () => {
+    const d = deps(t.db);
+    const s = await seed(d);
+    const o = await requestMode(d, { ...base, siteId: s.siteId, mode: 'lockdown' });
+    if (o.status !== 'applied') throw new Error('not applied');
+    const jti = (await outbox(s.gatewayId)).rows[0]!.jti;
+    const set = (status: string, verb: string | null) =>
+      t.db.transaction(async (tx) => {
+        if (verb !== null) await tx.query("SELECT set_config('tobira.verb', $1, true)", [verb]);
+        return tx.query(`UPDATE mode_requests SET status = $2, settled_at = 9, code = 'X' WHERE jti = $1`, [jti, status]);
+      });
+    // no verb, another verb: refused; the row stays pending
+    await expect(set('applied', null)).rejects.toThrow(/settleModeRequest/);
+    await expect(set('applied', 'revokeKey')).rejects.toThrow(/settleModeRequest/);
+    await expect(t.db.query(`UPDATE mode_requests SET status = 'refused', settled_at = 9 WHERE jti = $1`, [jti])).rejects.toThrow(
+      /settleModeRequest/,
+    );
+    expect((await getModeRequest(d, o.state.requestId, null))?.status).toBe('pending');
+    // the verb settles it; after that it is final, whatever the verb
+    expect(
+      await t.db.transaction((tx) =>
+        settleModeRequest(tx, { gatewayId: s.gatewayId, jti, result: 'refused', code: 'APPLY_FAILED', at: 3 }),
+      ),
+    ).toBe('settled');
+    await expect(set('applied', 'settleModeRequest')).rejects.toThrow(/final/);
+    await expect(
+      t.db.transaction(async (tx) => {
+        await tx.query("SELECT set_config('tobira.verb', 'settleModeRequest', true)");
+        return tx.query(`UPDATE mode_requests SET status = 'pending', settled_at = NULL WHERE jti = $1`, [jti]);
+      }),
+    ).rejects.toThrow(/final/);
+    expect(await getModeRequest(d, o.state.requestId, null)).toMatchObject({ status: 'refused', gateways: [{ code: 'APPLY_FAILED' }] });
+    // a row inserted outside requestMode, or inserted already settled, is refused
+    const row = (verb: string | null, status: string) =>
+      t.db.transaction(async (tx) => {
+        if (verb !== null) await tx.query("SELECT set_config('tobira.verb', $1, true)", [verb]);
+        return tx.query(
+          `INSERT INTO mode_requests (request_id, gateway_id, site_id, mode, passage, requested_by, jti, seq, cid, requested_at, status, settled_at)
+           VALUES (gen_random_uuid()::text, $1, $2, 'lockdown', '[]', 'x', gen_random_uuid()::text, 1, 'c', 1, $3, $4)`,
+          [s.gatewayId, s.siteId, status, status === 'pending' ? null : 1],
+        );
+      });
+    await expect(row(null, 'pending')).rejects.toThrow(/requestMode/);
+    await expect(row('requestMode', 'applied')).rejects.toThrow(/starts pending/);
+    expect((await row('requestMode', 'pending')).rowCount).toBe(1);
   });
 });

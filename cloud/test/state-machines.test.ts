@@ -5,6 +5,7 @@ import { OUTBOX_TRANSITIONS } from '../src/adapters/outbox/states.js';
 import { PAYMENT_NOOPS, PAYMENT_TRANSITIONS, STAY_NOOPS, STAY_TRANSITIONS } from '../src/domain/stay-states.js';
 import { MEMBERSHIP_NOOPS, MEMBERSHIP_TRANSITIONS } from '../src/domain/membership-states.js';
 import { SIGNING_KEY_TRANSITIONS } from '../src/domain/signing-keys.js';
+import { MODE_REQUEST_TRANSITIONS } from '../src/domain/mode-requests.js';
 import { WALK_IN_NOOPS, WALK_IN_TRANSITIONS } from '../src/domain/walk-ins.js';
 import { UPLINK_KEY_ROTATION_TRANSITIONS } from '../src/domain/uplink-keys.js';
 
@@ -110,5 +111,13 @@ describe('docs/state-machines.md', () => {
     const nCode = WALK_IN_NOOPS.flatMap((r) => r.from.map((f) => `${f} --${r.event}--> noop ${r.code}`));
     expect(nDoc.sort()).toEqual(nCode.sort());
     expect(nDoc.length).toBeGreaterThan(6);
+  });
+
+  it('lists exactly the mode request transitions of the code table', () => {
+    const fromDoc = tableAfter('### Mode request transitions').map(([from = '', event = '', to = '', verb = '']) =>
+      [states(from)[0] ?? null, event, code(to), code(verb)].join(' | '),
+    );
+    expect(fromDoc).toEqual(MODE_REQUEST_TRANSITIONS.map((r) => [r.from, r.event, r.to, r.verb].join(' | ')));
+    expect(fromDoc.length).toBe(4);
   });
 });

@@ -2,11 +2,12 @@ import { fixedSigner } from '../src/adapters/signer.js';
 import fc from 'fast-check';
 import { Uplink } from '../src/app/uplink.js';
 import { NotConnected, type MqttLink } from '../src/adapters/mqtt/link.js';
-import { ManualClock, newId, newMessageId, type DownlinkMessage, type KeyPairJwk } from '@tobira/shared';
+import { ManualClock, newCorrelationId, newId, newMessageId, type DownlinkMessage, type KeyPairJwk, type Schedule } from '@tobira/shared';
 import { mqttBackends, pgBackends, startMqttBackend, type MqttTestBroker } from '@tobira/shared/testing';
 import { generateSigningKeyPair, importSigningKey, signMessage, topics, type UplinkMessage } from '@tobira/shared';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { chunkSnapshot } from '../src/app/resync.js';
+import { getModeRequest, requestMode, type RequestModeInput } from '../src/app/modes.js';
 import type { Cloud } from '../src/index.js';
 import { DAY, T0, capturingLogger, deps, openTestDb, seed, type TestDb } from './helpers.js';
 import { cloudSigningKey, startCloud } from './cloud-helpers.js';
@@ -14,6 +15,8 @@ import { fakeGateway, waitFor, type FakeGateway } from './mqtt-helpers.js';
 
 type Seq = Extract<DownlinkMessage, { type: 'key.grant' | 'key.revoke' }>;
 const sequenced = (msgs: DownlinkMessage[]) => msgs.filter((m): m is Seq => m.type === 'key.grant' || m.type === 'key.revoke');
+
+const LOBBY: Schedule = { timeZone: 'Asia/Tokyo', windows: [{ days: [1, 2, 3, 4, 5], start: '08:00', end: '20:00' }] };
 
 const cloud0 = (t: TestDb) => t.db.query('SELECT id FROM rejected_uplinks');
 
@@ -520,6 +523,93 @@ describe.each(pgBackends())('uplink inbox on %s', (pgBackend) => {
           await gw.close();
         }
       });
+    });
+
+    it('a snapshot carries the trusted cloud keys and the modes it covers; its ack settles those mode requests (MODE_SNAPSHOT_COVERED), once, for that gateway only, and no later one', async () => {
+      const { s, gw } = await setup();
+      const other = await setup();
+      try {
+        const d = deps(t.db, clock);
+        const mode = (input: Partial<RequestModeInput>) =>
+          requestMode(d, {
+            scope: null,
+            siteId: s.siteId,
+            mode: null,
+            passage: null,
+            by: 'ops',
+            reason: null,
+            cid: newCorrelationId(),
+            ...input,
+          });
+        await issue(s, 31);
+        const lockdown = await mode({ mode: 'lockdown', reason: 'drill' });
+        const passage = await mode({ passage: { doorIds: [s.doorA], schedule: LOBBY } });
+        const normal = await mode({ mode: 'normal' });
+        await issue(s, 32);
+        if (lockdown.status !== 'applied' || passage.status !== 'applied' || normal.status !== 'applied') throw new Error('mode');
+        // the gateway never acked a site.mode: it catches up from 0 by snapshot (more than RESYNC_REPLAY_MAX behind)
+        gw.received.length = 0;
+        await gw.send({ type: 'resync.request', body: { requestId: newId(), lastAppliedSeq: 0, reason: 'startup' } });
+        const snap = await waitFor(() => gw.received.find((m) => m.type === 'keyset.snapshot'), 'snapshot');
+        if (snap.type !== 'keyset.snapshot') throw new Error('type');
+        expect(snap.body.asOfSeq).toBe(5);
+        const signer = await cloudSigningKey();
+        expect(snap.body.trustedKeys).toEqual({
+          add: [{ jwk: expect.objectContaining({ kid: signer.kid, x: signer.publicJwk.x }), notBefore: expect.any(Number) }],
+          retire: [],
+        });
+        expect(snap.body.modes).toEqual({
+          mode: { seq: 4, requestId: normal.state.requestId, mode: 'normal', by: 'ops', reason: null },
+          passage: [{ seq: 3, requestId: passage.state.requestId, doorId: s.doorA, schedule: LOBBY, by: 'ops', reason: null }],
+        });
+        // signing-key deliveries of this gateway: one the snapshot covers (skipped as DUPLICATE_MESSAGE), one past it
+        await t.db.query(
+          `INSERT INTO signing_key_deliveries (kid, step, gateway_id, jti, seq, queued_at, acked_at, result, code)
+           VALUES ($1, 'publish', $2, $3, 2, 1, 1, 'noop', 'DUPLICATE_MESSAGE'), ($1, 'retire', $2, $4, 99, 1, NULL, NULL, NULL)`,
+          [signer.kid, s.gatewayId, newMessageId(), newMessageId()],
+        );
+        const deliveries = async () =>
+          (
+            await t.db.query<{ step: string; result: string | null; code: string | null }>(
+              'SELECT step, result, code FROM signing_key_deliveries WHERE gateway_id = $1 ORDER BY step',
+              [s.gatewayId],
+            )
+          ).rows;
+        // a request queued after the snapshot was read is not covered by it
+        const later = await mode({ mode: 'lockdown' });
+        if (later.status !== 'applied') throw new Error('later');
+        const wholeAck = (g: FakeGateway, code = 'SNAPSHOT_APPLIED') =>
+          g.send({
+            type: 'ack',
+            seq: ++upSeq,
+            cid: snap.cid,
+            body: { ackOf: snap.jti, ackSeq: null, result: 'applied', code, keyId: null, keyVersion: null },
+          });
+        const statusOf = async (requestId: string) => (await getModeRequest(d, requestId, null))?.gateways[0];
+        // another gateway acking this snapshot's jti settles nothing
+        await wholeAck(other.gw);
+        await new Promise((r) => setTimeout(r, 300));
+        expect((await statusOf(lockdown.state.requestId))?.status).toBe('pending');
+        await wholeAck(gw);
+        for (const r of [lockdown, passage, normal])
+          await waitFor(async () => (await statusOf(r.state.requestId))?.status === 'applied' || undefined, 'covered request settled');
+        expect(await statusOf(normal.state.requestId)).toMatchObject({ status: 'applied', code: 'MODE_SNAPSHOT_COVERED' });
+        expect(await statusOf(later.state.requestId)).toMatchObject({ status: 'pending', code: null });
+        // the snapshot's trusted keys were applied: the covered delivery counts as applied, the later one does not
+        expect(await deliveries()).toEqual([
+          { step: 'publish', result: 'applied', code: 'SNAPSHOT_COVERED' },
+          { step: 'retire', result: null, code: null },
+        ]);
+        // the same ack again (QoS 1 redelivers, a replayed uplink): nothing moves
+        await wholeAck(gw);
+        await new Promise((r) => setTimeout(r, 300));
+        expect(await statusOf(later.state.requestId)).toMatchObject({ status: 'pending' });
+        const rows = await t.db.query<{ ack_code: string }>('SELECT ack_code FROM resync_snapshots WHERE jti = $1', [snap.jti]);
+        expect(rows.rows).toEqual([{ ack_code: 'SNAPSHOT_APPLIED' }]);
+      } finally {
+        await gw.close();
+        await other.gw.close();
+      }
     });
 
     it('a gateway ahead of the cloud (its database restored to an earlier point), or one that reports a seq conflict, gets a snapshot past both histories, and no seq is handed out twice', async () => {

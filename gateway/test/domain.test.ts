@@ -41,6 +41,36 @@ describe('decide', () => {
       expect({ code: d.code, allowed: d.allowed }).toEqual({ code, allowed: false });
     }
   });
+  describe("privacy (the guest inside turned it on): staff keys stay out, by the grant's staff marker", () => {
+    const privateLock: LockView = { ...lock, privacy: true };
+    const decideAt = (g: KeyGrant, l: LockView = privateLock) => decide(req, keys(active(g)), l, fresh, T0);
+    it('refuses a key marked staff, offline-capable or not; a guest key opens', () => {
+      expect(decideAt(grant({ staff: true }))).toMatchObject({ allowed: false, code: 'PRIVACY_ACTIVE' });
+      expect(decideAt(grant({ staff: true, offlineCapable: true, offlineMaxSeconds: 3600 })).code).toBe('PRIVACY_ACTIVE');
+      expect(decideAt(grant({ staff: false }))).toMatchObject({ allowed: true, code: 'ALLOWED' });
+      expect(decideAt(grant())).toMatchObject({ allowed: true, code: 'ALLOWED' });
+      // without privacy a staff key opens as any key
+      expect(decideAt(grant({ staff: true }), lock)).toMatchObject({ allowed: true, code: 'ALLOWED' });
+    });
+    it('a grant without the marker (an older cloud) falls back to offlineCapable, so nothing opens that did not before', () => {
+      expect(decideAt(grant({ offlineCapable: true, offlineMaxSeconds: 3600 }))).toMatchObject({ allowed: false, code: 'PRIVACY_ACTIVE' });
+    });
+    it('property: with privacy on, a key opens only if it is neither marked staff nor (unmarked and) offline-capable', () => {
+      fc.assert(
+        fc.property(fc.option(fc.boolean(), { nil: undefined }), fc.boolean(), (staff, offlineCapable) => {
+          const g = grant({
+            offlineCapable,
+            ...(offlineCapable ? { offlineMaxSeconds: 3600 } : {}),
+            ...(staff === undefined ? {} : { staff }),
+          });
+          const d = decideAt(g);
+          const isStaff = staff ?? offlineCapable;
+          expect(d.allowed).toBe(!isStaff);
+          if (isStaff) expect(d.code).toBe('PRIVACY_ACTIVE');
+        }),
+      );
+    });
+  });
   it('lets offline-capable staff keys through lockdown', () => {
     const staff = active(grant({ offlineCapable: true, offlineMaxSeconds: 3600 }));
     expect(decide(req, keys(staff), lock, { ...fresh, mode: 'lockdown' }, T0).code).toBe('ALLOWED');

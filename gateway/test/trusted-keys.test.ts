@@ -3,7 +3,7 @@ import { mqttBackends, startMqttBackend, type MqttTestBroker } from '@tobira/sha
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { applyKeySetUpdate, type TrustedKey } from '../src/domain/trusted-keys.js';
 import { createGateway } from '../src/gateway.js';
-import { T0 } from './fixtures.js';
+import { T0, grant } from './fixtures.js';
 import { PIN, provision, runSite, silentLog, waitFor, type Running } from './harness.js';
 
 const pub = (p: KeyPairJwk): PublicSigningJwk => ({ kty: 'OKP', crv: 'Ed25519', x: String(p.publicJwk.x), kid: p.kid });
@@ -169,6 +169,169 @@ describe.each(mqttBackends())('trusted cloud keys of a running gateway against %
       ['refused', 'KEYSET_KID_RETIRED'],
     ]);
     expect(s.gw.store.trustedKeys().find((k) => k.kid === s.f.cloudPair.kid)?.status).toBe('retired');
+  });
+
+  const snapshot = async (s: Running, body: Record<string, unknown>, key = s.f.cloudKey) => {
+    const { token, message } = await s.cloud.sign(
+      { type: 'keyset.snapshot', body: { snapshotId: newId(), asOfSeq: s.cloud.seq, part: 1, parts: 1, keys: [], revoked: [], ...body } },
+      key,
+    );
+    return { token, jti: message.jti };
+  };
+  const baseGrantOf = (s: Running, keyId: string) =>
+    grant({ keyId: keyId as never, credential: { type: 'pin', digest: s.f.digest('555555') } });
+  /** Acks of a whole snapshot: no key, no seq, naming a snapshot's jti. */
+  const wholeAcks = (s: Running, ...jtis: string[]) =>
+    s.cloud.ofType('ack').filter((m) => m.body.keyId === null && m.body.ackSeq === null && jtis.includes(m.body.ackOf));
+  const modeRow = (s: Running) =>
+    s.gw.store.db.prepare('SELECT mode, mode_origin, mode_by, mode_request_id FROM settings WHERE id = 1').get() as Record<string, unknown>;
+
+  it('a gateway offline across the re-sign and the retire catches up by snapshot: the old kid is retired (KID_RETIRED after), the keys open under the new signer, the skipped site.mode applies, the whole snapshot is acked SNAPSHOT_APPLIED', async () => {
+    site = await runSite(broker.url, broker.url, broker.unique);
+    const s = site;
+    const next = await generateSigningKeyPair();
+    const nextKey = await importSigningKey(next.privateJwk);
+    const kept = (await provision(s, { keyId: 'key-kept' as never })).body.key;
+    const left = (await s.cloud.grant({ keyId: 'key-left' as never, credential: { type: 'pin', digest: s.f.digest('777777') } })).body.key;
+    // the add reached it (the cloud switches only after every gateway applied it)
+    await s.cloud.publishRaw((await update(s, { add: [{ jwk: pub(next), notBefore: T0 }] })).token);
+    await waitFor(() => s.gw.store.settings().appliedSeq >= s.cloud.seq, 'the add applied');
+    // then it is offline while the cloud re-signs both grants (seq 4, 5), sets lockdown (6) and retires the old key (7):
+    // those rows are purged, so it catches up by a snapshot, signed by the new key
+    s.cloud.seq += 4;
+    const requestId = newId();
+    const m = await snapshot(
+      s,
+      {
+        keys: [kept, left],
+        trustedKeys: { add: [{ jwk: pub(next), notBefore: T0 }], retire: [{ kid: s.f.cloudPair.kid, at: T0 }] },
+        modes: { mode: { seq: 6, requestId, mode: 'lockdown', by: 'ops', reason: 'drill' }, passage: [] },
+      },
+      nextKey,
+    );
+    await s.cloud.publishRaw(m.token);
+    await waitFor(() => wholeAcks(s, m.jti).length >= 1, 'the whole snapshot acked');
+    expect(wholeAcks(s, m.jti).map((a) => [a.body.ackOf, a.body.result, a.body.code])).toEqual([[m.jti, 'applied', 'SNAPSHOT_APPLIED']]);
+    expect(s.gw.store.settings().appliedSeq).toBe(7);
+    expect(
+      s.gw.store
+        .trustedKeys()
+        .map((k) => [k.kid, k.status])
+        .sort(),
+    ).toEqual(
+      [
+        [next.kid, 'trusted'],
+        [s.f.cloudPair.kid, 'retired'],
+      ].sort(),
+    );
+    expect(modeRow(s)).toEqual({ mode: 'lockdown', mode_origin: 'cloud', mode_by: 'ops', mode_request_id: requestId });
+    // no key rests on the retired signer: the snapshot's grants are noted under the new one
+    const signers = s.gw.store.db.prepare('SELECT key_id, signer_kid FROM keys ORDER BY key_id').all();
+    expect(signers).toEqual([
+      { key_id: 'key-kept', signer_kid: next.kid },
+      { key_id: 'key-left', signer_kid: next.kid },
+    ]);
+    // lockdown from the skipped site.mode holds
+    await s.cloud.publishRaw(
+      (await s.cloud.sign({ type: 'heartbeat', body: { lastSeq: s.cloud.seq, intervalMs: 30_000 } }, nextKey)).token,
+    );
+    await waitFor(() => (s.gw.store.settings().leaseExpiresAt ?? 0) > s.f.clock.now(), 'fresh lease');
+    expect(await s.lock.present(PIN)).toMatchObject({ allowed: false, code: 'SITE_LOCKDOWN' });
+    // the old key signs nothing any more: a replayed grant of the left key under it and a heartbeat are refused KID_RETIRED
+    await s.cloud.publishRaw((await s.cloud.sign({ type: 'key.grant', seq: ++s.cloud.seq, body: { key: { ...left, version: 2 } } })).token);
+    await s.cloud.heartbeat();
+    await waitFor(() => rejected(s, 'KID_RETIRED').n === 2, 'old-key messages refused');
+    expect(s.gw.store.loadSlot('key-left').key?.grant.version).toBe(1);
+  });
+
+  it("attacks on a snapshot's trusted keys: one retiring its own signer is refused whole (the rest applies), a retired kid it adds stays retired, an older cloud mode does not undo a newer one, a replay changes nothing", async () => {
+    site = await runSite(broker.url, broker.url, broker.unique);
+    const s = site;
+    const next = await generateSigningKeyPair();
+    const nextKey = await importSigningKey(next.privateJwk);
+    await provision(s);
+    await s.cloud.publishRaw((await update(s, { add: [{ jwk: pub(next), notBefore: T0 }] })).token);
+    await waitFor(() => s.gw.store.settings().appliedSeq >= s.cloud.seq, 'the add applied');
+    await s.cloud.publishRaw((await update(s, { retire: [{ kid: s.f.cloudPair.kid, at: T0 }] }, nextKey)).token);
+    await waitFor(() => s.gw.store.settings().appliedSeq >= s.cloud.seq, 'the retire applied');
+    const trustedNow = () =>
+      s.gw.store
+        .trustedKeys()
+        .map((k) => [k.kid, k.status])
+        .sort();
+    const before = trustedNow();
+    // a snapshot (signed by next) whose keys retire next: its keys refused, its grant and mode still apply
+    const other = await generateSigningKeyPair();
+    s.cloud.seq += 1;
+    const selfRetire = await snapshot(
+      s,
+      {
+        keys: [baseGrantOf(s, 'key-new')],
+        trustedKeys: { add: [{ jwk: pub(other), notBefore: T0 }], retire: [{ kid: next.kid, at: T0 }] },
+        modes: { mode: { seq: s.cloud.seq, requestId: newId(), mode: 'lockdown', by: 'ops', reason: null }, passage: [] },
+      },
+      nextKey,
+    );
+    await s.cloud.publishRaw(selfRetire.token);
+    await waitFor(() => wholeAcks(s, selfRetire.jti).length >= 1, 'acked');
+    expect(wholeAcks(s, selfRetire.jti)[0]?.body).toMatchObject({ ackOf: selfRetire.jti, result: 'refused', code: 'KEYSET_SELF_RETIRE' });
+    expect(trustedNow()).toEqual(before);
+    expect(s.gw.store.loadSlot('key-new').key?.grant.keyId).toBe('key-new');
+    expect(modeRow(s)).toMatchObject({ mode: 'lockdown', mode_origin: 'cloud' });
+    // staff set normal at the gateway; a snapshot naming the retired kid as trusted and the same (already applied) mode
+    s.gw.store.db.prepare("UPDATE settings SET mode = 'normal', mode_origin = 'gateway' WHERE id = 1").run();
+    const lockdownSeq = s.cloud.seq;
+    s.cloud.seq += 1;
+    const readd = await snapshot(
+      s,
+      {
+        trustedKeys: {
+          add: [
+            { jwk: pub(s.f.cloudPair), notBefore: T0 },
+            { jwk: pub(next), notBefore: T0 },
+          ],
+          retire: [],
+        },
+        modes: { mode: { seq: lockdownSeq, requestId: newId(), mode: 'lockdown', by: 'ops', reason: null }, passage: [] },
+      },
+      nextKey,
+    );
+    const token = readd.token;
+    await s.cloud.publishRaw(token);
+    await waitFor(() => wholeAcks(s, readd.jti).length >= 1, 'acked');
+    expect(wholeAcks(s, readd.jti)[0]?.body).toMatchObject({ ackOf: readd.jti, result: 'applied', code: 'SNAPSHOT_APPLIED' });
+    expect(trustedNow()).toEqual(before);
+    expect(modeRow(s)).toMatchObject({ mode: 'normal', mode_origin: 'gateway' });
+    // the same token again: a duplicate message id, never applied twice
+    await s.cloud.publishRaw(token);
+    await new Promise((r) => setTimeout(r, 300));
+    expect(wholeAcks(s, selfRetire.jti, readd.jti)).toHaveLength(2);
+    expect(trustedNow()).toEqual(before);
+  });
+
+  it('privacy by the staff marker, through the stored key set: a grant marked staff is refused PRIVACY_ACTIVE at a door with privacy on, an unmarked offline-capable one too (fallback), the guest key opens', async () => {
+    site = await runSite(broker.url, broker.url, broker.unique);
+    const s = site;
+    await provision(s);
+    await s.cloud.grant({ keyId: 'key-cleaner' as never, staff: true, credential: { type: 'pin', digest: s.f.digest('777777') } });
+    await s.cloud.grant({
+      keyId: 'key-master' as never,
+      offlineCapable: true,
+      offlineMaxSeconds: 3600,
+      credential: { type: 'pin', digest: s.f.digest('888888') },
+    });
+    await s.cloud.heartbeat();
+    await waitFor(() => s.gw.store.settings().appliedSeq >= s.cloud.seq, 'grants applied');
+    // without privacy every key opens
+    expect((await s.lock.present('777777')).code).toBe('ALLOWED');
+    await s.lock.publish('event', { eventId: newId(), lockId: s.lock.lockId, at: s.f.clock.now(), kind: 'privacy', active: true });
+    const privacyOn = () =>
+      (s.gw.store.db.prepare('SELECT privacy_since FROM locks WHERE lock_id = ?').get(s.lock.lockId) as { privacy_since: number | null })
+        .privacy_since !== null;
+    await waitFor(privacyOn, 'privacy on');
+    expect(await s.lock.present('777777')).toMatchObject({ allowed: false, code: 'PRIVACY_ACTIVE' });
+    expect(await s.lock.present('888888')).toMatchObject({ allowed: false, code: 'PRIVACY_ACTIVE' });
+    expect(await s.lock.present(PIN)).toMatchObject({ allowed: true, code: 'ALLOWED' });
   });
 
   it('a restart re-seeds from the config, which still lists the retired key: it stays retired', async () => {

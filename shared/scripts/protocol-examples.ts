@@ -12,6 +12,7 @@ import {
   importSigningKey,
   signLockCommand,
   signMessage,
+  signMobileToken,
   topics,
   type Clock,
   type CorrelationId,
@@ -115,6 +116,20 @@ export async function renderProtocolExamples(): Promise<Record<string, string>> 
     return [`Topic: \`${topic}\``, '', json(value)].join('\n');
   };
   const lockTopic = (c: Parameters<typeof topics.lock>[2]) => topics.lock(gw, EXAMPLE.lockId, c);
+  const { d: _d, ...cloudJwk } = keysFile.cloud;
+  const cloudPublic = { kty: 'OKP', crv: 'Ed25519', x: String(cloudJwk.x), kid: cloudKey.kid } as const;
+  // a mobile token as POST /keys/{keyId}/mobile-token signs it (for a mobile key of the grant's person), relayed by the lock
+  const mobile = await signMobileToken(
+    cloudKey,
+    EXAMPLE.cloudIssuer,
+    { gatewayId: gw, keyId: 'key_01900000d', personId: grant.personId, jti: id(108), ttlSeconds: 300 },
+    clock,
+  );
+  const mobileRequest = {
+    requestId: 'L1-000043',
+    credential: { type: 'mobile_token', value: mobile.token },
+    at: EXAMPLE.now + 60_000,
+  };
   const command = signLockCommand(decodeSecret(keysFile.pairingSecret), {
     commandId: id(301),
     lockId: asLockId(EXAMPLE.lockId),
@@ -160,6 +175,23 @@ export async function renderProtocolExamples(): Promise<Record<string, string>> 
         parts: 1,
         keys: [grant],
         revoked: [{ keyId: asKeyId('key_01900000c'), version: 3 }],
+        trustedKeys: {
+          add: [{ jwk: cloudPublic, notBefore: Date.UTC(2026, 9, 1) }],
+          retire: [{ kid: 'Yk0tq1rpmXyA4NYkZ5m8R2d0t3xv1bC9ZsOjF2hVwPI', at: Date.UTC(2026, 10, 2) }],
+        },
+        modes: {
+          mode: { seq: 40, requestId: id(106), mode: 'normal', by: 'ops-console', reason: null },
+          passage: [
+            {
+              seq: 41,
+              requestId: id(107),
+              doorId: asDoorId('door-lobby'),
+              schedule: { timeZone: 'Asia/Tokyo', windows: [{ days: [1, 2, 3, 4, 5], start: '08:00', end: '20:00' }] },
+              by: 'ops-console',
+              reason: 'lobby hours',
+            },
+          ],
+        },
       },
     }),
     'keyset.update': await down({
@@ -351,6 +383,15 @@ export async function renderProtocolExamples(): Promise<Record<string, string>> 
       credential: { type: 'pin', value: '1234' },
       at: EXAMPLE.now,
     }),
+    'lock.request.mobile_token': [
+      plain(lockTopic('request'), 'request', mobileRequest),
+      '',
+      "The token's protected header and claims (decoded from `credential.value`):",
+      '',
+      json(JSON.parse(Buffer.from(mobile.token.split('.')[0] as string, 'base64url').toString('utf8'))),
+      '',
+      json(mobile.claims),
+    ].join('\n'),
     'lock.decision': plain(lockTopic('decision'), 'decision', {
       requestId: 'L1-000042',
       allowed: true,

@@ -242,6 +242,12 @@ export const OUTCOME_CODES = table({
   PERSON_ALREADY_BLOCKED: 'The person was already blocked at the site; nothing changed.',
   PERSON_UNBLOCKED: 'The block on the person at the site was lifted.',
   PERSON_NOT_BLOCKED: 'The person is not blocked at the site; nothing changed.',
+  // resync snapshots (issue #17 loose ends)
+  SNAPSHOT_APPLIED:
+    "The gateway applied a whole resync snapshot: its key set, the trusted cloud keys and the modes it carried (the ack of the snapshot as a whole, naming its first part's jti).",
+  MODE_SNAPSHOT_COVERED:
+    "The mode request's site.mode was covered by a resync snapshot the gateway acked; the snapshot carried the site's modes as of its seq.",
+  SNAPSHOT_COVERED: 'The keyset.update was covered by a resync snapshot whose trusted cloud keys the gateway applied.',
 });
 export type OutcomeCode = keyof typeof OUTCOME_CODES;
 

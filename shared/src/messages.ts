@@ -91,6 +91,15 @@ export const KeyGrant = z.strictObject({
    * gateway (strict schema) refuses only one-time grants.
    */
   oneTime: z.literal(true).optional(),
+  /**
+   * A staff key (issue #17): the gateway keeps it out of a door whose guest
+   * has privacy on (PRIVACY_ACTIVE). A grant without it (an older cloud) is
+   * judged by `offlineCapable`, as before, so nothing opens that did not. The
+   * cloud sends it only when true (every offline-capable key is a staff key),
+   * so an older gateway (strict schema) refuses only staff grants: upgrade
+   * gateways first.
+   */
+  staff: z.boolean().optional(),
 });
 export type KeyGrant = z.infer<typeof KeyGrant>;
 
@@ -162,6 +171,21 @@ export const KeySetSnapshotMessage = unsequenced(
       keys: z.array(KeyGrant).max(1000),
       /** Tombstones: keys revoked at this version; a lower-version grant must not revive them. */
       revoked: z.array(z.strictObject({ keyId: KeyId, version: Version })).max(5000),
+      /**
+       * The cloud signing keys gateways trust as of `asOfSeq` (issue #17), on one
+       * part only: a gateway that catches up by snapshot skips the keyset.update
+       * rows it covers, so it applies this instead (adds and retires; a retired
+       * kid is never trusted again; refused if it retires the snapshot's signer).
+       * Optional: a snapshot from an older cloud has none.
+       */
+      trustedKeys: z.lazy(() => SnapshotTrustedKeys).optional(),
+      /**
+       * The latest cloud-set site mode and passage per door as of `asOfSeq`, each
+       * with the seq of its site.mode, on one part only: the gateway applies an
+       * entry whose seq is past what it had applied (a site.mode the snapshot
+       * skipped). Optional: a snapshot from an older cloud has none.
+       */
+      modes: z.lazy(() => SnapshotModes).optional(),
     })
     .refine((b) => b.part <= b.parts, { message: 'part > parts' }),
 );
@@ -189,6 +213,26 @@ export type PublicSigningJwk = z.infer<typeof PublicSigningJwk>;
  * new key). A retired kid is never trusted again, whatever a later update or
  * the gateway's config says.
  */
+/** A resync snapshot's trusted cloud keys (KeySetSnapshotMessage `trustedKeys`): the keys to trust and the kids retired. */
+export const SnapshotTrustedKeys = z.strictObject({
+  add: z.array(z.strictObject({ jwk: PublicSigningJwk, notBefore: Millis })).max(16),
+  retire: z.array(z.strictObject({ kid: PublicSigningJwk.shape.kid, at: Millis })).max(256),
+});
+export type SnapshotTrustedKeys = z.infer<typeof SnapshotTrustedKeys>;
+
+/** A resync snapshot's modes (KeySetSnapshotMessage `modes`): the last cloud-set site mode and passage per door, with their site.mode's seq. */
+const SnapshotModeOrigin = {
+  seq: Seq,
+  requestId: z.uuid(),
+  by: z.string().min(1).max(100),
+  reason: z.string().min(1).max(200).nullable(),
+};
+export const SnapshotModes = z.strictObject({
+  mode: z.strictObject({ ...SnapshotModeOrigin, mode: z.enum(['normal', 'lockdown']) }).nullable(),
+  passage: z.array(z.strictObject({ ...SnapshotModeOrigin, doorId: DoorId, schedule: Schedule.nullable() })).max(256),
+});
+export type SnapshotModes = z.infer<typeof SnapshotModes>;
+
 export const KeySetUpdateMessage = sequenced(
   'keyset.update',
   z

@@ -12,8 +12,10 @@ import {
   VERIFY_CODES,
   checkLockCommand,
   decodeSecret,
+  LockRequest,
   parseTopic,
   verifyMessage,
+  verifyMobileTokenSignature,
   type LockCommand,
 } from '../src/index.js';
 import { DOC_PATH, EXAMPLE, applyExamples, exampleKeySets, generatedNames, renderProtocolExamples } from '../scripts/protocol-examples.js';
@@ -59,6 +61,20 @@ describe('docs/protocol.md', () => {
         .pairingSecret,
     );
     expect(checkLockCommand(secret, command, { lockId: EXAMPLE.lockId, now: EXAMPLE.now, seen: new Set() })).toEqual({ ok: true });
+  });
+
+  it('the mobile_token example is a real token: it verifies with the example cloud key, and its decoded claims are what it carries', () => {
+    const m =
+      /BEGIN GENERATED: lock.request.mobile_token -->[\s\S]*?```json\n([\s\S]*?)\n```[\s\S]*?```json\n[\s\S]*?\n```\n\n```json\n([\s\S]*?)\n```/.exec(
+        doc,
+      );
+    const request = LockRequest.parse(JSON.parse(m?.[1] ?? 'null'));
+    if (request.credential.type !== 'mobile_token') throw new Error('not a mobile_token request');
+    const v = verifyMobileTokenSignature(request.credential.value, keys.cloud, EXAMPLE.cloudIssuer);
+    expect(v).toMatchObject({ ok: true, claims: JSON.parse(m?.[2] ?? 'null') as object });
+    // and a token with a byte changed does not
+    const bad = request.credential.value.slice(0, -2) + (request.credential.value.endsWith('AA') ? 'AB' : 'AA');
+    expect(verifyMobileTokenSignature(bad, keys.cloud, EXAMPLE.cloudIssuer)).toMatchObject({ ok: false });
   });
 
   it('documents every message type, topic channel and code', () => {

@@ -69,6 +69,7 @@ export const IssueKeyInput = z.strictObject({
   offlineCapable: z.boolean().optional(),
   offlineMaxSeconds: z.int().min(1).max(OFFLINE_MAX_SECONDS_LIMIT).optional(),
   oneTime: z.boolean().optional(),
+  staff: z.boolean().optional(),
   siteScope: z.array(z.string()).nullable().optional(),
   cid: CorrelationId.optional(),
 });

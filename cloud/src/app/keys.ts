@@ -135,6 +135,8 @@ export interface IssueKeyInput {
   readonly offlineMaxSeconds?: number;
   /** A one-time key: the first entry at the door uses it up (status `used`). */
   readonly oneTime?: boolean;
+  /** A staff key: kept out of a room whose guest has privacy on (offline-capable keys are staff keys anyway). */
+  readonly staff?: boolean;
   /** The caller's sites (an API token's scope): a person or door outside them is not found. Absent or null: every site. */
   readonly siteScope?: SiteScope;
   readonly cid?: CorrelationId;
@@ -177,6 +179,7 @@ async function issueParsed(deps: AppDeps, input: ParsedIssueKeyInput, cid: Corre
     // every offline-capable key carries its cap, so the gateway never needs the default for it
     offlineMaxSeconds: input.offlineCapable === true ? (input.offlineMaxSeconds ?? offlineCap) : (input.offlineMaxSeconds ?? null),
     oneTime: input.oneTime ?? false,
+    staff: input.staff ?? false,
     cid,
     names: await grantNames(deps.db, [{ personId: input.personId, doors: input.doors }]),
   };

@@ -1,5 +1,6 @@
 import {
   newId,
+  newMessageId,
   signMessage,
   topics,
   withCorrelation,
@@ -16,6 +17,7 @@ import { setRepeatableRead } from '../adapters/db/db.js';
 import { bumpSeqPast, lastSeqOf } from '../adapters/db/gateways.js';
 import { grantNames, keysForSnapshot } from '../adapters/db/keys.js';
 import { outboxRowsBetween } from '../adapters/db/outbox-reads.js';
+import { modesForSnapshot, recordSnapshotSent, trustedKeysForSnapshot } from '../adapters/db/snapshots.js';
 import { toGrant } from '../domain/keys.js';
 import type { AppDeps } from './deps.js';
 
@@ -119,9 +121,17 @@ export async function answerResync(app: AppDeps, r: ResyncDeps, gatewayId: strin
     }
   }
   // Snapshot: one consistent read of the counter and the key set.
+  // With it, the trusted cloud keys and the modes as of the same seq: the gateway skips the
+  // keyset.update and site.mode rows the snapshot covers, so the snapshot carries their effect.
   const snap = await app.db.transaction(async (tx) => {
     await setRepeatableRead(tx);
-    return { asOfSeq: await lastSeqOf(tx, gatewayId), keys: await keysForSnapshot(tx, gatewayId) };
+    const asOfSeq = await lastSeqOf(tx, gatewayId);
+    return {
+      asOfSeq,
+      keys: await keysForSnapshot(tx, gatewayId),
+      trustedKeys: await trustedKeysForSnapshot(tx),
+      modes: await modesForSnapshot(tx, gatewayId, asOfSeq),
+    };
   });
   await r.signer.refresh(app.db);
   const live = snap.keys.filter((k) => k.status === 'issuing' || k.status === 'active');
@@ -130,16 +140,48 @@ export async function answerResync(app: AppDeps, r: ResyncDeps, gatewayId: strin
   const tombstones = snap.keys
     .filter((k) => k.status === 'revoking' || k.status === 'revoked')
     .map((k) => ({ keyId: k.id, version: k.version }));
-  const parts = chunkSnapshot(grants, tombstones);
+  const extras = {
+    ...(snap.trustedKeys !== null ? { trustedKeys: snap.trustedKeys } : {}),
+    ...(snap.modes !== null ? { modes: snap.modes } : {}),
+  };
+  // the extras ride on the first part, within the same size budget
+  const parts = chunkSnapshot(grants, tombstones, SNAPSHOT_PART_BUDGET - JSON.stringify(extras).length);
   const snapshotId = newId();
+  // the acks of the whole snapshot name its first part's jti: recorded before anything is sent
+  const firstJti = newMessageId();
+  await recordSnapshotSent(
+    app.db,
+    { jti: firstJti, gatewayId, snapshotId, asOfSeq: snap.asOfSeq, keyset: snap.trustedKeys !== null },
+    app.clock.now(),
+  );
   await answer({ requestId: req.body.requestId, mode: 'snapshot', fromSeq: from, toSeq: snap.asOfSeq, snapshotId });
   for (const [i, p] of parts.entries()) {
-    const body: SnapshotBody = { snapshotId, asOfSeq: snap.asOfSeq, part: i + 1, parts: parts.length, keys: p.keys, revoked: p.revoked };
-    const draft = { type: 'keyset.snapshot' as const, aud: gatewayId, cid, body };
+    const body: SnapshotBody = {
+      snapshotId,
+      asOfSeq: snap.asOfSeq,
+      part: i + 1,
+      parts: parts.length,
+      keys: p.keys,
+      revoked: p.revoked,
+      ...(i === 0 ? extras : {}),
+    };
+    const draft = { type: 'keyset.snapshot' as const, aud: gatewayId, cid, body, ...(i === 0 ? { jti: firstJti } : {}) };
     await publish(
       (await signMessage<MessageOf<DownlinkMessage, 'keyset.snapshot'>>(r.signer.key, r.signer.issuer, draft, app.clock)).token,
     );
   }
-  log.info({ asOfSeq: snap.asOfSeq, parts: parts.length, keys: grants.length, tombstones: tombstones.length }, 'resync: snapshot sent');
+  log.info(
+    {
+      asOfSeq: snap.asOfSeq,
+      parts: parts.length,
+      keys: grants.length,
+      tombstones: tombstones.length,
+      trustedKeys: snap.trustedKeys?.add.length ?? 0,
+      retiredKids: snap.trustedKeys?.retire.length ?? 0,
+      mode: snap.modes?.mode?.mode ?? null,
+      passageDoors: snap.modes?.passage.length ?? 0,
+    },
+    'resync: snapshot sent',
+  );
   return 'snapshot';
 }

@@ -23,6 +23,7 @@ import {
 import { insertAccessEvent, insertAlarm } from '../adapters/db/audit.js';
 import { insertStaffAction } from '../adapters/db/staff-actions.js';
 import { settleModeRequest } from '../adapters/db/modes.js';
+import { settleSnapshotAck } from '../adapters/db/snapshots.js';
 import { pgErrorCode, type Queryable } from '../adapters/db/db.js';
 import { recordClockSkew, recordPresence, recordStatus } from '../adapters/db/gateways.js';
 import { uplinkKeys } from '../adapters/db/uplink-keys.js';
@@ -440,10 +441,21 @@ export class Uplink {
         const b = m.body;
         if (b.keyId === null || b.keyVersion === null) {
           // An ack with no key: a site.mode's settles its mode request (pending -> applied / refused), once;
+          // a whole resync snapshot's (SNAPSHOT_APPLIED) settles what the snapshot covered;
           // a keyset.update's settles its delivery (signing-key rotation; the switch step waits for it).
           const s = await settleModeRequest(tx, { gatewayId, jti: b.ackOf, result: b.result, code: b.code, at: now });
           if (s === 'settled') return { result: 'applied', code: 'REPORT_RECORDED' };
           if (s === 'already') return { result: 'noop', code: 'DUPLICATE_MESSAGE' };
+          // the ack of a whole resync snapshot settles the mode requests (and key deliveries) it covered
+          const snap = await settleSnapshotAck(tx, { gatewayId, jti: b.ackOf, code: b.code, at: now });
+          if (snap.kind === 'settled') {
+            withCorrelation(this.#app.log, m.cid, { gatewayId }).info(
+              { code: b.code, modeRequests: snap.modeRequests, signingKeyDeliveries: snap.deliveries },
+              'resync snapshot acked: what it covered is settled',
+            );
+            return { result: 'applied', code: 'REPORT_RECORDED' };
+          }
+          if (snap.kind === 'already') return { result: 'noop', code: 'DUPLICATE_MESSAGE' };
           const settled = await recordDeliveryAck(tx, { gatewayId, jti: b.ackOf, result: b.result, code: b.code }, now);
           return { result: settled > 0 ? 'applied' : 'noop', code: 'REPORT_RECORDED' };
         }

@@ -37,6 +37,11 @@ export interface KeyTerms {
   readonly offlineMaxSeconds: number | null;
   /** A one-time key: its first entry at the door uses it up (status `used`). Absent: false. */
   readonly oneTime?: boolean;
+  /**
+   * A staff key (`staff: true` on issue, and every offline-capable key): the
+   * gateway keeps it out of a room whose guest has privacy on. Absent: false.
+   */
+  readonly staff?: boolean;
 }
 
 /** An entry key as the cloud holds it. */
@@ -102,6 +107,8 @@ export function toGrant(k: EntryKey, names?: GrantNames): KeyGrant {
     offlineCapable: k.offlineCapable,
     ...(k.offlineCapable && k.offlineMaxSeconds !== null ? { offlineMaxSeconds: k.offlineMaxSeconds } : {}),
     ...(k.oneTime ? { oneTime: true } : {}),
+    // the privacy marker; an offline-capable key is a staff key whatever was asked (nothing opens that did not before)
+    ...(k.staff === true || k.offlineCapable ? { staff: true } : {}),
     ...(personName === undefined ? {} : { personName }),
     ...(Object.keys(doorNames).length === 0 ? {} : { doorNames }),
   } as KeyGrant;
@@ -141,7 +148,8 @@ function sameContent(k: EntryKey, c: IssueKeyCommand): boolean {
     JSON.stringify(k.schedule) === JSON.stringify(c.schedule) &&
     k.offlineCapable === c.offlineCapable &&
     k.offlineMaxSeconds === c.offlineMaxSeconds &&
-    k.oneTime === (c.oneTime ?? false)
+    k.oneTime === (c.oneTime ?? false) &&
+    (k.staff === true || k.offlineCapable) === (c.staff === true || c.offlineCapable)
   );
 }
 
@@ -176,6 +184,7 @@ export function issueKey(existing: EntryKey | null, cmd: IssueKeyCommand, now: n
     offlineCapable: cmd.offlineCapable,
     offlineMaxSeconds: cmd.offlineMaxSeconds,
     oneTime: cmd.oneTime ?? false,
+    staff: cmd.staff === true || cmd.offlineCapable,
     usedAt: null,
     version: 1,
     revision: 1,

@@ -139,6 +139,7 @@ export const Key = z.object({
       'offline-capable keys: how long after its gateway last proved itself in sync the key still opens while the gateway fails closed',
     ),
   oneTime: z.boolean().describe('a one-time key: its first entry at the door uses it up (status `used`)'),
+  staff: z.boolean().describe('a staff key (asked for, or offline-capable): kept out of a room whose guest has privacy on'),
   usedAt: z.int().nullable().describe('a used one-time key: when the gateway allowed its entry (epoch ms); null otherwise'),
   version: z.int(),
   revision: z.int().describe('compare-and-set revision; the ETag, and what If-Match names'),
@@ -198,6 +199,12 @@ export const IssueKeyBody = z.strictObject({
     .optional()
     .describe(
       'a one-time key (a delivery, a single visit): the first entry at the door uses it up; later presentations are refused KEY_USED and the key shows status `used` once the entry reached the cloud',
+    ),
+  staff: z
+    .boolean()
+    .optional()
+    .describe(
+      "a staff key (a cleaner's, a supervisor's): the gateway keeps it out of a room whose guest has privacy on (PRIVACY_ACTIVE); every offline-capable key is a staff key",
     ),
 });
 export const RevokeKeyBody = z.strictObject({ reason: RevokeReason });

@@ -172,6 +172,80 @@ describe.each(pgBackends())('admin CLI against a listening API on %s', (backend)
     expect((await cli('help')).out).toContain('tokens rotate <id>');
   });
 
+  it('issues a one-time key with dated and overnight schedule windows, and signs a mobile token for a mobile key; bad windows and options never reach the API', async () => {
+    const u = newId().slice(-8);
+    expect((await cli('sites', 'create', '--id', `s-${u}`, '--name', 'Nara')).code).toBe(0);
+    const jwkFile = join(tmpdir(), `jwk-${u}.json`);
+    await writeFile(jwkFile, JSON.stringify((await generateSigningKeyPair()).publicJwk));
+    expect((await cli('gateways', 'register', '--id', `gw-${u}`, '--site', `s-${u}`, '--jwk-file', jwkFile)).code).toBe(0);
+    expect((await cli('doors', 'create', '--id', `d-${u}`, '--gateway', `gw-${u}`, '--name', 'Back')).code).toBe(0);
+    expect((await cli('people', 'create', '--id', `p-${u}`, '--site', `s-${u}`, '--name', 'Sora')).code).toBe(0);
+    const from = String(Date.now() - 60_000);
+    const until = String(Date.now() + DAY);
+    const base = ['keys', 'issue', '--person', `p-${u}`, '--door', `d-${u}`, '--from', from, '--until', until];
+    const issued = await cli(
+      ...base,
+      '--id',
+      `k1-${u}`,
+      '--pin',
+      '135790',
+      '--one-time',
+      '--tz',
+      'Asia/Tokyo',
+      '--window',
+      'mon-fri@08:00-20:00',
+      '--window',
+      'fri-sun,2026-12-24@22:00-06:00',
+    );
+    expect(issued.code).toBe(0);
+    expect(issued.json).toMatchObject({ status: 'applied', code: 'KEY_ISSUED' });
+    expect((await cli('keys', 'get', `k1-${u}`)).json).toMatchObject({
+      key: {
+        oneTime: true,
+        schedule: {
+          timeZone: 'Asia/Tokyo',
+          windows: [
+            { days: [1, 2, 3, 4, 5], start: '08:00', end: '20:00' },
+            { days: [0, 5, 6], dates: ['2026-12-24'], start: '22:00', end: '06:00' },
+          ],
+        },
+      },
+    });
+    expect((await cli('keys', 'get', `k1-${u}`)).json).toMatchObject({ key: { staff: false } });
+    expect((await cli(...base, '--id', `k4-${u}`, '--card', '0A0B0C0D', '--staff')).code).toBe(0);
+    expect((await cli('keys', 'get', `k4-${u}`)).json).toMatchObject({ key: { staff: true, oneTime: false, schedule: null } });
+    // a mobile key: a signed token bound to it; --ttl is passed on (the API bounds it)
+    expect((await cli(...base, '--id', `k2-${u}`, '--mobile', `phone-${u}-0123456789`)).code).toBe(0);
+    const tok = await cli('keys', 'mobile-token', '--id', `k2-${u}`, '--ttl', '120');
+    expect(tok.code).toBe(0);
+    expect(tok.json).toMatchObject({ status: 'applied', code: 'MOBILE_TOKEN_ISSUED', keyId: `k2-${u}`, gatewayId: `gw-${u}` });
+    expect((tok.json.expiresAt as number) - Date.now()).toBeLessThanOrEqual(120_000);
+    expect(tok.json.token).toMatch(/^[\w-]+\.[\w-]+\.[\w-]+$/);
+    // refusals from the API exit 1 with their code
+    expect((await cli('keys', 'mobile-token', '--id', `k1-${u}`)).json).toMatchObject({ code: 'KEY_NOT_MOBILE' });
+    expect((await cli('keys', 'mobile-token', '--id', `no-such-${u}`)).code).toBe(1);
+    const tooShort = await cli('keys', 'mobile-token', '--id', `k2-${u}`, '--ttl', '5');
+    expect(tooShort.code).toBe(1);
+    const badSchedule = await cli(...base, '--pin', '135791', '--tz', 'Asia/Tokyo', '--window', 'mon@10:00-10:00');
+    expect(badSchedule.code).toBe(1);
+    expect(badSchedule.out + badSchedule.err).toContain('start equals end');
+    expect((await cli(...base, '--pin', '135792', '--tz', 'Mars/Olympus', '--window', 'mon@10:00-11:00')).code).toBe(1);
+    // bad usage exits 2 and sends nothing: no key appears
+    for (const bad of [
+      ['--window', 'mon@10:00-11:00'],
+      ['--tz', 'Asia/Tokyo'],
+      ['--tz', 'Asia/Tokyo', '--window', 'someday@10:00-11:00'],
+      ['--tz', 'Asia/Tokyo', '--window', 'mon 10:00-11:00'],
+    ]) {
+      const r = await cli(...base, '--id', `k3-${u}`, '--pin', '135793', ...bad);
+      expect(r.code).toBe(2);
+    }
+    expect((await cli('keys', 'get', `k3-${u}`)).json).toMatchObject({ code: 'KEY_NOT_FOUND' });
+    expect((await cli('keys', 'mobile-token', '--id', `k2-${u}`, '--ttl', 'soon')).code).toBe(2);
+    expect((await cli('keys', 'mobile-token')).code).toBe(2);
+    expect((await cli('help')).out).toContain('keys mobile-token --id K');
+  });
+
   it('a refusal exits 1 with the code; bad usage exits 2 with the help', async () => {
     const r = await cli('keys', 'get', 'no-such-key');
     expect(r.code).toBe(1);

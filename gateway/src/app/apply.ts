@@ -8,9 +8,11 @@ import {
   type MessageId,
   type Outcome,
   type ResyncReason,
+  type SnapshotModes,
+  type SnapshotTrustedKeys,
 } from '@tobira/shared';
 import { onHeartbeat } from '../domain/freshness.js';
-import { applyKeySetUpdate } from '../domain/trusted-keys.js';
+import { applyKeySetUpdate, type TrustedKey } from '../domain/trusted-keys.js';
 import { loadTrustedKeys, saveTrustedKeys } from '../adapters/sqlite/trusted-keys.js';
 import { applyGrant, applyRevoke, type KeySlot } from '../domain/keyset.js';
 import {
@@ -421,6 +423,10 @@ function applySnapshotPart(deps: ApplyDeps, row: InboxRow, m: SnapshotMessage, n
   const cid = first?.cid ?? m.cid;
   const snapRow: InboxRow = { ...row, seq: null, cid };
   const bodies = parts.map((p) => p.body);
+  const appliedBefore = readSettings(db).appliedSeq;
+  // The trusted cloud keys first: the grants below are noted under the snapshot's signer.
+  const trusted = bodies.find((x) => x.trustedKeys !== undefined)?.trustedKeys;
+  const keyset = trusted === undefined ? null : applySnapshotKeySet(deps, snapRow, trusted, now);
   // Tombstones first, while the keys they revoke still have their rows (so doors can still say KEY_REVOKED).
   for (const t of bodies.flatMap((x) => x.revoked)) {
     const o = applyRevoke(loadSlot(db, t.keyId), { keyId: t.keyId, version: t.version, reason: 'staff_revoked' });
@@ -431,8 +437,79 @@ function applySnapshotPart(deps: ApplyDeps, row: InboxRow, m: SnapshotMessage, n
   for (const g of bodies.flatMap((x) => x.keys)) {
     settleKey(deps, snapRow, g.keyId, applyGrant(loadSlot(db, g.keyId), g), g.version, cid, now, ackOf);
   }
+  // The modes the cloud set in site.mode rows this snapshot skipped (their seq past what we had applied).
+  const modes = bodies.find((x) => x.modes !== undefined)?.modes;
+  if (modes !== undefined) applySnapshotModes(deps, snapRow, modes, appliedBefore, now);
   setSnapshotApplied(db, b.asOfSeq);
+  // The ack of the snapshot as a whole (the cloud settles the mode requests and key deliveries it
+  // covered): SNAPSHOT_APPLIED, or refused with the code of its trusted-key set's refusal.
+  const whole: AckDraft =
+    keyset?.status === 'refused'
+      ? { result: 'refused', code: keyset.code, keyId: null, keyVersion: null }
+      : { result: 'applied', code: 'SNAPSHOT_APPLIED', keyId: null, keyVersion: null };
+  ack(deps, snapRow, whole, now, ackOf);
   return { result: 'applied', code: 'MESSAGE_APPLIED' };
+}
+
+/**
+ * A snapshot's trusted cloud keys, applied like a keyset.update signed by the
+ * snapshot's signer, idempotently: a kid already trusted or retired is
+ * unchanged, a kid retired here is never trusted again (its add is dropped,
+ * not refused), and a set that retires the snapshot's own signer (or leaves
+ * no key) is refused whole: the trusted keys stay as they were, the rest of
+ * the snapshot applies.
+ */
+function applySnapshotKeySet(deps: ApplyDeps, row: InboxRow, t: SnapshotTrustedKeys, now: number): Outcome<readonly TrustedKey[]> {
+  const have = loadTrustedKeys(deps.store.db);
+  const retiredHere = new Set(have.filter((k) => k.status === 'retired').map((k) => k.kid));
+  const o = applyKeySetUpdate(have, { add: t.add.filter((a) => !retiredHere.has(a.jwk.kid)), retire: t.retire }, row.kid, now);
+  const log = withCorrelation(deps.log, row.cid, { jti: row.jti });
+  if (o.status === 'applied') {
+    saveTrustedKeys(deps.store.db, o.state);
+    deps.trustedKeysChanged?.();
+    const after = loadTrustedKeys(deps.store.db);
+    log.info(
+      {
+        code: o.code,
+        trusted: after.filter((k) => k.status === 'trusted').map((k) => k.kid),
+        retired: after.filter((k) => k.status === 'retired').map((k) => k.kid),
+      },
+      'trusted cloud keys changed by a resync snapshot',
+    );
+  } else if (o.status === 'refused') {
+    log.error(
+      { code: o.code, detail: o.detail, signedBy: row.kid },
+      "a resync snapshot's trusted cloud keys refused; the trusted keys stay as they were",
+    );
+  }
+  return o;
+}
+
+/**
+ * A snapshot's modes: the site mode and each door's passage schedule whose
+ * site.mode seq is past `appliedBefore` (the snapshot skipped that message)
+ * are written as that message would have written them (origin `cloud`, its
+ * operator and request id); older ones were applied here already and are
+ * left alone, so a mode set at the gateway since then stands.
+ */
+function applySnapshotModes(deps: ApplyDeps, row: InboxRow, modes: SnapshotModes, appliedBefore: number, now: number): void {
+  const mode = modes.mode !== null && modes.mode.seq > appliedBefore ? modes.mode : null;
+  const passage = modes.passage.filter((p) => p.seq > appliedBefore);
+  if (mode !== null)
+    applySiteMode(
+      deps,
+      { cid: row.cid, body: { requestId: mode.requestId, mode: mode.mode, passage: [], by: mode.by, reason: mode.reason } },
+      now,
+    );
+  for (const p of passage)
+    applySiteMode(
+      deps,
+      {
+        cid: row.cid,
+        body: { requestId: p.requestId, mode: null, passage: [{ doorId: p.doorId, schedule: p.schedule }], by: p.by, reason: p.reason },
+      },
+      now,
+    );
 }
 
 /**

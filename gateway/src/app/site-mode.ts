@@ -15,7 +15,7 @@ type SiteModeMessage = Extract<DownlinkMessage, { type: 'site.mode' }>;
  */
 export function applySiteMode(
   ctx: Pick<AppContext, 'store' | 'log'>,
-  m: SiteModeMessage,
+  m: { readonly cid: string; readonly body: SiteModeMessage['body'] },
   now: number,
 ): { result: 'applied' | 'noop'; code: 'MODE_APPLIED' | 'MODE_UNCHANGED' } {
   const { db } = ctx.store;

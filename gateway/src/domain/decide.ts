@@ -100,6 +100,15 @@ const PROGRESS: readonly DecisionCode[] = [
   'ALLOWED',
 ];
 
+/**
+ * A staff key, for privacy: the grant's explicit marker; a grant without it
+ * (from a cloud before the marker) is judged by `offlineCapable`, as before,
+ * so nothing opens at a privacy door that did not.
+ */
+export function isStaffKey(g: Pick<KeyGrant, 'staff' | 'offlineCapable'>): boolean {
+  return g.staff ?? g.offlineCapable;
+}
+
 function judgeKey(k: StoredKey, doorId: DoorId, privacy: boolean, site: SiteView, now: number): DecisionCode {
   const g = k.grant;
   if (k.status !== 'active') return 'KEY_REVOKED';
@@ -110,9 +119,9 @@ function judgeKey(k: StoredKey, doorId: DoorId, privacy: boolean, site: SiteView
   if (now < g.validFrom) return 'KEY_NOT_YET_VALID';
   if (now >= g.validUntil) return 'KEY_EXPIRED';
   if (g.schedule !== null && !inSchedule(g.schedule, now)) return 'OUTSIDE_SCHEDULE';
-  // Privacy: the guest inside turned it on; staff (offline-capable, master) keys stay out. A supervisor's
-  // emergency entry is a remote unlock with the emergency flag (domain/remote-unlock.ts), never a key.
-  if (privacy && g.offlineCapable) return 'PRIVACY_ACTIVE';
+  // Privacy: the guest inside turned it on; staff keys stay out. A supervisor's emergency entry is a
+  // remote unlock with the emergency flag (domain/remote-unlock.ts), never a key.
+  if (privacy && isStaffKey(g)) return 'PRIVACY_ACTIVE';
   // Offline-capable staff keys pass lockdown, and a stale lease within their offline cap; nothing else does.
   if (site.mode === 'lockdown' && !g.offlineCapable) return 'SITE_LOCKDOWN';
   if (isStale(site.leaseExpiresAt, now) && !withinOfflineCap(g, site.lastFreshAt, now)) return 'CLOUD_STALE';
@@ -124,8 +133,9 @@ function judgeKey(k: StoredKey, doorId: DoorId, privacy: boolean, site: SiteView
 /**
  * Invariant: `allowed` is true only for an active key at a version above any
  * revoke, granted under a cloud key that is not retired, not a one-time key already consumed, for this lock's door, inside its validity window and schedule, with
- * neither the lock nor the credential type locked out, not a staff
- * (offline-capable) key at a door whose guest has privacy on, with no lockdown and
+ * neither the lock nor the credential type locked out, not a staff key
+ * (`isStaffKey`: the grant's `staff` marker, or `offlineCapable` when a grant
+ * has no marker) at a door whose guest has privacy on, with no lockdown and
  * disk headroom unless the key is offline-capable, and with a running lease
  * unless the key is offline-capable and less than its offline cap has passed
  * since the last proven-fresh sync.

@@ -39,6 +39,7 @@ const KeyRow = z
     offline_capable: z.boolean(),
     offline_max_seconds: z.number().int().positive().nullable(),
     one_time: z.boolean(),
+    staff: z.boolean(),
     used_at: z.number().int().nullable(),
     version: z.number().int().positive(),
     revision: z.number().int().positive(),
@@ -61,6 +62,7 @@ const KeyRow = z
     offlineCapable: r.offline_capable,
     offlineMaxSeconds: r.offline_max_seconds,
     oneTime: r.one_time,
+    staff: r.staff || r.offline_capable,
     usedAt: r.used_at,
     version: r.version,
     revision: r.revision,
@@ -86,8 +88,8 @@ export async function insertKey(q: Queryable, k: EntryKey): Promise<number> {
   const r = await q.query(
     `INSERT INTO keys (id, person_id, gateway_id, credential_type, credential_digest, doors, valid_from, valid_until,
        schedule, offline_capable, version, revision, status, revoke_reason, last_code, cid, created_at, updated_at, offline_max_seconds,
-       one_time, used_at)
-     VALUES ($1,$2,$3,$4,$5,$6::jsonb,$7,$8,$9::jsonb,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21)
+       one_time, used_at, staff)
+     VALUES ($1,$2,$3,$4,$5,$6::jsonb,$7,$8,$9::jsonb,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22)
      ON CONFLICT (id) DO NOTHING`,
     [
       k.id,
@@ -111,6 +113,7 @@ export async function insertKey(q: Queryable, k: EntryKey): Promise<number> {
       k.offlineMaxSeconds,
       k.oneTime,
       k.usedAt,
+      k.staff === true || k.offlineCapable,
     ],
   );
   return r.rowCount;
@@ -249,6 +252,7 @@ export interface KeySummary {
   readonly offlineCapable: boolean;
   readonly offlineMaxSeconds: number | null;
   readonly oneTime: boolean;
+  readonly staff: boolean;
   readonly usedAt: number | null;
   readonly version: number;
   readonly revision: number;
@@ -263,7 +267,7 @@ export interface KeySummary {
 /** The summary of a key at a gateway of `siteId`. */
 export function summaryOf(k: EntryKey, siteId: string): KeySummary {
   const { credential, doors, ...rest } = k;
-  return { ...rest, doors: [...doors], siteId, credentialType: credential.type };
+  return { ...rest, staff: k.staff === true || k.offlineCapable, doors: [...doors], siteId, credentialType: credential.type };
 }
 
 const ScopedKeyRow = z.object({ site_id: z.string() }).passthrough();

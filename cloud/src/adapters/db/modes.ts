@@ -1,7 +1,7 @@
 import { Schedule, parseRows } from '@tobira/shared';
 import { z } from 'zod';
 import { Int8 } from './columns.js';
-import type { Queryable } from './db.js';
+import { enterVerb, type Queryable } from './db.js';
 import { scopeParam, type SiteScope } from './scope.js';
 
 /**
@@ -10,6 +10,8 @@ import { scopeParam, type SiteScope } from './scope.js';
  * outbox row, settled by that gateway's ack (matched by the message's jti)
  * in the uplink inbox's transaction. Pending rows only move to applied or
  * refused, once (the UPDATE names `status = 'pending'`; 0 rows: already settled).
+ * Each writer names its verb (`tobira.verb`): migration 0027's guard refuses
+ * a row or a status written under any other (MODE_REQUEST_TRANSITIONS).
  */
 
 export interface PassageEntry {
@@ -56,6 +58,7 @@ export async function doorsIn(q: Queryable, doorIds: readonly string[], sites: S
 }
 
 export async function insertModeRequest(q: Queryable, r: Omit<ModeRequestRow, 'status' | 'code' | 'settledAt'>): Promise<void> {
+  await enterVerb(q, 'requestMode');
   await q.query(
     `INSERT INTO mode_requests (request_id, gateway_id, site_id, mode, passage, requested_by, reason, jti, seq, cid, requested_at)
      VALUES ($1,$2,$3,$4,$5::jsonb,$6,$7,$8,$9,$10,$11)`,
@@ -72,6 +75,7 @@ export async function settleModeRequest(
   q: Queryable,
   a: { gatewayId: string; jti: string; result: 'applied' | 'noop' | 'refused'; code: string; at: number },
 ): Promise<'settled' | 'already' | 'unknown'> {
+  await enterVerb(q, 'settleModeRequest');
   const r = await q.query(
     `UPDATE mode_requests SET status = $3, code = $4, settled_at = $5
       WHERE gateway_id = $1 AND jti = $2 AND status = 'pending'`,

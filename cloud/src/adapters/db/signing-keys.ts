@@ -117,7 +117,9 @@ export async function allGatewayIds(q: Queryable): Promise<string[]> {
  * Gateways that have not applied this key's step: every gateway without an
  * ack `applied`, or noop `KEYSET_UNCHANGED` (it had it already). Any other
  * noop does not count: DUPLICATE_MESSAGE is an update skipped because a
- * snapshot covered its seq, and a snapshot carries no trusted keys.
+ * snapshot covered its seq; the ack of that snapshot as a whole marks it
+ * `applied` (SNAPSHOT_COVERED) once the gateway applied the trusted keys the
+ * snapshot carried (adapters/db/snapshots.ts settleSnapshotAck).
  */
 export async function gatewaysNotAcked(q: Queryable, kid: string, step: 'publish' | 'retire'): Promise<string[]> {
   const r = await q.query<{ id: string }>(

@@ -25,5 +25,7 @@ export async function purgeOld(q: Queryable, olderThan: number): Promise<{ outbo
   const i = await q.query('DELETE FROM uplink_inbox WHERE received_at < $1', [olderThan]);
   // anyone can publish on a broker topic: the record of rejected uplinks is bounded by age too
   const r = await q.query('DELETE FROM rejected_uplinks WHERE at < $1', [olderThan]);
+  // records of resync snapshots sent: an ack older than the retention is not expected any more
+  await q.query('DELETE FROM resync_snapshots WHERE sent_at < $1', [olderThan]);
   return { outbox: o.rowCount, inbox: i.rowCount, rejected: r.rowCount };
 }

@@ -58,7 +58,8 @@ function isStoredGrant(g: unknown): g is KeyGrant {
     isSchedule(g.schedule) &&
     typeof g.offlineCapable === 'boolean' &&
     (g.offlineMaxSeconds === undefined || isInt(g.offlineMaxSeconds, 1)) &&
-    (g.oneTime === undefined || g.oneTime === true)
+    (g.oneTime === undefined || g.oneTime === true) &&
+    (g.staff === undefined || typeof g.staff === 'boolean')
   );
 }
 
