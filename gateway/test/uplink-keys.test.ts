@@ -34,8 +34,16 @@ describe.each(mqttBackends())('uplink-key rotation of a running gateway against 
       rotation_id: string | null;
     }[];
   const proposals = (s: Running) => s.cloud.ofType('uplink_key.proposal') as Proposal[];
+  /** The raw tokens that carried a message of this type, once per message (a batch carrying two counts twice: its kid signed both). */
   const rawOf = (s: Running, type: string) =>
-    s.cloud.rawUplink.filter((t) => JSON.parse(Buffer.from(t.split('.')[1]!, 'base64url').toString()).type === type);
+    s.cloud.rawUplink.flatMap((t) => {
+      const claims = JSON.parse(Buffer.from(t.split('.')[1]!, 'base64url').toString()) as {
+        type: string;
+        body?: { items?: { type: string }[] };
+      };
+      if (claims.type === 'uplink.batch') return (claims.body?.items ?? []).filter((i) => i.type === type).map(() => t);
+      return claims.type === type ? [t] : [];
+    });
   const keyAcks = (s: Running) => s.cloud.ofType('ack').filter((m) => m.body.keyId === null && m.body.ackSeq !== null);
 
   it('proposes a new key signed with the old one, with a valid proof, keeps signing with the old key until activate, then switches and erases the old private key', async () => {
@@ -147,7 +155,12 @@ describe.each(mqttBackends())('uplink-key rotation of a running gateway against 
     s.f.clock.advance(120_000);
     await s.cloud.heartbeat(s.cloud.seq, { seq: acked.seq, jti: acked.jti });
     await waitFor(() => rawOf(s, 'uplink_key.proposal').length >= 2, 'proposal sent again');
-    const again = rawOf(s, 'uplink_key.proposal').map((t) => JSON.parse(Buffer.from(t.split('.')[1]!, 'base64url').toString()) as Proposal);
+    // each sending of the proposal, alone or as an item of a batch
+    const again = s.cloud.rawUplink.flatMap((t) => {
+      const claims = JSON.parse(Buffer.from(t.split('.')[1]!, 'base64url').toString()) as { type: string; body?: { items?: Proposal[] } };
+      if (claims.type === 'uplink.batch') return (claims.body?.items ?? []).filter((i) => i.type === 'uplink_key.proposal');
+      return claims.type === 'uplink_key.proposal' ? [claims as unknown as Proposal] : [];
+    });
     expect(new Set(again.map((m) => m.body.publicJwk.kid))).toEqual(new Set([p.body.publicJwk.kid]));
     expect(new Set(again.map((m) => m.jti))).toEqual(new Set([p.jti]));
     expect(rows(gw2)).toEqual(before);
