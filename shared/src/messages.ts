@@ -2,7 +2,7 @@ import { z } from 'zod';
 import { DECISION_CODES, REVOKE_REASONS, codesOf, type UplinkBatchCode } from './codes.js';
 import { CorrelationId, DoorId, KeyId, LockId, MessageId, PersonId } from './ids.js';
 import { OUTCOME_STATUSES } from './outcome.js';
-import { summarizeIssues } from './payload.js';
+import { summarizeIssues } from './issues.js';
 import { Schedule } from './schedule.js';
 
 /**

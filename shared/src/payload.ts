@@ -1,5 +1,8 @@
 import type { z } from 'zod';
+import { summarizeIssues } from './issues.js';
 import { MAX_MESSAGE_BYTES } from './messages.js';
+
+export { summarizeIssues };
 
 export type ParseCode = 'TOO_LARGE' | 'MALFORMED' | 'SCHEMA_INVALID';
 export type Parsed<T> =
@@ -29,14 +32,6 @@ export function parseJson(text: string): Parsed<unknown> {
   } catch (e) {
     return { ok: false, code: 'MALFORMED', detail: e instanceof Error ? e.message.slice(0, 200) : 'bad JSON' };
   }
-}
-
-export function summarizeIssues(error: z.ZodError): string {
-  return error.issues
-    .slice(0, 5)
-    .map((i) => `${i.path.join('.') || '(root)'}: ${i.message}`)
-    .join('; ')
-    .slice(0, 500);
 }
 
 /**

@@ -83,7 +83,9 @@ describe.each(backends())('keys people ask for, end to end (%s brokers and datab
     const claims = JSON.parse(Buffer.from(p, 'base64url').toString()) as Record<string, unknown>;
     const forged = Buffer.from(JSON.stringify({ ...claims, exp: (claims.exp as number) + 86_400 })).toString('base64url');
     expect(await present('L1', `${h}.${forged}.${sig}`)).toBe('MOBILE_TOKEN_INVALID');
-    expect(await present('L1', `${h}.${p}.${sig.slice(0, -2)}AA`)).toBe('MOBILE_TOKEN_INVALID');
+    // one character of the signature changed, early (the last characters carry padding bits a decoder may ignore)
+    const bad = `${sig.slice(0, 10)}${sig[10] === 'A' ? 'B' : 'A'}${sig.slice(11)}`;
+    expect(await present('L1', `${h}.${p}.${bad}`)).toBe('MOBILE_TOKEN_INVALID');
 
     // signed by a key the gateway does not trust, with claims that are otherwise right
     const stranger = await importSigningKey((await generateSigningKeyPair()).privateJwk);
