@@ -1,3 +1,4 @@
+import { randomFillSync } from 'node:crypto';
 import { v7 as uuidv7 } from 'uuid';
 import { z } from 'zod';
 
@@ -6,7 +7,41 @@ import { z } from 'zod';
  * indexes stay compact and logs sort by time). Entity ids that appear in MQTT
  * topics (gateways, locks) are slugs: they must be safe as one topic level.
  */
-export const newId = (): string => uuidv7();
+export const newId = (): string => {
+  const random = pooledRandom16();
+  const now = Date.now();
+  // uuid's own monotonic rule (its default path): a new millisecond starts a random
+  // sequence; within one millisecond the sequence counts up, so ids sort in the order made
+  if (now > v7State.msecs) {
+    v7State.msecs = now;
+    v7State.seq = ((random[6]! & 0x7f) << 24) | (random[7]! << 16) | (random[8]! << 8) | random[9]!;
+  } else {
+    v7State.seq = (v7State.seq + 1) | 0;
+    if (v7State.seq === 0) v7State.msecs++;
+  }
+  return uuidv7({ random, msecs: v7State.msecs, seq: v7State.seq });
+};
+
+/**
+ * The ids' randomness, drawn from the OS CSPRNG 4 KiB at a time (as Node's
+ * own `randomUUID` caches its entropy): uuid 14 asks `getRandomValues` for 16
+ * bytes per id, a system call each, and a gateway makes two ids per door
+ * decision (issue #14: 5.2 µs of CPU per id, 0.35 µs pooled, on this machine).
+ * Every byte is used once.
+ */
+const POOL_BYTES = 4096;
+const pool = new Uint8Array(POOL_BYTES);
+let poolAt = POOL_BYTES;
+function pooledRandom16(): Uint8Array {
+  if (poolAt + 16 > POOL_BYTES) {
+    randomFillSync(pool);
+    poolAt = 0;
+  }
+  const r = pool.subarray(poolAt, poolAt + 16);
+  poolAt += 16;
+  return r;
+}
+const v7State = { msecs: -Infinity, seq: 0 };
 
 const SLUG = /^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$/;
 const ENTITY = /^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$/;
@@ -44,5 +79,5 @@ export const asDoorId = (s: string) => s as DoorId;
 export const asKeyId = (s: string) => s as KeyId;
 export const asPersonId = (s: string) => s as PersonId;
 export const asSiteId = (s: string) => s as SiteId;
-export const newMessageId = () => uuidv7() as MessageId;
-export const newCorrelationId = () => uuidv7() as CorrelationId;
+export const newMessageId = () => newId() as MessageId;
+export const newCorrelationId = () => newId() as CorrelationId;
