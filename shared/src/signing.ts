@@ -12,6 +12,8 @@ import {
   type JWK,
 } from 'jose';
 import type { z } from 'zod';
+// jose encodes with Uint8Array.prototype.toBase64 when the runtime has it (Node 20: this module supplies it)
+import './base64-polyfill.js';
 import type { Clock } from './clock.js';
 import type { VerifyCode } from './codes.js';
 import { CorrelationId, MessageId, newMessageId } from './ids.js';
