@@ -1,7 +1,8 @@
+import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { Schedule } from '@tobira/shared';
 import { decide, type KeySetView } from '../src/domain/decide.js';
-import { inSchedule } from '../src/domain/schedule.js';
+import { inSchedule, localTime } from '../src/domain/schedule.js';
 import { DOOR, LOCK, grant } from './fixtures.js';
 
 /**
@@ -89,5 +90,39 @@ describe('at the door', () => {
     expect(decide(req, keys, lock, site(t1), t1).code).toBe('ALLOWED');
     const t2 = at('2026-12-04T21:00:00Z'); // Sat 06:00 JST
     expect(decide(req, keys, lock, site(t2), t2).code).toBe('OUTSIDE_SCHEDULE');
+  });
+});
+
+describe('local time, remembered per zone for one UTC second', () => {
+  /** A fresh formatter every call: what localTime must answer. */
+  function reference(now: number, timeZone: string) {
+    const parts = new Intl.DateTimeFormat('en-US', {
+      timeZone,
+      hourCycle: 'h23',
+      weekday: 'short',
+      year: 'numeric',
+      month: '2-digit',
+      day: '2-digit',
+      hour: '2-digit',
+      minute: '2-digit',
+    }).formatToParts(now);
+    const v = (t: string) => parts.find((p) => p.type === t)?.value ?? '';
+    const day = ['Sun', 'Mon', 'Tue', 'Wed', 'Thu', 'Fri', 'Sat'].indexOf(v('weekday'));
+    return { date: `${v('year')}-${v('month')}-${v('day')}`, day, minute: (Number(v('hour')) % 24) * 60 + Number(v('minute')) };
+  }
+  const zones = ['Europe/Berlin', 'Asia/Tokyo', 'America/St_Johns', 'Asia/Kathmandu', 'Australia/Lord_Howe', 'UTC'];
+  // around both 2026 changes in Berlin and a plain day, at the millisecond
+  const instants = fc.oneof(
+    fc.integer({ min: at('2026-03-29T00:58:00Z'), max: at('2026-03-29T01:02:00Z') }),
+    fc.integer({ min: at('2026-10-25T00:58:00Z'), max: at('2026-10-25T01:02:00Z') }),
+    fc.integer({ min: at('2026-12-01T14:59:58Z'), max: at('2026-12-01T15:00:02Z') }),
+  );
+
+  it('answers what a fresh formatting answers, for any sequence of instants and zones (repeats within a second included)', () => {
+    fc.assert(
+      fc.property(fc.array(fc.tuple(instants, fc.constantFrom(...zones)), { minLength: 1, maxLength: 40 }), (calls) => {
+        for (const [now, zone] of calls) expect(localTime(now, zone)).toEqual(reference(now, zone));
+      }),
+    );
   });
 });

@@ -138,8 +138,28 @@ export interface LocalTime {
   readonly minute: number;
 }
 
+/**
+ * The last answer per time zone, by UTC second: every zone's offset is a
+ * whole number of seconds, so one UTC second is one local second, and the
+ * door decisions of one second (hundreds at a busy site) share one Intl
+ * formatting (issue #14: `formatToParts` was the largest cost left in the
+ * schedule check).
+ */
+const lastLocal = new Map<string, { second: number; local: LocalTime | null }>();
+const LAST_LOCAL_ZONES = 64;
+
 /** The local date, week day and minute of day of `now` in `timeZone`, or null for an unknown zone. */
 export function localTime(now: number, timeZone: string): LocalTime | null {
+  const second = Math.floor(now / 1000);
+  const last = lastLocal.get(timeZone);
+  if (last?.second === second) return last.local;
+  const local = formatLocalTime(now, timeZone);
+  if (last === undefined && lastLocal.size >= LAST_LOCAL_ZONES) lastLocal.clear();
+  lastLocal.set(timeZone, { second, local });
+  return local;
+}
+
+function formatLocalTime(now: number, timeZone: string): LocalTime | null {
   const f = formatter(timeZone);
   if (f === null) return null;
   let day = -1;
