@@ -2,6 +2,7 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { Schedule } from '@tobira/shared';
 import { decide, type KeySetView } from '../src/domain/decide.js';
+import { previousDate } from '@tobira/shared';
 import { inSchedule, localTime } from '../src/domain/schedule.js';
 import { DOOR, LOCK, grant } from './fixtures.js';
 
@@ -122,6 +123,17 @@ describe('local time, remembered per zone for one UTC second', () => {
     fc.assert(
       fc.property(fc.array(fc.tuple(instants, fc.constantFrom(...zones)), { minLength: 1, maxLength: 40 }), (calls) => {
         for (const [now, zone] of calls) expect(localTime(now, zone)).toEqual(reference(now, zone));
+      }),
+    );
+  });
+});
+
+describe('the day before', () => {
+  it('is the calendar day before, for any dates asked in any order (repeats, month and year ends, 29 February)', () => {
+    const day = fc.integer({ min: Date.UTC(2023, 11, 25), max: Date.UTC(2028, 2, 5) }).map((ms) => new Date(ms).toISOString().slice(0, 10));
+    fc.assert(
+      fc.property(fc.array(day, { minLength: 1, maxLength: 30 }), (dates) => {
+        for (const d of dates) expect(previousDate(d)).toBe(new Date(Date.parse(`${d}T00:00:00Z`) - 86_400_000).toISOString().slice(0, 10));
       }),
     );
   });

@@ -182,9 +182,14 @@ function formatLocalTime(now: number, timeZone: string): LocalTime | null {
 
 /** The calendar day before a YYYY-MM-DD (calendar arithmetic: no time zone, no DST). */
 export function previousDate(date: string): string {
+  // every decision of a day asks for the same one: the last answer is kept
+  if (date === lastPrevious.date) return lastPrevious.previous;
   const [y = 0, m = 0, d = 0] = date.split('-').map(Number);
-  return new Date(Date.UTC(y, m - 1, d - 1)).toISOString().slice(0, 10);
+  const previous = new Date(Date.UTC(y, m - 1, d - 1)).toISOString().slice(0, 10);
+  lastPrevious = { date, previous };
+  return previous;
 }
+let lastPrevious = { date: '', previous: '' };
 
 const opensOn = (w: ScheduleWindowShape, date: string, day: number): boolean =>
   (w.days?.includes(day) ?? false) || (w.dates?.includes(date) ?? false);
