@@ -22,7 +22,8 @@ const DUE = `((status = 'pending' AND next_attempt_at <= $1) OR (status = 'sendi
 
 /**
  * Claim, ordered per gateway (claim by gateway). Must run inside one
- * transaction (`db.transaction`); it takes three statements:
+ * transaction (`db.transaction`); it takes two statements (the first does
+ * steps 1 and 2):
  *
  * 1. the gateways whose **lowest open row** (pending or sending) is due: a
  *    gateway whose first open row is still leased to someone or waiting out
@@ -48,18 +49,17 @@ const DUE = `((status = 'pending' AND next_attempt_at <= $1) OR (status = 'sendi
  * chosen by status, never by an id cursor.
  */
 export async function claim(q: Queryable, opts: { token: string; now: number; leaseMs: number; limit: number }): Promise<ClaimedRow[]> {
-  const candidates = await q.query<{ gateway_id: string }>(
-    `SELECT gateway_id FROM (
-        SELECT DISTINCT ON (gateway_id) gateway_id, ${DUE} AS due
-          FROM outbox WHERE status IN ('pending', 'sending')
-         ORDER BY gateway_id, seq) f
-      WHERE due ORDER BY gateway_id LIMIT $2`,
-    [opts.now, opts.limit],
-  );
-  if (candidates.rows.length === 0) return [];
+  // the candidates and their locks in one statement: the CTE is computed first (MATERIALIZED, and the
+  // lock function is volatile), so a lock is tried only for a candidate, in gateway order
   const locked = await q.query<{ g: string }>(
-    `SELECT g FROM unnest($1::text[]) AS g WHERE pg_try_advisory_xact_lock($2::int, hashtext(g))`,
-    [candidates.rows.map((r) => r.gateway_id), CLAIM_LOCK_NAMESPACE],
+    `WITH candidates AS MATERIALIZED (
+        SELECT gateway_id FROM (
+          SELECT DISTINCT ON (gateway_id) gateway_id, ${DUE} AS due
+            FROM outbox WHERE status IN ('pending', 'sending')
+           ORDER BY gateway_id, seq) f
+         WHERE due ORDER BY gateway_id LIMIT $2)
+     SELECT gateway_id AS g FROM candidates WHERE pg_try_advisory_xact_lock($3::int, hashtext(gateway_id))`,
+    [opts.now, opts.limit, CLAIM_LOCK_NAMESPACE],
   );
   if (locked.rows.length === 0) return [];
   const r = await q.query<{
