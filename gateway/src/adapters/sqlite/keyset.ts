@@ -38,6 +38,8 @@ export function saveSlot(
 ): void {
   if (slot.key !== null) {
     const g = slot.key.grant;
+    // the row's JSON is also what the in-memory key set holds (memory.ts)
+    const grantJson = JSON.stringify(g);
     prepared(
       db,
       `INSERT INTO keys (key_id, version, status, person_id, credential_type, credential_digest, grant_json, grant_cid, updated_at, signer_kid)
@@ -53,11 +55,12 @@ export function saveSlot(
       personId: g.personId,
       type: g.credential.type,
       digest: g.credential.digest,
-      json: JSON.stringify(g),
+      json: grantJson,
       cid: grantCid ?? '',
       now,
       signerKid,
     });
+    memKeySaved(db, keyId, { version: slot.key.version, status: slot.key.status, grant: g, grantJson }, grantCid, signerKid);
   }
   if (slot.tombstone !== null) {
     prepared(
@@ -65,7 +68,6 @@ export function saveSlot(
       'INSERT INTO tombstones (key_id, version, at) VALUES (?, ?, ?) ON CONFLICT (key_id) DO UPDATE SET version = max(tombstones.version, excluded.version), at = excluded.at',
     ).run(keyId, slot.tombstone, now);
   }
-  if (slot.key !== null) memKeySaved(db, keyId, slot.key, grantCid, signerKid);
 }
 
 /**
@@ -117,14 +119,17 @@ export function keyCounts(db: ReadableDb): { active: number; revoked: number; to
 
 // ------------------------------------------------------------ snapshot parts
 
-export interface SnapshotPart<B> {
+/** A stored part of a snapshot without its body: the apply reads the bodies part by part (`snapshotPartField`). */
+export interface SnapshotPart {
   readonly part: number;
   readonly jti: MessageId;
   readonly cid: string;
-  readonly body: B;
 }
 
-const SnapshotPartRow = z.object({ part: z.int(), jti: MessageId, cid: z.string(), body: z.string() });
+const SnapshotPartRow = z.object({ part: z.int(), jti: MessageId, cid: z.string() });
+
+/** The fields of a part's body the apply reads, one at a time. */
+export type SnapshotField = 'keys' | 'revoked' | 'trustedKeys' | 'modes';
 
 /** Keeps one part (a redelivered part is not stored twice); returns how many parts of its snapshot are in. */
 export function addSnapshotPart(
@@ -138,15 +143,40 @@ export function addSnapshotPart(
   ).run(p.snapshotId, p.part, p.parts, p.asOfSeq, p.jti, p.cid, JSON.stringify(p.body), now);
   return countOf(db, 'snapshot_parts', 'SELECT count(*) AS n FROM snapshot_parts WHERE snapshot_id = ?', p.snapshotId);
 }
-/** A snapshot's parts in order, each body read back with `body` (the schema it was verified with on arrival). */
-export function snapshotParts<S extends z.ZodType>(db: ReadableDb, snapshotId: string, body: S): SnapshotPart<z.infer<S>>[] {
-  const rows = parseRows(
+/** A snapshot's parts in order (number, jti, cid), without their bodies. */
+export function snapshotPartList(db: ReadableDb, snapshotId: string): SnapshotPart[] {
+  return parseRows(
     'snapshot_parts',
     SnapshotPartRow,
-    prepared(db, 'SELECT part, jti, cid, body FROM snapshot_parts WHERE snapshot_id = ? ORDER BY part').all(snapshotId),
+    prepared(db, 'SELECT part, jti, cid FROM snapshot_parts WHERE snapshot_id = ? ORDER BY part').all(snapshotId),
   );
-  return rows.map((r) => ({ part: r.part, jti: r.jti, cid: r.cid, body: parseRow('snapshot_parts', jsonColumn(body), r.body) }));
 }
+
+/**
+ * One field of one stored part's body, read back with `schema` (that field's
+ * schema in the one the part was verified with on arrival; a field the part
+ * does not have is read as undefined). SQLite extracts the field (`->`), so
+ * only that field of that part is ever parsed in JavaScript: a 100,000-key
+ * snapshot applies part by part instead of holding every part's keys at once
+ * (issue #14).
+ */
+export function snapshotPartField<S extends z.ZodType>(
+  db: ReadableDb,
+  snapshotId: string,
+  part: number,
+  field: SnapshotField,
+  schema: S,
+): z.infer<S> {
+  const row: unknown = prepared(db, 'SELECT body -> ? AS v FROM snapshot_parts WHERE snapshot_id = ? AND part = ?').get(
+    `$.${field}`,
+    snapshotId,
+    part,
+  );
+  const { v } = parseRow('snapshot_parts', SnapshotFieldRow, row);
+  return v === null ? parseRow('snapshot_parts', schema, undefined) : parseRow('snapshot_parts', jsonColumn(schema), v);
+}
+const SnapshotFieldRow = z.object({ v: z.string().nullable() });
+
 /** Drops parts of snapshots that never completed (by their newest part's arrival). */
 export function purgeIncompleteSnapshots(db: WritableDb, olderThan: number): number {
   return prepared(
@@ -157,6 +187,3 @@ export function purgeIncompleteSnapshots(db: WritableDb, olderThan: number): num
 export function dropSnapshot(db: WritableDb, snapshotId: string): void {
   prepared(db, 'DELETE FROM snapshot_parts WHERE snapshot_id = ?').run(snapshotId);
 }
-
-/** A part body read back without a schema (tests, tools). */
-export const AnyBody = z.unknown();

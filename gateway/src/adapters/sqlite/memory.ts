@@ -1,6 +1,6 @@
-import { CorruptRow, type CredentialType } from '@tobira/shared';
+import { CorruptRow, type CredentialType, type KeyGrant } from '@tobira/shared';
 import type Database from 'better-sqlite3';
-import type { StoredKey } from '../../domain/keyset.js';
+import type { StoredKey, StoredKeyStatus } from '../../domain/keyset.js';
 import type { LockoutState, SiteLockoutState } from '../../domain/lockout.js';
 import { storedKey } from './key-rows.js';
 import { readSettingsRow, type Settings } from './settings-row.js';
@@ -41,14 +41,27 @@ export interface LockMemory extends LockoutState {
   readonly privacySince: number | null;
 }
 
+/**
+ * One key, compact (issue #14: with the parsed grant object per key the key
+ * set took ≈ 890 bytes of heap per key, 85 MB at 100,000 keys). The grant is
+ * held as the JSON its row stores, validated when it was stored or loaded,
+ * and parsed only when a decision reads the key: one or two candidate keys
+ * per decision, a few microseconds each.
+ */
 interface KeyMemory {
-  readonly keyId: string;
-  /** The stored key without the derived `signerRetired` and `consumedAt`. */
-  readonly key: StoredKey;
+  readonly version: number;
+  readonly status: StoredKeyStatus;
+  /** The row's `grant_json`. */
+  readonly grantJson: string;
+  /** Its credential as the `byCredential` key (the same string object as that map's key). */
+  readonly credential: string;
   /** '' stored for keys no grant made: null here. */
   readonly grantCid: string | null;
   readonly signerKid: string | null;
 }
+
+/** The ids of a credential's keys: one id (nearly every credential), or a set when several keys share it. */
+type KeyIds = string | Set<string>;
 
 interface State {
   settings: Settings;
@@ -56,7 +69,7 @@ interface State {
   readonly siteLockouts: Map<string, SiteLockoutState>;
   readonly keys: Map<string, KeyMemory>;
   /** `${type}\u0000${digest}` → key ids. */
-  readonly byCredential: Map<string, Set<string>>;
+  readonly byCredential: Map<string, KeyIds>;
   /** key id → when its one-time entry was used. */
   readonly consumed: Map<string, number>;
   /** kid → status of the trusted_keys rows. */
@@ -106,11 +119,12 @@ function loadState(db: Database.Database): State {
     });
   }
   const keys = new Map<string, KeyMemory>();
-  const byCredential = new Map<string, Set<string>>();
-  for (const r of db.prepare(KEY_ROWS).all()) {
-    const k = keyMemoryOf(r);
-    keys.set(k.keyId, k);
-    indexKey(byCredential, k);
+  const byCredential = new Map<string, KeyIds>();
+  const strings = interner();
+  for (const r of db.prepare(KEY_ROWS).iterate()) {
+    const { keyId, key } = keyMemoryOf(r, strings);
+    keys.set(keyId, key);
+    indexKey(byCredential, keyId, key);
   }
   const consumed = new Map<string, number>();
   for (const r of db.prepare('SELECT key_id, at FROM consumed_keys').all()) {
@@ -133,23 +147,51 @@ function lockMemoryOf(r: Record<string, unknown>): LockMemory {
   };
 }
 
-function keyMemoryOf(r: unknown): KeyMemory {
-  if (!isRecord(r) || typeof r.key_id !== 'string' || typeof r.grant_cid !== 'string') throw new CorruptRow('keys', 'not a key row');
-  const key = storedKey(r);
-  return { keyId: r.key_id, key, grantCid: r.grant_cid || null, signerKid: textOrNull('keys', 'signer_kid', r.signer_kid) };
+/** One string object per distinct value: the rows of a load repeat a few grant cids and signer kids many times. */
+function interner(): (s: string) => string {
+  const seen = new Map<string, string>();
+  return (s) => {
+    const have = seen.get(s);
+    if (have !== undefined) return have;
+    seen.set(s, s);
+    return s;
+  };
 }
 
-function indexKey(byCredential: Map<string, Set<string>>, k: KeyMemory): void {
-  const c = credentialKey(k.key.grant.credential.type, k.key.grant.credential.digest);
-  let ids = byCredential.get(c);
-  if (ids === undefined) byCredential.set(c, (ids = new Set()));
-  ids.add(k.keyId);
+/** A key row loaded: validated whole (`storedKey`, a `CorruptRow` fails the load as before), kept compact. */
+function keyMemoryOf(r: unknown, intern: (s: string) => string): { keyId: string; key: KeyMemory } {
+  if (!isRecord(r) || typeof r.key_id !== 'string' || typeof r.grant_cid !== 'string' || typeof r.grant_json !== 'string')
+    throw new CorruptRow('keys', 'not a key row');
+  const { grant, version, status } = storedKey(r);
+  const signerKid = textOrNull('keys', 'signer_kid', r.signer_kid);
+  return {
+    keyId: r.key_id,
+    key: {
+      version,
+      status,
+      grantJson: r.grant_json,
+      credential: credentialKey(grant.credential.type, grant.credential.digest),
+      grantCid: r.grant_cid === '' ? null : intern(r.grant_cid),
+      signerKid: signerKid === null ? null : intern(signerKid),
+    },
+  };
 }
-function unindexKey(byCredential: Map<string, Set<string>>, k: KeyMemory): void {
-  const c = credentialKey(k.key.grant.credential.type, k.key.grant.credential.digest);
-  const ids = byCredential.get(c);
-  ids?.delete(k.keyId);
-  if (ids?.size === 0) byCredential.delete(c);
+
+function indexKey(byCredential: Map<string, KeyIds>, keyId: string, k: KeyMemory): void {
+  const ids = byCredential.get(k.credential);
+  if (ids === undefined) byCredential.set(k.credential, keyId);
+  else if (typeof ids === 'string') byCredential.set(k.credential, new Set([ids, keyId]));
+  else ids.add(keyId);
+}
+function unindexKey(byCredential: Map<string, KeyIds>, keyId: string, k: KeyMemory): void {
+  const ids = byCredential.get(k.credential);
+  if (ids === keyId) byCredential.delete(k.credential);
+  else if (typeof ids === 'object') {
+    ids.delete(keyId);
+    // back to the single-id form, so the memory has one shape whatever order the keys came and went in
+    const [only] = ids;
+    if (ids.size === 1 && only !== undefined) byCredential.set(k.credential, only);
+  }
 }
 
 function loadTrusted(db: Database.Database): Map<string, 'trusted' | 'retired'> {
@@ -309,17 +351,28 @@ export function memSiteLockout(db: Database.Database, credentialType: string, lo
   );
 }
 
+/** What `saveSlot` wrote to a key's row: the key's version and status, its grant and the JSON the row stores. */
+export interface SavedKey {
+  readonly version: number;
+  readonly status: StoredKeyStatus;
+  readonly grant: KeyGrant;
+  readonly grantJson: string;
+}
+
 /**
  * A key's row was written by `saveSlot` (grant, revoke, re-sign): the same
  * rules as its SQL — the grant cid is replaced only by an active key (a new
  * row takes it either way; '' is none), the signer only by a non-null one.
  */
-export function memKeySaved(db: Database.Database, keyId: string, key: StoredKey, grantCid: string | null, signerKid: string | null): void {
+export function memKeySaved(db: Database.Database, keyId: string, key: SavedKey, grantCid: string | null, signerKid: string | null): void {
   change(db, (s) => {
     const before = s.keys.get(keyId);
+    const credential = credentialKey(key.grant.credential.type, key.grant.credential.digest);
     const next: KeyMemory = {
-      keyId,
-      key: { grant: key.grant, version: key.version, status: key.status },
+      version: key.version,
+      status: key.status,
+      grantJson: key.grantJson,
+      credential: before?.credential === credential ? before.credential : credential,
       grantCid: before === undefined || key.status === 'active' ? grantCid || null : before.grantCid,
       signerKid: signerKid ?? before?.signerKid ?? null,
     };
@@ -329,20 +382,21 @@ export function memKeySaved(db: Database.Database, keyId: string, key: StoredKey
 
 function replaceKey(s: State, keyId: string, next: KeyMemory | undefined): () => void {
   const before = s.keys.get(keyId);
-  if (before !== undefined) unindexKey(s.byCredential, before);
+  if (before !== undefined) unindexKey(s.byCredential, keyId, before);
   const undoEntry = setEntry(s.keys, keyId, next);
-  if (next !== undefined) indexKey(s.byCredential, next);
+  if (next !== undefined) indexKey(s.byCredential, keyId, next);
   return () => {
-    if (next !== undefined) unindexKey(s.byCredential, next);
+    if (next !== undefined) unindexKey(s.byCredential, keyId, next);
     undoEntry();
-    if (before !== undefined) indexKey(s.byCredential, before);
+    if (before !== undefined) indexKey(s.byCredential, keyId, before);
   };
 }
 
 /** Snapshot apply dropped every active key. */
 export function memDropActiveKeys(db: Database.Database): void {
   change(db, (s) => {
-    const undos = [...s.keys.values()].filter((k) => k.key.status === 'active').map((k) => replaceKey(s, k.keyId, undefined));
+    const active = [...s.keys].filter(([, k]) => k.status === 'active').map(([keyId]) => keyId);
+    const undos = active.map((keyId) => replaceKey(s, keyId, undefined));
     return () => {
       for (const u of undos.reverse()) u();
     };
@@ -381,12 +435,18 @@ export function memorySiteLockout(db: Database.Database, credentialType: string)
   return memoryOf(db).state.siteLockouts.get(credentialType) ?? null;
 }
 
-function viewOf(s: State, k: KeyMemory): StoredKey {
+/** A key as `decide` reads it: its grant parsed from the held JSON (validated when stored or loaded), with its derived marks. */
+function viewOf(s: State, keyId: string, k: KeyMemory): StoredKey {
   // signer retired: the grant's signer is retired; a grant stored before signers were noted, when any key was retired since
   const retired = k.signerKid === null ? [...s.trusted.values()].includes('retired') : s.trusted.get(k.signerKid) === 'retired';
-  const consumedAt = s.consumed.get(k.keyId);
-  if (!retired && consumedAt === undefined) return k.key;
-  return { ...k.key, ...(retired ? { signerRetired: true } : {}), ...(consumedAt === undefined ? {} : { consumedAt }) };
+  const consumedAt = s.consumed.get(keyId);
+  return {
+    grant: JSON.parse(k.grantJson) as KeyGrant,
+    version: k.version,
+    status: k.status,
+    ...(retired ? { signerRetired: true } : {}),
+    ...(consumedAt === undefined ? {} : { consumedAt }),
+  };
 }
 
 /** The key set as `decide` reads it (keySetView), from memory. */
@@ -395,16 +455,16 @@ export function memoryKeysByCredential(db: Database.Database, type: CredentialTy
   const ids = s.byCredential.get(credentialKey(type, digest));
   if (ids === undefined) return [];
   const out: StoredKey[] = [];
-  for (const id of ids) {
+  for (const id of typeof ids === 'string' ? [ids] : ids) {
     const k = s.keys.get(id);
-    if (k !== undefined) out.push(viewOf(s, k));
+    if (k !== undefined) out.push(viewOf(s, id, k));
   }
   return out;
 }
 export function memoryKeyById(db: Database.Database, keyId: string): StoredKey | null {
   const s = memoryOf(db).state;
   const k = s.keys.get(keyId);
-  return k === undefined ? null : viewOf(s, k);
+  return k === undefined ? null : viewOf(s, keyId, k);
 }
 export function memoryGrantCid(db: Database.Database, keyId: string): string | null {
   return memoryOf(db).state.keys.get(keyId)?.grantCid ?? null;
@@ -419,8 +479,8 @@ function canonical(s: State): unknown {
     settings: s.settings,
     locks: sorted(s.locks),
     siteLockouts: sorted(s.siteLockouts),
-    keys: sorted(s.keys).map(([id, k]) => [id, { ...k, key: viewOf(s, k) }]),
-    byCredential: sorted(s.byCredential).map(([c, ids]) => [c, [...ids].sort()]),
+    keys: sorted(s.keys).map(([id, k]) => [id, { ...k, key: viewOf(s, id, k) }]),
+    byCredential: sorted(s.byCredential).map(([c, ids]) => [c, typeof ids === 'string' ? ids : [...ids].sort()]),
     consumed: sorted(s.consumed),
     trusted: sorted(s.trusted),
   };
