@@ -67,24 +67,40 @@ interface State {
   settings: Settings;
   readonly locks: Map<string, LockMemory>;
   readonly siteLockouts: Map<string, SiteLockoutState>;
-  readonly keys: Map<string, KeyMemory>;
+  /** Replaced whole by a snapshot's drop of the active keys (memDropActiveKeys), so its undo is one swap. */
+  keys: Map<string, KeyMemory>;
   /** `${type}\u0000${digest}` → key ids. */
-  readonly byCredential: Map<string, KeyIds>;
+  byCredential: Map<string, KeyIds>;
   /** key id → when its one-time entry was used. */
   readonly consumed: Map<string, number>;
   /** kid → status of the trusted_keys rows. */
   readonly trusted: Map<string, 'trusted' | 'retired'>;
 }
 
+/** A part of the memory that one undo can restore whole. */
+type Whole = 'settings' | 'keys';
+
 interface Memory {
   state: State;
   /** Undo of every change made in the open transaction, in order. */
   readonly journal: (() => void)[];
+  /**
+   * Per part, the journal index of an undo that restores that part whole as
+   * it was before it (-1: none known). A later change of the part inside the
+   * same savepoint journals no undo of its own: every rollback that reaches
+   * the change runs that undo too. Issue #14: a 100,000-key snapshot apply
+   * journalled an undo per key and per ack (a copy of the settings each),
+   * ≈ 60 MB held until its commit.
+   */
+  readonly whole: Record<Whole, number>;
   /** Loaded inside a transaction: that load saw its uncommitted rows, so a rollback drops the memory. */
   provisional: boolean;
 }
 
 const memories = new WeakMap<Database.Database, Memory>();
+/** Per handle, the journal length at the start of each open transaction and savepoint, innermost last. */
+const savepointMarks = new WeakMap<Database.Database, number[]>();
+const noWhole = (): Record<Whole, number> => ({ settings: -1, keys: -1 });
 
 // ------------------------------------------------------------ loading
 
@@ -207,7 +223,7 @@ function loadTrusted(db: Database.Database): Map<string, 'trusted' | 'retired'> 
 function memoryOf(db: Database.Database): Memory {
   let m = memories.get(db);
   if (m === undefined) {
-    m = { state: loadState(db), journal: [], provisional: db.inTransaction };
+    m = { state: loadState(db), journal: [], whole: noWhole(), provisional: db.inTransaction };
     memories.set(db, m);
   }
   return m;
@@ -228,6 +244,7 @@ type TransactionFn = ((...args: unknown[]) => unknown) & {
 
 function undoTo(m: Memory, mark: number): void {
   while (m.journal.length > mark) m.journal.pop()?.();
+  for (const part of ['settings', 'keys'] as const) if (m.whole[part] >= mark) m.whole[part] = -1;
 }
 
 /**
@@ -246,6 +263,7 @@ export function guardTransactions(db: Database.Database): void {
         const m = memories.get(db);
         if (m !== undefined) {
           m.journal.length = 0;
+          Object.assign(m.whole, noWhole());
           m.provisional = false;
         }
         return result;
@@ -261,12 +279,17 @@ export function guardTransactions(db: Database.Database): void {
   const transaction = (fn: (...args: unknown[]) => unknown) => {
     const t = original(function (this: unknown, ...args: unknown[]): unknown {
       const mark = memories.get(db)?.journal.length ?? 0;
+      const marks = savepointMarks.get(db) ?? [];
+      savepointMarks.set(db, marks);
+      marks.push(mark);
       try {
         return fn.apply(this, args);
       } catch (e) {
         const m = memories.get(db);
         if (m !== undefined) undoTo(m, Math.min(mark, m.journal.length));
         throw e;
+      } finally {
+        marks.pop();
       }
     });
     // the same shape as better-sqlite3's: each variant carries every variant and the database
@@ -284,13 +307,23 @@ export function guardTransactions(db: Database.Database): void {
   (db as unknown as { transaction: unknown }).transaction = transaction;
 }
 
-/** Applies a change to the memory (when loaded); inside a transaction, journals its undo. */
-function change(db: Database.Database, apply: (s: State) => (() => void) | undefined): void {
+/**
+ * Applies a change to the memory (when loaded); inside a transaction,
+ * journals its undo, unless the change is to `part` and an undo journalled
+ * in the innermost open savepoint restores that part whole already.
+ * `restoresWhole`: this change's undo restores the whole `part` as it was.
+ */
+function change(db: Database.Database, apply: (s: State) => (() => void) | undefined, part?: Whole, restoresWhole = false): void {
   const m = memories.get(db);
   if (m === undefined) return; // not loaded yet: the load will read the row
   const undo = apply(m.state);
-  if (db.inTransaction && undo !== undefined) m.journal.push(undo);
+  if (!db.inTransaction || undo === undefined) return;
+  if (part !== undefined && wholeUndoSince(m, savepointMarks.get(db)?.at(-1) ?? 0, part)) return;
+  if (part !== undefined && restoresWhole) m.whole[part] = m.journal.length;
+  m.journal.push(undo);
 }
+
+const wholeUndoSince = (m: Memory, mark: number, part: Whole): boolean => m.whole[part] >= 0 && m.whole[part] >= mark;
 
 function setEntry<K, V>(map: Map<K, V>, key: K, value: V | undefined): () => void {
   const before = map.get(key);
@@ -306,13 +339,18 @@ function setEntry<K, V>(map: Map<K, V>, key: K, value: V | undefined): () => voi
 // ------------------------------------------------------------ write-through (called by the adapters after their statement)
 
 export function memSettings(db: Database.Database, next: (s: Settings) => Settings): void {
-  change(db, (s) => {
-    const before = s.settings;
-    s.settings = next(before);
-    return () => {
-      s.settings = before;
-    };
-  });
+  change(
+    db,
+    (s) => {
+      const before = s.settings;
+      s.settings = next(before);
+      return () => {
+        s.settings = before;
+      };
+    },
+    'settings',
+    true,
+  );
 }
 
 /** Re-reads one lock's row (pairing, lockout, privacy): the row as this transaction sees it. */
@@ -365,19 +403,23 @@ export interface SavedKey {
  * row takes it either way; '' is none), the signer only by a non-null one.
  */
 export function memKeySaved(db: Database.Database, keyId: string, key: SavedKey, grantCid: string | null, signerKid: string | null): void {
-  change(db, (s) => {
-    const before = s.keys.get(keyId);
-    const credential = credentialKey(key.grant.credential.type, key.grant.credential.digest);
-    const next: KeyMemory = {
-      version: key.version,
-      status: key.status,
-      grantJson: key.grantJson,
-      credential: before?.credential === credential ? before.credential : credential,
-      grantCid: before === undefined || key.status === 'active' ? grantCid || null : before.grantCid,
-      signerKid: signerKid ?? before?.signerKid ?? null,
-    };
-    return replaceKey(s, keyId, next);
-  });
+  change(
+    db,
+    (s) => {
+      const before = s.keys.get(keyId);
+      const credential = credentialKey(key.grant.credential.type, key.grant.credential.digest);
+      const next: KeyMemory = {
+        version: key.version,
+        status: key.status,
+        grantJson: key.grantJson,
+        credential: before?.credential === credential ? before.credential : credential,
+        grantCid: before === undefined || key.status === 'active' ? grantCid || null : before.grantCid,
+        signerKid: signerKid ?? before?.signerKid ?? null,
+      };
+      return replaceKey(s, keyId, next);
+    },
+    'keys',
+  );
 }
 
 function replaceKey(s: State, keyId: string, next: KeyMemory | undefined): () => void {
@@ -392,15 +434,23 @@ function replaceKey(s: State, keyId: string, next: KeyMemory | undefined): () =>
   };
 }
 
-/** Snapshot apply dropped every active key. */
+/** Snapshot apply dropped every active key: the revoked ones move to new maps, and the undo puts the old maps back. */
 export function memDropActiveKeys(db: Database.Database): void {
-  change(db, (s) => {
-    const active = [...s.keys].filter(([, k]) => k.status === 'active').map(([keyId]) => keyId);
-    const undos = active.map((keyId) => replaceKey(s, keyId, undefined));
-    return () => {
-      for (const u of undos.reverse()) u();
-    };
-  });
+  change(
+    db,
+    (s) => {
+      const { keys, byCredential } = s;
+      s.keys = new Map([...keys].filter(([, k]) => k.status !== 'active'));
+      s.byCredential = new Map();
+      for (const [keyId, k] of s.keys) indexKey(s.byCredential, keyId, k);
+      return () => {
+        s.keys = keys;
+        s.byCredential = byCredential;
+      };
+    },
+    'keys',
+    true,
+  );
 }
 
 export function memConsumed(db: Database.Database, keyId: string, at: number): void {
