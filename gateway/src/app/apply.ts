@@ -29,11 +29,11 @@ import {
   addSnapshotPart,
   dropActiveKeys,
   dropSnapshot,
+  firstSnapshotField,
   loadSlot,
   saveSlot,
   snapshotPartField,
   snapshotPartList,
-  type SnapshotPart,
 } from '../adapters/sqlite/keyset.js';
 import { ackUplink, enqueue, requeueUnacked } from '../adapters/sqlite/outbox.js';
 import {
@@ -442,7 +442,7 @@ function applySnapshotPart(deps: ApplyDeps, row: InboxRow, m: SnapshotMessage, n
   const snapRow: InboxRow = { ...row, seq: null, cid };
   const appliedBefore = readSettings(db).appliedSeq;
   // The trusted cloud keys first: the grants below are noted under the snapshot's signer.
-  const trusted = firstField(parts, (p) => snapshotPartField(db, id, p.part, 'trustedKeys', SnapshotBody.trustedKeys));
+  const trusted = firstSnapshotField(db, id, 'trustedKeys', SnapshotBody.trustedKeys);
   const keyset = trusted === undefined ? null : applySnapshotKeySet(deps, snapRow, trusted, now);
   // Tombstones first, while the keys they revoke still have their rows (so doors can still say KEY_REVOKED).
   for (const p of parts) {
@@ -459,7 +459,7 @@ function applySnapshotPart(deps: ApplyDeps, row: InboxRow, m: SnapshotMessage, n
     }
   }
   // The modes the cloud set in site.mode rows this snapshot skipped (their seq past what we had applied).
-  const modes = firstField(parts, (p) => snapshotPartField(db, id, p.part, 'modes', SnapshotBody.modes));
+  const modes = firstSnapshotField(db, id, 'modes', SnapshotBody.modes);
   if (modes !== undefined) applySnapshotModes(deps, snapRow, modes, appliedBefore, now);
   dropSnapshot(db, id);
   setSnapshotApplied(db, b.asOfSeq);
@@ -471,15 +471,6 @@ function applySnapshotPart(deps: ApplyDeps, row: InboxRow, m: SnapshotMessage, n
       : { result: 'applied', code: 'SNAPSHOT_APPLIED', keyId: null, keyVersion: null };
   ack(deps, snapRow, whole, now, ackOf);
   return { result: 'applied', code: 'MESSAGE_APPLIED' };
-}
-
-/** The first part's value of a field that only one part carries (undefined: no part has it). */
-function firstField<T>(parts: readonly SnapshotPart[], read: (p: SnapshotPart) => T | undefined): T | undefined {
-  for (const p of parts) {
-    const v = read(p);
-    if (v !== undefined) return v;
-  }
-  return undefined;
 }
 
 /**

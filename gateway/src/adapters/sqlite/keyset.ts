@@ -177,6 +177,29 @@ export function snapshotPartField<S extends z.ZodType>(
 }
 const SnapshotFieldRow = z.object({ v: z.string().nullable() });
 
+/**
+ * A field that one part carries (`trustedKeys`, `modes`: the cloud puts them
+ * on the first part), read back like `snapshotPartField` from the first part
+ * that has it; undefined when none has. `instr` skips, without parsing them,
+ * the parts whose text does not even contain the field's name (the body is
+ * our own JSON.stringify, so a part that has the field contains `"name":`).
+ */
+export function firstSnapshotField<S extends z.ZodType>(
+  db: ReadableDb,
+  snapshotId: string,
+  field: SnapshotField,
+  schema: S,
+): z.infer<S> | undefined {
+  const row: unknown = prepared(
+    db,
+    `SELECT body -> @path AS v FROM snapshot_parts
+     WHERE snapshot_id = @snapshotId AND instr(body, @name) > 0 AND body -> @path IS NOT NULL ORDER BY part LIMIT 1`,
+  ).get({ path: `$.${field}`, snapshotId, name: `"${field}":` });
+  return row === undefined
+    ? undefined
+    : parseRow('snapshot_parts', jsonColumn(schema), parseRow('snapshot_parts', SnapshotFieldRow, row).v);
+}
+
 /** Drops parts of snapshots that never completed (by their newest part's arrival). */
 export function purgeIncompleteSnapshots(db: WritableDb, olderThan: number): number {
   return prepared(

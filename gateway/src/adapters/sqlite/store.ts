@@ -1,5 +1,4 @@
 import type { DownlinkMessage } from '@tobira/shared';
-import type { z } from 'zod';
 import type { KeySlot } from '../../domain/keyset.js';
 import type { LockoutState, SiteLockoutState } from '../../domain/lockout.js';
 import * as access from './access-log.js';
