@@ -43,15 +43,16 @@ export interface LockMemory extends LockoutState {
 
 /**
  * One key, compact (issue #14: with the parsed grant object per key the key
- * set took ≈ 890 bytes of heap per key, 85 MB at 100,000 keys). The grant is
- * held as the JSON its row stores, validated when it was stored or loaded,
- * and parsed only when a decision reads the key: one or two candidate keys
- * per decision, a few microseconds each.
+ * set took ≈ 890 bytes of heap per key at 100,000 simple keys; held like this,
+ * ≈ 480-540, bench/keyset-memory.ts). The grant is held as JSON
+ * (`decisionJson`), validated when it was stored or loaded, and parsed only
+ * when a decision reads the key: one or two candidate keys per decision, a
+ * few microseconds each.
  */
 interface KeyMemory {
   readonly version: number;
   readonly status: StoredKeyStatus;
-  /** The row's `grant_json`. */
+  /** The row's grant as `decisionJson` holds it. */
   readonly grantJson: string;
   /** Its credential as the `byCredential` key (the same string object as that map's key). */
   readonly credential: string;
@@ -117,6 +118,14 @@ const textOrNull = (table: string, column: string, v: unknown): string | null =>
   return v;
 };
 const credentialKey = (type: string, digest: string) => `${type}\u0000${digest}`;
+
+/**
+ * The same text as one flat string. V8 may return a string built from pieces
+ * (JSON.stringify, concatenation), which holds the pieces too: ≈ 140 bytes
+ * more per grant held (measured with bench/keyset-memory.ts). A copy through
+ * a Buffer is a plain string of the text's length.
+ */
+const flat = (s: string): string => Buffer.from(s).toString();
 
 function loadState(db: Database.Database): State {
   const locks = new Map<string, LockMemory>();
@@ -185,8 +194,8 @@ function keyMemoryOf(r: unknown, intern: (s: string) => string): { keyId: string
     key: {
       version,
       status,
-      grantJson: r.grant_json,
-      credential: credentialKey(grant.credential.type, grant.credential.digest),
+      grantJson: decisionJson(grant),
+      credential: flat(credentialKey(grant.credential.type, grant.credential.digest)),
       grantCid: r.grant_cid === '' ? null : intern(r.grant_cid),
       signerKid: signerKid === null ? null : intern(signerKid),
     },
@@ -389,12 +398,21 @@ export function memSiteLockout(db: Database.Database, credentialType: string, lo
   );
 }
 
-/** What `saveSlot` wrote to a key's row: the key's version and status, its grant and the JSON the row stores. */
+/** What `saveSlot` wrote to a key's row: the key's version, status and grant. */
 export interface SavedKey {
   readonly version: number;
   readonly status: StoredKeyStatus;
   readonly grant: KeyGrant;
-  readonly grantJson: string;
+}
+
+/**
+ * A grant as the memory holds it: its JSON without the display names
+ * (`personName`, `doorNames`: a decision never reads them, and the staff UI
+ * reads them from the `keys` rows), which can be longer than the rest.
+ */
+function decisionJson(grant: KeyGrant): string {
+  const { personName: _person, doorNames: _doors, ...decision } = grant;
+  return flat(JSON.stringify(decision));
 }
 
 /**
@@ -411,8 +429,8 @@ export function memKeySaved(db: Database.Database, keyId: string, key: SavedKey,
       const next: KeyMemory = {
         version: key.version,
         status: key.status,
-        grantJson: key.grantJson,
-        credential: before?.credential === credential ? before.credential : credential,
+        grantJson: decisionJson(key.grant),
+        credential: before?.credential === credential ? before.credential : flat(credential),
         grantCid: before === undefined || key.status === 'active' ? grantCid || null : before.grantCid,
         signerKid: signerKid ?? before?.signerKid ?? null,
       };
