@@ -26,10 +26,6 @@ export function openDatabase(path: string, migrationsDir = MIGRATIONS_DIR): Writ
   db.pragma('synchronous = FULL');
   db.pragma('foreign_keys = ON');
   db.pragma('busy_timeout = 5000');
-  // SQLite's own default page cache (2 MB), not better-sqlite3's build default of 16 MB
-  // (SQLITE_DEFAULT_CACHE_SIZE=-16000): the decision reads the key set from memory (memory.ts),
-  // and a 100,000-key snapshot apply filled all 16 MB, ≈ 14 MB of the process's RSS (issue #14).
-  db.pragma('cache_size = -2000');
   // The one place a handle becomes writable: the brand is given here and nowhere else.
   const writableDb = db as WritableDb;
   // the in-memory decision state (memory.ts) follows each transaction's commit or rollback
