@@ -38,6 +38,7 @@ export function saveSlot(
 ): void {
   if (slot.key !== null) {
     const g = slot.key.grant;
+    const grantJson = JSON.stringify(g);
     prepared(
       db,
       `INSERT INTO keys (key_id, version, status, person_id, credential_type, credential_digest, grant_json, grant_cid, updated_at, signer_kid)
@@ -53,11 +54,12 @@ export function saveSlot(
       personId: g.personId,
       type: g.credential.type,
       digest: g.credential.digest,
-      json: JSON.stringify(g),
+      json: grantJson,
       cid: grantCid ?? '',
       now,
       signerKid,
     });
+    memKeySaved(db, keyId, { version: slot.key.version, status: slot.key.status, grant: g, grantJson }, grantCid, signerKid);
   }
   if (slot.tombstone !== null) {
     prepared(
@@ -65,7 +67,6 @@ export function saveSlot(
       'INSERT INTO tombstones (key_id, version, at) VALUES (?, ?, ?) ON CONFLICT (key_id) DO UPDATE SET version = max(tombstones.version, excluded.version), at = excluded.at',
     ).run(keyId, slot.tombstone, now);
   }
-  if (slot.key !== null) memKeySaved(db, keyId, slot.key, grantCid, signerKid);
 }
 
 /**

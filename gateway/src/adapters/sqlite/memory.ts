@@ -194,7 +194,7 @@ function keyMemoryOf(r: unknown, intern: (s: string) => string): { keyId: string
     key: {
       version,
       status,
-      grantJson: decisionJson(grant),
+      grantJson: decisionJson(grant, r.grant_json),
       credential: flat(credentialKey(grant.credential.type, grant.credential.digest)),
       grantCid: r.grant_cid === '' ? null : intern(r.grant_cid),
       signerKid: signerKid === null ? null : intern(signerKid),
@@ -398,19 +398,22 @@ export function memSiteLockout(db: Database.Database, credentialType: string, lo
   );
 }
 
-/** What `saveSlot` wrote to a key's row: the key's version, status and grant. */
+/** What `saveSlot` wrote to a key's row: the key's version, status and grant, and the grant's JSON (`grant_json`). */
 export interface SavedKey {
   readonly version: number;
   readonly status: StoredKeyStatus;
   readonly grant: KeyGrant;
+  readonly grantJson: string;
 }
 
 /**
  * A grant as the memory holds it: its JSON without the display names
  * (`personName`, `doorNames`: a decision never reads them, and the staff UI
- * reads them from the `keys` rows), which can be longer than the rest.
+ * reads them from the `keys` rows), which can be longer than the rest; a
+ * grant without names is held as its row's JSON (`rowJson`), as one flat string.
  */
-function decisionJson(grant: KeyGrant): string {
+function decisionJson(grant: KeyGrant, rowJson: string): string {
+  if (grant.personName === undefined && grant.doorNames === undefined) return flat(rowJson);
   const { personName: _person, doorNames: _doors, ...decision } = grant;
   return flat(JSON.stringify(decision));
 }
@@ -429,7 +432,7 @@ export function memKeySaved(db: Database.Database, keyId: string, key: SavedKey,
       const next: KeyMemory = {
         version: key.version,
         status: key.status,
-        grantJson: decisionJson(key.grant),
+        grantJson: decisionJson(key.grant, key.grantJson),
         credential: before?.credential === credential ? before.credential : flat(credential),
         grantCid: before === undefined || key.status === 'active' ? grantCid || null : before.grantCid,
         signerKid: signerKid ?? before?.signerKid ?? null,
