@@ -25,7 +25,16 @@ import {
   type InboxRow,
   type Settled,
 } from '../adapters/sqlite/inbox.js';
-import { addSnapshotPart, dropActiveKeys, dropSnapshot, loadSlot, saveSlot, snapshotParts } from '../adapters/sqlite/keyset.js';
+import {
+  addSnapshotPart,
+  dropActiveKeys,
+  dropSnapshot,
+  firstSnapshotField,
+  loadSlot,
+  saveSlot,
+  snapshotPartField,
+  snapshotPartList,
+} from '../adapters/sqlite/keyset.js';
 import { ackUplink, enqueue, requeueUnacked } from '../adapters/sqlite/outbox.js';
 import {
   markSeqConflict,
@@ -402,10 +411,16 @@ function applyKeySetRow(
 }
 
 type SnapshotMessage = Extract<InboxRow['message'], { type: 'keyset.snapshot' }>;
-/** The schema a part's body was verified with on arrival, to read it back. */
-const SnapshotBody = KeySetSnapshotMessage.shape.body;
+/** The schema a part's body was verified with on arrival: its fields are read back with their part of it. */
+const SnapshotBody = KeySetSnapshotMessage.shape.body.shape;
 
-/** Parts are kept until all have arrived; then the key set is replaced at once and every key and tombstone is acked. */
+/**
+ * Parts are kept until all have arrived; then the key set is replaced at once
+ * (in this one transaction) and every key and tombstone is acked. The parts
+ * are read back one at a time, a field at a time (issue #14: a 100,000-key
+ * snapshot held as objects all at once cost hundreds of MB): the tombstones
+ * of every part, then the keys of every part.
+ */
 function applySnapshotPart(deps: ApplyDeps, row: InboxRow, m: SnapshotMessage, now: number): RowResult {
   const { db } = deps.store;
   const b = m.body;
@@ -415,31 +430,38 @@ function applySnapshotPart(deps: ApplyDeps, row: InboxRow, m: SnapshotMessage, n
     now,
   );
   if (count < b.parts) return { result: 'applied', code: 'MESSAGE_APPLIED' };
-  const parts = snapshotParts(db, b.snapshotId, SnapshotBody);
-  dropSnapshot(db, b.snapshotId);
-  if (b.asOfSeq < readSettings(db).appliedSeq) return { result: 'noop', code: 'STALE_VERSION' };
+  const id = b.snapshotId;
+  const parts = snapshotPartList(db, id);
+  if (b.asOfSeq < readSettings(db).appliedSeq) {
+    dropSnapshot(db, id);
+    return { result: 'noop', code: 'STALE_VERSION' };
+  }
   const first = parts[0];
   const ackOf = first?.jti ?? m.jti;
   const cid = first?.cid ?? m.cid;
   const snapRow: InboxRow = { ...row, seq: null, cid };
-  const bodies = parts.map((p) => p.body);
   const appliedBefore = readSettings(db).appliedSeq;
   // The trusted cloud keys first: the grants below are noted under the snapshot's signer.
-  const trusted = bodies.find((x) => x.trustedKeys !== undefined)?.trustedKeys;
+  const trusted = firstSnapshotField(db, id, 'trustedKeys', SnapshotBody.trustedKeys);
   const keyset = trusted === undefined ? null : applySnapshotKeySet(deps, snapRow, trusted, now);
   // Tombstones first, while the keys they revoke still have their rows (so doors can still say KEY_REVOKED).
-  for (const t of bodies.flatMap((x) => x.revoked)) {
-    const o = applyRevoke(loadSlot(db, t.keyId), { keyId: t.keyId, version: t.version, reason: 'staff_revoked' });
-    settleKey(deps, snapRow, t.keyId, o, t.version, null, now, ackOf);
+  for (const p of parts) {
+    for (const t of snapshotPartField(db, id, p.part, 'revoked', SnapshotBody.revoked)) {
+      const o = applyRevoke(loadSlot(db, t.keyId), { keyId: t.keyId, version: t.version, reason: 'staff_revoked' });
+      settleKey(deps, snapRow, t.keyId, o, t.version, null, now, ackOf);
+    }
   }
   // Then the active set is exactly the snapshot's keys (tombstones still hold back stale versions).
   dropActiveKeys(db);
-  for (const g of bodies.flatMap((x) => x.keys)) {
-    settleKey(deps, snapRow, g.keyId, applyGrant(loadSlot(db, g.keyId), g), g.version, cid, now, ackOf);
+  for (const p of parts) {
+    for (const g of snapshotPartField(db, id, p.part, 'keys', SnapshotBody.keys)) {
+      settleKey(deps, snapRow, g.keyId, applyGrant(loadSlot(db, g.keyId), g), g.version, cid, now, ackOf);
+    }
   }
   // The modes the cloud set in site.mode rows this snapshot skipped (their seq past what we had applied).
-  const modes = bodies.find((x) => x.modes !== undefined)?.modes;
+  const modes = firstSnapshotField(db, id, 'modes', SnapshotBody.modes);
   if (modes !== undefined) applySnapshotModes(deps, snapRow, modes, appliedBefore, now);
+  dropSnapshot(db, id);
   setSnapshotApplied(db, b.asOfSeq);
   // The ack of the snapshot as a whole (the cloud settles the mode requests and key deliveries it
   // covered): SNAPSHOT_APPLIED, or refused with the code of its trusted-key set's refusal.

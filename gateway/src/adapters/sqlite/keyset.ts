@@ -38,6 +38,7 @@ export function saveSlot(
 ): void {
   if (slot.key !== null) {
     const g = slot.key.grant;
+    const grantJson = JSON.stringify(g);
     prepared(
       db,
       `INSERT INTO keys (key_id, version, status, person_id, credential_type, credential_digest, grant_json, grant_cid, updated_at, signer_kid)
@@ -53,11 +54,12 @@ export function saveSlot(
       personId: g.personId,
       type: g.credential.type,
       digest: g.credential.digest,
-      json: JSON.stringify(g),
+      json: grantJson,
       cid: grantCid ?? '',
       now,
       signerKid,
     });
+    memKeySaved(db, keyId, { version: slot.key.version, status: slot.key.status, grant: g, grantJson }, grantCid, signerKid);
   }
   if (slot.tombstone !== null) {
     prepared(
@@ -65,7 +67,6 @@ export function saveSlot(
       'INSERT INTO tombstones (key_id, version, at) VALUES (?, ?, ?) ON CONFLICT (key_id) DO UPDATE SET version = max(tombstones.version, excluded.version), at = excluded.at',
     ).run(keyId, slot.tombstone, now);
   }
-  if (slot.key !== null) memKeySaved(db, keyId, slot.key, grantCid, signerKid);
 }
 
 /**
@@ -117,14 +118,17 @@ export function keyCounts(db: ReadableDb): { active: number; revoked: number; to
 
 // ------------------------------------------------------------ snapshot parts
 
-export interface SnapshotPart<B> {
+/** A stored part of a snapshot without its body: the apply reads the bodies part by part (`snapshotPartField`). */
+export interface SnapshotPart {
   readonly part: number;
   readonly jti: MessageId;
   readonly cid: string;
-  readonly body: B;
 }
 
-const SnapshotPartRow = z.object({ part: z.int(), jti: MessageId, cid: z.string(), body: z.string() });
+const SnapshotPartRow = z.object({ part: z.int(), jti: MessageId, cid: z.string() });
+
+/** The fields of a part's body the apply reads, one at a time. */
+export type SnapshotField = 'keys' | 'revoked' | 'trustedKeys' | 'modes';
 
 /** Keeps one part (a redelivered part is not stored twice); returns how many parts of its snapshot are in. */
 export function addSnapshotPart(
@@ -138,15 +142,63 @@ export function addSnapshotPart(
   ).run(p.snapshotId, p.part, p.parts, p.asOfSeq, p.jti, p.cid, JSON.stringify(p.body), now);
   return countOf(db, 'snapshot_parts', 'SELECT count(*) AS n FROM snapshot_parts WHERE snapshot_id = ?', p.snapshotId);
 }
-/** A snapshot's parts in order, each body read back with `body` (the schema it was verified with on arrival). */
-export function snapshotParts<S extends z.ZodType>(db: ReadableDb, snapshotId: string, body: S): SnapshotPart<z.infer<S>>[] {
-  const rows = parseRows(
+/** A snapshot's parts in order (number, jti, cid), without their bodies. */
+export function snapshotPartList(db: ReadableDb, snapshotId: string): SnapshotPart[] {
+  return parseRows(
     'snapshot_parts',
     SnapshotPartRow,
-    prepared(db, 'SELECT part, jti, cid, body FROM snapshot_parts WHERE snapshot_id = ? ORDER BY part').all(snapshotId),
+    prepared(db, 'SELECT part, jti, cid FROM snapshot_parts WHERE snapshot_id = ? ORDER BY part').all(snapshotId),
   );
-  return rows.map((r) => ({ part: r.part, jti: r.jti, cid: r.cid, body: parseRow('snapshot_parts', jsonColumn(body), r.body) }));
 }
+
+/**
+ * One field of one stored part's body, read back with `schema` (that field's
+ * schema in the one the part was verified with on arrival; a field the part
+ * does not have is read as undefined). SQLite extracts the field (`->`), so
+ * only that field of that part is ever parsed in JavaScript: a 100,000-key
+ * snapshot applies part by part instead of holding every part's keys at once
+ * (issue #14).
+ */
+export function snapshotPartField<S extends z.ZodType>(
+  db: ReadableDb,
+  snapshotId: string,
+  part: number,
+  field: SnapshotField,
+  schema: S,
+): z.infer<S> {
+  const row: unknown = prepared(db, 'SELECT body -> ? AS v FROM snapshot_parts WHERE snapshot_id = ? AND part = ?').get(
+    `$.${field}`,
+    snapshotId,
+    part,
+  );
+  const { v } = parseRow('snapshot_parts', SnapshotFieldRow, row);
+  return v === null ? parseRow('snapshot_parts', schema, undefined) : parseRow('snapshot_parts', jsonColumn(schema), v);
+}
+const SnapshotFieldRow = z.object({ v: z.string().nullable() });
+
+/**
+ * A field that one part carries (`trustedKeys`, `modes`: the cloud puts them
+ * on the first part), read back like `snapshotPartField` from the first part
+ * that has it; undefined when none has. `instr` skips, without parsing them,
+ * the parts whose text does not even contain the field's name (the body is
+ * our own JSON.stringify, so a part that has the field contains `"name":`).
+ */
+export function firstSnapshotField<S extends z.ZodType>(
+  db: ReadableDb,
+  snapshotId: string,
+  field: SnapshotField,
+  schema: S,
+): z.infer<S> | undefined {
+  const row: unknown = prepared(
+    db,
+    `SELECT body -> @path AS v FROM snapshot_parts
+     WHERE snapshot_id = @snapshotId AND instr(body, @name) > 0 AND body -> @path IS NOT NULL ORDER BY part LIMIT 1`,
+  ).get({ path: `$.${field}`, snapshotId, name: `"${field}":` });
+  return row === undefined
+    ? undefined
+    : parseRow('snapshot_parts', jsonColumn(schema), parseRow('snapshot_parts', SnapshotFieldRow, row).v);
+}
+
 /** Drops parts of snapshots that never completed (by their newest part's arrival). */
 export function purgeIncompleteSnapshots(db: WritableDb, olderThan: number): number {
   return prepared(
@@ -157,6 +209,3 @@ export function purgeIncompleteSnapshots(db: WritableDb, olderThan: number): num
 export function dropSnapshot(db: WritableDb, snapshotId: string): void {
   prepared(db, 'DELETE FROM snapshot_parts WHERE snapshot_id = ?').run(snapshotId);
 }
-
-/** A part body read back without a schema (tests, tools). */
-export const AnyBody = z.unknown();

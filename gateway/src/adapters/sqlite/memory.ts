@@ -1,6 +1,6 @@
-import { CorruptRow, type CredentialType } from '@tobira/shared';
+import { CorruptRow, type CredentialType, type KeyGrant } from '@tobira/shared';
 import type Database from 'better-sqlite3';
-import type { StoredKey } from '../../domain/keyset.js';
+import type { StoredKey, StoredKeyStatus } from '../../domain/keyset.js';
 import type { LockoutState, SiteLockoutState } from '../../domain/lockout.js';
 import { storedKey } from './key-rows.js';
 import { readSettingsRow, type Settings } from './settings-row.js';
@@ -41,37 +41,67 @@ export interface LockMemory extends LockoutState {
   readonly privacySince: number | null;
 }
 
+/**
+ * One key, compact (issue #14: with the parsed grant object per key the key
+ * set took ≈ 890 bytes of heap per key at 100,000 simple keys; held like this,
+ * ≈ 480-540, bench/keyset-memory.ts). The grant is held as JSON
+ * (`decisionJson`), validated when it was stored or loaded, and parsed only
+ * when a decision reads the key: one or two candidate keys per decision, a
+ * few microseconds each.
+ */
 interface KeyMemory {
-  readonly keyId: string;
-  /** The stored key without the derived `signerRetired` and `consumedAt`. */
-  readonly key: StoredKey;
+  readonly version: number;
+  readonly status: StoredKeyStatus;
+  /** The row's grant as `decisionJson` holds it. */
+  readonly grantJson: string;
+  /** Its credential as the `byCredential` key (the same string object as that map's key). */
+  readonly credential: string;
   /** '' stored for keys no grant made: null here. */
   readonly grantCid: string | null;
   readonly signerKid: string | null;
 }
 
+/** The ids of a credential's keys: one id (nearly every credential), or a set when several keys share it. */
+type KeyIds = string | Set<string>;
+
 interface State {
   settings: Settings;
   readonly locks: Map<string, LockMemory>;
   readonly siteLockouts: Map<string, SiteLockoutState>;
-  readonly keys: Map<string, KeyMemory>;
+  /** Replaced whole by a snapshot's drop of the active keys (memDropActiveKeys), so its undo is one swap. */
+  keys: Map<string, KeyMemory>;
   /** `${type}\u0000${digest}` → key ids. */
-  readonly byCredential: Map<string, Set<string>>;
+  byCredential: Map<string, KeyIds>;
   /** key id → when its one-time entry was used. */
   readonly consumed: Map<string, number>;
   /** kid → status of the trusted_keys rows. */
   readonly trusted: Map<string, 'trusted' | 'retired'>;
 }
 
+/** A part of the memory that one undo can restore whole. */
+type Whole = 'settings' | 'keys';
+
 interface Memory {
   state: State;
   /** Undo of every change made in the open transaction, in order. */
   readonly journal: (() => void)[];
+  /**
+   * Per part, the journal index of an undo that restores that part whole as
+   * it was before it (-1: none known). A later change of the part inside the
+   * same savepoint journals no undo of its own: every rollback that reaches
+   * the change runs that undo too. Issue #14: a 100,000-key snapshot apply
+   * journalled an undo per key and per ack (a copy of the settings each),
+   * ≈ 60 MB held until its commit.
+   */
+  readonly whole: Record<Whole, number>;
   /** Loaded inside a transaction: that load saw its uncommitted rows, so a rollback drops the memory. */
   provisional: boolean;
 }
 
 const memories = new WeakMap<Database.Database, Memory>();
+/** Per handle, the journal length at the start of each open transaction and savepoint, innermost last. */
+const savepointMarks = new WeakMap<Database.Database, number[]>();
+const noWhole = (): Record<Whole, number> => ({ settings: -1, keys: -1 });
 
 // ------------------------------------------------------------ loading
 
@@ -88,6 +118,14 @@ const textOrNull = (table: string, column: string, v: unknown): string | null =>
   return v;
 };
 const credentialKey = (type: string, digest: string) => `${type}\u0000${digest}`;
+
+/**
+ * The same text as one flat string. V8 may return a string built from pieces
+ * (JSON.stringify, concatenation), which holds the pieces too: ≈ 140 bytes
+ * more per grant held (measured with bench/keyset-memory.ts). A copy through
+ * a Buffer is a plain string of the text's length.
+ */
+const flat = (s: string): string => Buffer.from(s).toString();
 
 function loadState(db: Database.Database): State {
   const locks = new Map<string, LockMemory>();
@@ -106,11 +144,12 @@ function loadState(db: Database.Database): State {
     });
   }
   const keys = new Map<string, KeyMemory>();
-  const byCredential = new Map<string, Set<string>>();
-  for (const r of db.prepare(KEY_ROWS).all()) {
-    const k = keyMemoryOf(r);
-    keys.set(k.keyId, k);
-    indexKey(byCredential, k);
+  const byCredential = new Map<string, KeyIds>();
+  const strings = interner();
+  for (const r of db.prepare(KEY_ROWS).iterate()) {
+    const { keyId, key } = keyMemoryOf(r, strings);
+    keys.set(keyId, key);
+    indexKey(byCredential, keyId, key);
   }
   const consumed = new Map<string, number>();
   for (const r of db.prepare('SELECT key_id, at FROM consumed_keys').all()) {
@@ -133,23 +172,51 @@ function lockMemoryOf(r: Record<string, unknown>): LockMemory {
   };
 }
 
-function keyMemoryOf(r: unknown): KeyMemory {
-  if (!isRecord(r) || typeof r.key_id !== 'string' || typeof r.grant_cid !== 'string') throw new CorruptRow('keys', 'not a key row');
-  const key = storedKey(r);
-  return { keyId: r.key_id, key, grantCid: r.grant_cid || null, signerKid: textOrNull('keys', 'signer_kid', r.signer_kid) };
+/** One string object per distinct value: the rows of a load repeat a few grant cids and signer kids many times. */
+function interner(): (s: string) => string {
+  const seen = new Map<string, string>();
+  return (s) => {
+    const have = seen.get(s);
+    if (have !== undefined) return have;
+    seen.set(s, s);
+    return s;
+  };
 }
 
-function indexKey(byCredential: Map<string, Set<string>>, k: KeyMemory): void {
-  const c = credentialKey(k.key.grant.credential.type, k.key.grant.credential.digest);
-  let ids = byCredential.get(c);
-  if (ids === undefined) byCredential.set(c, (ids = new Set()));
-  ids.add(k.keyId);
+/** A key row loaded: validated whole (`storedKey`, a `CorruptRow` fails the load as before), kept compact. */
+function keyMemoryOf(r: unknown, intern: (s: string) => string): { keyId: string; key: KeyMemory } {
+  if (!isRecord(r) || typeof r.key_id !== 'string' || typeof r.grant_cid !== 'string' || typeof r.grant_json !== 'string')
+    throw new CorruptRow('keys', 'not a key row');
+  const { grant, version, status } = storedKey(r);
+  const signerKid = textOrNull('keys', 'signer_kid', r.signer_kid);
+  return {
+    keyId: r.key_id,
+    key: {
+      version,
+      status,
+      grantJson: decisionJson(grant, r.grant_json),
+      credential: flat(credentialKey(grant.credential.type, grant.credential.digest)),
+      grantCid: r.grant_cid === '' ? null : intern(r.grant_cid),
+      signerKid: signerKid === null ? null : intern(signerKid),
+    },
+  };
 }
-function unindexKey(byCredential: Map<string, Set<string>>, k: KeyMemory): void {
-  const c = credentialKey(k.key.grant.credential.type, k.key.grant.credential.digest);
-  const ids = byCredential.get(c);
-  ids?.delete(k.keyId);
-  if (ids?.size === 0) byCredential.delete(c);
+
+function indexKey(byCredential: Map<string, KeyIds>, keyId: string, k: KeyMemory): void {
+  const ids = byCredential.get(k.credential);
+  if (ids === undefined) byCredential.set(k.credential, keyId);
+  else if (typeof ids === 'string') byCredential.set(k.credential, new Set([ids, keyId]));
+  else ids.add(keyId);
+}
+function unindexKey(byCredential: Map<string, KeyIds>, keyId: string, k: KeyMemory): void {
+  const ids = byCredential.get(k.credential);
+  if (ids === keyId) byCredential.delete(k.credential);
+  else if (typeof ids === 'object') {
+    ids.delete(keyId);
+    // back to the single-id form, so the memory has one shape whatever order the keys came and went in
+    const [only] = ids;
+    if (ids.size === 1 && only !== undefined) byCredential.set(k.credential, only);
+  }
 }
 
 function loadTrusted(db: Database.Database): Map<string, 'trusted' | 'retired'> {
@@ -165,7 +232,7 @@ function loadTrusted(db: Database.Database): Map<string, 'trusted' | 'retired'> 
 function memoryOf(db: Database.Database): Memory {
   let m = memories.get(db);
   if (m === undefined) {
-    m = { state: loadState(db), journal: [], provisional: db.inTransaction };
+    m = { state: loadState(db), journal: [], whole: noWhole(), provisional: db.inTransaction };
     memories.set(db, m);
   }
   return m;
@@ -186,6 +253,7 @@ type TransactionFn = ((...args: unknown[]) => unknown) & {
 
 function undoTo(m: Memory, mark: number): void {
   while (m.journal.length > mark) m.journal.pop()?.();
+  for (const part of ['settings', 'keys'] as const) if (m.whole[part] >= mark) m.whole[part] = -1;
 }
 
 /**
@@ -204,6 +272,7 @@ export function guardTransactions(db: Database.Database): void {
         const m = memories.get(db);
         if (m !== undefined) {
           m.journal.length = 0;
+          Object.assign(m.whole, noWhole());
           m.provisional = false;
         }
         return result;
@@ -219,12 +288,17 @@ export function guardTransactions(db: Database.Database): void {
   const transaction = (fn: (...args: unknown[]) => unknown) => {
     const t = original(function (this: unknown, ...args: unknown[]): unknown {
       const mark = memories.get(db)?.journal.length ?? 0;
+      const marks = savepointMarks.get(db) ?? [];
+      savepointMarks.set(db, marks);
+      marks.push(mark);
       try {
         return fn.apply(this, args);
       } catch (e) {
         const m = memories.get(db);
         if (m !== undefined) undoTo(m, Math.min(mark, m.journal.length));
         throw e;
+      } finally {
+        marks.pop();
       }
     });
     // the same shape as better-sqlite3's: each variant carries every variant and the database
@@ -242,13 +316,23 @@ export function guardTransactions(db: Database.Database): void {
   (db as unknown as { transaction: unknown }).transaction = transaction;
 }
 
-/** Applies a change to the memory (when loaded); inside a transaction, journals its undo. */
-function change(db: Database.Database, apply: (s: State) => (() => void) | undefined): void {
+/**
+ * Applies a change to the memory (when loaded); inside a transaction,
+ * journals its undo, unless the change is to `part` and an undo journalled
+ * in the innermost open savepoint restores that part whole already.
+ * `restoresWhole`: this change's undo restores the whole `part` as it was.
+ */
+function change(db: Database.Database, apply: (s: State) => (() => void) | undefined, part?: Whole, restoresWhole = false): void {
   const m = memories.get(db);
   if (m === undefined) return; // not loaded yet: the load will read the row
   const undo = apply(m.state);
-  if (db.inTransaction && undo !== undefined) m.journal.push(undo);
+  if (!db.inTransaction || undo === undefined) return;
+  if (part !== undefined && wholeUndoSince(m, savepointMarks.get(db)?.at(-1) ?? 0, part)) return;
+  if (part !== undefined && restoresWhole) m.whole[part] = m.journal.length;
+  m.journal.push(undo);
 }
+
+const wholeUndoSince = (m: Memory, mark: number, part: Whole): boolean => m.whole[part] >= 0 && m.whole[part] >= mark;
 
 function setEntry<K, V>(map: Map<K, V>, key: K, value: V | undefined): () => void {
   const before = map.get(key);
@@ -264,13 +348,18 @@ function setEntry<K, V>(map: Map<K, V>, key: K, value: V | undefined): () => voi
 // ------------------------------------------------------------ write-through (called by the adapters after their statement)
 
 export function memSettings(db: Database.Database, next: (s: Settings) => Settings): void {
-  change(db, (s) => {
-    const before = s.settings;
-    s.settings = next(before);
-    return () => {
-      s.settings = before;
-    };
-  });
+  change(
+    db,
+    (s) => {
+      const before = s.settings;
+      s.settings = next(before);
+      return () => {
+        s.settings = before;
+      };
+    },
+    'settings',
+    true,
+  );
 }
 
 /** Re-reads one lock's row (pairing, lockout, privacy): the row as this transaction sees it. */
@@ -309,44 +398,80 @@ export function memSiteLockout(db: Database.Database, credentialType: string, lo
   );
 }
 
+/** What `saveSlot` wrote to a key's row: the key's version, status and grant, and the grant's JSON (`grant_json`). */
+export interface SavedKey {
+  readonly version: number;
+  readonly status: StoredKeyStatus;
+  readonly grant: KeyGrant;
+  readonly grantJson: string;
+}
+
+/**
+ * A grant as the memory holds it: its JSON without the display names
+ * (`personName`, `doorNames`: a decision never reads them, and the staff UI
+ * reads them from the `keys` rows), which can be longer than the rest; a
+ * grant without names is held as its row's JSON (`rowJson`), as one flat string.
+ */
+function decisionJson(grant: KeyGrant, rowJson: string): string {
+  if (grant.personName === undefined && grant.doorNames === undefined) return flat(rowJson);
+  const { personName: _person, doorNames: _doors, ...decision } = grant;
+  return flat(JSON.stringify(decision));
+}
+
 /**
  * A key's row was written by `saveSlot` (grant, revoke, re-sign): the same
  * rules as its SQL — the grant cid is replaced only by an active key (a new
  * row takes it either way; '' is none), the signer only by a non-null one.
  */
-export function memKeySaved(db: Database.Database, keyId: string, key: StoredKey, grantCid: string | null, signerKid: string | null): void {
-  change(db, (s) => {
-    const before = s.keys.get(keyId);
-    const next: KeyMemory = {
-      keyId,
-      key: { grant: key.grant, version: key.version, status: key.status },
-      grantCid: before === undefined || key.status === 'active' ? grantCid || null : before.grantCid,
-      signerKid: signerKid ?? before?.signerKid ?? null,
-    };
-    return replaceKey(s, keyId, next);
-  });
+export function memKeySaved(db: Database.Database, keyId: string, key: SavedKey, grantCid: string | null, signerKid: string | null): void {
+  change(
+    db,
+    (s) => {
+      const before = s.keys.get(keyId);
+      const credential = credentialKey(key.grant.credential.type, key.grant.credential.digest);
+      const next: KeyMemory = {
+        version: key.version,
+        status: key.status,
+        grantJson: decisionJson(key.grant, key.grantJson),
+        credential: before?.credential === credential ? before.credential : flat(credential),
+        grantCid: before === undefined || key.status === 'active' ? grantCid || null : before.grantCid,
+        signerKid: signerKid ?? before?.signerKid ?? null,
+      };
+      return replaceKey(s, keyId, next);
+    },
+    'keys',
+  );
 }
 
 function replaceKey(s: State, keyId: string, next: KeyMemory | undefined): () => void {
   const before = s.keys.get(keyId);
-  if (before !== undefined) unindexKey(s.byCredential, before);
+  if (before !== undefined) unindexKey(s.byCredential, keyId, before);
   const undoEntry = setEntry(s.keys, keyId, next);
-  if (next !== undefined) indexKey(s.byCredential, next);
+  if (next !== undefined) indexKey(s.byCredential, keyId, next);
   return () => {
-    if (next !== undefined) unindexKey(s.byCredential, next);
+    if (next !== undefined) unindexKey(s.byCredential, keyId, next);
     undoEntry();
-    if (before !== undefined) indexKey(s.byCredential, before);
+    if (before !== undefined) indexKey(s.byCredential, keyId, before);
   };
 }
 
-/** Snapshot apply dropped every active key. */
+/** Snapshot apply dropped every active key: the revoked ones move to new maps, and the undo puts the old maps back. */
 export function memDropActiveKeys(db: Database.Database): void {
-  change(db, (s) => {
-    const undos = [...s.keys.values()].filter((k) => k.key.status === 'active').map((k) => replaceKey(s, k.keyId, undefined));
-    return () => {
-      for (const u of undos.reverse()) u();
-    };
-  });
+  change(
+    db,
+    (s) => {
+      const { keys, byCredential } = s;
+      s.keys = new Map([...keys].filter(([, k]) => k.status !== 'active'));
+      s.byCredential = new Map();
+      for (const [keyId, k] of s.keys) indexKey(s.byCredential, keyId, k);
+      return () => {
+        s.keys = keys;
+        s.byCredential = byCredential;
+      };
+    },
+    'keys',
+    true,
+  );
 }
 
 export function memConsumed(db: Database.Database, keyId: string, at: number): void {
@@ -381,12 +506,18 @@ export function memorySiteLockout(db: Database.Database, credentialType: string)
   return memoryOf(db).state.siteLockouts.get(credentialType) ?? null;
 }
 
-function viewOf(s: State, k: KeyMemory): StoredKey {
+/** A key as `decide` reads it: its grant parsed from the held JSON (validated when stored or loaded), with its derived marks. */
+function viewOf(s: State, keyId: string, k: KeyMemory): StoredKey {
   // signer retired: the grant's signer is retired; a grant stored before signers were noted, when any key was retired since
   const retired = k.signerKid === null ? [...s.trusted.values()].includes('retired') : s.trusted.get(k.signerKid) === 'retired';
-  const consumedAt = s.consumed.get(k.keyId);
-  if (!retired && consumedAt === undefined) return k.key;
-  return { ...k.key, ...(retired ? { signerRetired: true } : {}), ...(consumedAt === undefined ? {} : { consumedAt }) };
+  const consumedAt = s.consumed.get(keyId);
+  return {
+    grant: JSON.parse(k.grantJson) as KeyGrant,
+    version: k.version,
+    status: k.status,
+    ...(retired ? { signerRetired: true } : {}),
+    ...(consumedAt === undefined ? {} : { consumedAt }),
+  };
 }
 
 /** The key set as `decide` reads it (keySetView), from memory. */
@@ -395,16 +526,16 @@ export function memoryKeysByCredential(db: Database.Database, type: CredentialTy
   const ids = s.byCredential.get(credentialKey(type, digest));
   if (ids === undefined) return [];
   const out: StoredKey[] = [];
-  for (const id of ids) {
+  for (const id of typeof ids === 'string' ? [ids] : ids) {
     const k = s.keys.get(id);
-    if (k !== undefined) out.push(viewOf(s, k));
+    if (k !== undefined) out.push(viewOf(s, id, k));
   }
   return out;
 }
 export function memoryKeyById(db: Database.Database, keyId: string): StoredKey | null {
   const s = memoryOf(db).state;
   const k = s.keys.get(keyId);
-  return k === undefined ? null : viewOf(s, k);
+  return k === undefined ? null : viewOf(s, keyId, k);
 }
 export function memoryGrantCid(db: Database.Database, keyId: string): string | null {
   return memoryOf(db).state.keys.get(keyId)?.grantCid ?? null;
@@ -419,8 +550,8 @@ function canonical(s: State): unknown {
     settings: s.settings,
     locks: sorted(s.locks),
     siteLockouts: sorted(s.siteLockouts),
-    keys: sorted(s.keys).map(([id, k]) => [id, { ...k, key: viewOf(s, k) }]),
-    byCredential: sorted(s.byCredential).map(([c, ids]) => [c, [...ids].sort()]),
+    keys: sorted(s.keys).map(([id, k]) => [id, { ...k, key: viewOf(s, id, k) }]),
+    byCredential: sorted(s.byCredential).map(([c, ids]) => [c, typeof ids === 'string' ? ids : [...ids].sort()]),
     consumed: sorted(s.consumed),
     trusted: sorted(s.trusted),
   };

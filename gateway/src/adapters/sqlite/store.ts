@@ -1,5 +1,4 @@
 import type { DownlinkMessage } from '@tobira/shared';
-import type { z } from 'zod';
 import type { KeySlot } from '../../domain/keyset.js';
 import type { LockoutState, SiteLockoutState } from '../../domain/lockout.js';
 import * as access from './access-log.js';
@@ -57,7 +56,7 @@ export class GatewayStore {
   loadSlot = (keyId: string): KeySlot => keys.loadSlot(this.db, keyId);
   keyCounts = () => keys.keyCounts(this.db);
   addSnapshotPart = (p: Parameters<typeof keys.addSnapshotPart>[1], now: number) => keys.addSnapshotPart(this.db, p, now);
-  snapshotParts = <S extends z.ZodType>(snapshotId: string, body?: S) => keys.snapshotParts(this.db, snapshotId, body ?? keys.AnyBody);
+  snapshotParts = (snapshotId: string) => keys.snapshotPartList(this.db, snapshotId);
   purgeIncompleteSnapshots = (olderThan: number) => keys.purgeIncompleteSnapshots(this.db, olderThan);
   upsertLock = (lockId: string, doorId: string, now: number) => locks.upsertLock(this.db, lockId, doorId, now);
   lock = (lockId: string) => locks.lockById(this.db, lockId);
