@@ -1,4 +1,5 @@
 import type { Queryable } from '../db/db.js';
+import { ASYNC_COMMIT } from './async-commit.js';
 
 export interface ClaimedRow {
   readonly id: number;
@@ -50,7 +51,8 @@ const DUE = `((status = 'pending' AND next_attempt_at <= $1) OR (status = 'sendi
  */
 export async function claim(q: Queryable, opts: { token: string; now: number; leaseMs: number; limit: number }): Promise<ClaimedRow[]> {
   // the candidates and their locks in one statement: the CTE is computed first (MATERIALIZED, and the
-  // lock function is volatile), so a lock is tried only for a candidate, in gateway order
+  // lock function is volatile), so a lock is tried only for a candidate, in gateway order; the claim
+  // commits without waiting for its flush (async-commit.ts)
   const locked = await q.query<{ g: string }>(
     `WITH candidates AS MATERIALIZED (
         SELECT gateway_id FROM (
@@ -58,7 +60,7 @@ export async function claim(q: Queryable, opts: { token: string; now: number; le
             FROM outbox WHERE status IN ('pending', 'sending')
            ORDER BY gateway_id, seq) f
          WHERE due ORDER BY gateway_id LIMIT $2)
-     SELECT gateway_id AS g FROM candidates WHERE pg_try_advisory_xact_lock($3::int, hashtext(gateway_id))`,
+     SELECT gateway_id AS g FROM candidates, ${ASYNC_COMMIT} WHERE pg_try_advisory_xact_lock($3::int, hashtext(gateway_id))`,
     [opts.now, opts.limit, CLAIM_LOCK_NAMESPACE],
   );
   if (locked.rows.length === 0) return [];

@@ -1,4 +1,5 @@
 import type { Queryable } from '../db/db.js';
+import { ASYNC_COMMIT } from './async-commit.js';
 
 /**
  * Renew: pushes the lease of the rows of one claim that are not published
@@ -15,6 +16,7 @@ export async function renewLease(q: Queryable, ids: readonly number[], token: st
   if (ids.length === 0) return new Set();
   const r = await q.query<{ id: number }>(
     `UPDATE outbox SET lease_until = $3::bigint + $4::bigint
+       FROM ${ASYNC_COMMIT}
       WHERE id = ANY($1::bigint[]) AND lease_token = $2 AND status = 'sending'
       RETURNING id`,
     [ids, token, now, leaseMs],
