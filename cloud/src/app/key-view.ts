@@ -3,6 +3,7 @@ import { getGateway } from '../adapters/db/gateways.js';
 import { getKeySummary, summaryOf, type KeySummary } from '../adapters/db/keys.js';
 import { listKeyDeliveries, type OutboxEntry } from '../adapters/db/outbox-reads.js';
 import type { SiteScope } from '../adapters/db/scope.js';
+import type { Enqueued } from '../adapters/outbox/enqueue.js';
 import type { EntryKey } from '../domain/keys.js';
 
 /** The delivery notices a key view carries; each is in the API's code table (http/codes.ts API_CODES). */
@@ -88,6 +89,39 @@ export async function keyViewOf(q: Queryable, k: EntryKey): Promise<KeyView> {
   // keys.gateway_id is a foreign key: a missing gateway is a broken database, not an answer
   if (gw === null) throw new Error(`gateway ${k.gatewayId} of key ${k.id} not found`);
   return viewOf(q, summaryOf(k, gw.siteId), gw.online);
+}
+
+/**
+ * The view of a key its issue just inserted, from the outcome alone: the key
+ * is new (an issue applies only where no key was), so its deliveries are the
+ * outbox rows the issue queued, still pending and unseen by the dispatcher
+ * until the commit, exactly what `keyViewOf` would read back. No read: the
+ * reply is built while the gateway's seq counter is locked (enqueue.ts), and
+ * every round trip there is one more for every issue to that gateway
+ * (issue #14).
+ */
+export function issuedKeyView(
+  k: EntryKey,
+  queued: readonly Enqueued[],
+  gateway: { readonly siteId: string; readonly online: boolean | null },
+): KeyView {
+  const deliveries = queued.map(
+    (e): DeliveryView => ({
+      outboxId: e.id,
+      gatewayId: e.gatewayId,
+      seq: e.seq,
+      type: e.type,
+      keyVersion: k.version,
+      status: 'pending',
+      attempts: 0,
+      lastError: null,
+      cid: e.cid,
+      createdAt: e.createdAt,
+      sentAt: null,
+    }),
+  );
+  const key = summaryOf(k, gateway.siteId);
+  return { key, ...deliveryOf(key, deliveries, gateway.online), deliveries };
 }
 
 /** The view of a key visible to the scope, or null. */

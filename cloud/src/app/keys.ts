@@ -24,7 +24,6 @@ import {
   enterVerb,
   getKeySummary,
   insertKey,
-  grantNames,
   issueTargets,
   keysDueToExpire,
   listHistory,
@@ -142,27 +141,36 @@ export interface IssueKeyInput {
   readonly cid?: CorrelationId;
 }
 
-export async function issueKey(deps: AppDeps, input: IssueKeyInput): Promise<KeyResult> {
+/**
+ * An issue's answer, with the key's gateway as the issue read it before its
+ * transaction (null when refused before that): its reply is built from these
+ * and the outcome, with no read after the outbox row (key-view.ts `issuedKeyView`).
+ */
+export type IssueKeyResult = KeyResult & { readonly gateway: { readonly siteId: string; readonly online: boolean | null } | null };
+
+export async function issueKey(deps: AppDeps, input: IssueKeyInput): Promise<IssueKeyResult> {
   const cid = input.cid ?? newCorrelationId();
   const parsed = parseIssue(input);
-  if (!parsed.ok) return { ...parsed.refusal, cid };
+  if (!parsed.ok) return { ...parsed.refusal, cid, gateway: null };
   return issueParsed(deps, parsed.value, cid);
 }
 
-async function issueParsed(deps: AppDeps, input: ParsedIssueKeyInput, cid: CorrelationId): Promise<KeyResult> {
+async function issueParsed(deps: AppDeps, input: ParsedIssueKeyInput, cid: CorrelationId): Promise<IssueKeyResult> {
+  const early = (r: KeyResult): IssueKeyResult => ({ ...r, gateway: null });
   const offlineCap = deps.offlineKeyMaxSeconds ?? DEFAULT_OFFLINE_MAX_SECONDS;
   if (input.offlineMaxSeconds !== undefined && input.offlineMaxSeconds > offlineCap) {
-    return { ...refused('OFFLINE_MAX_TOO_LONG', `at most ${offlineCap} s`), cid };
+    return early({ ...refused('OFFLINE_MAX_TOO_LONG', `at most ${offlineCap} s`), cid });
   }
   const keyId = asKeyId(input.keyId ?? newId());
   const targets = await issueTargets(deps.db, input.siteScope ?? null, input.personId, input.doors);
-  if (!targets.personFound) return { ...refused('PERSON_NOT_FOUND'), cid };
+  if (!targets.personFound) return early({ ...refused('PERSON_NOT_FOUND'), cid });
   const missing = input.doors.filter((d) => !targets.doors.some((r) => r.id === d));
-  if (input.doors.length === 0 || missing.length > 0) return { ...refused('DOOR_NOT_FOUND', missing.join(',')), cid };
+  if (input.doors.length === 0 || missing.length > 0) return early({ ...refused('DOOR_NOT_FOUND', missing.join(',')), cid });
   const gateways = new Set(targets.doors.map((r) => r.gatewayId));
-  if (gateways.size !== 1) return { ...refused('DOORS_SPAN_GATEWAYS'), cid };
+  if (gateways.size !== 1) return early({ ...refused('DOORS_SPAN_GATEWAYS'), cid });
   const first = targets.doors[0];
-  if (first === undefined) return { ...refused('GATEWAY_NOT_FOUND'), cid };
+  if (first === undefined) return early({ ...refused('GATEWAY_NOT_FOUND'), cid });
+  const gateway = { siteId: first.siteId, online: first.gatewayOnline };
   const gatewayId = asGatewayId(first.gatewayId);
   const c = input.credential;
   const digest = 'digest' in c ? c.digest : credentialDigest(Buffer.from(first.pepper, 'base64url'), c.type, c.value);
@@ -181,14 +189,15 @@ async function issueParsed(deps: AppDeps, input: ParsedIssueKeyInput, cid: Corre
     oneTime: input.oneTime ?? false,
     staff: input.staff ?? false,
     cid,
-    names: await grantNames(deps.db, [{ personId: input.personId, doors: input.doors }]),
+    names: targets.names,
   };
-  if (await credentialInUse(deps.db, gatewayId, digest, keyId)) return { ...refused('CREDENTIAL_IN_USE'), cid };
+  if (await credentialInUse(deps.db, gatewayId, digest, keyId)) return early({ ...refused('CREDENTIAL_IN_USE'), cid });
   try {
-    return await transition(deps, 'issueKey', keyId, cid, (current, now) => domain.issueKey(current, cmd, now));
+    const o = await transition(deps, 'issueKey', keyId, cid, (current, now) => domain.issueKey(current, cmd, now));
+    return { ...o, gateway };
   } catch (e) {
     // a concurrent issue took the credential between the check and the insert (keys_live_credential)
-    if (pgErrorCode(e) === '23505') return { ...refused('CREDENTIAL_IN_USE'), cid };
+    if (pgErrorCode(e) === '23505') return early({ ...refused('CREDENTIAL_IN_USE'), cid });
     throw e;
   }
 }

@@ -171,6 +171,15 @@ describe.each(pgBackends())('admin API resources on %s', (backend) => {
       expect(got.statusCode).toBe(200);
       expect(got.json()).toMatchObject({ key: { status: 'issuing', cid: 'corr-issue-1' }, delivery: 'pending' });
       expect(got.json().deliveries).toHaveLength(1);
+      // the reply is built from the outcome, not read back: it is the view as it stood at the commit (the grant pending)
+      const { deliveries, ...view } = got.json() as { deliveries: Record<string, unknown>[] };
+      expect(r.json()).toEqual({
+        status: 'applied',
+        code: 'KEY_ISSUED',
+        cid: 'corr-issue-1',
+        ...view,
+        deliveries: deliveries.map((d) => ({ ...d, status: 'pending', attempts: 0, lastError: null, sentAt: null })),
+      });
     });
 
     describe('offline-capable (staff master) keys', () => {

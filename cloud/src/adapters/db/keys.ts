@@ -312,42 +312,66 @@ export async function listKeys(q: Queryable, scope: SiteScope, f: KeyFilter): Pr
 
 // ---------------------------------------------------------------- what an issue needs
 
-/** A door an issue names, with its gateway and that gateway's credential pepper. */
+/** A door an issue names, with its gateway, that gateway's site, presence and credential pepper. */
 export interface IssueDoor {
   readonly id: string;
   readonly gatewayId: string;
+  readonly siteId: string;
+  /** The gateway's presence as last recorded (null: never heard from). */
+  readonly gatewayOnline: boolean | null;
   readonly pepper: string;
 }
 
 const IssueTargetRow = z.discriminatedUnion('kind', [
-  z.object({ kind: z.literal('person'), id: z.string() }),
-  z.object({ kind: z.literal('door'), id: z.string(), gateway_id: z.string(), pepper: z.string() }),
+  z.object({ kind: z.literal('person'), id: z.string(), name: z.string() }),
+  z.object({
+    kind: z.literal('door'),
+    id: z.string(),
+    name: z.string(),
+    gateway_id: z.string(),
+    site_id: z.string(),
+    online: z.boolean().nullable(),
+    pepper: z.string(),
+  }),
 ]);
 
 /**
  * In one read: whether the person exists, and which of the doors exist, both
  * as the scope sees them (a person created for, or holding a key at, one of
- * its sites; a door of one of its sites).
+ * its sites; a door of one of its sites), with the names their grants carry
+ * (the same as `grantNames` of the targets found) and what the key's reply
+ * shows of its gateway: an issue makes no other read before its transaction
+ * but the credential check, and none after its outbox row (issue #14).
  */
 export async function issueTargets(
   q: Queryable,
   scope: SiteScope,
   personId: string,
   doorIds: readonly string[],
-): Promise<{ personFound: boolean; doors: IssueDoor[] }> {
+): Promise<{ personFound: boolean; doors: IssueDoor[]; names: GrantNames }> {
   const r = await q.query(
-    `SELECT 'person' AS kind, p.id, NULL AS gateway_id, NULL AS pepper FROM people p WHERE p.id = $1 AND ($3::text[] IS NULL
+    `SELECT 'person' AS kind, p.id, p.name, NULL AS gateway_id, NULL AS site_id, NULL::boolean AS online, NULL AS pepper
+       FROM people p WHERE p.id = $1 AND ($3::text[] IS NULL
         OR EXISTS (SELECT 1 FROM api_person_sites ps WHERE ps.person_id = p.id AND ps.site_id = ANY($3))
         OR EXISTS (SELECT 1 FROM keys k JOIN gateways g ON g.id = k.gateway_id WHERE k.person_id = p.id AND g.site_id = ANY($3)))
      UNION ALL
-     SELECT 'door', d.id, d.gateway_id, g.credential_pepper FROM doors d JOIN gateways g ON g.id = d.gateway_id
+     SELECT 'door', d.id, d.name, d.gateway_id, g.site_id, g.online, g.credential_pepper FROM doors d JOIN gateways g ON g.id = d.gateway_id
       WHERE d.id = ANY($2::text[]) AND ($3::text[] IS NULL OR d.site_id = ANY($3))`,
     [personId, [...doorIds], scopeParam(scope)],
   );
   const rows = parseRows('doors', IssueTargetRow, r.rows);
+  const doors = rows.flatMap((x) =>
+    x.kind === 'door'
+      ? [{ id: x.id, name: x.name, gatewayId: x.gateway_id, siteId: x.site_id, gatewayOnline: x.online, pepper: x.pepper }]
+      : [],
+  );
   return {
     personFound: rows.some((x) => x.kind === 'person'),
-    doors: rows.flatMap((x) => (x.kind === 'door' ? [{ id: x.id, gatewayId: x.gateway_id, pepper: x.pepper }] : [])),
+    doors: doors.map(({ name: _name, ...d }) => d),
+    names: {
+      people: new Map(rows.flatMap((x) => (x.kind === 'person' ? [[x.id, x.name] as const] : []))),
+      doors: new Map(doors.map((d) => [d.id, d.name] as const)),
+    },
   };
 }
 

@@ -13,6 +13,10 @@ export interface OutboxDraft {
 }
 
 export interface Enqueued {
+  /** The row's id and creation time: with the rest, what a read of the pending row gives back (the key view built without one). */
+  readonly id: number;
+  readonly createdAt: number;
+  readonly cid: string;
   readonly gatewayId: string;
   readonly seq: number;
   readonly jti: MessageId;
@@ -31,15 +35,15 @@ export interface Enqueued {
  */
 export async function enqueue(tx: Queryable, d: OutboxDraft, now: number): Promise<Enqueued> {
   const jti = newMessageId();
-  const r = await tx.query<{ seq: number }>(
+  const r = await tx.query<{ id: number | string; seq: number }>(
     `WITH s AS (UPDATE gateway_seq SET last_seq = last_seq + 1 WHERE gateway_id = $1 RETURNING last_seq),
           o AS (INSERT INTO outbox (gateway_id, seq, jti, type, key_id, key_version, body, cid, status, attempts, next_attempt_at, created_at)
                 SELECT $1, s.last_seq, $2, $3, $4, $5, $6::jsonb, $7, 'pending', 0, $8, $8 FROM s
-                RETURNING seq)
-     SELECT o.seq, pg_notify($9, $1) FROM o`,
+                RETURNING id, seq)
+     SELECT o.id, o.seq, pg_notify($9, $1) FROM o`,
     [d.gatewayId, jti, d.type, d.keyId, d.keyVersion, JSON.stringify(d.body), d.cid, now, OUTBOX_CHANNEL],
   );
-  const seq = r.rows[0]?.seq;
-  if (seq === undefined) throw new Error(`no seq counter for gateway ${d.gatewayId}`);
-  return { gatewayId: d.gatewayId, seq, jti, type: d.type };
+  const row = r.rows[0];
+  if (row === undefined) throw new Error(`no seq counter for gateway ${d.gatewayId}`);
+  return { id: Number(row.id), createdAt: now, cid: d.cid, gatewayId: d.gatewayId, seq: Number(row.seq), jti, type: d.type };
 }
