@@ -1,9 +1,9 @@
 import type { Queryable } from '../adapters/db/db.js';
 import { getGateway } from '../adapters/db/gateways.js';
 import { getKeySummary, summaryOf, type KeySummary } from '../adapters/db/keys.js';
-import { listKeyDeliveries, type OutboxEntry } from '../adapters/db/outbox-reads.js';
+import { listKeyDeliveries, type KeyDelivery } from '../adapters/db/outbox-reads.js';
 import type { SiteScope } from '../adapters/db/scope.js';
-import type { Enqueued } from '../adapters/outbox/enqueue.js';
+import type { Queued } from '../adapters/outbox/enqueue.js';
 import type { EntryKey } from '../domain/keys.js';
 
 /** The delivery notices a key view carries; each is in the API's code table (http/codes.ts API_CODES). */
@@ -15,10 +15,11 @@ type Notice = { code: string; message: string };
 export interface DeliveryView {
   readonly outboxId: number;
   readonly gatewayId: string;
-  readonly seq: number;
+  /** Null inside the transaction that queued the row (the answer of the request that did): the seq is taken at its commit. */
+  readonly seq: number | null;
   readonly type: string;
   readonly keyVersion: number | null;
-  readonly status: OutboxEntry['status'];
+  readonly status: KeyDelivery['status'];
   readonly attempts: number;
   readonly lastError: string | null;
   readonly cid: string;
@@ -39,7 +40,7 @@ export interface KeyView {
   readonly deliveries: DeliveryView[];
 }
 
-const deliveryView = (d: OutboxEntry): DeliveryView => ({
+const deliveryView = (d: KeyDelivery): DeliveryView => ({
   outboxId: d.id,
   gatewayId: d.gatewayId,
   seq: d.seq,
@@ -95,21 +96,20 @@ export async function keyViewOf(q: Queryable, k: EntryKey): Promise<KeyView> {
  * The view of a key its issue just inserted, from the outcome alone: the key
  * is new (an issue applies only where no key was), so its deliveries are the
  * outbox rows the issue queued, still pending and unseen by the dispatcher
- * until the commit, exactly what `keyViewOf` would read back. No read: the
- * reply is built while the gateway's seq counter is locked (enqueue.ts), and
- * every round trip there is one more for every issue to that gateway
- * (issue #14).
+ * until the commit, exactly what `keyViewOf` would read back (their seq
+ * too: null, taken at the commit). No read: one round trip less for every
+ * issue (issue #14).
  */
 export function issuedKeyView(
   k: EntryKey,
-  queued: readonly Enqueued[],
+  queued: readonly Queued[],
   gateway: { readonly siteId: string; readonly online: boolean | null },
 ): KeyView {
   const deliveries = queued.map(
     (e): DeliveryView => ({
       outboxId: e.id,
       gatewayId: e.gatewayId,
-      seq: e.seq,
+      seq: null,
       type: e.type,
       keyVersion: k.version,
       status: 'pending',

@@ -31,14 +31,14 @@ import {
   type HistoryRow,
 } from '../adapters/db/keys.js';
 import type { SiteScope } from '../adapters/db/scope.js';
-import { enqueue, type Enqueued } from '../adapters/outbox/enqueue.js';
+import { enqueueAtCommit, type Queued } from '../adapters/outbox/enqueue.js';
 import * as domain from '../domain/keys.js';
 import type { EntryKey, KeyOutcome } from '../domain/keys.js';
 import type { AppDeps } from './deps.js';
 import { RevokeKeyInput as RevokeKeySchema, check, parseIssue, type ParsedIssueKeyInput } from './inputs.js';
 
 /** A verb's answer to its caller: the domain outcome, with the outbox rows it queued. */
-export type KeyResult = Outcome<EntryKey, Enqueued> & { readonly cid: CorrelationId };
+export type KeyResult = Outcome<EntryKey, Queued> & { readonly cid: CorrelationId };
 
 const MAX_CAS_ATTEMPTS = 3;
 
@@ -71,10 +71,11 @@ async function transition(
       if (rows !== 1) return 'lost';
       deps.crash('afterCasBeforeOutboxInsert');
       await appendHistory(q, historyOf(verb, current, out.state, out.code, now));
-      const queued: Enqueued[] = [];
+      // seqs taken at the commit: the gateway's counter is not held across the caller's round trips (issue #14)
+      const queued: Queued[] = [];
       for (const m of out.emits) {
         queued.push(
-          await enqueue(
+          await enqueueAtCommit(
             q,
             { gatewayId: out.state.gatewayId, type: m.type, keyId: out.state.id, keyVersion: out.state.version, body: m.body, cid },
             now,

@@ -171,14 +171,16 @@ describe.each(pgBackends())('admin API resources on %s', (backend) => {
       expect(got.statusCode).toBe(200);
       expect(got.json()).toMatchObject({ key: { status: 'issuing', cid: 'corr-issue-1' }, delivery: 'pending' });
       expect(got.json().deliveries).toHaveLength(1);
-      // the reply is built from the outcome, not read back: it is the view as it stood at the commit (the grant pending)
+      // the reply is built from the outcome, not read back: the view as it stood inside the transaction
+      // (the grant pending, its seq taken at the commit)
       const { deliveries, ...view } = got.json() as { deliveries: Record<string, unknown>[] };
+      expect(deliveries[0]?.seq).toEqual(expect.any(Number));
       expect(r.json()).toEqual({
         status: 'applied',
         code: 'KEY_ISSUED',
         cid: 'corr-issue-1',
         ...view,
-        deliveries: deliveries.map((d) => ({ ...d, status: 'pending', attempts: 0, lastError: null, sentAt: null })),
+        deliveries: deliveries.map((d) => ({ ...d, seq: null, status: 'pending', attempts: 0, lastError: null, sentAt: null })),
       });
     });
 
