@@ -105,21 +105,19 @@ export function issuedKeyView(
   queued: readonly Queued[],
   gateway: { readonly siteId: string; readonly online: boolean | null },
 ): KeyView {
-  const deliveries = queued.map(
-    (e): DeliveryView => ({
-      outboxId: e.id,
-      gatewayId: e.gatewayId,
-      seq: null,
-      type: e.type,
-      keyVersion: k.version,
-      status: 'pending',
-      attempts: 0,
-      lastError: null,
-      cid: e.cid,
-      createdAt: e.createdAt,
-      sentAt: null,
-    }),
-  );
+  const deliveries = queued.map((e): DeliveryView => ({
+    outboxId: e.id,
+    gatewayId: e.gatewayId,
+    seq: null,
+    type: e.type,
+    keyVersion: k.version,
+    status: 'pending',
+    attempts: 0,
+    lastError: null,
+    cid: e.cid,
+    createdAt: e.createdAt,
+    sentAt: null,
+  }));
   const key = summaryOf(k, gateway.siteId);
   return { key, ...deliveryOf(key, deliveries, gateway.online), deliveries };
 }
