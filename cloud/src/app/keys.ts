@@ -16,14 +16,14 @@ import {
   asGatewayId,
   DEFAULT_OFFLINE_MAX_SECONDS,
 } from '@tobira/shared';
-import { pgErrorCode, type Queryable } from '../adapters/db/db.js';
+import type { Queryable } from '../adapters/db/db.js';
 import {
   appendHistory,
   casKey,
-  credentialInUse,
   enterVerb,
   getKeySummary,
   insertKey,
+  keyExists,
   issueTargets,
   keysDueToExpire,
   listHistory,
@@ -47,7 +47,10 @@ type Verb = 'issueKey' | 'revokeKey' | 'expireKey' | 'recordGatewayReport' | 're
 /**
  * The adapter that owns a verb's transaction: load → decide (pure) → CAS →
  * history → outbox, all in one transaction with the verb marker set; a lost
- * CAS is retried a bounded number of times with a fresh load.
+ * CAS is retried a bounded number of times with a fresh load. In a caller's
+ * transaction (`tx`, or `deps.inCallerTransaction`) it runs in it directly:
+ * a lost CAS and a taken credential write nothing, so there is nothing for a
+ * savepoint to undo.
  */
 async function transition(
   deps: AppDeps,
@@ -68,6 +71,8 @@ async function transition(
       const out = decide(current, now);
       if (out.status !== 'applied') return { ...out, cid };
       const rows = current === null ? await insertKey(q, out.state) : await casKey(q, out.state, current.revision);
+      // an insert that met no key of that id met another live key with the credential (keys_live_credential)
+      if (rows !== 1 && current === null && !(await keyExists(q, out.state.id))) return { ...refused('CREDENTIAL_IN_USE'), cid };
       if (rows !== 1) return 'lost';
       deps.crash('afterCasBeforeOutboxInsert');
       await appendHistory(q, historyOf(verb, current, out.state, out.code, now));
@@ -85,13 +90,14 @@ async function transition(
       deps.crash('afterOutboxInsertBeforeCommit');
       return { status: 'applied', code: out.code, state: out.state, emits: queued, cid };
     };
-    const result = tx ? await run(tx) : await deps.db.transaction(run);
+    const inCaller = tx ?? (deps.inCallerTransaction === true ? deps.db : undefined);
+    const result = inCaller ? await run(inCaller) : await deps.db.transaction(run);
     if (result === 'lost') {
       log.info({ attempt }, 'compare-and-set lost; reloading');
       continue;
     }
     log.info({ status: result.status, code: result.code }, 'key verb done');
-    if (!tx && result.status === 'applied') {
+    if (!inCaller && result.status === 'applied') {
       deps.crash('afterCommitBeforePublish');
       if (result.emits.length > 0) deps.wake();
     }
@@ -192,15 +198,9 @@ async function issueParsed(deps: AppDeps, input: ParsedIssueKeyInput, cid: Corre
     cid,
     names: targets.names,
   };
-  if (await credentialInUse(deps.db, gatewayId, digest, keyId)) return early({ ...refused('CREDENTIAL_IN_USE'), cid });
-  try {
-    const o = await transition(deps, 'issueKey', keyId, cid, (current, now) => domain.issueKey(current, cmd, now));
-    return { ...o, gateway };
-  } catch (e) {
-    // a concurrent issue took the credential between the check and the insert (keys_live_credential)
-    if (pgErrorCode(e) === '23505') return early({ ...refused('CREDENTIAL_IN_USE'), cid });
-    throw e;
-  }
+  // a credential another live key holds is refused by the insert (CREDENTIAL_IN_USE, by rows affected): no read first
+  const o = await transition(deps, 'issueKey', keyId, cid, (current, now) => domain.issueKey(current, cmd, now));
+  return o.status === 'applied' ? { ...o, gateway } : early(o);
 }
 
 // ---------------------------------------------------------------- revoke

@@ -78,19 +78,30 @@ export function keyFromRow(row: unknown): EntryKey {
   return parseRow('keys', KeyRow, row);
 }
 
+/** Whether a key has this id (what an insert that wrote nothing ran into: the id, or else the live credential). */
+export async function keyExists(q: Queryable, id: string): Promise<boolean> {
+  const r = await q.query('SELECT 1 FROM keys WHERE id = $1', [id]);
+  return r.rowCount > 0;
+}
+
 export async function loadKey(q: Queryable, id: string): Promise<EntryKey | null> {
   const r = await q.query('SELECT * FROM keys WHERE id = $1', [id]);
   return r.rows[0] === undefined ? null : keyFromRow(r.rows[0]);
 }
 
-/** Insert of a new key; 0 rows means the id already exists (judged by rowCount, not by an exception). */
+/**
+ * Insert of a new key; 0 rows means the id already exists or another live key
+ * of the gateway holds the credential (`keys_live_credential`), judged by
+ * rowCount, not by an exception: a verb inside a caller's transaction has no
+ * savepoint to roll an error back to (`keyExists` tells the two apart).
+ */
 export async function insertKey(q: Queryable, k: EntryKey): Promise<number> {
   const r = await q.query(
     `INSERT INTO keys (id, person_id, gateway_id, credential_type, credential_digest, doors, valid_from, valid_until,
        schedule, offline_capable, version, revision, status, revoke_reason, last_code, cid, created_at, updated_at, offline_max_seconds,
        one_time, used_at, staff)
      VALUES ($1,$2,$3,$4,$5,$6::jsonb,$7,$8,$9::jsonb,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22)
-     ON CONFLICT (id) DO NOTHING`,
+     ON CONFLICT DO NOTHING`,
     [
       k.id,
       k.personId,
