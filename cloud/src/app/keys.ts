@@ -20,7 +20,7 @@ import type { Queryable } from '../adapters/db/db.js';
 import {
   appendHistory,
   casKey,
-  enterVerb,
+  enterVerbAndLoadKey,
   getKeySummary,
   insertKey,
   keyExists,
@@ -64,8 +64,7 @@ async function transition(
   let last: EntryKey | null = null;
   for (let attempt = 1; attempt <= MAX_CAS_ATTEMPTS; attempt++) {
     const run = async (q: Queryable): Promise<KeyResult | 'lost'> => {
-      await enterVerb(q, verb);
-      const current = await loadKey(q, keyId);
+      const current = await enterVerbAndLoadKey(q, verb, keyId);
       last = current;
       const now = deps.clock.now();
       const out = decide(current, now);

@@ -78,6 +78,17 @@ export function keyFromRow(row: unknown): EntryKey {
   return parseRow('keys', KeyRow, row);
 }
 
+/**
+ * A verb's first statement: sets the transaction's verb marker (`enterVerb`,
+ * which the status guards check) and loads the key, in one round trip (the
+ * marker is set whether or not the key exists: a one-row subquery joined to it).
+ */
+export async function enterVerbAndLoadKey(q: Queryable, verb: string, id: string): Promise<EntryKey | null> {
+  const r = await q.query(`SELECT k.* FROM (SELECT set_config('tobira.verb', $2, true)) v LEFT JOIN keys k ON k.id = $1`, [id, verb]);
+  const row = r.rows[0] as { id: unknown } | undefined;
+  return row === undefined || row.id === null ? null : keyFromRow(row);
+}
+
 /** Whether a key has this id (what an insert that wrote nothing ran into: the id, or else the live credential). */
 export async function keyExists(q: Queryable, id: string): Promise<boolean> {
   const r = await q.query('SELECT 1 FROM keys WHERE id = $1', [id]);
