@@ -362,8 +362,8 @@ const IssueTargetRow = z.discriminatedUnion('kind', [
  * as the scope sees them (a person created for, or holding a key at, one of
  * its sites; a door of one of its sites), with the names their grants carry
  * (the same as `grantNames` of the targets found) and what the key's reply
- * shows of its gateway: an issue makes no other read before its transaction
- * but the credential check, and none after its outbox row (issue #14).
+ * shows of its gateway: an issue makes no other read before its transaction,
+ * and none after its outbox row (issue #14).
  */
 export async function issueTargets(
   q: Queryable,

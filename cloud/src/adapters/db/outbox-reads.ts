@@ -64,6 +64,7 @@ export async function listOutbox(q: Queryable, gatewayId: string): Promise<Outbo
 /** A key's outbox row; its seq is null inside the transaction that queued it (taken at the commit, enqueueAtCommit). */
 export type KeyDelivery = Omit<OutboxEntry, 'seq'> & { readonly seq: number | null };
 const KeyDeliveryRow = OutboxRowCore.extend({ seq: Int8.nullable(), status: z.enum(OUTBOX_STATUSES), sent_at: Int8.nullable() }).transform(
+  // outboxCore's seq is a committed row's; this row's own (null or not) replaces it
   (r): KeyDelivery => ({ ...outboxCore({ ...r, seq: 0 }), seq: r.seq, status: r.status, sentAt: r.sent_at }),
 );
 

@@ -50,7 +50,7 @@ export function keysRoutes(app: Api, ctx: Ctx): void {
         if (o.status === 'refused') return { statusCode: statusOf(o), body: { ...problem(o.code, o.detail), cid } };
         if (o.status === 'conflict')
           return { statusCode: 409, body: { status: o.status, code: o.code, cid, key: (await keyViewOf(db, o.current)).key } };
-        // applied: a new key, its view built from the outcome (no read while its gateway's seq is locked)
+        // applied: a new key, its view built from the outcome, not read back (issue #14)
         const v = o.status === 'applied' && o.gateway !== null ? issuedKeyView(o.state, o.emits, o.gateway) : await keyViewOf(db, o.state);
         return {
           statusCode: o.status === 'applied' ? 202 : 200,
