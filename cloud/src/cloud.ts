@@ -116,6 +116,7 @@ function coreOf(config: CloudConfig, cloudDeps: CloudDeps) {
   const brokerAccounts = cloudDeps.brokerAccounts ?? unmanagedBrokerAccounts;
   const app = (o: VerbOptions = {}): AppDeps => ({
     db: o.db ?? need(db),
+    inCallerTransaction: o.db !== undefined,
     clock,
     log,
     crash,

@@ -222,7 +222,8 @@ describe.each(pgBackends())('entry-key verbs on %s', (backend) => {
       const o = await issue(d, s);
       expect(o).toMatchObject({ status: 'applied', code: 'KEY_ISSUED' });
       if (o.status !== 'applied') return;
-      expect(o.emits).toEqual([expect.objectContaining({ gatewayId: s.gatewayId, seq: 1, type: 'key.grant' })]);
+      // the seq is taken at the commit (issue #14): the outcome names the row, the row has seq 1
+      expect(o.emits).toEqual([expect.objectContaining({ gatewayId: s.gatewayId, type: 'key.grant' })]);
       const row = (await t.db.query<Record<string, unknown>>('SELECT * FROM keys WHERE id = $1', [o.state.id])).rows[0];
       expect(JSON.stringify(row)).not.toContain('123456');
       expect(row?.credential_digest).toBe(credentialDigest(Buffer.from(s.provisioning.credentialPepper, 'base64url'), 'pin', '123456'));
@@ -395,6 +396,62 @@ describe.each(pgBackends())('entry-key verbs on %s', (backend) => {
         if (k) expect(k.version).toBe(Math.max(...mine.map((r) => r.key_version)));
       }
     });
+  });
+
+  describe('seqs taken at the commit (issue #14)', () => {
+    const pin = (n: number) => ({ type: 'pin' as const, value: `77${String(n).padStart(4, '0')}` });
+
+    it('a key verb in a caller transaction has no seq inside it, takes the next one at the commit in queue order, and a rollback leaves no gap', async () => {
+      const d = deps(t.db);
+      const s = await seed(d);
+      const rolledBack = await t.db
+        .transaction(async (tx) => {
+          await issue({ ...d, db: tx }, s, { keyId: `rb-${s.u}`, credential: pin(1) });
+          throw new Error('roll back');
+        })
+        .catch((e: unknown) => e);
+      expect(rolledBack).toBeInstanceOf(Error);
+      const inside = await t.db.transaction(async (tx) => {
+        const a = await issue({ ...d, db: tx }, s, { keyId: `a-${s.u}`, credential: pin(2) });
+        const b = await issue({ ...d, db: tx }, s, { keyId: `b-${s.u}`, credential: pin(3) });
+        const seqs = await tx.query<{ key_id: string; seq: number | null }>('SELECT key_id, seq FROM outbox WHERE gateway_id = $1', [
+          s.gatewayId,
+        ]);
+        return { a: a.status, b: b.status, seqs: seqs.rows };
+      });
+      expect(inside).toEqual({
+        a: 'applied',
+        b: 'applied',
+        seqs: expect.arrayContaining([
+          { key_id: `a-${s.u}`, seq: null },
+          { key_id: `b-${s.u}`, seq: null },
+        ]),
+      });
+      expect((await outboxOf(s.gatewayId)).map((r) => [r.key_id, Number(r.seq)])).toEqual([
+        [`a-${s.u}`, 1],
+        [`b-${s.u}`, 2],
+      ]);
+      await issue(d, s, { keyId: `c-${s.u}`, credential: pin(4) });
+      expect((await outboxOf(s.gatewayId)).map((r) => Number(r.seq))).toEqual([1, 2, 3]);
+    });
+
+    if (backend === 'postgres') {
+      it('seqs follow commit order, and an open transaction holding a queued row does not hold up another issue to the gateway', async () => {
+        const d = deps(t.db);
+        const s = await seed(d);
+        const order = await t.db.transaction(async (tx) => {
+          await issue({ ...d, db: tx }, s, { keyId: `first-${s.u}`, credential: pin(5) });
+          // queued first, still open: a second issue on another connection commits meanwhile (it waited on a seq lock before)
+          const second = await issue(d, s, { keyId: `second-${s.u}`, credential: pin(6) });
+          return second.status;
+        });
+        expect(order).toBe('applied');
+        expect((await outboxOf(s.gatewayId)).map((r) => [r.key_id, Number(r.seq)])).toEqual([
+          [`second-${s.u}`, 1],
+          [`first-${s.u}`, 2],
+        ]);
+      });
+    }
   });
 
   describe('when the gateway reports', () => {

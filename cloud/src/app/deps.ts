@@ -8,6 +8,13 @@ import type { NotificationChannel } from '../domain/notifications.js';
 export interface AppDeps {
   /** The database, or the caller's open transaction (a verb run with `{ db: tx }`). */
   readonly db: Tx;
+  /**
+   * `db` is the caller's open transaction (`{ db: tx }`, the admin API's unit):
+   * a key verb writes in it directly, without a savepoint of its own (two
+   * round trips fewer; it throws only for bugs and broken infrastructure,
+   * which roll the caller's unit back anyway).
+   */
+  readonly inCallerTransaction?: boolean;
   readonly clock: Clock;
   readonly log: Logger;
   readonly crash: CrashHook;

@@ -16,15 +16,14 @@ import {
   asGatewayId,
   DEFAULT_OFFLINE_MAX_SECONDS,
 } from '@tobira/shared';
-import { pgErrorCode, type Queryable } from '../adapters/db/db.js';
+import type { Queryable } from '../adapters/db/db.js';
 import {
   appendHistory,
   casKey,
-  credentialInUse,
-  enterVerb,
+  enterVerbAndLoadKey,
   getKeySummary,
   insertKey,
-  grantNames,
+  keyExists,
   issueTargets,
   keysDueToExpire,
   listHistory,
@@ -32,14 +31,14 @@ import {
   type HistoryRow,
 } from '../adapters/db/keys.js';
 import type { SiteScope } from '../adapters/db/scope.js';
-import { enqueue, type Enqueued } from '../adapters/outbox/enqueue.js';
+import { enqueueAtCommit, type Queued } from '../adapters/outbox/enqueue.js';
 import * as domain from '../domain/keys.js';
 import type { EntryKey, KeyOutcome } from '../domain/keys.js';
 import type { AppDeps } from './deps.js';
 import { RevokeKeyInput as RevokeKeySchema, check, parseIssue, type ParsedIssueKeyInput } from './inputs.js';
 
 /** A verb's answer to its caller: the domain outcome, with the outbox rows it queued. */
-export type KeyResult = Outcome<EntryKey, Enqueued> & { readonly cid: CorrelationId };
+export type KeyResult = Outcome<EntryKey, Queued> & { readonly cid: CorrelationId };
 
 const MAX_CAS_ATTEMPTS = 3;
 
@@ -48,7 +47,10 @@ type Verb = 'issueKey' | 'revokeKey' | 'expireKey' | 'recordGatewayReport' | 're
 /**
  * The adapter that owns a verb's transaction: load → decide (pure) → CAS →
  * history → outbox, all in one transaction with the verb marker set; a lost
- * CAS is retried a bounded number of times with a fresh load.
+ * CAS is retried a bounded number of times with a fresh load. In a caller's
+ * transaction (`tx`, or `deps.inCallerTransaction`) it runs in it directly:
+ * a lost CAS and a taken credential write nothing, so there is nothing for a
+ * savepoint to undo.
  */
 async function transition(
   deps: AppDeps,
@@ -62,20 +64,22 @@ async function transition(
   let last: EntryKey | null = null;
   for (let attempt = 1; attempt <= MAX_CAS_ATTEMPTS; attempt++) {
     const run = async (q: Queryable): Promise<KeyResult | 'lost'> => {
-      await enterVerb(q, verb);
-      const current = await loadKey(q, keyId);
+      const current = await enterVerbAndLoadKey(q, verb, keyId);
       last = current;
       const now = deps.clock.now();
       const out = decide(current, now);
       if (out.status !== 'applied') return { ...out, cid };
       const rows = current === null ? await insertKey(q, out.state) : await casKey(q, out.state, current.revision);
+      // an insert that met no key of that id met another live key with the credential (keys_live_credential)
+      if (rows !== 1 && current === null && !(await keyExists(q, out.state.id))) return { ...refused('CREDENTIAL_IN_USE'), cid };
       if (rows !== 1) return 'lost';
       deps.crash('afterCasBeforeOutboxInsert');
       await appendHistory(q, historyOf(verb, current, out.state, out.code, now));
-      const queued: Enqueued[] = [];
+      // seqs taken at the commit: the gateway's counter is not held across the caller's round trips (issue #14)
+      const queued: Queued[] = [];
       for (const m of out.emits) {
         queued.push(
-          await enqueue(
+          await enqueueAtCommit(
             q,
             { gatewayId: out.state.gatewayId, type: m.type, keyId: out.state.id, keyVersion: out.state.version, body: m.body, cid },
             now,
@@ -85,13 +89,14 @@ async function transition(
       deps.crash('afterOutboxInsertBeforeCommit');
       return { status: 'applied', code: out.code, state: out.state, emits: queued, cid };
     };
-    const result = tx ? await run(tx) : await deps.db.transaction(run);
+    const inCaller = tx ?? (deps.inCallerTransaction === true ? deps.db : undefined);
+    const result = inCaller ? await run(inCaller) : await deps.db.transaction(run);
     if (result === 'lost') {
       log.info({ attempt }, 'compare-and-set lost; reloading');
       continue;
     }
     log.info({ status: result.status, code: result.code }, 'key verb done');
-    if (!tx && result.status === 'applied') {
+    if (!inCaller && result.status === 'applied') {
       deps.crash('afterCommitBeforePublish');
       if (result.emits.length > 0) deps.wake();
     }
@@ -142,27 +147,36 @@ export interface IssueKeyInput {
   readonly cid?: CorrelationId;
 }
 
-export async function issueKey(deps: AppDeps, input: IssueKeyInput): Promise<KeyResult> {
+/**
+ * An issue's answer, with the key's gateway as the issue read it before its
+ * transaction (null when refused before that): its reply is built from these
+ * and the outcome, with no read after the outbox row (key-view.ts `issuedKeyView`).
+ */
+export type IssueKeyResult = KeyResult & { readonly gateway: { readonly siteId: string; readonly online: boolean | null } | null };
+
+export async function issueKey(deps: AppDeps, input: IssueKeyInput): Promise<IssueKeyResult> {
   const cid = input.cid ?? newCorrelationId();
   const parsed = parseIssue(input);
-  if (!parsed.ok) return { ...parsed.refusal, cid };
+  if (!parsed.ok) return { ...parsed.refusal, cid, gateway: null };
   return issueParsed(deps, parsed.value, cid);
 }
 
-async function issueParsed(deps: AppDeps, input: ParsedIssueKeyInput, cid: CorrelationId): Promise<KeyResult> {
+async function issueParsed(deps: AppDeps, input: ParsedIssueKeyInput, cid: CorrelationId): Promise<IssueKeyResult> {
+  const early = (r: KeyResult): IssueKeyResult => ({ ...r, gateway: null });
   const offlineCap = deps.offlineKeyMaxSeconds ?? DEFAULT_OFFLINE_MAX_SECONDS;
   if (input.offlineMaxSeconds !== undefined && input.offlineMaxSeconds > offlineCap) {
-    return { ...refused('OFFLINE_MAX_TOO_LONG', `at most ${offlineCap} s`), cid };
+    return early({ ...refused('OFFLINE_MAX_TOO_LONG', `at most ${offlineCap} s`), cid });
   }
   const keyId = asKeyId(input.keyId ?? newId());
   const targets = await issueTargets(deps.db, input.siteScope ?? null, input.personId, input.doors);
-  if (!targets.personFound) return { ...refused('PERSON_NOT_FOUND'), cid };
+  if (!targets.personFound) return early({ ...refused('PERSON_NOT_FOUND'), cid });
   const missing = input.doors.filter((d) => !targets.doors.some((r) => r.id === d));
-  if (input.doors.length === 0 || missing.length > 0) return { ...refused('DOOR_NOT_FOUND', missing.join(',')), cid };
+  if (input.doors.length === 0 || missing.length > 0) return early({ ...refused('DOOR_NOT_FOUND', missing.join(',')), cid });
   const gateways = new Set(targets.doors.map((r) => r.gatewayId));
-  if (gateways.size !== 1) return { ...refused('DOORS_SPAN_GATEWAYS'), cid };
+  if (gateways.size !== 1) return early({ ...refused('DOORS_SPAN_GATEWAYS'), cid });
   const first = targets.doors[0];
-  if (first === undefined) return { ...refused('GATEWAY_NOT_FOUND'), cid };
+  if (first === undefined) return early({ ...refused('GATEWAY_NOT_FOUND'), cid });
+  const gateway = { siteId: first.siteId, online: first.gatewayOnline };
   const gatewayId = asGatewayId(first.gatewayId);
   const c = input.credential;
   const digest = 'digest' in c ? c.digest : credentialDigest(Buffer.from(first.pepper, 'base64url'), c.type, c.value);
@@ -181,16 +195,11 @@ async function issueParsed(deps: AppDeps, input: ParsedIssueKeyInput, cid: Corre
     oneTime: input.oneTime ?? false,
     staff: input.staff ?? false,
     cid,
-    names: await grantNames(deps.db, [{ personId: input.personId, doors: input.doors }]),
+    names: targets.names,
   };
-  if (await credentialInUse(deps.db, gatewayId, digest, keyId)) return { ...refused('CREDENTIAL_IN_USE'), cid };
-  try {
-    return await transition(deps, 'issueKey', keyId, cid, (current, now) => domain.issueKey(current, cmd, now));
-  } catch (e) {
-    // a concurrent issue took the credential between the check and the insert (keys_live_credential)
-    if (pgErrorCode(e) === '23505') return { ...refused('CREDENTIAL_IN_USE'), cid };
-    throw e;
-  }
+  // a credential another live key holds is refused by the insert (CREDENTIAL_IN_USE, by rows affected): no read first
+  const o = await transition(deps, 'issueKey', keyId, cid, (current, now) => domain.issueKey(current, cmd, now));
+  return o.status === 'applied' ? { ...o, gateway } : early(o);
 }
 
 // ---------------------------------------------------------------- revoke

@@ -154,7 +154,10 @@ export const Notice = z.object({ code: z.string(), message: z.string() });
 export const Delivery = z.object({
   outboxId: z.int(),
   gatewayId: z.string(),
-  seq: z.int(),
+  seq: z
+    .int()
+    .nullable()
+    .describe("the message's seq at its gateway; null in the answer of the request that queued it (taken at its commit)"),
   type: z.string(),
   keyVersion: z.int().nullable(),
   status: z.enum(['pending', 'sending', 'sent', 'dead']),

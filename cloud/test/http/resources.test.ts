@@ -171,6 +171,17 @@ describe.each(pgBackends())('admin API resources on %s', (backend) => {
       expect(got.statusCode).toBe(200);
       expect(got.json()).toMatchObject({ key: { status: 'issuing', cid: 'corr-issue-1' }, delivery: 'pending' });
       expect(got.json().deliveries).toHaveLength(1);
+      // the reply is built from the outcome, not read back: the view as it stood inside the transaction
+      // (the grant pending, its seq taken at the commit)
+      const { deliveries, ...view } = got.json() as { deliveries: Record<string, unknown>[] };
+      expect(deliveries[0]?.seq).toEqual(expect.any(Number));
+      expect(r.json()).toEqual({
+        status: 'applied',
+        code: 'KEY_ISSUED',
+        cid: 'corr-issue-1',
+        ...view,
+        deliveries: deliveries.map((d) => ({ ...d, seq: null, status: 'pending', attempts: 0, lastError: null, sentAt: null })),
+      });
     });
 
     describe('offline-capable (staff master) keys', () => {
@@ -298,6 +309,15 @@ describe.each(pgBackends())('admin API resources on %s', (backend) => {
       const r = await h.app.inject({ method: 'POST', url: '/keys', headers: bearer(h.tokens.admin), payload: body });
       expect(r.statusCode).toBe(422);
       expect(r.json()).toMatchObject({ status: 'refused', code: 'CREDENTIAL_IN_USE' });
+      // under an Idempotency-Key: the refusal is judged by the insert's rows in the request's unit, which stays
+      // usable to store the answer (no error to roll back), and a replay answers the same
+      const again = { ...body, keyId: `again-${s.u}` };
+      const headers = { ...bearer(h.tokens.admin), 'idempotency-key': `in-use-${s.u}` };
+      const first = await h.app.inject({ method: 'POST', url: '/keys', headers, payload: again });
+      expect([first.statusCode, first.json()]).toEqual([422, expect.objectContaining({ code: 'CREDENTIAL_IN_USE' })]);
+      const replay = await h.app.inject({ method: 'POST', url: '/keys', headers, payload: again });
+      expect([replay.statusCode, replay.headers['idempotent-replayed'], replay.json()]).toEqual([422, 'true', first.json()]);
+      expect((await h.cloud.db.query('SELECT 1 FROM keys WHERE id = $1', [`again-${s.u}`])).rows).toEqual([]);
     });
 
     it('lists keys with filters and a cursor that walks every page once', async () => {

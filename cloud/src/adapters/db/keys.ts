@@ -78,19 +78,41 @@ export function keyFromRow(row: unknown): EntryKey {
   return parseRow('keys', KeyRow, row);
 }
 
+/**
+ * A verb's first statement: sets the transaction's verb marker (`enterVerb`,
+ * which the status guards check) and loads the key, in one round trip (the
+ * marker is set whether or not the key exists: a one-row subquery joined to it).
+ */
+export async function enterVerbAndLoadKey(q: Queryable, verb: string, id: string): Promise<EntryKey | null> {
+  const r = await q.query(`SELECT k.* FROM (SELECT set_config('tobira.verb', $2, true)) v LEFT JOIN keys k ON k.id = $1`, [id, verb]);
+  const row = r.rows[0] as { id: unknown } | undefined;
+  return row === undefined || row.id === null ? null : keyFromRow(row);
+}
+
+/** Whether a key has this id (what an insert that wrote nothing ran into: the id, or else the live credential). */
+export async function keyExists(q: Queryable, id: string): Promise<boolean> {
+  const r = await q.query('SELECT 1 FROM keys WHERE id = $1', [id]);
+  return r.rowCount > 0;
+}
+
 export async function loadKey(q: Queryable, id: string): Promise<EntryKey | null> {
   const r = await q.query('SELECT * FROM keys WHERE id = $1', [id]);
   return r.rows[0] === undefined ? null : keyFromRow(r.rows[0]);
 }
 
-/** Insert of a new key; 0 rows means the id already exists (judged by rowCount, not by an exception). */
+/**
+ * Insert of a new key; 0 rows means the id already exists or another live key
+ * of the gateway holds the credential (`keys_live_credential`), judged by
+ * rowCount, not by an exception: a verb inside a caller's transaction has no
+ * savepoint to roll an error back to (`keyExists` tells the two apart).
+ */
 export async function insertKey(q: Queryable, k: EntryKey): Promise<number> {
   const r = await q.query(
     `INSERT INTO keys (id, person_id, gateway_id, credential_type, credential_digest, doors, valid_from, valid_until,
        schedule, offline_capable, version, revision, status, revoke_reason, last_code, cid, created_at, updated_at, offline_max_seconds,
        one_time, used_at, staff)
      VALUES ($1,$2,$3,$4,$5,$6::jsonb,$7,$8,$9::jsonb,$10,$11,$12,$13,$14,$15,$16,$17,$18,$19,$20,$21,$22)
-     ON CONFLICT (id) DO NOTHING`,
+     ON CONFLICT DO NOTHING`,
     [
       k.id,
       k.personId,
@@ -312,42 +334,66 @@ export async function listKeys(q: Queryable, scope: SiteScope, f: KeyFilter): Pr
 
 // ---------------------------------------------------------------- what an issue needs
 
-/** A door an issue names, with its gateway and that gateway's credential pepper. */
+/** A door an issue names, with its gateway, that gateway's site, presence and credential pepper. */
 export interface IssueDoor {
   readonly id: string;
   readonly gatewayId: string;
+  readonly siteId: string;
+  /** The gateway's presence as last recorded (null: never heard from). */
+  readonly gatewayOnline: boolean | null;
   readonly pepper: string;
 }
 
 const IssueTargetRow = z.discriminatedUnion('kind', [
-  z.object({ kind: z.literal('person'), id: z.string() }),
-  z.object({ kind: z.literal('door'), id: z.string(), gateway_id: z.string(), pepper: z.string() }),
+  z.object({ kind: z.literal('person'), id: z.string(), name: z.string() }),
+  z.object({
+    kind: z.literal('door'),
+    id: z.string(),
+    name: z.string(),
+    gateway_id: z.string(),
+    site_id: z.string(),
+    online: z.boolean().nullable(),
+    pepper: z.string(),
+  }),
 ]);
 
 /**
  * In one read: whether the person exists, and which of the doors exist, both
  * as the scope sees them (a person created for, or holding a key at, one of
- * its sites; a door of one of its sites).
+ * its sites; a door of one of its sites), with the names their grants carry
+ * (the same as `grantNames` of the targets found) and what the key's reply
+ * shows of its gateway: an issue makes no other read before its transaction,
+ * and none after its outbox row (issue #14).
  */
 export async function issueTargets(
   q: Queryable,
   scope: SiteScope,
   personId: string,
   doorIds: readonly string[],
-): Promise<{ personFound: boolean; doors: IssueDoor[] }> {
+): Promise<{ personFound: boolean; doors: IssueDoor[]; names: GrantNames }> {
   const r = await q.query(
-    `SELECT 'person' AS kind, p.id, NULL AS gateway_id, NULL AS pepper FROM people p WHERE p.id = $1 AND ($3::text[] IS NULL
+    `SELECT 'person' AS kind, p.id, p.name, NULL AS gateway_id, NULL AS site_id, NULL::boolean AS online, NULL AS pepper
+       FROM people p WHERE p.id = $1 AND ($3::text[] IS NULL
         OR EXISTS (SELECT 1 FROM api_person_sites ps WHERE ps.person_id = p.id AND ps.site_id = ANY($3))
         OR EXISTS (SELECT 1 FROM keys k JOIN gateways g ON g.id = k.gateway_id WHERE k.person_id = p.id AND g.site_id = ANY($3)))
      UNION ALL
-     SELECT 'door', d.id, d.gateway_id, g.credential_pepper FROM doors d JOIN gateways g ON g.id = d.gateway_id
+     SELECT 'door', d.id, d.name, d.gateway_id, g.site_id, g.online, g.credential_pepper FROM doors d JOIN gateways g ON g.id = d.gateway_id
       WHERE d.id = ANY($2::text[]) AND ($3::text[] IS NULL OR d.site_id = ANY($3))`,
     [personId, [...doorIds], scopeParam(scope)],
   );
   const rows = parseRows('doors', IssueTargetRow, r.rows);
+  const doors = rows.flatMap((x) =>
+    x.kind === 'door'
+      ? [{ id: x.id, name: x.name, gatewayId: x.gateway_id, siteId: x.site_id, gatewayOnline: x.online, pepper: x.pepper }]
+      : [],
+  );
   return {
     personFound: rows.some((x) => x.kind === 'person'),
-    doors: rows.flatMap((x) => (x.kind === 'door' ? [{ id: x.id, gatewayId: x.gateway_id, pepper: x.pepper }] : [])),
+    doors: doors.map(({ name: _name, ...d }) => d),
+    names: {
+      people: new Map(rows.flatMap((x) => (x.kind === 'person' ? [[x.id, x.name] as const] : []))),
+      doors: new Map(doors.map((d) => [d.id, d.name] as const)),
+    },
   };
 }
 

@@ -61,10 +61,21 @@ export async function listOutbox(q: Queryable, gatewayId: string): Promise<Outbo
   return parseRows('outbox', OutboxRow, r.rows);
 }
 
-/** The outbox rows of one key (its grant and revoke commands), in seq order. Callers check the key is visible first. */
-export async function listKeyDeliveries(q: Queryable, keyId: string): Promise<OutboxEntry[]> {
-  const r = await q.query(`SELECT ${COLUMNS} FROM outbox WHERE key_id = $1 ORDER BY seq`, [keyId]);
-  return parseRows('outbox', OutboxRow, r.rows);
+/** A key's outbox row; its seq is null inside the transaction that queued it (taken at the commit, enqueueAtCommit). */
+export type KeyDelivery = Omit<OutboxEntry, 'seq'> & { readonly seq: number | null };
+const KeyDeliveryRow = OutboxRowCore.extend({ seq: Int8.nullable(), status: z.enum(OUTBOX_STATUSES), sent_at: Int8.nullable() }).transform(
+  // outboxCore's seq is a committed row's; this row's own (null or not) replaces it
+  (r): KeyDelivery => ({ ...outboxCore({ ...r, seq: 0 }), seq: r.seq, status: r.status, sentAt: r.sent_at }),
+);
+
+/**
+ * The outbox rows of one key (its grant and revoke commands), in seq order
+ * (the row its own transaction queued, if any, last). Callers check the key
+ * is visible first.
+ */
+export async function listKeyDeliveries(q: Queryable, keyId: string): Promise<KeyDelivery[]> {
+  const r = await q.query(`SELECT ${COLUMNS} FROM outbox WHERE key_id = $1 ORDER BY seq NULLS LAST, id`, [keyId]);
+  return parseRows('outbox', KeyDeliveryRow, r.rows);
 }
 
 /** A row as the resync replay sends it again (same jti and seq, freshly signed). */

@@ -1,7 +1,7 @@
 import { decodeCursor } from '@tobira/shared';
 import { z } from 'zod';
 import { listHistory, listKeys } from '../../adapters/db/keys.js';
-import { getKeyView, keyViewOf } from '../../app/key-view.js';
+import { getKeyView, issuedKeyView, keyViewOf } from '../../app/key-view.js';
 import { defined, idempotent, problem, statusOf, who, cidOf, type Api, type Ctx } from '../context.js';
 import {
   Cursor,
@@ -50,7 +50,8 @@ export function keysRoutes(app: Api, ctx: Ctx): void {
         if (o.status === 'refused') return { statusCode: statusOf(o), body: { ...problem(o.code, o.detail), cid } };
         if (o.status === 'conflict')
           return { statusCode: 409, body: { status: o.status, code: o.code, cid, key: (await keyViewOf(db, o.current)).key } };
-        const v = await keyViewOf(db, o.state);
+        // applied: a new key, its view built from the outcome, not read back (issue #14)
+        const v = o.status === 'applied' && o.gateway !== null ? issuedKeyView(o.state, o.emits, o.gateway) : await keyViewOf(db, o.state);
         return {
           statusCode: o.status === 'applied' ? 202 : 200,
           body: { status: o.status, code: o.code, cid, ...v },
