@@ -5,8 +5,6 @@
  * them (the fleet runs several gateways per process, each with its own
  * SQLite file and MQTT connections). Tells its parent 'ready' over IPC once
  * all are started; answers 'rss' with `{ rss }` (bytes); stops on 'stop'.
- * `TOBIRA_BENCH_WAL_CHECKPOINT_MS` overrides every config's `walCheckpointMs`
- * (before/after runs of the WAL checkpoint thread: 0 = SQLite's in-line).
  */
 import { pino } from 'pino';
 import { createGateway, parseConfig } from '@tobira/gateway';
@@ -14,10 +12,7 @@ import { createGateway, parseConfig } from '@tobira/gateway';
 const raw = process.env.TOBIRA_BENCH_GATEWAY_CONFIG;
 if (raw === undefined) throw new Error('TOBIRA_BENCH_GATEWAY_CONFIG is not set');
 const parsed: unknown = JSON.parse(raw);
-const override = process.env.TOBIRA_BENCH_WAL_CHECKPOINT_MS;
-const configs = (Array.isArray(parsed) ? parsed : [parsed]).map((c: Record<string, unknown>) =>
-  override === undefined ? c : { ...c, walCheckpointMs: Number(override) },
-);
+const configs: unknown[] = Array.isArray(parsed) ? parsed : [parsed];
 const log = pino({ level: process.env.TOBIRA_BENCH_LOG ?? 'silent' });
 const gateways = configs.map((c) => createGateway(parseConfig(c), { log }));
 for (const gw of gateways) await gw.start();
