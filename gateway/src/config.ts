@@ -160,12 +160,6 @@ export const GatewayConfig = z.strictObject({
    * first); 1 sends every row alone, as older gateways do.
    */
   uplinkBatchMax: z.int().min(1).max(UPLINK_BATCH_MAX_ITEMS).default(50),
-  /**
-   * WAL checkpoints in a worker thread every this many ms, off the decision's
-   * thread (adapters/sqlite/checkpointer.ts); 0: SQLite's in-line
-   * auto-checkpoint inside whichever commit crosses 1000 WAL pages.
-   */
-  walCheckpointMs: z.int().min(0).max(60_000).default(250),
   statusIntervalMs: z.int().min(1000).default(60_000),
   drainTimeoutMs: z.int().min(0).default(5000),
 });
@@ -231,7 +225,6 @@ export function loadConfig(opts: { file?: string | undefined; env?: Env } = {}):
   num('TOBIRA_OFFLINE_GRACE_SECONDS', ['offlineGraceSeconds']);
   num('TOBIRA_HTTP_PORT', ['http', 'port']);
   num('TOBIRA_UPLINK_BATCH_MAX', ['uplinkBatchMax']);
-  num('TOBIRA_WAL_CHECKPOINT_MS', ['walCheckpointMs']);
   str('TOBIRA_HTTP_HOST', ['http', 'host']);
   if (env.TOBIRA_HTTP_SECURE_COOKIES !== undefined && env.TOBIRA_HTTP_SECURE_COOKIES !== '')
     set(['http', 'secureCookies'], env.TOBIRA_HTTP_SECURE_COOKIES === 'true');

@@ -18,7 +18,6 @@ import {
   type SiteMode,
 } from '@tobira/shared';
 import type { FastifyInstance } from 'fastify';
-import { startCheckpointer, type Checkpointer } from './adapters/sqlite/checkpointer.js';
 import { openDatabase } from './adapters/sqlite/db.js';
 import { loadMemory } from './adapters/sqlite/memory.js';
 import type { RetentionLimits } from './adapters/sqlite/diagnostics.js';
@@ -132,7 +131,6 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
   let uplink: UplinkSender | null = null;
   let applyDeps: ApplyDeps | null = null;
   let storage: StorageGuard | null = null;
-  let checkpointer: Checkpointer | null = null;
   let accounts: StaffAccounts | null = null;
   let setupCode: { code: string; expiresAt: number } | null = null;
   const live = new LiveFeed(runLog);
@@ -216,12 +214,6 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
         { accessLogMaxRows: config.accessLog.maxRows, accessLogMaxAgeMs: config.accessLog.maxAgeDays * DAY, ...deps.retention },
       );
       store = s;
-      // WAL checkpoints in a worker thread, not inside a door decision's commit (adapters/sqlite/checkpointer.ts)
-      checkpointer = startCheckpointer(s.db, config.sqlitePath, {
-        everyMs: config.walCheckpointMs,
-        log: runLog,
-        onCheckpoint: (r) => metrics.walCheckpoints.inc({ result: r.checkpointed === r.log ? 'complete' : 'partial' }),
-      });
       // what a door decision reads, filled from SQLite before anything runs (adapters/sqlite/memory.ts):
       // a restart, or a start after a crash, rebuilds it from what was committed
       loadMemory(s.db);
@@ -529,7 +521,6 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
       }
       const force = opts.force ?? false;
       await Promise.all([cloud?.end(force || !cloud.connected), site?.end(force || !site.connected), http?.close()]);
-      await checkpointer?.stop();
       s?.db.close();
       runLog.info({ forced: opts.force ?? false }, 'gateway stopped');
     },

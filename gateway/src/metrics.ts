@@ -13,7 +13,6 @@ export interface Metrics {
   readonly uplinkResent: Counter;
   readonly uplinkBatches: Counter;
   readonly lockMessagesRefused: Counter<'channel' | 'code'>;
-  readonly walCheckpoints: Counter<'result'>;
 }
 
 export interface MetricSources {
@@ -83,12 +82,6 @@ export function createMetrics(defaults = false): Metrics & { bind(src: MetricSou
       name: 'tobira_gateway_lock_messages_refused_total',
       help: 'Site-broker messages refused, by channel and code.',
       labelNames: ['channel', 'code'] as const,
-      registers: [registry],
-    }),
-    walCheckpoints: new Counter({
-      name: 'tobira_gateway_wal_checkpoints_total',
-      help: 'WAL checkpoints run by the checkpoint thread: complete (the whole log copied) or partial.',
-      labelNames: ['result'] as const,
       registers: [registry],
     }),
     bind(s: MetricSources) {
