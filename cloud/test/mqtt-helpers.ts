@@ -15,9 +15,21 @@ import {
   type UplinkMessage,
 } from '@tobira/shared';
 import type { MqttClient } from 'mqtt';
+import { NotConnected, type MqttLink } from '../src/adapters/mqtt/link.js';
 
 // the suite's one polling helper (shared/src/testing/wait.ts), re-exported for the tests that import it from here
 export { waitFor } from '@tobira/shared/testing';
+
+/** The inbox's MQTT port, disconnected: tests that only feed the inbox messages need no broker (nothing they do publishes). */
+export const disconnectedLink: MqttLink = {
+  connected: false,
+  waitConnected: async () => false,
+  publish: () => Promise.reject(new NotConnected()),
+  onMessage: () => {},
+  subscribe: async () => {},
+  onConnect: () => {},
+  close: async () => {},
+};
 
 /**
  * A TCP proxy in front of a broker that a test can cut and restore: "the

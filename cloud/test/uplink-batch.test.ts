@@ -13,23 +13,12 @@ import {
 } from '@tobira/shared';
 import { pgBackends } from '@tobira/shared/testing';
 import { fixedSigner } from '../src/adapters/signer.js';
-import { NotConnected, type MqttLink } from '../src/adapters/mqtt/link.js';
+import { disconnectedLink } from './mqtt-helpers.js';
 import { crashAt, SimulatedCrash } from '../src/app/crash.js';
 import { Uplink } from '../src/app/uplink.js';
 import { listAudit } from '../src/adapters/db/audit.js';
 import { T0, deps, openTestDb, seed, type TestDb } from './helpers.js';
 import { cloudSigningKey } from './cloud-helpers.js';
-
-/** The inbox's MQTT port, disconnected: these tests feed it messages directly (nothing they do publishes). */
-const disconnectedLink: MqttLink = {
-  connected: false,
-  waitConnected: async () => false,
-  publish: () => Promise.reject(new NotConnected()),
-  onMessage: () => {},
-  subscribe: async () => {},
-  onConnect: () => {},
-  close: async () => {},
-};
 
 type Item = UplinkBatchMessage['body']['items'][number];
 

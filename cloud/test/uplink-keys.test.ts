@@ -12,23 +12,13 @@ import {
 } from '@tobira/shared';
 import { pgBackends } from '@tobira/shared/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { NotConnected, type MqttLink } from '../src/adapters/mqtt/link.js';
+import { disconnectedLink } from './mqtt-helpers.js';
 import { fixedSigner } from '../src/adapters/signer.js';
 import { Uplink } from '../src/app/uplink.js';
 import { listUplinkKeyRotations, rotateUplinkKey } from '../src/app/uplink-keys.js';
 import * as domain from '../src/domain/uplink-keys.js';
 import { cloudSigningKey } from './cloud-helpers.js';
 import { deps, openTestDb, seed, type TestDb } from './helpers.js';
-
-const disconnectedLink: MqttLink = {
-  connected: false,
-  waitConnected: async () => false,
-  publish: () => Promise.reject(new NotConnected()),
-  onMessage: () => {},
-  subscribe: async () => {},
-  onConnect: () => {},
-  close: async () => {},
-};
 
 describe('uplink-key rotation rules (domain)', () => {
   const r: domain.UplinkKeyRotation = { id: 'r1', gatewayId: 'g', status: 'requested', oldKid: 'old', newKid: null, code: null };

@@ -1,7 +1,6 @@
 import { fixedSigner } from '../src/adapters/signer.js';
 import fc from 'fast-check';
 import { Uplink } from '../src/app/uplink.js';
-import { NotConnected, type MqttLink } from '../src/adapters/mqtt/link.js';
 import { ManualClock, newCorrelationId, newId, newMessageId, type DownlinkMessage, type KeyPairJwk, type Schedule } from '@tobira/shared';
 import { mqttBackends, pgBackends, startMqttBackend, type MqttTestBroker } from '@tobira/shared/testing';
 import { generateSigningKeyPair, importSigningKey, signMessage, topics, type UplinkMessage } from '@tobira/shared';
@@ -11,7 +10,7 @@ import { getModeRequest, requestMode, type RequestModeInput } from '../src/app/m
 import type { Cloud } from '../src/index.js';
 import { DAY, T0, capturingLogger, deps, openTestDb, seed, type TestDb } from './helpers.js';
 import { cloudSigningKey, startCloud } from './cloud-helpers.js';
-import { fakeGateway, waitFor, type FakeGateway } from './mqtt-helpers.js';
+import { disconnectedLink, fakeGateway, waitFor, type FakeGateway } from './mqtt-helpers.js';
 
 type Seq = Extract<DownlinkMessage, { type: 'key.grant' | 'key.revoke' }>;
 const sequenced = (msgs: DownlinkMessage[]) => msgs.filter((m): m is Seq => m.type === 'key.grant' || m.type === 'key.revoke');
@@ -19,17 +18,6 @@ const sequenced = (msgs: DownlinkMessage[]) => msgs.filter((m): m is Seq => m.ty
 const LOBBY: Schedule = { timeZone: 'Asia/Tokyo', windows: [{ days: [1, 2, 3, 4, 5], start: '08:00', end: '20:00' }] };
 
 const cloud0 = (t: TestDb) => t.db.query('SELECT id FROM rejected_uplinks');
-
-/** The inbox's MQTT port, disconnected: tests that only feed it messages need no broker (nothing they do publishes). */
-const disconnectedLink: MqttLink = {
-  connected: false,
-  waitConnected: async () => false,
-  publish: () => Promise.reject(new NotConnected()),
-  onMessage: () => {},
-  subscribe: async () => {},
-  onConnect: () => {},
-  close: async () => {},
-};
 
 describe('snapshot chunking', () => {
   it('keeps every part under the budget and loses no key or tombstone', () => {
