@@ -1,4 +1,4 @@
-import { createLogger, exitWhenStopped, newCorrelationId, onShutdownSignals, withCorrelation } from '@tobira/shared';
+import { MigrationRefused, createLogger, exitWhenStopped, newCorrelationId, onShutdownSignals, withCorrelation } from '@tobira/shared';
 import { buildCloud } from './cloud.js';
 import { ConfigError, parseConfig, requireSigningJwk, type CloudConfig } from './config.js';
 
@@ -24,7 +24,15 @@ try {
   process.exit(1);
 }
 const tobira = buildCloud(config, { log: baseLog });
-await tobira.start();
+try {
+  await tobira.start();
+} catch (e) {
+  if (!(e instanceof MigrationRefused)) throw e;
+  // the database and this code disagree about its schema: nothing was applied (docs/operations.md "Migrations")
+  log.fatal({ code: e.code, file: e.file, detail: e.detail }, 'migrations refused; not starting');
+  log.flush();
+  process.exit(1);
+}
 log.info({ issuer: tobira.cloud.issuer, api: tobira.apiUrl, brokerAccounts: tobira.brokerAccounts.kind }, 'cloud started');
 
 onShutdownSignals({

@@ -3,6 +3,7 @@ import { chmodSync, existsSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { readFileSync } from 'node:fs';
 import {
+  MigrationRefused,
   createLogger,
   exitWhenStopped,
   monotonicClock,
@@ -120,7 +121,9 @@ if (process.argv[2] === 'site-broker-files') {
   }
 } else {
   main().catch((e: unknown) => {
-    log.fatal({ err: e }, 'gateway failed to start');
+    // the SQLite file and this code disagree about its schema: nothing was applied (docs/operations.md "Migrations")
+    if (e instanceof MigrationRefused) log.fatal({ code: e.code, file: e.file, detail: e.detail }, 'migrations refused; not starting');
+    else log.fatal({ err: e }, 'gateway failed to start');
     process.exit(1);
   });
 }

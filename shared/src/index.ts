@@ -18,3 +18,4 @@ export * from './rows.js';
 export * from './schedule.js';
 export * from './mobile-token.js';
 export * from './uplink-key.js';
+export * from './migrations.js';

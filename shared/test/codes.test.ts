@@ -3,6 +3,7 @@ import {
   DECISION_CODES,
   DecisionCode,
   LOCK_COMMAND_CODES,
+  MIGRATION_CODES,
   OUTCOME_CODES,
   REVOKE_REASONS,
   UPLINK_BATCH_CODES,
@@ -20,6 +21,7 @@ describe('code tables', () => {
     ['VERIFY_CODES', VERIFY_CODES],
     ['LOCK_COMMAND_CODES', LOCK_COMMAND_CODES],
     ['UPLINK_BATCH_CODES', UPLINK_BATCH_CODES],
+    ['MIGRATION_CODES', MIGRATION_CODES],
   ])('%s is frozen, upper snake case, each with a one-line meaning', (_n, table) => {
     expect(Object.isFrozen(table)).toBe(true);
     for (const [code, meaning] of Object.entries(table)) {

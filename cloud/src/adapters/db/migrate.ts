@@ -1,38 +1,58 @@
 import { readdir, readFile } from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
-import type { Logger } from '@tobira/shared';
+import { MigrationRefused, migrationFiles, planMigrations, type Logger } from '@tobira/shared';
+import { z } from 'zod';
 import type { Db } from './db.js';
 
 export const MIGRATIONS_DIR = fileURLToPath(new URL('../../../migrations/', import.meta.url));
-const NAME = /^(\d{4})_([a-z0-9_]+)\.sql$/;
+
+const Applied = z.object({ version: z.number(), name: z.string(), checksum: z.string().nullable() });
 
 /**
- * Applies numbered, forward-only migrations (`NNNN_name.sql`) in order, each
- * in its own transaction with its row in `schema_migrations`. An advisory
- * lock keeps two replicas starting at once from applying one twice.
+ * Applies numbered, forward-only migrations (`NNNN_name.sql`) in order in
+ * one transaction, each with its row in `schema_migrations` (number, name,
+ * checksum of its content). An advisory lock keeps two replicas starting at
+ * once from applying one twice. Before anything runs, what the database
+ * applied is compared with the files (`planMigrations`, shared with the
+ * gateway): a number applied under another name, an applied file edited
+ * since, a file numbered below what was applied — `MigrationRefused`, with
+ * its code and the file, and nothing changes. Rows from before checksums
+ * were kept get the file's checksum when their name matches (they were
+ * applied by name).
  */
 export async function migrate(db: Db, log: Logger, nowMs: number, dir = MIGRATIONS_DIR): Promise<string[]> {
-  const files = (await readdir(dir)).filter((f) => NAME.test(f)).sort();
-  // two files with one number (parallel branches) would apply in an arbitrary order: refuse to start
-  const numbers = files.map((f) => f.slice(0, 4));
-  const dup = numbers.find((n, i) => numbers.indexOf(n) !== i);
-  if (dup !== undefined) throw new Error(`two migrations are numbered ${dup}: ${files.filter((f) => f.startsWith(dup)).join(', ')}`);
+  const names = (await readdir(dir)).sort();
+  const contents = new Map<string, string>();
+  for (const f of names) if (f.endsWith('.sql')) contents.set(f, await readFile(`${dir}${f}`, 'utf8'));
+  const files = migrationFiles(
+    names.filter((f) => contents.has(f)),
+    (f) => contents.get(f) ?? '',
+  );
   const applied: string[] = [];
   await db.transaction(async (tx) => {
     await tx.query('SELECT pg_advisory_xact_lock(7461626972)');
     await tx.query(`CREATE TABLE IF NOT EXISTS schema_migrations (
-      version int PRIMARY KEY, name text NOT NULL, applied_at bigint NOT NULL)`);
-    const done = new Set((await tx.query<{ version: number }>('SELECT version FROM schema_migrations')).rows.map((r) => r.version));
-    for (const f of files) {
-      const m = NAME.exec(f);
-      if (!m) continue;
-      const version = Number(m[1]);
-      if (done.has(version)) continue;
-      const sql = await readFile(`${dir}${f}`, 'utf8');
-      await tx.exec(sql);
-      await tx.query('INSERT INTO schema_migrations (version, name, applied_at) VALUES ($1, $2, $3)', [version, m[2], nowMs]);
-      applied.push(f);
-      log.info({ migration: f }, 'migration applied');
+      version int PRIMARY KEY, name text NOT NULL, applied_at bigint NOT NULL, checksum text)`);
+    await tx.query('ALTER TABLE schema_migrations ADD COLUMN IF NOT EXISTS checksum text');
+    const rows = (await tx.query('SELECT version, name, checksum FROM schema_migrations')).rows.map((r) => Applied.parse(r));
+    const plan = planMigrations(files, rows);
+    if (!plan.ok) throw new MigrationRefused(plan.code, plan.file, plan.detail);
+    for (const a of plan.ahead)
+      log.warn({ code: 'MIGRATION_AHEAD', version: a.version, name: a.name }, 'the database has a newer migration');
+    for (const f of plan.backfill) {
+      await tx.query('UPDATE schema_migrations SET checksum = $2 WHERE version = $1 AND checksum IS NULL', [f.version, f.checksum]);
+    }
+    if (plan.backfill.length > 0) log.info({ count: plan.backfill.length }, 'migration checksums recorded');
+    for (const f of plan.apply) {
+      await tx.exec(f.sql);
+      await tx.query('INSERT INTO schema_migrations (version, name, applied_at, checksum) VALUES ($1, $2, $3, $4)', [
+        f.version,
+        f.name,
+        nowMs,
+        f.checksum,
+      ]);
+      applied.push(f.file);
+      log.info({ migration: f.file }, 'migration applied');
     }
   });
   return applied;

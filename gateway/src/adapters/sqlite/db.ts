@@ -1,7 +1,7 @@
 import { readdirSync, readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { parseRow, parseRows } from '@tobira/shared';
+import { MigrationRefused, migrationFiles, parseRow, parseRows, planMigrations } from '@tobira/shared';
 import Database from 'better-sqlite3';
 import { z } from 'zod';
 import { guardTransactions } from './memory.js';
@@ -79,32 +79,42 @@ const Count = z.object({ n: z.int() });
 export const countOf = (db: ReadableDb, table: string, sql: string, ...params: unknown[]): number =>
   parseRow(table, Count, prepared(db, sql).get(...params)).n;
 
-const MIGRATION_FILE = /^(\d{4})_([a-z0-9_]+)\.sql$/;
+const Applied = z.object({ version: z.int(), name: z.string(), checksum: z.string().nullable() });
 
-/** Applies numbered, forward-only migrations in order, each in its own transaction. Returns the versions applied now. */
+/**
+ * Applies numbered, forward-only migrations in order, each in its own
+ * transaction with its row in `schema_migrations` (number, name, checksum of
+ * its content). Returns the versions applied now. First the database's
+ * applied migrations are judged against the files by the rule the cloud
+ * uses (`planMigrations`): a number applied under another name, an applied
+ * file edited since, a file numbered below one applied — `MigrationRefused`
+ * with its code and the file, and nothing is applied. Rows from before
+ * checksums were kept get the file's checksum when their name matches.
+ */
 export function migrate(db: WritableDb, dir = MIGRATIONS_DIR): number[] {
   db.exec(`CREATE TABLE IF NOT EXISTS schema_migrations (
-    version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL DEFAULT (datetime('now'))
+    version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL DEFAULT (datetime('now')), checksum TEXT
   ) STRICT`);
-  const done = new Set(
-    parseRows('schema_migrations', z.object({ version: z.int() }), db.prepare('SELECT version FROM schema_migrations').all()).map(
-      (r) => r.version,
-    ),
+  const columns = parseRows('schema_migrations', z.object({ name: z.string() }), db.prepare('PRAGMA table_info(schema_migrations)').all());
+  if (!columns.some((c) => c.name === 'checksum')) db.exec('ALTER TABLE schema_migrations ADD COLUMN checksum TEXT');
+  const rows = parseRows('schema_migrations', Applied, db.prepare('SELECT version, name, checksum FROM schema_migrations').all());
+  const files = migrationFiles(
+    readdirSync(dir).filter((f) => f.endsWith('.sql')),
+    (f) => readFileSync(join(dir, f), 'utf8'),
   );
-  const files = readdirSync(dir)
-    .map((f) => ({ f, m: MIGRATION_FILE.exec(f) }))
-    .filter((x): x is { f: string; m: RegExpExecArray } => x.m !== null)
-    .map(({ f, m }) => ({ file: f, version: Number(m[1]), name: m[2] ?? '' }))
-    .sort((a, b) => a.version - b.version);
+  const plan = planMigrations(files, rows);
+  if (!plan.ok) throw new MigrationRefused(plan.code, plan.file, plan.detail);
+  db.transaction(() => {
+    for (const f of plan.backfill)
+      db.prepare('UPDATE schema_migrations SET checksum = ? WHERE version = ? AND checksum IS NULL').run(f.checksum, f.version);
+  }).immediate();
   const applied: number[] = [];
-  for (const { file, version, name } of files) {
-    if (done.has(version)) continue;
-    const sql = readFileSync(join(dir, file), 'utf8');
+  for (const f of plan.apply) {
     db.transaction(() => {
-      db.exec(sql);
-      db.prepare('INSERT INTO schema_migrations (version, name) VALUES (?, ?)').run(version, name);
+      db.exec(f.sql);
+      db.prepare('INSERT INTO schema_migrations (version, name, checksum) VALUES (?, ?, ?)').run(f.version, f.name, f.checksum);
     }).immediate();
-    applied.push(version);
+    applied.push(f.version);
   }
   return applied;
 }
