@@ -13,6 +13,7 @@ import { cancelPaymentIntent, retrievePaymentIntent } from '../adapters/stripe/p
 import { createRefund } from '../adapters/stripe/refunds.js';
 import { SimulatedCrash } from './crash.js';
 import { reconcileSubscription, suspendOverdueAccess } from './memberships.js';
+import { loadWalkIn } from '../adapters/db/walk-ins.js';
 import { expireWalkIns, settleWalkInPayment } from './walk-ins.js';
 import {
   BillingStepFailed,
@@ -227,12 +228,13 @@ export class BillingWorker {
         // a walk-in at the front desk (app/walk-ins.ts): settled on the intent re-read now, like a stay's payment
         const now = await retrievePaymentIntent(d.stripe, obj.data.id);
         if (!now.ok) return { ok: false, code: now.failure.code, permanent: now.failure.kind === 'permanent', error: now.failure.message };
-        return done(await settleWalkInPayment(d, walkInId, now.value, cid));
+        const walkIn = await loadWalkIn(d.db, walkInId);
+        return done(await settleWalkInPayment(d, walkInId, now.value, this.#subjectCid(cid, walkIn?.cid, e.eventId)));
       }
       if (!payment) return done('PAYMENT_NOT_FOUND'); // not one of ours (another system on the account)
       const now = await retrievePaymentIntent(d.stripe, obj.data.id);
       if (!now.ok) return { ok: false, code: now.failure.code, permanent: now.failure.kind === 'permanent', error: now.failure.message };
-      const r = await settleFromObservation(d, payment.id, now.value, cid);
+      const r = await settleFromObservation(d, payment.id, now.value, this.#subjectCid(cid, payment.cid, e.eventId));
       return done(r.stay ?? r.payment);
     }
     if (e.type === 'charge.refunded') {
@@ -255,6 +257,25 @@ export class BillingWorker {
       return done(await reconcileSubscription(d, subscriptionId, cid, subject));
     }
     return done('EVENT_IGNORED');
+  }
+
+  /**
+   * The correlation id a payment's settlement runs under: the one its
+   * booking (or sale) stored on the payment row, not the webhook's own,
+   * which is Stripe's request and knows nothing of the booking. So the
+   * confirmation, the key it issues, the grant the gateway stores and every
+   * door decision of that key carry the booking's `X-Correlation-Id`; one
+   * log line under each id ties the event to it.
+   */
+  #subjectCid(eventCid: CorrelationId, subjectCid: CorrelationId | undefined, eventId: string): CorrelationId {
+    if (subjectCid === undefined || subjectCid === eventCid) return eventCid;
+    const log = withCorrelation(this.#d.log, eventCid, { part: 'billing-worker', eventId });
+    log.info({ code: 'SETTLED_UNDER_SUBJECT_CID', subjectCid }, 'the payment is settled under the correlation id of its booking');
+    withCorrelation(this.#d.log, subjectCid, { part: 'billing-worker', eventId }).info(
+      { code: 'SETTLED_UNDER_SUBJECT_CID', eventCid },
+      'a Stripe event settles this booking',
+    );
+    return subjectCid;
   }
 
   // ------------------------------------------------------------ billing jobs
