@@ -50,6 +50,7 @@ import { credentialInUse, issueTargets } from '../adapters/db/keys.js';
 import { loadMembership } from '../adapters/db/memberships.js';
 import { storeWebhookEvent } from '../adapters/db/webhook-events.js';
 import { verifyWebhook } from '../adapters/stripe/webhook.js';
+import { withdrawUnpaidStay } from '../adapters/db/withdraw.js';
 import { createPaymentIntent } from '../adapters/stripe/payment-intents.js';
 import type { BillingFailure } from '../adapters/stripe/errors.js';
 import * as pay from '../domain/payments.js';
@@ -419,91 +420,15 @@ export async function bookStay(deps: StayDeps, input: BookStayInput): Promise<St
   if (input.credential !== undefined && !PresentedCredential.safeParse(input.credential).success) {
     return { ...refused('INVALID_CREDENTIAL'), cid };
   }
-  let booked: Outcome<StayView>;
-  try {
-    booked = await inBilling(deps, 'bookStay', async (tx): Promise<Outcome<StayView>> => {
-      const room = await loadRoom(tx, input.roomId);
-      if (!room || !inScope(input.siteScope, room.siteId)) return refused('ROOM_NOT_FOUND');
-      const settings = await loadStaySettings(tx, room.siteId);
-      if (!settings) return refused('ROOM_NOT_FOUND');
-      let guestCredential: domain.GuestCredentialDigest | null = null;
-      if (input.credential !== undefined) {
-        const g = await guestCredentialOf(tx, stayId, personId.data, [...room.doors, ...settings.sharedDoors], input.credential);
-        if (typeof g === 'string') return refused(g);
-        guestCredential = g;
-      }
-      if (input.membershipId !== undefined) {
-        const m = await loadMembership(tx, input.membershipId);
-        const gives = m !== null && (m.status === 'active' || m.status === 'ending' || (m.status === 'past_due' && !m.suspended));
-        if (!m || m.personId !== personId.data || m.siteId !== room.siteId || !gives)
-          return refused('MEMBERS_ONLY_PLAN', "a members' booking needs the guest's membership at this site, giving access now");
-      }
-      const existing = await loadStayForUpdate(tx, stayId);
-      const now = deps.clock.now();
-      const o = domain.bookStay(
-        existing,
-        {
-          stayId,
-          personId: personId.data,
-          room,
-          settings,
-          checkIn: input.checkIn,
-          checkOut: input.checkOut,
-          amount: input.amount,
-          currency: input.currency,
-          deposit: input.deposit ?? 0,
-          guestCredential,
-          membershipId: input.membershipId ?? null,
-          cid,
-        },
-        now,
-      );
-      if (o.status === 'refused') return o;
-      if (o.status === 'conflict') return conflict(o.code, await viewOf(tx, o.current));
-      if (o.status === 'noop') return noop(o.code, await viewOf(tx, o.state));
-      const ins = await insertStayWithNights(tx, o.state);
-      if (ins === 'ROOM_UNAVAILABLE') return refused('ROOM_UNAVAILABLE');
-      if (ins === 'exists') throw new Error(`stay ${stayId} appeared under its lock`);
-      for (const e of o.emits) {
-        if (e.type !== 'create_intents') continue;
-        for (const p of e.payments) {
-          const payment: Payment = {
-            id: `pay_${stayId}_${p.purpose === 'stay_deposit' ? 'deposit' : 'balance'}`,
-            stayId,
-            purpose: p.purpose,
-            amount: p.amount,
-            currency: o.state.currency,
-            status: 'requires_payment',
-            version: 1,
-            attempt: 1,
-            idempotencyKey: pay.intentIdempotencyKey(p.purpose, stayId, 1),
-            intentId: null,
-            clientSecret: null,
-            amountReceived: 0,
-            amountRefunded: 0,
-            lastCode: o.code,
-            cid,
-            createdAt: now,
-            updatedAt: now,
-          };
-          await insertPayment(tx, payment);
-          await enqueueBillingJob(tx, {
-            kind: 'create_intent',
-            subjectId: payment.id,
-            dedupeKey: `create_intent:${payment.idempotencyKey}`,
-            body: { paymentId: payment.id },
-            cid,
-            now,
-            notBefore: now + INTENT_REPAIR_DELAY_MS,
-          });
-        }
-      }
-      return applied(o.code, await viewOf(tx, o.state));
-    });
-  } catch (e) {
-    // the person is checked by its foreign key (the insert is in a savepoint: nothing is left)
-    if (pgErrorCode(e) === '23503') return { ...refused('PERSON_NOT_FOUND'), cid };
-    throw e;
+  const person = personId.data;
+  let booked: Outcome<StayView> | undefined;
+  // a concurrent repeat under the same stay id that committed first makes this one its repeat: decided again, as a noop
+  for (let attempt = 1; booked === undefined; attempt += 1) {
+    try {
+      booked = await bookOnce();
+    } catch (e) {
+      if (!(e instanceof BookingRaced) || attempt >= 3) throw e;
+    }
   }
   if (booked.status === 'refused' || booked.status === 'conflict') {
     log.info({ status: booked.status, code: booked.code }, 'stay verb done');
@@ -512,15 +437,124 @@ export async function bookStay(deps: StayDeps, input: BookStayInput): Promise<St
   if (booked.state.stay.status !== 'pending') return { ...booked, cid };
   const made = await ensureIntents(deps, stripe, booked.state, cid, log);
   if (made !== null) {
-    // no stay may hold the room while nobody can pay for it
-    await stayStep(deps, 'failStay', stayId, cid, null, (s, _p, _settings, now) => domain.failStay(s, { cid }, now));
-    log.warn({ code: made.code, stripeCode: made.stripeCode, detail: made.message }, 'booking failed: no PaymentIntent');
-    return { ...refused(made.code === 'BILLING_UNAVAILABLE' ? 'BILLING_UNAVAILABLE' : made.code, made.message), cid };
+    const code = made.code === 'BILLING_UNAVAILABLE' ? 'BILLING_UNAVAILABLE' : made.code;
+    if (booked.status !== 'applied') {
+      // a repeat does not undo what another request booked: the stay stays pending for the next repeat or the repair job
+      log.warn({ code, stripeCode: made.stripeCode, detail: made.message }, 'repeated booking: still no PaymentIntent');
+      return { ...refused(code, made.message), cid };
+    }
+    // no stay may hold the room while nobody can pay for it, and a refusal changes nothing: the booking is withdrawn,
+    // so a retry under the same Idempotency-Key books again (same stay id, same Stripe keys)
+    const w = await inBilling(deps, 'withdrawBooking', async (tx) =>
+      (await loadStayForUpdate(tx, stayId)) === null ? 'withdrawn' : withdrawUnpaidStay(tx, stayId),
+    );
+    if (w === 'withdrawn') {
+      log.warn({ code, stripeCode: made.stripeCode, detail: made.message }, 'booking withdrawn: no PaymentIntent');
+      return { ...refused(code, made.message), cid };
+    }
+    // the repair job recorded the intent meanwhile: the booking stands
+    log.info({ code: 'INTENT_RECORDED' }, 'booking kept: its PaymentIntent was recorded meanwhile');
   }
   const view = await getStay(deps, stayId);
   if (!view) throw new Error(`stay ${stayId} vanished`);
   log.info({ status: booked.status, code: booked.code }, 'stay verb done');
   return booked.status === 'applied' ? { ...applied(booked.code, view), cid } : { ...noop(booked.code, view), cid };
+
+  async function bookOnce(): Promise<Outcome<StayView>> {
+    try {
+      return await inBilling(deps, 'bookStay', async (tx): Promise<Outcome<StayView>> => {
+        const room = await loadRoom(tx, input.roomId);
+        if (!room || !inScope(input.siteScope, room.siteId)) return refused('ROOM_NOT_FOUND');
+        const settings = await loadStaySettings(tx, room.siteId);
+        if (!settings) return refused('ROOM_NOT_FOUND');
+        let guestCredential: domain.GuestCredentialDigest | null = null;
+        if (input.credential !== undefined) {
+          const g = await guestCredentialOf(tx, stayId, person, [...room.doors, ...settings.sharedDoors], input.credential);
+          if (typeof g === 'string') return refused(g);
+          guestCredential = g;
+        }
+        if (input.membershipId !== undefined) {
+          const m = await loadMembership(tx, input.membershipId);
+          const gives = m !== null && (m.status === 'active' || m.status === 'ending' || (m.status === 'past_due' && !m.suspended));
+          if (!m || m.personId !== person || m.siteId !== room.siteId || !gives)
+            return refused('MEMBERS_ONLY_PLAN', "a members' booking needs the guest's membership at this site, giving access now");
+        }
+        const existing = await loadStayForUpdate(tx, stayId);
+        const now = deps.clock.now();
+        const o = domain.bookStay(
+          existing,
+          {
+            stayId,
+            personId: person,
+            room,
+            settings,
+            checkIn: input.checkIn,
+            checkOut: input.checkOut,
+            amount: input.amount,
+            currency: input.currency,
+            deposit: input.deposit ?? 0,
+            guestCredential,
+            membershipId: input.membershipId ?? null,
+            cid,
+          },
+          now,
+        );
+        if (o.status === 'refused') return o;
+        if (o.status === 'conflict') return conflict(o.code, await viewOf(tx, o.current));
+        if (o.status === 'noop') return noop(o.code, await viewOf(tx, o.state));
+        const ins = await insertStayWithNights(tx, o.state);
+        if (ins === 'ROOM_UNAVAILABLE') return refused('ROOM_UNAVAILABLE');
+        if (ins === 'exists') throw new BookingRaced();
+        for (const e of o.emits) {
+          if (e.type !== 'create_intents') continue;
+          for (const p of e.payments) {
+            const payment: Payment = {
+              id: `pay_${stayId}_${p.purpose === 'stay_deposit' ? 'deposit' : 'balance'}`,
+              stayId,
+              purpose: p.purpose,
+              amount: p.amount,
+              currency: o.state.currency,
+              status: 'requires_payment',
+              version: 1,
+              attempt: 1,
+              idempotencyKey: pay.intentIdempotencyKey(p.purpose, stayId, 1),
+              intentId: null,
+              clientSecret: null,
+              amountReceived: 0,
+              amountRefunded: 0,
+              lastCode: o.code,
+              cid,
+              createdAt: now,
+              updatedAt: now,
+            };
+            await insertPayment(tx, payment);
+            await enqueueBillingJob(tx, {
+              kind: 'create_intent',
+              subjectId: payment.id,
+              dedupeKey: `create_intent:${payment.idempotencyKey}`,
+              body: { paymentId: payment.id },
+              cid,
+              now,
+              notBefore: now + INTENT_REPAIR_DELAY_MS,
+            });
+          }
+        }
+        return applied(o.code, await viewOf(tx, o.state));
+      });
+    } catch (e) {
+      // the person is checked by its foreign key (the insert is in a savepoint: nothing is left)
+      if (pgErrorCode(e) === '23503') return refused('PERSON_NOT_FOUND');
+      throw e;
+    }
+  }
+}
+
+/** Another transaction inserted the same id first: this one rolls back and decides again on what it committed. */
+export class BookingRaced extends Error {
+  constructor() {
+    super('a concurrent request under the same id committed first');
+    this.name = 'BookingRaced';
+  }
 }
 
 /**

@@ -48,7 +48,8 @@ import * as domain from '../domain/walk-ins.js';
 import { quotaMonthOf, type WalkIn, type WalkInEffect, type WalkInOutcome } from '../domain/walk-ins.js';
 import { gateFacts } from './check-in.js';
 import { issueKey, revokeKey } from './keys.js';
-import { BillingStepFailed, inBilling, type StayDeps } from './stays.js';
+import { BillingStepFailed, BookingRaced, inBilling, type StayDeps } from './stays.js';
+import { withdrawUnpaidWalkIn } from '../adapters/db/withdraw.js';
 
 /**
  * Walk-ins at the front desk, the check-in gates and monthly quotas (issue
@@ -162,65 +163,16 @@ export async function createWalkIn(deps: WalkInDeps, input: CreateWalkInInput): 
   const siteId = SiteId.safeParse(input.siteId);
   if (!siteId.success) return { ...refused('INVALID_REQUEST', 'siteId'), cid };
   if (!PresentedCredential.safeParse(input.credential).success) return { ...refused('INVALID_CREDENTIAL'), cid };
-  let created: Outcome<WalkIn>;
-  try {
-    created = await inBilling(deps, 'createWalkIn', async (tx): Promise<Outcome<WalkIn>> => {
-      if (!inScope(input.siteScope, input.siteId)) return refused('SITE_NOT_FOUND');
-      const settings = await loadStaySettings(tx, input.siteId);
-      if (!settings) return refused('SITE_NOT_FOUND');
-      const existing = await loadWalkIn(tx, id, null, true);
-      if (existing) return plain(domain.repeatWalkIn(existing, input.planId, personId.data));
-      const now = deps.clock.now();
-      const plan = await loadPlan(tx, input.planId);
-      const month = quotaMonthOf(now, settings.timeZone);
-      const facts = await gateFacts(tx, {
-        siteId: siteId.data,
-        personId: personId.data,
-        plan,
-        walkInsAllowed: settings.walkInsAllowed,
-        month,
-      });
-      // the gates before anything else is looked at: staff see the gate's code
-      const gate = checkInGates({ ...facts, kind: 'walk_in', plan });
-      if (gate.status === 'refused') return refused(gate.code, gate.detail);
-      if (!plan) return refused('PLAN_NOT_IN_CONFIG');
-      // the gates need no payment provider; selling the pass does
-      if (!deps.stripe) return refused('BILLING_NOT_CONFIGURED');
-      const targets = await issueTargets(tx, null, personId.data, plan.doors);
-      if (!targets.personFound) return refused('PERSON_NOT_FOUND');
-      const first = targets.doors[0];
-      if (new Set(targets.doors.map((d) => d.gatewayId)).size !== 1 || first === undefined) return refused('DOORS_SPAN_GATEWAYS');
-      const digest = credentialDigest(Buffer.from(first.pepper, 'base64url'), input.credential.type, input.credential.value);
-      if (await credentialInUse(tx, first.gatewayId, digest, domain.walkInKeyId(id))) return refused('CREDENTIAL_IN_USE');
-      const o = domain.createWalkIn(
-        null,
-        {
-          walkInId: id,
-          plan,
-          personId: personId.data,
-          timeZone: settings.timeZone,
-          holdMinutes: settings.holdMinutes,
-          credential: { type: input.credential.type, digest },
-          gates: facts,
-          cid,
-        },
-        now,
-      );
-      if (o.status !== 'applied') return plain(o);
-      for (const e of o.emits) {
-        // the SQL compare-and-set is the guard under concurrency: the gate above read a count that may have moved
-        if (
-          e.type === 'use_quota' &&
-          (await useQuota(tx, { planId: plan.id, personId: personId.data, month: e.month, quota: e.quota, now })) !== 1
-        )
-          return refused('QUOTA_EXHAUSTED', `the quota of ${e.quota} for ${e.month} is used up`);
-      }
-      if ((await insertWalkIn(tx, o.state)) !== 1) throw new Error(`walk-in ${id} appeared under its lock`);
-      return plain(o);
-    });
-  } catch (e) {
-    if (pgErrorCode(e) === '23503') return { ...refused('PERSON_NOT_FOUND'), cid };
-    throw e;
+  const person = personId.data;
+  const site = siteId.data;
+  let created: Outcome<WalkIn> | undefined;
+  // a concurrent repeat under the same id that committed first makes this one its repeat (its quota use rolled back)
+  for (let attempt = 1; created === undefined; attempt += 1) {
+    try {
+      created = await createOnce();
+    } catch (e) {
+      if (!(e instanceof BookingRaced) || attempt >= 3) throw e;
+    }
   }
   if (created.status === 'refused' || created.status === 'conflict') {
     log.info({ status: created.status, code: created.code }, 'walk-in verb done');
@@ -230,15 +182,91 @@ export async function createWalkIn(deps: WalkInDeps, input: CreateWalkInInput): 
   if (w.status !== 'pending' || w.intentId !== null) return { ...created, cid };
   const made = await ensureIntent(deps, w, log);
   if (!made.ok) {
-    // nobody can pay a walk-in whose intent was never shown: it fails now and gives its quota use back
-    await walkInStep(deps, 'failWalkIn', w.id, cid, null, (cur, _tz, _tx, now) => domain.failWalkIn(cur, { cid }, now));
-    log.warn({ code: made.failure.code, stripeCode: made.failure.stripeCode }, 'walk-in failed: no PaymentIntent');
-    return { ...failureOutcome(made.failure), cid };
+    if (created.status !== 'applied') {
+      // a repeat does not undo the sale another request made: it stays pending for the next repeat or the hold sweep
+      log.warn({ code: made.failure.code, stripeCode: made.failure.stripeCode }, 'repeated walk-in: still no PaymentIntent');
+      return { ...failureOutcome(made.failure), cid };
+    }
+    // nobody can pay a walk-in whose intent was never shown, and a refusal changes nothing: the sale is withdrawn and
+    // its quota use given back, so a retry under the same Idempotency-Key sells again (same id, same Stripe key)
+    const gone = await inBilling(deps, 'withdrawWalkIn', async (tx) => {
+      const row = await withdrawUnpaidWalkIn(tx, w.id);
+      if (row?.quota_month && !row.quota_returned)
+        await returnQuota(tx, { planId: row.plan_id, personId: row.person_id, month: row.quota_month, now: deps.clock.now() });
+      return row !== null || (await loadWalkIn(tx, w.id)) === null;
+    });
+    if (gone) {
+      log.warn({ code: made.failure.code, stripeCode: made.failure.stripeCode }, 'walk-in withdrawn: no PaymentIntent');
+      return { ...failureOutcome(made.failure), cid };
+    }
   }
   const now = await loadWalkIn(deps.db, w.id);
   if (!now) throw new Error(`walk-in ${w.id} vanished`);
   log.info({ status: created.status, code: created.code, intentId: now.intentId }, 'walk-in verb done');
   return created.status === 'applied' ? { ...applied(created.code, now), cid } : { ...noop(created.code, now), cid };
+
+  async function createOnce(): Promise<Outcome<WalkIn>> {
+    try {
+      return await inBilling(deps, 'createWalkIn', async (tx): Promise<Outcome<WalkIn>> => {
+        if (!inScope(input.siteScope, input.siteId)) return refused('SITE_NOT_FOUND');
+        const settings = await loadStaySettings(tx, input.siteId);
+        if (!settings) return refused('SITE_NOT_FOUND');
+        const existing = await loadWalkIn(tx, id, null, true);
+        if (existing) return plain(domain.repeatWalkIn(existing, input.planId, person));
+        const now = deps.clock.now();
+        const plan = await loadPlan(tx, input.planId);
+        const month = quotaMonthOf(now, settings.timeZone);
+        const facts = await gateFacts(tx, {
+          siteId: site,
+          personId: person,
+          plan,
+          walkInsAllowed: settings.walkInsAllowed,
+          month,
+        });
+        // the gates before anything else is looked at: staff see the gate's code
+        const gate = checkInGates({ ...facts, kind: 'walk_in', plan });
+        if (gate.status === 'refused') return refused(gate.code, gate.detail);
+        if (!plan) return refused('PLAN_NOT_IN_CONFIG');
+        // the gates need no payment provider; selling the pass does
+        if (!deps.stripe) return refused('BILLING_NOT_CONFIGURED');
+        const targets = await issueTargets(tx, null, person, plan.doors);
+        if (!targets.personFound) return refused('PERSON_NOT_FOUND');
+        const first = targets.doors[0];
+        if (new Set(targets.doors.map((d) => d.gatewayId)).size !== 1 || first === undefined) return refused('DOORS_SPAN_GATEWAYS');
+        const digest = credentialDigest(Buffer.from(first.pepper, 'base64url'), input.credential.type, input.credential.value);
+        if (await credentialInUse(tx, first.gatewayId, digest, domain.walkInKeyId(id))) return refused('CREDENTIAL_IN_USE');
+        const o = domain.createWalkIn(
+          null,
+          {
+            walkInId: id,
+            plan,
+            personId: person,
+            timeZone: settings.timeZone,
+            holdMinutes: settings.holdMinutes,
+            credential: { type: input.credential.type, digest },
+            gates: facts,
+            cid,
+          },
+          now,
+        );
+        if (o.status !== 'applied') return plain(o);
+        for (const e of o.emits) {
+          // the SQL compare-and-set is the guard under concurrency: the gate above read a count that may have moved
+          if (
+            e.type === 'use_quota' &&
+            (await useQuota(tx, { planId: plan.id, personId: person, month: e.month, quota: e.quota, now })) !== 1
+          )
+            return refused('QUOTA_EXHAUSTED', `the quota of ${e.quota} for ${e.month} is used up`);
+        }
+        // the quota use above rolls back with this transaction
+        if ((await insertWalkIn(tx, o.state)) !== 1) throw new BookingRaced();
+        return plain(o);
+      });
+    } catch (e) {
+      if (pgErrorCode(e) === '23503') return refused('PERSON_NOT_FOUND');
+      throw e;
+    }
+  }
 }
 
 /** The intent of the walk-in from THE factory with its stored key (a repeat gets the same intent back), recorded. */

@@ -1,3 +1,4 @@
+import { createHmac } from 'node:crypto';
 import type { Clock, CorrelationId, Logger, OutcomeCode } from '@tobira/shared';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { Registry } from 'prom-client';
@@ -265,4 +266,48 @@ export async function idempotent(ctx: Ctx, req: FastifyRequest, reply: FastifyRe
   }
   if (a.statusCode >= 500) await release(ctx.db, p.tokenId, raw, c.token);
   return send(a);
+}
+
+/**
+ * One request at a time per (token, Idempotency-Key), for routes whose verb
+ * calls Stripe between its own transactions and so cannot run inside the
+ * idempotent unit (`POST /stays`, `POST /walk-ins`): the key is claimed in
+ * the Idempotency-Key store while the verb runs and released after, so a
+ * concurrent repeat answers 409 IDEMPOTENCY_IN_PROGRESS (retryable) instead
+ * of racing the first, and a different request under a key in flight is 422
+ * IDEMPOTENCY_KEY_REUSED. No answer is stored: a repeat after the first ends
+ * runs the verb again, which answers the same booking as a noop, and a
+ * refusal (a 503 from Stripe) leaves the key free for the retry. A holder
+ * that died keeps the key until its claim runs out (60 s). The request's
+ * hash is an HMAC under the caller's token (as sealed answers are), since
+ * the body holds the guest's credential in clear.
+ */
+export async function oneAtATime(ctx: Ctx, req: FastifyRequest, reply: FastifyReply, run: () => Promise<Answer>): Promise<void> {
+  const p = who(req);
+  const raw = req.headers['idempotency-key'];
+  const send = (a: Answer): void => {
+    if (a.headers) void reply.headers(a.headers);
+    void reply.status(a.statusCode).send(a.body);
+  };
+  if (raw === undefined) return send(await run());
+  if (typeof raw !== 'string' || !IDEMPOTENCY_KEY.test(raw))
+    return void reply.status(400).send(problem('BAD_REQUEST', 'Idempotency-Key: 1-200 of [A-Za-z0-9_.:-]'));
+  const hash = createHmac('sha256', answerKey(bearerOf(req), raw))
+    .update(requestHash(req.method, req.routeOptions.url ?? req.url, req.params, req.body ?? null, {}))
+    .digest('hex');
+  const c = await claim(ctx.db, p.tokenId, raw, hash, ctx.clock.now());
+  if (c.kind === 'reused') return void reply.status(422).send(problem('IDEMPOTENCY_KEY_REUSED'));
+  // 'replay' cannot come from this route's own use of the key (it stores no answer); another route's finished key is in use
+  if (c.kind === 'in_progress' || c.kind === 'replay')
+    return void reply
+      .status(409)
+      .headers({ 'retry-after': '1' })
+      .send(problem('IDEMPOTENCY_IN_PROGRESS', undefined, 'conflict'));
+  try {
+    send(await run());
+  } finally {
+    await release(ctx.db, p.tokenId, raw, c.token).catch((err: unknown) =>
+      req.log.warn({ err: String(err) }, 'idempotency release failed'),
+    );
+  }
 }

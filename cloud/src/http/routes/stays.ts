@@ -1,6 +1,5 @@
 import { createHash } from 'node:crypto';
 import type { OutcomeCode } from '@tobira/shared';
-import type { FastifyReply } from 'fastify';
 import { z } from 'zod';
 import { listPaymentsOfStay, listRefundsOfPayment, type Refund } from '../../adapters/db/payments.js';
 import { listStays, loadStay } from '../../adapters/db/stays.js';
@@ -9,7 +8,19 @@ import { CANCEL_REASONS } from '../../domain/cancellation-policy.js';
 import type { Payment } from '../../domain/payments.js';
 import { STAY_STATUSES } from '../../domain/stay-states.js';
 import type { Stay } from '../../domain/stays.js';
-import { cidOf, defined, idempotent, problem, statusOf, who, type Answer, type Api, type Ctx, type OutcomeLike } from '../context.js';
+import {
+  cidOf,
+  defined,
+  idempotent,
+  oneAtATime,
+  problem,
+  statusOf,
+  who,
+  type Answer,
+  type Api,
+  type Ctx,
+  type OutcomeLike,
+} from '../context.js';
 import { Cursor, Id, Limit, OutcomeStatus, Problem, errorResponses } from '../schemas.js';
 
 const IsoDate = z.string().regex(/^\d{4}-\d{2}-\d{2}$/, 'YYYY-MM-DD (site-local date)');
@@ -113,13 +124,6 @@ function answerOf(o: StayOutcomeAnswer, cid: string, appliedAs: 200 | 202): Answ
   };
 }
 
-function sendAnswer(reply: FastifyReply, a: Answer): FastifyReply {
-  return reply
-    .status(a.statusCode)
-    .headers(a.headers ?? {})
-    .send(a.body);
-}
-
 /**
  * Stays (issue #12, docs/payments.md): book (202 with the stay pending and
  * the PaymentIntent's client secret), list, get, cancel (the key is revoked
@@ -150,19 +154,21 @@ export function staysRoutes(app: Api, ctx: Ctx): void {
         response: { ...errorResponses, 200: StayAnswer, 202: StayAnswer, 409: StayConflict },
       },
     },
-    async (req, reply) => {
-      const p = who(req);
-      const cid = cidOf(req);
+    (req, reply) =>
       // The booking calls Stripe between its own transactions, so it cannot sit inside the generic
       // idempotent unit: the key names the stay instead (token + key → stay id), and a repeat is the
-      // domain's noop with the same stay and the same intent, even after a crash.
-      const stayId = `st_${createHash('sha256').update(`${p.tokenId}\n${req.headers['idempotency-key']}`).digest('base64url').slice(0, 32)}`;
-      const o = await ctx.cloud.bookStay(defined({ ...req.body, stayId, siteScope: p.sites, cid }));
-      if (o.status === 'conflict' && o.code === 'STAY_ALREADY_EXISTS') {
-        return reply.status(422).send({ ...problem('IDEMPOTENCY_KEY_REUSED', 'this Idempotency-Key booked another stay'), cid });
-      }
-      return sendAnswer(reply, answerOf(o, cid, 202));
-    },
+      // domain's noop with the same stay and the same intent, even after a crash. One request per key
+      // runs at a time (a concurrent repeat is 409 IDEMPOTENCY_IN_PROGRESS).
+      oneAtATime(ctx, req, reply, async () => {
+        const p = who(req);
+        const cid = cidOf(req);
+        const stayId = `st_${createHash('sha256').update(`${p.tokenId}\n${req.headers['idempotency-key']}`).digest('base64url').slice(0, 32)}`;
+        const o = await ctx.cloud.bookStay(defined({ ...req.body, stayId, siteScope: p.sites, cid }));
+        if (o.status === 'conflict' && o.code === 'STAY_ALREADY_EXISTS') {
+          return { statusCode: 422, body: { ...problem('IDEMPOTENCY_KEY_REUSED', 'this Idempotency-Key booked another stay'), cid } };
+        }
+        return answerOf(o, cid, 202);
+      }),
   );
 
   app.get(

@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import { decodeCursor } from '@tobira/shared';
 import type { FastifyReply } from 'fastify';
 import { z } from 'zod';
@@ -5,7 +6,7 @@ import { listBlocks, listWalkIns, loadWalkIn } from '../../adapters/db/walk-ins.
 import type { WalkInResult } from '../../app/walk-ins.js';
 import { CANCEL_REASONS } from '../../domain/cancellation-policy.js';
 import { WALK_IN_STATUSES, type WalkIn } from '../../domain/walk-ins.js';
-import { cidOf, defined, problem, statusOf, who, type Api, type Ctx } from '../context.js';
+import { cidOf, defined, oneAtATime, problem, statusOf, who, type Answer, type Api, type Ctx } from '../context.js';
 import { Cursor, Id, Limit, OutcomeStatus, Problem, TimeIdCursor, errorResponses } from '../schemas.js';
 
 export const WalkInJson = z.object({
@@ -58,6 +59,20 @@ const WalkInAnswer = WalkInJson.extend({ status: OutcomeStatus, code: z.string()
 const WalkInConflict = Problem.extend({ walkIn: WalkInJson.optional() });
 const BlockJson = z.object({ siteId: z.string(), personId: z.string(), reason: z.string(), blockedBy: z.string(), blockedAt: z.int() });
 const Month = z.string().regex(/^\d{4}-(0[1-9]|1[0-2])$/, 'YYYY-MM (the site calendar)');
+
+function answerOf(o: WalkInResult, appliedAs: 200 | 202): Answer {
+  if (o.status === 'refused') {
+    const code = o.code === 'BILLING_NOT_CONFIGURED' ? 503 : statusOf(o);
+    return { statusCode: code, headers: code === 503 ? { 'retry-after': '5' } : {}, body: { ...problem(o.code, o.detail), cid: o.cid } };
+  }
+  if (o.status === 'conflict')
+    return { statusCode: 409, body: { ...problem(o.code, undefined, 'conflict'), cid: o.cid, walkIn: walkInJson(o.current) } };
+  return {
+    statusCode: statusOf(o, appliedAs),
+    headers: { location: `/walk-ins/${o.state.id}` },
+    body: { ...walkInJson(o.state), status: o.status, code: o.code, cid: o.cid },
+  };
+}
 
 function send(reply: FastifyReply, o: WalkInResult, appliedAs: 200 | 202 = 200): FastifyReply {
   if (o.status === 'refused') {
@@ -114,11 +129,23 @@ export function walkInsRoutes(app: Api, ctx: Ctx): void {
         response: { ...errorResponses, 200: WalkInAnswer, 202: WalkInAnswer, 409: WalkInConflict },
       },
     },
-    async (req, reply) => {
-      const { id, ...body } = req.body;
-      const o = await ctx.cloud.createWalkIn(defined({ ...body, walkInId: id, siteScope: who(req).sites, cid: cidOf(req) }));
-      return send(reply, o, 202);
-    },
+    (req, reply) =>
+      // one request per Idempotency-Key at a time (a concurrent repeat is 409 IDEMPOTENCY_IN_PROGRESS); without an
+      // `id` the key names the walk-in (token + key → id), so a repeat is the domain's noop with the same intent
+      oneAtATime(ctx, req, reply, async () => {
+        const { id, ...body } = req.body;
+        const key = req.headers['idempotency-key'];
+        const walkInId =
+          id ??
+          (typeof key === 'string'
+            ? `wi_${createHash('sha256')
+                .update(`${who(req).tokenId}\n${key}`)
+                .digest('base64url')
+                .slice(0, 32)}`
+            : undefined);
+        const o = await ctx.cloud.createWalkIn(defined({ ...body, walkInId, siteScope: who(req).sites, cid: cidOf(req) }));
+        return answerOf(o, 202);
+      }),
   );
 
   app.get(
