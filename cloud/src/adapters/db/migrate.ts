@@ -2,6 +2,7 @@ import { readdir, readFile } from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
 import type { Logger } from '@tobira/shared';
 import type { Db } from './db.js';
+import { syncVerbGuards } from './verb-guards.js';
 
 export const MIGRATIONS_DIR = fileURLToPath(new URL('../../../migrations/', import.meta.url));
 const NAME = /^(\d{4})_([a-z0-9_]+)\.sql$/;
@@ -9,7 +10,9 @@ const NAME = /^(\d{4})_([a-z0-9_]+)\.sql$/;
 /**
  * Applies numbered, forward-only migrations (`NNNN_name.sql`) in order, each
  * in its own transaction with its row in `schema_migrations`. An advisory
- * lock keeps two replicas starting at once from applying one twice.
+ * lock keeps two replicas starting at once from applying one twice. Then,
+ * in the same transaction, the verb guards are copied from the code's state
+ * tables (`syncVerbGuards`).
  */
 export async function migrate(db: Db, log: Logger, nowMs: number, dir = MIGRATIONS_DIR): Promise<string[]> {
   const files = (await readdir(dir)).filter((f) => NAME.test(f)).sort();
@@ -34,6 +37,11 @@ export async function migrate(db: Db, log: Logger, nowMs: number, dir = MIGRATIO
       applied.push(f);
       log.info({ migration: f }, 'migration applied');
     }
+    // A database some newer cloud migrated holds that cloud's verb guards, a superset of this
+    // one's: an older replica restarting in a rolling deploy must not take its new moves away.
+    const known = new Set(files.map((f) => Number(f.slice(0, 4))));
+    if ([...done].every((v) => known.has(v))) await syncVerbGuards(tx);
+    else log.warn({ code: 'VERB_GUARDS_KEPT' }, 'the database has migrations this cloud does not know: its verb guards are kept');
   });
   return applied;
 }
