@@ -340,7 +340,9 @@ export class BillingWorker {
     if (!r.ok) {
       const permanent = r.failure.kind === 'permanent';
       // its own verb: a permanent error moves the refund to failed, which only this write may do
-      await inBilling(d, 'noteRefundError', (tx) => noteRefundError(tx, refundId, `${r.failure.code}: ${r.failure.message}`, permanent, d.clock.now()));
+      await inBilling(d, 'noteRefundError', (tx) =>
+        noteRefundError(tx, refundId, `${r.failure.code}: ${r.failure.message}`, permanent, d.clock.now()),
+      );
       return { ok: false, code: r.failure.code, permanent, error: r.failure.message };
     }
     d.crash('afterRefundBeforeRecord');

@@ -6,7 +6,13 @@ export const VERB_GUARD_SQLSTATE = 'TB401';
 
 export interface VerbGuardRows {
   readonly columns: readonly { readonly table: string; readonly column: string; readonly kind: 'status' | 'value' }[];
-  readonly moves: readonly { readonly table: string; readonly column: string; readonly verb: string; readonly from: string | null; readonly to: string }[];
+  readonly moves: readonly {
+    readonly table: string;
+    readonly column: string;
+    readonly verb: string;
+    readonly from: string | null;
+    readonly to: string;
+  }[];
   readonly writers: readonly { readonly table: string; readonly column: string; readonly verb: string }[];
 }
 
@@ -30,7 +36,9 @@ export async function loadVerbGuardRows(q: Queryable): Promise<VerbGuardRows> {
   const m = await q.query<{ table_name: string; column_name: string; verb: string; from_value: string | null; to_value: string }>(
     'SELECT table_name, column_name, verb, from_value, to_value FROM verb_moves',
   );
-  const w = await q.query<{ table_name: string; column_name: string; verb: string }>('SELECT table_name, column_name, verb FROM verb_columns');
+  const w = await q.query<{ table_name: string; column_name: string; verb: string }>(
+    'SELECT table_name, column_name, verb FROM verb_columns',
+  );
   return {
     columns: c.rows.map((r) => ({ table: r.table_name, column: r.column_name, kind: r.kind })),
     moves: m.rows.map((r) => ({ table: r.table_name, column: r.column_name, verb: r.verb, from: r.from_value, to: r.to_value })),
