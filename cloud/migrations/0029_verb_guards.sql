@@ -36,7 +36,7 @@ CREATE TABLE verb_columns (
 );
 
 -- The check. SQLSTATE TB401 with the table and column in the error's fields; the message names
--- the table, column, verb and move, the hint the verbs that may make it. The cloud treats it as
+-- the table, column, move and verb, and the verbs that may make that move. The cloud treats it as
 -- a bug (a verb wrote what its table does not allow): the transaction rolls back, nothing moved.
 CREATE FUNCTION verb_guard() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
@@ -64,19 +64,18 @@ BEGIN
       SELECT string_agg(m.verb, ', ' ORDER BY m.verb) INTO v_who FROM verb_moves m
         WHERE m.table_name = TG_TABLE_NAME AND m.column_name = g.column_name
           AND m.from_value IS NOT DISTINCT FROM v_from AND m.to_value = v_to;
-      RAISE EXCEPTION 'verb guard: %.% % -> % is not a move of verb %', TG_TABLE_NAME, g.column_name,
-          coalesce(v_from, '—'), coalesce(v_to, 'null'), v_shown
-        USING ERRCODE = 'TB401', TABLE = TG_TABLE_NAME, COLUMN = g.column_name,
-          HINT = 'verbs that may make this move: ' || coalesce(v_who, 'none');
+      RAISE EXCEPTION 'verb guard: %.% % -> % is not a move of verb % (verbs that may make it: %)', TG_TABLE_NAME, g.column_name,
+          coalesce(v_from, '—'), coalesce(v_to, 'null'), v_shown, coalesce(v_who, 'none')
+        USING ERRCODE = 'TB401', TABLE = TG_TABLE_NAME, COLUMN = g.column_name;
     ELSIF TG_OP = 'UPDATE' AND (v_old -> g.column_name) IS DISTINCT FROM (v_new -> g.column_name) THEN
       CONTINUE WHEN EXISTS (SELECT 1 FROM verb_columns c
         WHERE c.table_name = TG_TABLE_NAME AND c.column_name = g.column_name AND c.verb = v_verb);
       SELECT string_agg(c.verb, ', ' ORDER BY c.verb) INTO v_who FROM verb_columns c
         WHERE c.table_name = TG_TABLE_NAME AND c.column_name = g.column_name;
-      RAISE EXCEPTION 'verb guard: %.% % -> % is not written by verb %', TG_TABLE_NAME, g.column_name,
-          coalesce(v_old ->> g.column_name, 'null'), coalesce(v_new ->> g.column_name, 'null'), v_shown
-        USING ERRCODE = 'TB401', TABLE = TG_TABLE_NAME, COLUMN = g.column_name,
-          HINT = 'verbs that may write it: ' || coalesce(v_who, 'none (set at insert only)');
+      RAISE EXCEPTION 'verb guard: %.% % -> % is not written by verb % (verbs that may write it: %)', TG_TABLE_NAME, g.column_name,
+          coalesce(v_old ->> g.column_name, 'null'), coalesce(v_new ->> g.column_name, 'null'), v_shown,
+          coalesce(v_who, 'none, it is set at insert only')
+        USING ERRCODE = 'TB401', TABLE = TG_TABLE_NAME, COLUMN = g.column_name;
     END IF;
   END LOOP;
   RETURN NEW;
