@@ -1,10 +1,10 @@
 import { newId } from '@tobira/shared';
 import { pgBackends } from '@tobira/shared/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { enterVerb, pgErrorCode, type Db, type Tx } from '../src/adapters/db/db.js';
+import { enterVerb, pgErrorCode, withVerb, type Db, type Tx } from '../src/adapters/db/db.js';
 import { migrate } from '../src/adapters/db/migrate.js';
 import { VERB_GUARD_SQLSTATE, loadVerbGuardRows, verbGuardRows, type VerbGuardRows } from '../src/adapters/db/verb-guards.js';
-import { issueKey } from '../src/app/keys.js';
+import { issueKey, revokeKey } from '../src/app/keys.js';
 import { KEY_TRANSITIONS } from '../src/domain/key-states.js';
 import { MEMBERSHIP_TRANSITIONS } from '../src/domain/membership-states.js';
 import { MODE_REQUEST_TRANSITIONS } from '../src/domain/mode-requests.js';
@@ -498,6 +498,26 @@ describe.each(pgBackends())('verb guards on %s', (pgBackend) => {
     expect(e.message).toBe(
       'verb guard: memberships.status applied -> ended is not a move of verb endMembership (verbs that may make it: none)',
     );
+  });
+
+  it("checks a verb run inside another verb's transaction as itself, then the caller as the caller again", async () => {
+    const ids = await rows(t.db);
+    const verbNow = async (tx: Tx) => (await tx.query<{ v: string }>("SELECT current_setting('tobira.verb', true) AS v")).rows[0]?.v;
+    await t.db.transaction(async (tx) => {
+      await enterVerb(tx, 'settlePayment');
+      expect(await withVerb(tx, 'cancelStay', () => verbNow(tx))).toBe('cancelStay');
+      expect(await verbNow(tx)).toBe('settlePayment');
+      // a key verb in the caller's transaction, through a savepoint and directly
+      const d = { ...deps(t.db), db: tx };
+      const s = await revokeKey({ ...d, inCallerTransaction: true }, { keyId: ids.keyId, reason: 'staff_revoked' });
+      expect(s.status).toBe('applied');
+      expect(await verbNow(tx)).toBe('settlePayment');
+      const again = await revokeKey(d, { keyId: ids.keyId, reason: 'staff_revoked' });
+      expect(again.code).toBe('KEY_ALREADY_REVOKED');
+      expect(await verbNow(tx)).toBe('settlePayment');
+      // so the caller's own move passes, which the key verb's name would not
+      expect((await tx.query(`UPDATE stays SET status = 'confirmed' WHERE id = $1`, [ids.stayId])).rowCount).toBe(1);
+    });
   });
 
   it('keeps the version rule: it changes only inside a verb and never shrinks', async () => {
