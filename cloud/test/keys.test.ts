@@ -521,11 +521,13 @@ describe.each(pgBackends())('entry-key verbs on %s', (backend) => {
       const o = await issue(d, s);
       if (o.status !== 'applied') throw new Error('issue');
       await expect(t.db.query(`UPDATE keys SET status = 'active' WHERE id = $1`, [o.state.id])).rejects.toThrow(
-        /only change inside a key verb/,
+        /verb guard: keys\.status issuing -> active is not a move of verb \(none: tobira\.verb unset\)/,
       );
-      await expect(t.db.query(`UPDATE keys SET version = 9 WHERE id = $1`, [o.state.id])).rejects.toThrow(/only change inside a key verb/);
+      await expect(t.db.query(`UPDATE keys SET version = 9 WHERE id = $1`, [o.state.id])).rejects.toThrow(
+        /keys\.version may only change inside a verb/,
+      );
       expect(await getKey(d, o.state.id)).toMatchObject({ status: 'issuing', version: 1 });
-      // a non-status column may change (the trigger guards status and version only)
+      // a column no guard names may change (the triggers guard status and version only)
       expect((await t.db.query(`UPDATE keys SET updated_at = updated_at WHERE id = $1`, [o.state.id])).rowCount).toBe(1);
     });
 

@@ -366,13 +366,13 @@ describe.each(pgBackends())('memberships on %s', (pgBackend) => {
       const m = await activeMember();
       await expect(
         t.db.query(`UPDATE memberships SET status = 'ended', ended_at = 1, end_reason = 'force_cancel' WHERE id = $1`, [m.id]),
-      ).rejects.toThrow(/inside a verb/);
+      ).rejects.toThrow(/memberships\.status active -> ended is not a move of verb \(none: tobira\.verb unset\)/);
       await expect(
         t.db.transaction(async (tx) => {
           await enterVerb(tx, 'observeSubscription');
           await tx.query(`UPDATE memberships SET status = 'ended', ended_at = 1, end_reason = 'force_cancel' WHERE id = $1`, [m.id]);
         }),
-      ).rejects.toThrow(/only by endMembership/);
+      ).rejects.toThrow(/memberships\.status active -> ended is not a move of verb observeSubscription/);
       // the living-status writer cannot end one either: its SQL matches no row
       const n0 = await t.db.transaction(async (tx) => {
         await enterVerb(tx, 'observeSubscription');

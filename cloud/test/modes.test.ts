@@ -121,7 +121,7 @@ describe.each(pgBackends())('mode requests on %s', (pgBackend) => {
     expect((await outbox(s.gatewayId)).rows).toEqual([]);
   });
 
-  it('the database guards the status (0027): pending only by requestMode, settled once only by settleModeRequest, final after', async () => {
+  it('the database guards the status: pending only by requestMode, settled once only by settleModeRequest, final after', async () => {
     const d = deps(t.db);
     const s = await seed(d);
     const o = await requestMode(d, { ...base, siteId: s.siteId, mode: 'lockdown' });
@@ -145,13 +145,13 @@ describe.each(pgBackends())('mode requests on %s', (pgBackend) => {
         settleModeRequest(tx, { gatewayId: s.gatewayId, jti, result: 'refused', code: 'APPLY_FAILED', at: 3 }),
       ),
     ).toBe('settled');
-    await expect(set('applied', 'settleModeRequest')).rejects.toThrow(/final/);
+    await expect(set('applied', 'settleModeRequest')).rejects.toThrow(/refused -> applied is not a move of verb settleModeRequest/);
     await expect(
       t.db.transaction(async (tx) => {
         await tx.query("SELECT set_config('tobira.verb', 'settleModeRequest', true)");
         return tx.query(`UPDATE mode_requests SET status = 'pending', settled_at = NULL WHERE jti = $1`, [jti]);
       }),
-    ).rejects.toThrow(/final/);
+    ).rejects.toThrow(/refused -> pending is not a move of verb settleModeRequest/);
     expect(await getModeRequest(d, o.state.requestId, null)).toMatchObject({ status: 'refused', gateways: [{ code: 'APPLY_FAILED' }] });
     // a row inserted outside requestMode, or inserted already settled, is refused
     const row = (verb: string | null, status: string) =>
@@ -164,7 +164,7 @@ describe.each(pgBackends())('mode requests on %s', (pgBackend) => {
         );
       });
     await expect(row(null, 'pending')).rejects.toThrow(/requestMode/);
-    await expect(row('requestMode', 'applied')).rejects.toThrow(/starts pending/);
+    await expect(row('requestMode', 'applied')).rejects.toThrow(/mode_requests\.status — -> applied is not a move of verb requestMode/);
     expect((await row('requestMode', 'pending')).rowCount).toBe(1);
   });
 });

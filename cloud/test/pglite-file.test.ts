@@ -39,7 +39,7 @@ describe('PGlite on disk (the embedded default of the demo)', () => {
       ]);
       // the trigger survives the restart too
       await expect(second.query(`UPDATE keys SET status = 'active' WHERE id = $1`, [o.state.id])).rejects.toThrow(
-        /only change inside a key verb/,
+        /verb guard: keys\.status issuing -> active is not a move of verb \(none: tobira\.verb unset\)/,
       );
     } finally {
       await second.close();

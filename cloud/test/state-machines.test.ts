@@ -2,7 +2,8 @@ import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { KEY_NOOPS, KEY_TRANSITIONS } from '../src/domain/key-states.js';
 import { OUTBOX_TRANSITIONS } from '../src/adapters/outbox/states.js';
-import { PAYMENT_NOOPS, PAYMENT_TRANSITIONS, STAY_NOOPS, STAY_TRANSITIONS } from '../src/domain/stay-states.js';
+import { PAYMENT_NOOPS, PAYMENT_TRANSITIONS, REFUND_TRANSITIONS, STAY_NOOPS, STAY_TRANSITIONS } from '../src/domain/stay-states.js';
+import { STATUS_GUARDS, VALUE_GUARDS } from '../src/domain/verb-guards.js';
 import { MEMBERSHIP_NOOPS, MEMBERSHIP_TRANSITIONS } from '../src/domain/membership-states.js';
 import { SIGNING_KEY_TRANSITIONS } from '../src/domain/signing-keys.js';
 import { MODE_REQUEST_TRANSITIONS } from '../src/domain/mode-requests.js';
@@ -119,5 +120,29 @@ describe('docs/state-machines.md', () => {
     );
     expect(fromDoc).toEqual(MODE_REQUEST_TRANSITIONS.map((r) => [r.from, r.event, r.to, r.verb].join(' | ')));
     expect(fromDoc.length).toBe(4);
+  });
+
+  it('lists exactly the refund transitions of the code table', () => {
+    const fromDoc = tableAfter('### Refund transitions').flatMap(([from = '', event = '', to = '']) =>
+      states(from).map((f) => `${f} --${event}--> ${code(to)}`),
+    );
+    expect(fromDoc.sort()).toEqual(REFUND_TRANSITIONS.flatMap((r) => r.from.map((f) => `${f} --${r.event}--> ${r.to}`)).sort());
+  });
+
+  it('lists exactly the verbs of every guarded status column and every guarded money column and flag', () => {
+    const verbs = (cell: string) =>
+      cell === '—'
+        ? []
+        : cell
+            .split(',')
+            .map((v) => code(v.trim()))
+            .sort();
+    const row = ([column = '', cell = '']: string[]) => `${code(column)}: ${verbs(cell).join(' ')}`;
+    expect(tableAfter('### Guarded status columns').map(row)).toEqual(
+      STATUS_GUARDS.map((g) => `${g.table}.${g.column}: ${[...new Set(g.moves.map((m) => m.verb))].sort().join(' ')}`),
+    );
+    expect(tableAfter('### Guarded money columns and flags').map(row)).toEqual(
+      VALUE_GUARDS.map((g) => `${g.table}.${g.column}: ${[...g.verbs].sort().join(' ')}`),
+    );
   });
 });

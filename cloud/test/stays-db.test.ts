@@ -9,7 +9,7 @@ import {
   listDeadBillingJobs,
   markBillingJobDone,
 } from '../src/adapters/db/billing-jobs.js';
-import { enterVerb, type Db } from '../src/adapters/db/db.js';
+import { enterVerb, type Db, type Tx } from '../src/adapters/db/db.js';
 import {
   casPayment,
   insertPayment,
@@ -318,11 +318,16 @@ describe.each(pgBackends())('stays schema and repositories on %s', (pgBackend) =
       const s = stayFor('2027-09-01', '2027-09-02');
       const p = await paymentFor(s);
       const r = { id: `re-${newId()}`, paymentId: p.id, amount: 1000, currency: 'jpy', idempotencyKey: `refund:${p.id}:1`, cid, now: T0 };
-      expect(await insertRefund(t.db, r)).toBe(1);
-      expect(await insertRefund(t.db, { ...r, id: `re-${newId()}` })).toBe(0);
-      expect(await noteRefundError(t.db, r.id, 'Stripe down', false, T0 + 1)).toBe(1);
-      expect(await markRefundSucceeded(t.db, r.id, 're_stripe_1', T0 + 2)).toBe(1);
-      expect(await markRefundSucceeded(t.db, r.id, 're_stripe_2', T0 + 3)).toBe(0);
+      const as = <T>(verb: string, fn: (tx: Tx) => Promise<T>) =>
+        t.db.transaction(async (tx) => {
+          await enterVerb(tx, verb);
+          return fn(tx);
+        });
+      expect(await as('cancelStay', (tx) => insertRefund(tx, r))).toBe(1);
+      expect(await as('cancelStay', (tx) => insertRefund(tx, { ...r, id: `re-${newId()}` }))).toBe(0);
+      expect(await as('noteRefundError', (tx) => noteRefundError(tx, r.id, 'Stripe down', false, T0 + 1))).toBe(1);
+      expect(await as('recordRefund', (tx) => markRefundSucceeded(tx, r.id, 're_stripe_1', T0 + 2))).toBe(1);
+      expect(await as('recordRefund', (tx) => markRefundSucceeded(tx, r.id, 're_stripe_2', T0 + 3))).toBe(0);
       const [only, ...rest] = await listRefundsOfPayment(t.db, p.id);
       expect(rest).toEqual([]);
       expect(only).toMatchObject({ status: 'succeeded', stripeRefundId: 're_stripe_1', attempts: 2, lastError: null });

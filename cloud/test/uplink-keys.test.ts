@@ -284,13 +284,14 @@ describe.each(pgBackends())('gateway uplink-key rotation on %s', (pgBackend) => 
     if (o.status !== 'applied') throw new Error('rotate');
     await expect(
       t.db.query(`UPDATE gateway_uplink_key_rotations SET status = 'failed', settled_at = 1 WHERE id = $1`, [o.state.rotationId]),
-    ).rejects.toThrow(/only change inside a verb/);
+    ).rejects.toThrow(/gateway_uplink_key_rotations\.status requested -> failed is not a move of verb \(none: tobira\.verb unset\)/);
+    // the verb that activates a rotation may do so only from proposed
     await expect(
       t.db.transaction(async (tx) => {
-        await tx.query("SELECT set_config('tobira.verb', 'test', true)");
+        await tx.query("SELECT set_config('tobira.verb', 'activateUplinkKey', true)");
         await tx.query(`UPDATE gateway_uplink_key_rotations SET status = 'active', new_kid = 'k' WHERE id = $1`, [o.state.rotationId]);
       }),
-    ).rejects.toThrow(/may not go from requested to active/);
+    ).rejects.toThrow(/requested -> active is not a move of verb activateUplinkKey/);
     expect(await listUplinkKeyRotations(x.d, x.s.gatewayId, null)).toMatchObject([{ status: 'requested' }]);
   });
 });

@@ -19,6 +19,7 @@ import {
   BillingStepFailed,
   endStay,
   expireStay,
+  inBilling,
   recordChargeRefunded,
   recordRefundMade,
   repairIntent,
@@ -359,7 +360,10 @@ export class BillingWorker {
     });
     if (!r.ok) {
       const permanent = r.failure.kind === 'permanent';
-      await d.db.transaction((tx) => noteRefundError(tx, refundId, `${r.failure.code}: ${r.failure.message}`, permanent, d.clock.now()));
+      // its own verb: a permanent error moves the refund to failed, which only this write may do
+      await inBilling(d, 'noteRefundError', (tx) =>
+        noteRefundError(tx, refundId, `${r.failure.code}: ${r.failure.message}`, permanent, d.clock.now()),
+      );
       return { ok: false, code: r.failure.code, permanent, error: r.failure.message };
     }
     d.crash('afterRefundBeforeRecord');

@@ -16,7 +16,7 @@ import {
   asGatewayId,
   DEFAULT_OFFLINE_MAX_SECONDS,
 } from '@tobira/shared';
-import type { Queryable } from '../adapters/db/db.js';
+import { enterVerb, type Queryable } from '../adapters/db/db.js';
 import {
   appendHistory,
   casKey,
@@ -62,9 +62,13 @@ async function transition(
 ): Promise<KeyResult> {
   const log = withCorrelation(deps.log, cid, { verb, keyId });
   let last: EntryKey | null = null;
+  // the verb of a caller's transaction this one runs in, given back when done (its later writes are its own)
+  let outerVerb: string | undefined;
   for (let attempt = 1; attempt <= MAX_CAS_ATTEMPTS; attempt++) {
     const run = async (q: Queryable): Promise<KeyResult | 'lost'> => {
-      const current = await enterVerbAndLoadKey(q, verb, keyId);
+      const entered = await enterVerbAndLoadKey(q, verb, keyId);
+      outerVerb ??= entered.outerVerb;
+      const current = entered.key;
       last = current;
       const now = deps.clock.now();
       const out = decide(current, now);
@@ -91,6 +95,8 @@ async function transition(
     };
     const inCaller = tx ?? (deps.inCallerTransaction === true ? deps.db : undefined);
     const result = inCaller ? await run(inCaller) : await deps.db.transaction(run);
+    // outer verb set: `deps.db` (or `tx`) is that caller's open transaction, directly or through a savepoint
+    if (outerVerb !== undefined && outerVerb !== '' && outerVerb !== verb) await enterVerb(inCaller ?? deps.db, outerVerb);
     if (result === 'lost') {
       log.info({ attempt }, 'compare-and-set lost; reloading');
       continue;

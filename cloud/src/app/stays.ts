@@ -21,7 +21,7 @@ import {
 } from '@tobira/shared';
 import { z } from 'zod';
 import { enqueueBillingJob } from '../adapters/db/billing-jobs.js';
-import { enterVerb, pgErrorCode, type Tx } from '../adapters/db/db.js';
+import { enterVerb, pgErrorCode, withVerb, type Tx } from '../adapters/db/db.js';
 import {
   casPayment,
   insertPayment,
@@ -106,7 +106,7 @@ export class BillingStepFailed extends Error {
 
 const defaultPin = (): string => String(randomInt(0, 100_000_000)).padStart(8, '0');
 
-/** Runs `fn` in one transaction with the stay/payment status guard's verb marker set. */
+/** Runs `fn` in one transaction as the verb `verb` (the marker the verb guard checks each write against). */
 export function inBilling<T>(deps: AppDeps, verb: string, fn: (tx: Tx) => Promise<T>): Promise<T> {
   return deps.db.transaction(async (tx) => {
     await enterVerb(tx, verb);
@@ -333,8 +333,9 @@ async function stayStepIn(
 }
 
 /**
- * The stay verb `cancelStay` inside another verb's transaction (which has set tobira.verb): ending a
- * membership cancels its members' bookings this way, in the transaction that ends it.
+ * The stay verb `cancelStay` inside another verb's transaction: ending a membership cancels its
+ * members' bookings this way, in the transaction that ends it. The stay's writes are made as
+ * `cancelStay` (the verb guard checks them against the stay verbs), then the caller's verb is back.
  */
 export function cancelStayInTx(
   deps: StayDeps,
@@ -344,14 +345,16 @@ export function cancelStayInTx(
   cid: CorrelationId,
 ): Promise<Outcome<StayView>> {
   const log = withCorrelation(deps.log, cid, { verb: 'cancelStay', stayId });
-  return stayStepIn(
-    deps,
-    tx,
-    stayId,
-    cid,
-    null,
-    (s, payments, settings, now) => domain.cancelStay(s, { reason, settings, paid: paidOf(payments), cid }, now),
-    log,
+  return withVerb(tx, 'cancelStay', () =>
+    stayStepIn(
+      deps,
+      tx,
+      stayId,
+      cid,
+      null,
+      (s, payments, settings, now) => domain.cancelStay(s, { reason, settings, paid: paidOf(payments), cid }, now),
+      log,
+    ),
   );
 }
 

@@ -4,8 +4,9 @@ import type { OutcomeCode } from '@tobira/shared';
  * The membership state machine (issue #13), as a literal table. The same
  * table is in docs/state-machines.md; a test parses the document and checks
  * that both agree. `ending`, `ended` and `rejected` are reached only through
- * `endMembership` (its reasons are events here), and the database guard of
- * migration 0019 holds that line too.
+ * `endMembership` (its reasons are events here), and the database's verb
+ * guard holds that line too (`verb-guards.ts` gives those moves to
+ * `endMembership` alone).
  */
 export const MEMBERSHIP_STATUSES = ['applied', 'active', 'past_due', 'ending', 'ended', 'rejected'] as const;
 export type MembershipStatus = (typeof MEMBERSHIP_STATUSES)[number];

@@ -3,8 +3,8 @@
  * 0027; docs/state-machines.md "Mode request"): `pending` from the request
  * until that gateway acked its site.mode, or acked a resync snapshot whose
  * `asOfSeq` covers the request's seq (the snapshot carried the site's mode).
- * `applied` and `refused` are final. The database enforces this table
- * (0027's `mode_request_status_guard`): a row is inserted `pending` under
+ * `applied` and `refused` are final. The database enforces this table (the
+ * verb guard, from `verb-guards.ts`): a row is inserted `pending` under
  * `tobira.verb = requestMode`, and leaves `pending` only under
  * `tobira.verb = settleModeRequest`.
  */

@@ -125,3 +125,26 @@ export function paymentNoopOf(from: PaymentStatus, event: PaymentEvent): Payment
 
 /** Money the guest has paid and not had back is held in these states. */
 export const holdsMoney = (s: PaymentStatus): boolean => s === 'succeeded' || s === 'refund_pending' || s === 'partially_refunded';
+
+// ---------------------------------------------------------------- refund
+
+/** A refund row (`refunds`): queued with its idempotency key, then made by Stripe or given up on. */
+export const REFUND_STATUSES = ['pending', 'succeeded', 'failed'] as const;
+export type RefundStatus = (typeof REFUND_STATUSES)[number];
+
+export const REFUND_EVENTS = ['queue', 'refund_made', 'refund_failed'] as const;
+export type RefundEvent = (typeof REFUND_EVENTS)[number];
+
+export interface RefundTransitionRow {
+  /** `null` is "no refund yet". */
+  readonly from: readonly (RefundStatus | null)[];
+  readonly event: RefundEvent;
+  readonly to: RefundStatus;
+}
+
+export const REFUND_TRANSITIONS: readonly RefundTransitionRow[] = [
+  { from: [null], event: 'queue', to: 'pending' },
+  { from: ['pending'], event: 'refund_made', to: 'succeeded' },
+  // a permanent error of the refund call: the money stays held and an operator sees the row
+  { from: ['pending'], event: 'refund_failed', to: 'failed' },
+];

@@ -86,10 +86,33 @@ export function pgErrorCode(e: unknown): string | undefined {
 }
 
 /**
- * Sets the transaction-local marker (`tobira.verb`) the status guards check:
- * a key's, a stay's or a payment's status changes only inside a verb's
- * transaction (I4; migrations 0001 and 0014).
+ * Sets the transaction-local marker (`tobira.verb`) the verb guard checks:
+ * each guarded column changes only in the moves its table gives this verb
+ * (I4; `domain/verb-guards.ts`, migration `verb_guards`).
  */
 export async function enterVerb(q: Queryable, verb: string): Promise<void> {
   await q.query("SELECT set_config('tobira.verb', $1, true)", [verb]);
+}
+
+/** Sets the marker and answers the one it replaced ('' when none), in one round trip. */
+export async function swapVerb(q: Queryable, verb: string): Promise<string> {
+  const r = await q.query<{ outer_verb: string }>(
+    // OFFSET 0 keeps the read of the old value in its own plan node, evaluated before the set
+    `SELECT o.outer_verb, set_config('tobira.verb', $1, true) FROM (SELECT coalesce(current_setting('tobira.verb', true), '') AS outer_verb OFFSET 0) o`,
+    [verb],
+  );
+  return r.rows[0]?.outer_verb ?? '';
+}
+
+/**
+ * Runs `fn` as the verb `verb` inside a caller's transaction that runs
+ * another (a cancelled membership cancels its stays through the stay verb),
+ * then gives the caller its own verb back: each write is checked against
+ * the verb that decided it, not the last one that happened to run.
+ */
+export async function withVerb<T>(q: Queryable, verb: string, fn: () => Promise<T>): Promise<T> {
+  const outer = await swapVerb(q, verb);
+  const result = await fn();
+  if (outer !== verb) await enterVerb(q, outer);
+  return result;
 }

@@ -80,13 +80,22 @@ export function keyFromRow(row: unknown): EntryKey {
 
 /**
  * A verb's first statement: sets the transaction's verb marker (`enterVerb`,
- * which the status guards check) and loads the key, in one round trip (the
- * marker is set whether or not the key exists: a one-row subquery joined to it).
+ * which the verb guard checks) and loads the key, in one round trip (the
+ * marker is set whether or not the key exists: a one-row subquery joined to
+ * it). Also answers the marker it replaced ('' when none), which a key verb
+ * running inside another verb's transaction gives back when it is done.
  */
-export async function enterVerbAndLoadKey(q: Queryable, verb: string, id: string): Promise<EntryKey | null> {
-  const r = await q.query(`SELECT k.* FROM (SELECT set_config('tobira.verb', $2, true)) v LEFT JOIN keys k ON k.id = $1`, [id, verb]);
-  const row = r.rows[0] as { id: unknown } | undefined;
-  return row === undefined || row.id === null ? null : keyFromRow(row);
+export async function enterVerbAndLoadKey(q: Queryable, verb: string, id: string): Promise<{ key: EntryKey | null; outerVerb: string }> {
+  const r = await q.query(
+    // OFFSET 0 keeps the read of the old marker in its own plan node, evaluated before the set
+    `SELECT k.*, v.outer_verb FROM (SELECT o.outer_verb, set_config('tobira.verb', $2, true)
+       FROM (SELECT coalesce(current_setting('tobira.verb', true), '') AS outer_verb OFFSET 0) o) v LEFT JOIN keys k ON k.id = $1`,
+    [id, verb],
+  );
+  const row = r.rows[0] as { id: unknown; outer_verb: string } | undefined;
+  if (row === undefined) return { key: null, outerVerb: '' };
+  const { outer_verb: outerVerb, ...key } = row;
+  return { key: key.id === null ? null : keyFromRow(key), outerVerb };
 }
 
 /** Whether a key has this id (what an insert that wrote nothing ran into: the id, or else the live credential). */

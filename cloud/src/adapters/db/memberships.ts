@@ -160,9 +160,9 @@ export async function casMembership(q: Queryable, m: Membership, expectedVersion
 
 /**
  * THE write of a membership's end (ending, ended, rejected): the repository
- * half of endMembership. It names the verb to the database guard (migration
- * 0019 refuses these statuses under any other `tobira.verb`) and writes with
- * compare-and-set on the version. Rows affected: 0 is a lost race.
+ * half of endMembership. It names the verb to the database's verb guard
+ * (which refuses these statuses under any other `tobira.verb`) and writes
+ * with compare-and-set on the version. Rows affected: 0 is a lost race.
  */
 export async function endMembershipRow(q: Queryable, m: Membership, expectedVersion: number): Promise<number> {
   await enterVerb(q, 'endMembership');

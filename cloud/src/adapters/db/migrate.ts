@@ -3,6 +3,7 @@ import { fileURLToPath } from 'node:url';
 import { MigrationRefused, migrationFiles, planMigrations, type Logger } from '@tobira/shared';
 import { z } from 'zod';
 import type { Db } from './db.js';
+import { syncVerbGuards } from './verb-guards.js';
 
 export const MIGRATIONS_DIR = fileURLToPath(new URL('../../../migrations/', import.meta.url));
 
@@ -19,6 +20,8 @@ const Applied = z.object({ version: z.number(), name: z.string(), checksum: z.st
  * its code and the file, and nothing changes. Rows from before checksums
  * were kept get the file's checksum when their name matches (they were
  * applied by name).
+ * Then, in the same transaction, the verb guards are copied from the
+ * code's state tables (`syncVerbGuards`).
  */
 export async function migrate(db: Db, log: Logger, nowMs: number, dir = MIGRATIONS_DIR): Promise<string[]> {
   const names = (await readdir(dir)).sort();
@@ -54,6 +57,10 @@ export async function migrate(db: Db, log: Logger, nowMs: number, dir = MIGRATIO
       applied.push(f.file);
       log.info({ migration: f.file }, 'migration applied');
     }
+    // A database some newer cloud migrated holds that cloud's verb guards, a superset of this
+    // one's: an older replica restarting in a rolling deploy must not take its new moves away.
+    if (plan.ahead.length === 0) await syncVerbGuards(tx);
+    else log.warn({ code: 'VERB_GUARDS_KEPT' }, 'the database has migrations this cloud does not know: its verb guards are kept');
   });
   return applied;
 }

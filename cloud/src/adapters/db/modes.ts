@@ -10,8 +10,8 @@ import { scopeParam, type SiteScope } from './scope.js';
  * outbox row, settled by that gateway's ack (matched by the message's jti)
  * in the uplink inbox's transaction. Pending rows only move to applied or
  * refused, once (the UPDATE names `status = 'pending'`; 0 rows: already settled).
- * Each writer names its verb (`tobira.verb`): migration 0027's guard refuses
- * a row or a status written under any other (MODE_REQUEST_TRANSITIONS).
+ * Each writer names its verb (`tobira.verb`): the verb guard refuses a row or
+ * a status written under any other (MODE_REQUEST_TRANSITIONS).
  */
 
 export interface PassageEntry {
