@@ -26,6 +26,9 @@ import {
   type StayOutcome,
 } from '../src/domain/stays.js';
 
+/** A pending stay that nothing was paid for yet. */
+const NOTHING_PAID = { deposit: 0, balance: 0 } as const;
+
 /** The stay and payment verbs, given / when / then, including "nothing happened"; the cancellation policy by property. */
 const T0 = Date.UTC(2026, 10, 29, 9, 0, 0); // 2026-11-29 18:00 in Tokyo
 const DAY = 86_400_000;
@@ -174,7 +177,7 @@ describe('a stay', () => {
     });
 
     it('fails on a failed payment: nights released, intents cancelled', () => {
-      const o = failStay(pending(), { cid }, T0 + 1);
+      const o = failStay(pending(), { paid: NOTHING_PAID, cid }, T0 + 1);
       expect(o.status === 'applied' && [o.state.status, o.emits.map((e) => e.type)]).toEqual([
         'failed',
         ['release_nights', 'cancel_intents', 'notify'],
@@ -183,8 +186,11 @@ describe('a stay', () => {
 
     it('expires only once the hold has ended', () => {
       const s = pending();
-      expect(codeOf(expireStay(s, { cid }, s.holdUntil - 1))).toEqual(['noop', 'STAY_HOLD_NOT_OVER']);
-      const o = expireStay(s, { cid }, s.holdUntil);
+      expect(codeOf(expireStay(s, { paid: NOTHING_PAID, processing: false, cid }, s.holdUntil - 1))).toEqual([
+        'noop',
+        'STAY_HOLD_NOT_OVER',
+      ]);
+      const o = expireStay(s, { paid: NOTHING_PAID, processing: false, cid }, s.holdUntil);
       expect(o.status === 'applied' && [o.code, o.state.status, o.emits.map((e) => e.type)]).toEqual([
         'STAY_EXPIRED',
         'expired',
@@ -203,19 +209,19 @@ describe('a stay', () => {
 
   describe('when the stay already ended', () => {
     it('money that settles late is refused so the caller refunds it', () => {
-      const expired = state(expireStay(pending(), { cid }, T0 + DAY));
+      const expired = state(expireStay(pending(), { paid: NOTHING_PAID, processing: false, cid }, T0 + DAY));
       expect(
         codeOf(confirmStay(expired, { room, settings, paid: { deposit: 10_000, balance: 30_000 }, keyId: 'k', cid }, T0 + DAY)),
       ).toEqual(['refused', 'PAYMENT_AFTER_STAY_ENDED']);
-      expect(codeOf(failStay(expired, { cid }, T0 + DAY))).toEqual(['noop', 'STAY_ALREADY_ENDED']);
-      expect(codeOf(expireStay(expired, { cid }, T0 + DAY))).toEqual(['noop', 'STAY_NOT_PENDING']);
+      expect(codeOf(failStay(expired, { paid: NOTHING_PAID, cid }, T0 + DAY))).toEqual(['noop', 'STAY_ALREADY_ENDED']);
+      expect(codeOf(expireStay(expired, { paid: NOTHING_PAID, processing: false, cid }, T0 + DAY))).toEqual(['noop', 'STAY_NOT_PENDING']);
     });
   });
 
   describe('when confirmed', () => {
     it('a payment failure reported after the money settled changes nothing', () => {
       const s = confirmed();
-      expect(failStay(s, { cid }, T0 + 2)).toEqual({ status: 'noop', code: 'PAYMENT_FAILURE_IGNORED', state: s });
+      expect(failStay(s, { paid: NOTHING_PAID, cid }, T0 + 2)).toEqual({ status: 'noop', code: 'PAYMENT_FAILURE_IGNORED', state: s });
       expect(codeOf(confirmStay(s, { room, settings, paid: { deposit: 10_000, balance: 30_000 }, keyId: 'key-2', cid }, T0 + 3))).toEqual([
         'noop',
         'STAY_ALREADY_CONFIRMED',
@@ -286,8 +292,8 @@ describe('a stay', () => {
     const paid = { deposit: 0, balance: 0 };
     for (const o of [
       confirmStay(null, { room, settings, paid, keyId: 'k', cid }, T0),
-      failStay(null, { cid }, T0),
-      expireStay(null, { cid }, T0),
+      failStay(null, { paid: NOTHING_PAID, cid }, T0),
+      expireStay(null, { paid: NOTHING_PAID, processing: false, cid }, T0),
       cancelStay(null, { reason: 'guest_cancelled', settings, paid, cid }, T0),
       checkInStay(null, { settings, cid }, T0),
       checkOutStay(null, { cid }, T0),

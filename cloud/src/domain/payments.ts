@@ -79,7 +79,9 @@ function eventOf(o: IntentObservation): PaymentEvent | undefined {
     case 'canceled':
       return 'failed';
     case 'requires_payment_method':
-      return o.declined ? 'failed' : undefined;
+      // a decline puts the intent back to requires_payment_method: Stripe means it to be retried with another
+      // card, so it is not a failure (the hold decides when the stay stops waiting)
+      return undefined;
     case 'requires_confirmation':
     case 'requires_action':
     case 'requires_capture':
@@ -122,7 +124,7 @@ export function settlePayment(p: Payment | null, o: IntentObservation, cmd: { re
     return refused('PAYMENT_AMOUNT_MISMATCH', `ledger ${p.amount} ${p.currency}, Stripe ${o.amount}/${o.amountReceived} ${o.currency}`);
   }
   const event = eventOf(o);
-  if (!event) return noop('PAYMENT_NOT_SETTLED', p);
+  if (!event) return noop(o.status === 'requires_payment_method' && o.declined ? 'PAYMENT_DECLINED_RETRYABLE' : 'PAYMENT_NOT_SETTLED', p);
   return step(
     p,
     event,
