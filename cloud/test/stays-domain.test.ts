@@ -176,12 +176,22 @@ describe('a stay', () => {
       });
     });
 
-    it('fails on a failed payment: nights released, intents cancelled', () => {
+    it('fails on a failed payment: nights released, intents cancelled, nothing to refund when nothing was paid', () => {
       const o = failStay(pending(), { paid: NOTHING_PAID, cid }, T0 + 1);
       expect(o.status === 'applied' && [o.state.status, o.emits.map((e) => e.type)]).toEqual([
         'failed',
         ['release_nights', 'cancel_intents', 'notify'],
       ]);
+    });
+
+    it('a failure or an expiry gives back everything already paid (a deposit): the stay was never delivered', () => {
+      const paid = { deposit: 10_000, balance: 0 };
+      const full = { type: 'refund', split: { fee: 0, deposit: 10_000, balance: 0, total: 10_000 } };
+      const f = failStay(pending(), { paid, cid }, T0 + 1);
+      expect(f.status === 'applied' && f.emits).toContainEqual(full);
+      const s = pending();
+      const e = expireStay(s, { paid, processing: false, cid }, s.holdUntil);
+      expect(e.status === 'applied' && e.emits).toContainEqual(full);
     });
 
     it('expires only once the hold has ended', () => {
@@ -198,11 +208,22 @@ describe('a stay', () => {
       ]);
     });
 
-    it('cannot be cancelled (it fails or expires instead) nor checked in', () => {
-      expect(codeOf(cancelStay(pending(), { reason: 'guest_cancelled', settings, paid: { deposit: 0, balance: 0 }, cid }, T0))).toEqual([
-        'refused',
-        'INVALID_TRANSITION',
+    it('does not expire while a payment is processing: the money in flight decides', () => {
+      const s = pending();
+      expect(codeOf(expireStay(s, { paid: NOTHING_PAID, processing: true, cid }, s.holdUntil))).toEqual(['noop', 'STAY_PAYMENT_PROCESSING']);
+    });
+
+    it('can be cancelled: nights released, intents cancelled, what was paid refunded by the policy; not checked in', () => {
+      const o = cancelStay(pending(), { reason: 'guest_cancelled', settings, paid: { deposit: 0, balance: 0 }, cid }, T0);
+      expect(o.status === 'applied' && [o.code, o.emits.map((e) => e.type)]).toEqual([
+        'STAY_CANCELLED',
+        ['release_nights', 'cancel_intents', 'notify'],
       ]);
+      const staff = cancelStay(pending(), { reason: 'staff_cancelled', settings, paid: { deposit: 10_000, balance: 0 }, cid }, T0);
+      expect(staff.status === 'applied' && staff.emits).toContainEqual({
+        type: 'refund',
+        split: { fee: 0, deposit: 10_000, balance: 0, total: 10_000 },
+      });
       expect(codeOf(checkInStay(pending(), { settings, cid }, Date.UTC(2026, 11, 24, 7)))).toEqual(['refused', 'INVALID_TRANSITION']);
     });
   });
@@ -352,13 +373,18 @@ describe('a payment', () => {
     expect(settle(paid.state, {})).toMatchObject({ status: 'noop', code: 'PAYMENT_ALREADY_SUCCEEDED' });
   });
 
-  it('a declined attempt fails it; an untouched intent settles nothing; money arriving late still counts', () => {
-    const failed = settle(payment, { status: 'requires_payment_method', amountReceived: 0, declined: true });
-    expect(failed.status === 'applied' && failed.state.status).toBe('failed');
+  it('a declined attempt leaves it open for another card; a cancelled intent fails it; money arriving late still counts', () => {
+    expect(settle(payment, { status: 'requires_payment_method', amountReceived: 0, declined: true })).toEqual({
+      status: 'noop',
+      code: 'PAYMENT_DECLINED_RETRYABLE',
+      state: payment,
+    });
     expect(settle(payment, { status: 'requires_payment_method', amountReceived: 0 })).toMatchObject({
       status: 'noop',
       code: 'PAYMENT_NOT_SETTLED',
     });
+    const failed = settle(payment, { status: 'canceled', amountReceived: 0 });
+    expect(failed.status === 'applied' && failed.state.status).toBe('failed');
     if (failed.status !== 'applied') return;
     expect(settle(failed.state, {})).toMatchObject({ status: 'applied', code: 'PAYMENT_SUCCEEDED_LATE' });
   });

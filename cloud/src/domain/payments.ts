@@ -124,7 +124,11 @@ export function settlePayment(p: Payment | null, o: IntentObservation, cmd: { re
     return refused('PAYMENT_AMOUNT_MISMATCH', `ledger ${p.amount} ${p.currency}, Stripe ${o.amount}/${o.amountReceived} ${o.currency}`);
   }
   const event = eventOf(o);
-  if (!event) return noop(o.status === 'requires_payment_method' && o.declined ? 'PAYMENT_DECLINED_RETRYABLE' : 'PAYMENT_NOT_SETTLED', p);
+  if (!event) {
+    if (o.status !== 'requires_payment_method' || !o.declined) return noop('PAYMENT_NOT_SETTLED', p);
+    // ranked: a decline reported once the money settled changes nothing, as any failure would
+    return noop(p.status === 'requires_payment' || p.status === 'processing' ? 'PAYMENT_DECLINED_RETRYABLE' : 'PAYMENT_FAILURE_IGNORED', p);
+  }
   return step(
     p,
     event,
