@@ -210,7 +210,10 @@ describe('a stay', () => {
 
     it('does not expire while a payment is processing: the money in flight decides', () => {
       const s = pending();
-      expect(codeOf(expireStay(s, { paid: NOTHING_PAID, processing: true, cid }, s.holdUntil))).toEqual(['noop', 'STAY_PAYMENT_PROCESSING']);
+      expect(codeOf(expireStay(s, { paid: NOTHING_PAID, processing: true, cid }, s.holdUntil))).toEqual([
+        'noop',
+        'STAY_PAYMENT_PROCESSING',
+      ]);
     });
 
     it('can be cancelled: nights released, intents cancelled, what was paid refunded by the policy; not checked in', () => {

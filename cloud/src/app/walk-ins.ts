@@ -16,7 +16,7 @@ import {
   type Page,
 } from '@tobira/shared';
 import { pgErrorCode, type Tx } from '../adapters/db/db.js';
-import { credentialInUse, issueTargets } from '../adapters/db/keys.js';
+import { credentialInUse, issueTargets, liveKeysOfPersonAtSite } from '../adapters/db/keys.js';
 import { loadPlan } from '../adapters/db/plans.js';
 import type { SiteScope } from '../adapters/db/scope.js';
 import { loadStaySettings } from '../adapters/db/stays.js';
@@ -378,9 +378,16 @@ export async function quotaView(
 
 // ---------------------------------------------------------------- blocked people
 
-export type BlockResult = Outcome<Block> & { readonly cid: CorrelationId };
+/** A block and how many of the person's live keys at the site it revoked. */
+export type BlockView = Block & { readonly keysRevoked: number };
+export type BlockResult = Outcome<BlockView> & { readonly cid: CorrelationId };
 
-/** Block a person at a site: their check-ins there are refused with GUEST_BLOCKED (their keys are not touched). */
+/**
+ * Block a person at a site: their bookings, walk-ins and check-ins there are refused with GUEST_BLOCKED, and
+ * every key of theirs still live at the site's gateways is revoked (reason `person_blocked`) in the same
+ * transaction — a key is the authority at the door, and the door does not ask the desk. A repeat (already
+ * blocked) revokes any live key it still finds.
+ */
 export async function blockPerson(
   deps: WalkInDeps,
   input: { siteId: string; personId: string; reason: string; actor: string; siteScope?: SiteScope; cid?: CorrelationId },
@@ -395,17 +402,30 @@ export async function blockPerson(
     blockedAt: deps.clock.now(),
   };
   const o = await deps.db
-    .transaction(async (tx): Promise<Outcome<Block>> => {
-      if ((await insertBlock(tx, block)) === 1) return applied('PERSON_BLOCKED', block);
-      const cur = await loadBlock(tx, input.siteId, input.personId);
-      return cur ? noop('PERSON_ALREADY_BLOCKED', cur) : refused('PERSON_NOT_FOUND');
+    .transaction(async (tx): Promise<Outcome<BlockView>> => {
+      const fresh = (await insertBlock(tx, block)) === 1;
+      const cur = fresh ? block : await loadBlock(tx, input.siteId, input.personId);
+      if (!cur) return refused('PERSON_NOT_FOUND');
+      let keysRevoked = 0;
+      for (const keyId of await liveKeysOfPersonAtSite(tx, input.siteId, input.personId)) {
+        const r = await revokeKey({ ...deps, db: tx }, { keyId, reason: 'person_blocked', cid });
+        if (r.status === 'applied') keysRevoked += 1;
+        else if (r.status !== 'noop') throw new Error(`key ${keyId} of a blocked person could not be revoked: ${r.code}`);
+      }
+      const view = { ...cur, keysRevoked };
+      return fresh ? applied('PERSON_BLOCKED', view) : noop('PERSON_ALREADY_BLOCKED', view);
     })
-    .catch((e: unknown): Outcome<Block> => {
+    .catch((e: unknown): Outcome<BlockView> => {
       if (pgErrorCode(e) === '23503') return refused('PERSON_NOT_FOUND', 'no such person or site');
       throw e;
     });
   withCorrelation(deps.log, cid, { verb: 'blockPerson', siteId: input.siteId, personId: input.personId }).info(
-    { status: o.status, code: o.code, actor: input.actor },
+    {
+      status: o.status,
+      code: o.code,
+      actor: input.actor,
+      keysRevoked: o.status === 'applied' || o.status === 'noop' ? o.state.keysRevoked : 0,
+    },
     'block verb done',
   );
   return { ...o, cid };
