@@ -9,3 +9,31 @@ ALTER TABLE stays ADD CONSTRAINT stays_cancel_reason_check
 -- the confirmed ones: the index follows what listOpenStaysOfMembership reads.
 DROP INDEX stays_by_membership;
 CREATE INDEX stays_by_membership ON stays (membership_id) WHERE membership_id IS NOT NULL AND status IN ('pending', 'confirmed');
+
+-- A door may belong to several rooms (rooms are named sets of doors), so a
+-- night held per room does not stop two stays of two rooms sharing a door
+-- from opening the same physical door on the same night. Nights are also
+-- held per door of the room (not the site's shared doors, which every stay
+-- opens): the primary key refuses the second booking whatever races.
+CREATE TABLE stay_door_nights (
+  door_id text NOT NULL REFERENCES doors(id),
+  night date NOT NULL,
+  stay_id text NOT NULL REFERENCES stays(id),
+  PRIMARY KEY (door_id, night)
+);
+CREATE INDEX stay_door_nights_by_stay ON stay_door_nights (stay_id);
+-- the stays holding their nights now hold their doors too (the first of a
+-- clash already on record keeps the door; the other is for an operator)
+INSERT INTO stay_door_nights (door_id, night, stay_id)
+  SELECT d.door_id, n.night, n.stay_id FROM stay_nights n JOIN room_doors d ON d.room_id = n.room_id
+  ORDER BY d.door_id, n.night, n.stay_id
+  ON CONFLICT (door_id, night) DO NOTHING;
+
+CREATE OR REPLACE FUNCTION stay_nights_released() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  IF NEW.status NOT IN ('pending', 'confirmed', 'checked_in')
+     AND (EXISTS (SELECT 1 FROM stay_nights WHERE stay_id = NEW.id) OR EXISTS (SELECT 1 FROM stay_door_nights WHERE stay_id = NEW.id)) THEN
+    RAISE EXCEPTION 'stay % is % but still holds nights', NEW.id, NEW.status USING ERRCODE = 'P0001';
+  END IF;
+  RETURN NULL;
+END $$;

@@ -206,4 +206,43 @@ describe.each(pgBackends())('the money of stays that end on %s', (backend) => {
       await book(d);
     });
   });
+
+  describe('when one door belongs to two rooms', () => {
+    it('the second booking of the same nights is 409 ROOM_UNAVAILABLE with nothing held; the nights free again once the first ends', async () => {
+      const other = await h.app.inject({
+        method: 'POST',
+        url: '/rooms',
+        headers: auth(),
+        payload: { siteId: h.siteId, name: '501-suite', doors: [h.doors[0]] },
+      });
+      expect(other.statusCode).toBe(201);
+      const suite = other.json<{ id: string }>().id;
+      const d = dates();
+      const first = await book({ ...d });
+      const second = await h.app.inject({
+        method: 'POST',
+        url: '/stays',
+        headers: { ...auth(), 'idempotency-key': `bk-${newId()}` },
+        payload: { personId: h.personId, roomId: suite, ...d, amount: 30_000, currency: 'jpy' },
+      });
+      expect(second.statusCode).toBe(409);
+      expect(second.json()).toMatchObject({ code: 'ROOM_UNAVAILABLE' });
+      const held = await h.t.db.query<{ n: number }>('SELECT count(*)::int AS n FROM stays WHERE room_id = $1', [suite]);
+      expect(held.rows[0]?.n).toBe(0);
+      const c = await h.app.inject({
+        method: 'POST',
+        url: `/stays/${first.stay.id}/cancel`,
+        headers: { ...auth(), 'idempotency-key': `c-${first.stay.id}` },
+        payload: { reason: 'guest_cancelled' },
+      });
+      expect(c.statusCode).toBe(202);
+      const again = await h.app.inject({
+        method: 'POST',
+        url: '/stays',
+        headers: { ...auth(), 'idempotency-key': `bk-${newId()}` },
+        payload: { personId: h.personId, roomId: suite, ...d, amount: 30_000, currency: 'jpy' },
+      });
+      expect(again.statusCode).toBe(202);
+    });
+  });
 });

@@ -133,7 +133,19 @@ export async function insertStayWithNights(tx: Tx, s: Stay): Promise<InsertStayR
        ON CONFLICT (room_id, night) DO NOTHING`,
       [s.roomId, s.id, [...s.nights]],
     );
-    if (nights.rowCount === s.nights.length) return 'inserted';
+    if (nights.rowCount === s.nights.length) {
+      // a door of several rooms: the nights are held per door as well, so one physical door is never double booked
+      const doors = await sp.query(
+        `INSERT INTO stay_door_nights (door_id, night, stay_id)
+         SELECT d.door_id, n::date, $2 FROM room_doors d CROSS JOIN unnest($3::text[]) AS n WHERE d.room_id = $1
+         ORDER BY d.door_id, n
+         ON CONFLICT (door_id, night) DO NOTHING`,
+        [s.roomId, s.id, [...s.nights]],
+      );
+      const want = await sp.query<{ n: number }>('SELECT count(*)::int AS n FROM room_doors WHERE room_id = $1', [s.roomId]);
+      if (doors.rowCount === Number(want.rows[0]?.n ?? 0) * s.nights.length) return 'inserted';
+    }
+    await sp.query('DELETE FROM stay_door_nights WHERE stay_id = $1', [s.id]);
     await sp.query('DELETE FROM stay_nights WHERE stay_id = $1', [s.id]);
     await sp.query('DELETE FROM stays WHERE id = $1', [s.id]);
     return 'ROOM_UNAVAILABLE';
@@ -152,6 +164,7 @@ export async function casStay(q: Queryable, s: Stay, expectedVersion: number): P
 
 /** Releases every night a stay holds (its status change must be in the same transaction: a deferred trigger checks). */
 export async function releaseNights(q: Queryable, stayId: string): Promise<number> {
+  await q.query('DELETE FROM stay_door_nights WHERE stay_id = $1', [stayId]);
   return (await q.query('DELETE FROM stay_nights WHERE stay_id = $1', [stayId])).rowCount;
 }
 
