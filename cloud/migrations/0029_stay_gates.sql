@@ -37,3 +37,23 @@ BEGIN
   END IF;
   RETURN NULL;
 END $$;
+
+-- Walk-ins refund too (I8): a cancellation the site's policy refunds, money
+-- that lands after the walk-in ended, and a pass whose key a gate refused at
+-- issue. One row per walk-in (one refund each, its key stored before the
+-- call); the call is a billing job (kind walk_in_refund).
+CREATE TABLE walk_in_refunds (
+  walk_in_id text PRIMARY KEY REFERENCES walk_ins(id),
+  amount bigint NOT NULL CHECK (amount > 0),
+  currency text NOT NULL CHECK (currency ~ '^[a-z]{3}$'),
+  status text NOT NULL DEFAULT 'pending' CHECK (status IN ('pending', 'succeeded')),
+  idempotency_key text NOT NULL UNIQUE,
+  stripe_refund_id text UNIQUE,
+  cid text NOT NULL,
+  created_at bigint NOT NULL,
+  updated_at bigint NOT NULL,
+  CHECK ((status = 'succeeded') <= (stripe_refund_id IS NOT NULL))
+);
+ALTER TABLE billing_jobs DROP CONSTRAINT billing_jobs_kind_check;
+ALTER TABLE billing_jobs ADD CONSTRAINT billing_jobs_kind_check
+  CHECK (kind IN ('create_intent', 'cancel_intent', 'refund', 'issue_stay_key', 'notify', 'walk_in_refund'));

@@ -516,4 +516,36 @@ describe.each(pgBackends())('walk-ins and check-in gates on %s', (pgBackend) => 
       expect(again.status).toBe('applied');
     });
   });
+
+  describe('when a walk-in ends with money in', () => {
+    const refundsOf = (intentId: string) => local.refunds().filter((r) => r.payment_intent === intentId);
+
+    it('a staff_cancelled walk-in is refunded in full, exactly once, at Stripe', async () => {
+      const planId = await plan({ quota: null });
+      const w = await walkIn(planId, await person());
+      if (w.status !== 'applied') throw new Error(w.code);
+      await pay(w.state.intentId ?? '');
+      await settle();
+      expect(await cancelWalkIn(d(), { walkInId: w.state.id, reason: 'staff_cancelled' })).toMatchObject({ code: 'WALK_IN_CANCELLED' });
+      await settle();
+      await settle();
+      expect(refundsOf(w.state.intentId ?? '').map((r) => r.amount)).toEqual([2000]);
+      const row = await t.db.query<{ status: string }>('SELECT status FROM walk_in_refunds WHERE walk_in_id = $1', [w.state.id]);
+      expect(row.rows).toEqual([{ status: 'succeeded' }]);
+    });
+
+    it('a person blocked after the desk sold the pass gets no key when it is paid: it fails and the money comes back', async () => {
+      const planId = await plan({ quota: null });
+      const who = await person();
+      const w = await walkIn(planId, who);
+      if (w.status !== 'applied') throw new Error(w.code);
+      await blockPerson(d(), { siteId: s.siteId, personId: who, reason: 'theft', actor: 'staff-1' });
+      await pay(w.state.intentId ?? '');
+      await settle();
+      await settle();
+      expect(await loadWalkIn(t.db, w.state.id)).toMatchObject({ status: 'failed', keyId: null });
+      expect(await getKey(base, `key_${w.state.id}`)).toBeNull();
+      expect(refundsOf(w.state.intentId ?? '').map((r) => r.amount)).toEqual([2000]);
+    });
+  });
 });
