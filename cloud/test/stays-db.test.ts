@@ -46,6 +46,9 @@ import { intentIdempotencyKey, settlePayment, type Payment } from '../src/domain
 import { bookStay, failStay, paymentsOf, type Room, type SiteStaySettings, type Stay } from '../src/domain/stays.js';
 import { DAY, T0, deps, openTestDb, seed, type TestDb } from './helpers.js';
 
+/** A pending stay that nothing was paid for yet. */
+const NOTHING_PAID = { deposit: 0, balance: 0 } as const;
+
 /**
  * The stays/payments schema (migration 0014) and its repositories, against
  * both cloud databases: the per-night primary key really refuses a double
@@ -192,7 +195,7 @@ describe.each(pgBackends())('stays schema and repositories on %s', (pgBackend) =
     it('a stay that stops holding its room must release its nights in the same transaction', async () => {
       const s = stayFor('2027-05-01', '2027-05-03');
       expect(await book(t.db, s)).toBe('inserted');
-      const failed = failStay(s, { cid }, T0 + 1);
+      const failed = failStay(s, { paid: NOTHING_PAID, cid }, T0 + 1);
       if (failed.status !== 'applied') throw new Error(failed.code);
       await expect(
         t.db.transaction(async (tx) => {
@@ -217,7 +220,7 @@ describe.each(pgBackends())('stays schema and repositories on %s', (pgBackend) =
       const b = stayFor('2027-06-02', '2027-06-03');
       expect(await book(t.db, a)).toBe('inserted');
       expect(await book(t.db, b)).toBe('inserted');
-      const next = failStay(a, { cid }, T0 + 5);
+      const next = failStay(a, { paid: NOTHING_PAID, cid }, T0 + 5);
       if (next.status !== 'applied') throw new Error(next.code);
       await t.db.transaction(async (tx) => {
         await enterVerb(tx, 'failStay');

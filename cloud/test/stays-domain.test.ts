@@ -26,6 +26,9 @@ import {
   type StayOutcome,
 } from '../src/domain/stays.js';
 
+/** A pending stay that nothing was paid for yet. */
+const NOTHING_PAID = { deposit: 0, balance: 0 } as const;
+
 /** The stay and payment verbs, given / when / then, including "nothing happened"; the cancellation policy by property. */
 const T0 = Date.UTC(2026, 10, 29, 9, 0, 0); // 2026-11-29 18:00 in Tokyo
 const DAY = 86_400_000;
@@ -173,18 +176,31 @@ describe('a stay', () => {
       });
     });
 
-    it('fails on a failed payment: nights released, intents cancelled', () => {
-      const o = failStay(pending(), { cid }, T0 + 1);
+    it('fails on a failed payment: nights released, intents cancelled, nothing to refund when nothing was paid', () => {
+      const o = failStay(pending(), { paid: NOTHING_PAID, cid }, T0 + 1);
       expect(o.status === 'applied' && [o.state.status, o.emits.map((e) => e.type)]).toEqual([
         'failed',
         ['release_nights', 'cancel_intents', 'notify'],
       ]);
     });
 
+    it('a failure or an expiry gives back everything already paid (a deposit): the stay was never delivered', () => {
+      const paid = { deposit: 10_000, balance: 0 };
+      const full = { type: 'refund', split: { fee: 0, deposit: 10_000, balance: 0, total: 10_000 } };
+      const f = failStay(pending(), { paid, cid }, T0 + 1);
+      expect(f.status === 'applied' && f.emits).toContainEqual(full);
+      const s = pending();
+      const e = expireStay(s, { paid, processing: false, cid }, s.holdUntil);
+      expect(e.status === 'applied' && e.emits).toContainEqual(full);
+    });
+
     it('expires only once the hold has ended', () => {
       const s = pending();
-      expect(codeOf(expireStay(s, { cid }, s.holdUntil - 1))).toEqual(['noop', 'STAY_HOLD_NOT_OVER']);
-      const o = expireStay(s, { cid }, s.holdUntil);
+      expect(codeOf(expireStay(s, { paid: NOTHING_PAID, processing: false, cid }, s.holdUntil - 1))).toEqual([
+        'noop',
+        'STAY_HOLD_NOT_OVER',
+      ]);
+      const o = expireStay(s, { paid: NOTHING_PAID, processing: false, cid }, s.holdUntil);
       expect(o.status === 'applied' && [o.code, o.state.status, o.emits.map((e) => e.type)]).toEqual([
         'STAY_EXPIRED',
         'expired',
@@ -192,30 +208,44 @@ describe('a stay', () => {
       ]);
     });
 
-    it('cannot be cancelled (it fails or expires instead) nor checked in', () => {
-      expect(codeOf(cancelStay(pending(), { reason: 'guest_cancelled', settings, paid: { deposit: 0, balance: 0 }, cid }, T0))).toEqual([
-        'refused',
-        'INVALID_TRANSITION',
+    it('does not expire while a payment is processing: the money in flight decides', () => {
+      const s = pending();
+      expect(codeOf(expireStay(s, { paid: NOTHING_PAID, processing: true, cid }, s.holdUntil))).toEqual([
+        'noop',
+        'STAY_PAYMENT_PROCESSING',
       ]);
+    });
+
+    it('can be cancelled: nights released, intents cancelled, what was paid refunded by the policy; not checked in', () => {
+      const o = cancelStay(pending(), { reason: 'guest_cancelled', settings, paid: { deposit: 0, balance: 0 }, cid }, T0);
+      expect(o.status === 'applied' && [o.code, o.emits.map((e) => e.type)]).toEqual([
+        'STAY_CANCELLED',
+        ['release_nights', 'cancel_intents', 'notify'],
+      ]);
+      const staff = cancelStay(pending(), { reason: 'staff_cancelled', settings, paid: { deposit: 10_000, balance: 0 }, cid }, T0);
+      expect(staff.status === 'applied' && staff.emits).toContainEqual({
+        type: 'refund',
+        split: { fee: 0, deposit: 10_000, balance: 0, total: 10_000 },
+      });
       expect(codeOf(checkInStay(pending(), { settings, cid }, Date.UTC(2026, 11, 24, 7)))).toEqual(['refused', 'INVALID_TRANSITION']);
     });
   });
 
   describe('when the stay already ended', () => {
     it('money that settles late is refused so the caller refunds it', () => {
-      const expired = state(expireStay(pending(), { cid }, T0 + DAY));
+      const expired = state(expireStay(pending(), { paid: NOTHING_PAID, processing: false, cid }, T0 + DAY));
       expect(
         codeOf(confirmStay(expired, { room, settings, paid: { deposit: 10_000, balance: 30_000 }, keyId: 'k', cid }, T0 + DAY)),
       ).toEqual(['refused', 'PAYMENT_AFTER_STAY_ENDED']);
-      expect(codeOf(failStay(expired, { cid }, T0 + DAY))).toEqual(['noop', 'STAY_ALREADY_ENDED']);
-      expect(codeOf(expireStay(expired, { cid }, T0 + DAY))).toEqual(['noop', 'STAY_NOT_PENDING']);
+      expect(codeOf(failStay(expired, { paid: NOTHING_PAID, cid }, T0 + DAY))).toEqual(['noop', 'STAY_ALREADY_ENDED']);
+      expect(codeOf(expireStay(expired, { paid: NOTHING_PAID, processing: false, cid }, T0 + DAY))).toEqual(['noop', 'STAY_NOT_PENDING']);
     });
   });
 
   describe('when confirmed', () => {
     it('a payment failure reported after the money settled changes nothing', () => {
       const s = confirmed();
-      expect(failStay(s, { cid }, T0 + 2)).toEqual({ status: 'noop', code: 'PAYMENT_FAILURE_IGNORED', state: s });
+      expect(failStay(s, { paid: NOTHING_PAID, cid }, T0 + 2)).toEqual({ status: 'noop', code: 'PAYMENT_FAILURE_IGNORED', state: s });
       expect(codeOf(confirmStay(s, { room, settings, paid: { deposit: 10_000, balance: 30_000 }, keyId: 'key-2', cid }, T0 + 3))).toEqual([
         'noop',
         'STAY_ALREADY_CONFIRMED',
@@ -286,8 +316,8 @@ describe('a stay', () => {
     const paid = { deposit: 0, balance: 0 };
     for (const o of [
       confirmStay(null, { room, settings, paid, keyId: 'k', cid }, T0),
-      failStay(null, { cid }, T0),
-      expireStay(null, { cid }, T0),
+      failStay(null, { paid: NOTHING_PAID, cid }, T0),
+      expireStay(null, { paid: NOTHING_PAID, processing: false, cid }, T0),
       cancelStay(null, { reason: 'guest_cancelled', settings, paid, cid }, T0),
       checkInStay(null, { settings, cid }, T0),
       checkOutStay(null, { cid }, T0),
@@ -346,13 +376,18 @@ describe('a payment', () => {
     expect(settle(paid.state, {})).toMatchObject({ status: 'noop', code: 'PAYMENT_ALREADY_SUCCEEDED' });
   });
 
-  it('a declined attempt fails it; an untouched intent settles nothing; money arriving late still counts', () => {
-    const failed = settle(payment, { status: 'requires_payment_method', amountReceived: 0, declined: true });
-    expect(failed.status === 'applied' && failed.state.status).toBe('failed');
+  it('a declined attempt leaves it open for another card; a cancelled intent fails it; money arriving late still counts', () => {
+    expect(settle(payment, { status: 'requires_payment_method', amountReceived: 0, declined: true })).toEqual({
+      status: 'noop',
+      code: 'PAYMENT_DECLINED_RETRYABLE',
+      state: payment,
+    });
     expect(settle(payment, { status: 'requires_payment_method', amountReceived: 0 })).toMatchObject({
       status: 'noop',
       code: 'PAYMENT_NOT_SETTLED',
     });
+    const failed = settle(payment, { status: 'canceled', amountReceived: 0 });
+    expect(failed.status === 'applied' && failed.state.status).toBe('failed');
     if (failed.status !== 'applied') return;
     expect(settle(failed.state, {})).toMatchObject({ status: 'applied', code: 'PAYMENT_SUCCEEDED_LATE' });
   });

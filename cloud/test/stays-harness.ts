@@ -1,6 +1,6 @@
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { generateSigningKeyPair, newCorrelationId, newId } from '@tobira/shared';
+import { ManualClock, generateSigningKeyPair, newCorrelationId, newId } from '@tobira/shared';
 import { startMqttBackend, type PgBackendName } from '@tobira/shared/testing';
 import { startStripeLocal, stripeClient, type StripeLocal } from '@tobira/stripe-local';
 import type { FastifyInstance } from 'fastify';
@@ -89,7 +89,14 @@ export interface StaysApi {
  */
 export async function openStaysApi(
   backend: PgBackendName,
-  opts: { tag: string; secret: string; doors?: number; deps?: Partial<CloudDeps> },
+  opts: {
+    tag: string;
+    secret: string;
+    doors?: number;
+    deps?: Partial<CloudDeps>;
+    /** The local Stripe runs on the cloud's manual clock: its signatures stay fresh when a test moves time on. */
+    sharedClock?: boolean;
+  },
 ): Promise<StaysApi> {
   const t = await openTestDb(backend);
   const parts: (() => Promise<unknown>)[] = [() => t.close()];
@@ -99,10 +106,12 @@ export async function openStaysApi(
   try {
     const broker = await startMqttBackend('aedes');
     parts.push(() => broker.stop());
-    const local = await startStripeLocal({ seed: `${opts.tag}${backend}` });
+    const clock = opts.sharedClock === true ? new ManualClock(T0) : undefined;
+    const local = await startStripeLocal({ seed: `${opts.tag}${backend}`, ...(clock ? { clock } : {}) });
     parts.push(() => local.close());
     const stripe = stripeClient(local, { maxNetworkRetries: 1, timeout: 5_000 });
     const cloud = await startCloud(t, broker.url, {
+      ...(clock ? { clock } : {}),
       env: { STRIPE_WEBHOOK_SECRET: opts.secret },
       deps: { stripe, billingWorker: false, ...opts.deps },
     });

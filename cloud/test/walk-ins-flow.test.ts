@@ -414,4 +414,138 @@ describe.each(pgBackends())('walk-ins and check-in gates on %s', (pgBackend) => 
       ]);
     });
   });
+
+  describe('when a person is blocked at the site (the gates run at booking and when the key is issued)', () => {
+    const nights = (fromDay: number) => ({
+      checkIn: localDateOf(base.clock.now() + fromDay * 86_400_000, 'Asia/Tokyo'),
+      checkOut: localDateOf(base.clock.now() + (fromDay + 1) * 86_400_000, 'Asia/Tokyo'),
+    });
+    const refundsOf = (intentId: string) => local.refunds().filter((r) => r.payment_intent === intentId);
+
+    it('a blocked guest cannot book: GUEST_BLOCKED, nothing held, no intent made', async () => {
+      const who = await person();
+      await blockPerson(d(), { siteId: s.siteId, personId: who, reason: 'damage', actor: 'staff-1' });
+      const before = local.events().filter((e) => e.type === 'payment_intent.created').length;
+      const r = await bookStay(d(), { personId: who, roomId: room.id, ...nights(40), amount: 9_000, currency: 'jpy' });
+      expect(r).toMatchObject({ status: 'refused', code: 'GUEST_BLOCKED' });
+      expect(local.events().filter((e) => e.type === 'payment_intent.created')).toHaveLength(before);
+      const free = await bookStay(d(), { personId: await person(), roomId: room.id, ...nights(40), amount: 9_000, currency: 'jpy' });
+      expect(free).toMatchObject({ status: 'applied' });
+    });
+
+    it('blocked after booking, the payment gets no key: the stay is cancelled (guest_blocked) and refunded in full once', async () => {
+      const who = await person();
+      const booked = await bookStay(d(), { personId: who, roomId: room.id, ...nights(42), amount: 9_000, currency: 'jpy', deposit: 3_000 });
+      if (booked.status !== 'applied') throw new Error(booked.code);
+      const stayId = booked.state.stay.id;
+      const blocked = await blockPerson(d(), { siteId: s.siteId, personId: who, reason: 'fraud', actor: 'staff-1' });
+      expect(blocked).toMatchObject({ status: 'applied', code: 'PERSON_BLOCKED', state: { keysRevoked: 0 } });
+      const payments = await listPaymentsOfStay(t.db, stayId);
+      for (const p of payments) await pay(p.intentId ?? '');
+      for (let i = 0; i < 3; i++) await settle();
+      expect(await loadStay(t.db, stayId)).toMatchObject({ status: 'cancelled', cancelReason: 'guest_blocked', keyId: null });
+      expect(await getKey(base, `key_${stayId}`)).toBeNull();
+      for (const p of payments) expect(refundsOf(p.intentId ?? '').map((r) => r.amount)).toEqual([p.amount]);
+      expect((await listPaymentsOfStay(t.db, stayId)).map((p) => p.status)).toEqual(['refunded', 'refunded']);
+    });
+
+    it("blocking revokes the person's live keys at the site (person_blocked) and the answer says how many", async () => {
+      const who = await person();
+      const planId = await plan({ quota: null });
+      const w = await walkIn(planId, who);
+      if (w.status !== 'applied') throw new Error(w.code);
+      await pay(w.state.intentId ?? '');
+      const booked = await bookStay(d(), { personId: who, roomId: room.id, ...nights(44), amount: 9_000, currency: 'jpy' });
+      if (booked.status !== 'applied') throw new Error(booked.code);
+      const [p] = await listPaymentsOfStay(t.db, booked.state.stay.id);
+      await pay(p?.intentId ?? '');
+      await settle();
+      expect(await getKey(base, `key_${booked.state.stay.id}`)).toMatchObject({ status: 'issuing' });
+      const blocked = await blockPerson(d(), { siteId: s.siteId, personId: who, reason: 'violence', actor: 'staff-1' });
+      expect(blocked).toMatchObject({ status: 'applied', code: 'PERSON_BLOCKED', state: { keysRevoked: 2 } });
+      expect(await getKey(base, `key_${booked.state.stay.id}`)).toMatchObject({ status: 'revoking', revokeReason: 'person_blocked' });
+      const wk = (await loadWalkIn(t.db, w.state.id))?.keyId ?? '';
+      expect(await getKey(base, wk)).toMatchObject({ status: 'revoking', revokeReason: 'person_blocked' });
+      expect(await blockPerson(d(), { siteId: s.siteId, personId: who, reason: 'again', actor: 'staff-1' })).toMatchObject({
+        status: 'noop',
+        code: 'PERSON_ALREADY_BLOCKED',
+        state: { keysRevoked: 0 },
+      });
+    });
+  });
+
+  describe("when a membership ends while a members' booking is still pending", () => {
+    it('the booking is cancelled with its intent, and money that lands for it later is refunded once, never confirmed into a key', async () => {
+      const who = await person();
+      const planId = await plan({ membersOnly: true, quota: null });
+      const mid = `mem-${s.u}-pend`;
+      expect((await applyMembership(d(), { membershipId: mid, planId, personId: who })).status).toBe('applied');
+      const ap = await approveMembership(d(), { membershipId: mid, actor: 'staff-1' });
+      expect(local.payInvoice(ap.invoiceId ?? '').status).toBe(200);
+      await settle();
+      const checkIn = localDateOf(base.clock.now() + 50 * 86_400_000, 'Asia/Tokyo');
+      const checkOut = localDateOf(base.clock.now() + 51 * 86_400_000, 'Asia/Tokyo');
+      const booked = await bookStay(d(), {
+        personId: who,
+        roomId: room.id,
+        checkIn,
+        checkOut,
+        amount: 9_000,
+        currency: 'jpy',
+        membershipId: mid,
+      });
+      if (booked.status !== 'applied') throw new Error(booked.code);
+      const stayId = booked.state.stay.id;
+      const [p] = await listPaymentsOfStay(t.db, stayId);
+      const fc = await endMembership(d(), { membershipId: mid, reason: 'force_cancel', actor: 'staff-2', note: 'fraud' });
+      expect(fc).toMatchObject({ status: 'applied', code: 'MEMBERSHIP_ENDED' });
+      expect(await loadStay(t.db, stayId)).toMatchObject({ status: 'cancelled', cancelReason: 'membership_ended' });
+      // the guest pays before the intent's cancellation reaches Stripe
+      await pay(p?.intentId ?? '');
+      for (let i = 0; i < 3; i++) await settle();
+      expect(await loadStay(t.db, stayId)).toMatchObject({ status: 'cancelled', keyId: null });
+      expect(await getKey(base, `key_${stayId}`)).toBeNull();
+      expect(
+        local
+          .refunds()
+          .filter((r) => r.payment_intent === p?.intentId)
+          .map((r) => r.amount),
+      ).toEqual([9_000]);
+      // the nights are free again
+      const again = await bookStay(d(), { personId: await person(), roomId: room.id, checkIn, checkOut, amount: 9_000, currency: 'jpy' });
+      expect(again.status).toBe('applied');
+    });
+  });
+
+  describe('when a walk-in ends with money in', () => {
+    const refundsOf = (intentId: string) => local.refunds().filter((r) => r.payment_intent === intentId);
+
+    it('a staff_cancelled walk-in is refunded in full, exactly once, at Stripe', async () => {
+      const planId = await plan({ quota: null });
+      const w = await walkIn(planId, await person());
+      if (w.status !== 'applied') throw new Error(w.code);
+      await pay(w.state.intentId ?? '');
+      await settle();
+      expect(await cancelWalkIn(d(), { walkInId: w.state.id, reason: 'staff_cancelled' })).toMatchObject({ code: 'WALK_IN_CANCELLED' });
+      await settle();
+      await settle();
+      expect(refundsOf(w.state.intentId ?? '').map((r) => r.amount)).toEqual([2000]);
+      const row = await t.db.query<{ status: string }>('SELECT status FROM walk_in_refunds WHERE walk_in_id = $1', [w.state.id]);
+      expect(row.rows).toEqual([{ status: 'succeeded' }]);
+    });
+
+    it('a person blocked after the desk sold the pass gets no key when it is paid: it fails and the money comes back', async () => {
+      const planId = await plan({ quota: null });
+      const who = await person();
+      const w = await walkIn(planId, who);
+      if (w.status !== 'applied') throw new Error(w.code);
+      await blockPerson(d(), { siteId: s.siteId, personId: who, reason: 'theft', actor: 'staff-1' });
+      await pay(w.state.intentId ?? '');
+      await settle();
+      await settle();
+      expect(await loadWalkIn(t.db, w.state.id)).toMatchObject({ status: 'failed', keyId: null });
+      expect(await getKey(base, `key_${w.state.id}`)).toBeNull();
+      expect(refundsOf(w.state.intentId ?? '').map((r) => r.amount)).toEqual([2000]);
+    });
+  });
 });

@@ -343,9 +343,15 @@ async function main(): Promise<void> {
   const presentBody = (value: string) => `'{"type":"pin","value":"${value}"}'`;
   // A stay under way now (check-in yesterday, check-out tomorrow, site dates), so its key opens at once: the
   // guest's PIN, chosen at booking, opens Room 102 and the lobby. Each start books a room of its own on Room
-  // 102's door, so the printed lines work on every start even when an earlier run's stay still holds its nights.
+  // 102's door.
   const siteDay = (ms: number) => new Intl.DateTimeFormat('en-CA', { timeZone: 'Asia/Tokyo' }).format(ms);
   const tag = randomBytes(3).toString('hex');
+  // one physical door is never double booked (nights are held per door too): an earlier start's demo stay
+  // still holding Room 102's door is cancelled by the desk first, so this start's booking line works
+  const earlier = await cloud.db.query<{ id: string }>(
+    "SELECT id FROM stays WHERE room_id LIKE 'room-102-%' AND status IN ('pending', 'confirmed', 'checked_in')",
+  );
+  for (const { id } of earlier.rows) await cloud.cancelStay({ stayId: id, reason: 'staff_cancelled' });
   const stayRoom = await cloud.createRoom({ id: `room-102-${tag}`, siteId: seed.siteId, name: `Room 102 (${tag})`, doors: ['door-102'] });
   if (stayRoom.status !== 'applied') throw new Error(`setting up the stay's room: ${stayRoom.code}`);
   // 8 digits: never the 6-digit key PIN of step 3 (a PIN another live key at the gateway holds is refused)

@@ -92,6 +92,10 @@ export const OUTCOME_CODES = table({
   STAY_ALREADY_ENDED: 'The stay already failed, expired or checked out; nothing changed.',
   STAY_NOT_PENDING: 'The stay is no longer pending, so its hold cannot expire; nothing changed.',
   STAY_HOLD_NOT_OVER: 'The hold on the room has not ended yet; nothing changed.',
+  STAY_PAYMENT_PROCESSING:
+    'The hold ended but a payment of the stay is still processing; the stay stays pending until it settles; nothing changed.',
+  PAYMENT_DECLINED_RETRYABLE:
+    'The latest attempt on the PaymentIntent was declined; the intent awaits another payment method and the hold stands; nothing changed.',
   STAY_ALREADY_CHECKED_IN: 'The guest already checked in; nothing changed.',
   STAY_ALREADY_CHECKED_OUT: 'The guest already checked out; nothing changed.',
   STAY_ALREADY_CANCELLED: 'The stay is already cancelled; nothing changed.',
@@ -238,7 +242,8 @@ export const OUTCOME_CODES = table({
   WALK_IN_NOT_FOUND: 'No such walk-in visible to the caller.',
   WALK_IN_NOT_PAID: 'The walk-in is not paid: there is nothing to cancel (an unpaid walk-in is released when its hold ends).',
   PAYMENT_AFTER_WALK_IN_ENDED: 'Money settled for a walk-in that already failed or expired (an alarm: refund it in Stripe).',
-  PERSON_BLOCKED: 'The person is blocked at the site: check-ins are refused with GUEST_BLOCKED.',
+  PERSON_BLOCKED:
+    "The person is blocked at the site: bookings, walk-ins and key issues there are refused with GUEST_BLOCKED, and the person's live keys at the site are revoked (person_blocked).",
   PERSON_ALREADY_BLOCKED: 'The person was already blocked at the site; nothing changed.',
   PERSON_UNBLOCKED: 'The block on the person at the site was lifted.',
   PERSON_NOT_BLOCKED: 'The person is not blocked at the site; nothing changed.',
@@ -337,6 +342,7 @@ export const REVOKE_REASONS = table({
   plan_retired: 'The plan the key belonged to was retired.',
   payment_failed: 'The payment that gated the key failed.',
   walk_in_cancelled: 'The walk-in day pass the key belonged to was cancelled.',
+  person_blocked: 'The site blocked the holder.',
 });
 
 export function codesOf<T extends Record<string, string>>(t: T): [keyof T & string, ...(keyof T & string)[]] {

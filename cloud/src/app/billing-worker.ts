@@ -14,7 +14,7 @@ import { createRefund } from '../adapters/stripe/refunds.js';
 import { SimulatedCrash } from './crash.js';
 import { reconcileSubscription, suspendOverdueAccess } from './memberships.js';
 import { loadWalkIn } from '../adapters/db/walk-ins.js';
-import { expireWalkIns, settleWalkInPayment } from './walk-ins.js';
+import { expireWalkIns, refundWalkIn, settleWalkInPayment } from './walk-ins.js';
 import {
   BillingStepFailed,
   endStay,
@@ -62,6 +62,7 @@ export interface BillingPass {
 const ID = z.string().min(1);
 const PaymentJob = z.object({ paymentId: ID });
 const RefundJob = z.object({ refundId: ID });
+const WalkInRefundJob = z.object({ walkInId: ID });
 const NotifyJob = z.object({ notice: z.string(), stayId: ID });
 const IntentObject = z.object({ id: ID, metadata: z.record(z.string(), z.string()).nullish() });
 const ChargeObject = z.object({ id: ID, payment_intent: ID.nullable(), amount_refunded: z.number().int(), currency: z.string() });
@@ -336,6 +337,8 @@ export class BillingWorker {
       case 'issue_stay_key':
         // keys are issued in the confirming transaction (app/stays.ts); no job of this kind is written
         return done('NOTHING_TO_DO');
+      case 'walk_in_refund':
+        return done(await refundWalkIn(d, WalkInRefundJob.parse(j.body).walkInId, cid));
       default: {
         const never: never = j.kind;
         throw new Error(`unhandled billing job ${String(never)}`);

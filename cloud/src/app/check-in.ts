@@ -10,12 +10,20 @@ import { quotaMonthOf } from '../domain/walk-ins.js';
 import { hasAccessMembership, loadBlock, quotaUsed } from '../adapters/db/walk-ins.js';
 
 /**
- * The check-in gates of a stay (issue #13), in the check-in's transaction:
- * the site's block on the guest, and for a members' booking (booked under a
+ * The gates of a stay (issue #13), in the caller's transaction: the site's
+ * block on the guest, and for a members' booking (booked under a
  * membership) that its membership still gives door access — the plan is
  * members-only for such a booking whatever its flag. Stays use no quota.
+ * They run at booking, when the key is issued (confirmation) and at the
+ * administrative check-in: entering needs only the key, so the key's issue
+ * is where a gate must hold.
  */
-export async function stayCheckInGate(tx: Tx, s: Stay, settings: SiteStaySettings, now: number): Promise<Checked<GatePass>> {
+export async function stayCheckInGate(
+  tx: Tx,
+  s: Pick<Stay, 'siteId' | 'personId' | 'membershipId'>,
+  settings: SiteStaySettings,
+  now: number,
+): Promise<Checked<GatePass>> {
   const m = s.membershipId ? await loadMembership(tx, s.membershipId) : null;
   const plan = m ? await loadPlan(tx, m.planId) : null;
   const facts = await gateFacts(tx, {

@@ -34,7 +34,7 @@ import {
 } from '../adapters/db/memberships.js';
 import { insertPlan, listPlans as listPlanRows, loadPlan, recordPlanPrice, retirePlanRow, type PlanFilter } from '../adapters/db/plans.js';
 import type { SiteScope } from '../adapters/db/scope.js';
-import { doorsAtSite, listConfirmedStaysOfMembership } from '../adapters/db/stays.js';
+import { doorsAtSite, listOpenStaysOfMembership } from '../adapters/db/stays.js';
 import type { BillingFailure } from '../adapters/stripe/errors.js';
 import {
   cancelSubscriptionNow,
@@ -475,8 +475,8 @@ export async function endMembership(deps: MembershipDeps, input: EndMembershipIn
     if (!plan) throw new Error(`membership ${m.id} has no plan`);
     const written = await runEffects(deps, tx, o.state, plan, o.emits, cid);
     if (written.status === 'ended' || written.status === 'rejected') {
-      // the end takes effect: the member's future bookings (confirmed, not started) are cancelled through the stay verb
-      for (const stayId of await listConfirmedStaysOfMembership(tx, m.id)) {
+      // the end takes effect: the member's bookings not started (pending or confirmed) are cancelled through the stay verb
+      for (const stayId of await listOpenStaysOfMembership(tx, m.id)) {
         const c = await cancelStayInTx(deps, tx, stayId, 'membership_ended', cid);
         log.info({ stayId, status: c.status, code: c.code }, "member's booking cancelled");
       }

@@ -470,6 +470,14 @@ export async function bookStay(deps: StayDeps, input: BookStayInput): Promise<St
         if (!room || !inScope(input.siteScope, room.siteId)) return refused('ROOM_NOT_FOUND');
         const settings = await loadStaySettings(tx, room.siteId);
         if (!settings) return refused('ROOM_NOT_FOUND');
+        // the gates first (a blocked guest, a members' booking without a membership giving access): staff see the gate's code
+        const gate = await stayCheckInGate(
+          tx,
+          { siteId: room.siteId, personId: person, membershipId: input.membershipId ?? null },
+          settings,
+          deps.clock.now(),
+        );
+        if (gate.status === 'refused') return refused(gate.code, gate.detail);
         let guestCredential: domain.GuestCredentialDigest | null = null;
         if (input.credential !== undefined) {
           const g = await guestCredentialOf(tx, stayId, person, [...room.doors, ...settings.sharedDoors], input.credential);
@@ -645,6 +653,16 @@ export async function settleFromObservation(
     let so: StayOutcome;
     if (o.state.status === 'succeeded') {
       so = domain.confirmStay(stay, { room, settings, paid: paidOf(payments), keyId: `key_${stay.id}`, cid }, now);
+      if (so.status === 'applied') {
+        // the key is the guest's authority at the door: every gate runs again before it is issued, and a stay
+        // that may no longer have it is cancelled and refunded in full instead (the site did not deliver it)
+        const gate = await stayCheckInGate(tx, stay, settings, now);
+        if (gate.status === 'refused') {
+          const reason: CancelReason = gate.code === 'GUEST_BLOCKED' ? 'guest_blocked' : 'membership_ended';
+          log.warn({ code: gate.code, reason, detail: gate.detail }, 'a gate refused the key at confirmation: the stay is cancelled');
+          so = domain.cancelStay(stay, { reason, settings, paid: paidOf(payments), cid }, now);
+        }
+      }
       if (so.status === 'refused' && so.code === 'PAYMENT_AFTER_STAY_ENDED') {
         log.warn({ code: so.code, stayStatus: stay.status }, 'money arrived for a stay that has ended: refunding it');
         const amounts: Record<Payment['purpose'], number> = { stay_deposit: 0, stay_balance: 0 };
@@ -653,7 +671,7 @@ export async function settleFromObservation(
         return { payment: o.code, stay: so.code };
       }
     } else if (o.state.status === 'failed') {
-      so = domain.failStay(stay, { cid }, now);
+      so = domain.failStay(stay, { paid: paidOf(payments), cid }, now);
     } else {
       return { payment: o.code, stay: null };
     }
@@ -790,9 +808,14 @@ export function endStay(deps: StayDeps, stayId: string, cid: CorrelationId): Pro
   );
 }
 
-/** Hold expiry: a pending stay past its hold → expired, nights released, its intents cancelled through the billing queue. */
+/**
+ * Hold expiry: a pending stay past its hold → expired, nights released, its intents cancelled through the
+ * billing queue, a deposit already paid refunded; a payment still processing keeps it pending until it settles.
+ */
 export function expireStay(deps: StayDeps, stayId: string, cid: CorrelationId): Promise<StayResult> {
-  return stayStep(deps, 'expireStay', stayId, cid, null, (s, _p, _settings, now) => domain.expireStay(s, { cid }, now));
+  return stayStep(deps, 'expireStay', stayId, cid, null, (s, payments, _settings, now) =>
+    domain.expireStay(s, { paid: paidOf(payments), processing: payments.some((p) => p.status === 'processing'), cid }, now),
+  );
 }
 
 // ---------------------------------------------------------------- webhook ingress

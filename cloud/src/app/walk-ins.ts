@@ -1,5 +1,6 @@
 import {
   applied,
+  asSiteId,
   credentialDigest,
   newCorrelationId,
   newId,
@@ -16,7 +17,7 @@ import {
   type Page,
 } from '@tobira/shared';
 import { pgErrorCode, type Tx } from '../adapters/db/db.js';
-import { credentialInUse, issueTargets } from '../adapters/db/keys.js';
+import { credentialInUse, issueTargets, liveKeysOfPersonAtSite } from '../adapters/db/keys.js';
 import { loadPlan } from '../adapters/db/plans.js';
 import type { SiteScope } from '../adapters/db/scope.js';
 import { loadStaySettings } from '../adapters/db/stays.js';
@@ -25,12 +26,15 @@ import {
   deleteBlock,
   insertBlock,
   insertWalkIn,
+  insertWalkInRefund,
   listBlocks,
   listExpiredWalkIns,
   listQuotaUsage,
   listWalkIns as listWalkInRows,
   loadBlock,
   loadWalkIn,
+  loadWalkInRefund,
+  markWalkInRefunded,
   recordWalkInIntent,
   returnQuota,
   useQuota,
@@ -40,8 +44,11 @@ import {
 } from '../adapters/db/walk-ins.js';
 import type { BillingFailure } from '../adapters/stripe/errors.js';
 import { cancelPaymentIntent, createPaymentIntent } from '../adapters/stripe/payment-intents.js';
+import { createRefund } from '../adapters/stripe/refunds.js';
 import type { CancelReason } from '../domain/cancellation-policy.js';
-import { checkInGates } from '../domain/check-in-gates.js';
+import { checkInGates, type GatePass } from '../domain/check-in-gates.js';
+import type { Checked } from '../domain/nights.js';
+import { enqueueBillingJob } from '../adapters/db/billing-jobs.js';
 import type { IntentObservation } from '../domain/payments.js';
 import type { Plan } from '../domain/plans.js';
 import * as domain from '../domain/walk-ins.js';
@@ -103,12 +110,45 @@ async function runEffects(deps: WalkInDeps, tx: Tx, w: WalkIn, effects: readonly
           throw new BillingStepFailed(o.code, true, 'the walk-in key could not be revoked');
         break;
       }
+      case 'refund':
+        await queueWalkInRefund(tx, w, e.amount, cid, deps.clock.now());
+        break;
       default: {
         const never: never = e;
         throw new Error(`unhandled walk-in effect ${JSON.stringify(never)}`);
       }
     }
   }
+}
+
+/** The refund row (its key `refund:walk_in:<id>:1` stored now) and the one job that calls Stripe with it. */
+async function queueWalkInRefund(tx: Tx, w: WalkIn, amount: number, cid: CorrelationId, now: number): Promise<void> {
+  if ((await insertWalkInRefund(tx, { walkInId: w.id, amount, currency: w.currency, cid, now })) !== 1) return;
+  await enqueueBillingJob(tx, {
+    kind: 'walk_in_refund',
+    subjectId: w.id,
+    dedupeKey: `walk_in_refund:${w.id}`,
+    body: { walkInId: w.id },
+    cid,
+    now,
+  });
+}
+
+/**
+ * The gates again when the key is issued (the desk's check happened before the payment): blocked, the plan
+ * still offered here, walk-ins still sold, members only. The quota use was taken at creation and is held by
+ * this walk-in, so it is not counted against it twice.
+ */
+async function walkInKeyGate(tx: Tx, w: WalkIn, walkInsAllowed: boolean): Promise<Checked<GatePass>> {
+  const plan = await loadPlan(tx, w.planId);
+  const facts = await gateFacts(tx, {
+    siteId: asSiteId(w.siteId),
+    personId: w.personId,
+    plan,
+    walkInsAllowed,
+    month: w.quotaMonth ?? '',
+  });
+  return checkInGates({ ...facts, kind: 'walk_in', plan, usedThisMonth: 0 });
 }
 
 /** Lock, decide, compare-and-set, effects: one transaction. */
@@ -308,9 +348,20 @@ export async function settleWalkInPayment(
   cid: CorrelationId,
 ): Promise<OutcomeCode> {
   const log = withCorrelation(deps.log, cid, { verb: 'settleWalkIn', walkInId, intentId: obs.intentId });
-  const o = await walkInStep(deps, 'settleWalkIn', walkInId, cid, null, (w, timeZone, _tx, now) =>
-    domain.settleWalkIn(w, obs, { timeZone, cid }, now),
-  );
+  const o = await walkInStep(deps, 'settleWalkIn', walkInId, cid, null, async (w, timeZone, tx, now) => {
+    const settings = await loadStaySettings(tx, w.siteId);
+    const gate =
+      obs.status === 'succeeded' && w.status === 'pending' ? await walkInKeyGate(tx, w, settings?.walkInsAllowed ?? false) : undefined;
+    if (gate?.status === 'refused') log.warn({ code: gate.code, detail: gate.detail }, 'a gate refused the walk-in key: refunding');
+    const decided = domain.settleWalkIn(w, obs, { timeZone, cid, ...(gate ? { gate } : {}) }, now);
+    if (decided.status === 'refused' && decided.code === 'PAYMENT_AFTER_WALK_IN_ENDED') {
+      // money for a pass that ended (the guest paid while its cancellation was on its way): all of it back
+      await queueWalkInRefund(tx, { ...w, intentId: w.intentId ?? obs.intentId }, obs.amountReceived, cid, now);
+      log.warn({ code: decided.code, walkInStatus: w.status }, 'money arrived for a walk-in that has ended: refunding it');
+      return noop('PAYMENT_AFTER_WALK_IN_ENDED', w);
+    }
+    return decided;
+  });
   if (o.status === 'refused' && o.code !== 'WALK_IN_NOT_FOUND') {
     log.error({ alarm: true, code: o.code, detail: o.detail }, 'ALARM: Stripe and the walk-in disagree');
     throw new BillingStepFailed(o.code, true, o.detail ?? 'refused');
@@ -352,9 +403,15 @@ export async function expireWalkIns(deps: WalkInDeps, limit: number): Promise<nu
       log.warn({ walkInId: id, code: c.failure.code }, 'walk-in intent not cancelled: retried next pass');
       continue;
     }
-    const o = await walkInStep(deps, 'expireWalkIn', id, cid, null, (cur, timeZone, _tx, now) =>
-      domain.expireWalkIn(cur, c.value, { timeZone, cid }, now),
-    );
+    const o = await walkInStep(deps, 'expireWalkIn', id, cid, null, async (cur, timeZone, tx, now) => {
+      // paid meanwhile: the key is issued only if the gates still hold
+      if (c.value.status === 'succeeded' && cur.status === 'pending' && now >= cur.holdUntil) {
+        const settings = await loadStaySettings(tx, cur.siteId);
+        const gate = await walkInKeyGate(tx, cur, settings?.walkInsAllowed ?? false);
+        return domain.settleWalkIn(cur, c.value, { timeZone, cid, gate }, now);
+      }
+      return domain.expireWalkIn(cur, c.value, { timeZone, cid }, now);
+    });
     if (o.status === 'applied' && o.code === 'WALK_IN_EXPIRED') expired += 1;
     log.info({ walkInId: id, status: o.status, code: o.code }, 'walk-in hold over');
   }
@@ -406,9 +463,16 @@ export async function quotaView(
 
 // ---------------------------------------------------------------- blocked people
 
-export type BlockResult = Outcome<Block> & { readonly cid: CorrelationId };
+/** A block and how many of the person's live keys at the site it revoked. */
+export type BlockView = Block & { readonly keysRevoked: number };
+export type BlockResult = Outcome<BlockView> & { readonly cid: CorrelationId };
 
-/** Block a person at a site: their check-ins there are refused with GUEST_BLOCKED (their keys are not touched). */
+/**
+ * Block a person at a site: their bookings, walk-ins and check-ins there are refused with GUEST_BLOCKED, and
+ * every key of theirs still live at the site's gateways is revoked (reason `person_blocked`) in the same
+ * transaction — a key is the authority at the door, and the door does not ask the desk. A repeat (already
+ * blocked) revokes any live key it still finds.
+ */
 export async function blockPerson(
   deps: WalkInDeps,
   input: { siteId: string; personId: string; reason: string; actor: string; siteScope?: SiteScope; cid?: CorrelationId },
@@ -423,17 +487,30 @@ export async function blockPerson(
     blockedAt: deps.clock.now(),
   };
   const o = await deps.db
-    .transaction(async (tx): Promise<Outcome<Block>> => {
-      if ((await insertBlock(tx, block)) === 1) return applied('PERSON_BLOCKED', block);
-      const cur = await loadBlock(tx, input.siteId, input.personId);
-      return cur ? noop('PERSON_ALREADY_BLOCKED', cur) : refused('PERSON_NOT_FOUND');
+    .transaction(async (tx): Promise<Outcome<BlockView>> => {
+      const fresh = (await insertBlock(tx, block)) === 1;
+      const cur = fresh ? block : await loadBlock(tx, input.siteId, input.personId);
+      if (!cur) return refused('PERSON_NOT_FOUND');
+      let keysRevoked = 0;
+      for (const keyId of await liveKeysOfPersonAtSite(tx, input.siteId, input.personId)) {
+        const r = await revokeKey({ ...deps, db: tx }, { keyId, reason: 'person_blocked', cid });
+        if (r.status === 'applied') keysRevoked += 1;
+        else if (r.status !== 'noop') throw new Error(`key ${keyId} of a blocked person could not be revoked: ${r.code}`);
+      }
+      const view = { ...cur, keysRevoked };
+      return fresh ? applied('PERSON_BLOCKED', view) : noop('PERSON_ALREADY_BLOCKED', view);
     })
-    .catch((e: unknown): Outcome<Block> => {
+    .catch((e: unknown): Outcome<BlockView> => {
       if (pgErrorCode(e) === '23503') return refused('PERSON_NOT_FOUND', 'no such person or site');
       throw e;
     });
   withCorrelation(deps.log, cid, { verb: 'blockPerson', siteId: input.siteId, personId: input.personId }).info(
-    { status: o.status, code: o.code, actor: input.actor },
+    {
+      status: o.status,
+      code: o.code,
+      actor: input.actor,
+      keysRevoked: o.status === 'applied' || o.status === 'noop' ? o.state.keysRevoked : 0,
+    },
     'block verb done',
   );
   return { ...o, cid };
@@ -458,4 +535,31 @@ export async function unblockPerson(
 export function listBlockedPeople(deps: WalkInDeps, siteId: string, scope: SiteScope = null): Promise<Block[]> {
   if (!inScope(scope, siteId)) return Promise.resolve([]);
   return listBlocks(deps.db, siteId);
+}
+
+// ---------------------------------------------------------------- refund (billing job)
+
+/** The walk-in refund job: the call with the key stored before it (a retry gets the same refund), then recorded. */
+export async function refundWalkIn(deps: WalkInDeps, walkInId: string, cid: CorrelationId): Promise<OutcomeCode> {
+  const stripe = deps.stripe;
+  if (!stripe) throw new BillingStepFailed('BILLING_NOT_CONFIGURED', false, 'no Stripe client');
+  const r = await loadWalkInRefund(deps.db, walkInId);
+  const w = await loadWalkIn(deps.db, walkInId);
+  if (!r || !w) return 'PAYMENT_NOT_FOUND';
+  if (r.status === 'succeeded') return 'REFUND_ALREADY_RECORDED';
+  if (w.intentId === null) throw new BillingStepFailed('PAYMENT_NOT_FOUND', true, 'the walk-in has no intent');
+  const made = await createRefund(stripe, {
+    intentId: w.intentId,
+    amount: r.amount,
+    idempotencyKey: r.idempotencyKey,
+    refundId: `rf_${walkInId}`,
+    reason: 'requested_by_customer',
+  });
+  if (!made.ok) throw new BillingStepFailed(made.failure.code, made.failure.kind === 'permanent', made.failure.message);
+  await deps.db.transaction((tx) => markWalkInRefunded(tx, walkInId, made.value.stripeRefundId, deps.clock.now()));
+  withCorrelation(deps.log, cid, { verb: 'refundWalkIn', walkInId }).info(
+    { code: 'PAYMENT_REFUNDED', amount: r.amount, stripeRefundId: made.value.stripeRefundId },
+    'walk-in refunded',
+  );
+  return 'PAYMENT_REFUNDED';
 }

@@ -35,14 +35,16 @@ export const CANCEL_REASONS = [
   'payment_disputed',
   'site_closed',
   'membership_ended',
+  'guest_blocked',
 ] as const;
 export type CancelReason = (typeof CANCEL_REASONS)[number];
 
 /**
  * Reasons that are the site's doing: the guest gets everything back whatever the policy says. A members'
- * booking cancelled because its membership ended (`membership_ended`) was not cancelled by the guest.
+ * booking cancelled because its membership ended (`membership_ended`) was not cancelled by the guest; a stay
+ * whose key a gate refused at confirmation (`guest_blocked`) was not delivered, so the site keeps nothing.
  */
-const SITE_FAULT: ReadonlySet<CancelReason> = new Set(['staff_cancelled', 'site_closed', 'membership_ended']);
+const SITE_FAULT: ReadonlySet<CancelReason> = new Set(['staff_cancelled', 'site_closed', 'membership_ended', 'guest_blocked']);
 
 const pct = (n: number) => Number.isInteger(n) && n >= 0 && n <= 100;
 

@@ -79,7 +79,9 @@ function eventOf(o: IntentObservation): PaymentEvent | undefined {
     case 'canceled':
       return 'failed';
     case 'requires_payment_method':
-      return o.declined ? 'failed' : undefined;
+      // a decline puts the intent back to requires_payment_method: Stripe means it to be retried with another
+      // card, so it is not a failure (the hold decides when the stay stops waiting)
+      return undefined;
     case 'requires_confirmation':
     case 'requires_action':
     case 'requires_capture':
@@ -122,7 +124,11 @@ export function settlePayment(p: Payment | null, o: IntentObservation, cmd: { re
     return refused('PAYMENT_AMOUNT_MISMATCH', `ledger ${p.amount} ${p.currency}, Stripe ${o.amount}/${o.amountReceived} ${o.currency}`);
   }
   const event = eventOf(o);
-  if (!event) return noop('PAYMENT_NOT_SETTLED', p);
+  if (!event) {
+    if (o.status !== 'requires_payment_method' || !o.declined) return noop('PAYMENT_NOT_SETTLED', p);
+    // ranked: a decline reported once the money settled changes nothing, as any failure would
+    return noop(p.status === 'requires_payment' || p.status === 'processing' ? 'PAYMENT_DECLINED_RETRYABLE' : 'PAYMENT_FAILURE_IGNORED', p);
+  }
   return step(
     p,
     event,

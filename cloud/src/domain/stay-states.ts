@@ -31,7 +31,8 @@ export const STAY_TRANSITIONS: readonly StayTransitionRow[] = [
   { from: ['pending'], event: 'hold_expired', to: 'expired', code: 'STAY_EXPIRED' },
   { from: ['confirmed'], event: 'check_in', to: 'checked_in', code: 'STAY_CHECKED_IN' },
   { from: ['checked_in'], event: 'check_out', to: 'checked_out', code: 'STAY_CHECKED_OUT' },
-  { from: ['confirmed', 'checked_in'], event: 'cancel', to: 'cancelled', code: 'STAY_CANCELLED' },
+  // a pending stay can be cancelled too (the guest changed their mind, the desk, a membership that ended): its intents are cancelled
+  { from: ['pending', 'confirmed', 'checked_in'], event: 'cancel', to: 'cancelled', code: 'STAY_CANCELLED' },
 ];
 
 /** Events answered with `noop` and a code from these states (nothing is written). */

@@ -301,28 +301,53 @@ export function confirmStay(s: Stay | null, cmd: ConfirmStayCommand, now: number
 
 // ---------------------------------------------------------------- fail / expire
 
+export interface EndPendingCommand {
+  /** Net money settled for the stay, from the ledger: a stay that was never delivered gives all of it back. */
+  readonly paid: Paid;
+  readonly cid: CorrelationId;
+}
+
 /**
- * Fail: the payment failed (or the provider refused the booking's intent):
- * `pending` → `failed`, the nights released, any intent cancelled, nothing
- * charged. Invariant: a failure never touches a stay past `pending`.
+ * What a stay that ends without being delivered (failed, expired) gives back: everything that was paid. The
+ * cancellation policy prices a guest's change of mind; a stay that never got its key was not delivered, and
+ * the site keeps nothing of it.
  */
-export function failStay(s: Stay | null, cmd: { readonly cid: CorrelationId }, now: number): StayOutcome {
+export function refundAllOf(paid: Paid): RefundSplit {
+  return { fee: 0, deposit: paid.deposit, balance: paid.balance, total: paid.deposit + paid.balance };
+}
+
+const refundAll = (paid: Paid): readonly StayEffect[] => {
+  const split = refundAllOf(paid);
+  return split.total > 0 ? [{ type: 'refund', split }] : [];
+};
+
+/**
+ * Fail: the provider refused the booking's intent or the intent was cancelled: `pending` → `failed`, the
+ * nights released, any intent cancelled, and any money already paid (a deposit) refunded in full.
+ * Invariant: a failure never touches a stay past `pending`; money received − refunded ends at 0.
+ */
+export function failStay(s: Stay | null, cmd: EndPendingCommand, now: number): StayOutcome {
   return step(s, 'payment_failed', {}, cmd.cid, now, (next) => [
     { type: 'release_nights' },
     { type: 'cancel_intents' },
+    ...refundAll(cmd.paid),
     { type: 'notify', notice: 'stay_failed', dedupeKey: `stay_failed:${next.id}` },
   ]);
 }
 
 /**
- * Expire: not paid within the hold: `pending` → `expired`, the nights
- * released, any intent cancelled. Invariant: never before `holdUntil`.
+ * Expire: not paid within the hold: `pending` → `expired`, the nights released, any intent cancelled, and
+ * any money already paid (a deposit) refunded in full. A payment still `processing` (a bank debit in flight)
+ * keeps the stay pending until it settles (`STAY_PAYMENT_PROCESSING`): cancelling it is not possible, and
+ * the money it brings decides. Invariant: never before `holdUntil`; money received − refunded ends at 0.
  */
-export function expireStay(s: Stay | null, cmd: { readonly cid: CorrelationId }, now: number): StayOutcome {
+export function expireStay(s: Stay | null, cmd: EndPendingCommand & { readonly processing: boolean }, now: number): StayOutcome {
   if (s && s.status === 'pending' && now < s.holdUntil) return noop('STAY_HOLD_NOT_OVER', s);
+  if (s && s.status === 'pending' && cmd.processing) return noop('STAY_PAYMENT_PROCESSING', s);
   return step(s, 'hold_expired', {}, cmd.cid, now, (next) => [
     { type: 'release_nights' },
     { type: 'cancel_intents' },
+    ...refundAll(cmd.paid),
     { type: 'notify', notice: 'stay_expired', dedupeKey: `stay_expired:${next.id}` },
   ]);
 }
@@ -338,10 +363,12 @@ export interface CancelStayCommand {
 }
 
 /**
- * Cancel: `confirmed`/`checked_in` → `cancelled`; the key is revoked in the
- * same transaction (access never waits on billing), the nights released,
- * and the refund the site's policy allows is queued. Invariant: the refund
- * never exceeds what was paid (see `refundFor`).
+ * Cancel: `pending`/`confirmed`/`checked_in` → `cancelled`; the key is
+ * revoked in the same transaction (access never waits on billing), the
+ * nights released, a pending stay's intents cancelled, and the refund the
+ * site's policy allows of what was paid is queued (money that lands after a
+ * pending stay was cancelled is refunded in full: `PAYMENT_AFTER_STAY_ENDED`).
+ * Invariant: the refund never exceeds what was paid (see `refundFor`).
  */
 export function cancelStay(s: Stay | null, cmd: CancelStayCommand, now: number): StayOutcome {
   if (!s) return refused('STAY_NOT_FOUND');
@@ -350,6 +377,7 @@ export function cancelStay(s: Stay | null, cmd: CancelStayCommand, now: number):
   return step(s, 'cancel', { cancelReason: cmd.reason }, cmd.cid, now, (next) => [
     ...(next.keyId === null ? [] : [{ type: 'revoke_key' as const, keyId: next.keyId, reason: 'stay_cancelled' as const }]),
     { type: 'release_nights' },
+    ...(s.status === 'pending' ? [{ type: 'cancel_intents' as const }] : []),
     ...(split.total > 0 ? [{ type: 'refund' as const, split }] : []),
     { type: 'notify', notice: 'stay_cancelled', dedupeKey: `stay_cancelled:${next.id}` },
   ]);

@@ -9,9 +9,9 @@ import {
   type PersonId,
   type SiteId,
 } from '@tobira/shared';
-import { returnsQuota, type CancelReason, type CancellationPolicy } from './cancellation-policy.js';
-import { checkInGates, type GateFacts } from './check-in-gates.js';
-import { addDays, localDateOf, zonedInstant, type IsoDate } from './nights.js';
+import { refundPercent, returnsQuota, type CancelReason, type CancellationPolicy } from './cancellation-policy.js';
+import { checkInGates, type GateFacts, type GatePass } from './check-in-gates.js';
+import { addDays, localDateOf, zonedInstant, type Checked, type IsoDate } from './nights.js';
 import type { IntentObservation } from './payments.js';
 import type { Plan } from './plans.js';
 
@@ -99,7 +99,8 @@ export type WalkInEffect =
   | { readonly type: 'use_quota'; readonly month: string; readonly quota: number }
   | { readonly type: 'return_quota'; readonly month: string }
   | { readonly type: 'issue_key'; readonly keyId: string; readonly validFrom: number; readonly validUntil: number }
-  | { readonly type: 'revoke_key'; readonly keyId: string };
+  | { readonly type: 'revoke_key'; readonly keyId: string }
+  | { readonly type: 'refund'; readonly amount: number };
 
 export type WalkInOutcome = Outcome<WalkIn, WalkInEffect>;
 
@@ -199,7 +200,12 @@ export function repeatWalkIn(existing: WalkIn, planId: string, personId: string)
 export function settleWalkIn(
   w: WalkIn | null,
   obs: IntentObservation,
-  cmd: { readonly timeZone: string; readonly cid: CorrelationId },
+  cmd: {
+    readonly timeZone: string;
+    readonly cid: CorrelationId;
+    /** The gates, run again when the key would be issued (the use case loads the facts); absent: not asked. */
+    readonly gate?: Checked<GatePass>;
+  },
   now: number,
 ): WalkInOutcome {
   if (!w) return refused('WALK_IN_NOT_FOUND');
@@ -212,6 +218,19 @@ export function settleWalkIn(
   if (obs.status === 'succeeded') {
     if (w.status === 'failed' || w.status === 'expired')
       return refused('PAYMENT_AFTER_WALK_IN_ENDED', `the walk-in is ${w.status}: refund what was paid`);
+    if (w.status === 'pending' && cmd.gate?.status === 'refused') {
+      // a gate that no longer holds (the person was blocked, the plan retired, ...) gets no key: the pass
+      // fails, its quota use goes back and the money comes back in full
+      const f = write(
+        w,
+        'payment_cancelled',
+        { intentId: obs.intentId, amountReceived: obs.amountReceived, quotaReturned: w.quotaMonth !== null },
+        cmd.cid,
+        now,
+      );
+      if (!f) return refused('INVALID_TRANSITION', `payment_cancelled from ${w.status}`);
+      return f.status === 'applied' ? applied(f.code, f.state, [...releaseOf(f.state), { type: 'refund', amount: obs.amountReceived }]) : f;
+    }
     const keyId = walkInKeyId(w.id);
     const endOfDay = zonedInstant(addDays(w.day, 1), '00:00', cmd.timeZone);
     const validUntil = Math.max(endOfDay, now + WALK_IN_MIN_KEY_MS);
@@ -271,7 +290,9 @@ export function expireWalkIn(
  * Cancel a paid walk-in: its key revoked through the key verb in the same
  * transaction; its quota use given back to the month it was used in (never
  * the current one) only when the site's cancellation policy says so
- * (`returnsQuota`). Invariant: a use is given back at most once.
+ * (`returnsQuota`); the money the policy gives back for a cancellation on
+ * the day refunded (all of it for `staff_cancelled`, `site_closed`, ...).
+ * Invariant: a use is given back at most once; the refund never exceeds what was received.
  */
 export function cancelWalkIn(
   w: WalkIn | null,
@@ -287,5 +308,8 @@ export function cancelWalkIn(
   const effects: WalkInEffect[] = [];
   if (w.keyId !== null) effects.push({ type: 'revoke_key', keyId: w.keyId });
   if (give && w.quotaMonth !== null) effects.push({ type: 'return_quota', month: w.quotaMonth });
+  // a day pass is cancelled on its day: the policy's 0-days tier, or everything when the site cancelled
+  const back = Math.floor((w.amountReceived * refundPercent(cmd.policy, 0, cmd.reason)) / 100);
+  if (back > 0) effects.push({ type: 'refund', amount: back });
   return applied(o.code, o.state, effects);
 }

@@ -172,6 +172,16 @@ export async function credentialInUse(q: Queryable, gatewayId: string, digest: s
 }
 
 /** Ids of live keys whose window has ended at `now`, soonest first. */
+/** The live keys (issuing or active) of a person at a site's gateways: what blocking the person there revokes. */
+export async function liveKeysOfPersonAtSite(q: Queryable, siteId: string, personId: string): Promise<string[]> {
+  const r = await q.query<{ id: string }>(
+    `SELECT k.id FROM keys k JOIN gateways g ON g.id = k.gateway_id
+      WHERE g.site_id = $1 AND k.person_id = $2 AND k.status IN ('issuing', 'active') ORDER BY k.id`,
+    [siteId, personId],
+  );
+  return r.rows.map((x) => x.id);
+}
+
 export async function keysDueToExpire(q: Queryable, now: number, limit: number): Promise<string[]> {
   const r = await q.query("SELECT id FROM keys WHERE status IN ('issuing','active') AND valid_until <= $1 ORDER BY valid_until LIMIT $2", [
     now,

@@ -133,7 +133,19 @@ export async function insertStayWithNights(tx: Tx, s: Stay): Promise<InsertStayR
        ON CONFLICT (room_id, night) DO NOTHING`,
       [s.roomId, s.id, [...s.nights]],
     );
-    if (nights.rowCount === s.nights.length) return 'inserted';
+    if (nights.rowCount === s.nights.length) {
+      // a door of several rooms: the nights are held per door as well, so one physical door is never double booked
+      const doors = await sp.query(
+        `INSERT INTO stay_door_nights (door_id, night, stay_id)
+         SELECT d.door_id, n::date, $2 FROM room_doors d CROSS JOIN unnest($3::text[]) AS n WHERE d.room_id = $1
+         ORDER BY d.door_id, n
+         ON CONFLICT (door_id, night) DO NOTHING`,
+        [s.roomId, s.id, [...s.nights]],
+      );
+      const want = await sp.query<{ n: number }>('SELECT count(*)::int AS n FROM room_doors WHERE room_id = $1', [s.roomId]);
+      if (doors.rowCount === Number(want.rows[0]?.n ?? 0) * s.nights.length) return 'inserted';
+    }
+    await sp.query('DELETE FROM stay_door_nights WHERE stay_id = $1', [s.id]);
     await sp.query('DELETE FROM stay_nights WHERE stay_id = $1', [s.id]);
     await sp.query('DELETE FROM stays WHERE id = $1', [s.id]);
     return 'ROOM_UNAVAILABLE';
@@ -152,6 +164,7 @@ export async function casStay(q: Queryable, s: Stay, expectedVersion: number): P
 
 /** Releases every night a stay holds (its status change must be in the same transaction: a deferred trigger checks). */
 export async function releaseNights(q: Queryable, stayId: string): Promise<number> {
+  await q.query('DELETE FROM stay_door_nights WHERE stay_id = $1', [stayId]);
   return (await q.query('DELETE FROM stay_nights WHERE stay_id = $1', [stayId])).rowCount;
 }
 
@@ -169,10 +182,14 @@ export async function heldNights(q: Queryable, roomId: string, from: string, to:
 
 /** Pending stays whose hold has ended (the hold sweeper's input), oldest first. */
 export async function listExpiredHolds(q: Queryable, now: number, limit: number): Promise<string[]> {
-  const r = await q.query(`SELECT id FROM stays WHERE status = 'pending' AND hold_until <= $1 ORDER BY hold_until, id LIMIT $2`, [
-    now,
-    limit,
-  ]);
+  // a stay with a payment still processing waits for it (expireStay answers STAY_PAYMENT_PROCESSING): left out
+  // here so such stays never fill the batch ahead of the ones that can expire
+  const r = await q.query(
+    `SELECT s.id FROM stays s WHERE s.status = 'pending' AND s.hold_until <= $1
+       AND NOT EXISTS (SELECT 1 FROM payments p WHERE p.stay_id = s.id AND p.status = 'processing')
+     ORDER BY s.hold_until, s.id LIMIT $2`,
+    [now, limit],
+  );
   return parseRows('stays', z.object({ id: z.string() }), r.rows).map((x) => x.id);
 }
 
@@ -361,10 +378,14 @@ export async function doorsAtSite(q: Queryable, siteId: string, doors: readonly 
   return parseRows('doors', z.object({ id: z.string() }), r.rows).map((x) => x.id);
 }
 
-/** The confirmed stays (members' bookings not started) booked under a membership: what its end cancels. */
-export async function listConfirmedStaysOfMembership(q: Queryable, membershipId: string): Promise<string[]> {
-  const r = await q.query<{ id: string }>(`SELECT id FROM stays WHERE membership_id = $1 AND status = 'confirmed' ORDER BY check_in, id`, [
-    membershipId,
-  ]);
+/**
+ * The members' bookings not started (pending or confirmed) booked under a membership: what its end cancels. A
+ * pending one is cancelled too, so money that lands for it later is refunded, never confirmed into a key.
+ */
+export async function listOpenStaysOfMembership(q: Queryable, membershipId: string): Promise<string[]> {
+  const r = await q.query<{ id: string }>(
+    `SELECT id FROM stays WHERE membership_id = $1 AND status IN ('pending', 'confirmed') ORDER BY check_in, id`,
+    [membershipId],
+  );
   return r.rows.map((x) => x.id);
 }

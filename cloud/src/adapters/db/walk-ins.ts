@@ -300,3 +300,60 @@ export async function listWalkIns(q: Queryable, scope: SiteScope, f: WalkInFilte
   );
   return pageOf(r.rows.map(walkInOf), f.limit, (w) => [w.createdAt, w.id]);
 }
+
+/** A walk-in's refund, its idempotency key stored before any call (one per walk-in); 0 rows: already queued. */
+export async function insertWalkInRefund(
+  q: Queryable,
+  r: { walkInId: string; amount: number; currency: string; cid: string; now: number },
+): Promise<number> {
+  const res = await q.query(
+    `INSERT INTO walk_in_refunds (walk_in_id, amount, currency, idempotency_key, cid, created_at, updated_at)
+     VALUES ($1, $2, $3, $4, $5, $6, $6) ON CONFLICT (walk_in_id) DO NOTHING`,
+    [r.walkInId, r.amount, r.currency, `refund:walk_in:${r.walkInId}:1`, r.cid, r.now],
+  );
+  return res.rowCount;
+}
+
+export interface WalkInRefund {
+  readonly walkInId: string;
+  readonly amount: number;
+  readonly currency: string;
+  readonly status: 'pending' | 'succeeded';
+  readonly idempotencyKey: string;
+  readonly stripeRefundId: string | null;
+}
+
+export async function loadWalkInRefund(q: Queryable, walkInId: string): Promise<WalkInRefund | null> {
+  const r = await q.query('SELECT * FROM walk_in_refunds WHERE walk_in_id = $1', [walkInId]);
+  const row = r.rows[0];
+  if (!row) return null;
+  const v = parseRow(
+    'walk_in_refunds',
+    z.object({
+      walk_in_id: z.string(),
+      amount: Int8,
+      currency: z.string(),
+      status: z.enum(['pending', 'succeeded']),
+      idempotency_key: z.string(),
+      stripe_refund_id: z.string().nullable(),
+    }),
+    row,
+  );
+  return {
+    walkInId: v.walk_in_id,
+    amount: v.amount,
+    currency: v.currency,
+    status: v.status,
+    idempotencyKey: v.idempotency_key,
+    stripeRefundId: v.stripe_refund_id,
+  };
+}
+
+/** Stripe made the refund: pending → succeeded with its id; 0 rows when it was already recorded. */
+export async function markWalkInRefunded(q: Queryable, walkInId: string, stripeRefundId: string, now: number): Promise<number> {
+  const r = await q.query(
+    `UPDATE walk_in_refunds SET status = 'succeeded', stripe_refund_id = $2, updated_at = $3 WHERE walk_in_id = $1 AND status = 'pending'`,
+    [walkInId, stripeRefundId, now],
+  );
+  return r.rowCount;
+}

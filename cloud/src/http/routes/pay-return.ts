@@ -1,33 +1,53 @@
 import type { FastifyRequest } from 'fastify';
 import { z } from 'zod';
-import { listPaymentsOfStay } from '../../adapters/db/payments.js';
+import { listPaymentsOfStay, listRefundsOfPayment } from '../../adapters/db/payments.js';
 import { loadStay } from '../../adapters/db/stays.js';
 import type { Api, Ctx } from '../context.js';
 import { Id } from '../schemas.js';
 
 type Lang = 'ja' | 'en';
 type Shown = 'pending' | 'paid' | 'balance_due' | 'ended' | 'cancelled' | 'not_found';
+/** What happened to the money of a booking that ended: the ledger's words, never "nothing was charged" when something was. */
+type Money = 'none' | 'refunding' | 'refunded' | 'kept';
 
-const TEXT: Record<Lang, Record<Shown, string> & { title: string; balance: string }> = {
+interface Words extends Record<Shown, string> {
+  readonly title: string;
+  readonly balance: string;
+  readonly money: Record<Money, (m: { paid: string; refunded: string; refunding: string; kept: string; back: string }) => string>;
+}
+
+const TEXT: Record<Lang, Words> = {
   en: {
     title: 'Your booking',
     pending: 'We are waiting for your payment to be confirmed. This page refreshes by itself.',
     paid: 'Paid. Your booking is confirmed; your key will reach you shortly.',
     balance_due: 'Part of the price is paid.',
-    ended: 'This booking was not completed. Nothing was charged.',
+    ended: 'This booking was not completed.',
     cancelled: 'This booking was cancelled.',
     not_found: 'We could not find this booking.',
     balance: 'Balance due',
+    money: {
+      none: () => 'Nothing was charged.',
+      refunding: (m) => `You paid ${m.paid}; ${m.refunding} is being refunded to you.`,
+      refunded: (m) => `You paid ${m.paid}; ${m.refunded} was refunded to you.`,
+      kept: (m) => `You paid ${m.paid}; ${m.kept} is kept under the cancellation policy and ${m.back} comes back to you.`,
+    },
   },
   ja: {
     title: 'ご予約',
     pending: 'お支払いの確認をお待ちしています。このページは自動で更新されます。',
     paid: 'お支払い済みです。ご予約が確定しました。鍵はまもなくお届けします。',
     balance_due: '料金の一部をお支払いいただきました。',
-    ended: 'このご予約は完了しませんでした。料金は請求されていません。',
+    ended: 'このご予約は完了しませんでした。',
     cancelled: 'このご予約はキャンセルされました。',
     not_found: 'ご予約が見つかりませんでした。',
     balance: '残額',
+    money: {
+      none: () => '料金は請求されていません。',
+      refunding: (m) => `お支払い ${m.paid} のうち ${m.refunding} を返金手続き中です。`,
+      refunded: (m) => `お支払い ${m.paid} のうち ${m.refunded} を返金しました。`,
+      kept: (m) => `お支払い ${m.paid} のうち ${m.kept} はキャンセル規定により返金されず、${m.back} を返金します。`,
+    },
   },
 };
 
@@ -57,8 +77,11 @@ function page(lang: Lang, shown: Shown, extra: string): string {
 /**
  * The guest's return page after paying (`return_url`): server-rendered, in
  * Japanese or English, from the server's ledger only — pending, paid, or
- * the balance due. Nothing a client sends here can claim a payment; the
- * ledger moves only on verified webhooks re-read from Stripe.
+ * the balance due; for a booking that ended, what happened to the money
+ * (nothing charged, refunded, being refunded, or kept under the policy).
+ * Nothing a client sends here can claim a payment (`redirect_status` is
+ * Stripe.js's word from the browser); the ledger moves only on verified
+ * webhooks re-read from Stripe.
  */
 export function payReturnRoutes(app: Api, ctx: Ctx): void {
   app.get(
@@ -89,9 +112,25 @@ export function payReturnRoutes(app: Api, ctx: Ctx): void {
       const received = payments.reduce((n, p) => n + p.amountReceived, 0);
       let shown: Shown;
       let extra = '';
-      if (stay.status === 'cancelled') shown = 'cancelled';
-      else if (stay.status === 'failed' || stay.status === 'expired') shown = 'ended';
-      else if (received >= stay.amount) shown = 'paid';
+      if (stay.status === 'cancelled' || stay.status === 'failed' || stay.status === 'expired') {
+        shown = stay.status === 'cancelled' ? 'cancelled' : 'ended';
+        const refunded = payments.reduce((n, p) => n + p.amountRefunded, 0);
+        let refunding = 0;
+        for (const p of payments) {
+          for (const r of await listRefundsOfPayment(ctx.db, p.id)) if (r.status === 'pending') refunding += r.amount;
+        }
+        const kept = received - refunded - refunding;
+        const said: Money = received === 0 ? 'none' : kept > 0 ? 'kept' : refunding > 0 ? 'refunding' : 'refunded';
+        const fmt = (n: number) => money(n, stay.currency, lang);
+        const sentence = TEXT[lang].money[said]({
+          paid: fmt(received),
+          refunded: fmt(refunded),
+          refunding: fmt(refunding),
+          kept: fmt(kept),
+          back: fmt(refunded + refunding),
+        });
+        extra = `<p data-money="${said}" data-paid="${received}" data-refunded="${refunded}" data-refunding="${refunding}">${escape(sentence)}</p>`;
+      } else if (received >= stay.amount) shown = 'paid';
       else if (received > 0) {
         shown = 'balance_due';
         extra = `<p data-balance="${stay.amount - received}">${escape(TEXT[lang].balance)}: ${escape(money(stay.amount - received, stay.currency, lang))}</p>`;

@@ -249,7 +249,8 @@ export function staysRoutes(app: Api, ctx: Ctx): void {
     {
       schema: {
         tags: ['stays'],
-        summary: "Cancel a confirmed stay: its key is revoked at once, the nights released, the policy's refund queued (made once)",
+        summary:
+          "Cancel a pending, confirmed or checked-in stay: its key is revoked at once, the nights released, a pending stay's intents cancelled, the policy's refund queued (made once)",
         params: z.strictObject({ stayId: Id }),
         body: z.strictObject({ reason: z.enum(CANCEL_REASONS) }),
         response: { ...errorResponses, 200: StayAnswer, 202: StayAnswer, 409: StayConflict },

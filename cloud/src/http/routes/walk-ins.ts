@@ -236,10 +236,13 @@ export function walkInsRoutes(app: Api, ctx: Ctx): void {
       schema: {
         tags: ['check-in'],
         summary:
-          'Block a person at a site: their check-ins there (stays, walk-ins) are refused GUEST_BLOCKED; 200 noop when already blocked',
+          'Block a person at a site: their bookings, walk-ins, key issues and check-ins there are refused GUEST_BLOCKED and their live keys at the site revoked (person_blocked, keysRevoked says how many); 200 noop when already blocked',
         params: z.strictObject({ siteId: Id, personId: Id }),
         body: z.strictObject({ reason: z.string().min(1).max(1000) }),
-        response: { ...errorResponses, 200: BlockJson.extend({ status: OutcomeStatus, code: z.string(), cid: z.string() }) },
+        response: {
+          ...errorResponses,
+          200: BlockJson.extend({ keysRevoked: z.int().min(0), status: OutcomeStatus, code: z.string(), cid: z.string() }),
+        },
       },
     },
     async (req, reply) => {
