@@ -2,7 +2,7 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { generateSigningKeyPair, newCorrelationId, newId } from '@tobira/shared';
 import { startMqttBackend, type PgBackendName } from '@tobira/shared/testing';
-import { startStripeLocal, stripeClient, type StripeLocal } from '@tobira/stripe-local';
+import { startStripeLocal, stripeClient, type StripeClientOptions, type StripeLocal } from '@tobira/stripe-local';
 import type { FastifyInstance } from 'fastify';
 import type Stripe from 'stripe';
 import { expect } from 'vitest';
@@ -89,7 +89,7 @@ export interface StaysApi {
  */
 export async function openStaysApi(
   backend: PgBackendName,
-  opts: { tag: string; secret: string; doors?: number; deps?: Partial<CloudDeps> },
+  opts: { tag: string; secret: string; doors?: number; deps?: Partial<CloudDeps>; stripeOptions?: StripeClientOptions },
 ): Promise<StaysApi> {
   const t = await openTestDb(backend);
   const parts: (() => Promise<unknown>)[] = [() => t.close()];
@@ -101,7 +101,7 @@ export async function openStaysApi(
     parts.push(() => broker.stop());
     const local = await startStripeLocal({ seed: `${opts.tag}${backend}` });
     parts.push(() => local.close());
-    const stripe = stripeClient(local, { maxNetworkRetries: 1, timeout: 5_000 });
+    const stripe = stripeClient(local, opts.stripeOptions ?? { maxNetworkRetries: 1, timeout: 5_000 });
     const cloud = await startCloud(t, broker.url, {
       env: { STRIPE_WEBHOOK_SECRET: opts.secret },
       deps: { stripe, billingWorker: false, ...opts.deps },
