@@ -126,7 +126,7 @@ describe.each(pgBackends())('billing reconciliation over HTTP on %s', (backend) 
     (await get(`/stays/${stayId}/payments`)).json<{
       items: { status: string; amountRefunded: number; refunds: { status: string; amount: number; stripeRefundId: string | null }[] }[];
     }>().items;
-  const keyStatus = async (keyId: string) => (await get(`/keys/${keyId}`)).json<{ status: string }>().status;
+  const keyStatus = async (keyId: string) => (await get(`/keys/${keyId}`)).json<{ key: { status: string } }>().key.status;
 
   beforeAll(async () => {
     h = await openStaysApi(backend, {

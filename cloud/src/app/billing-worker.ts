@@ -12,7 +12,8 @@ import { classifyStripeError } from '../adapters/stripe/errors.js';
 import { cancelPaymentIntent, retrievePaymentIntent } from '../adapters/stripe/payment-intents.js';
 import { createRefund } from '../adapters/stripe/refunds.js';
 import { SimulatedCrash } from './crash.js';
-import { reconcileSubscription, suspendOverdueAccess } from './memberships.js';
+import { reconcilePendingStop, reconcileSubscription, suspendOverdueAccess } from './memberships.js';
+import { END_REASONS } from '../domain/membership-states.js';
 import { expireWalkIns, settleWalkInPayment } from './walk-ins.js';
 import {
   BillingStepFailed,
@@ -61,6 +62,13 @@ const ID = z.string().min(1);
 const PaymentJob = z.object({ paymentId: ID });
 const RefundJob = z.object({ refundId: ID });
 const NotifyJob = z.object({ notice: z.string(), stayId: ID });
+const PendingStopJob = z.object({
+  membershipId: ID,
+  reason: z.enum(END_REASONS),
+  actor: z.string().nullable(),
+  note: z.string().nullable(),
+  billing: z.enum(['cancel_now', 'cancel_at_period_end']),
+});
 const IntentObject = z.object({ id: ID, metadata: z.record(z.string(), z.string()).nullish() });
 const ChargeObject = z.object({ id: ID, payment_intent: ID.nullable(), amount_refunded: z.number().int(), currency: z.string() });
 const EventPayload = z.object({ data: z.object({ object: z.unknown() }) });
@@ -311,6 +319,9 @@ export class BillingWorker {
         );
         return done('GUEST_NOTIFIED');
       }
+      case 'reconcile_membership':
+        // a billing stop Stripe gave no answer to: read the subscription back and converge on it
+        return done(await reconcilePendingStop(d, PendingStopJob.parse(j.body), cid));
       case 'issue_stay_key':
         // keys are issued in the confirming transaction (app/stays.ts); no job of this kind is written
         return done('NOTHING_TO_DO');

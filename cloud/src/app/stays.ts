@@ -56,6 +56,7 @@ import * as pay from '../domain/payments.js';
 import type { IntentObservation, Payment } from '../domain/payments.js';
 import { validatePolicy, type CancelReason, type CancellationPolicy, type Paid } from '../domain/cancellation-policy.js';
 import { holdsMoney } from '../domain/stay-states.js';
+import { givesDoorAccess } from '../domain/membership-states.js';
 import * as domain from '../domain/stays.js';
 import { stayWindow, type Room, type Stay, type StayEffect, type StayOutcome } from '../domain/stays.js';
 import type { AppDeps } from './deps.js';
@@ -434,7 +435,7 @@ export async function bookStay(deps: StayDeps, input: BookStayInput): Promise<St
       }
       if (input.membershipId !== undefined) {
         const m = await loadMembership(tx, input.membershipId);
-        const gives = m !== null && (m.status === 'active' || m.status === 'ending' || (m.status === 'past_due' && !m.suspended));
+        const gives = m !== null && givesDoorAccess(m);
         if (!m || m.personId !== personId.data || m.siteId !== room.siteId || !gives)
           return refused('MEMBERS_ONLY_PLAN', "a members' booking needs the guest's membership at this site, giving access now");
       }

@@ -14,7 +14,7 @@ import { scopeParam, type SiteScope } from './scope.js';
  * confirm, a notice dedupe key).
  */
 
-export const BILLING_JOB_KINDS = ['create_intent', 'cancel_intent', 'refund', 'issue_stay_key', 'notify'] as const;
+export const BILLING_JOB_KINDS = ['create_intent', 'cancel_intent', 'refund', 'issue_stay_key', 'notify', 'reconcile_membership'] as const;
 export type BillingJobKind = (typeof BILLING_JOB_KINDS)[number];
 
 export interface BillingJob {
@@ -165,7 +165,8 @@ const DeadCursor = z.tuple([z.number().int()]);
 const JOB_SITE = `(SELECT COALESCE(
     (SELECT s.site_id FROM stays s WHERE s.id = j.subject_id),
     (SELECT s.site_id FROM payments p JOIN stays s ON s.id = p.stay_id WHERE p.id = j.subject_id),
-    (SELECT s.site_id FROM refunds r JOIN payments p ON p.id = r.payment_id JOIN stays s ON s.id = p.stay_id WHERE r.id = j.subject_id)))`;
+    (SELECT s.site_id FROM refunds r JOIN payments p ON p.id = r.payment_id JOIN stays s ON s.id = p.stay_id WHERE r.id = j.subject_id),
+    (SELECT m.site_id FROM memberships m WHERE m.id = j.subject_id)))`;
 
 /**
  * Dead jobs, oldest first, each with the site of its subject. Scoped like every list: a caller limited to
