@@ -17,3 +17,10 @@ ALTER TABLE billing_jobs ADD CONSTRAINT billing_jobs_kind_check
 -- recorded from Stripe's refund object with source 'stripe' and the key
 -- 'stripe:<refund id>' (it had none of ours). Ours keep 'refund:<paymentId>:<attempt>'.
 ALTER TABLE refunds ADD COLUMN source text NOT NULL DEFAULT 'tobira' CHECK (source IN ('tobira', 'stripe'));
+
+-- A stay whose money was all refunded in Stripe (the dashboard, support) ends:
+-- cancelled with reason 'payment_refunded', its key revoked.
+ALTER TABLE stays DROP CONSTRAINT stays_cancel_reason_check;
+ALTER TABLE stays ADD CONSTRAINT stays_cancel_reason_check
+  CHECK (cancel_reason IN ('guest_cancelled', 'staff_cancelled', 'no_show', 'payment_disputed', 'site_closed', 'membership_ended',
+                           'payment_refunded'));

@@ -35,6 +35,8 @@ export const CANCEL_REASONS = [
   'payment_disputed',
   'site_closed',
   'membership_ended',
+  // all the stay's money was refunded in Stripe (the dashboard, support): the stay ends with nothing held
+  'payment_refunded',
 ] as const;
 export type CancelReason = (typeof CANCEL_REASONS)[number];
 

@@ -150,6 +150,20 @@ export async function failBillingJob(
 }
 
 /** Operator retry of a dead job: due at once, attempts counted afresh. */
+/**
+ * A refund Stripe failed after its job was done (`refund.failed`): the job goes to the dead-letter list
+ * with the code, so an operator sees it and retries it (a new attempt with a new key). A running job is
+ * left to finish: it reads the failed refund itself.
+ */
+export async function deadLetterRefundJob(q: Queryable, refundId: string, code: string, error: string, now: number): Promise<number> {
+  const r = await q.query(
+    `UPDATE billing_jobs SET status = 'dead', last_code = $2, last_error = $3, done_at = $4
+      WHERE kind = 'refund' AND dedupe_key = $1 AND status = 'done'`,
+    [`refund:${refundId}`, code, error.slice(0, 500), now],
+  );
+  return r.rowCount;
+}
+
 export async function retryDeadBillingJob(q: Queryable, id: number, now: number): Promise<number> {
   const r = await q.query(
     `UPDATE billing_jobs SET status = 'pending', attempts = 0, next_attempt_at = $2 WHERE id = $1 AND status = 'dead'`,

@@ -53,6 +53,8 @@ const RefundJson = z.object({
   amount: z.int(),
   currency: z.string(),
   status: z.enum(['pending', 'succeeded', 'failed']),
+  /** `tobira`: made by a verb here; `stripe`: made in Stripe directly (the dashboard, support) and recorded from it */
+  source: z.enum(['tobira', 'stripe']),
   stripeRefundId: z.string().nullable(),
   attempts: z.int(),
   lastError: z.string().nullable(),
