@@ -247,7 +247,8 @@ export function staysRoutes(app: Api, ctx: Ctx): void {
         tags: ['stays'],
         summary: "Cancel a confirmed stay: its key is revoked at once, the nights released, the policy's refund queued (made once)",
         params: z.strictObject({ stayId: Id }),
-        body: z.strictObject({ reason: z.enum(CANCEL_REASONS) }),
+        // payment_refunded is Stripe's word (the money went back there), never a caller's
+        body: z.strictObject({ reason: z.enum(CANCEL_REASONS).exclude(['payment_refunded']) }),
         response: { ...errorResponses, 200: StayAnswer, 202: StayAnswer, 409: StayConflict },
       },
     },
