@@ -199,7 +199,7 @@ describe.each(pgBackends())('notification outbox on %s', (pgBackend) => {
       await smtp.close();
     });
 
-    it('a person with no e-mail on the smtp channel is dead at once with NOTIFICATION_NO_ADDRESS', async () => {
+    it('a person with no e-mail on the smtp channel is dead at once with NOTIFICATION_NO_ADDRESS; the retry after the contact is added reaches it', async () => {
       const p = await person();
       const o = await enqueue(p, `noaddr-${s.u}`, 'smtp');
       if (o.status !== 'applied') throw new Error(o.code);
@@ -208,6 +208,12 @@ describe.each(pgBackends())('notification outbox on %s', (pgBackend) => {
       await dispatcher({ smtp }).runOnce();
       expect(await loadNotification(t.db, o.state.id)).toMatchObject({ status: 'dead', attempts: 1, lastCode: 'NOTIFICATION_NO_ADDRESS' });
       expect(server.mails).toHaveLength(0);
+      // the operator adds the address and retries: the message goes to it, not to the missing one it was queued with
+      await setPersonContact(t.db, p, { email: 'late@example.test' });
+      expect(await retryNotification(d, o.state.id)).toMatchObject({ status: 'applied', code: 'NOTIFICATION_RETRIED' });
+      await dispatcher({ smtp }).runOnce();
+      expect(await loadNotification(t.db, o.state.id)).toMatchObject({ status: 'sent', address: 'late@example.test' });
+      expect(server.mails).toHaveLength(1);
       await smtp.close();
       await server.close();
     });

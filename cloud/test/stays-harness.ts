@@ -2,7 +2,7 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { ManualClock, generateSigningKeyPair, newCorrelationId, newId } from '@tobira/shared';
 import { startMqttBackend, type PgBackendName } from '@tobira/shared/testing';
-import { startStripeLocal, stripeClient, type StripeLocal } from '@tobira/stripe-local';
+import { startStripeLocal, stripeClient, type StripeClientOptions, type StripeLocal } from '@tobira/stripe-local';
 import type { FastifyInstance } from 'fastify';
 import type Stripe from 'stripe';
 import { expect } from 'vitest';
@@ -96,6 +96,7 @@ export async function openStaysApi(
     deps?: Partial<CloudDeps>;
     /** The local Stripe runs on the cloud's manual clock: its signatures stay fresh when a test moves time on. */
     sharedClock?: boolean;
+    stripeOptions?: StripeClientOptions;
   },
 ): Promise<StaysApi> {
   const t = await openTestDb(backend);
@@ -109,7 +110,7 @@ export async function openStaysApi(
     const clock = opts.sharedClock === true ? new ManualClock(T0) : undefined;
     const local = await startStripeLocal({ seed: `${opts.tag}${backend}`, ...(clock ? { clock } : {}) });
     parts.push(() => local.close());
-    const stripe = stripeClient(local, { maxNetworkRetries: 1, timeout: 5_000 });
+    const stripe = stripeClient(local, opts.stripeOptions ?? { maxNetworkRetries: 1, timeout: 5_000 });
     const cloud = await startCloud(t, broker.url, {
       ...(clock ? { clock } : {}),
       env: { STRIPE_WEBHOOK_SECRET: opts.secret },

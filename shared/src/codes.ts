@@ -108,6 +108,9 @@ export const OUTCOME_CODES = table({
   PAYMENT_NOT_SETTLED: 'The intent is still waiting for the guest; nothing changed.',
   REFUND_ALREADY_REQUESTED: 'A refund of this payment is already queued or made; nothing changed.',
   REFUND_ALREADY_RECORDED: 'The refunded amount is already recorded; nothing changed.',
+  REFUND_PENDING: 'Stripe holds the refund as pending: nothing is counted as refunded until it succeeds.',
+  REFUND_FAILED: 'Stripe says the refund failed: nothing was refunded; an operator retries it (a new attempt, a new key).',
+  REFUND_RECONCILED: "The payment's refunds were read from Stripe and recorded (from any source, the dashboard included).",
   NOTHING_TO_REFUND: 'The cancellation policy refunds nothing; no refund was queued.',
   STAY_ALREADY_EXISTS: 'A stay with this id already exists with a different booking.',
   STAY_NOT_FOUND: 'No such stay.',
@@ -168,6 +171,10 @@ export const OUTCOME_CODES = table({
   MEMBERSHIP_ENDED: 'The membership ended: billing stopped first, the key revoked through the key verb.',
   MEMBERSHIP_REJECTED: 'The application was rejected before any payment; nothing is billed.',
   MEMBERSHIP_ACCESS_SUSPENDED: 'The grace period of a past-due membership is over: its key is revoked until the invoice is paid.',
+  MEMBERSHIP_END_PENDING:
+    "Stripe did not answer whether billing stopped: the end is recorded as pending and reconciled from Stripe's subscription.",
+  MEMBERSHIP_END_NOT_MADE:
+    'Stripe refused a pending billing stop for good: the pending record is cleared, the membership is as it was (an alarm).',
   MEMBERSHIP_ALREADY_APPLIED: 'The same application was already recorded; nothing changed.',
   MEMBERSHIP_ALREADY_APPROVED: 'The application was already approved; nothing changed.',
   MEMBERSHIP_ALREADY_ENDING: 'The membership is already ending at its period end; nothing changed.',

@@ -21,6 +21,7 @@ import {
   CreatePaymentIntentParams,
   CreateRefundParams,
   ListEventsParams,
+  ListRefundsParams,
   RetrieveParams,
   paramName,
   CancelSubscriptionParams,
@@ -123,7 +124,9 @@ export function buildApp(deps: AppDeps) {
 
   const emit = (result: VerbResult, req: FastifyRequest): void => {
     const events = ledger.record(result.events, {
-      apiVersion: header(req, 'stripe-version') ?? deps.apiVersion,
+      // Stripe renders an event at the account's API version (and a webhook at its endpoint's), never at the
+      // version the request that caused it sent
+      apiVersion: deps.apiVersion,
       requestId: req.id,
       idempotencyKey: header(req, 'idempotency-key'),
       endpoints: webhooks.endpoints.length,
@@ -263,7 +266,15 @@ export function buildApp(deps: AppDeps) {
   );
   app.post(
     '/v1/refunds',
-    write(CreateRefundParams, (p) => ledger.createRefund(p)),
+    write(CreateRefundParams, (p) => {
+      const refuse = faults.failNextRefunds > 0;
+      if (refuse) faults.failNextRefunds -= 1;
+      return ledger.createRefund(p, { pending: faults.refundsPending, refuse });
+    }),
+  );
+  app.get(
+    '/v1/refunds',
+    read(ListRefundsParams, (p) => ledger.listRefunds(p)),
   );
   app.get(
     '/v1/refunds/:id',
@@ -382,6 +393,14 @@ export function buildApp(deps: AppDeps) {
     const opts = body(z.strictObject({ outcome: z.enum(['succeeded', 'failed']) }), req, reply);
     if (!opts) return reply;
     const result = ledger.settle(req.params.id, opts.outcome);
+    emit(result, req);
+    return send(reply, result.answer);
+  });
+
+  app.post<{ Params: { id: string } }>('/_local/refunds/:id/settle', async (req, reply) => {
+    const opts = body(z.strictObject({ outcome: z.enum(['succeeded', 'failed']) }), req, reply);
+    if (!opts) return reply;
+    const result = ledger.settleRefund(req.params.id, opts.outcome);
     emit(result, req);
     return send(reply, result.answer);
   });

@@ -25,6 +25,17 @@ export const ApiFaults = z.strictObject({
    */
   failAfterEffect: z.number().int().min(0),
   failAfterEffectMode: z.enum(['500', 'reset']),
+  /**
+   * refunds are created `pending` (as bank-debit and some card refunds are on
+   * Stripe) and stay so until `settleRefund(id, 'succeeded' | 'failed')`
+   */
+  refundsPending: z.boolean(),
+  /**
+   * the next N refund creations are refused 400 `balance_insufficient` after
+   * the endpoint ran, so the error is saved under the idempotency key and a
+   * retry with the same key gets it back
+   */
+  failNextRefunds: z.number().int().min(0),
 });
 export type ApiFaults = z.infer<typeof ApiFaults>;
 
@@ -38,5 +49,7 @@ export function noFaults(): ApiFaults {
     processing: false,
     failAfterEffect: 0,
     failAfterEffectMode: '500',
+    refundsPending: false,
+    failNextRefunds: 0,
   };
 }

@@ -23,6 +23,7 @@ import type {
   CreatePaymentIntentParams,
   CreateRefundParams,
   ListEventsParams,
+  ListRefundsParams,
 } from './params.js';
 
 /** Stripe's documented test PaymentMethods this server knows, and what the issuer says. */
@@ -332,7 +333,7 @@ export class Ledger {
     return ok(snap(pi), [{ type: 'payment_intent.canceled', object: snap(pi) }]);
   }
 
-  createRefund(p: CreateRefundParams): VerbResult {
+  createRefund(p: CreateRefundParams, mode: { pending: boolean; refuse: boolean } = { pending: false, refuse: false }): VerbResult {
     let charge: Charge | undefined;
     if (p.charge !== undefined) {
       charge = this.charges.get(p.charge);
@@ -390,6 +391,15 @@ export class Ledger {
         }),
       );
     }
+    if (mode.refuse) {
+      return fail(
+        errorAnswer(400, {
+          type: 'invalid_request_error',
+          code: 'balance_insufficient',
+          message: 'This refund could not be processed because your Stripe balance is insufficient (stripe-local fault).',
+        }),
+      );
+    }
     const previous = { amount_refunded: charge.amount_refunded, refunded: charge.refunded };
     const refund: Refund = {
       id: this.ids.next('re'),
@@ -401,16 +411,60 @@ export class Ledger {
       metadata: p.metadata ?? {},
       payment_intent: charge.payment_intent,
       reason: p.reason ?? null,
-      // test-mode card refunds settle at once
-      status: 'succeeded',
+      // test-mode card refunds settle at once; the refundsPending knob keeps them pending like slower methods
+      status: mode.pending ? 'pending' : 'succeeded',
     };
     this.refunds.set(refund.id, refund);
+    // as on Stripe, the charge counts a pending refund as refunded until it fails
     charge.amount_refunded += amount;
     charge.refunded = charge.amount_refunded === charge.amount_captured;
     return ok(snap(refund), [
       { type: 'refund.created', object: snap(refund) },
       { type: 'charge.refunded', object: snap(charge), previous_attributes: previous },
     ]);
+  }
+
+  /**
+   * A pending refund ends: `refund.updated` and `charge.refund.updated` (both
+   * carry the refund); a failed one also `refund.failed`, and its amount goes
+   * back off the charge's `amount_refunded`.
+   */
+  settleRefund(id: string, outcome: 'succeeded' | 'failed'): VerbResult {
+    const refund = this.refunds.get(id);
+    if (!refund) return fail(noSuch('refund', id));
+    if (refund.status !== 'pending')
+      return fail(errorAnswer(400, { type: 'invalid_request_error', message: `Refund ${id} is ${refund.status}.` }));
+    refund.status = outcome;
+    const events: EventDraft[] = [
+      { type: 'refund.updated', object: snap(refund), previous_attributes: { status: 'pending' } },
+      { type: 'charge.refund.updated', object: snap(refund), previous_attributes: { status: 'pending' } },
+    ];
+    if (outcome === 'failed') {
+      const charge = this.charges.get(refund.charge);
+      if (charge) {
+        charge.amount_refunded -= refund.amount;
+        charge.refunded = charge.amount_refunded === charge.amount_captured;
+      }
+      events.push({ type: 'refund.failed', object: snap(refund) });
+    }
+    return ok(snap(refund), events);
+  }
+
+  /** Newest first, filtered by PaymentIntent or charge (`GET /v1/refunds`). */
+  listRefunds(p: ListRefundsParams): ApiAnswer {
+    let all = [...this.refunds.values()].reverse();
+    if (p.payment_intent !== undefined) all = all.filter((r) => r.payment_intent === p.payment_intent);
+    if (p.charge !== undefined) all = all.filter((r) => r.charge === p.charge);
+    if (p.starting_after !== undefined) {
+      const i = all.findIndex((r) => r.id === p.starting_after);
+      if (i < 0) return noSuch('refund', p.starting_after, 'starting_after');
+      all = all.slice(i + 1);
+    }
+    const limit = p.limit ?? 10;
+    return {
+      status: 200,
+      body: { object: 'list', data: snap(all.slice(0, limit)), has_more: all.length > limit, url: '/v1/refunds' },
+    };
   }
 
   retrieveRefund(id: string): ApiAnswer {

@@ -60,6 +60,15 @@ export type CreateRefundParams = z.infer<typeof CreateRefundParams>;
 
 export const RetrieveParams = z.strictObject({ expand });
 
+export const ListRefundsParams = z.strictObject({
+  payment_intent: z.string().optional(),
+  charge: z.string().optional(),
+  limit: formInt.pipe(z.number().int().min(1).max(100)).optional(),
+  starting_after: z.string().optional(),
+  expand,
+});
+export type ListRefundsParams = z.infer<typeof ListRefundsParams>;
+
 export const ListEventsParams = z.strictObject({
   limit: formInt.pipe(z.number().int().min(1).max(100)).optional(),
   starting_after: z.string().optional(),

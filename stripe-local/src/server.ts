@@ -67,6 +67,8 @@ export interface StripeLocal {
   refunds(): Refund[];
   /** ends a `processing` PaymentIntent, emitting its events */
   settle(id: string, outcome: 'succeeded' | 'failed'): ApiAnswer;
+  /** ends a `pending` refund (the `refundsPending` knob), emitting its events */
+  settleRefund(id: string, outcome: 'succeeded' | 'failed'): ApiAnswer;
   customer(id: string): Customer | undefined;
   subscription(id: string): Subscription | undefined;
   invoice(id: string): Invoice | undefined;
@@ -125,6 +127,7 @@ export async function startStripeLocal(options: StripeLocalOptions = {}): Promis
     charge: (id) => snap(ledger.charges.get(id)),
     refunds: () => snap([...ledger.refunds.values()]),
     settle: (id, outcome) => emitLocal(ledger.settle(id, outcome)),
+    settleRefund: (id, outcome) => emitLocal(ledger.settleRefund(id, outcome)),
     customer: (id) => snap(billing.customers.get(id)),
     subscription: (id) => snap(billing.subscriptions.get(id)),
     invoice: (id) => snap(billing.invoices.get(id)),

@@ -229,7 +229,13 @@ export class BillingBook {
     const sub = this.subscriptions.get(id);
     if (!sub) return fail(noSuch('subscription', id));
     if (sub.status === 'canceled' && p.cancel_at_period_end !== undefined)
-      return invalid('A canceled subscription can only update its cancellation_details and metadata.');
+      return fail(
+        errorAnswer(400, {
+          type: 'invalid_request_error',
+          code: 'invalid_canceled_subscription_fields',
+          message: 'A canceled subscription can only update its cancellation_details and metadata.',
+        }),
+      );
     const previous: Record<string, unknown> = {};
     if (p.cancel_at_period_end !== undefined && p.cancel_at_period_end !== sub.cancel_at_period_end) {
       previous.cancel_at_period_end = sub.cancel_at_period_end;
@@ -252,15 +258,9 @@ export class BillingBook {
   cancelSubscription(id: string, p: CancelSubscriptionParams): VerbResult {
     const sub = this.subscriptions.get(id);
     if (!sub) return fail(noSuch('subscription', id));
-    if (sub.status === 'canceled' || sub.status === 'incomplete_expired') {
-      return fail(
-        errorAnswer(400, {
-          type: 'invalid_request_error',
-          code: 'subscription_canceled',
-          message: `This subscription (${id}) is already canceled.`,
-        }),
-      );
-    }
+    // Stripe answers a cancel of a subscription that has already ended as if it were not there (404
+    // resource_missing, "No such subscription"), though a GET still returns it: there is no "already canceled" code
+    if (sub.status === 'canceled' || sub.status === 'incomplete_expired') return fail(noSuch('subscription', id));
     if (p.cancellation_details?.comment !== undefined) sub.cancellation_details.comment = p.cancellation_details.comment;
     const events = this.end(sub, 'cancellation_requested');
     return ok(snap(sub), events);

@@ -22,6 +22,12 @@ export interface WebhookEndpoint {
   url: string;
   /** `whsec_...`, the signing secret the receiver verifies with */
   secret: string;
+  /**
+   * the endpoint's API version: Stripe renders every event it sends here at
+   * this version (`api_version` of the payload), whatever version the request
+   * that caused it sent; unset, the account's
+   */
+  apiVersion?: string;
 }
 
 export interface WebhookRetry {
@@ -167,7 +173,7 @@ export class WebhookDispatcher {
 
   private async attempt(event: StripeEvent, endpoint: WebhookEndpoint, attempt: number): Promise<void> {
     if (this.closed) return;
-    const payload = JSON.stringify(event, null, 2);
+    const payload = JSON.stringify(endpoint.apiVersion === undefined ? event : { ...event, api_version: endpoint.apiVersion }, null, 2);
     const header = Stripe.webhooks.generateTestHeaderString({
       payload,
       secret: endpoint.secret,

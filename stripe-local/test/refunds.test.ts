@@ -81,4 +81,85 @@ describe('refunding a paid PaymentIntent', () => {
     expect(b.id).toBe(a.id);
     expect(t.local.charge(String(pi.latest_charge))?.amount_refunded).toBe(4000);
   });
+
+  it('are listed per PaymentIntent, newest first', async () => {
+    t = await withLocal();
+    const pi = await paid(t, 9000);
+    const a = await t.stripe.refunds.create({ payment_intent: pi.id, amount: 1000 });
+    const b = await t.stripe.refunds.create({ payment_intent: pi.id, amount: 2000 });
+    await t.stripe.refunds.create({ payment_intent: (await paid(t, 500)).id });
+    const list = await t.stripe.refunds.list({ payment_intent: pi.id, limit: 100 });
+    expect(list.data.map((r) => r.id)).toEqual([b.id, a.id]);
+  });
+});
+
+describe('refunds that do not succeed at once', () => {
+  it('the refundsPending knob makes them pending; settling emits refund.updated and charge.refund.updated (and refund.failed)', async () => {
+    t = await withLocal();
+    t.local.faults.refundsPending = true;
+    const pi = await paid(t, 9000);
+    const r = await t.stripe.refunds.create({ payment_intent: pi.id, amount: 3000 });
+    expect(r.status).toBe('pending');
+    // Stripe counts a pending refund on the charge until it fails
+    expect(t.local.charge(String(pi.latest_charge))?.amount_refunded).toBe(3000);
+    expect(t.local.settleRefund(r.id, 'failed').status).toBe(200);
+    expect((await t.stripe.refunds.retrieve(r.id)).status).toBe('failed');
+    expect(t.local.charge(String(pi.latest_charge))?.amount_refunded).toBe(0);
+    expect(
+      t.local
+        .events()
+        .slice(-3)
+        .map((e) => e.type),
+    ).toEqual(['refund.updated', 'charge.refund.updated', 'refund.failed']);
+    const r2 = await t.stripe.refunds.create({ payment_intent: pi.id, amount: 3000 });
+    const res = await fetch(`${t.local.url}/_local/refunds/${r2.id}/settle`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ outcome: 'succeeded' }),
+    });
+    expect(res.status).toBe(200);
+    expect((await t.stripe.refunds.retrieve(r2.id)).status).toBe('succeeded');
+  });
+
+  it('the failNextRefunds knob refuses one with balance_insufficient, saved under its key: the same key gets it back, a new key runs', async () => {
+    t = await withLocal();
+    t.local.faults.failNextRefunds = 1;
+    const pi = await paid(t, 9000);
+    const e = await rejection(t.stripe.refunds.create({ payment_intent: pi.id }, { idempotencyKey: 'refund:p1:1' }));
+    expect(e).toMatchObject({ statusCode: 400, code: 'balance_insufficient' });
+    const again = await rejection(t.stripe.refunds.create({ payment_intent: pi.id }, { idempotencyKey: 'refund:p1:1' }));
+    expect(again).toMatchObject({ statusCode: 400, code: 'balance_insufficient' });
+    const fresh = await t.stripe.refunds.create({ payment_intent: pi.id }, { idempotencyKey: 'refund:p1:2' });
+    expect(fresh.status).toBe('succeeded');
+  });
+});
+
+describe('webhook payloads', () => {
+  it("are rendered at the endpoint's API version, not at the request's Stripe-Version", async () => {
+    t = await withLocal();
+    const seen: string[] = [];
+    const { createServer } = await import('node:http');
+    const server = createServer((req, res) => {
+      const chunks: Buffer[] = [];
+      req.on('data', (c: Buffer) => chunks.push(c));
+      req.on('end', () => {
+        seen.push((JSON.parse(Buffer.concat(chunks).toString('utf8')) as { api_version: string }).api_version);
+        res.end();
+      });
+    });
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    const port = (server.address() as { port: number }).port;
+    t.local.webhooks.add({ url: `http://127.0.0.1:${port}/hook`, secret: 'whsec_v', apiVersion: '2025-03-31.basil' });
+    const old = new Stripe(t.local.secretKey, {
+      host: t.local.host,
+      port: t.local.port,
+      protocol: 'http',
+      apiVersion: '2024-06-20' as Stripe.LatestApiVersion,
+    });
+    await old.paymentIntents.create({ amount: 100, currency: 'jpy' });
+    await t.local.webhooks.idle();
+    await new Promise<void>((r) => server.close(() => r()));
+    expect(seen).toEqual(['2025-03-31.basil']);
+    expect(t.local.events().at(-1)?.api_version).toBe(Stripe.API_VERSION);
+  });
 });

@@ -10,18 +10,19 @@ import { lastCheckOutDue } from '../domain/nights.js';
 import { claimWebhookEvents, failWebhookEvent, markWebhookProcessed, type StoredWebhookEvent } from '../adapters/db/webhook-events.js';
 import { classifyStripeError } from '../adapters/stripe/errors.js';
 import { cancelPaymentIntent, retrievePaymentIntent } from '../adapters/stripe/payment-intents.js';
-import { createRefund } from '../adapters/stripe/refunds.js';
+import { createRefund, listRefundsOfIntent } from '../adapters/stripe/refunds.js';
 import { SimulatedCrash } from './crash.js';
-import { reconcileSubscription, suspendOverdueAccess } from './memberships.js';
+import { reconcilePendingStop, reconcileSubscription, suspendOverdueAccess } from './memberships.js';
+import { END_REASONS } from '../domain/membership-states.js';
 import { loadWalkIn } from '../adapters/db/walk-ins.js';
 import { expireWalkIns, refundWalkIn, settleWalkInPayment } from './walk-ins.js';
 import {
   BillingStepFailed,
   endStay,
   expireStay,
+  currentRefundAttempt,
   inBilling,
-  recordChargeRefunded,
-  recordRefundMade,
+  reconcileRefunds,
   repairIntent,
   settleFromObservation,
   type StayDeps,
@@ -64,8 +65,27 @@ const PaymentJob = z.object({ paymentId: ID });
 const RefundJob = z.object({ refundId: ID });
 const WalkInRefundJob = z.object({ walkInId: ID });
 const NotifyJob = z.object({ notice: z.string(), stayId: ID });
+const PendingStopJob = z.object({
+  membershipId: ID,
+  reason: z.enum(END_REASONS),
+  actor: z.string().nullable(),
+  note: z.string().nullable(),
+  billing: z.enum(['cancel_now', 'cancel_at_period_end']),
+});
 const IntentObject = z.object({ id: ID, metadata: z.record(z.string(), z.string()).nullish() });
-const ChargeObject = z.object({ id: ID, payment_intent: ID.nullable(), amount_refunded: z.number().int(), currency: z.string() });
+// the refund events Stripe sends (refund.* for every refund since API 2024-10-28; charge.refund.updated carries a refund too)
+const REFUND_EVENTS: ReadonlySet<string> = new Set([
+  'charge.refunded',
+  'charge.refund.updated',
+  'refund.created',
+  'refund.updated',
+  'refund.failed',
+]);
+const RefundOrCharge = z.object({
+  id: ID,
+  object: z.enum(['charge', 'refund']),
+  payment_intent: z.union([ID, z.object({ id: ID })]).nullish(),
+});
 const EventPayload = z.object({ data: z.object({ object: z.unknown() }) });
 const Metadata = z.record(z.string(), z.string()).nullish();
 const SubscriptionObject = z.object({ id: ID, object: z.literal('subscription'), metadata: Metadata });
@@ -239,13 +259,19 @@ export class BillingWorker {
       const r = await settleFromObservation(d, payment.id, now.value, this.#subjectCid(cid, payment.cid, e.eventId));
       return done(r.stay ?? r.payment);
     }
-    if (e.type === 'charge.refunded') {
-      const obj = ChargeObject.safeParse(payload.data.data.object);
-      if (!obj.success || obj.data.payment_intent === null)
-        return { ok: false, code: 'WEBHOOK_MALFORMED', permanent: true, error: 'not a charge' };
-      const payment = await loadPaymentByIntent(d.db, obj.data.payment_intent);
+    if (REFUND_EVENTS.has(e.type)) {
+      // refunds from any source: the intent's refunds are re-read from Stripe, never the amounts the event carried
+      const obj = RefundOrCharge.safeParse(payload.data.data.object);
+      if (!obj.success) return { ok: false, code: 'WEBHOOK_MALFORMED', permanent: true, error: 'not a charge or a refund' };
+      const pi = obj.data.payment_intent;
+      const intentId = pi === null || pi === undefined ? null : typeof pi === 'string' ? pi : pi.id;
+      if (intentId === null) return done('EVENT_IGNORED'); // a refund of no PaymentIntent is none of ours
+      const payment = await loadPaymentByIntent(d.db, intentId);
       if (!payment) return done('PAYMENT_NOT_FOUND');
-      return done(await recordChargeRefunded(d, payment.id, obj.data.amount_refunded, obj.data.currency, cid));
+      const refunds = await listRefundsOfIntent(d.stripe, intentId);
+      if (!refunds.ok)
+        return { ok: false, code: refunds.failure.code, permanent: refunds.failure.kind === 'permanent', error: refunds.failure.message };
+      return done(await reconcileRefunds(d, payment.id, refunds.value, cid));
     }
     if (e.type.startsWith('customer.subscription.') || e.type.startsWith('invoice.')) {
       // memberships: the subscription is re-read and decided on its current status (app/memberships.ts)
@@ -334,6 +360,9 @@ export class BillingWorker {
         );
         return done('GUEST_NOTIFIED');
       }
+      case 'reconcile_membership':
+        // a billing stop Stripe gave no answer to: read the subscription back and converge on it
+        return done(await reconcilePendingStop(d, PendingStopJob.parse(j.body), cid));
       case 'issue_stay_key':
         // keys are issued in the confirming transaction (app/stays.ts); no job of this kind is written
         return done('NOTHING_TO_DO');
@@ -346,31 +375,44 @@ export class BillingWorker {
     }
   }
 
-  /** The refund call with the key stored before it: Stripe answers a retry with the refund it already made (exactly once). */
+  /**
+   * The refund call with the key stored before it: Stripe answers a retry with the refund it already made
+   * (exactly once). The payment's refunds are then re-read from Stripe and recorded with their own status:
+   * a pending refund is done here and waits for refund.updated; a failed one is dead for an operator,
+   * whose retry is a new attempt with a new key (`currentRefundAttempt`).
+   */
   async #refund(refundId: string, cid: CorrelationId): Promise<Step> {
     const d = this.#d;
-    const refund = await loadRefund(d.db, refundId);
-    if (!refund) return done('PAYMENT_NOT_FOUND');
-    if (refund.status === 'succeeded') return done('REFUND_ALREADY_RECORDED');
-    const p = await loadPayment(d.db, refund.paymentId);
+    const first = await loadRefund(d.db, refundId);
+    if (!first) return done('PAYMENT_NOT_FOUND');
+    const p = await loadPayment(d.db, first.paymentId);
     if (!p?.intentId) return { ok: false, code: 'PAYMENT_NOT_FOUND', permanent: true, error: 'the refunded payment has no intent' };
+    const refund = await currentRefundAttempt(d, first, cid);
+    if (refund.status === 'succeeded') return done('REFUND_ALREADY_RECORDED');
     const r = await createRefund(d.stripe, {
       intentId: p.intentId,
       amount: refund.amount,
       idempotencyKey: refund.idempotencyKey,
-      refundId,
+      refundId: refund.id,
       reason: 'requested_by_customer',
     });
     if (!r.ok) {
       const permanent = r.failure.kind === 'permanent';
       // its own verb: a permanent error moves the refund to failed, which only this write may do
       await inBilling(d, 'noteRefundError', (tx) =>
-        noteRefundError(tx, refundId, `${r.failure.code}: ${r.failure.message}`, permanent, d.clock.now()),
+        noteRefundError(tx, refund.id, `${r.failure.code}: ${r.failure.message}`, permanent, d.clock.now()),
       );
       return { ok: false, code: r.failure.code, permanent, error: r.failure.message };
     }
     d.crash('afterRefundBeforeRecord');
-    return done(await recordRefundMade(d, refundId, r.value.stripeRefundId, cid));
+    const all = await listRefundsOfIntent(d.stripe, p.intentId);
+    if (!all.ok) return { ok: false, code: all.failure.code, permanent: all.failure.kind === 'permanent', error: all.failure.message };
+    const code = await reconcileRefunds(d, p.id, all.value, cid);
+    const after = await loadRefund(d.db, refund.id);
+    if (after?.status === 'pending') return done('REFUND_PENDING');
+    if (after?.status === 'failed')
+      return { ok: false, code: 'REFUND_FAILED', permanent: true, error: `Stripe failed refund ${r.value.stripeRefundId}` };
+    return done(code);
   }
 
   // ------------------------------------------------------------ sweeps

@@ -29,9 +29,11 @@ import {
   listPastDue,
   loadMembership,
   loadMembershipBySubscription,
+  recordBillingStopPending,
   recordCheckout,
   type MembershipFilter,
 } from '../adapters/db/memberships.js';
+import { enqueueBillingJob } from '../adapters/db/billing-jobs.js';
 import { insertPlan, listPlans as listPlanRows, loadPlan, recordPlanPrice, retirePlanRow, type PlanFilter } from '../adapters/db/plans.js';
 import type { SiteScope } from '../adapters/db/scope.js';
 import { doorsAtSite, listOpenStaysOfMembership } from '../adapters/db/stays.js';
@@ -412,6 +414,8 @@ export interface EndMembershipInput {
   readonly expectedVersion?: number;
   /** set by the billing worker when Stripe has already ended the subscription (no billing call) */
   readonly subscriptionEnded?: boolean;
+  /** set when the subscription read back from Stripe shows the billing stop made (no billing call; the end is written) */
+  readonly billingStopped?: boolean;
   readonly siteScope?: SiteScope;
   readonly cid?: CorrelationId;
 }
@@ -445,13 +449,16 @@ export async function endMembership(deps: MembershipDeps, input: EndMembershipIn
     log.info({ status: pre.outcome.status, code: pre.outcome.code }, 'membership verb done');
     return result(pre.outcome, cid);
   }
-  if (pre.billing !== 'none') {
+  let stoppedAs: domain.SubscriptionObservation | null = null;
+  if (pre.billing !== 'none' && input.billingStopped !== true) {
     const stripe = deps.stripe;
     if (!stripe) return result(refused('BILLING_NOT_CONFIGURED'), cid);
     const subId = before.subscriptionId;
     if (subId === null) throw new Error('a billing stop without a subscription');
     const stop = pre.billing === 'cancel_now' ? await cancelSubscriptionNow(stripe, subId) : await scheduleSubscriptionEnd(stripe, subId);
     if (!stop.ok) {
+      // no answer is not "nothing changed": Stripe may have stopped billing, so the stop is recorded as pending
+      if (stop.failure.outcomeUnknown) return pendingStop(deps, input, pre.billing, cid);
       log.warn(
         { code: stop.failure.code, stripeCode: stop.failure.stripeCode, billing: pre.billing },
         'billing did not stop: nothing changed',
@@ -459,11 +466,23 @@ export async function endMembership(deps: MembershipDeps, input: EndMembershipIn
       return result(failureOutcome(stop.failure), cid);
     }
     deps.crash('afterBillingStoppedBeforeEnd');
+    stoppedAs = stop.value;
   }
+  const stopped = pre.billing !== 'none';
   const out = await inBilling(deps, 'endMembershipTx', async (tx): Promise<{ o: Outcome<Membership>; notices: RaisedNotice[] }> => {
     const m = await loadMembership(tx, input.membershipId, null, true);
     const now = deps.clock.now();
-    const d = domain.decideEnd(m, cmd, now);
+    let d = domain.decideEnd(m, cmd, now);
+    if (stopped && d.outcome.status === 'conflict' && cmd.expectedVersion !== undefined) {
+      // Stripe has already stopped billing on this caller's word; a version that moved since must not leave
+      // Stripe and the membership apart: the end is decided again on the row as it is now
+      const { expectedVersion: _seen, ...fresh } = cmd;
+      d = domain.decideEnd(m, fresh, now);
+      log.warn(
+        { code: d.outcome.code, seenVersion: _seen, version: m?.version },
+        'billing stopped under a stale version: the end follows Stripe',
+      );
+    }
     const o: MembershipOutcome = d.outcome;
     if (o.status !== 'applied' || !m) return { o: plain(o), notices: [] };
     if (d.billing !== pre.billing && d.billing !== 'none') {
@@ -484,7 +503,109 @@ export async function endMembership(deps: MembershipDeps, input: EndMembershipIn
     return { o: applied(o.code, written), notices: noticesOf(m, o.emits) };
   });
   log.info({ status: out.o.status, code: out.o.code, billing: pre.billing }, 'membership verb done');
+  if (stoppedAs?.status === 'canceled' && out.o.status === 'applied' && out.o.state.status === 'ending' && out.o.state.subscriptionId) {
+    // the schedule found the subscription already ended in Stripe: the end takes effect now, not at a period end
+    await reconcileSubscription(deps, out.o.state.subscriptionId, cid);
+    const now = await loadMembership(deps.db, input.membershipId);
+    if (now) return result(applied(out.o.code, now), cid, out.notices);
+  }
   return result(out.o, cid, out.notices);
+}
+
+/** How long a pending stop waits before its reconcile job reads Stripe: the lost request has time to land. */
+export const STOP_RECONCILE_DELAY_MS = 60_000;
+
+/**
+ * A billing stop whose outcome Stripe did not give (timeout, lost connection, 500): recorded on the
+ * membership as pending with a `reconcile_membership` job, in one transaction, and answered
+ * `MEMBERSHIP_END_PENDING` (202). The job reads the subscription and the membership converges on it.
+ */
+async function pendingStop(
+  deps: MembershipDeps,
+  input: EndMembershipInput,
+  billing: domain.PendingStop,
+  cid: CorrelationId,
+): Promise<MembershipResult> {
+  const log = withCorrelation(deps.log, cid, { verb: 'endMembership', membershipId: input.membershipId, reason: input.reason });
+  const o = await inBilling(deps, 'recordPendingStop', async (tx): Promise<Outcome<Membership>> => {
+    const cur = await loadMembership(tx, input.membershipId, null, true);
+    const now = deps.clock.now();
+    const d = domain.recordPendingStop(cur, billing, { cid }, now);
+    if (d.status !== 'applied' || !cur) return plain(d);
+    if ((await recordBillingStopPending(tx, d.state, billing, cur.version)) !== 1)
+      throw new Error(`membership ${cur.id} changed under its lock`);
+    await enqueueBillingJob(tx, {
+      kind: 'reconcile_membership',
+      subjectId: cur.id,
+      dedupeKey: `reconcile_membership:${cur.id}:${d.state.version}`,
+      body: { membershipId: cur.id, reason: input.reason, actor: input.actor ?? null, note: input.note ?? null, billing },
+      cid,
+      now,
+      notBefore: now + STOP_RECONCILE_DELAY_MS,
+    });
+    return plain(d);
+  });
+  log.warn({ status: o.status, code: o.code, billing }, 'Stripe gave no answer to the billing stop: recorded as pending');
+  return result(o, cid);
+}
+
+export interface PendingStopJob {
+  readonly membershipId: string;
+  readonly reason: EndReason;
+  readonly actor: string | null;
+  readonly note: string | null;
+  readonly billing: domain.PendingStop;
+}
+
+/**
+ * The `reconcile_membership` job: the subscription is read from Stripe. The stop is there → the end is
+ * written (the one verb, no billing call). It is not → the request stands and is made again with its
+ * own idempotency key (a request Stripe never ran runs now; one still running answers 409 and the job
+ * retries). Stripe refusing it for good clears the pending record, with an alarm, and the job goes dead
+ * with Stripe's code for an operator. Both directions converge: nothing is left half done.
+ */
+export async function reconcilePendingStop(deps: MembershipDeps, job: PendingStopJob, cid: CorrelationId): Promise<OutcomeCode> {
+  const stripe = deps.stripe;
+  if (!stripe) throw new BillingStepFailed('BILLING_NOT_CONFIGURED', false, 'no Stripe client');
+  const log = withCorrelation(deps.log, cid, { verb: 'reconcilePendingStop', membershipId: job.membershipId });
+  const m = await loadMembership(deps.db, job.membershipId);
+  if (!m) return 'MEMBERSHIP_NOT_FOUND';
+  // an end written meanwhile (the subscription's own events) cleared it: converged already
+  if (m.billingStopPending === null || m.subscriptionId === null) return 'SUBSCRIPTION_STATUS_UNCHANGED';
+  const subId = m.subscriptionId;
+  const seen = await retrieveSubscription(stripe, subId);
+  if (!seen.ok) throw new BillingStepFailed(seen.failure.code, seen.failure.kind === 'permanent', seen.failure.message);
+  const ended = seen.value.status === 'canceled' || seen.value.status === 'incomplete_expired';
+  const made = job.billing === 'cancel_now' ? ended : ended || seen.value.cancelAtPeriodEnd;
+  if (!made) {
+    const again = job.billing === 'cancel_now' ? await cancelSubscriptionNow(stripe, subId) : await scheduleSubscriptionEnd(stripe, subId);
+    if (!again.ok) {
+      if (again.failure.kind === 'transient') throw new BillingStepFailed(again.failure.code, false, again.failure.message);
+      await inBilling(deps, 'recordPendingStop', async (tx) => {
+        const cur = await loadMembership(tx, m.id, null, true);
+        const d = domain.recordPendingStop(cur, null, { cid }, deps.clock.now());
+        if (d.status === 'applied' && cur && (await recordBillingStopPending(tx, d.state, null, cur.version)) !== 1)
+          throw new Error(`membership ${m.id} changed under its lock`);
+      });
+      log.error(
+        { alarm: true, code: 'MEMBERSHIP_END_NOT_MADE', stripeCode: again.failure.stripeCode, billing: job.billing },
+        'ALARM: Stripe refused the pending billing stop; the membership is as it was',
+      );
+      throw new BillingStepFailed(again.failure.code, true, again.failure.message);
+    }
+  }
+  const r = await endMembership(deps, {
+    membershipId: m.id,
+    reason: job.reason,
+    actor: job.actor,
+    note: job.note,
+    billingStopped: true,
+    cid,
+  });
+  if (r.status === 'refused' || r.status === 'conflict')
+    throw new BillingStepFailed(r.code, r.status === 'refused', 'the pending end could not be written');
+  log.info({ status: r.status, code: r.code, billing: job.billing }, 'pending billing stop reconciled');
+  return r.code;
 }
 
 /** Self-cancel on behalf of the member: billing is set to stop at period end first; the membership is `ending`, the key works until then. */
@@ -534,17 +655,28 @@ export async function reconcileSubscription(
       reason: first.reason,
       actor: first.actor,
       note: first.note,
-      subscriptionEnded: true,
+      ...(first.stopped === 'ended' ? { subscriptionEnded: true } : { billingStopped: true }),
       cid,
     });
     if (r.status === 'refused') throw new BillingStepFailed(r.code, true, 'the membership could not end');
     return r.code;
   }
+  if (first.kind === 'reassert') {
+    // the membership is ending but Stripe would bill the next period: the stop is made again, under a key
+    // of its own (the first stop's saved answer would be replayed and change nothing)
+    const again = await scheduleSubscriptionEnd(stripe, subscriptionId, `cancel_at_period_end:${subscriptionId}:${m.version}`);
+    if (!again.ok) throw new BillingStepFailed(again.failure.code, again.failure.kind === 'permanent', again.failure.message);
+    log.warn(
+      { alarm: true, code: 'MEMBERSHIP_ALREADY_ENDING' },
+      'ALARM: the end was withdrawn in Stripe while the membership is ending: set again',
+    );
+    return 'MEMBERSHIP_ALREADY_ENDING';
+  }
   const code = await inBilling(deps, 'observeSubscription', async (tx): Promise<OutcomeCode> => {
     const cur = await loadMembership(tx, m.id, null, true);
     if (!cur) return 'MEMBERSHIP_NOT_FOUND';
     const d = domain.observeSubscription(cur, now.value, { cid }, deps.clock.now());
-    if (d.kind === 'end') return 'MEMBERSHIP_STATE_CHANGED'; // moved meanwhile: the event is retried
+    if (d.kind !== 'step') return 'MEMBERSHIP_STATE_CHANGED'; // moved meanwhile: the event is retried
     const o = d.outcome;
     if (o.status === 'refused') throw new BillingStepFailed(o.code, true, o.detail ?? 'refused');
     if (o.status !== 'applied') return o.code;

@@ -29,10 +29,14 @@ import {
   listPaymentsOfStay,
   listRefundsOfPayment,
   loadPayment,
+  insertStripeRefund,
   loadRefund,
-  markRefundSucceeded,
   recordIntent,
+  setRefundStatus,
+  type Refund,
 } from '../adapters/db/payments.js';
+import { deadLetterRefundJob } from '../adapters/db/billing-jobs.js';
+import type { RefundObservation } from '../adapters/stripe/refunds.js';
 import type { SiteScope } from '../adapters/db/scope.js';
 import {
   casStay,
@@ -57,6 +61,7 @@ import * as pay from '../domain/payments.js';
 import type { IntentObservation, Payment } from '../domain/payments.js';
 import { validatePolicy, type CancelReason, type CancellationPolicy, type Paid } from '../domain/cancellation-policy.js';
 import { holdsMoney } from '../domain/stay-states.js';
+import { givesDoorAccess } from '../domain/membership-states.js';
 import * as domain from '../domain/stays.js';
 import { stayWindow, type Room, type Stay, type StayEffect, type StayOutcome } from '../domain/stays.js';
 import type { AppDeps } from './deps.js';
@@ -486,7 +491,7 @@ export async function bookStay(deps: StayDeps, input: BookStayInput): Promise<St
         }
         if (input.membershipId !== undefined) {
           const m = await loadMembership(tx, input.membershipId);
-          const gives = m !== null && (m.status === 'active' || m.status === 'ending' || (m.status === 'past_due' && !m.suspended));
+          const gives = m !== null && givesDoorAccess(m);
           if (!m || m.personId !== person || m.siteId !== room.siteId || !gives)
             return refused('MEMBERS_ONLY_PLAN', "a members' booking needs the guest's membership at this site, giving access now");
         }
@@ -684,18 +689,100 @@ export async function settleFromObservation(
   return out;
 }
 
-/** A refund Stripe made: the refund row succeeded, and the payment's refunded total (never shrinking) recorded. */
-export async function recordRefundMade(deps: StayDeps, refundId: string, stripeRefundId: string, cid: CorrelationId): Promise<OutcomeCode> {
+/**
+ * Records a payment's refunds as Stripe holds them now — re-read, whoever made them (a verb here, the
+ * dashboard, support), never the amounts an event carried: each of our refund rows follows its Stripe
+ * status (pending, succeeded, failed), one made in Stripe directly is added (source `stripe`), and the
+ * payment's refunded total is what Stripe says succeeded. A stay whose money is then all refunded ends
+ * (cancelled `payment_refunded` through the stay verb: its key revoked, its nights released); a partial
+ * refund made outside this system is recorded and raised as an operator alarm; a refund of ours that
+ * Stripe failed goes to the dead-letter list for an operator (I8: every page tells the truth about money).
+ */
+export async function reconcileRefunds(
+  deps: StayDeps,
+  paymentId: string,
+  observed: readonly RefundObservation[],
+  cid: CorrelationId,
+): Promise<OutcomeCode> {
+  const log = withCorrelation(deps.log, cid, { verb: 'recordRefund', paymentId });
   return inBilling(deps, 'recordRefund', async (tx) => {
+    const before = await loadPayment(tx, paymentId);
+    // the stay first, then the payment: the lock order every stay verb uses
+    const stay = before ? await loadStayForUpdate(tx, before.stayId) : null;
+    const p = await loadPayment(tx, paymentId, true);
+    if (!p || !stay) return 'PAYMENT_NOT_FOUND';
     const now = deps.clock.now();
-    await markRefundSucceeded(tx, refundId, stripeRefundId, now);
-    const refund = await loadRefund(tx, refundId);
-    const r = refund ? await loadPayment(tx, refund.paymentId, true) : null;
-    if (!r) return 'PAYMENT_NOT_FOUND';
-    const total = (await listRefundsOfPayment(tx, r.id)).filter((x) => x.status === 'succeeded').reduce((n, x) => n + x.amount, 0);
-    const stay = refund ? await loadStay(tx, r.stayId) : null;
-    if (refund && stay) await notifyRefundMade(deps, tx, stay, refund, cid, now);
-    return recordRefundTotal(deps, tx, r, total, r.currency, cid, now);
+    const rows = await listRefundsOfPayment(tx, p.id);
+    let externalSucceeded = false;
+    for (const r of observed) {
+      const row =
+        rows.find((x) => x.stripeRefundId === r.stripeRefundId) ??
+        (r.refundId === null ? undefined : rows.find((x) => x.id === r.refundId && x.stripeRefundId === null));
+      if (!row) {
+        // made in Stripe directly: recorded from Stripe's own object
+        const id = `rf_${r.stripeRefundId}`;
+        const n = await insertStripeRefund(tx, {
+          paymentId: p.id,
+          stripeRefundId: r.stripeRefundId,
+          amount: r.amount,
+          currency: r.currency,
+          status: r.status,
+          cid,
+          now,
+        });
+        const made = n === 1 ? await loadRefund(tx, id) : null;
+        if (made && r.status === 'succeeded') {
+          externalSucceeded = true;
+          await notifyRefundMade(deps, tx, stay, made, cid, now);
+        }
+        log.warn(
+          { code: 'REFUND_RECONCILED', stripeRefundId: r.stripeRefundId, amount: r.amount, status: r.status },
+          'a refund made in Stripe directly recorded',
+        );
+        continue;
+      }
+      if ((await setRefundStatus(tx, row.id, r.status, r.stripeRefundId, now)) !== 1) continue;
+      if (r.status === 'succeeded') {
+        if (row.source === 'stripe') externalSucceeded = true;
+        await notifyRefundMade(deps, tx, stay, row, cid, now);
+      }
+      if (r.status === 'failed' && row.source === 'tobira') {
+        await deadLetterRefundJob(tx, row.id, 'REFUND_FAILED', `Stripe failed refund ${r.stripeRefundId}`, now);
+        log.error(
+          { alarm: true, code: 'REFUND_FAILED', refundId: row.id, stripeRefundId: r.stripeRefundId },
+          'ALARM: Stripe failed a refund',
+        );
+      }
+    }
+    const total = observed.filter((r) => r.status === 'succeeded').reduce((n, r) => n + r.amount, 0);
+    if (total < p.amountRefunded)
+      log.error(
+        { alarm: true, code: 'PAYMENT_AMOUNT_MISMATCH', recorded: p.amountRefunded, stripe: total },
+        'ALARM: Stripe counts less refunded than the ledger (a refund failed after it succeeded)',
+      );
+    const code = await recordRefundTotal(deps, tx, p, total, p.currency, cid, now);
+    if (code !== 'PAYMENT_REFUNDED' && code !== 'PAYMENT_PARTIALLY_REFUNDED') return code;
+    const held = paidOf(await listPaymentsOfStay(tx, stay.id));
+    const live = stay.status === 'confirmed' || stay.status === 'checked_in';
+    if (live && held.deposit + held.balance === 0) {
+      // all of the stay's money is back with the guest: the stay ends and its key is revoked
+      const c = await stayStepIn(
+        deps,
+        tx,
+        stay.id,
+        cid,
+        null,
+        (s, payments, settings, at) => domain.cancelStay(s, { reason: 'payment_refunded', settings, paid: paidOf(payments), cid }, at),
+        log,
+      );
+      log.warn({ code: c.code, stayId: stay.id }, 'the stay was refunded in full: ended');
+    } else if (live && externalSucceeded) {
+      log.error(
+        { alarm: true, code: 'PAYMENT_PARTIALLY_REFUNDED', stayId: stay.id, refunded: total, received: p.amountReceived },
+        'ALARM: part of a live stay was refunded in Stripe directly; the stay and its key are kept',
+      );
+    }
+    return code;
   });
 }
 
@@ -720,19 +807,38 @@ async function recordRefundTotal(
   return o.code;
 }
 
-/** `charge.refunded`: Stripe's refunded total of the intent's charge, recorded (monotone, so its order does not matter). */
-export async function recordChargeRefunded(
-  deps: StayDeps,
-  paymentId: string,
-  amountRefunded: number,
-  currency: string,
-  cid: CorrelationId,
-): Promise<OutcomeCode> {
-  return inBilling(deps, 'recordRefund', async (tx) => {
-    const p = await loadPayment(tx, paymentId, true);
-    if (!p) return 'PAYMENT_NOT_FOUND';
-    return recordRefundTotal(deps, tx, p, amountRefunded, currency, cid, deps.clock.now());
-  });
+/**
+ * The refund of a payment to make now: the latest attempt of its chain (`refund:<paymentId>:<n>`), or,
+ * when that one failed at Stripe for good, a new attempt with the next key — a key Stripe refused keeps
+ * answering its stored error, so retrying it could never succeed.
+ */
+export async function currentRefundAttempt(deps: StayDeps, first: Refund, cid: CorrelationId): Promise<Refund> {
+  const attemptOf = (r: Refund) => Number(r.idempotencyKey.split(':').pop() ?? '0');
+  const chain = (await listRefundsOfPayment(deps.db, first.paymentId)).filter(
+    (r) => r.source === 'tobira' && r.idempotencyKey.startsWith(`refund:${first.paymentId}:`),
+  );
+  const latest = chain.reduce((a, b) => (attemptOf(b) > attemptOf(a) ? b : a), first);
+  if (latest.status !== 'failed') return latest;
+  const n = attemptOf(latest) + 1;
+  const id = `rf_${first.paymentId}_${n}`;
+  await deps.db.transaction((tx) =>
+    insertRefund(tx, {
+      id,
+      paymentId: first.paymentId,
+      amount: latest.amount,
+      currency: latest.currency,
+      idempotencyKey: pay.refundIdempotencyKey(first.paymentId, n),
+      cid,
+      now: deps.clock.now(),
+    }),
+  );
+  withCorrelation(deps.log, cid, { paymentId: first.paymentId }).info(
+    { code: 'REFUND_QUEUED', refundId: id, attempt: n },
+    'refund retried as a new attempt',
+  );
+  const made = await loadRefund(deps.db, id);
+  if (!made) throw new Error(`refund ${id} was not stored`);
+  return made;
 }
 
 // ---------------------------------------------------------------- cancel / check in / check out / expire

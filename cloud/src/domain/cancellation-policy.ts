@@ -36,6 +36,8 @@ export const CANCEL_REASONS = [
   'site_closed',
   'membership_ended',
   'guest_blocked',
+  // all the stay's money was refunded in Stripe (the dashboard, support): the stay ends with nothing held
+  'payment_refunded',
 ] as const;
 export type CancelReason = (typeof CANCEL_REASONS)[number];
 

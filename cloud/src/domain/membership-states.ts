@@ -81,5 +81,12 @@ export function membershipNoopOf(from: MembershipStatus, event: MembershipEvent)
 
 /** A membership whose member holds door access (unless suspended past the grace). */
 export const grantsAccess = (s: MembershipStatus): boolean => s === 'active' || s === 'past_due' || s === 'ending';
+/**
+ * The one rule of "gives door access now", for every gate: a living status
+ * and access not suspended. Suspension outlives a self-cancel (`ending`
+ * keeps the flag), so `ending` is no way back past a gate.
+ */
+export const givesDoorAccess = (m: { readonly status: MembershipStatus; readonly suspended: boolean }): boolean =>
+  grantsAccess(m.status) && !m.suspended;
 /** Nothing more happens to these. */
 export const isFinal = (s: MembershipStatus): boolean => s === 'ended' || s === 'rejected';

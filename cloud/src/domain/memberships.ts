@@ -47,6 +47,8 @@ export interface Membership {
   readonly endedBy: string | null;
   readonly endNote: string | null;
   readonly endedAt: number | null;
+  /** a billing stop Stripe may or may not have made (no answer): pending until read back from Stripe */
+  readonly billingStopPending: PendingStop | null;
   readonly lastCode: string;
   readonly cid: CorrelationId;
   readonly createdAt: number;
@@ -140,6 +142,7 @@ export function applyMembership(existing: Membership | null, cmd: ApplyCommand, 
     endedBy: null,
     endNote: null,
     endedAt: null,
+    billingStopPending: null,
     lastCode: row.code,
     cid: cmd.cid,
     createdAt: now,
@@ -167,7 +170,16 @@ export function approveMembership(
 /** What an observation of the subscription asks for: a transition here, or the one ending verb. */
 export type ObservationDecision =
   | { readonly kind: 'step'; readonly outcome: MembershipOutcome }
-  | { readonly kind: 'end'; readonly reason: EndReason; readonly actor: string; readonly note: string };
+  /** `ended`: Stripe ended the subscription; `scheduled`: it is set to end at period end (billing already stopped) */
+  | {
+      readonly kind: 'end';
+      readonly reason: EndReason;
+      readonly actor: string;
+      readonly note: string;
+      readonly stopped: 'ended' | 'scheduled';
+    }
+  /** the membership is ending but Stripe will bill the next period (the schedule was withdrawn there): set it again */
+  | { readonly kind: 'reassert' };
 
 function step(
   m: Membership,
@@ -200,6 +212,14 @@ export function observeSubscription(
   if (m.subscriptionId !== obs.subscriptionId)
     return stepped(refused('SUBSCRIPTION_MISMATCH', `${obs.subscriptionId} is not ${m.subscriptionId}`));
   if (isFinal(m.status)) return stepped(noop('MEMBERSHIP_ALREADY_ENDED', m));
+  const living = obs.status === 'active' || obs.status === 'past_due' || obs.status === 'unpaid';
+  if (living && obs.cancelAtPeriodEnd && (m.status === 'active' || m.status === 'past_due')) {
+    // billing stops at period end in Stripe (our own stop whose answer was lost, or the dashboard): the membership
+    // follows as a self-cancel; a stop of ours still pending is finished by its reconcile job, with its own actor
+    if (m.billingStopPending !== null) return stepped(noop('MEMBERSHIP_END_PENDING', m));
+    return { kind: 'end', reason: 'self_cancel', actor: 'stripe', note: 'the cancellation was scheduled in Stripe', stopped: 'scheduled' };
+  }
+  if (living && !obs.cancelAtPeriodEnd && m.status === 'ending') return { kind: 'reassert' };
   switch (obs.status) {
     case 'active': {
       if (m.status === 'applied') {
@@ -252,17 +272,24 @@ export function observeSubscription(
     case 'canceled':
     case 'incomplete_expired': {
       if (m.status === 'ending')
-        return { kind: 'end', reason: m.endReason ?? 'self_cancel', actor: 'stripe', note: 'the subscription ended at its period end' };
+        return {
+          kind: 'end',
+          reason: m.endReason ?? 'self_cancel',
+          actor: 'stripe',
+          note: 'the subscription ended at its period end',
+          stopped: 'ended',
+        };
       if (m.status === 'past_due' || obs.canceledFor === 'payment_failed')
         return {
           kind: 'end',
           reason: m.status === 'past_due' ? 'payment_failed_final' : 'force_cancel',
           actor: 'stripe',
           note: 'Stripe gave up collecting the renewal',
+          stopped: 'ended',
         };
       if (m.status === 'applied')
-        return { kind: 'end', reason: 'application_rejected', actor: 'stripe', note: 'the first invoice was never paid' };
-      return { kind: 'end', reason: 'force_cancel', actor: 'stripe', note: 'the subscription was canceled in Stripe' };
+        return { kind: 'end', reason: 'application_rejected', actor: 'stripe', note: 'the first invoice was never paid', stopped: 'ended' };
+      return { kind: 'end', reason: 'force_cancel', actor: 'stripe', note: 'the subscription was canceled in Stripe', stopped: 'ended' };
     }
     case 'incomplete':
       return stepped(m.status === 'applied' ? noop('MEMBERSHIP_PAYMENT_PENDING', m) : noop('SUBSCRIPTION_STATUS_UNCHANGED', m));
@@ -291,6 +318,7 @@ export interface EndCommand {
 
 /** What must happen in Stripe BEFORE the local write (I3): billing stops first. */
 export type BillingStop = 'cancel_now' | 'cancel_at_period_end' | 'none';
+export type PendingStop = Exclude<BillingStop, 'none'>;
 
 export interface EndDecision {
   readonly outcome: MembershipOutcome;
@@ -347,6 +375,27 @@ export function decideEnd(m: Membership | null, cmd: EndCommand, now: number): E
   const billing: BillingStop =
     cmd.subscriptionEnded || m.subscriptionId === null ? 'none' : row.to === 'ending' ? 'cancel_at_period_end' : 'cancel_now';
   return { outcome: applied(row.code, next, effects), billing };
+}
+
+// ---------------------------------------------------------------- a billing stop with no answer
+
+/**
+ * Records a billing stop Stripe may or may not have made (the call timed out, its connection was lost):
+ * the membership keeps its status and carries the stop as pending until its reconcile job has read the
+ * subscription back (I8: an unknown outcome is never "nothing changed"). `null` clears it when Stripe
+ * refused the stop for good. Invariant: only a living membership carries a pending stop.
+ */
+export function recordPendingStop(
+  m: Membership | null,
+  stop: PendingStop | null,
+  cmd: { readonly cid: CorrelationId },
+  now: number,
+): MembershipOutcome {
+  if (!m) return refused('MEMBERSHIP_NOT_FOUND');
+  if (isFinal(m.status)) return noop('MEMBERSHIP_ALREADY_ENDED', m);
+  if (m.billingStopPending === stop) return noop(stop === null ? 'SUBSCRIPTION_STATUS_UNCHANGED' : 'MEMBERSHIP_END_PENDING', m);
+  const code = stop === null ? 'MEMBERSHIP_END_NOT_MADE' : 'MEMBERSHIP_END_PENDING';
+  return applied(code, write(m, { billingStopPending: stop }, code, cmd.cid, now));
 }
 
 // ---------------------------------------------------------------- grace

@@ -94,8 +94,14 @@ export const PAYMENT_TRANSITIONS: readonly PaymentTransitionRow[] = [
   { from: ['failed'], event: 'succeeded', to: 'succeeded', code: 'PAYMENT_SUCCEEDED_LATE' },
   { from: ['requires_payment', 'processing'], event: 'failed', to: 'failed', code: 'PAYMENT_FAILED' },
   { from: ['succeeded'], event: 'refund_requested', to: 'refund_pending', code: 'REFUND_QUEUED' },
-  { from: ['refund_pending'], event: 'refunded_full', to: 'refunded', code: 'PAYMENT_REFUNDED' },
-  { from: ['refund_pending'], event: 'refunded_partial', to: 'partially_refunded', code: 'PAYMENT_PARTIALLY_REFUNDED' },
+  // refunds from any source are recorded, ours (refund_pending) and those made in Stripe directly (from succeeded)
+  { from: ['succeeded', 'refund_pending', 'partially_refunded'], event: 'refunded_full', to: 'refunded', code: 'PAYMENT_REFUNDED' },
+  {
+    from: ['succeeded', 'refund_pending', 'partially_refunded'],
+    event: 'refunded_partial',
+    to: 'partially_refunded',
+    code: 'PAYMENT_PARTIALLY_REFUNDED',
+  },
 ];
 
 /**
@@ -113,8 +119,8 @@ export const PAYMENT_NOOPS: readonly PaymentNoopRow[] = [
   { from: ['succeeded', 'refund_pending', 'refunded', 'partially_refunded'], event: 'failed', code: 'PAYMENT_FAILURE_IGNORED' },
   { from: ['failed'], event: 'failed', code: 'PAYMENT_ALREADY_FAILED' },
   { from: ['refund_pending', 'refunded', 'partially_refunded'], event: 'refund_requested', code: 'REFUND_ALREADY_REQUESTED' },
-  { from: ['refunded', 'partially_refunded'], event: 'refunded_full', code: 'REFUND_ALREADY_RECORDED' },
-  { from: ['refunded', 'partially_refunded'], event: 'refunded_partial', code: 'REFUND_ALREADY_RECORDED' },
+  { from: ['refunded'], event: 'refunded_full', code: 'REFUND_ALREADY_RECORDED' },
+  { from: ['refunded'], event: 'refunded_partial', code: 'REFUND_ALREADY_RECORDED' },
 ];
 
 export function paymentTransitionOf(from: PaymentStatus, event: PaymentEvent): PaymentTransitionRow | undefined {

@@ -14,7 +14,7 @@ import { scopeParam, type SiteScope } from './scope.js';
  * confirm, a notice dedupe key).
  */
 
-export const BILLING_JOB_KINDS = ['create_intent', 'cancel_intent', 'refund', 'issue_stay_key', 'notify', 'walk_in_refund'] as const;
+export const BILLING_JOB_KINDS = ['create_intent', 'cancel_intent', 'refund', 'issue_stay_key', 'notify', 'walk_in_refund', 'reconcile_membership'] as const;
 export type BillingJobKind = (typeof BILLING_JOB_KINDS)[number];
 
 export interface BillingJob {
@@ -150,6 +150,20 @@ export async function failBillingJob(
 }
 
 /** Operator retry of a dead job: due at once, attempts counted afresh. */
+/**
+ * A refund Stripe failed after its job was done (`refund.failed`): the job goes to the dead-letter list
+ * with the code, so an operator sees it and retries it (a new attempt with a new key). A running job is
+ * left to finish: it reads the failed refund itself.
+ */
+export async function deadLetterRefundJob(q: Queryable, refundId: string, code: string, error: string, now: number): Promise<number> {
+  const r = await q.query(
+    `UPDATE billing_jobs SET status = 'dead', last_code = $2, last_error = $3, done_at = $4
+      WHERE kind = 'refund' AND dedupe_key = $1 AND status = 'done'`,
+    [`refund:${refundId}`, code, error.slice(0, 500), now],
+  );
+  return r.rowCount;
+}
+
 export async function retryDeadBillingJob(q: Queryable, id: number, now: number): Promise<number> {
   const r = await q.query(
     `UPDATE billing_jobs SET status = 'pending', attempts = 0, next_attempt_at = $2 WHERE id = $1 AND status = 'dead'`,
@@ -165,7 +179,8 @@ const DeadCursor = z.tuple([z.number().int()]);
 const JOB_SITE = `(SELECT COALESCE(
     (SELECT s.site_id FROM stays s WHERE s.id = j.subject_id),
     (SELECT s.site_id FROM payments p JOIN stays s ON s.id = p.stay_id WHERE p.id = j.subject_id),
-    (SELECT s.site_id FROM refunds r JOIN payments p ON p.id = r.payment_id JOIN stays s ON s.id = p.stay_id WHERE r.id = j.subject_id)))`;
+    (SELECT s.site_id FROM refunds r JOIN payments p ON p.id = r.payment_id JOIN stays s ON s.id = p.stay_id WHERE r.id = j.subject_id),
+    (SELECT m.site_id FROM memberships m WHERE m.id = j.subject_id)))`;
 
 /**
  * Dead jobs, oldest first, each with the site of its subject. Scoped like every list: a caller limited to

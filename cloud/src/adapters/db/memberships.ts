@@ -42,6 +42,7 @@ const MembershipRow = z.object({
   ended_by: z.string().nullable(),
   end_note: z.string().nullable(),
   ended_at: Ms.nullable(),
+  billing_stop_pending: z.enum(['cancel_now', 'cancel_at_period_end']).nullable(),
   last_code: z.string(),
   cid: CorrelationId,
   created_at: Ms,
@@ -76,6 +77,7 @@ function membershipOf(raw: unknown): Membership {
     endedBy: r.ended_by,
     endNote: r.end_note,
     endedAt: r.ended_at,
+    billingStopPending: r.billing_stop_pending,
     lastCode: r.last_code,
     cid: r.cid,
     createdAt: r.created_at,
@@ -168,7 +170,7 @@ export async function endMembershipRow(q: Queryable, m: Membership, expectedVers
   await enterVerb(q, 'endMembership');
   const r = await q.query(
     `UPDATE memberships SET status = $3, version = $4, end_reason = $5, ended_by = $6, end_note = $7, ended_at = $8,
-       cancel_at_period_end = $9, last_code = $10, cid = $11, updated_at = $12
+       cancel_at_period_end = $9, last_code = $10, cid = $11, updated_at = $12, billing_stop_pending = NULL
       WHERE id = $1 AND version = $2 AND $3::text IN ('ending', 'ended', 'rejected')`,
     [
       m.id,
@@ -184,6 +186,27 @@ export async function endMembershipRow(q: Queryable, m: Membership, expectedVers
       m.cid,
       m.updatedAt,
     ],
+  );
+  return r.rowCount;
+}
+
+/**
+ * A billing stop whose outcome at Stripe is unknown, recorded on a living
+ * membership (`stop`), or the record cleared when Stripe refused it for good
+ * (`null`); the status does not change. Compare-and-set on the version (the
+ * caller's transaction names its verb). Writing an end clears it too
+ * (`endMembershipRow`).
+ */
+export async function recordBillingStopPending(
+  q: Queryable,
+  m: Membership,
+  stop: 'cancel_now' | 'cancel_at_period_end' | null,
+  expectedVersion: number,
+): Promise<number> {
+  const r = await q.query(
+    `UPDATE memberships SET billing_stop_pending = $3, version = $4, last_code = $5, cid = $6, updated_at = $7
+      WHERE id = $1 AND version = $2 AND status IN ('applied', 'active', 'past_due', 'ending')`,
+    [m.id, expectedVersion, stop, m.version, m.lastCode, m.cid, m.updatedAt],
   );
   return r.rowCount;
 }

@@ -148,6 +148,8 @@ export interface Refund {
   readonly amount: number;
   readonly currency: string;
   readonly status: 'pending' | 'succeeded' | 'failed';
+  /** `tobira`: made by a verb, with its key stored first; `stripe`: made in Stripe directly, recorded from Stripe */
+  readonly source: 'tobira' | 'stripe';
   readonly idempotencyKey: string;
   readonly stripeRefundId: string | null;
   readonly attempts: number;
@@ -163,6 +165,7 @@ const RefundRow = z.object({
   amount: z.number().int().positive(),
   currency: Currency,
   status: z.enum(['pending', 'succeeded', 'failed']),
+  source: z.enum(['tobira', 'stripe']),
   idempotency_key: z.string().min(1),
   stripe_refund_id: z.string().nullable(),
   attempts: z.number().int().nonnegative(),
@@ -180,6 +183,7 @@ function refundOf(raw: unknown): Refund {
     amount: r.amount,
     currency: r.currency,
     status: r.status,
+    source: r.source,
     idempotencyKey: r.idempotency_key,
     stripeRefundId: r.stripe_refund_id,
     attempts: r.attempts,
@@ -222,6 +226,40 @@ export async function markRefundSucceeded(q: Queryable, id: string, stripeRefund
     [id, stripeRefundId, now],
   );
   return r.rowCount;
+}
+
+/**
+ * What Stripe says one of our refunds is now (pending, succeeded or failed), with its Stripe id. Rows
+ * affected: 0 when it already says so. Stripe can fail a refund it had reported succeeded, so any move is
+ * taken; the payment's refunded total follows Stripe's list, not these rows.
+ */
+export async function setRefundStatus(
+  q: Queryable,
+  id: string,
+  status: Refund['status'],
+  stripeRefundId: string,
+  now: number,
+): Promise<number> {
+  const r = await q.query(
+    `UPDATE refunds SET status = $2, stripe_refund_id = $3, updated_at = $4
+      WHERE id = $1 AND (status <> $2 OR stripe_refund_id IS DISTINCT FROM $3)`,
+    [id, status, stripeRefundId, now],
+  );
+  return r.rowCount;
+}
+
+/** A refund made in Stripe directly, recorded from Stripe's object once (key `stripe:<refund id>`); 0 rows when known. */
+export async function insertStripeRefund(
+  q: Queryable,
+  r: { paymentId: string; stripeRefundId: string; amount: number; currency: string; status: Refund['status']; cid: string; now: number },
+): Promise<number> {
+  const res = await q.query(
+    `INSERT INTO refunds (id, payment_id, amount, currency, status, source, idempotency_key, stripe_refund_id, cid, created_at, updated_at)
+     VALUES ($1,$2,$3,$4,$5,'stripe',$6,$7,$8,$9,$9)
+     ON CONFLICT DO NOTHING`,
+    [`rf_${r.stripeRefundId}`, r.paymentId, r.amount, r.currency, r.status, `stripe:${r.stripeRefundId}`, r.stripeRefundId, r.cid, r.now],
+  );
+  return res.rowCount;
 }
 
 /** A refund call failed: counted and described for the operator; `failed` only when the error is permanent. */

@@ -129,11 +129,14 @@ export async function listQuotaUsage(
 
 // ---------------------------------------------------------------- memberships at the gate
 
-/** The person holds a membership of the plan that gives door access now: active, ending, or past due and not suspended. */
+/**
+ * The person holds a membership of the plan that gives door access now (`givesDoorAccess` in SQL): active,
+ * past due or ending, and not suspended — a suspended member who self-cancels is `ending` and still suspended.
+ */
 export async function hasAccessMembership(q: Queryable, planId: string, personId: string): Promise<boolean> {
   const r = await q.query(
     `SELECT 1 FROM memberships WHERE plan_id = $1 AND person_id = $2
-        AND (status IN ('active', 'ending') OR (status = 'past_due' AND NOT suspended)) LIMIT 1`,
+        AND status IN ('active', 'past_due', 'ending') AND NOT suspended LIMIT 1`,
     [planId, personId],
   );
   return r.rows.length > 0;

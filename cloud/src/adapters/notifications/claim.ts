@@ -24,6 +24,8 @@ export type ClaimedNotification = z.infer<typeof ClaimedRow>;
 /**
  * Claim: up to `batch` due rows (pending and due, or sending with an expired
  * lease: its worker died) under a fresh lease token, counting the attempt.
+ * An e-mail queued while its person had no address takes the address the
+ * person has now, so the operator's retry after adding it reaches them.
  * FOR UPDATE SKIP LOCKED lets dispatchers share the work without taking the
  * same row (PostgreSQL and PGlite run the same SQL).
  */
@@ -34,7 +36,9 @@ export async function claimDueNotifications(
 ): Promise<ClaimedNotification[]> {
   const r = await db.query(
     `UPDATE notification_outbox n SET status = 'sending', lease_token = $1, lease_until = $2, claimed_by = $5,
-            attempts = n.attempts + 1, updated_at = $3
+            attempts = n.attempts + 1, updated_at = $3,
+            address = CASE WHEN n.channel = 'smtp' AND n.address IS NULL
+                           THEN (SELECT p.email FROM people p WHERE p.id = n.person_id) ELSE n.address END
        FROM (SELECT id FROM notification_outbox
               WHERE (status = 'pending' AND next_attempt_at <= $3) OR (status = 'sending' AND lease_until <= $3)
               ORDER BY id LIMIT $4 FOR UPDATE SKIP LOCKED) due

@@ -17,6 +17,42 @@ export interface MadeRefund {
   readonly currency: string;
 }
 
+/** A refund as Stripe holds it now; `requires_action` counts as pending and `canceled` as failed (no money moved). */
+export interface RefundObservation {
+  readonly stripeRefundId: string;
+  readonly amount: number;
+  readonly currency: string;
+  readonly status: 'pending' | 'succeeded' | 'failed';
+  /** our refund row, when we made it (`metadata.refund_id`); absent for one made in Stripe directly */
+  readonly refundId: string | null;
+}
+
+const statusOf = (s: string | null | undefined): RefundObservation['status'] =>
+  s === 'succeeded' ? 'succeeded' : s === 'failed' || s === 'canceled' ? 'failed' : 'pending';
+
+export function observeRefund(r: Stripe.Refund): RefundObservation {
+  return {
+    stripeRefundId: r.id,
+    amount: r.amount,
+    currency: r.currency,
+    status: statusOf(r.status),
+    refundId: r.metadata?.refund_id ?? null,
+  };
+}
+
+/**
+ * Every refund of a PaymentIntent, whoever made it, re-read from Stripe: what the ledger records, never
+ * the amounts an event carried (a charge counts a pending refund as refunded until it fails).
+ */
+export async function listRefundsOfIntent(stripe: Stripe, intentId: string): Promise<BillingResult<RefundObservation[]>> {
+  const res = await billingCall(async () => {
+    const all: RefundObservation[] = [];
+    for await (const r of stripe.refunds.list({ payment_intent: intentId, limit: 100 })) all.push(observeRefund(r));
+    return all;
+  });
+  return res;
+}
+
 /** Creates one refund with the stored idempotency key (one refund per key, ever: Stripe replays the first answer). */
 export async function createRefund(stripe: Stripe, r: RefundRequest): Promise<BillingResult<MadeRefund>> {
   const res = await billingCall(() =>

@@ -1,7 +1,7 @@
 import type Stripe from 'stripe';
 import type { SubscriptionObservation } from '../../domain/memberships.js';
 import type { Plan } from '../../domain/plans.js';
-import { billingCall, type BillingResult } from './errors.js';
+import { billingCall, type BillingFailure, type BillingResult } from './errors.js';
 
 /**
  * THE one place a Subscription is created (the one-factory rule of
@@ -105,21 +105,42 @@ export async function retrieveSubscription(stripe: Stripe, id: string): Promise<
 }
 
 /**
- * Cancels now (key `cancel:<id>`). A subscription that is already canceled
- * counts as done (another staff member, or Stripe, got there first): the
- * answer is the re-read.
+ * Cancels now (key `cancel:<id>`). On any error the subscription is re-read:
+ * Stripe has no "already canceled" code (a cancel of an ended subscription
+ * is 404 `resource_missing`, though a GET still returns it), so a
+ * subscription the re-read finds canceled counts as done (another staff
+ * member, or Stripe, got there first). Otherwise the cancel's own failure.
  */
 export async function cancelSubscriptionNow(stripe: Stripe, id: string): Promise<BillingResult<SubscriptionObservation>> {
   const res = await billingCall(() => stripe.subscriptions.cancel(id, {}, { idempotencyKey: `cancel:${id}` }));
   if (res.ok) return { ok: true, value: observeSubscription(res.value) };
-  if (res.failure.stripeCode === 'subscription_canceled') return retrieveSubscription(stripe, id);
-  return res;
+  return stoppedAnyway(stripe, id, res.failure, (o) => o.status === 'canceled' || o.status === 'incomplete_expired');
 }
 
-/** Schedules the cancellation at the period end (key `cancel_at_period_end:<id>`): billing stops, access runs to the end. */
-export async function scheduleSubscriptionEnd(stripe: Stripe, id: string): Promise<BillingResult<SubscriptionObservation>> {
-  const res = await billingCall(() =>
-    stripe.subscriptions.update(id, { cancel_at_period_end: true }, { idempotencyKey: `cancel_at_period_end:${id}` }),
-  );
-  return res.ok ? { ok: true, value: observeSubscription(res.value) } : res;
+/**
+ * Schedules the cancellation at the period end: billing stops, access runs to the end. The key is
+ * `cancel_at_period_end:<id>` for the membership's own stop, or one naming the attempt when a stop Stripe
+ * lost is asserted again (the first key's saved answer would be replayed, changing nothing). On an error
+ * the subscription is re-read, as for a cancel: one already set to end (or ended) counts as done.
+ */
+export async function scheduleSubscriptionEnd(
+  stripe: Stripe,
+  id: string,
+  idempotencyKey = `cancel_at_period_end:${id}`,
+): Promise<BillingResult<SubscriptionObservation>> {
+  const res = await billingCall(() => stripe.subscriptions.update(id, { cancel_at_period_end: true }, { idempotencyKey }));
+  if (res.ok) return { ok: true, value: observeSubscription(res.value) };
+  return stoppedAnyway(stripe, id, res.failure, (o) => o.cancelAtPeriodEnd || o.status === 'canceled');
+}
+
+/** The re-read after a failed stop: done when Stripe shows the stop, else the call's own failure (its outcome kept). */
+async function stoppedAnyway(
+  stripe: Stripe,
+  id: string,
+  failure: BillingFailure,
+  stopped: (o: SubscriptionObservation) => boolean,
+): Promise<BillingResult<SubscriptionObservation>> {
+  const now = await retrieveSubscription(stripe, id);
+  if (now.ok && stopped(now.value)) return now;
+  return { ok: false, failure };
 }

@@ -29,6 +29,8 @@ export const MembershipJson = z.object({
   endedBy: z.string().nullable(),
   endNote: z.string().nullable(),
   endedAt: z.int().nullable(),
+  /** a billing stop Stripe gave no answer to, until it is read back from Stripe (`MEMBERSHIP_END_PENDING`) */
+  billingStopPending: z.enum(['cancel_now', 'cancel_at_period_end']).nullable(),
   lastCode: z.string(),
   createdAt: z.int(),
   updatedAt: z.int(),
@@ -54,6 +56,7 @@ const membershipJson = (m: Membership) => ({
   endedBy: m.endedBy,
   endNote: m.endNote,
   endedAt: m.endedAt,
+  billingStopPending: m.billingStopPending,
   lastCode: m.lastCode,
   createdAt: m.createdAt,
   updatedAt: m.updatedAt,
@@ -70,7 +73,9 @@ function send(reply: FastifyReply, o: MembershipResult, appliedAs: 200 | 201 = 2
     return reply.status(o.code === 'BILLING_NOT_CONFIGURED' ? 503 : statusOf(o)).send({ ...problem(o.code, o.detail), cid: o.cid });
   if (o.status === 'conflict')
     return reply.status(409).send({ ...problem(o.code, undefined, 'conflict'), cid: o.cid, membership: membershipJson(o.current) });
-  return reply.status(statusOf(o, appliedAs)).send({ ...membershipJson(o.state), status: o.status, code: o.code, cid: o.cid, notices });
+  // accepted, not done: the end waits on what Stripe did (a stop it gave no answer to)
+  const status = o.status === 'applied' && o.code === 'MEMBERSHIP_END_PENDING' ? 202 : statusOf(o, appliedAs);
+  return reply.status(status).send({ ...membershipJson(o.state), status: o.status, code: o.code, cid: o.cid, notices });
 }
 
 /**
@@ -181,7 +186,7 @@ export function membershipsRoutes(app: Api, ctx: Ctx): void {
         summary: 'Reject an application under review (endMembership application_rejected); CHECKOUT_IN_PROGRESS once approved',
         params: z.strictObject({ membershipId: Id }),
         body: z.strictObject({ note: z.string().min(1).max(1000).optional(), expectedVersion: Expected }),
-        response: { ...errorResponses, 200: MembershipAnswer, 409: MembershipConflict },
+        response: { ...errorResponses, 200: MembershipAnswer, 202: MembershipAnswer, 409: MembershipConflict },
       },
     },
     async (req, reply) => {
@@ -210,7 +215,7 @@ export function membershipsRoutes(app: Api, ctx: Ctx): void {
           "Cancel on the member's behalf: the subscription is set to cancel at period end FIRST, then the membership is ending (the key works to the period end)",
         params: z.strictObject({ membershipId: Id }),
         body: z.strictObject({ expectedVersion: Expected }),
-        response: { ...errorResponses, 200: MembershipAnswer, 409: MembershipConflict },
+        response: { ...errorResponses, 200: MembershipAnswer, 202: MembershipAnswer, 409: MembershipConflict },
       },
     },
     async (req, reply) => {
@@ -235,7 +240,7 @@ export function membershipsRoutes(app: Api, ctx: Ctx): void {
           'Staff force-cancel, effective now: the subscription is cancelled FIRST, then the membership ends and its key is revoked; refused for an application (APPLICATION_UNDER_REVIEW, CHECKOUT_IN_PROGRESS)',
         params: z.strictObject({ membershipId: Id }),
         body: z.strictObject({ note: z.string().min(1).max(1000), expectedVersion: Expected }),
-        response: { ...errorResponses, 200: MembershipAnswer, 409: MembershipConflict },
+        response: { ...errorResponses, 200: MembershipAnswer, 202: MembershipAnswer, 409: MembershipConflict },
       },
     },
     async (req, reply) => {

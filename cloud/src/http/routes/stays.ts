@@ -64,6 +64,8 @@ const RefundJson = z.object({
   amount: z.int(),
   currency: z.string(),
   status: z.enum(['pending', 'succeeded', 'failed']),
+  /** `tobira`: made by a verb here; `stripe`: made in Stripe directly (the dashboard, support) and recorded from it */
+  source: z.enum(['tobira', 'stripe']),
   stripeRefundId: z.string().nullable(),
   attempts: z.int(),
   lastError: z.string().nullable(),
@@ -252,7 +254,8 @@ export function staysRoutes(app: Api, ctx: Ctx): void {
         summary:
           "Cancel a pending, confirmed or checked-in stay: its key is revoked at once, the nights released, a pending stay's intents cancelled, the policy's refund queued (made once)",
         params: z.strictObject({ stayId: Id }),
-        body: z.strictObject({ reason: z.enum(CANCEL_REASONS) }),
+        // payment_refunded is Stripe's word (the money went back there), never a caller's
+        body: z.strictObject({ reason: z.enum(CANCEL_REASONS).exclude(['payment_refunded']) }),
         response: { ...errorResponses, 200: StayAnswer, 202: StayAnswer, 409: StayConflict },
       },
     },

@@ -198,7 +198,8 @@ export function walkInsRoutes(app: Api, ctx: Ctx): void {
         summary:
           "Cancel a paid walk-in: its key is revoked now; its quota use goes back to the month it was used in when the site's cancellation policy says so (quotaReturn)",
         params: z.strictObject({ walkInId: Id }),
-        body: z.strictObject({ reason: z.enum(CANCEL_REASONS) }),
+        // payment_refunded is Stripe's word (the money went back there), never a caller's
+        body: z.strictObject({ reason: z.enum(CANCEL_REASONS).exclude(['payment_refunded']) }),
         response: { ...errorResponses, 200: WalkInAnswer, 409: WalkInConflict },
       },
     },
