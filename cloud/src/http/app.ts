@@ -4,7 +4,7 @@ import rateLimit from '@fastify/rate-limit';
 import swagger from '@fastify/swagger';
 import swaggerUi from '@fastify/swagger-ui';
 import { CorrelationId, newCorrelationId } from '@tobira/shared';
-import Fastify, { LogController, type FastifyBaseLogger, type FastifyError, type FastifyInstance } from 'fastify';
+import Fastify, { LogController, type FastifyBaseLogger, type FastifyError, type FastifyInstance, type FastifyReply } from 'fastify';
 import {
   hasZodFastifySchemaValidationErrors,
   isResponseSerializationError,
@@ -52,6 +52,8 @@ const ROUTES = new WeakMap<FastifyInstance, { method: string; url: string; hidde
 export const routesOf = (app: FastifyInstance): readonly { method: string; url: string; hidden: boolean }[] => ROUTES.get(app) ?? [];
 
 const PUBLIC_PREFIXES = ['/docs', '/openapi.json', '/healthz', '/readyz'];
+/** The longest path segment the router matches; longer is 414 URI_TOO_LONG (ids are at most 128 characters). */
+export const MAX_PARAM_LENGTH = 512;
 const WRITE_METHODS = new Set(['POST', 'PUT', 'PATCH', 'DELETE']);
 
 /** True when any string (or key) in a parsed value holds a NUL, which PostgreSQL text cannot store. */
@@ -110,7 +112,19 @@ export async function buildApp(deps: ApiDeps): Promise<FastifyInstance> {
       const h = req.headers['x-correlation-id'];
       return typeof h === 'string' && CorrelationId.safeParse(h).success ? h : newCorrelationId();
     },
-    routerOptions: { ignoreTrailingSlash: true },
+    // Fastify's default (100) is below the 128 characters an id may have, and a longer segment would
+    // be answered by Fastify itself: every id the schemas accept fits, percent-encoded too (3 × 128)
+    routerOptions: { ignoreTrailingSlash: true, maxParamLength: MAX_PARAM_LENGTH },
+    // errors the router raises before any route or hook runs get the API's own body and code too
+    frameworkErrors: (err, req, reply: FastifyReply) => {
+      const tooLong = err.code === 'FST_ERR_MAX_PARAM_LENGTH';
+      const code = tooLong ? 'URI_TOO_LONG' : 'BAD_REQUEST';
+      req.log.info({ code, fastifyCode: err.code }, 'request refused');
+      void reply
+        .status(tooLong ? 414 : 400)
+        .header('x-correlation-id', req.id)
+        .send(problem(code, tooLong ? `a path segment is longer than ${MAX_PARAM_LENGTH} characters` : 'malformed URL'));
+    },
   });
   const routes: { method: string; url: string; hidden: boolean }[] = [];
   ROUTES.set(app, routes);

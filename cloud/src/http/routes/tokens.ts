@@ -135,7 +135,8 @@ export function tokensRoutes(app: Api, ctx: Ctx): void {
         const p = who(req);
         // never confirm that another token exists
         if (p.role !== 'admin' && p.tokenId !== req.params.id) return { statusCode: 404, body: problem('TOKEN_NOT_FOUND') };
-        const o = await rotateApiToken(db, req.params.id, req.body ?? {}, ctx.clock.now(), lifetime);
+        // only an admin may give a token more life than its admin gave it: a rotation by the token itself is capped at its expiry
+        const o = await rotateApiToken(db, req.params.id, req.body ?? {}, ctx.clock.now(), { ...lifetime, mayExtend: p.role === 'admin' });
         if (o.status === 'refused') return { statusCode: o.code === 'TOKEN_NOT_FOUND' ? 404 : 422, body: problem(o.code, o.detail) };
         req.log.info(
           { rotatedFrom: o.previous.id, rotatedTo: o.token.id, oldExpiresAt: o.previous.expiresAt, oldRevokedAt: o.previous.revokedAt },

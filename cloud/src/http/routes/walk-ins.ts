@@ -7,6 +7,7 @@ import { CANCEL_REASONS } from '../../domain/cancellation-policy.js';
 import { WALK_IN_STATUSES, type WalkIn } from '../../domain/walk-ins.js';
 import { cidOf, defined, problem, statusOf, who, type Api, type Ctx } from '../context.js';
 import { Cursor, Id, Limit, OutcomeStatus, Problem, TimeIdCursor, errorResponses } from '../schemas.js';
+import { heldElsewhere, hiddenReference, idUnavailableBody, notFoundBody } from '../scope-guard.js';
 
 export const WalkInJson = z.object({
   id: z.string(),
@@ -116,7 +117,20 @@ export function walkInsRoutes(app: Api, ctx: Ctx): void {
     },
     async (req, reply) => {
       const { id, ...body } = req.body;
-      const o = await ctx.cloud.createWalkIn(defined({ ...body, walkInId: id, siteScope: who(req).sites, cid: cidOf(req) }));
+      const scope = who(req).sites;
+      const cid = cidOf(req);
+      // every row the request names is checked against the caller's sites (the gates read the plan and
+      // the person unscoped), and a walk-in id another site holds is neither shown nor confirmed
+      const hidden = await hiddenReference(ctx.db, scope, [
+        ['site', body.siteId],
+        ['plan', body.planId],
+        ['person', body.personId],
+      ]);
+      if (hidden !== null) return reply.status(404).send(notFoundBody(hidden, cid));
+      if (await heldElsewhere(ctx.db, scope, 'walkIn', id)) return reply.status(409).send(idUnavailableBody(cid));
+      const o = await ctx.cloud.createWalkIn(defined({ ...body, walkInId: id, siteScope: scope, cid }));
+      if (o.status !== 'refused' && (await heldElsewhere(ctx.db, scope, 'walkIn', o.status === 'conflict' ? o.current.id : o.state.id)))
+        return reply.status(409).send(idUnavailableBody(cid));
       return send(reply, o, 202);
     },
   );
@@ -217,6 +231,12 @@ export function walkInsRoutes(app: Api, ctx: Ctx): void {
     },
     async (req, reply) => {
       const p = who(req);
+      // a person the caller's sites cannot see is not found, whether or not it exists elsewhere
+      const hidden = await hiddenReference(ctx.db, p.sites, [
+        ['site', req.params.siteId],
+        ['person', req.params.personId],
+      ]);
+      if (hidden !== null) return reply.status(404).send(notFoundBody(hidden, cidOf(req)));
       const o = await ctx.cloud.blockPerson({
         siteId: req.params.siteId,
         personId: req.params.personId,
@@ -244,6 +264,12 @@ export function walkInsRoutes(app: Api, ctx: Ctx): void {
     },
     async (req, reply) => {
       const p = who(req);
+      // a person the caller's sites cannot see is not found, whether or not it exists elsewhere
+      const hidden = await hiddenReference(ctx.db, p.sites, [
+        ['site', req.params.siteId],
+        ['person', req.params.personId],
+      ]);
+      if (hidden !== null) return reply.status(404).send(notFoundBody(hidden, cidOf(req)));
       const o = await ctx.cloud.unblockPerson({
         siteId: req.params.siteId,
         personId: req.params.personId,
