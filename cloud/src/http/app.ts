@@ -267,9 +267,12 @@ export async function buildApp(deps: ApiDeps): Promise<FastifyInstance> {
     const expiring = expiryWarning(a.expiresAt, now);
     if (expiring !== undefined) void reply.header(TOKEN_EXPIRES_HEADER, expiring);
     const auditorWrite = p.role === 'auditor' && WRITE_METHODS.has(req.method) && !req.routeOptions.config.selfService;
-    if (auditorWrite || (req.routeOptions.config.adminOnly && p.role !== 'admin')) {
+    // an admin limited to some sites may not act on every site through a route that does (signing keys, sites, ...)
+    const cfg = req.routeOptions.config;
+    const notAdminEnough = cfg.adminOnly === true && (p.role !== 'admin' || (p.sites !== null && cfg.scopedAdmin !== true));
+    if (auditorWrite || notAdminEnough) {
       req.log.info({ code: 'FORBIDDEN_ROLE' }, 'request refused');
-      return reply.status(403).send(problem('FORBIDDEN_ROLE', `role ${p.role}`));
+      return reply.status(403).send(problem('FORBIDDEN_ROLE', p.role === 'admin' ? 'an admin of every site only' : `role ${p.role}`));
     }
     return undefined;
   });
