@@ -181,6 +181,13 @@ export async function buildApp(deps: ApiDeps): Promise<FastifyInstance> {
   });
   app.setNotFoundHandler((_req, reply) => reply.status(404).send(problem('NOT_FOUND', 'no such route')));
 
+  // every answer is what its content type says; one that may carry a secret is kept by no cache, replays included
+  app.addHook('onSend', async (req, reply, payload) => {
+    void reply.header('x-content-type-options', 'nosniff');
+    if (req.routeOptions.config.secretAnswer === true) void reply.header('cache-control', 'no-store');
+    return payload;
+  });
+
   const metrics = cloudMetrics(deps.db, deps.clock, deps.processRegistry);
   // latency by route pattern (not the URL: an id per series would grow without bound); unmatched URLs share one series
   app.addHook('onResponse', async (req, reply) => {

@@ -241,6 +241,34 @@ describe.each(pgBackends())('the trust boundary between sites on %s', (backend) 
     });
   });
 
+  describe('answers carrying a secret', () => {
+    const raw = async (token: string, method: string, path: string, body?: unknown) =>
+      fetch(`${base}${path}`, {
+        method,
+        headers: { authorization: `Bearer ${token}`, ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
+        ...(body === undefined ? {} : { body: JSON.stringify(body) }),
+      });
+    it('a new API token, its rotation, a gateway provisioning and a webhook secret are kept by no cache and never sniffed', async () => {
+      const pair = await generateSigningKeyPair();
+      const made = await raw(h.admin, 'POST', '/api-tokens', { name: `nc-${h.u}`, role: 'auditor', sites: [B.siteId] });
+      const id = ((await made.clone().json()) as { id: string }).id;
+      const answers = [
+        made,
+        await raw(h.admin, 'POST', `/api-tokens/${id}/rotate`, { graceSeconds: 0 }),
+        await raw(managerB, 'POST', '/gateways', { gatewayId: `gw-nc-${h.u}`, siteId: B.siteId, publicJwk: pair.publicJwk }),
+      ];
+      for (const r of answers) {
+        expect(r.status).toBe(201);
+        expect(r.headers.get('cache-control')).toBe('no-store');
+        expect(r.headers.get('x-content-type-options')).toBe('nosniff');
+      }
+      // an ordinary read is not marked no-store, but is never sniffed either
+      const read = await raw(managerB, 'GET', `/gateways/gw-nc-${h.u}`);
+      expect(read.headers.get('cache-control')).toBeNull();
+      expect(read.headers.get('x-content-type-options')).toBe('nosniff');
+    });
+  });
+
   describe('token rotation', () => {
     it('a token that rotates itself never outlives the lifetime its admin gave it, however often and whatever it asks', async () => {
       const made = await ok(

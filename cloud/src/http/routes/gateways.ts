@@ -29,6 +29,7 @@ export function gatewaysRoutes(app: Api, ctx: Ctx): void {
   app.post(
     '/gateways',
     {
+      config: { secretAnswer: true },
       schema: {
         tags: ['gateways'],
         summary: "Register a gateway with its Ed25519 public JWK; answers the gateway's provisioning data",
@@ -64,6 +65,7 @@ export function gatewaysRoutes(app: Api, ctx: Ctx): void {
   app.post(
     '/gateways/:gatewayId/broker-credentials',
     {
+      config: { secretAnswer: true },
       schema: {
         tags: ['gateways'],
         summary: 'Give a gateway a new cloud broker password (the old one no longer logs in); answers the new login once',

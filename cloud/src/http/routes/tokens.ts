@@ -42,7 +42,7 @@ export function tokensRoutes(app: Api, ctx: Ctx): void {
   app.post(
     '/api-tokens',
     {
-      config: { adminOnly: true, scopedAdmin: true },
+      config: { adminOnly: true, scopedAdmin: true, secretAnswer: true },
       schema: {
         tags: ['api tokens'],
         summary: 'Create an API token; the clear token is shown once',
@@ -118,7 +118,7 @@ export function tokensRoutes(app: Api, ctx: Ctx): void {
     '/api-tokens/:id/rotate',
     {
       // not adminOnly, and open to auditors: the handler enforces "self or admin"
-      config: { selfService: true },
+      config: { selfService: true, secretAnswer: true },
       schema: {
         tags: ['api tokens'],
         summary: 'Rotate an API token (admin: any; any token: itself); the new clear token is shown once',
