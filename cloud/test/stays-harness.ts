@@ -12,6 +12,7 @@ import { storeWebhookEvent } from '../src/adapters/db/webhook-events.js';
 import { verifyWebhook } from '../src/adapters/stripe/webhook.js';
 import type { CloudDeps } from '../src/cloud.js';
 import { buildApp } from '../src/http/app.js';
+import type { ApiConfig } from '../src/http/context.js';
 import { startCloud } from './cloud-helpers.js';
 import { T0, openTestDb, testLog, type TestDb } from './helpers.js';
 
@@ -97,6 +98,7 @@ export async function openStaysApi(
     /** The local Stripe runs on the cloud's manual clock: its signatures stay fresh when a test moves time on. */
     sharedClock?: boolean;
     stripeOptions?: StripeClientOptions;
+    api?: Partial<ApiConfig>;
   },
 ): Promise<StaysApi> {
   const t = await openTestDb(backend);
@@ -117,7 +119,7 @@ export async function openStaysApi(
       deps: { stripe, billingWorker: false, ...opts.deps },
     });
     parts.push(() => cloud.stop());
-    const app = await buildApp({ cloud, db: cloud.db, log: testLog, clock: cloud.clock });
+    const app = await buildApp({ cloud, db: cloud.db, log: testLog, clock: cloud.clock, ...(opts.api ? { config: opts.api } : {}) });
     parts.push(() => app.close());
     const url = await app.listen({ port: 0, host: '127.0.0.1' });
     local.webhooks.add({ url: `${url}/webhooks/stripe`, secret: opts.secret });

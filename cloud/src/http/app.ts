@@ -4,7 +4,7 @@ import rateLimit from '@fastify/rate-limit';
 import swagger from '@fastify/swagger';
 import swaggerUi from '@fastify/swagger-ui';
 import { CorrelationId, newCorrelationId } from '@tobira/shared';
-import Fastify, { LogController, type FastifyBaseLogger, type FastifyError, type FastifyInstance } from 'fastify';
+import Fastify, { LogController, type FastifyBaseLogger, type FastifyError, type FastifyInstance, type FastifyReply } from 'fastify';
 import {
   hasZodFastifySchemaValidationErrors,
   isResponseSerializationError,
@@ -52,6 +52,8 @@ const ROUTES = new WeakMap<FastifyInstance, { method: string; url: string; hidde
 export const routesOf = (app: FastifyInstance): readonly { method: string; url: string; hidden: boolean }[] => ROUTES.get(app) ?? [];
 
 const PUBLIC_PREFIXES = ['/docs', '/openapi.json', '/healthz', '/readyz'];
+/** The longest path segment the router matches; longer is 414 URI_TOO_LONG (ids are at most 128 characters). */
+export const MAX_PARAM_LENGTH = 512;
 const WRITE_METHODS = new Set(['POST', 'PUT', 'PATCH', 'DELETE']);
 
 /** True when any string (or key) in a parsed value holds a NUL, which PostgreSQL text cannot store. */
@@ -110,7 +112,19 @@ export async function buildApp(deps: ApiDeps): Promise<FastifyInstance> {
       const h = req.headers['x-correlation-id'];
       return typeof h === 'string' && CorrelationId.safeParse(h).success ? h : newCorrelationId();
     },
-    routerOptions: { ignoreTrailingSlash: true },
+    // Fastify's default (100) is below the 128 characters an id may have, and a longer segment would
+    // be answered by Fastify itself: every id the schemas accept fits, percent-encoded too (3 × 128)
+    routerOptions: { ignoreTrailingSlash: true, maxParamLength: MAX_PARAM_LENGTH },
+    // errors the router raises before any route or hook runs get the API's own body and code too
+    frameworkErrors: (err, req, reply: FastifyReply) => {
+      const tooLong = err.code === 'FST_ERR_MAX_PARAM_LENGTH';
+      const code = tooLong ? 'URI_TOO_LONG' : 'BAD_REQUEST';
+      req.log.info({ code, fastifyCode: err.code }, 'request refused');
+      void reply
+        .status(tooLong ? 414 : 400)
+        .header('x-correlation-id', req.id)
+        .send(problem(code, tooLong ? `a path segment is longer than ${MAX_PARAM_LENGTH} characters` : 'malformed URL'));
+    },
   });
   const routes: { method: string; url: string; hidden: boolean }[] = [];
   ROUTES.set(app, routes);
@@ -166,6 +180,13 @@ export async function buildApp(deps: ApiDeps): Promise<FastifyInstance> {
     return reply.status(500).send(problem('INTERNAL', `correlation id ${req.id}`));
   });
   app.setNotFoundHandler((_req, reply) => reply.status(404).send(problem('NOT_FOUND', 'no such route')));
+
+  // every answer is what its content type says; one that may carry a secret is kept by no cache, replays included
+  app.addHook('onSend', async (req, reply, payload) => {
+    void reply.header('x-content-type-options', 'nosniff');
+    if (req.routeOptions.config.secretAnswer === true) void reply.header('cache-control', 'no-store');
+    return payload;
+  });
 
   const metrics = cloudMetrics(deps.db, deps.clock, deps.processRegistry);
   // latency by route pattern (not the URL: an id per series would grow without bound); unmatched URLs share one series
@@ -253,9 +274,12 @@ export async function buildApp(deps: ApiDeps): Promise<FastifyInstance> {
     const expiring = expiryWarning(a.expiresAt, now);
     if (expiring !== undefined) void reply.header(TOKEN_EXPIRES_HEADER, expiring);
     const auditorWrite = p.role === 'auditor' && WRITE_METHODS.has(req.method) && !req.routeOptions.config.selfService;
-    if (auditorWrite || (req.routeOptions.config.adminOnly && p.role !== 'admin')) {
+    // an admin limited to some sites may not act on every site through a route that does (signing keys, sites, ...)
+    const cfg = req.routeOptions.config;
+    const notAdminEnough = cfg.adminOnly === true && (p.role !== 'admin' || (p.sites !== null && cfg.scopedAdmin !== true));
+    if (auditorWrite || notAdminEnough) {
       req.log.info({ code: 'FORBIDDEN_ROLE' }, 'request refused');
-      return reply.status(403).send(problem('FORBIDDEN_ROLE', `role ${p.role}`));
+      return reply.status(403).send(problem('FORBIDDEN_ROLE', p.role === 'admin' ? 'an admin of every site only' : `role ${p.role}`));
     }
     return undefined;
   });

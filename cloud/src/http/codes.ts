@@ -10,6 +10,9 @@ export const API_CODES = Object.freeze({
   UNAUTHENTICATED: 'No bearer token, or the token is unknown or revoked.',
   FORBIDDEN_ROLE: 'The token role may not do this (auditors read only; only admins manage sites and tokens).',
   NOT_FOUND: 'No such route or resource visible to this token.',
+  ID_UNAVAILABLE:
+    'A create named an id that cannot be used (ids are one namespace across sites and this one is taken by a row this token cannot see); nothing changed and nothing about that row is told. Choose another id, or leave it out and the server makes one.',
+  URI_TOO_LONG: 'A path segment is longer than any id the API accepts (414); nothing changed.',
   TOKEN_NOT_FOUND: 'No such live API token.',
   TOKEN_EXPIRED: 'The bearer token has expired (401); or the token named for rotation has (422). Nothing changed.',
   TOKEN_REVOKED: 'The token named for rotation is revoked; nothing changed.',

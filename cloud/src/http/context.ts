@@ -80,6 +80,11 @@ declare module 'fastify' {
     adminOnly?: boolean;
     /** No token needed (health, OpenAPI). */
     public?: boolean;
+    /**
+     * The answer may carry a secret shown once (a new API token, a gateway's
+     * pepper and broker password, a webhook signing secret): no cache may keep it.
+     */
+    secretAnswer?: boolean;
   }
 }
 

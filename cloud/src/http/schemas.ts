@@ -33,9 +33,10 @@ export const errorResponses = {
   403: Problem.describe('FORBIDDEN_ROLE'),
   404: Problem.describe('*_NOT_FOUND or NOT_FOUND: no such resource visible to this token'),
   409: Problem.describe(
-    'a conflict outcome, or IDEMPOTENCY_IN_PROGRESS (retryable), or IDEMPOTENCY_CLAIM_LOST (retry to get the holder answer)',
+    'a conflict outcome, or ID_UNAVAILABLE (a create named an id another site holds; nothing of that row is told), or IDEMPOTENCY_IN_PROGRESS (retryable), or IDEMPOTENCY_CLAIM_LOST (retry to get the holder answer)',
   ),
   413: Problem.describe('PAYLOAD_TOO_LARGE'),
+  414: Problem.describe('URI_TOO_LONG: a path segment longer than 512 characters'),
   415: Problem.describe('UNSUPPORTED_MEDIA_TYPE'),
   422: Problem.describe('a refused outcome, or IDEMPOTENCY_KEY_REUSED'),
   429: Problem.describe('RATE_LIMITED'),

@@ -100,6 +100,17 @@ export function buildApp(deps: HttpDeps & { readonly signInThrottle?: Partial<Th
       const h = req.headers['x-correlation-id'];
       return typeof h === 'string' && CorrelationId.safeParse(h).success ? h : newCorrelationId();
     },
+    // Fastify's default (100) is below the 128 characters a cloud id (a key id, percent-encoded too) may have
+    routerOptions: { maxParamLength: 512 },
+    // errors the router raises before any route or hook runs get this API's own body and code too
+    frameworkErrors: (err, req, reply: FastifyReply) => {
+      const tooLong = err.code === 'FST_ERR_MAX_PARAM_LENGTH';
+      req.log.info({ code: tooLong ? 'URI_TOO_LONG' : 'BAD_REQUEST', fastifyCode: err.code }, 'request refused');
+      void reply
+        .status(tooLong ? 414 : 400)
+        .header('x-correlation-id', req.id)
+        .send({ code: tooLong ? 'URI_TOO_LONG' : 'BAD_REQUEST', detail: tooLong ? 'a path segment is too long' : 'malformed URL' });
+    },
   });
 
   app.setErrorHandler((err: { statusCode?: number; message?: string }, req, reply) => {

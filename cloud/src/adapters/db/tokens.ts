@@ -139,6 +139,7 @@ const RotatedRow = z.object({
   sites: z.array(z.string()).nullable(),
   old_expires_at: z.number().nullable(),
   old_revoked_at: z.number().nullable(),
+  new_expires_at: z.number().nullable(),
 });
 const RotationStateRow = z.object({
   revoked_at: z.number().nullable(),
@@ -154,14 +155,16 @@ const RotationStateRow = z.object({
  * (live, not yet rotated, or its successor was revoked: rotationRefusal's
  * rules in SQL) and inserts the new one, so it is atomic on any connection
  * and a concurrent second rotation changes 0 rows and is refused
- * TOKEN_ALREADY_ROTATED.
+ * TOKEN_ALREADY_ROTATED. Unless `mayExtend` (an admin rotates it), the new
+ * token expires no later than the old one would have: a token cannot renew
+ * itself past the lifetime its admin gave it, however often it rotates.
  */
 export async function rotateApiToken(
   db: Queryable,
   id: string,
   input: z.input<typeof RotateTokenInput>,
   now: number,
-  opts: TokenLifetimeOptions = {},
+  opts: TokenLifetimeOptions & { readonly mayExtend?: boolean } = {},
 ): Promise<RotateOutcome> {
   const i = RotateTokenInput.parse(input);
   const graceMs = (i.graceSeconds ?? DEFAULT_ROTATION_GRACE_SECONDS) * 1000;
@@ -170,7 +173,7 @@ export async function rotateApiToken(
     const newTokenId = newId();
     const expiresAt = expiryOf(now, i.expiresInDays, opts);
     const r = await db.query(
-      `WITH old AS (
+      `WITH before AS (SELECT expires_at FROM api_tokens WHERE id = $1), old AS (
          UPDATE api_tokens t SET
            rotated_to = $2,
            revoked_at = CASE WHEN $4::boolean THEN $3::bigint ELSE NULL END,
@@ -180,18 +183,23 @@ export async function rotateApiToken(
          RETURNING t.name, t.role, t.sites, t.expires_at, t.revoked_at
        ), ins AS (
          INSERT INTO api_tokens (id, name, role, sites, token_hash, created_at, expires_at)
-         SELECT $2, name, role, sites, $6, $3::bigint, $7::bigint FROM old
-         RETURNING id
+         SELECT $2, name, role, sites, $6, $3::bigint,
+                -- the old expiry as it was before this statement (a CTE reads the statement's snapshot)
+                CASE WHEN $8::boolean OR before.expires_at IS NULL THEN $7::bigint
+                     ELSE LEAST(COALESCE($7::bigint, before.expires_at), before.expires_at) END
+           FROM old, before
+         RETURNING id, expires_at
        )
-       SELECT old.name, old.role, old.sites, old.expires_at AS old_expires_at, old.revoked_at AS old_revoked_at FROM old, ins`,
-      [id, newTokenId, now, graceMs === 0, now + graceMs, hashToken(token), expiresAt],
+       SELECT old.name, old.role, old.sites, old.expires_at AS old_expires_at, old.revoked_at AS old_revoked_at,
+              ins.expires_at AS new_expires_at FROM old, ins`,
+      [id, newTokenId, now, graceMs === 0, now + graceMs, hashToken(token), expiresAt, opts.mayExtend === true],
     );
     if (r.rows[0] !== undefined) {
       const row = parseRow('api_tokens', RotatedRow, r.rows[0]);
       return {
         status: 'applied',
         code: 'MESSAGE_APPLIED',
-        token: { id: newTokenId, token, name: row.name, role: row.role, sites: row.sites, expiresAt },
+        token: { id: newTokenId, token, name: row.name, role: row.role, sites: row.sites, expiresAt: row.new_expires_at },
         previous: { id, expiresAt: row.old_expires_at, revokedAt: row.old_revoked_at },
       };
     }

@@ -2,6 +2,7 @@ import { z } from 'zod';
 import { defined, idempotent, problem, statusOf, who, type Api, type Ctx } from '../context.js';
 import { getDoor, listDoors } from '../../adapters/db/registry.js';
 import { Door, Id, OutcomeStatus, Problem, Slug, errorResponses } from '../schemas.js';
+import { heldElsewhere, hiddenReference, idUnavailable, notFound } from '../scope-guard.js';
 
 const CreateDoor = z.strictObject({ id: Id.optional(), gatewayId: Slug, name: z.string().min(1).max(200) });
 
@@ -20,7 +21,12 @@ export function doorsRoutes(app: Api, ctx: Ctx): void {
     (req, reply) =>
       idempotent(ctx, req, reply, async ({ db }) => {
         // a gateway outside the token's sites is refused as not found (404) by the verb
-        const o = await ctx.cloud.createDoor(defined({ ...req.body, siteScope: who(req).sites }), { db });
+        const scope = who(req).sites;
+        // the gateway first, then the id: another site's door of that id is neither shown nor confirmed (DESIGN.md I6)
+        const hidden = await hiddenReference(db, scope, [['gateway', req.body.gatewayId]]);
+        if (hidden !== null) return notFound(hidden);
+        if (await heldElsewhere(db, scope, 'door', req.body.id)) return idUnavailable();
+        const o = await ctx.cloud.createDoor(defined({ ...req.body, siteScope: scope }), { db });
         if (o.status === 'applied') return { statusCode: 201, body: { status: o.status, code: o.code, door: o.state } };
         return { statusCode: statusOf(o), body: o.status === 'refused' ? problem(o.code, o.detail) : { status: o.status, code: o.code } };
       }),

@@ -3,6 +3,7 @@ import { z } from 'zod';
 import { cidOf, idempotent, problem, statusOf, who, type Api, type Ctx } from '../context.js';
 import { getGateway, listGateways } from '../../adapters/db/gateways.js';
 import { BrokerLogin, Gateway, Id, OutcomeStatus, Problem, Provisioning, PublicJwk, Slug, errorResponses } from '../schemas.js';
+import { heldElsewhere, hiddenReference, idUnavailable, notFound } from '../scope-guard.js';
 
 const RegisterGateway = z.strictObject({ gatewayId: Slug, siteId: Id, publicJwk: PublicJwk });
 
@@ -28,6 +29,7 @@ export function gatewaysRoutes(app: Api, ctx: Ctx): void {
   app.post(
     '/gateways',
     {
+      config: { secretAnswer: true },
       schema: {
         tags: ['gateways'],
         summary: "Register a gateway with its Ed25519 public JWK; answers the gateway's provisioning data",
@@ -42,6 +44,11 @@ export function gatewaysRoutes(app: Api, ctx: Ctx): void {
     (req, reply) =>
       idempotent(ctx, req, reply, async ({ db }) => {
         const jwk = req.body.publicJwk as unknown as Jwks['keys'][number];
+        const scope = who(req).sites;
+        // the site first, then the id: another site's gateway of that id is neither shown nor confirmed (DESIGN.md I6)
+        const hidden = await hiddenReference(db, scope, [['site', req.body.siteId]]);
+        if (hidden !== null) return notFound(hidden, cidOf(req));
+        if (await heldElsewhere(db, scope, 'gateway', req.body.gatewayId)) return idUnavailable(cidOf(req));
         const o = await ctx.cloud.registerGateway(
           { gatewayId: req.body.gatewayId, siteId: req.body.siteId, publicJwk: jwk, cid: cidOf(req), siteScope: who(req).sites },
           { db },
@@ -58,6 +65,7 @@ export function gatewaysRoutes(app: Api, ctx: Ctx): void {
   app.post(
     '/gateways/:gatewayId/broker-credentials',
     {
+      config: { secretAnswer: true },
       schema: {
         tags: ['gateways'],
         summary: 'Give a gateway a new cloud broker password (the old one no longer logs in); answers the new login once',

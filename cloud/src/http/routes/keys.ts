@@ -3,6 +3,7 @@ import { z } from 'zod';
 import { listHistory, listKeys } from '../../adapters/db/keys.js';
 import { getKeyView, issuedKeyView, keyViewOf } from '../../app/key-view.js';
 import { defined, idempotent, problem, statusOf, who, cidOf, type Api, type Ctx } from '../context.js';
+import { heldElsewhere, idUnavailable } from '../scope-guard.js';
 import {
   Cursor,
   Id,
@@ -45,9 +46,15 @@ export function keysRoutes(app: Api, ctx: Ctx): void {
       }
       return idempotent(ctx, req, reply, async ({ db }) => {
         const cid = cidOf(req);
+        const scope = who(req).sites;
+        // another site's key of that id is neither shown nor confirmed (DESIGN.md I6)
+        if (await heldElsewhere(db, scope, 'key', req.body.keyId)) return idUnavailable(cid);
         // the verb refuses a person or door outside the token's sites as not found (404)
-        const o = await ctx.cloud.issueKey(defined({ ...req.body, siteScope: who(req).sites, cid }), { db });
+        const o = await ctx.cloud.issueKey(defined({ ...req.body, siteScope: scope, cid }), { db });
         if (o.status === 'refused') return { statusCode: statusOf(o), body: { ...problem(o.code, o.detail), cid } };
+        // a key of that id another site made after the check above: still nothing of it in the answer
+        if (o.status !== 'applied' && (await heldElsewhere(db, scope, 'key', o.status === 'conflict' ? o.current.id : o.state.id)))
+          return idUnavailable(cid);
         if (o.status === 'conflict')
           return { statusCode: 409, body: { status: o.status, code: o.code, cid, key: (await keyViewOf(db, o.current)).key } };
         // applied: a new key, its view built from the outcome, not read back (issue #14)

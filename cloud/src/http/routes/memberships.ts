@@ -7,6 +7,7 @@ import { END_REASONS, MEMBERSHIP_STATUSES } from '../../domain/membership-states
 import type { Membership } from '../../domain/memberships.js';
 import { cidOf, defined, problem, statusOf, who, type Api, type Ctx } from '../context.js';
 import { Cursor, Id, Limit, OutcomeStatus, Problem, TimeIdCursor, errorResponses } from '../schemas.js';
+import { heldElsewhere, hiddenReference, idUnavailableBody, notFoundBody } from '../scope-guard.js';
 
 export const MembershipJson = z.object({
   id: z.string(),
@@ -106,7 +107,17 @@ export function membershipsRoutes(app: Api, ctx: Ctx): void {
     async (req, reply) => {
       const cid = cidOf(req);
       const { id, ...body } = req.body;
-      const o = await ctx.cloud.applyMembership(defined({ ...body, membershipId: id, siteScope: who(req).sites, cid }));
+      const scope = who(req).sites;
+      // every row the request names is checked against the caller's sites, and an id another site holds is neither shown nor confirmed
+      const hidden = await hiddenReference(ctx.db, scope, [
+        ['plan', body.planId],
+        ['person', body.personId],
+      ]);
+      if (hidden !== null) return reply.status(404).send(notFoundBody(hidden, cid));
+      if (await heldElsewhere(ctx.db, scope, 'membership', id)) return reply.status(409).send(idUnavailableBody(cid));
+      const o = await ctx.cloud.applyMembership(defined({ ...body, membershipId: id, siteScope: scope, cid }));
+      if (o.status !== 'refused' && (await heldElsewhere(ctx.db, scope, 'membership', o.status === 'conflict' ? o.current.id : o.state.id)))
+        return reply.status(409).send(idUnavailableBody(cid));
       if (o.status === 'applied') void reply.header('location', `/memberships/${o.state.id}`);
       return send(reply, o, 201);
     },

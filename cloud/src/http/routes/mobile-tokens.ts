@@ -33,6 +33,7 @@ export function mobileTokensRoutes(app: Api, ctx: Ctx): void {
   app.post(
     '/keys/:keyId/mobile-token',
     {
+      config: { secretAnswer: true },
       schema: {
         tags: ['keys'],
         summary: "Sign a short-lived mobile token for a mobile key's phone, bound to the key, its person and its gateway",

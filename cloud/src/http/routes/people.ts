@@ -2,6 +2,7 @@ import { z } from 'zod';
 import { defined, idempotent, problem, statusOf, who, type Api, type Ctx } from '../context.js';
 import { getPerson, listPeople } from '../../adapters/db/registry.js';
 import { Id, OutcomeStatus, Person, Problem, errorResponses } from '../schemas.js';
+import { heldElsewhere, hiddenReference, idUnavailable, notFound } from '../scope-guard.js';
 
 const CreatePerson = z.strictObject({
   id: Id.optional(),
@@ -23,7 +24,12 @@ export function peopleRoutes(app: Api, ctx: Ctx): void {
     },
     (req, reply) =>
       idempotent(ctx, req, reply, async ({ db }) => {
-        const o = await ctx.cloud.createPerson(defined({ ...req.body, siteScope: who(req).sites }), { db });
+        const scope = who(req).sites;
+        // the site first, then the id: another site's person of that id is neither shown nor confirmed (DESIGN.md I6)
+        const hidden = await hiddenReference(db, scope, [['site', req.body.siteId]]);
+        if (hidden !== null) return notFound(hidden);
+        if (await heldElsewhere(db, scope, 'person', req.body.id)) return idUnavailable();
+        const o = await ctx.cloud.createPerson(defined({ ...req.body, siteScope: scope }), { db });
         if (o.status === 'applied')
           return { statusCode: 201, body: { status: o.status, code: o.code, person: { ...o.state, sites: [req.body.siteId] } } };
         return { statusCode: statusOf(o), body: o.status === 'refused' ? problem(o.code, o.detail) : { status: o.status, code: o.code } };

@@ -5,6 +5,7 @@ import { listPlans, loadPlan } from '../../adapters/db/plans.js';
 import { BILLING_INTERVALS, type Plan } from '../../domain/plans.js';
 import { cidOf, defined, problem, statusOf, who, type Api, type Ctx } from '../context.js';
 import { Cursor, Id, Limit, OutcomeStatus, TimeIdCursor, errorResponses } from '../schemas.js';
+import { heldElsewhere, hiddenReference, idUnavailableBody, notFoundBody } from '../scope-guard.js';
 
 export const PlanJson = z.object({
   id: z.string(),
@@ -81,8 +82,15 @@ export function plansRoutes(app: Api, ctx: Ctx): void {
     },
     async (req, reply) => {
       const cid = cidOf(req);
-      const o = await ctx.cloud.createPlan(defined({ ...req.body, siteScope: who(req).sites, cid }));
+      const scope = who(req).sites;
+      const idTaken = () => reply.status(409).send(idUnavailableBody(cid));
+      // the site first, then the id: another site's plan of that id is neither shown nor confirmed (DESIGN.md I6)
+      const hidden = await hiddenReference(ctx.db, scope, [['site', req.body.siteId]]);
+      if (hidden !== null) return reply.status(404).send(notFoundBody(hidden, cid));
+      if (await heldElsewhere(ctx.db, scope, 'plan', req.body.id)) return idTaken();
+      const o = await ctx.cloud.createPlan(defined({ ...req.body, siteScope: scope, cid }));
       if (o.status === 'refused' || o.status === 'conflict') return sendProblem(reply, o, cid);
+      if (o.status === 'noop' && (await heldElsewhere(ctx.db, scope, 'plan', o.state.id))) return idTaken();
       return sendCreated(reply, statusOf(o, 201), `/plans/${o.state.id}`, answer(o, cid));
     },
   );

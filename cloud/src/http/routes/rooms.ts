@@ -3,6 +3,7 @@ import { z } from 'zod';
 import { cidOf, defined, idempotent, problem, statusOf, who, type Api, type Ctx } from '../context.js';
 import { QUOTA_RETURNS } from '../../domain/cancellation-policy.js';
 import { Id, OutcomeStatus, Problem, errorResponses } from '../schemas.js';
+import { heldElsewhere, idUnavailable } from '../scope-guard.js';
 
 const Room = z.object({ id: z.string(), siteId: z.string(), name: z.string(), doors: z.array(z.string()) });
 const RoomAnswer = Room.extend({ status: OutcomeStatus, code: z.string(), cid: z.string() });
@@ -42,8 +43,13 @@ export function roomsRoutes(app: Api, ctx: Ctx): void {
     (req, reply) =>
       idempotent(ctx, req, reply, async ({ db }) => {
         const cid = cidOf(req);
-        const o = await ctx.cloud.createRoom(defined({ ...req.body, siteScope: who(req).sites, cid }), { db });
+        const scope = who(req).sites;
+        // another site's room of that id is neither shown nor confirmed (DESIGN.md I6)
+        if (await heldElsewhere(db, scope, 'room', req.body.id)) return idUnavailable(cid);
+        const o = await ctx.cloud.createRoom(defined({ ...req.body, siteScope: scope, cid }), { db });
         if (o.status === 'refused') return { statusCode: statusOf(o), body: { ...problem(o.code, o.detail), cid } };
+        if (o.status !== 'applied' && (await heldElsewhere(db, scope, 'room', o.status === 'conflict' ? o.current.id : o.state.id)))
+          return idUnavailable(cid);
         if (o.status === 'conflict')
           return { statusCode: 409, body: { status: 'conflict', code: o.code, cid, room: { ...o.current, doors: [...o.current.doors] } } };
         return {

@@ -22,6 +22,7 @@ import {
   type OutcomeLike,
 } from '../context.js';
 import { Cursor, Id, Limit, OutcomeStatus, Problem, errorResponses } from '../schemas.js';
+import { hiddenReference, notFound } from '../scope-guard.js';
 
 const IsoDate = z.string().regex(/^\d{4}-\d{2}-\d{2}$/, 'YYYY-MM-DD (site-local date)');
 const Money = z.int().nonnegative().max(Number.MAX_SAFE_INTEGER);
@@ -165,6 +166,14 @@ export function staysRoutes(app: Api, ctx: Ctx): void {
         const p = who(req);
         const cid = cidOf(req);
         const stayId = `st_${createHash('sha256').update(`${p.tokenId}\n${req.headers['idempotency-key']}`).digest('base64url').slice(0, 32)}`;
+        // every row the booking names is checked against the caller's sites: the guest above all, whose
+        // record (and contact) a paid stay would otherwise open to the booking site
+        const hidden = await hiddenReference(ctx.db, p.sites, [
+          ['room', req.body.roomId],
+          ['person', req.body.personId],
+          ['membership', req.body.membershipId],
+        ]);
+        if (hidden !== null) return notFound(hidden, cid);
         const o = await ctx.cloud.bookStay(defined({ ...req.body, stayId, siteScope: p.sites, cid }));
         if (o.status === 'conflict' && o.code === 'STAY_ALREADY_EXISTS') {
           return { statusCode: 422, body: { ...problem('IDEMPOTENCY_KEY_REUSED', 'this Idempotency-Key booked another stay'), cid } };

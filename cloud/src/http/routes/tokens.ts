@@ -3,6 +3,7 @@ import { idempotent, problem, who, type Api, type Ctx } from '../context.js';
 import { CreateTokenInput, Role, RotateTokenInput, TokenState } from '../../domain/tokens.js';
 import { createApiToken, listApiTokens, revokeApiToken, rotateApiToken } from '../../adapters/db/tokens.js';
 import { OutcomeStatus, Problem, errorResponses } from '../schemas.js';
+import { withinSites } from '../tokens.js';
 
 const Expiry = z.int().nullable().describe('epoch ms from which the token is refused (401 TOKEN_EXPIRED); null: never');
 const TokenOut = z.object({
@@ -41,7 +42,7 @@ export function tokensRoutes(app: Api, ctx: Ctx): void {
   app.post(
     '/api-tokens',
     {
-      config: { adminOnly: true },
+      config: { adminOnly: true, scopedAdmin: true, secretAnswer: true },
       schema: {
         tags: ['api tokens'],
         summary: 'Create an API token; the clear token is shown once',
@@ -53,6 +54,9 @@ export function tokensRoutes(app: Api, ctx: Ctx): void {
       idempotent(ctx, req, reply, async ({ db }) => {
         if ((req.body.sites ?? null) === null && req.body.role !== 'admin')
           return { statusCode: 422, body: problem('INVALID_REQUEST', 'only admin tokens may cover every site') };
+        // an admin of some sites makes tokens of those sites only: never one that reaches further than itself
+        if (!withinSites(req.body.sites ?? null, who(req).sites))
+          return { statusCode: 403, body: problem('FORBIDDEN_ROLE', 'a site-scoped admin makes tokens of its own sites only') };
         const t = await createApiToken(db, req.body, ctx.clock.now(), lifetime);
         return { statusCode: 201, body: { status: 'applied', code: 'MESSAGE_APPLIED', ...t } };
       }),
@@ -61,14 +65,14 @@ export function tokensRoutes(app: Api, ctx: Ctx): void {
   app.get(
     '/api-tokens',
     {
-      config: { adminOnly: true },
+      config: { adminOnly: true, scopedAdmin: true },
       schema: {
         tags: ['api tokens'],
-        summary: 'List API tokens (never the tokens themselves)',
+        summary: 'List API tokens (never the tokens themselves); an admin of some sites sees the tokens of those sites',
         response: { ...errorResponses, 200: z.object({ items: z.array(TokenOut) }) },
       },
     },
-    async () => ({ items: await listApiTokens(ctx.db, ctx.clock.now()) }),
+    async (req) => ({ items: (await listApiTokens(ctx.db, ctx.clock.now())).filter((t) => withinSites(t.sites, who(req).sites)) }),
   );
 
   app.get(
@@ -90,7 +94,7 @@ export function tokensRoutes(app: Api, ctx: Ctx): void {
   app.post(
     '/api-tokens/:id/revoke',
     {
-      config: { adminOnly: true },
+      config: { adminOnly: true, scopedAdmin: true },
       schema: {
         tags: ['api tokens'],
         summary: 'Revoke an API token',
@@ -99,18 +103,22 @@ export function tokensRoutes(app: Api, ctx: Ctx): void {
       },
     },
     (req, reply) =>
-      idempotent(ctx, req, reply, async ({ db }) =>
-        (await revokeApiToken(db, req.params.id, ctx.clock.now()))
+      idempotent(ctx, req, reply, async ({ db }) => {
+        // a token outside a site-scoped admin's sites is not found, as one that does not exist
+        const [target] = await listApiTokens(db, ctx.clock.now(), req.params.id);
+        if (target === undefined || !withinSites(target.sites, who(req).sites))
+          return { statusCode: 404, body: problem('TOKEN_NOT_FOUND') };
+        return (await revokeApiToken(db, req.params.id, ctx.clock.now()))
           ? { statusCode: 200, body: { status: 'applied', code: 'MESSAGE_APPLIED' } }
-          : { statusCode: 404, body: problem('TOKEN_NOT_FOUND') },
-      ),
+          : { statusCode: 404, body: problem('TOKEN_NOT_FOUND') };
+      }),
   );
 
   app.post(
     '/api-tokens/:id/rotate',
     {
       // not adminOnly, and open to auditors: the handler enforces "self or admin"
-      config: { selfService: true },
+      config: { selfService: true, secretAnswer: true },
       schema: {
         tags: ['api tokens'],
         summary: 'Rotate an API token (admin: any; any token: itself); the new clear token is shown once',
@@ -135,7 +143,12 @@ export function tokensRoutes(app: Api, ctx: Ctx): void {
         const p = who(req);
         // never confirm that another token exists
         if (p.role !== 'admin' && p.tokenId !== req.params.id) return { statusCode: 404, body: problem('TOKEN_NOT_FOUND') };
-        const o = await rotateApiToken(db, req.params.id, req.body ?? {}, ctx.clock.now(), lifetime);
+        if (p.tokenId !== req.params.id) {
+          const [target] = await listApiTokens(db, ctx.clock.now(), req.params.id);
+          if (target === undefined || !withinSites(target.sites, p.sites)) return { statusCode: 404, body: problem('TOKEN_NOT_FOUND') };
+        }
+        // only an admin may give a token more life than its admin gave it: a rotation by the token itself is capped at its expiry
+        const o = await rotateApiToken(db, req.params.id, req.body ?? {}, ctx.clock.now(), { ...lifetime, mayExtend: p.role === 'admin' });
         if (o.status === 'refused') return { statusCode: o.code === 'TOKEN_NOT_FOUND' ? 404 : 422, body: problem(o.code, o.detail) };
         req.log.info(
           { rotatedFrom: o.previous.id, rotatedTo: o.token.id, oldExpiresAt: o.previous.expiresAt, oldRevokedAt: o.previous.revokedAt },

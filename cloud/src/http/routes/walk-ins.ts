@@ -8,6 +8,7 @@ import { CANCEL_REASONS } from '../../domain/cancellation-policy.js';
 import { WALK_IN_STATUSES, type WalkIn } from '../../domain/walk-ins.js';
 import { cidOf, defined, oneAtATime, problem, statusOf, who, type Answer, type Api, type Ctx } from '../context.js';
 import { Cursor, Id, Limit, OutcomeStatus, Problem, TimeIdCursor, errorResponses } from '../schemas.js';
+import { heldElsewhere, hiddenReference, idUnavailable, notFound, notFoundBody } from '../scope-guard.js';
 
 export const WalkInJson = z.object({
   id: z.string(),
@@ -134,6 +135,17 @@ export function walkInsRoutes(app: Api, ctx: Ctx): void {
       // `id` the key names the walk-in (token + key → id), so a repeat is the domain's noop with the same intent
       oneAtATime(ctx, req, reply, async () => {
         const { id, ...body } = req.body;
+        const scope = who(req).sites;
+        const cid = cidOf(req);
+        // every row the request names is checked against the caller's sites (the gates read the plan and
+        // the person unscoped), and a walk-in id another site holds is neither shown nor confirmed
+        const hidden = await hiddenReference(ctx.db, scope, [
+          ['site', body.siteId],
+          ['plan', body.planId],
+          ['person', body.personId],
+        ]);
+        if (hidden !== null) return notFound(hidden, cid);
+        if (await heldElsewhere(ctx.db, scope, 'walkIn', id)) return idUnavailable(cid);
         const key = req.headers['idempotency-key'];
         const walkInId =
           id ??
@@ -143,7 +155,9 @@ export function walkInsRoutes(app: Api, ctx: Ctx): void {
                 .digest('base64url')
                 .slice(0, 32)}`
             : undefined);
-        const o = await ctx.cloud.createWalkIn(defined({ ...body, walkInId, siteScope: who(req).sites, cid: cidOf(req) }));
+        const o = await ctx.cloud.createWalkIn(defined({ ...body, walkInId, siteScope: scope, cid }));
+        if (o.status !== 'refused' && (await heldElsewhere(ctx.db, scope, 'walkIn', o.status === 'conflict' ? o.current.id : o.state.id)))
+          return idUnavailable(cid);
         return answerOf(o, 202);
       }),
   );
@@ -248,6 +262,12 @@ export function walkInsRoutes(app: Api, ctx: Ctx): void {
     },
     async (req, reply) => {
       const p = who(req);
+      // a person the caller's sites cannot see is not found, whether or not it exists elsewhere
+      const hidden = await hiddenReference(ctx.db, p.sites, [
+        ['site', req.params.siteId],
+        ['person', req.params.personId],
+      ]);
+      if (hidden !== null) return reply.status(404).send(notFoundBody(hidden, cidOf(req)));
       const o = await ctx.cloud.blockPerson({
         siteId: req.params.siteId,
         personId: req.params.personId,
@@ -275,6 +295,12 @@ export function walkInsRoutes(app: Api, ctx: Ctx): void {
     },
     async (req, reply) => {
       const p = who(req);
+      // a person the caller's sites cannot see is not found, whether or not it exists elsewhere
+      const hidden = await hiddenReference(ctx.db, p.sites, [
+        ['site', req.params.siteId],
+        ['person', req.params.personId],
+      ]);
+      if (hidden !== null) return reply.status(404).send(notFoundBody(hidden, cidOf(req)));
       const o = await ctx.cloud.unblockPerson({
         siteId: req.params.siteId,
         personId: req.params.personId,

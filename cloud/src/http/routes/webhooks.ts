@@ -25,6 +25,7 @@ export function webhooksRoutes(app: Api, ctx: Ctx): void {
   app.post(
     '/webhooks',
     {
+      config: { secretAnswer: true },
       schema: {
         tags: ['webhooks'],
         summary: 'Register a webhook endpoint for a site; the signing secret is shown once',

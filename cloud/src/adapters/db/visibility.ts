@@ -1,0 +1,41 @@
+import type { Queryable } from './db.js';
+import { scopeParam, type SiteScope } from './scope.js';
+
+/**
+ * Which site holds a row, for the HTTP layer's trust boundary (DESIGN.md I6):
+ * a create that names an id held by another site, and a verb that references
+ * a row of another site, must answer as if that row did not exist. The verbs
+ * take their own scope where they read; these reads let a route check every
+ * row a request names before any verb runs, whatever the verb reads itself.
+ */
+export type RowKind = 'key' | 'room' | 'plan' | 'membership' | 'walkIn' | 'door' | 'gateway' | 'person' | 'stay' | 'site';
+
+// each query answers the site ids of the row (none: no such row; people may have several)
+const SITES_OF: Record<RowKind, string> = {
+  key: 'SELECT g.site_id FROM keys k JOIN gateways g ON g.id = k.gateway_id WHERE k.id = $1',
+  room: 'SELECT site_id FROM rooms WHERE id = $1',
+  plan: 'SELECT site_id FROM plans WHERE id = $1',
+  membership: 'SELECT site_id FROM memberships WHERE id = $1',
+  walkIn: 'SELECT site_id FROM walk_ins WHERE id = $1',
+  door: 'SELECT site_id FROM doors WHERE id = $1',
+  gateway: 'SELECT site_id FROM gateways WHERE id = $1',
+  stay: 'SELECT site_id FROM stays WHERE id = $1',
+  site: 'SELECT id AS site_id FROM sites WHERE id = $1',
+  // a person belongs to the sites it was created for and those where it holds a key (registry.ts PERSON_VISIBLE)
+  person: `SELECT ps.site_id FROM people p JOIN api_person_sites ps ON ps.person_id = p.id WHERE p.id = $1
+           UNION SELECT g.site_id FROM keys k JOIN gateways g ON g.id = k.gateway_id WHERE k.person_id = $1
+           UNION SELECT NULL FROM people p WHERE p.id = $1`,
+};
+
+/**
+ * Where a row stands for a scope: `visible` (it exists at one of the scope's
+ * sites, or the scope is every site), `foreign` (it exists, at none of them),
+ * `absent`.
+ */
+export async function rowStanding(q: Queryable, scope: SiteScope, kind: RowKind, id: string): Promise<'visible' | 'foreign' | 'absent'> {
+  const r = await q.query<{ site_id: string | null }>(SITES_OF[kind], [id]);
+  if (r.rows.length === 0) return 'absent';
+  const sites = scopeParam(scope);
+  if (sites === null) return 'visible';
+  return r.rows.some((x) => x.site_id !== null && sites.includes(x.site_id)) ? 'visible' : 'foreign';
+}
