@@ -39,7 +39,7 @@ import { enqueueStatus } from './app/locks.js';
 import { purgeOld } from './app/retention.js';
 import { siteMessageRouter } from './app/site-requests.js';
 import { StaffAccounts } from './app/staff-accounts.js';
-import { ackAlarmLocally, setSiteMode } from './app/staff-actions.js';
+import { ackAlarmLocally, setSiteMode, setSiteModeAsStaff } from './app/staff-actions.js';
 import { staffAudit } from './app/staff-audit.js';
 import { remoteUnlock } from './app/staff-unlock.js';
 import { LiveFeed } from './app/live-feed.js';
@@ -50,6 +50,7 @@ import { leaseRemainingSeconds } from './domain/freshness.js';
 import { buildApp } from './http/app.js';
 import { evaluatePassage, type PassageChange, type PassageDeps } from './app/passage.js';
 import { setPassageLocally } from './app/modes.js';
+import { PasswordWork } from './app/password-work.js';
 import { createMetrics, type Metrics } from './metrics.js';
 import { seedUplinkKey } from './adapters/sqlite/uplink-keys.js';
 import { UplinkKeyRing } from './app/uplink-keys.js';
@@ -427,6 +428,7 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
         idleMs: (config.http?.sessionIdleSeconds ?? 1800) * 1000,
         absoluteMs: (config.http?.sessionMaxSeconds ?? 43_200) * 1000,
         audit,
+        work: new PasswordWork(config.http?.passwordWork ?? {}),
       });
       accounts = acc;
       setupCode = acc.issueSetupCode();
@@ -443,6 +445,7 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
       );
       timers[timers.length - 1]?.unref();
 
+      const guestRooms = new Set(config.locks.filter((l) => l.guestRoom === true).map((l) => l.doorId));
       if (config.http !== null) {
         http = buildApp({
           registry: metrics.registry,
@@ -455,13 +458,13 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
           log,
           accounts: acc,
           secureCookies: config.http.secureCookies,
-          setMode: (mode, by, cid, actor) => {
-            const r = setSiteMode(ctx(), mode, by, cid, actor === undefined ? null : { actor, audit });
-            if (r.changed) passageSoon();
+          setMode: (mode, reason, cid, actor) => {
+            const r = setSiteModeAsStaff(ctx(), mode, reason, cid, { actor, audit });
+            if ('changed' in r && r.changed) passageSoon();
             return r;
           },
           setPassage: (doorId, schedule, by, cid, actor) => {
-            const r = setPassageLocally(ctx(), doorId, schedule, by, cid, { actor, audit });
+            const r = setPassageLocally(ctx(), doorId, schedule, by, cid, { actor, audit }, guestRooms);
             if (r.status === 'applied') passageSoon();
             return r;
           },

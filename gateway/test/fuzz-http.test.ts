@@ -65,7 +65,7 @@ describe('gateway staff API, fuzzed', () => {
       now: () => clock.now(),
       // a fuzz run sends thousands of requests from one address; the limit has its own tests (http-guards)
       authFailures: { max: 1_000_000, windowSeconds: 1 },
-      setMode: (mode, by, cid) => setSiteMode(ctx, mode, by, cid),
+      setMode: (mode, reason, cid) => setSiteMode(ctx, mode, reason ?? 'staff', cid),
       ackAlarm: (id, by, cid) => ackAlarmLocally(ctx, id, by, cid),
       staff: { status: () => staffStatus(statusDeps), ...staffLists(store.db, () => nowOf(ctx)) },
       health: () => health(statusDeps),
