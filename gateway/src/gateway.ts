@@ -47,7 +47,7 @@ import { health, staffStatus, type StaffStatusDeps } from './app/staff-status.js
 import { UplinkSender, sendResyncRequest, type UplinkDeps } from './app/uplink.js';
 import type { GatewayConfig } from './config.js';
 import { leaseRemainingSeconds } from './domain/freshness.js';
-import { buildApp } from './http/app.js';
+import { buildApp, registeredRoutes, type RegisteredRoute } from './http/app.js';
 import { evaluatePassage, type PassageChange, type PassageDeps } from './app/passage.js';
 import { setPassageLocally } from './app/modes.js';
 import { PasswordWork } from './app/password-work.js';
@@ -85,6 +85,8 @@ export interface Gateway {
   readonly metrics: Metrics;
   /** The HTTP address once started (null when http is disabled). */
   readonly httpUrl: string | null;
+  /** Every route the HTTP server registered, as Fastify reported them (the authorization matrix test reads it). */
+  readonly httpRoutes: readonly RegisteredRoute[];
   /** Runs the inbox writer now (tests; it also runs on every stored message and every tick). */
   applyNow(): number;
   /** Evaluates passage mode now (tests; it also runs at start, on every tick and after a mode change). */
@@ -183,6 +185,9 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
     metrics,
     get httpUrl() {
       return httpUrl;
+    },
+    get httpRoutes() {
+      return http === null ? [] : registeredRoutes(http);
     },
     get setupCode() {
       return setupCode;

@@ -260,7 +260,7 @@ describe('staff trust boundaries of a running gateway', () => {
         seq: ++s!.cloud.seq,
         body: { requestId: newId(), mode: 'lockdown', passage: [], by: 'ops-token', reason: 'police request' },
       });
-      await waitFor(() => s!.gw.store.db.prepare('SELECT mode_origin AS o FROM settings').get()?.o === 'cloud', 'cloud lockdown applied');
+      await waitFor(() => (s!.gw.store.db.prepare('SELECT mode_origin AS o FROM settings').get() as { o: string }).o === 'cloud', 'cloud lockdown applied');
 
       expect(await mode(token, 'normal', 'nightly script')).toMatchObject({ status: 403, body: { code: 'CLOUD_LOCKDOWN' } });
       expect(await mode(ken.write, 'normal', 'guest wants out')).toMatchObject({ status: 403, body: { code: 'CLOUD_LOCKDOWN' } });

@@ -91,6 +91,15 @@ export const GATEWAY_HTTP_CODES = Object.freeze({
 });
 export type GatewayHttpCode = keyof typeof GATEWAY_HTTP_CODES;
 
+/** A route as Fastify registered it (one per method; HEAD twins of GET routes included). */
+export interface RegisteredRoute {
+  readonly method: string;
+  readonly url: string;
+}
+const routeTables = new WeakMap<FastifyInstance, RegisteredRoute[]>();
+/** Every route `app` registered (after `ready()`/`listen()`), from Fastify's own onRoute hook: not a hand list. */
+export const registeredRoutes = (app: FastifyInstance): readonly RegisteredRoute[] => routeTables.get(app) ?? [];
+
 const digest = (s: string) => createHash('sha256').update(s).digest();
 
 /** Constant time in the token's length too: both sides are hashed first. */
@@ -146,6 +155,11 @@ export function buildApp(deps: HttpDeps & { readonly signInThrottle?: Partial<Th
       );
   });
   app.setNotFoundHandler((_req, reply) => reply.status(404).send({ code: 'NOT_FOUND' }));
+  const routes: RegisteredRoute[] = [];
+  routeTables.set(app, routes);
+  app.addHook('onRoute', (r) => {
+    for (const method of Array.isArray(r.method) ? r.method : [r.method]) routes.push({ method, url: r.url });
+  });
   void app.register(fastifyCookie);
   app.decorateRequest('staffAuth', null);
 
