@@ -61,6 +61,7 @@ describe('gateway staff API, fuzzed', () => {
     app = buildApp({
       registry: createMetrics().registry,
       staffToken: TOKEN,
+      metricsToken: 'metrics-token-of-the-fuzz-0123',
       log: pino({ level: 'silent' }),
       now: () => clock.now(),
       // a fuzz run sends thousands of requests from one address; the limit has its own tests (http-guards)
