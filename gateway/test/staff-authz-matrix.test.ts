@@ -86,8 +86,14 @@ describe('the authorization matrix of the gateway’s HTTP routes (staff-authz-m
     // HEAD routes are Fastify's twins of GET routes (same handler, same hooks): each must have its GET
     for (const r of registered.filter((x) => x.method === 'HEAD')) expect(gets.has(r.url), `HEAD ${r.url} without GET`).toBe(true);
     const keys = registered.filter((r) => r.method !== 'HEAD').map((r) => `${r.method} ${r.url}`);
-    expect(keys.filter((k) => MATRIX[k] === undefined), 'routes without an entry in staff-authz-matrix.ts').toEqual([]);
-    expect(Object.keys(MATRIX).filter((k) => !keys.includes(k)), 'entries for routes the server does not have').toEqual([]);
+    expect(
+      keys.filter((k) => MATRIX[k] === undefined),
+      'routes without an entry in staff-authz-matrix.ts',
+    ).toEqual([]);
+    expect(
+      Object.keys(MATRIX).filter((k) => !keys.includes(k)),
+      'entries for routes the server does not have',
+    ).toEqual([]);
   });
 
   it('answers every route × every principal as the table says, over real HTTP', async () => {

@@ -102,15 +102,25 @@ export const MATRIX: Readonly<Record<string, Entry>> = {
     body: { reason: 'authorization matrix' },
     answers: supervisorOnly('404 LOCK_NOT_FOUND'),
   },
-  'POST /staff/passage': { path: '/staff/passage', body: { doorId: 'no-such-door', schedule: null }, answers: supervisorOnly('404 DOOR_NOT_FOUND') },
+  'POST /staff/passage': {
+    path: '/staff/passage',
+    body: { doorId: 'no-such-door', schedule: null },
+    answers: supervisorOnly('404 DOOR_NOT_FOUND'),
+  },
   'GET /staff/accounts': { path: '/staff/accounts', answers: supervisorOnly('200') },
   'POST /staff/accounts': {
     path: '/staff/accounts',
     body: { username: 'matrix-made', displayName: 'Made by the matrix', role: 'staff', password: 'a long passphrase of words' },
     answers: supervisorOnly('201'),
   },
-  'POST /staff/accounts/:accountId/disable': { path: '/staff/accounts/no-such-account/disable', answers: supervisorOnly('404 ACCOUNT_NOT_FOUND') },
-  'POST /staff/accounts/:accountId/enable': { path: '/staff/accounts/no-such-account/enable', answers: supervisorOnly('404 ACCOUNT_NOT_FOUND') },
+  'POST /staff/accounts/:accountId/disable': {
+    path: '/staff/accounts/no-such-account/disable',
+    answers: supervisorOnly('404 ACCOUNT_NOT_FOUND'),
+  },
+  'POST /staff/accounts/:accountId/enable': {
+    path: '/staff/accounts/no-such-account/enable',
+    answers: supervisorOnly('404 ACCOUNT_NOT_FOUND'),
+  },
   'POST /staff/accounts/:accountId/password': {
     path: '/staff/accounts/no-such-account/password',
     body: { password: 'a long passphrase of words' },

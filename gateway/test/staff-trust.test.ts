@@ -201,7 +201,10 @@ describe('staff trust boundaries of a running gateway', () => {
       expect((await send(url(), 'GET', '/staff/session', { headers: { cookie: ken.cookie } })).status).toBe(200);
       expect((await send(url(), 'GET', '/staff/session', { headers: { cookie: kenElsewhere.cookie } })).status).toBe(401);
       await signIn({ username: STAFF.username, password: 'a new evening shift phrase' });
-      expect((await send(url(), 'POST', '/staff/session', { body: { username: STAFF.username, password: STAFF.password }, from: '127.0.0.6' })).status).toBe(401);
+      expect(
+        (await send(url(), 'POST', '/staff/session', { body: { username: STAFF.username, password: STAFF.password }, from: '127.0.0.6' }))
+          .status,
+      ).toBe(401);
     });
   });
 
@@ -260,7 +263,10 @@ describe('staff trust boundaries of a running gateway', () => {
         seq: ++s!.cloud.seq,
         body: { requestId: newId(), mode: 'lockdown', passage: [], by: 'ops-token', reason: 'police request' },
       });
-      await waitFor(() => (s!.gw.store.db.prepare('SELECT mode_origin AS o FROM settings').get() as { o: string }).o === 'cloud', 'cloud lockdown applied');
+      await waitFor(
+        () => (s!.gw.store.db.prepare('SELECT mode_origin AS o FROM settings').get() as { o: string }).o === 'cloud',
+        'cloud lockdown applied',
+      );
 
       expect(await mode(token, 'normal', 'nightly script')).toMatchObject({ status: 403, body: { code: 'CLOUD_LOCKDOWN' } });
       expect(await mode(ken.write, 'normal', 'guest wants out')).toMatchObject({ status: 403, body: { code: 'CLOUD_LOCKDOWN' } });
@@ -270,7 +276,12 @@ describe('staff trust boundaries of a running gateway', () => {
       const refusals = s!.gw.store.db
         .prepare("SELECT code FROM staff_actions WHERE action = 'set_mode' AND result = 'refused' ORDER BY id")
         .all();
-      expect(refusals).toEqual([{ code: 'CLOUD_LOCKDOWN' }, { code: 'CLOUD_LOCKDOWN' }, { code: 'REASON_REQUIRED' }, { code: 'REASON_REQUIRED' }]);
+      expect(refusals).toEqual([
+        { code: 'CLOUD_LOCKDOWN' },
+        { code: 'CLOUD_LOCKDOWN' },
+        { code: 'REASON_REQUIRED' },
+        { code: 'REASON_REQUIRED' },
+      ]);
       expect(await mode(sup.write, 'normal', 'police confirmed all clear by phone')).toMatchObject({
         status: 200,
         body: { status: 'applied', mode: 'normal' },
@@ -317,7 +328,10 @@ describe('staff trust boundaries of a running gateway', () => {
       const r = await send(url(), 'POST', '/staff/session', { body: { username: SUPERVISOR.username, password: SUPERVISOR.password } });
       expect(r.status).toBe(200);
       expect(r.body.csrfToken).toEqual(expect.any(String));
-      for (const a of [r, await send(url(), 'GET', '/staff/session', { headers: { cookie: String(r.headers['set-cookie']?.[0]).split(';')[0]! } })]) {
+      for (const a of [
+        r,
+        await send(url(), 'GET', '/staff/session', { headers: { cookie: String(r.headers['set-cookie']?.[0]).split(';')[0]! } }),
+      ]) {
         expect(a.headers['cache-control']).toBe('no-store');
         expect(a.headers['x-content-type-options']).toBe('nosniff');
       }
@@ -347,7 +361,9 @@ describe('staff trust boundaries of a running gateway', () => {
       expect(s!.gw.store.settings().mode).toBe('normal');
       // the page's own requests (same origin) and clients that are not browsers go through
       const same = { origin: `http://${host}`, 'sec-fetch-site': 'same-origin' };
-      expect((await send(url(), 'POST', '/staff/mode', { body: { mode: 'lockdown' }, headers: { ...sup.write, ...same } })).status).toBe(200);
+      expect((await send(url(), 'POST', '/staff/mode', { body: { mode: 'lockdown' }, headers: { ...sup.write, ...same } })).status).toBe(
+        200,
+      );
       expect((await send(url(), 'POST', '/staff/mode', { body: { mode: 'normal' }, headers: token })).status).toBe(200);
     });
 

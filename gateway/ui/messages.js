@@ -178,7 +178,8 @@ const en = Object.freeze({
   'code.CSRF_TOKEN_INVALID': 'The page lost its session. Sign in again.',
   'code.SETUP_CODE_INVALID': 'That setup code is not valid (or it expired: restart the gateway for a new one).',
   'code.SETUP_ALREADY_DONE': 'Staff access is already set up. Sign in instead.',
-  'code.WEAK_PASSWORD': 'The password is too weak: at least 12 characters, not the username, not one character repeated. A long passphrase is welcome.',
+  'code.WEAK_PASSWORD':
+    'The password is too weak: at least 12 characters, not the username, not one character repeated. A long passphrase is welcome.',
   'code.USERNAME_TAKEN': 'That username is taken.',
   'code.ACCOUNT_NOT_FOUND': 'That account does not exist.',
   'code.LAST_SUPERVISOR': 'The last supervisor cannot be disabled: nobody could manage accounts then.',
@@ -543,7 +544,8 @@ const ja = Object.freeze({
   'code.CSRF_TOKEN_INVALID': 'ページのセッションが失われました。もう一度サインインしてください。',
   'code.SETUP_CODE_INVALID': 'セットアップコードが無効です（または期限切れ：ゲートウェイを再起動すると新しいコードが出ます）。',
   'code.SETUP_ALREADY_DONE': 'スタッフアクセスは設定済みです。サインインしてください。',
-  'code.WEAK_PASSWORD': 'パスワードが弱すぎます：12文字以上で、ユーザー名を含まず、同じ文字の繰り返しでないものにしてください。長いパスフレーズも使えます。',
+  'code.WEAK_PASSWORD':
+    'パスワードが弱すぎます：12文字以上で、ユーザー名を含まず、同じ文字の繰り返しでないものにしてください。長いパスフレーズも使えます。',
   'code.USERNAME_TAKEN': 'そのユーザー名は使われています。',
   'code.ACCOUNT_NOT_FOUND': 'そのアカウントは存在しません。',
   'code.LAST_SUPERVISOR': '最後のスーパーバイザーは無効にできません：アカウントを管理できる人がいなくなります。',
@@ -554,7 +556,8 @@ const ja = Object.freeze({
   'code.SITE_LOCKDOWN': '施設はロックダウン中です。ドアを開けるには先にロックダウンを解除してください。',
   'code.TOO_MANY_STREAMS': 'ライブ接続が多すぎます：ライブ更新の代わりに定期更新します。',
   'code.SIGN_IN_BUSY': 'ゲートウェイはパスワードの確認で混み合っています。少し待ってから再試行してください。',
-  'code.BREACHED_PASSWORD': 'このパスワードは攻撃者が最初に試す一覧に含まれています。別のものにしてください（無関係な単語をいくつか並べると良いパスワードになります）。',
+  'code.BREACHED_PASSWORD':
+    'このパスワードは攻撃者が最初に試す一覧に含まれています。別のものにしてください（無関係な単語をいくつか並べると良いパスワードになります）。',
   'code.CURRENT_PASSWORD_WRONG': '現在のパスワードが違います。何も変更していません。',
   'code.SESSION_REQUIRED': 'サインインした本人のみが行えます。',
   'code.DOOR_NOT_FOUND': 'このゲートウェイにはそのドアの錠がありません。',

@@ -52,7 +52,13 @@ export class PasswordWork {
   }
 
   /** Jobs run and shed so far, and the most that ever ran at once (tests; what a flood cost). */
-  get stats(): { readonly runs: number; readonly shed: number; readonly highWater: number; readonly running: number; readonly waiting: number } {
+  get stats(): {
+    readonly runs: number;
+    readonly shed: number;
+    readonly highWater: number;
+    readonly running: number;
+    readonly waiting: number;
+  } {
     return { runs: this.#runs, shed: this.#shed, highWater: this.#highWater, running: this.#running, waiting: this.#waiting.length };
   }
 

@@ -432,7 +432,13 @@ export class StaffAccounts {
    * (a session left open on a front-desk tablet must not be enough). The
    * account's other sessions end; this one stays.
    */
-  async changeOwnPassword(s: SessionInfo, current: string, next: string, ip: string, cid: string): Promise<{ status: 'applied' } | Refused> {
+  async changeOwnPassword(
+    s: SessionInfo,
+    current: string,
+    next: string,
+    ip: string,
+    cid: string,
+  ): Promise<{ status: 'applied' } | Refused> {
     const db = this.#d.db;
     const log = withCorrelation(this.#d.log, cid);
     const c = credentialsOf(db, s.account.username);

@@ -65,7 +65,8 @@ export const GATEWAY_HTTP_CODES = Object.freeze({
   CSRF_TOKEN_INVALID: "A state-changing request with a session cookie but without the session's X-CSRF-Token; 403, nothing changed.",
   SETUP_CODE_INVALID: 'Setup: not the current one-time setup code, or it expired (a restart prints a new one); 403.',
   SETUP_ALREADY_DONE: 'Setup: an account exists already; supervisors create the others; 409.',
-  WEAK_PASSWORD: 'A password shorter than 12 characters, longer than 1024, of fewer than 5 different characters, or containing the username; 422.',
+  WEAK_PASSWORD:
+    'A password shorter than 12 characters, longer than 1024, of fewer than 5 different characters, or containing the username; 422.',
   USERNAME_TAKEN: 'An account with that username (compared without case) exists; 409.',
   ACCOUNT_NOT_FOUND: 'No such staff account; 404.',
   LAST_SUPERVISOR: 'Disabling the last enabled supervisor is refused (nobody could manage accounts then); 409.',
@@ -84,8 +85,9 @@ export const GATEWAY_HTTP_CODES = Object.freeze({
   DOOR_NOT_FOUND: 'Passage for a door this gateway has no lock on; 404.',
   PASSAGE_GUEST_ROOM: "Passage for a door configured as a guest's room (locks[].guestRoom): never held open from here; 409.",
   PASSAGE_TOO_LONG: 'A passage schedule that would hold the door open more than 16 hours in a row; 422.',
-  PRIVACY_ACTIVE: "Remote unlock of a door whose guest has privacy on, without emergency: true; 409, nothing sent.",
-  CLOUD_LOCKDOWN: 'Lifting a lockdown the cloud set: only the cloud, or a supervisor signed in with a reason; never a staff member or the API token; 403.',
+  PRIVACY_ACTIVE: 'Remote unlock of a door whose guest has privacy on, without emergency: true; 409, nothing sent.',
+  CLOUD_LOCKDOWN:
+    'Lifting a lockdown the cloud set: only the cloud, or a supervisor signed in with a reason; never a staff member or the API token; 403.',
   CROSS_SITE_REQUEST: "A state-changing staff request made by another site's page (Origin or Sec-Fetch-Site); 403, nothing changed.",
   METRICS_TOKEN_NOT_CONFIGURED: 'GET /metrics on a gateway without a metricsToken: metrics are never open; 503.',
 });
