@@ -248,6 +248,11 @@ async function main(): Promise<void> {
     seed = { ...seed, gatewayConfig: { ...seed.gatewayConfig, staffToken: encodeSecret(newPairingSecret()) } };
     writeJson(seedFile, seed, true);
   }
+  if (seed.gatewayConfig.metricsToken === undefined) {
+    // the gateway's /metrics needs its own token (it is never open); a data folder seeded before that gets one now
+    seed = { ...seed, gatewayConfig: { ...seed.gatewayConfig, metricsToken: encodeSecret(newPairingSecret()) } };
+    writeJson(seedFile, seed, true);
+  }
 
   if (seed.gatewayConfig.timeZone === undefined) {
     // a data folder seeded before provisioning carried the site's zone: ask the admin API for it now
@@ -402,6 +407,7 @@ async function main(): Promise<void> {
           : `(no staff account yet: create the first supervisor with the one-time setup code ${gateway.setupCode.code})`
       }`,
       `    staff token: ${staffToken}   (API bearer for automation, acts as staff; people sign in with their accounts)`,
+      `    metrics token: ${seed.gatewayConfig.metricsToken ?? ''}   (bearer for the gateway's /metrics)`,
       `  Lock panel (simulated doors):   ${panel.url}/locks`,
       `  Seeded guest ${seed.personId} with PIN ${GUEST_PIN} for Room 101 (L1) and the Lobby (L3).`,
       '',
@@ -586,6 +592,7 @@ async function seedDemo(cloud: Cloud, data: string): Promise<Seed> {
       locks: LOCKS.map((l) => ({ lockId: l.lockId, doorId: l.doorId, pairingSecret: secrets[l.lockId] as string })),
       credentialPepper: p.credentialPepper,
       staffToken: encodeSecret(newPairingSecret()),
+      metricsToken: encodeSecret(newPairingSecret()),
     },
   };
 }

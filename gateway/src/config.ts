@@ -74,7 +74,15 @@ export const GatewayConfig = z.strictObject({
   sqlitePath: z.string().min(1),
   offlineGraceSeconds: z.int().min(0).default(300),
   locks: z
-    .array(z.strictObject({ lockId: LockId, doorId: DoorId, pairingSecret: Secret }))
+    .array(
+      z.strictObject({
+        lockId: LockId,
+        doorId: DoorId,
+        pairingSecret: Secret,
+        /** A guest's room: staff may never put its door in passage mode (PASSAGE_GUEST_ROOM). A door is one if any of its locks says so. */
+        guestRoom: z.boolean().optional(),
+      }),
+    )
     .max(256)
     .default([]),
   credentialPepper: Secret,
@@ -122,6 +130,8 @@ export const GatewayConfig = z.strictObject({
         .default({ max: 10, windowSeconds: 300 }),
       /** The staff UI is reached over HTTPS (TLS here or at a proxy): the session cookie is `__Host-tobira_staff`, Secure. */
       secureCookies: z.boolean().optional(),
+      /** Argon2 hashes/verifies the whole process runs at once, and how many may wait; beyond, 503 SIGN_IN_BUSY (app/password-work.ts). */
+      passwordWork: z.strictObject({ concurrency: z.int().min(1).max(16), queue: z.int().min(0).max(1000) }).optional(),
       /** A staff session ends after this long without a request (default 1800 s) ... */
       sessionIdleSeconds: z.int().min(60).max(86_400).optional(),
       /** ... and this long after sign-in, whatever happens (default 43200 s = 12 h). */

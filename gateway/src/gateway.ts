@@ -39,7 +39,7 @@ import { enqueueStatus } from './app/locks.js';
 import { purgeOld } from './app/retention.js';
 import { siteMessageRouter } from './app/site-requests.js';
 import { StaffAccounts } from './app/staff-accounts.js';
-import { ackAlarmLocally, setSiteMode } from './app/staff-actions.js';
+import { ackAlarmLocally, setSiteMode, setSiteModeAsStaff } from './app/staff-actions.js';
 import { staffAudit } from './app/staff-audit.js';
 import { remoteUnlock } from './app/staff-unlock.js';
 import { LiveFeed } from './app/live-feed.js';
@@ -47,9 +47,10 @@ import { health, staffStatus, type StaffStatusDeps } from './app/staff-status.js
 import { UplinkSender, sendResyncRequest, type UplinkDeps } from './app/uplink.js';
 import type { GatewayConfig } from './config.js';
 import { leaseRemainingSeconds } from './domain/freshness.js';
-import { buildApp } from './http/app.js';
+import { buildApp, registeredRoutes, type RegisteredRoute } from './http/app.js';
 import { evaluatePassage, type PassageChange, type PassageDeps } from './app/passage.js';
 import { setPassageLocally } from './app/modes.js';
+import { PasswordWork } from './app/password-work.js';
 import { createMetrics, type Metrics } from './metrics.js';
 import { seedUplinkKey } from './adapters/sqlite/uplink-keys.js';
 import { UplinkKeyRing } from './app/uplink-keys.js';
@@ -84,6 +85,8 @@ export interface Gateway {
   readonly metrics: Metrics;
   /** The HTTP address once started (null when http is disabled). */
   readonly httpUrl: string | null;
+  /** Every route the HTTP server registered, as Fastify reported them (the authorization matrix test reads it). */
+  readonly httpRoutes: readonly RegisteredRoute[];
   /** Runs the inbox writer now (tests; it also runs on every stored message and every tick). */
   applyNow(): number;
   /** Evaluates passage mode now (tests; it also runs at start, on every tick and after a mode change). */
@@ -182,6 +185,9 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
     metrics,
     get httpUrl() {
       return httpUrl;
+    },
+    get httpRoutes() {
+      return http === null ? [] : registeredRoutes(http);
     },
     get setupCode() {
       return setupCode;
@@ -427,6 +433,7 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
         idleMs: (config.http?.sessionIdleSeconds ?? 1800) * 1000,
         absoluteMs: (config.http?.sessionMaxSeconds ?? 43_200) * 1000,
         audit,
+        work: new PasswordWork(config.http?.passwordWork ?? {}),
       });
       accounts = acc;
       setupCode = acc.issueSetupCode();
@@ -443,6 +450,7 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
       );
       timers[timers.length - 1]?.unref();
 
+      const guestRooms = new Set(config.locks.filter((l) => l.guestRoom === true).map((l) => l.doorId));
       if (config.http !== null) {
         http = buildApp({
           registry: metrics.registry,
@@ -455,13 +463,13 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
           log,
           accounts: acc,
           secureCookies: config.http.secureCookies,
-          setMode: (mode, by, cid, actor) => {
-            const r = setSiteMode(ctx(), mode, by, cid, actor === undefined ? null : { actor, audit });
-            if (r.changed) passageSoon();
+          setMode: (mode, reason, cid, actor) => {
+            const r = setSiteModeAsStaff(ctx(), mode, reason, cid, { actor, audit });
+            if ('changed' in r && r.changed) passageSoon();
             return r;
           },
           setPassage: (doorId, schedule, by, cid, actor) => {
-            const r = setPassageLocally(ctx(), doorId, schedule, by, cid, { actor, audit });
+            const r = setPassageLocally(ctx(), doorId, schedule, by, cid, { actor, audit }, guestRooms);
             if (r.status === 'applied') passageSoon();
             return r;
           },

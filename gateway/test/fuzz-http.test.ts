@@ -61,11 +61,12 @@ describe('gateway staff API, fuzzed', () => {
     app = buildApp({
       registry: createMetrics().registry,
       staffToken: TOKEN,
+      metricsToken: 'metrics-token-of-the-fuzz-0123',
       log: pino({ level: 'silent' }),
       now: () => clock.now(),
       // a fuzz run sends thousands of requests from one address; the limit has its own tests (http-guards)
       authFailures: { max: 1_000_000, windowSeconds: 1 },
-      setMode: (mode, by, cid) => setSiteMode(ctx, mode, by, cid),
+      setMode: (mode, reason, cid) => setSiteMode(ctx, mode, reason ?? 'staff', cid),
       ackAlarm: (id, by, cid) => ackAlarmLocally(ctx, id, by, cid),
       staff: { status: () => staffStatus(statusDeps), ...staffLists(store.db, () => nowOf(ctx)) },
       health: () => health(statusDeps),

@@ -139,11 +139,13 @@ describe.each(mqttBackends())('gateway health, metrics and HTTP guards against %
       expect(ok.body.text).toContain('tobira_gateway_lease_remaining_seconds');
     });
 
-    it('without a metrics token stays open (as before)', async () => {
+    it('without a metrics token is never open: 503 METRICS_TOKEN_NOT_CONFIGURED, whatever token is sent', async () => {
       const s = await start();
-      const r = await get(s.gw.httpUrl!, '/metrics');
-      expect(r.status).toBe(200);
-      expect(r.body.text).toContain('tobira_gateway_inbox_depth');
+      for (const headers of [{}, bearer(STAFF_TOKEN)]) {
+        const r = await get(s.gw.httpUrl!, '/metrics', headers);
+        expect(r.status).toBe(503);
+        expect(r.body).toEqual({ code: 'METRICS_TOKEN_NOT_CONFIGURED' });
+      }
     });
   });
 

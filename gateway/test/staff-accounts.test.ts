@@ -43,7 +43,8 @@ describe('staff accounts, sessions, CSRF and sign-in throttling (real SQLite fil
         const changed = db
           .transaction(() => {
             const c = setMode(db, mode);
-            if (actor) audit({ actor, action: 'set_mode', target: mode, detail: by, result: c ? 'applied' : 'noop', code: null, cid });
+            if (actor)
+              audit({ actor, action: 'set_mode', target: mode, detail: by ?? 'staff', result: c ? 'applied' : 'noop', code: null, cid });
             return c;
           })
           .immediate();

@@ -525,6 +525,28 @@ describe('staff web UI in Chromium against a running gateway', () => {
       await page.locator('#mode-origin').filter({ hasText: 'set from the cloud by ops-token' }).waitFor();
       await shot(page, 'lockdown-from-cloud');
     });
+
+    it('a staff member cannot end a lockdown the cloud set: the page names why (CLOUD_LOCKDOWN) and the site stays locked down', async () => {
+      const s = await start();
+      await provision(s);
+      await s.cloud.send({
+        type: 'site.mode',
+        seq: ++s.cloud.seq,
+        body: { requestId: newId(), mode: 'lockdown', passage: [], by: 'ops-token', reason: 'police request' },
+      });
+      await waitFor(() => s.gw.store.settings().mode === 'lockdown', 'cloud lockdown applied');
+      const page = await open(s);
+      await signIn(page, STAFF);
+      await banner(page, 'lockdown', 'LOCKDOWN');
+      await tab(page, 'lockdown');
+      await page.locator('#mode-switch').filter({ hasText: 'End lockdown' }).click();
+      await page.locator('#confirm-input').fill('guest wants to leave');
+      await page.locator('#confirm-ok').click();
+      await page.getByText('The cloud set this lockdown').first().waitFor();
+      await shot(page, 'lockdown-from-cloud-refused');
+      expect(s.gw.store.settings().mode).toBe('lockdown');
+      await banner(page, 'lockdown', 'LOCKDOWN');
+    });
   });
 
   describe('alarms', () => {

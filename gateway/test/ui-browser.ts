@@ -22,6 +22,18 @@ export async function makeAccounts(s: Running): Promise<void> {
   if (made.status !== 'applied') throw new Error(`account refused: ${made.code}`);
 }
 
+/** Headers of a state-changing request by the supervisor, signed in over real HTTP (session cookie and CSRF token). */
+export async function supervisorWrite(s: Running): Promise<Record<string, string>> {
+  const r = await fetch(`${s.gw.httpUrl!}/staff/session`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ username: SUPERVISOR.username, password: SUPERVISOR.password }),
+  });
+  if (r.status !== 200) throw new Error(`supervisor sign-in answered ${r.status}`);
+  const { csrfToken } = (await r.json()) as { csrfToken: string };
+  return { cookie: (r.headers.get('set-cookie') ?? '').split(';')[0]!, 'x-csrf-token': csrfToken };
+}
+
 /** Debian's Chromium, never a downloaded build. */
 export const CHROMIUM = process.env.TOBIRA_CHROMIUM ?? '/usr/bin/chromium';
 

@@ -7,7 +7,8 @@ import { lockModesOf } from '../../../gateway/src/adapters/sqlite/modes.js';
 import { passageStep, passageWanted, type PassageInput } from '../../../gateway/src/domain/passage.js';
 import { createGateway, type Gateway } from '../../../gateway/src/gateway.js';
 import { T0 } from '../../../gateway/test/fixtures.js';
-import { provision, runSite, silentLog, STAFF_TOKEN, waitFor, type Running } from '../../../gateway/test/harness.js';
+import { provision, runSite, silentLog, waitFor, type Running } from '../../../gateway/test/harness.js';
+import { makeAccounts, supervisorWrite } from '../../../gateway/test/ui-browser.js';
 
 const HOUR = 3_600_000;
 /** The lobby: 08:00-20:00 every day, site time (T0 is Monday 12:00 in Asia/Tokyo). */
@@ -40,9 +41,13 @@ describe.each(mqttBackends())('passage mode at a gateway with a firmware-sim loc
   let s: Running;
   let sim: SimLock;
   let restarted: Gateway | null = null;
+  // passage is a supervisor's (docs/gateway.md "Passage mode"): her session's headers
+  let asSupervisor: Record<string, string> = {};
 
   const start = async (offlineGraceSeconds: number) => {
     s = await runSite(broker.url, broker.url, broker.unique, { overrides: { offlineGraceSeconds } });
+    await makeAccounts(s);
+    asSupervisor = await supervisorWrite(s);
     sim = new SimLock({
       url: broker.url,
       gatewayId: s.f.gatewayId,
@@ -59,7 +64,7 @@ describe.each(mqttBackends())('passage mode at a gateway with a firmware-sim loc
   const setPassage = async (schedule: Schedule | null) => {
     const r = await fetch(`${s.gw.httpUrl}/staff/passage`, {
       method: 'POST',
-      headers: { authorization: `Bearer ${STAFF_TOKEN}`, 'content-type': 'application/json' },
+      headers: { ...asSupervisor, 'content-type': 'application/json' },
       body: JSON.stringify({ doorId: 'door-1', schedule, reason: 'lobby open hours' }),
     });
     return { status: r.status, body: (await r.json()) as Record<string, unknown> };
@@ -150,14 +155,14 @@ describe.each(mqttBackends())('passage mode at a gateway with a firmware-sim loc
       await start(86_400);
       const r = await fetch(`${s.gw.httpUrl}/staff/passage`, {
         method: 'POST',
-        headers: { authorization: `Bearer ${STAFF_TOKEN}`, 'content-type': 'application/json' },
+        headers: { ...asSupervisor, 'content-type': 'application/json' },
         body: JSON.stringify({ doorId: 'door-nope', schedule: LOBBY }),
       });
       expect(r.status).toBe(404);
       expect(await r.json()).toEqual({ code: 'DOOR_NOT_FOUND' });
       const bad = await fetch(`${s.gw.httpUrl}/staff/passage`, {
         method: 'POST',
-        headers: { authorization: `Bearer ${STAFF_TOKEN}`, 'content-type': 'application/json' },
+        headers: { ...asSupervisor, 'content-type': 'application/json' },
         body: JSON.stringify({ doorId: 'door-1', schedule: { timeZone: 'Mars/Olympus', windows: [] } }),
       });
       expect(bad.status).toBe(422);

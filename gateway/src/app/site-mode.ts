@@ -1,5 +1,5 @@
 import { withCorrelation, type DownlinkMessage } from '@tobira/shared';
-import { lockModes, writePassage, writeSiteMode } from '../adapters/sqlite/modes.js';
+import { claimLockdownForCloud, lockModes, writePassage, writeSiteMode } from '../adapters/sqlite/modes.js';
 import type { AppContext } from './context.js';
 
 type SiteModeMessage = Extract<DownlinkMessage, { type: 'site.mode' }>;
@@ -22,6 +22,8 @@ export function applySiteMode(
   const b = m.body;
   let changed = false;
   if (b.mode !== null) changed = writeSiteMode(db, { mode: b.mode, origin: 'cloud', by: b.by, at: now, requestId: b.requestId });
+  // A cloud lockdown over one staff set here must not stay liftable by any staff member (domain/staff-modes.ts).
+  if (b.mode === 'lockdown' && !changed) claimLockdownForCloud(db, b.by, now, b.requestId);
   const doors = new Set(lockModes(db).flatMap((l) => (l.doorId === null ? [] : [l.doorId])));
   const skipped: string[] = [];
   for (const p of b.passage) {

@@ -1,5 +1,4 @@
 import { createHash, createHmac, randomBytes, randomInt, timingSafeEqual } from 'node:crypto';
-import { hash, verify } from '@node-rs/argon2';
 import { newId, withCorrelation, type Logger } from '@tobira/shared';
 import {
   accountById,
@@ -24,13 +23,18 @@ import {
 } from '../adapters/sqlite/staff-accounts.js';
 import type { WritableDb } from '../adapters/sqlite/db.js';
 import type { StaffActionKind } from '../adapters/sqlite/staff-actions.js';
+import { passwordProblem } from './password-policy.js';
+import { PasswordWork, isShed } from './password-work.js';
 
 /**
  * Staff accounts and sessions (docs/gateway.md "Staff accounts and sessions").
  *
  * - Passwords: Argon2id (@node-rs/argon2, OWASP's minimum parameters: 19 MiB,
- *   2 passes, 1 lane), only the PHC string is stored. An unknown username is
- *   verified against a dummy hash so it takes as long as a wrong password.
+ *   2 passes, 1 lane), only the PHC string is stored; every hash and verify
+ *   goes through one `PasswordWork` (a few at once, a bounded queue, the rest
+ *   shed as SIGN_IN_BUSY). An unknown username is verified against a dummy
+ *   hash of the same parameters, so it costs what a wrong password costs.
+ *   What a password must be: password-policy.ts.
  * - No default password: while no account exists, a one-time setup code
  *   (80 random bits, Crockford base32) is made at start, printed once, kept
  *   only as its SHA-256, valid for SETUP_CODE_TTL_MS, replaced at every start,
@@ -43,11 +47,7 @@ import type { StaffActionKind } from '../adapters/sqlite/staff-actions.js';
  */
 
 export const SETUP_CODE_TTL_MS = 24 * 3600 * 1000;
-export const PASSWORD_MIN = 12;
-export const PASSWORD_MAX = 256;
-
-// algorithm 2 = Argon2id (a const enum in the typings, which verbatimModuleSyntax cannot import; it is also the default)
-const ARGON2 = { algorithm: 2, memoryCost: 19_456, timeCost: 2, parallelism: 1 } as const;
+export { PASSWORD_MAX, PASSWORD_MIN, passwordProblem } from './password-policy.js';
 const sha256 = (s: string): string => createHash('sha256').update(s).digest('hex');
 const CROCKFORD = '0123456789ABCDEFGHJKMNPQRSTVWXYZ';
 
@@ -95,6 +95,10 @@ export type AccountCode =
   | 'SETUP_CODE_INVALID'
   | 'SETUP_ALREADY_DONE'
   | 'WEAK_PASSWORD'
+  | 'BREACHED_PASSWORD'
+  | 'SIGN_IN_BUSY'
+  | 'CURRENT_PASSWORD_WRONG'
+  | 'SESSION_REQUIRED'
   | 'USERNAME_TAKEN'
   | 'ACCOUNT_NOT_FOUND'
   | 'LAST_SUPERVISOR'
@@ -122,6 +126,8 @@ export interface AccountsDeps {
   readonly idleMs: number;
   readonly absoluteMs: number;
   readonly audit: StaffAudit;
+  /** The process's Argon2 budget (default: its own, DEFAULT_PASSWORD_WORK). */
+  readonly work?: PasswordWork;
 }
 
 export const csrfTokenOf = (sessionId: string): string => createHmac('sha256', sessionId).update('tobira-csrf').digest('base64url');
@@ -129,13 +135,6 @@ export const csrfTokenOf = (sessionId: string): string => createHmac('sha256', s
 /** Constant time in the length too: both sides are hashed first. */
 export function sameSecret(a: string, b: string): boolean {
   return timingSafeEqual(createHash('sha256').update(a).digest(), createHash('sha256').update(b).digest());
-}
-
-export function passwordProblem(pw: string, username: string): string | null {
-  if (pw.length < PASSWORD_MIN) return `at least ${PASSWORD_MIN} characters`;
-  if (pw.length > PASSWORD_MAX) return `at most ${PASSWORD_MAX} characters`;
-  if (pw.toLowerCase().includes(username.toLowerCase())) return 'must not contain the username';
-  return null;
 }
 
 /** A new setup code: 16 Crockford base32 characters (80 bits) in groups of four. */
@@ -150,10 +149,16 @@ export const normalizeSetupCode = (typed: string): string =>
 
 export class StaffAccounts {
   readonly #d: AccountsDeps;
-  #dummyHash: Promise<string> | null = null;
+  readonly #work: PasswordWork;
 
   constructor(d: AccountsDeps) {
     this.#d = d;
+    this.#work = d.work ?? new PasswordWork();
+  }
+
+  /** The Argon2 budget's counters (metrics, tests). */
+  get passwordWork(): PasswordWork['stats'] {
+    return this.#work.stats;
   }
 
   /** True while no account exists (the page shows the setup form). */
@@ -181,23 +186,33 @@ export class StaffAccounts {
       .immediate();
   }
 
-  /** The first supervisor, with the setup code; signed in at once. */
+  /**
+   * The first supervisor, with the setup code; signed in at once. The code is
+   * checked before the password is hashed, so a wrong code costs no Argon2
+   * work; the transaction checks it again when it consumes it.
+   */
   async setup(
     i: { code: string; username: string; displayName: string; password: string },
     ip: string,
     cid: string,
   ): Promise<SignedIn | Refused> {
-    const weak = passwordProblem(i.password, i.username);
-    if (weak !== null) return { status: 'refused', code: 'WEAK_PASSWORD', detail: weak };
-    const passwordHash = await hash(i.password, ARGON2);
     const db = this.#d.db;
+    const log = withCorrelation(this.#d.log, cid);
+    const early = this.#setupCodeProblem(i.code);
+    if (early !== null) {
+      log.warn({ code: early, ip }, 'staff setup refused');
+      return { status: 'refused', code: early };
+    }
+    const weak = passwordProblem(i.password, i.username);
+    if (weak !== null) return { status: 'refused', ...weak };
+    const passwordHash = await this.#work.hash(i.password);
+    if (isShed(passwordHash)) return { status: 'refused', code: 'SIGN_IN_BUSY' };
     const now = this.#d.now();
     const accountId = newId();
     const r = db
       .transaction((): AccountCode | null => {
-        if (accountCount(db) > 0) return 'SETUP_ALREADY_DONE';
-        const stored = setupCode(db);
-        if (stored === null || stored.expiresAt <= now) return 'SETUP_CODE_INVALID';
+        const again = this.#setupCodeProblem(i.code);
+        if (again !== null) return again;
         if (!consumeSetupCode(db, sha256(normalizeSetupCode(i.code)), now)) return 'SETUP_CODE_INVALID';
         insertAccount(
           db,
@@ -210,7 +225,6 @@ export class StaffAccounts {
         return null;
       })
       .immediate();
-    const log = withCorrelation(this.#d.log, cid);
     if (r !== null) {
       log.warn({ code: r, ip }, 'staff setup refused');
       return { status: 'refused', code: r };
@@ -219,11 +233,24 @@ export class StaffAccounts {
     return this.#startSession(accountId, ip, cid, 'setup');
   }
 
+  /** Why `typed` cannot create the first supervisor now (null: it is the live code). Constant time on the code's hash. */
+  #setupCodeProblem(typed: string): 'SETUP_ALREADY_DONE' | 'SETUP_CODE_INVALID' | null {
+    const db = this.#d.db;
+    if (accountCount(db) > 0) return 'SETUP_ALREADY_DONE';
+    const stored = setupCode(db);
+    if (stored === null || stored.expiresAt <= this.#d.now()) return 'SETUP_CODE_INVALID';
+    return sameSecret(stored.codeHash, sha256(normalizeSetupCode(typed))) ? null : 'SETUP_CODE_INVALID';
+  }
+
   /** Checks the password; a success starts a new session (a new id: no fixation). */
   async signIn(username: string, password: string, ip: string, cid: string): Promise<SignedIn | Refused> {
     const c = credentialsOf(this.#d.db, username);
-    const ok = await verify(c?.passwordHash ?? (await this.#dummy()), password).catch(() => false);
+    const ok = await this.#work.verify(c?.passwordHash ?? null, password);
     const log = withCorrelation(this.#d.log, cid);
+    if (isShed(ok)) {
+      log.warn({ code: 'SIGN_IN_BUSY', ip }, 'staff sign-in refused');
+      return { status: 'refused', code: 'SIGN_IN_BUSY' };
+    }
     if (c === null || !ok) {
       log.warn({ code: 'BAD_CREDENTIALS', ip, username: username.slice(0, 64) }, 'staff sign-in refused');
       return { status: 'refused', code: 'BAD_CREDENTIALS' };
@@ -310,8 +337,9 @@ export class StaffAccounts {
   ): Promise<{ status: 'applied'; account: StaffAccount } | Refused> {
     if (actor.role !== 'supervisor') return { status: 'refused', code: 'NOT_SUPERVISOR' };
     const weak = passwordProblem(i.password, i.username);
-    if (weak !== null) return { status: 'refused', code: 'WEAK_PASSWORD', detail: weak };
-    const passwordHash = await hash(i.password, ARGON2);
+    if (weak !== null) return { status: 'refused', ...weak };
+    const passwordHash = await this.#work.hash(i.password);
+    if (isShed(passwordHash)) return { status: 'refused', code: 'SIGN_IN_BUSY' };
     const db = this.#d.db;
     const accountId = newId();
     const account = db
@@ -375,8 +403,9 @@ export class StaffAccounts {
     const target = accountById(this.#d.db, accountId);
     if (target === null) return { status: 'refused', code: 'ACCOUNT_NOT_FOUND' };
     const weak = passwordProblem(password, target.username);
-    if (weak !== null) return { status: 'refused', code: 'WEAK_PASSWORD', detail: weak };
-    const passwordHash = await hash(password, ARGON2);
+    if (weak !== null) return { status: 'refused', ...weak };
+    const passwordHash = await this.#work.hash(password);
+    if (isShed(passwordHash)) return { status: 'refused', code: 'SIGN_IN_BUSY' };
     const db = this.#d.db;
     const ok = db
       .transaction(() => {
@@ -398,8 +427,53 @@ export class StaffAccounts {
     return { status: 'applied' };
   }
 
-  #dummy(): Promise<string> {
-    this.#dummyHash ??= hash(randomBytes(16).toString('hex'), ARGON2);
-    return this.#dummyHash;
+  /**
+   * A signed-in person changes their own password, giving the current one
+   * (a session left open on a front-desk tablet must not be enough). The
+   * account's other sessions end; this one stays.
+   */
+  async changeOwnPassword(
+    s: SessionInfo,
+    current: string,
+    next: string,
+    ip: string,
+    cid: string,
+  ): Promise<{ status: 'applied' } | Refused> {
+    const db = this.#d.db;
+    const log = withCorrelation(this.#d.log, cid);
+    const c = credentialsOf(db, s.account.username);
+    const ok = await this.#work.verify(c?.passwordHash ?? null, current);
+    if (isShed(ok)) return { status: 'refused', code: 'SIGN_IN_BUSY' };
+    if (c === null || c.account.accountId !== s.account.accountId || !ok) {
+      log.warn({ code: 'CURRENT_PASSWORD_WRONG', accountId: s.account.accountId }, 'staff password change refused');
+      return { status: 'refused', code: 'CURRENT_PASSWORD_WRONG' };
+    }
+    const weak = passwordProblem(next, s.account.username);
+    if (weak !== null) return { status: 'refused', ...weak };
+    const passwordHash = await this.#work.hash(next);
+    if (isShed(passwordHash)) return { status: 'refused', code: 'SIGN_IN_BUSY' };
+    const actor = actorOf(s.account);
+    const changed = db
+      .transaction(() => {
+        // setPasswordHash ends every session of the account; this one is put back under its own hash.
+        const row = sessionByHash(db, s.sessionHash);
+        if (row === null || !setPasswordHash(db, s.account.accountId, passwordHash, this.#d.now())) return false;
+        insertSession(db, { sessionHash: s.sessionHash, accountId: s.account.accountId, ip }, row.session.createdAt);
+        touchSession(db, s.sessionHash, this.#d.now());
+        this.#d.audit({
+          actor,
+          action: 'account_password_reset',
+          target: s.account.accountId,
+          detail: 'self-service',
+          result: 'applied',
+          code: null,
+          cid,
+        });
+        return true;
+      })
+      .immediate();
+    if (!changed) return { status: 'refused', code: 'SESSION_REQUIRED' };
+    log.warn({ accountId: s.account.accountId }, 'staff password changed by its owner');
+    return { status: 'applied' };
   }
 }

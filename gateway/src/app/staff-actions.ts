@@ -1,6 +1,7 @@
 import { withCorrelation, type SiteMode } from '@tobira/shared';
 import { ackAlarm } from '../adapters/sqlite/alarms.js';
-import { writeSiteMode } from '../adapters/sqlite/modes.js';
+import { readSiteMode, writeSiteMode } from '../adapters/sqlite/modes.js';
+import { decideModeChange, type ModeChangeCode } from '../domain/staff-modes.js';
 import { getAlarm, type StaffAlarm } from '../adapters/sqlite/staff-queries.js';
 import { enqueueStatus } from './locks.js';
 import { nowOf, type AppContext } from './context.js';
@@ -29,9 +30,44 @@ export function setSiteMode(
   cid: string,
   acting: Acting | null = null,
 ): { mode: SiteMode; changed: boolean } {
+  const r = changeSiteMode(ctx, mode, by, cid, acting, null);
+  if ('refused' in r) throw new Error('a mode change without a rule refused');
+  return r;
+}
+
+/**
+ * The same, asked by a staff caller: a lockdown the cloud set is lifted only
+ * as domain/staff-modes.ts allows (a supervisor's session, with a reason); a
+ * refusal is audited and changes nothing.
+ */
+export function setSiteModeAsStaff(
+  ctx: AppContext,
+  mode: SiteMode,
+  reason: string | undefined,
+  cid: string,
+  acting: Acting,
+): { mode: SiteMode; changed: boolean } | { refused: ModeChangeCode } {
+  return changeSiteMode(ctx, mode, reason ?? 'staff', cid, acting, reason);
+}
+
+function changeSiteMode(
+  ctx: AppContext,
+  mode: SiteMode,
+  by: string,
+  cid: string,
+  acting: Acting | null,
+  reason: string | undefined | null,
+): { mode: SiteMode; changed: boolean } | { refused: ModeChangeCode } {
   const db = ctx.store.db;
-  const changed = db
-    .transaction(() => {
+  const r = db
+    .transaction((): boolean | ModeChangeCode => {
+      if (acting !== null && reason !== null) {
+        const verdict = decideModeChange(acting.actor, readSiteMode(db), mode, reason);
+        if (!verdict.allowed) {
+          acting.audit({ actor: acting.actor, action: 'set_mode', target: mode, detail: by, result: 'refused', code: verdict.code, cid });
+          return verdict.code;
+        }
+      }
       // Where the mode came from is shown in the staff UI (origin gateway, who set it).
       const c = writeSiteMode(db, { mode, origin: 'gateway', by: acting?.actor.displayName ?? by, at: nowOf(ctx), requestId: null });
       acting?.audit({
@@ -46,9 +82,14 @@ export function setSiteMode(
       return c;
     })
     .immediate();
-  withCorrelation(ctx.log, cid).warn({ mode, by, changed, staff: acting?.actor.username }, 'site mode set locally');
-  if (changed) enqueueStatus(ctx);
-  return { mode, changed };
+  const log = withCorrelation(ctx.log, cid);
+  if (typeof r === 'string') {
+    log.warn({ mode, code: r, staff: acting?.actor.username }, 'site mode change refused');
+    return { refused: r };
+  }
+  log.warn({ mode, by, changed: r, staff: acting?.actor.username }, 'site mode set locally');
+  if (r) enqueueStatus(ctx);
+  return { mode, changed: r };
 }
 
 /** Closes an open alarm once (`by` is recorded as closed_by); a second ack is a noop. */

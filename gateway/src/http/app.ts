@@ -65,18 +65,42 @@ export const GATEWAY_HTTP_CODES = Object.freeze({
   CSRF_TOKEN_INVALID: "A state-changing request with a session cookie but without the session's X-CSRF-Token; 403, nothing changed.",
   SETUP_CODE_INVALID: 'Setup: not the current one-time setup code, or it expired (a restart prints a new one); 403.',
   SETUP_ALREADY_DONE: 'Setup: an account exists already; supervisors create the others; 409.',
-  WEAK_PASSWORD: 'A password shorter than 12 characters, longer than 256, or containing the username; 422.',
+  WEAK_PASSWORD:
+    'A password shorter than 12 characters, longer than 1024, of fewer than 5 different characters, or containing the username; 422.',
   USERNAME_TAKEN: 'An account with that username (compared without case) exists; 409.',
   ACCOUNT_NOT_FOUND: 'No such staff account; 404.',
   LAST_SUPERVISOR: 'Disabling the last enabled supervisor is refused (nobody could manage accounts then); 409.',
-  NOT_SUPERVISOR: 'Only a supervisor may do this (remote unlock, staff accounts); 403. The API token acts as staff.',
-  REASON_REQUIRED: 'Remote unlock without a reason (blank after trimming); 422, nothing sent.',
+  NOT_SUPERVISOR: 'Only a supervisor may do this (remote unlock, passage, staff accounts); 403. The API token acts as staff.',
+  REASON_REQUIRED: 'Remote unlock, or lifting a lockdown the cloud set, without a reason (blank after trimming); 422, nothing changed.',
   LOCK_NOT_FOUND: 'Remote unlock of a lock this gateway is not paired with; 404.',
   LOCK_OFFLINE: 'Remote unlock of a lock whose presence is offline: the command could not reach it; 409, nothing sent.',
   SITE_LOCKDOWN: 'Remote unlock while the site is in lockdown: end the lockdown first; 409, nothing sent.',
-  TOO_MANY_STREAMS: 'GET /staff/events over the open-stream limit (per session, or in all); 429 with Retry-After: the page polls instead.',
+  TOO_MANY_STREAMS:
+    'GET /staff/events over the open-stream limits (per session, per account, or in all); 429 with Retry-After: the page polls instead.',
+  SIGN_IN_BUSY:
+    'The gateway is checking as many passwords as it does at once and its queue is full (a sign-in flood); nothing was evaluated; 503 with Retry-After.',
+  BREACHED_PASSWORD: 'A new password that is on the list of commonly used (breached) passwords, or one with digits added to one; 422.',
+  CURRENT_PASSWORD_WRONG: 'Changing your own password: the current password given is not yours; 403, nothing changed.',
+  SESSION_REQUIRED: 'Only a signed-in person can do this (their own password); the API token cannot; 403.',
+  DOOR_NOT_FOUND: 'Passage for a door this gateway has no lock on; 404.',
+  PASSAGE_GUEST_ROOM: "Passage for a door configured as a guest's room (locks[].guestRoom): never held open from here; 409.",
+  PASSAGE_TOO_LONG: 'A passage schedule that would hold the door open more than 16 hours in a row; 422.',
+  PRIVACY_ACTIVE: 'Remote unlock of a door whose guest has privacy on, without emergency: true; 409, nothing sent.',
+  CLOUD_LOCKDOWN:
+    'Lifting a lockdown the cloud set: only the cloud, or a supervisor signed in with a reason; never a staff member or the API token; 403.',
+  CROSS_SITE_REQUEST: "A state-changing staff request made by another site's page (Origin or Sec-Fetch-Site); 403, nothing changed.",
+  METRICS_TOKEN_NOT_CONFIGURED: 'GET /metrics on a gateway without a metricsToken: metrics are never open; 503.',
 });
 export type GatewayHttpCode = keyof typeof GATEWAY_HTTP_CODES;
+
+/** A route as Fastify registered it (one per method; HEAD twins of GET routes included). */
+export interface RegisteredRoute {
+  readonly method: string;
+  readonly url: string;
+}
+const routeTables = new WeakMap<FastifyInstance, RegisteredRoute[]>();
+/** Every route `app` registered (after `ready()`/`listen()`), from Fastify's own onRoute hook: not a hand list. */
+export const registeredRoutes = (app: FastifyInstance): readonly RegisteredRoute[] => routeTables.get(app) ?? [];
 
 const digest = (s: string) => createHash('sha256').update(s).digest();
 
@@ -88,6 +112,24 @@ function bearerMatches(req: FastifyRequest, token: string): boolean {
 }
 
 const SAFE_METHODS = new Set(['GET', 'HEAD', 'OPTIONS']);
+
+/**
+ * Why a request was made by another site's page (null: it was not, or no
+ * browser says): `Sec-Fetch-Site` other than same-origin / none, or an
+ * `Origin` whose host is not the `Host` asked for (`null` included).
+ */
+function crossSite(req: FastifyRequest): string | null {
+  const site = req.headers['sec-fetch-site'];
+  if (typeof site === 'string' && site !== 'same-origin' && site !== 'none') return `sec-fetch-site ${site.slice(0, 20)}`;
+  const origin = req.headers.origin;
+  if (origin === undefined) return null;
+  try {
+    const host = String(req.headers.host ?? '').toLowerCase();
+    return new URL(origin).host.toLowerCase() === host ? null : 'origin';
+  } catch {
+    return 'origin';
+  }
+}
 
 export function buildApp(deps: HttpDeps & { readonly signInThrottle?: Partial<ThrottleOptions> }): FastifyInstance {
   const app = Fastify({
@@ -126,6 +168,11 @@ export function buildApp(deps: HttpDeps & { readonly signInThrottle?: Partial<Th
       );
   });
   app.setNotFoundHandler((_req, reply) => reply.status(404).send({ code: 'NOT_FOUND' }));
+  const routes: RegisteredRoute[] = [];
+  routeTables.set(app, routes);
+  app.addHook('onRoute', (r) => {
+    for (const method of Array.isArray(r.method) ? r.method : [r.method]) routes.push({ method, url: r.url });
+  });
   void app.register(fastifyCookie);
   app.decorateRequest('staffAuth', null);
 
@@ -153,6 +200,23 @@ export function buildApp(deps: HttpDeps & { readonly signInThrottle?: Partial<Th
     if (hostAllowed(allowedHosts(), req.headers.host)) return undefined;
     req.log.warn({ code: 'HOST_NOT_ALLOWED', host: String(req.headers.host ?? '').slice(0, 100) }, 'request refused');
     return reply.status(421).send({ code: 'HOST_NOT_ALLOWED' });
+  });
+
+  // Login CSRF and cross-site writes: a browser names where a request comes from. A state-changing staff
+  // request another site made is refused before anything else looks at it; a client that sends neither
+  // header (curl, automation) is not a browser page and is judged by its credentials alone.
+  app.addHook('onRequest', async (req, reply) => {
+    if (SAFE_METHODS.has(req.method) || !req.url.startsWith('/staff/')) return undefined;
+    const why = crossSite(req);
+    if (why === null) return undefined;
+    req.log.warn({ code: 'CROSS_SITE_REQUEST', why }, 'staff request refused');
+    return reply.status(403).send({ code: 'CROSS_SITE_REQUEST' });
+  });
+  // Staff answers carry session and CSRF tokens and site data: no cache keeps them, no browser guesses their type.
+  app.addHook('onSend', async (req, reply, payload) => {
+    void reply.header('x-content-type-options', 'nosniff');
+    if (req.url.startsWith('/staff/') || req.url.startsWith('/metrics')) void reply.header('cache-control', 'no-store');
+    return payload;
   });
 
   // One failure counter for both tokens: a guesser of either gets `max` tries per window per address.
@@ -226,7 +290,7 @@ export function buildApp(deps: HttpDeps & { readonly signInThrottle?: Partial<Th
       return undefined;
     });
 
-    await sessionRoutes(staff, deps, cookie);
+    await sessionRoutes(staff, deps, cookie, throttle);
     await accountsRoutes(staff, deps);
     await statusRoutes(staff, deps);
     await modeRoutes(staff, deps);

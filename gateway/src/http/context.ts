@@ -1,5 +1,6 @@
 import type { Logger, Schedule, SiteMode } from '@tobira/shared';
 import type { PassageResult } from '../app/modes.js';
+import type { ModeChangeCode } from '../domain/staff-modes.js';
 import type { Registry } from 'prom-client';
 import type { StaffLists } from '../adapters/sqlite/staff-queries.js';
 import type { StaffAccounts, StaffActor, SessionInfo } from '../app/staff-accounts.js';
@@ -18,7 +19,7 @@ export interface HttpDeps {
   readonly registry: Registry;
   /** The API bearer token for automation (acts with the `staff` role, as "API token"); undefined: no bearer access. */
   readonly staffToken: string | undefined;
-  /** Bearer token `/metrics` asks for; undefined: `/metrics` is open. */
+  /** Bearer token `/metrics` asks for; undefined: `/metrics` answers 503 METRICS_TOKEN_NOT_CONFIGURED. */
   readonly metricsToken?: string | undefined;
   readonly log: Logger;
   /** The address the server listens on (default 127.0.0.1): one of the default allowed Host names. */
@@ -33,8 +34,16 @@ export interface HttpDeps {
   readonly accounts?: StaffAccounts | undefined;
   /** The page is served over TLS (directly or by a proxy): the session cookie is `__Host-` prefixed and Secure. */
   readonly secureCookies?: boolean | undefined;
-  /** `actor`: who asked (audited); absent in tests that call without one. */
-  setMode(mode: SiteMode, by: string, cid: string, actor?: StaffActor): { mode: SiteMode; changed: boolean };
+  /**
+   * `reason`: the caller's (undefined: none given); `actor`: who asked (audited). Refused: a lockdown the cloud
+   * set, lifted by someone who may not (domain/staff-modes.ts).
+   */
+  setMode(
+    mode: SiteMode,
+    reason: string | undefined,
+    cid: string,
+    actor: StaffActor,
+  ): { mode: SiteMode; changed: boolean } | { refused: ModeChangeCode };
   /** Closes an open alarm once (`by` is recorded as closed_by); a second ack is a noop. */
   ackAlarm(alarmId: string, by: string, cid: string, actor?: StaffActor): AlarmAck;
   readonly staff: StaffReads;
@@ -45,7 +54,7 @@ export interface HttpDeps {
   /** The live feed GET /staff/events streams (routes/events.ts); undefined: not offered. */
   readonly live?: LiveFeed | undefined;
   /** Open live streams allowed per session and in all (default routes/events.ts LIVE_STREAM_LIMITS). */
-  readonly liveStreamLimits?: { readonly perSession?: number; readonly total?: number } | undefined;
+  readonly liveStreamLimits?: { readonly perSession?: number; readonly perAccount?: number; readonly total?: number } | undefined;
 }
 
 /** Who the request is from, set by the staff auth hook (app.ts). */

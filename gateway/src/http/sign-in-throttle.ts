@@ -14,9 +14,14 @@
  *   in to that name successfully within `knownForMs` wait `perAccountDelayMs`
  *   between tries; an address the owner signed in from before is exempt.
  *
- * A refused try is answered before the password is looked at (no Argon2 work
- * is spent on it). In memory: a restart resets the counters (the Argon2 cost
- * per try is the floor). Bounded: at most `maxEntries` per map, oldest first out.
+ * A try is counted when it starts (`attempt`, before the Argon2 await), not
+ * when its answer is known: a burst sent at once would otherwise all pass
+ * the check before the first failure counted. A try that turns out right
+ * (`succeeded`), or was never evaluated (`refund`: the Argon2 queue shed it),
+ * gives its count back. A refused try is answered before the password is
+ * looked at (no Argon2 work is spent on it). In memory: a restart resets the
+ * counters (the Argon2 cost per try is the floor). Bounded: at most
+ * `maxEntries` per map, oldest first out.
  */
 export interface ThrottleOptions {
   readonly free: number;
@@ -83,6 +88,29 @@ export class SignInThrottle {
     return Math.max(0, Math.ceil(wait));
   }
 
+  /**
+   * Counts a try that is about to be evaluated, as a failure until it is
+   * known to be right (call right after `waitFor` said 0, before any await).
+   */
+  attempt(ip: string, username: string): void {
+    this.failed(ip, username);
+  }
+
+  /** Gives back the count of a try that was never evaluated (shed before any Argon2 work). */
+  refund(ip: string, username: string): void {
+    const now = this.#now();
+    const name = username.toLowerCase();
+    const p = this.#pair(`${ip}\n${name}`, now);
+    if (p !== undefined) p.failures = Math.max(0, p.failures - 1);
+    for (const [m, k] of [
+      [this.#addresses, ip],
+      [this.#accounts, name],
+    ] as const) {
+      const w = this.#live(m, k, now);
+      if (w !== undefined) w.failures = Math.max(0, w.failures - 1);
+    }
+  }
+
   failed(ip: string, username: string): void {
     const now = this.#now();
     const name = username.toLowerCase();
@@ -102,7 +130,9 @@ export class SignInThrottle {
     }
   }
 
+  /** A right password: the try's count is given back, the pair's count reset, and the address known for the name. */
   succeeded(ip: string, username: string): void {
+    this.refund(ip, username);
     const name = username.toLowerCase();
     this.#pairs.delete(`${ip}\n${name}`);
     this.#put(this.#known, `${ip}\n${name}`, this.#now());

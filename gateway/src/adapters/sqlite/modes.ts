@@ -50,6 +50,20 @@ export function writeSiteMode(db: WritableDb, m: Omit<SiteModeInfo, 'at'> & { re
   return changed;
 }
 
+/**
+ * The cloud sets a lockdown the site is already in (staff locked down first):
+ * the lockdown becomes the cloud's, so only the cloud or a supervisor with a
+ * reason can lift it. The mode does not change (false when already the cloud's).
+ */
+export function claimLockdownForCloud(db: WritableDb, by: string, at: number, requestId: string): boolean {
+  return (
+    prepared(
+      db,
+      "UPDATE settings SET mode_origin = 'cloud', mode_by = ?, mode_at = ?, mode_request_id = ? WHERE id = 1 AND mode = 'lockdown' AND mode_origin != 'cloud'",
+    ).run(by, at, requestId).changes === 1
+  );
+}
+
 export interface PassageRow {
   readonly doorId: string;
   readonly schedule: Schedule;

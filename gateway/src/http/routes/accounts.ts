@@ -1,4 +1,4 @@
-import type { FastifyInstance, FastifyReply } from 'fastify';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { z } from 'zod';
 import { StaffRole } from '../../adapters/sqlite/staff-accounts.js';
 import type { Refused } from '../../app/staff-accounts.js';
@@ -16,13 +16,22 @@ const STATUS: Record<Refused['code'], number> = {
   USERNAME_TAKEN: 409,
   LAST_SUPERVISOR: 409,
   WEAK_PASSWORD: 422,
+  BREACHED_PASSWORD: 422,
+  SIGN_IN_BUSY: 503,
+  CURRENT_PASSWORD_WRONG: 403,
+  SESSION_REQUIRED: 403,
   BAD_CREDENTIALS: 401,
   ACCOUNT_DISABLED: 403,
   SETUP_CODE_INVALID: 403,
   SETUP_ALREADY_DONE: 409,
 };
-const refuse = (reply: FastifyReply, r: Refused) =>
-  reply.status(STATUS[r.code]).send(r.detail === undefined ? { code: r.code } : { code: r.code, detail: r.detail });
+const refuse = (reply: FastifyReply, r: Refused) => {
+  if (r.code === 'SIGN_IN_BUSY') void reply.header('retry-after', '1');
+  return reply.status(STATUS[r.code]).send(r.detail === undefined ? { code: r.code } : { code: r.code, detail: r.detail });
+};
+/** The role before anything else: a staff member's hand-made request learns nothing, not even which fields exist. */
+const notSupervisor = (req: FastifyRequest, reply: FastifyReply) =>
+  authOf(req).actor.role === 'supervisor' ? null : reply.status(403).send({ code: 'NOT_SUPERVISOR' });
 
 /**
  * Staff accounts, supervisors only (checked here and in the use case: a
@@ -34,12 +43,15 @@ export async function accountsRoutes(staff: FastifyInstance, deps: HttpDeps): Pr
   if (accounts === undefined) return;
 
   staff.get('/staff/accounts', async (req, reply) => {
+    const refused = notSupervisor(req, reply);
+    if (refused !== null) return refused;
     query(NoQuery, req);
-    if (authOf(req).actor.role !== 'supervisor') return reply.status(403).send({ code: 'NOT_SUPERVISOR' });
     return { items: accounts.list().map(accountView), nextCursor: null };
   });
 
   staff.post('/staff/accounts', async (req, reply) => {
+    const refused = notSupervisor(req, reply);
+    if (refused !== null) return refused;
     const body = CreateBody.safeParse(req.body);
     if (!body.success) return reply.status(422).send({ code: 'BAD_REQUEST', detail: issues(body.error) });
     const r = await accounts.create(authOf(req).actor, body.data, req.id);
@@ -52,6 +64,8 @@ export async function accountsRoutes(staff: FastifyInstance, deps: HttpDeps): Pr
     ['enable', false],
   ] as const) {
     staff.post(`/staff/accounts/:accountId/${verb}`, async (req, reply) => {
+      const refused = notSupervisor(req, reply);
+      if (refused !== null) return refused;
       const p = Params.safeParse(req.params);
       if (!p.success) return reply.status(400).send({ code: 'BAD_REQUEST', detail: issues(p.error) });
       const r = accounts.setDisabled(authOf(req).actor, p.data.accountId, disabled, req.id);
@@ -61,6 +75,8 @@ export async function accountsRoutes(staff: FastifyInstance, deps: HttpDeps): Pr
   }
 
   staff.post('/staff/accounts/:accountId/password', async (req, reply) => {
+    const refused = notSupervisor(req, reply);
+    if (refused !== null) return refused;
     const p = Params.safeParse(req.params);
     if (!p.success) return reply.status(400).send({ code: 'BAD_REQUEST', detail: issues(p.error) });
     const body = PasswordBody.safeParse(req.body);

@@ -3,8 +3,12 @@ import type { LiveStream, Numbered } from '../../app/live-feed.js';
 import { authOf, type HttpDeps } from '../context.js';
 import { NoQuery, query } from '../query.js';
 
-/** Open live streams allowed: per session (a few tabs) and in all (a small device serving a front desk). */
-export const LIVE_STREAM_LIMITS = Object.freeze({ perSession: 4, total: 32 });
+/**
+ * Open live streams allowed: per session (a few tabs), per account (a few
+ * devices: one account signed in many times must not take every stream), and
+ * in all (a small device serving a front desk). The API token is one account.
+ */
+export const LIVE_STREAM_LIMITS = Object.freeze({ perSession: 4, perAccount: 8, total: 32 });
 
 /** How often an open stream checks that its session still lives, and sends a comment line through idle proxies. */
 const CHECK_MS = 2000;
@@ -27,6 +31,12 @@ export async function eventsRoutes(staff: FastifyInstance, deps: HttpDeps): Prom
   if (live === undefined) return;
   const limits = { ...LIVE_STREAM_LIMITS, ...deps.liveStreamLimits };
   const perKey = new Map<string, number>();
+  const perAccount = new Map<string, number>();
+  const down = (m: Map<string, number>, k: string) => {
+    const left = (m.get(k) ?? 1) - 1;
+    if (left <= 0) m.delete(k);
+    else m.set(k, left);
+  };
 
   staff.addHook('preClose', async () => {
     live.endAll();
@@ -36,9 +46,11 @@ export async function eventsRoutes(staff: FastifyInstance, deps: HttpDeps): Prom
     query(NoQuery, req);
     const auth = authOf(req);
     const key = auth.session?.sessionHash ?? 'api-token';
+    const account = auth.actor.accountId ?? 'api-token';
     const open = perKey.get(key) ?? 0;
-    if (open >= limits.perSession || live.streamCount >= limits.total) {
-      req.log.warn({ code: 'TOO_MANY_STREAMS', open, total: live.streamCount }, 'live stream refused');
+    const ofAccount = perAccount.get(account) ?? 0;
+    if (open >= limits.perSession || ofAccount >= limits.perAccount || live.streamCount >= limits.total) {
+      req.log.warn({ code: 'TOO_MANY_STREAMS', open, ofAccount, total: live.streamCount }, 'live stream refused');
       return reply.status(429).header('retry-after', '30').send({ code: 'TOO_MANY_STREAMS' });
     }
     const h = req.headers['last-event-id'];
@@ -49,11 +61,13 @@ export async function eventsRoutes(staff: FastifyInstance, deps: HttpDeps): Prom
     res.writeHead(200, {
       'content-type': 'text/event-stream; charset=utf-8',
       'cache-control': 'no-store',
+      'x-content-type-options': 'nosniff',
       'x-accel-buffering': 'no',
       'x-correlation-id': req.id,
     });
     res.write('retry: 2000\n\n');
     perKey.set(key, open + 1);
+    perAccount.set(account, ofAccount + 1);
 
     let ended = false;
     let ticks = 0;
@@ -76,9 +90,8 @@ export async function eventsRoutes(staff: FastifyInstance, deps: HttpDeps): Prom
         ended = true;
         clearInterval(timer);
         live.detach(stream);
-        const left = (perKey.get(key) ?? 1) - 1;
-        if (left <= 0) perKey.delete(key);
-        else perKey.set(key, left);
+        down(perKey, key);
+        down(perAccount, account);
         // A stream's connection is never reused: closing it means the server's close does not wait on it.
         res.end(() => res.socket?.destroy());
       },

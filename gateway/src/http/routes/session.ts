@@ -11,9 +11,11 @@ export const Username = z
   .trim()
   .regex(/^[A-Za-z0-9._@-]{2,64}$/, '2-64 of A-Z a-z 0-9 . _ @ -');
 export const DisplayName = z.string().trim().min(1).max(100);
-export const Password = z.string().min(1).max(1024);
+// Longer than the policy's maximum, so a long passphrase is answered WEAK_PASSWORD with the reason, not a bare 422.
+export const Password = z.string().min(1).max(4096);
 
 const SignInBody = z.strictObject({ username: z.string().trim().min(1).max(64), password: Password });
+const ChangeBody = z.strictObject({ currentPassword: Password, newPassword: Password });
 const SetupBody = z.strictObject({
   code: z.string().trim().min(1).max(64),
   username: Username,
@@ -40,6 +42,12 @@ export interface SessionCookie {
 
 /** The throttle key of setup code guesses (no username can contain `#`). */
 const SETUP_KEY = '#setup';
+
+/** The process's Argon2 queue is full (app/password-work.ts): nothing was evaluated; try again in a second. */
+export function busy(reply: FastifyReply, req: FastifyRequest) {
+  req.log.warn({ code: 'SIGN_IN_BUSY', ip: req.ip }, 'staff password check shed');
+  return reply.status(503).header('retry-after', '1').send({ code: 'SIGN_IN_BUSY' });
+}
 
 function throttled(reply: FastifyReply, req: FastifyRequest, waitMs: number) {
   req.log.warn({ code: 'SIGN_IN_THROTTLED', ip: req.ip, waitMs }, 'staff sign-in refused');
@@ -86,12 +94,20 @@ export async function openSessionRoutes(
     if (wait > 0) return throttled(reply, req, wait);
     const body = SetupBody.safeParse(req.body);
     if (!body.success) return reply.status(422).send({ code: 'BAD_REQUEST', detail: issues(body.error) });
+    // Counted before the await: a burst of guesses sent at once is throttled like one sent in turn.
+    throttle.attempt(req.ip, SETUP_KEY);
     const r = await accounts.setup(body.data, req.ip, req.id);
     if (r.status === 'refused') {
-      if (r.code === 'SETUP_CODE_INVALID') throttle.failed(req.ip, SETUP_KEY);
+      if (r.code === 'SIGN_IN_BUSY') {
+        throttle.refund(req.ip, SETUP_KEY);
+        return busy(reply, req);
+      }
+      // Only a wrong code is a guess; a right code with a weak password guessed nothing.
+      if (r.code !== 'SETUP_CODE_INVALID') throttle.refund(req.ip, SETUP_KEY);
       const status = r.code === 'SETUP_CODE_INVALID' ? 403 : r.code === 'SETUP_ALREADY_DONE' ? 409 : 422;
       return reply.status(status).send(r.detail === undefined ? { code: r.code } : { code: r.code, detail: r.detail });
     }
+    throttle.succeeded(req.ip, SETUP_KEY);
     return startSession(req, reply, r);
   });
 
@@ -102,12 +118,15 @@ export async function openSessionRoutes(
     const { username, password } = body.data;
     const wait = throttle.waitFor(req.ip, username);
     if (wait > 0) return throttled(reply, req, wait);
+    // Counted before the await (in flight counts as failed until known right), per address and per name alike.
+    throttle.attempt(req.ip, username);
     const r = await accounts.signIn(username, password, req.ip, req.id);
     if (r.status === 'refused') {
-      if (r.code === 'BAD_CREDENTIALS') {
-        throttle.failed(req.ip, username);
-        return reply.status(401).send({ code: r.code });
+      if (r.code === 'SIGN_IN_BUSY') {
+        throttle.refund(req.ip, username);
+        return busy(reply, req);
       }
+      if (r.code === 'BAD_CREDENTIALS') return reply.status(401).send({ code: r.code });
       return reply.status(403).send({ code: r.code });
     }
     throttle.succeeded(req.ip, username);
@@ -116,7 +135,12 @@ export async function openSessionRoutes(
 }
 
 /** GET /staff/session (who am I, and the CSRF token) and DELETE /staff/session (sign out), behind the auth hook. */
-export async function sessionRoutes(staff: FastifyInstance, deps: HttpDeps, cookie: SessionCookie): Promise<void> {
+export async function sessionRoutes(
+  staff: FastifyInstance,
+  deps: HttpDeps,
+  cookie: SessionCookie,
+  throttle: SignInThrottle,
+): Promise<void> {
   staff.get('/staff/session', async (req) => {
     const a = authOf(req);
     return {
@@ -134,5 +158,35 @@ export async function sessionRoutes(staff: FastifyInstance, deps: HttpDeps, cook
     if (a.session !== null) deps.accounts?.signOut(a.session, req.id);
     void reply.clearCookie(cookie.name, { path: '/', httpOnly: true, sameSite: 'strict', secure: cookie.secure });
     return reply.status(200).send({ status: a.session === null ? 'noop' : 'applied' });
+  });
+
+  /**
+   * POST /staff/session/password: the signed-in person changes their own
+   * password with the current one (throttled like a sign-in: a session left
+   * open must not become a password oracle). The API token has no password.
+   */
+  staff.post('/staff/session/password', async (req, reply) => {
+    const a = authOf(req);
+    const accounts = deps.accounts;
+    if (a.session === null || accounts === undefined) return reply.status(403).send({ code: 'SESSION_REQUIRED' });
+    const body = ChangeBody.safeParse(req.body);
+    if (!body.success) return reply.status(422).send({ code: 'BAD_REQUEST', detail: issues(body.error) });
+    const name = a.session.account.username;
+    const wait = throttle.waitFor(req.ip, name);
+    if (wait > 0) return throttled(reply, req, wait);
+    throttle.attempt(req.ip, name);
+    const r = await accounts.changeOwnPassword(a.session, body.data.currentPassword, body.data.newPassword, req.ip, req.id);
+    if (r.status === 'refused') {
+      if (r.code === 'SIGN_IN_BUSY') {
+        throttle.refund(req.ip, name);
+        return busy(reply, req);
+      }
+      if (r.code === 'CURRENT_PASSWORD_WRONG') return reply.status(403).send({ code: r.code });
+      throttle.refund(req.ip, name);
+      const status = r.code === 'SESSION_REQUIRED' ? 403 : 422;
+      return reply.status(status).send(r.detail === undefined ? { code: r.code } : { code: r.code, detail: r.detail });
+    }
+    throttle.refund(req.ip, name);
+    return reply.status(200).send({ status: 'applied' });
   });
 }

@@ -1,0 +1,378 @@
+import { request, type IncomingMessage } from 'node:http';
+import { encodeSecret, newId, newPairingSecret, type Schedule } from '@tobira/shared';
+import { startMqttBackend, type MqttTestBroker } from '@tobira/shared/testing';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { runSite, STAFF_TOKEN, waitFor, type Running } from './harness.js';
+import { makeAccounts, STAFF, SUPERVISOR } from './ui-browser.js';
+
+/**
+ * The staff web UI / API trust boundaries, attacked from outside: a running
+ * gateway (real HTTP on a port, real SQLite file, embedded broker, fake cloud
+ * and lock), requests sent at once from more than one client address
+ * (127.0.0.x are all loopback on Linux).
+ */
+
+interface Answer {
+  status: number;
+  body: Record<string, unknown>;
+  headers: IncomingMessage['headers'];
+}
+
+/** One request on its own connection from `localAddress`; an event stream answers as soon as its head arrives (then it is closed). */
+function send(
+  base: string,
+  method: string,
+  path: string,
+  opts: { body?: unknown; headers?: Record<string, string>; from?: string } = {},
+): Promise<Answer> {
+  const u = new URL(base);
+  const data = opts.body === undefined ? undefined : JSON.stringify(opts.body);
+  return new Promise((resolve, reject) => {
+    const req = request(
+      {
+        host: u.hostname,
+        port: u.port,
+        path,
+        method,
+        agent: false,
+        headers: { ...(data === undefined ? {} : { 'content-type': 'application/json' }), ...opts.headers },
+        ...(opts.from === undefined ? {} : { localAddress: opts.from }),
+      },
+      (res) => {
+        if (String(res.headers['content-type']).startsWith('text/event-stream')) {
+          resolve({ status: res.statusCode ?? 0, body: {}, headers: res.headers });
+          req.destroy();
+          return;
+        }
+        let text = '';
+        res.setEncoding('utf8');
+        res.on('data', (c: string) => (text += c));
+        res.on('end', () => {
+          let body: Record<string, unknown>;
+          try {
+            body = JSON.parse(text) as Record<string, unknown>;
+          } catch {
+            body = { text };
+          }
+          resolve({ status: res.statusCode ?? 0, body, headers: res.headers });
+        });
+      },
+    );
+    req.on('error', reject);
+    req.end(data);
+  });
+}
+
+const tally = (rs: Answer[]) => {
+  const t: Record<string, number> = {};
+  for (const r of rs) {
+    const k = `${r.status} ${String(r.body.code ?? '')}`.trim();
+    t[k] = (t[k] ?? 0) + 1;
+  }
+  return t;
+};
+
+interface Signed {
+  readonly cookie: string;
+  readonly csrf: string;
+  /** Headers of a state-changing request of this session. */
+  readonly write: Record<string, string>;
+}
+
+describe('staff trust boundaries of a running gateway', () => {
+  let broker: MqttTestBroker;
+  let s: Running | undefined;
+  const lobbySecret = encodeSecret(newPairingSecret());
+
+  beforeEach(async () => {
+    broker = await startMqttBackend('aedes');
+  });
+  afterEach(async () => {
+    await s?.close();
+    s = undefined;
+    await broker.stop();
+  });
+
+  const start = async (opts: Parameters<typeof runSite>[3] = {}, accounts = true) => {
+    s = await runSite(broker.url, broker.url, broker.unique, opts);
+    if (accounts) await makeAccounts(s);
+    return s;
+  };
+  const url = () => s!.gw.httpUrl!;
+  const signIn = async (who: { username: string; password: string }, from = '127.0.0.1'): Promise<Signed> => {
+    const r = await send(url(), 'POST', '/staff/session', { body: { username: who.username, password: who.password }, from });
+    expect(r.status, JSON.stringify(r.body)).toBe(200);
+    const cookie = String(r.headers['set-cookie']?.[0] ?? '').split(';')[0]!;
+    const csrf = String(r.body.csrfToken);
+    return { cookie, csrf, write: { cookie, 'x-csrf-token': csrf } };
+  };
+  const token = { authorization: `Bearer ${STAFF_TOKEN}` };
+
+  describe('sign-in under a burst sent at once', () => {
+    it('evaluates at most the free tries of 300 wrong passwords sent at once against a supervisor (the rest 429), and of 300 more from another address, while she still signs in from hers', async () => {
+      await start();
+      const wrong = (i: number, from: string) =>
+        send(url(), 'POST', '/staff/session', { body: { username: SUPERVISOR.username, password: `not her password ${i}` }, from });
+      const first = tally(await Promise.all(Array.from({ length: 300 }, (_, i) => wrong(i, '127.0.0.2'))));
+      expect(first['401 BAD_CREDENTIALS']).toBeLessThanOrEqual(3);
+      expect(first['429 SIGN_IN_THROTTLED']).toBeGreaterThanOrEqual(297);
+      const second = tally(await Promise.all(Array.from({ length: 300 }, (_, i) => wrong(i, '127.0.0.3'))));
+      expect(second['401 BAD_CREDENTIALS']).toBeLessThanOrEqual(3);
+      expect(second['429 SIGN_IN_THROTTLED']).toBeGreaterThanOrEqual(297);
+      // the owner, at her own address, is not locked out by either
+      await signIn(SUPERVISOR, '127.0.0.1');
+      expect(s!.gw.accounts.passwordWork.highWater).toBeLessThanOrEqual(2);
+    });
+
+    it('bounds the Argon2 work of the whole process: a flood of unknown names is shed with 503 SIGN_IN_BUSY beyond the queue, and an unknown name costs one verify like a known one', async () => {
+      await start({ overrides: { http: { host: '127.0.0.1', port: 0, passwordWork: { concurrency: 1, queue: 2 } } } });
+      const before = s!.gw.accounts.passwordWork.runs;
+      const known = await send(url(), 'POST', '/staff/session', { body: { username: SUPERVISOR.username, password: 'a wrong password' } });
+      const afterKnown = s!.gw.accounts.passwordWork.runs;
+      const unknown = await send(url(), 'POST', '/staff/session', { body: { username: 'nobody-here', password: 'a wrong password' } });
+      // the same answer, and the same Argon2 work (one verify each): no user-existence oracle by code or cost
+      expect([known.status, known.body]).toEqual([401, { code: 'BAD_CREDENTIALS' }]);
+      expect([unknown.status, unknown.body]).toEqual([401, { code: 'BAD_CREDENTIALS' }]);
+      expect(afterKnown - before).toBe(1);
+      expect(s!.gw.accounts.passwordWork.runs - afterKnown).toBe(1);
+
+      const flood = await Promise.all(
+        Array.from({ length: 40 }, (_, i) =>
+          send(url(), 'POST', '/staff/session', { body: { username: `ghost-${i}`, password: 'whatever it is' }, from: '127.0.0.4' }),
+        ),
+      );
+      const t = tally(flood);
+      expect(Object.keys(t).sort()).toEqual(['401 BAD_CREDENTIALS', '503 SIGN_IN_BUSY']);
+      expect(flood.filter((r) => r.status === 503).every((r) => r.headers['retry-after'] === '1')).toBe(true);
+      expect(s!.gw.accounts.passwordWork.highWater).toBe(1);
+      expect(s!.gw.accounts.passwordWork.shed).toBe(t['503 SIGN_IN_BUSY']);
+    });
+
+    it('checks the setup code before hashing: 300 wrong codes at once cost no Argon2 work, at most the free tries are evaluated, the rest 429', async () => {
+      await start({}, false);
+      const code = s!.gw.setupCode!.code;
+      const guesses = await Promise.all(
+        Array.from({ length: 300 }, (_, i) =>
+          send(url(), 'POST', '/staff/setup', {
+            body: { code: `WRONG-${i}`, username: 'mallory', displayName: 'Mallory', password: 'a long enough password' },
+            from: '127.0.0.2',
+          }),
+        ),
+      );
+      const t = tally(guesses);
+      expect(t['403 SETUP_CODE_INVALID']).toBeLessThanOrEqual(3);
+      expect(t['429 SIGN_IN_THROTTLED']).toBeGreaterThanOrEqual(297);
+      expect(s!.gw.accounts.passwordWork.runs).toBe(0);
+      // the right code from the right place still works
+      const ok = await send(url(), 'POST', '/staff/setup', { body: { code, ...SUPERVISOR } });
+      expect(ok.status).toBe(200);
+      expect(s!.gw.accounts.passwordWork.runs).toBe(1);
+    });
+  });
+
+  describe('passwords', () => {
+    it('refuses commonly breached passwords (also with digits added), welcomes a long passphrase, and lets a signed-in person change their own with the current one', async () => {
+      await start();
+      const sup = await signIn(SUPERVISOR);
+      const create = (username: string, password: string) =>
+        send(url(), 'POST', '/staff/accounts', {
+          body: { username, displayName: username, role: 'staff', password },
+          headers: sup.write,
+        });
+      for (const pw of ['qwerty123456', '1q2w3e4r5t6y', 'Password123456!', 'sunshine 2026 !!'])
+        expect((await create('yuki', pw)).body, pw).toMatchObject({ code: 'BREACHED_PASSWORD' });
+      expect((await create('yuki', 'aaaaaaaaaaaaaaaa')).body).toMatchObject({ code: 'WEAK_PASSWORD' });
+      const passphrase = 'the night porter keeps the spare keys in a drawer that squeaks '.repeat(4);
+      expect((await create('yuki', passphrase)).status).toBe(201);
+      await signIn({ username: 'yuki', password: passphrase });
+
+      const ken = await signIn(STAFF);
+      const kenElsewhere = await signIn(STAFF, '127.0.0.5');
+      const change = (who: Signed | null, currentPassword: string, newPassword: string) =>
+        send(url(), 'POST', '/staff/session/password', {
+          body: { currentPassword, newPassword },
+          headers: who === null ? token : who.write,
+        });
+      expect((await change(ken, 'not my password at all', 'a new evening shift phrase')).body).toEqual({ code: 'CURRENT_PASSWORD_WRONG' });
+      expect((await change(null, STAFF.password, 'a new evening shift phrase')).body).toEqual({ code: 'SESSION_REQUIRED' });
+      expect((await change(ken, STAFF.password, 'password1234')).body).toMatchObject({ code: 'BREACHED_PASSWORD' });
+      expect((await change(ken, STAFF.password, 'a new evening shift phrase')).body).toEqual({ status: 'applied' });
+      // this session goes on, the account's other one ended, the new password signs in, the old one does not
+      expect((await send(url(), 'GET', '/staff/session', { headers: { cookie: ken.cookie } })).status).toBe(200);
+      expect((await send(url(), 'GET', '/staff/session', { headers: { cookie: kenElsewhere.cookie } })).status).toBe(401);
+      await signIn({ username: STAFF.username, password: 'a new evening shift phrase' });
+      expect(
+        (await send(url(), 'POST', '/staff/session', { body: { username: STAFF.username, password: STAFF.password }, from: '127.0.0.6' }))
+          .status,
+      ).toBe(401);
+    });
+  });
+
+  describe('passage mode', () => {
+    const LOBBY_HOURS: Schedule = { timeZone: 'Asia/Tokyo', windows: [{ days: [0, 1, 2, 3, 4, 5, 6], start: '08:00', end: '20:00' }] };
+    const ALL_DAY: Schedule = { timeZone: 'Asia/Tokyo', windows: [{ days: [0, 1, 2, 3, 4, 5, 6], start: '00:00', end: '24:00' }] };
+    const CHAINED: Schedule = {
+      timeZone: 'Asia/Tokyo',
+      windows: [
+        { days: [1], start: '00:00', end: '12:00' },
+        { days: [1], start: '12:00', end: '24:00' },
+      ],
+    };
+
+    it('is a supervisor’s only: staff and the API token get 403 NOT_SUPERVISOR; a guest room refuses it (409 PASSAGE_GUEST_ROOM); a schedule over 16 h in a row is 422 PASSAGE_TOO_LONG', async () => {
+      await start({
+        overrides: {
+          locks: [
+            { lockId: 'lock-1', doorId: 'door-1', pairingSecret: lobbySecret, guestRoom: true },
+            { lockId: 'lock-2', doorId: 'door-lobby', pairingSecret: lobbySecret },
+          ],
+        },
+      });
+      const sup = await signIn(SUPERVISOR);
+      const ken = await signIn(STAFF);
+      const passage = (headers: Record<string, string>, doorId: string, schedule: Schedule | null) =>
+        send(url(), 'POST', '/staff/passage', { body: { doorId, schedule, reason: 'test' }, headers });
+      // the attack as reported: the automation token and a staff session holding guest rooms open round the clock
+      expect(await passage(token, 'door-1', ALL_DAY)).toMatchObject({ status: 403, body: { code: 'NOT_SUPERVISOR' } });
+      expect(await passage(ken.write, 'door-1', ALL_DAY)).toMatchObject({ status: 403, body: { code: 'NOT_SUPERVISOR' } });
+      expect(await passage(token, 'door-lobby', LOBBY_HOURS)).toMatchObject({ status: 403, body: { code: 'NOT_SUPERVISOR' } });
+      expect(await passage(sup.write, 'door-1', LOBBY_HOURS)).toMatchObject({ status: 409, body: { code: 'PASSAGE_GUEST_ROOM' } });
+      expect(await passage(sup.write, 'door-lobby', ALL_DAY)).toMatchObject({ status: 422, body: { code: 'PASSAGE_TOO_LONG' } });
+      expect(await passage(sup.write, 'door-lobby', CHAINED)).toMatchObject({ status: 422, body: { code: 'PASSAGE_TOO_LONG' } });
+      expect(s!.gw.store.db.prepare('SELECT count(*) AS n FROM passage').get()).toEqual({ n: 0 });
+      expect(await passage(sup.write, 'door-lobby', LOBBY_HOURS)).toMatchObject({ status: 200, body: { status: 'applied' } });
+      // clearing is a supervisor's too (a staff member cannot end what a supervisor decided), and always allowed to one
+      expect(await passage(ken.write, 'door-lobby', null)).toMatchObject({ status: 403, body: { code: 'NOT_SUPERVISOR' } });
+      expect(await passage(sup.write, 'door-1', null)).toMatchObject({ status: 200 });
+      expect(await passage(sup.write, 'door-lobby', null)).toMatchObject({ status: 200, body: { status: 'applied' } });
+    });
+  });
+
+  describe('a lockdown the cloud set', () => {
+    it('is lifted by neither the API token nor a staff member (403 CLOUD_LOCKDOWN), by a supervisor only with a reason; one the gateway set stays liftable by staff', async () => {
+      await start();
+      const sup = await signIn(SUPERVISOR);
+      const ken = await signIn(STAFF);
+      const mode = (headers: Record<string, string>, m: 'normal' | 'lockdown', reason?: string) =>
+        send(url(), 'POST', '/staff/mode', { body: reason === undefined ? { mode: m } : { mode: m, reason }, headers });
+
+      // staff lock down first, then the cloud (police request): the lockdown becomes the cloud's
+      expect((await mode(ken.write, 'lockdown', 'suspicious person')).body).toEqual({ status: 'applied', mode: 'lockdown' });
+      await s!.cloud.send({
+        type: 'site.mode',
+        seq: ++s!.cloud.seq,
+        body: { requestId: newId(), mode: 'lockdown', passage: [], by: 'ops-token', reason: 'police request' },
+      });
+      await waitFor(
+        () => (s!.gw.store.db.prepare('SELECT mode_origin AS o FROM settings').get() as { o: string }).o === 'cloud',
+        'cloud lockdown applied',
+      );
+
+      expect(await mode(token, 'normal', 'nightly script')).toMatchObject({ status: 403, body: { code: 'CLOUD_LOCKDOWN' } });
+      expect(await mode(ken.write, 'normal', 'guest wants out')).toMatchObject({ status: 403, body: { code: 'CLOUD_LOCKDOWN' } });
+      expect(await mode(sup.write, 'normal')).toMatchObject({ status: 422, body: { code: 'REASON_REQUIRED' } });
+      expect(await mode(sup.write, 'normal', '   ')).toMatchObject({ status: 422, body: { code: 'REASON_REQUIRED' } });
+      expect(s!.gw.store.settings().mode).toBe('lockdown');
+      const refusals = s!.gw.store.db
+        .prepare("SELECT code FROM staff_actions WHERE action = 'set_mode' AND result = 'refused' ORDER BY id")
+        .all();
+      expect(refusals).toEqual([
+        { code: 'CLOUD_LOCKDOWN' },
+        { code: 'CLOUD_LOCKDOWN' },
+        { code: 'REASON_REQUIRED' },
+        { code: 'REASON_REQUIRED' },
+      ]);
+      expect(await mode(sup.write, 'normal', 'police confirmed all clear by phone')).toMatchObject({
+        status: 200,
+        body: { status: 'applied', mode: 'normal' },
+      });
+
+      // a lockdown set at the gateway: lifted by staff and by the token as before
+      expect((await mode(token, 'lockdown', 'monitoring')).body).toEqual({ status: 'applied', mode: 'lockdown' });
+      expect((await mode(ken.write, 'normal', 'false alarm')).body).toEqual({ status: 'applied', mode: 'normal' });
+    });
+  });
+
+  describe('the live feed', () => {
+    it('caps open streams per account, however many sessions it has (429 TOO_MANY_STREAMS), while another account still gets one', async () => {
+      await start();
+      const sessions = [await signIn(SUPERVISOR), await signIn(SUPERVISOR, '127.0.0.2'), await signIn(SUPERVISOR, '127.0.0.3')];
+      const open: { close(): void }[] = [];
+      const stream = (cookie: string) =>
+        new Promise<number>((resolve, reject) => {
+          const u = new URL(url());
+          const req = request({ host: u.hostname, port: u.port, path: '/staff/events', agent: false, headers: { cookie } }, (res) => {
+            resolve(res.statusCode ?? 0);
+            if (res.statusCode !== 200) res.resume();
+          });
+          open.push({ close: () => req.destroy() });
+          req.on('error', reject);
+          req.end();
+        });
+      try {
+        const codes: number[] = [];
+        for (const sess of sessions) for (let i = 0; i < 4; i++) codes.push(await stream(sess.cookie));
+        expect(codes.filter((c) => c === 200)).toHaveLength(8);
+        expect(codes.slice(8)).toEqual([429, 429, 429, 429]);
+        const ken = await signIn(STAFF);
+        expect(await stream(ken.cookie)).toBe(200);
+      } finally {
+        for (const o of open) o.close();
+      }
+    });
+  });
+
+  describe('answers and requests a browser handles', () => {
+    it('sends Cache-Control: no-store and nosniff with every answer that carries a session secret', async () => {
+      await start();
+      const r = await send(url(), 'POST', '/staff/session', { body: { username: SUPERVISOR.username, password: SUPERVISOR.password } });
+      expect(r.status).toBe(200);
+      expect(r.body.csrfToken).toEqual(expect.any(String));
+      for (const a of [
+        r,
+        await send(url(), 'GET', '/staff/session', { headers: { cookie: String(r.headers['set-cookie']?.[0]).split(';')[0]! } }),
+      ]) {
+        expect(a.headers['cache-control']).toBe('no-store');
+        expect(a.headers['x-content-type-options']).toBe('nosniff');
+      }
+      const viaToken = await send(url(), 'GET', '/staff/status', { headers: token });
+      expect(viaToken.headers['cache-control']).toBe('no-store');
+    });
+
+    it('refuses a state-changing staff request another site made (Origin, Sec-Fetch-Site) with 403 CROSS_SITE_REQUEST, sign-in included, and changes nothing', async () => {
+      await start();
+      const sup = await signIn(SUPERVISOR);
+      const host = new URL(url()).host;
+      const cross = [
+        { origin: 'http://evil.example' },
+        { origin: 'null' },
+        { origin: `http://${host}`, 'sec-fetch-site': 'cross-site' },
+        { 'sec-fetch-site': 'same-site' },
+      ];
+      for (const h of cross) {
+        const signInTry = await send(url(), 'POST', '/staff/session', {
+          body: { username: STAFF.username, password: STAFF.password },
+          headers: h,
+        });
+        expect(signInTry, JSON.stringify(h)).toMatchObject({ status: 403, body: { code: 'CROSS_SITE_REQUEST' } });
+        const lockdown = await send(url(), 'POST', '/staff/mode', { body: { mode: 'lockdown' }, headers: { ...sup.write, ...h } });
+        expect(lockdown, JSON.stringify(h)).toMatchObject({ status: 403, body: { code: 'CROSS_SITE_REQUEST' } });
+      }
+      expect(s!.gw.store.settings().mode).toBe('normal');
+      // the page's own requests (same origin) and clients that are not browsers go through
+      const same = { origin: `http://${host}`, 'sec-fetch-site': 'same-origin' };
+      expect((await send(url(), 'POST', '/staff/mode', { body: { mode: 'lockdown' }, headers: { ...sup.write, ...same } })).status).toBe(
+        200,
+      );
+      expect((await send(url(), 'POST', '/staff/mode', { body: { mode: 'normal' }, headers: token })).status).toBe(200);
+    });
+
+    it('never serves /metrics without its token: 503 METRICS_TOKEN_NOT_CONFIGURED when none is configured, whatever is sent', async () => {
+      await start({}, false);
+      for (const headers of [{}, token]) {
+        const r = await send(url(), 'GET', '/metrics', { headers });
+        expect(r).toMatchObject({ status: 503, body: { code: 'METRICS_TOKEN_NOT_CONFIGURED' } });
+      }
+    });
+  });
+});
