@@ -42,6 +42,7 @@ import { StaffAccounts } from './app/staff-accounts.js';
 import { ackAlarmLocally, setSiteMode } from './app/staff-actions.js';
 import { staffAudit } from './app/staff-audit.js';
 import { remoteUnlock } from './app/staff-unlock.js';
+import { LockWatch } from './app/lock-watch.js';
 import { LiveFeed } from './app/live-feed.js';
 import { health, staffStatus, type StaffStatusDeps } from './app/staff-status.js';
 import { UplinkSender, sendResyncRequest, type UplinkDeps } from './app/uplink.js';
@@ -134,6 +135,7 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
   let accounts: StaffAccounts | null = null;
   let setupCode: { code: string; expiresAt: number } | null = null;
   const live = new LiveFeed(runLog);
+  const watch = new LockWatch();
   const timers: NodeJS.Timeout[] = [];
   let stopping = false;
   let applyScheduled = false;
@@ -247,6 +249,7 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
         metrics,
         crash: deps.crash ?? noCrash,
         outboxWritten: () => uplink?.wake(),
+        watch,
       };
       const upDeps: UplinkDeps = {
         ...base,
@@ -337,6 +340,8 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
         { clientId: gatewaySiteClientId(config.gatewayId), filters: siteFilters },
         onSiteMessage,
         withCorrelation(log, newCorrelationId(), { link: 'site' }),
+        // retained states come back on the subscribe that follows: until then no lock's privacy counts as known
+        () => watch.siteConnected(),
       );
 
       passageDeps = {

@@ -293,6 +293,7 @@ function decideOne(
           lockedOutUntil: lock.lockedOutUntil,
           doorId: lock.doorId === null ? null : asDoorId(lock.doorId),
           privacy: lock.privacySince !== null,
+          privacyUnknown: deps.watch !== undefined && !deps.watch.privacyKnown(lockId),
         };
   const d =
     credential === null

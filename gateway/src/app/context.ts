@@ -4,6 +4,7 @@ import type { ReadableDb } from '../adapters/sqlite/db.js';
 import { readSettings } from '../adapters/sqlite/settings.js';
 import type { GatewayStore } from '../adapters/sqlite/store.js';
 import type { Metrics } from '../metrics.js';
+import type { LockWatch } from './lock-watch.js';
 
 /** Named crash points (DESIGN.md §9). `TOBIRA_CRASH_AT=<name>` turns one into a SIGKILL of the daemon. */
 export const CRASH_POINTS = ['afterInboxInsertBeforeApply', 'afterApplyBeforeAck', 'afterDecisionBeforePublish'] as const;
@@ -20,6 +21,11 @@ export interface AppContext {
   readonly crash: CrashHook;
   /** Wakes the uplink sender after a commit that wrote outbox rows. */
   readonly outboxWritten: () => void;
+  /**
+   * What this process heard from the locks on the current site connection
+   * (privacy). Absent (tests of one part alone): the stored privacy counts as known.
+   */
+  readonly watch?: LockWatch;
 }
 
 /** A resync answer's round trip above this proves nothing after a restart (TrustedTime.answered). */
