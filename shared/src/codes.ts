@@ -337,6 +337,8 @@ export const REVOKE_REASONS = table({
   plan_retired: 'The plan the key belonged to was retired.',
   payment_failed: 'The payment that gated the key failed.',
   walk_in_cancelled: 'The walk-in day pass the key belonged to was cancelled.',
+  key_used:
+    "A one-time key's one entry was used at the door and the cloud recorded it: sent as a sequenced revoke so that every copy of the gateway's key set learns it, one restored from a backup taken before the entry included.",
 });
 
 export function codesOf<T extends Record<string, string>>(t: T): [keyof T & string, ...(keyof T & string)[]] {
