@@ -160,6 +160,7 @@ const en = Object.freeze({
   'decision.MOBILE_TOKEN_EXPIRED': 'Phone key has expired: open the app again for a new one',
   'decision.MOBILE_TOKEN_WRONG_SITE': 'Phone key is for another site',
   'decision.MOBILE_TOKEN_MISMATCH': 'Phone key does not match a phone key of this person',
+  'decision.MOBILE_TOKEN_REPLAYED': 'Phone key already used once: each one opens a single time',
   'decision.unknown': 'Unrecognised code {code}',
 
   'alarm.door_ajar': 'Door left open',
@@ -518,6 +519,7 @@ const ja = Object.freeze({
   'decision.MOBILE_TOKEN_EXPIRED': 'スマートフォンの鍵の有効期限切れです（アプリを開き直してください）',
   'decision.MOBILE_TOKEN_WRONG_SITE': '別の施設用のスマートフォンの鍵です',
   'decision.MOBILE_TOKEN_MISMATCH': 'この人のスマートフォンの鍵と一致しません',
+  'decision.MOBILE_TOKEN_REPLAYED': 'このスマートフォンの鍵はすでに一度使われています（1回ごとに1度だけ開きます）',
   'decision.unknown': '不明なコード {code}',
 
   'alarm.door_ajar': 'ドアが開いたままです',

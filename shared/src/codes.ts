@@ -273,6 +273,8 @@ export const DECISION_CODES = table({
   MOBILE_TOKEN_EXPIRED: 'The mobile token has expired (it lives minutes; the phone asks the cloud for a new one).',
   MOBILE_TOKEN_WRONG_SITE: 'The mobile token was issued for another gateway (site).',
   MOBILE_TOKEN_MISMATCH: 'The mobile token names a key that is not a mobile key of the person it names.',
+  MOBILE_TOKEN_REPLAYED:
+    'The mobile token has opened a door already: a token is single use (its jti is kept until it expires, across restarts).',
   REMOTE_UNLOCK:
     "A supervisor opened the door remotely from the gateway's staff UI for one entry; the event's `by` names them and their reason.",
   SIGNER_RETIRED:

@@ -23,7 +23,7 @@ import { decide, decideMobileToken, lastFreshSyncAt } from '../domain/decide.js'
 import { noSiteLockout, recordAttempt, recordSiteAttempt, type LockoutPolicy, type SiteLockoutPolicy } from '../domain/lockout.js';
 import { fullBucket, takeToken, type Bucket, type RatePolicy } from '@tobira/shared';
 import { commitDecisions, findAccess, insertAccess, type StoredAccessEvent } from '../adapters/sqlite/access-log.js';
-import { consumeKey, keySetView } from '../adapters/sqlite/keyset.js';
+import { consumeKey, keySetView, mobileTokenUsed, useMobileToken } from '../adapters/sqlite/keyset.js';
 import { setLockout, setSiteLockout } from '../adapters/sqlite/locks.js';
 import { memoryLock, memorySiteLockout } from '../adapters/sqlite/memory.js';
 import { enqueue } from '../adapters/sqlite/outbox.js';
@@ -301,7 +301,12 @@ function decideOne(
       : 'token' in credential
         ? decideMobileToken(
             credential.token.ok
-              ? { lockId: asLockId(lockId), claims: credential.token.claims, audience: deps.gatewayId }
+              ? {
+                  lockId: asLockId(lockId),
+                  claims: credential.token.claims,
+                  audience: deps.gatewayId,
+                  used: mobileTokenUsed(db, credential.token.claims.jti),
+                }
               : { lockId: asLockId(lockId), refused: credential.token.code },
             keySet,
             lockView,
@@ -322,6 +327,12 @@ function decideOne(
   if (d.allowed && key !== null && key.grant.oneTime === true) {
     if (!consumeKey(db, { keyId: key.grant.keyId, version: key.version, lockId, requestId }, now))
       throw new Error(`one-time key ${key.grant.keyId} allowed although already consumed`);
+  }
+  // A mobile token is used up in this transaction, with its decision, so a replay is refused at any lock, after a restart too.
+  if (d.allowed && credential !== null && 'token' in credential && credential.token.ok) {
+    const c = credential.token.claims;
+    if (!useMobileToken(db, { jti: c.jti, expiresAt: c.exp * 1000, lockId, requestId }, now))
+      throw new Error(`mobile token ${c.jti} allowed although already used`);
   }
   const cid = (key !== null ? keySet.grantCid(key.grant.keyId) : null) ?? newCorrelationId();
   const command = d.allowed

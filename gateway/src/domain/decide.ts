@@ -30,7 +30,13 @@ export interface AccessRequest {
  * audience it must name); or why the check refused it.
  */
 export type MobileTokenRequest =
-  | { readonly lockId: LockId; readonly claims: MobileTokenClaims; readonly audience: string }
+  | {
+      readonly lockId: LockId;
+      readonly claims: MobileTokenClaims;
+      readonly audience: string;
+      /** A token with this jti has opened a door already (absent: it has not). */
+      readonly used?: boolean;
+    }
   | { readonly lockId: LockId; readonly refused: 'MOBILE_TOKEN_INVALID' | 'MOBILE_TOKEN_UNKNOWN_SIGNER' };
 
 /** The key set as decide sees it: every key (active or revoked) that has this credential. */
@@ -172,7 +178,7 @@ export const MOBILE_TOKEN_SKEW_SECONDS = 60;
 /**
  * The decision for a relayed mobile token. Invariant: `allowed` only for a
  * token signed by a trusted cloud key, addressed to this gateway, not
- * expired on trusted time, naming a mobile key of the person it names, and
+ * expired on trusted time, never used to open a door before, naming a mobile key of the person it names, and
  * only when that key would open this door now by every rule of `decide`.
  */
 export function decideMobileToken(request: MobileTokenRequest, keySet: KeySetView, lock: LockView, site: SiteView, now: number): Decision {
@@ -183,6 +189,8 @@ export function decideMobileToken(request: MobileTokenRequest, keySet: KeySetVie
   const c = request.claims;
   if (c.aud !== request.audience) return { allowed: false, code: 'MOBILE_TOKEN_WRONG_SITE' };
   if (now >= c.exp * 1000) return { allowed: false, code: 'MOBILE_TOKEN_EXPIRED' };
+  // single use: a token seen on the air (or replayed by a lock) opens nothing a second time
+  if (request.used === true) return { allowed: false, code: 'MOBILE_TOKEN_REPLAYED' };
   if (c.iat * 1000 > now + MOBILE_TOKEN_SKEW_SECONDS * 1000) return { allowed: false, code: 'MOBILE_TOKEN_INVALID' };
   const key = keySet.byKeyId?.(c.sub) ?? null;
   if (key === null) return { allowed: false, code: 'UNKNOWN_CREDENTIAL' };
