@@ -364,13 +364,17 @@ function decideOne(
   return { row, command, ...(siteLockoutUntil === undefined ? {} : { siteLockoutUntil }) };
 }
 
-/** The same command again: same id and expiry, so the same MAC; a lock refuses it if already executed or expired. */
+/**
+ * The same command again: same id, action and expiry, so the same MAC; a lock refuses it if already
+ * executed or expired. A passage relock recorded a `lock` command: re-signing it as an unlock would
+ * hand whoever repeats its request id a valid unlock under an id the lock may never have executed.
+ */
 function recordedCommand(row: StoredAccessEvent, secret: Uint8Array): LockCommand | null {
   return row.commandId !== null && row.commandExpiresAt !== null && row.holdMs !== null
     ? signLockCommand(secret, {
         commandId: row.commandId,
         lockId: row.lockId,
-        action: 'unlock',
+        action: row.code === 'PASSAGE_RELOCK' ? 'lock' : 'unlock',
         holdMs: row.holdMs,
         expiresAt: row.commandExpiresAt,
       })
