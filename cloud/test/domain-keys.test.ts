@@ -181,10 +181,16 @@ describe('recordKeyUse (one-time keys)', () => {
     expect(KeyGrant.safeParse(toGrant(o.state)).success).toBe(true);
     expect('oneTime' in toGrant(issued())).toBe(false);
   });
-  it('moves an issuing or active one-time key to used, with the entry time, and sends nothing', () => {
+  it('moves an issuing or active one-time key to used, with the entry time, at a higher version, and sends it as a sequenced revoke', () => {
     for (const status of ['issuing', 'active'] as const) {
-      const o = recordKeyUse(oneTime(status), report, NOW + 6000);
-      expect(o).toMatchObject({ status: 'applied', code: 'KEY_USED_RECORDED', state: { status: 'used', usedAt: NOW + 5000 }, emits: [] });
+      const key = oneTime(status);
+      const o = recordKeyUse(key, report, NOW + 6000);
+      expect(o).toMatchObject({
+        status: 'applied',
+        code: 'KEY_USED_RECORDED',
+        state: { status: 'used', usedAt: NOW + 5000, version: key.version + 1 },
+        emits: [{ type: 'key.revoke', body: { keyId: key.id, version: key.version + 1, reason: 'key_used' } }],
+      });
     }
   });
   it('changes nothing for an ordinary key, a report from another gateway, a used or already dead key', () => {

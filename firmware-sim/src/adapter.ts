@@ -18,6 +18,7 @@ import {
   type Logger,
   type PresentedCredential,
 } from '@tobira/shared';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import type { IClientOptions, MqttClient } from 'mqtt';
 import { NO_FAULTS, rollFault, validateFaults, type Faults } from './faults.js';
 import {
@@ -83,6 +84,23 @@ export interface SimLockOptions {
   /** How long `input()` and the door helpers wait for the broker to take their messages. */
   readonly publishTimeoutMs?: number;
   readonly onActivity?: (a: SimActivity) => void;
+  /**
+   * A file that holds the replay window (the command ids seen, until their
+   * commands expire), as a real lock holds it in non-volatile memory: read at
+   * start, written (synchronously) before a step's outputs leave, so a lock
+   * restarted within the command lifetime refuses a command it executed
+   * before its restart (COMMAND_REPLAYED). Absent: the window lives in this
+   * process only, and a restart of the process forgets it.
+   */
+  readonly replayWindowFile?: string;
+}
+
+/** The persisted replay window: command id → expiry (ms). Unreadable or missing: empty (a fresh lock). */
+function loadReplayWindow(file: string | undefined): ReadonlyMap<string, number> {
+  if (file === undefined || !existsSync(file)) return new Map();
+  const v = JSON.parse(readFileSync(file, 'utf8')) as unknown;
+  if (typeof v !== 'object' || v === null) return new Map();
+  return new Map(Object.entries(v).filter((e): e is [string, number] => typeof e[1] === 'number'));
 }
 
 export type SimActivity =
@@ -206,7 +224,7 @@ export class SimLock {
   async start(): Promise<void> {
     if (this.#lock) throw new Error(`lock ${this.lockId} already started`);
     const cfg = lockConfig({ lockId: asLockId(this.lockId), secret: this.#o.secret, ...this.#o.lock });
-    this.#lock = initialLock(cfg, this.#clock.now(), this.#o.battery);
+    this.#lock = { ...initialLock(cfg, this.#clock.now(), this.#o.battery), seen: loadReplayWindow(this.#o.replayWindowFile) };
     this.#stopping = false;
     // Booting before connecting: the connect handler publishes the booted state.
     void this.#step({ type: 'boot' }, false);
@@ -403,6 +421,9 @@ export class SimLock {
   #step(i: LockInput, publish: boolean): Promise<readonly LockOutput[]> {
     if (!this.#lock) throw new Error(`lock ${this.lockId} not started`);
     const { lock, outputs } = onMessage(this.#lock, i, this.#clock.now(), this.#ids);
+    // the window reaches the file before the bolt's state or any result leaves: a crash after cannot forget the id
+    if (this.#o.replayWindowFile !== undefined && lock.seen !== this.#lock.seen)
+      writeFileSync(this.#o.replayWindowFile, JSON.stringify(Object.fromEntries(lock.seen)), { mode: 0o600 });
     this.#lock = lock;
     for (const o of outputs) {
       // The boot before the first connect is announced by the connect itself, not as an output.

@@ -43,8 +43,8 @@ import {
  * | jam              | not jammed                             | jammed                     | state, jam alarm                       |
  * | clear_jam        | jammed                                 | locked                     | state                                  |
  * | battery_drain    | level changes                          | unchanged                  | state (+ low_battery alarm when it first drops below the threshold) |
- * | privacy_on       | privacy off (the guest turns the inside thumb-turn) | unchanged      | privacy event {active: true}           |
- * | privacy_off      | privacy on (thumb-turn turned back)    | unchanged                  | privacy event {active: false}          |
+ * | privacy_on       | privacy off (the guest turns the inside thumb-turn) | unchanged      | privacy event {active: true}, state (privacy: true) |
+ * | privacy_off      | privacy on (thumb-turn turned back)    | unchanged                  | privacy event {active: false}, state (privacy: false) |
  * | exit             | door closed (inside handle: always opens, mechanical egress) | door open | (privacy event {active: false} if on), state |
  */
 
@@ -168,6 +168,7 @@ export function stateOf(lock: Lock): LockState {
     battery: lock.battery,
     at: lock.at,
     lastCommandId: lock.lastCommandId,
+    privacy: lock.privacy,
   };
 }
 
@@ -274,11 +275,12 @@ function handle(lock: Lock, input: LockInput, now: number, ids: IdSource, out: L
     case 'privacy_on':
       if (lock.privacy) return lock;
       out.push(privacyEvent(lock, true, now, ids));
-      return { ...lock, privacy: true };
+      // the state carries privacy too (retained): a gateway away for the event learns it from the state
+      return publish({ ...lock, privacy: true, at: now });
     case 'privacy_off':
       if (!lock.privacy) return lock;
       out.push(privacyEvent(lock, false, now, ids));
-      return { ...lock, privacy: false };
+      return publish({ ...lock, privacy: false, at: now });
     case 'exit': {
       if (lock.door === 'open') return lock;
       if (lock.privacy) out.push(privacyEvent(lock, false, now, ids));

@@ -26,7 +26,9 @@ describe('when it boots', () => {
   it('boots locked with the door closed and publishes its state', () => {
     const s = onMessage(initialLock(lockConfig({ lockId: asLockId('L1'), secret }), T0), { type: 'boot' }, T0, ids);
     expect(s.lock.bolt).toBe('locked');
-    expect(states(s.outputs)).toEqual([{ lockId: 'L1', bolt: 'locked', door: 'closed', battery: 100, at: T0, lastCommandId: null }]);
+    expect(states(s.outputs)).toEqual([
+      { lockId: 'L1', bolt: 'locked', door: 'closed', battery: 100, at: T0, lastCommandId: null, privacy: false },
+    ]);
   });
 
   it('an unlocked lock that reboots comes back locked', () => {

@@ -24,7 +24,7 @@ import type { RetentionLimits } from './adapters/sqlite/diagnostics.js';
 import { inboxDepth, releaseAllClaims, type InboxRow } from './adapters/sqlite/inbox.js';
 import { allLocks, upsertLock } from './adapters/sqlite/locks.js';
 import { outboxDepth } from './adapters/sqlite/outbox.js';
-import { readSettings, touchHighWater } from './adapters/sqlite/settings.js';
+import { capHighWater, readSettings, touchHighWater } from './adapters/sqlite/settings.js';
 import { staffLists } from './adapters/sqlite/staff-queries.js';
 import { GatewayStore } from './adapters/sqlite/store.js';
 import { connectCloudLink, connectSiteLink, type Link } from './adapters/mqtt/links.js';
@@ -42,6 +42,7 @@ import { StaffAccounts } from './app/staff-accounts.js';
 import { ackAlarmLocally, setSiteMode, setSiteModeAsStaff } from './app/staff-actions.js';
 import { staffAudit } from './app/staff-audit.js';
 import { remoteUnlock } from './app/staff-unlock.js';
+import { LockWatch } from './app/lock-watch.js';
 import { LiveFeed } from './app/live-feed.js';
 import { health, staffStatus, type StaffStatusDeps } from './app/staff-status.js';
 import { UplinkSender, sendResyncRequest, type UplinkDeps } from './app/uplink.js';
@@ -137,6 +138,7 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
   let accounts: StaffAccounts | null = null;
   let setupCode: { code: string; expiresAt: number } | null = null;
   const live = new LiveFeed(runLog);
+  const watch = new LockWatch();
   const timers: NodeJS.Timeout[] = [];
   let stopping = false;
   let applyScheduled = false;
@@ -150,6 +152,28 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
         runLog.error({ err: e }, 'passage evaluation failed');
       }
     });
+
+  // CLOCK_SKEW once per episode (the staff status shows it while it lasts; docs/gateway.md "Freshness lease and trusted time")
+  let skewReported = false;
+  const reportClockSkew = (db: GatewayStore['db']) => {
+    // a high-water mark above the ceiling (a wall clock that ran ahead before the cloud proved the time) must not outlive the clock's fix
+    const ceiling = time.ceiling();
+    if (ceiling !== null && capHighWater(db, ceiling))
+      runLog.warn(
+        { code: 'CLOCK_SKEW', highWaterMs: ceiling },
+        'the time high-water mark was ahead of the time the cloud proved: lowered to it',
+      );
+    const skew = time.skew;
+    if (skew !== null && !skewReported)
+      runLog.warn(
+        { code: 'CLOCK_SKEW', skewMs: skew.skewMs, since: skew.since },
+        skew.skewMs > 0
+          ? 'the wall clock is ahead of the time the cloud proved: doors decide on trusted time, fix the clock'
+          : 'the wall clock is behind trusted time: doors decide on trusted time, fix the clock',
+      );
+    else if (skew === null && skewReported) runLog.info({ code: 'CLOCK_SKEW_CLEARED' }, 'the wall clock agrees with trusted time again');
+    skewReported = skew !== null;
+  };
 
   const need = <T>(v: T | null): T => {
     if (v === null) throw new Error('gateway not started');
@@ -253,6 +277,7 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
         metrics,
         crash: deps.crash ?? noCrash,
         outboxWritten: () => uplink?.wake(),
+        watch,
       };
       const upDeps: UplinkDeps = {
         ...base,
@@ -343,6 +368,8 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
         { clientId: gatewaySiteClientId(config.gatewayId), filters: siteFilters },
         onSiteMessage,
         withCorrelation(log, newCorrelationId(), { link: 'site' }),
+        // retained states come back on the subscribe that follows: until then no lock's privacy counts as known
+        () => watch.siteConnected(),
       );
 
       passageDeps = {
@@ -367,6 +394,7 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
           try {
             applyNow();
             touchHighWater(s.db, nowOf(base));
+            reportClockSkew(s.db);
             passageNow();
           } catch (e) {
             runLog.error({ err: e }, 'tick failed');

@@ -16,6 +16,7 @@ import {
   generateSigningKeyPair,
   importSigningKey,
   newCorrelationId,
+  newId,
   newPairingSecret,
   signMessage,
   topics,
@@ -249,6 +250,12 @@ export class FakeLock {
       qos: 1,
     });
     this.#client = c;
+    await this.announcePrivacy(false);
+  }
+
+  /** What a lock says on connect: whether its guest has privacy on (until then the gateway counts it as private). */
+  async announcePrivacy(active: boolean): Promise<void> {
+    await this.publish('event', { eventId: newId(), lockId: this.lockId, at: 0, kind: 'privacy', active });
   }
 
   async publish(channel: 'request' | 'state' | 'event' | 'presence', payload: unknown, retain = false): Promise<void> {

@@ -69,11 +69,65 @@ describe.each(mqttBackends())('trusted time when the wall clock is wrong (broker
     });
   });
 
-  it('fails closed at once when the wall clock jumps a year ahead (it can only end a lease sooner)', async () => {
+  it('keeps deciding on real time when the wall clock jumps a year ahead, says so, and fails closed once the grace has really elapsed', async () => {
     const s = await start();
     await inSync(s, { validUntil: T0 + 2 * 365 * DAY });
     s.f.clock.set(T0 + 365 * DAY);
+    expect((await s.lock.present(PIN)).code).toBe('ALLOWED'); // the lease runs on elapsed time, bounded above by the cloud's
+    const st = (await status(s.gw)) as unknown as { clockSkew: { skewMs: number } | null; failClosed: boolean };
+    expect(st.failClosed).toBe(false);
+    expect(st.clockSkew?.skewMs).toBeGreaterThan(364 * DAY);
+    mono.advance(GRACE_MS);
     expect((await s.lock.present(PIN)).code).toBe('CLOUD_STALE');
+  });
+
+  describe('when the wall clock runs 150 s ahead', () => {
+    it('opens no key before its validFrom, shows CLOCK_SKEW to staff, and the skew does not outlive the fix of the clock', async () => {
+      const s = await start();
+      await inSync(s);
+      const soonPin = '918273';
+      await s.cloud.grant({
+        keyId: 'key-soon' as never,
+        credential: { type: 'pin', digest: s.f.digest(soonPin) },
+        validFrom: s.f.clock.now() + 100_000,
+      });
+      await s.cloud.heartbeat();
+      await waitFor(() => s.gw.store.settings().appliedSeq >= 2, 'the second key applied');
+      expect((await s.lock.present(soonPin)).code).toBe('KEY_NOT_YET_VALID');
+
+      const real = s.f.clock.now();
+      s.f.clock.set(real + 150_000); // only the wall clock moves: no real time passes
+      expect((await s.lock.present(soonPin)).code).toBe('KEY_NOT_YET_VALID');
+      expect((await s.lock.present(PIN)).code).toBe('ALLOWED');
+      const skewed = (await status(s.gw)) as unknown as { clockSkew: { skewMs: number } | null; failClosed: boolean };
+      expect(skewed.failClosed).toBe(false);
+      expect(skewed.clockSkew?.skewMs).toBeGreaterThan(100_000);
+
+      // the clock is fixed: nothing of the skew stayed behind in the high-water mark
+      s.f.clock.set(real);
+      expect(s.gw.store.settings().highWaterMs).toBeLessThan(real + 100_000);
+      expect((await s.lock.present(soonPin)).code).toBe('KEY_NOT_YET_VALID');
+      expect(((await status(s.gw)) as unknown as { clockSkew: unknown }).clockSkew).toBeNull();
+      // real time reaches validFrom: it opens
+      mono.advance(100_000);
+      s.f.clock.set(real + 100_000);
+      expect((await s.lock.present(soonPin)).code).toBe('ALLOWED');
+    });
+
+    it('lowers a high-water mark left ahead by the clock to the time the cloud proves after a restart', async () => {
+      const s = await start();
+      await inSync(s);
+      const real = s.f.clock.now();
+      // a high-water mark left far ahead (a clock that ran ahead while nothing bounded it)
+      s.gw.store.db.prepare('UPDATE settings SET high_water_ms = ? WHERE id = 1').run(real + 3_600_000);
+      await s.gw.stop({ force: true });
+      const gw = createGateway(s.f.config, { clock: s.f.clock, monotonic: mono, log: silentLog(), tickMs: 50 });
+      extra.push(() => gw.stop({ force: true }));
+      await gw.start();
+      await waitFor(() => gw.timeProven, 'the restart proven by the cloud');
+      // the next tick lowers it to the ceiling (the proven time plus the tolerance)
+      await waitFor(() => gw.store.settings().highWaterMs < real + 60_000, 'the high-water mark lowered');
+    });
   });
 
   it('keeps deciding and recording when the monotonic clock reads fractions of a ms, as performance.now() does', async () => {

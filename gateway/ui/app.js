@@ -290,7 +290,8 @@ function fmtDuration(seconds) {
  *   failClosedReason: string | null, waitingOnGap: boolean, newestVerifiedIatMs: number, lastResyncAt: number | null,
  *   inboxDepth: number, outboxDepth: number, inboxFailed: number, rejectedDownlinks: number, lockRefusals: number,
  *   openAlarms: number, locksTotal: number, locksOnline: number, timeZone?: string | null,
- *   storage?: { low: boolean, freeBytes: number | null, minFreeBytes: number } }} Status
+ *   storage?: { low: boolean, freeBytes: number | null, minFreeBytes: number },
+ *   clockSkew?: { skewMs: number, since: number } | null }} Status
  */
 
 /**
@@ -805,6 +806,12 @@ function drawBanner() {
     if (s.inboxFailed > 0) warnings.push(t('banner.warnFailed', { n: s.inboxFailed }));
     if (s.waitingOnGap) warnings.push(t('banner.warnGap'));
     if (s.openAlarms > 0) warnings.push(t('banner.warnAlarms', { n: s.openAlarms }));
+    if (s.clockSkew != null)
+      warnings.push(
+        t(s.clockSkew.skewMs > 0 ? 'banner.warnClockAhead' : 'banner.warnClockBehind', {
+          seconds: Math.round(Math.abs(s.clockSkew.skewMs) / 1000),
+        }),
+      );
     if (s.storage?.low === true)
       warnings.push(
         t('banner.warnDisk', {

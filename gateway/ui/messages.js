@@ -102,6 +102,10 @@ const en = Object.freeze({
   'banner.warnGap': 'Waiting for missing messages from the cloud (a resend has been asked for).',
   'banner.warnAlarms': '{n} open alarm(s): see Alarms.',
   'banner.warnDisk': 'Disk almost full (DISK_LOW): {free} MiB free, {min} MiB needed.',
+  'banner.warnClockAhead':
+    "The gateway's clock is {seconds} s ahead of the cloud's time (CLOCK_SKEW). Doors use the cloud's time; have the clock fixed.",
+  'banner.warnClockBehind':
+    "The gateway's clock is {seconds} s behind the cloud's time (CLOCK_SKEW). Doors use the cloud's time; have the clock fixed.",
 
   'conn.error': 'The gateway is not answering ({code}) since {since}. ',
   'conn.lastUpdated': 'Everything below was last updated {at} and may be out of date.',
@@ -156,6 +160,7 @@ const en = Object.freeze({
   'decision.MOBILE_TOKEN_EXPIRED': 'Phone key has expired: open the app again for a new one',
   'decision.MOBILE_TOKEN_WRONG_SITE': 'Phone key is for another site',
   'decision.MOBILE_TOKEN_MISMATCH': 'Phone key does not match a phone key of this person',
+  'decision.MOBILE_TOKEN_REPLAYED': 'Phone key already used once: each one opens a single time',
   'decision.unknown': 'Unrecognised code {code}',
 
   'alarm.door_ajar': 'Door left open',
@@ -468,6 +473,10 @@ const ja = Object.freeze({
   'banner.warnGap': 'クラウドからの欠落メッセージを待っています（再送を依頼済み）。',
   'banner.warnAlarms': '未対応のアラームが{n}件あります：「アラーム」を見てください。',
   'banner.warnDisk': 'ディスクがほぼ満杯です（DISK_LOW）：空き {free} MiB、必要 {min} MiB。',
+  'banner.warnClockAhead':
+    'ゲートウェイの時計がクラウドの時刻より {seconds} 秒進んでいます（CLOCK_SKEW）。扉はクラウドの時刻で判定しています。時計を直してください。',
+  'banner.warnClockBehind':
+    'ゲートウェイの時計がクラウドの時刻より {seconds} 秒遅れています（CLOCK_SKEW）。扉はクラウドの時刻で判定しています。時計を直してください。',
 
   'conn.error': 'ゲートウェイが{since}から応答しません（{code}）。',
   'conn.lastUpdated': '以下はすべて{at}時点のもので、古い可能性があります。',
@@ -522,6 +531,7 @@ const ja = Object.freeze({
   'decision.MOBILE_TOKEN_EXPIRED': 'スマートフォンの鍵の有効期限切れです（アプリを開き直してください）',
   'decision.MOBILE_TOKEN_WRONG_SITE': '別の施設用のスマートフォンの鍵です',
   'decision.MOBILE_TOKEN_MISMATCH': 'この人のスマートフォンの鍵と一致しません',
+  'decision.MOBILE_TOKEN_REPLAYED': 'このスマートフォンの鍵はすでに一度使われています（1回ごとに1度だけ開きます）',
   'decision.unknown': '不明なコード {code}',
 
   'alarm.door_ajar': 'ドアが開いたままです',

@@ -285,6 +285,8 @@ export const DECISION_CODES = table({
   MOBILE_TOKEN_EXPIRED: 'The mobile token has expired (it lives minutes; the phone asks the cloud for a new one).',
   MOBILE_TOKEN_WRONG_SITE: 'The mobile token was issued for another gateway (site).',
   MOBILE_TOKEN_MISMATCH: 'The mobile token names a key that is not a mobile key of the person it names.',
+  MOBILE_TOKEN_REPLAYED:
+    'The mobile token has opened a door already: a token is single use (its jti is kept until it expires, across restarts).',
   REMOTE_UNLOCK:
     "A supervisor opened the door remotely from the gateway's staff UI for one entry; the event's `by` names them and their reason.",
   SIGNER_RETIRED:
@@ -350,6 +352,8 @@ export const REVOKE_REASONS = table({
   payment_failed: 'The payment that gated the key failed.',
   walk_in_cancelled: 'The walk-in day pass the key belonged to was cancelled.',
   person_blocked: 'The site blocked the holder.',
+  key_used:
+    "A one-time key's one entry was used at the door and the cloud recorded it: sent as a sequenced revoke so that every copy of the gateway's key set learns it, one restored from a backup taken before the entry included.",
 });
 
 export function codesOf<T extends Record<string, string>>(t: T): [keyof T & string, ...(keyof T & string)[]] {

@@ -633,6 +633,16 @@ export const LockState = z.strictObject({
   battery: z.int().min(0).max(100),
   at: Millis,
   lastCommandId: z.uuid().nullable(),
+  /**
+   * The guest's privacy (thumb-turn / do-not-disturb), part of the lock's
+   * state so that the retained state and the state re-announced on every
+   * connect carry it: an event alone is lost while the gateway is away.
+   * Optional so that states of older locks still parse; a gateway treats a
+   * lock whose state does not say as private for the keys privacy refuses.
+   * An older gateway (strict schema) refuses states that carry it: upgrade
+   * gateways before locks.
+   */
+  privacy: z.boolean().optional(),
 });
 export type LockState = z.infer<typeof LockState>;
 

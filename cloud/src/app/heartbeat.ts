@@ -16,6 +16,9 @@ type HeartbeatMessage = MessageOf<DownlinkMessage, 'heartbeat'>;
  * gateway extends its freshness lease only once it has applied up to that
  * seq, so a stuck revoke leaves it behind (it asks for a resync, which
  * replays pending and dead rows too) and failing closed, never fresh.
+ * Its `iat` is the time read before that seq, never a later one: the gateway
+ * counts the lease from `iat`, so a later one would stretch the lease over a
+ * revoke committed in between that the heartbeat does not name.
  * The heartbeat also acknowledges the gateway's uplinks (uplink_seq.acked_*),
  * which the gateway keeps until then.
  * Skipping gateways known offline keeps heartbeats out of their broker
@@ -65,6 +68,11 @@ export class Heartbeat {
 
   /** One round; returns what was sent to whom. */
   async beat(): Promise<{ gatewayId: string; lastSeq: number }[]> {
+    // The time is taken before the last seq is read, and every heartbeat of the round is signed with it:
+    // a revoke that commits after the read (while the signing-key read or the publish is slow) then lies
+    // after the iat, so a heartbeat that does not name it never grants a lease counted from after it.
+    const at = this.#app.clock.now();
+    const signedAt = { now: () => at };
     const targets = await heartbeatTargets(this.#app.db);
     await this.#o.signer.refresh(this.#app.db);
     const sent: { gatewayId: string; lastSeq: number }[] = [];
@@ -84,7 +92,7 @@ export class Heartbeat {
           body,
         };
         try {
-          const { token } = await signMessage<HeartbeatMessage>(this.#o.signer.key, this.#o.signer.issuer, draft, this.#app.clock);
+          const { token } = await signMessage<HeartbeatMessage>(this.#o.signer.key, this.#o.signer.issuer, draft, signedAt);
           await this.#o.link.publish(topics.gatewayDown(gatewayId), token, this.#o.publishTimeoutMs, this.#o.qos);
           sent.push({ gatewayId, lastSeq });
         } catch (e) {

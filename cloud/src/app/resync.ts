@@ -137,8 +137,9 @@ export async function answerResync(app: AppDeps, r: ResyncDeps, gatewayId: strin
   const live = snap.keys.filter((k) => k.status === 'issuing' || k.status === 'active');
   const names = await grantNames(app.db, live);
   const grants = live.map((k) => toGrant(k, names));
+  // a used one-time key is a tombstone too: a gateway restored from before its entry must not hold it live
   const tombstones = snap.keys
-    .filter((k) => k.status === 'revoking' || k.status === 'revoked')
+    .filter((k) => k.status === 'revoking' || k.status === 'revoked' || k.status === 'used')
     .map((k) => ({ keyId: k.id, version: k.version }));
   const extras = {
     ...(snap.trustedKeys !== null ? { trustedKeys: snap.trustedKeys } : {}),

@@ -275,19 +275,23 @@ export interface KeyUseReport {
 
 /**
  * A gateway's access event allowed a one-time key: `issuing`/`active` →
- * `used`, nothing sent (the gateway consumed it at the door already).
- * Invariant: only a one-time key of the reporting gateway is ever used; any
- * other report changes nothing (REPORT_IGNORED).
+ * `used` at a higher version, and a `key.revoke` (reason `key_used`) is
+ * queued. The gateway consumed the key at the door already, but its
+ * consumed_keys row is the only other record of that: a gateway restored
+ * from a backup taken before the entry would let the key in again. The
+ * sequenced revoke moves the seq, so such a gateway is behind, resyncs and
+ * gets it. Invariant: only a one-time key of the reporting gateway is ever
+ * used; any other report changes nothing (REPORT_IGNORED).
  */
 export function recordKeyUse(key: EntryKey | null, report: KeyUseReport, now: number): KeyOutcome {
   if (!key) return refused('KEY_NOT_FOUND');
   if (!key.oneTime || report.gatewayId !== key.gatewayId) return noop('REPORT_IGNORED', key);
   const same = noopOf(key.status, 'used_at_door');
   if (same) return noop(same.code, key);
-  const next = move(key, 'used_at_door', { usedAt: report.at }, report.cid, now);
+  const next = move(key, 'used_at_door', { usedAt: report.at, version: key.version + 1 }, report.cid, now);
   // revoking, revoked, expired, failed: the key is already dead here; the audit row has the entry
   if (!next) return noop('REPORT_IGNORED', key);
-  return applied('KEY_USED_RECORDED', next, []);
+  return applied('KEY_USED_RECORDED', next, [{ type: 'key.revoke', body: { keyId: next.id, version: next.version, reason: 'key_used' } }]);
 }
 
 function reportEvent(status: KeyStatus, result: GatewayReport['result']): KeyEvent | undefined {

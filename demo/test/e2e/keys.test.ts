@@ -51,6 +51,41 @@ describe.each(backends())('keys people ask for, end to end (%s brokers and datab
     expect(await s.cloud.revokeKey({ keyId: key.id, reason: 'staff_revoked' })).toMatchObject({ status: 'noop', code: 'KEY_ALREADY_USED' });
   }, 60_000);
 
+  it(
+    'a mobile token opens once: the same token again, at the same or another lock and after a gateway restart, is MOBILE_TOKEN_REPLAYED',
+    { timeout: 90_000 },
+    async () => {
+      const s = (sys = await new System(backend).start());
+      const now = s.clock.now();
+      const key = expectApplied(
+        await s.cloud.issueKey({
+          personId: s.personId,
+          doors: [s.doors.L1!, s.doors.L2!],
+          credential: { type: 'mobile', value: 'phone-replay-0123456789' },
+          validFrom: now - 3_600_000,
+          validUntil: now + 86_400_000,
+        }),
+        'issue',
+      );
+      await s.waitKeyStatus(key.id, 'active');
+      const present = async (lock: string, token: string) =>
+        (await s.fleet.lock(lock).present({ type: 'mobile_token', value: token }, { timeoutMs: 10_000 })).decision?.code;
+      const t = await s.cloud.issueMobileToken({ keyId: key.id, ttlSeconds: 120 });
+      if (t.status !== 'applied') throw new Error(`token: ${t.code}`);
+      expect(await present('L1', t.token)).toBe('ALLOWED');
+      expect(await present('L1', t.token)).toBe('MOBILE_TOKEN_REPLAYED');
+      expect(await present('L2', t.token)).toBe('MOBILE_TOKEN_REPLAYED');
+      await s.gateway.stop();
+      await s.startGateway();
+      await waitFor(() => s.gateway.timeProven || undefined, 'the restarted gateway proven');
+      expect(await present('L2', t.token)).toBe('MOBILE_TOKEN_REPLAYED');
+      // a new token of the same key opens
+      const t2 = await s.cloud.issueMobileToken({ keyId: key.id, ttlSeconds: 120 });
+      if (t2.status !== 'applied') throw new Error(`token: ${t2.code}`);
+      expect(await present('L2', t2.token)).toBe('ALLOWED');
+    },
+  );
+
   it("a phone's mobile token from the cloud opens the door through the sim lock; expired, other-site, unknown-signer and tampered tokens are refused with their codes", async () => {
     const s = (sys = await new System(backend).start());
     const now = s.clock.now();
@@ -71,7 +106,10 @@ describe.each(backends())('keys people ask for, end to end (%s brokers and datab
     if (t.status !== 'applied') throw new Error(`token: ${t.code}`);
     expect(t).toMatchObject({ keyId: key.id, personId: s.personId, gatewayId: s.gatewayId });
     expect(await present('L1', t.token)).toBe('ALLOWED');
-    expect(await present('L2', t.token)).toBe('DOOR_NOT_PERMITTED');
+    // (a fresh token: the one used above is single use)
+    const t1 = await s.cloud.issueMobileToken({ keyId: key.id, ttlSeconds: 60 });
+    if (t1.status !== 'applied') throw new Error(`token: ${t1.code}`);
+    expect(await present('L2', t1.token)).toBe('DOOR_NOT_PERMITTED');
     const audit = await waitFor(async () => {
       const rows = await s.cloud.listAudit({ gatewayId: s.gatewayId, limit: 100 });
       return rows.find((r) => r.allowed) ?? undefined;
@@ -118,11 +156,13 @@ describe.each(backends())('keys people ask for, end to end (%s brokers and datab
     const fresh = await s.cloud.issueMobileToken({ keyId: key.id });
     if (fresh.status !== 'applied') throw new Error('fresh token');
     expect(await present('L1', fresh.token)).toBe('ALLOWED');
+    const unused = await s.cloud.issueMobileToken({ keyId: key.id });
+    if (unused.status !== 'applied') throw new Error('unused token');
 
     // revoked: the key's tokens open nothing once the gateway has the revoke
     await s.cloud.revokeKey({ keyId: key.id, reason: 'credential_lost' });
     await s.waitKeyStatus(key.id, 'revoked');
-    expect(await present('L1', fresh.token)).toBe('KEY_REVOKED');
+    expect(await present('L1', unused.token)).toBe('KEY_REVOKED');
     expect(await s.cloud.issueMobileToken({ keyId: key.id })).toMatchObject({ status: 'refused', code: 'KEY_NOT_LIVE' });
   }, 90_000);
 });

@@ -7,6 +7,7 @@ import { lockModesOf } from '../../../gateway/src/adapters/sqlite/modes.js';
 import { decide, type KeySetView } from '../../../gateway/src/domain/decide.js';
 import { decideRemoteUnlock } from '../../../gateway/src/domain/remote-unlock.js';
 import { DOOR, LOCK, T0, grant } from '../../../gateway/test/fixtures.js';
+import { createGateway, type Gateway } from '../../../gateway/src/gateway.js';
 import {
   FakeLock,
   PIN,
@@ -165,6 +166,64 @@ describe.each(mqttBackends())('privacy at a gateway with a firmware-sim lock (%s
     await stranger.close();
     expect(lockModesOf(s.gw.store.db, 'lock-1')?.privacySince).toBeNull();
     expect(await pin(STAFF_PIN)).toBe('ALLOWED');
+  });
+
+  /** Stops the gateway and starts another on the same file (a restart); the caller stops the one returned. */
+  const restartGateway = async (whileAway: () => Promise<void> = async () => {}): Promise<Gateway> => {
+    await s.gw.stop({ force: true });
+    await whileAway();
+    const gw = createGateway(s.f.config, { clock: s.f.clock, log: silentLog(), tickMs: 50 });
+    await gw.start();
+    await waitFor(() => gw.cloudConnected && gw.siteConnected && gw.timeProven, 'the restarted gateway connected and proven');
+    await s.cloud.heartbeat();
+    await waitFor(() => (gw.store.settings().leaseExpiresAt ?? 0) > s.f.clock.now(), 'the restarted gateway fresh');
+    return gw;
+  };
+
+  it('a privacy on turned while the gateway is away reaches it with the lock state: staff keys stay out after its restart', async () => {
+    expect(await pin(STAFF_PIN)).toBe('ALLOWED');
+    // the event of this goes nowhere (no gateway subscribed, a clean session): the retained state carries it
+    const gw = await restartGateway(async () => void (await sim.privacyOn()));
+    try {
+      await waitFor(() => lockModesOf(gw.store.db, 'lock-1')?.privacySince != null, 'privacy on at the restarted gateway');
+      expect(await pin(STAFF_PIN)).toBe('PRIVACY_ACTIVE');
+      expect(await pin(PIN)).toBe('ALLOWED');
+    } finally {
+      await gw.stop({ force: true });
+    }
+  });
+
+  it('a lock that has not said on this connection whether privacy is on counts as private for staff and one-time keys', async () => {
+    await s.cloud.grant({ keyId: asKeyId('key-once'), credential: { type: 'pin', digest: s.f.digest('246810') }, oneTime: true });
+    await s.cloud.heartbeat();
+    await waitFor(() => s.gw.store.settings().appliedSeq >= 3, 'one-time key applied');
+    // the broker forgets the lock's retained state (as a broker restarted without persistence does); nothing re-announces it
+    const gw = await restartGateway(() => s.lock.publish('state', '', true));
+    try {
+      expect(lockModesOf(gw.store.db, 'lock-1')?.privacySince).toBeNull(); // the last value stored says off...
+      expect(await pin(STAFF_PIN)).toBe('PRIVACY_ACTIVE'); // ...but nothing says so now
+      expect(await pin('246810')).toBe('PRIVACY_ACTIVE');
+      expect(await pin(PIN)).toBe('ALLOWED'); // the guest's own key opens
+      await sim.privacyOff(); // (already off: the sim says nothing)
+      await sim.privacyOn();
+      await sim.privacyOff();
+      await waitFor(() => lockModesOf(gw.store.db, 'lock-1')?.privacySince === null, 'privacy off, said');
+      expect(await pin(STAFF_PIN)).toBe('ALLOWED');
+    } finally {
+      await gw.stop({ force: true });
+    }
+  });
+
+  it('privacy keeps one-time keys out as well as staff keys', async () => {
+    await s.cloud.grant({ keyId: asKeyId('key-delivery'), credential: { type: 'pin', digest: s.f.digest('135790') }, oneTime: true });
+    await s.cloud.heartbeat();
+    await waitFor(() => s.gw.store.settings().appliedSeq >= 3, 'one-time key applied');
+    await sim.privacyOn();
+    await waitFor(() => lockModesOf(s.gw.store.db, 'lock-1')?.privacySince != null, 'privacy on at the gateway');
+    expect(await pin('135790')).toBe('PRIVACY_ACTIVE');
+    await sim.privacyOff();
+    await waitFor(() => lockModesOf(s.gw.store.db, 'lock-1')?.privacySince === null, 'privacy off');
+    expect(await pin('135790')).toBe('ALLOWED');
   });
 
   it('privacy stops passage: a held door is relocked while the guest has privacy on', async () => {

@@ -23,7 +23,7 @@ import { decide, decideMobileToken, lastFreshSyncAt } from '../domain/decide.js'
 import { noSiteLockout, recordAttempt, recordSiteAttempt, type LockoutPolicy, type SiteLockoutPolicy } from '../domain/lockout.js';
 import { fullBucket, takeToken, type Bucket, type RatePolicy } from '@tobira/shared';
 import { commitDecisions, findAccess, insertAccess, type StoredAccessEvent } from '../adapters/sqlite/access-log.js';
-import { consumeKey, keySetView } from '../adapters/sqlite/keyset.js';
+import { consumeKey, keySetView, mobileTokenUsed, useMobileToken } from '../adapters/sqlite/keyset.js';
 import { setLockout, setSiteLockout } from '../adapters/sqlite/locks.js';
 import { memoryLock, memorySiteLockout } from '../adapters/sqlite/memory.js';
 import { enqueue } from '../adapters/sqlite/outbox.js';
@@ -293,6 +293,7 @@ function decideOne(
           lockedOutUntil: lock.lockedOutUntil,
           doorId: lock.doorId === null ? null : asDoorId(lock.doorId),
           privacy: lock.privacySince !== null,
+          privacyUnknown: deps.watch !== undefined && !deps.watch.privacyKnown(lockId),
         };
   const d =
     credential === null
@@ -300,7 +301,12 @@ function decideOne(
       : 'token' in credential
         ? decideMobileToken(
             credential.token.ok
-              ? { lockId: asLockId(lockId), claims: credential.token.claims, audience: deps.gatewayId }
+              ? {
+                  lockId: asLockId(lockId),
+                  claims: credential.token.claims,
+                  audience: deps.gatewayId,
+                  used: mobileTokenUsed(db, credential.token.claims.jti),
+                }
               : { lockId: asLockId(lockId), refused: credential.token.code },
             keySet,
             lockView,
@@ -321,6 +327,12 @@ function decideOne(
   if (d.allowed && key !== null && key.grant.oneTime === true) {
     if (!consumeKey(db, { keyId: key.grant.keyId, version: key.version, lockId, requestId }, now))
       throw new Error(`one-time key ${key.grant.keyId} allowed although already consumed`);
+  }
+  // A mobile token is used up in this transaction, with its decision, so a replay is refused at any lock, after a restart too.
+  if (d.allowed && credential !== null && 'token' in credential && credential.token.ok) {
+    const c = credential.token.claims;
+    if (!useMobileToken(db, { jti: c.jti, expiresAt: c.exp * 1000, lockId, requestId }, now))
+      throw new Error(`mobile token ${c.jti} allowed although already used`);
   }
   const cid = (key !== null ? keySet.grantCid(key.grant.keyId) : null) ?? newCorrelationId();
   const command = d.allowed
@@ -352,13 +364,17 @@ function decideOne(
   return { row, command, ...(siteLockoutUntil === undefined ? {} : { siteLockoutUntil }) };
 }
 
-/** The same command again: same id and expiry, so the same MAC; a lock refuses it if already executed or expired. */
+/**
+ * The same command again: same id, action and expiry, so the same MAC; a lock refuses it if already
+ * executed or expired. A passage relock recorded a `lock` command: re-signing it as an unlock would
+ * hand whoever repeats its request id a valid unlock under an id the lock may never have executed.
+ */
 function recordedCommand(row: StoredAccessEvent, secret: Uint8Array): LockCommand | null {
   return row.commandId !== null && row.commandExpiresAt !== null && row.holdMs !== null
     ? signLockCommand(secret, {
         commandId: row.commandId,
         lockId: row.lockId,
-        action: 'unlock',
+        action: row.code === 'PASSAGE_RELOCK' ? 'lock' : 'unlock',
         holdMs: row.holdMs,
         expiresAt: row.commandExpiresAt,
       })

@@ -274,7 +274,22 @@ function applyRow(deps: ApplyDeps, row: InboxRow, now: number): RowResult {
     }
     case 'heartbeat': {
       setCloudLastSeq(db, m.body.lastSeq);
-      if (m.body.uplinkAck !== undefined) settleUplinks(deps, row, m.body.uplinkAck, now);
+      const foreign = m.body.uplinkAck !== undefined && settleUplinks(deps, row, m.body.uplinkAck, now);
+      if (foreign) {
+        // The cloud acknowledged uplinks this store does not hold: this gateway's own database was
+        // restored from a backup (or reset). What it holds may predate revokes and one-time entries
+        // it already acted on, so it cannot prove it is in sync: fail closed, as for a seq conflict,
+        // and resync in full (a snapshot replaces the key set).
+        markSeqConflict(db, now);
+        deps.metrics.seqConflicts.inc();
+        withCorrelation(deps.log, m.cid).error(
+          { code: 'GATEWAY_RESTORED', appliedSeq: settings.appliedSeq, ackSeq: m.body.uplinkAck?.seq },
+          "the cloud acknowledged uplinks this gateway's store does not have (restored from a backup?); failing closed until a snapshot",
+        );
+        r = { result: 'noop', code: 'SEQ_CONFLICT', resync: 'conflict', resyncNow: settings.seqConflictAt === null };
+        ack(deps, row, { ...r, keyId: null, keyVersion: null }, now);
+        break;
+      }
       if (settings.seqConflictAt !== null) {
         // an open seq conflict: no lease until a snapshot settles it; each heartbeat asks again (rate-limited)
         r = { result: 'noop', code: 'SEQ_CONFLICT', resync: 'conflict' };
@@ -359,8 +374,9 @@ function settleBehindHeartbeat(deps: ApplyDeps): void {
  * go again (the broker lost them, or the cloud could not apply them). An
  * acknowledgement of another history (our store was reset or restored) is
  * ignored: our rows stay and are sent again, and the cloud restarts its count.
+ * True for such an acknowledgement: the caller fails closed and resyncs in full.
  */
-function settleUplinks(deps: ApplyDeps, row: InboxRow, a: { seq: number; jti: string }, now: number): void {
+function settleUplinks(deps: ApplyDeps, row: InboxRow, a: { seq: number; jti: string }, now: number): boolean {
   const r = ackUplink(deps.store.db, a.seq, a.jti, now);
   if ('foreign' in r) {
     withCorrelation(deps.log, row.cid).warn(
@@ -376,6 +392,7 @@ function settleUplinks(deps: ApplyDeps, row: InboxRow, a: { seq: number; jti: st
       'uplinks the cloud has not acknowledged are sent again',
     );
   }
+  return 'foreign' in r;
 }
 
 /**

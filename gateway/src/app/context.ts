@@ -1,9 +1,19 @@
 import type { Clock, Logger, MonotonicClock } from '@tobira/shared';
-import { advanceFloor, trustedNow, type TimeAnchor, type TimeFloor } from '../domain/freshness.js';
+import {
+  advanceCloudAnchor,
+  advanceFloor,
+  clockSkewMs,
+  timeCeiling,
+  trustedNow,
+  type CloudAnchor,
+  type TimeAnchor,
+  type TimeFloor,
+} from '../domain/freshness.js';
 import type { ReadableDb } from '../adapters/sqlite/db.js';
 import { readSettings } from '../adapters/sqlite/settings.js';
 import type { GatewayStore } from '../adapters/sqlite/store.js';
 import type { Metrics } from '../metrics.js';
+import type { LockWatch } from './lock-watch.js';
 
 /** Named crash points (DESIGN.md §9). `TOBIRA_CRASH_AT=<name>` turns one into a SIGKILL of the daemon. */
 export const CRASH_POINTS = ['afterInboxInsertBeforeApply', 'afterApplyBeforeAck', 'afterDecisionBeforePublish'] as const;
@@ -20,6 +30,11 @@ export interface AppContext {
   readonly crash: CrashHook;
   /** Wakes the uplink sender after a commit that wrote outbox rows. */
   readonly outboxWritten: () => void;
+  /**
+   * What this process heard from the locks on the current site connection
+   * (privacy). Absent (tests of one part alone): the stored privacy counts as known.
+   */
+  readonly watch?: LockWatch;
 }
 
 /** A resync answer's round trip above this proves nothing after a restart (TrustedTime.answered). */
@@ -33,10 +48,21 @@ export type TimeProof =
 /**
  * The gateway's one source of trusted time (domain/freshness.ts): the wall
  * clock, floored by the persisted time floor carried forward on the
- * monotonic clock. One instance per running gateway: the anchor is process state.
+ * monotonic clock, and, once the cloud has proven the time to this process,
+ * capped by the last proven cloud time carried forward the same way plus
+ * CLOCK_SKEW_TOLERANCE_MS. One instance per running gateway: the anchors are process state.
  */
+/** The wall clock is off trusted time by more than the tolerance: since when (trusted ms) and by how much now. */
+export interface ClockSkew {
+  readonly skewMs: number;
+  readonly since: number;
+}
+
 export class TrustedTime {
   #anchor: TimeAnchor | null = null;
+  /** The last cloud-proven time of this process (null until the first proof): the ceiling counts from it. */
+  #cloud: CloudAnchor | null = null;
+  #skew: ClockSkew | null = null;
   /** Resync requests this process sent and not yet answered: requestId → monotonic reading when sent. */
   readonly #asked = new Map<string, number>();
   #proven = false;
@@ -84,14 +110,36 @@ export class TrustedTime {
     if (roundTripMs > PROOF_MAX_ROUND_TRIP_MS) return { kind: 'late', roundTripMs };
     this.#asked.clear();
     this.#proven = true;
-    return { kind: 'proven', floorMs: iatMs + roundTripMs, roundTripMs };
+    const floorMs = iatMs + roundTripMs;
+    this.#cloud = { cloudMs: floorMs, monoMs: this.mono.now() };
+    // the floor carried so far may hold a wall clock that ran ahead before the proof: start again from the store
+    this.#anchor = null;
+    return { kind: 'proven', floorMs, roundTripMs };
+  }
+
+  /** The latest real time it can be now (null until the cloud has proven the time to this process). */
+  ceiling(): number | null {
+    return this.#cloud === null ? null : timeCeiling(this.#cloud, this.mono.now());
+  }
+
+  /** The wall clock's skew as of the last reading (null: within the tolerance). In memory: a restart forgets it until the next reading. */
+  get skew(): ClockSkew | null {
+    return this.#skew;
   }
 
   /** `floor`: the settings row when the caller has just read it (a decision batch reads it once). */
   now(db: ReadableDb, floor: TimeFloor = readSettings(db)): number {
-    const a = advanceFloor(this.#anchor, floor, this.mono.now());
+    const mono = this.mono.now();
+    if (this.#cloud !== null) this.#cloud = advanceCloudAnchor(this.#cloud, floor.maxIatMs, mono);
+    const ceiling = this.#cloud === null ? null : timeCeiling(this.#cloud, mono);
+    // a high-water mark above the ceiling came from a wall clock that ran ahead: it counts only up to the ceiling
+    const a = advanceFloor(this.#anchor, ceiling === null ? floor : { ...floor, highWaterMs: Math.min(floor.highWaterMs, ceiling) }, mono);
     this.#anchor = { floorMs: a.floorMs, monoMs: a.monoMs };
-    return trustedNow(this.wall.now(), a.nowFloorMs);
+    const wall = this.wall.now();
+    const t = trustedNow(wall, a.nowFloorMs, ceiling);
+    const skewMs = clockSkewMs(wall, t);
+    this.#skew = skewMs === null ? null : { skewMs, since: this.#skew?.since ?? t };
+    return t;
   }
 }
 

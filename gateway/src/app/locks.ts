@@ -12,8 +12,8 @@ import {
 } from '@tobira/shared';
 import { recordAlarm } from '../adapters/sqlite/alarms.js';
 import { recordLockRefusal as insertLockRefusal, type LockRefusal } from '../adapters/sqlite/diagnostics.js';
-import { allLocks, lockById, recordLockState, setLockOnline } from '../adapters/sqlite/locks.js';
-import { setPrivacy } from '../adapters/sqlite/modes.js';
+import { allLocks, lockById, setLockOnline } from '../adapters/sqlite/locks.js';
+import { recordStateWithPrivacy, setPrivacy } from '../adapters/sqlite/modes.js';
 import { enqueueBuilt, outboxDepth } from '../adapters/sqlite/outbox.js';
 import { readSettings } from '../adapters/sqlite/settings.js';
 import { nowOf, type AppContext } from './context.js';
@@ -92,7 +92,14 @@ export function handleLockMessage(
       const s = parsePayload(LockState, payload);
       if (!s.ok) return refuse(s.code, s.detail);
       if (s.value.lockId !== lockId) return refuse('WRONG_LOCK', 'state names another lock');
-      recordLockState(db, lockId, s.value, now);
+      const r = recordStateWithPrivacy(db, lockId, s.value, now);
+      if (r.privacyChanged)
+        log.info(
+          { privacy: s.value.privacy },
+          s.value.privacy === true ? 'privacy on (lock state): staff keys refused' : 'privacy off (lock state)',
+        );
+      // an older state (by the lock's own time) says nothing about privacy now
+      if (r.recorded && s.value.privacy !== undefined) ctx.watch?.privacyHeard(lockId);
       return;
     }
     case 'event': {
@@ -119,6 +126,7 @@ export function handleLockMessage(
         // The guest's privacy (thumb-turn / do-not-disturb): staff keys are refused while it is on (domain/decide.ts).
         if (setPrivacy(db, lockId, ev.active, now))
           log.info({ privacy: ev.active }, ev.active ? 'privacy on: staff keys refused' : 'privacy off');
+        ctx.watch?.privacyHeard(lockId);
         return;
       }
       const cid = newCorrelationId();

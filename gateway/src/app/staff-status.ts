@@ -75,6 +75,12 @@ export interface StaffStatus {
   modeOrigin: Omit<SiteModeInfo, 'mode'>;
   /** Passage schedules by door, where each came from, and whether the gateway holds the door open now. */
   passage: { doorId: string; origin: ModeOrigin; setBy: string; setAt: number; held: boolean }[];
+  /**
+   * CLOCK_SKEW: the wall clock is more than the tolerance off trusted time
+   * (`skewMs` > 0: ahead, < 0: behind) since `since` (trusted ms); null when
+   * within it. Doors decide on trusted time either way; someone should fix the clock.
+   */
+  clockSkew: { skewMs: number; since: number } | null;
 }
 
 /** The answer of `/healthz` from the same projection as `/staff/status` (its failClosedReason and link states). */
@@ -156,6 +162,7 @@ export function staffStatus(deps: StaffStatusDeps): StaffStatus {
     timeZone: deps.timeZone,
     storage: deps.storage(),
     ...modesOf(db),
+    clockSkew: deps.time.skew,
   };
 }
 

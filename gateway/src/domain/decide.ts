@@ -30,7 +30,13 @@ export interface AccessRequest {
  * audience it must name); or why the check refused it.
  */
 export type MobileTokenRequest =
-  | { readonly lockId: LockId; readonly claims: MobileTokenClaims; readonly audience: string }
+  | {
+      readonly lockId: LockId;
+      readonly claims: MobileTokenClaims;
+      readonly audience: string;
+      /** A token with this jti has opened a door already (absent: it has not). */
+      readonly used?: boolean;
+    }
   | { readonly lockId: LockId; readonly refused: 'MOBILE_TOKEN_INVALID' | 'MOBILE_TOKEN_UNKNOWN_SIGNER' };
 
 /** The key set as decide sees it: every key (active or revoked) that has this credential. */
@@ -42,9 +48,17 @@ export interface KeySetView {
 
 /**
  * null: the lock is not paired with this gateway. `privacy`: the guest
- * inside has privacy on (absent: off); staff keys are refused then.
+ * inside has privacy on (absent: off). `privacyUnknown`: the lock has not
+ * said on this connection whether it is on (absent: it has); the keys
+ * privacy refuses are refused then too.
  */
-export type LockView = (LockoutState & { readonly doorId: DoorId | null; readonly privacy?: boolean }) | null;
+export type LockView =
+  (LockoutState & { readonly doorId: DoorId | null; readonly privacy?: boolean; readonly privacyUnknown?: boolean }) | null;
+
+/** Invariant: privacy is in force when the lock says it is on, and when it has not said (fail closed). */
+function privacyInForce(lock: NonNullable<LockView>): boolean {
+  return lock.privacy === true || lock.privacyUnknown === true;
+}
 
 export interface SiteView {
   readonly mode: SiteMode;
@@ -109,6 +123,17 @@ export function isStaffKey(g: Pick<KeyGrant, 'staff' | 'offlineCapable'>): boole
   return g.staff ?? g.offlineCapable;
 }
 
+/**
+ * Who privacy keeps out: everyone but the room's guests. A guest's key is an
+ * ordinary key (not a staff key, not one-time); a staff key (a cleaner's, a
+ * master key) and a one-time key (a delivery, a single visit) are visitors,
+ * refused while the guest inside has privacy on.
+ * Invariant: true exactly for staff keys and one-time keys.
+ */
+export function privacyRefuses(g: Pick<KeyGrant, 'staff' | 'offlineCapable' | 'oneTime'>): boolean {
+  return isStaffKey(g) || g.oneTime === true;
+}
+
 function judgeKey(k: StoredKey, doorId: DoorId, privacy: boolean, site: SiteView, now: number): DecisionCode {
   const g = k.grant;
   if (k.status !== 'active') return 'KEY_REVOKED';
@@ -121,7 +146,7 @@ function judgeKey(k: StoredKey, doorId: DoorId, privacy: boolean, site: SiteView
   if (g.schedule !== null && !inSchedule(g.schedule, now)) return 'OUTSIDE_SCHEDULE';
   // Privacy: the guest inside turned it on; staff keys stay out. A supervisor's emergency entry is a
   // remote unlock with the emergency flag (domain/remote-unlock.ts), never a key.
-  if (privacy && isStaffKey(g)) return 'PRIVACY_ACTIVE';
+  if (privacy && privacyRefuses(g)) return 'PRIVACY_ACTIVE';
   // Offline-capable staff keys pass lockdown, and a stale lease within their offline cap; nothing else does.
   if (site.mode === 'lockdown' && !g.offlineCapable) return 'SITE_LOCKDOWN';
   if (isStale(site.leaseExpiresAt, now) && !withinOfflineCap(g, site.lastFreshAt, now)) return 'CLOUD_STALE';
@@ -133,9 +158,9 @@ function judgeKey(k: StoredKey, doorId: DoorId, privacy: boolean, site: SiteView
 /**
  * Invariant: `allowed` is true only for an active key at a version above any
  * revoke, granted under a cloud key that is not retired, not a one-time key already consumed, for this lock's door, inside its validity window and schedule, with
- * neither the lock nor the credential type locked out, not a staff key
- * (`isStaffKey`: the grant's `staff` marker, or `offlineCapable` when a grant
- * has no marker) at a door whose guest has privacy on, with no lockdown and
+ * neither the lock nor the credential type locked out, not a staff or
+ * one-time key (`privacyRefuses`) at a door whose guest has privacy on or
+ * whose lock has not said whether it is on, with no lockdown and
  * disk headroom unless the key is offline-capable, and with a running lease
  * unless the key is offline-capable and less than its offline cap has passed
  * since the last proven-fresh sync.
@@ -144,7 +169,7 @@ export function decide(request: AccessRequest, keySet: KeySetView, lock: LockVie
   if (lock === null || lock.doorId === null) return { allowed: false, code: 'BAD_REQUEST' };
   if (isLockedOut(lock, now)) return { allowed: false, code: 'LOCKED_OUT' };
   if (site.credentialLockout !== undefined && isLockedOut(site.credentialLockout, now)) return { allowed: false, code: 'LOCKED_OUT' };
-  return judgeCandidates(keySet.byCredential(request.credentialType, request.digest), lock.doorId, lock.privacy === true, site, now);
+  return judgeCandidates(keySet.byCredential(request.credentialType, request.digest), lock.doorId, privacyInForce(lock), site, now);
 }
 
 /** Seconds a token's `iat` may be ahead of trusted time (the cloud's clock against the gateway's). */
@@ -153,7 +178,7 @@ export const MOBILE_TOKEN_SKEW_SECONDS = 60;
 /**
  * The decision for a relayed mobile token. Invariant: `allowed` only for a
  * token signed by a trusted cloud key, addressed to this gateway, not
- * expired on trusted time, naming a mobile key of the person it names, and
+ * expired on trusted time, never used to open a door before, naming a mobile key of the person it names, and
  * only when that key would open this door now by every rule of `decide`.
  */
 export function decideMobileToken(request: MobileTokenRequest, keySet: KeySetView, lock: LockView, site: SiteView, now: number): Decision {
@@ -164,11 +189,13 @@ export function decideMobileToken(request: MobileTokenRequest, keySet: KeySetVie
   const c = request.claims;
   if (c.aud !== request.audience) return { allowed: false, code: 'MOBILE_TOKEN_WRONG_SITE' };
   if (now >= c.exp * 1000) return { allowed: false, code: 'MOBILE_TOKEN_EXPIRED' };
+  // single use: a token seen on the air (or replayed by a lock) opens nothing a second time
+  if (request.used === true) return { allowed: false, code: 'MOBILE_TOKEN_REPLAYED' };
   if (c.iat * 1000 > now + MOBILE_TOKEN_SKEW_SECONDS * 1000) return { allowed: false, code: 'MOBILE_TOKEN_INVALID' };
   const key = keySet.byKeyId?.(c.sub) ?? null;
   if (key === null) return { allowed: false, code: 'UNKNOWN_CREDENTIAL' };
   if (key.grant.personId !== c.pid || key.grant.credential.type !== 'mobile') return { allowed: false, code: 'MOBILE_TOKEN_MISMATCH', key };
-  return judgeCandidates([key], lock.doorId, lock.privacy === true, site, now);
+  return judgeCandidates([key], lock.doorId, privacyInForce(lock), site, now);
 }
 
 function judgeCandidates(candidates: readonly StoredKey[], doorId: DoorId, privacy: boolean, site: SiteView, now: number): Decision {

@@ -14,8 +14,10 @@
  * clock stopped, set back to 1970 or a day behind, the lease (`iat + grace`,
  * with trusted time >= iat when the heartbeat arrives) still runs out after
  * at most `offlineGraceSeconds` of real elapsed time, and key validity
- * windows keep expiring. A wall clock ahead of real time only makes leases
- * and keys end sooner (fail closed).
+ * windows keep expiring. Once the cloud has proven the time to this process,
+ * trusted time is bounded above too, by the last proven cloud time carried
+ * forward on the monotonic clock plus CLOCK_SKEW_TOLERANCE_MS: a wall clock
+ * ahead of real time opens nothing early.
  *
  * Across a restart the monotonic reading means nothing; the persisted floor
  * (raised every second while running, and at stop) is where trusted time
@@ -54,9 +56,44 @@ export function advanceFloor(
   return { floorMs: stored, monoMs: monoNow, nowFloorMs: stored };
 }
 
-/** Invariant: the result is >= the wall clock and >= the (carried) floor, so trusted time never goes backwards. */
-export function trustedNow(clockNow: number, floorMs: number): number {
-  return Math.max(clockNow, floorMs);
+/**
+ * How far the wall clock may run ahead of the last proven cloud time carried
+ * forward on the monotonic clock before it stops counting: the cloud's clock
+ * against ours, and the time a heartbeat spends on its way.
+ */
+export const CLOCK_SKEW_TOLERANCE_MS = 30_000;
+
+/** The last time the cloud proved (a verified iat, a resync answer's upper bound) and the monotonic reading when it did. */
+export interface CloudAnchor {
+  readonly cloudMs: number;
+  readonly monoMs: number;
+}
+
+/** Invariant: the anchor's carried time never decreases; a newer verified iat above it becomes the anchor. */
+export function advanceCloudAnchor(anchor: CloudAnchor, newestIatMs: number, monoNow: number): CloudAnchor {
+  const carried = anchor.cloudMs + Math.floor(Math.max(0, monoNow - anchor.monoMs));
+  return newestIatMs > carried ? { cloudMs: newestIatMs, monoMs: monoNow } : anchor;
+}
+
+/** The latest real time it can be: the proven cloud time carried forward by elapsed time, plus the tolerance. */
+export function timeCeiling(anchor: CloudAnchor, monoNow: number): number {
+  return anchor.cloudMs + Math.floor(Math.max(0, monoNow - anchor.monoMs)) + CLOCK_SKEW_TOLERANCE_MS;
+}
+
+/**
+ * Invariant: the result is >= the (carried) floor, so trusted time never goes
+ * backwards, and, when a ceiling is known, the wall clock counts only up to
+ * it: a clock ahead of real time neither opens keys early (validFrom,
+ * schedules, offline caps) nor leaves the high-water mark ahead.
+ */
+export function trustedNow(clockNow: number, floorMs: number, ceilingMs: number | null = null): number {
+  return Math.max(ceilingMs === null ? clockNow : Math.min(clockNow, ceilingMs), floorMs);
+}
+
+/** Invariant: a skew is reported exactly when the wall clock is more than the tolerance off trusted time. */
+export function clockSkewMs(clockNow: number, trusted: number): number | null {
+  const skew = clockNow - trusted;
+  return Math.abs(skew) > CLOCK_SKEW_TOLERANCE_MS ? skew : null;
 }
 
 export type HeartbeatVerdict =

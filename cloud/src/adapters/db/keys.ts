@@ -190,11 +190,12 @@ export async function keysDueToExpire(q: Queryable, now: number, limit: number):
   return parseRows('keys', z.object({ id: z.string() }), r.rows).map((x) => x.id);
 }
 
-/** The keys a gateway's snapshot is made of: live ones (grants) and revoked ones (tombstones). */
+/** The keys a gateway's snapshot is made of: live ones (grants), and revoked and used ones (tombstones). */
 export async function keysForSnapshot(q: Queryable, gatewayId: string): Promise<EntryKey[]> {
-  const r = await q.query(`SELECT * FROM keys WHERE gateway_id = $1 AND status IN ('issuing','active','revoking','revoked') ORDER BY id`, [
-    gatewayId,
-  ]);
+  const r = await q.query(
+    `SELECT * FROM keys WHERE gateway_id = $1 AND status IN ('issuing','active','revoking','revoked','used') ORDER BY id`,
+    [gatewayId],
+  );
   return parseRows('keys', KeyRow, r.rows);
 }
 

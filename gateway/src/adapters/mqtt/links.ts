@@ -97,6 +97,7 @@ export function connectSiteLink(
   ids: { clientId: string; filters: readonly string[] },
   onMessage: (topic: string, payload: Buffer) => void,
   log: Logger,
+  onConnect: () => void = () => {},
 ): Link {
   // Clean session: a lock retries its own requests, and a request queued for
   // minutes must not open a door late. Retained state and presence come back
@@ -104,6 +105,7 @@ export function connectSiteLink(
   const client = connectMqtt(b.url, baseOptions(b, ids.clientId, true));
   client.on('connect', () => {
     log.info('site broker connected');
+    onConnect();
     client.subscribe([...ids.filters], { qos: 1 }, (err) => {
       if (err) log.error({ err }, 'site subscribe failed');
     });

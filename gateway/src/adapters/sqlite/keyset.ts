@@ -101,6 +101,30 @@ export function consumeKey(db: WritableDb, c: { keyId: string; version: number; 
   return consumed;
 }
 
+/** Whether a mobile token with this jti has already opened a door (an index probe on the decision path). */
+export function mobileTokenUsed(db: ReadableDb, jti: string): boolean {
+  return prepared(db, 'SELECT 1 FROM mobile_token_uses WHERE jti = ?').get(jti) !== undefined;
+}
+
+/** Records a mobile token's one use, in the allowing decision's transaction; false when it was already used. */
+export function useMobileToken(
+  db: WritableDb,
+  u: { jti: string; expiresAt: number; lockId: string; requestId: string },
+  now: number,
+): boolean {
+  return (
+    prepared(
+      db,
+      'INSERT INTO mobile_token_uses (jti, expires_at, lock_id, request_id, at) VALUES (?, ?, ?, ?, ?) ON CONFLICT (jti) DO NOTHING',
+    ).run(u.jti, u.expiresAt, u.lockId, u.requestId, now).changes === 1
+  );
+}
+
+/** Uses of tokens that have expired: an expired token is refused as such, so its jti need not be kept. */
+export function purgeMobileTokenUses(db: WritableDb, now: number): number {
+  return prepared(db, 'DELETE FROM mobile_token_uses WHERE expires_at < ?').run(now).changes;
+}
+
 /** Snapshot apply: drops every active key (revoked rows and tombstones stay), to be refilled from the snapshot. */
 export function dropActiveKeys(db: WritableDb): void {
   prepared(db, "DELETE FROM keys WHERE status = 'active'").run();

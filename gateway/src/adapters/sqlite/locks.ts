@@ -82,17 +82,19 @@ export function setLockOnline(db: WritableDb, lockId: string, online: boolean, n
     ).changes === 1
   );
 }
-/** Records the state a lock reported, unless a newer one (by the lock's own time) is already in. */
+/** Records the state a lock reported, unless a newer one (by the lock's own time) is already in; true when recorded. */
 export function recordLockState(
   db: WritableDb,
   lockId: string,
   s: { bolt: Bolt; door: Door; battery: number; at: number },
   now: number,
-): void {
-  prepared(
-    db,
-    'UPDATE locks SET bolt = ?, door = ?, battery = ?, state_at = ?, updated_at = ? WHERE lock_id = ? AND (state_at IS NULL OR state_at <= ?)',
-  ).run(s.bolt, s.door, s.battery, s.at, now, lockId, s.at);
+): boolean {
+  return (
+    prepared(
+      db,
+      'UPDATE locks SET bolt = ?, door = ?, battery = ?, state_at = ?, updated_at = ? WHERE lock_id = ? AND (state_at IS NULL OR state_at <= ?)',
+    ).run(s.bolt, s.door, s.battery, s.at, now, lockId, s.at).changes === 1
+  );
 }
 
 // ------------------------------------------------------------ site-wide lockout

@@ -1,6 +1,7 @@
 import { Schedule, SiteMode, parseJson, parseRow, parseRows } from '@tobira/shared';
 import { z } from 'zod';
 import { prepared, type ReadableDb, type WritableDb } from './db.js';
+import { recordLockState } from './locks.js';
 import { memPrivacy, memSettings } from './memory.js';
 
 /**
@@ -155,6 +156,24 @@ export function lockModesOf(db: ReadableDb, lockId: string): LockModes | null {
 export function setPassageSince(db: WritableDb, lockId: string, since: number | null): void {
   prepared(db, 'UPDATE locks SET passage_since = ? WHERE lock_id = ?').run(since, lockId);
 }
+/**
+ * A lock's reported state and the privacy it carries, in one transaction: a
+ * state older than the one stored (by the lock's own time) changes neither.
+ */
+export function recordStateWithPrivacy(
+  db: WritableDb,
+  lockId: string,
+  s: Parameters<typeof recordLockState>[2] & { readonly privacy?: boolean | undefined },
+  at: number,
+): { readonly recorded: boolean; readonly privacyChanged: boolean } {
+  return db
+    .transaction(() => {
+      if (!recordLockState(db, lockId, s, at)) return { recorded: false, privacyChanged: false };
+      return { recorded: true, privacyChanged: s.privacy !== undefined && setPrivacy(db, lockId, s.privacy, at) };
+    })
+    .immediate();
+}
+
 /** Privacy on (since `at`) or off (null); true when it changed. */
 export function setPrivacy(db: WritableDb, lockId: string, active: boolean, at: number): boolean {
   const changed = active

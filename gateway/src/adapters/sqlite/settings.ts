@@ -74,6 +74,19 @@ export function raiseTimeFloor(db: WritableDb, maxIatMs: number, highWaterMs: nu
 }
 
 /**
+ * Lowers the high-water mark to `capMs` when it is above it. Only for a time
+ * the cloud has just proven (a resync answer to this process's request plus
+ * the tolerance): a mark above that came from a wall clock that ran ahead,
+ * and left alone it would keep trusted time ahead after the clock is fixed.
+ * True when it was lowered.
+ */
+export function capHighWater(db: WritableDb, capMs: number): boolean {
+  const changed = prepared(db, 'UPDATE settings SET high_water_ms = ? WHERE id = 1 AND high_water_ms > ?').run(capMs, capMs).changes === 1;
+  if (changed) memSettings(db, (s) => ({ ...s, highWaterMs: capMs }));
+  return changed;
+}
+
+/**
  * The periodic high-water update, not fsynced: a power cut can lose at most
  * the last few seconds of it, and the next FULL commit (any decision or
  * apply) makes it durable. Saves the gateway's flash storage one fsync a second.

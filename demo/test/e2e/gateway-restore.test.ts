@@ -1,0 +1,87 @@
+import { copyFileSync, existsSync, rmSync } from 'node:fs';
+import { afterEach, describe, expect, it } from 'vitest';
+import { System, backends, expectApplied, waitFor } from './system.js';
+
+/**
+ * The gateway's own SQLite file is restored from a backup taken before a
+ * one-time key was used (a replaced SD card, a box rolled back). Its
+ * consumed_keys row is gone with the restore; the cloud recorded the entry.
+ * The restored gateway must not let the key in again.
+ */
+describe.each(backends())('a gateway restored from a backup (%s brokers and database)', (backend) => {
+  let sys: System | undefined;
+  afterEach(async () => {
+    await sys?.stop();
+    sys = undefined;
+  });
+
+  const files = (path: string) => [path, `${path}-wal`, `${path}-shm`];
+  const copyDb = (from: string, to: string) => {
+    for (const [i, f] of files(from).entries()) {
+      const target = files(to)[i] as string;
+      rmSync(target, { force: true });
+      if (existsSync(f)) copyFileSync(f, target);
+    }
+  };
+
+  it('does not let a used one-time key in again: the consumption reaches it as a sequenced revoke, and the signs of the restore make it resync in full', async () => {
+    const s = (sys = await new System(backend, { locks: ['L1'], gatewayOverrides: { uplinkBatchMax: 1 } }).start());
+    const present = async (pin: string) => {
+      const r = await s.fleet.lock('L1').present({ type: 'pin', value: pin }, { timeoutMs: 10_000 });
+      expect(r.status).toBe('decided');
+      return r.decision!.code;
+    };
+    const now = s.clock.now();
+    const key = expectApplied(
+      await s.cloud.issueKey({
+        personId: s.personId,
+        doors: [s.doors.L1 as string],
+        credential: { type: 'pin', value: '975310' },
+        validFrom: now - 3_600_000,
+        validUntil: now + 86_400_000,
+        oneTime: true,
+      }),
+      'issue',
+    );
+    await s.waitKeyStatus(key.id, 'active');
+
+    // the backup, taken with the gateway stopped
+    const path = s.gatewayConfig.sqlitePath;
+    const backup = `${path}.bak`;
+    await s.gateway.stop();
+    copyDb(path, backup);
+    await s.startGateway();
+    await waitFor(() => s.gateway.timeProven || undefined, 'the restarted gateway proven');
+
+    expect(await present('975310')).toBe('ALLOWED');
+    expect(await present('975310')).toBe('KEY_USED');
+    await s.waitKeyStatus(key.id, 'used');
+    // the cloud has applied (and acknowledges) the entry's access.event
+    await waitFor(() => s.gateway.store.settings().uplinkAckedSeq > 0 || undefined, 'the uplinks acknowledged');
+
+    // disaster at the site: the gateway comes back on the backup
+    await s.gateway.stop();
+    copyDb(backup, path);
+    await s.startGatewayOnly();
+
+    // once it is fresh again and holds every seq the cloud handed out, the key stays out
+    const cloudLastSeq = async () =>
+      Number(
+        (await s.cloud.db.query<{ last_seq: string }>('SELECT last_seq FROM gateway_seq WHERE gateway_id = $1', [s.gatewayId])).rows[0]
+          ?.last_seq ?? 0,
+      );
+    await waitFor(async () => {
+      const st = s.gateway.store.settings();
+      return (
+        (s.gateway.timeProven &&
+          st.seqConflictAt === null &&
+          (st.leaseExpiresAt ?? 0) > s.clock.now() &&
+          st.appliedSeq >= (await cloudLastSeq())) ||
+        undefined
+      );
+    }, 'the restored gateway fresh and caught up');
+    const code = await present('975310');
+    expect(code).not.toBe('ALLOWED');
+    expect(['KEY_REVOKED', 'KEY_USED', 'UNKNOWN_CREDENTIAL']).toContain(code);
+  });
+});
