@@ -168,6 +168,11 @@ describe.each(pgBackends().filter((b) => b === 'postgres'))(
         expect(intentsOf(stayId)).toHaveLength(1);
 
         child = await startChild();
+        // the killed request still holds its claim on the key: a repeat is told to retry until the claim runs out (60 s)
+        const held = await call(child, 'POST', '/stays', booking, key);
+        expect(held.status).toBe(409);
+        expect(await held.json()).toMatchObject({ code: 'IDEMPOTENCY_IN_PROGRESS' });
+        await t.db.query('UPDATE idempotency_keys SET locked_until = 0 WHERE key = $1', [key]); // as 60 s later
         const again = await call(child, 'POST', '/stays', booking, key);
         // a repeat of a booking that exists: the same stay (200, noop), its intent now recorded
         expect(again.status).toBe(200);

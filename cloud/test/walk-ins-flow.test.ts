@@ -186,14 +186,17 @@ describe.each(pgBackends())('walk-ins and check-in gates on %s', (pgBackend) => 
   });
 
   describe('when the payment never comes', () => {
-    it('Stripe unreachable at the desk: BILLING_UNAVAILABLE, the walk-in failed and its quota use released', async () => {
+    it('Stripe unreachable at the desk: BILLING_UNAVAILABLE changes nothing (no walk-in, no quota use), and the same id sells later', async () => {
       const planId = await plan();
       const who = await person();
       local.faults.unavailable = true;
       const w = await walkIn(planId, who, `wi-${s.u}-down`);
       expect(w).toMatchObject({ status: 'refused', code: 'BILLING_UNAVAILABLE' });
-      expect(await loadWalkIn(t.db, `wi-${s.u}-down`)).toMatchObject({ status: 'failed', quotaReturned: true });
+      expect(await loadWalkIn(t.db, `wi-${s.u}-down`)).toBeNull();
       expect(await used(planId, who, month())).toBe(0);
+      local.faults.unavailable = false;
+      expect(await walkIn(planId, who, `wi-${s.u}-down`)).toMatchObject({ status: 'applied', code: 'WALK_IN_CREATED' });
+      expect(await used(planId, who, month())).toBe(1);
     });
 
     it('the hold ends: the intent is cancelled in Stripe first, then the walk-in expires and gives its use back', async () => {

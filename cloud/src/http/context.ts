@@ -308,11 +308,14 @@ export async function oneAtATime(ctx: Ctx, req: FastifyRequest, reply: FastifyRe
       .status(409)
       .headers({ 'retry-after': '1' })
       .send(problem('IDEMPOTENCY_IN_PROGRESS', undefined, 'conflict'));
+  let a: Answer;
   try {
-    send(await run());
+    a = await run();
   } finally {
+    // released before the answer goes out: a retry the client makes on it finds the key free
     await release(ctx.db, p.tokenId, raw, c.token).catch((err: unknown) =>
       req.log.warn({ err: String(err) }, 'idempotency release failed'),
     );
   }
+  send(a);
 }
