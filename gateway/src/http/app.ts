@@ -21,6 +21,7 @@ import { statusRoutes } from './routes/status.js';
 import { openSessionRoutes, sessionRoutes, type SessionCookie } from './routes/session.js';
 import { uiRoutes } from './routes/ui.js';
 import { SignInThrottle, type ThrottleOptions } from './sign-in-throttle.js';
+import { addHsts, httpsServerOptions } from './tls.js';
 
 export type { HttpDeps, StaffReads, StaffAuth } from './context.js';
 export type { StaffStatus, Health } from '../app/staff-status.js';
@@ -100,7 +101,9 @@ export function buildApp(deps: HttpDeps & { readonly signInThrottle?: Partial<Th
       const h = req.headers['x-correlation-id'];
       return typeof h === 'string' && CorrelationId.safeParse(h).success ? h : newCorrelationId();
     },
+    ...httpsServerOptions(deps.tls),
   });
+  addHsts(app, deps.tls);
 
   app.setErrorHandler((err: { statusCode?: number; message?: string }, req, reply) => {
     if (err instanceof BadQuery) return reply.status(400).send({ code: 'BAD_REQUEST', detail: err.message });
