@@ -238,7 +238,10 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
         ...(deps.configFile === undefined ? [] : [{ path: deps.configFile, mode: 0o600 } as const]),
         ...(pkiDir === null
           ? []
-          : [{ path: pkiDir, mode: 0o700 } as const, ...Object.values(PKI_FILES).map((f) => ({ path: join(pkiDir, f), mode: 0o600 }) as const)]),
+          : [
+              { path: pkiDir, mode: 0o700 } as const,
+              ...Object.values(PKI_FILES).map((f) => ({ path: join(pkiDir, f), mode: 0o600 }) as const),
+            ]),
       ];
       if (dataDir0 !== null) mkdirSync(dataDir0, { recursive: true, mode: 0o700 });
       enforceModes(modeChecks(), runLog);
@@ -551,7 +554,9 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
           health: () => health(statusDeps),
           live,
         });
-        httpUrl = await http.listen({ host: config.http.host, port: config.http.port });
+        const listened = await http.listen({ host: config.http.host, port: config.http.port });
+        // Fastify names the scheme from its own options; the server made by http/tls.ts speaks https
+        httpUrl = httpUsesTls(config.http) ? listened.replace(/^http:/, 'https:') : listened;
       }
       runLog.info({ httpUrl, appliedSeq: readSettings(s.db).appliedSeq }, 'gateway started');
     },

@@ -26,8 +26,8 @@ export interface ModeCheck {
   readonly mode: 0o700 | 0o600;
 }
 
-/** Tightens each existing path to `mode` (bits beyond it removed); returns the paths it changed. Missing paths are skipped. */
-export function enforceModes(checks: readonly ModeCheck[], log: Logger): string[] {
+/** Tightens each existing path to `mode` (bits beyond it removed); returns the paths it changed. Missing paths are skipped. `chmod`: a seam for the refusal test (root can chmod anything). */
+export function enforceModes(checks: readonly ModeCheck[], log: Logger, chmod: (path: string, mode: number) => void = chmodSync): string[] {
   const fixed: string[] = [];
   for (const c of checks) {
     if (!existsSync(c.path)) continue;
@@ -35,7 +35,7 @@ export function enforceModes(checks: readonly ModeCheck[], log: Logger): string[
     if ((have & ~c.mode) === 0) continue;
     const want = have & c.mode;
     try {
-      chmodSync(c.path, want);
+      chmod(c.path, want);
     } catch (e) {
       throw new FileModeError(
         c.path,

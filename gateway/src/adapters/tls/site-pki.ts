@@ -130,11 +130,17 @@ export function serverNames(extra: readonly string[]): string[] {
   return [...new Set(['localhost', '127.0.0.1', '::1', ...extra.map((n) => n.toLowerCase())])];
 }
 
+/** One spelling per name: lower case, and an IPv6 address compressed (Node prints a certificate's as 0:0:0:0:0:0:0:1). */
+function canonical(name: string): string {
+  const n = name.toLowerCase();
+  return isIP(n) === 6 ? new URL(`http://[${n}]`).hostname.slice(1, -1) : n;
+}
+
 function sanOf(certPem: string): string[] {
   const alt = new NodeX509(certPem).subjectAltName ?? '';
   return alt
     .split(', ')
-    .map((s) => s.replace(/^(DNS|IP Address):/, '').toLowerCase())
+    .map((s) => canonical(s.replace(/^(DNS|IP Address):/, '')))
     .filter((s) => s !== '');
 }
 
@@ -192,7 +198,7 @@ function needsRenewal(p: PemPair | null, ca: PemPair, names: readonly string[], 
   if (p === null) return 'missing';
   if (p.notAfter - now < RENEW_BEFORE_DAYS * DAY) return 'expiring';
   const have = new Set(sanOf(p.certPem));
-  if (names.some((n) => !have.has(n))) return 'names changed';
+  if (names.some((n) => !have.has(canonical(n)))) return 'names changed';
   if (!new NodeX509(p.certPem).checkIssued(new NodeX509(ca.certPem))) return 'not signed by the site CA';
   return null;
 }
