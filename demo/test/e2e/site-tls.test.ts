@@ -18,6 +18,7 @@ import { SimLock } from '@tobira/firmware-sim';
 import type { IClientOptions } from 'mqtt';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { PKI_FILES, createGateway, ensureSitePki, parseConfig, siteBrokerHooks, type Gateway, type SitePki } from '@tobira/gateway';
+import { startSiteBroker, type SiteBroker } from './site-broker.js';
 import { FakeCloud, PIN, provision, siteFixture, silentLog, waitFor, type SiteFixture } from '../../../gateway/test/harness.js';
 
 /**
@@ -268,5 +269,91 @@ describe('a capture of the site LAN during door decisions', () => {
     }
     const bytes = await cap.stop();
     for (const secret of [PIN, CARD, lockPassword(), GW_SITE_LOGIN.password]) expect(bytes.includes(secret), secret).toBe(true);
+  });
+});
+
+/** Every `listener` of a Mosquitto config with what follows it up to the next one. */
+function listeners(conf: string): { line: string; tls: boolean }[] {
+  const out: { line: string; tls: boolean }[] = [];
+  for (const l of conf.split('\n').map((x) => x.trim())) {
+    if (l.startsWith('listener ')) out.push({ line: l, tls: false });
+    else if (/^(certfile|keyfile) /.test(l) && out.length > 0) out[out.length - 1]!.tls = true;
+  }
+  return out;
+}
+
+describe('the shipped site Mosquitto configs', () => {
+  const ROOT = new URL('../../../', import.meta.url);
+  const shipped = ['gateway/deploy/mosquitto-site.conf', 'deploy/mosquitto/site.conf'];
+
+  it.each(shipped)('%s: plaintext only on loopback, TLS on the LAN listener, a packet size limit', (file) => {
+    const conf = readFileSync(new URL(file, ROOT), 'utf8');
+    const ls = listeners(conf);
+    expect(ls.filter((l) => l.tls)).toHaveLength(1);
+    for (const l of ls.filter((x) => !x.tls)) expect(l.line, l.line).toMatch(/^listener \d+ (127\.0\.0\.1|::1)$/);
+    const withTuning = file.startsWith('deploy/')
+      ? conf + readFileSync(new URL('deploy/mosquitto/conf.d/tuning.conf', ROOT), 'utf8')
+      : conf;
+    expect(withTuning).toMatch(/^max_packet_size 131072$/m);
+    expect(conf).not.toMatch(/^user root$/m);
+  });
+});
+
+describe('a Mosquitto started from the shipped site config, as its own user', () => {
+  let broker: SiteBroker;
+  let other: SitePki;
+  let dir: string;
+  const gatewayId = 'gw-mtls';
+  const secret = new Uint8Array(32).fill(9);
+  const login = { username: 'L1', password: siteBrokerPassword(secret, gatewayId, 'L1'), clientId: lockClientId(gatewayId, 'L1') };
+
+  beforeAll(async () => {
+    dir = mkdtempSync(join(tmpdir(), 'tobira-mosq-tls-'));
+    other = (await ensureSitePki({ dir: join(dir, 'other'), names: [], now: Date.now(), log: silentLog() })).pki;
+    broker = await startSiteBroker(
+      'mosquitto',
+      { gatewayId, locks: [{ lockId: 'L1', pairingSecret: Buffer.from(secret).toString('base64url') }], site: GW_SITE_LOGIN },
+      silentLog(),
+    );
+  });
+  afterAll(async () => {
+    await broker?.stop();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('reads the password file and the TLS key it was given (owned by its user, 0600) and lets a lock pinning the site CA in', async () => {
+    const tls = broker.tls!;
+    expect(await connack(tls.url, { ...login, ca: tls.caPem, rejectUnauthorized: true })).toBe(0);
+    expect(await connack(tls.url, { ...login, password: 'wrong', ca: tls.caPem, rejectUnauthorized: true })).toBe(5);
+  });
+
+  it('refuses a client without the CA, one pinning another CA, and plaintext on the TLS port', async () => {
+    const tls = broker.tls!;
+    expect(await connack(tls.url, { ...login, rejectUnauthorized: true })).toBe('refused');
+    expect(await connack(tls.url, { ...login, ca: other.ca.certPem, rejectUnauthorized: true })).toBe('refused');
+    expect(await connack(tls.url.replace('mqtts:', 'mqtt:'), login)).toBe('refused');
+  });
+
+  it('cannot start on files left root-owned 0600 (what site-broker-files wrote before it chowned them)', async () => {
+    // only meaningful as root, where Mosquitto drops to its user; the suite runs as root (CI, pretest)
+    expect(process.getuid?.()).toBe(0);
+    const config = { gatewayId, locks: [{ lockId: 'L1', pairingSecret: Buffer.from(secret).toString('base64url') }], site: GW_SITE_LOGIN };
+    await expect(startSiteBroker('mosquitto', config, silentLog(), '0:0')).rejects.toThrow(/mosquitto exited|did not listen/);
+  });
+
+  it('firmware-sim connects over it with the pinned CA', async () => {
+    const tls = broker.tls!;
+    const lock = new SimLock({
+      url: tls.url,
+      gatewayId,
+      lockId: 'L1',
+      secret,
+      siteLogin: true,
+      siteCa: { caPem: tls.caPem, pin: tls.fingerprint },
+      timers: 'manual',
+    });
+    await lock.start();
+    expect(lock.connected).toBe(true);
+    await lock.stop();
   });
 });
