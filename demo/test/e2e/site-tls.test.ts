@@ -273,11 +273,13 @@ describe('a capture of the site LAN during door decisions', () => {
 });
 
 /** Every `listener` of a Mosquitto config with what follows it up to the next one. */
-function listeners(conf: string): { line: string; tls: boolean }[] {
-  const out: { line: string; tls: boolean }[] = [];
+function listeners(conf: string): { line: string; tls: boolean; usernameIsClientId: boolean }[] {
+  const out: { line: string; tls: boolean; usernameIsClientId: boolean }[] = [];
   for (const l of conf.split('\n').map((x) => x.trim())) {
-    if (l.startsWith('listener ')) out.push({ line: l, tls: false });
-    else if (/^(certfile|keyfile) /.test(l) && out.length > 0) out[out.length - 1]!.tls = true;
+    const last = out[out.length - 1];
+    if (l.startsWith('listener ')) out.push({ line: l, tls: false, usernameIsClientId: false });
+    else if (/^(certfile|keyfile) /.test(l) && last !== undefined) last.tls = true;
+    else if (l === 'use_username_as_clientid true' && last !== undefined) last.usernameIsClientId = true;
   }
   return out;
 }
@@ -291,6 +293,8 @@ describe('the shipped site Mosquitto configs', () => {
     const ls = listeners(conf);
     expect(ls.filter((l) => l.tls)).toHaveLength(1);
     for (const l of ls.filter((x) => !x.tls)) expect(l.line, l.line).toMatch(/^listener \d+ (127\.0\.0\.1|::1)$/);
+    // a listener's own setting in Mosquitto 2: without it on a listener, a lock could take another's session there
+    for (const l of ls) expect(l.usernameIsClientId, l.line).toBe(true);
     const withTuning = file.startsWith('deploy/')
       ? conf + readFileSync(new URL('deploy/mosquitto/conf.d/tuning.conf', ROOT), 'utf8')
       : conf;
