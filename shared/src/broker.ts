@@ -73,7 +73,9 @@ export class MqttPacketLimit extends Transform {
       const total = len + this.header.length;
       this.header = [];
       if (total > this.max)
-        return cb(Object.assign(new Error(`MQTT packet of ${total} bytes over the limit of ${this.max}`), { code: 'MQTT_PACKET_TOO_LARGE' }));
+        return cb(
+          Object.assign(new Error(`MQTT packet of ${total} bytes over the limit of ${this.max}`), { code: 'MQTT_PACKET_TOO_LARGE' }),
+        );
       this.remaining = len === 0 ? -1 : len;
     }
     cb(null, chunk);

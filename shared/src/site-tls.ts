@@ -36,19 +36,28 @@ export class SiteTlsError extends Error {
  * before any connection, not trusted. For an mqtt:// URL the host must be
  * loopback and no options are added.
  */
-export function siteTlsOptions(url: string, ca: { readonly caPem?: string | undefined; readonly pin?: string | undefined }): IClientOptions {
+export function siteTlsOptions(
+  url: string,
+  ca: { readonly caPem?: string | undefined; readonly pin?: string | undefined },
+): IClientOptions {
   const u = new URL(url);
   const secure = u.protocol === 'mqtts:' || u.protocol === 'wss:';
   if (!secure) {
     if (!isLoopbackHost(u.hostname))
-      throw new SiteTlsError('SITE_PLAINTEXT_NOT_LOOPBACK', `${url}: plain MQTT is allowed only on loopback; use mqtts:// with the site CA`);
+      throw new SiteTlsError(
+        'SITE_PLAINTEXT_NOT_LOOPBACK',
+        `${url}: plain MQTT is allowed only on loopback; use mqtts:// with the site CA`,
+      );
     return {};
   }
   if (ca.caPem === undefined) throw new SiteTlsError('SITE_CA_MISSING', `${url}: mqtts needs the site CA certificate`);
   if (ca.pin !== undefined) {
     const have = normalizeCaFingerprint(new X509Certificate(ca.caPem).fingerprint256);
     if (have !== normalizeCaFingerprint(ca.pin))
-      throw new SiteTlsError('SITE_CA_PIN_MISMATCH', `the site CA certificate's fingerprint ${have} is not the pinned ${normalizeCaFingerprint(ca.pin)}`);
+      throw new SiteTlsError(
+        'SITE_CA_PIN_MISMATCH',
+        `the site CA certificate's fingerprint ${have} is not the pinned ${normalizeCaFingerprint(ca.pin)}`,
+      );
   }
   return { ca: ca.caPem, rejectUnauthorized: true };
 }
