@@ -123,7 +123,7 @@ if (process.argv[2] === 'site-broker-files') {
   siteBrokerFiles().then(
     () => process.exit(0),
     (e: unknown) => {
-      log.fatal({ err: e, code: (e as { code?: unknown }).code }, 'site broker files not written');
+      log.fatal({ err: e }, 'site broker files not written');
       process.exit(1);
     },
   );

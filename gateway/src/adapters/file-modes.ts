@@ -39,7 +39,7 @@ export function enforceModes(checks: readonly ModeCheck[], log: Logger, chmod: (
     } catch (e) {
       throw new FileModeError(
         c.path,
-        `${c.path} has mode ${have.toString(8)} and cannot be set to ${want.toString(8)} (${(e as Error).message}); fix it by hand`,
+        `${c.path} has mode ${have.toString(8)} and cannot be set to ${want.toString(8)} (${String(e)}); fix it by hand`,
       );
     }
     log.warn(

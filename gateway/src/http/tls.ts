@@ -1,4 +1,4 @@
-import { createServer, type Server as HttpsServer } from 'node:https';
+import { Server as HttpsServer, createServer } from 'node:https';
 import type { FastifyInstance, FastifyServerOptions } from 'fastify';
 
 /**
@@ -36,5 +36,6 @@ export function addHsts(app: FastifyInstance, tls: StaffTls | undefined): void {
 
 /** Puts a renewed certificate in place for new connections. */
 export function renewHttpsCertificate(app: FastifyInstance, tls: StaffTls): void {
-  (app.server as unknown as HttpsServer).setSecureContext({ key: tls.key, cert: tls.cert });
+  const server: object = app.server;
+  if (server instanceof HttpsServer) server.setSecureContext({ key: tls.key, cert: tls.cert });
 }

@@ -87,16 +87,19 @@ function writePrivate(file: string, text: string): void {
 type Keys = Parameters<typeof x509.X509CertificateGenerator.createSelfSigned>[0]['keys'];
 type SigningKey = Keys['privateKey'];
 
+// x509's own handle on the provider set above: its types are the ones x509 takes
+const subtle = () => x509.cryptoProvider.get().subtle;
+
 async function newKeys(): Promise<Keys> {
-  return (await webcrypto.subtle.generateKey(ALG, true, ['sign', 'verify'])) as unknown as Keys;
+  return subtle().generateKey(ALG, true, ['sign', 'verify']);
 }
 
 async function importPrivate(keyPem: string): Promise<SigningKey> {
-  return (await webcrypto.subtle.importKey('pkcs8', derOf(keyPem), ALG, false, ['sign'])) as unknown as SigningKey;
+  return subtle().importKey('pkcs8', derOf(keyPem), ALG, false, ['sign']);
 }
 
 async function keyPem(k: Keys['privateKey']): Promise<string> {
-  return pem('PRIVATE KEY', await webcrypto.subtle.exportKey('pkcs8', k as unknown as webcrypto.CryptoKey));
+  return pem('PRIVATE KEY', await subtle().exportKey('pkcs8', k));
 }
 
 function serial(): string {
