@@ -234,8 +234,9 @@ export function loadConfig(opts: { file?: string | undefined; env?: Env } = {}):
       const v = raw[k];
       if (typeof v === 'string' && !v.startsWith('/') && v !== ':memory:') raw[k] = resolve(base, v);
     }
-    const tls = raw.tls as { dir?: unknown } | undefined;
-    if (tls !== undefined && typeof tls.dir === 'string' && !tls.dir.startsWith('/')) tls.dir = resolve(base, tls.dir);
+    const tls: unknown = raw.tls;
+    if (typeof tls === 'object' && tls !== null && 'dir' in tls && typeof tls.dir === 'string' && !tls.dir.startsWith('/'))
+      raw.tls = { ...tls, dir: resolve(base, tls.dir) };
   }
   const set = (path: string[], value: unknown) => {
     let o = raw;
