@@ -5,6 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
+import { giveToMosquitto } from '@tobira/shared/testing';
 
 /**
  * The bench's own Mosquitto on a free loopback port, so no other process's
@@ -46,7 +47,6 @@ export async function startBroker(): Promise<BenchBroker> {
     conf,
     [
       `listener ${port} 127.0.0.1`,
-      ...(process.getuid?.() === 0 ? ['user root'] : []),
       'allow_anonymous true',
       'persistence false',
       'log_dest stderr',
@@ -55,6 +55,8 @@ export async function startBroker(): Promise<BenchBroker> {
       '',
     ].join('\n'),
   );
+  // as root Mosquitto drops to its own user, as on a real broker host; nothing here is opened after that but the config
+  giveToMosquitto(dir);
   const proc = spawn('mosquitto', ['-c', conf], { stdio: ['ignore', 'ignore', 'inherit'] });
   const exited = new Promise<void>((r) => proc.once('exit', () => r()));
   for (let i = 0; !(await canConnect(port)); i++) {

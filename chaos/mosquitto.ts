@@ -2,6 +2,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { connect } from 'node:net';
 import { join } from 'node:path';
+import { giveToMosquitto } from '@tobira/shared/testing';
 
 /**
  * The run's own Mosquitto on a fixed free port, with its own config. The
@@ -34,7 +35,6 @@ export class Mosquitto {
       conf,
       [
         `listener ${this.port} 127.0.0.1`,
-        ...(process.getuid?.() === 0 ? ['user root'] : []),
         'allow_anonymous true',
         'set_tcp_nodelay true',
         `persistence ${persistence}`,
@@ -45,6 +45,8 @@ export class Mosquitto {
         '',
       ].join('\n'),
     );
+    // as root Mosquitto drops to its own user, which must be able to write the persistence file here
+    giveToMosquitto(this.dir);
     const p = spawn('mosquitto', ['-c', conf], { stdio: 'ignore' });
     this.#proc = p;
     const orphan = () => p.kill('SIGKILL');

@@ -4,6 +4,8 @@
  *
  * - Debian's `mosquitto` with `mosquitto_ctrl` and its dynamic-security
  *   plugin: broker-account and site-login tests start Mosquittos of their own.
+ * - Debian's `tshark`: the site TLS test captures the site broker's port and
+ *   looks for PINs and passwords in the bytes.
  * - Debian's `chromium`: the staff web UI tests drive it through
  *   playwright-core (a browser is never downloaded); Debian's
  *   `fonts-ipafont-gothic` (3.5 MB), so its screenshots of the staff UI in
@@ -47,6 +49,8 @@ const needs: readonly Need[] = [
     pkg: 'mosquitto',
     present: () => existsSync(process.env.TOBIRA_DYNSEC_PLUGIN ?? DEFAULT_DYNSEC_PLUGIN),
   },
+  // the site TLS proof captures the site broker's traffic (gateway/test/site-tls-capture.test.ts); root captures without setcap
+  { what: 'tshark', pkg: 'tshark', present: () => onPath('tshark') },
   { what: 'chromium', pkg: 'chromium', present: () => existsSync(process.env.TOBIRA_CHROMIUM ?? '/usr/bin/chromium') },
   {
     what: 'a Japanese font (the staff UI screenshots in Japanese)',

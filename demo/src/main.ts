@@ -281,8 +281,10 @@ async function main(): Promise<void> {
       parseGatewayConfig({ ...seed.gatewayConfig, site: { ...seed.gatewayConfig.site, url: 'mqtt://unused' } }),
       root.child({ part: 'site-broker' }),
     );
+    // Plaintext, so loopback only (startEmbeddedBroker refuses another host): the demo's locks run in this
+    // process. A real site's broker is TLS only, with the gateway's site CA (docs/gateway.md "Site TLS").
     const siteBroker = await listen(
-      'site MQTT broker (lock logins enforced)',
+      'site MQTT broker (lock logins enforced) in plaintext',
       env.TOBIRA_DEMO_HOST,
       env.TOBIRA_DEMO_SITE_MQTT_PORT,
       'TOBIRA_DEMO_SITE_MQTT_PORT',

@@ -3,6 +3,7 @@ import {
   LockDecision,
   asLockId,
   connectMqtt,
+  siteTlsOptions,
   createLogger,
   decodeText,
   lockClientId,
@@ -69,8 +70,16 @@ export interface SimLockOptions {
   readonly lock?: Partial<Omit<LockConfig, 'lockId' | 'secret'>>;
   readonly battery?: number;
   readonly log?: Logger;
-  /** Extra mqtt.js options (credentials, TLS). The will, client id and clean flag are the adapter's. */
+  /** Extra mqtt.js options (credentials). The will, client id, clean flag and TLS trust are the adapter's. */
   readonly mqtt?: IClientOptions;
+  /**
+   * The site CA this lock was paired with (docs/gateway.md "Site TLS"): its
+   * PEM and the SHA-256 fingerprint handed over at pairing. An mqtts:// `url`
+   * trusts this CA and nothing else, and a CA whose fingerprint is not the
+   * pin is refused before connecting (SITE_CA_PIN_MISMATCH). Plain mqtt:// is
+   * accepted to a loopback address only (SITE_PLAINTEXT_NOT_LOOPBACK).
+   */
+  readonly siteCa?: { readonly caPem: string; readonly pin: string };
   /**
    * Log in to the site broker as this lock: username = lock id, password =
    * `siteBrokerPassword(secret, gatewayId, lockId)` (derived from the pairing
@@ -368,8 +377,11 @@ export class SimLock {
 
   async #connect(): Promise<void> {
     const presence = this.#topic('presence');
+    // throws before any byte is sent: a wrong pin, or plaintext off loopback
+    const tls = siteTlsOptions(this.#o.url, { caPem: this.#o.siteCa?.caPem, pin: this.#o.siteCa?.pin });
     const client = connectMqtt(this.#o.url, {
       ...this.#o.mqtt,
+      ...tls,
       ...(this.#o.siteLogin === true && {
         username: this.lockId,
         password: siteBrokerPassword(this.#o.secret, this.gatewayId, this.lockId),

@@ -1,5 +1,11 @@
 import { parseArgs } from 'node:util';
-import { isSlug, PresentedCredential, type PresentedCredential as Credential } from '@tobira/shared';
+import {
+  isLoopbackHost,
+  isSlug,
+  normalizeCaFingerprint,
+  PresentedCredential,
+  type PresentedCredential as Credential,
+} from '@tobira/shared';
 import { validateFaults, type Faults } from './faults.js';
 import { lockIds } from './fleet.js';
 
@@ -11,6 +17,9 @@ export interface CliConfig {
   readonly mqttUsername: string | null;
   readonly mqttPassword: string | null;
   readonly siteLogin: boolean;
+  /** The site CA file and the fingerprint pinned at pairing (both for mqtts://). */
+  readonly siteCaFile: string | null;
+  readonly siteCaFingerprint: string | null;
   readonly secretsFile: string | null;
   readonly printSecrets: boolean;
   readonly doorAjarMs: number | null;
@@ -29,6 +38,11 @@ Starts simulated lock controllers for one gateway (firmware-sim).
   --lock-ids <a,b,c>       run these lock ids instead of L1..LN
   --mqtt <url>             site broker (default $MQTT_URL or mqtt://127.0.0.1:1883)
                            credentials from $MQTT_USERNAME / $MQTT_PASSWORD (one login for all locks)
+  --site-ca <file.pem>     the site CA certificate (the gateway's tls/site-ca.crt): an
+                           mqtts:// broker is trusted only with it ($SITE_CA_FILE)
+  --site-ca-fingerprint <sha256>  the CA fingerprint pinned at pairing; a CA file with
+                           another one is refused ($SITE_CA_FINGERPRINT)
+                           plain mqtt:// is accepted only to a loopback address
   --site-login             each lock logs in as itself: username = lock id, password
                            derived from its pairing secret (what a site broker with
                            lock logins expects; see docs/gateway.md)
@@ -61,6 +75,8 @@ export function parseCli(argv: readonly string[], env: Readonly<Record<string, s
         'lock-ids': { type: 'string' },
         mqtt: { type: 'string' },
         'site-login': { type: 'boolean' },
+        'site-ca': { type: 'string' },
+        'site-ca-fingerprint': { type: 'string' },
         secrets: { type: 'string' },
         'print-secrets': { type: 'boolean' },
         'door-ajar-ms': { type: 'string' },
@@ -112,10 +128,28 @@ export function parseCli(argv: readonly string[], env: Readonly<Record<string, s
     return { lockId, credential: parsed.data };
   });
 
+  const mqttUrl = values.mqtt ?? env.MQTT_URL ?? 'mqtt://127.0.0.1:1883';
+  const siteCaFile = values['site-ca'] ?? env.SITE_CA_FILE ?? null;
+  const siteCaFingerprint = values['site-ca-fingerprint'] ?? env.SITE_CA_FINGERPRINT ?? null;
+  let u: URL;
+  try {
+    u = new URL(mqttUrl);
+  } catch {
+    throw new CliError(`--mqtt: not a URL: ${mqttUrl}`);
+  }
+  if (u.protocol === 'mqtts:' && (siteCaFile === null || siteCaFingerprint === null))
+    throw new CliError('--mqtt mqtts://: give --site-ca and --site-ca-fingerprint (the CA pinned at pairing)');
+  if (u.protocol !== 'mqtts:' && !isLoopbackHost(u.hostname))
+    throw new CliError(`--mqtt ${u.protocol}//${u.hostname}: plain MQTT only on loopback; use mqtts:// with --site-ca`);
+  if (siteCaFingerprint !== null && !/^[0-9a-f]{64}$/.test(normalizeCaFingerprint(siteCaFingerprint)))
+    throw new CliError('--site-ca-fingerprint: expected a SHA-256 fingerprint (64 hex digits, ":" allowed)');
+
   return Object.freeze({
     gatewayId,
+    siteCaFile,
+    siteCaFingerprint,
     lockIds: ids,
-    mqttUrl: values.mqtt ?? env.MQTT_URL ?? 'mqtt://127.0.0.1:1883',
+    mqttUrl,
     mqttUsername: env.MQTT_USERNAME ?? null,
     mqttPassword: env.MQTT_PASSWORD ?? null,
     siteLogin,

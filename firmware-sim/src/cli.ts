@@ -70,6 +70,10 @@ async function main(): Promise<number> {
     secrets: given,
     log: createLogger('firmware-sim', { level: process.env.LOG_LEVEL ?? 'warn' }),
     siteLogin: config.siteLogin,
+    ...(config.siteCaFile !== null &&
+      config.siteCaFingerprint !== null && {
+        siteCa: { caPem: readFileSync(config.siteCaFile, 'utf8'), pin: config.siteCaFingerprint },
+      }),
     ...(config.mqttUsername !== null && {
       mqtt: { username: config.mqttUsername, ...(config.mqttPassword !== null && { password: config.mqttPassword }) },
     }),

@@ -11,7 +11,7 @@ import type { Faults } from './faults.js';
 /** The per-lock options apply to every lock of the fleet. */
 export interface FleetOptions extends Pick<
   SimLockOptions,
-  'url' | 'gatewayId' | 'clock' | 'timers' | 'lock' | 'log' | 'mqtt' | 'ids' | 'random' | 'publishTimeoutMs'
+  'url' | 'gatewayId' | 'clock' | 'timers' | 'lock' | 'log' | 'mqtt' | 'siteCa' | 'ids' | 'random' | 'publishTimeoutMs'
 > {
   /** A number N (locks L1..LN) or the lock ids. */
   readonly locks: number | readonly string[];
@@ -66,6 +66,7 @@ export class Fleet {
         ...(this.#o.timers && { timers: this.#o.timers }),
         ...(this.#o.lock && { lock: this.#o.lock }),
         ...(this.#o.mqtt && { mqtt: this.#o.mqtt }),
+        ...(this.#o.siteCa && { siteCa: this.#o.siteCa }),
         ...(this.#o.siteLogin !== undefined && { siteLogin: this.#o.siteLogin }),
         ...(this.#o.ids && { ids: this.#o.ids }),
         ...(this.#o.random && { random: this.#o.random }),

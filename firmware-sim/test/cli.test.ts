@@ -25,13 +25,29 @@ describe('CLI arguments', () => {
   });
 
   it('reads --locks, --mqtt, MQTT_URL and credentials from the environment', () => {
-    expect(parseCli(['-g', 'gw-1', '--locks', '20'], { MQTT_URL: 'mqtt://b:1', MQTT_USERNAME: 'u', MQTT_PASSWORD: 'p' })).toMatchObject({
+    expect(
+      parseCli(['-g', 'gw-1', '--locks', '20'], { MQTT_URL: 'mqtt://127.0.0.2:1', MQTT_USERNAME: 'u', MQTT_PASSWORD: 'p' }),
+    ).toMatchObject({
       lockIds: Array.from({ length: 20 }, (_, i) => `L${i + 1}`),
-      mqttUrl: 'mqtt://b:1',
+      mqttUrl: 'mqtt://127.0.0.2:1',
       mqttUsername: 'u',
       mqttPassword: 'p',
     });
-    expect(parseCli(['-g', 'gw-1', '--mqtt', 'mqtt://x:2'], { MQTT_URL: 'mqtt://b:1' })).toMatchObject({ mqttUrl: 'mqtt://x:2' });
+    expect(parseCli(['-g', 'gw-1', '--mqtt', 'mqtt://localhost:2'], { MQTT_URL: 'mqtt://127.0.0.2:1' })).toMatchObject({
+      mqttUrl: 'mqtt://localhost:2',
+    });
+  });
+
+  it('takes the site CA and its pinned fingerprint for mqtts, and refuses plain MQTT off loopback or mqtts without a pin', () => {
+    const fp = 'AB:'.repeat(31) + 'AB';
+    expect(
+      parseCli(['-g', 'gw-1', '--mqtt', 'mqtts://192.0.2.10:8883', '--site-ca', 'ca.crt', '--site-ca-fingerprint', fp], {}),
+    ).toMatchObject({ mqttUrl: 'mqtts://192.0.2.10:8883', siteCaFile: 'ca.crt', siteCaFingerprint: fp });
+    expect(() => parseCli(['-g', 'gw-1', '--mqtt', 'mqtt://192.0.2.10:1883'], {})).toThrow(/plain MQTT only on loopback/);
+    expect(() => parseCli(['-g', 'gw-1', '--mqtt', 'mqtts://192.0.2.10:8883', '--site-ca', 'ca.crt'], {})).toThrow(/--site-ca-fingerprint/);
+    expect(() =>
+      parseCli(['-g', 'gw-1', '--mqtt', 'mqtts://192.0.2.10:8883', '--site-ca', 'ca.crt', '--site-ca-fingerprint', 'abc'], {}),
+    ).toThrow(/SHA-256/);
   });
 
   it('reads --lock-ids, --present and --faults', () => {

@@ -2,6 +2,7 @@ import { readFileSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import {
   DEFAULT_MAX_COMMAND_TTL_MS,
+  isLoopbackHost,
   DoorId,
   GatewayId,
   LockId,
@@ -70,7 +71,31 @@ export const GatewayConfig = z.strictObject({
     issuer: z.string().min(1).max(128).default('tobira-cloud'),
     jwks: z.strictObject({ keys: z.array(Jwk).min(1) }),
   }),
-  site: Broker,
+  /**
+   * The locks' broker. mqtts:// (the default of a real install): the gateway
+   * trusts only the site CA it made (`tls`). mqtt:// is refused unless the
+   * host is a loopback address (the demo, tests, a broker on the same box).
+   */
+  site: Broker.refine(
+    (b) => {
+      const u = new URL(b.url.replace(/^tcp:/, 'mqtt:'));
+      return u.protocol === 'mqtts:' || u.protocol === 'wss:' || isLoopbackHost(u.hostname);
+    },
+    { message: 'SITE_PLAINTEXT_NOT_LOOPBACK: the site broker on a LAN address is reached over mqtts:// (plain mqtt:// on loopback only)' },
+  ),
+  /**
+   * The site PKI (docs/gateway.md "Site TLS"): the site CA the locks pin and
+   * the certificates of the site broker and the staff UI, made at the first
+   * start and renewed at every start and daily. `dir` defaults to `tls/` in
+   * the database's folder; `names` are the DNS names and addresses the locks
+   * and staff reach the box by (loopback names are always in).
+   */
+  tls: z
+    .strictObject({
+      dir: z.string().min(1).optional(),
+      names: z.array(z.string().min(1).max(253)).max(32).default([]),
+    })
+    .default({ names: [] }),
   sqlitePath: z.string().min(1),
   offlineGraceSeconds: z.int().min(0).default(300),
   locks: z
@@ -128,7 +153,14 @@ export const GatewayConfig = z.strictObject({
       authFailures: z
         .strictObject({ max: z.int().min(1).max(10_000).default(10), windowSeconds: z.int().min(1).max(86_400).default(300) })
         .default({ max: 10, windowSeconds: 300 }),
-      /** The staff UI is reached over HTTPS (TLS here or at a proxy): the session cookie is `__Host-tobira_staff`, Secure. */
+      /**
+       * HTTPS with the site CA's staff-UI certificate. Default: on, except on a
+       * loopback `host` (the demo, tests, a local proxy in front). Off on any
+       * other address is refused (HTTP_PLAINTEXT_NOT_LOOPBACK): a LAN never
+       * carries a staff session in clear.
+       */
+      tls: z.boolean().optional(),
+      /** The staff UI is reached over HTTPS (TLS here or at a proxy): the session cookie is `__Host-tobira_staff`, Secure. Default: on when `tls` is. */
       secureCookies: z.boolean().optional(),
       /** Argon2 hashes/verifies the whole process runs at once, and how many may wait; beyond, 503 SIGN_IN_BUSY (app/password-work.ts). */
       passwordWork: z.strictObject({ concurrency: z.int().min(1).max(16), queue: z.int().min(0).max(1000) }).optional(),
@@ -140,6 +172,9 @@ export const GatewayConfig = z.strictObject({
         .min(300)
         .max(7 * 86_400)
         .optional(),
+    })
+    .refine((h) => h.tls !== false || isLoopbackHost(h.host), {
+      message: 'HTTP_PLAINTEXT_NOT_LOOPBACK: http.tls false is allowed on a loopback host only',
     })
     .nullable()
     .default({ host: '127.0.0.1', port: 8080, authFailures: { max: 10, windowSeconds: 300 } }),
@@ -174,6 +209,11 @@ export const GatewayConfig = z.strictObject({
   drainTimeoutMs: z.int().min(0).default(5000),
 });
 export type GatewayConfig = Readonly<z.infer<typeof GatewayConfig>>;
+
+/** Whether the staff UI listens with TLS: `http.tls`, else on unless the bind is loopback. */
+export function httpUsesTls(http: NonNullable<GatewayConfig['http']>): boolean {
+  return http.tls ?? !isLoopbackHost(http.host);
+}
 export type GatewayConfigInput = z.input<typeof GatewayConfig>;
 
 function deepFreeze<T>(o: T): T {
@@ -204,6 +244,9 @@ export function loadConfig(opts: { file?: string | undefined; env?: Env } = {}):
       const v = raw[k];
       if (typeof v === 'string' && !v.startsWith('/') && v !== ':memory:') raw[k] = resolve(base, v);
     }
+    const tls: unknown = raw.tls;
+    if (typeof tls === 'object' && tls !== null && 'dir' in tls && typeof tls.dir === 'string' && !tls.dir.startsWith('/'))
+      raw.tls = { ...tls, dir: resolve(base, tls.dir) };
   }
   const set = (path: string[], value: unknown) => {
     let o = raw;
@@ -236,6 +279,14 @@ export function loadConfig(opts: { file?: string | undefined; env?: Env } = {}):
   num('TOBIRA_HTTP_PORT', ['http', 'port']);
   num('TOBIRA_UPLINK_BATCH_MAX', ['uplinkBatchMax']);
   str('TOBIRA_HTTP_HOST', ['http', 'host']);
+  if (env.TOBIRA_HTTP_TLS !== undefined && env.TOBIRA_HTTP_TLS !== '') set(['http', 'tls'], env.TOBIRA_HTTP_TLS === 'true');
+  str('TOBIRA_TLS_DIR', ['tls', 'dir']);
+  const names = env.TOBIRA_TLS_NAMES;
+  if (names !== undefined && names !== '')
+    set(
+      ['tls', 'names'],
+      names.split(',').map((n) => n.trim()),
+    );
   if (env.TOBIRA_HTTP_SECURE_COOKIES !== undefined && env.TOBIRA_HTTP_SECURE_COOKIES !== '')
     set(['http', 'secureCookies'], env.TOBIRA_HTTP_SECURE_COOKIES === 'true');
   const hosts = env.TOBIRA_HTTP_ALLOWED_HOSTS;

@@ -1,5 +1,5 @@
-import { readFileSync } from 'node:fs';
-import { dirname, resolve } from 'node:path';
+import { mkdirSync, readFileSync } from 'node:fs';
+import { dirname, join, resolve } from 'node:path';
 import {
   createLogger,
   decodeSecret,
@@ -16,6 +16,7 @@ import {
   type Logger,
   type MonotonicClock,
   type SiteMode,
+  siteTlsOptions,
 } from '@tobira/shared';
 import type { FastifyInstance } from 'fastify';
 import { openDatabase } from './adapters/sqlite/db.js';
@@ -46,7 +47,10 @@ import { LockWatch } from './app/lock-watch.js';
 import { LiveFeed } from './app/live-feed.js';
 import { health, staffStatus, type StaffStatusDeps } from './app/staff-status.js';
 import { UplinkSender, sendResyncRequest, type UplinkDeps } from './app/uplink.js';
-import type { GatewayConfig } from './config.js';
+import { httpUsesTls, type GatewayConfig } from './config.js';
+import { enforceModes, type ModeCheck } from './adapters/file-modes.js';
+import { PKI_FILES, ensureSitePki, type SitePki } from './adapters/tls/site-pki.js';
+import { renewHttpsCertificate } from './http/tls.js';
 import { leaseRemainingSeconds } from './domain/freshness.js';
 import { buildApp, registeredRoutes, type RegisteredRoute } from './http/app.js';
 import { evaluatePassage, type PassageChange, type PassageDeps } from './app/passage.js';
@@ -76,6 +80,8 @@ export interface GatewayDeps {
   readonly retention?: Partial<RetentionLimits>;
   /** Test seam: the free-space reader of the data folder (default fs.statfs). */
   readonly freeSpace?: FreeSpaceReader;
+  /** The config file the daemon read (main.ts): held to 0600 like the other secrets at rest. */
+  readonly configFile?: string | undefined;
 }
 
 export interface Gateway {
@@ -115,6 +121,10 @@ export interface Gateway {
   readonly siteConnected: boolean;
   /** The cloud has answered a resync request of this process, so the persisted lease counts (TrustedTime.proven). */
   readonly timeProven: boolean;
+  /** The site CA and the certificates it signed (after start; null with an in-memory database and no `tls.dir`). */
+  readonly sitePki: SitePki | null;
+  /** Runs the certificate renewal check now (tests; it also runs at start and daily). Returns what was made. */
+  renewCertificatesNow(): Promise<string[]>;
 }
 
 const DAY = 24 * 3600 * 1000;
@@ -137,6 +147,7 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
   let storage: StorageGuard | null = null;
   let accounts: StaffAccounts | null = null;
   let setupCode: { code: string; expiresAt: number } | null = null;
+  let sitePki: SitePki | null = null;
   const live = new LiveFeed(runLog);
   const watch = new LockWatch();
   const timers: NodeJS.Timeout[] = [];
@@ -223,6 +234,10 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
     get timeProven() {
       return time.proven;
     },
+    get sitePki() {
+      return sitePki;
+    },
+    renewCertificatesNow: () => renewCertificates(),
     get cloudConnected() {
       return cloud?.connected ?? false;
     },
@@ -238,12 +253,54 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
     enqueueStatus: () => enqueueStatus(ctx()),
 
     async start() {
+      const fileBacked = config.sqlitePath !== ':memory:';
+      const dataDir0 = fileBacked ? dirname(resolve(config.sqlitePath)) : null;
+      const pkiDir = config.tls.dir ?? (dataDir0 === null ? null : join(dataDir0, 'tls'));
+      // secrets at rest readable only by their owner, checked before any is read (adapters/file-modes.ts)
+      const modeChecks = (): ModeCheck[] => [
+        ...(dataDir0 === null
+          ? []
+          : [
+              { path: dataDir0, mode: 0o700 } as const,
+              ...['', '-wal', '-shm', '-journal'].map((x) => ({ path: resolve(config.sqlitePath) + x, mode: 0o600 }) as const),
+            ]),
+        { path: config.keyPairFile, mode: 0o600 },
+        ...(deps.configFile === undefined ? [] : [{ path: deps.configFile, mode: 0o600 } as const]),
+        ...(pkiDir === null
+          ? []
+          : [
+              { path: pkiDir, mode: 0o700 } as const,
+              ...Object.values(PKI_FILES).map((f) => ({ path: join(pkiDir, f), mode: 0o600 }) as const),
+            ]),
+      ];
+      if (dataDir0 !== null) mkdirSync(dataDir0, { recursive: true, mode: 0o700 });
+      enforceModes(modeChecks(), runLog);
+      const needTls = (config.http !== null && httpUsesTls(config.http)) || !config.site.url.startsWith('mqtt:');
+      if (pkiDir === null && needTls)
+        throw Object.assign(new Error('TLS needs a folder for the site PKI: set tls.dir (the database is in memory)'), {
+          code: 'SITE_TLS_DIR_NEEDED',
+        });
+      if (pkiDir !== null) {
+        const r = await ensureSitePki({ dir: pkiDir, names: config.tls.names, now: clock.now(), log: runLog });
+        sitePki = r.pki;
+        runLog.info(
+          {
+            caFingerprint: r.pki.ca.fingerprint,
+            brokerFingerprint: r.pki.broker.fingerprint,
+            httpsFingerprint: r.pki.https.fingerprint,
+            caFile: r.pki.ca.certFile,
+          },
+          'site TLS: pair locks with the CA fingerprint; staff check the UI certificate fingerprint',
+        );
+      }
       const s = new GatewayStore(
         openDatabase(config.sqlitePath),
         { maxRows: config.outboxMaxRows },
         { accessLogMaxRows: config.accessLog.maxRows, accessLogMaxAgeMs: config.accessLog.maxAgeDays * DAY, ...deps.retention },
       );
       store = s;
+      // -wal and -shm exist only once the database is open; SQLite gives them the database file's mode, checked again
+      enforceModes(modeChecks(), runLog);
       // what a door decision reads, filled from SQLite before anything runs (adapters/sqlite/memory.ts):
       // a restart, or a start after a crash, rebuilds it from what was committed
       loadMemory(s.db);
@@ -364,7 +421,7 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
       });
       const siteFilters = (['request', 'state', 'event', 'presence'] as const).map((c) => filters.locksOf(config.gatewayId, c));
       site = connectSiteLink(
-        config.site,
+        { ...config.site, tls: siteTlsOptions(config.site.url, { caPem: sitePki?.ca.certPem }) },
         { clientId: gatewaySiteClientId(config.gatewayId), filters: siteFilters },
         onSiteMessage,
         withCorrelation(log, newCorrelationId(), { link: 'site' }),
@@ -447,6 +504,12 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
         }, 1000),
       );
       timers[timers.length - 1]?.unref();
+      timers.push(
+        setInterval(() => {
+          renewCertificates().catch((e: unknown) => runLog.error({ err: e }, 'certificate renewal check failed'));
+        }, DAY),
+      );
+      timers[timers.length - 1]?.unref();
 
       const audit = staffAudit(
         s.db,
@@ -490,7 +553,8 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
           now: () => clock.now(),
           log,
           accounts: acc,
-          secureCookies: config.http.secureCookies,
+          tls: httpUsesTls(config.http) && sitePki !== null ? { key: sitePki.https.keyPem, cert: sitePki.https.certPem } : undefined,
+          secureCookies: config.http.secureCookies ?? httpUsesTls(config.http),
           setMode: (mode, reason, cid, actor) => {
             const r = setSiteModeAsStaff(ctx(), mode, reason, cid, { actor, audit });
             if ('changed' in r && r.changed) passageSoon();
@@ -526,7 +590,9 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
           health: () => health(statusDeps),
           live,
         });
-        httpUrl = await http.listen({ host: config.http.host, port: config.http.port });
+        const listened = await http.listen({ host: config.http.host, port: config.http.port });
+        // Fastify names the scheme from its own options; the server made by http/tls.ts speaks https
+        httpUrl = httpUsesTls(config.http) ? listened.replace(/^http:/, 'https:') : listened;
       }
       runLog.info({ httpUrl, appliedSeq: readSettings(s.db).appliedSeq }, 'gateway started');
     },
@@ -561,6 +627,21 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
       runLog.info({ forced: opts.force ?? false }, 'gateway stopped');
     },
   };
+
+  /** The daily check (also at start): renews what expires soon, swaps the staff UI's certificate in, says what the site broker needs. */
+  async function renewCertificates(): Promise<string[]> {
+    if (sitePki === null) return [];
+    const r = await ensureSitePki({ dir: sitePki.dir, names: config.tls.names, now: clock.now(), log: runLog });
+    sitePki = r.pki;
+    if (r.made.includes('https') && http !== null && config.http !== null && httpUsesTls(config.http))
+      renewHttpsCertificate(http, { key: r.pki.https.keyPem, cert: r.pki.https.certPem });
+    if (r.made.includes('broker'))
+      runLog.warn(
+        { code: 'SITE_BROKER_CERT_RENEWED', fingerprint: r.pki.broker.fingerprint },
+        'site broker certificate renewed: run site-broker-files and reload Mosquitto (docs/operations.md)',
+      );
+    return r.made;
+  }
 
   function ctx(): AppContext {
     return {

@@ -15,3 +15,6 @@ export {
   type SiteAccount,
   type SiteAccountsConfig,
 } from './adapters/mqtt/site-broker.js';
+export { ensureSitePki, certFingerprint, PKI_FILES, type SitePki, type PemPair } from './adapters/tls/site-pki.js';
+export { writeSiteBrokerFiles, SITE_BROKER_FILES, resolveOwner } from './adapters/mqtt/site-broker-files.js';
+export { enforceModes, FileModeError } from './adapters/file-modes.js';

@@ -1,6 +1,5 @@
 #!/usr/bin/env node
-import { chmodSync, existsSync, writeFileSync } from 'node:fs';
-import { join, resolve } from 'node:path';
+import { resolve } from 'node:path';
 import { readFileSync } from 'node:fs';
 import {
   MigrationRefused,
@@ -13,7 +12,7 @@ import {
   withCorrelation,
   type Clock,
 } from '@tobira/shared';
-import { mosquittoSiteFiles } from './adapters/mqtt/site-broker.js';
+import { writeSiteBrokerFiles } from './adapters/mqtt/site-broker-files.js';
 import { crashHookFromEnv } from './app/context.js';
 import { loadConfig } from './config.js';
 import { createGateway } from './gateway.js';
@@ -67,8 +66,12 @@ function argValue(name: string): string | undefined {
 }
 
 async function main(): Promise<void> {
-  const config = loadConfig({ file: argValue('--config') });
+  // every file this process creates (database, -wal/-shm, keys) starts readable by its owner only
+  process.umask(0o077);
+  const configFile = argValue('--config') ?? process.env.TOBIRA_GATEWAY_CONFIG;
+  const config = loadConfig({ file: configFile });
   const gateway = createGateway(config, {
+    configFile: configFile === undefined || configFile === '' ? undefined : resolve(configFile),
     log: baseLog,
     crash: crashHookFromEnv(process.env.TOBIRA_CRASH_AT),
     clock: clockFromEnv(process.env.TOBIRA_CLOCK_OFFSET_FILE),
@@ -91,6 +94,12 @@ async function main(): Promise<void> {
   await gateway.start();
   // Tests wait for this line on stdout (pino JSON): it says the daemon took its config and opened its database.
   log.info({ gatewayId: config.gatewayId, http: gateway.httpUrl }, 'tobira-gateway ready');
+  // The box's console shows what staff and installers compare: the UI certificate and the CA a lock pins.
+  const pki = gateway.sitePki;
+  if (pki !== null)
+    process.stderr.write(
+      `\nSite TLS\n  staff UI certificate SHA-256: ${pki.https.fingerprint}\n  site CA SHA-256 (pair locks with it): ${pki.ca.fingerprint}\n  site CA file: ${pki.ca.certFile}\n\n`,
+    );
   // The setup code goes to the terminal (stderr: stdout is JSON lines), never into a log line.
   const setup = gateway.setupCode;
   if (setup !== null)
@@ -99,26 +108,26 @@ async function main(): Promise<void> {
     );
 }
 
-/** Writes `<out>/tobira-site.passwd` (mode 0600: hashes, but still only for the broker) and `<out>/tobira-site.acl`. */
-function siteBrokerFiles(): void {
+/**
+ * Writes the site Mosquitto's password file and TLS key (0600), its ACL and
+ * certificates (0644), owned by `--owner` (default as root: the `mosquitto`
+ * user), the site PKI made first if this runs before the gateway's first start.
+ */
+async function siteBrokerFiles(): Promise<void> {
+  process.umask(0o077);
   const out = resolve(argValue('--out') ?? '.');
-  const files = mosquittoSiteFiles(loadConfig({ file: argValue('--config') }));
-  const passwd = join(out, 'tobira-site.passwd');
-  // `mode` applies only when the file is created: tighten an existing one before the hashes go in
-  if (existsSync(passwd)) chmodSync(passwd, 0o600);
-  writeFileSync(passwd, files.passwd, { mode: 0o600 });
-  writeFileSync(join(out, 'tobira-site.acl'), files.acl, { mode: 0o644 });
-  log.info({ passwd, acl: join(out, 'tobira-site.acl') }, 'site broker files written; reload Mosquitto (SIGHUP) to use them');
+  const r = await writeSiteBrokerFiles(loadConfig({ file: argValue('--config') }), out, argValue('--owner'), log);
+  log.info({ files: r.files, owner: r.owner }, 'site broker files written; reload Mosquitto (SIGHUP) to use them');
 }
 
 if (process.argv[2] === 'site-broker-files') {
-  try {
-    siteBrokerFiles();
-    process.exit(0);
-  } catch (e) {
-    log.fatal({ err: e }, 'site broker files not written');
-    process.exit(1);
-  }
+  siteBrokerFiles().then(
+    () => process.exit(0),
+    (e: unknown) => {
+      log.fatal({ err: e }, 'site broker files not written');
+      process.exit(1);
+    },
+  );
 } else {
   main().catch((e: unknown) => {
     // the SQLite file and this code disagree about its schema: nothing was applied (docs/operations.md "Migrations")

@@ -56,7 +56,7 @@ describe('gateway staff API path segments', () => {
       staffToken: TOKEN,
       log: pino({ level: 'silent' }),
       now: () => clock.now(),
-      setMode: (mode, by, cid) => setSiteMode(ctx, mode, by, cid),
+      setMode: (mode, reason, cid) => setSiteMode(ctx, mode, reason ?? 'staff', cid),
       ackAlarm: (id, by, cid) => ackAlarmLocally(ctx, id, by, cid),
       staff: { status: () => staffStatus(statusDeps), ...staffLists(store.db, () => nowOf(ctx)) },
       health: () => health(statusDeps),

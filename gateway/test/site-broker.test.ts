@@ -20,6 +20,7 @@ import {
 import type { IClientOptions, MqttClient } from 'mqtt';
 import { afterEach, describe, expect, it } from 'vitest';
 import { loadConfig } from '../src/config.js';
+import { resolveOwner } from '../src/adapters/mqtt/site-broker-files.js';
 import { mosquittoSiteFiles, siteAcl, siteBrokerHooks, siteLogins, type SiteAccountsConfig } from '../src/adapters/mqtt/site-broker.js';
 import { capturingLog } from './staff-helpers.js';
 
@@ -168,7 +169,7 @@ describe('site broker logins', () => {
     expect(acl).toContain('user gw.gw-1\n');
   });
 
-  it('`tobira-gateway site-broker-files` writes both files from the config (the password file 0600), and the site login can come from env', async () => {
+  it('`tobira-gateway site-broker-files` writes the login and TLS files from the config (secrets 0600, owned by the Mosquitto user), and the site login can come from env', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'tobira-site-files-'));
     dirs.push(dir);
     const s = site();
@@ -197,6 +198,15 @@ describe('site broker logins', () => {
     expect(mosquittoAccepts(passwd, 'L2', siteBrokerPassword(s.secrets.L2, 'gw-1', 'L2'))).toBe(true);
     expect(mosquittoAccepts(passwd, 'gw.gw-1', 'from-the-environment')).toBe(true);
     expect(readFileSync(join(dir, 'tobira-site.acl'), 'utf8')).toContain('pattern read tobira/v1/site/gw-1/lock/%u/command');
+    // the TLS files too, and everything owned by the user Mosquitto drops to (as root: the mosquitto user), secrets 0600
+    expect(statSync(join(dir, 'site-broker.key')).mode & 0o777).toBe(0o600);
+    expect(readFileSync(join(dir, 'site-broker.crt'), 'utf8')).toContain('BEGIN CERTIFICATE');
+    expect(readFileSync(join(dir, 'site-ca.crt'), 'utf8')).toContain('BEGIN CERTIFICATE');
+    if (process.getuid?.() === 0) {
+      const mosquitto = resolveOwner('mosquitto');
+      for (const f of ['tobira-site.passwd', 'tobira-site.acl', 'site-ca.crt', 'site-broker.crt', 'site-broker.key'])
+        expect(statSync(join(dir, f)).uid, f).toBe(mosquitto.uid);
+    }
     // without a gateway site login there is nothing to write: it fails and says why
     const failed = await run(
       process.execPath,

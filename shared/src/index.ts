@@ -12,6 +12,7 @@ export * from './ratelimit.js';
 export * from './signing.js';
 export * from './topics.js';
 export * from './broker.js';
+export * from './site-tls.js';
 export * from './lifecycle.js';
 export * from './broker-auth.js';
 export * from './rows.js';

@@ -21,6 +21,7 @@ import { statusRoutes } from './routes/status.js';
 import { openSessionRoutes, sessionRoutes, type SessionCookie } from './routes/session.js';
 import { uiRoutes } from './routes/ui.js';
 import { SignInThrottle, type ThrottleOptions } from './sign-in-throttle.js';
+import { addHsts, httpsServerOptions } from './tls.js';
 
 export type { HttpDeps, StaffReads, StaffAuth } from './context.js';
 export type { StaffStatus, Health } from '../app/staff-status.js';
@@ -153,7 +154,9 @@ export function buildApp(deps: HttpDeps & { readonly signInThrottle?: Partial<Th
         .header('x-correlation-id', req.id)
         .send({ code: tooLong ? 'URI_TOO_LONG' : 'BAD_REQUEST', detail: tooLong ? 'a path segment is too long' : 'malformed URL' });
     },
+    ...httpsServerOptions(deps.tls),
   });
+  addHsts(app, deps.tls);
 
   app.setErrorHandler((err: { statusCode?: number; message?: string }, req, reply) => {
     if (err instanceof BadQuery) return reply.status(400).send({ code: 'BAD_REQUEST', detail: err.message });

@@ -8,6 +8,7 @@ import type { LiveFeed } from '../app/live-feed.js';
 import type { AlarmAck } from '../app/staff-actions.js';
 import type { RemoteUnlockResult } from '../app/staff-unlock.js';
 import type { Health, StaffStatus } from '../app/staff-status.js';
+import type { StaffTls } from './tls.js';
 
 /** What the HTTP layer is given: the use cases and reads it maps to routes (no store, no SQL). */
 export interface StaffReads extends StaffLists {
@@ -32,6 +33,8 @@ export interface HttpDeps {
   readonly now?: () => number;
   /** Staff accounts and sessions; undefined: no account sign-in (only the bearer token). */
   readonly accounts?: StaffAccounts | undefined;
+  /** Key and certificate: the server speaks HTTPS only and sends HSTS (http/tls.ts); undefined: plain HTTP (loopback). */
+  readonly tls?: StaffTls | undefined;
   /** The page is served over TLS (directly or by a proxy): the session cookie is `__Host-` prefixed and Secure. */
   readonly secureCookies?: boolean | undefined;
   /**

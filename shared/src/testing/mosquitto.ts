@@ -1,6 +1,6 @@
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { chownSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -56,12 +56,36 @@ function canConnect(port: number): Promise<boolean> {
   });
 }
 
+/**
+ * Mosquitto started as root drops to the `mosquitto` user before it opens the
+ * password, ACL, TLS and dynsec files, as a real site's does: the test's
+ * folder and files are given to that user, so a test sees what a site sees (a
+ * root-owned 0600 file is unreadable) instead of running it as root.
+ */
+function mosquittoUser(): { uid: number; gid: number } | null {
+  if (process.getuid?.() !== 0) return null;
+  const line = readFileSync('/etc/passwd', 'utf8')
+    .split('\n')
+    .find((l) => l.startsWith('mosquitto:'));
+  if (line === undefined) throw new Error('running as root and there is no mosquitto user: install Debian mosquitto (npm run pretest)');
+  const f = line.split(':');
+  return { uid: Number(f[2]), gid: Number(f[3]) };
+}
+
+/** Gives `dir` and what is directly in it to Mosquitto's user (when root); returns that user. */
+export function giveToMosquitto(dir: string): { uid: number; gid: number } | null {
+  const who = mosquittoUser();
+  if (who === null) return null;
+  chownSync(dir, who.uid, who.gid);
+  for (const f of readdirSync(dir)) chownSync(join(dir, f), who.uid, who.gid);
+  return who;
+}
+
 export async function startMosquitto(opts: MosquittoOptions = {}): Promise<TestMosquitto> {
   const dir = mkdtempSync(join(tmpdir(), 'tobira-mosquitto-'));
   const port = await freePort();
   const lines = [
     `listener ${port} 127.0.0.1`,
-    ...(process.getuid?.() === 0 ? ['user root'] : []),
     'allow_anonymous false',
     'set_tcp_nodelay true',
     'persistence false',
@@ -80,6 +104,7 @@ export async function startMosquitto(opts: MosquittoOptions = {}): Promise<TestM
   if (opts.config) lines.push(opts.config);
   const confFile = join(dir, 'mosquitto.conf');
   writeFileSync(confFile, `${lines.join('\n')}\n`);
+  giveToMosquitto(dir);
 
   let child: ChildProcess | null = null;
   let stderr = '';

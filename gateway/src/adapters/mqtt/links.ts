@@ -16,6 +16,8 @@ export interface BrokerOptions {
   readonly username?: string | undefined;
   readonly password?: string | undefined;
   readonly protocolVersion: 4 | 5;
+  /** TLS client options (shared siteTlsOptions: the site CA only); absent: none. */
+  readonly tls?: IClientOptions | undefined;
 }
 
 export interface Link {
@@ -48,6 +50,7 @@ function baseOptions(b: BrokerOptions, clientId: string, clean: boolean): IClien
     reconnectPeriod: 1000,
     connectTimeout: 5000,
     keepalive: 30,
+    ...b.tls,
   };
   if (b.username !== undefined) o.username = b.username;
   if (b.password !== undefined) o.password = b.password;

@@ -11,7 +11,7 @@ ALTER TABLE memberships
 
 ALTER TABLE billing_jobs DROP CONSTRAINT billing_jobs_kind_check;
 ALTER TABLE billing_jobs ADD CONSTRAINT billing_jobs_kind_check
-  CHECK (kind IN ('create_intent', 'cancel_intent', 'refund', 'issue_stay_key', 'notify', 'reconcile_membership'));
+  CHECK (kind IN ('create_intent', 'cancel_intent', 'refund', 'issue_stay_key', 'notify', 'walk_in_refund', 'reconcile_membership'));
 
 -- Refunds from any source: one made in Stripe directly (the dashboard, support) is
 -- recorded from Stripe's refund object with source 'stripe' and the key
@@ -23,4 +23,4 @@ ALTER TABLE refunds ADD COLUMN source text NOT NULL DEFAULT 'tobira' CHECK (sour
 ALTER TABLE stays DROP CONSTRAINT stays_cancel_reason_check;
 ALTER TABLE stays ADD CONSTRAINT stays_cancel_reason_check
   CHECK (cancel_reason IN ('guest_cancelled', 'staff_cancelled', 'no_show', 'payment_disputed', 'site_closed', 'membership_ended',
-                           'payment_refunded'));
+                           'guest_blocked', 'payment_refunded'));
