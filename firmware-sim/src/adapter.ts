@@ -107,7 +107,7 @@ export interface SimLockOptions {
 /** The persisted replay window: command id → expiry (ms). Unreadable or missing: empty (a fresh lock). */
 function loadReplayWindow(file: string | undefined): ReadonlyMap<string, number> {
   if (file === undefined || !existsSync(file)) return new Map();
-  const v = JSON.parse(readFileSync(file, 'utf8')) as unknown;
+  const v: unknown = JSON.parse(readFileSync(file, 'utf8'));
   if (typeof v !== 'object' || v === null) return new Map();
   return new Map(Object.entries(v).filter((e): e is [string, number] => typeof e[1] === 'number'));
 }

@@ -87,4 +87,4 @@ export class PasswordWork {
   }
 }
 
-export const isShed = (x: unknown): x is Shed => typeof x === 'object' && x !== null && (x as Shed).busy === true;
+export const isShed = (x: unknown): x is Shed => typeof x === 'object' && x !== null && 'busy' in x && x.busy === true;

@@ -14,7 +14,15 @@ import { scopeParam, type SiteScope } from './scope.js';
  * confirm, a notice dedupe key).
  */
 
-export const BILLING_JOB_KINDS = ['create_intent', 'cancel_intent', 'refund', 'issue_stay_key', 'notify', 'walk_in_refund', 'reconcile_membership'] as const;
+export const BILLING_JOB_KINDS = [
+  'create_intent',
+  'cancel_intent',
+  'refund',
+  'issue_stay_key',
+  'notify',
+  'walk_in_refund',
+  'reconcile_membership',
+] as const;
 export type BillingJobKind = (typeof BILLING_JOB_KINDS)[number];
 
 export interface BillingJob {

@@ -1,6 +1,6 @@
 // @peculiar/x509 resolves its services through tsyringe, which needs the Reflect metadata API loaded first.
 import 'reflect-metadata';
-import { X509Certificate as NodeX509, createHash, randomBytes, webcrypto } from 'node:crypto';
+import { X509Certificate as NodeX509, createHash, randomBytes } from 'node:crypto';
 import { existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { isIP } from 'node:net';
 import { join } from 'node:path';
@@ -30,7 +30,7 @@ export const CA_WARN_BEFORE_DAYS = 365;
 const DAY = 86_400_000;
 const ALG = { name: 'ECDSA', namedCurve: 'P-256', hash: 'SHA-256' } as const;
 
-x509.cryptoProvider.set(webcrypto as unknown as Parameters<typeof x509.cryptoProvider.set>[0]);
+x509.cryptoProvider.set(globalThis.crypto);
 
 export interface PemPair {
   readonly keyPem: string;
