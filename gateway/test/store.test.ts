@@ -52,6 +52,7 @@ describe('SQLite store', () => {
       { version: 10, name: 'one_time_keys' },
       { version: 11, name: 'modes' },
       { version: 12, name: 'uplink_keys' },
+      { version: 13, name: 'mobile_token_uses' },
     ]);
   });
 
@@ -321,7 +322,7 @@ describe('SQLite store', () => {
       const sentGone = write(T0 - 40 * DAY);
       reachedCloud(before, [sentGone.seq], T0 - 39 * DAY);
       before.purgeSentOutbox(T0 - 7 * DAY);
-      expect(migrate(earlier)).toEqual([7, 8, 9, 10, 11, 12]);
+      expect(migrate(earlier)).toEqual([7, 8, 9, 10, 11, 12, 13]);
       expect(earlier.prepare('SELECT event_id, outbox_seq FROM access_log ORDER BY id').all()).toEqual([
         { event_id: unsent.eventId, outbox_seq: unsent.seq },
         { event_id: sentGone.eventId, outbox_seq: null },

@@ -821,7 +821,7 @@ export async function currentRefundAttempt(deps: StayDeps, first: Refund, cid: C
   if (latest.status !== 'failed') return latest;
   const n = attemptOf(latest) + 1;
   const id = `rf_${first.paymentId}_${n}`;
-  await deps.db.transaction((tx) =>
+  await inBilling(deps, 'retryRefund', (tx) =>
     insertRefund(tx, {
       id,
       paymentId: first.paymentId,

@@ -109,7 +109,8 @@ const STAY_VERBS: Record<StayEvent, readonly string[]> = {
   hold_expired: ['expireStay'],
   check_in: ['checkInStay'],
   check_out: ['checkOutStay', 'endStay'],
-  cancel: ['cancelStay'],
+  // cancelStay; the confirmation whose gate refused the key (settlePayment); a full refund made in Stripe (recordRefund)
+  cancel: ['cancelStay', 'settlePayment', 'recordRefund'],
 };
 
 const PAYMENT_VERBS: Record<PaymentEvent, readonly string[]> = {
@@ -117,13 +118,15 @@ const PAYMENT_VERBS: Record<PaymentEvent, readonly string[]> = {
   succeeded: ['settlePayment'],
   failed: ['settlePayment'],
   // a cancellation's refund, and money that arrived for a stay that had ended
-  refund_requested: ['cancelStay', 'settlePayment'],
+  // a stay that ended undelivered (failStay, expireStay) gives back what was paid
+  refund_requested: ['cancelStay', 'settlePayment', 'failStay', 'expireStay', 'recordRefund'],
   refunded_full: ['recordRefund'],
   refunded_partial: ['recordRefund'],
 };
 
 const REFUND_VERBS: Record<RefundEvent, readonly string[]> = {
-  queue: ['cancelStay', 'settlePayment'],
+  // retryRefund: an operator's retry of a refund Stripe failed for good, a new attempt with a new key
+  queue: ['cancelStay', 'settlePayment', 'failStay', 'expireStay', 'recordRefund', 'retryRefund'],
   refund_made: ['recordRefund'],
   refund_failed: ['noteRefundError'],
 };
@@ -175,7 +178,17 @@ export const STATUS_GUARDS: readonly StatusGuard[] = [
     // the table starts at requires_payment: the booking inserts the row with its idempotency key
     moves: dedupe([{ verb: 'bookStay', from: null, to: 'requires_payment' }, ...movesOf(PAYMENT_TRANSITIONS, PAYMENT_VERBS)]),
   },
-  { table: 'refunds', column: 'status', moves: movesOf(REFUND_TRANSITIONS, REFUND_VERBS) },
+  {
+    table: 'refunds',
+    column: 'status',
+    // a refund made in Stripe directly is inserted at the status Stripe gives it, and ours follow Stripe's (recordRefund)
+    moves: dedupe([
+      ...movesOf(REFUND_TRANSITIONS, REFUND_VERBS),
+      ...(['pending', 'succeeded', 'failed'] as const).map((to) => ({ verb: 'recordRefund', from: null, to })),
+      { verb: 'recordRefund', from: 'pending', to: 'failed' },
+      { verb: 'recordRefund', from: 'succeeded', to: 'failed' },
+    ]),
+  },
   { table: 'walk_ins', column: 'status', moves: movesOf(WALK_IN_TRANSITIONS, WALK_IN_VERBS) },
   { table: 'memberships', column: 'status', moves: movesOf(MEMBERSHIP_TRANSITIONS, MEMBERSHIP_VERBS) },
   {

@@ -19,6 +19,7 @@ export async function withdrawUnpaidStay(q: Queryable, stayId: string): Promise<
   ]);
   await q.query('DELETE FROM payments WHERE stay_id = $1', [stayId]);
   await q.query('DELETE FROM stay_nights WHERE stay_id = $1', [stayId]);
+  await q.query('DELETE FROM stay_door_nights WHERE stay_id = $1', [stayId]);
   const r = await q.query(`DELETE FROM stays WHERE id = $1 AND status = 'pending'`, [stayId]);
   return r.rowCount === 1 ? 'withdrawn' : 'kept';
 }
