@@ -1,7 +1,7 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { checkLockCommand, newId, MAX_MESSAGE_BYTES } from '@tobira/shared';
 import { mqttBackends, startMqttBackend, type MqttTestBroker } from '@tobira/shared/testing';
-import { PIN, provision, runSite, STAFF_PIN, STAFF_TOKEN, waitFor, type Running } from './harness.js';
+import { METRICS_TOKEN, PIN, provision, runSite, STAFF_PIN, STAFF_TOKEN, waitFor, type Running } from './harness.js';
 import { T0 } from './fixtures.js';
 
 describe.each(mqttBackends())('gateway against %s', (backend) => {
@@ -352,7 +352,7 @@ describe.each(mqttBackends())('gateway against %s', (backend) => {
 
       const health = await (await fetch(`${url}/healthz`)).json();
       expect(health).toMatchObject({ ok: true, cloudConnected: true, mode: 'lockdown', appliedSeq: 2 });
-      const metrics = await (await fetch(`${url}/metrics`)).text();
+      const metrics = await (await fetch(`${url}/metrics`, { headers: { authorization: `Bearer ${METRICS_TOKEN}` } })).text();
       for (const name of [
         'tobira_gateway_decisions_total{code="SITE_LOCKDOWN"} 1',
         'tobira_gateway_inbox_depth',
