@@ -188,7 +188,9 @@ describe.each(pgBackends())('stay operations on %s', (backend) => {
     expect(got[0]?.body).toMatchObject({ stayId: stay.id, siteId, status: 'expired', from: 'pending' });
   });
 
-  it('a booking Stripe cannot take raises stay.failed once', async () => {
+  it('a booking Stripe cannot take keeps no stay and raises no stay webhook', async () => {
+    const before = await t.db.query<{ n: string }>('SELECT count(*)::text AS n FROM stays WHERE site_id = $1', [siteId]);
+    const hooksBefore = await t.db.query<{ n: string }>("SELECT count(*)::text AS n FROM webhook_outbox WHERE type LIKE 'stay.%'");
     local.faults.unavailable = true;
     try {
       n += 1;
@@ -205,11 +207,11 @@ describe.each(pgBackends())('stay operations on %s', (backend) => {
     } finally {
       local.faults.unavailable = false;
     }
-    const failed = await t.db.query<{ id: string }>("SELECT id FROM stays WHERE site_id = $1 AND status = 'failed'", [siteId]);
-    expect(failed.rows).toHaveLength(1);
-    const got = await hooks(failed.rows[0]?.id ?? '');
-    expect(got.map((h) => h.type)).toEqual(['stay.failed']);
-    expect(got[0]?.body).toMatchObject({ siteId, status: 'failed', from: 'pending', code: 'STAY_FAILED' });
+    // a refusal changes nothing: the booking is withdrawn, so there is no stay to tell anyone about
+    const after = await t.db.query<{ n: string }>('SELECT count(*)::text AS n FROM stays WHERE site_id = $1', [siteId]);
+    expect(after.rows[0]?.n).toBe(before.rows[0]?.n);
+    const hooksAfter = await t.db.query<{ n: string }>("SELECT count(*)::text AS n FROM webhook_outbox WHERE type LIKE 'stay.%'");
+    expect(hooksAfter.rows[0]?.n).toBe(hooksBefore.rows[0]?.n);
   });
 
   it("lists dead Stripe events and dead billing jobs with their codes and sites, scoped by the token's sites and filtered by siteId, and admins retry them", async () => {

@@ -11,7 +11,7 @@ import {
 import { mqttBackends, startMqttBackend, type MqttTestBroker } from '@tobira/shared/testing';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { T0 } from './fixtures.js';
-import { FakeLock, PIN, provision, runSite, STAFF_TOKEN, waitFor, type Running } from './harness.js';
+import { FakeLock, METRICS_TOKEN, PIN, provision, runSite, STAFF_TOKEN, waitFor, type Running } from './harness.js';
 
 type Json = Record<string, unknown>;
 
@@ -295,6 +295,8 @@ describe.each(mqttBackends())('staff read API of a running gateway against %s', 
           ['gateway', null, 'event', 'BAD_TOPIC'],
           ['gateway', 'lock-9', 'request', 'UNKNOWN_LOCK'],
           ['gateway', 'lock-9', 'presence', 'UNKNOWN_LOCK'],
+          // a lock says on connect whether privacy is on (an event): the stranger's is refused too
+          ['gateway', 'lock-9', 'event', 'UNKNOWN_LOCK'],
           ['gateway', 'lock-1', 'request', 'SCHEMA_INVALID'],
           ['gateway', 'lock-1', 'presence', 'SCHEMA_INVALID'],
           ['gateway', 'lock-1', 'state', 'WRONG_LOCK'],
@@ -316,12 +318,12 @@ describe.each(mqttBackends())('staff read API of a running gateway against %s', 
 
       // filters, and the counter the metrics already had
       expect((await items(s, '/staff/lock-refusals?origin=lock')).map((r) => r.code)).toEqual(['COMMAND_REPLAYED', 'BAD_MAC']);
-      expect((await items(s, '/staff/lock-refusals?lock=lock-9')).map((r) => r.channel).sort()).toEqual(['presence', 'request']);
+      expect((await items(s, '/staff/lock-refusals?lock=lock-9')).map((r) => r.channel).sort()).toEqual(['event', 'presence', 'request']);
       expect((await items(s, '/staff/lock-refusals?code=SCHEMA_INVALID&lock=lock-1')).map((r) => r.channel)).toEqual([
         'request',
         'presence',
       ]);
-      const metrics = await (await fetch(`${s.gw.httpUrl!}/metrics`)).text();
+      const metrics = await (await fetch(`${s.gw.httpUrl!}/metrics`, { headers: { authorization: `Bearer ${METRICS_TOKEN}` } })).text();
       expect(metrics).toContain('tobira_gateway_lock_messages_refused_total{channel="request",code="UNKNOWN_LOCK"} 1');
       expect((await staffGet(s, '/staff/status')).body.lockRefusals).toBe(9);
     });
