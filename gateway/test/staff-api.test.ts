@@ -325,7 +325,7 @@ describe.each(mqttBackends())('staff read API of a running gateway against %s', 
       ]);
       const metrics = await (await fetch(`${s.gw.httpUrl!}/metrics`, { headers: { authorization: `Bearer ${METRICS_TOKEN}` } })).text();
       expect(metrics).toContain('tobira_gateway_lock_messages_refused_total{channel="request",code="UNKNOWN_LOCK"} 1');
-      expect((await staffGet(s, '/staff/status')).body.lockRefusals).toBe(9);
+      expect((await staffGet(s, '/staff/status')).body.lockRefusals).toBe(10);
     });
   });
 });
