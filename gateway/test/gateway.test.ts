@@ -327,7 +327,7 @@ describe.each(mqttBackends())('gateway against %s', (backend) => {
 
   describe('when staff use the local HTTP surface', () => {
     it('sets lockdown with the staff token only, and exposes health and metrics', async () => {
-      const s = await start();
+      const s = await start({ overrides: { metricsToken: METRICS_TOKEN } });
       await provision(s);
       await provision(s, {
         keyId: 'staff' as never,

@@ -38,6 +38,7 @@ export const CLOUD_ISSUER = 'tobira-cloud';
 export const PIN = '123456';
 export const STAFF_PIN = '999999';
 export const STAFF_TOKEN = 'staff-token-0123456789';
+/** The metrics token of a test that reads /metrics (none by default: /metrics then answers 503). */
 export const METRICS_TOKEN = 'metrics-token-0123456789';
 
 let counter = 0;
@@ -89,7 +90,6 @@ export async function siteFixture(
     lockout: { limit: 3, cooldownSeconds: 60 },
     http: { host: '127.0.0.1', port: 0 },
     staffToken: STAFF_TOKEN,
-    metricsToken: METRICS_TOKEN,
     inboxMaxAttempts: 3,
     resyncIntervalMs: 100,
     drainTimeoutMs: 2000,

@@ -232,7 +232,7 @@ describe.each(mqttBackends())('staff read API of a running gateway against %s', 
 
   describe('when locks send what the gateway refuses, or refuse its commands', () => {
     it('stores each refusal with the claimed lock, topic, code and detail (never a credential), and the locks refusals of bad-MAC and replayed commands', async () => {
-      const s = await start();
+      const s = await start({ overrides: { metricsToken: METRICS_TOKEN } });
       await provision(s);
       const gw = s.f.gatewayId;
       const raw = connectMqtt(broker.url, { protocolVersion: 4, clientId: `raw-${gw}`, clean: true });
