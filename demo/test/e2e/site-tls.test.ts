@@ -178,6 +178,16 @@ async function startCapture(port: number, file: string): Promise<{ stop(): Promi
   );
   return {
     async stop() {
+      // tshark prints a line per packet it took (-P): on a busy machine it lags behind the traffic, so it is
+      // stopped only once that count has stood still for a moment, and nothing the session sent is cut off
+      const deadline = Date.now() + 10_000;
+      let last = -1;
+      let since = Date.now();
+      while (Date.now() < deadline && child.exitCode === null) {
+        if (seen !== last) [last, since] = [seen, Date.now()];
+        else if (Date.now() - since >= 500) break;
+        await new Promise((r) => setTimeout(r, 50));
+      }
       child.kill('SIGINT');
       const code = await exited;
       if (code !== 0) throw new Error(`tshark exited ${code}: ${stderr}`);
