@@ -278,7 +278,7 @@ async function main(): Promise<void> {
   let locksUrl = cloudUrl;
   if (brokerAccounts) {
     const hooks = siteBrokerHooks(
-      parseGatewayConfig({ ...seed.gatewayConfig, site: { ...seed.gatewayConfig.site, url: 'mqtt://unused' } }),
+      parseGatewayConfig({ ...seed.gatewayConfig, site: { ...seed.gatewayConfig.site, url: 'mqtt://127.0.0.1:1' } }),
       root.child({ part: 'site-broker' }),
     );
     // Plaintext, so loopback only (startEmbeddedBroker refuses another host): the demo's locks run in this
@@ -587,7 +587,7 @@ async function seedDemo(cloud: Cloud, data: string): Promise<Seed> {
         jwks: p.cloudJwks as GatewayConfigInput['cloud']['jwks'],
         ...(p.mqtt ?? {}),
       },
-      site: { url: 'mqtt://replaced-at-start', ...newSiteLogin() },
+      site: { url: 'mqtt://127.0.0.1:1', ...newSiteLogin() },
       sqlitePath: join(data, GATEWAY_ID, 'gateway.sqlite'),
       offlineGraceSeconds: p.offlineGraceSeconds,
       timeZone: p.timeZone,
