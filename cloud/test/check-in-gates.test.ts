@@ -201,6 +201,8 @@ describe('walk-in verbs', () => {
       emits: [
         { type: 'revoke_key', keyId: 'key_wi-1' },
         { type: 'return_quota', month: '2027-01' },
+        // the site cancelled: the whole price comes back
+        { type: 'refund', amount: 2000 },
       ],
     });
     const guest = cancelWalkIn(p.state, { reason: 'guest_cancelled', policy: DEFAULT_CANCELLATION_POLICY, cid }, later);
