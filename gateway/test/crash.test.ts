@@ -140,7 +140,8 @@ describe.each(mqttBackends())('kill -9 at each crash point and restart (broker: 
   });
 
   it('afterApplyBeforeAck: the pending revoke is applied at startup, then the daemon dies before sending the ack', async () => {
-    expect(await daemon.start('afterApplyBeforeAck')).toBe('died');
+    // the startup apply may run just after the ready line (the site PKI is loaded first): either way it dies there
+    expect(['died', 'ready']).toContain(await daemon.start('afterApplyBeforeAck'));
     expect((await daemon.exited()).signal).toBe('SIGKILL');
     expect(readDb(f).keys).toEqual([{ key_id: 'key-1', version: 2, status: 'revoked' }]);
     expect(cloud.ofType('ack').find((a) => a.body.ackSeq === 2)).toBeUndefined();
