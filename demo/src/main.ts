@@ -355,10 +355,14 @@ async function main(): Promise<void> {
   const tag = randomBytes(3).toString('hex');
   // one physical door is never double booked (nights are held per door too): an earlier start's demo stay
   // still holding Room 102's door is cancelled by the desk first, so this start's booking line works
-  const earlier = await cloud.db.query<{ id: string }>(
-    "SELECT id FROM stays WHERE room_id LIKE 'room-102-%' AND status IN ('pending', 'confirmed', 'checked_in')",
-  );
-  for (const { id } of earlier.rows) await cloud.cancelStay({ stayId: id, reason: 'staff_cancelled' });
+  for (const status of ['pending', 'confirmed', 'checked_in']) {
+    const r = await fetch(`${api.url}/stays?siteId=${seed.siteId}&status=${status}&limit=100`, {
+      headers: { authorization: `Bearer ${adminToken.token}` },
+    });
+    const page = z.object({ items: z.array(z.object({ id: z.string(), roomId: z.string() })) }).parse(await r.json());
+    for (const st of page.items)
+      if (st.roomId.startsWith('room-102-')) await cloud.cancelStay({ stayId: st.id, reason: 'staff_cancelled' });
+  }
   const stayRoom = await cloud.createRoom({ id: `room-102-${tag}`, siteId: seed.siteId, name: `Room 102 (${tag})`, doors: ['door-102'] });
   if (stayRoom.status !== 'applied') throw new Error(`setting up the stay's room: ${stayRoom.code}`);
   // 8 digits: never the 6-digit key PIN of step 3 (a PIN another live key at the gateway holds is refused)

@@ -55,6 +55,7 @@ describe('code tables', () => {
         'MOBILE_TOKEN_EXPIRED',
         'MOBILE_TOKEN_WRONG_SITE',
         'MOBILE_TOKEN_MISMATCH',
+        'MOBILE_TOKEN_REPLAYED',
         'PASSAGE_UNLOCK',
         'PASSAGE_RELOCK',
         'PRIVACY_ACTIVE',
