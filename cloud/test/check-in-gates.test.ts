@@ -6,7 +6,7 @@ import { zonedInstant } from '../src/domain/nights.js';
 import type { Plan } from '../src/domain/plans.js';
 import { cancelWalkIn, createWalkIn, expireWalkIn, quotaMonthOf, settleWalkIn, type WalkIn } from '../src/domain/walk-ins.js';
 
-/** The check-in gates and the walk-in verbs, pure (issue #13): one test per gate code, given / when / then. */
+/** The check-in gates and the walk-in verbs, pure: one test per gate code, given / when / then. */
 const cid = newCorrelationId();
 const site = asSiteId('site-1');
 const plan: Plan = {

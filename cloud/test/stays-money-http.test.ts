@@ -6,7 +6,7 @@ import { openStaysApi, type StaysApi } from './stays-harness.js';
 /**
  * The money of a stay that ends without being delivered, over HTTP, with
  * the real SDK against the local Stripe delivering its signed webhooks to
- * the listening app (DESIGN.md I8): a paid deposit comes back when the stay
+ * the listening app (money received less refunded is what the policy keeps): a paid deposit comes back when the stay
  * fails or its hold runs out, money that lands after the stay ended is
  * refunded once, a declined card leaves the hold for a retry with another
  * card, a pending stay can be cancelled, and the return page says what

@@ -18,7 +18,7 @@ import { T0, deps, openTestDb, seed, type TestDb } from './helpers.js';
 import { startInbox } from './stays-harness.js';
 
 /**
- * Check-in gates, walk-ins and monthly quotas end to end (issue #13) on both
+ * Check-in gates, walk-ins and monthly quotas end to end on both
  * cloud databases, with the real `stripe` SDK against the local Stripe and
  * its signed webhooks through the verified inbox and the billing worker:
  * a walk-in pays through the intent factory (purpose walk_in) before its key

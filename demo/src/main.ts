@@ -377,7 +377,7 @@ async function main(): Promise<void> {
     credential: { type: 'pin', value: stayPin },
   });
   const bookingKey = `demo-booking-${tag}`;
-  // A membership plan of its own each start (issue #13): the members' lounge behind the lobby door, billed monthly by a
+  // A membership plan of its own each start: the members' lounge behind the lobby door, billed monthly by a
   // Stripe subscription on the local Stripe. The member's PIN has 7 digits: never one of the 6- or 8-digit PINs above.
   const plan = await cloud.createPlan({
     id: `plan-lounge-${tag}`,

@@ -17,7 +17,7 @@ const mode = (p: string) => statSync(p).mode & 0o777;
 const DAY = 86_400_000;
 
 /**
- * DESIGN.md I9 on disk: a gateway started on a data folder left readable by
+ * No secret readable on disk: a gateway started on a data folder left readable by
  * everyone (a 0644 database with its -wal/-shm, a 0644 key pair file and
  * config, a 0755 folder) tightens every one of them, says which, and keeps
  * its site PKI keys 0600.

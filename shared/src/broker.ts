@@ -10,7 +10,7 @@ import { isLoopbackHost } from './site-tls.js';
  * live in memory: like any broker, it is a transport, not storage.
  *
  * With `tls` it listens with Node's TLS server (mqtts), as a site broker must
- * on a LAN (DESIGN.md I9); without it, it listens in plaintext, which is
+ * on a LAN (no secret in clear); without it, it listens in plaintext, which is
  * allowed on a loopback address only (`host` anything else throws
  * PLAINTEXT_NOT_LOOPBACK). Either way a packet larger than `maxPacketSize`
  * closes the connection before it is buffered: aedes has no such limit of its

@@ -2,7 +2,7 @@ import { X509Certificate } from 'node:crypto';
 import type { IClientOptions } from 'mqtt';
 
 /**
- * TLS on the site LAN (DESIGN.md I9): the locks and the gateway reach the
+ * TLS on the site LAN (no secret in clear): the locks and the gateway reach the
  * site broker over mqtts, trusting exactly one CA, the site's, whose SHA-256
  * fingerprint a lock pins when it is paired (docs/gateway.md "Site TLS").
  * Plain mqtt:// is accepted only to a loopback address.

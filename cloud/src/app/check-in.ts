@@ -10,7 +10,7 @@ import { quotaMonthOf } from '../domain/walk-ins.js';
 import { hasAccessMembership, loadBlock, quotaUsed } from '../adapters/db/walk-ins.js';
 
 /**
- * The gates of a stay (issue #13), in the caller's transaction: the site's
+ * The gates of a stay, in the caller's transaction: the site's
  * block on the guest, and for a members' booking (booked under a
  * membership) that its membership still gives door access — the plan is
  * members-only for such a booking whatever its flag. Stays use no quota.

@@ -233,13 +233,13 @@ async function runEffects(c: EffectContext, effects: readonly StayEffect[]): Pro
           subjectId: c.stay.id,
           dedupeKey: e.dedupeKey,
           // Never the PIN: a job body is a database row kept for days, and secrets are stored only as
-          // digests. Telling the guest their PIN is the notification channel's work (issue #13), which
+          // digests. Telling the guest their PIN is the notification channel's work, which
           // must carry it without persisting it in clear.
           body: { notice: e.notice, stayId: c.stay.id },
           cid: c.cid,
           now: c.now,
         });
-        await notifyStay(c.deps, c.tx, c.stay, e.notice, c.cid, c.now); // the guest's message (issue #13), never the PIN
+        await notifyStay(c.deps, c.tx, c.stay, e.notice, c.cid, c.now); // the guest's message, never the PIN
         break;
       default: {
         const never: never = e;

@@ -1,7 +1,7 @@
 import type { OutcomeCode } from '@tobira/shared';
 
 /**
- * The membership state machine (issue #13), as a literal table. The same
+ * The membership state machine, as a literal table. The same
  * table is in docs/state-machines.md; a test parses the document and checks
  * that both agree. `ending`, `ended` and `rejected` are reached only through
  * `endMembership` (its reasons are events here), and the database's verb

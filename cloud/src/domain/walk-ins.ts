@@ -16,7 +16,7 @@ import type { IntentObservation } from './payments.js';
 import type { Plan } from './plans.js';
 
 /**
- * Walk-ins (issue #13): a day pass of a plan sold at the front desk. It
+ * Walk-ins: a day pass of a plan sold at the front desk. It
  * passes the check-in gates, takes one use of the plan's monthly quota in
  * the site's calendar month, pays through the intent factory
  * (`purpose = walk_in`) and only then gets its key, through the key verb.

@@ -15,7 +15,7 @@
  *   (a manager, an auditor where it may read, an admin limited to site B).
  *   Beyond the status and code, every such answer is searched for every id
  *   and name of site A's fixtures that the request itself did not send:
- *   none may appear (DESIGN.md I6).
+ *   none may appear (no answer reveals another site's row).
  * - `own`: the statuses a caller of site A (an admin of every site and site
  *   A's manager; site A's auditor for reads) may get for the same request:
  *   never 401/403 and never the resource's not-found.

@@ -22,7 +22,7 @@ import { startSiteBroker, type SiteBroker } from './site-broker.js';
 import { FakeCloud, PIN, provision, siteFixture, silentLog, waitFor, type SiteFixture } from '../../../gateway/test/harness.js';
 
 /**
- * DESIGN.md I9 on the site LAN, attacked from outside: the site broker speaks
+ * No secret in clear on the site LAN, attacked from outside: the site broker speaks
  * TLS with a certificate of the site CA the gateway made, a client that does
  * not trust that CA (none, or another site's) gets no MQTT session, plaintext
  * is not answered on the TLS port and is refused off loopback, and a capture

@@ -2,7 +2,7 @@ import { chmodSync, existsSync, statSync } from 'node:fs';
 import type { Logger } from '@tobira/shared';
 
 /**
- * Files at rest only their owner reads (DESIGN.md I9): the data folder 0700;
+ * Files at rest only their owner reads (no secret in clear): the data folder 0700;
  * the database with its -wal/-shm, the key pair file, the TLS keys and the
  * config 0600. Checked at every start, before anything secret is read: a
  * looser mode is tightened with a warning naming the file; a mode that

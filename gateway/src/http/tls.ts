@@ -2,7 +2,7 @@ import { Server as HttpsServer, createServer } from 'node:https';
 import type { FastifyInstance, FastifyServerOptions } from 'fastify';
 
 /**
- * The staff UI over HTTPS (DESIGN.md I9): Fastify's server made by Node's
+ * The staff UI over HTTPS (no secret in clear): Fastify's server made by Node's
  * https with the site CA's staff-UI certificate, and HSTS on every answer so a
  * browser that once reached the page never sends a session cookie in clear
  * afterwards. `setSecureContext` swaps a renewed certificate in without a

@@ -2,7 +2,7 @@ import type { Queryable } from './db.js';
 import { scopeParam, type SiteScope } from './scope.js';
 
 /**
- * Which site holds a row, for the HTTP layer's trust boundary (DESIGN.md I6):
+ * Which site holds a row, for the HTTP layer's trust boundary (no answer reveals another site's row):
  * a create that names an id held by another site, and a verb that references
  * a row of another site, must answer as if that row did not exist. The verbs
  * take their own scope where they read; these reads let a route check every

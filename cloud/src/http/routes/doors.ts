@@ -22,7 +22,7 @@ export function doorsRoutes(app: Api, ctx: Ctx): void {
       idempotent(ctx, req, reply, async ({ db }) => {
         // a gateway outside the token's sites is refused as not found (404) by the verb
         const scope = who(req).sites;
-        // the gateway first, then the id: another site's door of that id is neither shown nor confirmed (DESIGN.md I6)
+        // the gateway first, then the id: another site's door of that id is neither shown nor confirmed (no answer reveals another site's row)
         const hidden = await hiddenReference(db, scope, [['gateway', req.body.gatewayId]]);
         if (hidden !== null) return notFound(hidden);
         if (await heldElsewhere(db, scope, 'door', req.body.id)) return idUnavailable();

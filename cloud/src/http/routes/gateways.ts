@@ -45,7 +45,7 @@ export function gatewaysRoutes(app: Api, ctx: Ctx): void {
       idempotent(ctx, req, reply, async ({ db }) => {
         const jwk = req.body.publicJwk as unknown as Jwks['keys'][number];
         const scope = who(req).sites;
-        // the site first, then the id: another site's gateway of that id is neither shown nor confirmed (DESIGN.md I6)
+        // the site first, then the id: another site's gateway of that id is neither shown nor confirmed (no answer reveals another site's row)
         const hidden = await hiddenReference(db, scope, [['site', req.body.siteId]]);
         if (hidden !== null) return notFound(hidden, cidOf(req));
         if (await heldElsewhere(db, scope, 'gateway', req.body.gatewayId)) return idUnavailable(cidOf(req));

@@ -47,7 +47,7 @@ export function keysRoutes(app: Api, ctx: Ctx): void {
       return idempotent(ctx, req, reply, async ({ db }) => {
         const cid = cidOf(req);
         const scope = who(req).sites;
-        // another site's key of that id is neither shown nor confirmed (DESIGN.md I6)
+        // another site's key of that id is neither shown nor confirmed (no answer reveals another site's row)
         if (await heldElsewhere(db, scope, 'key', req.body.keyId)) return idUnavailable(cid);
         // the verb refuses a person or door outside the token's sites as not found (404)
         const o = await ctx.cloud.issueKey(defined({ ...req.body, siteScope: scope, cid }), { db });

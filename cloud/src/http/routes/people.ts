@@ -25,7 +25,7 @@ export function peopleRoutes(app: Api, ctx: Ctx): void {
     (req, reply) =>
       idempotent(ctx, req, reply, async ({ db }) => {
         const scope = who(req).sites;
-        // the site first, then the id: another site's person of that id is neither shown nor confirmed (DESIGN.md I6)
+        // the site first, then the id: another site's person of that id is neither shown nor confirmed (no answer reveals another site's row)
         const hidden = await hiddenReference(db, scope, [['site', req.body.siteId]]);
         if (hidden !== null) return notFound(hidden);
         if (await heldElsewhere(db, scope, 'person', req.body.id)) return idUnavailable();

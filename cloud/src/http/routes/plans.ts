@@ -84,7 +84,7 @@ export function plansRoutes(app: Api, ctx: Ctx): void {
       const cid = cidOf(req);
       const scope = who(req).sites;
       const idTaken = () => reply.status(409).send(idUnavailableBody(cid));
-      // the site first, then the id: another site's plan of that id is neither shown nor confirmed (DESIGN.md I6)
+      // the site first, then the id: another site's plan of that id is neither shown nor confirmed (no answer reveals another site's row)
       const hidden = await hiddenReference(ctx.db, scope, [['site', req.body.siteId]]);
       if (hidden !== null) return reply.status(404).send(notFoundBody(hidden, cid));
       if (await heldElsewhere(ctx.db, scope, 'plan', req.body.id)) return idTaken();

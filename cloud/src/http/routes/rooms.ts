@@ -44,7 +44,7 @@ export function roomsRoutes(app: Api, ctx: Ctx): void {
       idempotent(ctx, req, reply, async ({ db }) => {
         const cid = cidOf(req);
         const scope = who(req).sites;
-        // another site's room of that id is neither shown nor confirmed (DESIGN.md I6)
+        // another site's room of that id is neither shown nor confirmed (no answer reveals another site's row)
         if (await heldElsewhere(db, scope, 'room', req.body.id)) return idUnavailable(cid);
         const o = await ctx.cloud.createRoom(defined({ ...req.body, siteScope: scope, cid }), { db });
         if (o.status === 'refused') return { statusCode: statusOf(o), body: { ...problem(o.code, o.detail), cid } };

@@ -8,7 +8,7 @@ import * as x509 from '@peculiar/x509';
 import type { Logger } from '@tobira/shared';
 
 /**
- * The site's own PKI (DESIGN.md I9, docs/gateway.md "Site TLS"): a site CA
+ * The site's own PKI (no secret in clear; docs/gateway.md "Site TLS"): a site CA
  * made at the gateway's first start, and two server certificates it signs,
  * one for the site broker (the locks connect to it) and one for the staff
  * UI. A lock pins the CA's SHA-256 fingerprint when it is paired, so the CA
