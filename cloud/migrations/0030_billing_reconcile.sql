@@ -1,5 +1,5 @@
 -- Billing that converges with Stripe whatever Stripe answered (docs/memberships.md,
--- docs/payments.md: no split brain with Stripe, and money conserved).
+-- docs/payments.md; DESIGN.md §2 I3, I8).
 --
 -- A membership's billing stop whose outcome at Stripe is unknown (the call timed
 -- out, its connection was lost, Stripe answered 500) is recorded as pending, never

@@ -1,4 +1,4 @@
--- One writer per column, enforced by the database (one verb, one writer; docs/state-machines.md
+-- One writer per column, enforced by the database (DESIGN.md I4; docs/state-machines.md
 -- "Verb guards"). Forward-only.
 --
 -- The tables below hold which verb may make which move of a status column (verb_moves) and
