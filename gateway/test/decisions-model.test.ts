@@ -21,7 +21,7 @@ import {
 import { pino } from 'pino';
 import { openDatabase } from '../src/adapters/sqlite/db.js';
 import { releaseAllClaims } from '../src/adapters/sqlite/inbox.js';
-import { touchHighWater } from '../src/adapters/sqlite/settings.js';
+import { capHighWater, touchHighWater } from '../src/adapters/sqlite/settings.js';
 import { GatewayStore } from '../src/adapters/sqlite/store.js';
 import { handleLockRequests, type AccessDeps } from '../src/app/access.js';
 import { applyPending, maybeResync, type ApplyDeps } from '../src/app/apply.js';
@@ -169,10 +169,12 @@ class RealGateway {
     return this.#ctx!.store;
   }
 
-  /** The daemon's periodic tick: apply retries and persist the time acted on. */
+  /** The daemon's periodic tick: apply retries, persist the time acted on, and lower it to the time the cloud proved if above. */
   tick(): void {
     applyPending(this.#apply!);
     touchHighWater(this.#db!, nowOf(this.#ctx!));
+    const ceiling = this.#ctx!.time.ceiling();
+    if (ceiling !== null) capHighWater(this.#db!, ceiling);
   }
 
   /** A message from the broker: verified and stored, then the writer runs (as applySoon would). */

@@ -7,14 +7,17 @@ import type { DecisionCode } from '@tobira/shared';
  *
  * Time. `real` is real time (the cloud's clock, and the gateway's monotonic
  * clock); the gateway's wall clock reads `real + offset` and can be stepped
- * anywhere (1970 included). Trusted time never goes back and advances with
- * real time while the gateway runs, and a wall clock ahead of real time only
- * makes things end sooner; with a tick at least as often as every command
- * (the daemon ticks every second) that is `real + max(offset now, floor)`,
- * the floor being the largest offset ever seen. Time the gateway spends
- * powered off is not known to it: a restart after `d` ms lowers the floor by
- * `d` (the wall clock still counts, if it is right). A stored cloud message
- * raises the floor to its `iat`: the cloud's clock is the reference.
+ * anywhere (1970 included). Trusted time is the latest of the wall clock and
+ * a floor; the floor is the newest stored `iat` and the highest time acted on
+ * (both kept on disk), carried forward by real time while the process runs.
+ * Time the gateway spends powered off is not known to it: after a restart the
+ * floor starts again from what is on disk. Once the cloud has proven the time
+ * to the process (below), the time it proved, carried forward by real time
+ * and raised by any newer stored `iat`, plus CLOCK_SKEW_TOLERANCE_MS, is a
+ * ceiling: the wall clock counts only up to it, a time acted on above it is
+ * lowered to it at the next tick, and the floor counts such a time only up to
+ * it. So a wall clock ahead of real time opens nothing early, and ends things
+ * at most the tolerance sooner.
  *
  * Restarts. Because of that, a started process has not proven the time: its
  * lease counts as none (ordinary and offline-capable keys are CLOUD_STALE)
@@ -43,6 +46,8 @@ export const MESSAGE_TTL_SECONDS = 86_400;
 export const SKEW_SECONDS = 60;
 /** The longest round trip of a resync answer that still proves the time after a restart. */
 export const PROOF_MAX_ROUND_TRIP_MS = 10_000;
+/** How far ahead of the proven cloud time the wall clock may count. */
+export const CLOCK_SKEW_TOLERANCE_MS = 30_000;
 
 export interface KeySpec {
   readonly keyId: string;
@@ -82,7 +87,10 @@ export class Model {
   // --- the world
   real: number;
   offset = 0;
-  maxOffset = 0;
+  // --- the gateway's time: on disk, and in the running process
+  stored = { iatMs: 0, actedMs: 0 };
+  floorAnchor: { ms: number; atReal: number } | null = null;
+  cloudAnchor: { ms: number; atReal: number } | null = null;
   // --- the cloud
   seq = 0;
   readonly cloud: { version: number; status: 'none' | 'active' | 'revoked'; windows: Map<number, Window> }[];
@@ -111,23 +119,51 @@ export class Model {
     this.revoked = keys.map(() => 0);
   }
 
-  /** The gateway's trusted time. */
+  /** The latest real time it can be, as far as this process knows (null: the cloud has not proven the time to it). */
+  ceiling(): number | null {
+    const c = this.cloudAnchor;
+    if (c === null) return null;
+    if (this.stored.iatMs > c.ms + (this.real - c.atReal)) this.cloudAnchor = { ms: this.stored.iatMs, atReal: this.real };
+    return this.cloudAnchor!.ms + (this.real - this.cloudAnchor!.atReal) + CLOCK_SKEW_TOLERANCE_MS;
+  }
+
+  /** The gateway's trusted time now. Reading it carries the floor forward, as the process does. */
+  now(): number {
+    const ceiling = this.ceiling();
+    const stored = Math.max(this.stored.iatMs, ceiling === null ? this.stored.actedMs : Math.min(this.stored.actedMs, ceiling));
+    const a = this.floorAnchor;
+    const carried = a === null ? null : a.ms + (this.real - a.atReal);
+    let floor: number;
+    if (carried !== null && carried > stored) floor = carried;
+    else {
+      this.floorAnchor = { ms: stored, atReal: this.real };
+      floor = stored;
+    }
+    return Math.max(ceiling === null ? this.wall : Math.min(this.wall, ceiling), floor);
+  }
   get trusted(): number {
-    return this.real + Math.max(this.offset, this.maxOffset);
+    return this.now();
   }
   get wall(): number {
     return this.real + this.offset;
   }
-  /** What the daemon's tick does: the time acted on is persisted. */
+  /** What the daemon's tick does: the time acted on is persisted, and lowered to the ceiling if above it. */
   tick(): void {
-    this.maxOffset = Math.max(this.maxOffset, this.offset);
+    this.acted(this.now());
+    const ceiling = this.ceiling();
+    if (ceiling !== null && this.stored.actedMs > ceiling) this.stored.actedMs = ceiling;
   }
-  /** The gateway was off for `downMs` of real time and starts again. */
+  private acted(ms: number): void {
+    this.stored.actedMs = Math.max(this.stored.actedMs, ms);
+  }
+  /** The gateway was off for `downMs` of real time and starts again: only what is on disk survives. */
   restartAfter(downMs: number): void {
-    this.maxOffset = Math.max(this.maxOffset, this.offset) - downMs;
     this.real += downMs;
     this.boot++;
     this.proven = false;
+    this.floorAnchor = null;
+    this.cloudAnchor = null;
+    this.now();
   }
 
   /**
@@ -136,17 +172,25 @@ export class Model {
    */
   deliver(m: Sent, diesBeforeApply = false): Delivery {
     // The verifier's expiry rule (jose): exp <= now - tolerance, in whole seconds.
-    if (m.iat + MESSAGE_TTL_SECONDS <= Math.floor(this.trusted / 1000) - SKEW_SECONDS) {
+    if (m.iat + MESSAGE_TTL_SECONDS <= Math.floor(this.now() / 1000) - SKEW_SECONDS) {
       this.rejectedAny = true;
       return 'rejected';
     }
     if (this.seen.has(m.jti)) return 'duplicate';
     this.seen.add(m.jti);
-    this.maxOffset = Math.max(this.maxOffset, m.iat * 1000 - this.real);
+    this.stored.iatMs = Math.max(this.stored.iatMs, m.iat * 1000);
+    // the apply runs at the trusted time after the store, and records it as acted on
+    const applyAt = this.now();
+    if (!diesBeforeApply) this.acted(applyAt);
     if (m.kind === 'answer') {
       if (m.boot === this.boot && !diesBeforeApply && this.real - m.askedAt <= PROOF_MAX_ROUND_TRIP_MS) {
         this.proven = true;
-        this.maxOffset = Math.max(this.maxOffset, m.iat * 1000 + (this.real - m.askedAt) - this.real);
+        // the latest real time it can be: signed after our request, so at most its iat plus the round trip
+        const provenMs = m.iat * 1000 + (this.real - m.askedAt);
+        this.cloudAnchor = { ms: provenMs, atReal: this.real };
+        this.floorAnchor = null;
+        this.acted(provenMs);
+        this.now();
       }
     } else if (m.kind === 'heartbeat') {
       if (this.appliedSeq >= m.lastSeq) this.extend(m.iat * 1000);
@@ -190,7 +234,7 @@ export class Model {
     const spec = this.keys[k]!;
     if (spec.oneTime === true && this.used.has(k)) return deny('KEY_USED');
     if (!spec.doors.includes(door)) return deny('DOOR_NOT_PERMITTED');
-    const now = this.trusted;
+    const now = this.now();
     if (now < held.grant.window.validFrom) return deny('KEY_NOT_YET_VALID');
     if (now >= held.grant.window.validUntil) return deny('KEY_EXPIRED');
     // an unproven restart acts on no lease at all

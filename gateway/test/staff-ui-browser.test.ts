@@ -106,7 +106,9 @@ describe('staff web UI in Chromium against a running gateway', () => {
       const aiko = s.gw.accounts.list().find((a) => a.username === 'aiko')!;
       const r = s.gw.accounts.setDisabled({ ...aiko, via: 'session' }, ken.accountId, true, 'test-disable');
       expect(r.status).toBe('applied');
-      await page.locator('#refresh').click();
+      // the live stream notices by itself within seconds and may already have shown the sign-in screen;
+      // the refresh (its handler, whether the button still shows or not) notices at once
+      await page.evaluate(() => document.getElementById('refresh')?.click());
       await page.locator('#screen-signin').filter({ hasText: 'Your session has ended' }).waitFor();
       expect(await page.locator('#locks-list > *').count()).toBe(0);
       await signIn(page, STAFF);
