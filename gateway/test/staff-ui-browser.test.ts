@@ -108,7 +108,7 @@ describe('staff web UI in Chromium against a running gateway', () => {
       expect(r.status).toBe('applied');
       // the live stream notices by itself within seconds and may already have shown the sign-in screen;
       // the refresh (its handler, whether the button still shows or not) notices at once
-      await page.evaluate(() => document.getElementById('refresh')?.click());
+      await page.locator('#refresh').dispatchEvent('click');
       await page.locator('#screen-signin').filter({ hasText: 'Your session has ended' }).waitFor();
       expect(await page.locator('#locks-list > *').count()).toBe(0);
       await signIn(page, STAFF);
