@@ -17,7 +17,11 @@ describe.each(mqttBackends())('lock event budget against %s', (backend) => {
   let site: Running | undefined;
   const extra: FakeLock[] = [];
   let cap: ReturnType<typeof capturingLog>;
-  const locks = ['lock-1', 'lock-2'].map((lockId, i) => ({ lockId, doorId: `door-${i + 1}`, pairingSecret: encodeSecret(newPairingSecret()) }));
+  const locks = ['lock-1', 'lock-2'].map((lockId, i) => ({
+    lockId,
+    doorId: `door-${i + 1}`,
+    pairingSecret: encodeSecret(newPairingSecret()),
+  }));
   const BURST = 20;
 
   beforeEach(async () => {
@@ -35,7 +39,9 @@ describe.each(mqttBackends())('lock event budget against %s', (backend) => {
   const alarmUplinks = (s: Running, lockId: string) =>
     s.cloud.uplink.filter((m) => m.type === 'alarm' && m.body.lockId === lockId).map((m) => (m.type === 'alarm' ? m.body.kind : null));
   const staffAlarms = async (s: Running, lockId: string) => {
-    const r = await fetch(`${s.gw.httpUrl!}/staff/alarms?status=open&lock=${lockId}`, { headers: { authorization: `Bearer ${STAFF_TOKEN}` } });
+    const r = await fetch(`${s.gw.httpUrl!}/staff/alarms?status=open&lock=${lockId}`, {
+      headers: { authorization: `Bearer ${STAFF_TOKEN}` },
+    });
     expect(r.status).toBe(200);
     return ((await r.json()) as { items: Record<string, unknown>[] }).items;
   };
@@ -73,9 +79,11 @@ describe.each(mqttBackends())('lock event budget against %s', (backend) => {
     await waitFor(() => count(s, "SELECT count(*) AS n FROM alarms WHERE lock_id = 'lock-2'") === 1, 'lock-2 alarm recorded');
 
     // Bounded rows: one open alarm per kind (coalesced, with a count) and one LOCK_EVENTS_THROTTLED.
-    const rows = s.gw.store.db
-      .prepare("SELECT kind, count, closed_at FROM alarms WHERE lock_id = 'lock-1' ORDER BY kind")
-      .all() as { kind: string; count: number; closed_at: number | null }[];
+    const rows = s.gw.store.db.prepare("SELECT kind, count, closed_at FROM alarms WHERE lock_id = 'lock-1' ORDER BY kind").all() as {
+      kind: string;
+      count: number;
+      closed_at: number | null;
+    }[];
     expect(rows.map((r) => r.kind)).toEqual(['door_ajar', 'lock_events_throttled', 'tamper']);
     expect(rows.every((r) => r.closed_at === null)).toBe(true);
     expect(rows.find((r) => r.kind === 'lock_events_throttled')!.count).toBe(1);

@@ -330,6 +330,16 @@ export const UPLINK_BATCH_CODES = table({
 });
 export type UplinkBatchCode = keyof typeof UPLINK_BATCH_CODES;
 
+/**
+ * Why the gateway dropped a lock's state, event or presence message, and the
+ * gateway's own alarms about a lock (docs/gateway.md "Lock event budget").
+ */
+export const LOCK_MESSAGE_CODES = table({
+  LOCK_EVENTS_THROTTLED:
+    'The lock sent more states, events or presence messages than its event budget allows: dropped before anything was written, one alarm (kind lock_events_throttled) per episode, ended once the lock is back under budget.',
+});
+export type LockMessageCode = keyof typeof LOCK_MESSAGE_CODES;
+
 /** Why a lock controller refused a gateway command (HMAC check). */
 export const LOCK_COMMAND_CODES = table({
   BAD_MAC: 'The command MAC does not verify with the lock pairing secret.',
