@@ -308,6 +308,8 @@ export const VERIFY_CODES = table({
   WRONG_TYP: 'The JWS typ header is not the Tobira message type.',
   UNKNOWN_KID: 'The key id is not in the trusted key set (keys are never fetched on demand).',
   KID_RETIRED: 'The message is signed by a key that was retired (signing-key rotation); nothing it signs is accepted any more.',
+  KID_NOT_YET_VALID:
+    "The message is signed by a trusted key before the key's notBefore, judged on the receiver's trusted time; nothing it signs counts before then.",
   BAD_SIGNATURE: 'The signature does not verify with the named key.',
   WRONG_ISSUER: 'The issuer is not the expected sender.',
   WRONG_AUDIENCE: 'The message is addressed to someone else.',
