@@ -58,6 +58,14 @@ export function recordLockRefusal(ctx: Pick<AppContext, 'store' | 'time' | 'metr
   }
 }
 
+/**
+ * What became of one lock message: `taken` (within the budget, handled),
+ * `throttled` (dropped, and it started an episode: an alarm was raised),
+ * `dropped` (dropped and only counted). The site router tells the staff page
+ * of the first two only, so a flood does not become a flood of notices.
+ */
+export type LockMessageOutcome = 'taken' | 'throttled' | 'dropped';
+
 /** Lock ids that are not paired share one budget, so made-up ids can neither grow the map nor dodge it. */
 const UNPAIRED = '\u0000unpaired';
 
@@ -150,24 +158,39 @@ export function handleLockMessage(
   lockId: string,
   channel: Exclude<LockChannel, 'request' | 'decision' | 'command'>,
   payload: unknown,
-): void {
-  const { db } = ctx.store;
+): LockMessageOutcome {
   // Each lock message is its own unit of work (alarms get theirs below, carried up with the alarm).
   const log = withCorrelation(ctx.log, newCorrelationId(), { lockId, channel });
   const topic = topics.lock(ctx.gatewayId, lockId, channel);
-  const refuse = (code: string, detail: string) =>
-    recordLockRefusal(ctx, log, { origin: 'gateway', lockId, channel, topic, code, detail, payload });
-  const paired = lockById(db, lockId) !== null;
+  const paired = lockById(ctx.store.db, lockId) !== null;
   const now = nowOf(ctx);
   // The budget comes before anything is written, the refusal of an unknown lock's message included.
   const budget = ctx.eventBudget;
   if (budget !== undefined) {
     const key = paired ? lockId : UNPAIRED;
     const t = budget.take(key, now);
-    if (!t.ok) return throttled(ctx, log, { lockId, paired, channel, topic, payload, first: t.first }, now);
+    if (!t.ok) {
+      throttled(ctx, log, { lockId, paired, channel, topic, payload, first: t.first }, now);
+      return t.first && paired ? 'throttled' : 'dropped';
+    }
     if (t.ended > 0) episodeOver(ctx, key, t.ended, now);
   }
-  if (!paired) return refuse('UNKNOWN_LOCK', 'no lock with this id is paired with this gateway');
+  handleTaken(ctx, log, { lockId, paired, channel, topic, payload }, now);
+  return 'taken';
+}
+
+/** A lock message within its budget. */
+function handleTaken(
+  ctx: AppContext,
+  log: Logger,
+  m: { lockId: string; paired: boolean; channel: 'presence' | 'state' | 'event'; topic: string; payload: unknown },
+  now: number,
+): void {
+  const { db } = ctx.store;
+  const { lockId, channel, topic, payload } = m;
+  const refuse = (code: string, detail: string) =>
+    recordLockRefusal(ctx, log, { origin: 'gateway', lockId, channel, topic, code, detail, payload });
+  if (!m.paired) return refuse('UNKNOWN_LOCK', 'no lock with this id is paired with this gateway');
   switch (channel) {
     case 'presence': {
       // An empty retained payload clears the topic: treat it as offline.
