@@ -133,6 +133,41 @@ describe.each(mqttBackends())('lock event budget against %s', (backend) => {
     expect(again.filter((a) => a.kind === 'jam')).toHaveLength(1);
   });
 
+  it('over the budget privacy turning on still counts (fail closed), privacy turning off does not', async () => {
+    const s = (site = await runSite(broker.url, broker.url, broker.unique, {
+      overrides: { locks, lockEventRate: { burst: 3, perSecond: 1 } },
+      deps: { log: cap.log },
+    }));
+    const privacySince = () =>
+      (s.gw.store.db.prepare("SELECT privacy_since AS p FROM locks WHERE lock_id = 'lock-1'").get() as { p: number | null }).p;
+    // the lock's privacy report on connect took one token; two states take the rest, the third is dropped
+    for (let i = 0; i < 3; i++)
+      await s.lock.publish('state', { lockId: 'lock-1', bolt: 'locked', door: 'closed', battery: 80, at: 100 + i, lastCommandId: null });
+    await waitFor(
+      async () =>
+        (await s.gw.metrics.registry.getSingleMetricAsString('tobira_gateway_lock_messages_refused_total')).includes(
+          'LOCK_EVENTS_THROTTLED',
+        ),
+      'the lock over its budget',
+    );
+    expect(privacySince()).toBeNull();
+    await s.lock.announcePrivacy(true);
+    await waitFor(() => privacySince() !== null, 'privacy on, over the budget');
+    await s.lock.announcePrivacy(false);
+    await s.lock.publish('state', {
+      lockId: 'lock-1',
+      bolt: 'locked',
+      door: 'closed',
+      battery: 80,
+      at: 200,
+      lastCommandId: null,
+      privacy: false,
+    });
+    // the next request is answered only after both were handled (one broker connection, in order)
+    await s.lock.present(PIN);
+    expect(privacySince()).not.toBeNull();
+  });
+
   it('acknowledging a coalesced alarm closes it: the next alarm of that kind opens a new one, sent up again', async () => {
     const s = (site = await runSite(broker.url, broker.url, broker.unique, { overrides: { locks }, deps: { log: cap.log } }));
     await provision(s, { doors: ['door-1'] as never });
