@@ -4,13 +4,14 @@ import {
   Presence,
   asLockId,
   newCorrelationId,
+  newId,
   parsePayload,
   topics,
   withCorrelation,
   type LockChannel,
   type Logger,
+  type RatePolicy,
 } from '@tobira/shared';
-import { randomUUID } from 'node:crypto';
 import { endOpenAlarm, recordAlarm } from '../adapters/sqlite/alarms.js';
 import { recordLockRefusal as insertLockRefusal, type LockRefusal } from '../adapters/sqlite/diagnostics.js';
 import { allLocks, lockById, setLockOnline } from '../adapters/sqlite/locks.js';
@@ -95,29 +96,23 @@ function throttled(
   ctx: AppContext,
   log: Logger,
   m: { lockId: string; paired: boolean; channel: 'presence' | 'state' | 'event'; topic: string; payload: unknown; first: boolean },
+  p: RatePolicy,
   now: number,
 ): void {
   const { db } = ctx.store;
   if (m.first) {
-    const p = ctx.eventBudget?.policy;
     recordLockRefusal(ctx, log, {
       origin: 'gateway',
       lockId: m.lockId,
       channel: m.channel,
       topic: m.topic,
       code: 'LOCK_EVENTS_THROTTLED',
-      detail: `over ${p?.burst} messages at once or ${p?.perSecond}/s; further ones until it slows down are dropped and only counted`,
+      detail: `over ${p.burst} messages at once or ${p.perSecond}/s; further ones until it slows down are dropped and only counted`,
       payload: m.payload,
     });
     if (m.paired) {
       const cid = newCorrelationId();
-      const r = recordAlarm(
-        db,
-        ctx.store.limits,
-        { alarmId: randomUUID(), lockId: m.lockId, kind: 'lock_events_throttled', at: now },
-        cid,
-        now,
-      );
+      const r = recordAlarm(db, ctx.store.limits, { alarmId: newId(), lockId: m.lockId, kind: 'lock_events_throttled', at: now }, cid, now);
       withCorrelation(ctx.log, cid, { lockId: m.lockId }).warn({ kind: 'lock_events_throttled', result: r }, 'lock alarm');
       if (r === 'recorded') ctx.outboxWritten();
     }
@@ -170,7 +165,7 @@ export function handleLockMessage(
     const key = paired ? lockId : UNPAIRED;
     const t = budget.take(key, now);
     if (!t.ok) {
-      throttled(ctx, log, { lockId, paired, channel, topic, payload, first: t.first }, now);
+      throttled(ctx, log, { lockId, paired, channel, topic, payload, first: t.first }, budget.policy, now);
       return t.first && paired ? 'throttled' : 'dropped';
     }
     if (t.ended > 0) episodeOver(ctx, key, t.ended, now);
