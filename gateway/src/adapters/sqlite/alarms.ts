@@ -13,7 +13,7 @@ export interface LockAlarm {
   readonly alarmId: string;
   readonly lockId: string;
   readonly kind: AlarmUplinkKind;
-  /** The lock's time of the alarm. */
+  /** The lock's time of the alarm (the gateway's trusted time for its own kind, lock_events_throttled). */
   readonly at: number;
 }
 
