@@ -126,6 +126,14 @@ export const GatewayConfig = z.strictObject({
   requestRate: z
     .strictObject({ burst: z.int().min(1).default(10), perSecond: z.number().positive().max(1000).default(1) })
     .default({ burst: 10, perSecond: 1 }),
+  /**
+   * Per-lock token bucket over what a lock reports (state, event, presence; not door requests):
+   * over it a message is dropped before anything is written, and LOCK_EVENTS_THROTTLED raised.
+   * A busy door sends a few states per passage; the burst covers a reconnect's re-announcements.
+   */
+  lockEventRate: z
+    .strictObject({ burst: z.int().min(1).max(10_000).default(100), perSecond: z.number().positive().max(1000).default(5) })
+    .default({ burst: 100, perSecond: 5 }),
   /** access_log retention (hourly purge); rows the cloud does not have yet are never pruned. */
   accessLog: z
     .strictObject({ maxAgeDays: z.int().min(1).default(30), maxRows: z.int().min(1).default(100_000) })

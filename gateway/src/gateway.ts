@@ -36,7 +36,8 @@ import { TrustedTime, noCrash, nowOf, type AppContext, type CrashHook } from './
 import { receiveDownlink, type DownlinkDeps } from './app/downlink.js';
 import { CloudKeyRing } from './app/trusted-keys.js';
 import { seedTrustedKeys } from './adapters/sqlite/trusted-keys.js';
-import { enqueueStatus } from './app/locks.js';
+import { endQuietEpisodes, enqueueStatus } from './app/locks.js';
+import { LockEventBudget } from './app/lock-budget.js';
 import { purgeOld } from './app/retention.js';
 import { siteMessageRouter } from './app/site-requests.js';
 import { StaffAccounts } from './app/staff-accounts.js';
@@ -335,6 +336,7 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
         crash: deps.crash ?? noCrash,
         outboxWritten: () => uplink?.wake(),
         watch,
+        eventBudget: new LockEventBudget(config.lockEventRate),
       };
       const upDeps: UplinkDeps = {
         ...base,
@@ -453,6 +455,7 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
             touchHighWater(s.db, nowOf(base));
             reportClockSkew(s.db);
             passageNow();
+            endQuietEpisodes(base);
           } catch (e) {
             runLog.error({ err: e }, 'tick failed');
           }

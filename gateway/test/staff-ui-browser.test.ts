@@ -565,6 +565,10 @@ describe('staff web UI in Chromium against a running gateway', () => {
       await tab(page, 'alarms');
       const row = page.locator(`#alarms-list > li[data-alarm-id="${alarmId}"]`);
       await row.filter({ hasText: 'OPEN' }).filter({ hasText: 'Door forced open' }).waitFor();
+      // a repeat while it is open is counted on the same row, not listed again
+      await s.lock.publish('event', { eventId: newId(), lockId: 'lock-1', at: T0 + 1, kind: 'forced_open' });
+      await row.filter({ hasText: /Reported\s*2 times/ }).waitFor();
+      expect(await page.locator('#alarms-list > li').count()).toBe(1);
       await shot(page, 'alarms');
       await row.locator('button.ack').click();
       await page.locator('#confirm-input').fill('guard checked, door shut');

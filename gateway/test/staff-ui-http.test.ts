@@ -157,6 +157,10 @@ describe('the staff web UI and the alarm acknowledgement over HTTP (inject, real
           receivedAt: T0,
           closedAt: T0 + 1000,
           closedBy: 'staff: checked on camera',
+          count: 1,
+          firstSeenAt: T0,
+          lastSeenAt: T0,
+          endedAt: null,
         },
       });
       expect(row(id)).toEqual({ closed_at: T0 + 1000, closed_by: 'staff: checked on camera' });

@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { pathToFileURL } from 'node:url';
-import { AlarmKind, DECISION_CODES } from '@tobira/shared';
+import { AlarmUplinkKind, DECISION_CODES } from '@tobira/shared';
 import { describe, expect, it } from 'vitest';
 import { FAIL_CLOSED_REASONS } from '../src/app/staff-status.js';
 import { GATEWAY_HTTP_CODES } from '../src/http/app.js';
@@ -48,7 +48,7 @@ function literalKeys(): Set<string> {
 /** Keys looked up by a code the gateway sends (`t(\`decision.${code}\`)` and the like). */
 const dynamicKeys = new Set<string>([
   ...Object.keys(DECISION_CODES).map((c) => `decision.${c}`),
-  ...AlarmKind.options.map((k) => `alarm.${k}`),
+  ...AlarmUplinkKind.options.map((k) => `alarm.${k}`),
   ...FAIL_CLOSED_REASONS.flatMap((r) => [`failClosed.${r}.title`, `failClosed.${r}.detail`]),
   ...Object.keys(GATEWAY_HTTP_CODES).map((c) => `code.${c}`),
   // codes the page makes itself (no answer, a script error) and the live feed's cap
@@ -96,7 +96,7 @@ describe('the staff UI message catalogues', () => {
   it('has words for every code the gateway answers with, every decision code, alarm kind and fail-closed reason', () => {
     for (const c of Object.keys(GATEWAY_HTTP_CODES)) expect(MESSAGES.ja[`code.${c}`], c).toBeDefined();
     for (const c of Object.keys(DECISION_CODES)) expect(MESSAGES.ja[`decision.${c}`], c).toBeDefined();
-    for (const k of AlarmKind.options) expect(MESSAGES.ja[`alarm.${k}`], k).toBeDefined();
+    for (const k of AlarmUplinkKind.options) expect(MESSAGES.ja[`alarm.${k}`], k).toBeDefined();
     for (const r of FAIL_CLOSED_REASONS) expect(MESSAGES.ja[`failClosed.${r}.title`], r).toBeDefined();
     ui.setLanguageForTest('ja');
     expect(ui.codeWords('LOCK_OFFLINE')).toBe('錠がオフラインです：コマンドが届きません。何も送信していません。（LOCK_OFFLINE）');

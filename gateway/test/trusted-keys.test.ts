@@ -146,6 +146,42 @@ describe.each(mqttBackends())('trusted cloud keys of a running gateway against %
     await waitFor(() => rejected(s, 'KID_RETIRED').n === 1, 'the old-key heartbeat refused');
   });
 
+  it('a message signed by a trusted key before its notBefore (gateway trusted time) is refused KID_NOT_YET_VALID and applies nothing; from its notBefore on it is accepted', async () => {
+    site = await runSite(broker.url, broker.url, broker.unique);
+    const s = site;
+    await provision(s);
+    const next = await generateSigningKeyPair();
+    const nextKey = await importSigningKey(next.privateJwk);
+    const HOUR = 3_600_000;
+    const notBefore = s.f.clock.now() + HOUR;
+    await s.cloud.publishRaw((await update(s, { add: [{ jwk: pub(next), notBefore }] })).token);
+    await waitFor(() => s.gw.store.settings().appliedSeq >= s.cloud.seq, 'the add applied');
+    expect(s.gw.store.trustedKeys().find((k) => k.kid === next.kid)).toMatchObject({ status: 'trusted', notBefore });
+
+    // As the cloud would send it: a sequenced grant under the new key, an hour early.
+    const early = await s.cloud.sign(
+      {
+        type: 'key.grant',
+        seq: ++s.cloud.seq,
+        body: { key: grant({ keyId: 'key-early' as never, credential: { type: 'pin', digest: s.f.digest('555555') } }) },
+      },
+      nextKey,
+    );
+    await s.cloud.publishRaw(early.token);
+    await waitFor(() => rejected(s, 'KID_NOT_YET_VALID').n === 1, 'the early message refused');
+    expect(s.gw.store.db.prepare('SELECT count(*) AS n FROM inbox WHERE jti = ?').get(early.message.jti)).toEqual({ n: 0 });
+    expect(s.gw.store.loadSlot('key-early').key).toBeNull();
+
+    // From its notBefore on (by the gateway's trusted time) the key signs: the same grant now applies.
+    s.f.clock.advance(HOUR);
+    const onTime = await s.cloud.sign({ type: 'key.grant', seq: s.cloud.seq, body: early.message.body }, nextKey);
+    await s.cloud.publishRaw(onTime.token);
+    await s.cloud.heartbeat();
+    await waitFor(() => s.gw.store.settings().appliedSeq >= s.cloud.seq, 'the grant applied');
+    expect(s.gw.store.loadSlot('key-early').key).not.toBeNull();
+    expect(rejected(s, 'KID_NOT_YET_VALID').n).toBe(1);
+  });
+
   it('an update signed by an unknown key is refused UNKNOWN_KID; one re-adding a retired key is refused KEYSET_KID_RETIRED and changes nothing', async () => {
     site = await runSite(broker.url, broker.url, broker.unique);
     const s = site;

@@ -413,7 +413,8 @@ const desc = (a, b) => b - a;
  *   personName?: string | null, doorName?: string | null,
  *   by?: { accountId: string, name: string, reason: string } | null }} AccessEvent
  * @typedef {{ alarmId: string, lockId: string, doorId: string | null, kind: string, status: 'open' | 'closed', at: number,
- *   receivedAt: number, closedAt: number | null, closedBy: string | null }} Alarm
+ *   receivedAt: number, closedAt: number | null, closedBy: string | null, count?: number, firstSeenAt?: number,
+ *   lastSeenAt?: number, endedAt?: number | null }} Alarm
  * @typedef {{ jti: string, type: string, seq: number | null, keyId: string | null, keyVersion: number | null, attempts: number,
  *   code: string | null, lastError: string | null, receivedAt: number, failedAt: number, cid: string }} FailedRow
  * @typedef {{ id: number, at: number, topic: string, code: string, detail: string, bytes: number,
@@ -535,6 +536,10 @@ const alarmsList = new PagedList({
       title: alarmWords(a.kind),
       facts: [
         ...whereAndWhen(a),
+        // repeats are counted on the open alarm, not listed one by one
+        (a.count ?? 1) > 1 &&
+          fact(t('alarms.repeats'), t('alarms.repeatsValue', { count: String(a.count), time: fmtTime(a.lastSeenAt ?? a.receivedAt) })),
+        a.endedAt != null && fact(t('alarms.ended'), fmtTime(a.endedAt)),
         !open &&
           fact(
             t('alarms.acknowledged'),

@@ -308,6 +308,8 @@ export const VERIFY_CODES = table({
   WRONG_TYP: 'The JWS typ header is not the Tobira message type.',
   UNKNOWN_KID: 'The key id is not in the trusted key set (keys are never fetched on demand).',
   KID_RETIRED: 'The message is signed by a key that was retired (signing-key rotation); nothing it signs is accepted any more.',
+  KID_NOT_YET_VALID:
+    "The message is signed by a trusted key before the key's notBefore, judged on the receiver's trusted time; nothing it signs counts before then.",
   BAD_SIGNATURE: 'The signature does not verify with the named key.',
   WRONG_ISSUER: 'The issuer is not the expected sender.',
   WRONG_AUDIENCE: 'The message is addressed to someone else.',
@@ -329,6 +331,16 @@ export const UPLINK_BATCH_CODES = table({
   BATCH_ITEM_INVALID: 'A batch item does not match the schema of its own message type.',
 });
 export type UplinkBatchCode = keyof typeof UPLINK_BATCH_CODES;
+
+/**
+ * Why the gateway dropped a lock's state, event or presence message, and the
+ * gateway's own alarms about a lock (docs/gateway.md "Lock event budget").
+ */
+export const LOCK_MESSAGE_CODES = table({
+  LOCK_EVENTS_THROTTLED:
+    'The lock sent more states, events or presence messages than its event budget allows: dropped before anything was written, one alarm (kind lock_events_throttled) per episode, ended once the lock is back under budget.',
+});
+export type LockMessageCode = keyof typeof LOCK_MESSAGE_CODES;
 
 /** Why a lock controller refused a gateway command (HMAC check). */
 export const LOCK_COMMAND_CODES = table({

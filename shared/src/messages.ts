@@ -348,6 +348,15 @@ export type AccessEvent = MessageOf<UplinkMessage, 'access.event'>['body'];
 
 export const AlarmKind = z.enum(['door_ajar', 'forced_open', 'tamper', 'jam', 'low_battery']);
 export type AlarmKind = z.infer<typeof AlarmKind>;
+/**
+ * What an `alarm` uplink may name: a lock's alarm kinds, and the gateway's own
+ * alarms about a lock (`lock_events_throttled`: the lock went over its event
+ * budget, docs/gateway.md "Lock event budget"). Locks cannot send the
+ * gateway's kinds (LockEvent takes AlarmKind only). An older cloud (strict
+ * schema) refuses the gateway's kinds: upgrade the cloud before gateways.
+ */
+export const AlarmUplinkKind = z.enum([...AlarmKind.options, 'lock_events_throttled']);
+export type AlarmUplinkKind = z.infer<typeof AlarmUplinkKind>;
 
 export const AlarmMessage = sequenced(
   'alarm',
@@ -355,7 +364,7 @@ export const AlarmMessage = sequenced(
     alarmId: z.uuid(),
     lockId: LockId,
     doorId: DoorId.nullable(),
-    kind: AlarmKind,
+    kind: AlarmUplinkKind,
     at: Millis,
   }),
 );

@@ -164,6 +164,12 @@ export interface VerifyOptions<S extends z.ZodType> {
   readonly futureIatOk?: boolean;
   /** Kids that were trusted once and are retired: refused as KID_RETIRED rather than UNKNOWN_KID (a retired key is never trusted again). */
   readonly retiredKids?: ReadonlySet<string>;
+  /**
+   * When each trusted kid starts to count (ms, judged on `clock`): a message
+   * whose signature verifies under a kid before its time is refused
+   * KID_NOT_YET_VALID. Absent for a kid: valid from the start.
+   */
+  readonly kidNotBefore?: ReadonlyMap<string, number>;
 }
 
 /** The tolerance `anySkew` stands for: finite (jose requires it), larger than any clock error. */
@@ -215,6 +221,10 @@ export async function verifyMessage<S extends z.ZodType>(input: unknown, opts: V
   } catch (e) {
     return mapJoseError(e);
   }
+  // After the signature, so that only a message the key really signed is told apart from a forgery.
+  const notBefore = opts.kidNotBefore?.get(header.kid);
+  if (notBefore !== undefined && opts.clock.now() < notBefore)
+    return fail('KID_NOT_YET_VALID', `kid ${header.kid.slice(0, 80)} counts from ${new Date(notBefore).toISOString()}`);
   const iat = (payload as { iat?: unknown }).iat;
   if (opts.futureIatOk !== true && typeof iat === 'number' && iat * 1000 > opts.clock.now() + tolerance * 1000) {
     return fail('NOT_YET_VALID', 'issued in the future');

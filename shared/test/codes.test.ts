@@ -1,8 +1,11 @@
 import { describe, expect, it } from 'vitest';
 import {
+  AlarmKind,
+  AlarmUplinkKind,
   DECISION_CODES,
   DecisionCode,
   LOCK_COMMAND_CODES,
+  LOCK_MESSAGE_CODES,
   MIGRATION_CODES,
   OUTCOME_CODES,
   REVOKE_REASONS,
@@ -20,6 +23,7 @@ describe('code tables', () => {
     ['DECISION_CODES', DECISION_CODES],
     ['VERIFY_CODES', VERIFY_CODES],
     ['LOCK_COMMAND_CODES', LOCK_COMMAND_CODES],
+    ['LOCK_MESSAGE_CODES', LOCK_MESSAGE_CODES],
     ['UPLINK_BATCH_CODES', UPLINK_BATCH_CODES],
     ['MIGRATION_CODES', MIGRATION_CODES],
   ])('%s is frozen, upper snake case, each with a one-line meaning', (_n, table) => {
@@ -63,6 +67,12 @@ describe('code tables', () => {
       ].sort(),
     );
     expect(DecisionCode.options).toEqual(Object.keys(DECISION_CODES));
+  });
+
+  it('names the lock event budget code, whose alarm kind the alarm uplink carries (and a lock cannot send)', () => {
+    expect(Object.keys(LOCK_MESSAGE_CODES)).toEqual(['LOCK_EVENTS_THROTTLED']);
+    expect(AlarmUplinkKind.options).toContain('lock_events_throttled');
+    expect(AlarmKind.options).not.toContain('lock_events_throttled');
   });
 
   it('revoke reasons are lower snake case', () => {

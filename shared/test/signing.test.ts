@@ -54,6 +54,22 @@ describe('a bad message is refused with its code and nothing throws', () => {
     expect(await verify(token)).toMatchObject({ ok: false, code: 'BAD_SIGNATURE' });
   });
 
+  it("signed by a trusted key before the key's notBefore (by the receiver's clock) -> KID_NOT_YET_VALID; from it on, verifies; a forgery under it stays BAD_SIGNATURE", async () => {
+    const { token } = await signedGrant();
+    const now = f.clock.now();
+    const early = new Map([[f.cloudKey.kid, now + 1]]);
+    expect(await verify(token, { kidNotBefore: early })).toMatchObject({ ok: false, code: 'KID_NOT_YET_VALID' });
+    expect((await verify(token, { kidNotBefore: new Map([[f.cloudKey.kid, now]]) })).ok).toBe(true);
+    expect((await verify(token, { kidNotBefore: new Map([['another-kid', now + 1]]) })).ok).toBe(true);
+    const { token: forged } = await signMessage<Down>(
+      { kid: f.cloudKey.kid, privateKey: f.otherKey.privateKey },
+      CLOUD,
+      { type: 'heartbeat', aud: GW, cid: cid(), body: { lastSeq: 3, intervalMs: 10_000 } },
+      f.clock,
+    );
+    expect(await verify(forged, { kidNotBefore: early })).toMatchObject({ ok: false, code: 'BAD_SIGNATURE' });
+  });
+
   it('tampered payload -> BAD_SIGNATURE', async () => {
     const { token } = await signedGrant();
     const [h, p, s] = token.split('.') as [string, string, string];

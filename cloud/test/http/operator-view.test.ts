@@ -113,7 +113,7 @@ describe.each(pgBackends())("the operator's view on %s", (backend) => {
       ).toHaveLength(3);
     });
 
-    it('filter by lock and kind; a bad cursor is 400', async () => {
+    it("filter by lock and kind (the gateway's lock_events_throttled too); a bad kind or cursor is 400", async () => {
       const a = await gatewayAt(h.siteA);
       const t = h.cloud.clock.now();
       await a.alarm({ at: t, lockId: 'lock-x', kind: 'tamper' });
@@ -122,6 +122,13 @@ describe.each(pgBackends())("the operator's view on %s", (backend) => {
       expect(byLock.items.map((x) => x.kind)).toEqual(['tamper']);
       const byKind = (await get(`/alarms?gatewayId=${a.gatewayId}&kind=jam`)).json() as { items: { lockId: string }[] };
       expect(byKind.items.map((x) => x.lockId)).toEqual(['lock-y']);
+      // the gateway's own alarm about a lock over its event budget is taken and filtered like a lock's
+      await a.alarm({ at: t, lockId: 'lock-z', kind: 'lock_events_throttled' });
+      const throttled = (await get(`/alarms?gatewayId=${a.gatewayId}&kind=lock_events_throttled`)).json() as {
+        items: { lockId: string }[];
+      };
+      expect(throttled.items.map((x) => x.lockId)).toEqual(['lock-z']);
+      expect((await get(`/alarms?kind=not_a_kind`)).statusCode).toBe(400);
       const bad = await get('/alarms?cursor=bm90LWEtY3Vyc29y');
       expect(bad.statusCode).toBe(400);
       expect(bad.json()).toMatchObject({ code: 'BAD_REQUEST' });

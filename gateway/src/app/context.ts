@@ -13,6 +13,7 @@ import type { ReadableDb } from '../adapters/sqlite/db.js';
 import { readSettings } from '../adapters/sqlite/settings.js';
 import type { GatewayStore } from '../adapters/sqlite/store.js';
 import type { Metrics } from '../metrics.js';
+import type { LockEventBudget } from './lock-budget.js';
 import type { LockWatch } from './lock-watch.js';
 
 /** Named crash points (DESIGN.md §9). `TOBIRA_CRASH_AT=<name>` turns one into a SIGKILL of the daemon. */
@@ -35,6 +36,8 @@ export interface AppContext {
    * (privacy). Absent (tests of one part alone): the stored privacy counts as known.
    */
   readonly watch?: LockWatch;
+  /** The per-lock budget on state, event and presence messages. Absent (tests of one part alone): no budget. */
+  readonly eventBudget?: LockEventBudget;
 }
 
 /** A resync answer's round trip above this proves nothing after a restart (TrustedTime.answered). */

@@ -26,10 +26,15 @@ export type DownlinkResult =
 
 export async function receiveDownlink(deps: DownlinkDeps, topic: string, payload: Uint8Array): Promise<DownlinkResult> {
   const clock = { now: () => nowOf(deps) };
-  const ring = deps.cloudKeys instanceof KeySet ? { keys: deps.cloudKeys, retired: new Set<string>() } : await deps.cloudKeys.current();
+  const ring =
+    deps.cloudKeys instanceof KeySet
+      ? { keys: deps.cloudKeys, retired: new Set<string>(), notBefore: new Map<string, number>() }
+      : await deps.cloudKeys.current();
   const v = await verifyMessage(payload, {
     keys: ring.keys,
     retiredKids: ring.retired,
+    // judged on the gateway's trusted time (clock above), never on the message's own iat
+    kidNotBefore: ring.notBefore,
     issuer: deps.cloudIssuer,
     audience: deps.gatewayId,
     schema: DownlinkMessage,

@@ -4,13 +4,15 @@ import {
   Presence,
   asLockId,
   newCorrelationId,
+  newId,
   parsePayload,
   topics,
   withCorrelation,
   type LockChannel,
   type Logger,
+  type RatePolicy,
 } from '@tobira/shared';
-import { recordAlarm } from '../adapters/sqlite/alarms.js';
+import { endOpenAlarm, recordAlarm } from '../adapters/sqlite/alarms.js';
 import { recordLockRefusal as insertLockRefusal, type LockRefusal } from '../adapters/sqlite/diagnostics.js';
 import { allLocks, lockById, setLockOnline } from '../adapters/sqlite/locks.js';
 import { recordStateWithPrivacy, setPrivacy } from '../adapters/sqlite/modes.js';
@@ -58,24 +60,132 @@ export function recordLockRefusal(ctx: Pick<AppContext, 'store' | 'time' | 'metr
 }
 
 /**
+ * What became of one lock message: `taken` (within the budget, handled),
+ * `throttled` (dropped, and it started an episode: an alarm was raised),
+ * `dropped` (dropped and only counted). The site router tells the staff page
+ * of the first two only, so a flood does not become a flood of notices.
+ */
+export type LockMessageOutcome = 'taken' | 'throttled' | 'dropped';
+
+/** Lock ids that are not paired share one budget, so made-up ids can neither grow the map nor dodge it. */
+const UNPAIRED = '\u0000unpaired';
+
+/** Whether a lock message says the guest's privacy is on (a state carrying it, or a privacy event). */
+function saysPrivacyOn(lockId: string, channel: 'presence' | 'state' | 'event', payload: unknown): boolean {
+  if (channel === 'state') {
+    const s = parsePayload(LockState, payload);
+    return s.ok && s.value.lockId === lockId && s.value.privacy === true;
+  }
+  if (channel !== 'event') return false;
+  const e = parsePayload(LockEvent, payload);
+  return e.ok && e.value.lockId === lockId && e.value.kind === 'privacy' && e.value.active;
+}
+
+/**
+ * A message over the lock's event budget: dropped before anything is
+ * written, and only counted, except the first of an episode, which is
+ * recorded in lock_refusals, logged, and raises the lock's
+ * LOCK_EVENTS_THROTTLED alarm (sent up like any alarm; one open alarm per
+ * lock, so a later episode while it is open is counted on it). One thing
+ * still passes: privacy turning on, the fail-closed direction (staff keys are
+ * refused while it is on), which writes only when it changes. Privacy turning
+ * off is dropped like the rest: the lock stays private until it is heard
+ * under budget.
+ */
+function throttled(
+  ctx: AppContext,
+  log: Logger,
+  m: { lockId: string; paired: boolean; channel: 'presence' | 'state' | 'event'; topic: string; payload: unknown; first: boolean },
+  p: RatePolicy,
+  now: number,
+): void {
+  const { db } = ctx.store;
+  if (m.first) {
+    recordLockRefusal(ctx, log, {
+      origin: 'gateway',
+      lockId: m.lockId,
+      channel: m.channel,
+      topic: m.topic,
+      code: 'LOCK_EVENTS_THROTTLED',
+      detail: `over ${p.burst} messages at once or ${p.perSecond}/s; further ones until it slows down are dropped and only counted`,
+      payload: m.payload,
+    });
+    if (m.paired) {
+      const cid = newCorrelationId();
+      const r = recordAlarm(db, ctx.store.limits, { alarmId: newId(), lockId: m.lockId, kind: 'lock_events_throttled', at: now }, cid, now);
+      withCorrelation(ctx.log, cid, { lockId: m.lockId }).warn({ kind: 'lock_events_throttled', result: r }, 'lock alarm');
+      if (r === 'recorded') ctx.outboxWritten();
+    }
+  } else ctx.metrics.lockMessagesRefused.inc({ channel: m.channel, code: 'LOCK_EVENTS_THROTTLED' });
+  if (m.paired && saysPrivacyOn(m.lockId, m.channel, m.payload)) {
+    if (setPrivacy(db, m.lockId, true, now)) log.info({ privacy: true }, 'privacy on (over the event budget): staff keys refused');
+    ctx.watch?.privacyHeard(m.lockId);
+  }
+}
+
+/** An episode over the event budget ended: summed up in one line, and the lock's LOCK_EVENTS_THROTTLED alarm marked ended. */
+function episodeOver(ctx: AppContext, key: string, dropped: number, now: number): void {
+  const lockId = key === UNPAIRED ? null : key;
+  withCorrelation(ctx.log, newCorrelationId(), { lockId }).info(
+    { code: 'LOCK_EVENTS_THROTTLED', dropped, paired: lockId !== null },
+    'lock event flood over: messages dropped by the lock event budget',
+  );
+  if (lockId !== null) endOpenAlarm(ctx.store.db, lockId, 'lock_events_throttled', now);
+}
+
+/** Ends the budget episodes of locks that went quiet (the daemon's tick): their alarm is marked ended without a message from them. */
+export function endQuietEpisodes(ctx: AppContext): void {
+  const budget = ctx.eventBudget;
+  if (budget === undefined) return;
+  const now = nowOf(ctx);
+  for (const { key, dropped } of budget.endQuiet(now)) episodeOver(ctx, key, dropped, now);
+}
+
+/**
  * What locks report on the site broker: availability (retained presence with
- * a last will), state (retained), and events. Alarms are recorded once (by
- * alarm id) and sent up through the outbox in the same transaction.
+ * a last will), state (retained), and events, each within the lock's event
+ * budget (app/lock-budget.ts). Alarms are recorded once (by alarm id), a
+ * repeat while one of its kind is open is counted on it, and a new one is
+ * sent up through the outbox in the same transaction.
  */
 export function handleLockMessage(
   ctx: AppContext,
   lockId: string,
   channel: Exclude<LockChannel, 'request' | 'decision' | 'command'>,
   payload: unknown,
-): void {
-  const { db } = ctx.store;
+): LockMessageOutcome {
   // Each lock message is its own unit of work (alarms get theirs below, carried up with the alarm).
   const log = withCorrelation(ctx.log, newCorrelationId(), { lockId, channel });
   const topic = topics.lock(ctx.gatewayId, lockId, channel);
+  const paired = lockById(ctx.store.db, lockId) !== null;
+  const now = nowOf(ctx);
+  // The budget comes before anything is written, the refusal of an unknown lock's message included.
+  const budget = ctx.eventBudget;
+  if (budget !== undefined) {
+    const key = paired ? lockId : UNPAIRED;
+    const t = budget.take(key, now);
+    if (!t.ok) {
+      throttled(ctx, log, { lockId, paired, channel, topic, payload, first: t.first }, budget.policy, now);
+      return t.first && paired ? 'throttled' : 'dropped';
+    }
+    if (t.ended > 0) episodeOver(ctx, key, t.ended, now);
+  }
+  handleTaken(ctx, log, { lockId, paired, channel, topic, payload }, now);
+  return 'taken';
+}
+
+/** A lock message within its budget. */
+function handleTaken(
+  ctx: AppContext,
+  log: Logger,
+  m: { lockId: string; paired: boolean; channel: 'presence' | 'state' | 'event'; topic: string; payload: unknown },
+  now: number,
+): void {
+  const { db } = ctx.store;
+  const { lockId, channel, topic, payload } = m;
   const refuse = (code: string, detail: string) =>
     recordLockRefusal(ctx, log, { origin: 'gateway', lockId, channel, topic, code, detail, payload });
-  if (lockById(db, lockId) === null) return refuse('UNKNOWN_LOCK', 'no lock with this id is paired with this gateway');
-  const now = nowOf(ctx);
+  if (!m.paired) return refuse('UNKNOWN_LOCK', 'no lock with this id is paired with this gateway');
   switch (channel) {
     case 'presence': {
       // An empty retained payload clears the topic: treat it as offline.
@@ -131,10 +241,10 @@ export function handleLockMessage(
       }
       const cid = newCorrelationId();
       const recorded = recordAlarm(db, ctx.store.limits, { alarmId: ev.eventId, lockId, kind: ev.kind, at: ev.at }, cid, now);
-      if (recorded) {
+      if (recorded === 'recorded') {
         withCorrelation(ctx.log, cid, { lockId }).warn({ kind: ev.kind, alarmId: ev.eventId }, 'lock alarm');
         ctx.outboxWritten();
-      }
+      } else if (recorded === 'coalesced') log.info({ kind: ev.kind, alarmId: ev.eventId }, 'lock alarm repeated: counted on the open one');
       return;
     }
     default: {

@@ -96,8 +96,11 @@ export function siteMessageRouter(deps: SiteRequestsDeps): (topic: string, paylo
         pending.push({ lockId: t.lockId, payload });
         if (pending.length === 1) setImmediate(flush);
       } else if (t.channel === 'state' || t.channel === 'event' || t.channel === 'presence') {
-        handleLockMessage(deps, t.lockId, t.channel, payload);
-        deps.changed?.(t.channel === 'event' ? { type: 'alarm', lockId: t.lockId } : { type: 'lock', lockId: t.lockId });
+        const o = handleLockMessage(deps, t.lockId, t.channel, payload);
+        // a message dropped over the lock's event budget changed nothing the page shows
+        if (o === 'throttled') deps.changed?.({ type: 'alarm', lockId: t.lockId });
+        else if (o === 'taken')
+          deps.changed?.(t.channel === 'event' ? { type: 'alarm', lockId: t.lockId } : { type: 'lock', lockId: t.lockId });
       }
     } catch (e) {
       deps.runLog.error({ err: e, topic }, 'site message handling failed');

@@ -2,14 +2,22 @@ import { KeySet } from '@tobira/shared';
 import type { ReadableDb } from '../adapters/sqlite/db.js';
 import { loadTrustedKeys } from '../adapters/sqlite/trusted-keys.js';
 
+/** The trusted set, the retired kids, and when each trusted kid starts to count (keys from the config: from the start). */
+export interface TrustedRing {
+  readonly keys: KeySet;
+  readonly retired: ReadonlySet<string>;
+  readonly notBefore: ReadonlyMap<string, number>;
+}
+
 /**
  * The cloud keys downlinks are verified with, read from `trusted_keys` and
  * kept until the inbox writer changes the table (a keyset.update), which
  * calls `invalidate()`. Verification then refuses a retired kid as
- * KID_RETIRED and an unknown one as UNKNOWN_KID.
+ * KID_RETIRED, an unknown one as UNKNOWN_KID, and a trusted one before its
+ * notBefore (by the gateway's trusted time) as KID_NOT_YET_VALID.
  */
 export class CloudKeyRing {
-  #cached: Promise<{ keys: KeySet; retired: ReadonlySet<string> }> | null = null;
+  #cached: Promise<TrustedRing> | null = null;
   /** The trusted set as last loaded, for synchronous checks (mobile tokens, inside a decision's transaction). */
   #last: KeySet | null = null;
   constructor(private readonly db: ReadableDb) {}
@@ -19,7 +27,7 @@ export class CloudKeyRing {
     return this.#last;
   }
 
-  current(): Promise<{ keys: KeySet; retired: ReadonlySet<string> }> {
+  current(): Promise<TrustedRing> {
     this.#cached ??= (async () => {
       const rows = loadTrustedKeys(this.db);
       const trusted = rows.flatMap((k) =>
@@ -27,7 +35,11 @@ export class CloudKeyRing {
       );
       const keys = await KeySet.fromJwks({ keys: trusted });
       this.#last = keys;
-      return { keys, retired: new Set(rows.filter((k) => k.status === 'retired').map((k) => k.kid)) };
+      return {
+        keys,
+        retired: new Set(rows.filter((k) => k.status === 'retired').map((k) => k.kid)),
+        notBefore: new Map(rows.flatMap((k) => (k.status === 'trusted' && k.notBefore !== null ? [[k.kid, k.notBefore] as const] : []))),
+      };
     })();
     return this.#cached;
   }

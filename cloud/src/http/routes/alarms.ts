@@ -1,4 +1,4 @@
-import { AlarmKind, decodeCursor } from '@tobira/shared';
+import { AlarmUplinkKind, decodeCursor } from '@tobira/shared';
 import { z } from 'zod';
 import { acknowledgeAlarm, listAlarms } from '../../adapters/db/alarms.js';
 import { cidOf, idempotent, problem, who, type Api, type Ctx } from '../context.js';
@@ -30,7 +30,7 @@ export function alarmsRoutes(app: Api, ctx: Ctx): void {
           siteId: Id.optional(),
           gatewayId: Slug.optional(),
           lockId: Id.optional(),
-          kind: AlarmKind.optional(),
+          kind: AlarmUplinkKind.optional(),
           state: z.enum(['open', 'acknowledged']).optional(),
           from: QueryMillis.optional().describe('epoch ms, inclusive'),
           to: QueryMillis.optional().describe('epoch ms, exclusive'),

@@ -157,6 +157,9 @@ const AlarmRowSchema = z.object({
   received_at: z.int(),
   closed_at: nullableInt,
   closed_by: nullableText,
+  count: z.int(),
+  last_seen_at: nullableInt,
+  ended_at: nullableInt,
 });
 
 export interface StaffAlarm {
@@ -170,6 +173,13 @@ export interface StaffAlarm {
   readonly receivedAt: number;
   readonly closedAt: number | null;
   readonly closedBy: string | null;
+  /** How many times the lock reported it while it was open (repeats are counted on the open alarm, not stored apart). */
+  readonly count: number;
+  /** The gateway's time of the first and of the latest report (firstSeenAt is receivedAt). */
+  readonly firstSeenAt: number;
+  readonly lastSeenAt: number;
+  /** When its condition ended on its own (LOCK_EVENTS_THROTTLED: the lock back under budget); null otherwise. */
+  readonly endedAt: number | null;
 }
 
 export interface AlarmFilter {
@@ -223,6 +233,10 @@ const toStaffAlarm = (r: z.infer<typeof AlarmRowSchema>): StaffAlarm => ({
   receivedAt: r.received_at,
   closedAt: r.closed_at,
   closedBy: r.closed_by,
+  count: r.count,
+  firstSeenAt: r.received_at,
+  lastSeenAt: r.last_seen_at ?? r.received_at,
+  endedAt: r.ended_at,
 });
 
 // ---------------------------------------------------------------- failed inbox rows
