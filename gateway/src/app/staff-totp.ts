@@ -82,6 +82,4 @@ export function newRecoveryCodes(): string[] {
 
 /** As typed: case, spaces and dashes do not matter; I, L → 1, O → 0 (Crockford). */
 export const recoveryCodeHash = (typed: string): string =>
-  createHash('sha256')
-    .update(typed.toUpperCase().replace(/[\s-]/g, '').replace(/[IL]/g, '1').replace(/O/g, '0'))
-    .digest('hex');
+  createHash('sha256').update(typed.toUpperCase().replace(/[\s-]/g, '').replace(/[IL]/g, '1').replace(/O/g, '0')).digest('hex');

@@ -99,15 +99,17 @@ export const GATEWAY_HTTP_CODES = Object.freeze({
     "Sign-in under staffTotp required by a supervisor without a second factor: enrol with the answer's challenge (POST /staff/session/totp/enrolment) first; 401, no session yet.",
   TOTP_CHALLENGE_INVALID:
     'The second step of a sign-in with no live challenge: unknown, expired (5 min), used, too many wrong codes, or from another address; 401: sign in again.',
-  TOTP_INVALID: 'Not a current code of the supervisor\'s authenticator (one 30 s step of clock drift either way is allowed); 401 at sign-in, 403 in a session; throttled like a password.',
-  TOTP_REPLAYED: 'A code that was accepted once already (a code is single use, a later one must be waited for); 401 at sign-in, 403 in a session.',
-  RECOVERY_CODE_INVALID: 'Not one of the supervisor\'s recovery codes; 401 at sign-in, 403 in a session; throttled like a password.',
+  TOTP_INVALID:
+    "Not a current code of the supervisor's authenticator (one 30 s step of clock drift either way is allowed); 401 at sign-in, 403 in a session; throttled like a password.",
+  TOTP_REPLAYED:
+    'A code that was accepted once already (a code is single use, a later one must be waited for); 401 at sign-in, 403 in a session.',
+  RECOVERY_CODE_INVALID: "Not one of the supervisor's recovery codes; 401 at sign-in, 403 in a session; throttled like a password.",
   RECOVERY_CODE_USED: 'A recovery code that was used already (each is good once); 401 at sign-in, 403 in a session.',
   TOTP_POLICY_OFF: 'Enrolling a second factor while the site policy (staffTotp.supervisors) is off; 409.',
   TOTP_ALREADY_ENROLLED: 'Starting an enrolment with a second factor already enrolled: turn it off (or have it reset) first; 409.',
   TOTP_NOT_ENROLLING: 'Confirming an enrolment that was not started (or was replaced or reset); 409.',
   TOTP_NOT_ENROLLED: 'Turning off a second factor that is not enrolled; 409.',
-  TOTP_RESET_OWN: "A supervisor resetting their own second factor: turn it off with password and code instead; 409.",
+  TOTP_RESET_OWN: 'A supervisor resetting their own second factor: turn it off with password and code instead; 409.',
 });
 export type GatewayHttpCode = keyof typeof GATEWAY_HTTP_CODES;
 

@@ -21,7 +21,9 @@ const Row = z
   .transform((r): TotpRow => ({ accountId: r.account_id, secretBox: r.secret_box, confirmedAt: r.confirmed_at, lastStep: r.last_step }));
 
 export function totpOf(db: ReadableDb, accountId: string): TotpRow | null {
-  const r: unknown = prepared(db, 'SELECT account_id, secret_box, confirmed_at, last_step FROM staff_totp WHERE account_id = ?').get(accountId);
+  const r: unknown = prepared(db, 'SELECT account_id, secret_box, confirmed_at, last_step FROM staff_totp WHERE account_id = ?').get(
+    accountId,
+  );
   return r === undefined ? null : parseRow('staff_totp', Row, r);
 }
 
@@ -50,8 +52,11 @@ export function putPendingTotp(db: WritableDb, accountId: string, secretBox: str
 /** The pending enrolment confirmed with the code of `step`, and its recovery codes replaced; false: nothing pending. */
 export function confirmTotp(db: WritableDb, accountId: string, step: number, codeHashes: readonly string[], now: number): boolean {
   const done =
-    prepared(db, 'UPDATE staff_totp SET confirmed_at = ?, last_step = ? WHERE account_id = ? AND confirmed_at IS NULL').run(now, step, accountId)
-      .changes === 1;
+    prepared(db, 'UPDATE staff_totp SET confirmed_at = ?, last_step = ? WHERE account_id = ? AND confirmed_at IS NULL').run(
+      now,
+      step,
+      accountId,
+    ).changes === 1;
   if (!done) return false;
   prepared(db, 'DELETE FROM staff_recovery_codes WHERE account_id = ?').run(accountId);
   const ins = prepared(db, 'INSERT INTO staff_recovery_codes (account_id, code_hash, used_at) VALUES (?, ?, NULL)');
@@ -85,7 +90,10 @@ export function useRecoveryCode(db: WritableDb, accountId: string, codeHash: str
     ).changes === 1
   )
     return 'used';
-  const r: unknown = prepared(db, 'SELECT 1 AS x FROM staff_recovery_codes WHERE account_id = ? AND code_hash = ?').get(accountId, codeHash);
+  const r: unknown = prepared(db, 'SELECT 1 AS x FROM staff_recovery_codes WHERE account_id = ? AND code_hash = ?').get(
+    accountId,
+    codeHash,
+  );
   return r === undefined ? 'unknown' : 'already_used';
 }
 

@@ -21,7 +21,8 @@ export const SecondFactor = {
   code: z.string().trim().min(1).max(16).optional(),
   recoveryCode: z.string().trim().min(1).max(32).optional(),
 };
-const oneOf = (b: { code?: string | undefined; recoveryCode?: string | undefined }) => (b.code === undefined) !== (b.recoveryCode === undefined);
+const oneOf = (b: { code?: string | undefined; recoveryCode?: string | undefined }) =>
+  (b.code === undefined) !== (b.recoveryCode === undefined);
 const SecondStepBody = z.strictObject({ challenge: Challenge, ...SecondFactor }).refine(oneOf, 'code or recoveryCode, one of them');
 const EnrolBody = z.strictObject({ challenge: Challenge });
 const ChangeBody = z.strictObject({ currentPassword: Password, newPassword: Password });
@@ -51,7 +52,12 @@ export interface SessionCookie {
 }
 
 /** Refusals of a second step that are a wrong guess (they stay counted in the throttle). */
-export const WRONG_ANSWER: ReadonlySet<AccountCode> = new Set(['TOTP_INVALID', 'TOTP_REPLAYED', 'RECOVERY_CODE_INVALID', 'RECOVERY_CODE_USED']);
+export const WRONG_ANSWER: ReadonlySet<AccountCode> = new Set([
+  'TOTP_INVALID',
+  'TOTP_REPLAYED',
+  'RECOVERY_CODE_INVALID',
+  'RECOVERY_CODE_USED',
+]);
 
 /** The throttle key of setup code guesses (no username can contain `#`). */
 const SETUP_KEY = '#setup';
