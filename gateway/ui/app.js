@@ -298,7 +298,7 @@ function fmtDuration(seconds) {
  * @typedef {{ accountId: string | null, username: string, displayName: string, role: 'staff' | 'supervisor' }} Me
  * @typedef {{ accountId: string, username: string, displayName: string, role: 'staff' | 'supervisor', disabled: boolean,
  *   disabledAt: number | null, createdAt: number, createdBy: string, totp?: boolean }} Account
- * @typedef {{ secret: string, uri: string, qr: string }} Enrolment
+ * @typedef {{ secret: string, uri: string, qr: { size: number, rows: string[] } }} Enrolment
  */
 
 const state = {
@@ -1396,14 +1396,26 @@ async function toSecondStep(ch, enrol) {
 }
 
 /**
- * Shows a new secret once: its QR code and the key to type.
+ * Shows a new secret once: its QR code (drawn from its modules: the page
+ * loads no image from elsewhere, data: URLs included) and the key to type.
  * @param {'totp' | 'mytotp'} prefix
  * @param {Enrolment} r
  */
 function drawEnrolment(prefix, r) {
-  const img = /** @type {HTMLImageElement} */ ($(`${prefix}-qr`));
-  img.src = r.qr;
-  img.alt = t('totp.qrAlt');
+  const canvas = /** @type {HTMLCanvasElement} */ ($(`${prefix}-qr`));
+  canvas.setAttribute('aria-label', t('totp.qrAlt'));
+  const ctx = canvas.getContext('2d');
+  if (ctx !== null) {
+    // a quiet zone of 4 modules on each side, as scanners expect
+    const cell = Math.floor(canvas.width / (r.qr.size + 8));
+    const off = Math.floor((canvas.width - cell * r.qr.size) / 2);
+    ctx.fillStyle = '#fff';
+    ctx.fillRect(0, 0, canvas.width, canvas.height);
+    ctx.fillStyle = '#000';
+    r.qr.rows.forEach((row, y) => {
+      for (let x = 0; x < row.length; x++) if (row[x] === '1') ctx.fillRect(off + x * cell, off + y * cell, cell, cell);
+    });
+  }
   setText($(`${prefix}-secret`), r.secret);
 }
 
@@ -1444,7 +1456,8 @@ async function secondStep() {
 
 /** @param {'totp' | 'mytotp'} prefix */
 function clearEnrolment(prefix) {
-  /** @type {HTMLImageElement} */ ($(`${prefix}-qr`)).removeAttribute('src');
+  const canvas = /** @type {HTMLCanvasElement} */ ($(`${prefix}-qr`));
+  canvas.getContext('2d')?.clearRect(0, 0, canvas.width, canvas.height);
   setText($(`${prefix}-secret`), '');
 }
 

@@ -40,7 +40,8 @@ import {
   newRecoveryCodes,
   newTotpSecret,
   openSecret,
-  qrDataUrl,
+  qrModules,
+  type QrModules,
   recoveryCodeHash,
   sealSecret,
   stepOfCode,
@@ -145,12 +146,12 @@ export type SecondStepDue = {
   readonly expiresAt: number;
 };
 
-/** What a started enrolment shows once: the secret, its otpauth:// URI and the URI as a QR image. */
+/** What a started enrolment shows once: the secret, its otpauth:// URI and the URI as a QR code's modules. */
 export interface EnrolmentStart {
   readonly status: 'applied';
   readonly secret: string;
   readonly uri: string;
-  readonly qr: string;
+  readonly qr: QrModules;
 }
 
 export type SignedIn = {
@@ -478,10 +479,10 @@ export class StaffAccounts {
    * pending until confirmed with a code. Shown once, here. Either from a
    * session, or from an `enrol` challenge of a sign-in under policy required.
    */
-  async startEnrolment(
+  startEnrolment(
     who: { readonly session: SessionInfo } | { readonly challenge: string; readonly ip: string },
     cid: string,
-  ): Promise<EnrolmentStart | Refused> {
+  ): EnrolmentStart | Refused {
     const log = withCorrelation(this.#d.log, cid);
     const t = this.#d.totp;
     if (t === undefined || t.policy === 'off') return { status: 'refused', code: 'TOTP_POLICY_OFF' };
@@ -499,7 +500,7 @@ export class StaffAccounts {
       return { status: 'refused', code: 'TOTP_ALREADY_ENROLLED' };
     const uri = totpUri(t.issuer, account.username, secret);
     log.info({ accountId: account.accountId }, 'staff TOTP enrolment started');
-    return { status: 'applied', secret, uri, qr: await qrDataUrl(uri) };
+    return { status: 'applied', secret, uri, qr: qrModules(uri) };
   }
 
   /** Confirms the signed-in supervisor's pending enrolment with a current code: the recovery codes, shown once. */

@@ -6,7 +6,7 @@ import QRCode from 'qrcode';
  * The pieces of the supervisors' TOTP second factor (docs/gateway.md "Second
  * factor (TOTP)") that hold no state: codes are made and checked by otplib
  * (RFC 6238: SHA-1, 6 digits, 30 s, the parameters every authenticator app
- * reads from an `otpauth://` URI), the QR code by `qrcode`.
+ * reads from an `otpauth://` URI), the QR code's modules by `qrcode`.
  *
  * - The secret at rest is sealed with AES-256-GCM under a key derived (HKDF)
  *   from the config's credentialPepper, the gateway's one secret kept outside
@@ -56,10 +56,21 @@ export const newTotpSecret = (): string => generateSecret({ length: 20 });
 
 export const totpUri = (issuer: string, label: string, secret: string): string => generateURI({ issuer, label, secret });
 
-/** The URI as a QR code, an SVG image in a data: URL (the page shows it as an <img>). */
-export async function qrDataUrl(uri: string): Promise<string> {
-  const svg = await QRCode.toString(uri, { type: 'svg', errorCorrectionLevel: 'M', margin: 2 });
-  return `data:image/svg+xml;base64,${Buffer.from(svg, 'utf8').toString('base64')}`;
+/**
+ * The URI as a QR code: its modules, one string of `1` (dark) and `0` per
+ * row. The page draws them on a canvas: its Content-Security-Policy loads
+ * images from the gateway only (no data: URL), and the secret never goes
+ * into a URL a browser could cache or log.
+ */
+export interface QrModules {
+  readonly size: number;
+  readonly rows: readonly string[];
+}
+export function qrModules(uri: string): QrModules {
+  const m = QRCode.create(uri, { errorCorrectionLevel: 'M' }).modules;
+  const rows: string[] = [];
+  for (let r = 0; r < m.size; r++) rows.push(Array.from(m.data.subarray(r * m.size, (r + 1) * m.size), (b) => (b ? '1' : '0')).join(''));
+  return { size: m.size, rows };
 }
 
 /** The time step a typed code belongs to (within the drift window), or null when it is no current code. */

@@ -199,7 +199,7 @@ export async function openSessionRoutes(
     if (accounts === undefined) return notConfigured(reply);
     const body = EnrolBody.safeParse(req.body);
     if (!body.success) return reply.status(422).send({ code: 'BAD_REQUEST', detail: issues(body.error) });
-    const r = await accounts.startEnrolment({ challenge: body.data.challenge, ip: req.ip }, req.id);
+    const r = accounts.startEnrolment({ challenge: body.data.challenge, ip: req.ip }, req.id);
     if (r.status === 'refused') {
       req.log.warn({ code: r.code, ip: req.ip }, 'staff TOTP enrolment refused');
       return reply.status(r.code === 'TOTP_CHALLENGE_INVALID' ? 401 : 409).send({ code: r.code });

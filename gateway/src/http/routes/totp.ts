@@ -40,7 +40,7 @@ export async function totpRoutes(staff: FastifyInstance, deps: HttpDeps, throttl
   staff.post('/staff/totp/enrolment', async (req, reply) => {
     const s = supervisorSession(req, reply);
     if (s === null) return reply;
-    const r = await accounts.startEnrolment({ session: s }, req.id);
+    const r = accounts.startEnrolment({ session: s }, req.id);
     if (r.status === 'refused') {
       req.log.warn({ code: r.code, accountId: s.account.accountId }, 'staff TOTP enrolment refused');
       return refuse(reply, r);
