@@ -608,7 +608,7 @@ export class StaffAccounts {
           actor,
           action: 'account_totp_reset',
           target: accountId,
-          detail: `${target.username}: ${why}`.slice(0, 300),
+          detail: `${target.username}: ${why}`.slice(0, 200),
           result: 'applied',
           code: null,
           cid,
