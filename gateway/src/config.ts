@@ -187,6 +187,19 @@ export const GatewayConfig = z.strictObject({
     .nullable()
     .default({ host: '127.0.0.1', port: 8080, authFailures: { max: 10, windowSeconds: 300 } }),
   staffToken: z.string().min(16).optional(),
+  /**
+   * Supervisors' TOTP second factor (docs/gateway.md "Second factor (TOTP)"):
+   * `required` (a supervisor without one enrols at the next sign-in, before
+   * any session), `optional` (the default: asked of those who enrolled) or
+   * `off` (never asked; enrolments are kept). `issuer` is the name the
+   * authenticator app shows (default `Tobira <gatewayId>`).
+   */
+  staffTotp: z
+    .strictObject({
+      supervisors: z.enum(['required', 'optional', 'off']).default('optional'),
+      issuer: z.string().trim().min(1).max(64).optional(),
+    })
+    .default({ supervisors: 'optional' }),
   /** Bearer token `/metrics` asks for; absent: `/metrics` is open (it holds counts, no keys or names). */
   metricsToken: z.string().min(16).optional(),
   /** The site's IANA time zone (`provisioning.timeZone`): the staff UI shows times in it. Absent: the browser's zone. */
@@ -283,6 +296,7 @@ export function loadConfig(opts: { file?: string | undefined; env?: Env } = {}):
   str('TOBIRA_STAFF_TOKEN', ['staffToken']);
   str('TOBIRA_METRICS_TOKEN', ['metricsToken']);
   str('TOBIRA_SITE_TIME_ZONE', ['timeZone']);
+  str('TOBIRA_STAFF_TOTP', ['staffTotp', 'supervisors']);
   num('TOBIRA_OFFLINE_GRACE_SECONDS', ['offlineGraceSeconds']);
   num('TOBIRA_HTTP_PORT', ['http', 'port']);
   num('TOBIRA_UPLINK_BATCH_MAX', ['uplinkBatchMax']);

@@ -41,6 +41,7 @@ import { LockEventBudget } from './app/lock-budget.js';
 import { purgeOld } from './app/retention.js';
 import { siteMessageRouter } from './app/site-requests.js';
 import { StaffAccounts } from './app/staff-accounts.js';
+import { sealKeyOf } from './app/staff-totp.js';
 import { ackAlarmLocally, setSiteMode, setSiteModeAsStaff } from './app/staff-actions.js';
 import { staffAudit } from './app/staff-audit.js';
 import { remoteUnlock } from './app/staff-unlock.js';
@@ -528,6 +529,11 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
         absoluteMs: (config.http?.sessionMaxSeconds ?? 43_200) * 1000,
         audit,
         work: new PasswordWork(config.http?.passwordWork ?? {}),
+        totp: {
+          policy: config.staffTotp.supervisors,
+          sealKey: sealKeyOf(decodeSecret(config.credentialPepper)),
+          issuer: config.staffTotp.issuer ?? `Tobira ${config.gatewayId}`,
+        },
       });
       accounts = acc;
       setupCode = acc.issueSetupCode();

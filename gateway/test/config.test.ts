@@ -121,6 +121,18 @@ describe('config', () => {
     });
   });
 
+  it("supervisors' second factor: optional by default, TOBIRA_STAFF_TOTP over the file, anything but required / optional / off refused", async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'tobira-cfg-'));
+    dirs.push(dir);
+    const file = join(dir, 'gateway.json');
+    writeFileSync(file, JSON.stringify(await minimal()));
+    expect(loadConfig({ file, env: {} }).staffTotp).toEqual({ supervisors: 'optional' });
+    writeFileSync(file, JSON.stringify({ ...(await minimal()), staffTotp: { supervisors: 'off', issuer: 'Hotel Kyoto' } }));
+    expect(loadConfig({ file, env: {} }).staffTotp).toEqual({ supervisors: 'off', issuer: 'Hotel Kyoto' });
+    expect(loadConfig({ file, env: { TOBIRA_STAFF_TOTP: 'required' } }).staffTotp.supervisors).toBe('required');
+    expect(() => loadConfig({ file, env: { TOBIRA_STAFF_TOTP: 'sometimes' } })).toThrow(/staffTotp\.supervisors/);
+  });
+
   it('refuses an unknown crash point', () => {
     expect(() => crashHookFromEnv('somewhere')).toThrow(/unknown crash point/);
   });

@@ -1,9 +1,10 @@
 import { X509Certificate } from 'node:crypto';
-import { chmodSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { chmodSync, existsSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { request as httpRequest } from 'node:http';
 import { request as httpsRequest } from 'node:https';
 import type { TLSSocket } from 'node:tls';
 import Database from 'better-sqlite3';
+import { generateSync } from 'otplib';
 import { startEmbeddedBroker, type EmbeddedBroker } from '@tobira/shared';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { FileModeError, enforceModes } from '../src/adapters/file-modes.js';
@@ -55,6 +56,57 @@ describe('secrets at rest', () => {
       expect(warned).toEqual(expect.arrayContaining([f.dir, ...files, f.config.keyPairFile, f.configFile]));
     } finally {
       old.close();
+      await gw.stop({ force: true });
+      rmSync(f.dir, { recursive: true, force: true });
+    }
+  });
+
+  it("keeps a supervisor's TOTP secret and recovery codes out of the database file: sealed under the config's pepper, hashed", async () => {
+    const f = await siteFixture(broker.url, broker.url, 'totp-at-rest');
+    const gw = createGateway(f.config, { clock: f.clock, log: silentLog(), configFile: f.configFile, tickMs: 50 });
+    try {
+      await gw.start();
+      const post = async (path: string, body: unknown, session?: { cookie: string; csrf: string }) => {
+        const r = await fetch(`${gw.httpUrl!}${path}`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json', ...(session ? { cookie: session.cookie, 'x-csrf-token': session.csrf } : {}) },
+          body: JSON.stringify(body),
+        });
+        return {
+          status: r.status,
+          json: (await r.json()) as Record<string, unknown>,
+          cookie: (r.headers.get('set-cookie') ?? '').split(';')[0]!,
+        };
+      };
+      const setup = await post('/staff/setup', {
+        code: gw.setupCode!.code,
+        username: 'aiko',
+        displayName: 'Aiko',
+        password: 'a long enough password 1',
+      });
+      expect(setup.status).toBe(200);
+      const session = { cookie: setup.cookie, csrf: String(setup.json.csrfToken) };
+      const start = await post('/staff/totp/enrolment', {}, session);
+      expect(start.status).toBe(200);
+      const secret = String(start.json.secret);
+      const code = generateSync({ secret, epoch: Math.floor(f.clock.now() / 1000) });
+      const done = await post('/staff/totp/enrolment/confirm', { code }, session);
+      expect(done.status).toBe(200);
+      const recoveryCodes = done.json.recoveryCodes as string[];
+      expect(recoveryCodes).toHaveLength(10);
+      await gw.stop({ force: true });
+
+      const files = ['', '-wal'].map((x) => f.config.sqlitePath + x).filter((p) => existsSync(p));
+      const bytes = files.map((p) => readFileSync(p).toString('latin1')).join('');
+      expect(bytes).toContain('v1.'); // the sealed box is there
+      expect(bytes).not.toContain(secret);
+      for (const c of recoveryCodes) {
+        expect(bytes).not.toContain(c);
+        expect(bytes).not.toContain(c.replace('-', ''));
+      }
+      expect(readFileSync(f.configFile, 'utf8')).toContain(f.config.credentialPepper);
+      expect(bytes).not.toContain(f.config.credentialPepper);
+    } finally {
       await gw.stop({ force: true });
       rmSync(f.dir, { recursive: true, force: true });
     }

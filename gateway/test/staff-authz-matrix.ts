@@ -71,6 +71,16 @@ export const MATRIX: Readonly<Record<string, Entry>> = {
     answers: all('409 SETUP_ALREADY_DONE'),
   },
   'POST /staff/session': { path: '/staff/session', answers: all('401 BAD_CREDENTIALS') },
+  'POST /staff/session/totp': {
+    path: '/staff/session/totp',
+    body: { challenge: 'not-a-challenge-of-this-gateway', code: '000000' },
+    answers: all('401 TOTP_CHALLENGE_INVALID'),
+  },
+  'POST /staff/session/totp/enrolment': {
+    path: '/staff/session/totp/enrolment',
+    body: { challenge: 'not-a-challenge-of-this-gateway' },
+    answers: all('401 TOTP_CHALLENGE_INVALID'),
+  },
 
   // the session itself
   'GET /staff/session': { path: '/staff/session', answers: anyStaff('200') },
@@ -79,6 +89,23 @@ export const MATRIX: Readonly<Record<string, Entry>> = {
     path: '/staff/session/password',
     body: { currentPassword: 'not the current one', newPassword: 'an entirely new passphrase' },
     answers: { ...anyStaff('403 CURRENT_PASSWORD_WRONG'), token: '403 SESSION_REQUIRED' },
+  },
+
+  // a supervisor's own second factor: a session (the API token has none), a supervisor's (staff have none to enrol);
+  // confirm comes first, while nothing is pending, then the harmless start of an enrolment (pending is never asked)
+  'POST /staff/totp/enrolment/confirm': {
+    path: '/staff/totp/enrolment/confirm',
+    body: { code: '000000' },
+    answers: { ...supervisorOnly('409 TOTP_NOT_ENROLLING'), token: '403 SESSION_REQUIRED' },
+  },
+  'POST /staff/totp/enrolment': {
+    path: '/staff/totp/enrolment',
+    answers: { ...supervisorOnly('200'), token: '403 SESSION_REQUIRED' },
+  },
+  'POST /staff/totp/disable': {
+    path: '/staff/totp/disable',
+    body: { password: 'not the current one', code: '000000' },
+    answers: { ...supervisorOnly('403 CURRENT_PASSWORD_WRONG'), token: '403 SESSION_REQUIRED' },
   },
 
   // reads: every staff caller
@@ -119,6 +146,11 @@ export const MATRIX: Readonly<Record<string, Entry>> = {
   },
   'POST /staff/accounts/:accountId/enable': {
     path: '/staff/accounts/no-such-account/enable',
+    answers: supervisorOnly('404 ACCOUNT_NOT_FOUND'),
+  },
+  'POST /staff/accounts/:accountId/totp/reset': {
+    path: '/staff/accounts/no-such-account/totp/reset',
+    body: { reason: 'authorization matrix' },
     answers: supervisorOnly('404 ACCOUNT_NOT_FOUND'),
   },
   'POST /staff/accounts/:accountId/password': {

@@ -297,7 +297,8 @@ function fmtDuration(seconds) {
 /**
  * @typedef {{ accountId: string | null, username: string, displayName: string, role: 'staff' | 'supervisor' }} Me
  * @typedef {{ accountId: string, username: string, displayName: string, role: 'staff' | 'supervisor', disabled: boolean,
- *   disabledAt: number | null, createdAt: number, createdBy: string }} Account
+ *   disabledAt: number | null, createdAt: number, createdBy: string, totp?: boolean }} Account
+ * @typedef {{ secret: string, uri: string, qr: { size: number, rows: string[] } }} Enrolment
  */
 
 const state = {
@@ -995,9 +996,9 @@ function unlockOnce(l) {
 
 // ---------------------------------------------------------------- screens
 
-/** @param {'loading' | 'signin' | 'setup' | 'unconfigured' | 'app'} name */
+/** @param {'loading' | 'signin' | 'totp' | 'recovery' | 'setup' | 'unconfigured' | 'app'} name */
 function show(name) {
-  for (const s of ['loading', 'signin', 'setup', 'unconfigured', 'app']) $(`screen-${s}`).hidden = s !== name;
+  for (const s of ['loading', 'signin', 'totp', 'recovery', 'setup', 'unconfigured', 'app']) $(`screen-${s}`).hidden = s !== name;
 }
 
 /** Forgets who is signed in and every value shown, stops refreshing. @param {string} message */
@@ -1357,10 +1358,119 @@ async function signIn(username, password) {
   try {
     state.me = await api('/staff/session', { method: 'POST', body: { username, password } });
   } catch (e) {
+    // the password was right; the second step (a code, or setting up the app first) is bound to this challenge
+    if (
+      e instanceof ApiError &&
+      (e.code === 'TOTP_REQUIRED' || e.code === 'TOTP_ENROLMENT_REQUIRED') &&
+      typeof e.body?.challenge === 'string'
+    ) {
+      void toSecondStep(e.body.challenge, e.code === 'TOTP_ENROLMENT_REQUIRED');
+      return;
+    }
     setText($('signin-message'), signInError(e));
     return;
   }
   enterApp();
+}
+
+/** The challenge of a sign-in half done (memory only, never stored). @type {string | null} */
+let challenge = null;
+
+/**
+ * The code step of a sign-in; with `enrol` (the site requires a second
+ * factor and this supervisor has none) the app is set up first, here.
+ * @param {string} ch
+ * @param {boolean} enrol
+ */
+async function toSecondStep(ch, enrol) {
+  challenge = ch;
+  setText($('totp-message'), '');
+  $('totp-enrol').hidden = !enrol;
+  const input = /** @type {HTMLInputElement} */ ($('totp-code'));
+  input.value = '';
+  show('totp');
+  input.focus();
+  if (!enrol) return;
+  try {
+    /** @type {Enrolment} */
+    const r = await api('/staff/session/totp/enrolment', { method: 'POST', body: { challenge: ch } });
+    drawEnrolment('totp', r);
+  } catch (e) {
+    setText($('totp-message'), signInError(e));
+  }
+}
+
+/**
+ * Shows a new secret once: its QR code (drawn from its modules: the page
+ * loads no image from elsewhere, data: URLs included) and the key to type.
+ * @param {'totp' | 'mytotp'} prefix
+ * @param {Enrolment} r
+ */
+function drawEnrolment(prefix, r) {
+  const canvas = /** @type {HTMLCanvasElement} */ ($(`${prefix}-qr`));
+  canvas.setAttribute('aria-label', t('totp.qrAlt'));
+  const ctx = canvas.getContext('2d');
+  if (ctx !== null) {
+    // a quiet zone of 4 modules on each side, as scanners expect
+    const cell = Math.floor(canvas.width / (r.qr.size + 8));
+    const off = Math.floor((canvas.width - cell * r.qr.size) / 2);
+    ctx.fillStyle = '#fff';
+    ctx.fillRect(0, 0, canvas.width, canvas.height);
+    ctx.fillStyle = '#000';
+    r.qr.rows.forEach((row, y) => {
+      for (let x = 0; x < row.length; x++) if (row[x] === '1') ctx.fillRect(off + x * cell, off + y * cell, cell, cell);
+    });
+  }
+  setText($(`${prefix}-secret`), r.secret);
+}
+
+/**
+ * A typed code as the API takes it: digits are a TOTP code, anything else a recovery code.
+ * @param {string} typed
+ * @returns {{ code: string } | { recoveryCode: string }}
+ */
+function secondFactorOf(typed) {
+  return /^[0-9 ]+$/.test(typed) ? { code: typed } : { recoveryCode: typed };
+}
+
+async function secondStep() {
+  const input = /** @type {HTMLInputElement} */ ($('totp-code'));
+  const typed = input.value.trim();
+  input.value = '';
+  if (typed === '' || challenge === null) return;
+  setText($('totp-message'), '');
+  /** @type {{ account: Me, csrfToken: string, recoveryCodes?: string[] }} */
+  let r;
+  try {
+    r = await api('/staff/session/totp', { method: 'POST', body: { challenge, ...secondFactorOf(typed) } });
+  } catch (e) {
+    if (e instanceof ApiError && e.code === 'TOTP_CHALLENGE_INVALID') {
+      challenge = null;
+      toSignIn(t('code.TOTP_CHALLENGE_INVALID'));
+      return;
+    }
+    setText($('totp-message'), signInError(e));
+    return;
+  }
+  challenge = null;
+  clearEnrolment('totp');
+  state.me = { account: r.account, csrfToken: r.csrfToken };
+  if (Array.isArray(r.recoveryCodes)) showRecovery(r.recoveryCodes);
+  else enterApp();
+}
+
+/** @param {'totp' | 'mytotp'} prefix */
+function clearEnrolment(prefix) {
+  const canvas = /** @type {HTMLCanvasElement} */ ($(`${prefix}-qr`));
+  canvas.getContext('2d')?.clearRect(0, 0, canvas.width, canvas.height);
+  setText($(`${prefix}-secret`), '');
+}
+
+/** The recovery codes, once, on a screen of their own. @param {string[]} codes */
+function showRecovery(codes) {
+  $('recovery-list').replaceChildren(...codes.map((c) => el('li', null, el('code', null, c))));
+  show('recovery');
+  /** @type {HTMLButtonElement} */ ($('recovery-done')).focus();
 }
 
 /**
@@ -1406,10 +1516,72 @@ async function signOut() {
 
 async function refreshAccounts() {
   if (state.me?.account.role !== 'supervisor') return;
-  /** @type {{ items: Account[] }} */
-  const r = await api('/staff/accounts');
+  // the own second factor's state alongside, not after: one round trip of waiting, not two
+  /** @type {[{ items: Account[] }, unknown]} */
+  const [r] = await Promise.all([api('/staff/accounts'), refreshMyTotp()]);
   state.accounts = r.items;
   $('staff-list').replaceChildren(...r.items.map(accountRow));
+}
+
+/** The signed-in supervisor's own second factor: on, off, or not asked on this site. */
+async function refreshMyTotp() {
+  /** @type {{ account: Account, totpPolicy: 'required' | 'optional' | 'off' }} */
+  const r = await api('/staff/session');
+  const on = r.account.totp === true;
+  const policy = r.totpPolicy;
+  setText(
+    $('mytotp-status'),
+    t(policy === 'off' && !on ? 'mytotp.policyOff' : on ? 'mytotp.on' : policy === 'required' ? 'mytotp.noneRequired' : 'mytotp.none'),
+  );
+  $('mytotp-start').hidden = on || policy === 'off' || !$('mytotp-enrol').hidden;
+  $('mytotp-off').hidden = !on;
+}
+
+async function startMyTotp() {
+  setText($('mytotp-message'), '');
+  try {
+    /** @type {Enrolment} */
+    const r = await api('/staff/totp/enrolment', { method: 'POST' });
+    drawEnrolment('mytotp', r);
+    $('mytotp-enrol').hidden = false;
+    $('mytotp-start').hidden = true;
+    /** @type {HTMLInputElement} */ ($('mytotp-code')).focus();
+  } catch (e) {
+    if (!handleAuthError(e)) setText($('mytotp-message'), signInError(e));
+  }
+}
+
+async function confirmMyTotp() {
+  const input = /** @type {HTMLInputElement} */ ($('mytotp-code'));
+  const code = input.value.trim();
+  input.value = '';
+  setText($('mytotp-message'), '');
+  try {
+    /** @type {{ recoveryCodes: string[] }} */
+    const r = await api('/staff/totp/enrolment/confirm', { method: 'POST', body: { code } });
+    $('mytotp-enrol').hidden = true;
+    clearEnrolment('mytotp');
+    showRecovery(r.recoveryCodes);
+    await refreshMyTotp();
+  } catch (e) {
+    if (!handleAuthError(e)) setText($('mytotp-message'), signInError(e));
+  }
+}
+
+async function turnOffMyTotp() {
+  const pw = /** @type {HTMLInputElement} */ ($('mytotp-off-password'));
+  const code = /** @type {HTMLInputElement} */ ($('mytotp-off-code'));
+  const body = { password: pw.value, ...secondFactorOf(code.value.trim()) };
+  pw.value = '';
+  code.value = '';
+  setText($('mytotp-message'), '');
+  try {
+    await api('/staff/totp/disable', { method: 'POST', body });
+    setText($('mytotp-message'), t('mytotp.offDone'));
+    await refresh();
+  } catch (e) {
+    if (!handleAuthError(e)) setText($('mytotp-message'), signInError(e));
+  }
 }
 
 /** @param {Account} a */
@@ -1423,6 +1595,9 @@ function accountRow(a) {
   toggle.addEventListener('click', () => changeAccount(a, a.disabled ? 'enable' : 'disable'));
   const reset = el('button', { data: { act: 'password' } }, t('staff.resetPassword'));
   reset.addEventListener('click', () => resetPassword(a));
+  // another supervisor's second factor (a lost phone); one's own is turned off with password and code
+  const totpReset = a.totp === true && !self ? el('button', { class: 'danger', data: { act: 'totp-reset' } }, t('staff.resetTotp')) : null;
+  totpReset?.addEventListener('click', () => resetTotp(a));
   return listRow({
     tone: a.disabled ? 'closed' : 'ok',
     badge: a.disabled ? ['off', t('staff.disabled')] : a.role === 'supervisor' ? ['sup', t('role.supervisor')] : ['staff', t('role.staff')],
@@ -1433,8 +1608,9 @@ function accountRow(a) {
       fact(t('staff.created'), fmtTime(a.createdAt)),
       // the first supervisor is made by the setup code (app/staff-accounts.ts), the others by a supervisor's name
       fact(t('staff.by'), a.createdBy === 'setup code' ? t('staff.bySetupCode') : a.createdBy),
+      a.role === 'supervisor' ? fact(t('staff.totp'), t(a.totp === true ? 'staff.totpYes' : 'staff.totpNo')) : null,
     ],
-    after: el('div', { class: 'row-actions' }, toggle, reset),
+    after: el('div', { class: 'row-actions' }, toggle, reset, totpReset),
   });
 }
 
@@ -1476,6 +1652,23 @@ function resetPassword(a) {
       write(async () => {
         await api(`/staff/accounts/${encodeURIComponent(a.accountId)}/password`, { method: 'POST', body: { password } });
         setText($('staff-result'), t('staff.passwordDone', { name: a.displayName }));
+      }),
+  });
+}
+
+/** @param {Account} a */
+function resetTotp(a) {
+  confirmDialog({
+    title: t('staff.totpResetTitle', { name: a.displayName }),
+    text: t('staff.totpResetText'),
+    inputLabel: t('staff.reason'),
+    required: true,
+    ok: t('staff.resetTotp'),
+    act: (reason) =>
+      write(async () => {
+        await api(`/staff/accounts/${encodeURIComponent(a.accountId)}/totp/reset`, { method: 'POST', body: { reason } });
+        setText($('staff-result'), t('staff.totpResetDone', { name: a.displayName }));
+        await refresh();
       }),
   });
 }
@@ -1585,6 +1778,29 @@ async function boot() {
     pw.value = '';
     if (username === '' || password === '') return;
     void signIn(username, password);
+  });
+  $('totp-form').addEventListener('submit', (ev) => {
+    ev.preventDefault();
+    void secondStep();
+  });
+  $('totp-back').addEventListener('click', () => {
+    challenge = null;
+    clearEnrolment('totp');
+    toSignIn('');
+  });
+  $('recovery-done').addEventListener('click', () => {
+    $('recovery-list').replaceChildren();
+    if (state.running) show('app');
+    else enterApp();
+  });
+  $('mytotp-start').addEventListener('click', () => void startMyTotp());
+  $('mytotp-enrol').addEventListener('submit', (ev) => {
+    ev.preventDefault();
+    void confirmMyTotp();
+  });
+  $('mytotp-off').addEventListener('submit', (ev) => {
+    ev.preventDefault();
+    void turnOffMyTotp();
   });
   $('setup-form').addEventListener('submit', (ev) => {
     ev.preventDefault();

@@ -431,6 +431,8 @@ export const StaffActionKind = z.enum([
   'account_enable',
   'account_password_reset',
   'set_passage',
+  'account_totp_enrol',
+  'account_totp_reset',
 ]);
 export type StaffActionKind = z.infer<typeof StaffActionKind>;
 

@@ -17,14 +17,37 @@ import {
   setAccountDisabled,
   setPasswordHash,
   setupCode,
+  deleteSessionsOf,
   touchSession,
   type StaffAccount,
   type StaffRole,
 } from '../adapters/sqlite/staff-accounts.js';
 import type { WritableDb } from '../adapters/sqlite/db.js';
 import type { StaffActionKind } from '../adapters/sqlite/staff-actions.js';
+import {
+  advanceTotpStep,
+  confirmTotp,
+  deleteTotp,
+  enrolledAccountIds,
+  putPendingTotp,
+  recoveryCodesLeft,
+  totpOf,
+  useRecoveryCode,
+} from '../adapters/sqlite/staff-totp.js';
 import { passwordProblem } from './password-policy.js';
 import { PasswordWork, isShed } from './password-work.js';
+import {
+  newRecoveryCodes,
+  newTotpSecret,
+  openSecret,
+  qrModules,
+  type QrModules,
+  recoveryCodeHash,
+  sealSecret,
+  stepOfCode,
+  totpUri,
+  type TotpPolicy,
+} from './staff-totp.js';
 
 /**
  * Staff accounts and sessions (docs/gateway.md "Staff accounts and sessions").
@@ -102,7 +125,34 @@ export type AccountCode =
   | 'USERNAME_TAKEN'
   | 'ACCOUNT_NOT_FOUND'
   | 'LAST_SUPERVISOR'
-  | 'NOT_SUPERVISOR';
+  | 'NOT_SUPERVISOR'
+  | 'TOTP_CHALLENGE_INVALID'
+  | 'TOTP_INVALID'
+  | 'TOTP_REPLAYED'
+  | 'RECOVERY_CODE_INVALID'
+  | 'RECOVERY_CODE_USED'
+  | 'TOTP_POLICY_OFF'
+  | 'TOTP_ALREADY_ENROLLED'
+  | 'TOTP_NOT_ENROLLING'
+  | 'TOTP_NOT_ENROLLED'
+  | 'TOTP_RESET_OWN'
+  | 'REASON_REQUIRED';
+
+/** The password was right; a second step is due before there is a session (the challenge names it). */
+export type SecondStepDue = {
+  readonly status: 'refused';
+  readonly code: 'TOTP_REQUIRED' | 'TOTP_ENROLMENT_REQUIRED';
+  readonly challenge: string;
+  readonly expiresAt: number;
+};
+
+/** What a started enrolment shows once: the secret, its otpauth:// URI and the URI as a QR code's modules. */
+export interface EnrolmentStart {
+  readonly status: 'applied';
+  readonly secret: string;
+  readonly uri: string;
+  readonly qr: QrModules;
+}
 
 export type SignedIn = {
   readonly status: 'applied';
@@ -128,7 +178,27 @@ export interface AccountsDeps {
   readonly audit: StaffAudit;
   /** The process's Argon2 budget (default: its own, DEFAULT_PASSWORD_WORK). */
   readonly work?: PasswordWork;
+  /**
+   * Supervisors' second factor: the site policy, the key that seals TOTP
+   * secrets (app/staff-totp.ts sealKeyOf) and the issuer name authenticator
+   * apps show. Absent: policy off.
+   */
+  readonly totp?: { readonly policy: TotpPolicy; readonly sealKey: Buffer; readonly issuer: string };
 }
+
+/** A half-signed-in state: the password was right, the second step is not done. In memory only. */
+interface Challenge {
+  readonly accountId: string;
+  readonly username: string;
+  readonly ip: string;
+  readonly kind: 'totp' | 'enrol';
+  readonly expiresAt: number;
+  tries: number;
+}
+export const CHALLENGE_TTL_MS = 5 * 60_000;
+/** Wrong codes one challenge takes before it is dropped (then the password again; every try also counts in the throttle). */
+export const CHALLENGE_MAX_TRIES = 5;
+const CHALLENGES_MAX = 1000;
 
 export const csrfTokenOf = (sessionId: string): string => createHmac('sha256', sessionId).update('tobira-csrf').digest('base64url');
 
@@ -150,6 +220,7 @@ export const normalizeSetupCode = (typed: string): string =>
 export class StaffAccounts {
   readonly #d: AccountsDeps;
   readonly #work: PasswordWork;
+  readonly #challenges = new Map<string, Challenge>();
 
   constructor(d: AccountsDeps) {
     this.#d = d;
@@ -243,7 +314,7 @@ export class StaffAccounts {
   }
 
   /** Checks the password; a success starts a new session (a new id: no fixation). */
-  async signIn(username: string, password: string, ip: string, cid: string): Promise<SignedIn | Refused> {
+  async signIn(username: string, password: string, ip: string, cid: string): Promise<SignedIn | SecondStepDue | Refused> {
     const c = credentialsOf(this.#d.db, username);
     const ok = await this.#work.verify(c?.passwordHash ?? null, password);
     const log = withCorrelation(this.#d.log, cid);
@@ -259,10 +330,297 @@ export class StaffAccounts {
       log.warn({ code: 'ACCOUNT_DISABLED', ip, accountId: c.account.accountId }, 'staff sign-in refused');
       return { status: 'refused', code: 'ACCOUNT_DISABLED' };
     }
+    const due = this.#secondStepDue(c.account);
+    if (due !== null) {
+      const challenge = this.#newChallenge(c.account, ip, due === 'TOTP_REQUIRED' ? 'totp' : 'enrol');
+      log.info({ code: due, ip, accountId: c.account.accountId }, 'staff password right, second step due');
+      return { status: 'refused', code: due, ...challenge };
+    }
     return this.#startSession(c.account.accountId, ip, cid, 'sign_in');
   }
 
-  #startSession(accountId: string, ip: string, cid: string, action: 'sign_in' | 'setup'): SignedIn | Refused {
+  get totpPolicy(): TotpPolicy {
+    return this.#d.totp?.policy ?? 'off';
+  }
+
+  /** Which second step an account owes at sign-in (null: none): supervisors only, by the site policy. */
+  #secondStepDue(a: StaffAccount): SecondStepDue['code'] | null {
+    const policy = this.totpPolicy;
+    if (a.role !== 'supervisor' || policy === 'off') return null;
+    if (totpOf(this.#d.db, a.accountId)?.confirmedAt != null) return 'TOTP_REQUIRED';
+    return policy === 'required' ? 'TOTP_ENROLMENT_REQUIRED' : null;
+  }
+
+  #newChallenge(a: StaffAccount, ip: string, kind: Challenge['kind']): { challenge: string; expiresAt: number } {
+    const now = this.#d.now();
+    for (const [k, v] of this.#challenges) if (v.expiresAt <= now) this.#challenges.delete(k);
+    if (this.#challenges.size >= CHALLENGES_MAX) {
+      const oldest = this.#challenges.keys().next();
+      if (oldest.done !== true) this.#challenges.delete(oldest.value);
+    }
+    const challenge = randomBytes(32).toString('base64url');
+    const expiresAt = now + CHALLENGE_TTL_MS;
+    this.#challenges.set(sha256(challenge), { accountId: a.accountId, username: a.username, ip, kind, expiresAt, tries: 0 });
+    return { challenge, expiresAt };
+  }
+
+  /** The live challenge of this address (null: unknown, expired, used up, or made for another address). */
+  #challenge(challenge: string, ip: string): Challenge | null {
+    const h = sha256(challenge);
+    const c = this.#challenges.get(h);
+    if (c === undefined) return null;
+    if (c.expiresAt <= this.#d.now() || c.tries >= CHALLENGE_MAX_TRIES) {
+      this.#challenges.delete(h);
+      return null;
+    }
+    return c.ip === ip ? c : null;
+  }
+
+  /** The username a challenge was made for (the route throttles the second step under it), or null. */
+  challengeUsername(challenge: string, ip: string): string | null {
+    return this.#challenge(challenge, ip)?.username ?? null;
+  }
+
+  /**
+   * The second step of a sign-in: a current TOTP code (or a recovery code)
+   * for a `totp` challenge; for an `enrol` challenge (policy required, not yet
+   * enrolled) the first code of the enrolment started with it, which confirms
+   * it and returns the recovery codes. A right answer uses the challenge up
+   * and starts the session; a wrong one counts against the challenge.
+   */
+  secondStep(
+    challenge: string,
+    answer: { code?: string | undefined; recoveryCode?: string | undefined },
+    ip: string,
+    cid: string,
+  ): (SignedIn & { recoveryCodes?: string[] }) | Refused {
+    const log = withCorrelation(this.#d.log, cid);
+    const c = this.#challenge(challenge, ip);
+    if (c === null) {
+      log.warn({ code: 'TOTP_CHALLENGE_INVALID', ip }, 'staff second step refused');
+      return { status: 'refused', code: 'TOTP_CHALLENGE_INVALID' };
+    }
+    let r: AccountCode | null;
+    let recoveryCodes: string[] | undefined;
+    let detail: string;
+    if (c.kind === 'enrol') {
+      const confirmed = answer.code === undefined ? ({ code: 'TOTP_INVALID' } as const) : this.#confirm(c.accountId, answer.code);
+      r = 'codes' in confirmed ? null : confirmed.code;
+      if ('codes' in confirmed) recoveryCodes = confirmed.codes;
+      detail = 'totp enrolled';
+    } else if (answer.recoveryCode !== undefined) {
+      r = this.#useRecoveryCode(c.accountId, answer.recoveryCode);
+      detail = 'recovery code';
+    } else {
+      r = answer.code === undefined ? 'TOTP_INVALID' : this.#checkCode(c.accountId, answer.code);
+      detail = 'totp';
+    }
+    if (r !== null) {
+      c.tries += 1;
+      log.warn({ code: r, ip, accountId: c.accountId, tries: c.tries }, 'staff second step refused');
+      return { status: 'refused', code: r };
+    }
+    this.#challenges.delete(sha256(challenge));
+    const s = this.#startSession(c.accountId, ip, cid, 'sign_in', detail);
+    if (s.status === 'applied' && recoveryCodes !== undefined)
+      this.#d.db
+        .transaction(() =>
+          this.#d.audit({
+            actor: actorOf(s.account),
+            action: 'account_totp_enrol',
+            target: c.accountId,
+            detail: 'at sign-in',
+            result: 'applied',
+            code: null,
+            cid,
+          }),
+        )
+        .immediate();
+    if (s.status === 'applied' && detail === 'recovery code')
+      log.warn({ accountId: c.accountId, left: recoveryCodesLeft(this.#d.db, c.accountId) }, 'staff signed in with a recovery code');
+    return s.status === 'applied' && recoveryCodes !== undefined ? { ...s, recoveryCodes } : s;
+  }
+
+  /** A current code of the account's confirmed secret, not used before: the step is recorded (single use). */
+  #checkCode(accountId: string, code: string): 'TOTP_INVALID' | 'TOTP_REPLAYED' | null {
+    const db = this.#d.db;
+    const row = totpOf(db, accountId);
+    if (row === null || row.confirmedAt === null) return 'TOTP_INVALID';
+    const secret = this.#open(accountId, row.secretBox);
+    if (secret === null) return 'TOTP_INVALID';
+    const step = stepOfCode(secret, code, this.#d.now());
+    if (step === null) return 'TOTP_INVALID';
+    if (row.lastStep !== null && step <= row.lastStep) return 'TOTP_REPLAYED';
+    return advanceTotpStep(db, accountId, step) ? null : 'TOTP_REPLAYED';
+  }
+
+  #useRecoveryCode(accountId: string, typed: string): 'RECOVERY_CODE_INVALID' | 'RECOVERY_CODE_USED' | null {
+    const db = this.#d.db;
+    if (totpOf(db, accountId)?.confirmedAt == null) return 'RECOVERY_CODE_INVALID';
+    const r = db.transaction(() => useRecoveryCode(db, accountId, recoveryCodeHash(typed), this.#d.now())).immediate();
+    return r === 'used' ? null : r === 'already_used' ? 'RECOVERY_CODE_USED' : 'RECOVERY_CODE_INVALID';
+  }
+
+  #open(accountId: string, box: string): string | null {
+    const key = this.#d.totp?.sealKey;
+    const secret = key === undefined ? null : openSecret(key, accountId, box);
+    // A box that does not open: the credentialPepper changed since enrolment (or the row was tampered with).
+    if (secret === null) this.#d.log.error({ code: 'TOTP_SECRET_UNREADABLE', accountId }, 'a TOTP secret does not open with this key');
+    return secret;
+  }
+
+  /** Accounts with a confirmed second factor (the account list shows it). */
+  totpEnrolled(): Set<string> {
+    return enrolledAccountIds(this.#d.db);
+  }
+
+  /**
+   * Starts (or restarts) the enrolment of a supervisor: a new secret, sealed,
+   * pending until confirmed with a code. Shown once, here. Either from a
+   * session, or from an `enrol` challenge of a sign-in under policy required.
+   */
+  startEnrolment(
+    who: { readonly session: SessionInfo } | { readonly challenge: string; readonly ip: string },
+    cid: string,
+  ): EnrolmentStart | Refused {
+    const log = withCorrelation(this.#d.log, cid);
+    const t = this.#d.totp;
+    if (t === undefined || t.policy === 'off') return { status: 'refused', code: 'TOTP_POLICY_OFF' };
+    let account: StaffAccount | null;
+    if ('session' in who) account = who.session.account;
+    else {
+      const c = this.#challenge(who.challenge, who.ip);
+      if (c === null || c.kind !== 'enrol') return { status: 'refused', code: 'TOTP_CHALLENGE_INVALID' };
+      account = accountById(this.#d.db, c.accountId);
+    }
+    if (account === null) return { status: 'refused', code: 'ACCOUNT_NOT_FOUND' };
+    if (account.role !== 'supervisor') return { status: 'refused', code: 'NOT_SUPERVISOR' };
+    const secret = newTotpSecret();
+    if (!putPendingTotp(this.#d.db, account.accountId, sealSecret(t.sealKey, account.accountId, secret), this.#d.now()))
+      return { status: 'refused', code: 'TOTP_ALREADY_ENROLLED' };
+    const uri = totpUri(t.issuer, account.username, secret);
+    log.info({ accountId: account.accountId }, 'staff TOTP enrolment started');
+    return { status: 'applied', secret, uri, qr: qrModules(uri) };
+  }
+
+  /** Confirms the signed-in supervisor's pending enrolment with a current code: the recovery codes, shown once. */
+  confirmEnrolment(s: SessionInfo, code: string, cid: string): { status: 'applied'; recoveryCodes: string[] } | Refused {
+    const r = this.#confirm(s.account.accountId, code);
+    if (!('codes' in r)) {
+      withCorrelation(this.#d.log, cid).warn({ code: r.code, accountId: s.account.accountId }, 'staff TOTP enrolment refused');
+      return { status: 'refused', code: r.code };
+    }
+    this.#d.db
+      .transaction(() =>
+        this.#d.audit({
+          actor: actorOf(s.account),
+          action: 'account_totp_enrol',
+          target: s.account.accountId,
+          detail: null,
+          result: 'applied',
+          code: null,
+          cid,
+        }),
+      )
+      .immediate();
+    withCorrelation(this.#d.log, cid).warn({ accountId: s.account.accountId }, 'staff TOTP enrolled');
+    return { status: 'applied', recoveryCodes: r.codes };
+  }
+
+  #confirm(accountId: string, code: string): { codes: string[] } | { code: 'TOTP_INVALID' | 'TOTP_NOT_ENROLLING' | 'TOTP_POLICY_OFF' } {
+    if (this.totpPolicy === 'off') return { code: 'TOTP_POLICY_OFF' };
+    const db = this.#d.db;
+    const row = totpOf(db, accountId);
+    if (row === null || row.confirmedAt !== null) return { code: 'TOTP_NOT_ENROLLING' };
+    const secret = this.#open(accountId, row.secretBox);
+    const step = secret === null ? null : stepOfCode(secret, code, this.#d.now());
+    if (step === null) return { code: 'TOTP_INVALID' };
+    const codes = newRecoveryCodes();
+    const ok = db.transaction(() => confirmTotp(db, accountId, step, codes.map(recoveryCodeHash), this.#d.now())).immediate();
+    return ok ? { codes } : { code: 'TOTP_NOT_ENROLLING' };
+  }
+
+  /**
+   * The signed-in supervisor turns their own second factor off, with their
+   * password and a current code (or a recovery code): a session left open is
+   * not enough. Under policy required the next sign-in enrols again.
+   */
+  async disableOwnTotp(
+    s: SessionInfo,
+    i: { password: string; code?: string | undefined; recoveryCode?: string | undefined },
+    cid: string,
+  ): Promise<{ status: 'applied' } | Refused> {
+    const db = this.#d.db;
+    const log = withCorrelation(this.#d.log, cid);
+    const accountId = s.account.accountId;
+    const c = credentialsOf(db, s.account.username);
+    const ok = await this.#work.verify(c?.passwordHash ?? null, i.password);
+    if (isShed(ok)) return { status: 'refused', code: 'SIGN_IN_BUSY' };
+    if (c === null || c.account.accountId !== accountId || !ok) {
+      log.warn({ code: 'CURRENT_PASSWORD_WRONG', accountId }, 'staff TOTP disable refused');
+      return { status: 'refused', code: 'CURRENT_PASSWORD_WRONG' };
+    }
+    if (totpOf(db, accountId)?.confirmedAt == null) return { status: 'refused', code: 'TOTP_NOT_ENROLLED' };
+    const r =
+      i.recoveryCode !== undefined
+        ? this.#useRecoveryCode(accountId, i.recoveryCode)
+        : i.code === undefined
+          ? 'TOTP_INVALID'
+          : this.#checkCode(accountId, i.code);
+    if (r !== null) {
+      log.warn({ code: r, accountId }, 'staff TOTP disable refused');
+      return { status: 'refused', code: r };
+    }
+    db.transaction(() => {
+      deleteTotp(db, accountId);
+      this.#d.audit({
+        actor: actorOf(s.account),
+        action: 'account_totp_reset',
+        target: accountId,
+        detail: 'self-service',
+        result: 'applied',
+        code: null,
+        cid,
+      });
+    }).immediate();
+    log.warn({ accountId }, 'staff TOTP turned off by its owner');
+    return { status: 'applied' };
+  }
+
+  /**
+   * Another supervisor resets an account's second factor (a lost phone),
+   * with a reason: the enrolment and its recovery codes are deleted and the
+   * account's sessions end. The own one is turned off with password and code.
+   */
+  resetTotp(actor: StaffActor, accountId: string, reason: string, cid: string): { status: 'applied' | 'noop' } | Refused {
+    if (actor.role !== 'supervisor') return { status: 'refused', code: 'NOT_SUPERVISOR' };
+    if (actor.accountId === accountId) return { status: 'refused', code: 'TOTP_RESET_OWN' };
+    const why = reason.trim();
+    if (why === '') return { status: 'refused', code: 'REASON_REQUIRED' };
+    const db = this.#d.db;
+    const target = accountById(db, accountId);
+    if (target === null) return { status: 'refused', code: 'ACCOUNT_NOT_FOUND' };
+    const done = db
+      .transaction(() => {
+        if (!deleteTotp(db, accountId)) return false;
+        deleteSessionsOf(db, accountId);
+        this.#d.audit({
+          actor,
+          action: 'account_totp_reset',
+          target: accountId,
+          detail: `${target.username}: ${why}`.slice(0, 200),
+          result: 'applied',
+          code: null,
+          cid,
+        });
+        return true;
+      })
+      .immediate();
+    withCorrelation(this.#d.log, cid).warn({ by: actor.username, accountId, result: done ? 'applied' : 'noop' }, 'staff TOTP reset');
+    return { status: done ? 'applied' : 'noop' };
+  }
+
+  #startSession(accountId: string, ip: string, cid: string, action: 'sign_in' | 'setup', detail: string | null = null): SignedIn | Refused {
     const db = this.#d.db;
     const sessionId = randomBytes(32).toString('base64url');
     const now = this.#d.now();
@@ -272,7 +630,7 @@ export class StaffAccounts {
         if (a === null || a.disabledAt !== null) return null;
         insertSession(db, { sessionHash: sha256(sessionId), accountId, ip }, now);
         if (action === 'sign_in')
-          this.#d.audit({ actor: actorOf(a), action: 'sign_in', target: null, detail: null, result: 'applied', code: null, cid });
+          this.#d.audit({ actor: actorOf(a), action: 'sign_in', target: null, detail, result: 'applied', code: null, cid });
         return a;
       })
       .immediate();

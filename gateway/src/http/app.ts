@@ -19,6 +19,7 @@ import { modeRoutes } from './routes/mode.js';
 import { passageRoutes } from './routes/passage.js';
 import { statusRoutes } from './routes/status.js';
 import { openSessionRoutes, sessionRoutes, type SessionCookie } from './routes/session.js';
+import { totpRoutes } from './routes/totp.js';
 import { uiRoutes } from './routes/ui.js';
 import { SignInThrottle, type ThrottleOptions } from './sign-in-throttle.js';
 import { addHsts, httpsServerOptions } from './tls.js';
@@ -72,7 +73,8 @@ export const GATEWAY_HTTP_CODES = Object.freeze({
   ACCOUNT_NOT_FOUND: 'No such staff account; 404.',
   LAST_SUPERVISOR: 'Disabling the last enabled supervisor is refused (nobody could manage accounts then); 409.',
   NOT_SUPERVISOR: 'Only a supervisor may do this (remote unlock, passage, staff accounts); 403. The API token acts as staff.',
-  REASON_REQUIRED: 'Remote unlock, or lifting a lockdown the cloud set, without a reason (blank after trimming); 422, nothing changed.',
+  REASON_REQUIRED:
+    "Remote unlock, lifting a lockdown the cloud set, or resetting another supervisor's second factor, without a reason (blank after trimming); 422, nothing changed.",
   LOCK_NOT_FOUND: 'Remote unlock of a lock this gateway is not paired with; 404.',
   LOCK_OFFLINE: 'Remote unlock of a lock whose presence is offline: the command could not reach it; 409, nothing sent.',
   SITE_LOCKDOWN: 'Remote unlock while the site is in lockdown: end the lockdown first; 409, nothing sent.',
@@ -91,6 +93,23 @@ export const GATEWAY_HTTP_CODES = Object.freeze({
     'Lifting a lockdown the cloud set: only the cloud, or a supervisor signed in with a reason; never a staff member or the API token; 403.',
   CROSS_SITE_REQUEST: "A state-changing staff request made by another site's page (Origin or Sec-Fetch-Site); 403, nothing changed.",
   METRICS_TOKEN_NOT_CONFIGURED: 'GET /metrics on a gateway without a metricsToken: metrics are never open; 503.',
+  TOTP_REQUIRED:
+    "Sign-in: the password was right and the supervisor has a second factor: send a current code with the answer's challenge to POST /staff/session/totp; 401, no session yet.",
+  TOTP_ENROLMENT_REQUIRED:
+    "Sign-in under staffTotp required by a supervisor without a second factor: enrol with the answer's challenge (POST /staff/session/totp/enrolment) first; 401, no session yet.",
+  TOTP_CHALLENGE_INVALID:
+    'The second step of a sign-in with no live challenge: unknown, expired (5 min), used, too many wrong codes, or from another address; 401: sign in again.',
+  TOTP_INVALID:
+    "Not a current code of the supervisor's authenticator (one 30 s step of clock drift either way is allowed); 401 at sign-in, 403 in a session; throttled like a password.",
+  TOTP_REPLAYED:
+    'A code that was accepted once already (a code is single use, a later one must be waited for); 401 at sign-in, 403 in a session.',
+  RECOVERY_CODE_INVALID: "Not one of the supervisor's recovery codes; 401 at sign-in, 403 in a session; throttled like a password.",
+  RECOVERY_CODE_USED: 'A recovery code that was used already (each is good once); 401 at sign-in, 403 in a session.',
+  TOTP_POLICY_OFF: 'Enrolling a second factor while the site policy (staffTotp.supervisors) is off; 409.',
+  TOTP_ALREADY_ENROLLED: 'Starting an enrolment with a second factor already enrolled: turn it off (or have it reset) first; 409.',
+  TOTP_NOT_ENROLLING: 'Confirming an enrolment that was not started (or was replaced or reset); 409.',
+  TOTP_NOT_ENROLLED: 'Turning off a second factor that is not enrolled; 409.',
+  TOTP_RESET_OWN: 'A supervisor resetting their own second factor: turn it off with password and code instead; 409.',
 });
 export type GatewayHttpCode = keyof typeof GATEWAY_HTTP_CODES;
 
@@ -295,6 +314,7 @@ export function buildApp(deps: HttpDeps & { readonly signInThrottle?: Partial<Th
 
     await sessionRoutes(staff, deps, cookie, throttle);
     await accountsRoutes(staff, deps);
+    await totpRoutes(staff, deps, throttle);
     await statusRoutes(staff, deps);
     await modeRoutes(staff, deps);
     await locksRoutes(staff, deps);

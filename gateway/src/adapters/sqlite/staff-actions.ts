@@ -20,6 +20,8 @@ export const STAFF_ACTIONS = [
   'account_enable',
   'account_password_reset',
   'set_passage',
+  'account_totp_enrol',
+  'account_totp_reset',
 ] as const;
 export type StaffActionKind = (typeof STAFF_ACTIONS)[number];
 

@@ -8,9 +8,22 @@ import { DisplayName, Password, Username, accountView } from './session.js';
 
 const CreateBody = z.strictObject({ username: Username, displayName: DisplayName, role: StaffRole, password: Password });
 const PasswordBody = z.strictObject({ password: Password });
+const ResetTotpBody = z.strictObject({ reason: z.string().max(200) });
 const Params = z.strictObject({ accountId: z.string().min(1).max(128) });
 
 const STATUS: Record<Refused['code'], number> = {
+  TOTP_CHALLENGE_INVALID: 401,
+  // inside a session a wrong code is 403 (401 would tell the page its session ended)
+  TOTP_INVALID: 403,
+  TOTP_REPLAYED: 403,
+  RECOVERY_CODE_INVALID: 403,
+  RECOVERY_CODE_USED: 403,
+  TOTP_POLICY_OFF: 409,
+  TOTP_ALREADY_ENROLLED: 409,
+  TOTP_NOT_ENROLLING: 409,
+  TOTP_NOT_ENROLLED: 409,
+  TOTP_RESET_OWN: 409,
+  REASON_REQUIRED: 422,
   NOT_SUPERVISOR: 403,
   ACCOUNT_NOT_FOUND: 404,
   USERNAME_TAKEN: 409,
@@ -25,7 +38,7 @@ const STATUS: Record<Refused['code'], number> = {
   SETUP_CODE_INVALID: 403,
   SETUP_ALREADY_DONE: 409,
 };
-const refuse = (reply: FastifyReply, r: Refused) => {
+export const refuse = (reply: FastifyReply, r: Refused) => {
   if (r.code === 'SIGN_IN_BUSY') void reply.header('retry-after', '1');
   return reply.status(STATUS[r.code]).send(r.detail === undefined ? { code: r.code } : { code: r.code, detail: r.detail });
 };
@@ -46,7 +59,8 @@ export async function accountsRoutes(staff: FastifyInstance, deps: HttpDeps): Pr
     const refused = notSupervisor(req, reply);
     if (refused !== null) return refused;
     query(NoQuery, req);
-    return { items: accounts.list().map(accountView), nextCursor: null };
+    const enrolled = accounts.totpEnrolled();
+    return { items: accounts.list().map((a) => accountView(a, enrolled.has(a.accountId))), nextCursor: null };
   });
 
   staff.post('/staff/accounts', async (req, reply) => {
@@ -83,6 +97,22 @@ export async function accountsRoutes(staff: FastifyInstance, deps: HttpDeps): Pr
     if (!body.success) return reply.status(422).send({ code: 'BAD_REQUEST', detail: issues(body.error) });
     const r = await accounts.resetPassword(authOf(req).actor, p.data.accountId, body.data.password, req.id);
     if (r.status === 'refused') return refuse(reply, r);
+    return reply.status(200).send(r);
+  });
+
+  /** Another supervisor resets an account's second factor (a lost phone) with a reason; its sessions end. */
+  staff.post('/staff/accounts/:accountId/totp/reset', async (req, reply) => {
+    const refused = notSupervisor(req, reply);
+    if (refused !== null) return refused;
+    const p = Params.safeParse(req.params);
+    if (!p.success) return reply.status(400).send({ code: 'BAD_REQUEST', detail: issues(p.error) });
+    const body = ResetTotpBody.safeParse(req.body);
+    if (!body.success) return reply.status(422).send({ code: 'BAD_REQUEST', detail: issues(body.error) });
+    const r = accounts.resetTotp(authOf(req).actor, p.data.accountId, body.data.reason, req.id);
+    if (r.status === 'refused') {
+      req.log.warn({ code: r.code, accountId: p.data.accountId }, 'staff TOTP reset refused');
+      return refuse(reply, r);
+    }
     return reply.status(200).send(r);
   });
 }

@@ -1,7 +1,7 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { z } from 'zod';
 import type { StaffAccount } from '../../adapters/sqlite/staff-accounts.js';
-import type { SignedIn } from '../../app/staff-accounts.js';
+import type { AccountCode, SignedIn } from '../../app/staff-accounts.js';
 import { authOf, type HttpDeps } from '../context.js';
 import { issues } from '../query.js';
 import type { SignInThrottle } from '../sign-in-throttle.js';
@@ -15,6 +15,16 @@ export const DisplayName = z.string().trim().min(1).max(100);
 export const Password = z.string().min(1).max(4096);
 
 const SignInBody = z.strictObject({ username: z.string().trim().min(1).max(64), password: Password });
+const Challenge = z.string().min(1).max(128);
+/** A TOTP code (6 digits, spaces allowed) or a recovery code: one of the two. */
+export const SecondFactor = {
+  code: z.string().trim().min(1).max(16).optional(),
+  recoveryCode: z.string().trim().min(1).max(32).optional(),
+};
+const oneOf = (b: { code?: string | undefined; recoveryCode?: string | undefined }) =>
+  (b.code === undefined) !== (b.recoveryCode === undefined);
+const SecondStepBody = z.strictObject({ challenge: Challenge, ...SecondFactor }).refine(oneOf, 'code or recoveryCode, one of them');
+const EnrolBody = z.strictObject({ challenge: Challenge });
 const ChangeBody = z.strictObject({ currentPassword: Password, newPassword: Password });
 const SetupBody = z.strictObject({
   code: z.string().trim().min(1).max(64),
@@ -23,8 +33,9 @@ const SetupBody = z.strictObject({
   password: Password,
 });
 
-/** An account as the API shows it (never the hash). */
-export const accountView = (a: StaffAccount) => ({
+/** An account as the API shows it (never the hash); `totp`: its second factor is enrolled (where the caller knows). */
+export const accountView = (a: StaffAccount, totp?: boolean) => ({
+  ...(totp === undefined ? {} : { totp }),
   accountId: a.accountId,
   username: a.username,
   displayName: a.displayName,
@@ -40,6 +51,14 @@ export interface SessionCookie {
   readonly secure: boolean;
 }
 
+/** Refusals of a second step that are a wrong guess (they stay counted in the throttle). */
+export const WRONG_ANSWER: ReadonlySet<AccountCode> = new Set([
+  'TOTP_INVALID',
+  'TOTP_REPLAYED',
+  'RECOVERY_CODE_INVALID',
+  'RECOVERY_CODE_USED',
+]);
+
 /** The throttle key of setup code guesses (no username can contain `#`). */
 const SETUP_KEY = '#setup';
 
@@ -49,7 +68,7 @@ export function busy(reply: FastifyReply, req: FastifyRequest) {
   return reply.status(503).header('retry-after', '1').send({ code: 'SIGN_IN_BUSY' });
 }
 
-function throttled(reply: FastifyReply, req: FastifyRequest, waitMs: number) {
+export function throttled(reply: FastifyReply, req: FastifyRequest, waitMs: number) {
   req.log.warn({ code: 'SIGN_IN_THROTTLED', ip: req.ip, waitMs }, 'staff sign-in refused');
   return reply
     .status(429)
@@ -72,7 +91,7 @@ export async function openSessionRoutes(
   const accounts = deps.accounts;
   const notConfigured = (reply: FastifyReply) => reply.status(503).send({ code: 'STAFF_AUTH_NOT_CONFIGURED' });
 
-  const startSession = (req: FastifyRequest, reply: FastifyReply, r: SignedIn) => {
+  const startSession = (req: FastifyRequest, reply: FastifyReply, r: SignedIn & { recoveryCodes?: string[] }) => {
     // A session the browser still had ends: a sign-in always gets a fresh id (no fixation).
     const old = req.cookies[cookie.name];
     if (old !== undefined && accounts !== undefined) {
@@ -80,7 +99,11 @@ export async function openSessionRoutes(
       if (s !== null) accounts.signOut(s, req.id);
     }
     void reply.setCookie(cookie.name, r.sessionId, { path: '/', httpOnly: true, sameSite: 'strict', secure: cookie.secure });
-    return reply.status(200).send({ account: accountView(r.account), csrfToken: r.csrfToken });
+    return reply.status(200).send({
+      account: accountView(r.account, accounts?.totpEnrolled().has(r.account.accountId) ?? false),
+      csrfToken: r.csrfToken,
+      ...(r.recoveryCodes === undefined ? {} : { recoveryCodes: r.recoveryCodes }),
+    });
   };
 
   app.get('/staff/setup', async (_req, reply) => {
@@ -127,10 +150,61 @@ export async function openSessionRoutes(
         return busy(reply, req);
       }
       if (r.code === 'BAD_CREDENTIALS') return reply.status(401).send({ code: r.code });
+      if (r.code === 'TOTP_REQUIRED' || r.code === 'TOTP_ENROLMENT_REQUIRED') {
+        // The password was right, but this is no sign-in yet: its count is given back, the pair's count is not
+        // reset (a right password must not wipe the count of wrong codes) and the address is not yet known.
+        throttle.refund(req.ip, username);
+        return reply.status(401).send({ code: r.code, challenge: r.challenge, expiresAt: r.expiresAt });
+      }
       return reply.status(403).send({ code: r.code });
     }
     throttle.succeeded(req.ip, username);
     return startSession(req, reply, r);
+  });
+
+  /**
+   * POST /staff/session/totp: the second step of a sign-in, bound to the
+   * challenge the password step answered. Throttled under the challenge's
+   * username like a password: counted before the check, a wrong code stays
+   * counted, a right one ends the sign-in as a right password does.
+   */
+  app.post('/staff/session/totp', async (req, reply) => {
+    if (accounts === undefined) return notConfigured(reply);
+    const body = SecondStepBody.safeParse(req.body);
+    if (!body.success) return reply.status(422).send({ code: 'BAD_REQUEST', detail: issues(body.error) });
+    const name = accounts.challengeUsername(body.data.challenge, req.ip);
+    if (name === null) {
+      req.log.warn({ code: 'TOTP_CHALLENGE_INVALID', ip: req.ip }, 'staff second step refused');
+      return reply.status(401).send({ code: 'TOTP_CHALLENGE_INVALID' });
+    }
+    const wait = throttle.waitFor(req.ip, name);
+    if (wait > 0) return throttled(reply, req, wait);
+    throttle.attempt(req.ip, name);
+    const r = accounts.secondStep(body.data.challenge, body.data, req.ip, req.id);
+    if (r.status === 'refused') {
+      if (!WRONG_ANSWER.has(r.code)) throttle.refund(req.ip, name);
+      return reply.status(r.code === 'ACCOUNT_DISABLED' ? 403 : r.code === 'TOTP_NOT_ENROLLING' ? 409 : 401).send({ code: r.code });
+    }
+    throttle.succeeded(req.ip, name);
+    return startSession(req, reply, r);
+  });
+
+  /**
+   * POST /staff/session/totp/enrolment: under policy required, a supervisor
+   * not yet enrolled starts enrolment with the challenge of a right password
+   * (there is no session before the second factor exists); the first code,
+   * sent to POST /staff/session/totp, confirms it.
+   */
+  app.post('/staff/session/totp/enrolment', async (req, reply) => {
+    if (accounts === undefined) return notConfigured(reply);
+    const body = EnrolBody.safeParse(req.body);
+    if (!body.success) return reply.status(422).send({ code: 'BAD_REQUEST', detail: issues(body.error) });
+    const r = accounts.startEnrolment({ challenge: body.data.challenge, ip: req.ip }, req.id);
+    if (r.status === 'refused') {
+      req.log.warn({ code: r.code, ip: req.ip }, 'staff TOTP enrolment refused');
+      return reply.status(r.code === 'TOTP_CHALLENGE_INVALID' ? 401 : 409).send({ code: r.code });
+    }
+    return reply.status(200).send({ secret: r.secret, uri: r.uri, qr: r.qr });
   });
 }
 
@@ -148,7 +222,8 @@ export async function sessionRoutes(
       account:
         a.session === null
           ? { accountId: null, username: a.actor.username, displayName: a.actor.displayName, role: a.actor.role }
-          : accountView(a.session.account),
+          : accountView(a.session.account, deps.accounts?.totpEnrolled().has(a.session.account.accountId) ?? false),
+      totpPolicy: deps.accounts?.totpPolicy ?? 'off',
       csrfToken: a.session?.csrfToken ?? null,
     };
   });
