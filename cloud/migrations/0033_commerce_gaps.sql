@@ -16,3 +16,10 @@ ALTER TABLE memberships DROP CONSTRAINT memberships_end_reason_check;
 ALTER TABLE memberships ADD CONSTRAINT memberships_end_reason_check
   CHECK (end_reason IN ('self_cancel', 'force_cancel', 'application_rejected', 'plan_retired', 'payment_failed_final',
                         'checkout_expired'));
+
+-- Its money, if any landed anyway (paid in the moment before the cancellation),
+-- is refunded in full by a billing job of its own.
+ALTER TABLE billing_jobs DROP CONSTRAINT billing_jobs_kind_check;
+ALTER TABLE billing_jobs ADD CONSTRAINT billing_jobs_kind_check
+  CHECK (kind IN ('create_intent', 'cancel_intent', 'refund', 'issue_stay_key', 'notify', 'walk_in_refund', 'reconcile_membership',
+                  'membership_refund'));
