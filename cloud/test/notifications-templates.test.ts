@@ -28,6 +28,7 @@ const SAMPLE: NotificationVars = {
   refund_made: { name: 'Hana', site: 'Kyoto Inn', amount: 1_050, currency: 'usd' },
   membership_ending: { name: 'Hana', site: 'Kyoto Inn', plan: 'Lounge monthly', endsOn: '2027-02-28' },
   payment_failed: { name: 'Hana', site: 'Kyoto Inn', plan: 'Lounge monthly', amount: 8_800, currency: 'jpy' },
+  checkout_expired: { name: 'Hana', site: 'Kyoto Inn', plan: 'Lounge monthly' },
 };
 
 describe('notification templates', () => {

@@ -764,7 +764,10 @@ export async function refundLateCheckout(deps: MembershipDeps, membershipId: str
   if (paid.value.length === 0) return 'NOTHING_TO_REFUND';
   // a payment that won the race made it a living membership, which keeps its money (its own end decides)
   if (!(m.status === 'rejected' && m.endReason === 'checkout_expired')) {
-    log.warn({ alarm: true, code: 'MEMBERSHIP_CHECKOUT_PAID', status: m.status }, 'ALARM: an expired checkout was paid: an operator decides');
+    log.warn(
+      { alarm: true, code: 'MEMBERSHIP_CHECKOUT_PAID', status: m.status },
+      'ALARM: an expired checkout was paid: an operator decides',
+    );
     return 'MEMBERSHIP_CHECKOUT_PAID';
   }
   for (const p of paid.value) {

@@ -61,6 +61,8 @@ export interface NotificationVars {
   readonly refund_made: MoneyVars;
   readonly membership_ending: MembershipVars & { readonly endsOn: string };
   readonly payment_failed: MembershipVars & { readonly amount: number; readonly currency: string };
+  /** an approved application whose first payment did not arrive by the checkout deadline */
+  readonly checkout_expired: MembershipVars;
 }
 export type NotificationTemplate = keyof NotificationVars;
 export const NOTIFICATION_TEMPLATES = [
@@ -70,6 +72,7 @@ export const NOTIFICATION_TEMPLATES = [
   'refund_made',
   'membership_ending',
   'payment_failed',
+  'checkout_expired',
 ] as const satisfies readonly NotificationTemplate[];
 
 export interface TemplateText {
@@ -105,6 +108,10 @@ export const CATALOGUES: Readonly<Record<NotificationLocale, Catalogue>> = {
       subject: '【{{site}}】お支払いができませんでした',
       body: '{{name}} 様\n\n{{site}} のメンバーシップ「{{plan}}」のお支払い {{amount}} ができませんでした。\nお支払い方法をご確認ください。',
     },
+    checkout_expired: {
+      subject: '【{{site}}】メンバーシップのお申し込みの期限が過ぎました',
+      body: '{{name}} 様\n\n{{site}} のメンバーシップ「{{plan}}」のお申し込みは、お支払いの期限までに初回のお支払いが確認できなかったため終了しました。\n今後の請求はありません。期限の後に届いたお支払いは全額返金します。\n改めてお申し込みいただけます。',
+    },
   },
   en: {
     key_issued: {
@@ -130,6 +137,10 @@ export const CATALOGUES: Readonly<Record<NotificationLocale, Catalogue>> = {
     payment_failed: {
       subject: '[{{site}}] Your payment failed',
       body: 'Dear {{name}},\n\nThe payment of {{amount}} for your membership "{{plan}}" at {{site}} failed.\nPlease check your payment method.',
+    },
+    checkout_expired: {
+      subject: '[{{site}}] Your membership application has lapsed',
+      body: 'Dear {{name}},\n\nYour application for the membership "{{plan}}" at {{site}} has ended: its first payment did not arrive by the checkout deadline.\nNothing more will be charged, and a payment that arrived after the deadline is refunded in full.\nYou are welcome to apply again.',
     },
   },
 };

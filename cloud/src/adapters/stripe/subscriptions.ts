@@ -110,7 +110,9 @@ export interface InvoicePaymentObservation {
  * later pay an invoice through a PaymentIntent an InvoicePayment names). Every page is read.
  */
 export async function listPaidInvoicePayments(stripe: Stripe, invoiceId: string): Promise<BillingResult<InvoicePaymentObservation[]>> {
-  const res = await billingCall(() => stripe.invoicePayments.list({ invoice: invoiceId, status: 'paid', limit: 100 }).autoPagingToArray({ limit: 1000 }));
+  const res = await billingCall(() =>
+    stripe.invoicePayments.list({ invoice: invoiceId, status: 'paid', limit: 100 }).autoPagingToArray({ limit: 1000 }),
+  );
   if (!res.ok) return res;
   return {
     ok: true,
@@ -129,7 +131,9 @@ export async function listPaidInvoicePayments(stripe: Stripe, invoiceId: string)
 export async function refundInvoicePayment(
   stripe: Stripe,
   r: { readonly intentId: string; readonly idempotencyKey: string; readonly membershipId: string },
-): Promise<BillingResult<{ readonly stripeRefundId: string; readonly amount: number; readonly currency: string; readonly status: string }>> {
+): Promise<
+  BillingResult<{ readonly stripeRefundId: string; readonly amount: number; readonly currency: string; readonly status: string }>
+> {
   const res = await billingCall(() =>
     stripe.refunds.create(
       { payment_intent: r.intentId, reason: 'requested_by_customer', metadata: { membership_id: r.membershipId } },
