@@ -256,7 +256,9 @@ export class Ledger {
       },
       () => 'normal',
     );
-    const id = (created.answer.body as { id: string }).id;
+    const body: unknown = created.answer.body;
+    const id = typeof body === 'object' && body !== null && 'id' in body && typeof body.id === 'string' ? body.id : null;
+    if (id === null) throw new Error("the invoice's PaymentIntent was not created");
     const confirmed = this.confirmPaymentIntent(id, { payment_method: p.paymentMethod }, () => 'normal');
     if (confirmed.answer.status !== 200) throw new Error(`the invoice's PaymentIntent did not succeed: ${confirmed.answer.status}`);
     return id;
