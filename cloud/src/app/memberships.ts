@@ -512,7 +512,7 @@ export async function endMembership(deps: MembershipDeps, input: EndMembershipIn
   log.info({ status: out.o.status, code: out.o.code, billing: pre.billing }, 'membership verb done');
   if (input.reason === 'checkout_expired' && stopped) {
     // the subscription is cancelled, so nothing more can be charged; money paid in the moment before the
-    // cancellation (whatever the local write decided: a payment that won the race makes it a conflict) is refunded
+    // cancellation (whatever the local write decided: a payment that won the race makes it a noop) is refunded
     await inBilling(deps, 'queueCheckoutRefund', (tx) =>
       enqueueBillingJob(tx, {
         kind: 'membership_refund',
@@ -762,14 +762,14 @@ export async function refundLateCheckout(deps: MembershipDeps, membershipId: str
   const paid = await listPaidInvoicePayments(stripe, m.firstInvoiceId);
   if (!paid.ok) throw new BillingStepFailed(paid.failure.code, paid.failure.kind === 'permanent', paid.failure.message);
   if (paid.value.length === 0) return 'NOTHING_TO_REFUND';
-  // a payment that won the race made it a living membership, which keeps its money (its own end decides)
-  if (!(m.status === 'rejected' && m.endReason === 'checkout_expired')) {
+  // the job exists only once the deadline's cancellation was made at Stripe: whatever the local write decided,
+  // the subscription no longer runs, so the money is refunded. A payment that won the race locally made it a
+  // membership for a moment (the subscription's deleted event ends it): worth an operator's look
+  if (!(m.status === 'rejected' && m.endReason === 'checkout_expired'))
     log.warn(
       { alarm: true, code: 'MEMBERSHIP_CHECKOUT_PAID', status: m.status },
-      'ALARM: an expired checkout was paid: an operator decides',
+      'ALARM: a checkout paid as its deadline cancelled it: refunded; the membership follows its cancelled subscription',
     );
-    return 'MEMBERSHIP_CHECKOUT_PAID';
-  }
   for (const p of paid.value) {
     const r = await refundInvoicePayment(stripe, {
       intentId: p.intentId,
