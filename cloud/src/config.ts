@@ -131,6 +131,17 @@ export const CloudConfigSchema = z.object({
   /** The billing worker (docs/payments.md): its poll (a stored webhook also wakes it) and its claim lease. */
   BILLING_POLL_MS: int(2_000, 1),
   BILLING_LEASE_MS: int(60_000, 1),
+  /**
+   * How long an approved membership application's checkout stays open unpaid before the billing worker
+   * ends it (`checkout_expired`, docs/memberships.md): 22 hours, under Stripe's own 23-hour expiry of an
+   * incomplete subscription; at most that, at least a minute.
+   */
+  MEMBERSHIP_CHECKOUT_DEADLINE_MS: z.coerce
+    .number()
+    .int()
+    .min(60_000)
+    .max(23 * 3_600_000)
+    .default(22 * 3_600_000),
   /** Guest and member notifications (docs/notifications.md): the channel new messages are queued for. */
   NOTIFY_CHANNEL: z.enum(NOTIFICATION_CHANNELS).default('log'),
   /** SMTP server of the `smtp` channel (required with it), its port, the From address (required with it). */
@@ -220,7 +231,7 @@ export interface CloudConfig {
     readonly protocol: 'http' | 'https' | undefined;
   };
   readonly crashMode: 'throw' | 'kill';
-  readonly billing: { readonly pollMs: number; readonly leaseMs: number };
+  readonly billing: { readonly pollMs: number; readonly leaseMs: number; readonly checkoutDeadlineMs: number };
   /** Notifications (docs/notifications.md): the channel new messages use, its settings, the dispatcher's. */
   readonly notifications: {
     readonly channel: NotificationChannel;
@@ -358,7 +369,7 @@ export function parseConfig(env: Record<string, string | undefined> = process.en
       protocol: c.STRIPE_API_PROTOCOL,
     },
     crashMode: c.CRASH_MODE,
-    billing: { pollMs: c.BILLING_POLL_MS, leaseMs: c.BILLING_LEASE_MS },
+    billing: { pollMs: c.BILLING_POLL_MS, leaseMs: c.BILLING_LEASE_MS, checkoutDeadlineMs: c.MEMBERSHIP_CHECKOUT_DEADLINE_MS },
     notifications: {
       channel: c.NOTIFY_CHANNEL,
       smtp:

@@ -131,7 +131,8 @@ describe('decideEnd', () => {
       outcome: { status: 'applied', code: 'MEMBERSHIP_REJECTED' },
     });
     const checkout = member('applied');
-    for (const r of END_REASONS)
+    // the checkout's own deadline (checkout_expired) is the one end of it besides Stripe's: tested below
+    for (const r of END_REASONS.filter((x) => x !== 'checkout_expired'))
       expect(decideEnd(checkout, end(r), NOW).outcome).toMatchObject({ status: 'refused', code: 'CHECKOUT_IN_PROGRESS' });
     // Stripe ended it (the first invoice never paid): rejected, nothing to stop
     expect(decideEnd(checkout, end('application_rejected', { subscriptionEnded: true }), NOW)).toMatchObject({
@@ -190,6 +191,55 @@ describe('decideEnd', () => {
   });
 });
 
+describe('decideEnd checkout_expired (an approved checkout left unpaid)', () => {
+  const HOUR = 3_600_000;
+  const expire = (m: Membership, now: number) =>
+    decideEnd(m, end('checkout_expired', { actor: 'tobira', checkoutDeadlineMs: 2 * HOUR }), now);
+
+  it('ends only an approved checkout, only once its deadline has passed: rejected, billing cancelled first, the applicant told', () => {
+    expect(expire(member('applied', { approvedAt: null }), NOW + 3 * HOUR).outcome).toMatchObject({
+      status: 'refused',
+      code: 'APPLICATION_UNDER_REVIEW',
+    });
+    expect(expire(member('applied'), NOW + 2 * HOUR - 1)).toMatchObject({
+      billing: 'none',
+      outcome: { status: 'noop', code: 'MEMBERSHIP_CHECKOUT_OPEN' },
+    });
+    const d = expire(member('applied'), NOW + 2 * HOUR);
+    expect(d.billing).toBe('cancel_now');
+    expect(d.outcome).toMatchObject({
+      status: 'applied',
+      code: 'MEMBERSHIP_CHECKOUT_EXPIRED',
+      state: { status: 'rejected', endReason: 'checkout_expired', endedBy: 'tobira', endedAt: NOW + 2 * HOUR },
+    });
+    if (d.outcome.status === 'applied')
+      expect(d.outcome.emits).toEqual([{ type: 'notify', notice: 'membership_rejected', dedupeKey: 'membership_rejected:m1' }]);
+    // no deadline given: never expired
+    expect(decideEnd(member('applied'), end('checkout_expired'), NOW + 100 * HOUR).outcome).toMatchObject({
+      code: 'MEMBERSHIP_CHECKOUT_OPEN',
+    });
+  });
+
+  it('a paid checkout (a membership now) and an ended one are stable no-ops', () => {
+    for (const status of ['active', 'past_due', 'ending'] as const)
+      expect(expire(member(status), NOW + 3 * HOUR).outcome).toMatchObject({ status: 'noop', code: 'MEMBERSHIP_CHECKOUT_PAID' });
+    for (const status of ['ended', 'rejected'] as const)
+      expect(expire(member(status, { endedAt: NOW }), NOW + 3 * HOUR).outcome).toMatchObject({
+        status: 'noop',
+        code: 'MEMBERSHIP_ALREADY_ENDED',
+      });
+  });
+
+  it("Stripe's own expiry of the incomplete subscription ends the application as checkout_expired", () => {
+    expect(observeSubscription(member('applied'), obs('incomplete_expired'), { cid }, NOW)).toMatchObject({
+      kind: 'end',
+      reason: 'checkout_expired',
+      actor: 'stripe',
+      stopped: 'ended',
+    });
+  });
+});
+
 describe('observeSubscription (decided on what Stripe says now, never on event order)', () => {
   it('active activates an applied membership with its first key; seen again it changes nothing', () => {
     const d = observeSubscription(member('applied'), obs('active'), { cid }, NOW);
@@ -237,7 +287,12 @@ describe('observeSubscription (decided on what Stripe says now, never on event o
       reason: 'force_cancel',
       actor: 'stripe',
     });
+    // Stripe expired the unpaid checkout itself (23 hours): the checkout's end; a plain cancel is a rejection
     expect(observeSubscription(member('applied'), obs('incomplete_expired'), { cid }, NOW)).toMatchObject({
+      kind: 'end',
+      reason: 'checkout_expired',
+    });
+    expect(observeSubscription(member('applied'), obs('canceled'), { cid }, NOW)).toMatchObject({
       kind: 'end',
       reason: 'application_rejected',
     });

@@ -5,10 +5,12 @@ import {
   NOTIFICATION_LOCALES,
   NOTIFICATION_TEMPLATES,
   TemplateVariableMissing,
+  fillSecret,
   formatAmount,
   placeholdersOf,
   renderNotification,
   resolveLocale,
+  SECRET_PLACEHOLDER,
   type Catalogue,
   type NotificationVars,
 } from '../src/domain/notifications.js';
@@ -26,6 +28,7 @@ const SAMPLE: NotificationVars = {
   refund_made: { name: 'Hana', site: 'Kyoto Inn', amount: 1_050, currency: 'usd' },
   membership_ending: { name: 'Hana', site: 'Kyoto Inn', plan: 'Lounge monthly', endsOn: '2027-02-28' },
   payment_failed: { name: 'Hana', site: 'Kyoto Inn', plan: 'Lounge monthly', amount: 8_800, currency: 'jpy' },
+  checkout_expired: { name: 'Hana', site: 'Kyoto Inn', plan: 'Lounge monthly' },
 };
 
 describe('notification templates', () => {
@@ -66,6 +69,18 @@ describe('notification templates', () => {
       }
     }
     expect(renderNotification('key_issued', 'en', SAMPLE.key_issued).body).toContain('the PIN you chose at booking');
+  });
+
+  it('a drawn PIN is never rendered into the stored text: the body keeps {{pin}}, filled in only at send time', () => {
+    for (const locale of NOTIFICATION_LOCALES) {
+      const r = renderNotification('key_issued', locale, { ...SAMPLE.key_issued, credential: 'issued_pin' });
+      expect(r.body.split(SECRET_PLACEHOLDER)).toHaveLength(2);
+      expect(r.body.replace(/\d{4}-\d{2}-\d{2}/g, '')).not.toMatch(/\d{4,}/);
+      const sent = fillSecret(r.body, '04812345');
+      expect(sent).toContain('04812345');
+      expect(sent).not.toContain('{{');
+    }
+    expect(fillSecret('no secret here', null)).toBe('no secret here');
   });
 
   it('a catalogue naming a variable the template does not get fails loudly instead of sending `{{x}}`', () => {

@@ -99,6 +99,8 @@ export async function openStaysApi(
     sharedClock?: boolean;
     stripeOptions?: StripeClientOptions;
     api?: Partial<ApiConfig>;
+    /** More of the cloud's environment (the notification channel, ...). */
+    env?: Record<string, string>;
   },
 ): Promise<StaysApi> {
   const t = await openTestDb(backend);
@@ -115,7 +117,7 @@ export async function openStaysApi(
     const stripe = stripeClient(local, opts.stripeOptions ?? { maxNetworkRetries: 1, timeout: 5_000 });
     const cloud = await startCloud(t, broker.url, {
       ...(clock ? { clock } : {}),
-      env: { STRIPE_WEBHOOK_SECRET: opts.secret },
+      env: { STRIPE_WEBHOOK_SECRET: opts.secret, ...opts.env },
       deps: { stripe, billingWorker: false, ...opts.deps },
     });
     parts.push(() => cloud.stop());

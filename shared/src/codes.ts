@@ -170,6 +170,12 @@ export const OUTCOME_CODES = table({
   MEMBERSHIP_ENDING: 'The Stripe subscription is set to cancel at period end: the membership ends then; access stays until.',
   MEMBERSHIP_ENDED: 'The membership ended: billing stopped first, the key revoked through the key verb.',
   MEMBERSHIP_REJECTED: 'The application was rejected before any payment; nothing is billed.',
+  MEMBERSHIP_CHECKOUT_EXPIRED:
+    'An approved application whose first invoice was not paid by the checkout deadline ended: its subscription cancelled first, the applicant told, late money refunded.',
+  MEMBERSHIP_CHECKOUT_OPEN: 'The checkout of the approved application is still within its deadline; nothing changed.',
+  MEMBERSHIP_CHECKOUT_PAID: 'The application was paid before its checkout deadline ended it: it is a membership now; nothing changed.',
+  MEMBERSHIP_LATE_PAYMENT_REFUNDED:
+    'Money for an application that ended at its checkout deadline was refunded in full (one refund per payment, its key stored with Stripe).',
   MEMBERSHIP_ACCESS_SUSPENDED: 'The grace period of a past-due membership is over: its key is revoked until the invoice is paid.',
   MEMBERSHIP_END_PENDING:
     "Stripe did not answer whether billing stopped: the end is recorded as pending and reconciled from Stripe's subscription.",

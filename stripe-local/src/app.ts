@@ -21,6 +21,7 @@ import {
   CreatePaymentIntentParams,
   CreateRefundParams,
   ListEventsParams,
+  ListInvoicePaymentsParams,
   ListRefundsParams,
   RetrieveParams,
   paramName,
@@ -325,6 +326,10 @@ export function buildApp(deps: AppDeps) {
   app.get(
     '/v1/invoices/:id',
     read(RetrieveParams, (_p, id) => billing.retrieveInvoice(id)),
+  );
+  app.get(
+    '/v1/invoice_payments',
+    read(ListInvoicePaymentsParams, (p) => billing.listInvoicePayments(p)),
   );
   app.post(
     '/v1/invoices/:id/pay',

@@ -239,6 +239,31 @@ export class Ledger {
     return ok(snap(pi), events);
   }
 
+  /**
+   * The PaymentIntent an invoice is paid through, succeeded with its charge (the card already
+   * accepted by the invoice's charge attempt), so the invoice's money can be refunded as any
+   * PaymentIntent's. Its own `payment_intent.*` / `charge.*` events are not emitted here: the
+   * invoice's events stand for the payment.
+   */
+  succeededForInvoice(p: { invoice: string; amount: number; currency: string; customer: string; paymentMethod: string }): string {
+    const created = this.createPaymentIntent(
+      {
+        amount: p.amount,
+        currency: p.currency,
+        customer: p.customer,
+        metadata: {},
+        description: `Payment for Invoice ${p.invoice}`,
+      },
+      () => 'normal',
+    );
+    const body: unknown = created.answer.body;
+    const id = typeof body === 'object' && body !== null && 'id' in body && typeof body.id === 'string' ? body.id : null;
+    if (id === null) throw new Error("the invoice's PaymentIntent was not created");
+    const confirmed = this.confirmPaymentIntent(id, { payment_method: p.paymentMethod }, () => 'normal');
+    if (confirmed.answer.status !== 200) throw new Error(`the invoice's PaymentIntent did not succeed: ${confirmed.answer.status}`);
+    return id;
+  }
+
   /** Ends a `processing` PaymentIntent (the asynchronous rail answered). */
   settle(id: string, outcome: 'succeeded' | 'failed'): VerbResult {
     const pi = this.paymentIntents.get(id);

@@ -216,6 +216,26 @@ export interface Subscription {
 
 export type InvoiceStatus = 'draft' | 'open' | 'paid' | 'uncollectible' | 'void';
 
+/**
+ * One payment of an invoice (API 2025-03-31: an invoice is paid through a PaymentIntent the
+ * InvoicePayment names; `GET /v1/invoice_payments?invoice=`). A refund of the invoice's money is a
+ * refund of that PaymentIntent.
+ */
+export interface InvoicePayment {
+  id: string;
+  object: 'invoice_payment';
+  amount_paid: number | null;
+  amount_requested: number;
+  created: number;
+  currency: string;
+  invoice: string;
+  is_default: boolean;
+  livemode: false;
+  payment: { type: 'payment_intent'; payment_intent: string };
+  status: 'open' | 'paid' | 'canceled';
+  status_transitions: { canceled_at: number | null; paid_at: number | null };
+}
+
 export interface Invoice {
   id: string;
   object: 'invoice';

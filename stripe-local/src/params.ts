@@ -158,6 +158,15 @@ export const CancelSubscriptionParams = z.strictObject({
 });
 export type CancelSubscriptionParams = z.infer<typeof CancelSubscriptionParams>;
 
+export const ListInvoicePaymentsParams = z.strictObject({
+  invoice: z.string().optional(),
+  status: z.enum(['open', 'paid', 'canceled']).optional(),
+  limit: formInt.pipe(z.number().int().min(1).max(100)).optional(),
+  starting_after: z.string().optional(),
+  expand,
+});
+export type ListInvoicePaymentsParams = z.infer<typeof ListInvoicePaymentsParams>;
+
 export const PayInvoiceParams = z.strictObject({
   payment_method: z.string().optional(),
   expand,

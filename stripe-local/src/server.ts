@@ -86,7 +86,7 @@ export async function startStripeLocal(options: StripeLocalOptions = {}): Promis
   const clock: Clock = options.clock ?? { now: () => Date.now() };
   const ids = new Ids(options.seed ?? 'L0');
   const ledger = new Ledger(ids, clock);
-  const billing = new BillingBook(ids, clock);
+  const billing = new BillingBook(ids, clock, ledger);
   const idempotency = new IdempotencyStore(clock);
   const webhooks = new WebhookDispatcher(log, clock, { ...DEFAULT_WEBHOOK_RETRY, ...options.webhookRetry });
   if (options.webhook) webhooks.addEndpoint(options.webhook);

@@ -19,16 +19,18 @@ import {
   type ApiAnswer,
   type Customer,
   type Invoice,
+  type InvoicePayment,
   type Price,
   type RecurringInterval,
   type Subscription,
 } from './objects.js';
-import { TEST_CARDS, type Clock, type EventDraft, type Ids, type VerbResult } from './ledger.js';
+import { TEST_CARDS, type Clock, type EventDraft, type Ids, type Ledger, type VerbResult } from './ledger.js';
 import type {
   CancelSubscriptionParams,
   CreateCustomerParams,
   CreatePriceParams,
   CreateSubscriptionParams,
+  ListInvoicePaymentsParams,
   PayInvoiceParams,
   UpdateSubscriptionParams,
 } from './params.js';
@@ -78,10 +80,13 @@ export class BillingBook {
   readonly prices = new Map<string, Price>();
   readonly subscriptions = new Map<string, Subscription>();
   readonly invoices = new Map<string, Invoice>();
+  readonly invoicePayments = new Map<string, InvoicePayment>();
 
   constructor(
     private readonly ids: Ids,
     private readonly clock: Clock,
+    /** where an invoice's PaymentIntent is made when it is paid (so its money can be refunded); none: no InvoicePayment */
+    private readonly ledger?: Ledger,
   ) {}
 
   private seconds(): number {
@@ -266,6 +271,23 @@ export class BillingBook {
     return ok(snap(sub), events);
   }
 
+  /** `GET /v1/invoice_payments`: newest first, by `invoice` and `status`. */
+  listInvoicePayments(p: ListInvoicePaymentsParams): ApiAnswer {
+    let all = [...this.invoicePayments.values()].reverse();
+    if (p.invoice !== undefined) all = all.filter((x) => x.invoice === p.invoice);
+    if (p.status !== undefined) all = all.filter((x) => x.status === p.status);
+    if (p.starting_after !== undefined) {
+      const i = all.findIndex((x) => x.id === p.starting_after);
+      if (i < 0) return noSuch('invoice_payment', p.starting_after, 'starting_after');
+      all = all.slice(i + 1);
+    }
+    const limit = p.limit ?? 10;
+    return {
+      status: 200,
+      body: { object: 'list', data: snap(all.slice(0, limit)), has_more: all.length > limit, url: '/v1/invoice_payments' },
+    };
+  }
+
   retrieveInvoice(id: string): ApiAnswer {
     const i = this.invoices.get(id);
     return i ? { status: 200, body: snap(i) } : noSuch('invoice', id);
@@ -413,6 +435,30 @@ export class BillingBook {
         answer: errorAnswer(402, { type: 'card_error', code: 'card_declined', decline_code: card.declineCode, message }),
         events,
       };
+    }
+    if (this.ledger) {
+      const paymentIntent = this.ledger.succeededForInvoice({
+        invoice: invoice.id,
+        amount: invoice.amount_due,
+        currency: invoice.currency,
+        customer: invoice.customer,
+        paymentMethod: pm,
+      });
+      const payment: InvoicePayment = {
+        id: this.ids.next('inpay'),
+        object: 'invoice_payment',
+        amount_paid: invoice.amount_due,
+        amount_requested: invoice.amount_due,
+        created: now,
+        currency: invoice.currency,
+        invoice: invoice.id,
+        is_default: true,
+        livemode: false,
+        payment: { type: 'payment_intent', payment_intent: paymentIntent },
+        status: 'paid',
+        status_transitions: { canceled_at: null, paid_at: now },
+      };
+      this.invoicePayments.set(payment.id, payment);
     }
     invoice.status = 'paid';
     invoice.amount_paid = invoice.amount_due;

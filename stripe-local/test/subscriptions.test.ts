@@ -149,6 +149,35 @@ describe('a subscription through the real SDK', () => {
     expect(u).toMatchObject({ statusCode: 400, code: 'invalid_canceled_subscription_fields' });
   });
 
+  it('an unpaid subscription cancelled before payment voids its invoice: nothing can be paid or charged after the end', async () => {
+    t = await withLocal();
+    const sub = await subscribed(t);
+    const c = await t.stripe.subscriptions.cancel(sub.id, {}, { idempotencyKey: `cancel:${sub.id}` });
+    expect(c.status).toBe('canceled');
+    expect((await t.stripe.invoices.retrieve(invoiceOf(sub))).status).toBe('void');
+    const e = await rejection(t.stripe.invoices.pay(invoiceOf(sub), { payment_method: 'pm_card_visa' }));
+    expect(e).toMatchObject({ statusCode: 400, code: 'invoice_not_open' });
+    expect((await t.stripe.invoicePayments.list({ invoice: invoiceOf(sub) })).data).toEqual([]);
+  });
+
+  it("a paid invoice names its PaymentIntent (InvoicePayment), whose money is refunded as any PaymentIntent's", async () => {
+    t = await withLocal();
+    const sub = await subscribed(t);
+    await t.stripe.invoices.pay(invoiceOf(sub), { payment_method: 'pm_card_visa' });
+    const payments = await t.stripe.invoicePayments.list({ invoice: invoiceOf(sub), status: 'paid' });
+    expect(payments.data).toHaveLength(1);
+    const [payment] = payments.data;
+    expect(payment).toMatchObject({ object: 'invoice_payment', invoice: invoiceOf(sub), amount_paid: 5000, status: 'paid' });
+    const pi = payment?.payment.payment_intent;
+    if (typeof pi !== 'string') throw new Error('no PaymentIntent');
+    expect(await t.stripe.paymentIntents.retrieve(pi)).toMatchObject({ status: 'succeeded', amount_received: 5000, currency: 'jpy' });
+    const refund = await t.stripe.refunds.create({ payment_intent: pi }, { idempotencyKey: 'refund:membership:m1:1' });
+    expect(refund).toMatchObject({ status: 'succeeded', amount: 5000 });
+    const again = await t.stripe.refunds.create({ payment_intent: pi }, { idempotencyKey: 'refund:membership:m1:1' });
+    expect(again.id).toBe(refund.id);
+    expect((await t.stripe.refunds.list({ payment_intent: pi })).data).toHaveLength(1);
+  });
+
   it('is unavailable like every /v1 route when the fault is set', async () => {
     t = await withLocal();
     t.local.faults.unavailable = true;

@@ -12,7 +12,14 @@ import { classifyStripeError } from '../adapters/stripe/errors.js';
 import { cancelPaymentIntent, retrievePaymentIntent } from '../adapters/stripe/payment-intents.js';
 import { createRefund, listRefundsOfIntent } from '../adapters/stripe/refunds.js';
 import { SimulatedCrash } from './crash.js';
-import { reconcilePendingStop, reconcileSubscription, suspendOverdueAccess } from './memberships.js';
+import {
+  DEFAULT_CHECKOUT_DEADLINE_MS,
+  expireUnpaidCheckouts,
+  reconcilePendingStop,
+  reconcileSubscription,
+  refundLateCheckout,
+  suspendOverdueAccess,
+} from './memberships.js';
 import { END_REASONS } from '../domain/membership-states.js';
 import { loadWalkIn } from '../adapters/db/walk-ins.js';
 import { expireWalkIns, refundWalkIn, settleWalkInPayment } from './walk-ins.js';
@@ -34,6 +41,8 @@ export interface BillingWorkerOptions extends BackoffPolicy {
   readonly batch: number;
   /** A stay still pending this long past its hold is an alarm (STAY_HOLD_OVERDUE). */
   readonly holdSlackMs: number;
+  /** How long an approved application's checkout stays open unpaid (config MEMBERSHIP_CHECKOUT_DEADLINE_MS). */
+  readonly checkoutDeadlineMs: number;
 }
 
 export const DEFAULT_BILLING_WORKER_OPTIONS: BillingWorkerOptions = Object.freeze({
@@ -41,6 +50,7 @@ export const DEFAULT_BILLING_WORKER_OPTIONS: BillingWorkerOptions = Object.freez
   leaseMs: 60_000,
   batch: 20,
   holdSlackMs: 10 * 60_000,
+  checkoutDeadlineMs: DEFAULT_CHECKOUT_DEADLINE_MS,
   baseMs: 2_000,
   maxMs: 10 * 60_000,
   maxAttempts: 12,
@@ -58,12 +68,15 @@ export interface BillingPass {
   readonly suspended: number;
   /** unpaid walk-ins released this pass (their intent cancelled in Stripe first, the quota use given back) */
   readonly walkInsExpired: number;
+  /** approved applications ended unpaid at their checkout deadline this pass (`checkout_expired`) */
+  readonly checkoutsExpired: number;
 }
 
 const ID = z.string().min(1);
 const PaymentJob = z.object({ paymentId: ID });
 const RefundJob = z.object({ refundId: ID });
 const WalkInRefundJob = z.object({ walkInId: ID });
+const MembershipRefundJob = z.object({ membershipId: ID });
 const NotifyJob = z.object({ notice: z.string(), stayId: ID });
 const PendingStopJob = z.object({
   membershipId: ID,
@@ -198,7 +211,8 @@ export class BillingWorker {
     const ended = await this.#ends();
     const suspended = await suspendOverdueAccess(this.#d, this.#o.batch);
     const walkInsExpired = await expireWalkIns(this.#d, this.#o.batch);
-    return { events, jobs, expired, ended, overdue, suspended, walkInsExpired };
+    const checkoutsExpired = await expireUnpaidCheckouts(this.#d, this.#o.batch, this.#o.checkoutDeadlineMs);
+    return { events, jobs, expired, ended, overdue, suspended, walkInsExpired, checkoutsExpired };
   }
 
   // ------------------------------------------------------------ webhook inbox
@@ -368,6 +382,9 @@ export class BillingWorker {
         return done('NOTHING_TO_DO');
       case 'walk_in_refund':
         return done(await refundWalkIn(d, WalkInRefundJob.parse(j.body).walkInId, cid));
+      case 'membership_refund':
+        // money that landed for an application its checkout deadline ended
+        return done(await refundLateCheckout(d, MembershipRefundJob.parse(j.body).membershipId, cid));
       default: {
         const never: never = j.kind;
         throw new Error(`unhandled billing job ${String(never)}`);

@@ -12,7 +12,9 @@ import { enqueueNotification } from './notifications.js';
  * by THE notification verb in the membership's transaction: `membership_ending`
  * (the period end as a date of the site) and `payment_failed` (the plan's
  * price). The notice's dedupe key is the message's (`<template>:<subject>`),
- * so a retried verb queues nothing twice. The other notices have no
+ * so a retried verb queues nothing twice. A rejection for `checkout_expired`
+ * is sent as `checkout_expired` (the applicant's checkout ended unpaid at its
+ * deadline). The other notices have no
  * template yet (docs/notifications.md): nothing is sent for them.
  */
 export async function notifyMembership(
@@ -52,9 +54,13 @@ export async function notifyMembership(
         vars: { plan: plan.name, amount: plan.amount, currency: plan.currency },
       });
       return 'queued';
+    case 'membership_rejected':
+      // an approved checkout that ended unpaid at its deadline: the applicant is told (other rejections: no template yet)
+      if (m.endReason !== 'checkout_expired') return 'no_template';
+      await enqueueNotification(tx, { ...base, template: 'checkout_expired', vars: { plan: plan.name } });
+      return 'queued';
     case 'membership_activated':
     case 'membership_ended':
-    case 'membership_rejected':
     case 'access_suspended':
     case 'access_restored':
       return 'no_template';

@@ -24,6 +24,7 @@ import {
   casMembership,
   endMembershipRow,
   insertMembership,
+  listCheckoutsApprovedBefore,
   listLivingOfPlan,
   listMemberships as listMembershipRows,
   listPastDue,
@@ -43,6 +44,8 @@ import {
   createMemberCustomer,
   createPlanPrice,
   createSubscription,
+  listPaidInvoicePayments,
+  refundInvoicePayment,
   retrieveSubscription,
   scheduleSubscriptionEnd,
 } from '../adapters/stripe/subscriptions.js';
@@ -54,6 +57,7 @@ import type { BillingInterval, Plan } from '../domain/plans.js';
 import type { Page } from '@tobira/shared';
 import { issueKey, revokeKey } from './keys.js';
 import { notifyMembership } from './membership-notices.js';
+import { enqueueNotification } from './notifications.js';
 import { BillingStepFailed, cancelStayInTx, inBilling, type StayDeps } from './stays.js';
 
 /**
@@ -416,6 +420,8 @@ export interface EndMembershipInput {
   readonly subscriptionEnded?: boolean;
   /** set when the subscription read back from Stripe shows the billing stop made (no billing call; the end is written) */
   readonly billingStopped?: boolean;
+  /** `checkout_expired`: the checkout deadline (ms after the approval) the end is judged against */
+  readonly checkoutDeadlineMs?: number;
   readonly siteScope?: SiteScope;
   readonly cid?: CorrelationId;
 }
@@ -442,6 +448,7 @@ export async function endMembership(deps: MembershipDeps, input: EndMembershipIn
     subscriptionEnded: input.subscriptionEnded ?? false,
     cid,
     ...(input.expectedVersion === undefined ? {} : { expectedVersion: input.expectedVersion }),
+    ...(input.checkoutDeadlineMs === undefined ? {} : { checkoutDeadlineMs: input.checkoutDeadlineMs }),
   };
   const before = await loadMembership(deps.db, input.membershipId, input.siteScope ?? null);
   const pre = domain.decideEnd(before, cmd, deps.clock.now());
@@ -503,6 +510,20 @@ export async function endMembership(deps: MembershipDeps, input: EndMembershipIn
     return { o: applied(o.code, written), notices: noticesOf(m, o.emits) };
   });
   log.info({ status: out.o.status, code: out.o.code, billing: pre.billing }, 'membership verb done');
+  if (input.reason === 'checkout_expired' && stopped) {
+    // the subscription is cancelled, so nothing more can be charged; money paid in the moment before the
+    // cancellation (whatever the local write decided: a payment that won the race makes it a noop) is refunded
+    await inBilling(deps, 'queueCheckoutRefund', (tx) =>
+      enqueueBillingJob(tx, {
+        kind: 'membership_refund',
+        subjectId: before.id,
+        dedupeKey: `membership_refund:${before.id}`,
+        body: { membershipId: before.id },
+        cid,
+        now: deps.clock.now(),
+      }),
+    );
+  }
   if (stoppedAs?.status === 'canceled' && out.o.status === 'applied' && out.o.state.status === 'ending' && out.o.state.subscriptionId) {
     // the schedule found the subscription already ended in Stripe: the end takes effect now, not at a period end
     await reconcileSubscription(deps, out.o.state.subscriptionId, cid);
@@ -689,6 +710,92 @@ export async function reconcileSubscription(
   log.info({ code, stripeStatus: now.value.status }, 'subscription reconciled');
   if (code === 'MEMBERSHIP_STATE_CHANGED') throw new BillingStepFailed(code, false, 'the membership moved while deciding');
   return code;
+}
+
+/**
+ * How long an approved application's checkout stays open unpaid (config MEMBERSHIP_CHECKOUT_DEADLINE_MS):
+ * 22 hours, an hour before Stripe expires an incomplete subscription on its own (23 hours), so the end is
+ * ours — our reason, our notice, a refund of money that landed anyway — and not a race with Stripe's.
+ */
+export const DEFAULT_CHECKOUT_DEADLINE_MS = 22 * 3_600_000;
+
+/**
+ * The checkout sweep (each billing pass): every approved application still unpaid at its deadline ends
+ * through THE ending verb with `checkout_expired` — the subscription cancelled at Stripe first (its open
+ * invoice voided: nothing can be charged after the end), then `rejected`, the applicant told, and a
+ * `membership_refund` job for money that landed anyway. Stripe unreachable → it stays open, and the next
+ * pass tries again. Returns how many ended.
+ */
+export async function expireUnpaidCheckouts(deps: MembershipDeps, limit: number, deadlineMs: number): Promise<number> {
+  let ended = 0;
+  for (const id of await listCheckoutsApprovedBefore(deps.db, deps.clock.now() - deadlineMs, limit)) {
+    const r = await endMembership(deps, {
+      membershipId: id,
+      reason: 'checkout_expired',
+      actor: 'tobira',
+      note: 'the first invoice was not paid by the checkout deadline',
+      checkoutDeadlineMs: deadlineMs,
+    });
+    if (r.status === 'applied' && r.code === 'MEMBERSHIP_CHECKOUT_EXPIRED') ended += 1;
+    else
+      withCorrelation(deps.log, r.cid, { part: 'checkout-sweep', membershipId: id }).info(
+        { status: r.status, code: r.code },
+        'unpaid checkout not ended on this pass',
+      );
+  }
+  return ended;
+}
+
+/**
+ * The `membership_refund` job: every paid payment of the application's first invoice is refunded in full,
+ * each with its own key stored with Stripe (`refund:membership:<id>:<intent>`: a retry, or a second run
+ * of the job, gets the same refund back), and the applicant is told of each refund (`refund_made`).
+ * Nothing paid → `NOTHING_TO_REFUND`.
+ */
+export async function refundLateCheckout(deps: MembershipDeps, membershipId: string, cid: CorrelationId): Promise<OutcomeCode> {
+  const stripe = deps.stripe;
+  if (!stripe) throw new BillingStepFailed('BILLING_NOT_CONFIGURED', false, 'no Stripe client');
+  const log = withCorrelation(deps.log, cid, { verb: 'refundLateCheckout', membershipId });
+  const m = await loadMembership(deps.db, membershipId);
+  if (!m) return 'MEMBERSHIP_NOT_FOUND';
+  if (m.firstInvoiceId === null) return 'NOTHING_TO_REFUND';
+  const paid = await listPaidInvoicePayments(stripe, m.firstInvoiceId);
+  if (!paid.ok) throw new BillingStepFailed(paid.failure.code, paid.failure.kind === 'permanent', paid.failure.message);
+  if (paid.value.length === 0) return 'NOTHING_TO_REFUND';
+  // the job exists only once the deadline's cancellation was made at Stripe: whatever the local write decided,
+  // the subscription no longer runs, so the money is refunded. A payment that won the race locally made it a
+  // membership for a moment (the subscription's deleted event ends it): worth an operator's look
+  if (!(m.status === 'rejected' && m.endReason === 'checkout_expired'))
+    log.warn(
+      { alarm: true, code: 'MEMBERSHIP_CHECKOUT_PAID', status: m.status },
+      'ALARM: a checkout paid as its deadline cancelled it: refunded; the membership follows its cancelled subscription',
+    );
+  for (const p of paid.value) {
+    const r = await refundInvoicePayment(stripe, {
+      intentId: p.intentId,
+      idempotencyKey: `refund:membership:${m.id}:${p.intentId}`,
+      membershipId: m.id,
+    });
+    if (!r.ok) throw new BillingStepFailed(r.failure.code, r.failure.kind === 'permanent', r.failure.message);
+    await deps.db.transaction((tx) =>
+      enqueueNotification(tx, {
+        template: 'refund_made',
+        subjectId: r.value.stripeRefundId,
+        personId: m.personId,
+        siteId: m.siteId,
+        vars: { amount: r.value.amount, currency: r.value.currency },
+        cid,
+        now: deps.clock.now(),
+        channel: deps.notificationChannel,
+        log: deps.log,
+      }),
+    );
+    log.info(
+      { code: 'MEMBERSHIP_LATE_PAYMENT_REFUNDED', intentId: p.intentId, refundId: r.value.stripeRefundId, amount: r.value.amount },
+      'late checkout payment refunded',
+    );
+  }
+  return 'MEMBERSHIP_LATE_PAYMENT_REFUNDED';
 }
 
 /** The grace sweep: each past-due member past the plan's grace loses door access (key revoked through the key verb). */

@@ -45,6 +45,8 @@ export type NotificationInput<T extends NotificationTemplate> = {
   /** the channel this cloud sends through (config NOTIFY_CHANNEL); default `log` */
   readonly channel?: NotificationChannel | undefined;
   readonly log?: Logger | undefined;
+  /** a secret the message carries ({{pin}} in the text): kept apart from the text and cleared once delivered */
+  readonly secret?: string | undefined;
 };
 
 export interface QueuedNotification {
@@ -79,6 +81,7 @@ export async function enqueueNotification<T extends NotificationTemplate>(
       template: n.template,
       subject: text.subject,
       body: text.body,
+      secret: n.secret ?? null,
       cid: n.cid,
     },
     n.now,
@@ -106,8 +109,10 @@ const STAY_TEMPLATES: Partial<Record<StayNotice, 'key_issued' | 'key_revoked'>> 
 
 /**
  * A stay's notice as a message: confirmed → `key_issued` (how to enter: the
- * PIN the guest chose at booking, their card, or the front desk; never a
- * PIN), cancelled → `key_revoked`. Other notices send nothing (yet).
+ * PIN the guest chose at booking, their card, or — a stay booked without a
+ * credential — the PIN the cloud drew for its key, `issuedPin`, carried as the
+ * row's secret until delivered), cancelled → `key_revoked`. Other notices
+ * send nothing (yet).
  */
 export async function notifyStay(
   deps: AppDeps,
@@ -116,6 +121,7 @@ export async function notifyStay(
   notice: StayNotice,
   cid: CorrelationId,
   now: number,
+  issuedPin?: string,
 ): Promise<void> {
   const template = STAY_TEMPLATES[notice];
   if (template === undefined) return;
@@ -130,7 +136,13 @@ export async function notifyStay(
     log: deps.log,
   };
   if (template === 'key_issued') {
-    await enqueueNotification(tx, { ...base, template, vars: { ...dates, credential: stay.guestCredential?.type ?? 'desk' } });
+    const credential = stay.guestCredential?.type ?? (issuedPin === undefined ? 'desk' : 'issued_pin');
+    await enqueueNotification(tx, {
+      ...base,
+      template,
+      vars: { ...dates, credential },
+      secret: credential === 'issued_pin' ? issuedPin : undefined,
+    });
   } else {
     await enqueueNotification(tx, { ...base, template, vars: dates });
   }

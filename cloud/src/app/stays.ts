@@ -200,16 +200,18 @@ async function runEffects(c: EffectContext, effects: readonly StayEffect[]): Pro
         }
         const newPin = c.deps.newPin ?? defaultPin;
         for (let attempt = 1; ; attempt++) {
-          pin = newPin();
+          const drawn = newPin();
           const o = await issueKey(keyDeps, {
             keyId: e.key.keyId,
             personId: e.key.personId,
             doors: e.key.doors,
-            credential: { type: 'pin', value: pin },
+            credential: { type: 'pin', value: drawn },
             validFrom: e.key.validFrom,
             validUntil: e.key.validUntil,
             cid: c.cid,
           });
+          // only a key issued now holds the PIN just drawn (a noop is a key, and its notice, from before)
+          if (o.status === 'applied') pin = drawn;
           if (o.status === 'applied' || o.status === 'noop') break;
           // a PIN another live key at the gateway holds: draw again (a few times; then it is a site with no PINs left)
           if (o.code === 'CREDENTIAL_IN_USE' && attempt < 5) continue;
@@ -233,13 +235,13 @@ async function runEffects(c: EffectContext, effects: readonly StayEffect[]): Pro
           subjectId: c.stay.id,
           dedupeKey: e.dedupeKey,
           // Never the PIN: a job body is a database row kept for days, and secrets are stored only as
-          // digests. Telling the guest their PIN is the notification channel's work, which
-          // must carry it without persisting it in clear.
+          // digests. The guest's key notice carries a drawn PIN, held only until its delivery.
           body: { notice: e.notice, stayId: c.stay.id },
           cid: c.cid,
           now: c.now,
         });
-        await notifyStay(c.deps, c.tx, c.stay, e.notice, c.cid, c.now); // the guest's message, never the PIN
+        // the guest's message: a PIN drawn for a stay booked without a credential goes with its key notice
+        await notifyStay(c.deps, c.tx, c.stay, e.notice, c.cid, c.now, pin);
         break;
       default: {
         const never: never = e;

@@ -12,7 +12,15 @@ export const MEMBERSHIP_STATUSES = ['applied', 'active', 'past_due', 'ending', '
 export type MembershipStatus = (typeof MEMBERSHIP_STATUSES)[number];
 
 /** Why a membership ends: one parameter of one verb. */
-export const END_REASONS = ['self_cancel', 'force_cancel', 'application_rejected', 'plan_retired', 'payment_failed_final'] as const;
+export const END_REASONS = [
+  'self_cancel',
+  'force_cancel',
+  'application_rejected',
+  'plan_retired',
+  'payment_failed_final',
+  // an approved application whose first invoice was not paid by the checkout deadline
+  'checkout_expired',
+] as const;
 export type EndReason = (typeof END_REASONS)[number];
 
 export const MEMBERSHIP_EVENTS = ['apply', 'approve', 'invoice_paid', 'payment_failed', 'period_ended', ...END_REASONS] as const;
@@ -46,6 +54,7 @@ export const MEMBERSHIP_TRANSITIONS: readonly MembershipTransitionRow[] = [
   { from: ['past_due'], event: 'payment_failed_final', to: 'ended', code: 'MEMBERSHIP_ENDED' },
   { from: ['applied'], event: 'application_rejected', to: 'rejected', code: 'MEMBERSHIP_REJECTED' },
   { from: ['applied'], event: 'plan_retired', to: 'rejected', code: 'MEMBERSHIP_REJECTED' },
+  { from: ['applied'], event: 'checkout_expired', to: 'rejected', code: 'MEMBERSHIP_CHECKOUT_EXPIRED' },
 ];
 
 /** Events answered with `noop` and a code from these states (nothing is written). */
@@ -70,6 +79,8 @@ export const MEMBERSHIP_NOOPS: readonly MembershipNoopRow[] = [
   { from: ['ended', 'rejected'], event: 'application_rejected', code: 'MEMBERSHIP_ALREADY_ENDED' },
   { from: ['ended', 'rejected'], event: 'plan_retired', code: 'MEMBERSHIP_ALREADY_ENDED' },
   { from: ['ended', 'rejected'], event: 'payment_failed_final', code: 'MEMBERSHIP_ALREADY_ENDED' },
+  { from: ['active', 'past_due', 'ending'], event: 'checkout_expired', code: 'MEMBERSHIP_CHECKOUT_PAID' },
+  { from: ['ended', 'rejected'], event: 'checkout_expired', code: 'MEMBERSHIP_ALREADY_ENDED' },
 ];
 
 export function membershipTransitionOf(from: MembershipStatus | null, event: MembershipEvent): MembershipTransitionRow | undefined {

@@ -288,7 +288,10 @@ export function observeSubscription(
           stopped: 'ended',
         };
       if (m.status === 'applied')
-        return { kind: 'end', reason: 'application_rejected', actor: 'stripe', note: 'the first invoice was never paid', stopped: 'ended' };
+        // Stripe expires an incomplete subscription itself 23 hours after its creation: the checkout's end
+        return obs.status === 'incomplete_expired'
+          ? { kind: 'end', reason: 'checkout_expired', actor: 'stripe', note: 'Stripe expired the unpaid checkout', stopped: 'ended' }
+          : { kind: 'end', reason: 'application_rejected', actor: 'stripe', note: 'the first invoice was never paid', stopped: 'ended' };
       return { kind: 'end', reason: 'force_cancel', actor: 'stripe', note: 'the subscription was canceled in Stripe', stopped: 'ended' };
     }
     case 'incomplete':
@@ -313,6 +316,8 @@ export interface EndCommand {
   readonly expectedVersion?: number;
   /** Stripe already ended the subscription (its deleted event): no billing call, an `ending` membership reaches its period end */
   readonly subscriptionEnded: boolean;
+  /** `checkout_expired`: how long after its approval an unpaid checkout stays open (config MEMBERSHIP_CHECKOUT_DEADLINE_MS) */
+  readonly checkoutDeadlineMs?: number;
   readonly cid: CorrelationId;
 }
 
@@ -340,7 +345,12 @@ export function decideEnd(m: Membership | null, cmd: EndCommand, now: number): E
   if (cmd.expectedVersion !== undefined && cmd.expectedVersion !== m.version) return none(conflict('MEMBERSHIP_STATE_CHANGED', m));
   if (cmd.reason === 'force_cancel' && !cmd.subscriptionEnded && (!cmd.actor || !cmd.note))
     return none(refused('MEMBERSHIP_NOTE_REQUIRED', 'force_cancel needs the staff actor and a note'));
-  if (m.status === 'applied' && !cmd.subscriptionEnded) {
+  if (cmd.reason === 'checkout_expired' && m.status === 'applied' && !cmd.subscriptionEnded) {
+    // only an approved checkout expires, and only once its deadline has passed (the sweep and a late retry agree)
+    if (m.approvedAt === null) return none(refused('APPLICATION_UNDER_REVIEW'));
+    if (cmd.checkoutDeadlineMs === undefined || now < m.approvedAt + cmd.checkoutDeadlineMs)
+      return none(noop('MEMBERSHIP_CHECKOUT_OPEN', m));
+  } else if (m.status === 'applied' && !cmd.subscriptionEnded) {
     const rejecting = cmd.reason === 'application_rejected' || cmd.reason === 'plan_retired';
     if (m.approvedAt !== null) return none(refused('CHECKOUT_IN_PROGRESS'));
     if (!rejecting) return none(refused('APPLICATION_UNDER_REVIEW'));

@@ -5,9 +5,14 @@
  * (`app/notifications.ts`) loads the recipient, renders here and writes the
  * outbox row in the caller's transaction.
  *
- * A template never receives a credential: the stay's PIN exists only as a
- * digest, so the key message says how to enter (`credential`: the PIN the
- * guest chose at booking, the card, or the front desk), never a PIN.
+ * A template never receives a credential: a credential the guest chose
+ * exists only as a digest, so the key message says how to enter
+ * (`credential`: the PIN the guest chose at booking, the card, or the front
+ * desk). The one exception is a PIN the cloud drew for a stay booked without
+ * a credential (`issued_pin`): its entry text keeps the `{{pin}}`
+ * placeholder (SECRET_PLACEHOLDER) unfilled, the PIN waits apart from the
+ * rendered text until the row is delivered, and the dispatcher fills it in
+ * at send time (`fillSecret`).
  */
 
 export const NOTIFICATION_LOCALES = ['ja', 'en'] as const;
@@ -20,8 +25,14 @@ export type NotificationChannel = (typeof NOTIFICATION_CHANNELS)[number];
 export const NOTIFICATION_STATUSES = ['pending', 'sending', 'sent', 'dead'] as const;
 export type NotificationStatus = (typeof NOTIFICATION_STATUSES)[number];
 
-/** How the guest enters: with the PIN they chose at booking, their card, or (no credential of theirs) at the front desk. */
-export type EntryCredential = 'pin' | 'card' | 'desk';
+/**
+ * How the guest enters: with the PIN they chose at booking, their card, the PIN the cloud drew for them (carried
+ * by this message, filled in at send time), or (no credential and no PIN to send) at the front desk.
+ */
+export type EntryCredential = 'pin' | 'card' | 'issued_pin' | 'desk';
+
+/** The placeholder a rendered body keeps for a secret the dispatcher fills in at send time (never stored in the text). */
+export const SECRET_PLACEHOLDER = '{{pin}}';
 
 interface StayVars {
   readonly name: string;
@@ -50,6 +61,8 @@ export interface NotificationVars {
   readonly refund_made: MoneyVars;
   readonly membership_ending: MembershipVars & { readonly endsOn: string };
   readonly payment_failed: MembershipVars & { readonly amount: number; readonly currency: string };
+  /** an approved application whose first payment did not arrive by the checkout deadline */
+  readonly checkout_expired: MembershipVars;
 }
 export type NotificationTemplate = keyof NotificationVars;
 export const NOTIFICATION_TEMPLATES = [
@@ -59,6 +72,7 @@ export const NOTIFICATION_TEMPLATES = [
   'refund_made',
   'membership_ending',
   'payment_failed',
+  'checkout_expired',
 ] as const satisfies readonly NotificationTemplate[];
 
 export interface TemplateText {
@@ -94,6 +108,10 @@ export const CATALOGUES: Readonly<Record<NotificationLocale, Catalogue>> = {
       subject: '【{{site}}】お支払いができませんでした',
       body: '{{name}} 様\n\n{{site}} のメンバーシップ「{{plan}}」のお支払い {{amount}} ができませんでした。\nお支払い方法をご確認ください。',
     },
+    checkout_expired: {
+      subject: '【{{site}}】メンバーシップのお申し込みの期限が過ぎました',
+      body: '{{name}} 様\n\n{{site}} のメンバーシップ「{{plan}}」のお申し込みは、お支払いの期限までに初回のお支払いが確認できなかったため終了しました。\n今後の請求はありません。期限の後に届いたお支払いは全額返金します。\n改めてお申し込みいただけます。',
+    },
   },
   en: {
     key_issued: {
@@ -120,6 +138,10 @@ export const CATALOGUES: Readonly<Record<NotificationLocale, Catalogue>> = {
       subject: '[{{site}}] Your payment failed',
       body: 'Dear {{name}},\n\nThe payment of {{amount}} for your membership "{{plan}}" at {{site}} failed.\nPlease check your payment method.',
     },
+    checkout_expired: {
+      subject: '[{{site}}] Your membership application has lapsed',
+      body: 'Dear {{name}},\n\nYour application for the membership "{{plan}}" at {{site}} has ended: its first payment did not arrive by the checkout deadline.\nNothing more will be charged, and a payment that arrived after the deadline is refunded in full.\nYou are welcome to apply again.',
+    },
   },
 };
 
@@ -128,11 +150,13 @@ export const ENTRY_TEXT: Readonly<Record<NotificationLocale, Readonly<Record<Ent
   ja: {
     pin: 'ご予約時にお選びいただいた暗証番号（PIN）をドアのキーパッドに入力してください。',
     card: 'ご予約時に登録したカードをドアのリーダーにかざしてください。',
+    issued_pin: 'ドアのキーパッドに次の暗証番号（PIN）を入力してください: {{pin}}\nこの番号は他の方に知らせないでください。',
     desk: 'フロントで入室方法をお受け取りください。',
   },
   en: {
     pin: 'Enter the PIN you chose at booking on the door keypad.',
     card: 'Hold the card you registered at booking to the door reader.',
+    issued_pin: 'Enter this PIN on the door keypad: {{pin}}\nKeep it to yourself.',
     desk: 'Please collect your entry details at the front desk.',
   },
 };
@@ -192,6 +216,11 @@ export function renderNotification<T extends NotificationTemplate>(
   const values = valuesOf(template, locale, vars);
   const where = `${locale}/${template}`;
   return { subject: fill(text.subject, values, where), body: fill(text.body, values, where) };
+}
+
+/** A rendered body with its secret filled in, at send time only (the stored row keeps the placeholder). */
+export function fillSecret(body: string, secret: string | null): string {
+  return secret === null ? body : body.split(SECRET_PLACEHOLDER).join(secret);
 }
 
 /** The dedupe key of a business event: one message per template and subject, however often its verb runs. */

@@ -153,6 +153,7 @@ const MEMBERSHIP_VERBS: Record<MembershipEvent, readonly string[]> = {
   application_rejected: ['endMembership'],
   plan_retired: ['endMembership'],
   payment_failed_final: ['endMembership'],
+  checkout_expired: ['endMembership'],
 };
 
 const UPLINK_KEY_ROTATION_VERBS: Record<(typeof UPLINK_KEY_ROTATION_TRANSITIONS)[number]['event'], readonly string[]> = {

@@ -22,6 +22,8 @@ export const BILLING_JOB_KINDS = [
   'notify',
   'walk_in_refund',
   'reconcile_membership',
+  // money that landed for an application after its checkout deadline ended it: refunded in full
+  'membership_refund',
 ] as const;
 export type BillingJobKind = (typeof BILLING_JOB_KINDS)[number];
 

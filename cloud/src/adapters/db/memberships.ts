@@ -243,6 +243,18 @@ export async function listPastDue(q: Queryable, limit: number): Promise<string[]
   return r.rows.map((x) => x.id);
 }
 
+/** Approved applications whose first invoice is still unpaid and whose checkout was approved at or before `approvedBy` (ms). */
+export async function listCheckoutsApprovedBefore(q: Queryable, approvedBy: number, limit: number): Promise<string[]> {
+  const r = await q.query<{ id: string }>(
+    `SELECT id FROM memberships
+      WHERE status = 'applied' AND approved_at IS NOT NULL AND subscription_id IS NOT NULL AND approved_at <= $1
+        AND billing_stop_pending IS NULL
+      ORDER BY approved_at, id LIMIT $2`,
+    [approvedBy, limit],
+  );
+  return r.rows.map((x) => x.id);
+}
+
 /** The memberships of a plan that have not ended (a retired plan ends them). */
 export async function listLivingOfPlan(q: Queryable, planId: string): Promise<string[]> {
   const r = await q.query<{ id: string }>(

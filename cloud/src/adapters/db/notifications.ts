@@ -90,6 +90,8 @@ export interface NewNotification {
   readonly template: string;
   readonly subject: string;
   readonly body: string;
+  /** a secret the body's {{pin}} stands for (a drawn PIN), held until the row is delivered; never read back by the API */
+  readonly secret: string | null;
   readonly cid: string;
 }
 
@@ -97,9 +99,9 @@ export interface NewNotification {
 export async function insertNotification(q: Queryable, n: NewNotification, now: number): Promise<number | null> {
   const r = await q.query(
     `INSERT INTO notification_outbox (dedupe_key, site_id, person_id, channel, address, locale, template, subject, body, cid,
-                                      next_attempt_at, created_at, updated_at)
-     VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$11,$11) ON CONFLICT (dedupe_key) DO NOTHING RETURNING id`,
-    [n.dedupeKey, n.siteId, n.personId, n.channel, n.address, n.locale, n.template, n.subject, n.body, n.cid, now],
+                                      next_attempt_at, created_at, updated_at, secret)
+     VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$11,$11,$12) ON CONFLICT (dedupe_key) DO NOTHING RETURNING id`,
+    [n.dedupeKey, n.siteId, n.personId, n.channel, n.address, n.locale, n.template, n.subject, n.body, n.cid, now, n.secret],
   );
   const row = r.rows[0];
   return row === undefined ? null : parseRow('notification_outbox', z.object({ id: z.number().int() }), row).id;

@@ -15,6 +15,8 @@ const ClaimedRow = z.object({
   template: z.string(),
   subject: z.string(),
   body: z.string(),
+  /** what the body's {{pin}} stands for, filled in at send time only */
+  secret: z.string().nullable(),
   cid: z.string(),
   attempts: z.number().int(),
   lease_token: z.string(),
@@ -43,7 +45,7 @@ export async function claimDueNotifications(
               WHERE (status = 'pending' AND next_attempt_at <= $3) OR (status = 'sending' AND lease_until <= $3)
               ORDER BY id LIMIT $4 FOR UPDATE SKIP LOCKED) due
       WHERE n.id = due.id
-      RETURNING n.id, n.dedupe_key, n.site_id, n.person_id, n.channel, n.address, n.locale, n.template, n.subject, n.body, n.cid,
+      RETURNING n.id, n.dedupe_key, n.site_id, n.person_id, n.channel, n.address, n.locale, n.template, n.subject, n.body, n.secret, n.cid,
                 n.attempts, n.lease_token`,
     [randomUUID(), now + o.leaseMs, now, o.batch, o.workerId],
   );

@@ -98,6 +98,55 @@ export async function createSubscription(stripe: Stripe, r: CreateSubscriptionRe
   return { ok: true, value: { observation: observeSubscription(res.value), invoiceId: idOf(res.value.latest_invoice) } };
 }
 
+/** A paid payment of an invoice: the PaymentIntent its money came through. */
+export interface InvoicePaymentObservation {
+  readonly intentId: string;
+  readonly amount: number;
+  readonly currency: string;
+}
+
+/**
+ * The paid payments of an invoice (`GET /v1/invoice_payments?invoice=…&status=paid`; API 2025-03-31 and
+ * later pay an invoice through a PaymentIntent an InvoicePayment names). Every page is read.
+ */
+export async function listPaidInvoicePayments(stripe: Stripe, invoiceId: string): Promise<BillingResult<InvoicePaymentObservation[]>> {
+  const res = await billingCall(() =>
+    stripe.invoicePayments.list({ invoice: invoiceId, status: 'paid', limit: 100 }).autoPagingToArray({ limit: 1000 }),
+  );
+  if (!res.ok) return res;
+  return {
+    ok: true,
+    value: res.value.flatMap((p) => {
+      const pi = p.payment.payment_intent;
+      const intentId = typeof pi === 'string' ? pi : pi?.id;
+      return intentId === undefined ? [] : [{ intentId, amount: p.amount_paid ?? 0, currency: p.currency }];
+    }),
+  };
+}
+
+/**
+ * Refunds all that remains of an invoice's PaymentIntent, with the caller's stored key (one refund per key,
+ * ever: a retry after a lost answer gets the same refund).
+ */
+export async function refundInvoicePayment(
+  stripe: Stripe,
+  r: { readonly intentId: string; readonly idempotencyKey: string; readonly membershipId: string },
+): Promise<
+  BillingResult<{ readonly stripeRefundId: string; readonly amount: number; readonly currency: string; readonly status: string }>
+> {
+  const res = await billingCall(() =>
+    stripe.refunds.create(
+      { payment_intent: r.intentId, reason: 'requested_by_customer', metadata: { membership_id: r.membershipId } },
+      { idempotencyKey: r.idempotencyKey },
+    ),
+  );
+  if (!res.ok) return res;
+  return {
+    ok: true,
+    value: { stripeRefundId: res.value.id, amount: res.value.amount, currency: res.value.currency, status: res.value.status ?? 'unknown' },
+  };
+}
+
 /** Re-reads a subscription: decisions use its current status, never the order events arrived in. */
 export async function retrieveSubscription(stripe: Stripe, id: string): Promise<BillingResult<SubscriptionObservation>> {
   const res = await billingCall(() => stripe.subscriptions.retrieve(id));
