@@ -187,8 +187,8 @@ export interface CloudConfig {
   readonly gatewayBrokerUrl: string | null;
   readonly issuer: string;
   readonly signingJwk: string | undefined;
-  /** TOBIRA_KEK / TOBIRA_KEKS: the KEK ring, the sealing key first; keys base64url (32 bytes). Undefined: none (a cloud refuses to start). */
-  readonly keks: readonly { readonly kid: string; readonly key: string }[] | undefined;
+  /** TOBIRA_KEK / TOBIRA_KEKS (`variable`): the KEK ring, the sealing key first; keys base64url (32 bytes). Undefined: none (a cloud refuses to start). */
+  readonly keks: Keks | undefined;
   readonly heartbeatIntervalMs: number;
   readonly heartbeatQos: 0 | 1;
   /** MQTT_SHARED_GROUP: '' = plain subscriptions. */
@@ -314,12 +314,18 @@ function kekBytes(v: string, variable: string): Buffer {
 /** The key id TOBIRA_KEK's key goes by: derived from the key, so every replica given it agrees without naming one. */
 export const derivedKid = (key: Buffer): string => `k${createHash('sha256').update(key).digest('base64url').slice(0, 8)}`;
 
+export interface Keks {
+  readonly variable: 'TOBIRA_KEK' | 'TOBIRA_KEKS';
+  readonly ring: readonly { readonly kid: string; readonly key: string }[];
+}
+
 /** The KEK ring of TOBIRA_KEK or TOBIRA_KEKS, the sealing key first; undefined when neither is set. Throws ConfigError KEK_INVALID, never with a key in its message. */
-export function parseKeks(single: string | undefined, ring: string | undefined): { kid: string; key: string }[] | undefined {
-  if (single !== undefined && ring !== undefined) throw new ConfigError('KEK_INVALID', 'TOBIRA_KEKS', 'TOBIRA_KEK and TOBIRA_KEKS are both set');
+export function parseKeks(single: string | undefined, ring: string | undefined): Keks | undefined {
+  if (single !== undefined && ring !== undefined)
+    throw new ConfigError('KEK_INVALID', 'TOBIRA_KEKS', 'TOBIRA_KEK and TOBIRA_KEKS are both set');
   if (single !== undefined) {
     const key = kekBytes(single.trim(), 'TOBIRA_KEK');
-    return [{ kid: derivedKid(key), key: key.toString('base64url') }];
+    return { variable: 'TOBIRA_KEK', ring: [{ kid: derivedKid(key), key: key.toString('base64url') }] };
   }
   if (ring === undefined) return undefined;
   const out: { kid: string; key: string }[] = [];
@@ -330,12 +336,12 @@ export function parseKeks(single: string | undefined, ring: string | undefined):
     if (out.some((k) => k.kid === kid)) throw new ConfigError('KEK_INVALID', 'TOBIRA_KEKS', `kid ${kid} given twice`);
     out.push({ kid, key: kekBytes(part.slice(at + 1).trim(), 'TOBIRA_KEKS').toString('base64url') });
   }
-  return out;
+  return { variable: 'TOBIRA_KEKS', ring: out };
 }
 
 /** The KEK ring a starting cloud needs. Throws ConfigError KEK_REQUIRED when there is none. */
-export function requireKeks(config: Pick<CloudConfig, 'keks'>): readonly { readonly kid: string; readonly key: string }[] {
-  if (config.keks === undefined || config.keks.length === 0) throw new ConfigError('KEK_REQUIRED', 'TOBIRA_KEK');
+export function requireKeks(config: Pick<CloudConfig, 'keks'>): Keks {
+  if (config.keks === undefined || config.keks.ring.length === 0) throw new ConfigError('KEK_REQUIRED', 'TOBIRA_KEK');
   return config.keks;
 }
 

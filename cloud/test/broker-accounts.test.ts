@@ -386,7 +386,15 @@ describe.each(kinds.flatMap((k) => pgBackends().map((b) => [k, b] as const)))('b
       try {
         expect(await pb.subscribe(topics.gatewayDown(b.gatewayId))).toBe(1);
         const { log, lines } = await capturingLogger();
-        const d = { db: s.t.db, clock: new ManualClock(T0), log, crash: noCrash, wake: () => {}, brokerAccounts: s.accounts, secrets: testSecrets };
+        const d = {
+          db: s.t.db,
+          clock: new ManualClock(T0),
+          log,
+          crash: noCrash,
+          wake: () => {},
+          brokerAccounts: s.accounts,
+          secrets: testSecrets,
+        };
         const u = newId().slice(-10);
         const site = await createSite(d, { id: `site-first-${u}`, name: 'First' });
         if (site.status !== 'applied') throw new Error(site.code);
@@ -428,7 +436,15 @@ describe.each(kinds.flatMap((k) => pgBackends().map((b) => [k, b] as const)))('b
   it("registration's log lines, the broker adapter's included, carry the caller's correlation id", async () => {
     const { log, lines } = await capturingLogger();
     const cid = `corr-register-${newId()}` as never;
-    const d = { db: s.t.db, clock: new ManualClock(T0), log, crash: noCrash, wake: () => {}, brokerAccounts: s.accounts, secrets: testSecrets };
+    const d = {
+      db: s.t.db,
+      clock: new ManualClock(T0),
+      log,
+      crash: noCrash,
+      wake: () => {},
+      brokerAccounts: s.accounts,
+      secrets: testSecrets,
+    };
     const u = newId().slice(-10);
     const site = await createSite(d, { id: `site-reg-${u}`, name: 'Reg' });
     if (site.status !== 'applied') throw new Error(site.code);

@@ -49,7 +49,15 @@ export function deps(
   clock = new ManualClock(T0),
   opts: { crash?: CrashHook; wake?: () => void } = {},
 ): AppDeps & { clock: ManualClock } {
-  return { db, clock, log: testLog, crash: opts.crash ?? noCrash, wake: opts.wake ?? (() => {}), brokerAccounts: unmanagedBrokerAccounts, secrets: testSecrets };
+  return {
+    db,
+    clock,
+    log: testLog,
+    crash: opts.crash ?? noCrash,
+    wake: opts.wake ?? (() => {}),
+    brokerAccounts: unmanagedBrokerAccounts,
+    secrets: testSecrets,
+  };
 }
 
 /** A site, a gateway with two doors and a person, under fresh ids (tests share one database and isolate by id). */

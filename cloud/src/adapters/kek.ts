@@ -20,6 +20,8 @@ export interface SecretBox {
   readonly currentKid: string;
   /** Every key id this process can open, the current one first. */
   readonly kids: readonly string[];
+  /** Where the ring came from, for the refusals that name the variable to fix. */
+  readonly variable: 'TOBIRA_KEK' | 'TOBIRA_KEKS';
   seal(plaintext: string, aad: string): string;
   open(sealed: string, aad: string): OpenedSecret;
 }
@@ -52,12 +54,16 @@ export function kidOf(sealed: string): string | null {
 const header = (kid: string, aad: string): Buffer => Buffer.from(`${VERSION}\n${kid}\n${aad}`, 'utf8');
 
 /** A box over the ring (the first key seals); keys are 32 raw bytes each. */
-export function secretBox(ring: readonly { readonly kid: string; readonly key: Buffer }[]): SecretBox {
+export function secretBox(
+  ring: readonly { readonly kid: string; readonly key: Buffer }[],
+  variable: SecretBox['variable'] = 'TOBIRA_KEKS',
+): SecretBox {
   const first = ring[0];
   if (first === undefined) throw new ConfigError('KEK_REQUIRED', 'TOBIRA_KEK');
   const keys = new Map(ring.map((k) => [k.kid, k.key] as const));
   return {
     currentKid: first.kid,
+    variable,
     kids: ring.map((k) => k.kid),
     seal(plaintext, aad) {
       const iv = randomBytes(12);
@@ -87,5 +93,9 @@ export function secretBox(ring: readonly { readonly kid: string; readonly key: B
 
 /** The box of the configured ring. Throws ConfigError KEK_REQUIRED when none is configured (there is no default KEK). */
 export function loadSecretBox(config: Pick<CloudConfig, 'keks'>): SecretBox {
-  return secretBox(requireKeks(config).map((k) => ({ kid: k.kid, key: Buffer.from(k.key, 'base64url') })));
+  const keks = requireKeks(config);
+  return secretBox(
+    keks.ring.map((k) => ({ kid: k.kid, key: Buffer.from(k.key, 'base64url') })),
+    keks.variable,
+  );
 }

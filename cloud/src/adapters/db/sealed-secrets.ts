@@ -80,7 +80,12 @@ export async function countNotUnder(db: Queryable, kid: string): Promise<number>
 export async function resealSecrets(
   db: Queryable,
   box: SecretBox,
-  o: { readonly batch?: number; readonly limit?: number; readonly onlyClear?: boolean; readonly onProgress?: (p: RotateProgress) => void } = {},
+  o: {
+    readonly batch?: number;
+    readonly limit?: number;
+    readonly onlyClear?: boolean;
+    readonly onProgress?: (p: RotateProgress) => void;
+  } = {},
 ): Promise<RotateResult> {
   const batch = o.batch ?? 100;
   let budget = o.limit ?? Number.POSITIVE_INFINITY;
@@ -145,8 +150,9 @@ export async function checkKeyRing(db: Queryable, box: SecretBox): Promise<void>
       const o = box.open(row.sealed ?? '', aadOf(column, row.id));
       if (o.ok) continue;
       const kid = o.kid ?? kidOf(row.sealed ?? '');
+      // KEK_UNKNOWN names TOBIRA_KEKS whatever was set: the fix is a ring holding the old key behind the new one
       if (o.code === 'KEK_UNKNOWN') throw new ConfigError('KEK_UNKNOWN', 'TOBIRA_KEKS', `kid ${kid ?? '?'} (${column})`);
-      throw new ConfigError('KEK_WRONG', box.kids.length > 1 ? 'TOBIRA_KEKS' : 'TOBIRA_KEK', `kid ${kid ?? '?'} (${column} of ${row.id})`);
+      throw new ConfigError('KEK_WRONG', box.variable, `kid ${kid ?? '?'} (${column} of ${row.id})`);
     }
   }
 }
