@@ -7,7 +7,7 @@ import { createLogger, generateSigningKeyPair } from '@tobira/shared';
 import type { Queryable } from './adapters/db/db.js';
 import { migrate } from './adapters/db/migrate.js';
 import { openDb } from './adapters/db/open.js';
-import { parseConfig } from './config.js';
+import { derivedKid, parseConfig } from './config.js';
 import { createApiToken } from './adapters/db/tokens.js';
 import { resealSecrets } from './adapters/db/sealed-secrets.js';
 import { loadSecretBox } from './adapters/kek.js';
@@ -77,6 +77,7 @@ env: TOBIRA_API (e.g. http://127.0.0.1:8080), TOBIRA_TOKEN (bearer token)
   tokens bootstrap --name N [--expires-in-days N]   direct to the database (DATABASE_URL or PGLITE_DATA_DIR): prints a new
                                 admin token once; it never expires unless --expires-in-days (rotate it once you have others)
   secrets new-kek [--kid ID]    prints a new key-encryption key (no API call): 32 random bytes, base64, as a TOBIRA_KEKS entry
+                                (default kid: the one TOBIRA_KEK derives from the key)
   secrets rotate [--batch N] [--limit N]   direct to the database (DATABASE_URL or PGLITE_DATA_DIR, the KEK ring TOBIRA_KEKS):
                                 re-encrypts every stored secret under the ring's first KEK, in batches of N (default 100),
                                 progress on stderr; resumable and idempotent (stop it anywhere, run it again); --limit: at most
@@ -278,8 +279,10 @@ export async function runAdminCli(argv: readonly string[], io: CliIo): Promise<n
     if (group === 'tokens' && verb === 'bootstrap') return await bootstrap(io, need(o.name, '--name'));
     if (group === 'secrets' && verb === 'new-kek') {
       // local: the key never travels anywhere; the operator puts it first in TOBIRA_KEKS on every replica
-      const kid = o.kid ?? `k${new Date().toISOString().slice(0, 10).replaceAll('-', '')}${randomBytes(2).toString('hex')}`;
-      const key = randomBytes(32).toString('base64');
+      const raw = randomBytes(32);
+      // the kid TOBIRA_KEK would derive: the key may later stand alone in TOBIRA_KEK under the same id
+      const kid = o.kid ?? derivedKid(raw);
+      const key = raw.toString('base64');
       io.out(JSON.stringify({ kid, key, entry: `${kid}:${key}` }, null, 2));
       io.err(
         'put entry first in TOBIRA_KEKS (the current KEK after it) on every replica, restart them, then: secrets rotate; drop the old KEK once it exits 0',

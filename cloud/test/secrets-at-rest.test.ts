@@ -105,6 +105,17 @@ describe('the KEK configuration', () => {
     expect(both.kids).toEqual(['new', 'old']);
   });
 
+  it('secrets new-kek prints a fresh 32-byte key as a TOBIRA_KEKS entry whose kid is the one TOBIRA_KEK derives', async () => {
+    const made = async () => {
+      const out: string[] = [];
+      expect(await runAdminCli(['secrets', 'new-kek'], { env: {}, out: (x) => out.push(x), err: () => {} })).toBe(0);
+      return JSON.parse(out.join('\n')) as { kid: string; key: string; entry: string };
+    };
+    const k = await made();
+    expect(parseConfig({ TOBIRA_KEKS: k.entry }).keks?.ring).toEqual(parseConfig({ TOBIRA_KEK: k.key }).keks?.ring);
+    expect((await made()).key).not.toBe(k.key);
+  });
+
   it('a sealed value opens with its key and row only: another row, another key id, another key of the same id, a flipped bit all fail', () => {
     const sealed = both.seal('pepper-1', 'gateways.credential_pepper:gw-1');
     expect(sealed).toMatch(/^kek1:new:/);
