@@ -3,7 +3,7 @@ import { readFile } from 'node:fs/promises';
 import { realpathSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import { createLogger, generateSigningKeyPair } from '@tobira/shared';
+import { createLogger, generateSigningKeyPair, newCorrelationId, withCorrelation } from '@tobira/shared';
 import type { Queryable } from './adapters/db/db.js';
 import { migrate } from './adapters/db/migrate.js';
 import { openDb } from './adapters/db/open.js';
@@ -667,7 +667,8 @@ export async function runAdminCli(argv: readonly string[], io: CliIo): Promise<n
     if (opts.batch < 1) throw new Usage('--batch: at least 1');
     const config = parseConfig(cli.env);
     const box = loadSecretBox(config);
-    const log = createLogger('admin-cli');
+    // one run, one cid: its log lines (rows that did not open) are found together
+    const log = withCorrelation(createLogger('admin-cli'), o.cid ?? newCorrelationId(), { command: 'secrets rotate' });
     const run = async (db: Queryable): Promise<number> => {
       const r = await resealSecrets(db, box, {
         batch: opts.batch,
