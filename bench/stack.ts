@@ -88,6 +88,7 @@ export async function cloudEnv(databaseUrl: string, mqttUrl: string, extra: Reco
     DATABASE_URL: databaseUrl,
     MQTT_URL: mqttUrl,
     CLOUD_SIGNING_JWK: JSON.stringify(key.privateJwk),
+    TOBIRA_KEK: randomBytes(32).toString('base64'),
     MQTT_CLIENT_ID: `bench-cloud-${randomBytes(4).toString('hex')}`,
     MQTT_CLEAN_SESSION: 'true',
     DISPATCH_POLL_MS: '1000',

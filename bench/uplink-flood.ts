@@ -9,6 +9,7 @@
  * flood's drain rate. Run it on two trees and interleave the runs (the
  * machine is shared): `node --import tsx bench/uplink-flood.ts --runs 3`.
  */
+import { randomBytes } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
 import {
@@ -54,6 +55,7 @@ async function main() {
       DATABASE_URL: db.url,
       MQTT_URL: broker.url,
       CLOUD_SIGNING_JWK: JSON.stringify(key.privateJwk),
+      TOBIRA_KEK: randomBytes(32).toString('base64'),
       MQTT_CLIENT_ID: `bench-flood-${newId().slice(-8)}`,
       MQTT_CLEAN_SESSION: 'true',
       HEARTBEAT_INTERVAL_MS: '3600000',

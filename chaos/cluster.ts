@@ -123,6 +123,7 @@ export class Cluster {
     const apiPort = await freePort();
     this.apiUrl = `http://127.0.0.1:${apiPort}`;
     const signing = (await generateSigningKeyPair()).privateJwk;
+    const kek = randomBytes(32).toString('base64');
     this.cloud = new Child(
       'cloud',
       process.execPath,
@@ -132,6 +133,7 @@ export class Cluster {
         MQTT_URL: `mqtt://127.0.0.1:${this.cloudLink.port}`,
         MQTT_CLIENT_ID: `chaos-cloud-${this.o.seed}`,
         CLOUD_SIGNING_JWK: JSON.stringify(signing),
+        TOBIRA_KEK: kek,
         HEARTBEAT_INTERVAL_MS: '1000',
         DISPATCH_POLL_MS: '500',
         DISPATCH_BACKOFF_BASE_MS: '200',

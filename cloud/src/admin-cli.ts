@@ -1,14 +1,16 @@
-import { randomUUID } from 'node:crypto';
+import { randomBytes, randomUUID } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
 import { realpathSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import { createLogger, generateSigningKeyPair } from '@tobira/shared';
+import { createLogger, generateSigningKeyPair, newCorrelationId, withCorrelation } from '@tobira/shared';
 import type { Queryable } from './adapters/db/db.js';
 import { migrate } from './adapters/db/migrate.js';
 import { openDb } from './adapters/db/open.js';
-import { parseConfig } from './config.js';
+import { derivedKid, parseConfig } from './config.js';
 import { createApiToken } from './adapters/db/tokens.js';
+import { resealSecrets } from './adapters/db/sealed-secrets.js';
+import { loadSecretBox } from './adapters/kek.js';
 import { WEBHOOK_EVENTS } from './adapters/webhooks/events.js';
 
 /**
@@ -74,6 +76,12 @@ env: TOBIRA_API (e.g. http://127.0.0.1:8080), TOBIRA_TOKEN (bearer token)
   (plans create also takes --walk-in-amount N: the price of a walk-in day pass; stays check-in passes the gates too)
   tokens bootstrap --name N [--expires-in-days N]   direct to the database (DATABASE_URL or PGLITE_DATA_DIR): prints a new
                                 admin token once; it never expires unless --expires-in-days (rotate it once you have others)
+  secrets new-kek [--kid ID]    prints a new key-encryption key (no API call): 32 random bytes, base64, as a TOBIRA_KEKS entry
+                                (default kid: the one TOBIRA_KEK derives from the key)
+  secrets rotate [--batch N] [--limit N]   direct to the database (DATABASE_URL or PGLITE_DATA_DIR, the KEK ring TOBIRA_KEKS):
+                                re-encrypts every stored secret under the ring's first KEK, in batches of N (default 100),
+                                progress on stderr; resumable and idempotent (stop it anywhere, run it again); --limit: at most
+                                N rows this run. Exit 0 once none is left under another KEK (docs/operations.md "Rotating the KEK")
   signing list                  the cloud signing keys: staged / published / signing / previous / retired, deliveries
   signing rotate add            prints a new Ed25519 private JWK (no API call): add it to CLOUD_SIGNING_JWK on every
                                 replica and restart them; the cloud registers it as staged (docs/operations.md)
@@ -90,7 +98,7 @@ export interface CliIo {
   readonly out: (s: string) => void;
   readonly err: (s: string) => void;
   readonly fetch?: typeof fetch;
-  /** Tests: the database `tokens bootstrap` writes to (default: opened from the environment). */
+  /** Tests: the database `tokens bootstrap` and `secrets rotate` write to (default: opened from the environment). */
   readonly db?: Queryable;
 }
 
@@ -209,6 +217,7 @@ export async function runAdminCli(argv: readonly string[], io: CliIo): Promise<n
         status: { type: 'string' },
         code: { type: 'string' },
         limit: { type: 'string' },
+        batch: { type: 'string' },
         cursor: { type: 'string' },
         role: { type: 'string' },
         'expires-in-days': { type: 'string' },
@@ -268,6 +277,20 @@ export async function runAdminCli(argv: readonly string[], io: CliIo): Promise<n
 
   try {
     if (group === 'tokens' && verb === 'bootstrap') return await bootstrap(io, need(o.name, '--name'));
+    if (group === 'secrets' && verb === 'new-kek') {
+      // local: the key never travels anywhere; the operator puts it first in TOBIRA_KEKS on every replica
+      const raw = randomBytes(32);
+      // the kid TOBIRA_KEK would derive: the key may later stand alone in TOBIRA_KEK under the same id
+      const kid = o.kid ?? derivedKid(raw);
+      const key = raw.toString('base64');
+      io.out(JSON.stringify({ kid, key, entry: `${kid}:${key}` }, null, 2));
+      io.err(
+        'put entry first in TOBIRA_KEKS (the current KEK after it) on every replica, restart them, then: secrets rotate; drop the old KEK once it exits 0',
+      );
+      return 0;
+    }
+    if (group === 'secrets' && verb === 'rotate')
+      return await rotateSecrets(io, { batch: count(o.batch, 'batch') ?? 100, limit: count(o.limit, 'limit') });
     if (group === 'signing' && verb === 'rotate' && arg === 'add') {
       // local: the private key never travels to the API; the operator puts it in CLOUD_SIGNING_JWK
       const pair = await generateSigningKeyPair();
@@ -638,6 +661,33 @@ export async function runAdminCli(argv: readonly string[], io: CliIo): Promise<n
     }
     io.err(`error: ${e instanceof Error ? e.message : String(e)}`);
     return 1;
+  }
+
+  async function rotateSecrets(cli: CliIo, opts: { batch: number; limit: number | undefined }): Promise<number> {
+    if (opts.batch < 1) throw new Usage('--batch: at least 1');
+    const config = parseConfig(cli.env);
+    const box = loadSecretBox(config);
+    // one run, one cid: its log lines (rows that did not open) are found together
+    const log = withCorrelation(createLogger('admin-cli'), o.cid ?? newCorrelationId(), { command: 'secrets rotate' });
+    const run = async (db: Queryable): Promise<number> => {
+      const r = await resealSecrets(db, box, {
+        batch: opts.batch,
+        ...(opts.limit !== undefined ? { limit: opts.limit } : {}),
+        onProgress: (p) => cli.err(JSON.stringify({ column: p.column, rotated: p.rotated, of: p.total, unreadable: p.unreadable.length })),
+      });
+      for (const u of r.unreadable) log.error({ code: u.code, id: u.id, kid: u.kid }, 'secret not re-encrypted: it does not open');
+      cli.out(JSON.stringify({ kid: r.kid, rotated: r.rotated, unreadable: r.unreadable, remaining: r.remaining }, null, 2));
+      if (r.remaining === 0) cli.err(`every secret is under ${r.kid}: the older KEKs may now be removed from TOBIRA_KEKS`);
+      return r.remaining === 0 ? 0 : 1;
+    };
+    if (cli.db) return await run(cli.db);
+    const db = await openDb(config, log);
+    try {
+      await migrate(db, log, Date.now());
+      return await run(db);
+    } finally {
+      await db.close();
+    }
   }
 
   async function bootstrap(cli: CliIo, name: string): Promise<number> {

@@ -22,6 +22,8 @@ import { listDeadLetters, retryDeadLetter, type DeadLetter } from './adapters/ou
 import { Dispatcher } from './adapters/outbox/dispatcher.js';
 import { purgeOld } from './adapters/outbox/purge.js';
 import { loadSigner, type CloudSigner } from './adapters/signer.js';
+import { loadSecretBox, type SecretBox } from './adapters/kek.js';
+import { checkKeyRing, resealSecrets } from './adapters/db/sealed-secrets.js';
 import { issueMobileToken, type MobileTokenInput } from './app/mobile-tokens.js';
 import { crashAt, killAt, type CrashHook } from './app/crash.js';
 import { unmanagedBrokerAccounts, type BrokerAccounts } from './app/broker-accounts.js';
@@ -95,6 +97,7 @@ function coreOf(config: CloudConfig, cloudDeps: CloudDeps) {
   let db: Db | undefined;
   let links: MqttLinks | undefined;
   let signer: CloudSigner | undefined;
+  let secrets: SecretBox | undefined;
   let dispatcher: Dispatcher | undefined;
   let uplink: Uplink | undefined;
   let heartbeat: Heartbeat | undefined;
@@ -122,6 +125,7 @@ function coreOf(config: CloudConfig, cloudDeps: CloudDeps) {
     crash,
     wake: () => dispatcher?.wake(),
     brokerAccounts,
+    secrets: need(secrets),
     offlineKeyMaxSeconds: config.offlineKeyMaxSeconds,
     notificationChannel: config.notifications.channel,
   });
@@ -132,8 +136,18 @@ function coreOf(config: CloudConfig, cloudDeps: CloudDeps) {
     async start(): Promise<void> {
       // Start-up work (database, migrations, key, broker link) is one unit of work with its own cid.
       const startLog = withCorrelation(log, newCorrelationId(), { phase: 'start' });
+      // before the database: a cloud without its KEK refuses to start (ConfigError KEK_REQUIRED), there is no default
+      const box = loadSecretBox(config);
       db = cloudDeps.db ?? (await openDb(config, startLog));
       await migrate(db, startLog, clock.now());
+      // the rows' key ids must be in the ring and open with it (KEK_UNKNOWN, KEK_WRONG), then no secret stays in clear
+      await checkKeyRing(db, box);
+      const sealed = await resealSecrets(db, box, { onlyClear: true });
+      startLog.info(
+        { kid: box.currentKid, kids: box.kids, sealedNow: sealed.rotated, notUnderCurrentKek: sealed.remaining },
+        sealed.remaining > 0 ? 'secrets at rest: some are under an older KEK (run `secrets rotate`)' : 'secrets at rest sealed',
+      );
+      secrets = box;
       signer = await loadSigner(config.issuer, config.signingJwk, startLog);
       await signer.attach(db, clock.now());
       const opts = {
@@ -251,6 +265,10 @@ function coreOf(config: CloudConfig, cloudDeps: CloudDeps) {
 
     get jwks() {
       return need(signer).jwks;
+    },
+    /** The KEK box (after start()): the admin API's webhook registration and worker seal and open with it. */
+    get secrets(): SecretBox {
+      return need(secrets);
     },
     /** The cloud's database, for the HTTP layer's own tables and scoped reads (after start()). */
     get db(): Db {
@@ -409,6 +427,7 @@ export async function startAdminApi(opts: AdminApiOptions): Promise<AdminApi> {
       : new WebhookDispatcher(
           {
             db: opts.db,
+            secrets: opts.cloud.secrets,
             clock: opts.clock,
             log: opts.log.child({ part: 'webhooks' }),
             ...(opts.telemetry ? { telemetry: opts.telemetry } : {}),

@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import { hostname } from 'node:os';
 import { DEFAULT_OFFLINE_MAX_SECONDS, OFFLINE_MAX_SECONDS_LIMIT } from '@tobira/shared';
 import { z } from 'zod';
@@ -51,6 +52,18 @@ export const CloudConfigSchema = z.object({
    * (SIGNING_KEY_INVALID); tools that never sign (the admin CLI) may leave it unset.
    */
   CLOUD_SIGNING_JWK: z.string().optional(),
+  /**
+   * The key-encryption key that seals the secrets the cloud stores (credential peppers, webhook signing
+   * secrets; docs/security.md "Secrets at rest"): 32 random bytes, base64 or base64url. Its key id is
+   * derived from the key (`k` + 8 characters of its SHA-256). Required to start a cloud (KEK_REQUIRED):
+   * there is no default, a made-up key would seal secrets nobody else can open.
+   */
+  TOBIRA_KEK: z.string().optional(),
+  /**
+   * Instead of TOBIRA_KEK, a key ring for a rotation: `kid:key,kid:key,...`, the first seals, all open.
+   * Setting both is refused (KEK_INVALID).
+   */
+  TOBIRA_KEKS: z.string().optional(),
   HEARTBEAT_INTERVAL_MS: int(10_000, 1),
   /** QoS of heartbeats: 1 as every downlink (docs/protocol.md); 0 keeps them out of offline gateways' broker queues. */
   HEARTBEAT_QOS: z.enum(['0', '1']).default('1'),
@@ -185,6 +198,8 @@ export interface CloudConfig {
   readonly gatewayBrokerUrl: string | null;
   readonly issuer: string;
   readonly signingJwk: string | undefined;
+  /** TOBIRA_KEK / TOBIRA_KEKS (`variable`): the KEK ring, the sealing key first; keys base64url (32 bytes). Undefined: none (a cloud refuses to start). */
+  readonly keks: Keks | undefined;
   readonly heartbeatIntervalMs: number;
   readonly heartbeatQos: 0 | 1;
   /** MQTT_SHARED_GROUP: '' = plain subscriptions. */
@@ -250,6 +265,13 @@ export const CONFIG_CODES = Object.freeze({
   SIGNING_KEY_REQUIRED:
     'CLOUD_SIGNING_JWK is unset: the cloud does not make up a signing key (each process and each restart would sign with another one, and every site would fail closed).',
   SIGNING_KEY_INVALID: 'CLOUD_SIGNING_JWK is not JSON holding one Ed25519 private JWK with a kid, or a non-empty array of them.',
+  KEK_REQUIRED:
+    'TOBIRA_KEK (or TOBIRA_KEKS) is unset: the cloud has no default key-encryption key (secrets sealed with a made-up one could not be opened by any other process or restart).',
+  KEK_INVALID:
+    'TOBIRA_KEK is not 32 bytes in base64, or TOBIRA_KEKS is not kid:key,... with unique kids ([A-Za-z0-9_-], 1-32) and 32-byte keys, or both are set.',
+  KEK_UNKNOWN:
+    'The database holds secrets sealed under a key id the configured KEK ring lacks: add the old KEK to TOBIRA_KEKS until `secrets rotate` has re-encrypted them.',
+  KEK_WRONG: 'A configured KEK does not open the secrets sealed under its key id: it is not the key that sealed them.',
 });
 export type ConfigCode = keyof typeof CONFIG_CODES;
 
@@ -291,6 +313,49 @@ export function requireSigningJwk(config: Pick<CloudConfig, 'signingJwk'>): stri
   return config.signingJwk;
 }
 
+const KID = /^[A-Za-z0-9_-]{1,32}$/;
+
+function kekBytes(v: string, variable: string): Buffer {
+  // node's base64 decoder takes both alphabets; it skips what it does not know, hence the shape check first
+  const b = /^[A-Za-z0-9+/_-]+={0,2}$/.test(v) ? Buffer.from(v, 'base64') : null;
+  if (b === null || b.length !== 32) throw new ConfigError('KEK_INVALID', variable, 'not 32 bytes of base64');
+  return b;
+}
+
+/** The key id TOBIRA_KEK's key goes by: derived from the key, so every replica given it agrees without naming one. */
+export const derivedKid = (key: Buffer): string => `k${createHash('sha256').update(key).digest('base64url').slice(0, 8)}`;
+
+export interface Keks {
+  readonly variable: 'TOBIRA_KEK' | 'TOBIRA_KEKS';
+  readonly ring: readonly { readonly kid: string; readonly key: string }[];
+}
+
+/** The KEK ring of TOBIRA_KEK or TOBIRA_KEKS, the sealing key first; undefined when neither is set. Throws ConfigError KEK_INVALID, never with a key in its message. */
+export function parseKeks(single: string | undefined, ring: string | undefined): Keks | undefined {
+  if (single !== undefined && ring !== undefined)
+    throw new ConfigError('KEK_INVALID', 'TOBIRA_KEKS', 'TOBIRA_KEK and TOBIRA_KEKS are both set');
+  if (single !== undefined) {
+    const key = kekBytes(single.trim(), 'TOBIRA_KEK');
+    return { variable: 'TOBIRA_KEK', ring: [{ kid: derivedKid(key), key: key.toString('base64url') }] };
+  }
+  if (ring === undefined) return undefined;
+  const out: { kid: string; key: string }[] = [];
+  for (const [i, part] of ring.split(',').entries()) {
+    const at = part.indexOf(':');
+    const kid = part.slice(0, Math.max(at, 0)).trim();
+    if (at < 0 || !KID.test(kid)) throw new ConfigError('KEK_INVALID', 'TOBIRA_KEKS', `entry ${i + 1}: expected kid:key`);
+    if (out.some((k) => k.kid === kid)) throw new ConfigError('KEK_INVALID', 'TOBIRA_KEKS', `kid ${kid} given twice`);
+    out.push({ kid, key: kekBytes(part.slice(at + 1).trim(), 'TOBIRA_KEKS').toString('base64url') });
+  }
+  return { variable: 'TOBIRA_KEKS', ring: out };
+}
+
+/** The KEK ring a starting cloud needs. Throws ConfigError KEK_REQUIRED when there is none. */
+export function requireKeks(config: Pick<CloudConfig, 'keks'>): Keks {
+  if (config.keks === undefined || config.keks.ring.length === 0) throw new ConfigError('KEK_REQUIRED', 'TOBIRA_KEK');
+  return config.keks;
+}
+
 /** Parses env-style input (strings) into the frozen config. Throws with every problem listed. */
 export function parseConfig(env: Record<string, string | undefined> = process.env): CloudConfig {
   const picked: Record<string, string> = {};
@@ -300,6 +365,7 @@ export function parseConfig(env: Record<string, string | undefined> = process.en
   }
   const c = CloudConfigSchema.parse(picked);
   if (c.CLOUD_SIGNING_JWK !== undefined) parseSigningJwks(c.CLOUD_SIGNING_JWK);
+  const keks = parseKeks(c.TOBIRA_KEK, c.TOBIRA_KEKS);
   if (
     c.BROKER_ACCOUNTS === 'mosquitto-dynsec' &&
     !((c.BROKER_ADMIN_USERNAME ?? c.MQTT_USERNAME) && (c.BROKER_ADMIN_PASSWORD ?? c.MQTT_PASSWORD))
@@ -331,6 +397,7 @@ export function parseConfig(env: Record<string, string | undefined> = process.en
     gatewayBrokerUrl: c.GATEWAY_BROKER_URL ?? null,
     issuer: c.CLOUD_ISSUER,
     signingJwk: c.CLOUD_SIGNING_JWK,
+    keks,
     heartbeatIntervalMs: c.HEARTBEAT_INTERVAL_MS,
     heartbeatQos: c.HEARTBEAT_QOS === '0' ? 0 : 1,
     mqttSharedGroup: c.MQTT_SHARED_GROUP,

@@ -1,6 +1,6 @@
 import { MigrationRefused, createLogger, exitWhenStopped, newCorrelationId, onShutdownSignals, withCorrelation } from '@tobira/shared';
 import { buildCloud } from './cloud.js';
-import { ConfigError, parseConfig, requireSigningJwk, type CloudConfig } from './config.js';
+import { ConfigError, parseConfig, requireKeks, requireSigningJwk, type CloudConfig } from './config.js';
 
 /**
  * Runs the cloud from the environment: the core (docs/cloud.md) and the admin
@@ -15,8 +15,9 @@ const log = withCorrelation(baseLog, newCorrelationId());
 let config: CloudConfig;
 try {
   config = parseConfig(process.env);
-  // before anything starts: a cloud without its signing key must not come up (docs/cloud.md "Configuration")
+  // before anything starts: a cloud without its signing key or its KEK must not come up (docs/cloud.md "Configuration")
   requireSigningJwk(config);
+  requireKeks(config);
 } catch (e) {
   if (!(e instanceof ConfigError)) throw e;
   log.fatal({ code: e.code, variable: e.variable, err: e.message }, 'configuration refused; not starting');
@@ -27,6 +28,12 @@ const tobira = buildCloud(config, { log: baseLog });
 try {
   await tobira.start();
 } catch (e) {
+  if (e instanceof ConfigError) {
+    // found at start: the database holds secrets the configured KEKs do not open (KEK_UNKNOWN, KEK_WRONG)
+    log.fatal({ code: e.code, variable: e.variable, err: e.message }, 'configuration refused; not starting');
+    log.flush();
+    process.exit(1);
+  }
   if (!(e instanceof MigrationRefused)) throw e;
   // the database and this code disagree about its schema: nothing was applied (docs/operations.md "Migrations")
   log.fatal({ code: e.code, file: e.file, detail: e.detail }, 'migrations refused; not starting');

@@ -21,7 +21,7 @@ import { noCrash } from '../src/app/crash.js';
 import { createSite, registerGateway } from '../src/app/registry.js';
 import type { Cloud } from '../src/index.js';
 import { startCloud } from './cloud-helpers.js';
-import { DAY, T0, capturingLogger, openTestDb, testLog, type TestDb } from './helpers.js';
+import { DAY, T0, capturingLogger, openTestDb, testLog, testSecrets, type TestDb } from './helpers.js';
 import { waitFor } from './mqtt-helpers.js';
 
 /**
@@ -356,7 +356,7 @@ describe.each(kinds.flatMap((k) => pgBackends().map((b) => [k, b] as const)))('b
         const { log, lines } = await capturingLogger();
         const cid = `corr-cut-${newId()}` as never;
         const o = await rotateGatewayBrokerCredentials(
-          { db: s.t.db, clock: new ManualClock(T0), log, crash: noCrash, wake: () => {}, brokerAccounts: s.accounts },
+          { db: s.t.db, clock: new ManualClock(T0), log, crash: noCrash, wake: () => {}, brokerAccounts: s.accounts, secrets: testSecrets },
           { gatewayId: g.gatewayId, cid },
         );
         if (o.status !== 'applied') throw new Error(o.code);
@@ -386,7 +386,15 @@ describe.each(kinds.flatMap((k) => pgBackends().map((b) => [k, b] as const)))('b
       try {
         expect(await pb.subscribe(topics.gatewayDown(b.gatewayId))).toBe(1);
         const { log, lines } = await capturingLogger();
-        const d = { db: s.t.db, clock: new ManualClock(T0), log, crash: noCrash, wake: () => {}, brokerAccounts: s.accounts };
+        const d = {
+          db: s.t.db,
+          clock: new ManualClock(T0),
+          log,
+          crash: noCrash,
+          wake: () => {},
+          brokerAccounts: s.accounts,
+          secrets: testSecrets,
+        };
         const u = newId().slice(-10);
         const site = await createSite(d, { id: `site-first-${u}`, name: 'First' });
         if (site.status !== 'applied') throw new Error(site.code);
@@ -416,7 +424,7 @@ describe.each(kinds.flatMap((k) => pgBackends().map((b) => [k, b] as const)))('b
     const { log, lines } = await capturingLogger();
     const cid = `corr-rotate-${newId()}` as never;
     const o = await rotateGatewayBrokerCredentials(
-      { db: s.t.db, clock: new ManualClock(T0), log, crash: noCrash, wake: () => {}, brokerAccounts: s.accounts },
+      { db: s.t.db, clock: new ManualClock(T0), log, crash: noCrash, wake: () => {}, brokerAccounts: s.accounts, secrets: testSecrets },
       { gatewayId: g.gatewayId, cid },
     );
     expect(o.status).toBe('applied');
@@ -428,7 +436,15 @@ describe.each(kinds.flatMap((k) => pgBackends().map((b) => [k, b] as const)))('b
   it("registration's log lines, the broker adapter's included, carry the caller's correlation id", async () => {
     const { log, lines } = await capturingLogger();
     const cid = `corr-register-${newId()}` as never;
-    const d = { db: s.t.db, clock: new ManualClock(T0), log, crash: noCrash, wake: () => {}, brokerAccounts: s.accounts };
+    const d = {
+      db: s.t.db,
+      clock: new ManualClock(T0),
+      log,
+      crash: noCrash,
+      wake: () => {},
+      brokerAccounts: s.accounts,
+      secrets: testSecrets,
+    };
     const u = newId().slice(-10);
     const site = await createSite(d, { id: `site-reg-${u}`, name: 'Reg' });
     if (site.status !== 'applied') throw new Error(site.code);

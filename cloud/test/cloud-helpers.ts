@@ -1,6 +1,6 @@
 import { ManualClock, generateSigningKeyPair, newId, type KeyPairJwk } from '@tobira/shared';
 import { createCloud, parseConfig, type Cloud, type CloudDeps } from '../src/index.js';
-import { T0, testLog, type TestDb } from './helpers.js';
+import { T0, TEST_KEK, testLog, type TestDb } from './helpers.js';
 import { waitFor } from './mqtt-helpers.js';
 
 let sharedKey: KeyPairJwk | undefined;
@@ -20,6 +20,7 @@ export async function startCloud(
   const config = parseConfig({
     MQTT_URL: mqttUrl,
     CLOUD_SIGNING_JWK: JSON.stringify(key.privateJwk),
+    TOBIRA_KEK: TEST_KEK,
     DISPATCH_POLL_MS: '200',
     HEARTBEAT_INTERVAL_MS: '3600000',
     MQTT_CLIENT_ID: `cloud-test-${newId().slice(-12)}`,

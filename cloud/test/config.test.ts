@@ -133,7 +133,14 @@ describe('parseConfig', () => {
         code: 'SIGNING_KEY_REQUIRED',
         variable: 'CLOUD_SIGNING_JWK',
       });
-      expect(Object.keys(CONFIG_CODES)).toEqual(['SIGNING_KEY_REQUIRED', 'SIGNING_KEY_INVALID']);
+      expect(Object.keys(CONFIG_CODES)).toEqual([
+        'SIGNING_KEY_REQUIRED',
+        'SIGNING_KEY_INVALID',
+        'KEK_REQUIRED',
+        'KEK_INVALID',
+        'KEK_UNKNOWN',
+        'KEK_WRONG',
+      ]);
     });
 
     it('one that is not an Ed25519 private JWK with a kid is refused at parse with SIGNING_KEY_INVALID, and the message never quotes the key', async () => {

@@ -6,9 +6,16 @@ import { openDb } from '../src/adapters/db/open.js';
 import { noCrash, type CrashHook } from '../src/app/crash.js';
 import { unmanagedBrokerAccounts } from '../src/app/broker-accounts.js';
 import type { AppDeps } from '../src/app/deps.js';
+import { parseConfig } from '../src/config.js';
+import { loadSecretBox, type SecretBox } from '../src/adapters/kek.js';
 import { createPerson, createSite, createDoor, registerGateway } from '../src/app/registry.js';
 
 export const T0 = Date.UTC(2026, 10, 29, 9, 0, 0);
+
+/** The KEK of every test cloud (TOBIRA_KEK): fixed, so clouds restarted on the same database open what earlier ones sealed. */
+export const TEST_KEK = Buffer.alloc(32, 0x5e).toString('base64');
+/** The secret box of TEST_KEK, for use cases and workers a test wires itself. */
+export const testSecrets: SecretBox = loadSecretBox(parseConfig({ TOBIRA_KEK: TEST_KEK }));
 export const HOUR = 3_600_000;
 export const DAY = 24 * HOUR;
 
@@ -42,7 +49,15 @@ export function deps(
   clock = new ManualClock(T0),
   opts: { crash?: CrashHook; wake?: () => void } = {},
 ): AppDeps & { clock: ManualClock } {
-  return { db, clock, log: testLog, crash: opts.crash ?? noCrash, wake: opts.wake ?? (() => {}), brokerAccounts: unmanagedBrokerAccounts };
+  return {
+    db,
+    clock,
+    log: testLog,
+    crash: opts.crash ?? noCrash,
+    wake: opts.wake ?? (() => {}),
+    brokerAccounts: unmanagedBrokerAccounts,
+    secrets: testSecrets,
+  };
 }
 
 /** A site, a gateway with two doors and a person, under fresh ids (tests share one database and isolate by id). */
@@ -74,7 +89,7 @@ export async function seed(d: AppDeps, opts: { gatewayId?: string } = {}) {
   };
 }
 
-export { parseConfig } from '../src/config.js';
+export { parseConfig };
 
 /** A logger whose JSON lines a test can read back. */
 export async function capturingLogger(): Promise<{ log: Logger; lines: Record<string, unknown>[] }> {

@@ -69,4 +69,31 @@ describe('starting the cloud (cloud/src/main.ts)', () => {
       expect(JSON.stringify(r.lines) + r.stderr).not.toContain(String(publicJwk.x));
     },
   );
+
+  it(
+    'with its signing key but without TOBIRA_KEK it refuses to start with KEK_REQUIRED: there is no default key-encryption key',
+    { timeout: 60_000 },
+    async () => {
+      const { privateJwk } = await generateSigningKeyPair();
+      const r = await run({ CLOUD_SIGNING_JWK: JSON.stringify(privateJwk) });
+      expect(r.code, r.stderr).toBe(1);
+      expect(
+        r.lines.find((l) => l.code === 'KEK_REQUIRED'),
+        JSON.stringify(r.lines),
+      ).toMatchObject({ variable: 'TOBIRA_KEK', msg: 'configuration refused; not starting', cid: expect.any(String) });
+      expect(r.lines.map((l) => l.msg)).not.toContain('cloud started');
+    },
+  );
+
+  it('with a TOBIRA_KEK that is not 32 bytes it refuses with KEK_INVALID, without printing the value', { timeout: 60_000 }, async () => {
+    const { privateJwk } = await generateSigningKeyPair();
+    const short = Buffer.alloc(16, 0x41).toString('base64');
+    const r = await run({ CLOUD_SIGNING_JWK: JSON.stringify(privateJwk), TOBIRA_KEK: short });
+    expect(r.code, r.stderr).toBe(1);
+    expect(
+      r.lines.find((l) => l.code === 'KEK_INVALID'),
+      JSON.stringify(r.lines),
+    ).toMatchObject({ variable: 'TOBIRA_KEK', cid: expect.any(String) });
+    expect(JSON.stringify(r.lines) + r.stderr).not.toContain(short);
+  });
 });

@@ -9,7 +9,7 @@ import { afterEach, describe, expect, it, vi } from 'vitest';
 import type { Db } from '../src/adapters/db/db.js';
 import { MIGRATIONS_DIR, migrate } from '../src/adapters/db/migrate.js';
 import { openDb } from '../src/adapters/db/open.js';
-import { T0, testLog } from './helpers.js';
+import { T0, TEST_KEK, testLog } from './helpers.js';
 
 /**
  * The cloud's migrator against a database that applied other migrations
@@ -164,6 +164,7 @@ describe.each(pgBackends())('cloud migrations on %s', (backend: PgBackendName) =
           ADMIN_API_PORT: '0',
           MQTT_URL: 'mqtt://127.0.0.1:1',
           CLOUD_SIGNING_JWK: JSON.stringify(privateJwk),
+          TOBIRA_KEK: TEST_KEK,
           ...f.env,
         },
         stdio: ['ignore', 'pipe', 'pipe'],

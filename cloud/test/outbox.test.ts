@@ -7,7 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { backoffMs } from '../src/adapters/outbox/fail.js';
 import { SimulatedCrash, crashAt } from '../src/app/crash.js';
 import { newId } from '@tobira/shared';
-import { DAY, T0, capturingLogger, openTestDb, seed, deps, type TestDb } from './helpers.js';
+import { DAY, T0, TEST_KEK, capturingLogger, openTestDb, seed, deps, type TestDb } from './helpers.js';
 import { cloudSigningKey, startCloud } from './cloud-helpers.js';
 import { fakeGateway, startCutProxy, waitFor } from './mqtt-helpers.js';
 
@@ -295,6 +295,7 @@ describe.each(pgBackends())('outbox dispatcher on %s', (pgBackend) => {
               MQTT_CLIENT_ID: `cloud-child-${broker.unique}-${s.u}`,
               MQTT_CLEAN_SESSION: 'true',
               CLOUD_SIGNING_JWK: JSON.stringify(key.privateJwk),
+              TOBIRA_KEK: TEST_KEK,
               DISPATCH_BATCH: '1',
               DISPATCH_LEASE_MS: '500',
               HEARTBEAT_INTERVAL_MS: '3600000',

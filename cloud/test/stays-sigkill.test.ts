@@ -8,7 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { listPaymentsOfStay, listRefundsOfPayment } from '../src/adapters/db/payments.js';
 import { insertRoom, loadStay } from '../src/adapters/db/stays.js';
 import { cloudSigningKey } from './cloud-helpers.js';
-import { T0, deps, openTestDb, seed, type TestDb } from './helpers.js';
+import { T0, TEST_KEK, deps, openTestDb, seed, type TestDb } from './helpers.js';
 
 /**
  * A real crash between a Stripe call that took effect and the local write
@@ -72,6 +72,7 @@ describe.each(pgBackends().filter((b) => b === 'postgres'))(
           MQTT_URL: broker.url,
           MQTT_CLIENT_ID: `cloud-sigkill-${newId().slice(-10)}`,
           CLOUD_SIGNING_JWK: signingJwk,
+          TOBIRA_KEK: TEST_KEK,
           ADMIN_API_PORT: '0',
           TOBIRA_BOOTSTRAP_ADMIN_TOKEN: token,
           STRIPE_SECRET_KEY: local.secretKey,

@@ -127,6 +127,8 @@ async function main(): Promise<void> {
 
   // 1. cloud database and broker accounts, then the brokers
   const cloudKey = await once(join(data, 'cloud', 'signing-key.json'), async () => (await generateSigningKeyPair()).privateJwk, true);
+  // the cloud's key-encryption key (there is no default): made once for this data folder, mode 0600 like the signing key
+  const cloudKek = await once(join(data, 'cloud', 'kek.json'), () => ({ kek: randomBytes(32).toString('base64') }), true);
   const dbConfig = env.DATABASE_URL ? { DATABASE_URL: env.DATABASE_URL } : { PGLITE_DATA_DIR: join(data, 'cloud', 'db') };
   let mqttUrl = env.MQTT_URL;
   let cloudLogin: { MQTT_USERNAME: string; MQTT_PASSWORD: string } | Record<string, never> = {};
@@ -183,6 +185,7 @@ async function main(): Promise<void> {
       MQTT_URL: cloudUrl,
       MQTT_CLIENT_ID: 'tobira-cloud-demo',
       CLOUD_SIGNING_JWK: JSON.stringify(cloudKey),
+      TOBIRA_KEK: cloudKek.kek,
       STRIPE_SECRET_KEY: stripeLocal.secretKey,
       STRIPE_WEBHOOK_SECRET: stripeWebhookSecret,
       STRIPE_API_HOST: stripeLocal.host,

@@ -1,5 +1,6 @@
 import type { Clock, Logger } from '@tobira/shared';
 import type { Tx } from '../adapters/db/db.js';
+import type { SecretBox } from '../adapters/kek.js';
 import type { BrokerAccounts } from './broker-accounts.js';
 import type { CrashHook } from './crash.js';
 import type { NotificationChannel } from '../domain/notifications.js';
@@ -22,6 +23,8 @@ export interface AppDeps {
   readonly wake: () => void;
   /** The cloud broker's per-gateway accounts (created at registration). */
   readonly brokerAccounts: BrokerAccounts;
+  /** Seals and opens the stored secrets (credential peppers) with the KEK ring (docs/security.md "Secrets at rest"). */
+  readonly secrets: SecretBox;
   /** The cap of an offline-capable key's offline validity, and its value when the issue names none (config OFFLINE_KEY_MAX_SECONDS); default DEFAULT_OFFLINE_MAX_SECONDS. */
   readonly offlineKeyMaxSeconds?: number;
   /** The channel new notifications are queued for (config NOTIFY_CHANNEL); default `log`. */

@@ -174,7 +174,7 @@ async function issueParsed(deps: AppDeps, input: ParsedIssueKeyInput, cid: Corre
     return early({ ...refused('OFFLINE_MAX_TOO_LONG', `at most ${offlineCap} s`), cid });
   }
   const keyId = asKeyId(input.keyId ?? newId());
-  const targets = await issueTargets(deps.db, input.siteScope ?? null, input.personId, input.doors);
+  const targets = await issueTargets(deps.db, deps.secrets, input.siteScope ?? null, input.personId, input.doors);
   if (!targets.personFound) return early({ ...refused('PERSON_NOT_FOUND'), cid });
   const missing = input.doors.filter((d) => !targets.doors.some((r) => r.id === d));
   if (input.doors.length === 0 || missing.length > 0) return early({ ...refused('DOOR_NOT_FOUND', missing.join(',')), cid });

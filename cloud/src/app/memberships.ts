@@ -300,7 +300,7 @@ export async function applyMembership(deps: MembershipDeps, input: ApplyMembersh
       if (!plan) return refused('PLAN_NOT_FOUND');
       let credential: domain.MemberCredential | null = null;
       if (input.credential !== undefined) {
-        const targets = await issueTargets(tx, null, personId.data, plan.doors);
+        const targets = await issueTargets(tx, deps.secrets, null, personId.data, plan.doors);
         if (!targets.personFound) return refused('PERSON_NOT_FOUND');
         const gateways = new Set(targets.doors.map((d) => d.gatewayId));
         const first = targets.doors[0];

@@ -1,5 +1,6 @@
 import type { CorrelationId } from '@tobira/shared';
 import type { Tx } from '../adapters/db/db.js';
+import type { SecretBox } from '../adapters/kek.js';
 import type { rotateGatewayBrokerCredentials } from './broker-rotation.js';
 import type * as keys from './keys.js';
 import type * as registry from './registry.js';
@@ -30,6 +31,8 @@ export interface VerbOptions {
  * (`createCloud`), and tests may pass a fake.
  */
 export interface CloudVerbs {
+  /** The KEK box that seals and opens the stored secrets (docs/security.md "Secrets at rest"); after start(). */
+  readonly secrets: SecretBox;
   createSite(input: Parameters<typeof registry.createSite>[1], o?: VerbOptions): ReturnType<typeof registry.createSite>;
   registerGateway(input: Parameters<typeof registry.registerGateway>[2], o?: VerbOptions): ReturnType<typeof registry.registerGateway>;
   /** A new cloud-broker password for a gateway (BROKER_ACCOUNTS_UNMANAGED when accounts are not managed). */

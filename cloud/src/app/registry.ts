@@ -87,7 +87,7 @@ export async function registerGateway(
   let mqtt: BrokerCredentials | null;
   try {
     mqtt = await deps.db.transaction(async (tx) => {
-      await insertGateway(tx, {
+      await insertGateway(tx, deps.secrets, {
         id: input.gatewayId,
         siteId: input.siteId,
         publicJwk: input.publicJwk,

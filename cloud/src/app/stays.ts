@@ -51,6 +51,7 @@ import {
   saveStaySettings,
 } from '../adapters/db/stays.js';
 import { credentialInUse, issueTargets } from '../adapters/db/keys.js';
+import type { SecretBox } from '../adapters/kek.js';
 import { loadMembership } from '../adapters/db/memberships.js';
 import { storeWebhookEvent } from '../adapters/db/webhook-events.js';
 import { verifyWebhook } from '../adapters/stripe/webhook.js';
@@ -394,12 +395,13 @@ export interface BookStayInput {
  */
 async function guestCredentialOf(
   tx: Tx,
+  secrets: SecretBox,
   stayId: string,
   personId: PersonId,
   doors: readonly string[],
   credential: { readonly type: 'pin' | 'card'; readonly value: string },
 ): Promise<domain.GuestCredentialDigest | 'DOORS_SPAN_GATEWAYS' | 'DOOR_NOT_FOUND' | 'CREDENTIAL_IN_USE'> {
-  const targets = await issueTargets(tx, null, personId, doors);
+  const targets = await issueTargets(tx, secrets, null, personId, doors);
   const gateways = new Set(targets.doors.map((d) => d.gatewayId));
   if (gateways.size !== 1) return 'DOORS_SPAN_GATEWAYS';
   const first = targets.doors[0];
@@ -487,7 +489,7 @@ export async function bookStay(deps: StayDeps, input: BookStayInput): Promise<St
         if (gate.status === 'refused') return refused(gate.code, gate.detail);
         let guestCredential: domain.GuestCredentialDigest | null = null;
         if (input.credential !== undefined) {
-          const g = await guestCredentialOf(tx, stayId, person, [...room.doors, ...settings.sharedDoors], input.credential);
+          const g = await guestCredentialOf(tx, deps.secrets, stayId, person, [...room.doors, ...settings.sharedDoors], input.credential);
           if (typeof g === 'string') return refused(g);
           guestCredential = g;
         }

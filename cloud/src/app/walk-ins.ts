@@ -269,7 +269,7 @@ export async function createWalkIn(deps: WalkInDeps, input: CreateWalkInInput): 
         if (!plan) return refused('PLAN_NOT_IN_CONFIG');
         // the gates need no payment provider; selling the pass does
         if (!deps.stripe) return refused('BILLING_NOT_CONFIGURED');
-        const targets = await issueTargets(tx, null, person, plan.doors);
+        const targets = await issueTargets(tx, deps.secrets, null, person, plan.doors);
         if (!targets.personFound) return refused('PERSON_NOT_FOUND');
         const first = targets.doors[0];
         if (new Set(targets.doors.map((d) => d.gatewayId)).size !== 1 || first === undefined) return refused('DOORS_SPAN_GATEWAYS');

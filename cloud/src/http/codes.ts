@@ -26,6 +26,8 @@ export const API_CODES = Object.freeze({
   WEBHOOK_REDIRECT_NOT_FOLLOWED: 'Delivery log: the endpoint answered a redirect (3xx), which is never followed; retried with backoff.',
   WEBHOOK_TIMEOUT: 'Delivery log: no answer within the delivery timeout; retried with backoff.',
   WEBHOOK_CONNECTION_FAILED: 'Delivery log: the connection failed (DNS, refused, reset, TLS); retried with backoff.',
+  WEBHOOK_SECRET_UNREADABLE:
+    "Delivery log: the endpoint's sealed signing secret did not open with the loaded KEKs (wrong or missing KEK, or a ciphertext moved to another row); nothing was sent, retried with backoff.",
   WEBHOOK_ADDRESS_FORBIDDEN:
     'Delivery log: the attempt was refused before connecting, the endpoint now resolves to an internal address (a failed attempt, retried with backoff).',
   IDEMPOTENCY_KEY_REUSED: 'This Idempotency-Key was used with a different request.',

@@ -247,7 +247,7 @@ describe.each(pgBackends())('cloud GET /metrics on %s', (backend) => {
       expect(of('tobira_cloud_queue_oldest_age_seconds', m, { queue: 'webhook', status: 'pending' })).toBe(5);
 
       const worker = new WebhookDispatcher(
-        { db: cloud.db, clock: cloud.clock, log: testLog, random: () => 1, telemetry: cloud.telemetry },
+        { db: cloud.db, secrets: cloud.secrets, clock: cloud.clock, log: testLog, random: () => 1, telemetry: cloud.telemetry },
         { allowPrivateNetworks: true, baseMs: 1_000 },
       );
       answer = 500;

@@ -318,10 +318,10 @@ describe.each(pgBackends())('webhook SSRF guard on %s', (backend) => {
       }[];
     // the row is written directly: registration would refuse it (that is the point: DNS may change after registration)
     const endpoint = async (url: string) =>
-      (await createWebhook(h.cloud.db, { siteId: h.siteA, url, events: ['alarm'] }, h.cloud.clock.now())).id;
+      (await createWebhook(h.cloud.db, h.cloud.secrets, { siteId: h.siteA, url, events: ['alarm'] }, h.cloud.clock.now())).id;
     const dispatcher = (allowPrivateNetworks: boolean, log = testLog, resolve?: ResolveAll) =>
       new WebhookDispatcher(
-        { db: h.cloud.db, clock: h.cloud.clock, log, random: () => 1, ...(resolve ? { resolve } : {}) },
+        { db: h.cloud.db, secrets: h.cloud.secrets, clock: h.cloud.clock, log, random: () => 1, ...(resolve ? { resolve } : {}) },
         { allowPrivateNetworks, baseMs: 1000 },
       );
 
@@ -427,7 +427,7 @@ describe.each(pgBackends())('webhook SSRF guard on %s', (backend) => {
         [ok.url, null],
       ];
       const short = new WebhookDispatcher(
-        { db: h.cloud.db, clock: h.cloud.clock, log: testLog, random: () => 1 },
+        { db: h.cloud.db, secrets: h.cloud.secrets, clock: h.cloud.clock, log: testLog, random: () => 1 },
         { allowPrivateNetworks: true, baseMs: 1000, timeoutMs: 300 },
       );
       for (const [url, code] of cases) {

@@ -42,7 +42,7 @@ describe.each(pgBackends())('webhooks on %s', (backend) => {
 
   const dispatcher = () =>
     new WebhookDispatcher(
-      { db: h.cloud.db, clock: h.cloud.clock, log: testLog, random: () => 1 },
+      { db: h.cloud.db, secrets: h.cloud.secrets, clock: h.cloud.clock, log: testLog, random: () => 1 },
       { maxAttempts: 2, baseMs: 1000, allowPrivateNetworks: true },
     );
   const register = async (events: string[], token = h.tokens.managerA) =>

@@ -155,6 +155,8 @@ export class System {
   readonly siteGatewayLogin: { readonly username: string; readonly password: string };
   #db!: TestDatabase;
   #signingJwk: string | undefined;
+  /** The cloud's KEK, the same across its restarts (the secrets it sealed must open again). */
+  readonly #kek = randomBytes(32).toString('base64');
   readonly #extraDatabases = new Set<string>();
 
   constructor(
@@ -265,6 +267,7 @@ export class System {
         MQTT_URL: this.cloudBrokerUrl,
         MQTT_CLIENT_ID: opts.clientId ?? `cloud-${this.gatewayId}`,
         CLOUD_SIGNING_JWK: this.#signingJwk,
+        TOBIRA_KEK: this.#kek,
         HEARTBEAT_INTERVAL_MS: '250',
         DISPATCH_POLL_MS: '500',
         DISPATCH_BACKOFF_BASE_MS: '100',

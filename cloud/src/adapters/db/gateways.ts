@@ -2,6 +2,8 @@ import { z } from 'zod';
 import { MessageId, SiteMode, pageOf, parseRow, parseRows, type Jwks, type Page } from '@tobira/shared';
 import { Int8 } from './columns.js';
 import type { Queryable } from './db.js';
+import type { SecretBox } from '../kek.js';
+import { aadOf } from './sealed-secrets.js';
 import { scopeParam, type SiteScope } from './scope.js';
 
 /**
@@ -66,16 +68,17 @@ export async function getGateway(q: Queryable, scope: SiteScope, id: string): Pr
   return r.rows[0] === undefined ? null : parseRow('gateways', GatewayRow, r.rows[0]);
 }
 
-/** Registers a gateway and starts its downlink counter at 0. Throws 23505 when the id is taken. */
+/** Registers a gateway (its pepper sealed with the KEK, never in clear) and starts its downlink counter at 0. Throws 23505 when the id is taken. */
 export async function insertGateway(
   q: Queryable,
+  box: SecretBox,
   g: { id: string; siteId: string; publicJwk: unknown; pepper: string; createdAt: number },
 ): Promise<void> {
-  await q.query('INSERT INTO gateways (id, site_id, public_jwk, credential_pepper, created_at) VALUES ($1,$2,$3::jsonb,$4,$5)', [
+  await q.query('INSERT INTO gateways (id, site_id, public_jwk, credential_pepper_sealed, created_at) VALUES ($1,$2,$3::jsonb,$4,$5)', [
     g.id,
     g.siteId,
     JSON.stringify(g.publicJwk),
-    g.pepper,
+    box.seal(g.pepper, aadOf('gateways.credential_pepper', g.id)),
     g.createdAt,
   ]);
   await q.query('INSERT INTO gateway_seq (gateway_id, last_seq) VALUES ($1, 0)', [g.id]);

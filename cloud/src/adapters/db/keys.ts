@@ -17,6 +17,8 @@ import {
 import { KEY_EVENTS, KEY_STATUSES, type KeyStatus } from '../../domain/key-states.js';
 import type { EntryKey, GrantNames } from '../../domain/keys.js';
 import type { Queryable } from './db.js';
+import type { SecretBox } from '../kek.js';
+import { openSecret } from './sealed-secrets.js';
 import { scopeParam, type SiteScope } from './scope.js';
 
 /**
@@ -373,7 +375,8 @@ const IssueTargetRow = z.discriminatedUnion('kind', [
     gateway_id: z.string(),
     site_id: z.string(),
     online: z.boolean().nullable(),
-    pepper: z.string(),
+    pepper: z.string().nullable(),
+    pepper_sealed: z.string().nullable(),
   }),
 ]);
 
@@ -387,24 +390,35 @@ const IssueTargetRow = z.discriminatedUnion('kind', [
  */
 export async function issueTargets(
   q: Queryable,
+  box: SecretBox,
   scope: SiteScope,
   personId: string,
   doorIds: readonly string[],
 ): Promise<{ personFound: boolean; doors: IssueDoor[]; names: GrantNames }> {
   const r = await q.query(
-    `SELECT 'person' AS kind, p.id, p.name, NULL AS gateway_id, NULL AS site_id, NULL::boolean AS online, NULL AS pepper
+    `SELECT 'person' AS kind, p.id, p.name, NULL AS gateway_id, NULL AS site_id, NULL::boolean AS online, NULL AS pepper, NULL AS pepper_sealed
        FROM people p WHERE p.id = $1 AND ($3::text[] IS NULL
         OR EXISTS (SELECT 1 FROM api_person_sites ps WHERE ps.person_id = p.id AND ps.site_id = ANY($3))
         OR EXISTS (SELECT 1 FROM keys k JOIN gateways g ON g.id = k.gateway_id WHERE k.person_id = p.id AND g.site_id = ANY($3)))
      UNION ALL
-     SELECT 'door', d.id, d.name, d.gateway_id, g.site_id, g.online, g.credential_pepper FROM doors d JOIN gateways g ON g.id = d.gateway_id
+     SELECT 'door', d.id, d.name, d.gateway_id, g.site_id, g.online, g.credential_pepper, g.credential_pepper_sealed FROM doors d JOIN gateways g ON g.id = d.gateway_id
       WHERE d.id = ANY($2::text[]) AND ($3::text[] IS NULL OR d.site_id = ANY($3))`,
     [personId, [...doorIds], scopeParam(scope)],
   );
   const rows = parseRows('doors', IssueTargetRow, r.rows);
   const doors = rows.flatMap((x) =>
     x.kind === 'door'
-      ? [{ id: x.id, name: x.name, gatewayId: x.gateway_id, siteId: x.site_id, gatewayOnline: x.online, pepper: x.pepper }]
+      ? [
+          {
+            id: x.id,
+            name: x.name,
+            gatewayId: x.gateway_id,
+            siteId: x.site_id,
+            gatewayOnline: x.online,
+            // opened here, in the one read an issue makes: a pepper that does not open throws SecretUnreadable
+            pepper: openSecret(box, 'gateways.credential_pepper', x.gateway_id, x.pepper_sealed, x.pepper),
+          },
+        ]
       : [],
   );
   return {

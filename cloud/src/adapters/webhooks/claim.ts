@@ -13,7 +13,8 @@ const ClaimedRow = z.object({
   attempts: z.number(),
   lease_token: z.string(),
   url: z.string(),
-  secret: z.string(),
+  secret: z.string().nullable(),
+  secret_sealed: z.string().nullable(),
   created_at: z.number(),
 });
 export type ClaimedWebhook = z.infer<typeof ClaimedRow>;
@@ -36,7 +37,7 @@ export async function claimDue(
               WHERE (status = 'pending' AND next_attempt_at <= $3) OR (status = 'sending' AND lease_until <= $3)
               ORDER BY id LIMIT $4 FOR UPDATE SKIP LOCKED) due, webhook_endpoints e
       WHERE w.id = due.id AND e.id = w.endpoint_id
-      RETURNING w.id, w.endpoint_id, w.event_id, w.type, w.body, w.cid, w.attempts, w.lease_token, e.url, e.secret, w.created_at`,
+      RETURNING w.id, w.endpoint_id, w.event_id, w.type, w.body, w.cid, w.attempts, w.lease_token, e.url, e.secret, e.secret_sealed, w.created_at`,
     [randomUUID(), now + o.leaseMs, now, o.batch],
   );
   return parseRows('webhook_outbox', ClaimedRow, r.rows);

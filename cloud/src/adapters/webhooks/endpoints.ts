@@ -2,6 +2,8 @@ import { randomBytes } from 'node:crypto';
 import { newId, parseRow, parseRows } from '@tobira/shared';
 import { z } from 'zod';
 import type { Queryable } from '../db/db.js';
+import { aadOf } from '../db/sealed-secrets.js';
+import type { SecretBox } from '../kek.js';
 import type { DeliveryCode, WebhookEvent } from './events.js';
 
 /**
@@ -30,15 +32,20 @@ export type Webhook = ReturnType<typeof toWebhook>;
 
 const scopeParam = (scope: readonly string[] | null): string[] | null => (scope === null ? null : [...scope]);
 
-/** Registers an endpoint with a fresh signing secret (returned once; receivers check signatures with it). */
-export async function createWebhook(db: Queryable, input: { siteId: string; url: string; events: readonly WebhookEvent[] }, now: number) {
+/** Registers an endpoint with a fresh signing secret (returned once; receivers check signatures with it; stored sealed with the KEK). */
+export async function createWebhook(
+  db: Queryable,
+  box: SecretBox,
+  input: { siteId: string; url: string; events: readonly WebhookEvent[] },
+  now: number,
+) {
   const id = newId();
   const secret = `whsec_${randomBytes(32).toString('base64url')}`;
-  await db.query('INSERT INTO webhook_endpoints (id, site_id, url, secret, events, created_at) VALUES ($1,$2,$3,$4,$5,$6)', [
+  await db.query('INSERT INTO webhook_endpoints (id, site_id, url, secret_sealed, events, created_at) VALUES ($1,$2,$3,$4,$5,$6)', [
     id,
     input.siteId,
     input.url,
-    secret,
+    box.seal(secret, aadOf('webhook_endpoints.secret', id)),
     [...input.events],
     now,
   ]);

@@ -31,5 +31,10 @@ export type WebhookEvent = (typeof WEBHOOK_EVENTS)[number];
 /** The stable code of a failed delivery attempt (webhook_deliveries.code; null when delivered). */
 export type DeliveryCode = Extract<
   ApiCode,
-  'WEBHOOK_HTTP_STATUS' | 'WEBHOOK_REDIRECT_NOT_FOLLOWED' | 'WEBHOOK_ADDRESS_FORBIDDEN' | 'WEBHOOK_TIMEOUT' | 'WEBHOOK_CONNECTION_FAILED'
+  | 'WEBHOOK_HTTP_STATUS'
+  | 'WEBHOOK_REDIRECT_NOT_FOLLOWED'
+  | 'WEBHOOK_ADDRESS_FORBIDDEN'
+  | 'WEBHOOK_TIMEOUT'
+  | 'WEBHOOK_CONNECTION_FAILED'
+  | 'WEBHOOK_SECRET_UNREADABLE'
 >;

@@ -7,6 +7,8 @@ import { EgressRefusedError, checkUrlShape, type ResolveAll } from './egress.js'
 import { logAttempt } from './endpoints.js';
 import type { DeliveryCode } from './events.js';
 import { failDelivery } from './fail.js';
+import { SecretUnreadable, type SecretBox } from '../kek.js';
+import { openSecret } from '../db/sealed-secrets.js';
 import { markDelivered } from './mark-delivered.js';
 import { noTelemetry, type Telemetry } from '../../app/telemetry.js';
 
@@ -27,6 +29,8 @@ import { noTelemetry, type Telemetry } from '../../app/telemetry.js';
 
 /** Leads the logged error of an attempt the egress guard refused. */
 const ADDRESS_FORBIDDEN = 'WEBHOOK_ADDRESS_FORBIDDEN' satisfies DeliveryCode;
+/** Leads the logged error of an attempt whose endpoint secret did not open (wrong or missing KEK, a ciphertext moved). */
+const SECRET_UNREADABLE = 'WEBHOOK_SECRET_UNREADABLE' satisfies DeliveryCode;
 
 export interface WebhookOptions extends BackoffPolicy {
   readonly pollMs: number;
@@ -53,7 +57,16 @@ export class WebhookDispatcher {
   #running: Promise<void> | undefined;
 
   constructor(
-    private readonly deps: { db: Queryable; clock: Clock; log: Logger; random?: () => number; resolve?: ResolveAll; telemetry?: Telemetry },
+    private readonly deps: {
+      db: Queryable;
+      /** Opens the endpoints' sealed signing secrets (docs/security.md "Secrets at rest"). */
+      secrets: SecretBox;
+      clock: Clock;
+      log: Logger;
+      random?: () => number;
+      resolve?: ResolveAll;
+      telemetry?: Telemetry;
+    },
     options: Partial<WebhookOptions> = {},
   ) {
     this.#o = { ...DEFAULT_WEBHOOK_OPTIONS, ...options };
@@ -94,7 +107,18 @@ export class WebhookDispatcher {
     // a refusal by the egress guard: its code leads the logged error; the address goes to the server log only
     let refused: Record<string, unknown> = {};
     const shape = checkUrlShape(row.url, { allowPrivateNetworks: this.#o.allowPrivateNetworks });
-    if (!shape.ok) {
+    let secret: string | null = null;
+    try {
+      secret = openSecret(this.deps.secrets, 'webhook_endpoints.secret', row.endpoint_id, row.secret_sealed, row.secret);
+    } catch (e) {
+      if (!(e instanceof SecretUnreadable)) throw e;
+      // never sent unsigned: the attempt fails (and backs off) until the KEK that sealed it is loaded
+      refused = { code: SECRET_UNREADABLE, cause: e.code, kid: e.kid };
+    }
+    if (secret === null) {
+      code = SECRET_UNREADABLE;
+      error = `${SECRET_UNREADABLE}: the endpoint's signing secret does not open with the loaded KEKs`;
+    } else if (!shape.ok) {
       refused = { code: ADDRESS_FORBIDDEN };
       code = ADDRESS_FORBIDDEN;
       error = `${ADDRESS_FORBIDDEN}: ${shape.detail}`;
@@ -106,7 +130,7 @@ export class WebhookDispatcher {
             'content-type': 'application/json',
             'tobira-event-id': row.event_id,
             'tobira-event-type': row.type,
-            'tobira-signature': signWebhook(row.secret, t, body),
+            'tobira-signature': signWebhook(secret, t, body),
             ...(row.cid ? { 'x-correlation-id': row.cid } : {}),
           },
           body,

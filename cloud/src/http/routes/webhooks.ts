@@ -44,6 +44,7 @@ export function webhooksRoutes(app: Api, ctx: Ctx): void {
         if (!(await getSite(db, who(req).sites, req.body.siteId))) return { statusCode: 404, body: problem('SITE_NOT_FOUND') };
         const { secret, ...webhook } = await createWebhook(
           db,
+          ctx.cloud.secrets,
           { ...req.body, url, events: [...new Set(req.body.events)] },
           ctx.clock.now(),
         );
@@ -90,7 +91,7 @@ export function webhooksRoutes(app: Api, ctx: Ctx): void {
                   .string()
                   .nullable()
                   .describe(
-                    'stable code of a failed attempt (WEBHOOK_HTTP_STATUS, WEBHOOK_REDIRECT_NOT_FOLLOWED, WEBHOOK_ADDRESS_FORBIDDEN, WEBHOOK_TIMEOUT, WEBHOOK_CONNECTION_FAILED); null when delivered',
+                    'stable code of a failed attempt (WEBHOOK_HTTP_STATUS, WEBHOOK_REDIRECT_NOT_FOLLOWED, WEBHOOK_ADDRESS_FORBIDDEN, WEBHOOK_TIMEOUT, WEBHOOK_CONNECTION_FAILED, WEBHOOK_SECRET_UNREADABLE); null when delivered',
                   ),
                 at: z.int(),
                 eventStatus: z.string(),
