@@ -309,7 +309,7 @@ export function checkMoney(history: readonly Entry[], l: MoneyLedgers, o: MoneyC
   const cloudKeys = new Map(l.cloud.keys.map((k) => [k.id, k]));
   const gwKeys = new Map(l.gateways.flatMap((g) => g.keys.map((k) => [k.keyId, k] as const)));
   for (const e of api) {
-    if (e.op !== 'book' || e.status !== 202) continue;
+    if (e.op !== 'book' || (e.status !== 202 && e.status !== 200)) continue;
     const stayId = str(e.stayId);
     const cid = str(e.cid);
     const s = stayId === null ? undefined : stays.get(stayId);
