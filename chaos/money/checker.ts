@@ -315,11 +315,15 @@ export function checkMoney(history: readonly Entry[], l: MoneyLedgers, o: MoneyC
     const s = stayId === null ? undefined : stays.get(stayId);
     if (s === undefined || cid === null || s.keyId === null) continue;
     count('M6 bookings with a key checked');
-    if (s.cid !== cid) fail('M6', `stay ${s.id} carries cid ${s.cid}, its booking sent ${cid}`, [e.i]);
+    // a stay's and a key's row carry the cid of their latest verb (a cancellation has its own), so
+    // they are compared only while the confirmation is the latest; the gateway's grant keeps it for good
+    if (s.status === 'confirmed' && s.cid !== cid) fail('M6', `stay ${s.id} carries cid ${s.cid}, its booking sent ${cid}`, [e.i]);
     const ck = cloudKeys.get(s.keyId);
-    if (ck !== undefined && ck.cid !== cid) fail('M6', `key ${s.keyId} carries cid ${String(ck.cid)}, its booking sent ${cid}`, [e.i]);
+    if (ck !== undefined && ck.status === 'active' && ck.cid !== cid)
+      fail('M6', `key ${s.keyId} carries cid ${String(ck.cid)}, its booking sent ${cid}`, [e.i]);
     const gk = gwKeys.get(s.keyId);
-    if (gk !== undefined && gk.grantCid !== cid)
+    if (gk === undefined) fail('M6', `the gateway holds no grant of ${s.keyId}`, [e.i]);
+    else if (gk.grantCid !== cid)
       fail('M6', `the gateway's grant of ${s.keyId} carries cid ${String(gk.grantCid)}, its booking sent ${cid}`, [e.i]);
   }
   return { checks, violations };

@@ -54,6 +54,9 @@ export class MoneyInjector {
   readonly counts: Record<string, number> = {};
   total = 0;
   readonly #running = new Set<Promise<void>>();
+  /** a kill of the cloud in progress, or the real time (ms) of the last one ended: one at a time, 10 s apart */
+  #cloudBusy = false;
+  #lastKillEnded = 0;
 
   constructor(
     readonly c: MoneyCluster,
@@ -132,11 +135,18 @@ export class MoneyInjector {
         return void end();
       }
       case 'kill-cloud': {
-        if (!this.c.cloud.running) return;
-        this.h.add('injector', 'fault', { kind });
-        await this.c.cloud.kill('SIGKILL');
-        await sleep(1000 + Math.floor(this.r() * 2000));
-        await this.c.startCloud();
+        // a second kill while the cloud restarts would only keep it down: the run needs it up between kills
+        if (this.#cloudBusy || !this.c.cloud.running || Date.now() - this.#lastKillEnded < 10_000) return;
+        this.#cloudBusy = true;
+        try {
+          this.h.add('injector', 'fault', { kind });
+          await this.c.cloud.kill('SIGKILL');
+          await sleep(1000 + Math.floor(this.r() * 2000));
+          await this.c.startCloud();
+        } finally {
+          this.#cloudBusy = false;
+          this.#lastKillEnded = Date.now();
+        }
         return void end();
       }
       case 'pg-cut': {
@@ -158,6 +168,7 @@ export class MoneyInjector {
     Object.assign(local.faults, noFaults());
     Object.assign(local.webhooks.faults, { duplicates: 1, hold: false, drop: false });
     local.webhooks.release('fifo');
+    while (this.#cloudBusy) await sleep(200);
     if (!this.c.cloud.running) await this.c.startCloud();
   }
 }

@@ -162,9 +162,11 @@ async function settle(c: MoneyCluster, w: MoneyWorkload, h: History, timeoutMs: 
     await c.stripe.webhooks.idle();
     await w.refresh().catch(() => {});
     if (!cancelled || performance.now() - t0 > 5000) {
+      await w.refresh().catch(() => {});
       for (const s of w.stays.filter((x) => x.status === 'pending')) await w.cancelStay(s, 'staff_cancelled');
-      for (const x of w.walkIns.filter((y) => y.status === 'pending'))
-        await w.call('cancel-walk-in', 'POST', `/walk-ins/${x.id}/cancel`, { reason: 'staff_cancelled' }, { walkInId: x.id });
+      // a pending walk-in cannot be cancelled (WALK_IN_NOT_PAID): the guest walks away, its intent is cancelled at Stripe
+      for (const x of w.walkIns.filter((y) => y.status === 'pending' && y.intentId !== null))
+        await w.stripe('abandon-walk-in', 'POST', `/v1/payment_intents/${x.intentId}/cancel`, {}, { walkInId: x.id });
       cancelled = true;
     }
     const open = await c
@@ -172,7 +174,10 @@ async function settle(c: MoneyCluster, w: MoneyWorkload, h: History, timeoutMs: 
         const one = async (sql: string) => Number((await db.query<{ n: string }>(sql)).rows[0]?.n ?? 0);
         return {
           webhooks: await one("SELECT count(*) AS n FROM payment_webhook_events WHERE status IN ('pending', 'processing')"),
-          jobs: await one("SELECT count(*) AS n FROM billing_jobs WHERE status IN ('pending', 'running')"),
+          // a booking's create_intent job is a safety net due a minute later: only jobs due now count
+          jobs: await one(
+            `SELECT count(*) AS n FROM billing_jobs WHERE status = 'running' OR (status = 'pending' AND next_attempt_at <= ${Date.now()})`,
+          ),
           notices: await one("SELECT count(*) AS n FROM notification_outbox WHERE status IN ('pending', 'sending')"),
           refunds: await one("SELECT count(*) AS n FROM refunds WHERE status = 'pending'"),
           stays: await one("SELECT count(*) AS n FROM stays WHERE status = 'pending'"),

@@ -60,7 +60,13 @@ export class MoneyCluster extends Cluster {
   }
 
   override async start(): Promise<void> {
-    this.stripe = await startStripeLocal({ seed: `m${this.o.seed}`.slice(0, 8), log: createLogger('stripe-local', { level: 'silent' }) });
+    this.stripe = await startStripeLocal({
+      seed: `m${this.o.seed}`.slice(0, 8),
+      log: createLogger('stripe-local', { level: 'silent' }),
+      // Stripe retries a webhook for days; a cloud killed and restarting (20 s and more on a busy machine)
+      // must not outlast the retries, or the run would test a loss Stripe does not cause
+      webhookRetry: { attempts: 60, backoffMs: 250, maxBackoffMs: 2000 },
+    });
     await this.receiver.start();
     await super.start();
     this.stripe.webhooks.add({ url: `${this.apiUrl}/webhooks/stripe`, secret: WEBHOOK_SECRET });
