@@ -4,6 +4,8 @@
  *                         [--grace S] [--out dir] [--keep]`
  * `npm run chaos:money -- --check <dir>` checks a recorded run again (its history.jsonl and ledgers.json).
  * `npm run chaos:money -- --prove-bugs [--only name]` (chaos/money/prove-bugs.ts).
+ * `npm run chaos:money -- --scenario <name> --duration 0 --faults none`: one targeted scenario
+ * (chaos/money/scenarios.ts) before the random workload.
  *
  * The money chaos run (docs/reliability.md, "Money"): the cloud as a child process on PostgreSQL with
  * the real `stripe` SDK against a local Stripe of the run's own, a gateway and its lock fleet; the
@@ -85,7 +87,9 @@ export async function runMoneyChaos(o: MoneyRunOptions): Promise<MoneyRunResult>
     h,
     o.cloudEnv,
   );
+  const propagationMs = o.offlineGraceSeconds * 1000 + 2000;
   const w = new MoneyWorkload(cluster, h, r);
+  w.propagationMs = propagationMs;
   const injector = new MoneyInjector(cluster, h, r, o.faults);
   let ledgers: MoneyLedgers;
   let healed: MoneyRunResult['healed'];
@@ -94,7 +98,11 @@ export async function runMoneyChaos(o: MoneyRunOptions): Promise<MoneyRunResult>
     await w.setup();
     say(`chaos:money: system up (cloud ${cluster.apiUrl}, local Stripe ${cluster.stripe.url})`);
     h.add('runner', 'start-faults');
-    if (o.scenario) await o.scenario(w, injector);
+    if (o.scenario) {
+      h.add('runner', 'scenario');
+      await o.scenario(w, injector);
+      h.add('runner', 'scenario-done');
+    }
     const end = performance.now() + o.durationSeconds * 1000;
     const running = () => performance.now() < end;
     await Promise.all([
@@ -133,7 +141,7 @@ export async function runMoneyChaos(o: MoneyRunOptions): Promise<MoneyRunResult>
   } finally {
     await cluster.stop();
   }
-  const verdict = checkMoney(h.entries, ledgers, { propagationMs: o.offlineGraceSeconds * 1000 + 2000 });
+  const verdict = checkMoney(h.entries, ledgers, { propagationMs });
   const res: MoneyRunResult = {
     seed: o.seed,
     dir,
@@ -228,6 +236,7 @@ async function main(): Promise<number> {
       check: { type: 'string' },
       'prove-bugs': { type: 'boolean', default: false },
       only: { type: 'string' },
+      scenario: { type: 'string' },
     },
   });
   if (values['prove-bugs']) {
@@ -243,7 +252,14 @@ async function main(): Promise<number> {
     return v.violations.length > 0 ? 1 : 0;
   }
   const seed = values.seed !== undefined ? Number(values.seed) : Math.floor(Math.random() * 2 ** 31);
+  let scenario: MoneyRunOptions['scenario'];
+  if (values.scenario !== undefined) {
+    const { SCENARIOS } = await import('./scenarios.js');
+    scenario = SCENARIOS[values.scenario];
+    if (scenario === undefined) throw new Error(`unknown scenario ${values.scenario} (known: ${Object.keys(SCENARIOS).join(', ')})`);
+  }
   const res = await runMoneyChaos({
+    ...(scenario !== undefined && { scenario }),
     seed,
     durationSeconds: Number(values.duration),
     faults: parseMoneyFaults(values.faults),

@@ -75,6 +75,8 @@ export class MoneyWorkload {
   readonly #retry: { key: string; cid: string; body: Json; lockId: string; pin: string; underway: boolean }[] = [];
   #n = 0;
   ops = 0;
+  /** the checker's propagation bound, for scenarios that must wait past it */
+  propagationMs = 12_000;
 
   constructor(
     readonly c: MoneyCluster,
