@@ -25,6 +25,9 @@ export const MONEY_BUGS: readonly MoneyBugCase[] = [
   { patch: 'deposit-kept-on-failed-stay.patch', scenario: 'deposit-kept-on-failed-stay', expect: ['M2'] },
   // the gates at booking and at key issue removed: a blocked guest books, pays and opens the door
   { patch: 'blocked-guest-books-and-opens.patch', scenario: 'blocked-guest-books-and-opens', expect: ['M1'] },
+  // a self-cancel Stripe gave no answer to counts as "nothing changed", and the observer ignores cancel_at_period_end:
+  // the membership stays active while Stripe stops billing at period end
+  { patch: 'slow-stripe-self-cancel.patch', scenario: 'slow-stripe-self-cancel', expect: ['M3'] },
 ];
 
 /** A worktree of HEAD with its own node_modules: links to ours, except @tobira/* which must point into the worktree. */

@@ -74,4 +74,35 @@ export const SCENARIOS: Record<string, Scenario> = {
       await sleep(1000);
     }
   },
+
+  /**
+   * The slow-Stripe self-cancel: a member pays, then self-cancels while Stripe takes longer than the
+   * cloud's SDK gives it (the first attempt times out, the retries find the key in use): the cloud has
+   * no answer, and Stripe schedules the end a little later. The membership must follow Stripe
+   * (`ending`, by the pending stop's job or the observer); one left `active` while Stripe will stop
+   * billing breaks M3.
+   */
+  'slow-stripe-self-cancel': async (w) => {
+    const local = w.c.stripe;
+    const id = 'mem-slow';
+    const res = await w.call('apply', 'POST', '/memberships', { id, planId: 'lounge', personId: 'guest-2' }, { membershipId: id });
+    if (res.status !== 201) throw new Error(`scenario: apply answered ${res.status}`);
+    const approved = await w.call('approve', 'POST', `/memberships/${id}/approve`, undefined, { membershipId: id });
+    const a = isObj(approved.body) ? approved.body : {};
+    if (typeof a.firstInvoiceId !== 'string' || typeof a.subscriptionId !== 'string') throw new Error('scenario: not approved');
+    const subId = a.subscriptionId;
+    await w.stripe('pay-invoice', 'GET', `/_local/invoices/${a.firstInvoiceId}/pay?card=pm_card_visa`, undefined, { membershipId: id });
+    await waitFor('the membership active', async () => {
+      const m = await w.call('get-membership', 'GET', `/memberships/${id}`);
+      return isObj(m.body) && m.body.membershipStatus === 'active';
+    });
+    // longer than the SDK's 20 s timeout and its two retries (each answered 409 idempotency_key_in_use)
+    local.faults.delayMs = 45_000;
+    const cancel = w.call('self-cancel', 'POST', `/memberships/${id}/self-cancel`, {}, { membershipId: id });
+    await sleep(500);
+    local.faults.delayMs = 0; // only the self-cancel's first attempt is slow; its effect lands at +45 s
+    await cancel;
+    await waitFor('Stripe to schedule the end', async () => local.subscription(subId)?.cancel_at_period_end === true, 90_000);
+    await local.webhooks.idle();
+  },
 };

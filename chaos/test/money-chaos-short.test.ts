@@ -17,6 +17,8 @@ const SEED = 7;
 
 describe('npm run chaos:money (quick, fixed seed)', () => {
   it(`keeps M1..M6 under Stripe, webhook and PostgreSQL faults (seed ${SEED})`, async () => {
+    const scenario = SCENARIOS['deposit-kept-on-failed-stay'];
+    if (scenario === undefined) throw new Error('the deposit scenario is not listed');
     const res = await runMoneyChaos({
       seed: SEED,
       durationSeconds: 12,
@@ -25,7 +27,7 @@ describe('npm run chaos:money (quick, fixed seed)', () => {
       faultEveryMs: 1200,
       quiet: true,
       // a deposit paid and the stay failed at Stripe first, so the run always holds a refund to check
-      scenario: SCENARIOS['deposit-kept-on-failed-stay'],
+      scenario,
     });
     const text = moneySummary(res);
     expect(res.verdict.violations, text).toEqual([]);
