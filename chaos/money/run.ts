@@ -131,7 +131,7 @@ export async function runMoneyChaos(o: MoneyRunOptions): Promise<MoneyRunResult>
     say(`chaos:money: ${injector.total} faults injected; healing…`);
     await injector.drain();
     await injector.heal();
-    healed = await settle(cluster, w, h, 90_000);
+    healed = await settle(cluster, w, h, 120_000);
     h.add('runner', 'healed', healed);
     ledgers = await readLedgers(cluster);
     writeFileSync(join(dir, 'ledgers.json'), JSON.stringify(ledgers, null, 1));
@@ -182,9 +182,11 @@ async function settle(c: MoneyCluster, w: MoneyWorkload, h: History, timeoutMs: 
         const one = async (sql: string) => Number((await db.query<{ n: string }>(sql)).rows[0]?.n ?? 0);
         return {
           webhooks: await one("SELECT count(*) AS n FROM payment_webhook_events WHERE status IN ('pending', 'processing')"),
-          // a booking's create_intent job is a safety net due a minute later: only jobs due now count
+          // a booking's create_intent job is a safety net due a minute later that finds its intent recorded: it
+          // counts once due; every other job (a pending billing stop's reconcile_membership, a refund backing off) is
+          // waited for
           jobs: await one(
-            `SELECT count(*) AS n FROM billing_jobs WHERE status = 'running' OR (status = 'pending' AND next_attempt_at <= ${Date.now()})`,
+            `SELECT count(*) AS n FROM billing_jobs WHERE status = 'running' OR (status = 'pending' AND (kind <> 'create_intent' OR next_attempt_at <= ${Date.now()}))`,
           ),
           notices: await one("SELECT count(*) AS n FROM notification_outbox WHERE status IN ('pending', 'sending')"),
           refunds: await one("SELECT count(*) AS n FROM refunds WHERE status = 'pending'"),
