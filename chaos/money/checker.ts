@@ -149,8 +149,10 @@ export function checkMoney(history: readonly Entry[], l: MoneyLedgers, o: MoneyC
     }
   }
   for (const [p, b] of openBlock) blocked.set(p, [...(blocked.get(p) ?? []), { from: b.from, to: Infinity, line: b.line }]);
+  // a suspension ends the key it revoked; a resume issues a fresh key (key_<id>_<n+1>) that opens again
   for (const e of history)
-    if (e.what === 'membership-observed' && e.suspended === true) noteEnd(str(e.membershipId), e.wall, e.i, 'suspended');
+    if (e.what === 'membership-observed' && e.suspended === true && str(e.keyId) !== null)
+      noteEnd(`key:${str(e.keyId)}`, e.wall, e.i, 'suspended');
 
   for (const g of l.gateways) {
     for (const d of g.accessLog) {
@@ -177,7 +179,8 @@ export function checkMoney(history: readonly Entry[], l: MoneyLedgers, o: MoneyC
         if (m === undefined || sub === undefined || sub.status === 'incomplete' || m.status === 'applied' || m.status === 'rejected')
           fail('M1', `${where} opened for membership ${subject.id}, which was never paid (status ${m?.status ?? 'unknown'})`);
       }
-      const end = endedAt.get(subject.id);
+      const ends = [endedAt.get(subject.id), endedAt.get(`key:${d.keyId}`)].filter((x) => x !== undefined);
+      const end = ends.sort((x, y) => x.wall - y.wall)[0];
       if (end !== undefined && d.at > end.wall + bound)
         fail(
           'M1',

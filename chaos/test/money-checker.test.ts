@@ -295,10 +295,42 @@ describe('the money checker', () => {
       expect(v).toHaveLength(1);
       expect(v[0]?.message).toMatch(/of p2, blocked since/);
     });
+    it('a fresh key after a resume opens again; the suspended one may not', () => {
+      const { h, l } = goodRun();
+      const m = clone(l) as Mutable<MoneyLedgers>;
+      m.cloud.memberships[0]!.keyId = 'key_m1_2';
+      m.gateways[0]!.accessLog.push({ keyId: 'key_m1_2', lockId: 'L2', at: W + 60_000, allowed: true, code: 'ALLOWED' });
+      const h2 = [
+        ...h,
+        {
+          i: h.length + 1,
+          t: 39_000,
+          wall: W + 39_000,
+          who: 'workload',
+          what: 'membership-observed',
+          membershipId: 'm1',
+          suspended: true,
+          keyId: 'key_m1',
+        },
+      ];
+      const v = run(h2, m as MoneyLedgers);
+      expect(v.violations.map((x) => x.message)).toEqual([
+        'gw1/L2 opened for membership m1 11000 ms after it was suspended (bound 10000 ms)',
+      ]);
+    });
     it('an opening with a suspended membership key', () => {
       broken('M1', (h) => [
         ...h,
-        { i: h.length + 1, t: 39_000, wall: W + 39_000, who: 'workload', what: 'membership-observed', membershipId: 'm1', suspended: true },
+        {
+          i: h.length + 1,
+          t: 39_000,
+          wall: W + 39_000,
+          who: 'workload',
+          what: 'membership-observed',
+          membershipId: 'm1',
+          suspended: true,
+          keyId: 'key_m1',
+        },
       ]);
     });
   });
