@@ -24,13 +24,18 @@ describe('staff TOTP in Chromium against a running gateway', () => {
   const codeAt = (s: Running, secret: string) => generateSync({ secret, epoch: Math.floor(s.f.clock.now() / 1000) });
   /** Dark pixels on the QR canvas: a drawn code has many, an empty canvas none. */
   const darkPixels = (page: Page, id: string) =>
-    page.evaluate((canvasId) => {
-      const c = document.getElementById(canvasId) as HTMLCanvasElement;
+    page.locator(`#${id}`).evaluate((el) => {
+      // the test's tsconfig has no DOM lib: the canvas as far as this count needs it
+      const c = el as unknown as {
+        width: number;
+        height: number;
+        getContext(kind: '2d'): { getImageData(x: number, y: number, w: number, h: number): { data: ArrayLike<number> } } | null;
+      };
       const d = c.getContext('2d')!.getImageData(0, 0, c.width, c.height).data;
       let n = 0;
       for (let i = 0; i < d.length; i += 4) if (d[i]! < 64) n++;
       return n;
-    }, id);
+    });
 
   it('a supervisor enrols from the staff screen, keeps the recovery codes, and the next sign-in asks for the code', async () => {
     const s = await ui.start();
