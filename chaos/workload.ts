@@ -12,7 +12,19 @@ interface Key {
   readonly pin: string;
   readonly gw: GatewayNode;
   readonly validUntil: number;
+  /** a revoke was asked for: answered 2xx, or its answer was lost (it may have committed) */
   revoked: boolean;
+}
+
+/**
+ * The revoked keys a person tries again: every one whose revoke the cloud has not shown acknowledged
+ * (`revoked`), however long ago it was asked for, so a revoke stuck anywhere keeps being tested.
+ */
+export function revokedToPresent<K extends { readonly keyId: string; readonly revoked: boolean }>(
+  keys: readonly K[],
+  status: ReadonlyMap<string, string>,
+): K[] {
+  return keys.filter((k) => k.revoked && status.get(k.keyId) !== 'revoked');
 }
 
 export class Workload {
@@ -87,6 +99,9 @@ export class Workload {
       if (reissue && k.revoked) await this.issue(k.gw, false);
     } catch (e) {
       this.h.add('workload', 'revoke', { keyId: k.keyId, gatewayId: k.gw.id, tSend, status: 0, error: String(e) });
+      // the answer was lost, not necessarily the revoke: from now on the key is presented as revoked
+      // (the checker learns whether it committed from the cloud), never as valid
+      k.revoked = true;
     }
   }
 
@@ -99,8 +114,8 @@ export class Workload {
     let kind: 'valid' | 'revoked' | 'expired' | 'wrong' = 'wrong';
     let key: Key | undefined;
     const valid = mine.filter((k) => !k.revoked && k.validUntil > now + 1000);
-    // a person whose key was just revoked tries again: the three most recent revokes
-    const revoked = mine.filter((k) => k.revoked).slice(-3);
+    // a person whose key was revoked tries again, until the cloud shows the revoke acknowledged
+    const revoked = revokedToPresent(mine, this.#status);
     const expired = mine.filter((k) => !k.revoked && k.validUntil < now);
     if (x < 0.5 && valid.length > 0) [kind, key] = ['valid', pick(this.r, valid)];
     else if (x < 0.7 && revoked.length > 0) [kind, key] = ['revoked', pick(this.r, revoked)];
@@ -142,6 +157,11 @@ export class Workload {
         for (const k of body.items ?? []) {
           if (this.#status.get(k.id) === k.status) continue;
           this.#status.set(k.id, k.status);
+          // a revoke committed whatever its answer said (a lost answer, a revoke from elsewhere)
+          if (k.status === 'revoking' || k.status === 'revoked') {
+            const mineK = this.keys.find((x) => x.keyId === k.id);
+            if (mineK !== undefined) mineK.revoked = true;
+          }
           this.h.add('cloud', 'key-status', { keyId: k.id, gatewayId: gw.id, status: k.status, version: k.version });
         }
         cursor = body.nextCursor ?? null;
