@@ -232,7 +232,8 @@ export function check(history: readonly Entry[], o: CheckOptions): Verdict {
 
   // ---- I1 for the decisions only a gateway's access log shows (the lock's answer was lost or came too late).
   // Rows are in commit order: a row was decided after every earlier row's request was sent, and before every
-  // later row's answer came; and after the first present of its key at its lock.
+  // later row's answer that carried its decision; and after its own request (matched by request id) or, with
+  // none, after the first present of its key at its lock.
   const byGw = new Map<string, Entry[]>();
   for (const e of history) if (e.what === 'gw-access-log') byGw.set(String(e.gatewayId), [...(byGw.get(String(e.gatewayId)) ?? []), e]);
   for (const [gw, rows] of byGw) {
@@ -247,7 +248,8 @@ export function check(history: readonly Entry[], o: CheckOptions): Verdict {
     let after = Infinity;
     for (let j = rows.length - 1; j >= 0; j--) {
       const m = match[j] ?? null;
-      if (m !== null) after = Math.min(after, m.t);
+      // only an answer that carried the decision bounds it: a timeout may be decided later
+      if (m !== null && m.decided === true) after = Math.min(after, m.t);
       hi[j] = Math.min(after, rows[j]?.t ?? Infinity);
     }
     rows.forEach((r, j) => {
@@ -255,8 +257,8 @@ export function check(history: readonly Entry[], o: CheckOptions): Verdict {
       const m = match[j] ?? null;
       if (m !== null && m.allowed === true) return; // checked with its answer above
       const first = firstPresent.get(`${gw}/${String(r.lockId)}/${String(r.keyId)}`) ?? 0;
-      const tLo = m !== null ? (num(m.tSend) ?? m.t) : Math.max(lo[j] ?? 0, first);
-      const tHi = m !== null ? m.t : (hi[j] ?? r.t);
+      const tLo = m !== null ? Math.max(num(m.tSend) ?? m.t, lo[j] ?? 0) : Math.max(lo[j] ?? 0, first);
+      const tHi = m !== null && m.decided === true ? m.t : (hi[j] ?? r.t);
       checkDecision({
         gw,
         lockId: String(r.lockId),

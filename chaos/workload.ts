@@ -7,7 +7,7 @@ import { pick } from './prng.js';
  * through the admin API and presents valid, revoked, expired and wrong PINs
  * at the sim locks, recording every request and answer in the history.
  */
-interface Key {
+export interface Key {
   readonly keyId: string;
   readonly pin: string;
   readonly gw: GatewayNode;
@@ -105,8 +105,9 @@ export class Workload {
     }
   }
 
-  async present(): Promise<void> {
-    const gw = pick(this.r, this.c.gateways);
+  /** A random present; `force`: this key, presented as this kind (a targeted scenario's). */
+  async present(force?: { readonly key: Key; readonly kind: 'valid' | 'revoked' }): Promise<void> {
+    const gw = force?.key.gw ?? pick(this.r, this.c.gateways);
     const lockId = pick(this.r, gw.locks);
     const mine = this.keys.filter((k) => k.gw === gw);
     const x = this.r();
@@ -120,6 +121,7 @@ export class Workload {
     if (x < 0.5 && valid.length > 0) [kind, key] = ['valid', pick(this.r, valid)];
     else if (x < 0.7 && revoked.length > 0) [kind, key] = ['revoked', pick(this.r, revoked)];
     else if (x < 0.85 && expired.length > 0) [kind, key] = ['expired', pick(this.r, expired)];
+    if (force !== undefined) [kind, key] = [force.kind, force.key];
     const pin = key?.pin ?? this.#newPin();
     const tSend = this.h.now();
     const wallSend = Date.now();
@@ -143,6 +145,11 @@ export class Workload {
       commandId: d?.commandId ?? null,
       command: cmd?.result ?? null,
     });
+  }
+
+  /** The cloud's last shown status of a key (from the poller). */
+  statusOf(keyId: string): string | undefined {
+    return this.#status.get(keyId);
   }
 
   /** Polls the cloud's view of every key; records each status change (an acked revoke is `revoked`). */

@@ -216,6 +216,24 @@ describe('the checker', () => {
       expect(v.violations).toEqual([]);
     });
 
+    it('bounds a row whose present timed out by its own request, not by the timeout (it may be decided later)', () => {
+      const v = check(
+        history(
+          issue(0),
+          hb(100),
+          present(8000, { tSend: 100, requestId: 'r1', status: 'timeout' }),
+          hb(10_000),
+          { t: 12_000, who: 'workload', what: 'revoke', keyId: 'k1', status: 202 },
+          allow(23_000, { keyId: 'k2', issue: null, requestId: 'r2', tSend: 22_900 }),
+          row(30_000, { requestId: 'r1' }),
+          row(30_001, { requestId: 'r2', keyId: 'k2' }),
+        ),
+        opts,
+      );
+      // decided between its request (100) and the next decided answer (23 000): nothing provable about the revoke at 12 000
+      expect(v.violations.map((x) => x.invariant)).toEqual(['I1 no grant']);
+    });
+
     it('reports an allowed row for a PIN nobody was given, and one after the grace from its request', () => {
       const v = check(history(issue(0), hb(100), present(12_500, { tSend: 12_400 }), row(30_000, { keyId: null }), row(30_001)), opts);
       expect(v.violations.map((x) => x.invariant)).toEqual(['I1 no grant', 'I1 offline grace']);
