@@ -1,7 +1,8 @@
 #!/usr/bin/env node
 /**
  * `npm run chaos -- [--seed N] [--duration S] [--faults kill,cut,clock,...] [--gateways N]
- *                   [--grace S] [--out dir] [--keep]`
+ *                   [--grace S] [--out dir] [--keep] [--scenario name]`
+ * `--scenario name`: a targeted scenario (chaos/scenarios.ts) instead of the random faults.
  * `npm run chaos -- --check <history.jsonl> [--grace S]` checks a recorded history again.
  * `npm run chaos -- --prove-bugs` (chaos/prove-bugs.ts): each known fail-open bug, re-introduced.
  *
@@ -23,6 +24,15 @@ import { Injector, parseFaults, releaseHeld, type FaultKind } from './faults.js'
 import { History, readHistory } from './history.js';
 import { prng } from './prng.js';
 import { Workload } from './workload.js';
+import { SCENARIOS, type ScenarioContext } from './scenarios.js';
+
+async function runScenario(name: string, x: ScenarioContext): Promise<void> {
+  const s = SCENARIOS[name];
+  if (s === undefined) throw new Error(`unknown scenario ${JSON.stringify(name)}; scenarios: ${Object.keys(SCENARIOS).join(', ')}`);
+  x.h.add('runner', 'scenario', { name });
+  await s(x);
+  x.h.add('runner', 'scenario-end', { name });
+}
 
 export interface RunOptions {
   readonly seed: number;
@@ -36,6 +46,8 @@ export interface RunOptions {
   readonly keep?: boolean;
   readonly pgUrl?: string;
   readonly quiet?: boolean;
+  /** a targeted scenario (chaos/scenarios.ts) instead of the random fault injector */
+  readonly scenario?: string;
 }
 
 export interface RunResult {
@@ -104,6 +116,7 @@ export async function runChaos(o: RunOptions): Promise<RunResult> {
       }),
       (async () => {
         await sleep(1000);
+        if (o.scenario !== undefined) return runScenario(o.scenario, { c: cluster, h, w: workload, running });
         while (running()) {
           injector.inject();
           await sleep(o.faultEveryMs * (0.5 + r()));
@@ -298,11 +311,13 @@ async function main(): Promise<number> {
       check: { type: 'string' },
       'prove-bugs': { type: 'boolean', default: false },
       only: { type: 'string' },
+      scenario: { type: 'string' },
+      quick: { type: 'boolean', default: false },
     },
   });
   if (values['prove-bugs']) {
     const { proveBugs } = await import('./prove-bugs.js');
-    return proveBugs(values.only);
+    return proveBugs(values.only, values.quick);
   }
   if (values.check !== undefined) {
     const v = check(readHistory(values.check), { offlineGraceSeconds: Number(values.grace) });
@@ -320,6 +335,7 @@ async function main(): Promise<number> {
     faultEveryMs: Number(values['fault-every']),
     ...(values.out !== undefined && { out: values.out }),
     keep: values.keep,
+    ...(values.scenario !== undefined && { scenario: values.scenario }),
   });
   process.stdout.write(`${summary(res)}\n`);
   writeFileSync(`${res.historyFile}.summary.json`, JSON.stringify(res, null, 2));
