@@ -96,7 +96,8 @@ export function check(history: readonly Entry[], o: CheckOptions): Verdict {
     if (e.what === 'cloud-revoke' && typeof e.keyId === 'string' && typeof e.seq === 'number') revokeSeq.set(e.keyId, e);
     if (e.what === 'issue' && e.status === 202 && typeof e.keyId === 'string') issued.set(e.keyId, e);
     if (e.what === 'revoke' && (e.status === 202 || e.status === 200) && typeof e.keyId === 'string') firstCommit(e.keyId, e);
-    if (e.what === 'key-status' && (e.status === 'revoking' || e.status === 'revoked') && typeof e.keyId === 'string') firstCommit(e.keyId, e);
+    if (e.what === 'key-status' && (e.status === 'revoking' || e.status === 'revoked') && typeof e.keyId === 'string')
+      firstCommit(e.keyId, e);
     if (e.what === 'key-status' && e.status === 'revoked' && typeof e.keyId === 'string' && !ackedRevoke.has(e.keyId))
       ackedRevoke.set(e.keyId, e);
     if (isRenewal(e)) renewals.set(e.who, [...(renewals.get(e.who) ?? []), e]);

@@ -74,12 +74,15 @@ export async function runChaos(o: RunOptions): Promise<RunResult> {
   const historyFile = join(dir, 'history.jsonl');
   const h = new History(historyFile);
   const r = prng(o.seed);
-  say(`chaos: seed ${o.seed}, ${o.durationSeconds} s, faults ${o.faults.join(',') || 'none'}, history ${historyFile}`);
+  say(
+    `chaos: seed ${o.seed}, ${o.durationSeconds} s, ${o.scenario !== undefined ? `scenario ${o.scenario}` : `faults ${o.faults.join(',') || 'none'}`}, history ${historyFile}`,
+  );
   h.add('runner', 'run', {
     seed: o.seed,
     durationSeconds: o.durationSeconds,
     faults: o.faults,
     offlineGraceSeconds: o.offlineGraceSeconds,
+    scenario: o.scenario ?? null,
   });
   const cluster = new Cluster(
     {

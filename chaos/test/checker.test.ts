@@ -114,7 +114,12 @@ describe('the checker', () => {
   describe('revokes', () => {
     it('counts the revoke lag from the commit with little slack: 700 ms past the grace is reported', () => {
       const v = check(
-        history(issue(0), { t: 1000, who: 'workload', what: 'revoke', keyId: 'k1', status: 202 }, hb(11_000), allow(11_800, { tSend: 11_700 })),
+        history(
+          issue(0),
+          { t: 1000, who: 'workload', what: 'revoke', keyId: 'k1', status: 202 },
+          hb(11_000),
+          allow(11_800, { tSend: 11_700 }),
+        ),
         opts,
       );
       expect(v.violations.map((x) => x.invariant)).toEqual(['I1 revoke lag']);
@@ -130,7 +135,12 @@ describe('the checker', () => {
       );
       expect(check(h, opts).violations.map((x) => [x.invariant, x.lines])).toEqual([['I1 revoke lag', [3, 5]]]);
       // a lost answer alone proves nothing: the revoke may not have committed
-      expect(check(h.filter((e) => e.what !== 'key-status'), opts).violations).toEqual([]);
+      expect(
+        check(
+          h.filter((e) => e.what !== 'key-status'),
+          opts,
+        ).violations,
+      ).toEqual([]);
     });
 
     it('does not claim the revoke lag while the gateway clock was off (trusted time may lag by a transit), only the grace', () => {
@@ -149,13 +159,13 @@ describe('the checker', () => {
 
     it("reports an unlock after the gateway reported applying the revoke's seq (from the cloud's history)", () => {
       const v = check(
-        history(
-          issue(0),
-          { ...hb(100), lastSeq: 2, appliedSeq: 2 },
-          { ...hb(1100), lastSeq: 3, appliedSeq: 3 },
-          allow(1500),
-          { t: 20_000, who: 'collect', what: 'cloud-revoke', keyId: 'k1', seq: 3 },
-        ),
+        history(issue(0), { ...hb(100), lastSeq: 2, appliedSeq: 2 }, { ...hb(1100), lastSeq: 3, appliedSeq: 3 }, allow(1500), {
+          t: 20_000,
+          who: 'collect',
+          what: 'cloud-revoke',
+          keyId: 'k1',
+          seq: 3,
+        }),
         opts,
       );
       expect(v.violations.map((x) => [x.invariant, x.lines])).toEqual([['I1 revoke applied before', [5, 3, 4]]]);
