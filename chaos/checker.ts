@@ -33,6 +33,9 @@ export interface Verdict {
   readonly violations: readonly Violation[];
 }
 
+/** The gateway's CLOCK_SKEW_TOLERANCE_MS (gateway/src/domain/freshness.ts): how far trusted time may run ahead. */
+export const CLOCK_TOLERANCE_MS = 30_000;
+
 const str = (v: unknown): string | null => (typeof v === 'string' ? v : null);
 const num = (v: unknown): number | null => (typeof v === 'number' ? v : null);
 
@@ -143,6 +146,16 @@ export function check(history: readonly Entry[], o: CheckOptions): Verdict {
       fail('I1 no grant', `${gw} opened for key ${keyId}, which the cloud never accepted${via}`, d.lines);
       return;
     }
+    // trusted time may run ahead of real time by up to the gateway's clock tolerance (its ceiling: the last
+    // proven cloud time carried forward plus 30 s), never more: a key may open that much early, not earlier
+    const validFrom = num(iss.validFrom);
+    const wallHi = d.wallLo + (d.tHi - d.tLo);
+    if (validFrom !== null && Number.isFinite(wallHi) && wallHi < validFrom - CLOCK_TOLERANCE_MS - slack)
+      fail(
+        'I1 not yet valid',
+        `${gw} opened for key ${keyId} ${Math.round(validFrom - wallHi)} ms before its window began (real time; tolerance ${CLOCK_TOLERANCE_MS} ms)${via}`,
+        [iss.i, ...d.lines],
+      );
     const validUntil = num(iss.validUntil);
     if (validUntil !== null && d.wallLo > validUntil + slack)
       fail('I1 expired', `${gw} opened for key ${keyId} ${d.wallLo - validUntil} ms after its window ended (real time)${via}`, [

@@ -11,6 +11,7 @@ export interface Key {
   readonly keyId: string;
   readonly pin: string;
   readonly gw: GatewayNode;
+  readonly validFrom: number;
   readonly validUntil: number;
   /** a revoke was asked for: answered 2xx, or its answer was lost (it may have committed) */
   revoked: boolean;
@@ -65,20 +66,23 @@ export class Workload {
     const pin = this.#newPin();
     const now = Date.now();
     const validUntil = shortLived ? now + 3000 + Math.floor(this.r() * 15_000) : now + 86_400_000;
+    // one long-lived key in ten starts later than the clock tolerance ahead (a booking for later): presented
+    // as valid from the start, it must not open before then, whatever the gateway's clock says
+    const validFrom = !shortLived && this.r() < 0.1 ? now + 35_000 + Math.floor(this.r() * 15_000) : now - 3_600_000;
     const body = {
       keyId,
       personId: this.c.personId,
       doors: gw.locks.map((l) => gw.doors[l]),
       credential: { type: 'pin', value: pin },
-      validFrom: now - 3_600_000,
+      validFrom,
       validUntil,
     };
     const tSend = this.h.now();
     try {
       const res = await this.c.api('POST', '/keys', body);
       const code = typeof res.body === 'object' && res.body !== null && 'code' in res.body ? res.body.code : null;
-      this.h.add('workload', 'issue', { keyId, pin, gatewayId: gw.id, validUntil, tSend, status: res.status, code });
-      if (res.status === 202) this.keys.push({ keyId, pin, gw, validUntil, revoked: false });
+      this.h.add('workload', 'issue', { keyId, pin, gatewayId: gw.id, validFrom, validUntil, tSend, status: res.status, code });
+      if (res.status === 202) this.keys.push({ keyId, pin, gw, validFrom, validUntil, revoked: false });
     } catch (e) {
       this.h.add('workload', 'issue', { keyId, pin, gatewayId: gw.id, validUntil, tSend, status: 0, error: String(e) });
     }

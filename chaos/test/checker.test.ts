@@ -89,6 +89,14 @@ describe('the checker', () => {
     expect(v.violations.map((x) => x.invariant)).toEqual(['fail-closed reported']);
   });
 
+  it('reports an unlock before the key window began by more than the clock tolerance, not one within it', () => {
+    const from = 1_800_000_000_000 + 60_000;
+    const early = check(history({ ...issue(0), validFrom: from }, hb(100), allow(5000)), opts);
+    expect(early.violations.map((x) => x.invariant)).toEqual(['I1 not yet valid']);
+    const within = check(history({ ...issue(0), validFrom: from }, hb(25_000), allow(31_000)), opts);
+    expect(within.violations).toEqual([]);
+  });
+
   describe('lease renewals', () => {
     const ignored = (t: number) => ({ t, who: 'gw', what: 'heartbeat', result: 'noop', code: 'REPORT_IGNORED', lastSeq: 5, appliedSeq: 4 });
     it('does not count a heartbeat answered REPORT_IGNORED as a renewal: the grace runs from the last one that gave a lease', () => {
