@@ -1,3 +1,4 @@
+import Database from 'better-sqlite3';
 import type { Cluster, GatewayNode } from './cluster.js';
 import { holdOutbox, releaseOutbox } from './faults.js';
 import type { History } from './history.js';
@@ -22,13 +23,35 @@ export type Scenario = (x: ScenarioContext) => Promise<void>;
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-/** A key the cloud shows `active` on `gw` (delivered and acknowledged) that stays valid for the run; issues one if needed. */
+/** Whether the gateway holds key `keyId` active (its SQLite, read-only): delivered, whether or not the cloud has its ack yet. */
+function activeOnGateway(gw: GatewayNode, keyId: string): boolean {
+  try {
+    const db = new Database(gw.sqlitePath, { readonly: true, fileMustExist: true });
+    try {
+      const row: unknown = db.prepare('SELECT status FROM keys WHERE key_id = ?').get(keyId);
+      return typeof row === 'object' && row !== null && 'status' in row && row.status === 'active';
+    } finally {
+      db.close();
+    }
+  } catch {
+    return false; // busy or not there yet: asked again
+  }
+}
+
+/** A key delivered to `gw` (active there, or shown `active` by the cloud), valid now and for the run; issues one if needed. */
 async function deliveredKey(x: ScenarioContext, gw: GatewayNode): Promise<Key | null> {
   // not bounded by the run's duration: on a slow machine the first key may take longer than that to arrive
   const deadline = performance.now() + 120_000;
   let asked = 0;
   while (performance.now() < deadline) {
-    const k = x.w.keys.find((k) => k.gw === gw && !k.revoked && k.validUntil > Date.now() + 600_000 && x.w.statusOf(k.keyId) === 'active');
+    const k = x.w.keys.find(
+      (k) =>
+        k.gw === gw &&
+        !k.revoked &&
+        k.validFrom < Date.now() &&
+        k.validUntil > Date.now() + 600_000 &&
+        (x.w.statusOf(k.keyId) === 'active' || activeOnGateway(gw, k.keyId)),
+    );
     if (k !== undefined) return k;
     if (asked++ % 10 === 0) await x.w.issue(gw, false);
     await sleep(500);
