@@ -23,6 +23,8 @@ export interface BugCase {
   readonly seeds: readonly number[];
   /** seconds of workload: the scenario runs to its end even when that is later */
   readonly durationSeconds: number;
+  /** `--settle-timeout`: a bug that keeps the system from settling need not be waited on for the full 120 s */
+  readonly settleTimeoutSeconds?: number;
 }
 
 export const BUGS: readonly BugCase[] = [
@@ -49,6 +51,7 @@ export const BUGS: readonly BugCase[] = [
     expect: ['I2 audit exactly once', 'stuck without dead letter', 'heal'],
     seeds: [31, 32],
     durationSeconds: 10,
+    settleTimeoutSeconds: 30,
   },
 ];
 
@@ -117,6 +120,7 @@ export async function proveBug(
         b.scenario,
         '--out',
         out,
+        ...(b.settleTimeoutSeconds !== undefined ? ['--settle-timeout', String(b.settleTimeoutSeconds)] : []),
       ]);
       const summaryFile = join(out, 'history.jsonl.summary.json');
       if (code === 2 || !existsSync(summaryFile)) {

@@ -48,6 +48,8 @@ export interface RunOptions {
   readonly quiet?: boolean;
   /** a targeted scenario (chaos/scenarios.ts) instead of the random fault injector */
   readonly scenario?: string;
+  /** how long healing may take before the run reports it did not settle (default 120 s) */
+  readonly settleTimeoutSeconds?: number;
 }
 
 export interface RunResult {
@@ -140,7 +142,7 @@ export async function runChaos(o: RunOptions): Promise<RunResult> {
     say(`chaos: ${injector.total} faults injected; healing…`);
     await injector.drain();
     await heal(cluster);
-    const settled = await settle(cluster, workload, h, 120_000);
+    const settled = await settle(cluster, workload, h, (o.settleTimeoutSeconds ?? 120) * 1000);
     h.add('runner', 'healed', settled);
     healed = settled;
     await collect(cluster, h);
@@ -316,6 +318,7 @@ async function main(): Promise<number> {
       only: { type: 'string' },
       scenario: { type: 'string' },
       quick: { type: 'boolean', default: false },
+      'settle-timeout': { type: 'string' },
     },
   });
   if (values['prove-bugs']) {
@@ -339,6 +342,7 @@ async function main(): Promise<number> {
     ...(values.out !== undefined && { out: values.out }),
     keep: values.keep,
     ...(values.scenario !== undefined && { scenario: values.scenario }),
+    ...(values['settle-timeout'] !== undefined && { settleTimeoutSeconds: Number(values['settle-timeout']) }),
   });
   process.stdout.write(`${summary(res)}\n`);
   writeFileSync(`${res.historyFile}.summary.json`, JSON.stringify(res, null, 2));
