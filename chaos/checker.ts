@@ -13,6 +13,12 @@ import type { Entry } from './history.js';
 export interface CheckOptions {
   readonly offlineGraceSeconds: number;
   readonly slackMs?: number;
+  /**
+   * Slack on the revoke bound, counted from the revoke's commit (its upper bound). Small: a heartbeat's
+   * `iat` is read before its seq and floored to the second, so a lease over a revoke the heartbeat does
+   * not name ends at most `offlineGraceSeconds` after the commit; more slack would hide that race.
+   */
+  readonly revokeSlackMs?: number;
 }
 
 export interface Violation {
@@ -27,84 +33,196 @@ export interface Verdict {
   readonly violations: readonly Violation[];
 }
 
+/** The gateway's CLOCK_SKEW_TOLERANCE_MS (gateway/src/domain/freshness.ts): how far trusted time may run ahead. */
+export const CLOCK_TOLERANCE_MS = 30_000;
+
 const str = (v: unknown): string | null => (typeof v === 'string' ? v : null);
 const num = (v: unknown): number | null => (typeof v === 'number' ? v : null);
 
+/** An allowed decision, from whichever source saw it, with the runner-time interval it happened in. */
+interface Decision {
+  readonly gw: string;
+  readonly lockId: string;
+  readonly keyId: string | null;
+  readonly wrongPin: boolean;
+  /** it happened at or after this runner time… */
+  readonly tLo: number;
+  /** …and at or before this one */
+  readonly tHi: number;
+  /** the runner's wall clock at `tLo` (never stepped) */
+  readonly wallLo: number;
+  readonly lines: number[];
+  readonly source: 'answer' | 'access log';
+}
+
+/**
+ * A lease renewal: a heartbeat the gateway applied (`MESSAGE_APPLIED`), or a heartbeat that found it
+ * behind and counted once the gap was filled (`lease-settled`). A heartbeat answered `REPORT_IGNORED`
+ * (behind) or `SEQ_CONFLICT` renewed nothing. Histories recorded before heartbeats carried a result count every line.
+ */
+export function isRenewal(e: Entry): boolean {
+  if (e.what === 'lease-settled') return true;
+  return e.what === 'heartbeat' && (e.result === undefined || e.result === 'applied');
+}
+
 export function check(history: readonly Entry[], o: CheckOptions): Verdict {
   const slack = o.slackMs ?? 2000;
+  const revokeSlack = o.revokeSlackMs ?? 500;
   const graceMs = o.offlineGraceSeconds * 1000;
   const checks: Record<string, number> = {};
   const violations: Violation[] = [];
   const count = (name: string) => (checks[name] = (checks[name] ?? 0) + 1);
   const fail = (invariant: string, message: string, lines: number[]) => violations.push({ invariant, message, lines });
+  // the runner's wall clock is never stepped: one offset maps its monotonic time to wall time
+  const h0 = history[0];
+  const wallOffset = h0 !== undefined ? h0.wall - h0.t : 0;
 
-  // what the workload knows about each key
+  // what the workload and the cloud show about each key
   const issued = new Map<string, Entry>();
-  const revokeAccepted = new Map<string, Entry>();
+  /** the earliest proof that a revoke had committed: its 2xx answer, or the poller seeing it `revoking`/`revoked` */
+  const revokeCommitted = new Map<string, Entry>();
   const ackedRevoke = new Map<string, Entry>();
-  const heartbeats = new Map<string, Entry[]>();
+  const renewals = new Map<string, Entry[]>();
+  const clockSets = new Map<string, Entry[]>();
   const allowedCommands = new Set<string>();
+  /** presents the fleet answered, by gateway/requestId */
+  const answered = new Map<string, Entry>();
+  /** the earliest present of each gateway/lock/key (the access-log decisions of unanswered presents start after it) */
+  const firstPresent = new Map<string, number>();
+  const firstCommit = (keyId: string, e: Entry) => {
+    const prev = revokeCommitted.get(keyId);
+    if (prev === undefined || e.t < prev.t) revokeCommitted.set(keyId, e);
+  };
+  /** the seq each revoke took at its commit, from the cloud's own history (collected after the run) */
+  const revokeSeq = new Map<string, Entry>();
   for (const e of history) {
+    if (e.what === 'cloud-revoke' && typeof e.keyId === 'string' && typeof e.seq === 'number') revokeSeq.set(e.keyId, e);
     if (e.what === 'issue' && e.status === 202 && typeof e.keyId === 'string') issued.set(e.keyId, e);
-    if (e.what === 'revoke' && (e.status === 202 || e.status === 200) && typeof e.keyId === 'string' && !revokeAccepted.has(e.keyId))
-      revokeAccepted.set(e.keyId, e);
+    if (e.what === 'revoke' && (e.status === 202 || e.status === 200) && typeof e.keyId === 'string') firstCommit(e.keyId, e);
+    if (e.what === 'key-status' && (e.status === 'revoking' || e.status === 'revoked') && typeof e.keyId === 'string')
+      firstCommit(e.keyId, e);
     if (e.what === 'key-status' && e.status === 'revoked' && typeof e.keyId === 'string' && !ackedRevoke.has(e.keyId))
       ackedRevoke.set(e.keyId, e);
-    if (e.what === 'heartbeat') {
-      const list = heartbeats.get(e.who) ?? [];
-      list.push(e);
-      heartbeats.set(e.who, list);
-    }
+    if (isRenewal(e)) renewals.set(e.who, [...(renewals.get(e.who) ?? []), e]);
+    if (e.what === 'clock-set') clockSets.set(e.who, [...(clockSets.get(e.who) ?? []), e]);
     if (e.what === 'present' && e.allowed === true && typeof e.commandId === 'string') allowedCommands.add(e.commandId);
     if (e.what === 'gw-access-log' && e.allowed === true && typeof e.commandId === 'string') allowedCommands.add(e.commandId);
+    if (e.what === 'present' && typeof e.requestId === 'string') answered.set(`${String(e.gatewayId)}/${e.requestId}`, e);
+    if (e.what === 'present') {
+      const k = `${String(e.gatewayId)}/${String(e.lockId)}/${String(e.keyId)}`;
+      const tSend = num(e.tSend) ?? e.t;
+      if (!firstPresent.has(k)) firstPresent.set(k, tSend);
+    }
   }
-  /** The last heartbeat gateway `gw` logged before runner time `t`. */
-  const lastHeartbeat = (gw: string, t: number): Entry | null => {
-    const list = heartbeats.get(gw) ?? [];
+  /** The last lease renewal gateway `gw` logged before runner time `t`. */
+  const lastRenewal = (gw: string, t: number): Entry | null => {
     let best: Entry | null = null;
-    for (const h of list) if (h.t <= t) best = h;
+    for (const h of renewals.get(gw) ?? []) if (h.t <= t) best = h;
     return best;
+  };
+  /** Whether gateway `gw`'s wall clock was off at any time in [from, to] (trusted time may then lag real time). */
+  const clockOff = (gw: string, from: number, to: number): boolean => {
+    let off = false;
+    for (const c of clockSets.get(gw) ?? []) {
+      if (c.t > to) break;
+      const nowOff = c.offsetMs !== 0 || c.stopped === true;
+      if (c.t >= from && nowOff) return true;
+      off = nowOff;
+    }
+    return off;
+  };
+
+  const checkDecision = (d: Decision): void => {
+    const { gw, keyId } = d;
+    const via = d.source === 'answer' ? '' : ' (seen only in its access log)';
+    count('I1 allowed decisions checked');
+    if (d.source === 'access log') count('I1 access-log-only decisions checked');
+    if (d.wrongPin || keyId === null) {
+      fail('I1 no grant', `${gw}/${d.lockId} opened for a PIN no key was issued with${via}`, d.lines);
+      return;
+    }
+    const iss = issued.get(keyId);
+    if (iss === undefined) {
+      fail('I1 no grant', `${gw} opened for key ${keyId}, which the cloud never accepted${via}`, d.lines);
+      return;
+    }
+    // trusted time may run ahead of real time by up to the gateway's clock tolerance (its ceiling: the last
+    // proven cloud time carried forward plus 30 s), never more: a key may open that much early, not earlier
+    const validFrom = num(iss.validFrom);
+    const wallHi = d.wallLo + (d.tHi - d.tLo);
+    if (validFrom !== null && Number.isFinite(wallHi) && wallHi < validFrom - CLOCK_TOLERANCE_MS - slack)
+      fail(
+        'I1 not yet valid',
+        `${gw} opened for key ${keyId} ${Math.round(validFrom - wallHi)} ms before its window began (real time; tolerance ${CLOCK_TOLERANCE_MS} ms)${via}`,
+        [iss.i, ...d.lines],
+      );
+    const validUntil = num(iss.validUntil);
+    if (validUntil !== null && d.wallLo > validUntil + slack)
+      fail('I1 expired', `${gw} opened for key ${keyId} ${d.wallLo - validUntil} ms after its window ended (real time)${via}`, [
+        iss.i,
+        ...d.lines,
+      ]);
+    const acked = ackedRevoke.get(keyId);
+    if (acked !== undefined && d.tLo > acked.t)
+      fail('I1 revoke acked', `${gw} opened for key ${keyId} after the cloud showed its revoke acknowledged${via}`, [acked.i, ...d.lines]);
+    const rev = revokeCommitted.get(keyId);
+    // with its wall clock right, the gateway's trusted time is real time, so a lease from a heartbeat older than the
+    // commit ends within the grace of it; with the clock off, trusted time may lag by a heartbeat's transit, and
+    // only the offline-grace bound below holds
+    if (rev !== undefined && d.tLo > rev.t + graceMs + revokeSlack && !clockOff(gw, rev.t - graceMs, d.tLo))
+      fail(
+        'I1 revoke lag',
+        `${gw} opened for key ${keyId} ${Math.round(d.tLo - rev.t)} ms after its revoke was committed (> offlineGraceSeconds: a lease renewed over a revoke it never applied)${via}`,
+        [rev.i, ...d.lines],
+      );
+    // the gateway said (renewing its lease) it had applied everything up to the revoke's seq before this decision began
+    const rs = revokeSeq.get(keyId);
+    const applied =
+      rs === undefined
+        ? undefined
+        : (renewals.get(gw) ?? []).find((r) => r.t < d.tLo && typeof r.appliedSeq === 'number' && r.appliedSeq >= Number(rs.seq));
+    if (rs !== undefined && applied !== undefined)
+      fail(
+        'I1 revoke applied before',
+        `${gw} opened for key ${keyId} after it reported applied seq ${String(applied.appliedSeq)} >= its revoke's seq ${String(rs.seq)}${via}`,
+        [rs.i, applied.i, ...d.lines],
+      );
+    const hb = lastRenewal(gw, d.tHi);
+    if (hb === null || d.tLo > hb.t + graceMs + slack)
+      fail(
+        'I1 offline grace',
+        hb === null
+          ? `${gw} opened for key ${keyId} before it ever had a lease${via}`
+          : `${gw} opened for key ${keyId} ${Math.round(d.tLo - hb.t)} ms of real time after its last lease renewal (grace ${graceMs} ms), whatever its clock said${via}`,
+        hb === null ? d.lines : [hb.i, ...d.lines],
+      );
   };
 
   for (const e of history) {
-    // ---- I1 at the door: every unlock the gateway allowed
+    // ---- I1 at the lease: a heartbeat renews only when everything it names was applied
+    if (isRenewal(e) && typeof e.lastSeq === 'number' && typeof e.appliedSeq === 'number') {
+      count('I1 lease renewals checked');
+      if (e.appliedSeq < e.lastSeq)
+        fail(
+          'I1 lease over gap',
+          `${e.who} extended its lease from a heartbeat naming seq ${e.lastSeq} with only seq ${e.appliedSeq} applied (a revoke held back could stay open)`,
+          [e.i],
+        );
+    }
+    // ---- I1 at the door: every unlock the gateway answered as allowed
     if (e.what === 'present' && e.allowed === true) {
-      const gw = str(e.gatewayId) ?? '?';
       const tSend = num(e.tSend) ?? e.t;
-      const keyId = str(e.keyId);
-      count('I1 allowed decisions checked');
-      if (e.kind === 'wrong' || keyId === null) {
-        fail('I1 no grant', `${gw}/${String(e.lockId)} opened for a PIN no key was issued with`, [e.i]);
-        continue;
-      }
-      const iss = issued.get(keyId);
-      if (iss === undefined) {
-        fail('I1 no grant', `${gw} opened for key ${keyId}, which the cloud never accepted`, [e.i]);
-        continue;
-      }
-      const validUntil = num(iss.validUntil);
-      const wallSend = num(e.wallSend);
-      if (validUntil !== null && wallSend !== null && wallSend > validUntil + slack)
-        fail('I1 expired', `${gw} opened for key ${keyId} ${wallSend - validUntil} ms after its window ended (real time)`, [iss.i, e.i]);
-      const acked = ackedRevoke.get(keyId);
-      if (acked !== undefined && tSend > acked.t)
-        fail('I1 revoke acked', `${gw} opened for key ${keyId} after the cloud showed its revoke acknowledged`, [acked.i, e.i]);
-      const rev = revokeAccepted.get(keyId);
-      if (rev !== undefined && tSend > rev.t + graceMs + slack)
-        fail(
-          'I1 revoke lag',
-          `${gw} opened for key ${keyId} ${Math.round(tSend - rev.t)} ms after its revoke was committed (> offlineGraceSeconds: a lease renewed over a revoke it never applied)`,
-          [rev.i, e.i],
-        );
-      const hb = lastHeartbeat(gw, e.t);
-      if (hb === null || tSend > hb.t + graceMs + slack)
-        fail(
-          'I1 offline grace',
-          hb === null
-            ? `${gw} opened for key ${keyId} before it ever had a heartbeat`
-            : `${gw} opened for key ${keyId} ${Math.round(tSend - hb.t)} ms of real time after its last heartbeat (grace ${graceMs} ms), whatever its clock said`,
-          hb === null ? [e.i] : [hb.i, e.i],
-        );
+      checkDecision({
+        gw: str(e.gatewayId) ?? '?',
+        lockId: String(e.lockId),
+        keyId: str(e.keyId),
+        wrongPin: e.kind === 'wrong',
+        tLo: tSend,
+        tHi: e.t,
+        wallLo: num(e.wallSend) ?? tSend + wallOffset,
+        lines: [e.i],
+        source: 'answer',
+      });
     }
     // ---- I1 at the lock: every executed unlock comes from an allowed decision
     if (e.what === 'lock-command' && e.result === 'executed') {
@@ -117,13 +235,56 @@ export function check(history: readonly Entry[], o: CheckOptions): Verdict {
       count('health reports checked');
       const gw = str(e.gatewayId) ?? '?';
       const tReq = num(e.tSend) ?? e.t;
-      const hb = lastHeartbeat(gw, e.t);
+      const hb = lastRenewal(gw, e.t);
       if (hb === null || tReq > hb.t + graceMs + slack)
-        fail('fail-closed reported', `${gw} /healthz said fresh ${hb ? Math.round(tReq - hb.t) : '∞'} ms after its last heartbeat`, [
+        fail('fail-closed reported', `${gw} /healthz said fresh ${hb ? Math.round(tReq - hb.t) : '∞'} ms after its last lease renewal`, [
           ...(hb ? [hb.i] : []),
           e.i,
         ]);
     }
+  }
+
+  // ---- I1 for the decisions only a gateway's access log shows (the lock's answer was lost or came too late).
+  // Rows are in commit order: a row was decided after every earlier row's request was sent, and before every
+  // later row's answer that carried its decision; and after its own request (matched by request id) or, with
+  // none, after the first present of its key at its lock.
+  const byGw = new Map<string, Entry[]>();
+  for (const e of history) if (e.what === 'gw-access-log') byGw.set(String(e.gatewayId), [...(byGw.get(String(e.gatewayId)) ?? []), e]);
+  for (const [gw, rows] of byGw) {
+    const match = rows.map((r) => (typeof r.requestId === 'string' ? (answered.get(`${gw}/${r.requestId}`) ?? null) : null));
+    const lo: number[] = [];
+    let run = 0;
+    for (const m of match) {
+      if (m !== null) run = Math.max(run, num(m.tSend) ?? m.t);
+      lo.push(run);
+    }
+    const hi: number[] = new Array<number>(rows.length).fill(Infinity);
+    let after = Infinity;
+    for (let j = rows.length - 1; j >= 0; j--) {
+      const m = match[j] ?? null;
+      // only an answer that carried the decision bounds it: a timeout may be decided later
+      if (m !== null && m.decided === true) after = Math.min(after, m.t);
+      hi[j] = Math.min(after, rows[j]?.t ?? Infinity);
+    }
+    rows.forEach((r, j) => {
+      if (r.allowed !== true) return;
+      const m = match[j] ?? null;
+      if (m !== null && m.allowed === true) return; // checked with its answer above
+      const first = firstPresent.get(`${gw}/${String(r.lockId)}/${String(r.keyId)}`) ?? 0;
+      const tLo = m !== null ? Math.max(num(m.tSend) ?? m.t, lo[j] ?? 0) : Math.max(lo[j] ?? 0, first);
+      const tHi = m !== null && m.decided === true ? m.t : (hi[j] ?? r.t);
+      checkDecision({
+        gw,
+        lockId: String(r.lockId),
+        keyId: str(r.keyId),
+        wrongPin: false,
+        tLo,
+        tHi,
+        wallLo: tLo + wallOffset,
+        lines: m !== null ? [m.i, r.i] : [r.i],
+        source: 'access log',
+      });
+    });
   }
 
   // ---- after healing

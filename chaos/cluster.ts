@@ -276,8 +276,19 @@ export class Cluster {
     }
     if (!isObj(o)) return;
     // the gateway's own record of each applied heartbeat: `time` is its (possibly wrong) wall clock
+    // (`applied` renewed the lease; `REPORT_IGNORED`: behind, nothing renewed), with the heartbeat's last seq
+    // and the seq the gateway had applied, so the checker sees a lease given over a gap
     if (o.msg === 'inbox message applied' && o.type === 'heartbeat')
-      this.h.add(id, 'heartbeat', { result: o.result, code: o.code, seq: o.seq ?? null, nodeAt: o.time });
+      this.h.add(id, 'heartbeat', {
+        result: o.result,
+        code: o.code,
+        lastSeq: o.lastSeq ?? null,
+        appliedSeq: o.appliedSeq ?? null,
+        nodeAt: o.time,
+      });
+    // a heartbeat that found it behind counts once the gap is filled: a renewal too
+    else if (o.msg === 'behind heartbeat settled: lease extended')
+      this.h.add(id, 'lease-settled', { lastSeq: o.lastSeq ?? null, appliedSeq: o.appliedSeq ?? null, nodeAt: o.time });
     else if (typeof o.level === 'number' && o.level >= 40)
       this.h.add(id, o.level >= 50 ? 'log-error' : 'log-warn', { msg: o.msg, code: o.code ?? null, err: o.err ?? null });
   }

@@ -62,6 +62,22 @@ export async function collect(c: Cluster, h: History): Promise<void> {
       });
     h.add('collect', 'cloud-gateway', { gatewayId: g.id, lastSeq: gv.lastSeq ?? null, deadLetters: gv.deadLetters ?? null });
   }
+  // the cloud's own record of every revoke (key_history, and the seq its outbox row took at commit): a revoke
+  // whose HTTP answer was lost is in here too
+  const revokes = await c.directDb(async (db) =>
+    db.query<{ key_id: string; gateway_id: string | null; at: string; seq: string | null }>(
+      `SELECT h.key_id, o.gateway_id, h.at, o.seq FROM key_history h
+         LEFT JOIN outbox o ON o.key_id = h.key_id AND o.type = 'key.revoke'
+        WHERE h.event = 'revoke' AND h.code = 'KEY_REVOKE_QUEUED' ORDER BY h.id`,
+    ),
+  );
+  for (const r of revokes.rows)
+    h.add('collect', 'cloud-revoke', {
+      keyId: r.key_id,
+      gatewayId: r.gateway_id,
+      nodeAt: Number(r.at),
+      seq: r.seq === null ? null : Number(r.seq),
+    });
   for await (const e of pages(c, `/access-events?siteId=${c.siteId}`))
     h.add('collect', 'cloud-audit', { eventId: e.eventId, gatewayId: e.gatewayId, code: e.code, allowed: e.allowed, keyId: e.keyId });
 }

@@ -267,20 +267,9 @@ export class Injector {
           `outbox:${gw.id}`,
           async () => {
             const ms = 3000 + this.r() * (c.o.offlineGraceSeconds * 1000 + 10_000);
-            await c.directDb(async (db) => {
-              await db.query('CREATE TABLE IF NOT EXISTS chaos_hold (gateway_id text PRIMARY KEY)');
-              await db.query(`CREATE OR REPLACE FUNCTION chaos_hold() RETURNS trigger LANGUAGE plpgsql AS $$
-                BEGIN IF EXISTS (SELECT 1 FROM chaos_hold WHERE gateway_id = NEW.gateway_id)
-                THEN NEW.next_attempt_at := NEW.next_attempt_at + 86400000; END IF; RETURN NEW; END $$`);
-              await db.query('DROP TRIGGER IF EXISTS chaos_hold ON outbox');
-              await db.query('CREATE TRIGGER chaos_hold BEFORE INSERT ON outbox FOR EACH ROW EXECUTE FUNCTION chaos_hold()');
-              await db.query('INSERT INTO chaos_hold VALUES ($1) ON CONFLICT DO NOTHING', [gw.id]);
-            });
+            await holdOutbox(c, gw.id);
             await this.#hold(ms, ms);
-            const held = await c.directDb(async (db) => {
-              await db.query('DELETE FROM chaos_hold WHERE gateway_id = $1', [gw.id]);
-              return releaseHeld(db, gw.id);
-            });
+            const held = await releaseOutbox(c, gw.id);
             return { ms: Math.round(ms), held };
           },
           kind,
@@ -304,6 +293,27 @@ export class Injector {
       }
     }
   }
+}
+
+/** The stuck-outbox fault's start: every downlink the cloud hands out to `gatewayId` from now on is born held in its backoff. */
+export async function holdOutbox(c: Cluster, gatewayId: string): Promise<void> {
+  await c.directDb(async (db) => {
+    await db.query('CREATE TABLE IF NOT EXISTS chaos_hold (gateway_id text PRIMARY KEY)');
+    await db.query(`CREATE OR REPLACE FUNCTION chaos_hold() RETURNS trigger LANGUAGE plpgsql AS $$
+      BEGIN IF EXISTS (SELECT 1 FROM chaos_hold WHERE gateway_id = NEW.gateway_id)
+      THEN NEW.next_attempt_at := NEW.next_attempt_at + 86400000; END IF; RETURN NEW; END $$`);
+    await db.query('DROP TRIGGER IF EXISTS chaos_hold ON outbox');
+    await db.query('CREATE TRIGGER chaos_hold BEFORE INSERT ON outbox FOR EACH ROW EXECUTE FUNCTION chaos_hold()');
+    await db.query('INSERT INTO chaos_hold VALUES ($1) ON CONFLICT DO NOTHING', [gatewayId]);
+  });
+}
+
+/** The stuck-outbox fault's end: no new row is held, and the held ones are due now; returns how many were held. */
+export async function releaseOutbox(c: Cluster, gatewayId: string): Promise<number> {
+  return c.directDb(async (db) => {
+    await db.query('DELETE FROM chaos_hold WHERE gateway_id = $1', [gatewayId]);
+    return releaseHeld(db, gatewayId);
+  });
 }
 
 /** Makes every row held by the stuck-outbox fault due now; returns how many there were. */

@@ -1,7 +1,8 @@
 #!/usr/bin/env node
 /**
  * `npm run chaos -- [--seed N] [--duration S] [--faults kill,cut,clock,...] [--gateways N]
- *                   [--grace S] [--out dir] [--keep]`
+ *                   [--grace S] [--out dir] [--keep] [--scenario name]`
+ * `--scenario name`: a targeted scenario (chaos/scenarios.ts) instead of the random faults.
  * `npm run chaos -- --check <history.jsonl> [--grace S]` checks a recorded history again.
  * `npm run chaos -- --prove-bugs` (chaos/prove-bugs.ts): each known fail-open bug, re-introduced.
  *
@@ -23,6 +24,15 @@ import { Injector, parseFaults, releaseHeld, type FaultKind } from './faults.js'
 import { History, readHistory } from './history.js';
 import { prng } from './prng.js';
 import { Workload } from './workload.js';
+import { SCENARIOS, type ScenarioContext } from './scenarios.js';
+
+async function runScenario(name: string, x: ScenarioContext): Promise<void> {
+  const s = SCENARIOS[name];
+  if (s === undefined) throw new Error(`unknown scenario ${JSON.stringify(name)}; scenarios: ${Object.keys(SCENARIOS).join(', ')}`);
+  x.h.add('runner', 'scenario', { name });
+  await s(x);
+  x.h.add('runner', 'scenario-end', { name });
+}
 
 export interface RunOptions {
   readonly seed: number;
@@ -36,6 +46,10 @@ export interface RunOptions {
   readonly keep?: boolean;
   readonly pgUrl?: string;
   readonly quiet?: boolean;
+  /** a targeted scenario (chaos/scenarios.ts) instead of the random fault injector */
+  readonly scenario?: string;
+  /** how long healing may take before the run reports it did not settle (default 120 s) */
+  readonly settleTimeoutSeconds?: number;
 }
 
 export interface RunResult {
@@ -62,12 +76,15 @@ export async function runChaos(o: RunOptions): Promise<RunResult> {
   const historyFile = join(dir, 'history.jsonl');
   const h = new History(historyFile);
   const r = prng(o.seed);
-  say(`chaos: seed ${o.seed}, ${o.durationSeconds} s, faults ${o.faults.join(',') || 'none'}, history ${historyFile}`);
+  say(
+    `chaos: seed ${o.seed}, ${o.durationSeconds} s, ${o.scenario !== undefined ? `scenario ${o.scenario}` : `faults ${o.faults.join(',') || 'none'}`}, history ${historyFile}`,
+  );
   h.add('runner', 'run', {
     seed: o.seed,
     durationSeconds: o.durationSeconds,
     faults: o.faults,
     offlineGraceSeconds: o.offlineGraceSeconds,
+    scenario: o.scenario ?? null,
   });
   const cluster = new Cluster(
     {
@@ -104,6 +121,7 @@ export async function runChaos(o: RunOptions): Promise<RunResult> {
       }),
       (async () => {
         await sleep(1000);
+        if (o.scenario !== undefined) return runScenario(o.scenario, { c: cluster, h, w: workload, running });
         while (running()) {
           injector.inject();
           await sleep(o.faultEveryMs * (0.5 + r()));
@@ -124,7 +142,7 @@ export async function runChaos(o: RunOptions): Promise<RunResult> {
     say(`chaos: ${injector.total} faults injected; healing…`);
     await injector.drain();
     await heal(cluster);
-    const settled = await settle(cluster, workload, h, 120_000);
+    const settled = await settle(cluster, workload, h, (o.settleTimeoutSeconds ?? 120) * 1000);
     h.add('runner', 'healed', settled);
     healed = settled;
     await collect(cluster, h);
@@ -298,11 +316,14 @@ async function main(): Promise<number> {
       check: { type: 'string' },
       'prove-bugs': { type: 'boolean', default: false },
       only: { type: 'string' },
+      scenario: { type: 'string' },
+      quick: { type: 'boolean', default: false },
+      'settle-timeout': { type: 'string' },
     },
   });
   if (values['prove-bugs']) {
     const { proveBugs } = await import('./prove-bugs.js');
-    return proveBugs(values.only);
+    return proveBugs(values.only, values.quick);
   }
   if (values.check !== undefined) {
     const v = check(readHistory(values.check), { offlineGraceSeconds: Number(values.grace) });
@@ -320,6 +341,8 @@ async function main(): Promise<number> {
     faultEveryMs: Number(values['fault-every']),
     ...(values.out !== undefined && { out: values.out }),
     keep: values.keep,
+    ...(values.scenario !== undefined && { scenario: values.scenario }),
+    ...(values['settle-timeout'] !== undefined && { settleTimeoutSeconds: Number(values['settle-timeout']) }),
   });
   process.stdout.write(`${summary(res)}\n`);
   writeFileSync(`${res.historyFile}.summary.json`, JSON.stringify(res, null, 2));

@@ -7,12 +7,25 @@ import { pick } from './prng.js';
  * through the admin API and presents valid, revoked, expired and wrong PINs
  * at the sim locks, recording every request and answer in the history.
  */
-interface Key {
+export interface Key {
   readonly keyId: string;
   readonly pin: string;
   readonly gw: GatewayNode;
+  readonly validFrom: number;
   readonly validUntil: number;
+  /** a revoke was asked for: answered 2xx, or its answer was lost (it may have committed) */
   revoked: boolean;
+}
+
+/**
+ * The revoked keys a person tries again: every one whose revoke the cloud has not shown acknowledged
+ * (`revoked`), however long ago it was asked for, so a revoke stuck anywhere keeps being tested.
+ */
+export function revokedToPresent<K extends { readonly keyId: string; readonly revoked: boolean }>(
+  keys: readonly K[],
+  status: ReadonlyMap<string, string>,
+): K[] {
+  return keys.filter((k) => k.revoked && status.get(k.keyId) !== 'revoked');
 }
 
 export class Workload {
@@ -53,20 +66,23 @@ export class Workload {
     const pin = this.#newPin();
     const now = Date.now();
     const validUntil = shortLived ? now + 3000 + Math.floor(this.r() * 15_000) : now + 86_400_000;
+    // one long-lived key in ten starts later than the clock tolerance ahead (a booking for later): presented
+    // as valid from the start, it must not open before then, whatever the gateway's clock says
+    const validFrom = !shortLived && this.r() < 0.1 ? now + 35_000 + Math.floor(this.r() * 15_000) : now - 3_600_000;
     const body = {
       keyId,
       personId: this.c.personId,
       doors: gw.locks.map((l) => gw.doors[l]),
       credential: { type: 'pin', value: pin },
-      validFrom: now - 3_600_000,
+      validFrom,
       validUntil,
     };
     const tSend = this.h.now();
     try {
       const res = await this.c.api('POST', '/keys', body);
       const code = typeof res.body === 'object' && res.body !== null && 'code' in res.body ? res.body.code : null;
-      this.h.add('workload', 'issue', { keyId, pin, gatewayId: gw.id, validUntil, tSend, status: res.status, code });
-      if (res.status === 202) this.keys.push({ keyId, pin, gw, validUntil, revoked: false });
+      this.h.add('workload', 'issue', { keyId, pin, gatewayId: gw.id, validFrom, validUntil, tSend, status: res.status, code });
+      if (res.status === 202) this.keys.push({ keyId, pin, gw, validFrom, validUntil, revoked: false });
     } catch (e) {
       this.h.add('workload', 'issue', { keyId, pin, gatewayId: gw.id, validUntil, tSend, status: 0, error: String(e) });
     }
@@ -87,11 +103,15 @@ export class Workload {
       if (reissue && k.revoked) await this.issue(k.gw, false);
     } catch (e) {
       this.h.add('workload', 'revoke', { keyId: k.keyId, gatewayId: k.gw.id, tSend, status: 0, error: String(e) });
+      // the answer was lost, not necessarily the revoke: from now on the key is presented as revoked
+      // (the checker learns whether it committed from the cloud), never as valid
+      k.revoked = true;
     }
   }
 
-  async present(): Promise<void> {
-    const gw = pick(this.r, this.c.gateways);
+  /** A random present; `force`: this key, presented as this kind (a targeted scenario's). */
+  async present(force?: { readonly key: Key; readonly kind: 'valid' | 'revoked' }): Promise<void> {
+    const gw = force?.key.gw ?? pick(this.r, this.c.gateways);
     const lockId = pick(this.r, gw.locks);
     const mine = this.keys.filter((k) => k.gw === gw);
     const x = this.r();
@@ -99,12 +119,13 @@ export class Workload {
     let kind: 'valid' | 'revoked' | 'expired' | 'wrong' = 'wrong';
     let key: Key | undefined;
     const valid = mine.filter((k) => !k.revoked && k.validUntil > now + 1000);
-    // a person whose key was just revoked tries again: the three most recent revokes
-    const revoked = mine.filter((k) => k.revoked).slice(-3);
+    // a person whose key was revoked tries again, until the cloud shows the revoke acknowledged
+    const revoked = revokedToPresent(mine, this.#status);
     const expired = mine.filter((k) => !k.revoked && k.validUntil < now);
     if (x < 0.5 && valid.length > 0) [kind, key] = ['valid', pick(this.r, valid)];
     else if (x < 0.7 && revoked.length > 0) [kind, key] = ['revoked', pick(this.r, revoked)];
     else if (x < 0.85 && expired.length > 0) [kind, key] = ['expired', pick(this.r, expired)];
+    if (force !== undefined) [kind, key] = [force.kind, force.key];
     const pin = key?.pin ?? this.#newPin();
     const tSend = this.h.now();
     const wallSend = Date.now();
@@ -130,6 +151,11 @@ export class Workload {
     });
   }
 
+  /** The cloud's last shown status of a key (from the poller). */
+  statusOf(keyId: string): string | undefined {
+    return this.#status.get(keyId);
+  }
+
   /** Polls the cloud's view of every key; records each status change (an acked revoke is `revoked`). */
   async pollKeys(): Promise<void> {
     for (const gw of this.c.gateways) {
@@ -142,6 +168,11 @@ export class Workload {
         for (const k of body.items ?? []) {
           if (this.#status.get(k.id) === k.status) continue;
           this.#status.set(k.id, k.status);
+          // a revoke committed whatever its answer said (a lost answer, a revoke from elsewhere)
+          if (k.status === 'revoking' || k.status === 'revoked') {
+            const mineK = this.keys.find((x) => x.keyId === k.id);
+            if (mineK !== undefined) mineK.revoked = true;
+          }
           this.h.add('cloud', 'key-status', { keyId: k.id, gatewayId: gw.id, status: k.status, version: k.version });
         }
         cursor = body.nextCursor ?? null;

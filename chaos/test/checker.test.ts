@@ -89,6 +89,175 @@ describe('the checker', () => {
     expect(v.violations.map((x) => x.invariant)).toEqual(['fail-closed reported']);
   });
 
+  it('reports an unlock before the key window began by more than the clock tolerance, not one within it', () => {
+    const from = 1_800_000_000_000 + 60_000;
+    const early = check(history({ ...issue(0), validFrom: from }, hb(100), allow(5000)), opts);
+    expect(early.violations.map((x) => x.invariant)).toEqual(['I1 not yet valid']);
+    const within = check(history({ ...issue(0), validFrom: from }, hb(25_000), allow(31_000)), opts);
+    expect(within.violations).toEqual([]);
+  });
+
+  describe('lease renewals', () => {
+    const ignored = (t: number) => ({ t, who: 'gw', what: 'heartbeat', result: 'noop', code: 'REPORT_IGNORED', lastSeq: 5, appliedSeq: 4 });
+    it('does not count a heartbeat answered REPORT_IGNORED as a renewal: the grace runs from the last one that gave a lease', () => {
+      const v = check(history(issue(0), hb(100), ignored(9000), allow(12_000)), opts);
+      expect(v.violations.map((x) => [x.invariant, x.lines])).toEqual([['I1 offline grace', [2, 4]]]);
+    });
+
+    it('counts a behind heartbeat that settled once the gap was filled', () => {
+      const v = check(
+        history(issue(0), hb(100), ignored(9000), { t: 9500, who: 'gw', what: 'lease-settled', lastSeq: 5, appliedSeq: 5 }, allow(12_000)),
+        opts,
+      );
+      expect(v.violations).toEqual([]);
+    });
+
+    it("reports a lease extended by a heartbeat whose seq is ahead of the gateway's applied seq", () => {
+      const v = check(history({ ...hb(100), lastSeq: 7, appliedSeq: 6 }, { ...hb(1100), lastSeq: 7, appliedSeq: 7 }), opts);
+      expect(v.violations.map((x) => [x.invariant, x.lines])).toEqual([['I1 lease over gap', [1]]]);
+      expect(v.checks['I1 lease renewals checked']).toBe(2);
+    });
+  });
+
+  describe('revokes', () => {
+    it('counts the revoke lag from the commit with little slack: 700 ms past the grace is reported', () => {
+      const v = check(
+        history(
+          issue(0),
+          { t: 1000, who: 'workload', what: 'revoke', keyId: 'k1', status: 202 },
+          hb(11_000),
+          allow(11_800, { tSend: 11_700 }),
+        ),
+        opts,
+      );
+      expect(v.violations.map((x) => x.invariant)).toEqual(['I1 revoke lag']);
+    });
+
+    it('tracks a revoke whose answer was lost but which the cloud showed committed (revoking), from when it showed it', () => {
+      const h = history(
+        issue(0),
+        { t: 1000, who: 'workload', what: 'revoke', keyId: 'k1', status: 0, error: 'timeout' },
+        { t: 1500, who: 'cloud', what: 'key-status', keyId: 'k1', status: 'revoking' },
+        hb(11_900),
+        allow(12_200, { tSend: 12_100 }),
+      );
+      expect(check(h, opts).violations.map((x) => [x.invariant, x.lines])).toEqual([['I1 revoke lag', [3, 5]]]);
+      // a lost answer alone proves nothing: the revoke may not have committed
+      expect(
+        check(
+          h.filter((e) => e.what !== 'key-status'),
+          opts,
+        ).violations,
+      ).toEqual([]);
+    });
+
+    it('does not claim the revoke lag while the gateway clock was off (trusted time may lag by a transit), only the grace', () => {
+      const v = check(
+        history(
+          issue(0),
+          { t: 500, who: 'gw', what: 'clock-set', offsetMs: -600_000, stopped: false },
+          { t: 1000, who: 'workload', what: 'revoke', keyId: 'k1', status: 202 },
+          hb(11_000),
+          allow(11_800, { tSend: 11_700 }),
+        ),
+        opts,
+      );
+      expect(v.violations).toEqual([]);
+    });
+
+    it("reports an unlock after the gateway reported applying the revoke's seq (from the cloud's history)", () => {
+      const v = check(
+        history(issue(0), { ...hb(100), lastSeq: 2, appliedSeq: 2 }, { ...hb(1100), lastSeq: 3, appliedSeq: 3 }, allow(1500), {
+          t: 20_000,
+          who: 'collect',
+          what: 'cloud-revoke',
+          keyId: 'k1',
+          seq: 3,
+        }),
+        opts,
+      );
+      expect(v.violations.map((x) => [x.invariant, x.lines])).toEqual([['I1 revoke applied before', [5, 3, 4]]]);
+    });
+  });
+
+  describe('decisions only the access log shows', () => {
+    const present = (t: number, extra: Record<string, unknown> = {}) => ({
+      ...allow(t),
+      allowed: null,
+      decided: false,
+      commandId: null,
+      requestId: null,
+      status: 'error',
+      error: 'no answer from the fleet',
+      ...extra,
+    });
+    const row = (t: number, extra: Record<string, unknown> = {}) => ({
+      t,
+      who: 'collect',
+      what: 'gw-access-log',
+      gatewayId: 'gw',
+      lockId: 'L1',
+      eventId: `e${t}`,
+      requestId: `r${t}`,
+      allowed: true,
+      keyId: 'k1',
+      commandId: `c${t}`,
+      ...extra,
+    });
+    it('checks an allowed row whose answer was lost against the revoke, from its first present', () => {
+      const v = check(
+        history(
+          issue(0),
+          { t: 1000, who: 'workload', what: 'revoke', keyId: 'k1', status: 202 },
+          hb(11_000),
+          present(12_000, { kind: 'revoked', tSend: 11_900 }),
+          row(30_000),
+        ),
+        opts,
+      );
+      expect(v.violations.map((x) => [x.invariant, x.lines])).toEqual([['I1 revoke lag', [2, 5]]]);
+      expect(v.checks['I1 access-log-only decisions checked']).toBe(1);
+    });
+
+    it('bounds a row by its neighbours in commit order: not past the grace when a later answered row came early enough', () => {
+      const v = check(
+        history(
+          issue(0),
+          hb(100),
+          present(200, { tSend: 100 }),
+          allow(5000, { requestId: 'r2', tSend: 4900 }),
+          row(30_000, { requestId: 'r1' }),
+          row(30_001, { requestId: 'r2' }),
+        ),
+        opts,
+      );
+      expect(v.violations).toEqual([]);
+    });
+
+    it('bounds a row whose present timed out by its own request, not by the timeout (it may be decided later)', () => {
+      const v = check(
+        history(
+          issue(0),
+          hb(100),
+          present(8000, { tSend: 100, requestId: 'r1', status: 'timeout' }),
+          hb(10_000),
+          { t: 12_000, who: 'workload', what: 'revoke', keyId: 'k1', status: 202 },
+          allow(23_000, { keyId: 'k2', issue: null, requestId: 'r2', tSend: 22_900 }),
+          row(30_000, { requestId: 'r1' }),
+          row(30_001, { requestId: 'r2', keyId: 'k2' }),
+        ),
+        opts,
+      );
+      // decided between its request (100) and the next decided answer (23 000): nothing provable about the revoke at 12 000
+      expect(v.violations.map((x) => x.invariant)).toEqual(['I1 no grant']);
+    });
+
+    it('reports an allowed row for a PIN nobody was given, and one after the grace from its request', () => {
+      const v = check(history(issue(0), hb(100), present(12_500, { tSend: 12_400 }), row(30_000, { keyId: null }), row(30_001)), opts);
+      expect(v.violations.map((x) => x.invariant)).toEqual(['I1 no grant', 'I1 offline grace']);
+    });
+  });
+
   describe('after healing', () => {
     const healed = { t: 20_000, who: 'runner', what: 'healed', ok: true };
     it('reports a gateway decision missing from the cloud audit, and one there twice', () => {

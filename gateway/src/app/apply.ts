@@ -91,7 +91,12 @@ interface AckDraft extends Settled {
   readonly keyVersion: number | null;
 }
 
-type RowResult = Settled & { readonly resync?: ResyncReason; readonly resyncNow?: boolean };
+type RowResult = Settled & {
+  readonly resync?: ResyncReason;
+  readonly resyncNow?: boolean;
+  /** A heartbeat's seq against ours, logged with the result: what an outside checker needs to see a lease given over a gap. */
+  readonly seqs?: { readonly lastSeq: number; readonly appliedSeq: number };
+};
 
 /** Applies everything applicable now. Returns how many rows it settled. Synchronous. */
 export function applyPending(deps: ApplyDeps): number {
@@ -133,7 +138,7 @@ export function applyPending(deps: ApplyDeps): number {
     // refused); it reaches the caller, and the next pass goes on with the rows after this one.
     deps.crash('afterApplyBeforeAck');
     deps.metrics.applied.inc({ type: row.type, result: r.result });
-    log.info({ result: r.result, code: r.code }, 'inbox message applied');
+    log.info({ result: r.result, code: r.code, ...r.seqs }, 'inbox message applied');
     settled++;
     deps.outboxWritten();
     if (r.resync !== undefined) maybeResync(deps, r.resync, row.cid, r.resyncNow);
@@ -322,6 +327,7 @@ function applyRow(deps: ApplyDeps, row: InboxRow, now: number): RowResult {
         r = { result: 'noop', code: 'REPORT_IGNORED', resync: 'gap' };
       }
       ack(deps, row, { ...r, keyId: null, keyVersion: null }, now);
+      r = { ...r, seqs: { lastSeq: m.body.lastSeq, appliedSeq: settings.appliedSeq } };
       break;
     }
     case 'resync.answer': {
@@ -349,7 +355,7 @@ function applyRow(deps: ApplyDeps, row: InboxRow, now: number): RowResult {
     default:
       return assertNever(m, 'downlink type');
   }
-  settleBehindHeartbeat(deps);
+  settleBehindHeartbeat(deps, row.cid);
   return r;
 }
 
@@ -358,13 +364,20 @@ function applyRow(deps: ApplyDeps, row: InboxRow, now: number): RowResult {
  * everything up to its seq is applied: the lease it would have given is
  * granted then (never beyond iat + grace, so never longer than in order).
  */
-function settleBehindHeartbeat(deps: ApplyDeps): void {
+function settleBehindHeartbeat(deps: ApplyDeps, cid: string): void {
   const { db } = deps.store;
   const s = readSettings(db);
   const hb = s.behindHeartbeat;
   if (hb === null || s.appliedSeq < hb.seq || s.seqConflictAt !== null) return;
   const v = onHeartbeat({ lastSeq: hb.seq, iatMs: hb.iatMs }, s.appliedSeq, s.leaseExpiresAt, deps.options.offlineGraceSeconds);
-  if (v.kind === 'extend') setLease(db, v.leaseExpiresAt);
+  if (v.kind === 'extend') {
+    setLease(db, v.leaseExpiresAt);
+    // the same fields as a heartbeat's apply line: a lease given here is a renewal too
+    withCorrelation(deps.log, cid).info(
+      { lastSeq: hb.seq, appliedSeq: s.appliedSeq, leaseExpiresAt: v.leaseExpiresAt },
+      'behind heartbeat settled: lease extended',
+    );
+  }
   setBehindHeartbeat(db, null);
 }
 

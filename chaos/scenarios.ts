@@ -1,0 +1,132 @@
+import Database from 'better-sqlite3';
+import type { Cluster, GatewayNode } from './cluster.js';
+import { holdOutbox, releaseOutbox } from './faults.js';
+import type { History } from './history.js';
+import type { Key, Workload } from './workload.js';
+
+/**
+ * Targeted scenarios (`npm run chaos -- --scenario <name>`, and each `--prove-bugs` patch's run):
+ * instead of the random injector, a script that forces the conditions one known bug needs, so a
+ * proof does not depend on random faults lining up or on how slow the machine is. The workload
+ * keeps running alongside; the scenario also presents its chosen key every 300 ms through the fault,
+ * so a door that should stay shut is tried throughout. Each returns when its fault is healed.
+ */
+export interface ScenarioContext {
+  readonly c: Cluster;
+  readonly h: History;
+  readonly w: Workload;
+  /** false once the run's duration is over (a scenario runs to its end regardless) */
+  readonly running: () => boolean;
+}
+
+export type Scenario = (x: ScenarioContext) => Promise<void>;
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** Whether the gateway holds key `keyId` active (its SQLite, read-only): delivered, whether or not the cloud has its ack yet. */
+function activeOnGateway(gw: GatewayNode, keyId: string): boolean {
+  try {
+    const db = new Database(gw.sqlitePath, { readonly: true, fileMustExist: true });
+    try {
+      const row: unknown = db.prepare('SELECT status FROM keys WHERE key_id = ?').get(keyId);
+      return typeof row === 'object' && row !== null && 'status' in row && row.status === 'active';
+    } finally {
+      db.close();
+    }
+  } catch {
+    return false; // busy or not there yet: asked again
+  }
+}
+
+/** A key delivered to `gw` (active there, or shown `active` by the cloud), valid now and for the run; issues one if needed. */
+async function deliveredKey(x: ScenarioContext, gw: GatewayNode): Promise<Key | null> {
+  // not bounded by the run's duration: on a slow machine the first key may take longer than that to arrive
+  const deadline = performance.now() + 120_000;
+  let asked = 0;
+  while (performance.now() < deadline) {
+    const k = x.w.keys.find(
+      (k) =>
+        k.gw === gw &&
+        !k.revoked &&
+        k.validFrom < Date.now() &&
+        k.validUntil > Date.now() + 600_000 &&
+        (x.w.statusOf(k.keyId) === 'active' || activeOnGateway(gw, k.keyId)),
+    );
+    if (k !== undefined) return k;
+    if (asked++ % 10 === 0) await x.w.issue(gw, false);
+    await sleep(500);
+  }
+  return null;
+}
+
+/** Presents `k` as `kind` every 300 ms for `ms`. */
+async function presentThroughout(x: ScenarioContext, k: Key, kind: 'valid' | 'revoked', ms: number): Promise<void> {
+  const end = performance.now() + ms;
+  while (performance.now() < end) {
+    await x.w.present({ key: k, kind }).catch(() => {});
+    await sleep(300);
+  }
+}
+
+export const SCENARIOS: Record<string, Scenario> = {
+  /**
+   * The gateway's wall clock stops and its cloud link is cut for the grace plus 8 s, while a delivered key is
+   * presented throughout: the lease must run out on real elapsed time (I1 offline grace).
+   */
+  'stopped-clock': async (x) => {
+    const gw = x.c.gateways[0];
+    if (gw === undefined) return;
+    const k = await deliveredKey(x, gw);
+    if (k === null) throw new Error('no key was delivered to the gateway within 120 s');
+    const ms = x.c.o.offlineGraceSeconds * 1000 + 8000;
+    const f = x.h.add('injector', 'fault', { kind: 'clock+partition', target: gw.id, scenario: 'stopped-clock', keyId: k.keyId });
+    x.c.setClock(gw, 0, true);
+    x.h.add(gw.id, 'clock-set', { offsetMs: 0, stopped: true });
+    gw.cloudLink.setMode('cut');
+    await presentThroughout(x, k, 'valid', ms);
+    gw.cloudLink.setMode('pass');
+    x.c.setClock(gw, 0);
+    x.h.add(gw.id, 'clock-set', { offsetMs: 0 });
+    x.h.add('injector', 'fault-end', { kind: 'clock+partition', target: gw.id, started: f.i, ms });
+  },
+  /**
+   * Every downlink to the gateway is held in the cloud's backoff, then a delivered key is revoked: the revoke
+   * commits but cannot reach the gateway while heartbeats name its seq. The revoked key is presented for the
+   * grace plus 8 s: no lease may be renewed over the gap (I1 lease over gap, I1 revoke lag).
+   */
+  'lease-over-stuck-revoke': async (x) => {
+    const gw = x.c.gateways[0];
+    if (gw === undefined) return;
+    const k = await deliveredKey(x, gw);
+    if (k === null) throw new Error('no key was delivered to the gateway within 120 s');
+    const ms = x.c.o.offlineGraceSeconds * 1000 + 8000;
+    const f = x.h.add('injector', 'fault', { kind: 'stuck-outbox', target: `outbox:${gw.id}`, scenario: 'lease-over-stuck-revoke' });
+    await holdOutbox(x.c, gw.id);
+    await x.w.revoke(k, false);
+    await presentThroughout(x, k, 'revoked', ms);
+    const held = await releaseOutbox(x.c, gw.id);
+    x.h.add('injector', 'fault-end', { kind: 'stuck-outbox', target: `outbox:${gw.id}`, started: f.i, ms, held });
+  },
+  /**
+   * The cloud is down while a delivered key is presented, so the gateway's decisions wait in the broker for the
+   * cloud's session; then the broker restarts without persistence and loses them. The gateway must send again
+   * every uplink the cloud has not acknowledged (I2 audit exactly once). Twice, so one lucky timing does not hide it.
+   */
+  'uplink-dropped-on-puback': async (x) => {
+    const gw = x.c.gateways[0];
+    if (gw === undefined) return;
+    const k = await deliveredKey(x, gw);
+    if (k === null) throw new Error('no key was delivered to the gateway within 120 s');
+    for (let round = 0; round < 2; round++) {
+      const f = x.h.add('injector', 'fault', { kind: 'kill-cloud+kill-broker', target: 'cloud', scenario: 'uplink-dropped-on-puback' });
+      await x.c.cloud.kill('SIGKILL');
+      await presentThroughout(x, k, 'valid', 3000);
+      await x.c.mosquitto.kill();
+      await x.c.mosquitto.start(false);
+      x.h.add('runner', 'broker-start', { persistence: false, port: x.c.mosquitto.port });
+      await x.c.startCloud();
+      x.h.add('injector', 'fault-end', { kind: 'kill-cloud+kill-broker', target: 'cloud', started: f.i });
+      await presentThroughout(x, k, 'valid', 3000);
+    }
+  },
+};
