@@ -1,7 +1,7 @@
 import { KeyGrant, credentialDigest, newId } from '@tobira/shared';
 import { pgBackends } from '@tobira/shared/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { capturingLogger } from './helpers.js';
+import { capturingLogger, testSecrets } from './helpers.js';
 import { startSmtp } from './notifications-helpers.js';
 import { openStaysApi, type StaysApi } from './stays-harness.js';
 
@@ -100,9 +100,11 @@ describe.each(pgBackends())('a PIN drawn for a stay booked without a credential 
     if (pin === undefined) throw new Error('no PIN in the notice');
 
     // the grant the gateway receives: the PIN, digested with the gateway's pepper as the gateway digests a keypad entry
-    const pepper = (
-      await h.t.db.query<{ credential_pepper: string }>('SELECT credential_pepper FROM gateways WHERE id = $1', [h.gatewayId])
-    ).rows[0]?.credential_pepper;
+    const sealed = (
+      await h.t.db.query<{ credential_pepper_sealed: string }>('SELECT credential_pepper_sealed FROM gateways WHERE id = $1', [h.gatewayId])
+    ).rows[0]?.credential_pepper_sealed;
+    const opened = testSecrets.open(sealed ?? '', `gateways.credential_pepper:${h.gatewayId}`);
+    const pepper = opened.ok ? opened.value : null;
     const grants = (
       await h.t.db.query<{ body: { key: unknown } }>(`SELECT body FROM outbox WHERE gateway_id = $1 AND type = 'key.grant'`, [h.gatewayId])
     ).rows.map((r) => KeyGrant.parse(r.body.key));
