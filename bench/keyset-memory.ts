@@ -1,7 +1,7 @@
 /**
  * `node --expose-gc --import tsx bench/keyset-memory.ts [keys]`: the heap the
  * decision's in-memory key set (gateway/src/adapters/sqlite/memory.ts) takes
- * per key (issue #14, `gateway_rss_mb_100k_keys`). Writes `keys` simple PIN
+ * per key (`gateway_rss_mb_100k_keys`). Writes `keys` simple PIN
  * keys (one door, no schedule, the grant of bench/resync.ts) through the real
  * adapter (`saveSlot`) into a real SQLite file, then measures the live heap
  * (after `global.gc()`) twice: filled by the load at start (`loadMemory`),

@@ -12,7 +12,7 @@ import {
 } from './stack.js';
 
 /**
- * `replicas_in_order` (issue #14): two cloud processes on one database and
+ * `replicas_in_order`: two cloud processes on one database and
  * one broker (uplinks on a shared subscription), `gateways` gateways
  * registered through the API, and `ops` grants and revokes sent by 16 HTTP
  * clients to both replicas alternately. An observer on the broker records

@@ -3,7 +3,7 @@ import { cpus, totalmem } from 'node:os';
 import { dirname } from 'node:path';
 
 /**
- * The shape of `bench/results/latest.json` (issue #14): every metric name is
+ * The shape of `bench/results/latest.json`: every metric name is
  * always present; a metric this bench does not measure yet is `null`, never
  * left out, so a reader can tell "not measured" from "renamed".
  */

@@ -1,5 +1,5 @@
 /**
- * `npm run bench [-- --quick]`: every scenario of issue #14 — the floors,
+ * `npm run bench [-- --quick]`: every scenario of docs/performance.md — the floors,
  * the door decision path, grant/revoke propagation and issue throughput
  * through the admin API, a 100k-key resync, the fleet one cloud process
  * serves, and two replicas in order — printed as a table and written to

@@ -1,7 +1,7 @@
 /**
  * `node --import tsx bench/snapshot-apply.ts [keys]`: the gateway's apply of
- * a resync snapshot without the broker or signatures (issue #14,
- * `resync_100k_keys_s` and `gateway_rss_mb_100k_keys`). The parts of
+ * a resync snapshot without the broker or signatures
+ * (`resync_100k_keys_s` and `gateway_rss_mb_100k_keys`). The parts of
  * bench/resync.ts's snapshot (simple PIN keys, under the part size budget and
  * 1000 keys per part) are put in the inbox of an empty gateway on a real
  * SQLite file (WAL, synchronous=FULL), then `applyPending` applies them: each

@@ -2,7 +2,7 @@ import type { Entry } from './history.js';
 
 /**
  * The checker (Jepsen style): reads a run's history afterwards and reports
- * every violation of the invariants (DESIGN.md §2, docs/reliability.md) with
+ * every violation of the invariants (docs/reliability.md) with
  * the history lines that prove it. Pure: the history in, the verdict out.
  *
  * Times: `t` is the runner's monotonic clock. A decision happened somewhere

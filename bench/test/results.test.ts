@@ -5,7 +5,7 @@ import { describe, expect, it } from 'vitest';
 import { gapLags, roundLags } from '../fleet.js';
 import { METRIC_NAMES, formatTable, percentile, resultsOf, thisMachine, writeResults } from '../results.js';
 
-// The JSON the bench writes is read by people and scripts comparing runs: its shape is the contract (issue #14).
+// The JSON the bench writes is read by people and scripts comparing runs: its shape is the contract.
 describe('bench results file', () => {
   it('writes every metric of the issue, in its order, measured ones with their values and the rest null', () => {
     const dir = mkdtempSync(join(tmpdir(), 'tobira-bench-test-'));
@@ -39,8 +39,8 @@ describe('bench results file', () => {
     }
   });
 
-  it('names every metric exactly as issue #14 does, each present in the file even when not measured', () => {
-    // the issue's JSON, verbatim: a renamed or missing metric breaks every script comparing runs
+  it('names every metric exactly as docs/performance.md does, each present in the file even when not measured', () => {
+    // the documented JSON, verbatim: a renamed or missing metric breaks every script comparing runs
     const issue = [
       'raw_mqtt_rtt_ms',
       'raw_pg_cas_outbox_tx_per_s',

@@ -157,7 +157,7 @@ function coreOf(config: CloudConfig, cloudDeps: CloudDeps) {
         ...(config.mqttUsername ? { username: config.mqttUsername } : {}),
         ...(config.mqttPassword ? { password: config.mqttPassword } : {}),
       };
-      // two connections (issue #14): the inbox's incoming flood never holds up the PUBACKs of the dispatcher's publishes
+      // two connections: the inbox's incoming flood never holds up the PUBACKs of the dispatcher's publishes
       links = openMqttLinks(
         config.mqttUrl,
         withCorrelation(log, newCorrelationId(), { part: 'mqtt-link' }),
@@ -317,7 +317,7 @@ function coreOf(config: CloudConfig, cloudDeps: CloudDeps) {
     expireKeys: (opts: { limit?: number; cid?: CorrelationId } = {}) => keys.expireKeys(app(), opts),
     getKey: (keyId: string) => keys.getKey(app(), keyId),
     listKeyHistory: (keyId: string) => keys.listKeyHistory(app(), keyId),
-    /** A short-lived signed token for a mobile key's phone (issue #17); nothing is written. */
+    /** A short-lived signed token for a mobile key's phone; nothing is written. */
     issueMobileToken: (input: MobileTokenInput, o?: VerbOptions) => issueMobileToken(app(o), need(signer), input),
 
     listAudit: (opts: reads.AuditQuery = {}) => reads.listAudit(need(db), opts),
@@ -366,7 +366,7 @@ function coreOf(config: CloudConfig, cloudDeps: CloudDeps) {
       notifications.savePersonContact(app(o), input),
     saveSiteLocale: (input: Parameters<typeof notifications.saveSiteLocale>[1], o?: VerbOptions) =>
       notifications.saveSiteLocale(app(o), input),
-    // memberships (issue #13, docs/memberships.md): Stripe is called between transactions, so these take no `db`
+    // memberships (docs/memberships.md): Stripe is called between transactions, so these take no `db`
     createPlan: (input: memberships.CreatePlanInput) => memberships.createPlan(stayDeps(), input),
     retirePlan: (input: Parameters<typeof memberships.retirePlan>[1]) => memberships.retirePlan(stayDeps(), input),
     requestMode: (input: modes.RequestModeInput, o?: VerbOptions) => modes.requestMode(app(o), input),
@@ -381,7 +381,7 @@ function coreOf(config: CloudConfig, cloudDeps: CloudDeps) {
     endMembership: (input: memberships.EndMembershipInput) => memberships.endMembership(stayDeps(), input),
     selfCancelMembership: (input: Parameters<typeof memberships.selfCancelMembership>[1]) =>
       memberships.selfCancelMembership(stayDeps(), input),
-    // signing-key rotation (issue #17, docs/operations.md): publish → switch → re-sign → retire
+    // signing-key rotation (docs/operations.md): publish → switch → re-sign → retire
     listSigningKeys: () => signing.listSigningKeys(signingDeps()),
     publishSigningKey: (input: Parameters<typeof signing.publishSigningKey>[1], o?: VerbOptions) =>
       signing.publishSigningKey(signingDeps(o), input),
@@ -391,7 +391,7 @@ function coreOf(config: CloudConfig, cloudDeps: CloudDeps) {
       signing.resignLiveGrants(signingDeps(o), input),
     retireSigningKey: (input: Parameters<typeof signing.retireSigningKey>[1], o?: VerbOptions) =>
       signing.retireSigningKey(signingDeps(o), input),
-    // check-in gates, walk-ins and quotas (issue #13, docs/memberships.md "Check-in gates")
+    // check-in gates, walk-ins and quotas (docs/memberships.md "Check-in gates")
     createWalkIn: (input: walkIns.CreateWalkInInput) => walkIns.createWalkIn(stayDeps(), input),
     cancelWalkIn: (input: Parameters<typeof walkIns.cancelWalkIn>[1]) => walkIns.cancelWalkIn(stayDeps(), input),
     blockPerson: (input: Parameters<typeof walkIns.blockPerson>[1]) => walkIns.blockPerson(stayDeps(), input),

@@ -11,7 +11,7 @@ import { T0, openTestDb, testLog, type TestDb } from './helpers.js';
 
 /**
  * The admin API's bodies, path ids and headers fuzzed on every write route
- * (issue #15; `http/fuzz.test.ts` covers the first routes' bodies and list
+ * (`http/fuzz.test.ts` covers the first routes' bodies and list
  * queries): stays and their actions, rooms, stay settings, API tokens,
  * webhooks, alarms, dead letters (outbox and billing), broker credentials,
  * and the original resources again. Billing is configured (the local

@@ -9,7 +9,7 @@ import { startCloud } from './cloud-helpers.js';
 import { openTestDb, testLog, type TestDb } from './helpers.js';
 
 /**
- * `POST /webhooks/stripe` fuzzed (issue #15): random bodies with random
+ * `POST /webhooks/stripe` fuzzed: random bodies with random
  * signatures, and valid signatures (the real SDK's
  * `generateTestHeaderString`) over random JSON and near-events. Property:
  * never a 5xx; a refusal is 400 with a stable code and stores nothing; a

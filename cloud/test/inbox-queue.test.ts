@@ -13,7 +13,7 @@ function controlled() {
 
 const tick = () => new Promise((r) => setTimeout(r, 0));
 
-describe('the inbox queue (issue #14)', () => {
+describe('the inbox queue', () => {
   it('runs different keys at once and one key in arrival order; acknowledges only after handling, in receipt order', async () => {
     const h = controlled();
     const acks: string[] = [];

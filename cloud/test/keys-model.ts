@@ -7,7 +7,7 @@ import type { Db } from '../src/adapters/db/db.js';
 import { DAY, T0, deps, seed } from './helpers.js';
 
 /**
- * A model-based test of the key verbs against a real database (DESIGN.md §9):
+ * A model-based test of the key verbs against a real database:
  * issue, revoke, deliver (gateway ack of the newest message), duplicate or
  * late acks of older versions, and crashes inside the verb transaction. After
  * every command the database must equal the model.

@@ -222,7 +222,7 @@ describe.each(pgBackends())('entry-key verbs on %s', (backend) => {
       const o = await issue(d, s);
       expect(o).toMatchObject({ status: 'applied', code: 'KEY_ISSUED' });
       if (o.status !== 'applied') return;
-      // the seq is taken at the commit (issue #14): the outcome names the row, the row has seq 1
+      // the seq is taken at the commit: the outcome names the row, the row has seq 1
       expect(o.emits).toEqual([expect.objectContaining({ gatewayId: s.gatewayId, type: 'key.grant' })]);
       const row = (await t.db.query<Record<string, unknown>>('SELECT * FROM keys WHERE id = $1', [o.state.id])).rows[0];
       expect(JSON.stringify(row)).not.toContain('123456');
@@ -398,7 +398,7 @@ describe.each(pgBackends())('entry-key verbs on %s', (backend) => {
     });
   });
 
-  describe('seqs taken at the commit (issue #14)', () => {
+  describe('seqs taken at the commit', () => {
     const pin = (n: number) => ({ type: 'pin' as const, value: `77${String(n).padStart(4, '0')}` });
 
     it('a key verb in a caller transaction has no seq inside it, takes the next one at the commit in queue order, and a rollback leaves no gap', async () => {

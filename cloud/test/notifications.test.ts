@@ -20,7 +20,7 @@ import { capturingLogger, deps, openTestDb, seed, testLog, type TestDb } from '.
 import { deadPort, startReceiver, startSmtp } from './notifications-helpers.js';
 
 /**
- * The notification outbox (issue #13, docs/notifications.md) on both cloud
+ * The notification outbox (docs/notifications.md) on both cloud
  * databases: one message per business event however often its verb runs,
  * the locale resolved at enqueue, the dispatcher's lease, backoff and dead
  * letters, racing dispatchers, a crash between send and mark, the operator's

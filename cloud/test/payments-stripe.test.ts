@@ -313,7 +313,7 @@ describe('the one PaymentIntent factory', () => {
     expect(files.map((f) => relative(root, f))).toEqual(['adapters/stripe/payment-intents.ts']);
   });
 
-  it('subscriptions.create appears in exactly one file of cloud/src (the one Subscription factory, issue #13)', () => {
+  it('subscriptions.create appears in exactly one file of cloud/src (the one Subscription factory)', () => {
     const root = fileURLToPath(new URL('../src/', import.meta.url));
     const walk = (dir: string): string[] =>
       readdirSync(dir, { withFileTypes: true }).flatMap((e) =>

@@ -9,7 +9,7 @@ import { cloudSigningKey, startCloud } from './cloud-helpers.js';
 import { fakeGateway, waitFor, type FakeGateway } from './mqtt-helpers.js';
 
 /**
- * Replicas first-class (issue #14, docs/cloud.md "Replicas"): two cloud
+ * Replicas first-class (docs/cloud.md "Replicas"): two cloud
  * processes on one database and one broker. Every gateway must see its
  * sequenced downlinks in seq order with no gap (so it never needs a gap
  * resync), uplinks are applied once (and, on a broker with shared

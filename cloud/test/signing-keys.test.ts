@@ -21,7 +21,7 @@ import { waitFor } from './mqtt-helpers.js';
  * Outbox rows are stored unsigned and signed at each send (dispatcher
  * signRow), so no stored row carries a signature, or a kid, of its own: every
  * downlink names the kid of the key that signed it at that moment. Which key
- * signs is the `signing_keys` table's (issue #17): a key added to
+ * signs is the `signing_keys` table's: a key added to
  * CLOUD_SIGNING_JWK is only staged, and the cloud switches to it only once
  * every gateway applied the keyset.update that publishes it.
  */
@@ -77,7 +77,7 @@ describe.each(pgBackends())('downlink signing keys on %s', (pgBackend) => {
         // queued while no cloud runs: the row waits unsigned
         await issue(2);
         // the "add" step: the new key joins CLOUD_SIGNING_JWK (first, even) and the cloud restarts. It is only
-        // staged: no gateway trusts it yet, so the cloud keeps signing with the old key (before issue #17 the
+        // staged: no gateway trusts it yet, so the cloud keeps signing with the old key (before staging existed the
         // first key signed at once, and a gateway that did not know it refused everything: UNKNOWN_KID)
         const after = await startCloud(t, broker.url, {
           clock,

@@ -6,7 +6,7 @@ import { T0 } from './helpers.js';
 import { openStaysApi, type StaysApi } from './stays-harness.js';
 
 /**
- * Stays for operators (issue #12 "Admin API"): the stay and payment
+ * Stays for operators: the stay and payment
  * webhooks, raised once per status change by the triggers of migration
  * 0017 and never on a noop; the check-in route (outcomes, idempotency,
  * roles and site scope).

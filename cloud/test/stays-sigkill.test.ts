@@ -12,7 +12,7 @@ import { T0, TEST_KEK, deps, openTestDb, seed, type TestDb } from './helpers.js'
 
 /**
  * A real crash between a Stripe call that took effect and the local write
- * that records it (issue #12): the cloud runs as `npm run cloud` does
+ * that records it: the cloud runs as `npm run cloud` does
  * (cloud/src/main.ts) in a child process with CRASH_MODE=kill, so the crash
  * point SIGKILLs it — no finally, no graceful stop — then a new process is
  * started on the same PostgreSQL database. The local Stripe, in this process,

@@ -4,7 +4,7 @@ import { localDateOf } from '../src/domain/nights.js';
 import { openStaysApi, type StaysApi } from './stays-harness.js';
 
 /**
- * The front desk over HTTP (issue #13) with the real SDK against the local
+ * The front desk over HTTP with the real SDK against the local
  * Stripe delivering signed webhooks to the listening app: each check-in gate
  * answers 422 with its code and changes nothing; a walk-in is 202 pending
  * with its client secret and gets its key once paid; block / unblock; the

@@ -221,7 +221,7 @@ export const GatewayConfig = z.strictObject({
   resyncIntervalMs: z.int().min(100).default(10_000),
   uplinkAckTimeoutMs: z.int().min(1000).default(60_000),
   /**
-   * Outbox rows sent under one signature (`uplink.batch`, issue #14). The
+   * Outbox rows sent under one signature (`uplink.batch`). The
    * cloud must accept uplink.batch (this release or later: upgrade the cloud
    * first); 1 sends every row alone, as older gateways do.
    */

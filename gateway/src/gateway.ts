@@ -376,7 +376,7 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
           commandTtlMs: config.commandTtlMs,
           pairingSecrets: new Map(config.locks.map((l) => [l.lockId, decodeSecret(l.pairingSecret)])),
           offlineGraceSeconds: config.offlineGraceSeconds,
-          // mobile tokens are checked with the same trusted cloud keys as the downlink (issue #17)
+          // mobile tokens are checked with the same trusted cloud keys as the downlink
           mobileTokens: { keys: () => cloudKeys.loaded(), issuer: config.cloud.issuer },
         },
         buckets: new Map(),

@@ -32,7 +32,7 @@ import { GRACE_SECONDS, Model, type Delivery, type KeySpec, type Sent, type Wind
 import { T0, grant } from './fixtures.js';
 
 /**
- * Model-based test of door decisions (issue #15). fast-check drives the key
+ * Model-based test of door decisions. fast-check drives the key
  * lifecycle against the real gateway code path, in process: messages signed
  * by a cloud key go through `receiveDownlink` (signature, expiry, inbox),
  * `applyPending` (the writer, in seq order) and lock requests through
@@ -477,7 +477,7 @@ function present(k: number | null, lockId: string, crash: boolean): Cmd {
     expect({ allowed: d.allowed, code: d.code }).toEqual(expected);
     seenCodes.set(d.code, (seenCodes.get(d.code) ?? 0) + 1);
     if (d.allowed) {
-      // Fail-closed by real time, whatever the gateway's clock says (DESIGN.md I1), checked on the real store,
+      // Fail-closed by real time, whatever the gateway's clock says, checked on the real store,
       // across restarts too: trusted time lags real time by less than a second (an answer's iat is in whole seconds)
       const real = w.gw.real.now() - 999;
       const slot = w.gw.store.loadSlot(KEYS[k!]!.keyId);

@@ -2,7 +2,7 @@ import type { DecisionCode } from '@tobira/shared';
 
 /**
  * The model of door decisions for `decisions-model.test.ts`: what a gateway
- * that follows DESIGN.md §2–§5 must answer at the door, written from the
+ * that follows docs/gateway.md and docs/protocol.md must answer at the door, written from the
  * rules, not from the code (no import from `gateway/src`).
  *
  * Time. `real` is real time (the cloud's clock, and the gateway's monotonic

@@ -17,7 +17,7 @@ import { createMetrics } from '../src/metrics.js';
 import { T0 } from './fixtures.js';
 
 /**
- * Fuzzing of the gateway's staff HTTP API (issue #15): random bodies,
+ * Fuzzing of the gateway's staff HTTP API: random bodies,
  * content types, ids, correlation ids and methods on the real app (fastify
  * `inject`, no socket) over a real SQLite file, wired as gateway.ts wires it.
  * Property: no input gets a 5xx or throws out of the handler; a refusal

@@ -161,7 +161,7 @@ export class FakeCloud {
         }).then((v) => {
           if (!v.ok) throw new Error(`uplink does not verify: ${v.code} ${v.detail}`);
           this.rawUplink.push(text);
-          // A batch stands for its items, each checked as the cloud checks them (issue #14).
+          // A batch stands for its items, each checked as the cloud checks them.
           let messages: UplinkMessage[];
           if (v.message.type === 'uplink.batch') {
             const c = checkUplinkBatch(v.message);

@@ -19,7 +19,7 @@ import { decideMobileToken, type KeySetView } from '../src/domain/decide.js';
 import type { StoredKey } from '../src/domain/keyset.js';
 import { T0, grant } from './fixtures.js';
 
-/** The gateway's offline check of a relayed mobile token (issue #17): signature first, then the decision's rules on trusted time. */
+/** The gateway's offline check of a relayed mobile token: signature first, then the decision's rules on trusted time. */
 const ISSUER = 'tobira-cloud';
 const GW = 'gw-1';
 const lock = { doorId: asDoorId('door-1'), failures: 0, lockedOutUntil: null };

@@ -5,7 +5,7 @@ import { createGateway } from '../src/gateway.js';
 import { FakeLock, PIN, provision, runSite, silentLog, waitFor, type Running } from './harness.js';
 
 /**
- * One-time keys (issue #17 part 2): the first successful entry consumes the
+ * One-time keys: the first successful entry consumes the
  * key in the decision's own SQLite transaction; every later presentation, at
  * any lock, is KEY_USED, across restarts and snapshots.
  */

@@ -7,7 +7,7 @@ import { inSchedule, localTime } from '../src/domain/schedule.js';
 import { DOOR, LOCK, grant } from './fixtures.js';
 
 /**
- * Dated and overnight schedules at the door (issue #17 part 2), evaluated in
+ * Dated and overnight schedules at the door, evaluated in
  * wall-clock time of the schedule's zone: a zone without daylight saving
  * (Asia/Tokyo) and one with it (Europe/Berlin), at both of its changes.
  */

@@ -6,7 +6,7 @@ import { isLoopbackHost } from './site-tls.js';
 
 /**
  * An embedded MQTT broker (aedes) for the demo and tests: no system service
- * needed. Sockets get TCP no-delay (DESIGN.md §5). Sessions and QoS 1 queues
+ * needed. Sockets get TCP no-delay. Sessions and QoS 1 queues
  * live in memory: like any broker, it is a transport, not storage.
  *
  * With `tls` it listens with Node's TLS server (mqtts), as a site broker must

@@ -71,7 +71,7 @@ export const OUTCOME_CODES = table({
   CHECKOUT_IN_PROGRESS: 'A checkout for this subject is already in progress.',
   MESSAGE_REJECTED: 'The message failed verification or validation and was not applied.',
   APPLY_FAILED: 'The message could not be applied after the allowed attempts.',
-  // stays and payments (issue #12; docs/payments.md, docs/state-machines.md)
+  // stays and payments (docs/payments.md, docs/state-machines.md)
   STAY_BOOKED: "The stay was booked: pending, holding its room's nights until payment or the hold ends.",
   STAY_CONFIRMED: 'The stay is paid in full; its key is queued for issue.',
   STAY_FAILED: 'The payment failed; the stay failed, its nights were released and nothing is charged.',
@@ -153,7 +153,7 @@ export const OUTCOME_CODES = table({
   NOTIFICATION_ADDRESS_FORBIDDEN: 'The notification webhook URL is not a public address (egress guard); retried, then dead.',
   NOTIFICATION_CONTACT_SAVED: "A person's e-mail / locale, or a site's locale, was saved (messages queued from now on use it).",
   NOTIFICATION_CHANNEL_UNCONFIGURED: "The row's channel is not configured in this cloud (no SMTP host or webhook URL); retried, then dead.",
-  // memberships (issue #13, docs/memberships.md)
+  // memberships (docs/memberships.md)
   PLAN_CREATED: 'The plan was created with its doors.',
   PLAN_RETIRED: 'The plan takes no new applications; its memberships end through endMembership (plan_retired).',
   PLAN_ALREADY_EXISTS: 'A plan with this id exists (noop when it is the same plan, refused otherwise).',
@@ -197,7 +197,7 @@ export const OUTCOME_CODES = table({
   APPLICATION_UNDER_REVIEW: 'The membership is an application under review: reject it instead; nothing changed.',
   MEMBERSHIP_NOTE_REQUIRED: 'A force-cancel needs the staff actor and a note; nothing changed.',
   SUBSCRIPTION_MISMATCH: 'The Stripe subscription is not the membership recorded one; nothing changed.',
-  // signing-key rotation (issue #17, docs/operations.md)
+  // signing-key rotation (docs/operations.md)
   SIGNING_KEY_PUBLISHED:
     'The cloud key is published (JWKS) and a keyset.update adding it is queued for every gateway that has not applied it.',
   SIGNING_KEY_SWITCHED: 'The cloud signs with this key from now on; the previous signer stays trusted until it is retired.',
@@ -219,7 +219,7 @@ export const OUTCOME_CODES = table({
   KEYSET_KID_RETIRED: 'The keyset.update adds a key the gateway has retired; a retired key is never trusted again. Refused.',
   KEYSET_SELF_RETIRE: 'The keyset.update retires the key it is signed with. Refused.',
   KEYSET_WOULD_BE_EMPTY: 'The keyset.update would leave the gateway trusting no cloud key. Refused.',
-  // gateway uplink-key rotation (issue #17 part 1, docs/operations.md "Rotating a gateway's uplink key")
+  // gateway uplink-key rotation (docs/operations.md "Rotating a gateway's uplink key")
   UPLINK_KEY_ROTATION_REQUESTED: 'An uplink_key.rotate is queued for the gateway; it answers with a proposal signed by its current key.',
   UPLINK_KEY_ROTATION_IN_PROGRESS: "A rotation of this gateway's uplink key is already requested or proposed; nothing changed.",
   UPLINK_KEY_PROPOSAL_ACCEPTED: 'Both proofs verified: the new key is recorded for the gateway and an uplink_key.activate is queued.',
@@ -232,7 +232,7 @@ export const OUTCOME_CODES = table({
   UPLINK_KEY_ACTIVATED: 'The gateway signs its uplinks with the new key from now on; the old private key is deleted.',
   UPLINK_KEY_ALREADY_ACTIVE: 'The gateway already signs with this key; nothing changed.',
   UPLINK_KEY_PROPOSED: 'The gateway made (or kept) a new uplink key for the rotation and queued its proposal.',
-  // check-in gates, walk-ins and monthly quotas (issue #13, docs/memberships.md "Check-in gates")
+  // check-in gates, walk-ins and monthly quotas (docs/memberships.md "Check-in gates")
   GUEST_BLOCKED: 'Check-in gate: the site has blocked this person; nothing changed.',
   PLAN_NOT_IN_CONFIG: 'Check-in gate: the plan is not offered at this site (another site, or retired); nothing changed.',
   WALK_IN_NOT_ALLOWED: 'Check-in gate: the site sells no walk-ins, or the plan is not sold at the front desk; nothing changed.',
@@ -260,7 +260,7 @@ export const OUTCOME_CODES = table({
   PERSON_ALREADY_BLOCKED: 'The person was already blocked at the site; nothing changed.',
   PERSON_UNBLOCKED: 'The block on the person at the site was lifted.',
   PERSON_NOT_BLOCKED: 'The person is not blocked at the site; nothing changed.',
-  // resync snapshots (issue #17 loose ends)
+  // resync snapshots
   SNAPSHOT_APPLIED:
     "The gateway applied a whole resync snapshot: its key set, the trusted cloud keys and the modes it carried (the ack of the snapshot as a whole, naming its first part's jti).",
   MODE_SNAPSHOT_COVERED:
@@ -269,7 +269,7 @@ export const OUTCOME_CODES = table({
 });
 export type OutcomeCode = keyof typeof OUTCOME_CODES;
 
-/** Access decision codes (DESIGN.md §3): the answer a gateway gives at the door. */
+/** Access decision codes: the answer a gateway gives at the door. */
 export const DECISION_CODES = table({
   ALLOWED: 'The credential is valid for this door now; an unlock command was sent.',
   UNKNOWN_CREDENTIAL: 'No key on this site has this credential.',
@@ -297,7 +297,7 @@ export const DECISION_CODES = table({
     "A supervisor opened the door remotely from the gateway's staff UI for one entry; the event's `by` names them and their reason.",
   SIGNER_RETIRED:
     'The key was granted in a message signed by a cloud key that is now retired, and was not re-sent under a current key (signing-key rotation re-sends every live grant first).',
-  // operating modes (issue #17 part 3, docs/gateway.md "Passage mode" and "Privacy")
+  // operating modes (docs/gateway.md "Passage mode" and "Privacy")
   PASSAGE_UNLOCK: 'Passage mode began at this door: the gateway holds it unlocked (renewed HMAC unlock commands) while its schedule runs.',
   PASSAGE_RELOCK:
     'Passage mode ended at this door (schedule over, cleared, lockdown, failing closed or a restart outside it): a lock command was sent.',
@@ -326,7 +326,7 @@ export const VERIFY_CODES = table({
 export type VerifyCode = keyof typeof VERIFY_CODES;
 
 /**
- * Why the cloud refused an `uplink.batch` as a whole (issue #14, docs/protocol.md
+ * Why the cloud refused an `uplink.batch` as a whole (docs/protocol.md
  * "uplink.batch"): recorded in rejected uplinks like a verification code; nothing
  * of such a batch is applied.
  */
@@ -359,7 +359,7 @@ export const LOCK_COMMAND_CODES = table({
 });
 export type LockCommandCode = keyof typeof LOCK_COMMAND_CODES;
 
-/** Reasons a key is revoked: one parameter of one verb (DESIGN.md §4). */
+/** Reasons a key is revoked: one parameter of one verb. */
 export const REVOKE_REASONS = table({
   staff_revoked: 'An operator or staff member revoked the key.',
   stay_cancelled: 'The stay the key belonged to was cancelled.',

@@ -6,7 +6,7 @@ import { summarizeIssues } from './issues.js';
 import { Schedule } from './schedule.js';
 
 /**
- * The wire contract: a zod schema for every message of DESIGN.md §5. Types are
+ * The wire contract: a zod schema for every message of docs/protocol.md. Types are
  * inferred from the schemas. Objects are strict (unknown fields are refused):
  * a new field is a new protocol version under a new topic root.
  *
@@ -92,7 +92,7 @@ export const KeyGrant = z.strictObject({
    */
   oneTime: z.literal(true).optional(),
   /**
-   * A staff key (issue #17): the gateway keeps it out of a door whose guest
+   * A staff key: the gateway keeps it out of a door whose guest
    * has privacy on (PRIVACY_ACTIVE). A grant without it (an older cloud) is
    * judged by `offlineCapable`, as before, so nothing opens that did not. The
    * cloud sends it only when true (every offline-capable key is a staff key),
@@ -172,7 +172,7 @@ export const KeySetSnapshotMessage = unsequenced(
       /** Tombstones: keys revoked at this version; a lower-version grant must not revive them. */
       revoked: z.array(z.strictObject({ keyId: KeyId, version: Version })).max(5000),
       /**
-       * The cloud signing keys gateways trust as of `asOfSeq` (issue #17), on one
+       * The cloud signing keys gateways trust as of `asOfSeq`, on one
        * part only: a gateway that catches up by snapshot skips the keyset.update
        * rows it covers, so it applies this instead (adds and retires; a retired
        * kid is never trusted again; refused if it retires the snapshot's signer).
@@ -191,7 +191,7 @@ export const KeySetSnapshotMessage = unsequenced(
 );
 
 /**
- * A cloud signing key as the wire carries it (issue #17): an Ed25519 public
+ * A cloud signing key as the wire carries it: an Ed25519 public
  * JWK with its `kid`. Never a private part (`d` is refused by the strict object).
  */
 export const PublicSigningJwk = z.strictObject({
@@ -245,7 +245,7 @@ export const KeySetUpdateMessage = sequenced(
 );
 
 /**
- * Operating modes set from the cloud (issue #17 part 3, docs/gateway.md
+ * Operating modes set from the cloud (docs/gateway.md
  * "Modes from the cloud"): the site mode (null: unchanged) and passage
  * schedules per door (schedule null: passage cleared), applied in seq order
  * like a key, acked with the request's result. `by`: the operator (API
@@ -263,7 +263,7 @@ export const SiteModeMessage = sequenced(
 );
 
 /**
- * Gateway uplink-key rotation (issue #17 part 1, docs/operations.md): the cloud
+ * Gateway uplink-key rotation (docs/operations.md): the cloud
  * asks the gateway to make a new uplink signing key for `rotationId`; the
  * gateway answers with an `uplink_key.proposal`. Sequenced, so a gateway
  * offline at the time gets it later, in order, and a replay is a noop.
@@ -490,7 +490,7 @@ export const UplinkMessage = z.discriminatedUnion('type', [
 export type UplinkMessage = z.infer<typeof UplinkMessage>;
 export type UplinkType = UplinkMessage['type'];
 
-// ---------------------------------------------------------------- uplink batch (issue #14)
+// ---------------------------------------------------------------- uplink batch
 
 /** Most items one `uplink.batch` carries (its size is bounded by MAX_MESSAGE_BYTES as well). */
 export const UPLINK_BATCH_MAX_ITEMS = 100;
@@ -512,7 +512,7 @@ const everySequencedTypeIsBatchable: Exclude<BatchableUplink['type'], (typeof BA
 void everySequencedTypeIsBatchable;
 
 /**
- * Consecutive outbox rows of one gateway under one signature (issue #14):
+ * Consecutive outbox rows of one gateway under one signature:
  * each item is what the row would have been sent as alone, less the claims
  * the envelope carries for all (`iss`, `aud`, `iat`, `exp`). The envelope's
  * own `jti` is not deduplicated; its items are, each by its own `jti`, and

@@ -6,7 +6,7 @@ import { KeyId, PersonId } from './ids.js';
 import { JWS_ALG, type KeySet, type SigningKey } from './signing.js';
 
 /**
- * Mobile credential (issue #17 part 2): a short-lived token the cloud signs
+ * Mobile credential: a short-lived token the cloud signs
  * for a person's phone, bound to one key at one gateway. The phone hands it to
  * the lock (NFC/BLE), the lock relays it in its request as a `mobile_token`
  * credential, and the gateway checks it offline with the cloud's public keys

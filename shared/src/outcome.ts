@@ -1,7 +1,7 @@
 import type { OutcomeCode } from './codes.js';
 
 /**
- * What every verb returns (DESIGN.md §3). `throw` is reserved for bugs and
+ * What every verb returns. `throw` is reserved for bugs and
  * broken infrastructure; every expected result, including "no", is an Outcome.
  *
  * - applied: the transition happened; `state` is the new state and `emits`

@@ -1,7 +1,7 @@
 import { type z } from 'zod';
 
 /**
- * Rows read back from a database are a boundary like any other (DESIGN.md §6):
+ * Rows read back from a database are a boundary like any other:
  * each is parsed once by a zod schema into the domain type, and a row that
  * does not fit is a `CorruptRow`, never a half-built object. Both services'
  * storage adapters use these; pagination cursors are here for the same reason.

@@ -142,7 +142,7 @@ export interface LocalTime {
  * The last answer per time zone, by UTC second: every zone's offset is a
  * whole number of seconds, so one UTC second is one local second, and the
  * door decisions of one second (hundreds at a busy site) share one Intl
- * formatting (issue #14: `formatToParts` was the largest cost left in the
+ * formatting (`formatToParts` was the largest cost left in the
  * schedule check).
  */
 const lastLocal = new Map<string, { second: number; local: LocalTime | null }>();

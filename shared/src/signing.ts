@@ -150,7 +150,7 @@ export interface VerifyOptions<S extends z.ZodType> {
   readonly clockToleranceSeconds?: number;
   /**
    * Accept any `iat` and `exp`: a verified, correctly addressed message is
-   * never dropped for clock skew. For the cloud's uplink inbox (DESIGN.md §5),
+   * never dropped for clock skew. For the cloud's uplink inbox,
    * which records the skew instead and refuses replays by its jti dedupe.
    */
   readonly anySkew?: boolean;

@@ -2,7 +2,7 @@ import { createPrivateKey, createPublicKey, generateKeyPairSync, sign, verify, t
 import type { PublicSigningJwk } from './messages.js';
 
 /**
- * Proof of possession of a new gateway uplink key (issue #17 part 1): an
+ * Proof of possession of a new gateway uplink key: an
  * Ed25519 signature, made with the new private key, over a domain-separated
  * text naming the gateway, the rotation and the new kid. It can never be
  * mistaken for a signed message (no JWS) and is bound to one rotation of one

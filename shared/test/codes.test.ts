@@ -35,7 +35,7 @@ describe('code tables', () => {
     }
   });
 
-  it('has exactly the access decision codes of DESIGN.md §3, plus the flood bounds of the gateway, its remote unlock, signing-key rotation, passage and privacy (docs/gateway.md), one-time keys and mobile tokens (issue #17)', () => {
+  it('has exactly the access decision codes of docs/protocol.md, plus the flood bounds of the gateway, its remote unlock, signing-key rotation, passage and privacy (docs/gateway.md), one-time keys and mobile tokens', () => {
     expect(Object.keys(DECISION_CODES).sort()).toEqual(
       [
         'ALLOWED',

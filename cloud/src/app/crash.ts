@@ -1,5 +1,5 @@
 /**
- * Named crash points (DESIGN.md §9). Production code calls `crash(point)` at
+ * Named crash points. Production code calls `crash(point)` at
  * each; a test turns a point into a throw (config CRASH_AT or an injected
  * hook) to prove that state and outbox are both there or both absent, and
  * that delivery happens once in effect after a restart.
@@ -10,12 +10,12 @@ export const CRASH_POINTS = [
   'afterCommitBeforePublish',
   'afterPublishBeforeMark',
   'afterInboxInsertBeforeApply',
-  // between a Stripe call that took effect and the local write recording it (issue #12)
+  // between a Stripe call that took effect and the local write recording it
   'afterIntentCreatedBeforeRecord',
   'afterRefundBeforeRecord',
-  // between a notification handed to its channel and the row marked sent (issue #13): sent again after the lease
+  // between a notification handed to its channel and the row marked sent: sent again after the lease
   'afterNotificationSendBeforeMark',
-  // memberships (issue #13): the subscription made / billing stopped, the local write not yet
+  // memberships: the subscription made / billing stopped, the local write not yet
   'afterSubscriptionCreatedBeforeRecord',
   'afterBillingStoppedBeforeEnd',
 ] as const;

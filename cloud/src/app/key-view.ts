@@ -98,7 +98,7 @@ export async function keyViewOf(q: Queryable, k: EntryKey): Promise<KeyView> {
  * outbox rows the issue queued, still pending and unseen by the dispatcher
  * until the commit, exactly what `keyViewOf` would read back (their seq
  * too: null, taken at the commit). No read: one round trip less for every
- * issue (issue #14).
+ * issue.
  */
 export function issuedKeyView(
   k: EntryKey,

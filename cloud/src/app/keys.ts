@@ -79,7 +79,7 @@ async function transition(
       if (rows !== 1) return 'lost';
       deps.crash('afterCasBeforeOutboxInsert');
       await appendHistory(q, historyOf(verb, current, out.state, out.code, now));
-      // seqs taken at the commit: the gateway's counter is not held across the caller's round trips (issue #14)
+      // seqs taken at the commit: the gateway's counter is not held across the caller's round trips
       const queued: Queued[] = [];
       for (const m of out.emits) {
         queued.push(

@@ -8,7 +8,7 @@ import type { AppDeps } from './deps.js';
 import { enqueueNotification } from './notifications.js';
 
 /**
- * A membership verb's notice as a message to the member (issue #13), queued
+ * A membership verb's notice as a message to the member, queued
  * by THE notification verb in the membership's transaction: `membership_ending`
  * (the period end as a date of the site) and `payment_failed` (the plan's
  * price). The notice's dedupe key is the message's (`<template>:<subject>`),

@@ -61,7 +61,7 @@ import { enqueueNotification } from './notifications.js';
 import { BillingStepFailed, cancelStayInTx, inBilling, type StayDeps } from './stays.js';
 
 /**
- * The membership use cases (issue #13, docs/memberships.md). Stripe is
+ * The membership use cases (docs/memberships.md). Stripe is
  * called outside any transaction, and where an external leg must stop
  * first (I3) it is called BEFORE the local write: billing stops, then the
  * membership ends; Stripe unreachable → `refused BILLING_UNAVAILABLE` and

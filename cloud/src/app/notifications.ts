@@ -24,8 +24,8 @@ import {
 import type { AppDeps } from './deps.js';
 
 /**
- * The one verb that queues a message to a guest or member (issue #13,
- * docs/notifications.md). Called inside the business transaction, so the
+ * The one verb that queues a message to a guest or member
+ * (docs/notifications.md). Called inside the business transaction, so the
  * message exists exactly when the change committed; the dedupe key (template
  * + subject) makes a retried verb write nothing the second time. The locale
  * is resolved now (person → site → `ja`) and the text rendered now, so a

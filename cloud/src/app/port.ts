@@ -51,7 +51,7 @@ export interface CloudVerbs {
     | { readonly status: 'applied'; readonly code: 'MESSAGE_APPLIED' }
     | { readonly status: 'refused'; readonly code: 'DEAD_LETTER_NOT_FOUND' }
   >;
-  /** Stays (issue #12). bookStay runs its own transactions: it calls Stripe between them, so it takes no caller transaction. */
+  /** Stays. bookStay runs its own transactions: it calls Stripe between them, so it takes no caller transaction. */
   bookStay(input: stays.BookStayInput): Promise<stays.StayResult>;
   cancelStay(input: stays.CancelStayInput, o?: VerbOptions): Promise<stays.StayResult>;
   checkInStay(input: Parameters<typeof stays.checkInStay>[1], o?: VerbOptions): Promise<stays.StayResult>;
@@ -60,7 +60,7 @@ export interface CloudVerbs {
   setStaySettings(input: stays.StaySettingsInput, o?: VerbOptions): ReturnType<typeof stays.setStaySettings>;
   receiveStripeWebhook(raw: Buffer, header: string | undefined, cid: CorrelationId): Promise<stays.WebhookReceipt>;
   readonly billingConfigured: boolean;
-  /** A dead notification back to pending (issue #13). */
+  /** A dead notification back to pending. */
   retryNotification(
     input: { id: number; siteScope?: SiteScope; cid?: CorrelationId },
     o?: VerbOptions,
@@ -74,14 +74,14 @@ export interface CloudVerbs {
     input: Parameters<typeof notifications.saveSiteLocale>[1],
     o?: VerbOptions,
   ): ReturnType<typeof notifications.saveSiteLocale>;
-  /** Memberships (issue #13): Stripe is called between their transactions, so they take no caller transaction. */
+  /** Memberships: Stripe is called between their transactions, so they take no caller transaction. */
   createPlan(input: memberships.CreatePlanInput): ReturnType<typeof memberships.createPlan>;
   retirePlan(input: Parameters<typeof memberships.retirePlan>[1]): ReturnType<typeof memberships.retirePlan>;
   applyMembership(input: memberships.ApplyMembershipInput): ReturnType<typeof memberships.applyMembership>;
   approveMembership(input: Parameters<typeof memberships.approveMembership>[1]): ReturnType<typeof memberships.approveMembership>;
   endMembership(input: memberships.EndMembershipInput): ReturnType<typeof memberships.endMembership>;
   selfCancelMembership(input: Parameters<typeof memberships.selfCancelMembership>[1]): ReturnType<typeof memberships.selfCancelMembership>;
-  /** Check-in gates, walk-ins and quotas (issue #13): a walk-in calls Stripe between its transactions. */
+  /** Check-in gates, walk-ins and quotas: a walk-in calls Stripe between its transactions. */
   createWalkIn(input: walkIns.CreateWalkInInput): ReturnType<typeof walkIns.createWalkIn>;
   cancelWalkIn(input: Parameters<typeof walkIns.cancelWalkIn>[1]): ReturnType<typeof walkIns.cancelWalkIn>;
   blockPerson(input: Parameters<typeof walkIns.blockPerson>[1]): ReturnType<typeof walkIns.blockPerson>;
@@ -89,18 +89,18 @@ export interface CloudVerbs {
   quotaView(input: Parameters<typeof walkIns.quotaView>[1]): ReturnType<typeof walkIns.quotaView>;
   /** Both MQTT links (inbox and publishing) are connected (`/readyz`). */
   readonly mqttConnected: boolean;
-  /** Signing-key rotation (issue #17, docs/operations.md); these run their own transactions. */
+  /** Signing-key rotation (docs/operations.md); these run their own transactions. */
   readonly jwks: Jwks;
   listSigningKeys(): Promise<signing.SigningKeyView[]>;
   publishSigningKey(input: Parameters<typeof signing.publishSigningKey>[1], o?: VerbOptions): Promise<signing.SigningResult>;
   switchSigningKey(input: Parameters<typeof signing.switchSigningKey>[1], o?: VerbOptions): Promise<signing.SigningResult>;
   resignLiveGrants(input?: Parameters<typeof signing.resignLiveGrants>[1], o?: VerbOptions): Promise<signing.SigningResult>;
   retireSigningKey(input: Parameters<typeof signing.retireSigningKey>[1], o?: VerbOptions): Promise<signing.SigningResult>;
-  /** A short-lived signed token for a mobile key's phone (issue #17). */
+  /** A short-lived signed token for a mobile key's phone. */
   issueMobileToken(input: mobileTokens.MobileTokenInput): Promise<mobileTokens.MobileTokenResult>;
-  /** Operating modes from the cloud (issue #17 part 3): lockdown / passage for a site or every site in scope. */
+  /** Operating modes from the cloud: lockdown / passage for a site or every site in scope. */
   requestMode(input: modes.RequestModeInput, o?: VerbOptions): ReturnType<typeof modes.requestMode>;
-  /** Rotation of a gateway's own uplink key (issue #17 part 1). */
+  /** Rotation of a gateway's own uplink key. */
   rotateUplinkKey(input: Parameters<typeof uplinkKeys.rotateUplinkKey>[1], o?: VerbOptions): ReturnType<typeof uplinkKeys.rotateUplinkKey>;
   listUplinkKeyRotations(gatewayId: string, scope: SiteScope): ReturnType<typeof uplinkKeys.listUplinkKeyRotations>;
   getModeRequest(requestId: string, scope: SiteScope): Promise<modes.ModeRequestView | null>;

@@ -20,7 +20,7 @@ import { toGrant } from '../domain/keys.js';
 import type { AppDeps } from './deps.js';
 
 /**
- * Signing-key rotation (issue #17, docs/operations.md): publish → switch →
+ * Signing-key rotation (docs/operations.md): publish → switch →
  * re-sign → retire, each one transaction that writes the key's new place and
  * the outbox rows it needs, so the gateways learn of it in seq order with the
  * grants around it. The private keys are CLOUD_SIGNING_JWK's (the "add" step

@@ -71,7 +71,7 @@ import { notifyPaymentReceived, notifyRefundMade, notifyStay } from './notificat
 import { stayCheckInGate } from './check-in.js';
 
 /**
- * The stay use cases (issue #12, docs/payments.md): each is one transaction
+ * The stay use cases (docs/payments.md): each is one transaction
  * that loads the stay with its row locked, decides with the pure verb,
  * writes with compare-and-set and runs the verb's effects in the same
  * transaction (nights, the key through the key verbs, ledger rows, billing
@@ -867,7 +867,7 @@ export function cancelStay(deps: StayDeps, input: CancelStayInput): Promise<Stay
 }
 
 /**
- * Check in: the check-in gates first (issue #13; `GUEST_BLOCKED`, and
+ * Check in: the check-in gates first (`GUEST_BLOCKED`, and
  * `MEMBERS_ONLY_PLAN` for a members' booking whose membership no longer
  * gives access), decided in the transaction that writes the check-in.
  */

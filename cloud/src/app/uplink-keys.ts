@@ -29,8 +29,8 @@ import * as domain from '../domain/uplink-keys.js';
 import type { AppDeps } from './deps.js';
 
 /**
- * Rotation of a gateway's own uplink signing key (issue #17 part 1,
- * docs/operations.md "Rotating a gateway's uplink key"), cloud-initiated:
+ * Rotation of a gateway's own uplink signing key
+ * (docs/operations.md "Rotating a gateway's uplink key"), cloud-initiated:
  * `rotateUplinkKey` queues a sequenced `uplink_key.rotate`; the gateway's
  * `uplink_key.proposal`, signed with its current key and carrying a proof
  * made with the new one, is checked by `applyUplinkKeyProposal` inside the

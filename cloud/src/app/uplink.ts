@@ -268,7 +268,7 @@ export class Uplink {
   }
 
   /**
-   * A verified batch (issue #14): its items are checked as a whole (a batch
+   * A verified batch: its items are checked as a whole (a batch
    * with a gap, a decrease, a duplicate item, a type that is never batched or
    * an item its own schema refuses is rejected with its code, and nothing of
    * it is applied), then applied in seq order in ONE transaction, each item

@@ -3,7 +3,7 @@ import { no, ok, type Checked } from './nights.js';
 import type { Plan } from './plans.js';
 
 /**
- * The check-in gates (issue #13): checking in — a stay's check-in through
+ * The check-in gates: checking in — a stay's check-in through
  * the admin API, or a walk-in at the front desk — passes these on the
  * server, each a coded refusal shown to staff. Pure: the use case loads the
  * facts in its transaction and decides here.

@@ -1,7 +1,7 @@
 import type { OutcomeCode } from '@tobira/shared';
 
 /**
- * The entry-key state machine (DESIGN.md §4), as a literal table. The same
+ * The entry-key state machine, as a literal table. The same
  * table is in docs/state-machines.md; a test parses the document and checks
  * that both agree. Verbs consult it through `transitionOf` / `noopOf`.
  */

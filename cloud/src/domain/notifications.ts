@@ -1,5 +1,5 @@
 /**
- * Notifications to guests and members (issue #13, docs/notifications.md):
+ * Notifications to guests and members (docs/notifications.md):
  * the template catalogues in Japanese and English, the locale rule
  * (person → site → `ja`) and the pure rendering. No I/O: the verb
  * (`app/notifications.ts`) loads the recipient, renders here and writes the

@@ -27,7 +27,7 @@ export interface Payment {
   readonly updatedAt: number;
 }
 
-/** The idempotency key of a PaymentIntent (DESIGN.md §7). */
+/** The idempotency key of a PaymentIntent. */
 export const intentIdempotencyKey = (purpose: PaymentPurpose, subjectId: string, attempt: number): string =>
   `${purpose}:${subjectId}:${attempt}`;
 

@@ -7,7 +7,7 @@ export type BillingInterval = (typeof BILLING_INTERVALS)[number];
 /** A past-due member keeps door access this long unless the plan says otherwise (3 days). */
 export const DEFAULT_GRACE_SECONDS = 3 * 86_400;
 
-/** What a site sells as a membership (issue #13). */
+/** What a site sells as a membership. */
 export interface Plan {
   readonly id: string;
   readonly siteId: SiteId;

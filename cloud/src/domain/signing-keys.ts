@@ -1,7 +1,7 @@
 import { applied, noop, refused, type Outcome } from '@tobira/shared';
 
 /**
- * A cloud signing key's life (issue #17, docs/operations.md "Rotating the
+ * A cloud signing key's life (docs/operations.md "Rotating the
  * cloud signing key"). Private parts stay in CLOUD_SIGNING_JWK; this is only
  * where each key is:
  *

@@ -1,7 +1,7 @@
 import type { OutcomeCode } from '@tobira/shared';
 
 /**
- * The stay and payment state machines (issue #12), as literal tables. The
+ * The stay and payment state machines, as literal tables. The
  * same tables are in docs/state-machines.md; a test parses the document and
  * checks that both agree. Verbs consult them through the `*Of` helpers.
  */

@@ -1,8 +1,8 @@
 import { applied, conflict, noop, refused, type Outcome } from '@tobira/shared';
 
 /**
- * Rotation of a gateway's own uplink signing key (issue #17 part 1,
- * docs/state-machines.md "Gateway uplink-key rotation"). Pure: the app layer
+ * Rotation of a gateway's own uplink signing key
+ * (docs/state-machines.md "Gateway uplink-key rotation"). Pure: the app layer
  * loads the rotation and the facts (which key signed the proposal, whether the
  * new-key proof verified), these functions decide.
  */

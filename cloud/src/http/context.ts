@@ -106,7 +106,7 @@ export interface OutcomeLike {
   readonly status: 'applied' | 'noop' | 'conflict' | 'refused';
   readonly code: string;
 }
-/** Outcome → HTTP status (DESIGN.md §3). `appliedAs` is 201 for creations, 202 when a gateway delivery is pending. */
+/** Outcome → HTTP status. `appliedAs` is 201 for creations, 202 when a gateway delivery is pending. */
 export function statusOf(o: OutcomeLike, appliedAs: 200 | 201 | 202 = 200): number {
   switch (o.status) {
     case 'applied':

@@ -3,7 +3,7 @@ import type { LightMyRequestResponse } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { bearer, count, issueBody, openHarness, seedSite, snapshot, type Harness } from './harness.js';
 
-/** DESIGN.md I5/I6: every bad request gets its status and a stable code, and nothing is written. */
+/** Every bad request gets its status and a stable code, and nothing is written. */
 describe.each(pgBackends())('admin API bad input on %s', (backend) => {
   let h: Harness;
   let s: Awaited<ReturnType<typeof seedSite>>;

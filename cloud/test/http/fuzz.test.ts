@@ -3,7 +3,7 @@ import { pgBackends } from '@tobira/shared/testing';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { bearer, issueBody, openHarness, seedSite, snapshot, type Harness } from './harness.js';
 
-/** DESIGN.md §9: a malformed HTTP body never crashes the API or gets a 5xx; a 400 writes nothing. */
+/** A malformed HTTP body never crashes the API or gets a 5xx; a 400 writes nothing. */
 describe.each(pgBackends())('admin API fuzzed bodies on %s', (backend) => {
   let h: Harness;
   let s: Awaited<ReturnType<typeof seedSite>>;

@@ -9,7 +9,7 @@ import { startCloud } from '../cloud-helpers.js';
 import { openTestDb, testLog, type TestDb } from '../helpers.js';
 
 /**
- * Signing-key rotation through the admin API and the CLI (issue #17): the
+ * Signing-key rotation through the admin API and the CLI: the
  * public JWKS never shows a private part nor a staged or retired key; the
  * steps are admin-only, in order, and each refuses out of turn with a code.
  */

@@ -4,7 +4,7 @@ import { System, backends, expectApplied, waitFor } from './system.js';
 const DAY = 86_400_000;
 
 /**
- * The holes issue #10 found by reading, attacked from outside the code with
+ * The holes a review found by reading, attacked from outside the code with
  * the whole system: a revoke the dispatcher never delivers (I1), uplinks the
  * broker lost (I2), and a gateway whose clock is wrong (I2).
  */

@@ -6,7 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { System, expectApplied } from './system.js';
 
 /**
- * A membership at the door (issue #13 "Done when"): the real `stripe` SDK in
+ * A membership at the door: the real `stripe` SDK in
  * the cloud against the local Stripe, the signed webhooks through the
  * cloud's verified inbox, the key through the gateway to a sim lock. The
  * member pays and the PIN opens the member door; self-cancel stops the

@@ -152,7 +152,7 @@ function failRow(deps: ApplyDeps, row: InboxRow, error: string, now: number, fai
     ack(deps, row, { result: 'refused', code: 'APPLY_FAILED', ...keyOf(row) }, now);
     // A grant that cannot be applied leaves the key inactive, which is safe: move on.
     // A revoke that cannot be applied must not be skipped: the seq stays stuck, the
-    // lease cannot be renewed, and the site fails closed (DESIGN.md I1).
+    // lease cannot be renewed, and the site fails closed.
     if (row.type === 'key.grant' && row.seq === readSettings(db).appliedSeq + 1) setAppliedSeq(db, row.seq);
   });
   deps.outboxWritten();
@@ -447,7 +447,7 @@ const SnapshotBody = KeySetSnapshotMessage.shape.body.shape;
 /**
  * Parts are kept until all have arrived; then the key set is replaced at once
  * (in this one transaction) and every key and tombstone is acked. The parts
- * are read back one at a time, a field at a time (issue #14: a 100,000-key
+ * are read back one at a time, a field at a time (a 100,000-key
  * snapshot held as objects all at once cost hundreds of MB): the tombstones
  * of every part, then the keys of every part.
  */

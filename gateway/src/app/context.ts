@@ -16,7 +16,7 @@ import type { Metrics } from '../metrics.js';
 import type { LockEventBudget } from './lock-budget.js';
 import type { LockWatch } from './lock-watch.js';
 
-/** Named crash points (DESIGN.md §9). `TOBIRA_CRASH_AT=<name>` turns one into a SIGKILL of the daemon. */
+/** Named crash points. `TOBIRA_CRASH_AT=<name>` turns one into a SIGKILL of the daemon. */
 export const CRASH_POINTS = ['afterInboxInsertBeforeApply', 'afterApplyBeforeAck', 'afterDecisionBeforePublish'] as const;
 export type CrashPoint = (typeof CRASH_POINTS)[number];
 export type CrashHook = (point: CrashPoint) => void;

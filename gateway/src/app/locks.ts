@@ -29,7 +29,7 @@ const byteLength = (payload: unknown): number =>
 /**
  * Every refused lock message goes through here: counted, logged with the
  * caller's correlation id, and stored in `lock_refusals` for operators
- * (DESIGN.md I5). A refusal a lock reported (origin 'lock') is logged and
+ *. A refusal a lock reported (origin 'lock') is logged and
  * stored but not counted as a message the gateway refused.
  */
 export function recordLockRefusal(ctx: Pick<AppContext, 'store' | 'time' | 'metrics'>, log: Logger, r: RefusedLockMessage): void {

@@ -14,7 +14,7 @@ import { nowOf, type AppContext, type TrustedTime } from './context.js';
  * link states and the table counts.
  */
 
-/** Why the site denies ordinary keys with CLOUD_STALE (DESIGN.md I1). */
+/** Why the site denies ordinary keys with CLOUD_STALE. */
 export const FAIL_CLOSED_REASONS = ['NO_LEASE', 'TIME_UNPROVEN', 'LEASE_EXPIRED', 'BEHIND_CLOUD', 'SEQ_CONFLICT'] as const;
 export type FailClosedReason = (typeof FAIL_CLOSED_REASONS)[number];
 /** Why `/healthz` answers 503: the site fails closed (FAIL_CLOSED_REASONS), a broker link is down, or the daemon is stopping. */

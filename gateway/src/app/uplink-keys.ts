@@ -20,8 +20,8 @@ import {
 import type { AppContext } from './context.js';
 
 /**
- * Rotation of this gateway's own uplink signing key (issue #17 part 1,
- * docs/gateway.md "Uplink key rotation"), driven by the cloud: on
+ * Rotation of this gateway's own uplink signing key
+ * (docs/gateway.md "Uplink key rotation"), driven by the cloud: on
  * `uplink_key.rotate` a new Ed25519 pair is made and stored (or the one
  * already made for that rotation is kept: a restart or a replay never makes
  * a second), and an `uplink_key.proposal` is queued; it is signed at send

@@ -14,7 +14,7 @@ import { isLockedOut, type LockoutState } from './lockout.js';
 import { inSchedule } from './schedule.js';
 
 /**
- * The access decision at the door (DESIGN.md §3), a pure function of the
+ * The access decision at the door, a pure function of the
  * request, the key set, the lock, the site and trusted time.
  */
 export interface AccessRequest {

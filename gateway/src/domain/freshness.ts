@@ -1,5 +1,5 @@
 /**
- * Freshness lease and trusted time (DESIGN.md §2 I1, §5).
+ * Freshness lease and trusted time.
  *
  * The gateway may open doors for ordinary keys only while its lease runs. A
  * heartbeat extends the lease to `iat + offlineGraceSeconds` when everything

@@ -1,7 +1,7 @@
 import { applied, noop, refused, type Outcome, type PublicSigningJwk } from '@tobira/shared';
 
 /**
- * The cloud keys a gateway trusts (issue #17, docs/gateway.md "Trusted cloud
+ * The cloud keys a gateway trusts (docs/gateway.md "Trusted cloud
  * keys"): seeded from its config, changed only by a signed, sequenced
  * keyset.update. Rules: a retired kid is never trusted again; an update may
  * not retire the key it is signed with, nor leave no trusted key.

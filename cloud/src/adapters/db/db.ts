@@ -2,7 +2,7 @@
  * The one database port. Two implementations run the same SQL: PostgreSQL
  * through `pg` (when DATABASE_URL is set) and PGlite (embedded) otherwise.
  * Times are stored as bigint epoch milliseconds passed in from the Clock, so
- * SQL and code share one injectable clock (DESIGN.md §9).
+ * SQL and code share one injectable clock.
  */
 export interface QueryResult<T> {
   readonly rows: T[];
@@ -75,7 +75,7 @@ export async function setRepeatableRead(tx: Queryable): Promise<void> {
   await tx.query('SET TRANSACTION ISOLATION LEVEL REPEATABLE READ');
 }
 
-/** A row that cannot be a valid domain object (DESIGN.md §6); one definition for both services. */
+/** A row that cannot be a valid domain object; one definition for both services. */
 export { CorruptRow } from '@tobira/shared';
 
 /** PostgreSQL error code of a thrown driver error, if any (both drivers set `code`). */

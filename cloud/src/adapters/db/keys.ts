@@ -386,7 +386,7 @@ const IssueTargetRow = z.discriminatedUnion('kind', [
  * its sites; a door of one of its sites), with the names their grants carry
  * (the same as `grantNames` of the targets found) and what the key's reply
  * shows of its gateway: an issue makes no other read before its transaction,
- * and none after its outbox row (issue #14).
+ * and none after its outbox row.
  */
 export async function issueTargets(
   q: Queryable,

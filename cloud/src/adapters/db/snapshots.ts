@@ -5,7 +5,7 @@ import { enterVerb, type Queryable } from './db.js';
 import { listSigningKeys } from './signing-keys.js';
 
 /**
- * What a resync snapshot carries beside the key set (issue #17 loose ends),
+ * What a resync snapshot carries beside the key set,
  * read in the snapshot's REPEATABLE READ transaction, and the record of each
  * snapshot sent (`resync_snapshots`, migration 0027) that the gateway's ack
  * of the whole snapshot settles.

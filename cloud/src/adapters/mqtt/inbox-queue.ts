@@ -1,5 +1,5 @@
 /**
- * The inbox's flow control (issue #14): incoming messages of different keys
+ * The inbox's flow control: incoming messages of different keys
  * (gateways) are handled concurrently, the messages of one key one after
  * another in arrival order, and at most `maxInFlight` messages are held in
  * memory (received, not yet handled). When that bound is reached the queue

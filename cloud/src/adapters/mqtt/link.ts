@@ -166,7 +166,7 @@ export function openMqttLink(
   };
 }
 
-/** A replica's two connections (issue #14); each is an MqttLink. */
+/** A replica's two connections; each is an MqttLink. */
 export interface MqttLinks {
   /** The uplink subscription (shared when configured) and presence: receives, never publishes. */
   readonly inbox: MqttLink & { readonly inFlight: number; readonly inFlightPeak: number };

@@ -2,7 +2,7 @@
  * A FROM item that makes the statement's transaction commit without waiting
  * for its WAL flush (`synchronous_commit = off` for that transaction only,
  * `set_config(…, true)`), for the dispatcher's bookkeeping writes: the
- * claim, the lease renewal and the `sent` mark (issue #14: the claim's fsync
+ * claim, the lease renewal and the `sent` mark (the claim's fsync
  * was on every grant's way to its gateway).
  *
  * Safe because delivery is at-least-once by jti, never by these marks: the

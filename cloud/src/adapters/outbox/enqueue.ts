@@ -62,7 +62,7 @@ export async function enqueue(tx: Queryable, d: OutboxDraft, now: number): Promi
  * in the order they were queued, after any it queued with `enqueue`), but the
  * counter row is locked only through the commit itself, not through the
  * round trips between this insert and the commit: one gateway's issues no
- * longer wait on each other's clients (issue #14).
+ * longer wait on each other's clients.
  */
 export async function enqueueAtCommit(tx: Queryable, d: OutboxDraft, now: number): Promise<Queued> {
   const jti = newMessageId();

@@ -4,7 +4,7 @@ import type { PaymentPurpose } from '../../domain/stays.js';
 import { billingCall, type BillingResult } from './errors.js';
 
 /**
- * THE one place a PaymentIntent is created (DESIGN.md §7; a test greps
+ * THE one place a PaymentIntent is created (a test greps
  * cloud/src for the SDK call and finds it here only). Every intent carries
  * `metadata.purpose` and `metadata.subject_id`, and is created with the
  * idempotency key `purpose:subjectId:attempt` the caller stored in the

@@ -4,8 +4,8 @@ import type { Plan } from '../../domain/plans.js';
 import { billingCall, type BillingFailure, type BillingResult } from './errors.js';
 
 /**
- * THE one place a Subscription is created (the one-factory rule of
- * DESIGN.md §7, as for PaymentIntents; a test greps cloud/src for the SDK
+ * THE one place a Subscription is created (one factory, as for
+ * PaymentIntents; a test greps cloud/src for the SDK
  * call and finds it here only). Every subscription carries
  * `metadata.purpose` (`membership_initial` | `membership_renewal`) and
  * `metadata.subject_id` (the membership), and is created with the

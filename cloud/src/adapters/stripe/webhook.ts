@@ -2,7 +2,7 @@ import type Stripe from 'stripe';
 import { z } from 'zod';
 import type { OutcomeCode } from '@tobira/shared';
 
-/** Stripe's default, and what DESIGN.md §7 asks for: a signature older than this is refused. */
+/** Stripe's default: a signature older than this is refused. */
 export const WEBHOOK_TOLERANCE_SECONDS = 300;
 
 export interface VerifiedEvent {

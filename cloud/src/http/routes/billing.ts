@@ -31,7 +31,7 @@ const DeadBillingJob = z.object({
 const DEAD_KINDS = ['webhook-events', 'billing-jobs'] as const;
 
 /**
- * The billing dead letters (issue #12, docs/payments.md): Stripe events the
+ * The billing dead letters (docs/payments.md): Stripe events the
  * worker gave up on and billing jobs that failed for good, each with its
  * code and the site it belongs to (an event: the site of the payment it
  * names; a job: the site of its stay, payment or refund). The list takes

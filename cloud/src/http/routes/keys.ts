@@ -57,7 +57,7 @@ export function keysRoutes(app: Api, ctx: Ctx): void {
           return idUnavailable(cid);
         if (o.status === 'conflict')
           return { statusCode: 409, body: { status: o.status, code: o.code, cid, key: (await keyViewOf(db, o.current)).key } };
-        // applied: a new key, its view built from the outcome, not read back (issue #14)
+        // applied: a new key, its view built from the outcome, not read back
         const v = o.status === 'applied' && o.gateway !== null ? issuedKeyView(o.state, o.emits, o.gateway) : await keyViewOf(db, o.state);
         return {
           statusCode: o.status === 'applied' ? 202 : 200,

@@ -80,7 +80,7 @@ function send(reply: FastifyReply, o: MembershipResult, appliedAs: 200 | 201 = 2
 }
 
 /**
- * Memberships (issue #13, docs/memberships.md): apply, approve (the
+ * Memberships (docs/memberships.md): apply, approve (the
  * checkout starts in Stripe), reject, self-cancel on behalf of the member,
  * force-cancel (staff, with a note), list, get. Every ending goes through
  * the one verb endMembership; billing stops in Stripe before the local

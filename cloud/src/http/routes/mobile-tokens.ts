@@ -24,7 +24,7 @@ const MobileTokenAnswer = z.object({
 });
 
 /**
- * Mobile credential (issue #17): a short-lived token signed by the cloud for a
+ * Mobile credential: a short-lived token signed by the cloud for a
  * mobile key's phone, checked offline by the key's gateway. Not idempotent on
  * purpose: each call signs a new token, and none is stored (a stored answer
  * would hand the same token out again).

@@ -40,7 +40,7 @@ const NotificationId = z.strictObject({
 const Locale = z.enum(NOTIFICATION_LOCALES).nullable();
 
 /**
- * Notifications to guests and members (issue #13, docs/notifications.md):
+ * Notifications to guests and members (docs/notifications.md):
  * the outbox as a resource (list with filters and cursor pagination, get),
  * the operator's retry of a dead one, and where and in which language a
  * person is told. Site scoping by token: another site's row is 404.

@@ -38,7 +38,7 @@ const answer = (o: { status: 'applied' | 'noop'; code: string; state: Plan }, ci
   cid,
 });
 
-/** A refusal or conflict as a problem body with the status its code maps to (DESIGN.md §3). */
+/** A refusal or conflict as a problem body with the status its code maps to. */
 function sendProblem(
   reply: FastifyReply,
   o: { status: 'refused' | 'conflict'; code: Parameters<typeof problem>[0]; detail?: string },
@@ -50,7 +50,7 @@ function sendCreated(reply: FastifyReply, status: number, location: string, body
   return reply.status(status).header('location', location).send(body);
 }
 
-/** Membership plans (issue #13, docs/memberships.md): create, list, get, retire. Site-scoped by token. */
+/** Membership plans (docs/memberships.md): create, list, get, retire. Site-scoped by token. */
 export function plansRoutes(app: Api, ctx: Ctx): void {
   app.post(
     '/plans',

@@ -36,7 +36,7 @@ const PublicKey = z
   .strict();
 
 /**
- * Signing-key rotation (issue #17, docs/operations.md): the public JWKS
+ * Signing-key rotation (docs/operations.md): the public JWKS
  * (no token) and the admin-only steps publish → switch → re-sign → retire.
  */
 export function signingKeysRoutes(app: Api, ctx: Ctx): void {

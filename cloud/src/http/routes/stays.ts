@@ -128,7 +128,7 @@ function answerOf(o: StayOutcomeAnswer, cid: string, appliedAs: 200 | 202): Answ
 }
 
 /**
- * Stays (issue #12, docs/payments.md): book (202 with the stay pending and
+ * Stays (docs/payments.md): book (202 with the stay pending and
  * the PaymentIntent's client secret), list, get, cancel (the key is revoked
  * at once, the refund queued), check out. Site scoping by token as for keys.
  */

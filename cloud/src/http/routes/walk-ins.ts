@@ -92,7 +92,7 @@ function send(reply: FastifyReply, o: WalkInResult, appliedAs: 200 | 202 = 200):
 }
 
 /**
- * The front desk (issue #13, docs/memberships.md "Check-in gates"): walk-ins
+ * The front desk (docs/memberships.md "Check-in gates"): walk-ins
  * (gates, quota, payment through the intent factory, then the key), cancel,
  * list, get; people blocked at a site; a plan's quota uses. A gate's refusal
  * is 422 with its code; Stripe down is 503 BILLING_UNAVAILABLE. A walk-in

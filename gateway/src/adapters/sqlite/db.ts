@@ -9,7 +9,7 @@ import { guardTransactions } from './memory.js';
 /**
  * The gateway's SQLite file (better-sqlite3 12: never 13, it crashes on Node 20).
  * WAL so readers do not block the writer; synchronous=FULL so a commit is on
- * disk before we ack anything to the broker (DESIGN.md §5).
+ * disk before we ack anything to the broker.
  *
  * Write-capable handles have their own type (after Signal-Desktop's
  * `WritableDB`): only code given a `WritableDb` can write.

@@ -110,7 +110,7 @@ export function hasGap(db: ReadableDb, appliedSeq: number): boolean {
  * against a crash loop, which is process deaths, and a process death keeps a
  * WAL commit without the fsync; a power cut may lose the last claim, which
  * only gives the row one more attempt. The apply's FULL commit right after
- * syncs it with the apply (one fsync per applied message less, issue #14).
+ * syncs it with the apply (one fsync per applied message less).
  */
 export function claimInbox(db: WritableDb, id: number, until: number): boolean {
   return withoutFsync(

@@ -181,7 +181,7 @@ export function snapshotPartList(db: ReadableDb, snapshotId: string): SnapshotPa
  * does not have is read as undefined). SQLite extracts the field (`->`), so
  * only that field of that part is ever parsed in JavaScript: a 100,000-key
  * snapshot applies part by part instead of holding every part's keys at once
- * (issue #14).
+ *.
  */
 export function snapshotPartField<S extends z.ZodType>(
   db: ReadableDb,

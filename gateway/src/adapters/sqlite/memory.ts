@@ -7,7 +7,7 @@ import { readSettingsRow, type Settings } from './settings-row.js';
 import { prepared } from './statements.js';
 
 /**
- * What a door decision reads, held in memory (issue #14): the key set by
+ * What a door decision reads, held in memory: the key set by
  * credential and by key id (with each key's one-time consumption and whether
  * the cloud key that signed its grant is retired), the locks' lockout, door
  * and privacy, the site-wide lockout per credential type, and the settings
@@ -42,7 +42,7 @@ export interface LockMemory extends LockoutState {
 }
 
 /**
- * One key, compact (issue #14: with the parsed grant object per key the key
+ * One key, compact (with the parsed grant object per key the key
  * set took ≈ 890 bytes of heap per key at 100,000 simple keys; held like this,
  * ≈ 480-540, bench/keyset-memory.ts). The grant is held as JSON
  * (`decisionJson`), validated when it was stored or loaded, and parsed only
