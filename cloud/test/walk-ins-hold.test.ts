@@ -9,7 +9,7 @@ import { getKey } from '../src/app/keys.js';
 import { createPlan } from '../src/app/memberships.js';
 import { createPerson } from '../src/app/registry.js';
 import type { StayDeps } from '../src/app/stays.js';
-import { cancelWalkIn, createWalkIn } from '../src/app/walk-ins.js';
+import { blockPerson, cancelWalkIn, createWalkIn } from '../src/app/walk-ins.js';
 import { localDateOf } from '../src/domain/nights.js';
 import { T0, deps, openTestDb, seed, type TestDb } from './helpers.js';
 import { startInbox } from './stays-harness.js';
@@ -140,6 +140,23 @@ describe.each(pgBackends())('a walk-in at and before its hold on %s', (pgBackend
     await settle();
     expect(await loadWalkIn(t.db, w.id)).toMatchObject({ status: 'paid', version: 2 });
     expect(refundsOf(intentId)).toEqual([]);
+  });
+
+  it('paid with its webhook dropped by a person blocked since: the hold fails it with no key and refunds it all, once', async () => {
+    const { planId, who, w, intentId } = await sell();
+    await settle();
+    await blockPerson(d(), { siteId: s.siteId, personId: who, reason: 'theft', actor: 'staff-1' });
+    local.webhooks.faults.drop = true;
+    await pay(intentId);
+    await local.webhooks.idle();
+    local.webhooks.faults.drop = false;
+    base.clock.advance(HOLD_MS + 60_000);
+    await settle();
+    await settle();
+    expect(await loadWalkIn(t.db, w.id)).toMatchObject({ status: 'failed', keyId: null, quotaReturned: true });
+    expect(await getKey(base, `key_${w.id}`)).toBeNull();
+    expect(refundsOf(intentId).map((r) => r.amount)).toEqual([2000]);
+    expect(await used(planId, who)).toBe(0);
   });
 
   it('an intent still processing at the hold holds it; once it succeeds the walk-in is paid', async () => {

@@ -469,12 +469,9 @@ export async function cancelWalkIn(
     const settings = await loadStaySettings(tx, w.siteId);
     if (!settings) throw new Error(`walk-in ${w.id} has no site`);
     // the intent cancelled above was of this walk-in while it was pending; one created since (a repeat's) is not known
-    const known = w.status === 'pending' && intent !== undefined && (intent === null ? w.intentId === null : w.intentId === intent.intentId);
-    return domain.cancelWalkIn(
-      w,
-      { reason: input.reason, policy: settings.cancellationPolicy, cid, ...(known ? { intent } : {}) },
-      now,
-    );
+    const known =
+      w.status === 'pending' && intent !== undefined && (intent === null ? w.intentId === null : w.intentId === intent.intentId);
+    return domain.cancelWalkIn(w, { reason: input.reason, policy: settings.cancellationPolicy, cid, ...(known ? { intent } : {}) }, now);
   });
   log.info({ status: o.status, code: o.code }, 'walk-in verb done');
   return { ...o, cid };

@@ -333,18 +333,27 @@ export function cancelWalkIn(
 
 function cancelPending(
   w: WalkIn,
-  cmd: { readonly reason: CancelReason; readonly policy: CancellationPolicy; readonly cid: CorrelationId; readonly intent?: IntentObservation | null | undefined },
+  cmd: {
+    readonly reason: CancelReason;
+    readonly policy: CancellationPolicy;
+    readonly cid: CorrelationId;
+    readonly intent?: IntentObservation | null | undefined;
+  },
   now: number,
 ): WalkInOutcome {
   const obs = cmd.intent;
   if (obs === undefined) return refused('WALK_IN_NOT_PAID', 'a pending walk-in is cancelled with its intent');
   if (obs !== null) {
-    if (w.intentId !== null && w.intentId !== obs.intentId) return refused('PAYMENT_INTENT_MISMATCH', `${obs.intentId} is not ${w.intentId}`);
+    if (w.intentId !== null && w.intentId !== obs.intentId)
+      return refused('PAYMENT_INTENT_MISMATCH', `${obs.intentId} is not ${w.intentId}`);
     if (obs.status === 'processing') return refused('WALK_IN_PAYMENT_PROCESSING', 'the payment is in flight: it decides first');
     if (obs.status !== 'succeeded' && obs.status !== 'canceled')
       return refused('WALK_IN_PAYMENT_PENDING', `the intent is ${obs.status}: it was not cancelled`);
     if (obs.currency !== w.currency || obs.amount !== w.amount || (obs.status === 'succeeded' && obs.amountReceived !== w.amount))
-      return refused('PAYMENT_AMOUNT_MISMATCH', `walk-in ${w.amount} ${w.currency}, Stripe ${obs.amount}/${obs.amountReceived} ${obs.currency}`);
+      return refused(
+        'PAYMENT_AMOUNT_MISMATCH',
+        `walk-in ${w.amount} ${w.currency}, Stripe ${obs.amount}/${obs.amountReceived} ${obs.currency}`,
+      );
   }
   const received = obs?.status === 'succeeded' ? obs.amountReceived : 0;
   // an unpaid pass never used its quota; one paid a moment ago never entered either (it never had a key)
