@@ -172,9 +172,9 @@ async function settle(c: MoneyCluster, w: MoneyWorkload, h: History, timeoutMs: 
     if (!cancelled || performance.now() - t0 > 5000) {
       await w.refresh().catch(() => {});
       for (const s of w.stays.filter((x) => x.status === 'pending')) await w.cancelStay(s, 'staff_cancelled');
-      // a pending walk-in cannot be cancelled (WALK_IN_NOT_PAID): the guest walks away, its intent is cancelled at Stripe
-      for (const x of w.walkIns.filter((y) => y.status === 'pending' && y.intentId !== null))
-        await w.stripe('abandon-walk-in', 'POST', `/v1/payment_intents/${x.intentId}/cancel`, {}, { walkInId: x.id });
+      // the guest walks away: the desk cancels the pending walk-in (its intent cancelled at Stripe first; money
+      // that landed with its webhook lost is refunded)
+      for (const x of w.walkIns.filter((y) => y.status === 'pending')) await w.cancelWalkIn(x);
       cancelled = true;
     }
     const open = await c

@@ -401,12 +401,15 @@ export class MoneyWorkload {
 
   // ---------------------------------------------------------------- walk-ins
 
+  async cancelWalkIn(w: { id: string; status: string }): Promise<void> {
+    const res = await this.call('cancel-walk-in', 'POST', `/walk-ins/${w.id}/cancel`, { reason: 'staff_cancelled' }, { walkInId: w.id });
+    if (res.status === 200) w.status = 'cancelled';
+  }
+
   async walkIn(): Promise<void> {
     const open = this.walkIns.filter((w) => w.status === 'pending' || w.status === 'paid');
     if (open.length > 0 && this.r() < 0.3) {
-      const w = pick(this.r, open);
-      const res = await this.call('cancel-walk-in', 'POST', `/walk-ins/${w.id}/cancel`, { reason: 'staff_cancelled' }, { walkInId: w.id });
-      if (res.status === 200) w.status = 'cancelled';
+      await this.cancelWalkIn(pick(this.r, open));
       return;
     }
     const id = `wi-${this.c.o.seed}-${++this.#n}`;

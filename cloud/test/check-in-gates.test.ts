@@ -128,7 +128,7 @@ describe('walk-in verbs', () => {
     if (o.status !== 'applied') throw new Error('create');
     return o.state;
   };
-  const intent = (status: 'succeeded' | 'canceled' | 'requires_payment_method', amount = 2000) => ({
+  const intent = (status: 'succeeded' | 'canceled' | 'requires_payment_method' | 'processing', amount = 2000) => ({
     intentId: 'pi_1',
     status,
     amount,
@@ -187,6 +187,38 @@ describe('walk-in verbs', () => {
     });
     // money that landed before the cancel: paid, not expired
     expect(expireWalkIn(w, intent('succeeded'), { timeZone: 'Asia/Tokyo', cid }, NOW + 3_600_000)).toMatchObject({ code: 'WALK_IN_PAID' });
+    // money in flight: the hold waits for it
+    expect(expireWalkIn(w, intent('processing'), { timeZone: 'Asia/Tokyo', cid }, NOW + 3_600_000)).toMatchObject({
+      status: 'noop',
+      code: 'WALK_IN_PAYMENT_PROCESSING',
+    });
+  });
+
+  it('cancel while pending: on the intent Stripe answered (canceled: use back, nothing charged; succeeded: no key, refunded)', () => {
+    const w = { ...pending(), intentId: 'pi_1' };
+    const opts = { reason: 'staff_cancelled' as const, policy: DEFAULT_CANCELLATION_POLICY, cid };
+    expect(cancelWalkIn(w, { ...opts, intent: intent('canceled') }, NOW)).toMatchObject({
+      status: 'applied',
+      code: 'WALK_IN_CANCELLED',
+      state: { status: 'cancelled', quotaReturned: true, amountReceived: 0, keyId: null },
+      emits: [{ type: 'return_quota', month: '2027-01' }],
+    });
+    expect(cancelWalkIn(w, { ...opts, intent: intent('succeeded') }, NOW)).toMatchObject({
+      status: 'applied',
+      state: { status: 'cancelled', amountReceived: 2000, keyId: null },
+      emits: [{ type: 'return_quota' }, { type: 'refund', amount: 2000 }],
+    });
+    expect(cancelWalkIn(w, { ...opts, intent: intent('processing') }, NOW)).toMatchObject({
+      status: 'refused',
+      code: 'WALK_IN_PAYMENT_PROCESSING',
+    });
+    const cancelled = cancelWalkIn(w, { ...opts, intent: intent('canceled') }, NOW);
+    if (cancelled.status !== 'applied') throw new Error('cancel');
+    // money that lands after the unpaid pass was cancelled is not its own: all of it back
+    expect(settleWalkIn(cancelled.state, intent('succeeded'), { timeZone: 'Asia/Tokyo', cid }, NOW)).toMatchObject({
+      status: 'refused',
+      code: 'PAYMENT_AFTER_WALK_IN_ENDED',
+    });
   });
 
   it('cancel: revokes the key; gives the use back to its own month only when the policy says so, and once', () => {

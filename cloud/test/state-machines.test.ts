@@ -105,7 +105,7 @@ describe('docs/state-machines.md', () => {
     );
     const tCode = WALK_IN_TRANSITIONS.flatMap((r) => r.from.map((f) => `${f} --${r.event}--> ${r.to} ${r.code}`));
     expect(tDoc.sort()).toEqual(tCode.sort());
-    expect(tDoc.length).toBe(5);
+    expect(tDoc.length).toBe(6);
     const nDoc = tableAfter('### Walk-in no-ops').flatMap(([from = '', event = '', c = '']) =>
       states(from).map((f) => `${f} --${event}--> noop ${code(c)}`),
     );

@@ -339,7 +339,7 @@ describe.each(pgBackends())('verb guards on %s', (pgBackend) => {
       column: 'amount_received',
       move: '0 -> 2000',
       right: 'settleWalkIn',
-      wrong: 'cancelWalkIn',
+      wrong: 'failWalkIn',
       update: (r) => [`UPDATE walk_ins SET amount_received = 2000 WHERE id = $1`, [r.walkInId]],
     },
     {

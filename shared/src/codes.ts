@@ -254,6 +254,8 @@ export const OUTCOME_CODES = table({
   WALK_IN_ALREADY_EXISTS: 'A walk-in with this id exists for another plan or person; nothing changed.',
   WALK_IN_NOT_FOUND: 'No such walk-in visible to the caller.',
   WALK_IN_NOT_PAID: 'The walk-in is not paid: there is nothing to cancel (an unpaid walk-in is released when its hold ends).',
+  WALK_IN_PAYMENT_PROCESSING:
+    "The walk-in's payment is processing at Stripe: its hold waits and it cannot be cancelled until the payment decides.",
   PAYMENT_AFTER_WALK_IN_ENDED: 'Money settled for a walk-in that already failed or expired (an alarm: refund it in Stripe).',
   PERSON_BLOCKED:
     "The person is blocked at the site: bookings, walk-ins and key issues there are refused with GUEST_BLOCKED, and the person's live keys at the site are revoked (person_blocked).",

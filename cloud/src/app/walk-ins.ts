@@ -43,7 +43,7 @@ import {
   type WalkInFilter,
 } from '../adapters/db/walk-ins.js';
 import type { BillingFailure } from '../adapters/stripe/errors.js';
-import { cancelPaymentIntent, createPaymentIntent } from '../adapters/stripe/payment-intents.js';
+import { cancelPaymentIntent, createPaymentIntent, retrievePaymentIntent } from '../adapters/stripe/payment-intents.js';
 import { createRefund } from '../adapters/stripe/refunds.js';
 import type { CancelReason } from '../domain/cancellation-policy.js';
 import { checkInGates, type GatePass } from '../domain/check-in-gates.js';
@@ -373,12 +373,19 @@ export async function settleWalkInPayment(
 // ---------------------------------------------------------------- expire (billing pass)
 
 /**
- * The hold sweep of walk-ins: for each pending walk-in past its hold, the
- * intent is cancelled in Stripe FIRST (an intent whose answer a crash lost
- * is fetched again with the stored key), then the walk-in is expired and its
- * quota use released — or, when the intent had succeeded meanwhile, paid.
- * Stripe unreachable: it stays pending until the next pass (nothing released
- * while money may still land).
+ * The hold sweep of walk-ins: for each pending walk-in past its hold, its
+ * intent is RE-READ from Stripe first (never a webhook's amounts; a success
+ * webhook may have been dropped): succeeded → paid as the webhook would have
+ * done (its key issued once, the gates run again; the late webhook is then a
+ * noop); processing → the hold waits (`WALK_IN_PAYMENT_PROCESSING`: most
+ * intents in processing cannot be cancelled, and the money in flight
+ * decides); anything else → the intent is cancelled in Stripe (an intent
+ * whose answer a crash lost is fetched again with the stored key), then the
+ * walk-in is expired and its quota use released — or paid, when the intent
+ * succeeded between the read and the cancel. Stripe unreachable: it stays
+ * pending until the next pass (nothing released while money may still
+ * land). Money that lands after the end is refunded by the settle
+ * (`PAYMENT_AFTER_WALK_IN_ENDED`).
  */
 export async function expireWalkIns(deps: WalkInDeps, limit: number): Promise<number> {
   const stripe = deps.stripe;
@@ -398,43 +405,75 @@ export async function expireWalkIns(deps: WalkInDeps, limit: number): Promise<nu
       }
       intentId = made.intentId;
     }
-    const c = await cancelPaymentIntent(stripe, intentId);
-    if (!c.ok) {
-      log.warn({ walkInId: id, code: c.failure.code }, 'walk-in intent not cancelled: retried next pass');
+    const read = await retrievePaymentIntent(stripe, intentId);
+    if (!read.ok) {
+      log.warn({ walkInId: id, code: read.failure.code }, 'walk-in intent not read: retried next pass');
       continue;
     }
+    let obs = read.value;
+    if (obs.status !== 'succeeded' && obs.status !== 'processing' && obs.status !== 'canceled') {
+      const c = await cancelPaymentIntent(stripe, intentId);
+      if (!c.ok) {
+        log.warn({ walkInId: id, code: c.failure.code }, 'walk-in intent not cancelled: retried next pass');
+        continue;
+      }
+      obs = c.value;
+    }
+    const seen = obs;
     const o = await walkInStep(deps, 'expireWalkIn', id, cid, null, async (cur, timeZone, tx, now) => {
-      // paid meanwhile: the key is issued only if the gates still hold
-      if (c.value.status === 'succeeded' && cur.status === 'pending' && now >= cur.holdUntil) {
+      // paid (its webhook not read, or dropped): the key is issued only if the gates still hold
+      if (seen.status === 'succeeded' && cur.status === 'pending' && now >= cur.holdUntil) {
         const settings = await loadStaySettings(tx, cur.siteId);
         const gate = await walkInKeyGate(tx, cur, settings?.walkInsAllowed ?? false);
-        return domain.settleWalkIn(cur, c.value, { timeZone, cid, gate }, now);
+        return domain.settleWalkIn(cur, seen, { timeZone, cid, gate }, now);
       }
-      return domain.expireWalkIn(cur, c.value, { timeZone, cid }, now);
+      return domain.expireWalkIn(cur, seen, { timeZone, cid }, now);
     });
     if (o.status === 'applied' && o.code === 'WALK_IN_EXPIRED') expired += 1;
-    log.info({ walkInId: id, status: o.status, code: o.code }, 'walk-in hold over');
+    log.info({ walkInId: id, intentStatus: seen.status, status: o.status, code: o.code }, 'walk-in hold over');
   }
   return expired;
 }
 
 // ---------------------------------------------------------------- cancel
 
-/** Cancel a paid walk-in: key revoked now; its quota use back to ITS month when the site's cancellation policy says so. */
+/**
+ * Cancel a walk-in at the desk. Paid: key revoked now; its quota use back to ITS month when the site's
+ * cancellation policy says so; the policy's refund. Pending: its intent is cancelled in Stripe FIRST (outside
+ * the transaction; Stripe unreachable → BILLING_UNAVAILABLE, nothing changed), then the walk-in is cancelled on
+ * Stripe's answer: canceled → nothing charged, its use given back; succeeded meanwhile → no key, the money
+ * refunded per policy; processing → refused WALK_IN_PAYMENT_PROCESSING.
+ */
 export async function cancelWalkIn(
   deps: WalkInDeps,
   input: { walkInId: string; reason: CancelReason; siteScope?: SiteScope; cid?: CorrelationId },
 ): Promise<WalkInResult> {
   const cid = input.cid ?? newCorrelationId();
+  const log = withCorrelation(deps.log, cid, { verb: 'cancelWalkIn', walkInId: input.walkInId });
+  let intent: IntentObservation | null | undefined;
+  const before = await loadWalkIn(deps.db, input.walkInId, input.siteScope ?? null);
+  if (before?.status === 'pending') {
+    const stripe = deps.stripe;
+    if (!stripe) return { ...refused('BILLING_NOT_CONFIGURED'), cid };
+    if (before.intentId === null) intent = null;
+    else {
+      const c = await cancelPaymentIntent(stripe, before.intentId);
+      if (!c.ok) {
+        log.warn({ code: c.failure.code, stripeCode: c.failure.stripeCode }, 'pending walk-in: intent not cancelled');
+        return { ...failureOutcome(c.failure), cid };
+      }
+      intent = c.value;
+    }
+  }
   const o = await walkInStep(deps, 'cancelWalkIn', input.walkInId, cid, input.siteScope, async (w, _tz, tx, now) => {
     const settings = await loadStaySettings(tx, w.siteId);
     if (!settings) throw new Error(`walk-in ${w.id} has no site`);
-    return domain.cancelWalkIn(w, { reason: input.reason, policy: settings.cancellationPolicy, cid }, now);
+    // the intent cancelled above was of this walk-in while it was pending; one created since (a repeat's) is not known
+    const known =
+      w.status === 'pending' && intent !== undefined && (intent === null ? w.intentId === null : w.intentId === intent.intentId);
+    return domain.cancelWalkIn(w, { reason: input.reason, policy: settings.cancellationPolicy, cid, ...(known ? { intent } : {}) }, now);
   });
-  withCorrelation(deps.log, cid, { verb: 'cancelWalkIn', walkInId: input.walkInId }).info(
-    { status: o.status, code: o.code },
-    'walk-in verb done',
-  );
+  log.info({ status: o.status, code: o.code }, 'walk-in verb done');
   return { ...o, cid };
 }
 

@@ -135,8 +135,9 @@ const WALK_IN_VERBS: Record<WalkInEvent, readonly string[]> = {
   create: ['createWalkIn'],
   // the webhook; the hold sweep when the intent had succeeded before it could be cancelled
   payment_settled: ['settleWalkIn', 'expireWalkIn'],
-  // the webhook; createWalkIn's own failure when Stripe was unreachable
-  payment_cancelled: ['settleWalkIn', 'failWalkIn'],
+  // the webhook; createWalkIn's own failure when Stripe was unreachable; the hold sweep when the intent it
+  // re-read had succeeded but a gate no longer holds (no key, refunded)
+  payment_cancelled: ['settleWalkIn', 'failWalkIn', 'expireWalkIn'],
   hold_expired: ['expireWalkIn'],
   cancel: ['cancelWalkIn'],
 };
@@ -216,7 +217,8 @@ export const VALUE_GUARDS: readonly ValueGuard[] = [
   { table: 'payments', column: 'amount_refunded', verbs: ['recordRefund'] },
   { table: 'refunds', column: 'amount', verbs: [] },
   { table: 'walk_ins', column: 'amount', verbs: [] },
-  { table: 'walk_ins', column: 'amount_received', verbs: ['settleWalkIn', 'expireWalkIn'] },
+  // cancelWalkIn: a pending pass whose money landed before its webhook was read, recorded as it is refunded
+  { table: 'walk_ins', column: 'amount_received', verbs: ['settleWalkIn', 'expireWalkIn', 'cancelWalkIn'] },
   { table: 'walk_ins', column: 'quota_returned', verbs: ['failWalkIn', 'settleWalkIn', 'expireWalkIn', 'cancelWalkIn'] },
   // the checkout's Stripe objects, recorded once by the approval
   { table: 'memberships', column: 'stripe_customer_id', verbs: ['approveMembership'] },

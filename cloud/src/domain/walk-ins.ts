@@ -46,6 +46,8 @@ export const WALK_IN_TRANSITIONS: readonly WalkInTransitionRow[] = [
   { from: ['pending'], event: 'payment_cancelled', to: 'failed', code: 'WALK_IN_FAILED' },
   { from: ['pending'], event: 'hold_expired', to: 'expired', code: 'WALK_IN_EXPIRED' },
   { from: ['paid'], event: 'cancel', to: 'cancelled', code: 'WALK_IN_CANCELLED' },
+  // the desk ends a pass still unpaid (its intent cancelled in Stripe first): money that landed meanwhile is refunded
+  { from: ['pending'], event: 'cancel', to: 'cancelled', code: 'WALK_IN_CANCELLED' },
 ];
 
 export const WALK_IN_NOOPS: readonly WalkInNoopRow[] = [
@@ -216,7 +218,8 @@ export function settleWalkIn(
       `walk-in ${w.amount} ${w.currency}, Stripe ${obs.amount}/${obs.amountReceived} ${obs.currency}`,
     );
   if (obs.status === 'succeeded') {
-    if (w.status === 'failed' || w.status === 'expired')
+    // a pass cancelled while unpaid received nothing: money that lands for it later is not its
+    if (w.status === 'failed' || w.status === 'expired' || (w.status === 'cancelled' && w.amountReceived === 0))
       return refused('PAYMENT_AFTER_WALK_IN_ENDED', `the walk-in is ${w.status}: refund what was paid`);
     if (w.status === 'pending' && cmd.gate?.status === 'refused') {
       // a gate that no longer holds (the person was blocked, the plan retired, ...) gets no key: the pass
@@ -278,6 +281,8 @@ export function expireWalkIn(
   if (!w) return refused('WALK_IN_NOT_FOUND');
   if (w.status === 'pending' && now < w.holdUntil) return noop('WALK_IN_HOLD_NOT_OVER', w);
   if (obs !== null && obs.status === 'succeeded') return settleWalkIn(w, obs, cmd, now);
+  // Stripe cannot cancel most intents in processing, and the money in flight decides: the hold waits for it
+  if (obs !== null && obs.status === 'processing') return noop('WALK_IN_PAYMENT_PROCESSING', w);
   if (obs !== null && obs.status !== 'canceled') return noop('WALK_IN_PAYMENT_PENDING', w);
   const o = write(w, 'hold_expired', { quotaReturned: w.quotaMonth !== null }, cmd.cid, now);
   if (!o) return refused('INVALID_TRANSITION', `hold_expired from ${w.status}`);
@@ -287,20 +292,32 @@ export function expireWalkIn(
 // ---------------------------------------------------------------- cancel
 
 /**
- * Cancel a paid walk-in: its key revoked through the key verb in the same
+ * Cancel a walk-in. Paid: its key revoked through the key verb in the same
  * transaction; its quota use given back to the month it was used in (never
  * the current one) only when the site's cancellation policy says so
  * (`returnsQuota`); the money the policy gives back for a cancellation on
  * the day refunded (all of it for `staff_cancelled`, `site_closed`, ...).
+ * Pending: the use case cancels its intent in Stripe FIRST and hands its
+ * answer here (`intent`): canceled → cancelled, its use given back (it was
+ * never used), nothing charged; succeeded meanwhile (its webhook not yet
+ * read) → cancelled with no key, the money recorded and refunded by the same
+ * policy as a paid pass; still in flight (processing) → refused
+ * `WALK_IN_PAYMENT_PROCESSING` (the money decides first).
  * Invariant: a use is given back at most once; the refund never exceeds what was received.
  */
 export function cancelWalkIn(
   w: WalkIn | null,
-  cmd: { readonly reason: CancelReason; readonly policy: CancellationPolicy; readonly cid: CorrelationId },
+  cmd: {
+    readonly reason: CancelReason;
+    readonly policy: CancellationPolicy;
+    readonly cid: CorrelationId;
+    /** a pending walk-in's intent as Stripe answered its cancellation (null: it never had one) */
+    readonly intent?: IntentObservation | null | undefined;
+  },
   now: number,
 ): WalkInOutcome {
   if (!w) return refused('WALK_IN_NOT_FOUND');
-  if (w.status === 'pending') return refused('WALK_IN_NOT_PAID', 'an unpaid walk-in is released when its hold ends');
+  if (w.status === 'pending') return cancelPending(w, cmd, now);
   const give = w.quotaMonth !== null && !w.quotaReturned && returnsQuota(cmd.policy, cmd.reason);
   const o = write(w, 'cancel', { cancelReason: cmd.reason, quotaReturned: w.quotaReturned || give }, cmd.cid, now);
   if (!o) return refused('INVALID_TRANSITION', `cancel from ${w.status}`);
@@ -310,6 +327,48 @@ export function cancelWalkIn(
   if (give && w.quotaMonth !== null) effects.push({ type: 'return_quota', month: w.quotaMonth });
   // a day pass is cancelled on its day: the policy's 0-days tier, or everything when the site cancelled
   const back = Math.floor((w.amountReceived * refundPercent(cmd.policy, 0, cmd.reason)) / 100);
+  if (back > 0) effects.push({ type: 'refund', amount: back });
+  return applied(o.code, o.state, effects);
+}
+
+function cancelPending(
+  w: WalkIn,
+  cmd: {
+    readonly reason: CancelReason;
+    readonly policy: CancellationPolicy;
+    readonly cid: CorrelationId;
+    readonly intent?: IntentObservation | null | undefined;
+  },
+  now: number,
+): WalkInOutcome {
+  const obs = cmd.intent;
+  if (obs === undefined) return refused('WALK_IN_NOT_PAID', 'a pending walk-in is cancelled with its intent');
+  if (obs !== null) {
+    if (w.intentId !== null && w.intentId !== obs.intentId)
+      return refused('PAYMENT_INTENT_MISMATCH', `${obs.intentId} is not ${w.intentId}`);
+    if (obs.status === 'processing') return refused('WALK_IN_PAYMENT_PROCESSING', 'the payment is in flight: it decides first');
+    if (obs.status !== 'succeeded' && obs.status !== 'canceled')
+      return refused('WALK_IN_PAYMENT_PENDING', `the intent is ${obs.status}: it was not cancelled`);
+    if (obs.currency !== w.currency || obs.amount !== w.amount || (obs.status === 'succeeded' && obs.amountReceived !== w.amount))
+      return refused(
+        'PAYMENT_AMOUNT_MISMATCH',
+        `walk-in ${w.amount} ${w.currency}, Stripe ${obs.amount}/${obs.amountReceived} ${obs.currency}`,
+      );
+  }
+  const received = obs?.status === 'succeeded' ? obs.amountReceived : 0;
+  // an unpaid pass never used its quota; one paid a moment ago never entered either (it never had a key)
+  const give = w.quotaMonth !== null && !w.quotaReturned;
+  const o = write(
+    w,
+    'cancel',
+    { cancelReason: cmd.reason, quotaReturned: w.quotaReturned || give, amountReceived: received, intentId: obs?.intentId ?? w.intentId },
+    cmd.cid,
+    now,
+  );
+  if (!o) return refused('INVALID_TRANSITION', `cancel from ${w.status}`);
+  if (o.status !== 'applied') return o;
+  const effects: WalkInEffect[] = give && w.quotaMonth !== null ? [{ type: 'return_quota', month: w.quotaMonth }] : [];
+  const back = Math.floor((received * refundPercent(cmd.policy, 0, cmd.reason)) / 100);
   if (back > 0) effects.push({ type: 'refund', amount: back });
   return applied(o.code, o.state, effects);
 }
