@@ -326,6 +326,8 @@ export class MoneyWorkload {
     );
     if (res.status === 202 || codeOf(res.body) === 'STAY_ALREADY_CANCELLED' || codeOf(res.body) === 'STAY_ALREADY_ENDED')
       stay.status = 'ended';
+    // support refunds it in the dashboard too, while the cloud's own refund job is still queued: the race
+    if (res.status === 202 && this.r() < 0.3) await this.refundInStripe(stay);
   }
 
   /** The intent of a pending stay is cancelled at Stripe (the dashboard): the stay fails, what was paid comes back. */
@@ -351,12 +353,12 @@ export class MoneyWorkload {
    * Stripe — has the cloud's own refund on its way: the dashboard races it, in full or in part, and the
    * cloud must then give back only what is left (never twice, never a dead refund job).
    */
-  async refundInStripe(): Promise<void> {
+  async refundInStripe(s?: BookedStay): Promise<void> {
     const succeeded = (i: string) => this.c.stripe.paymentIntent(i)?.status === 'succeeded';
     const over = (x: BookedStay) => x.status === 'ended' || x.intents.some((i) => this.c.stripe.paymentIntent(i)?.status === 'canceled');
     const paid = this.stays.filter((x) => x.intents.length > 0 && (x.intents.every(succeeded) || (over(x) && x.intents.some(succeeded))));
-    if (paid.length === 0) return;
-    const stay = pick(this.r, paid);
+    const stay = s ?? (paid.length > 0 ? pick(this.r, paid) : undefined);
+    if (!stay) return;
     const racing = over(stay);
     for (const i of stay.intents) {
       const pi = this.c.stripe.paymentIntent(i);
