@@ -4,7 +4,7 @@ import { CorrelationId, newCorrelationId, withCorrelation, type OutcomeCode } fr
 import { z } from 'zod';
 import { claimBillingJobs, failBillingJob, markBillingJobDone, type BillingJob } from '../adapters/db/billing-jobs.js';
 import type { BackoffPolicy } from '../adapters/backoff.js';
-import { listStalePendingRefunds, loadPayment, loadPaymentByIntent, loadRefund, noteRefundError } from '../adapters/db/payments.js';
+import { loadPayment, loadPaymentByIntent, loadRefund, noteRefundError } from '../adapters/db/payments.js';
 import { countOverdueHolds, listExpiredHolds, listSitesWithStaysUnderway, listStaysEnding } from '../adapters/db/stays.js';
 import { lastCheckOutDue } from '../domain/nights.js';
 import { claimWebhookEvents, failWebhookEvent, markWebhookProcessed, type StoredWebhookEvent } from '../adapters/db/webhook-events.js';
@@ -45,9 +45,6 @@ export interface BillingWorkerOptions extends BackoffPolicy {
   /** How long an approved application's checkout stays open unpaid (config MEMBERSHIP_CHECKOUT_DEADLINE_MS). */
   readonly checkoutDeadlineMs: number;
 }
-
-/** A refund Stripe left `pending` this long (its `refund.updated` maybe lost) is re-read from Stripe. */
-export const PENDING_REFUND_RECHECK_MS = 10 * 60_000;
 
 export const DEFAULT_BILLING_WORKER_OPTIONS: BillingWorkerOptions = Object.freeze({
   pollMs: 2_000,
@@ -216,7 +213,6 @@ export class BillingWorker {
     const suspended = await suspendOverdueAccess(this.#d, this.#o.batch);
     const walkInsExpired = await expireWalkIns(this.#d, this.#o.batch);
     const checkoutsExpired = await expireUnpaidCheckouts(this.#d, this.#o.batch, this.#o.checkoutDeadlineMs);
-    await this.#stalePendingRefunds();
     return { events, jobs, expired, ended, overdue, suspended, walkInsExpired, checkoutsExpired };
   }
 
@@ -452,39 +448,6 @@ export class BillingWorker {
   }
 
   // ------------------------------------------------------------ sweeps
-
-  /** When each stale pending refund was last re-read by this process: at most once per `PENDING_REFUND_RECHECK_MS`. */
-  readonly #rechecked = new Map<string, number>();
-
-  /**
-   * A refund Stripe answered `pending` waits for `refund.updated`; if that event is lost the ledger would
-   * stay wrong for ever, so a refund pending longer than `PENDING_REFUND_RECHECK_MS` has its intent's
-   * refunds re-read from Stripe and recorded (`reconcileRefunds`), as a refund event would.
-   */
-  async #stalePendingRefunds(): Promise<void> {
-    const d = this.#d;
-    const now = d.clock.now();
-    const stale = await listStalePendingRefunds(d.db, now - PENDING_REFUND_RECHECK_MS, this.#o.batch * 5);
-    const due = stale.filter((r) => (this.#rechecked.get(r.refundId) ?? 0) <= now - PENDING_REFUND_RECHECK_MS).slice(0, this.#o.batch);
-    if (due.length === 0) return;
-    const cid = newCorrelationId();
-    const log = withCorrelation(d.log, cid, { part: 'pending-refund-sweep' });
-    for (const r of due) {
-      this.#rechecked.set(r.refundId, now);
-      const all = await listRefundsOfIntent(d.stripe, r.intentId);
-      if (!all.ok) {
-        log.warn({ code: all.failure.code, refundId: r.refundId }, 'a pending refund could not be re-read from Stripe');
-        continue;
-      }
-      try {
-        const code = await reconcileRefunds(d, r.paymentId, all.value, cid);
-        log.info({ code, refundId: r.refundId, paymentId: r.paymentId }, 'a long-pending refund re-read from Stripe');
-      } catch (e) {
-        log.warn({ refundId: r.refundId, err: String(e) }, 'a pending refund could not be recorded');
-      }
-    }
-    for (const [id, at] of this.#rechecked) if (at <= now - 2 * PENDING_REFUND_RECHECK_MS) this.#rechecked.delete(id);
-  }
 
   async #holds(): Promise<{ expired: number; overdue: number }> {
     const d = this.#d;

@@ -218,24 +218,6 @@ export async function listRefundsOfPayment(q: Queryable, paymentId: string): Pro
   return r.rows.map(refundOf);
 }
 
-/**
- * Refunds Stripe answered `pending` that nothing has moved since `before` (their `refund.updated` maybe
- * lost), oldest first, with the intent to re-read them from.
- */
-export async function listStalePendingRefunds(
-  q: Queryable,
-  before: number,
-  limit: number,
-): Promise<{ refundId: string; paymentId: string; intentId: string }[]> {
-  const r = await q.query<{ id: string; payment_id: string; intent_id: string }>(
-    `SELECT r.id, r.payment_id, p.intent_id FROM refunds r JOIN payments p ON p.id = r.payment_id
-      WHERE r.status = 'pending' AND r.stripe_refund_id IS NOT NULL AND r.updated_at < $1 AND p.intent_id IS NOT NULL
-      ORDER BY r.updated_at, r.id LIMIT $2`,
-    [before, limit],
-  );
-  return r.rows.map((x) => ({ refundId: x.id, paymentId: x.payment_id, intentId: x.intent_id }));
-}
-
 /** Stripe made the refund: pending → succeeded with its id; 0 rows when it was already recorded. */
 export async function markRefundSucceeded(q: Queryable, id: string, stripeRefundId: string, now: number): Promise<number> {
   const r = await q.query(
