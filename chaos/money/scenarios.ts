@@ -56,6 +56,46 @@ export const SCENARIOS: Record<string, Scenario> = {
   },
 
   /**
+   * A refund made in the dashboard races the cloud's own: one paid stay is refunded in part in Stripe and
+   * cancelled at once (the cloud asks for the whole amount before the refund's webhook is in), another is
+   * cancelled and refunded in full in Stripe at once (before the cloud's refund job ran). Stripe refuses
+   * the cloud's call (`amount_too_large`, `charge_already_refunded`); the cloud must give back only what
+   * is left, each refund once, and leave no refund pending or dead (M2).
+   */
+  'dashboard-refund-races-cancel': async (w) => {
+    const paidStay = async (personId: string) => {
+      const s = await w.book({ personId, underway: false, deposit: false });
+      if (!s) throw new Error('scenario: the booking was refused');
+      for (const i of s.intents) await w.payIntent(i, 'pm_card_visa', { stayId: s.stayId });
+      await waitFor('the stay confirmed', async () => (await stayOf(w, s.stayId)).status === 'confirmed');
+      s.status = 'confirmed';
+      return s;
+    };
+    const settled = (id: string) =>
+      waitFor('the refunds settled', async () => {
+        const st = await stayOf(w, id);
+        return st.payments.length > 0 && st.payments.every((p) => p.status === 'refunded');
+      });
+    const a = await paidStay('guest-2');
+    const intent = a.intents[0] ?? '';
+    const third = String(Math.floor((w.c.stripe.paymentIntent(intent)?.amount_received ?? 3) / 3));
+    await w.stripe(
+      'dashboard-refund',
+      'POST',
+      '/v1/refunds',
+      { payment_intent: intent, amount: third },
+      { stayId: a.stayId, intentId: intent, racing: true },
+    );
+    await w.cancelStay(a, 'staff_cancelled');
+    const b = await paidStay('guest-3');
+    await w.cancelStay(b, 'staff_cancelled');
+    for (const i of b.intents)
+      await w.stripe('dashboard-refund', 'POST', '/v1/refunds', { payment_intent: i }, { stayId: b.stayId, intentId: i, racing: true });
+    await settled(a.stayId);
+    await settled(b.stayId);
+  },
+
+  /**
    * A blocked guest books, pays and presents the PIN: the site blocked guest-4, then a booking for them
    * is tried. It must be refused (GUEST_BLOCKED), or at the latest the key refused at confirmation; a
    * door that opens for them past the propagation bound breaks M1.

@@ -326,6 +326,8 @@ export class MoneyWorkload {
     );
     if (res.status === 202 || codeOf(res.body) === 'STAY_ALREADY_CANCELLED' || codeOf(res.body) === 'STAY_ALREADY_ENDED')
       stay.status = 'ended';
+    // support refunds it in the dashboard too, while the cloud's own refund job is still queued: the race
+    if (res.status === 202 && this.r() < 0.3) await this.refundInStripe(stay);
   }
 
   /** The intent of a pending stay is cancelled at Stripe (the dashboard): the stay fails, what was paid comes back. */
@@ -345,17 +347,30 @@ export class MoneyWorkload {
     );
   }
 
-  /** Everything a stay paid is refunded in Stripe directly (the dashboard): the stay ends (payment_refunded). */
-  async refundInStripe(): Promise<void> {
-    const paid = this.stays.filter(
-      (x) => x.intents.length > 0 && x.intents.every((i) => this.c.stripe.paymentIntent(i)?.status === 'succeeded'),
-    );
-    if (paid.length === 0) return;
-    const stay = pick(this.r, paid);
+  /**
+   * Money a stay paid is refunded in Stripe directly (the dashboard, support). A live stay is refunded in
+   * full and ends (payment_refunded). A stay that is over — cancelled, or failed by an intent cancelled at
+   * Stripe — has the cloud's own refund on its way: the dashboard races it, in full or in part, and the
+   * cloud must then give back only what is left (never twice, never a dead refund job).
+   */
+  async refundInStripe(s?: BookedStay): Promise<void> {
+    const succeeded = (i: string) => this.c.stripe.paymentIntent(i)?.status === 'succeeded';
+    const over = (x: BookedStay) => x.status === 'ended' || x.intents.some((i) => this.c.stripe.paymentIntent(i)?.status === 'canceled');
+    const paid = this.stays.filter((x) => x.intents.length > 0 && (x.intents.every(succeeded) || (over(x) && x.intents.some(succeeded))));
+    const stay = s ?? (paid.length > 0 ? pick(this.r, paid) : undefined);
+    if (!stay) return;
+    const racing = over(stay);
     for (const i of stay.intents) {
       const pi = this.c.stripe.paymentIntent(i);
-      if (!pi || pi.amount_received === 0) continue;
-      await this.stripe('dashboard-refund', 'POST', '/v1/refunds', { payment_intent: i }, { stayId: stay.stayId, intentId: i });
+      if (!pi || pi.status !== 'succeeded' || pi.amount_received === 0) continue;
+      const part = racing && this.r() < 0.5 ? Math.max(1, Math.floor(pi.amount_received / 3)) : null;
+      await this.stripe(
+        'dashboard-refund',
+        'POST',
+        '/v1/refunds',
+        { payment_intent: i, ...(part !== null && { amount: String(part) }) },
+        { stayId: stay.stayId, intentId: i, racing, ...(part !== null && { amount: part }) },
+      );
     }
   }
 

@@ -295,6 +295,63 @@ describe.each(pgBackends())('billing reconciliation over HTTP on %s', (backend) 
     });
   });
 
+  describe("a refund made in Stripe directly that races the cloud's own refund", () => {
+    const deadRefundJobs = async (paymentId: string) =>
+      (await get('/billing/dead-letters?kind=billing-jobs&limit=100'))
+        .json<{ items: { kind: string; subjectId: string }[] }>()
+        .items.filter((j) => j.kind === 'refund' && j.subjectId.startsWith(`rf_${paymentId}_`));
+    const stripeRefunded = (intentId: string) =>
+      h.local
+        .refunds()
+        .filter((r) => r.payment_intent === intentId && r.status === 'succeeded')
+        .reduce((n, r) => n + r.amount, 0);
+
+    for (const webhooks of ['delivered', 'dropped'] as const) {
+      it(`in full before the cloud's refund job runs (its webhooks ${webhooks}): no dead job, our row settled, each refund recorded once`, async () => {
+        const s = await paidStay();
+        expect((await post(`/stays/${s.stayId}/cancel`, { reason: 'staff_cancelled' })).statusCode).toBe(202);
+        h.local.webhooks.faults.drop = webhooks === 'dropped';
+        const re = await h.stripe.refunds.create({ payment_intent: s.intentId });
+        if (webhooks === 'delivered') await h.local.webhooks.idle();
+        h.local.webhooks.faults.drop = false;
+        await settle();
+        await settle();
+        expect(await deadRefundJobs(s.paymentId)).toEqual([]);
+        const [p] = await paymentsOf(s.stayId);
+        // staff_cancelled keeps nothing: received − refunded = 0, and the ledger says what Stripe says
+        expect(p).toMatchObject({ status: 'refunded', amountRefunded: 30_000 });
+        expect(stripeRefunded(s.intentId)).toBe(30_000);
+        expect(p?.refunds.filter((r) => r.stripeRefundId === re.id)).toHaveLength(1);
+        expect(p?.refunds.filter((r) => r.status === 'pending')).toEqual([]);
+        expect(p?.refunds.filter((r) => r.status === 'succeeded').reduce((n, r) => n + r.amount, 0)).toBe(30_000);
+        expect(h.local.refunds().filter((r) => r.payment_intent === s.intentId)).toHaveLength(1);
+      });
+    }
+
+    it("in part before the cloud's full refund: the cloud refunds only the rest", async () => {
+      const s = await paidStay();
+      expect((await post(`/stays/${s.stayId}/cancel`, { reason: 'staff_cancelled' })).statusCode).toBe(202);
+      h.local.webhooks.faults.drop = true;
+      await h.stripe.refunds.create({ payment_intent: s.intentId, amount: 10_000 });
+      h.local.webhooks.faults.drop = false;
+      await settle();
+      await settle();
+      expect(await deadRefundJobs(s.paymentId)).toEqual([]);
+      const [p] = await paymentsOf(s.stayId);
+      expect(p).toMatchObject({ status: 'refunded', amountRefunded: 30_000 });
+      expect(stripeRefunded(s.intentId)).toBe(30_000);
+      expect(
+        h.local
+          .refunds()
+          .filter((r) => r.payment_intent === s.intentId)
+          .map((r) => r.amount)
+          .sort((a, b) => a - b),
+      ).toEqual([10_000, 20_000]);
+      expect(p?.refunds.filter((r) => r.status === 'pending')).toEqual([]);
+      expect(p?.refunds.filter((r) => r.status === 'succeeded').reduce((n, r) => n + r.amount, 0)).toBe(30_000);
+    });
+  });
+
   describe("a refund's own status", () => {
     it('pending at Stripe stays pending here until refund.updated says it succeeded', async () => {
       const s = await paidStay();

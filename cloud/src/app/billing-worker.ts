@@ -30,6 +30,7 @@ import {
   currentRefundAttempt,
   inBilling,
   reconcileRefunds,
+  settleRefusedRefund,
   repairIntent,
   settleFromObservation,
   type StayDeps,
@@ -398,7 +399,7 @@ export class BillingWorker {
    * a pending refund is done here and waits for refund.updated; a failed one is dead for an operator,
    * whose retry is a new attempt with a new key (`currentRefundAttempt`).
    */
-  async #refund(refundId: string, cid: CorrelationId): Promise<Step> {
+  async #refund(refundId: string, cid: CorrelationId, depth = 0): Promise<Step> {
     const d = this.#d;
     const first = await loadRefund(d.db, refundId);
     if (!first) return done('PAYMENT_NOT_FOUND');
@@ -415,6 +416,20 @@ export class BillingWorker {
     });
     if (!r.ok) {
       const permanent = r.failure.kind === 'permanent';
+      if (permanent) {
+        // a refusal may only mean Stripe already gave the money back (the dashboard raced us, its webhooks
+        // maybe lost): the intent's refunds are re-read and recorded, and ours settled against them
+        const all = await listRefundsOfIntent(d.stripe, p.intentId);
+        if (!all.ok) return { ok: false, code: all.failure.code, permanent: all.failure.kind === 'permanent', error: all.failure.message };
+        await reconcileRefunds(d, p.id, all.value, cid);
+        const seen = await loadRefund(d.db, refund.id);
+        if (seen?.status === 'succeeded') return done('REFUND_ALREADY_RECORDED');
+        if (seen?.status === 'pending' && seen.stripeRefundId !== null) return done('REFUND_PENDING');
+        const s = await settleRefusedRefund(d, refund, p.amountReceived, all.value, `${r.failure.code}: ${r.failure.message}`, cid);
+        if (s.outcome === 'satisfied') return done('REFUND_ALREADY_RECORDED');
+        // the smaller rest under its own key; bounded, so a Stripe that keeps refusing ends on the dead-letter list
+        if (s.outcome === 'rest' && depth < 2) return this.#refund(refundId, cid, depth + 1);
+      }
       // its own verb: a permanent error moves the refund to failed, which only this write may do
       await inBilling(d, 'noteRefundError', (tx) =>
         noteRefundError(tx, refund.id, `${r.failure.code}: ${r.failure.message}`, permanent, d.clock.now()),

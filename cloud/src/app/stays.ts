@@ -31,6 +31,7 @@ import {
   loadPayment,
   insertStripeRefund,
   loadRefund,
+  noteRefundError,
   recordIntent,
   setRefundStatus,
   type Refund,
@@ -843,6 +844,59 @@ export async function currentRefundAttempt(deps: StayDeps, first: Refund, cid: C
   const made = await loadRefund(deps.db, id);
   if (!made) throw new Error(`refund ${id} was not stored`);
   return made;
+}
+
+/**
+ * Our refund that Stripe refused (`charge_already_refunded`, `amount_too_large`, an idempotency
+ * mismatch, ...), settled against the intent's refunds as Stripe holds them now — already recorded by
+ * `reconcileRefunds` from the same list. Money given back in Stripe directly while ours waited (the
+ * dashboard, support; its webhooks maybe lost) counts toward ours, so the guest is never refunded twice:
+ * `satisfied` when nothing is left to give back (our attempt is closed, counting for nothing), `rest`
+ * with a new, smaller attempt under the next key when only part was (the refused key keeps answering its
+ * stored error), `unsettled` when what Stripe holds covers none of it (the refusal stands).
+ */
+export async function settleRefusedRefund(
+  deps: StayDeps,
+  refund: Refund,
+  amountReceived: number,
+  observed: readonly RefundObservation[],
+  error: string,
+  cid: CorrelationId,
+): Promise<{ readonly outcome: 'satisfied' | 'unsettled' } | { readonly outcome: 'rest'; readonly refund: Refund }> {
+  const log = withCorrelation(deps.log, cid, { verb: 'settleRefusedRefund', paymentId: refund.paymentId, refundId: refund.id });
+  // what the charge still holds at Stripe: a pending refund has left it too (Stripe refuses to refund it again)
+  const given = observed.filter((r) => r.status !== 'failed').reduce((n, r) => n + r.amount, 0);
+  const left = Math.max(0, amountReceived - given);
+  if (left >= refund.amount) return { outcome: 'unsettled' };
+  const now = deps.clock.now();
+  const n = Number(refund.idempotencyKey.split(':').pop() ?? '0') + 1;
+  const id = `rf_${refund.paymentId}_${n}`;
+  // the refused attempt is closed by the one verb that may fail a refund; the rest is queued as an operator's
+  // retry is (a crash between the two leaves a failed attempt, which the next run of the job retries the same way)
+  await inBilling(deps, 'noteRefundError', (tx) => noteRefundError(tx, refund.id, error, true, now));
+  if (left > 0)
+    await inBilling(deps, 'retryRefund', (tx) =>
+      insertRefund(tx, {
+        id,
+        paymentId: refund.paymentId,
+        amount: left,
+        currency: refund.currency,
+        idempotencyKey: pay.refundIdempotencyKey(refund.paymentId, n),
+        cid,
+        now,
+      }),
+    );
+  if (left === 0) {
+    log.info(
+      { code: 'REFUND_ALREADY_RECORDED', amount: refund.amount, refundedAtStripe: given },
+      'Stripe had already given the money back',
+    );
+    return { outcome: 'satisfied' };
+  }
+  log.info({ code: 'REFUND_QUEUED', refundId: id, attempt: n, amount: left, was: refund.amount }, 'only the rest is refunded');
+  const rest = await loadRefund(deps.db, id);
+  if (!rest) throw new Error(`refund ${id} was not stored`);
+  return { outcome: 'rest', refund: rest };
 }
 
 // ---------------------------------------------------------------- cancel / check in / check out / expire
