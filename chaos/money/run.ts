@@ -225,8 +225,15 @@ export function moneySummary(res: MoneyRunResult): string {
   ].join('\n');
 }
 
-async function main(): Promise<number> {
-  const { values } = parseArgs({
+const USAGE = `usage: npm run chaos:money -- [--seed N] [--duration S] [--faults quick|all|stripe-down,kill-cloud,...]
+                             [--grace S] [--fault-every MS] [--out dir] [--keep] [--scenario name]
+       npm run chaos:money -- --check <dir>
+       npm run chaos:money -- --prove-bugs [--only name]
+(docs/reliability.md, "Money")
+`;
+
+function parseMoneyArgs() {
+  return parseArgs({
     options: {
       seed: { type: 'string' },
       duration: { type: 'string', default: '30' },
@@ -239,8 +246,28 @@ async function main(): Promise<number> {
       'prove-bugs': { type: 'boolean', default: false },
       only: { type: 'string' },
       scenario: { type: 'string' },
+      help: { type: 'boolean', default: false },
     },
   });
+}
+
+async function main(): Promise<number> {
+  let parsed;
+  try {
+    parsed = parseMoneyArgs();
+  } catch (e) {
+    // a wrong option is the operator's typo, not a harness failure: say which, and how to call it
+    process.stderr.write(`chaos:money: ${e instanceof Error ? e.message : String(e)}\n${USAGE}`);
+    return 2;
+  }
+  if (parsed.values.help) {
+    process.stdout.write(USAGE);
+    return 0;
+  }
+  return mainWith(parsed.values);
+}
+
+async function mainWith(values: ReturnType<typeof parseMoneyArgs>['values']): Promise<number> {
   if (values['prove-bugs']) {
     const { proveMoneyBugs } = await import('./prove-bugs.js');
     return proveMoneyBugs(values.only);
