@@ -17,7 +17,9 @@
  * windows keep expiring. Once the cloud has proven the time to this process,
  * trusted time is bounded above too, by the last proven cloud time carried
  * forward on the monotonic clock plus CLOCK_SKEW_TOLERANCE_MS: a wall clock
- * ahead of real time opens nothing early.
+ * ahead of real time opens nothing more than that tolerance early (the
+ * tolerance is the price of the cloud's clock against ours and a message's
+ * time on the way).
  *
  * Across a restart the monotonic reading means nothing; the persisted floor
  * (raised every second while running, and at stop) is where trusted time
