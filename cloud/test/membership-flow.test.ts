@@ -10,6 +10,8 @@ import { casMembership, loadMembership } from '../src/adapters/db/memberships.js
 import { BillingWorker } from '../src/app/billing-worker.js';
 import { SimulatedCrash, crashAt } from '../src/app/crash.js';
 import { getKey } from '../src/app/keys.js';
+import { createPerson } from '../src/app/registry.js';
+import { blockPerson } from '../src/app/walk-ins.js';
 import {
   applyMembership,
   approveMembership,
@@ -58,9 +60,9 @@ describe.each(pgBackends())('memberships on %s', (pgBackend) => {
   let n = 0;
 
   /** A membership applied, approved and paid: active with its first key. */
-  async function activeMember(): Promise<Membership> {
+  async function activeMember(personId = s.personId): Promise<Membership> {
     const id = `mem-${s.u}-${++n}`;
-    const a = await applyMembership(md(), { membershipId: id, planId, personId: s.personId });
+    const a = await applyMembership(md(), { membershipId: id, planId, personId });
     expect(a).toMatchObject({ status: 'applied', code: 'MEMBERSHIP_APPLIED' });
     const ap = await approveMembership(md(), { membershipId: id, actor: 'staff-1' });
     expect(ap).toMatchObject({ status: 'applied', code: 'MEMBERSHIP_APPROVED' });
@@ -304,6 +306,24 @@ describe.each(pgBackends())('memberships on %s', (pgBackend) => {
       expect(back).toMatchObject({ status: 'active', suspended: false, keyId: `key_${m.id}_2`, pastDueSince: null });
       const key2 = await getKey(base, back.keyId ?? '');
       expect(key2).toMatchObject({ status: 'issuing', credential: { digest: m.credential?.digest } });
+    });
+
+    it('a member the site blocked gets no key when the paid invoice restores access: the block revoked it, and billing does not give it back', async () => {
+      const personId = `person-${s.u}-blocked-${++n}`;
+      expect(await createPerson(base, { id: personId, name: 'Ren' })).toMatchObject({ status: 'applied' });
+      const m = await activeMember(personId);
+      const b = await blockPerson(md(), { siteId: s.siteId, personId, reason: 'banned', actor: 'staff-1' });
+      expect(b).toMatchObject({ status: 'applied', code: 'PERSON_BLOCKED', state: { keysRevoked: 1 } });
+      local.advanceSubscription(m.subscriptionId ?? '', 'failed');
+      await settle();
+      base.clock.advance(2 * DAY + 1);
+      expect((await worker().runOnce()).suspended).toBeGreaterThanOrEqual(1);
+      local.payInvoice(local.subscription(m.subscriptionId ?? '')?.latest_invoice ?? '');
+      await settle();
+      // billing moves as Stripe says (the member paid); the door does not open for a person the site blocked
+      expect(await load(m.id)).toMatchObject({ status: 'active', suspended: false });
+      const live = await t.db.query("SELECT id FROM keys WHERE person_id = $1 AND status IN ('issuing', 'active')", [personId]);
+      expect(live.rows).toEqual([]);
     });
 
     it('Stripe giving up on a past-due renewal ends the membership (payment_failed_final) and revokes the key', async () => {

@@ -38,6 +38,7 @@ import { enqueueBillingJob } from '../adapters/db/billing-jobs.js';
 import { insertPlan, listPlans as listPlanRows, loadPlan, recordPlanPrice, retirePlanRow, type PlanFilter } from '../adapters/db/plans.js';
 import type { SiteScope } from '../adapters/db/scope.js';
 import { doorsAtSite, listOpenStaysOfMembership } from '../adapters/db/stays.js';
+import { loadBlock } from '../adapters/db/walk-ins.js';
 import type { BillingFailure } from '../adapters/stripe/errors.js';
 import {
   cancelSubscriptionNow,
@@ -118,6 +119,15 @@ async function runEffects(
   for (const e of effects) {
     switch (e.type) {
       case 'issue_key': {
+        // the key is the member's authority at the door: a person the site has blocked gets none, whatever
+        // billing says (blocking revoked the keys they had; staff give access back after lifting the block)
+        if ((await loadBlock(tx, plan.siteId, m.personId)) !== null) {
+          withCorrelation(deps.log, cid, { membershipId: m.id, keyId: e.keyId }).warn(
+            { code: 'GUEST_BLOCKED', siteId: plan.siteId },
+            'the member is blocked at the site: no key is issued, the membership moves as billed',
+          );
+          break;
+        }
         const now = deps.clock.now();
         const terms = {
           keyId: e.keyId,
