@@ -120,7 +120,7 @@ async function runEffects(
     switch (e.type) {
       case 'issue_key': {
         // the key is the member's authority at the door: a person the site has blocked gets none, whatever
-        // billing says (blocking revoked the keys they had; staff give access back after lifting the block)
+        // billing says (blocking revoked the keys they had)
         if ((await loadBlock(tx, plan.siteId, m.personId)) !== null) {
           withCorrelation(deps.log, cid, { membershipId: m.id, keyId: e.keyId }).warn(
             { code: 'GUEST_BLOCKED', siteId: plan.siteId },
