@@ -101,6 +101,8 @@ describe.each(backends())('fail-closed holes, end to end (%s brokers and databas
     const s = (sys = await new System(backend, { gatewayInProcess: false, gatewayClockOffsetMs: 10 * 60_000 }).start());
     await s.startGatewayOnly();
     await waitFor(() => s.gateway.siteConnected, "the gateway's site link");
+    // the ceiling exists once the cloud has answered this process's resync: before that the wall clock is all it has
+    await waitFor(() => s.gateway.timeProven, 'the cloud proved the time');
     // (one request per lock: a lock that never takes an answer is busy until it gives up)
     for (const lock of ['L1', 'L2']) await s.fleet.lock(lock).present({ type: 'pin', value: '0000' }, { timeoutMs: 1_000 });
     const rows = await waitFor(async () => {
