@@ -89,7 +89,7 @@ describe.each(pgBackends())('a PIN drawn for a stay booked without a credential 
     const [row] = queued.json<{ items: { id: number; body: string; status: string }[] }>().items;
     expect(row?.status).toBe('pending');
     expect(row?.body).toContain('Enter this PIN on the door keypad: {{pin}}');
-    expect(row?.body).not.toMatch(/\d{8}/);
+    expect(row?.body).not.toMatch(/keypad: \d/); // (ids may hold digits: only where the PIN would stand)
 
     await h.cloud.runNotifications();
     await h.cloud.runNotifications();
