@@ -8,9 +8,9 @@
  * went unnoticed.
  */
 import { execFileSync, spawn } from 'node:child_process';
-import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, symlinkSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { existsSync, readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
+import { removeWorktree, throwawayWorktree } from './worktree.js';
 
 const REPO = resolve(import.meta.dirname, '..');
 
@@ -54,33 +54,6 @@ export const BUGS: readonly BugCase[] = [
     settleTimeoutSeconds: 30,
   },
 ];
-
-/** A worktree of HEAD with its own node_modules: links to ours, except @tobira/* which must point into the worktree. */
-function throwawayWorktree(name: string): string {
-  const dir = join(tmpdir(), `tobira-prove-${name}-${process.pid}`);
-  rmSync(dir, { recursive: true, force: true });
-  execFileSync('git', ['-C', REPO, 'worktree', 'add', '--detach', dir, 'HEAD'], { stdio: 'ignore' });
-  const nm = join(dir, 'node_modules');
-  mkdirSync(nm);
-  for (const e of readdirSync(join(REPO, 'node_modules'))) {
-    if (e === '@tobira') continue;
-    symlinkSync(join(REPO, 'node_modules', e), join(nm, e));
-  }
-  mkdirSync(join(nm, '@tobira'));
-  for (const e of readdirSync(join(REPO, 'node_modules', '@tobira'))) symlinkSync(join('..', '..', e), join(nm, '@tobira', e));
-  for (const w of ['shared', 'cloud', 'gateway', 'firmware-sim', 'demo', 'stripe-local'])
-    if (existsSync(join(REPO, w, 'node_modules'))) symlinkSync(join(REPO, w, 'node_modules'), join(dir, w, 'node_modules'));
-  return dir;
-}
-
-function removeWorktree(dir: string): void {
-  try {
-    execFileSync('git', ['-C', REPO, 'worktree', 'remove', '--force', dir], { stdio: 'ignore' });
-  } catch {
-    rmSync(dir, { recursive: true, force: true });
-    execFileSync('git', ['-C', REPO, 'worktree', 'prune'], { stdio: 'ignore' });
-  }
-}
 
 function runIn(dir: string, args: string[]): Promise<number> {
   return new Promise((res) => {

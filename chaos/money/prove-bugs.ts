@@ -6,9 +6,9 @@
  * breaks. Prints one line per bug; exits non-zero when a bug went unnoticed.
  */
 import { execFileSync, spawn } from 'node:child_process';
-import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, symlinkSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { existsSync, readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
+import { removeWorktree, throwawayWorktree } from '../worktree.js';
 
 const REPO = resolve(import.meta.dirname, '../..');
 
@@ -29,33 +29,6 @@ export const MONEY_BUGS: readonly MoneyBugCase[] = [
   // the membership stays active while Stripe stops billing at period end
   { patch: 'slow-stripe-self-cancel.patch', scenario: 'slow-stripe-self-cancel', expect: ['M3'] },
 ];
-
-/** A worktree of HEAD with its own node_modules: links to ours, except @tobira/* which must point into the worktree. */
-function throwawayWorktree(name: string): string {
-  const dir = join(tmpdir(), `tobira-prove-money-${name}-${process.pid}`);
-  rmSync(dir, { recursive: true, force: true });
-  execFileSync('git', ['-C', REPO, 'worktree', 'add', '--detach', dir, 'HEAD'], { stdio: 'ignore' });
-  const nm = join(dir, 'node_modules');
-  mkdirSync(nm);
-  for (const e of readdirSync(join(REPO, 'node_modules'))) {
-    if (e === '@tobira') continue;
-    symlinkSync(join(REPO, 'node_modules', e), join(nm, e));
-  }
-  mkdirSync(join(nm, '@tobira'));
-  for (const e of readdirSync(join(REPO, 'node_modules', '@tobira'))) symlinkSync(join('..', '..', e), join(nm, '@tobira', e));
-  for (const w of ['shared', 'cloud', 'gateway', 'firmware-sim', 'demo', 'stripe-local'])
-    if (existsSync(join(REPO, w, 'node_modules'))) symlinkSync(join(REPO, w, 'node_modules'), join(dir, w, 'node_modules'));
-  return dir;
-}
-
-function removeWorktree(dir: string): void {
-  try {
-    execFileSync('git', ['-C', REPO, 'worktree', 'remove', '--force', dir], { stdio: 'ignore' });
-  } catch {
-    rmSync(dir, { recursive: true, force: true });
-    execFileSync('git', ['-C', REPO, 'worktree', 'prune'], { stdio: 'ignore' });
-  }
-}
 
 /** Runs one scenario with `chaos/money/run.ts` of `dir` (the patched tree, or this one); resolves with its exit code. */
 export function runScenario(dir: string, scenario: string, out: string, seed = 1, quiet = false): Promise<number> {
@@ -91,7 +64,7 @@ export interface MoneyProveResult {
 }
 
 export async function proveMoneyBug(b: MoneyBugCase, quiet = false): Promise<MoneyProveResult> {
-  const dir = throwawayWorktree(b.patch.replace(/\.patch$/, ''));
+  const dir = throwawayWorktree(`money-${b.patch.replace(/\.patch$/, '')}`);
   try {
     execFileSync('git', ['-C', dir, 'apply', join(REPO, 'chaos/money/bugs', b.patch)]);
     const out = join(dir, '.chaos-money');
