@@ -295,6 +295,57 @@ describe.each(pgBackends())('billing reconciliation over HTTP on %s', (backend) 
     });
   });
 
+  describe("a refund made in Stripe directly whose webhook comes before the payment's", () => {
+    /** Booked and paid at Stripe with the payment's webhooks lost: the cloud has not seen the money arrive. */
+    async function paidUnseen(): Promise<{ stayId: string; intentId: string }> {
+      n += 1;
+      const start = Date.UTC(2027, 9, 1) + n * 3 * 86_400_000;
+      const iso = (ms: number) => new Date(ms).toISOString().slice(0, 10);
+      const b = await post(
+        '/stays',
+        { personId: h.personId, roomId, checkIn: iso(start), checkOut: iso(start + 86_400_000), amount: 30_000, currency: 'jpy' },
+        { 'idempotency-key': `bk-${newId()}` },
+      );
+      expect(b.statusCode).toBe(202);
+      const body = b.json<{ stay: { id: string }; payment: { intentId: string } }>();
+      await settle();
+      h.local.webhooks.faults.drop = true;
+      expect((await fetch(`${h.local.url}/_local/pay/${body.payment.intentId}?card=pm_card_visa`)).status).toBe(200);
+      await h.local.webhooks.idle();
+      h.local.webhooks.faults.drop = false;
+      return { stayId: body.stay.id, intentId: body.payment.intentId };
+    }
+    const deadEvents = async () =>
+      (await get('/billing/dead-letters?kind=webhook-events&limit=100')).json<{ items: { type: string }[] }>().items;
+
+    it('in full: the money is first recorded as received, then as refunded; the stay ends; nothing is dead-lettered', async () => {
+      const deadBefore = (await deadEvents()).length;
+      const s = await paidUnseen();
+      const re = await h.stripe.refunds.create({ payment_intent: s.intentId });
+      await settle();
+      await settle();
+      const [p] = await paymentsOf(s.stayId);
+      expect(p).toMatchObject({ status: 'refunded', amountRefunded: 30_000 });
+      expect(p?.refunds).toEqual([expect.objectContaining({ status: 'succeeded', amount: 30_000, stripeRefundId: re.id })]);
+      expect((await get(`/stays/${s.stayId}`)).json()).toMatchObject({ stay: { status: 'cancelled' } });
+      expect(await deadEvents()).toHaveLength(deadBefore);
+    });
+
+    it('in part: received and partially refunded, the stay confirmed with its key', async () => {
+      const deadBefore = (await deadEvents()).length;
+      const s = await paidUnseen();
+      await h.stripe.refunds.create({ payment_intent: s.intentId, amount: 10_000 });
+      await settle();
+      await settle();
+      const [p] = await paymentsOf(s.stayId);
+      expect(p).toMatchObject({ status: 'partially_refunded', amountRefunded: 10_000 });
+      const stay = (await get(`/stays/${s.stayId}`)).json<{ stay: { status: string; keyId: string | null } }>().stay;
+      expect(stay.status).toBe('confirmed');
+      expect(await keyStatus(stay.keyId ?? '')).toBe('issuing');
+      expect(await deadEvents()).toHaveLength(deadBefore);
+    });
+  });
+
   describe("a refund made in Stripe directly that races the cloud's own refund", () => {
     const deadRefundJobs = async (paymentId: string) =>
       (await get('/billing/dead-letters?kind=billing-jobs&limit=100'))

@@ -278,6 +278,45 @@ describe.each(pgBackends())('memberships on %s', (pgBackend) => {
       expect(await getKey(base, m.keyId ?? '')).toMatchObject({ status: 'issuing' });
     });
 
+    it('the first invoice paid and a renewal failed before any of it was learned: past due with the key the payment bought, inside the grace', async () => {
+      await t.db.query(
+        `INSERT INTO webhook_endpoints (id, site_id, url, secret, events, created_at)
+         VALUES ($1, $2, 'https://hooks.example.test/late', 'whsec_x', ARRAY['membership.activated'], 0)`,
+        [`wh-${s.u}-late`, s.siteId],
+      );
+      const id = `mem-${s.u}-${++n}`;
+      expect(await applyMembership(md(), { membershipId: id, planId, personId: s.personId })).toMatchObject({ status: 'applied' });
+      const ap = await approveMembership(md(), { membershipId: id, actor: 'staff-1' });
+      if (!ap.invoiceId) throw new Error('no invoice');
+      await settle();
+      // the activation's events and the renewal's are held, then arrive newest first
+      local.webhooks.faults.hold = true;
+      expect(local.payInvoice(ap.invoiceId).status).toBe(200);
+      const sub = (await load(id)).subscriptionId ?? '';
+      expect(local.advanceSubscription(sub, 'failed').status).toBe(200);
+      local.webhooks.faults.hold = false;
+      local.webhooks.release('reverse');
+      await settle();
+      const m = await load(id);
+      expect(m).toMatchObject({ status: 'past_due', suspended: false, keyId: `key_${id}_1`, lastCode: 'MEMBERSHIP_ACTIVATED_PAST_DUE' });
+      expect(m.pastDueSince).not.toBeNull();
+      expect(await getKey(base, m.keyId ?? '')).toMatchObject({ status: 'issuing', personId: s.personId });
+      const told = await t.db.query<{ template: string }>('SELECT template FROM notification_outbox WHERE dedupe_key LIKE $1', [
+        `payment_failed:${id}:%`,
+      ]);
+      expect(told.rows.map((r) => r.template)).toEqual(['payment_failed']);
+      // property systems hear of the activation all the same
+      const out = await t.db.query<{ type: string; status: string }>(
+        `SELECT type, body->>'status' AS status FROM webhook_outbox WHERE endpoint_id = $1 AND body->>'membershipId' = $2`,
+        [`wh-${s.u}-late`, id],
+      );
+      expect(out.rows).toEqual([{ type: 'membership.activated', status: 'past_due' }]);
+      // the grace runs from when it was learned: past it, suspended like any past-due member
+      base.clock.advance(2 * DAY + 1);
+      expect((await worker().runOnce()).suspended).toBeGreaterThanOrEqual(1);
+      expect(await getKey(base, m.keyId ?? '')).toMatchObject({ status: 'revoking', revokeReason: 'payment_failed' });
+    });
+
     it('past due keeps access for the grace, is suspended after it (key revoked), and invoice.paid restores it with a fresh key and the same PIN', async () => {
       const m = await activeMember();
       local.advanceSubscription(m.subscriptionId ?? '', 'failed');

@@ -166,6 +166,8 @@ export const OUTCOME_CODES = table({
   MEMBERSHIP_ACTIVATED: 'The first invoice is paid: the membership is active and its key issued for the plan doors.',
   MEMBERSHIP_RENEWED: 'A renewal invoice is paid: the membership runs to the new period end.',
   MEMBERSHIP_PAYMENT_RECOVERED: 'The overdue invoice is paid: the membership is active again, door access restored if it was suspended.',
+  MEMBERSHIP_ACTIVATED_PAST_DUE:
+    'The first period was paid and a renewal already failed (the activation was learned late): the key is issued and the membership is past due, inside the plan grace period.',
   MEMBERSHIP_PAST_DUE: 'A renewal payment failed: the membership is past due; door access stays for the plan grace period.',
   MEMBERSHIP_ENDING: 'The Stripe subscription is set to cancel at period end: the membership ends then; access stays until.',
   MEMBERSHIP_ENDED: 'The membership ended: billing stopped first, the key revoked through the key verb.',

@@ -286,6 +286,14 @@ export class BillingWorker {
       const refunds = await listRefundsOfIntent(d.stripe, intentId);
       if (!refunds.ok)
         return { ok: false, code: refunds.failure.code, permanent: refunds.failure.kind === 'permanent', error: refunds.failure.message };
+      // Stripe refunds only money it received: a refund's event ahead of the payment's own (reordered, lost)
+      // means the intent is re-read and the payment settled first, so the refund lands on money the ledger holds
+      const refunded = refunds.value.filter((r) => r.status !== 'failed').reduce((n, r) => n + r.amount, 0);
+      if (refunded > payment.amountReceived) {
+        const now = await retrievePaymentIntent(d.stripe, intentId);
+        if (!now.ok) return { ok: false, code: now.failure.code, permanent: now.failure.kind === 'permanent', error: now.failure.message };
+        await settleFromObservation(d, payment.id, now.value, this.#subjectCid(cid, payment.cid, e.eventId));
+      }
       return done(await reconcileRefunds(d, payment.id, refunds.value, cid));
     }
     if (e.type.startsWith('customer.subscription.') || e.type.startsWith('invoice.')) {

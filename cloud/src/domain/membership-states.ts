@@ -47,6 +47,9 @@ export const MEMBERSHIP_TRANSITIONS: readonly MembershipTransitionRow[] = [
   { from: ['active'], event: 'invoice_paid', to: 'active', code: 'MEMBERSHIP_RENEWED' },
   { from: ['past_due'], event: 'invoice_paid', to: 'active', code: 'MEMBERSHIP_PAYMENT_RECOVERED' },
   { from: ['active'], event: 'payment_failed', to: 'past_due', code: 'MEMBERSHIP_PAST_DUE' },
+  // Stripe's default_incomplete keeps an unpaid first invoice `incomplete`: `past_due` means the first period was
+  // paid and a renewal failed, the activation's own event lost or overtaken
+  { from: ['applied'], event: 'payment_failed', to: 'past_due', code: 'MEMBERSHIP_ACTIVATED_PAST_DUE' },
   { from: ['active', 'past_due'], event: 'self_cancel', to: 'ending', code: 'MEMBERSHIP_ENDING' },
   { from: ['active', 'past_due'], event: 'plan_retired', to: 'ending', code: 'MEMBERSHIP_ENDING' },
   { from: ['ending'], event: 'period_ended', to: 'ended', code: 'MEMBERSHIP_ENDED' },
@@ -61,7 +64,6 @@ export const MEMBERSHIP_TRANSITIONS: readonly MembershipTransitionRow[] = [
 export const MEMBERSHIP_NOOPS: readonly MembershipNoopRow[] = [
   { from: ['active', 'past_due', 'ending'], event: 'approve', code: 'MEMBERSHIP_ALREADY_APPROVED' },
   { from: ['ending'], event: 'invoice_paid', code: 'MEMBERSHIP_ALREADY_ENDING' },
-  { from: ['applied'], event: 'payment_failed', code: 'MEMBERSHIP_PAYMENT_PENDING' },
   { from: ['past_due'], event: 'payment_failed', code: 'MEMBERSHIP_ALREADY_PAST_DUE' },
   { from: ['ending'], event: 'payment_failed', code: 'MEMBERSHIP_ALREADY_ENDING' },
   { from: ['ending'], event: 'self_cancel', code: 'MEMBERSHIP_ALREADY_ENDING' },

@@ -258,17 +258,34 @@ export function observeSubscription(
       return stepped(step(m, 'invoice_paid', {}, [], cmd.cid, now));
     }
     case 'past_due':
-    case 'unpaid':
-      return stepped(
-        step(
-          m,
-          'payment_failed',
-          { pastDueSince: now },
-          [{ type: 'notify', notice: 'payment_failed', dedupeKey: `payment_failed:${m.id}:${obs.currentPeriodEnd}` }],
-          cmd.cid,
-          now,
-        ),
-      );
+    case 'unpaid': {
+      const failed: MembershipEffect = {
+        type: 'notify',
+        notice: 'payment_failed',
+        dedupeKey: `payment_failed:${m.id}:${obs.currentPeriodEnd}`,
+      };
+      if (m.status === 'applied') {
+        // the first period was paid (an unpaid first invoice stays `incomplete`): the member gets the key the
+        // payment bought, already inside the plan's grace, and both notices
+        const seq = m.keySeq + 1;
+        const keyId = membershipKeyId(m.id, seq);
+        return stepped(
+          step(
+            m,
+            'payment_failed',
+            { currentPeriodEnd: obs.currentPeriodEnd, keyId, keySeq: seq, pastDueSince: now },
+            [
+              { type: 'issue_key', keyId },
+              { type: 'notify', notice: 'membership_activated', dedupeKey: `membership_activated:${m.id}` },
+              failed,
+            ],
+            cmd.cid,
+            now,
+          ),
+        );
+      }
+      return stepped(step(m, 'payment_failed', { pastDueSince: now }, [failed], cmd.cid, now));
+    }
     case 'canceled':
     case 'incomplete_expired': {
       if (m.status === 'ending')

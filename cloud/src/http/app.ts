@@ -64,10 +64,23 @@ function hasNul(v: unknown, depth = 0): boolean {
   return Object.entries(v).some(([k, x]) => k.includes('\u0000') || hasNul(x, depth + 1));
 }
 
+/**
+ * node-postgres's own errors for a connection lost or never made: they carry no code, only these
+ * messages (pg's client.js and pg-pool's index.js), so they are matched by their beginning.
+ */
+const LOST_CONNECTION_MESSAGES = [
+  'Connection terminated',
+  'Client has encountered a connection error',
+  'Client was closed and is not queryable',
+  'timeout exceeded when trying to connect',
+];
+
 /** Driver errors that mean the database is unreachable, not that the request was bad. */
 function dependencyDown(e: unknown): boolean {
   const code = pgErrorCode(e);
-  if (code === undefined) return false;
+  if (code === undefined) {
+    return e instanceof Error && LOST_CONNECTION_MESSAGES.some((m) => e.message.startsWith(m));
+  }
   return ['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', '57P01', '57P03', '53300'].includes(code) || code.startsWith('08');
 }
 

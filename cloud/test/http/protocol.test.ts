@@ -422,6 +422,29 @@ describe.each(pgBackends())('admin API protocol on %s', (backend) => {
         await app.close();
       }
     });
+    // node-postgres raises these without a code when the server drops the connection mid-request
+    it.each([
+      'Connection terminated unexpectedly',
+      'Connection terminated',
+      'Client has encountered a connection error and is not queryable',
+      'timeout exceeded when trying to connect',
+      'Connection terminated due to connection timeout',
+    ])('a lost database connection (%s) is 503 SERVICE_UNAVAILABLE, not 500', async (message) => {
+      const app = await buildApp({ cloud: failing(new Error(message)), db: h.cloud.db, log: testLog, clock: h.cloud.clock });
+      try {
+        const r = await app.inject({
+          method: 'POST',
+          url: '/people',
+          headers: bearer(h.tokens.admin),
+          payload: { name: 'X', siteId: h.siteA },
+        });
+        expect(r.statusCode).toBe(503);
+        expect(r.headers['retry-after']).toBe('5');
+        expect(r.json()).toMatchObject({ status: 'refused', code: 'SERVICE_UNAVAILABLE' });
+      } finally {
+        await app.close();
+      }
+    });
   });
 
   describe('rate limiting', () => {
