@@ -160,10 +160,12 @@ export async function runMoneyChaos(o: MoneyRunOptions): Promise<MoneyRunResult>
 /**
  * Healing ends the money in flight: the desk cancels every stay and walk-in still pending (a run is
  * shorter than the one-minute hold), then the runner waits until the cloud's queues are empty (the
- * webhook inbox, billing jobs, notifications), no refund is pending and no key is in flight.
+ * webhook inbox, billing jobs, notifications), no refund is pending, every open checkout has been re-read
+ * from Stripe since (the checkout recheck) and no key is in flight.
  */
 async function settle(c: MoneyCluster, w: MoneyWorkload, h: History, timeoutMs: number): Promise<MoneyRunResult['healed']> {
   const t0 = performance.now();
+  const healFrom = Date.now();
   let reason = '';
   let cancelled = false;
   while (performance.now() - t0 < timeoutMs) {
@@ -192,6 +194,12 @@ async function settle(c: MoneyCluster, w: MoneyWorkload, h: History, timeoutMs: 
           refunds: await one("SELECT count(*) AS n FROM refunds WHERE status = 'pending'"),
           stays: await one("SELECT count(*) AS n FROM stays WHERE status = 'pending'"),
           walkIns: await one("SELECT count(*) AS n FROM walk_ins WHERE status = 'pending'"),
+          // every open checkout re-read from Stripe at least once since the faults ended (its webhooks may be lost)
+          checkouts: await one(
+            `SELECT count(*) AS n FROM memberships WHERE status = 'applied' AND approved_at IS NOT NULL
+               AND subscription_id IS NOT NULL AND billing_stop_pending IS NULL
+               AND (checkout_checked_at IS NULL OR checkout_checked_at < ${healFrom})`,
+          ),
           keys: await one("SELECT count(*) AS n FROM keys WHERE status IN ('issuing', 'revoking')"),
         };
       })

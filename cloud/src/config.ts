@@ -155,6 +155,11 @@ export const CloudConfigSchema = z.object({
     .min(60_000)
     .max(23 * 3_600_000)
     .default(22 * 3_600_000),
+  /**
+   * How often the billing worker re-reads an open checkout's subscription from Stripe (docs/memberships.md): a
+   * paid first invoice whose webhooks were all lost activates within this, not at the deadline. 2 minutes.
+   */
+  MEMBERSHIP_CHECKOUT_RECHECK_MS: int(2 * 60_000, 1_000),
   /** Guest and member notifications (docs/notifications.md): the channel new messages are queued for. */
   NOTIFY_CHANNEL: z.enum(NOTIFICATION_CHANNELS).default('log'),
   /** SMTP server of the `smtp` channel (required with it), its port, the From address (required with it). */
@@ -246,7 +251,12 @@ export interface CloudConfig {
     readonly protocol: 'http' | 'https' | undefined;
   };
   readonly crashMode: 'throw' | 'kill';
-  readonly billing: { readonly pollMs: number; readonly leaseMs: number; readonly checkoutDeadlineMs: number };
+  readonly billing: {
+    readonly pollMs: number;
+    readonly leaseMs: number;
+    readonly checkoutDeadlineMs: number;
+    readonly checkoutRecheckMs: number;
+  };
   /** Notifications (docs/notifications.md): the channel new messages use, its settings, the dispatcher's. */
   readonly notifications: {
     readonly channel: NotificationChannel;
@@ -436,7 +446,12 @@ export function parseConfig(env: Record<string, string | undefined> = process.en
       protocol: c.STRIPE_API_PROTOCOL,
     },
     crashMode: c.CRASH_MODE,
-    billing: { pollMs: c.BILLING_POLL_MS, leaseMs: c.BILLING_LEASE_MS, checkoutDeadlineMs: c.MEMBERSHIP_CHECKOUT_DEADLINE_MS },
+    billing: {
+      pollMs: c.BILLING_POLL_MS,
+      leaseMs: c.BILLING_LEASE_MS,
+      checkoutDeadlineMs: c.MEMBERSHIP_CHECKOUT_DEADLINE_MS,
+      checkoutRecheckMs: c.MEMBERSHIP_CHECKOUT_RECHECK_MS,
+    },
     notifications: {
       channel: c.NOTIFY_CHANNEL,
       smtp:

@@ -1,11 +1,18 @@
 import { pgBackends } from '@tobira/shared/testing';
 import { startStripeLocal, stripeClient, type StripeLocal } from '@tobira/stripe-local';
 import type Stripe from 'stripe';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import { listNotifications } from '../src/adapters/db/notifications.js';
 import { loadMembership } from '../src/adapters/db/memberships.js';
 import { BillingWorker } from '../src/app/billing-worker.js';
-import { applyMembership, approveMembership, createPlan, endMembership, type MembershipDeps } from '../src/app/memberships.js';
+import {
+  DEFAULT_CHECKOUT_RECHECK_MS,
+  applyMembership,
+  approveMembership,
+  createPlan,
+  endMembership,
+  type MembershipDeps,
+} from '../src/app/memberships.js';
 import type { Membership } from '../src/domain/memberships.js';
 import { deps, openTestDb, seed, type TestDb } from './helpers.js';
 import { startInbox } from './stays-harness.js';
@@ -136,6 +143,43 @@ describe.each(pgBackends())('the checkout deadline of an approved membership on 
       code: 'MEMBERSHIP_ALREADY_ENDED',
     });
     expect(local.refunds()).toEqual([]);
+  });
+
+  it('a paid first invoice whose webhooks were all lost activates at the next checkout recheck, not at the deadline', async () => {
+    const c = await approved();
+    await pass();
+    local.webhooks.faults.drop = true;
+    expect(local.payInvoice(c.invoiceId).status).toBe(200);
+    await local.webhooks.idle();
+    local.webhooks.faults.drop = false;
+    // not due yet: nothing re-read, still waiting for a webhook that will never come
+    expect((await pass()).checkoutsRechecked).toBe(0);
+    expect(await load(c.id)).toMatchObject({ status: 'applied', keyId: null });
+    base.clock.advance(DEFAULT_CHECKOUT_RECHECK_MS);
+    expect((await pass()).checkoutsRechecked).toBeGreaterThanOrEqual(1);
+    const m = await load(c.id);
+    expect(m).toMatchObject({ status: 'active', keyId: `key_${c.id}_1`, lastCode: 'MEMBERSHIP_ACTIVATED' });
+    const key = await t.db.query<{ status: string }>('SELECT status FROM keys WHERE id = $1', [m.keyId]);
+    expect(key.rows).toEqual([{ status: 'issuing' }]);
+  });
+
+  it('an unpaid checkout is re-read once per recheck interval, not on every pass', async () => {
+    const c = await approved();
+    await pass();
+    const spy = vi.spyOn(stripe.subscriptions, 'retrieve');
+    const reads = () => spy.mock.calls.filter(([id]) => id === c.subscriptionId).length;
+    base.clock.advance(DEFAULT_CHECKOUT_RECHECK_MS);
+    const before = reads();
+    await pass();
+    expect(reads()).toBe(before + 1);
+    await pass();
+    await pass();
+    expect(reads()).toBe(before + 1);
+    base.clock.advance(DEFAULT_CHECKOUT_RECHECK_MS);
+    await pass();
+    expect(reads()).toBe(before + 2);
+    expect(await load(c.id)).toMatchObject({ status: 'applied' });
+    spy.mockRestore();
   });
 
   it('money that lands in the moment before the end is refunded once, in full; its late webhooks leave the application ended', async () => {

@@ -14,7 +14,9 @@ import { createRefund, listRefundsOfIntent } from '../adapters/stripe/refunds.js
 import { SimulatedCrash } from './crash.js';
 import {
   DEFAULT_CHECKOUT_DEADLINE_MS,
+  DEFAULT_CHECKOUT_RECHECK_MS,
   expireUnpaidCheckouts,
+  recheckOpenCheckouts,
   reconcilePendingStop,
   reconcileSubscription,
   refundLateCheckout,
@@ -44,6 +46,8 @@ export interface BillingWorkerOptions extends BackoffPolicy {
   readonly holdSlackMs: number;
   /** How long an approved application's checkout stays open unpaid (config MEMBERSHIP_CHECKOUT_DEADLINE_MS). */
   readonly checkoutDeadlineMs: number;
+  /** How often an open checkout's subscription is re-read from Stripe (config MEMBERSHIP_CHECKOUT_RECHECK_MS). */
+  readonly checkoutRecheckMs: number;
 }
 
 export const DEFAULT_BILLING_WORKER_OPTIONS: BillingWorkerOptions = Object.freeze({
@@ -52,6 +56,7 @@ export const DEFAULT_BILLING_WORKER_OPTIONS: BillingWorkerOptions = Object.freez
   batch: 20,
   holdSlackMs: 10 * 60_000,
   checkoutDeadlineMs: DEFAULT_CHECKOUT_DEADLINE_MS,
+  checkoutRecheckMs: DEFAULT_CHECKOUT_RECHECK_MS,
   baseMs: 2_000,
   maxMs: 10 * 60_000,
   maxAttempts: 12,
@@ -71,6 +76,8 @@ export interface BillingPass {
   readonly walkInsExpired: number;
   /** approved applications ended unpaid at their checkout deadline this pass (`checkout_expired`) */
   readonly checkoutsExpired: number;
+  /** open checkouts whose subscription was re-read from Stripe this pass (their webhooks late or lost) */
+  readonly checkoutsRechecked: number;
 }
 
 const ID = z.string().min(1);
@@ -213,7 +220,8 @@ export class BillingWorker {
     const suspended = await suspendOverdueAccess(this.#d, this.#o.batch);
     const walkInsExpired = await expireWalkIns(this.#d, this.#o.batch);
     const checkoutsExpired = await expireUnpaidCheckouts(this.#d, this.#o.batch, this.#o.checkoutDeadlineMs);
-    return { events, jobs, expired, ended, overdue, suspended, walkInsExpired, checkoutsExpired };
+    const checkoutsRechecked = await recheckOpenCheckouts(this.#d, this.#o.batch, this.#o.checkoutRecheckMs);
+    return { events, jobs, expired, ended, overdue, suspended, walkInsExpired, checkoutsExpired, checkoutsRechecked };
   }
 
   // ------------------------------------------------------------ webhook inbox

@@ -24,6 +24,7 @@ import {
   casMembership,
   endMembershipRow,
   insertMembership,
+  claimCheckoutsToRecheck,
   listCheckoutsApprovedBefore,
   listLivingOfPlan,
   listMemberships as listMembershipRows,
@@ -754,6 +755,36 @@ export async function expireUnpaidCheckouts(deps: MembershipDeps, limit: number,
       );
   }
   return ended;
+}
+
+/**
+ * How often an open checkout's subscription is re-read from Stripe (config MEMBERSHIP_CHECKOUT_RECHECK_MS):
+ * the webhooks of a paid first invoice can all be lost, and the member should not wait for the deadline.
+ */
+export const DEFAULT_CHECKOUT_RECHECK_MS = 2 * 60_000;
+
+/**
+ * The checkout recheck (each billing pass): every approved application still `applied` after `intervalMs`,
+ * and again every `intervalMs`, has its subscription re-read and decided through `reconcileSubscription` —
+ * what a webhook would have done (paid → active with its key). Stripe unreachable → the next round tries
+ * again. Returns how many it read.
+ */
+export async function recheckOpenCheckouts(deps: MembershipDeps, limit: number, intervalMs: number): Promise<number> {
+  const now = deps.clock.now();
+  const due = await claimCheckoutsToRecheck(deps.db, { now, minAgeMs: intervalMs, intervalMs, limit });
+  for (const c of due) {
+    const cid = newCorrelationId();
+    const log = withCorrelation(deps.log, cid, { part: 'checkout-recheck', membershipId: c.id, subscriptionId: c.subscriptionId });
+    try {
+      const code = await reconcileSubscription(deps, c.subscriptionId, cid, c.id);
+      if (code !== 'MEMBERSHIP_PAYMENT_PENDING')
+        log.warn({ code }, 'an open checkout moved when re-read from Stripe (its webhooks were late or lost)');
+    } catch (e) {
+      const code = e instanceof BillingStepFailed ? e.code : 'INTERNAL';
+      log.warn({ code, err: String(e) }, 'open checkout not re-read on this pass');
+    }
+  }
+  return due.length;
 }
 
 /**

@@ -255,6 +255,30 @@ export async function listCheckoutsApprovedBefore(q: Queryable, approvedBy: numb
   return r.rows.map((x) => x.id);
 }
 
+/**
+ * Open checkouts due a re-read (the checkout recheck): approved at least `minAgeMs` ago and not read since
+ * `intervalMs`, the longest unread first. Each is claimed by setting `checkout_checked_at` in the same
+ * statement, so two replicas' passes do not read the same subscription twice.
+ */
+export async function claimCheckoutsToRecheck(
+  q: Queryable,
+  o: { readonly now: number; readonly minAgeMs: number; readonly intervalMs: number; readonly limit: number },
+): Promise<{ id: string; subscriptionId: string }[]> {
+  const r = await q.query<{ id: string; subscription_id: string }>(
+    `UPDATE memberships SET checkout_checked_at = $1
+      WHERE id IN (
+        SELECT id FROM memberships
+         WHERE status = 'applied' AND approved_at IS NOT NULL AND subscription_id IS NOT NULL
+           AND billing_stop_pending IS NULL AND approved_at <= $2
+           AND (checkout_checked_at IS NULL OR checkout_checked_at <= $3)
+         ORDER BY checkout_checked_at NULLS FIRST, approved_at, id
+         LIMIT $4 FOR UPDATE SKIP LOCKED)
+      RETURNING id, subscription_id`,
+    [o.now, o.now - o.minAgeMs, o.now - o.intervalMs, o.limit],
+  );
+  return r.rows.map((x) => ({ id: x.id, subscriptionId: x.subscription_id }));
+}
+
 /** The memberships of a plan that have not ended (a retired plan ends them). */
 export async function listLivingOfPlan(q: Queryable, planId: string): Promise<string[]> {
   const r = await q.query<{ id: string }>(
