@@ -213,7 +213,8 @@ async function waitFresh(c: Cluster, timeoutMs: number): Promise<boolean> {
   return false;
 }
 
-async function heal(c: Cluster): Promise<void> {
+/** Every door-side fault undone: links pass, brokers, cloud, gateways and fleets run, clocks are right. */
+export async function heal(c: Cluster): Promise<void> {
   for (const l of c.links) {
     l.proxy.setMode('pass');
     l.proxy.setDup(0);

@@ -17,7 +17,9 @@ import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'nod
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
+import { Injector, parseFaults, type FaultKind } from '../faults.js';
 import { History, readHistory } from '../history.js';
+import { heal as healDoors } from '../run.js';
 import { prng } from '../prng.js';
 import { checkMoney, type MoneyVerdict } from './checker.js';
 import { MoneyInjector, parseMoneyFaults, type MoneyFault } from './faults.js';
@@ -29,6 +31,11 @@ export interface MoneyRunOptions {
   readonly seed: number;
   readonly durationSeconds: number;
   readonly faults: readonly MoneyFault[];
+  /**
+   * Door-side faults drawn as often as the money faults (`--door-faults`): the gateway, its locks and
+   * the brokers killed, its links cut, stalled, slowed, reset, partitioned, duplicated, its clock stepped.
+   */
+  readonly doorFaults?: readonly FaultKind[];
   readonly offlineGraceSeconds: number;
   /** mean ms between two faults */
   readonly faultEveryMs: number;
@@ -67,11 +74,13 @@ export async function runMoneyChaos(o: MoneyRunOptions): Promise<MoneyRunResult>
   mkdirSync(dir, { recursive: true });
   const h = new History(join(dir, 'history.jsonl'));
   const r = prng(o.seed);
-  say(`chaos:money: seed ${o.seed}, ${o.durationSeconds} s, faults ${o.faults.join(',') || 'none'}, in ${dir}`);
+  const doorList = (o.doorFaults ?? []).length > 0 ? `, door faults ${(o.doorFaults ?? []).join(',')}` : '';
+  say(`chaos:money: seed ${o.seed}, ${o.durationSeconds} s, faults ${o.faults.join(',') || 'none'}${doorList}, in ${dir}`);
   h.add('runner', 'run', {
     seed: o.seed,
     durationSeconds: o.durationSeconds,
     faults: o.faults,
+    doorFaults: o.doorFaults ?? [],
     offlineGraceSeconds: o.offlineGraceSeconds,
   });
   const cluster = new MoneyCluster(
@@ -91,6 +100,7 @@ export async function runMoneyChaos(o: MoneyRunOptions): Promise<MoneyRunResult>
   const w = new MoneyWorkload(cluster, h, r);
   w.propagationMs = propagationMs;
   const injector = new MoneyInjector(cluster, h, r, o.faults);
+  const doors = new Injector(cluster, h, r, o.doorFaults ?? []);
   let ledgers: MoneyLedgers;
   let healed: MoneyRunResult['healed'];
   try {
@@ -116,7 +126,8 @@ export async function runMoneyChaos(o: MoneyRunOptions): Promise<MoneyRunResult>
       (async () => {
         await sleep(800);
         while (running()) {
-          injector.inject();
+          if (doors.kinds.length > 0 && (injector.kinds.length === 0 || r() < 0.5)) doors.inject();
+          else injector.inject();
           await sleep(o.faultEveryMs * (0.5 + r()));
         }
       })(),
@@ -128,9 +139,10 @@ export async function runMoneyChaos(o: MoneyRunOptions): Promise<MoneyRunResult>
       })(),
     ]);
     h.add('runner', 'heal');
-    say(`chaos:money: ${injector.total} faults injected; healing…`);
-    await injector.drain();
+    say(`chaos:money: ${injector.total + doors.total} faults injected; healing…`);
+    await Promise.all([injector.drain(), doors.drain()]);
     await injector.heal();
+    if (doors.kinds.length > 0) await healDoors(cluster);
     healed = await settle(cluster, w, h, 120_000);
     h.add('runner', 'healed', healed);
     ledgers = await readLedgers(cluster);
@@ -146,8 +158,8 @@ export async function runMoneyChaos(o: MoneyRunOptions): Promise<MoneyRunResult>
     seed: o.seed,
     dir,
     operations: w.ops,
-    faults: injector.counts,
-    faultsTotal: injector.total,
+    faults: { ...injector.counts, ...Object.fromEntries(Object.entries(doors.counts).map(([k, n]) => [`door:${k}`, n])) },
+    faultsTotal: injector.total + doors.total,
     verdict,
     seconds: Math.round((performance.now() - started) / 1000),
     healed,
@@ -233,7 +245,36 @@ export function moneySummary(res: MoneyRunResult): string {
   ].join('\n');
 }
 
+/**
+ * The door faults a money run may draw: all but the cloud's kill and crash points (the money faults kill the
+ * cloud themselves, one kill at a time), the stuck outbox (a test trigger of the door runs) and the clock a
+ * day ahead (it fails a gateway closed for the rest of the run).
+ */
+export const MONEY_RUN_DOOR_FAULTS: readonly FaultKind[] = [
+  'kill-gateway',
+  'kill-fleet',
+  'kill-broker',
+  'cut',
+  'stall',
+  'slow',
+  'reset',
+  'partition',
+  'dup',
+  'clock',
+];
+
+export function parseDoorFaults(spec: string): FaultKind[] {
+  if (spec === '' || spec === 'none') return [];
+  if (spec === 'doors') return [...MONEY_RUN_DOOR_FAULTS];
+  const kinds = parseFaults(spec);
+  const bad = kinds.filter((k) => !MONEY_RUN_DOOR_FAULTS.includes(k));
+  if (bad.length > 0)
+    throw new Error(`door fault(s) ${bad.join(', ')} cannot run with money (allowed: ${MONEY_RUN_DOOR_FAULTS.join(', ')})`);
+  return kinds;
+}
+
 const USAGE = `usage: npm run chaos:money -- [--seed N] [--duration S] [--faults quick|all|stripe-down,kill-cloud,...]
+                             [--door-faults doors|kill-gateway,cut,partition,...]
                              [--grace S] [--fault-every MS] [--out dir] [--keep] [--scenario name]
        npm run chaos:money -- --check <dir>
        npm run chaos:money -- --prove-bugs [--only name]
@@ -246,6 +287,7 @@ function parseMoneyArgs() {
       seed: { type: 'string' },
       duration: { type: 'string', default: '30' },
       faults: { type: 'string', default: 'quick' },
+      'door-faults': { type: 'string', default: 'none' },
       grace: { type: 'string', default: '10' },
       'fault-every': { type: 'string', default: '1500' },
       out: { type: 'string' },
@@ -300,6 +342,7 @@ async function mainWith(values: ReturnType<typeof parseMoneyArgs>['values']): Pr
     seed,
     durationSeconds: Number(values.duration),
     faults: parseMoneyFaults(values.faults),
+    doorFaults: parseDoorFaults(values['door-faults']),
     offlineGraceSeconds: Number(values.grace),
     faultEveryMs: Number(values['fault-every']),
     ...(values.out !== undefined && { out: values.out }),
