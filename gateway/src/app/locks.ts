@@ -15,7 +15,7 @@ import {
 import { endOpenAlarm, recordAlarm } from '../adapters/sqlite/alarms.js';
 import { recordLockRefusal as insertLockRefusal, type LockRefusal } from '../adapters/sqlite/diagnostics.js';
 import { allLocks, lockById, setLockOnline } from '../adapters/sqlite/locks.js';
-import { recordStateWithPrivacy, setPrivacy } from '../adapters/sqlite/modes.js';
+import { recordStateWithPrivacy, reportPrivacy, setPrivacy } from '../adapters/sqlite/modes.js';
 import { enqueueBuilt, outboxDepth } from '../adapters/sqlite/outbox.js';
 import { readSettings } from '../adapters/sqlite/settings.js';
 import { nowOf, type AppContext } from './context.js';
@@ -234,8 +234,10 @@ function handleTaken(
       }
       if (ev.kind === 'privacy') {
         // The guest's privacy (thumb-turn / do-not-disturb): staff keys are refused while it is on (domain/decide.ts).
-        if (setPrivacy(db, lockId, ev.active, now))
-          log.info({ privacy: ev.active }, ev.active ? 'privacy on: staff keys refused' : 'privacy off');
+        const r = reportPrivacy(db, lockId, ev.active, ev.at, now);
+        if (r.changed) log.info({ privacy: ev.active }, ev.active ? 'privacy on: staff keys refused' : 'privacy off');
+        else if (!r.recorded)
+          log.info({ privacy: ev.active, at: ev.at }, "privacy off older than the lock's newest privacy report: ignored");
         ctx.watch?.privacyHeard(lockId);
         return;
       }

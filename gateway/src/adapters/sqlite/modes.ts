@@ -169,7 +169,33 @@ export function recordStateWithPrivacy(
   return db
     .transaction(() => {
       if (!recordLockState(db, lockId, s, at)) return { recorded: false, privacyChanged: false };
-      return { recorded: true, privacyChanged: s.privacy !== undefined && setPrivacy(db, lockId, s.privacy, at) };
+      return { recorded: true, privacyChanged: s.privacy !== undefined && reportPrivacy(db, lockId, s.privacy, s.at, at).changed };
+    })
+    .immediate();
+}
+
+/**
+ * A privacy report of the lock (a state carrying it, or a privacy event) made at `lockAt` by the lock's
+ * own clock: off counts only when it is the newest report so far (an older one flushed late says nothing
+ * about now); on always counts, the fail-closed side. `recorded`: it was taken; `changed`: privacy flipped.
+ */
+export function reportPrivacy(
+  db: WritableDb,
+  lockId: string,
+  active: boolean,
+  lockAt: number,
+  now: number,
+): { readonly recorded: boolean; readonly changed: boolean } {
+  return db
+    .transaction(() => {
+      const newest =
+        prepared(db, 'UPDATE locks SET privacy_at = ? WHERE lock_id = ? AND (privacy_at IS NULL OR privacy_at <= ?)').run(
+          lockAt,
+          lockId,
+          lockAt,
+        ).changes === 1;
+      if (!newest && !active) return { recorded: false, changed: false };
+      return { recorded: true, changed: setPrivacy(db, lockId, active, now) };
     })
     .immediate();
 }
