@@ -22,7 +22,7 @@
  * Ctrl-C stops everything cleanly; a second Ctrl-C forces.
  */
 import { randomBytes, randomInt } from 'node:crypto';
-import { mkdirSync } from 'node:fs';
+import { chmodSync, closeSync, mkdirSync, openSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import {
   createCloud,
@@ -91,8 +91,13 @@ const ok = (detail = 'ok') => process.stdout.write(`${detail}\n`);
 async function main(): Promise<void> {
   const env = Env.parse(process.env);
   const data = resolve(env.TOBIRA_DATA_DIR);
-  mkdirSync(join(data, 'logs'), { recursive: true });
+  // the demo's folder holds the databases, keys and tokens of its parts: its owner's only
+  mkdirSync(join(data, 'logs'), { recursive: true, mode: 0o700 });
+  chmodSync(data, 0o700);
+  chmodSync(join(data, 'logs'), 0o700);
   const logFile = join(data, 'logs', 'demo.log');
+  closeSync(openSync(logFile, 'a', 0o600));
+  chmodSync(logFile, 0o600);
   const root = pino(
     { level: env.LOG_LEVEL, base: { svc: 'demo' }, timestamp: pino.stdTimeFunctions.isoTime },
     pino.destination({ dest: logFile, mkdir: true, sync: false }),

@@ -25,6 +25,7 @@ import {
   casWalkIn,
   deleteBlock,
   insertBlock,
+  lockPersonForBlock,
   insertWalkIn,
   insertWalkInRefund,
   listBlocks,
@@ -527,6 +528,8 @@ export async function blockPerson(
   };
   const o = await deps.db
     .transaction(async (tx): Promise<Outcome<BlockView>> => {
+      // a key being issued for the person holds their row until it commits: the live keys read below include it
+      await lockPersonForBlock(tx, input.personId);
       const fresh = (await insertBlock(tx, block)) === 1;
       const cur = fresh ? block : await loadBlock(tx, input.siteId, input.personId);
       if (!cur) return refused('PERSON_NOT_FOUND');

@@ -1,3 +1,5 @@
+import { chmodSync, lstatSync, mkdirSync, readdirSync } from 'node:fs';
+import { join } from 'node:path';
 import { PGlite } from '@electric-sql/pglite';
 import { withSavepoints, type Db, type QueryResult, type Queryable } from './db.js';
 
@@ -37,8 +39,36 @@ function wrap(c: Pick<PGlite, 'query' | 'exec'>): Queryable {
   };
 }
 
+/** A PGlite data directory on disk (not `memory://` or a browser store). */
+const onDisk = (dataDir: string) => !/^[a-z]+:\/\//i.test(dataDir);
+
+/**
+ * The database holds every guest's name and the sealed secrets, and its files are the server's code too
+ * (stored functions): only its owner may read or write it. PGlite creates its files 0666 whatever the
+ * umask, so the folder is made 0700 (nobody else can reach a file in it) and every entry already there is
+ * tightened to the owner's bits. Returns how many entries it changed.
+ */
+export function securePgliteDir(dataDir: string): number {
+  mkdirSync(dataDir, { recursive: true, mode: 0o700 });
+  let changed = 0;
+  const tighten = (path: string) => {
+    const st = lstatSync(path);
+    if (st.isSymbolicLink()) return;
+    if ((st.mode & 0o077) !== 0) {
+      chmodSync(path, st.mode & 0o700);
+      changed += 1;
+    }
+    if (st.isDirectory()) for (const name of readdirSync(path)) tighten(join(path, name));
+  };
+  tighten(dataDir);
+  return changed;
+}
+
 export async function openPgliteDb(dataDir: string): Promise<Db> {
+  if (onDisk(dataDir)) securePgliteDir(dataDir);
   const pglite = await PGlite.create(dataDir);
+  // the files PGlite made just now (a new database), 0666 like every one it makes later, inside the 0700 folder
+  if (onDisk(dataDir)) securePgliteDir(dataDir);
   const mutex = new Mutex();
   const direct = wrap(pglite);
   let closed = false;

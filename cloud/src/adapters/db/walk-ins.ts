@@ -27,9 +27,21 @@ const blockOf = (raw: unknown): Block => {
   return { siteId: r.site_id, personId: r.person_id, reason: r.reason, blockedBy: r.blocked_by, blockedAt: r.blocked_at };
 };
 
+/**
+ * Whether the person is blocked at the site, read under a share lock on the person's row: a block being
+ * written (`lockPersonForBlock`, an update lock on the same row) is waited for, so a key issued now cannot
+ * miss a block whose transaction had not committed yet, and a block cannot miss the key (it lists the
+ * person's live keys only once it holds the row).
+ */
 export async function loadBlock(q: Queryable, siteId: string, personId: string): Promise<Block | null> {
+  await q.query('SELECT 1 FROM people WHERE id = $1 FOR SHARE', [personId]);
   const r = await q.query('SELECT * FROM blocked_people WHERE site_id = $1 AND person_id = $2', [siteId, personId]);
   return r.rows[0] === undefined ? null : blockOf(r.rows[0]);
+}
+
+/** The update lock a block takes on the person's row before writing it (see `loadBlock`). */
+export async function lockPersonForBlock(q: Queryable, personId: string): Promise<void> {
+  await q.query('SELECT 1 FROM people WHERE id = $1 FOR UPDATE', [personId]);
 }
 
 /** 1 when the block was written, 0 when the person was already blocked there. */
