@@ -22,6 +22,8 @@ export const OUTCOME_CODES = table({
   MODE_REQUEST_QUEUED:
     'The mode request was queued for each gateway of the site(s) as a signed site.mode message; each shows pending until its gateway confirms.',
   MODE_APPLIED: 'The gateway applied the site.mode message: its site mode and passage schedules are as requested.',
+  MODE_SUPERSEDED:
+    "A cloud request to lift the site's lockdown, older than the lockdown staff set at the gateway since: the lockdown stands (a supervisor at the site, or a newer request, lifts it).",
   MODE_UNCHANGED: 'The gateway already was in the requested mode with those passage schedules; nothing changed.',
   MODE_REQUEST_NOT_FOUND: 'No such mode request visible to the caller.',
   MODE_REQUEST_EMPTY: 'The request names neither a mode nor passage; nothing was queued.',

@@ -259,6 +259,12 @@ export const SiteModeMessage = sequenced(
     passage: z.array(z.strictObject({ doorId: DoorId, schedule: Schedule.nullable() })).max(256),
     by: z.string().min(1).max(100),
     reason: z.string().min(1).max(200).nullable(),
+    /**
+     * When the operator asked (the cloud's time, ms). The message can reach the gateway much later (a link
+     * down); a lockdown staff set at the gateway after this is not lifted by it (MODE_SUPERSEDED).
+     * Optional: a cloud from before it sends none, and is applied as before.
+     */
+    requestedAt: Millis.optional(),
   }),
 );
 

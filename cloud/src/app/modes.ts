@@ -113,7 +113,7 @@ export async function requestMode(deps: AppDeps, input: RequestModeInput): Promi
         return refused('INVALID_REQUEST', `more than ${MAX_PASSAGE_DOORS} doors behind gateway ${g.gatewayId}`);
       const passage: PassageEntry[] = doors.map((doorId) => ({ doorId, schedule: input.passage?.schedule ?? null }));
       if (input.mode === null && passage.length === 0) continue;
-      const body = { requestId, mode: input.mode, passage, by: input.by.slice(0, 100), reason: input.reason };
+      const body = { requestId, mode: input.mode, passage, by: input.by.slice(0, 100), reason: input.reason, requestedAt: now };
       const e = await enqueue(q, { gatewayId: g.gatewayId, type: 'site.mode', keyId: null, keyVersion: null, body, cid: input.cid }, now);
       await insertModeRequest(q, {
         requestId,
