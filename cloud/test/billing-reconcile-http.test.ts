@@ -283,6 +283,21 @@ describe.each(pgBackends())('billing reconciliation over HTTP on %s', (backend) 
       expect(dead.items).toEqual([]);
     });
 
+    it('in part, then the stay cancelled: the cloud refunds the rest of that payment under a key of its own', async () => {
+      const s = await paidStay();
+      await h.stripe.refunds.create({ payment_intent: s.intentId, amount: 5_000 });
+      await settle();
+      expect((await paymentsOf(s.stayId))[0]).toMatchObject({ status: 'partially_refunded', amountRefunded: 5_000 });
+      expect((await post(`/stays/${s.stayId}/cancel`, { reason: 'staff_cancelled' })).statusCode).toBe(202);
+      await settle();
+      await settle();
+      const [p] = await paymentsOf(s.stayId);
+      // staff_cancelled keeps nothing: the 25 000 left comes back too
+      expect(p).toMatchObject({ status: 'refunded', amountRefunded: 30_000 });
+      const atStripe = h.local.refunds().filter((r) => r.payment_intent === s.intentId && r.status === 'succeeded');
+      expect(atStripe.map((r) => r.amount).sort((a, b) => a - b)).toEqual([5_000, 25_000]);
+    });
+
     it('in part: recorded (partially refunded), the stay and its key kept, and an alarm raised for an operator', async () => {
       const s = await paidStay();
       await h.stripe.refunds.create({ payment_intent: s.intentId, amount: 10_000 });

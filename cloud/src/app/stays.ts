@@ -21,7 +21,7 @@ import {
 } from '@tobira/shared';
 import { z } from 'zod';
 import { enqueueBillingJob } from '../adapters/db/billing-jobs.js';
-import { enterVerb, pgErrorCode, withVerb, type Tx } from '../adapters/db/db.js';
+import { enterVerb, pgErrorCode, withVerb, type Queryable, type Tx } from '../adapters/db/db.js';
 import {
   casPayment,
   insertPayment,
@@ -254,11 +254,23 @@ async function runEffects(c: EffectContext, effects: readonly StayEffect[]): Pro
 }
 
 /** Moves each payment with money to give back to refund_pending, with a refund row (its key stored now) and one refund job. */
+/**
+ * The number of a payment's next refund key (`refund:<paymentId>:<n>`): past every one its refunds used,
+ * retries and later requests alike, so no two refunds of ours ever share a key (nor a row id).
+ */
+async function nextRefundAttempt(q: Queryable, paymentId: string): Promise<number> {
+  const used = (await listRefundsOfPayment(q, paymentId))
+    .filter((r) => r.source === 'tobira' && r.idempotencyKey.startsWith(`refund:${paymentId}:`))
+    .map((r) => Number(r.idempotencyKey.split(':').pop() ?? '0'));
+  return used.length === 0 ? 1 : Math.max(...used) + 1;
+}
+
 async function queueRefunds(c: EffectContext, amounts: Record<Payment['purpose'], number>): Promise<void> {
   for (const p of await listPaymentsOfStay(c.tx, c.stay.id)) {
     const amount = amounts[p.purpose];
     if (amount <= 0) continue;
-    const o = pay.requestRefund(p, { amount, cid: c.cid }, c.now);
+    // a payment partly refunded in Stripe directly may have refunds of ours already: the rest gets a key of its own
+    const o = pay.requestRefund(p, { amount, cid: c.cid, attempt: await nextRefundAttempt(c.tx, p.id) }, c.now);
     if (o.status !== 'applied') {
       c.log.warn({ code: o.code, paymentId: p.id, amount }, 'refund not queued');
       continue;
@@ -824,7 +836,7 @@ export async function currentRefundAttempt(deps: StayDeps, first: Refund, cid: C
   );
   const latest = chain.reduce((a, b) => (attemptOf(b) > attemptOf(a) ? b : a), first);
   if (latest.status !== 'failed') return latest;
-  const n = attemptOf(latest) + 1;
+  const n = await nextRefundAttempt(deps.db, first.paymentId);
   const id = `rf_${first.paymentId}_${n}`;
   await inBilling(deps, 'retryRefund', (tx) =>
     insertRefund(tx, {
@@ -869,7 +881,7 @@ export async function settleRefusedRefund(
   const left = Math.max(0, amountReceived - given);
   if (left >= refund.amount) return { outcome: 'unsettled' };
   const now = deps.clock.now();
-  const n = Number(refund.idempotencyKey.split(':').pop() ?? '0') + 1;
+  const n = await nextRefundAttempt(deps.db, refund.paymentId);
   const id = `rf_${refund.paymentId}_${n}`;
   // the refused attempt is closed by the one verb that may fail a refund; the rest is queued as an operator's
   // retry is (a crash between the two leaves a failed attempt, which the next run of the job retries the same way)

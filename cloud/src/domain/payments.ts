@@ -145,7 +145,8 @@ export function settlePayment(p: Payment | null, o: IntentObservation, cmd: { re
  */
 export function requestRefund(
   p: Payment | null,
-  cmd: { readonly amount: number; readonly cid: CorrelationId },
+  /** `attempt`: the refund key's number, past every key the payment's refunds used (1 for its first) */
+  cmd: { readonly amount: number; readonly cid: CorrelationId; readonly attempt?: number },
   now: number,
 ): PaymentOutcome {
   if (!p) return refused('PAYMENT_NOT_FOUND');
@@ -153,7 +154,7 @@ export function requestRefund(
   if (!Number.isSafeInteger(cmd.amount) || cmd.amount < 0 || cmd.amount > p.amountReceived - p.amountRefunded) {
     return refused('REFUND_EXCEEDS_PAYMENT', `at most ${p.amountReceived - p.amountRefunded}`);
   }
-  const key = refundIdempotencyKey(p.id, 1);
+  const key = refundIdempotencyKey(p.id, cmd.attempt ?? 1);
   return step(p, 'refund_requested', {}, cmd.cid, now, [{ type: 'refund', paymentId: p.id, amount: cmd.amount, idempotencyKey: key }]);
 }
 

@@ -93,7 +93,8 @@ export const PAYMENT_TRANSITIONS: readonly PaymentTransitionRow[] = [
   // money that arrived after the ledger gave up is still money: the ledger follows Stripe (I3), the stay side refunds it
   { from: ['failed'], event: 'succeeded', to: 'succeeded', code: 'PAYMENT_SUCCEEDED_LATE' },
   { from: ['requires_payment', 'processing'], event: 'failed', to: 'failed', code: 'PAYMENT_FAILED' },
-  { from: ['succeeded'], event: 'refund_requested', to: 'refund_pending', code: 'REFUND_QUEUED' },
+  // what a refund made in Stripe directly left on the charge can still be refunded by a verb here
+  { from: ['succeeded', 'partially_refunded'], event: 'refund_requested', to: 'refund_pending', code: 'REFUND_QUEUED' },
   // refunds from any source are recorded, ours (refund_pending) and those made in Stripe directly (from succeeded)
   { from: ['succeeded', 'refund_pending', 'partially_refunded'], event: 'refunded_full', to: 'refunded', code: 'PAYMENT_REFUNDED' },
   {
@@ -118,7 +119,7 @@ export const PAYMENT_NOOPS: readonly PaymentNoopRow[] = [
   { from: ['succeeded', 'refund_pending', 'refunded', 'partially_refunded'], event: 'succeeded', code: 'PAYMENT_ALREADY_SUCCEEDED' },
   { from: ['succeeded', 'refund_pending', 'refunded', 'partially_refunded'], event: 'failed', code: 'PAYMENT_FAILURE_IGNORED' },
   { from: ['failed'], event: 'failed', code: 'PAYMENT_ALREADY_FAILED' },
-  { from: ['refund_pending', 'refunded', 'partially_refunded'], event: 'refund_requested', code: 'REFUND_ALREADY_REQUESTED' },
+  { from: ['refund_pending', 'refunded'], event: 'refund_requested', code: 'REFUND_ALREADY_REQUESTED' },
   { from: ['refunded'], event: 'refunded_full', code: 'REFUND_ALREADY_RECORDED' },
   { from: ['refunded'], event: 'refunded_partial', code: 'REFUND_ALREADY_RECORDED' },
 ];
