@@ -277,6 +277,57 @@ describe.each(pgBackends())('uplink inbox on %s', (pgBackend) => {
       }
     });
 
+    it("a gateway's access event naming another gateway's door or key is refused WRONG_GATEWAY, in no audit", async () => {
+      const a = await setup();
+      const b = await setup();
+      try {
+        const o = await issue(a.s, 8);
+        if (o.status !== 'applied') throw new Error('issue');
+        const forged = (seq: number, doorId: string, keyId: string | null) =>
+          b.gw.send({
+            type: 'access.event',
+            seq,
+            cid: o.cid,
+            body: {
+              eventId: newId(),
+              requestId: `forged-${seq}`,
+              lockId: 'lock-1',
+              doorId,
+              at: T0,
+              allowed: true,
+              code: 'ALLOWED',
+              keyId,
+              keyVersion: keyId === null ? null : 1,
+              personId: a.s.personId,
+              credentialType: 'pin',
+              commandId: null,
+            },
+          });
+        await forged(1, a.s.doorA, o.state.id);
+        await forged(2, a.s.doorA, null);
+        await forged(3, b.s.doorA, o.state.id);
+        await waitFor(
+          async () => (await t.db.query('SELECT 1 FROM uplink_inbox WHERE gateway_id = $1', [b.s.gatewayId])).rowCount === 3,
+          'three inbox rows',
+        );
+        const rows = await t.db.query<{ result: string; code: string }>(
+          'SELECT result, code FROM uplink_inbox WHERE gateway_id = $1 ORDER BY seq',
+          [b.s.gatewayId],
+        );
+        expect(rows.rows).toEqual([
+          { result: 'refused', code: 'WRONG_GATEWAY' },
+          { result: 'refused', code: 'WRONG_GATEWAY' },
+          { result: 'refused', code: 'WRONG_GATEWAY' },
+        ]);
+        expect(await cloud.listAudit({ keyId: o.state.id })).toEqual([]);
+        expect(await cloud.listAudit({ personId: a.s.personId })).toEqual([]);
+        expect(await cloud.listAudit({ gatewayId: b.s.gatewayId })).toEqual([]);
+      } finally {
+        await a.gw.close();
+        await b.gw.close();
+      }
+    });
+
     it('a duplicate uplink is applied once', async () => {
       const { s, gw } = await setup();
       try {

@@ -323,6 +323,7 @@ export const VERIFY_CODES = table({
   KID_NOT_YET_VALID:
     "The message is signed by a trusted key before the key's notBefore, judged on the receiver's trusted time; nothing it signs counts before then.",
   BAD_SIGNATURE: 'The signature does not verify with the named key.',
+  WRONG_GATEWAY: "A gateway's report names a door or a key of another gateway: refused and recorded, in no audit.",
   WRONG_ISSUER: 'The issuer is not the expected sender.',
   WRONG_AUDIENCE: 'The message is addressed to someone else.',
   EXPIRED: 'The message expired.',

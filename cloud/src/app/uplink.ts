@@ -20,7 +20,7 @@ import {
   type BatchableUplink,
   type UplinkBatchMessage,
 } from '@tobira/shared';
-import { insertAccessEvent, insertAlarm } from '../adapters/db/audit.js';
+import { insertAccessEvent, insertAlarm, namesAnotherGateway } from '../adapters/db/audit.js';
 import { insertStaffAction } from '../adapters/db/staff-actions.js';
 import { settleModeRequest } from '../adapters/db/modes.js';
 import { settleSnapshotAck } from '../adapters/db/snapshots.js';
@@ -475,6 +475,14 @@ export class Uplink {
       }
       case 'access.event': {
         const b = m.body;
+        // one site's gateway cannot write another's audit trail (nor use up its one-time keys)
+        if (await namesAnotherGateway(tx, gatewayId, b.doorId, b.keyId)) {
+          withCorrelation(this.#app.log, m.cid, { gatewayId }).warn(
+            { code: 'WRONG_GATEWAY', doorId: b.doorId, keyId: b.keyId, eventId: b.eventId },
+            "access event names another gateway's door or key: refused",
+          );
+          return { result: 'refused', code: 'WRONG_GATEWAY' };
+        }
         const inserted = await insertAccessEvent(tx, { ...b, gatewayId, seq: m.seq, jti: m.jti, cid: m.cid, receivedAt: now });
         if (!inserted) return { result: 'noop', code: 'DUPLICATE_MESSAGE' };
         // A one-time key's entry: the key is `used` in the same transaction as its audit row (other keys: noop).

@@ -115,6 +115,20 @@ export interface AccessEventRecord extends Omit<StoredAccessEvent, 'by'> {
 }
 
 /** Records an access event once per event id: true when inserted, false for a duplicate. */
+/**
+ * Whether an access event names a door or a key that is not the reporting gateway's: a gateway speaks
+ * only for its own doors, so such a report is forged or misaddressed (a key the cloud no longer has is
+ * not counted: its own gateway may still report it).
+ */
+export async function namesAnotherGateway(q: Queryable, gatewayId: string, doorId: string | null, keyId: string | null): Promise<boolean> {
+  const r = await q.query<{ n: string }>(
+    `SELECT (SELECT count(*) FROM doors WHERE id = $2 AND gateway_id <> $1)
+          + (SELECT count(*) FROM keys WHERE id = $3 AND gateway_id <> $1) AS n`,
+    [gatewayId, doorId, keyId],
+  );
+  return Number(r.rows[0]?.n ?? 0) > 0;
+}
+
 export async function insertAccessEvent(q: Queryable, e: AccessEventRecord): Promise<boolean> {
   const r = await q.query(
     `INSERT INTO audit (event_id, gateway_id, seq, jti, lock_id, door_id, at, allowed, code, key_id, key_version, person_id, credential_type, command_id, cid, received_at, staff_by)
