@@ -447,10 +447,15 @@ describe.each(pgBackends())('billing reconciliation over HTTP on %s', (backend) 
       let [p] = await paymentsOf(s.stayId);
       expect(p).toMatchObject({ status: 'refund_pending', amountRefunded: 0 });
       expect(p?.refunds).toEqual([expect.objectContaining({ status: 'failed' })]);
+      // the guest's page does not say the policy kept money that is owed back: it is being refunded
+      const page = async () => (await h.app.inject({ method: 'GET', url: `/pay/return?stay=${s.stayId}&lang=en` })).body;
+      expect(await page()).toContain('data-money="refunding"');
       await retryDeadRefund(s.paymentId);
       [p] = await paymentsOf(s.stayId);
       expect(p).toMatchObject({ status: 'refunded', amountRefunded: 30_000 });
       expect(p?.refunds.map((x) => x.status)).toEqual(['failed', 'succeeded']);
+      // the failed attempt counts no more once a later one succeeded
+      expect(await page()).toContain('data-money="refunded"');
     });
 
     it('refused by Stripe (saved under its key): the operator retry gets a new key, not the stored error', async () => {

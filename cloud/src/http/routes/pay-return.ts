@@ -117,7 +117,15 @@ export function payReturnRoutes(app: Api, ctx: Ctx): void {
         const refunded = payments.reduce((n, p) => n + p.amountRefunded, 0);
         let refunding = 0;
         for (const p of payments) {
-          for (const r of await listRefundsOfPayment(ctx.db, p.id)) if (r.status === 'pending') refunding += r.amount;
+          const rows = await listRefundsOfPayment(ctx.db, p.id);
+          const attempt = (r: (typeof rows)[number]) => Number(r.idempotencyKey.split(':').pop() ?? '0');
+          for (const r of rows) {
+            if (r.status === 'pending') refunding += r.amount;
+            // a refund of ours Stripe failed is still owed (an operator retries it from the dead letters) until a
+            // later attempt of the payment's takes its place: it is not money the policy kept
+            else if (r.status === 'failed' && r.source === 'tobira' && !rows.some((x) => x.source === 'tobira' && attempt(x) > attempt(r)))
+              refunding += r.amount;
+          }
         }
         const kept = received - refunded - refunding;
         const said: Money = received === 0 ? 'none' : kept > 0 ? 'kept' : refunding > 0 ? 'refunding' : 'refunded';
