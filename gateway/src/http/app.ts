@@ -110,6 +110,8 @@ export const GATEWAY_HTTP_CODES = Object.freeze({
   TOTP_NOT_ENROLLING: 'Confirming an enrolment that was not started (or was replaced or reset); 409.',
   TOTP_NOT_ENROLLED: 'Turning off a second factor that is not enrolled; 409.',
   TOTP_RESET_OWN: 'A supervisor resetting their own second factor: turn it off with password and code instead; 409.',
+  PASSWORD_RESET_OWN:
+    "A supervisor setting their own password through the supervisors' reset: change it with POST /staff/session/password and the current one instead; 409, nothing changed.",
 });
 export type GatewayHttpCode = keyof typeof GATEWAY_HTTP_CODES;
 
