@@ -314,6 +314,29 @@ describe('staff accounts, sessions, CSRF and sign-in throttling (real SQLite fil
       const kinds = listStaffActions(db, { cursor: null, limit: 50 }).items.map((a) => a.action);
       expect(kinds).toEqual(expect.arrayContaining(['account_create', 'account_disable', 'account_enable', 'account_password_reset']));
     });
+    it("a supervisor's own password is not reset through the supervisors' reset: a session left open must not replace it without the current one", async () => {
+      const sup = await setUp();
+      const supId: string = (await req('GET', '/staff/session', { cookie: sup.cookie })).json().account.accountId;
+      const own = await req('POST', `/staff/accounts/${supId}/password`, {
+        cookie: sup.cookie,
+        csrf: sup.csrf,
+        body: { password: 'an attacker chosen password' },
+      });
+      expect([own.statusCode, own.json()]).toEqual([409, { code: 'PASSWORD_RESET_OWN' }]);
+      expect((await signIn('aiko', 'an attacker chosen password')).r.statusCode).toBe(401);
+      expect((await signIn('aiko', SUP.password)).r.statusCode).toBe(200);
+      // the session stays and nothing was recorded as a reset
+      expect((await req('GET', '/staff/session', { cookie: sup.cookie })).statusCode).toBe(200);
+      const kinds = listStaffActions(db, { cursor: null, limit: 50 }).items.map((a) => a.action);
+      expect(kinds).not.toContain('account_password_reset');
+      // the way that remains asks for the current password
+      const change = await req('POST', '/staff/session/password', {
+        cookie: sup.cookie,
+        csrf: sup.csrf,
+        body: { currentPassword: 'not the password at all', newPassword: 'an attacker chosen password' },
+      });
+      expect([change.statusCode, change.json()]).toEqual([403, { code: 'CURRENT_PASSWORD_WRONG' }]);
+    });
   });
 
   describe('sign-in throttling', () => {

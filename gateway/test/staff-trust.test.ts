@@ -367,6 +367,55 @@ describe('staff trust boundaries of a running gateway', () => {
       expect((await send(url(), 'POST', '/staff/mode', { body: { mode: 'normal' }, headers: token })).status).toBe(200);
     });
 
+    it('gives every spelling of a staff path the router accepts (percent-encoded, %2F, trailing or double slash) the same cross-site refusal and no-store', async () => {
+      await start();
+      const sup = await signIn(SUPERVISOR);
+      const spellings = (path: string) => {
+        const rest = path.slice('/staff'.length);
+        return [
+          path,
+          `/%73taff${rest}`,
+          `/%73%74%61%66%66${rest}`,
+          `/staff${rest.replace(/^\/(.)/, (_m, c: string) => `/%${c.charCodeAt(0).toString(16)}`)}`,
+          `/staff%2F${rest.slice(1)}`,
+          `/%2Fstaff${rest}`,
+          `//staff${rest}`,
+          `/staff/${rest}`,
+          `${path}/`,
+          `${path}?x=1`,
+        ];
+      };
+      const evil = { origin: 'https://evil.example' };
+      let reached = 0;
+      for (const p of spellings('/staff/mode')) {
+        const r = await send(url(), 'POST', p, { body: { mode: 'lockdown' }, headers: { ...sup.write, ...evil } });
+        // a spelling the router does not take reaches no handler; every other is refused like the plain one
+        if (r.status !== 404) {
+          reached++;
+          expect(r, p).toMatchObject({ status: 403, body: { code: 'CROSS_SITE_REQUEST' } });
+        }
+        expect(r.headers['cache-control'], p).toBe('no-store');
+      }
+      expect(reached).toBeGreaterThanOrEqual(3);
+      for (const p of spellings('/staff/session')) {
+        const r = await send(url(), 'POST', p, {
+          body: { username: STAFF.username, password: STAFF.password },
+          headers: { 'sec-fetch-site': 'cross-site' },
+        });
+        if (r.status !== 404) expect(r, p).toMatchObject({ status: 403, body: { code: 'CROSS_SITE_REQUEST' } });
+        expect(r.headers['set-cookie'], p).toBeUndefined();
+      }
+      expect(s!.gw.store.settings().mode).toBe('normal');
+      for (const p of [...spellings('/staff/session'), ...spellings('/staff/keys')]) {
+        const r = await send(url(), 'GET', p, { headers: { cookie: sup.cookie } });
+        expect(r.headers['cache-control'], `${p} ${r.status}`).toBe('no-store');
+      }
+      for (const p of ['/%6detrics', '/m%65trics', '/metrics/']) {
+        const r = await send(url(), 'GET', p, { headers: token });
+        expect(r.headers['cache-control'], `${p} ${r.status}`).toBe('no-store');
+      }
+    });
+
     it('never serves /metrics without its token: 503 METRICS_TOKEN_NOT_CONFIGURED when none is configured, whatever is sent', async () => {
       await start({}, false);
       for (const headers of [{}, token]) {

@@ -251,6 +251,7 @@ const en = Object.freeze({
   'code.TOTP_NOT_ENROLLING': 'There is no set-up waiting to be confirmed. Start again.',
   'code.TOTP_NOT_ENROLLED': 'No second factor is set up.',
   'code.TOTP_RESET_OWN': 'To turn off your own second factor, use your password and a code.',
+  'code.PASSWORD_RESET_OWN': 'Your own password is not reset here: change it with your current one. Nothing was changed.',
   'code.GATEWAY_UNREACHABLE': 'The gateway is not answering.',
   'code.ERROR': 'Something went wrong in the page.',
   'code.withCode': '{words} ({code})',
@@ -672,6 +673,8 @@ const ja = Object.freeze({
   'code.TOTP_NOT_ENROLLING': '確認待ちの設定はありません。最初からやり直してください。',
   'code.TOTP_NOT_ENROLLED': '2段階認証は設定されていません。',
   'code.TOTP_RESET_OWN': '自分の2段階認証は、パスワードとコードを使ってオフにしてください。',
+  'code.PASSWORD_RESET_OWN':
+    '自分のパスワードはここでは再設定できません。現在のパスワードを入力して変更してください。何も変更していません。',
   'code.GATEWAY_UNREACHABLE': 'ゲートウェイが応答しません。',
   'code.ERROR': 'ページでエラーが発生しました。',
   'code.withCode': '{words}（{code}）',

@@ -12,6 +12,7 @@ import {
   topics,
   withCorrelation,
   type CredentialType,
+  type DecisionCode,
   type AccessEvent,
   type LockCommand,
   type LockDecision,
@@ -23,10 +24,18 @@ import { decide, decideMobileToken, lastFreshSyncAt } from '../domain/decide.js'
 import { noSiteLockout, recordAttempt, recordSiteAttempt, type LockoutPolicy, type SiteLockoutPolicy } from '../domain/lockout.js';
 import { fullBucket, takeToken, type Bucket, type RatePolicy } from '@tobira/shared';
 import { commitDecisions, findAccess, insertAccess, type StoredAccessEvent } from '../adapters/sqlite/access-log.js';
-import { consumeKey, keySetView, mobileTokenUsed, useMobileToken } from '../adapters/sqlite/keyset.js';
+import {
+  consumeKey,
+  consumedBy,
+  keySetView,
+  mobileTokenUsed,
+  mobileTokenUsedElsewhere,
+  useMobileToken,
+} from '../adapters/sqlite/keyset.js';
 import { setLockout, setSiteLockout } from '../adapters/sqlite/locks.js';
 import { memoryLock, memorySiteLockout } from '../adapters/sqlite/memory.js';
 import { enqueue } from '../adapters/sqlite/outbox.js';
+import type { StoredKey } from '../domain/keyset.js';
 import { raiseTimeFloor, readSettings, type Settings } from '../adapters/sqlite/settings.js';
 import { nowOf, type AppContext } from './context.js';
 import { recordLockRefusal } from './locks.js';
@@ -36,7 +45,8 @@ import { recordLockRefusal } from './locks.js';
  * access-log row, the lockout update and the access.event outbox row commit
  * in ONE transaction before anything is published, so every decision reaches
  * the cloud exactly once in effect. A lock retrying the same request id gets
- * the recorded decision again (and the same command), never a second event.
+ * the recorded decision again (and the same command), never a second event;
+ * a recorded ALLOWED only while it still holds (see `judge`).
  */
 export interface AccessOptions {
   readonly pepper: Uint8Array;
@@ -138,6 +148,8 @@ type Decided = {
   readonly command: LockCommand | null;
   readonly replayed: boolean;
   readonly siteLockoutUntil?: number;
+  /** A repeat of a recorded ALLOWED that no longer holds: the refusal answered instead (nothing resent, nothing new in the access log). */
+  readonly withdrawn?: DecisionCode;
 };
 
 /**
@@ -203,7 +215,11 @@ export function handleLockRequests(deps: AccessDeps, items: readonly { lockId: s
     const out = prepared.map((p): Decided | null => {
       if (p === null) return null;
       const earlier = findAccess(store.db, p.lockId, p.requestId);
-      if (earlier !== null) return { row: earlier, command: recordedCommand(earlier, p.secret), replayed: true };
+      if (earlier !== null) {
+        const now = earlier.code === 'ALLOWED' ? judge(deps, batch, p.lockId, p.requestId, p.credential, true).d : null;
+        if (now !== null && !now.allowed) return { row: earlier, command: null, replayed: true, withdrawn: now.code };
+        return { row: earlier, command: recordedCommand(earlier, p.secret), replayed: true };
+      }
       return { ...decideOne(deps, batch, p.lockId, p.secret, p.requestId, p.credential), replayed: false };
     });
     if (out.some((d) => d !== null && !d.replayed)) raiseTimeFloor(store.db, 0, now);
@@ -221,6 +237,23 @@ export function handleLockRequests(deps: AccessDeps, items: readonly { lockId: s
         { code: 'LOCKED_OUT', credentialType: row.credentialType, until: d.siteLockoutUntil, policy: access.siteLockout },
         'wrong credentials of one type across the site: that type is locked out at every lock',
       );
+    }
+    if (d.withdrawn !== undefined) {
+      recordLockRefusal(deps, log, {
+        origin: 'gateway',
+        lockId: row.lockId,
+        channel: 'request',
+        topic: topics.lock(deps.gatewayId, row.lockId, 'request'),
+        code: d.withdrawn,
+        detail: `repeat of a request allowed at ${row.at} (command ${row.commandId ?? '-'}) refused now: the unlock is not sent again`,
+        payload: items[i]!.payload,
+      });
+      return {
+        decision: { requestId: row.requestId, allowed: false, code: d.withdrawn, commandId: null },
+        command: null,
+        replayed: true,
+        cid: row.cid,
+      };
     }
     if (d.replayed) log.info({ code: row.code }, 'repeated request: answering the recorded decision');
     else {
@@ -260,22 +293,41 @@ function checkMobileToken(access: AccessOptions, token: string): MobileTokenChec
   return verifyMobileTokenSignature(token, keys, access.mobileTokens.issuer);
 }
 
-/** One decision, inside `commitDecisions`' transaction: decide, lockouts (lock and site), access log, outbox. */
-function decideOne(
-  deps: AccessDeps,
-  batch: { readonly settings: Settings; readonly now: number; readonly storageLow: boolean },
-  lockId: string,
-  secret: Uint8Array,
-  requestId: string,
-  credential: Presented | null,
-): { row: StoredAccessEvent; command: LockCommand | null; siteLockoutUntil?: number } {
+type Batch = { readonly settings: Settings; readonly now: number; readonly storageLow: boolean };
+
+/**
+ * What the rules say now about what a lock presented; reads only. `repeat`:
+ * judging a retry of this very request, whose recorded ALLOWED already used
+ * up its one-time key or mobile token: that use (and only that one) does not
+ * count against it, every other rule (revoke, lockdown, privacy, expiry,
+ * schedule, freshness of the cloud sync, lockouts) does.
+ * A lock that lost the unlock retries with the same request id up to the
+ * command's expiry: answering the recorded ALLOWED without asking again would
+ * open the door after a lockdown or a revoke.
+ */
+function judge(deps: AccessDeps, batch: Batch, lockId: string, requestId: string, credential: Presented | null, repeat: boolean) {
   const { access } = deps;
   const { db } = deps.store;
   const { settings, now } = batch;
   // every read below is from memory (adapters/sqlite/memory.ts), the writes go to SQLite and memory
   const lock = memoryLock(db, lockId);
   const siteLockout = credential === null ? null : (memorySiteLockout(db, credential.type) ?? noSiteLockout);
-  const keySet = keySetView(db);
+  const current = keySetView(db);
+  const ownUse = (k: StoredKey): StoredKey => {
+    if (!repeat || k.consumedAt === undefined || !consumedBy(db, k.grant.keyId, lockId, requestId)) return k;
+    const { consumedAt: _, ...rest } = k;
+    return rest;
+  };
+  const keySet: typeof current = repeat
+    ? {
+        ...current,
+        byCredential: (t, digest) => current.byCredential(t, digest).map(ownUse),
+        byKeyId: (keyId) => {
+          const k = current.byKeyId?.(keyId) ?? null;
+          return k === null ? null : ownUse(k);
+        },
+      }
+    : current;
   // the lease this process may act on: none until a restart is proven (TrustedTime.proven)
   const leaseExpiresAt = deps.time.lease(settings);
   const site = {
@@ -305,7 +357,9 @@ function decideOne(
                   lockId: asLockId(lockId),
                   claims: credential.token.claims,
                   audience: deps.gatewayId,
-                  used: mobileTokenUsed(db, credential.token.claims.jti),
+                  used: repeat
+                    ? mobileTokenUsedElsewhere(db, credential.token.claims.jti, lockId, requestId)
+                    : mobileTokenUsed(db, credential.token.claims.jti),
                 }
               : { lockId: asLockId(lockId), refused: credential.token.code },
             keySet,
@@ -314,6 +368,22 @@ function decideOne(
             now,
           )
         : decide({ lockId: asLockId(lockId), credentialType: credential.type, digest: credential.digest }, keySet, lockView, site, now);
+  return { d, lock, siteLockout, keySet };
+}
+
+/** One decision, inside `commitDecisions`' transaction: decide, lockouts (lock and site), access log, outbox. */
+function decideOne(
+  deps: AccessDeps,
+  batch: Batch,
+  lockId: string,
+  secret: Uint8Array,
+  requestId: string,
+  credential: Presented | null,
+): { row: StoredAccessEvent; command: LockCommand | null; siteLockoutUntil?: number } {
+  const { access } = deps;
+  const { db } = deps.store;
+  const { now } = batch;
+  const { d, lock, siteLockout, keySet } = judge(deps, batch, lockId, requestId, credential, false);
   if (lock !== null && d.code !== 'LOCKED_OUT') setLockout(db, lockId, recordAttempt(lock, d.code, now, access.lockout), now);
   let siteLockoutUntil: number | undefined;
   if (credential !== null && siteLockout !== null) {

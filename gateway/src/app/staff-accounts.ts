@@ -136,6 +136,7 @@ export type AccountCode =
   | 'TOTP_NOT_ENROLLING'
   | 'TOTP_NOT_ENROLLED'
   | 'TOTP_RESET_OWN'
+  | 'PASSWORD_RESET_OWN'
   | 'REASON_REQUIRED';
 
 /** The password was right; a second step is due before there is a session (the challenge names it). */
@@ -755,9 +756,18 @@ export class StaffAccounts {
     return { status: r, account };
   }
 
-  /** Sets a new password (a supervisor for anyone); every session of the account ends. */
+  /**
+   * Sets a new password on another account (a supervisor for anyone else);
+   * every session of that account ends. One's own goes through
+   * changeOwnPassword, which asks for the current one: otherwise a session
+   * left open would be enough to take the account over.
+   */
   async resetPassword(actor: StaffActor, accountId: string, password: string, cid: string): Promise<{ status: 'applied' } | Refused> {
     if (actor.role !== 'supervisor') return { status: 'refused', code: 'NOT_SUPERVISOR' };
+    if (actor.accountId === accountId) {
+      withCorrelation(this.#d.log, cid).warn({ code: 'PASSWORD_RESET_OWN', accountId }, 'staff password reset refused');
+      return { status: 'refused', code: 'PASSWORD_RESET_OWN' };
+    }
     const target = accountById(this.#d.db, accountId);
     if (target === null) return { status: 'refused', code: 'ACCOUNT_NOT_FOUND' };
     const weak = passwordProblem(password, target.username);

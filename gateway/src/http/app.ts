@@ -110,6 +110,8 @@ export const GATEWAY_HTTP_CODES = Object.freeze({
   TOTP_NOT_ENROLLING: 'Confirming an enrolment that was not started (or was replaced or reset); 409.',
   TOTP_NOT_ENROLLED: 'Turning off a second factor that is not enrolled; 409.',
   TOTP_RESET_OWN: 'A supervisor resetting their own second factor: turn it off with password and code instead; 409.',
+  PASSWORD_RESET_OWN:
+    "A supervisor setting their own password through the supervisors' reset: change it with POST /staff/session/password and the current one instead; 409, nothing changed.",
 });
 export type GatewayHttpCode = keyof typeof GATEWAY_HTTP_CODES;
 
@@ -150,6 +152,26 @@ function crossSite(req: FastifyRequest): string | null {
     return 'origin';
   }
 }
+
+/**
+ * The path a request is judged by: the pattern of the route it reached, else
+ * (nothing matched) its decoded path with runs of slashes folded. The raw
+ * URL is not: the router decodes `/%73taff/mode` to `/staff/mode`, so a check
+ * on the raw spelling would let every other spelling of a path skip it.
+ */
+function judgedPath(req: FastifyRequest): string {
+  const route = req.routeOptions.url;
+  if (route !== undefined) return route;
+  const raw = req.url.split('?')[0] ?? '';
+  let path: string;
+  try {
+    path = decodeURIComponent(raw);
+  } catch {
+    path = raw;
+  }
+  return path.replace(/\/+/g, '/');
+}
+const underPrefix = (path: string, prefix: string) => path === prefix || path.startsWith(`${prefix}/`);
 
 export function buildApp(deps: HttpDeps & { readonly signInThrottle?: Partial<ThrottleOptions> }): FastifyInstance {
   const app = Fastify({
@@ -228,7 +250,7 @@ export function buildApp(deps: HttpDeps & { readonly signInThrottle?: Partial<Th
   // request another site made is refused before anything else looks at it; a client that sends neither
   // header (curl, automation) is not a browser page and is judged by its credentials alone.
   app.addHook('onRequest', async (req, reply) => {
-    if (SAFE_METHODS.has(req.method) || !req.url.startsWith('/staff/')) return undefined;
+    if (SAFE_METHODS.has(req.method) || !underPrefix(judgedPath(req), '/staff')) return undefined;
     const why = crossSite(req);
     if (why === null) return undefined;
     req.log.warn({ code: 'CROSS_SITE_REQUEST', why }, 'staff request refused');
@@ -237,7 +259,8 @@ export function buildApp(deps: HttpDeps & { readonly signInThrottle?: Partial<Th
   // Staff answers carry session and CSRF tokens and site data: no cache keeps them, no browser guesses their type.
   app.addHook('onSend', async (req, reply, payload) => {
     void reply.header('x-content-type-options', 'nosniff');
-    if (req.url.startsWith('/staff/') || req.url.startsWith('/metrics')) void reply.header('cache-control', 'no-store');
+    const path = judgedPath(req);
+    if (underPrefix(path, '/staff') || underPrefix(path, '/metrics')) void reply.header('cache-control', 'no-store');
     return payload;
   });
 

@@ -101,6 +101,22 @@ export function consumeKey(db: WritableDb, c: { keyId: string; version: number; 
   return consumed;
 }
 
+/** Whether this one-time key's use was the one by this lock's request (a retry of the request that used it). */
+export function consumedBy(db: ReadableDb, keyId: string, lockId: string, requestId: string): boolean {
+  return (
+    prepared(db, 'SELECT 1 FROM consumed_keys WHERE key_id = ? AND lock_id = ? AND request_id = ?').get(keyId, lockId, requestId) !==
+    undefined
+  );
+}
+
+/** Whether a mobile token was used by another request than this lock's one (a retry of the request that used it is not another use). */
+export function mobileTokenUsedElsewhere(db: ReadableDb, jti: string, lockId: string, requestId: string): boolean {
+  return (
+    prepared(db, 'SELECT 1 FROM mobile_token_uses WHERE jti = ? AND NOT (lock_id = ? AND request_id = ?)').get(jti, lockId, requestId) !==
+    undefined
+  );
+}
+
 /** Whether a mobile token with this jti has already opened a door (an index probe on the decision path). */
 export function mobileTokenUsed(db: ReadableDb, jti: string): boolean {
   return prepared(db, 'SELECT 1 FROM mobile_token_uses WHERE jti = ?').get(jti) !== undefined;
