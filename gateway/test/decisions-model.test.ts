@@ -640,7 +640,8 @@ describe('door decisions, model-based (fc.commands + fc.scheduler)', () => {
     const cloudKeys = await KeySet.fromJwks({ keys: [pair.publicJwk] });
     const seed = process.env.TOBIRA_MODEL_SEED === undefined ? Date.now() % 2 ** 31 : Number(process.env.TOBIRA_MODEL_SEED);
     const path = process.env.TOBIRA_MODEL_PATH;
-    const numRuns = Number(process.env.TOBIRA_MODEL_RUNS ?? 30);
+    // most steps refuse (unknown credentials, stale sync): at 30 runs a run of no opening at all came up one time in ten
+    const numRuns = Number(process.env.TOBIRA_MODEL_RUNS ?? 100);
     let failing: string[] = [];
     try {
       await fc.assert(
