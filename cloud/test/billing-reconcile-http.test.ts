@@ -103,10 +103,10 @@ describe.each(pgBackends())('billing reconciliation over HTTP on %s', (backend) 
     return s;
   }
 
-  /** A stay booked and paid over HTTP: confirmed with its key. */
-  async function paidStay(): Promise<{ stayId: string; intentId: string; keyId: string; paymentId: string }> {
+  /** A stay of one night booked over HTTP (30 000 JPY), not paid yet; `from`: the first day of the months it is put in. */
+  async function booked(from = Date.UTC(2027, 5, 1)): Promise<{ stay: { id: string }; payment: { id: string; intentId: string } }> {
     n += 1;
-    const start = Date.UTC(2027, 5, 1) + n * 3 * 86_400_000;
+    const start = from + n * 3 * 86_400_000;
     const iso = (ms: number) => new Date(ms).toISOString().slice(0, 10);
     const b = await post(
       '/stays',
@@ -114,7 +114,12 @@ describe.each(pgBackends())('billing reconciliation over HTTP on %s', (backend) 
       { 'idempotency-key': `bk-${newId()}` },
     );
     expect(b.statusCode).toBe(202);
-    const body = b.json<{ stay: { id: string }; payment: { id: string; intentId: string } }>();
+    return b.json<{ stay: { id: string }; payment: { id: string; intentId: string } }>();
+  }
+
+  /** A stay booked and paid over HTTP: confirmed with its key. */
+  async function paidStay(): Promise<{ stayId: string; intentId: string; keyId: string; paymentId: string }> {
+    const body = await booked();
     expect((await fetch(`${h.local.url}/_local/pay/${body.payment.intentId}?card=pm_card_visa`)).status).toBe(200);
     await settle();
     const stay = (await get(`/stays/${body.stay.id}`)).json<{ stay: { status: string; keyId: string } }>();
@@ -313,16 +318,7 @@ describe.each(pgBackends())('billing reconciliation over HTTP on %s', (backend) 
   describe("a refund made in Stripe directly whose webhook comes before the payment's", () => {
     /** Booked and paid at Stripe with the payment's webhooks lost: the cloud has not seen the money arrive. */
     async function paidUnseen(): Promise<{ stayId: string; intentId: string }> {
-      n += 1;
-      const start = Date.UTC(2027, 9, 1) + n * 3 * 86_400_000;
-      const iso = (ms: number) => new Date(ms).toISOString().slice(0, 10);
-      const b = await post(
-        '/stays',
-        { personId: h.personId, roomId, checkIn: iso(start), checkOut: iso(start + 86_400_000), amount: 30_000, currency: 'jpy' },
-        { 'idempotency-key': `bk-${newId()}` },
-      );
-      expect(b.statusCode).toBe(202);
-      const body = b.json<{ stay: { id: string }; payment: { intentId: string } }>();
+      const body = await booked(Date.UTC(2027, 9, 1));
       await settle();
       h.local.webhooks.faults.drop = true;
       expect((await fetch(`${h.local.url}/_local/pay/${body.payment.intentId}?card=pm_card_visa`)).status).toBe(200);
