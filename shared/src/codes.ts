@@ -18,6 +18,7 @@ export const OUTCOME_CODES = table({
   KEY_DELIVERY_FAILED: 'The gateway rejected the grant; the key failed.',
   KEY_EXPIRED: 'The key validity window ended; the key expired.',
   REPORT_RECORDED: 'A gateway report was recorded.',
+  WRONG_GATEWAY: "A gateway's report names a door or a key of another gateway: refused and recorded, in no audit.",
   MESSAGE_APPLIED: 'A message was applied.',
   MODE_REQUEST_QUEUED:
     'The mode request was queued for each gateway of the site(s) as a signed site.mode message; each shows pending until its gateway confirms.',
@@ -323,7 +324,6 @@ export const VERIFY_CODES = table({
   KID_NOT_YET_VALID:
     "The message is signed by a trusted key before the key's notBefore, judged on the receiver's trusted time; nothing it signs counts before then.",
   BAD_SIGNATURE: 'The signature does not verify with the named key.',
-  WRONG_GATEWAY: "A gateway's report names a door or a key of another gateway: refused and recorded, in no audit.",
   WRONG_ISSUER: 'The issuer is not the expected sender.',
   WRONG_AUDIENCE: 'The message is addressed to someone else.',
   EXPIRED: 'The message expired.',
