@@ -59,7 +59,13 @@ export async function startInbox(
   });
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
   const { port } = server.address() as AddressInfo;
-  return { url: `http://127.0.0.1:${port}/webhooks/stripe`, close: () => new Promise<void>((r) => server.close(() => r())) };
+  const close = () =>
+    new Promise<void>((r) => {
+      server.close(() => r());
+      // a keep-alive connection of the local Stripe's webhook sender would hold close() open until it idles out
+      server.closeAllConnections();
+    });
+  return { url: `http://127.0.0.1:${port}/webhooks/stripe`, close };
 }
 
 export interface StaysApi {

@@ -91,11 +91,14 @@ describe.each(mqttBackends())('lock event budget against %s', (backend) => {
     const passedAlarms = rows.filter((r) => r.kind !== 'lock_events_throttled').reduce((n, r) => n + r.count, 0);
     expect(passedAlarms).toBeGreaterThan(1);
     expect(passedAlarms).toBeLessThan(BURST);
-    const refused = (await s.gw.metrics.registry.getSingleMetricAsString('tobira_gateway_lock_messages_refused_total'))
-      .split('\n')
-      .filter((l) => l.includes('code="LOCK_EVENTS_THROTTLED"'))
-      .reduce((n, l) => n + Number(l.slice(l.lastIndexOf(' ') + 1)), 0);
-    expect(refused).toBe(3001 - BURST);
+    const refused = async () =>
+      (await s.gw.metrics.registry.getSingleMetricAsString('tobira_gateway_lock_messages_refused_total'))
+        .split('\n')
+        .filter((l) => l.includes('code="LOCK_EVENTS_THROTTLED"'))
+        .reduce((n, l) => n + Number(l.slice(l.lastIndexOf(' ') + 1)), 0);
+    // the genuine lock is another connection: its answer can overtake the tail of the flood on a loaded machine
+    await waitFor(async () => (await refused()) >= 3001 - BURST, 'the whole flood counted');
+    expect(await refused()).toBe(3001 - BURST);
     // One refusal row and one log line for the episode, not one per message.
     expect(count(s, "SELECT count(*) AS n FROM lock_refusals WHERE lock_id = 'lock-1'")).toBe(1);
     expect(cap.lines().filter((l) => l.code === 'LOCK_EVENTS_THROTTLED' && l.lockId === 'lock-1')).toHaveLength(1);
