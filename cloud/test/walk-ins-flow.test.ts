@@ -72,8 +72,8 @@ describe.each(pgBackends())('walk-ins and check-in gates on %s', (pgBackend) => 
     expect(p.status).toBe('applied');
     return id;
   };
-  const walkIn = (planId: string, personId: string, id = `wi-${s.u}-${++n}`) =>
-    createWalkIn(d(), { walkInId: id, siteId: s.siteId, planId, personId, credential: { type: 'pin', value: pin() } });
+  const walkIn = (planId: string, personId: string, id = `wi-${s.u}-${++n}`, value = pin()) =>
+    createWalkIn(d(), { walkInId: id, siteId: s.siteId, planId, personId, credential: { type: 'pin', value } });
   const used = (planId: string, personId: string, month: string) => quotaUsed(t.db, planId, personId, month);
   const month = () => localDateOf(base.clock.now(), 'Asia/Tokyo').slice(0, 7);
 
@@ -138,8 +138,9 @@ describe.each(pgBackends())('walk-ins and check-in gates on %s', (pgBackend) => 
       const planId = await plan();
       const who = await person();
       const id = `wi-${s.u}-rep`;
-      const a = await walkIn(planId, who, id);
-      const b = await walkIn(planId, who, id);
+      const value = pin();
+      const a = await walkIn(planId, who, id, value);
+      const b = await walkIn(planId, who, id, value);
       expect(a.status).toBe('applied');
       expect(b).toMatchObject({ status: 'noop', code: 'WALK_IN_ALREADY_CREATED' });
       if (a.status !== 'applied' || b.status !== 'noop') return;

@@ -41,6 +41,17 @@ describe.each(pgBackends())('walk-in routes on %s', (backend) => {
       { siteId: h.siteId, planId, personId: h.personId, credential: { type: 'pin', value: String(40_000_000 + ++n) }, ...over },
       token,
     );
+  const allowWalkIns = async () =>
+    expect(
+      (
+        await h.app.inject({
+          method: 'PUT',
+          url: `/sites/${h.siteId}/stay-settings`,
+          headers: auth(h.admin),
+          payload: { walkInsAllowed: true, cancellationPolicy: { tiers: [], noShowRefundPercent: 0, quotaReturn: 'always' } },
+        })
+      ).statusCode,
+    ).toBe(200);
   const walkInRows = async () => Number((await h.t.db.query<{ n: number }>('SELECT count(*)::int AS n FROM walk_ins')).rows[0]?.n);
 
   beforeAll(async () => {
@@ -64,13 +75,21 @@ describe.each(pgBackends())('walk-in routes on %s', (backend) => {
     expect(on.statusCode).toBe(200);
     expect(on.json()).toMatchObject({ walkInsAllowed: true, cancellationPolicy: { quotaReturn: 'always' } });
 
-    const r = await walkIn(planId, { id: `wi-${h.u}-http` });
+    const pin = { type: 'pin', value: '40123456' };
+    const r = await walkIn(planId, { id: `wi-${h.u}-http`, credential: pin });
     expect(r.statusCode).toBe(202);
     const body = r.json<{ id: string; intentId: string; clientSecret: string }>();
     expect(r.json()).toMatchObject({ status: 'applied', code: 'WALK_IN_CREATED', walkInStatus: 'pending', amount: 1500, keyId: null });
     expect(body.clientSecret).toMatch(/^pi_.+_secret_/);
     expect(r.json()).not.toHaveProperty('credential');
-    expect((await walkIn(planId, { id: `wi-${h.u}-http` })).json()).toMatchObject({ status: 'noop', code: 'WALK_IN_ALREADY_CREATED' });
+    expect((await walkIn(planId, { id: `wi-${h.u}-http`, credential: pin })).json()).toMatchObject({
+      status: 'noop',
+      code: 'WALK_IN_ALREADY_CREATED',
+    });
+    // the same id with another PIN is another sale: answering it as done would leave the guest holding a PIN no door knows
+    const otherPin = await walkIn(planId, { id: `wi-${h.u}-http`, credential: { type: 'pin', value: '40654321' } });
+    expect(otherPin.statusCode).toBe(409);
+    expect(otherPin.json()).toMatchObject({ status: 'conflict', code: 'WALK_IN_ALREADY_EXISTS' });
 
     const paid = await fetch(`${h.local.url}/_local/pay/${body.intentId}?card=pm_card_visa`);
     expect(paid.status).toBe(200);
@@ -85,6 +104,27 @@ describe.each(pgBackends())('walk-in routes on %s', (backend) => {
     expect(c.json()).toMatchObject({ code: 'WALK_IN_CANCELLED', walkInStatus: 'cancelled', quotaReturned: true });
     const list = await get(`/walk-ins?siteId=${h.siteId}&status=cancelled`);
     expect(list.json<{ items: { id: string }[] }>().items.map((x) => x.id)).toContain(body.id);
+  });
+
+  it('an Idempotency-Key that sold a walk-in is 422 IDEMPOTENCY_KEY_REUSED under another PIN, the same sale under the same PIN', async () => {
+    const planId = await plan({ monthlyEntryQuota: 5 });
+    await allowWalkIns();
+    const key = `wi-reuse-${h.u}`;
+    const sell = (value: string) =>
+      h.app.inject({
+        method: 'POST',
+        url: '/walk-ins',
+        headers: { ...auth(h.admin), 'idempotency-key': key },
+        payload: { siteId: h.siteId, planId, personId: h.personId, credential: { type: 'pin', value } },
+      });
+    const first = await sell('40111111');
+    expect(first.statusCode).toBe(202);
+    const again = await sell('40111111');
+    expect(again.statusCode).toBe(200);
+    expect(again.json()).toMatchObject({ status: 'noop', code: 'WALK_IN_ALREADY_CREATED', id: first.json<{ id: string }>().id });
+    const other = await sell('40222222');
+    expect(other.statusCode).toBe(422);
+    expect(other.json()).toMatchObject({ code: 'IDEMPOTENCY_KEY_REUSED' });
   });
 
   it('each gate answers 422 with its code and nothing is created', async () => {

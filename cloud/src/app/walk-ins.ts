@@ -246,6 +246,18 @@ export async function createWalkIn(deps: WalkInDeps, input: CreateWalkInInput): 
   log.info({ status: created.status, code: created.code, intentId: now.intentId }, 'walk-in verb done');
   return created.status === 'applied' ? { ...applied(created.code, now), cid } : { ...noop(created.code, now), cid };
 
+  /** The repeat's credential as the digest the sale stored it under (the pepper of its plan's gateway). */
+  async function repeatedCredential(tx: Tx, existing: WalkIn): Promise<{ type: 'pin' | 'card'; digest: string } | null> {
+    const plan = await loadPlan(tx, existing.planId);
+    if (!plan) return null;
+    const first = (await issueTargets(tx, deps.secrets, null, existing.personId, plan.doors)).doors[0];
+    if (first === undefined) return null;
+    return {
+      type: input.credential.type,
+      digest: credentialDigest(Buffer.from(first.pepper, 'base64url'), input.credential.type, input.credential.value),
+    };
+  }
+
   async function createOnce(): Promise<Outcome<WalkIn>> {
     try {
       return await inBilling(deps, 'createWalkIn', async (tx): Promise<Outcome<WalkIn>> => {
@@ -253,7 +265,7 @@ export async function createWalkIn(deps: WalkInDeps, input: CreateWalkInInput): 
         const settings = await loadStaySettings(tx, input.siteId);
         if (!settings) return refused('SITE_NOT_FOUND');
         const existing = await loadWalkIn(tx, id, null, true);
-        if (existing) return plain(domain.repeatWalkIn(existing, input.planId, person));
+        if (existing) return plain(domain.repeatWalkIn(existing, input.planId, person, await repeatedCredential(tx, existing)));
         const now = deps.clock.now();
         const plan = await loadPlan(tx, input.planId);
         const month = quotaMonthOf(now, settings.timeZone);

@@ -145,7 +145,7 @@ export interface CreateWalkInCommand {
  * person a gate refuses; an existing id is never overwritten.
  */
 export function createWalkIn(existing: WalkIn | null, cmd: CreateWalkInCommand, now: number): WalkInOutcome {
-  if (existing) return repeatWalkIn(existing, cmd.plan.id, cmd.personId);
+  if (existing) return repeatWalkIn(existing, cmd.plan.id, cmd.personId, cmd.credential);
   const gate = checkInGates({ ...cmd.gates, kind: 'walk_in', plan: cmd.plan });
   if (gate.status === 'refused') return refused(gate.code, gate.detail);
   if (cmd.plan.walkInAmount === null) return refused('WALK_IN_NOT_ALLOWED');
@@ -182,9 +182,23 @@ export function createWalkIn(existing: WalkIn | null, cmd: CreateWalkInCommand, 
   return applied(row.code, w, quota === null || quotaMonth === null ? [] : [{ type: 'use_quota', month: quotaMonth, quota }]);
 }
 
-/** The same walk-in asked for again (same id): noop when it is the same plan and person, else a conflict. */
-export function repeatWalkIn(existing: WalkIn, planId: string, personId: string): WalkInOutcome {
-  return existing.planId === planId && existing.personId === personId
+/**
+ * The same walk-in asked for again (same id): noop when it is the same plan, person and credential, else a
+ * conflict. The credential counts: a sale answered as done under another PIN leaves the guest holding a PIN
+ * no door knows. `credential` null: its digest could not be made (the plan's doors are gone), so it is not
+ * known to be the same.
+ */
+export function repeatWalkIn(
+  existing: WalkIn,
+  planId: string,
+  personId: string,
+  credential: { readonly type: 'pin' | 'card'; readonly digest: string } | null,
+): WalkInOutcome {
+  return existing.planId === planId &&
+    existing.personId === personId &&
+    credential !== null &&
+    existing.credential.type === credential.type &&
+    existing.credential.digest === credential.digest
     ? noop('WALK_IN_ALREADY_CREATED', existing)
     : conflict('WALK_IN_ALREADY_EXISTS', existing);
 }

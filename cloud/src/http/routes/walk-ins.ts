@@ -156,6 +156,9 @@ export function walkInsRoutes(app: Api, ctx: Ctx): void {
                 .slice(0, 32)}`
             : undefined);
         const o = await ctx.cloud.createWalkIn(defined({ ...body, walkInId, siteScope: scope, cid }));
+        // without an `id` the key named the walk-in, so another sale under it is the key reused (as for a booking)
+        if (id === undefined && o.status === 'conflict' && o.code === 'WALK_IN_ALREADY_EXISTS')
+          return { statusCode: 422, body: { ...problem('IDEMPOTENCY_KEY_REUSED', 'this Idempotency-Key sold another walk-in'), cid } };
         if (o.status !== 'refused' && (await heldElsewhere(ctx.db, scope, 'walkIn', o.status === 'conflict' ? o.current.id : o.state.id)))
           return idUnavailable(cid);
         return answerOf(o, 202);
