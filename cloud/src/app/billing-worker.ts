@@ -23,8 +23,8 @@ import {
   suspendOverdueAccess,
 } from './memberships.js';
 import { END_REASONS } from '../domain/membership-states.js';
-import { loadWalkIn } from '../adapters/db/walk-ins.js';
-import { expireWalkIns, refundWalkIn, settleWalkInPayment } from './walk-ins.js';
+import { loadWalkIn, walkInIdOfIntent } from '../adapters/db/walk-ins.js';
+import { expireWalkIns, reconcileWalkInRefunds, refundWalkIn, settleWalkInPayment } from './walk-ins.js';
 import {
   BillingStepFailed,
   endStay,
@@ -290,7 +290,15 @@ export class BillingWorker {
       const intentId = pi === null || pi === undefined ? null : typeof pi === 'string' ? pi : pi.id;
       if (intentId === null) return done('EVENT_IGNORED'); // a refund of no PaymentIntent is none of ours
       const payment = await loadPaymentByIntent(d.db, intentId);
-      if (!payment) return done('PAYMENT_NOT_FOUND');
+      if (!payment) {
+        // a walk-in's intent (app/walk-ins.ts): its refunds re-read and recorded the same way
+        const walkInId = await walkInIdOfIntent(d.db, intentId);
+        if (walkInId === null) return done('PAYMENT_NOT_FOUND');
+        const refunds = await listRefundsOfIntent(d.stripe, intentId);
+        if (!refunds.ok)
+          return { ok: false, code: refunds.failure.code, permanent: refunds.failure.kind === 'permanent', error: refunds.failure.message };
+        return done(await reconcileWalkInRefunds(d, walkInId, refunds.value, cid));
+      }
       const refunds = await listRefundsOfIntent(d.stripe, intentId);
       if (!refunds.ok)
         return { ok: false, code: refunds.failure.code, permanent: refunds.failure.kind === 'permanent', error: refunds.failure.message };

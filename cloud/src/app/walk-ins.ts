@@ -35,7 +35,8 @@ import {
   loadBlock,
   loadWalkIn,
   loadWalkInRefund,
-  markWalkInRefunded,
+  recordWalkInStripeRefund,
+  setWalkInRefundStatus,
   recordWalkInIntent,
   returnQuota,
   useQuota,
@@ -45,7 +46,7 @@ import {
 } from '../adapters/db/walk-ins.js';
 import type { BillingFailure } from '../adapters/stripe/errors.js';
 import { cancelPaymentIntent, createPaymentIntent, retrievePaymentIntent } from '../adapters/stripe/payment-intents.js';
-import { createRefund } from '../adapters/stripe/refunds.js';
+import { createRefund, type RefundObservation } from '../adapters/stripe/refunds.js';
 import type { CancelReason } from '../domain/cancellation-policy.js';
 import { checkInGates, type GatePass } from '../domain/check-in-gates.js';
 import type { Checked } from '../domain/nights.js';
@@ -593,7 +594,11 @@ export function listBlockedPeople(deps: WalkInDeps, siteId: string, scope: SiteS
 
 // ---------------------------------------------------------------- refund (billing job)
 
-/** The walk-in refund job: the call with the key stored before it (a retry gets the same refund), then recorded. */
+/**
+ * The walk-in refund job: the call with the key stored before it (a retry gets the same refund), then
+ * recorded as Stripe answered it: succeeded, pending (its refund event settles it later) or failed (an
+ * operator alarm: the guest is owed the money).
+ */
 export async function refundWalkIn(deps: WalkInDeps, walkInId: string, cid: CorrelationId): Promise<OutcomeCode> {
   const stripe = deps.stripe;
   if (!stripe) throw new BillingStepFailed('BILLING_NOT_CONFIGURED', false, 'no Stripe client');
@@ -601,19 +606,85 @@ export async function refundWalkIn(deps: WalkInDeps, walkInId: string, cid: Corr
   const w = await loadWalkIn(deps.db, walkInId);
   if (!r || !w) return 'PAYMENT_NOT_FOUND';
   if (r.status === 'succeeded') return 'REFUND_ALREADY_RECORDED';
+  if (r.status === 'failed') return 'REFUND_FAILED';
   if (w.intentId === null) throw new BillingStepFailed('PAYMENT_NOT_FOUND', true, 'the walk-in has no intent');
   const made = await createRefund(stripe, {
     intentId: w.intentId,
     amount: r.amount,
     idempotencyKey: r.idempotencyKey,
-    refundId: `rf_${walkInId}`,
+    refundId: ourRefundId(walkInId),
     reason: 'requested_by_customer',
   });
   if (!made.ok) throw new BillingStepFailed(made.failure.code, made.failure.kind === 'permanent', made.failure.message);
-  await deps.db.transaction((tx) => markWalkInRefunded(tx, walkInId, made.value.stripeRefundId, deps.clock.now()));
-  withCorrelation(deps.log, cid, { verb: 'refundWalkIn', walkInId }).info(
-    { code: 'PAYMENT_REFUNDED', amount: r.amount, stripeRefundId: made.value.stripeRefundId },
-    'walk-in refunded',
-  );
-  return 'PAYMENT_REFUNDED';
+  const status = refundStatusOf(made.value.status);
+  await deps.db.transaction((tx) => setWalkInRefundStatus(tx, walkInId, status, made.value.stripeRefundId, deps.clock.now()));
+  const log = withCorrelation(deps.log, cid, { verb: 'refundWalkIn', walkInId });
+  const line = { amount: r.amount, stripeRefundId: made.value.stripeRefundId, refundStatus: status };
+  if (status === 'failed') {
+    log.error({ ...line, alarm: true, code: 'REFUND_FAILED' }, 'ALARM: Stripe failed a walk-in refund');
+    return 'REFUND_FAILED';
+  }
+  log.info({ ...line, code: status === 'succeeded' ? 'PAYMENT_REFUNDED' : 'REFUND_PENDING' }, 'walk-in refund made');
+  return status === 'succeeded' ? 'PAYMENT_REFUNDED' : 'REFUND_PENDING';
+}
+
+const ourRefundId = (walkInId: string): string => `rf_${walkInId}`;
+const refundStatusOf = (s: string): 'pending' | 'succeeded' | 'failed' =>
+  s === 'succeeded' ? 'succeeded' : s === 'failed' || s === 'canceled' ? 'failed' : 'pending';
+
+/**
+ * Refunds of a walk-in's intent from any source, as Stripe holds them now (re-read, never an event's
+ * amounts): the desk's refund takes Stripe's status; one made in Stripe directly (the dashboard, support) is
+ * recorded from Stripe's object. A paid pass whose money is all on its way back (pending or succeeded) ends
+ * `payment_refunded` with its key revoked and nothing more refunded: a door does not open on money the guest
+ * has back. Less than all of it: recorded, the pass kept, and an operator alarm.
+ */
+export async function reconcileWalkInRefunds(
+  deps: WalkInDeps,
+  walkInId: string,
+  observed: readonly RefundObservation[],
+  cid: CorrelationId,
+): Promise<OutcomeCode> {
+  const log = withCorrelation(deps.log, cid, { verb: 'recordWalkInRefund', walkInId });
+  const outside = observed.filter((r) => r.refundId !== ourRefundId(walkInId));
+  const changed = await inBilling(deps, 'recordWalkInRefund', async (tx) => {
+    const w = await loadWalkIn(tx, walkInId, null, true);
+    if (!w) return null;
+    const now = deps.clock.now();
+    let n = 0;
+    for (const r of observed) {
+      if (r.refundId === ourRefundId(walkInId)) {
+        n += await setWalkInRefundStatus(tx, walkInId, r.status, r.stripeRefundId, now);
+        if (r.status === 'failed')
+          log.error({ alarm: true, code: 'REFUND_FAILED', stripeRefundId: r.stripeRefundId }, 'ALARM: Stripe failed a walk-in refund');
+      } else {
+        const m = await recordWalkInStripeRefund(tx, { walkInId, ...r, cid, now });
+        if (m === 1)
+          log.warn(
+            { code: 'REFUND_RECONCILED', stripeRefundId: r.stripeRefundId, amount: r.amount, refundStatus: r.status },
+            'a walk-in refund made in Stripe directly recorded',
+          );
+        n += m;
+      }
+    }
+    return { w, n };
+  });
+  if (changed === null) return 'PAYMENT_NOT_FOUND';
+  const back = outside.filter((r) => r.status !== 'failed').reduce((sum, r) => sum + r.amount, 0);
+  const w = changed.w;
+  if (w.status === 'paid' && back > 0 && back >= w.amountReceived) {
+    const o = await walkInStep(deps, 'cancelWalkIn', walkInId, cid, null, async (cur, _tz, tx) => {
+      const settings = await loadStaySettings(tx, cur.siteId);
+      if (!settings) throw new Error(`walk-in ${cur.id} has no site`);
+      return domain.cancelWalkIn(cur, { reason: 'payment_refunded', policy: settings.cancellationPolicy, cid }, deps.clock.now());
+    });
+    log.warn({ code: o.code, status: o.status, refunded: back }, 'a walk-in refunded in full in Stripe directly: the pass ends');
+    return o.code;
+  }
+  if (w.status === 'paid' && back > 0)
+    log.error(
+      { alarm: true, code: 'PAYMENT_PARTIALLY_REFUNDED', refunded: back, received: w.amountReceived },
+      'ALARM: part of a walk-in refunded in Stripe directly: the pass is kept',
+    );
+  return changed.n > 0 ? 'REFUND_RECONCILED' : 'REFUND_ALREADY_RECORDED';
 }

@@ -339,8 +339,9 @@ export function cancelWalkIn(
   const effects: WalkInEffect[] = [];
   if (w.keyId !== null) effects.push({ type: 'revoke_key', keyId: w.keyId });
   if (give && w.quotaMonth !== null) effects.push({ type: 'return_quota', month: w.quotaMonth });
-  // a day pass is cancelled on its day: the policy's 0-days tier, or everything when the site cancelled
-  const back = Math.floor((w.amountReceived * refundPercent(cmd.policy, 0, cmd.reason)) / 100);
+  // a day pass is cancelled on its day: the policy's 0-days tier, or everything when the site cancelled;
+  // nothing when the pass ends because its money was already given back in Stripe
+  const back = cmd.reason === 'payment_refunded' ? 0 : Math.floor((w.amountReceived * refundPercent(cmd.policy, 0, cmd.reason)) / 100);
   if (back > 0) effects.push({ type: 'refund', amount: back });
   return applied(o.code, o.state, effects);
 }

@@ -333,7 +333,7 @@ export interface WalkInRefund {
   readonly walkInId: string;
   readonly amount: number;
   readonly currency: string;
-  readonly status: 'pending' | 'succeeded';
+  readonly status: RefundStatus;
   readonly idempotencyKey: string;
   readonly stripeRefundId: string | null;
 }
@@ -348,7 +348,7 @@ export async function loadWalkInRefund(q: Queryable, walkInId: string): Promise<
       walk_in_id: z.string(),
       amount: Int8,
       currency: z.string(),
-      status: z.enum(['pending', 'succeeded']),
+      status: z.enum(['pending', 'succeeded', 'failed']),
       idempotency_key: z.string(),
       stripe_refund_id: z.string().nullable(),
     }),
@@ -364,11 +364,84 @@ export async function loadWalkInRefund(q: Queryable, walkInId: string): Promise<
   };
 }
 
-/** Stripe made the refund: pending → succeeded with its id; 0 rows when it was already recorded. */
-export async function markWalkInRefunded(q: Queryable, walkInId: string, stripeRefundId: string, now: number): Promise<number> {
+export type RefundStatus = 'pending' | 'succeeded' | 'failed';
+
+/**
+ * The desk's refund as Stripe holds it now: its Stripe id and status. A failed refund stays failed (a retry is
+ * a new attempt), and a row already at that status is left alone: 0 rows then.
+ */
+export async function setWalkInRefundStatus(
+  q: Queryable,
+  walkInId: string,
+  status: RefundStatus,
+  stripeRefundId: string,
+  now: number,
+): Promise<number> {
   const r = await q.query(
-    `UPDATE walk_in_refunds SET status = 'succeeded', stripe_refund_id = $2, updated_at = $3 WHERE walk_in_id = $1 AND status = 'pending'`,
-    [walkInId, stripeRefundId, now],
+    `UPDATE walk_in_refunds SET status = $2, stripe_refund_id = $3, updated_at = $4
+      WHERE walk_in_id = $1 AND status <> 'failed' AND (status <> $2 OR stripe_refund_id IS DISTINCT FROM $3)`,
+    [walkInId, status, stripeRefundId, now],
   );
   return r.rowCount;
+}
+
+/** A refund of the walk-in's intent made in Stripe directly: inserted, or its status moved to Stripe's; 1 when either happened. */
+export async function recordWalkInStripeRefund(
+  q: Queryable,
+  r: { walkInId: string; stripeRefundId: string; amount: number; currency: string; status: RefundStatus; cid: string; now: number },
+): Promise<number> {
+  const res = await q.query(
+    `INSERT INTO walk_in_stripe_refunds (stripe_refund_id, walk_in_id, amount, currency, status, cid, created_at, updated_at)
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $7)
+     ON CONFLICT (stripe_refund_id) DO UPDATE SET status = EXCLUDED.status, updated_at = EXCLUDED.updated_at
+      WHERE walk_in_stripe_refunds.status <> EXCLUDED.status AND walk_in_stripe_refunds.status <> 'failed'`,
+    [r.stripeRefundId, r.walkInId, r.amount, r.currency, r.status, r.cid, r.now],
+  );
+  return res.rowCount;
+}
+
+export interface WalkInRefundView {
+  readonly stripeRefundId: string | null;
+  readonly amount: number;
+  readonly currency: string;
+  readonly status: RefundStatus;
+  /** `tobira`: the desk's (or the policy's) refund; `stripe`: made in Stripe directly */
+  readonly source: 'tobira' | 'stripe';
+  readonly createdAt: number;
+}
+
+/** Every refund of a walk-in, ours and those made in Stripe directly, oldest first. */
+export async function listWalkInRefunds(q: Queryable, walkInId: string): Promise<WalkInRefundView[]> {
+  const r = await q.query(
+    `SELECT stripe_refund_id, amount, currency, status, 'tobira' AS source, created_at FROM walk_in_refunds WHERE walk_in_id = $1
+     UNION ALL
+     SELECT stripe_refund_id, amount, currency, status, 'stripe', created_at FROM walk_in_stripe_refunds WHERE walk_in_id = $1
+     ORDER BY created_at, stripe_refund_id`,
+    [walkInId],
+  );
+  const Row = z.object({
+    stripe_refund_id: z.string().nullable(),
+    amount: Int8,
+    currency: z.string(),
+    status: z.enum(['pending', 'succeeded', 'failed']),
+    source: z.enum(['tobira', 'stripe']),
+    created_at: Int8,
+  });
+  return r.rows.map((raw) => {
+    const v = parseRow('walk_in_refunds', Row, raw);
+    return {
+      stripeRefundId: v.stripe_refund_id,
+      amount: v.amount,
+      currency: v.currency,
+      status: v.status,
+      source: v.source,
+      createdAt: v.created_at,
+    };
+  });
+}
+
+/** The walk-in whose PaymentIntent this is, if any. */
+export async function walkInIdOfIntent(q: Queryable, intentId: string): Promise<string | null> {
+  const r = await q.query<{ id: string }>('SELECT id FROM walk_ins WHERE intent_id = $1', [intentId]);
+  return r.rows[0]?.id ?? null;
 }

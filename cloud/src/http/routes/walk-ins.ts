@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto';
 import { decodeCursor } from '@tobira/shared';
 import type { FastifyReply } from 'fastify';
 import { z } from 'zod';
-import { listBlocks, listWalkIns, loadWalkIn } from '../../adapters/db/walk-ins.js';
+import { listBlocks, listWalkInRefunds, listWalkIns, loadWalkIn } from '../../adapters/db/walk-ins.js';
 import type { WalkInResult } from '../../app/walk-ins.js';
 import { CANCEL_REASONS } from '../../domain/cancellation-policy.js';
 import { WALK_IN_STATUSES, type WalkIn } from '../../domain/walk-ins.js';
@@ -32,6 +32,19 @@ export const WalkInJson = z.object({
   lastCode: z.string(),
   createdAt: z.int(),
   updatedAt: z.int(),
+});
+/** One walk-in with every refund of its money as Stripe holds it: the desk's (`tobira`) and any made in Stripe directly (`stripe`). */
+const WalkInWithRefunds = WalkInJson.extend({
+  refunds: z.array(
+    z.object({
+      stripeRefundId: z.string().nullable(),
+      amount: z.int(),
+      currency: z.string(),
+      status: z.enum(['pending', 'succeeded', 'failed']),
+      source: z.enum(['tobira', 'stripe']),
+      createdAt: z.int(),
+    }),
+  ),
 });
 // the credential digest and the idempotency key stay in the database
 const walkInJson = (w: WalkIn) => ({
@@ -195,15 +208,15 @@ export function walkInsRoutes(app: Api, ctx: Ctx): void {
     {
       schema: {
         tags: ['check-in'],
-        summary: 'Get a walk-in (the desk polls it until walkInStatus is paid)',
+        summary: 'Get a walk-in (the desk polls it until walkInStatus is paid) with every refund of its money as Stripe holds it',
         params: z.strictObject({ walkInId: Id }),
-        response: { ...errorResponses, 200: WalkInJson },
+        response: { ...errorResponses, 200: WalkInWithRefunds },
       },
     },
     async (req, reply) => {
       const w = await loadWalkIn(ctx.db, req.params.walkInId, who(req).sites);
       if (!w) return reply.status(404).send(problem('WALK_IN_NOT_FOUND'));
-      return walkInJson(w);
+      return { ...walkInJson(w), refunds: await listWalkInRefunds(ctx.db, w.id) };
     },
   );
 

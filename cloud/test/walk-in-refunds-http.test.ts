@@ -1,0 +1,162 @@
+import { pgBackends } from '@tobira/shared/testing';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { openStaysApi, type StaysApi } from './stays-harness.js';
+
+/**
+ * A walk-in's money back, from outside: the admin API over HTTP, the real
+ * `stripe` SDK against the local Stripe (its pending and failing refunds),
+ * and refunds made in Stripe directly the way the dashboard makes them. The
+ * walk-in records every refund as Stripe holds it (never succeeded before
+ * Stripe says so), and a pass whose money all went back ends, its key
+ * revoked: a door does not open on money the guest has back.
+ */
+const SECRET = 'whsec_tobira_walk_in_refunds';
+
+interface Refund {
+  stripeRefundId: string | null;
+  amount: number;
+  status: string;
+  source: string;
+}
+interface WalkInBody {
+  id: string;
+  walkInStatus: string;
+  keyId: string | null;
+  intentId: string;
+  cancelReason: string | null;
+  amountReceived: number;
+  refunds: Refund[];
+}
+
+describe.each(pgBackends())('walk-in refunds on %s', (backend) => {
+  let h: StaysApi;
+  let n = 0;
+  let planId: string;
+  const auth = () => ({ authorization: `Bearer ${h.admin}` });
+  const post = (url: string, payload: Record<string, unknown> = {}) => h.app.inject({ method: 'POST', url, headers: auth(), payload });
+  const get = (url: string) => h.app.inject({ method: 'GET', url, headers: auth() });
+  const settle = async () => {
+    await h.local.webhooks.idle();
+    await h.cloud.runBilling();
+    await h.local.webhooks.idle();
+    return h.cloud.runBilling();
+  };
+  const walkIn = async (id: string) => (await get(`/walk-ins/${id}`)).json<WalkInBody>();
+  const keyStatus = async (keyId: string) => (await get(`/keys/${keyId}`)).json<{ key: { status: string } }>().key.status;
+  const atStripe = (intentId: string) => h.local.refunds().filter((r) => r.payment_intent === intentId);
+
+  /** Sold and paid at the desk: paid with its key. */
+  async function paidWalkIn(): Promise<WalkInBody> {
+    const r = await post('/walk-ins', {
+      id: `wi-${h.u}-${++n}`,
+      siteId: h.siteId,
+      planId,
+      personId: h.personId,
+      credential: { type: 'pin', value: String(41_000_000 + n) },
+    });
+    expect(r.statusCode).toBe(202);
+    const { id, intentId } = r.json<WalkInBody>();
+    expect((await fetch(`${h.local.url}/_local/pay/${intentId}?card=pm_card_visa`)).status).toBe(200);
+    await settle();
+    const w = await walkIn(id);
+    expect(w).toMatchObject({ walkInStatus: 'paid', keyId: `key_${id}`, amountReceived: 1500, refunds: [] });
+    return w;
+  }
+
+  beforeAll(async () => {
+    h = await openStaysApi(backend, { tag: 'wr', secret: SECRET, doors: 1 });
+    const p = await post('/plans', {
+      id: `plan-${h.u}`,
+      siteId: h.siteId,
+      name: 'Day pass',
+      amount: 8000,
+      currency: 'jpy',
+      interval: 'month',
+      doors: [h.doors[0]],
+      walkInAmount: 1500,
+    });
+    expect(p.statusCode).toBe(201);
+    planId = p.json<{ id: string }>().id;
+    const on = await h.app.inject({
+      method: 'PUT',
+      url: `/sites/${h.siteId}/stay-settings`,
+      headers: auth(),
+      payload: { walkInsAllowed: true, cancellationPolicy: { tiers: [], noShowRefundPercent: 0, quotaReturn: 'always' } },
+    });
+    expect(on.statusCode).toBe(200);
+  });
+  afterAll(() => h?.close());
+  afterEach(async () => {
+    Object.assign(h.local.faults, { refundsPending: false, failNextRefunds: 0 });
+    await h.local.webhooks.idle();
+  });
+
+  describe('made in Stripe directly (the dashboard, support)', () => {
+    it('in full: recorded from Stripe, the pass ends payment_refunded with its key revoked, and nothing more is refunded', async () => {
+      const w = await paidWalkIn();
+      const re = await h.stripe.refunds.create({ payment_intent: w.intentId });
+      await settle();
+      expect(await walkIn(w.id)).toMatchObject({
+        walkInStatus: 'cancelled',
+        cancelReason: 'payment_refunded',
+        refunds: [{ stripeRefundId: re.id, amount: 1500, status: 'succeeded', source: 'stripe' }],
+      });
+      expect(await keyStatus(w.keyId ?? '')).toBe('revoking');
+      // the guest has their money back once, not twice
+      expect(atStripe(w.intentId).map((r) => r.amount)).toEqual([1500]);
+      const dead = (await get('/billing/dead-letters?kind=webhook-events')).json<{ items: unknown[] }>();
+      expect(dead.items).toEqual([]);
+    });
+
+    it('in part: recorded, the pass and its key kept (an operator alarm)', async () => {
+      const w = await paidWalkIn();
+      await h.stripe.refunds.create({ payment_intent: w.intentId, amount: 500 });
+      await settle();
+      expect(await walkIn(w.id)).toMatchObject({
+        walkInStatus: 'paid',
+        refunds: [{ amount: 500, status: 'succeeded', source: 'stripe' }],
+      });
+      expect(await keyStatus(w.keyId ?? '')).toBe('issuing');
+    });
+
+    it('pending at Stripe: the pass ends at once (the money is on its way back), the refund recorded pending until Stripe settles it', async () => {
+      const w = await paidWalkIn();
+      h.local.faults.refundsPending = true;
+      const re = await h.stripe.refunds.create({ payment_intent: w.intentId });
+      await settle();
+      expect(await walkIn(w.id)).toMatchObject({ walkInStatus: 'cancelled', refunds: [{ status: 'pending', source: 'stripe' }] });
+      expect(await keyStatus(w.keyId ?? '')).toBe('revoking');
+      expect(h.local.settleRefund(re.id, 'succeeded').status).toBe(200);
+      await settle();
+      expect(await walkIn(w.id)).toMatchObject({ refunds: [{ status: 'succeeded', source: 'stripe' }] });
+    });
+  });
+
+  describe("the desk's own refund", () => {
+    it('pending at Stripe is pending here until Stripe says it succeeded', async () => {
+      const w = await paidWalkIn();
+      h.local.faults.refundsPending = true;
+      expect((await post(`/walk-ins/${w.id}/cancel`, { reason: 'staff_cancelled' })).statusCode).toBe(200);
+      await settle();
+      expect(await walkIn(w.id)).toMatchObject({
+        walkInStatus: 'cancelled',
+        refunds: [{ amount: 1500, status: 'pending', source: 'tobira', stripeRefundId: expect.stringMatching(/^re_/) }],
+      });
+      const [re] = atStripe(w.intentId);
+      expect(h.local.settleRefund(re?.id ?? '', 'succeeded').status).toBe(200);
+      await settle();
+      expect(await walkIn(w.id)).toMatchObject({ refunds: [{ amount: 1500, status: 'succeeded', source: 'tobira' }] });
+    });
+
+    it('failed at Stripe is failed here, never counted as given back', async () => {
+      const w = await paidWalkIn();
+      h.local.faults.refundsPending = true;
+      await post(`/walk-ins/${w.id}/cancel`, { reason: 'staff_cancelled' });
+      await settle();
+      const [re] = atStripe(w.intentId);
+      expect(h.local.settleRefund(re?.id ?? '', 'failed').status).toBe(200);
+      await settle();
+      expect(await walkIn(w.id)).toMatchObject({ refunds: [{ amount: 1500, status: 'failed', source: 'tobira' }] });
+    });
+  });
+});
