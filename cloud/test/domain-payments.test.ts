@@ -1,0 +1,277 @@
+import { newCorrelationId } from '@tobira/shared';
+import fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import {
+  INTENT_STATUSES,
+  intentIdempotencyKey,
+  paymentEventOfCode,
+  recordRefund,
+  refundIdempotencyKey,
+  requestRefund,
+  settlePayment,
+  type IntentObservation,
+  type IntentStatus,
+  type Payment,
+} from '../src/domain/payments.js';
+import { PAYMENT_EVENTS, PAYMENT_STATUSES, type PaymentStatus } from '../src/domain/stay-states.js';
+
+/** The payment ledger verbs, pure: what Stripe's answer does to one charge, and how its refunds are asked and recorded. */
+const T0 = Date.UTC(2027, 2, 10, 1);
+const cid = newCorrelationId();
+const cid2 = newCorrelationId();
+
+const payment: Payment = {
+  id: 'pay-1',
+  stayId: 'st-1',
+  purpose: 'stay_balance',
+  amount: 30_000,
+  currency: 'jpy',
+  status: 'requires_payment',
+  version: 1,
+  attempt: 1,
+  idempotencyKey: 'stay_balance:st-1:1',
+  intentId: null,
+  clientSecret: null,
+  amountReceived: 0,
+  amountRefunded: 0,
+  lastCode: 'STAY_BOOKED',
+  cid,
+  createdAt: T0,
+  updatedAt: T0,
+};
+const at = (status: PaymentStatus, over: Partial<Payment> = {}): Payment => ({ ...payment, status, intentId: 'pi_1', ...over });
+const held = (over: Partial<Payment> = {}) => at('succeeded', { amountReceived: 30_000, ...over });
+
+const seen = (status: IntentStatus, over: Partial<IntentObservation> = {}): IntentObservation => ({
+  intentId: 'pi_1',
+  status,
+  amount: 30_000,
+  amountReceived: status === 'succeeded' ? 30_000 : 0,
+  currency: 'jpy',
+  declined: false,
+  ...over,
+});
+
+describe('idempotency keys', () => {
+  it('an intent key names its purpose, subject and attempt; a refund key its payment and number', () => {
+    expect(intentIdempotencyKey('stay_deposit', 'st-9', 3)).toBe('stay_deposit:st-9:3');
+    expect(refundIdempotencyKey('pay-9', 2)).toBe('refund:pay-9:2');
+  });
+});
+
+describe('settlePayment', () => {
+  it('a succeeded intent: the payment succeeds one version on, with the money and the intent recorded', () => {
+    const o = settlePayment(payment, seen('succeeded'), { cid: cid2 }, T0 + 5);
+    expect(o).toEqual({
+      status: 'applied',
+      code: 'PAYMENT_SUCCEEDED',
+      state: {
+        ...payment,
+        status: 'succeeded',
+        version: 2,
+        amountReceived: 30_000,
+        intentId: 'pi_1',
+        lastCode: 'PAYMENT_SUCCEEDED',
+        cid: cid2,
+        updatedAt: T0 + 5,
+      },
+      emits: [],
+    });
+  });
+
+  it('processing and canceled record the intent but no money', () => {
+    expect(settlePayment(payment, seen('processing'), { cid }, T0)).toMatchObject({
+      status: 'applied',
+      code: 'PAYMENT_PROCESSING',
+      state: { status: 'processing', intentId: 'pi_1', amountReceived: 0, version: 2 },
+    });
+    expect(settlePayment(at('processing'), seen('canceled'), { cid }, T0)).toMatchObject({
+      status: 'applied',
+      code: 'PAYMENT_FAILED',
+      state: { status: 'failed', intentId: 'pi_1', amountReceived: 0 },
+    });
+    // an intent in flight that already counts money received does not put it in the ledger before it succeeds
+    expect(settlePayment(payment, seen('processing', { amountReceived: 30_000 }), { cid }, T0)).toMatchObject({
+      state: { amountReceived: 0 },
+    });
+  });
+
+  it('the first intent Stripe names is taken; another one after it is refused, naming the payment', () => {
+    const o = settlePayment(at('processing'), seen('succeeded', { intentId: 'pi_2' }), { cid }, T0);
+    expect(o).toMatchObject({ status: 'refused', code: 'PAYMENT_INTENT_MISMATCH' });
+    if (o.status === 'refused') expect(o.detail).toMatch(/pi_2.*pay-1/);
+    expect(settlePayment(payment, seen('succeeded', { intentId: 'pi_7' }), { cid }, T0)).toMatchObject({ state: { intentId: 'pi_7' } });
+  });
+
+  it('money that is not the ledger amount and currency is refused, whatever the status', () => {
+    for (const status of INTENT_STATUSES) {
+      for (const over of [{ currency: 'usd' }, { amount: 29_999 }, { amount: 30_001 }] as Partial<IntentObservation>[]) {
+        const o = settlePayment(payment, seen(status, over), { cid }, T0);
+        expect(o, `${status} ${JSON.stringify(over)}`).toMatchObject({ status: 'refused', code: 'PAYMENT_AMOUNT_MISMATCH' });
+        if (o.status === 'refused') expect(o.detail).toContain('ledger 30000 jpy');
+      }
+    }
+    expect(settlePayment(payment, seen('succeeded', { amountReceived: 29_999 }), { cid }, T0)).toMatchObject({
+      code: 'PAYMENT_AMOUNT_MISMATCH',
+    });
+  });
+
+  it('a state Stripe has not settled changes nothing', () => {
+    for (const status of ['requires_confirmation', 'requires_action', 'requires_capture', 'other'] as const)
+      for (const declined of [false, true])
+        expect(settlePayment(payment, seen(status, { declined }), { cid }, T0), status).toEqual({
+          status: 'noop',
+          code: 'PAYMENT_NOT_SETTLED',
+          state: payment,
+        });
+  });
+
+  it('a decline is retryable while the payment waits, and ignored once it settled or failed', () => {
+    const decline = seen('requires_payment_method', { declined: true });
+    for (const s of ['requires_payment', 'processing'] as const)
+      expect(settlePayment(at(s), decline, { cid }, T0), s).toMatchObject({ status: 'noop', code: 'PAYMENT_DECLINED_RETRYABLE' });
+    for (const s of PAYMENT_STATUSES.filter((s) => s !== 'requires_payment' && s !== 'processing'))
+      expect(settlePayment(at(s, { amountReceived: 30_000 }), decline, { cid }, T0), s).toMatchObject({
+        status: 'noop',
+        code: 'PAYMENT_FAILURE_IGNORED',
+      });
+  });
+
+  it('the order observations arrive in never matters: the last state is that of the highest rank seen', () => {
+    const rank = { requires_payment: 0, processing: 1, failed: 2, succeeded: 3 } as const;
+    const obs = fc.constantFrom(
+      seen('processing'),
+      seen('canceled'),
+      seen('succeeded'),
+      seen('requires_payment_method', { declined: true }),
+    );
+    fc.assert(
+      fc.property(fc.array(obs, { maxLength: 8 }), (list) => {
+        let p = payment;
+        for (const o of list) {
+          const r = settlePayment(p, o, { cid }, T0);
+          expect(r.status).not.toBe('refused');
+          if (r.status === 'applied') p = r.state;
+        }
+        const seenRanks = list.map((o) => (o.status === 'succeeded' ? 3 : o.status === 'canceled' ? 2 : o.status === 'processing' ? 1 : 0));
+        expect(rank[p.status as keyof typeof rank]).toBe(Math.max(0, ...seenRanks));
+      }),
+    );
+  });
+});
+
+describe('requestRefund', () => {
+  it('an unknown payment is refused', () => {
+    expect(requestRefund(null, { amount: 1, cid }, T0)).toMatchObject({ status: 'refused', code: 'PAYMENT_NOT_FOUND' });
+  });
+
+  it('queues one refund job with its key, the payment pending its refund one version on', () => {
+    const p = held({ version: 3 });
+    const o = requestRefund(p, { amount: 12_000, cid: cid2, attempt: 4 }, T0 + 9);
+    expect(o).toEqual({
+      status: 'applied',
+      code: 'REFUND_QUEUED',
+      state: { ...p, status: 'refund_pending', version: 4, lastCode: 'REFUND_QUEUED', cid: cid2, updatedAt: T0 + 9 },
+      emits: [{ type: 'refund', paymentId: 'pay-1', amount: 12_000, idempotencyKey: 'refund:pay-1:4' }],
+    });
+    expect(requestRefund(p, { amount: 1, cid }, T0)).toMatchObject({ emits: [{ idempotencyKey: 'refund:pay-1:1' }] });
+  });
+
+  it('0 < amount <= what was received and not yet refunded; nothing asked is a noop', () => {
+    const p = at('partially_refunded', { amountReceived: 30_000, amountRefunded: 10_000 });
+    expect(requestRefund(p, { amount: 0, cid }, T0)).toEqual({ status: 'noop', code: 'NOTHING_TO_REFUND', state: p });
+    expect(requestRefund(p, { amount: 20_000, cid }, T0)).toMatchObject({ status: 'applied', emits: [{ amount: 20_000 }] });
+    for (const amount of [20_001, -1, 1.5, Number.NaN, Number.MAX_SAFE_INTEGER + 1]) {
+      const o = requestRefund(p, { amount, cid }, T0);
+      expect(o, String(amount)).toMatchObject({ status: 'refused', code: 'REFUND_EXCEEDS_PAYMENT' });
+      if (o.status === 'refused') expect(o.detail).toContain('20000');
+    }
+  });
+
+  it('only money held on the charge can be refunded', () => {
+    for (const s of ['requires_payment', 'processing', 'failed'] as const) {
+      const o = requestRefund(at(s, { amountReceived: 30_000 }), { amount: 1, cid }, T0);
+      expect(o, s).toMatchObject({ status: 'refused', code: 'INVALID_TRANSITION' });
+      if (o.status === 'refused') expect(o.detail).toBe(`refund_requested from ${s}`);
+    }
+    expect(requestRefund(at('refund_pending', { amountReceived: 30_000 }), { amount: 1, cid }, T0)).toMatchObject({
+      status: 'noop',
+      code: 'REFUND_ALREADY_REQUESTED',
+    });
+  });
+});
+
+describe('recordRefund', () => {
+  const pending = at('refund_pending', { amountReceived: 30_000, amountRefunded: 0 });
+
+  it('an unknown payment is refused', () => {
+    expect(recordRefund(null, { amountRefunded: 1, currency: 'jpy', cid }, T0)).toMatchObject({
+      status: 'refused',
+      code: 'PAYMENT_NOT_FOUND',
+    });
+  });
+
+  it('all of it back: refunded; part of it: partially refunded; each one version on with the amount', () => {
+    expect(recordRefund(pending, { amountRefunded: 30_000, currency: 'jpy', cid: cid2 }, T0 + 3)).toEqual({
+      status: 'applied',
+      code: 'PAYMENT_REFUNDED',
+      state: {
+        ...pending,
+        status: 'refunded',
+        amountRefunded: 30_000,
+        version: 2,
+        lastCode: 'PAYMENT_REFUNDED',
+        cid: cid2,
+        updatedAt: T0 + 3,
+      },
+      emits: [],
+    });
+    expect(recordRefund(pending, { amountRefunded: 29_999, currency: 'jpy', cid }, T0)).toMatchObject({
+      status: 'applied',
+      code: 'PAYMENT_PARTIALLY_REFUNDED',
+      state: { status: 'partially_refunded', amountRefunded: 29_999 },
+    });
+    // a refund made in Stripe directly is recorded from succeeded too
+    expect(recordRefund(held(), { amountRefunded: 1, currency: 'jpy', cid }, T0)).toMatchObject({ code: 'PAYMENT_PARTIALLY_REFUNDED' });
+  });
+
+  it('the recorded amount never shrinks: the same amount or less again is a noop', () => {
+    const part = at('partially_refunded', { amountReceived: 30_000, amountRefunded: 10_000 });
+    expect(recordRefund(part, { amountRefunded: 10_000, currency: 'jpy', cid }, T0)).toEqual({
+      status: 'noop',
+      code: 'REFUND_ALREADY_RECORDED',
+      state: part,
+    });
+    expect(recordRefund(part, { amountRefunded: 9_999, currency: 'jpy', cid }, T0)).toMatchObject({ status: 'noop' });
+    expect(recordRefund(part, { amountRefunded: 10_001, currency: 'jpy', cid }, T0)).toMatchObject({ status: 'applied' });
+  });
+
+  it('more than was received, or another currency, is refused as a mismatch', () => {
+    const o = recordRefund(pending, { amountRefunded: 30_001, currency: 'jpy', cid }, T0);
+    expect(o).toMatchObject({ status: 'refused', code: 'PAYMENT_AMOUNT_MISMATCH' });
+    if (o.status === 'refused') expect(o.detail).toBe('refunded 30001 jpy of 30000 jpy');
+    expect(recordRefund(pending, { amountRefunded: 30_000, currency: 'usd', cid }, T0)).toMatchObject({ code: 'PAYMENT_AMOUNT_MISMATCH' });
+  });
+
+  it('nothing is recorded on a payment that never held money', () => {
+    expect(recordRefund(at('failed'), { amountRefunded: 0, currency: 'jpy', cid }, T0)).toMatchObject({ status: 'noop' });
+    const o = recordRefund(at('processing', { amountReceived: 30_000 }), { amountRefunded: 30_000, currency: 'jpy', cid }, T0);
+    expect(o).toMatchObject({ status: 'refused', code: 'INVALID_TRANSITION' });
+  });
+});
+
+describe('paymentEventOfCode', () => {
+  it('each applied code names the event that produced it', () => {
+    expect(paymentEventOfCode('PAYMENT_SUCCEEDED')).toBe('succeeded');
+    expect(paymentEventOfCode('PAYMENT_SUCCEEDED_LATE')).toBe('succeeded');
+    expect(paymentEventOfCode('PAYMENT_FAILED')).toBe('failed');
+    expect(paymentEventOfCode('REFUND_QUEUED')).toBe('refund_requested');
+    expect(paymentEventOfCode('PAYMENT_PARTIALLY_REFUNDED')).toBe('refunded_partial');
+    expect(PAYMENT_EVENTS).toContain(paymentEventOfCode('PAYMENT_REFUNDED'));
+  });
+
+  it('a code no transition has is an error, not a guess', () => {
+    expect(() => paymentEventOfCode('PAYMENT_STATUS_STALE')).toThrow(/PAYMENT_STATUS_STALE/);
+    expect(() => paymentEventOfCode('')).toThrow();
+  });
+});
