@@ -184,9 +184,15 @@ describe('createWalkIn', () => {
       status: 'conflict',
       code: 'WALK_IN_ALREADY_EXISTS',
     });
-    expect(repeatWalkIn(w, 'plan-1', 'p2')).toMatchObject({ status: 'conflict' });
-    expect(repeatWalkIn(w, 'plan-2', 'p1')).toMatchObject({ status: 'conflict' });
-    expect(repeatWalkIn(w, 'plan-1', 'p1')).toMatchObject({ status: 'noop' });
+    expect(repeatWalkIn(w, 'plan-1', 'p2', w.credential)).toMatchObject({ status: 'conflict' });
+    expect(repeatWalkIn(w, 'plan-2', 'p1', w.credential)).toMatchObject({ status: 'conflict' });
+    expect(repeatWalkIn(w, 'plan-1', 'p1', w.credential)).toMatchObject({ status: 'noop' });
+    // another PIN, another kind of credential, or one whose digest could not be made is not the same sale
+    expect(repeatWalkIn(w, 'plan-1', 'p1', { ...w.credential, digest: 'B'.repeat(43) })).toMatchObject({ status: 'conflict' });
+    expect(repeatWalkIn(w, 'plan-1', 'p1', { ...w.credential, type: w.credential.type === 'pin' ? 'card' : 'pin' })).toMatchObject({
+      status: 'conflict',
+    });
+    expect(repeatWalkIn(w, 'plan-1', 'p1', null)).toMatchObject({ status: 'conflict' });
   });
 });
 
