@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import { ManualClock } from '@tobira/shared';
 import { mqttBackends, startMqttBackend, type MqttTestBroker } from '@tobira/shared/testing';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
@@ -127,6 +128,51 @@ describe.each(mqttBackends())('trusted time when the wall clock is wrong (broker
       await waitFor(() => gw.timeProven, 'the restart proven by the cloud');
       // the next tick lowers it to the ceiling (the proven time plus the tolerance)
       await waitFor(() => gw.store.settings().highWaterMs < real + 60_000, 'the high-water mark lowered');
+    });
+
+    it('recovers from a start with the clock days ahead: the answer to its own request proves the time past every exp', async () => {
+      const s = await start();
+      await inSync(s);
+      const real = s.f.clock.now();
+      await s.gw.stop({ force: true });
+      // started with the clock two days ahead: nothing bounds it before the proof, so the high-water
+      // mark follows it past the exp of every message the cloud signs now (a day's lifetime)
+      s.f.clock.set(real + 2 * DAY);
+      const ahead = createGateway(s.f.config, { clock: s.f.clock, monotonic: mono, log: silentLog(), tickMs: 50 });
+      await ahead.start();
+      await waitFor(() => ahead.store.settings().highWaterMs >= real + 2 * DAY, 'the high-water mark ahead');
+      await ahead.stop({ force: true });
+
+      // the clock is fixed; the restart's proof must not be refused as expired against the stored mark
+      s.f.clock.set(real);
+      const gw = createGateway(s.f.config, { clock: s.f.clock, monotonic: mono, log: silentLog(), tickMs: 50 });
+      extra.push(() => gw.stop({ force: true }));
+      await gw.start();
+      await waitFor(() => gw.timeProven || undefined, 'the restart proven by the cloud');
+      await waitFor(() => gw.store.settings().highWaterMs < real + 60_000, 'the high-water mark lowered');
+      // the heartbeats count again: the lease runs and the door opens
+      await s.cloud.heartbeat();
+      const lock = new FakeLock(s.f.gatewayId, 'lock-1');
+      await lock.connect(broker.url);
+      extra.push(() => lock.close());
+      await waitFor(async () => (await lock.present(PIN)).code === 'ALLOWED' || undefined, 'the door opens again');
+      expect(await status(gw)).toMatchObject({ failClosed: false });
+    });
+
+    it('refuses an expired answer to a request it did not make, whatever the stored mark', async () => {
+      const s = await start();
+      await inSync(s);
+      const stale = await s.cloud.send({
+        type: 'resync.answer',
+        ttlSeconds: -120, // past the 60 s tolerance
+        body: { requestId: randomUUID(), mode: 'up_to_date', fromSeq: 0, toSeq: 0, snapshotId: null },
+      });
+      expect(stale.type).toBe('resync.answer');
+      await waitFor(
+        () =>
+          (s.gw.store.db.prepare("SELECT count(*) AS n FROM rejected WHERE code = 'EXPIRED'").get() as { n: number }).n >= 1 || undefined,
+        'the expired foreign answer rejected',
+      );
     });
   });
 

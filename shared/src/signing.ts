@@ -11,7 +11,7 @@ import {
   type CryptoKey,
   type JWK,
 } from 'jose';
-import type { z } from 'zod';
+import { z } from 'zod';
 // jose encodes with Uint8Array.prototype.toBase64 when the runtime has it (Node 20: this module supplies it)
 import './base64-polyfill.js';
 import type { Clock } from './clock.js';
@@ -311,4 +311,26 @@ export function readClaimsUnverified(input: unknown): UnverifiedClaims {
     seq: claimOf(Number.isSafeInteger(seq) && (seq as number) >= 0, seq as number),
     iss: claimOf(typeof iss === 'string' && CLAIM_ISSUER.test(iss), iss as string),
   };
+}
+
+/**
+ * The `body.requestId` and `iat` (ms) a `resync.answer` claims, read without
+ * verifying it; null for anything else (another type, no UUID requestId, no
+ * integer iat, undecodable). Lets a receiver tell whether a message it
+ * refused answers a request of its own before judging it again. Never throws.
+ */
+export function readResyncAnswerUnverified(input: unknown): { readonly requestId: string; readonly iatMs: number } | null {
+  const text = decodeText(input, MAX_MESSAGE_BYTES);
+  if (!text.ok || !COMPACT_JWS.test(text.value.trim())) return null;
+  let c: Record<string, unknown>;
+  try {
+    c = decodeJwt(text.value.trim());
+  } catch {
+    return null;
+  }
+  const body = c.body as { requestId?: unknown } | null | undefined;
+  const requestId = typeof body === 'object' && body !== null ? body.requestId : undefined;
+  if (c.type !== 'resync.answer' || typeof requestId !== 'string' || !z.uuid().safeParse(requestId).success) return null;
+  if (!Number.isSafeInteger(c.iat)) return null;
+  return { requestId, iatMs: (c.iat as number) * 1000 };
 }

@@ -97,6 +97,17 @@ export class TrustedTime {
   }
 
   /**
+   * Whether `requestId` is a resync request of this process, sent within
+   * PROOF_MAX_ROUND_TRIP_MS and not yet answered: an answer to it was signed
+   * after that send, so it is fresh whatever its `exp` says against a
+   * trusted time that a clock ahead pushed forward (downlink.ts).
+   */
+  awaits(requestId: string): boolean {
+    const sent = this.#asked.get(requestId);
+    return sent !== undefined && this.mono.now() - sent <= PROOF_MAX_ROUND_TRIP_MS;
+  }
+
+  /**
    * A verified resync answer arrived. It proves the time when it answers a
    * request of this process within PROOF_MAX_ROUND_TRIP_MS: the cloud
    * signed it between our request and now, so the latest real time it can

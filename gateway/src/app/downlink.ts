@@ -1,4 +1,13 @@
-import { DownlinkMessage, KeySet, newCorrelationId, readClaimsUnverified, verifyMessage, withCorrelation } from '@tobira/shared';
+import {
+  DownlinkMessage,
+  KeySet,
+  newCorrelationId,
+  readClaimsUnverified,
+  readResyncAnswerUnverified,
+  verifyMessage,
+  withCorrelation,
+  type Clock,
+} from '@tobira/shared';
 import type { CloudKeyRing } from './trusted-keys.js';
 import { recordRejected } from '../adapters/sqlite/diagnostics.js';
 import { insertInbox } from '../adapters/sqlite/inbox.js';
@@ -30,20 +39,40 @@ export async function receiveDownlink(deps: DownlinkDeps, topic: string, payload
     deps.cloudKeys instanceof KeySet
       ? { keys: deps.cloudKeys, retired: new Set<string>(), notBefore: new Map<string, number>() }
       : await deps.cloudKeys.current();
-  const v = await verifyMessage(payload, {
-    keys: ring.keys,
-    retiredKids: ring.retired,
-    // judged on the gateway's trusted time (clock above), never on the message's own iat
-    kidNotBefore: ring.notBefore,
-    issuer: deps.cloudIssuer,
-    audience: deps.gatewayId,
-    schema: DownlinkMessage,
-    clock,
-    // The cloud's iat is the reference: trusted time that lags it (a restart after a power cut with the
-    // clock reset resumes at the persisted floor) is raised to it when the message is stored. Refusing it
-    // as "issued in the future" would fail the site closed until someone set the clock.
-    futureIatOk: true,
-  });
+  const verify = (at: Clock) =>
+    verifyMessage(payload, {
+      keys: ring.keys,
+      retiredKids: ring.retired,
+      // judged on the gateway's trusted time (clock above), never on the message's own iat
+      kidNotBefore: ring.notBefore,
+      issuer: deps.cloudIssuer,
+      audience: deps.gatewayId,
+      schema: DownlinkMessage,
+      clock: at,
+      // The cloud's iat is the reference: trusted time that lags it (a restart after a power cut with the
+      // clock reset resumes at the persisted floor) is raised to it when the message is stored. Refusing it
+      // as "issued in the future" would fail the site closed until someone set the clock.
+      futureIatOk: true,
+    });
+  let v = await verify(clock);
+  if (!v.ok && v.code === 'EXPIRED') {
+    // A start with the wall clock more than a message's lifetime ahead leaves trusted time (the
+    // persisted high-water mark) past the exp of everything the cloud signs, the proof of the time
+    // included, and the site would fail closed for good. The answer to a request this process sent
+    // moments ago is fresh by that request (its random id, our monotonic clock), not by its exp: it
+    // is judged as of its own signing time, and its proof then brings trusted time back (context.ts).
+    const own = readResyncAnswerUnverified(payload);
+    if (own !== null && deps.time.awaits(own.requestId)) {
+      const again = await verify({ now: () => own.iatMs });
+      if (again.ok) {
+        withCorrelation(deps.log, again.message.cid).warn(
+          { code: 'TIME_AHEAD_OF_CLOUD', trustedMs: clock.now(), cloudIatMs: own.iatMs },
+          "the answer to our resync is expired against this gateway's trusted time, which a clock ahead pushed forward: accepted as fresh by its request",
+        );
+        v = again;
+      }
+    }
+  }
   if (!v.ok) {
     deps.metrics.rejected.inc({ code: v.code });
     const claimed = readClaimsUnverified(payload);
