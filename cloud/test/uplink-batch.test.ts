@@ -180,6 +180,13 @@ describe.each(pgBackends())('uplink.batch on %s', (pgBackend) => {
       expect(row.rows[0]).toMatchObject({ received: expect.anything() });
       expect(Number(row.rows[0]!.max_seq)).toBe(3);
       expect(Number(row.rows[0]!.received)).toBe(5);
+      // the pointer the restart replaced is kept for the heartbeats to name (the gateway sees its restore)
+      const lost = await t.db.query<{ lost_seq: string | null; lost_jti: string | null }>(
+        'SELECT lost_seq, lost_jti FROM uplink_seq WHERE gateway_id = $1',
+        [g.s.gatewayId],
+      );
+      expect(Number(lost.rows[0]!.lost_seq)).toBe(3);
+      expect(lost.rows[0]!.lost_jti).not.toBeNull();
     });
 
     it('sent again (a new envelope, the same items) is a noop', async () => {

@@ -779,7 +779,7 @@ describe.each(pgBackends())('uplink inbox on %s', (pgBackend) => {
       },
     );
 
-    it('acknowledges uplinks in heartbeats only up to the first missing seq; resends walk the pointer on; a restarted history starts it again', async () => {
+    it('acknowledges uplinks in heartbeats only up to the first missing seq; resends walk the pointer on; a restarted history is named by its lost pointer until the gateway resyncs for it', async () => {
       const { s, gw } = await setup();
       try {
         const send = (seq: number, jti = newMessageId()) => gw.send({ type: 'access.event', seq, jti, body: accessEvent(s, clock.now()) });
@@ -801,13 +801,29 @@ describe.each(pgBackends())('uplink inbox on %s', (pgBackend) => {
         );
         expect((await heartbeatTo(gw, s.gatewayId)).body.uplinkAck).toEqual({ seq: 4, jti: m4.jti });
         expect(new Set([m1.jti, m2.jti, m3.jti, m4.jti]).size).toBe(4);
-        // the gateway's store was reset: its seq starts again at 1 with new messages
+        // the gateway's store was reset (or restored) and it sent before any heartbeat reached it: its
+        // seq starts again at 1 with new messages. Heartbeats keep naming the history it lost, which its
+        // store has no row for, so the gateway sees the restore (GATEWAY_RESTORED) however the two raced.
         const again = await send(1);
         await waitFor(
-          async () => ((await heartbeatTo(gw, s.gatewayId)).body.uplinkAck?.jti === again.jti ? true : undefined),
-          'acknowledgement restarted',
+          async () => (await t.db.query('SELECT 1 FROM uplink_inbox WHERE jti = $1', [again.jti])).rowCount === 1 || undefined,
+          'the restarted history applied',
         );
-        expect((await heartbeatTo(gw, s.gatewayId)).body.uplinkAck).toEqual({ seq: 1, jti: again.jti });
+        expect((await heartbeatTo(gw, s.gatewayId)).body.uplinkAck).toEqual({ seq: 4, jti: m4.jti });
+        await send(2);
+        expect((await heartbeatTo(gw, s.gatewayId)).body.uplinkAck).toEqual({ seq: 4, jti: m4.jti });
+        // a resync for another reason does not end it; the gateway's conflict resync does
+        const gap = await gw.send({ type: 'resync.request', body: { requestId: newId(), lastAppliedSeq: 0, reason: 'gap' } });
+        await waitFor(
+          async () => (await t.db.query('SELECT 1 FROM uplink_inbox WHERE jti = $1', [gap.jti])).rowCount === 1 || undefined,
+          'the gap request handled',
+        );
+        expect((await heartbeatTo(gw, s.gatewayId)).body.uplinkAck).toEqual({ seq: 4, jti: m4.jti });
+        await gw.send({ type: 'resync.request', body: { requestId: newId(), lastAppliedSeq: 0, reason: 'conflict' } });
+        await waitFor(
+          async () => ((await heartbeatTo(gw, s.gatewayId)).body.uplinkAck?.seq === 2 ? true : undefined),
+          'acknowledgement of the new history',
+        );
       } finally {
         await gw.close();
       }

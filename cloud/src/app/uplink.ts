@@ -38,6 +38,8 @@ import {
   recordInboxResult,
   recordRejected,
   resetUplinkAck,
+  restartUplinkAck,
+  clearLostUplinks,
   seqTakenByOther,
   type UplinkSeqRow,
 } from '../adapters/db/uplinks.js';
@@ -385,15 +387,14 @@ export class Uplink {
     }
     if (taken.has(m.seq)) log.warn({ seq: m.seq }, 'uplink seq reused by another message; applied, gap tracking may be off');
     this.#app.crash('afterInboxInsertBeforeApply');
-    const row = (seqs.row ??= { maxSeq: 0, ackedSeq: 0, ackedJti: null });
+    const row = (seqs.row ??= { maxSeq: 0, ackedSeq: 0, ackedJti: null, lostSeq: null, lostJti: null });
     if (m.seq > row.maxSeq + 1) log.warn({ missingFrom: row.maxSeq + 1, missingTo: m.seq - 1 }, 'uplink seq gap');
     if (m.seq <= row.ackedSeq) {
       log.warn(
         { code: 'UPLINK_HISTORY_RESTARTED', seq: m.seq, ackedSeq: row.ackedSeq },
         "the gateway's uplink seq started again; acknowledgement restarts",
       );
-      row.ackedSeq = 0;
-      row.ackedJti = null;
+      restartUplinkAck(row);
     }
     row.maxSeq = Math.max(row.maxSeq, m.seq);
     seqs.received++;
@@ -512,6 +513,13 @@ export class Uplink {
         return { result: p.result, code: p.code, wake: p.queued };
       }
       case 'resync.request': {
+        // The gateway saw the restore a heartbeat named (or another conflict) and fails closed until a
+        // snapshot, whatever the rate limit does with this request: the lost history need not be named again.
+        if (m.body.reason === 'conflict' && (await clearLostUplinks(tx, gatewayId)))
+          withCorrelation(this.#app.log, m.cid, { gatewayId }).info(
+            { code: 'UPLINK_LOST_HISTORY_CLEARED' },
+            'the gateway resyncs after its restore: heartbeats name its own acknowledgements again',
+          );
         // A storm of signed requests (a compromised or looping gateway) is cut here, before any
         // snapshot is built: recorded refused in the inbox, logged at its first refusal.
         const policy = this.#o.resyncRate ?? DEFAULT_RESYNC_RATE;

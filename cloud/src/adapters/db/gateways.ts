@@ -149,7 +149,10 @@ const HeartbeatRow = z
 /** Every gateway not known to be offline (never heard counts as maybe online), by id. */
 export async function heartbeatTargets(q: Queryable): Promise<HeartbeatTarget[]> {
   const r = await q.query(
-    `SELECT g.id, COALESCE(s.last_seq, 0) AS last_seq, u.acked_seq, u.acked_jti
+    // a restarted uplink history's lost pointer, while there is one (migration 0038): the gateway finds no
+    // row of its own at it and handles it as a restore (GATEWAY_RESTORED)
+    `SELECT g.id, COALESCE(s.last_seq, 0) AS last_seq, COALESCE(u.lost_seq, u.acked_seq) AS acked_seq,
+            CASE WHEN u.lost_seq IS NULL THEN u.acked_jti ELSE u.lost_jti END AS acked_jti
        FROM gateways g LEFT JOIN gateway_seq s ON s.gateway_id = g.id LEFT JOIN uplink_seq u ON u.gateway_id = g.id
       WHERE g.online IS DISTINCT FROM false ORDER BY g.id`,
   );

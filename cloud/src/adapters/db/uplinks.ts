@@ -48,12 +48,21 @@ export interface UplinkSeqRow {
   maxSeq: number;
   ackedSeq: number;
   ackedJti: string | null;
+  /** the pointer a restarted history replaced, named by heartbeats until the gateway resyncs for it (migration 0038) */
+  lostSeq: number | null;
+  lostJti: string | null;
 }
 export async function lockUplinkSeqRow(q: Queryable, gatewayId: string): Promise<UplinkSeqRow | null> {
-  const r = await q.query('SELECT max_seq, acked_seq, acked_jti FROM uplink_seq WHERE gateway_id = $1 FOR UPDATE', [gatewayId]);
+  const r = await q.query('SELECT max_seq, acked_seq, acked_jti, lost_seq, lost_jti FROM uplink_seq WHERE gateway_id = $1 FOR UPDATE', [
+    gatewayId,
+  ]);
   if (r.rows[0] === undefined) return null;
-  const row = parseRow('uplink_seq', z.object({ max_seq: Int8, acked_seq: Int8, acked_jti: z.string().nullable() }), r.rows[0]);
-  return { maxSeq: row.max_seq, ackedSeq: row.acked_seq, ackedJti: row.acked_jti };
+  const row = parseRow(
+    'uplink_seq',
+    z.object({ max_seq: Int8, acked_seq: Int8, acked_jti: z.string().nullable(), lost_seq: Int8.nullable(), lost_jti: z.string().nullable() }),
+    r.rows[0],
+  );
+  return { maxSeq: row.max_seq, ackedSeq: row.acked_seq, ackedJti: row.acked_jti, lostSeq: row.lost_seq, lostJti: row.lost_jti };
 }
 
 /**
@@ -63,10 +72,11 @@ export async function lockUplinkSeqRow(q: Queryable, gatewayId: string): Promise
  */
 export async function saveUplinkSeq(q: Queryable, gatewayId: string, row: UplinkSeqRow, received: number): Promise<void> {
   await q.query(
-    `INSERT INTO uplink_seq (gateway_id, max_seq, received, acked_seq, acked_jti) VALUES ($1, $2, $3, $4, $5)
+    `INSERT INTO uplink_seq (gateway_id, max_seq, received, acked_seq, acked_jti, lost_seq, lost_jti) VALUES ($1, $2, $3, $4, $5, $6, $7)
      ON CONFLICT (gateway_id) DO UPDATE SET max_seq = GREATEST(uplink_seq.max_seq, EXCLUDED.max_seq),
-       received = uplink_seq.received + EXCLUDED.received, acked_seq = EXCLUDED.acked_seq, acked_jti = EXCLUDED.acked_jti`,
-    [gatewayId, row.maxSeq, received, row.ackedSeq, row.ackedJti],
+       received = uplink_seq.received + EXCLUDED.received, acked_seq = EXCLUDED.acked_seq, acked_jti = EXCLUDED.acked_jti,
+       lost_seq = EXCLUDED.lost_seq, lost_jti = EXCLUDED.lost_jti`,
+    [gatewayId, row.maxSeq, received, row.ackedSeq, row.ackedJti, row.lostSeq, row.lostJti],
   );
 }
 
@@ -84,9 +94,35 @@ export async function seqsTakenByOthers(
   return new Set(parseRows('uplink_inbox', z.object({ seq: Int8 }), r.rows).map((x) => x.seq));
 }
 
-/** The gateway's uplink history started again: acknowledgement restarts from nothing. */
+/**
+ * The gateway's uplink history started again: acknowledgement restarts from nothing, and the pointer it
+ * replaced is kept as the lost one (the first, if the history restarted again before the gateway resynced).
+ */
 export async function resetUplinkAck(q: Queryable, gatewayId: string): Promise<void> {
-  await q.query('UPDATE uplink_seq SET acked_seq = 0, acked_jti = NULL WHERE gateway_id = $1', [gatewayId]);
+  await q.query(
+    `UPDATE uplink_seq SET
+       lost_seq = CASE WHEN lost_seq IS NULL AND acked_jti IS NOT NULL AND acked_seq > 0 THEN acked_seq ELSE lost_seq END,
+       lost_jti = CASE WHEN lost_seq IS NULL AND acked_jti IS NOT NULL AND acked_seq > 0 THEN acked_jti ELSE lost_jti END,
+       acked_seq = 0, acked_jti = NULL
+     WHERE gateway_id = $1`,
+    [gatewayId],
+  );
+}
+
+/** In a batch's row: the same as resetUplinkAck. */
+export function restartUplinkAck(row: UplinkSeqRow): void {
+  if (row.lostSeq === null && row.ackedJti !== null && row.ackedSeq > 0) {
+    row.lostSeq = row.ackedSeq;
+    row.lostJti = row.ackedJti;
+  }
+  row.ackedSeq = 0;
+  row.ackedJti = null;
+}
+
+/** The gateway asked for a resync because it saw its store lost acknowledged uplinks: heartbeats stop naming them. */
+export async function clearLostUplinks(q: Queryable, gatewayId: string): Promise<boolean> {
+  const r = await q.query('UPDATE uplink_seq SET lost_seq = NULL, lost_jti = NULL WHERE gateway_id = $1 AND lost_seq IS NOT NULL', [gatewayId]);
+  return (r.rowCount ?? 0) > 0;
 }
 
 /** Counts a sequenced message and raises the highest seq seen. */
