@@ -59,7 +59,13 @@ export async function lockUplinkSeqRow(q: Queryable, gatewayId: string): Promise
   if (r.rows[0] === undefined) return null;
   const row = parseRow(
     'uplink_seq',
-    z.object({ max_seq: Int8, acked_seq: Int8, acked_jti: z.string().nullable(), lost_seq: Int8.nullable(), lost_jti: z.string().nullable() }),
+    z.object({
+      max_seq: Int8,
+      acked_seq: Int8,
+      acked_jti: z.string().nullable(),
+      lost_seq: Int8.nullable(),
+      lost_jti: z.string().nullable(),
+    }),
     r.rows[0],
   );
   return { maxSeq: row.max_seq, ackedSeq: row.acked_seq, ackedJti: row.acked_jti, lostSeq: row.lost_seq, lostJti: row.lost_jti };
@@ -121,7 +127,9 @@ export function restartUplinkAck(row: UplinkSeqRow): void {
 
 /** The gateway asked for a resync because it saw its store lost acknowledged uplinks: heartbeats stop naming them. */
 export async function clearLostUplinks(q: Queryable, gatewayId: string): Promise<boolean> {
-  const r = await q.query('UPDATE uplink_seq SET lost_seq = NULL, lost_jti = NULL WHERE gateway_id = $1 AND lost_seq IS NOT NULL', [gatewayId]);
+  const r = await q.query('UPDATE uplink_seq SET lost_seq = NULL, lost_jti = NULL WHERE gateway_id = $1 AND lost_seq IS NOT NULL', [
+    gatewayId,
+  ]);
   return (r.rowCount ?? 0) > 0;
 }
 
