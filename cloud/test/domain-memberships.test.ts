@@ -1,7 +1,15 @@
 import { asDoorId, asSiteId, newCorrelationId, PersonId } from '@tobira/shared';
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { END_REASONS, MEMBERSHIP_STATUSES, isFinal, type EndReason, type MembershipStatus } from '../src/domain/membership-states.js';
+import {
+  END_REASONS,
+  MEMBERSHIP_STATUSES,
+  isFinal,
+  membershipNoopOf,
+  membershipTransitionOf,
+  type EndReason,
+  type MembershipStatus,
+} from '../src/domain/membership-states.js';
 import {
   applyMembership,
   approveMembership,
@@ -852,5 +860,48 @@ describe('suspendAccess (the grace)', () => {
     const unknownSince = member('past_due', { pastDueSince: null });
     expect(suspend(unknownSince, NOW)).toEqual({ status: 'noop', code: 'MEMBERSHIP_NOT_PAST_DUE', state: unknownSince });
     expect(suspend(null, NOW)).toMatchObject({ status: 'refused', code: 'MEMBERSHIP_NOT_FOUND' });
+  });
+});
+
+describe('observeSubscription: every decision is a move the state table has', () => {
+  const statuses: SubscriptionObservation['status'][] = [
+    'incomplete',
+    'incomplete_expired',
+    'active',
+    'past_due',
+    'unpaid',
+    'canceled',
+    'other',
+  ];
+  const canceledFor: SubscriptionObservation['canceledFor'][] = [null, 'cancellation_requested', 'payment_failed'];
+  it('never hands endMembership an end its status cannot take, and never steps into INVALID_TRANSITION', () => {
+    fc.assert(
+      fc.property(
+        fc.constantFrom(...MEMBERSHIP_STATUSES.filter((s) => !isFinal(s))),
+        fc.constantFrom(...statuses),
+        fc.constantFrom(...canceledFor),
+        fc.boolean(),
+        (status, observed, why, atPeriodEnd) => {
+          const d = observeSubscription(
+            member(status),
+            obs(observed, { canceledFor: why, cancelAtPeriodEnd: atPeriodEnd }),
+            { cid: later },
+            NOW,
+          );
+          if (d.kind === 'end') {
+            const moves = membershipTransitionOf(status, d.reason) ?? membershipNoopOf(status, d.reason);
+            expect(moves, `${status} --${d.reason}--> (Stripe ${observed}, ${String(why)})`).toBeDefined();
+          } else if (d.kind === 'step') {
+            expect(d.outcome.status === 'refused' ? d.outcome.code : 'ok').not.toBe('INVALID_TRANSITION');
+          }
+        },
+      ),
+      { numRuns: 300 },
+    );
+  });
+
+  it('ends an application whose subscription Stripe canceled for a failed payment as rejected (nothing was delivered)', () => {
+    const d = observeSubscription(member('applied'), obs('canceled', { canceledFor: 'payment_failed' }), { cid: later }, NOW);
+    expect(d).toMatchObject({ kind: 'end', reason: 'application_rejected', actor: 'stripe' });
   });
 });

@@ -296,6 +296,13 @@ export function observeSubscription(
           note: 'the subscription ended at its period end',
           stopped: 'ended',
         };
+      // An application first, whatever Stripe's reason: nothing was delivered, so it ends rejected (an
+      // application has no force_cancel move, and the end would be refused with the subscription gone).
+      if (m.status === 'applied')
+        // Stripe expires an incomplete subscription itself 23 hours after its creation: the checkout's end
+        return obs.status === 'incomplete_expired'
+          ? { kind: 'end', reason: 'checkout_expired', actor: 'stripe', note: 'Stripe expired the unpaid checkout', stopped: 'ended' }
+          : { kind: 'end', reason: 'application_rejected', actor: 'stripe', note: 'the first invoice was never paid', stopped: 'ended' };
       if (m.status === 'past_due' || obs.canceledFor === 'payment_failed')
         return {
           kind: 'end',
@@ -304,11 +311,6 @@ export function observeSubscription(
           note: 'Stripe gave up collecting the renewal',
           stopped: 'ended',
         };
-      if (m.status === 'applied')
-        // Stripe expires an incomplete subscription itself 23 hours after its creation: the checkout's end
-        return obs.status === 'incomplete_expired'
-          ? { kind: 'end', reason: 'checkout_expired', actor: 'stripe', note: 'Stripe expired the unpaid checkout', stopped: 'ended' }
-          : { kind: 'end', reason: 'application_rejected', actor: 'stripe', note: 'the first invoice was never paid', stopped: 'ended' };
       return { kind: 'end', reason: 'force_cancel', actor: 'stripe', note: 'the subscription was canceled in Stripe', stopped: 'ended' };
     }
     case 'incomplete':
