@@ -315,6 +315,48 @@ describe.each(pgBackends())('billing reconciliation over HTTP on %s', (backend) 
     });
   });
 
+  describe('a refund made in Stripe directly that Stripe then fails', () => {
+    const page = async (stayId: string) =>
+      (await h.app.inject({ method: 'GET', url: `/pay/return?stay=${stayId}&lang=en` })).body.match(/data-money="[a-z_]+"/)?.[0];
+
+    it('in part, pending, the stay then cancelled: once it fails, the cloud refunds what it had counted on it for, so all the policy owes comes back', async () => {
+      const s = await paidStay();
+      h.local.faults.refundsPending = true;
+      const re = await h.stripe.refunds.create({ payment_intent: s.intentId, amount: 10_000 });
+      h.local.faults.refundsPending = false;
+      await settle();
+      // staff_cancelled keeps nothing; Stripe takes only the 20 000 the pending refund left on the charge
+      expect((await post(`/stays/${s.stayId}/cancel`, { reason: 'staff_cancelled' })).statusCode).toBe(202);
+      await settle();
+      await settle();
+      expect((await paymentsOf(s.stayId))[0]).toMatchObject({ amountRefunded: 20_000 });
+      expect(h.local.settleRefund(re.id, 'failed').status).toBe(200);
+      await settle();
+      await settle();
+      const [p] = await paymentsOf(s.stayId);
+      expect(p).toMatchObject({ status: 'refunded', amountRefunded: 30_000 });
+      const atStripe = h.local.refunds().filter((r) => r.payment_intent === s.intentId && r.status === 'succeeded');
+      expect(atStripe.map((r) => r.amount).sort((a, b) => a - b)).toEqual([10_000, 20_000]);
+      expect(await page(s.stayId)).toBe('data-money="refunded"');
+    });
+
+    it('in full, pending, then failed while the stay is live: the money is held again, the stay and its key kept, nothing refunded by the cloud', async () => {
+      const s = await paidStay();
+      h.local.faults.refundsPending = true;
+      const re = await h.stripe.refunds.create({ payment_intent: s.intentId });
+      h.local.faults.refundsPending = false;
+      await settle();
+      expect(h.local.settleRefund(re.id, 'failed').status).toBe(200);
+      await settle();
+      await settle();
+      const [p] = await paymentsOf(s.stayId);
+      expect(p).toMatchObject({ status: 'succeeded', amountRefunded: 0 });
+      expect(p?.refunds).toEqual([expect.objectContaining({ source: 'stripe', status: 'failed', amount: 30_000 })]);
+      expect((await get(`/stays/${s.stayId}`)).json()).toMatchObject({ stay: { status: 'confirmed' } });
+      expect(h.local.refunds().filter((r) => r.payment_intent === s.intentId && r.status !== 'failed')).toEqual([]);
+    });
+  });
+
   describe("a refund made in Stripe directly whose webhook comes before the payment's", () => {
     /** Booked and paid at Stripe with the payment's webhooks lost: the cloud has not seen the money arrive. */
     async function paidUnseen(): Promise<{ stayId: string; intentId: string }> {

@@ -7,11 +7,13 @@ import {
   paymentEventOfCode,
   recordRefund,
   refundIdempotencyKey,
+  refundOwedAfterFailedRefunds,
   requestRefund,
   settlePayment,
   type IntentObservation,
   type IntentStatus,
   type Payment,
+  type RefundView,
 } from '../src/domain/payments.js';
 import { PAYMENT_EVENTS, PAYMENT_STATUSES, type PaymentStatus } from '../src/domain/stay-states.js';
 
@@ -273,5 +275,86 @@ describe('paymentEventOfCode', () => {
   it('a code no transition has is an error, not a guess', () => {
     expect(() => paymentEventOfCode('PAYMENT_STATUS_STALE')).toThrow(/PAYMENT_STATUS_STALE/);
     expect(() => paymentEventOfCode('')).toThrow();
+  });
+});
+
+describe('refundOwedAfterFailedRefunds', () => {
+  const ours = (attempt: number, amount: number, status: RefundView['status'], stripeRefundId: string | null, at = 10): RefundView => ({
+    amount,
+    status,
+    source: 'tobira',
+    stripeRefundId,
+    attempt,
+    createdAt: at,
+    updatedAt: at,
+  });
+  const theirs = (amount: number, status: RefundView['status'], at = 5): RefundView => ({
+    amount,
+    status,
+    source: 'stripe',
+    stripeRefundId: `re_${amount}`,
+    attempt: null,
+    createdAt: at,
+    updatedAt: at,
+  });
+
+  it('gives back what ours was cut by when the refund it counted on fails (all of it owed)', () => {
+    const failed = theirs(10_000, 'failed');
+    const all = [ours(1, 30_000, 'failed', null), ours(2, 20_000, 'succeeded', 're_2'), failed];
+    expect(refundOwedAfterFailedRefunds(all, [failed], 30_000)).toBe(10_000);
+  });
+
+  it('never more than the refund ours was asked for: a policy that keeps half gets half back, not the failed amount', () => {
+    // ours asked 15 000; a pending 25 000 left 5 000 on the charge, so ours was cut to 5 000
+    const failed = theirs(25_000, 'failed');
+    const all = [ours(1, 15_000, 'failed', null), ours(2, 5_000, 'succeeded', 're_2'), failed];
+    expect(refundOwedAfterFailedRefunds(all, [failed], 30_000)).toBe(10_000);
+  });
+
+  it('nothing when ours was never cut (the failed refund was extra), or was closed before the failed one existed', () => {
+    const failed = theirs(10_000, 'failed', 50);
+    expect(refundOwedAfterFailedRefunds([ours(1, 15_000, 'succeeded', 're_1'), failed], [failed], 30_000)).toBe(0);
+    expect(
+      refundOwedAfterFailedRefunds([ours(1, 30_000, 'failed', null, 10), ours(2, 30_000, 'succeeded', 're_2'), failed], [failed], 30_000),
+    ).toBe(0);
+  });
+
+  it('nothing again once given back: the give-back is a later attempt of ours', () => {
+    const failed = theirs(10_000, 'failed');
+    const all = [ours(1, 30_000, 'failed', null), ours(2, 20_000, 'succeeded', 're_2'), ours(3, 10_000, 'pending', 're_3'), failed];
+    expect(refundOwedAfterFailedRefunds(all, [failed], 30_000)).toBe(0);
+  });
+
+  it('a refund of ours that Stripe failed itself (it has a Stripe id) is not a cut', () => {
+    const failed = theirs(10_000, 'failed');
+    expect(refundOwedAfterFailedRefunds([ours(1, 20_000, 'failed', 're_1'), failed], [failed], 30_000)).toBe(0);
+  });
+
+  it('is bounded by the failed amounts, the cut and what the charge still holds, whatever the history', () => {
+    const view = fc.record({
+      amount: fc.integer({ min: 1, max: 40_000 }),
+      status: fc.constantFrom<RefundView['status']>('pending', 'succeeded', 'failed'),
+      source: fc.constantFrom<RefundView['source']>('tobira', 'stripe'),
+      stripeRefundId: fc.option(fc.constant('re_x'), { nil: null }),
+      attempt: fc.option(fc.integer({ min: 1, max: 5 }), { nil: null }),
+      createdAt: fc.integer({ min: 0, max: 100 }),
+      updatedAt: fc.integer({ min: 0, max: 100 }),
+    });
+    fc.assert(
+      fc.property(
+        fc.array(view, { maxLength: 8 }),
+        fc.array(view, { minLength: 1, maxLength: 3 }),
+        fc.integer({ min: 0, max: 60_000 }),
+        (rest, failed, received) => {
+          const all = [...rest, ...failed];
+          const owed = refundOwedAfterFailedRefunds(all, failed, received);
+          const given = all.filter((r) => r.status !== 'failed').reduce((n, r) => n + r.amount, 0);
+          expect(owed).toBeGreaterThanOrEqual(0);
+          expect(owed).toBeLessThanOrEqual(failed.reduce((n, r) => n + r.amount, 0));
+          expect(owed).toBeLessThanOrEqual(Math.max(0, received - given));
+          expect(Number.isSafeInteger(owed)).toBe(true);
+        },
+      ),
+    );
   });
 });

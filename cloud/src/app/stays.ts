@@ -731,6 +731,7 @@ export async function reconcileRefunds(
     const now = deps.clock.now();
     const rows = await listRefundsOfPayment(tx, p.id);
     let externalSucceeded = false;
+    const failedExternal: Refund[] = [];
     for (const r of observed) {
       const row =
         rows.find((x) => x.stripeRefundId === r.stripeRefundId) ??
@@ -759,6 +760,7 @@ export async function reconcileRefunds(
         continue;
       }
       if ((await setRefundStatus(tx, row.id, r.status, r.stripeRefundId, now)) !== 1) continue;
+      if (r.status === 'failed' && row.source === 'stripe') failedExternal.push(row);
       if (r.status === 'succeeded') {
         if (row.source === 'stripe') externalSucceeded = true;
         await notifyRefundMade(deps, tx, stay, row, cid, now);
@@ -778,6 +780,7 @@ export async function reconcileRefunds(
         'ALARM: Stripe counts less refunded than the ledger (a refund failed after it succeeded)',
       );
     const code = await recordRefundTotal(deps, tx, p, total, p.currency, cid, now);
+    if (failedExternal.length > 0) await giveBackAfterFailedRefunds({ deps, tx, stay, cid, now, log }, p.id, failedExternal);
     if (code !== 'PAYMENT_REFUNDED' && code !== 'PAYMENT_PARTIALLY_REFUNDED') return code;
     const held = paidOf(await listPaymentsOfStay(tx, stay.id));
     const live = stay.status === 'confirmed' || stay.status === 'checked_in';
@@ -801,6 +804,48 @@ export async function reconcileRefunds(
     }
     return code;
   });
+}
+
+/**
+ * Refunds made in Stripe directly that Stripe then failed: an operator alarm always (their refund did not
+ * happen), and, for a stay that has ended, what ours was cut by because Stripe counted them as given is
+ * queued again under the payment's next key (domain refundOwedAfterFailedRefunds), so the guest gets back
+ * all the policy gives (I8) instead of the page saying the money was kept.
+ */
+async function giveBackAfterFailedRefunds(c: EffectContext, paymentId: string, failed: readonly Refund[]): Promise<void> {
+  const view = (r: Refund): pay.RefundView => ({
+    amount: r.amount,
+    status: r.status,
+    source: r.source,
+    stripeRefundId: r.stripeRefundId,
+    attempt:
+      r.source === 'tobira' && r.idempotencyKey.startsWith(`refund:${paymentId}:`) ? Number(r.idempotencyKey.split(':').pop()) : null,
+    createdAt: r.createdAt,
+    updatedAt: r.updatedAt,
+  });
+  const p = await loadPayment(c.tx, paymentId);
+  const live = c.stay.status === 'confirmed' || c.stay.status === 'checked_in' || c.stay.status === 'pending';
+  const owed =
+    p === null || live
+      ? 0
+      : pay.refundOwedAfterFailedRefunds((await listRefundsOfPayment(c.tx, paymentId)).map(view), failed.map(view), p.amountReceived);
+  c.log.error(
+    {
+      alarm: true,
+      code: 'REFUND_FAILED',
+      source: 'stripe',
+      stripeRefundIds: failed.map((r) => r.stripeRefundId),
+      amount: failed.reduce((n, r) => n + r.amount, 0),
+      givenBack: owed,
+    },
+    owed > 0
+      ? 'ALARM: a refund made in Stripe directly failed; the part of ours it stood for is refunded again'
+      : 'ALARM: a refund made in Stripe directly failed; the money is still held',
+  );
+  if (owed === 0 || p === null) return;
+  const amounts: Record<Payment['purpose'], number> = { stay_deposit: 0, stay_balance: 0 };
+  amounts[p.purpose] = owed;
+  await queueRefunds(c, amounts);
 }
 
 async function recordRefundTotal(

@@ -184,3 +184,47 @@ export function paymentEventOfCode(code: string): PaymentEvent {
   if (!row) throw new Error(`no payment transition has code ${code}`);
   return row.event;
 }
+
+/** A refund of one payment as the ledger holds it, whoever made it (`attempt`: our key's number; null for Stripe's own). */
+export interface RefundView {
+  readonly amount: number;
+  readonly status: 'pending' | 'succeeded' | 'failed';
+  readonly source: 'tobira' | 'stripe';
+  readonly stripeRefundId: string | null;
+  readonly attempt: number | null;
+  readonly createdAt: number;
+  readonly updatedAt: number;
+}
+
+/**
+ * What our refunds of a payment must give back again once refunds made in
+ * Stripe directly (`failed`) fail. A pending refund has already left the
+ * charge, so Stripe refuses ours for more than the rest, and ours was cut to
+ * that rest (settleRefusedRefund) counting on the pending one; when it fails,
+ * the guest is owed what ours was cut by. The attempt that was cut is our
+ * latest one Stripe refused (failed with no Stripe refund) that was closed
+ * after a failed one existed; what it was cut by is its amount less what
+ * our later attempts give (a give-back made for an earlier failure included).
+ * Invariant: 0 <= result <= the failed amounts, the cut, and what the charge
+ * still holds, so the guest never gets back more than the refund ours was
+ * asked for, nor more than was received.
+ */
+export function refundOwedAfterFailedRefunds(
+  refunds: readonly RefundView[],
+  failed: readonly RefundView[],
+  amountReceived: number,
+): number {
+  const earliest = Math.min(...failed.map((f) => f.createdAt));
+  const cut = refunds
+    .filter(
+      (r) => r.source === 'tobira' && r.status === 'failed' && r.stripeRefundId === null && r.attempt !== null && r.updatedAt >= earliest,
+    )
+    .reduce<RefundView | null>((a, b) => (a === null || (b.attempt ?? 0) > (a.attempt ?? 0) ? b : a), null);
+  if (cut === null) return 0;
+  const after = refunds
+    .filter((r) => r.source === 'tobira' && r.status !== 'failed' && (r.attempt ?? 0) > (cut.attempt ?? 0))
+    .reduce((n, r) => n + r.amount, 0);
+  const given = refunds.filter((r) => r.status !== 'failed').reduce((n, r) => n + r.amount, 0);
+  const failedTotal = failed.reduce((n, r) => n + r.amount, 0);
+  return Math.max(0, Math.min(failedTotal, cut.amount - after, amountReceived - given));
+}
