@@ -829,6 +829,32 @@ describe.each(pgBackends())('uplink inbox on %s', (pgBackend) => {
       }
     });
 
+    it('a store put back from a backup goes on from its last seq: after the resync the pointer walks the new history from there', async () => {
+      const { s, gw } = await setup();
+      try {
+        const send = (seq: number, jti = newMessageId()) => gw.send({ type: 'access.event', seq, jti, body: accessEvent(s, clock.now()) });
+        const inbox = (jti: string) => async () =>
+          (await t.db.query('SELECT 1 FROM uplink_inbox WHERE jti = $1', [jti])).rowCount === 1 || undefined;
+        const old: string[] = [];
+        for (const seq of [1, 2, 3, 4]) old.push((await send(seq)).jti);
+        await waitFor(
+          async () => ((await heartbeatTo(gw, s.gatewayId)).body.uplinkAck?.seq === 4 ? true : undefined),
+          'acknowledged up to 4',
+        );
+        // the backup held seqs 1-2: the restored store's next uplinks are 3 and 4 again, as new messages
+        const n3 = await send(3);
+        await waitFor(inbox(n3.jti), 'the restored history applied');
+        expect((await heartbeatTo(gw, s.gatewayId)).body.uplinkAck).toEqual({ seq: 4, jti: old[3] });
+        await gw.send({ type: 'resync.request', body: { requestId: newId(), lastAppliedSeq: 0, reason: 'conflict' } });
+        await waitFor(async () => ((await heartbeatTo(gw, s.gatewayId)).body.uplinkAck?.jti === n3.jti ? true : undefined), 'the new 3');
+        const n4 = await send(4);
+        await waitFor(async () => ((await heartbeatTo(gw, s.gatewayId)).body.uplinkAck?.jti === n4.jti ? true : undefined), 'the new 4');
+        expect((await heartbeatTo(gw, s.gatewayId)).body.uplinkAck).toEqual({ seq: 4, jti: n4.jti });
+      } finally {
+        await gw.close();
+      }
+    });
+
     it('heartbeats name the last seq handed out, with a row held in backoff or dead-lettered (the gateway stays behind, never fresh over it)', async () => {
       const { s, gw } = await setup();
       try {

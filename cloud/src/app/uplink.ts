@@ -394,7 +394,7 @@ export class Uplink {
         { code: 'UPLINK_HISTORY_RESTARTED', seq: m.seq, ackedSeq: row.ackedSeq },
         "the gateway's uplink seq started again; acknowledgement restarts",
       );
-      restartUplinkAck(row);
+      restartUplinkAck(row, m.seq);
     }
     row.maxSeq = Math.max(row.maxSeq, m.seq);
     seqs.received++;
@@ -554,7 +554,7 @@ export class Uplink {
         { code: 'UPLINK_HISTORY_RESTARTED', seq: m.seq, ackedSeq: acked },
         "the gateway's uplink seq started again; acknowledgement restarts",
       );
-      await resetUplinkAck(tx, gatewayId);
+      await resetUplinkAck(tx, gatewayId, m.seq);
     }
     await noteUplinkSeq(tx, gatewayId, m.seq);
     await this.#advanceAck(tx, gatewayId, m.seq, m.jti);

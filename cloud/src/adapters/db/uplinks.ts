@@ -101,27 +101,31 @@ export async function seqsTakenByOthers(
 }
 
 /**
- * The gateway's uplink history started again: acknowledgement restarts from nothing, and the pointer it
- * replaced is kept as the lost one (the first, if the history restarted again before the gateway resynced).
+ * The gateway's uplink history started again at `seq` (a new message at a seq already acknowledged):
+ * acknowledgement restarts just below it, and the pointer it replaced is kept as the lost one (the first,
+ * if the history restarted again before the gateway resynced). Just below, not from nothing: a store put
+ * back from a backup goes on from the backup's last seq, and everything below that is the old history the
+ * pointer had passed (the same messages, acknowledged already), so the pointer can move on from there; it
+ * names no jti until it does, as only the new message's is known to be in the restored store.
  */
-export async function resetUplinkAck(q: Queryable, gatewayId: string): Promise<void> {
+export async function resetUplinkAck(q: Queryable, gatewayId: string, seq: number): Promise<void> {
   await q.query(
     `UPDATE uplink_seq SET
        lost_seq = CASE WHEN lost_seq IS NULL AND acked_jti IS NOT NULL AND acked_seq > 0 THEN acked_seq ELSE lost_seq END,
        lost_jti = CASE WHEN lost_seq IS NULL AND acked_jti IS NOT NULL AND acked_seq > 0 THEN acked_jti ELSE lost_jti END,
-       acked_seq = 0, acked_jti = NULL
+       acked_seq = $2, acked_jti = NULL
      WHERE gateway_id = $1`,
-    [gatewayId],
+    [gatewayId, Math.max(0, seq - 1)],
   );
 }
 
 /** In a batch's row: the same as resetUplinkAck. */
-export function restartUplinkAck(row: UplinkSeqRow): void {
+export function restartUplinkAck(row: UplinkSeqRow, seq: number): void {
   if (row.lostSeq === null && row.ackedJti !== null && row.ackedSeq > 0) {
     row.lostSeq = row.ackedSeq;
     row.lostJti = row.ackedJti;
   }
-  row.ackedSeq = 0;
+  row.ackedSeq = Math.max(0, seq - 1);
   row.ackedJti = null;
 }
 
