@@ -186,7 +186,8 @@ export const SCENARIOS: Record<string, Scenario> = {
     const aheadMs = 120_000;
     const k = await scenarioKey(x, gw, 'later', { validFrom: Date.now() + 60_000, offlineCapable: true });
     const f = x.h.add('injector', 'fault', { kind: 'clock-ahead', target: gw.id, scenario: 'clock-ahead-unbounded', keyId: k.keyId });
-    // trusted time never goes back: the gateway fails closed until real time catches up with the step
+    // trusted time runs ahead of the heartbeats' iat by more than the grace: the gateway fails closed, and
+    // healing expects that as after the clock-ahead fault
     gw.aheadUntil = Math.max(gw.aheadUntil, Date.now() + aheadMs);
     x.c.setClock(gw, aheadMs);
     x.h.add(gw.id, 'clock-set', { offsetMs: aheadMs, stopped: false });
@@ -208,12 +209,14 @@ async function nextHeartbeat(x: ScenarioContext, gw: GatewayNode, after: number,
   return null;
 }
 
+/** Scenario keys issued by this run so far (each takes its own PIN). */
+let scenarioKeys = 0;
+
 /**
  * A key of the scenario's own for every door of `gw`, issued outside the workload's keys (the workload would
  * revoke it, or present a key valid only later as a valid one), recorded as the workload records its issues so
  * the checker knows its window; returns once the gateway holds it active.
  */
-let scenarioKeys = 0;
 async function scenarioKey(
   x: ScenarioContext,
   gw: GatewayNode,
