@@ -53,6 +53,23 @@ export const BUGS: readonly BugCase[] = [
     durationSeconds: 10,
     settleTimeoutSeconds: 30,
   },
+  // heartbeat iat taken after its seq was read: a revoke committed in between gets a lease counted from after it
+  {
+    patch: 'heartbeat-iat-after-seq.patch',
+    scenario: 'heartbeat-iat-after-seq',
+    expect: ['I1 revoke lag'],
+    seeds: [41, 42],
+    durationSeconds: 10,
+  },
+  // no ceiling on trusted time: a wall clock ahead of real time opens a key before its validFrom
+  {
+    patch: 'clock-ahead-unbounded.patch',
+    scenario: 'clock-ahead-unbounded',
+    expect: ['I1 not yet valid'],
+    seeds: [51, 52],
+    durationSeconds: 10,
+    settleTimeoutSeconds: 30,
+  },
 ];
 
 function runIn(dir: string, args: string[]): Promise<number> {

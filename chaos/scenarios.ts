@@ -1,7 +1,7 @@
 import Database from 'better-sqlite3';
 import type { Cluster, GatewayNode } from './cluster.js';
-import { holdOutbox, releaseOutbox } from './faults.js';
-import type { History } from './history.js';
+import { holdOutbox, releaseHeld, releaseOutbox } from './faults.js';
+import type { Entry, History } from './history.js';
 import type { Key, Workload } from './workload.js';
 
 /**
@@ -129,4 +129,158 @@ export const SCENARIOS: Record<string, Scenario> = {
       await presentThroughout(x, k, 'valid', 3000);
     }
   },
+  /**
+   * The cloud runs with a delay of several seconds between reading the last seq handed out and signing each
+   * heartbeat (a hook only chaos/bugs/heartbeat-iat-after-seq.patch reads; the correct cloud ignores it). A key
+   * of the scenario's own (the workload's random revokes never touch it) is delivered, its revoke is held in the
+   * cloud's backoff (every other downlink flows, so the gateway is not behind on anything else), and the revoke is
+   * asked for just after a heartbeat round began: it commits between that round's seq read and its signing. Once
+   * that heartbeat arrives the gateway's cloud link is cut (no later heartbeat or resync brings the revoke), and
+   * the revoked key is presented for the grace plus 8 s: a lease counted from an `iat` after the commit keeps it
+   * open past the bound (I1 revoke lag).
+   */
+  'heartbeat-iat-after-seq': async (x) => {
+    const gw = x.c.gateways[0];
+    if (gw === undefined) return;
+    const delayMs = 6000;
+    const r = x.h.add('injector', 'fault', { kind: 'kill-cloud', target: 'cloud', scenario: 'heartbeat-iat-after-seq', delayMs });
+    x.c.cloud.env = { ...x.c.cloud.env, TOBIRA_CHAOS_HEARTBEAT_SIGN_DELAY_MS: String(delayMs) };
+    await x.c.cloud.kill('SIGKILL');
+    await x.c.startCloud();
+    x.h.add('injector', 'fault-end', { kind: 'kill-cloud', target: 'cloud', started: r.i });
+    const ms = x.c.o.offlineGraceSeconds * 1000 + 8000;
+    let k: Key | null = null;
+    let arrived: Entry | null = null;
+    const f = x.h.add('injector', 'fault', { kind: 'held-revoke+partition', target: gw.id, scenario: 'heartbeat-iat-after-seq' });
+    for (let attempt = 1; attempt <= 3 && arrived?.result !== 'applied'; attempt++) {
+      k = await scenarioKey(x, gw, `revoked-${attempt}`, { validFrom: Date.now() - 3_600_000 });
+      await holdRevokeOf(x.c, k.keyId);
+      // a round ends as its heartbeat arrives and the next begins within a timer interval (1 s): 2 s after an
+      // arrival its seq has been read, and its signing is still seconds away
+      if ((await nextHeartbeat(x, gw, x.h.now(), 60_000)) === null) throw new Error('no heartbeat reached the gateway within 60 s');
+      await sleep(2000);
+      await revokeScenarioKey(x, k);
+      // a heartbeat the gateway could not apply named the revoke: its round read the seq after the commit (a slow
+      // machine), the window was missed, and the resync it starts brings the revoke; again with another key
+      arrived = await nextHeartbeat(x, gw, x.h.now(), delayMs + 10_000);
+    }
+    if (k === null) return;
+    gw.cloudLink.setMode('cut');
+    x.h.add('injector', 'partition', { target: `${gw.id}-cloud`, afterHeartbeat: arrived?.i ?? null });
+    await presentThroughout(x, k, 'revoked', ms);
+    gw.cloudLink.setMode('pass');
+    const held = await x.c.directDb(async (db) => {
+      await db.query('DROP TRIGGER IF EXISTS chaos_hold ON outbox');
+      return releaseHeld(db, gw.id);
+    });
+    x.h.add('injector', 'fault-end', { kind: 'held-revoke+partition', target: gw.id, started: f.i, ms, held });
+  },
+  /**
+   * A key valid only from a minute later, offline-capable (an ordinary key would be refused CLOUD_STALE: trusted
+   * time ahead of the heartbeats' `iat` by more than the grace ends the lease, so only the offline cap lets a
+   * key reach the validity check), is delivered; then the gateway's wall clock steps two minutes ahead, and the
+   * key is presented until it is really valid. Trusted time may run ahead of the proven cloud time by the
+   * tolerance (30 s) only: a key opening earlier than that breaks I1 not yet valid.
+   */
+  'clock-ahead-unbounded': async (x) => {
+    const gw = x.c.gateways[0];
+    if (gw === undefined) return;
+    const aheadMs = 120_000;
+    const k = await scenarioKey(x, gw, 'later', { validFrom: Date.now() + 60_000, offlineCapable: true });
+    const f = x.h.add('injector', 'fault', { kind: 'clock-ahead', target: gw.id, scenario: 'clock-ahead-unbounded', keyId: k.keyId });
+    // trusted time runs ahead of the heartbeats' iat by more than the grace: the gateway fails closed, and
+    // healing expects that as after the clock-ahead fault
+    gw.aheadUntil = Math.max(gw.aheadUntil, Date.now() + aheadMs);
+    x.c.setClock(gw, aheadMs);
+    x.h.add(gw.id, 'clock-set', { offsetMs: aheadMs, stopped: false });
+    await presentThroughout(x, k, 'valid', Math.max(0, k.validFrom - Date.now()) + 2000);
+    x.c.setClock(gw, 0);
+    x.h.add(gw.id, 'clock-set', { offsetMs: 0 });
+    x.h.add('injector', 'fault-end', { kind: 'clock-ahead', target: gw.id, started: f.i, offsetMs: aheadMs });
+  },
 };
+
+/** The first heartbeat gateway `gw` logged after runner time `after`, waiting up to `ms`; null if none came. */
+async function nextHeartbeat(x: ScenarioContext, gw: GatewayNode, after: number, ms: number): Promise<Entry | null> {
+  const end = performance.now() + ms;
+  while (performance.now() < end) {
+    const e = x.h.entries.find((e) => e.who === gw.id && e.what === 'heartbeat' && e.t > after);
+    if (e !== undefined) return e;
+    await sleep(50);
+  }
+  return null;
+}
+
+/** Scenario keys issued by this run so far (each takes its own PIN). */
+let scenarioKeys = 0;
+
+/**
+ * A key of the scenario's own for every door of `gw`, issued outside the workload's keys (the workload would
+ * revoke it, or present a key valid only later as a valid one), recorded as the workload records its issues so
+ * the checker knows its window; returns once the gateway holds it active.
+ */
+async function scenarioKey(
+  x: ScenarioContext,
+  gw: GatewayNode,
+  name: string,
+  o: { readonly validFrom: number; readonly offlineCapable?: boolean },
+): Promise<Key> {
+  const keyId = `k-${x.c.o.seed}-${name}`;
+  // eight digits: never one of the workload's six-digit PINs
+  const pin = String(80_000_000 + x.c.o.seed * 100 + ++scenarioKeys);
+  const validUntil = Date.now() + 86_400_000;
+  const tSend = x.h.now();
+  const body = {
+    keyId,
+    personId: x.c.personId,
+    doors: gw.locks.map((l) => gw.doors[l]),
+    credential: { type: 'pin', value: pin },
+    validFrom: o.validFrom,
+    validUntil,
+    ...(o.offlineCapable === true && { offlineCapable: true }),
+  };
+  const res = await x.c.api('POST', '/keys', body);
+  x.h.add('injector', 'issue', {
+    keyId,
+    pin,
+    gatewayId: gw.id,
+    validFrom: o.validFrom,
+    validUntil,
+    tSend,
+    status: res.status,
+    offlineCapable: o.offlineCapable ?? false,
+  });
+  if (res.status !== 202) throw new Error(`issuing ${keyId}: ${res.status} ${JSON.stringify(res.body)}`);
+  const deadline = performance.now() + 60_000;
+  while (!activeOnGateway(gw, keyId)) {
+    if (performance.now() > deadline) throw new Error(`key ${keyId} was not delivered to the gateway within 60 s`);
+    await sleep(300);
+  }
+  return { keyId, pin, gw, validFrom: o.validFrom, validUntil, revoked: false };
+}
+
+/** Revokes a scenario's key, recorded as the workload records its revokes (the checker's proof of the commit). */
+async function revokeScenarioKey(x: ScenarioContext, k: Key): Promise<void> {
+  const tSend = x.h.now();
+  const res = await x.c.api('POST', `/keys/${k.keyId}/revoke`, { reason: 'staff_revoked' });
+  const code = typeof res.body === 'object' && res.body !== null && 'code' in res.body ? res.body.code : null;
+  x.h.add('injector', 'revoke', { keyId: k.keyId, gatewayId: k.gw.id, tSend, status: res.status, code });
+  k.revoked = true;
+  if (res.status !== 202 && res.status !== 200) throw new Error(`revoking ${k.keyId}: ${res.status} ${JSON.stringify(res.body)}`);
+}
+
+/**
+ * Holds the revoke of key `keyId` alone in the cloud's backoff (every other downlink flows): a test trigger like
+ * the stuck-outbox fault's, under its name so healing drops it too.
+ */
+async function holdRevokeOf(c: Cluster, keyId: string): Promise<void> {
+  await c.directDb(async (db) => {
+    await db.query('CREATE TABLE IF NOT EXISTS chaos_hold_key (key_id text PRIMARY KEY)');
+    await db.query(`CREATE OR REPLACE FUNCTION chaos_hold_key() RETURNS trigger LANGUAGE plpgsql AS $$
+      BEGIN IF NEW.type = 'key.revoke' AND EXISTS (SELECT 1 FROM chaos_hold_key WHERE key_id = NEW.key_id)
+      THEN NEW.next_attempt_at := NEW.next_attempt_at + 86400000; END IF; RETURN NEW; END $$`);
+    await db.query('DROP TRIGGER IF EXISTS chaos_hold ON outbox');
+    await db.query('CREATE TRIGGER chaos_hold BEFORE INSERT ON outbox FOR EACH ROW EXECUTE FUNCTION chaos_hold_key()');
+    await db.query('INSERT INTO chaos_hold_key VALUES ($1) ON CONFLICT DO NOTHING', [keyId]);
+  });
+}
