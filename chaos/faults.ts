@@ -5,6 +5,7 @@ import type { Cluster, GatewayNode } from './cluster.js';
 import type { History } from './history.js';
 import { pick } from './prng.js';
 import type { Proxy } from './proxy.js';
+import type { Workload } from './workload.js';
 
 /**
  * The fault injector, driven by the run's seeded PRNG. Each fault is started,
@@ -91,6 +92,8 @@ export class Injector {
     readonly h: History,
     readonly r: () => number,
     readonly kinds: readonly FaultKind[],
+    /** the run's workload: a privacy fault presents its staff and one-time keys at the private door */
+    readonly w?: Workload,
   ) {}
 
   get total(): number {
@@ -292,7 +295,15 @@ export class Injector {
           async () => {
             await setPrivacy(c, this.h, gw, lockId, true);
             const ms = 2000 + this.r() * 13_000;
-            await this.#hold(ms, ms);
+            // someone with a staff or one-time key tries that door meanwhile (the random presents rarely would)
+            const end = performance.now() + ms;
+            while (performance.now() < end) {
+              const refused = (this.w?.keys ?? []).filter(
+                (k) => k.gw === gw && !k.revoked && k.validUntil > Date.now() + 1000 && (k.staff || k.oneTime),
+              );
+              if (refused.length > 0) await this.w?.present({ key: pick(this.r, refused), kind: 'valid', lockId }).catch(() => {});
+              await this.#hold(300, 800);
+            }
             await setPrivacy(c, this.h, gw, lockId, false);
             return { lockId, ms: Math.round(ms) };
           },

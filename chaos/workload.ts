@@ -59,10 +59,10 @@ export class Workload {
     this.ops++;
     const x = this.r();
     const live = this.keys.filter((k) => !k.revoked);
-    // one issue in ten is a one-time key and one in ten a staff key (from the same draw: the seeds of older runs
+    // one issue in five is a one-time key and one in five a staff key (from the same draw: the seeds of older runs
     // draw the same faults and operations)
     if (x < 0.2 || this.keys.length < 3)
-      return void (await this.issue(undefined, undefined, { oneTime: x < 0.02, staff: x >= 0.02 && x < 0.04 }));
+      return void (await this.issue(undefined, undefined, { oneTime: x < 0.04, staff: x >= 0.04 && x < 0.08 }));
     if (x < 0.3 && live.length > 0) return this.revoke(pick(this.r, live), x < 0.25);
     return this.present();
   }
