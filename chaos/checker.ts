@@ -53,6 +53,8 @@ interface Decision {
   readonly wallLo: number;
   readonly lines: number[];
   readonly source: 'answer' | 'access log';
+  /** the request it answered (`gw/requestId`): a lock's retry of the same request is the same entry */
+  readonly id: string;
 }
 
 /**
@@ -114,6 +116,37 @@ export function check(history: readonly Entry[], o: CheckOptions): Verdict {
       if (!firstPresent.has(k)) firstPresent.set(k, tSend);
     }
   }
+  // ---- restores: what a gateway committed between its backup and its kill is gone from its store
+  const restores = new Map<string, { from: number; to: number; line: number }[]>();
+  for (const e of history)
+    if (e.what === 'restore' && typeof e.tBackup === 'number')
+      restores.set(e.who, [...(restores.get(e.who) ?? []), { from: e.tBackup, to: e.t, line: e.i }]);
+  /** The restore of `gw` whose lost span [backup, kill] meets [from, to], if any. */
+  const lostToRestore = (gw: string, from: number, to: number) => (restores.get(gw) ?? []).find((r) => from <= r.to && to >= r.from);
+  // ---- privacy, by the lock's own state: on from when the lock had taken it (and published it, before any later
+  // request of that lock) until the off was asked, or the lock fleet was killed or started (a lock boots private off)
+  const privacyOn = new Map<string, { from: number; to: number; lines: number[] }[]>();
+  const openPrivacy = new Map<string, { from: number; lines: number[] }>();
+  const closePrivacy = (k: string, t: number, line: number) => {
+    const o = openPrivacy.get(k);
+    if (o === undefined) return;
+    openPrivacy.delete(k);
+    privacyOn.set(k, [...(privacyOn.get(k) ?? []), { from: o.from, to: t, lines: [...o.lines, line] }]);
+  };
+  for (const e of history) {
+    const k = `${String(e.gatewayId)}/${String(e.lockId)}`;
+    if (e.what === 'privacy' && e.active === true && e.privacy === true && !openPrivacy.has(k))
+      openPrivacy.set(k, { from: e.t, lines: [e.i] });
+    if (e.what === 'privacy-ask' && e.active === false) closePrivacy(k, e.t, e.i);
+    const fleetOf =
+      e.what === 'fault' && typeof e.target === 'string' && e.target.endsWith('-fleet') ? e.target : e.what === 'start' ? e.who : null;
+    if (fleetOf !== null && fleetOf.endsWith('-fleet'))
+      for (const open of [...openPrivacy.keys()]) if (`${open.split('/')[0]}-fleet` === fleetOf) closePrivacy(open, e.t, e.i);
+  }
+  for (const [k, o] of openPrivacy) privacyOn.set(k, [...(privacyOn.get(k) ?? []), { from: o.from, to: Infinity, lines: o.lines }]);
+  /** every distinct allowed request of each one-time key */
+  const oneTimeUses = new Map<string, Map<string, number[]>>();
+
   /** The last lease renewal gateway `gw` logged before runner time `t`. */
   const lastRenewal = (gw: string, t: number): Entry | null => {
     let best: Entry | null = null;
@@ -145,6 +178,22 @@ export function check(history: readonly Entry[], o: CheckOptions): Verdict {
     if (iss === undefined) {
       fail('I1 no grant', `${gw} opened for key ${keyId}, which the cloud never accepted${via}`, d.lines);
       return;
+    }
+    if (iss.oneTime === true) {
+      const uses = oneTimeUses.get(keyId) ?? new Map<string, number[]>();
+      uses.set(d.id, [...(uses.get(d.id) ?? []), ...d.lines]);
+      oneTimeUses.set(keyId, uses);
+    }
+    // privacy keeps out staff and one-time keys (privacyRefuses, gateway/src/domain/decide.ts)
+    if (iss.oneTime === true || iss.staff === true) {
+      count('I1 privacy-refused keys checked');
+      const on = (privacyOn.get(`${gw}/${d.lockId}`) ?? []).find((p) => p.from < d.tLo && d.tHi < p.to);
+      if (on !== undefined)
+        fail(
+          'I1 privacy',
+          `${gw}/${d.lockId} opened for ${iss.oneTime === true ? 'one-time' : 'staff'} key ${keyId} ${Math.round(d.tLo - on.from)} ms after the lock had taken privacy on, before it was turned off${via}`,
+          [...on.lines, iss.i, ...d.lines],
+        );
     }
     // trusted time may run ahead of real time by up to the gateway's clock tolerance (its ceiling: the last
     // proven cloud time carried forward plus 30 s), never more: a key may open that much early, not earlier
@@ -222,12 +271,16 @@ export function check(history: readonly Entry[], o: CheckOptions): Verdict {
         wallLo: num(e.wallSend) ?? tSend + wallOffset,
         lines: [e.i],
         source: 'answer',
+        id: typeof e.requestId === 'string' ? `${String(e.gatewayId)}/${e.requestId}` : `line ${e.i}`,
       });
     }
     // ---- I1 at the lock: every executed unlock comes from an allowed decision
     if (e.what === 'lock-command' && e.result === 'executed') {
       count('I1 lock unlocks checked');
-      if (typeof e.commandId !== 'string' || !allowedCommands.has(e.commandId))
+      const lost = lostToRestore(String(e.gatewayId), e.t, e.t);
+      if (lost !== undefined && !(typeof e.commandId === 'string' && allowedCommands.has(e.commandId)))
+        count('I1 lock unlocks whose decision a restore lost');
+      else if (typeof e.commandId !== 'string' || !allowedCommands.has(e.commandId))
         fail('I1 lock', `lock ${String(e.lockId)} executed command ${String(e.commandId)} that no allowed decision names`, [e.i]);
     }
     // ---- fail-closed is reported: health never says fresh when the lease must have run out
@@ -283,8 +336,20 @@ export function check(history: readonly Entry[], o: CheckOptions): Verdict {
         wallLo: tLo + wallOffset,
         lines: m !== null ? [m.i, r.i] : [r.i],
         source: 'access log',
+        id: typeof r.requestId === 'string' ? `${gw}/${r.requestId}` : `line ${r.i}`,
       });
     });
+  }
+
+  // ---- I1 one-time once: a one-time key opens for one request over the whole run, whatever restarts or restores
+  // the gateway went through (a lock's retry of that same request is the same entry)
+  for (const [keyId, uses] of oneTimeUses) {
+    count('I1 one-time keys checked');
+    if (uses.size > 1)
+      fail('I1 one-time once', `one-time key ${keyId} was allowed for ${uses.size} requests (${[...uses.keys()].join(', ')})`, [
+        ...(issued.get(keyId) ? [issued.get(keyId)?.i ?? 0] : []),
+        ...[...uses.values()].flat(),
+      ]);
   }
 
   // ---- after healing
@@ -322,7 +387,10 @@ export function check(history: readonly Entry[], o: CheckOptions): Verdict {
   for (const e of history) {
     if (e.what !== 'present' || e.decided !== true || typeof e.requestId !== 'string') continue;
     count('I2 lock decisions traced');
-    if (!gwLog.has(`${String(e.gatewayId)}/${e.requestId}`))
+    // decided between a backup and the restore of it: the gateway's log of it went with the store
+    if (!gwLog.has(`${String(e.gatewayId)}/${e.requestId}`) && lostToRestore(String(e.gatewayId), num(e.tSend) ?? e.t, e.t) !== undefined)
+      count('I2 decisions a restore lost');
+    else if (!gwLog.has(`${String(e.gatewayId)}/${e.requestId}`))
       fail('I2 decision logged', `a decision a lock received (${e.requestId}) is not in ${String(e.gatewayId)}'s access log`, [e.i]);
   }
 

@@ -319,6 +319,18 @@ export class Cluster {
 
   /** Presents a PIN at a lock through its fleet child; resolves with the fleet's answer (or a timeout/down marker). */
   present(g: GatewayNode, lockId: string, pin: string): Promise<Json> {
+    return this.#ask(g, { op: 'present', lockId, pin });
+  }
+
+  /**
+   * The guest inside turns privacy on or off at a lock (the sim's thumb-turn); resolves with the fleet's answer
+   * (`result.privacy`: the lock's own state after it), or a timeout/down marker.
+   */
+  setPrivacy(g: GatewayNode, lockId: string, on: boolean): Promise<Json> {
+    return this.#ask(g, { op: 'privacy', lockId, on });
+  }
+
+  #ask(g: GatewayNode, cmd: Json): Promise<Json> {
     const id = randomBytes(6).toString('hex');
     if (!g.fleet.running) return Promise.resolve({ error: 'fleet down' });
     return new Promise((resolve) => {
@@ -330,7 +342,7 @@ export class Cluster {
         clearTimeout(timer);
         resolve(r);
       });
-      g.fleet.write(JSON.stringify({ op: 'present', id, lockId, pin }));
+      g.fleet.write(JSON.stringify({ ...cmd, id }));
     });
   }
 

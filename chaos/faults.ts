@@ -1,7 +1,11 @@
+import { copyFileSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
+import Database from 'better-sqlite3';
 import type { Cluster, GatewayNode } from './cluster.js';
 import type { History } from './history.js';
 import { pick } from './prng.js';
 import type { Proxy } from './proxy.js';
+import type { Workload } from './workload.js';
 
 /**
  * The fault injector, driven by the run's seeded PRNG. Each fault is started,
@@ -24,14 +28,17 @@ export const FAULT_KINDS = [
   'clock-ahead',
   'dup',
   'stuck-outbox',
+  'restore',
+  'privacy',
 ] as const;
 export type FaultKind = (typeof FAULT_KINDS)[number];
 
 /** `--faults kill,cut,clock`: group names expand to kinds. */
 export function parseFaults(spec: string): FaultKind[] {
   const groups: Record<string, readonly FaultKind[]> = {
-    // clock-ahead leaves a gateway failing closed for as long as the step (a day): opt-in, not in `all`
-    all: FAULT_KINDS.filter((k) => k !== 'clock-ahead'),
+    // clock-ahead leaves a gateway failing closed for as long as the step (a day): opt-in, not in `all`; so is
+    // restore: after one the cloud never acknowledges the restored gateway's uplinks again (docs/reliability.md)
+    all: FAULT_KINDS.filter((k) => k !== 'clock-ahead' && k !== 'restore'),
     kill: ['kill-cloud', 'kill-gateway', 'kill-fleet', 'kill-broker', 'crash-point'],
     link: ['cut', 'stall', 'slow', 'reset'],
     net: ['cut', 'stall', 'slow', 'reset', 'partition', 'dup'],
@@ -65,6 +72,8 @@ const WEIGHT: Record<FaultKind, number> = {
   'clock-ahead': 1,
   dup: 2,
   'stuck-outbox': 1,
+  restore: 1,
+  privacy: 2,
 };
 /** A target is left alone this long after it healed, so the system can show it recovers (ms). */
 const COOLDOWN_MS = { process: 4000, link: 500 };
@@ -83,6 +92,8 @@ export class Injector {
     readonly h: History,
     readonly r: () => number,
     readonly kinds: readonly FaultKind[],
+    /** the run's workload: a privacy fault presents its staff and one-time keys at the private door */
+    readonly w?: Workload,
   ) {}
 
   get total(): number {
@@ -122,7 +133,9 @@ export class Injector {
       this.h.add('injector', 'fault-end', { kind, target, started: start.i, ...detail });
     } finally {
       const cool =
-        target.startsWith('link:') || target.startsWith('dup:') || target.startsWith('clock:') ? COOLDOWN_MS.link : COOLDOWN_MS.process;
+        target.startsWith('link:') || target.startsWith('dup:') || target.startsWith('clock:') || target.startsWith('privacy:')
+          ? COOLDOWN_MS.link
+          : COOLDOWN_MS.process;
       setTimeout(() => this.#busy.delete(target), this.#stopped ? 0 : cool);
     }
   }
@@ -260,6 +273,43 @@ export class Injector {
           },
           kind,
         );
+      case 'restore':
+        // the gateway's store put back from a backup taken seconds earlier, while it ran: what it did since (one-time
+        // entries, applied revokes, uplinks the cloud acknowledged) is gone from its disk, not from the cloud
+        return this.#claim(
+          gw.id,
+          async () => {
+            const b = await backupGateway(c, this.h, gw);
+            const ms = 2000 + this.r() * 6000;
+            await this.#hold(ms, ms);
+            await restoreGateway(c, this.h, gw, b);
+            return { heldMs: Math.round(ms), backup: b.file };
+          },
+          kind,
+        );
+      case 'privacy': {
+        // the guest inside turns privacy on for a while: staff and one-time keys stay out of that door meanwhile
+        const lockId = pick(this.r, gw.locks);
+        return this.#claim(
+          `privacy:${gw.id}/${lockId}`,
+          async () => {
+            await setPrivacy(c, this.h, gw, lockId, true);
+            const ms = 2000 + this.r() * 13_000;
+            // someone with a staff or one-time key tries that door meanwhile (the random presents rarely would)
+            const end = performance.now() + ms;
+            while (performance.now() < end) {
+              const refused = (this.w?.keys ?? []).filter(
+                (k) => k.gw === gw && !k.revoked && k.validUntil > Date.now() + 1000 && (k.staff || k.oneTime),
+              );
+              if (refused.length > 0) await this.w?.present({ key: pick(this.r, refused), kind: 'valid', lockId }).catch(() => {});
+              await this.#hold(300, 800);
+            }
+            await setPrivacy(c, this.h, gw, lockId, false);
+            return { lockId, ms: Math.round(ms) };
+          },
+          kind,
+        );
+      }
       case 'stuck-outbox':
         // a stuck row: every downlink the cloud hands out to this gateway is born held in the dispatcher's
         // backoff (a test trigger on outbox, as fail-closed-holes.test.ts does); heartbeats still name its seq
@@ -293,6 +343,66 @@ export class Injector {
       }
     }
   }
+}
+
+/** A consistent copy of a running gateway's store, and when it was taken (runner time: it holds what was committed before `t0`). */
+export interface GatewayBackup {
+  readonly file: string;
+  /** runner time the backup began: every decision committed before it is in the copy */
+  readonly t0: number;
+  readonly line: number;
+}
+
+let backups = 0;
+
+/**
+ * Backs up the gateway's SQLite while it runs (the online backup API on a read-only connection, so the copy is
+ * one consistent point of the WAL), recorded as `restore-backup`.
+ */
+export async function backupGateway(c: Cluster, h: History, gw: GatewayNode): Promise<GatewayBackup> {
+  const file = join(gw.dir, `backup-${++backups}.sqlite`);
+  const t0 = h.now();
+  const src = new Database(gw.sqlitePath, { readonly: true, fileMustExist: true });
+  try {
+    await src.backup(file);
+  } finally {
+    src.close();
+  }
+  const e = h.add(gw.id, 'restore-backup', { gatewayId: gw.id, file, tBackup: t0 });
+  return { file, t0, line: e.i };
+}
+
+/**
+ * Kills the gateway (`SIGKILL`), puts the backup in place of its store (the WAL and shared-memory files of the
+ * lost store removed) and starts it again. The `restore` line says which span of its history is lost:
+ * whatever it committed from `tBackup` to its kill.
+ */
+export async function restoreGateway(c: Cluster, h: History, gw: GatewayNode, b: GatewayBackup): Promise<void> {
+  await gw.child.kill('SIGKILL');
+  copyFileSync(b.file, gw.sqlitePath);
+  rmSync(`${gw.sqlitePath}-wal`, { force: true });
+  rmSync(`${gw.sqlitePath}-shm`, { force: true });
+  h.add(gw.id, 'restore', { gatewayId: gw.id, tBackup: b.t0, backupLine: b.line });
+  await c.startGateway(gw);
+}
+
+/**
+ * Privacy on or off at a lock (the guest's thumb-turn), recorded as `privacy` with the lock's own state after
+ * it (`privacy`) and whether the lock was connected: `asked` is recorded before the command goes out, so an off
+ * is in force for the checker from the moment it was asked, an on only once the lock took it.
+ */
+export async function setPrivacy(c: Cluster, h: History, gw: GatewayNode, lockId: string, on: boolean): Promise<void> {
+  h.add(`${gw.id}-fleet`, 'privacy-ask', { gatewayId: gw.id, lockId, active: on });
+  const a = await c.setPrivacy(gw, lockId, on);
+  const res = typeof a.result === 'object' && a.result !== null ? (a.result as Record<string, unknown>) : null;
+  h.add(`${gw.id}-fleet`, 'privacy', {
+    gatewayId: gw.id,
+    lockId,
+    active: on,
+    privacy: typeof res?.privacy === 'boolean' ? res.privacy : null,
+    connected: res?.connected ?? null,
+    error: a.error ?? null,
+  });
 }
 
 /** The stuck-outbox fault's start: every downlink the cloud hands out to `gatewayId` from now on is born held in its backoff. */

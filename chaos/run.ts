@@ -101,7 +101,7 @@ export async function runChaos(o: RunOptions): Promise<RunResult> {
   const workload = new Workload(cluster, h, r);
   let historyPath = historyFile;
   let healed: Record<string, unknown> | null;
-  const injector = new Injector(cluster, h, r, o.faults);
+  const injector = new Injector(cluster, h, r, o.faults, workload);
   try {
     await cluster.start();
     say(`chaos: system up (cloud ${cluster.apiUrl}, ${cluster.gateways.length} gateway(s)); first lease…`);

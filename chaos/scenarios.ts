@@ -1,6 +1,6 @@
 import Database from 'better-sqlite3';
 import type { Cluster, GatewayNode } from './cluster.js';
-import { holdOutbox, releaseHeld, releaseOutbox } from './faults.js';
+import { backupGateway, holdOutbox, releaseHeld, releaseOutbox, restoreGateway, setPrivacy } from './faults.js';
 import type { Entry, History } from './history.js';
 import type { Key, Workload } from './workload.js';
 
@@ -38,35 +38,63 @@ function activeOnGateway(gw: GatewayNode, keyId: string): boolean {
   }
 }
 
-/** A key delivered to `gw` (active there, or shown `active` by the cloud), valid now and for the run; issues one if needed. */
-async function deliveredKey(x: ScenarioContext, gw: GatewayNode): Promise<Key | null> {
+/**
+ * A key delivered to `gw` (active there, or shown `active` by the cloud), valid now and for the run; issues one if
+ * needed. An ordinary key unless `kind` asks for a one-time or staff key; `hidden`: one of the scenario's own,
+ * which the random workload does not present (so a one-time key is not used up before the scenario uses it).
+ */
+async function deliveredKey(
+  x: ScenarioContext,
+  gw: GatewayNode,
+  kind: { readonly oneTime?: boolean; readonly staff?: boolean; readonly hidden?: boolean } = {},
+): Promise<Key | null> {
   // not bounded by the run's duration: on a slow machine the first key may take longer than that to arrive
   const deadline = performance.now() + 120_000;
   let asked = 0;
+  const own: Key[] = [];
   while (performance.now() < deadline) {
-    const k = x.w.keys.find(
+    const k = (kind.hidden === true ? own : x.w.keys).find(
       (k) =>
         k.gw === gw &&
         !k.revoked &&
+        k.oneTime === (kind.oneTime === true) &&
+        k.staff === (kind.staff === true) &&
         k.validFrom < Date.now() &&
         k.validUntil > Date.now() + 600_000 &&
         (x.w.statusOf(k.keyId) === 'active' || activeOnGateway(gw, k.keyId)),
     );
     if (k !== undefined) return k;
-    if (asked++ % 10 === 0) await x.w.issue(gw, false);
+    if (asked++ % 10 === 0) {
+      const issued = await x.w.issue(gw, false, kind);
+      if (issued !== null) own.push(issued);
+    }
     await sleep(500);
   }
   return null;
 }
 
-/** Presents `k` as `kind` every 300 ms for `ms`. */
-async function presentThroughout(x: ScenarioContext, k: Key, kind: 'valid' | 'revoked', ms: number): Promise<void> {
+/** Presents `k` as `kind` every 300 ms for `ms` (at `lockId`, or a random lock of its gateway). */
+async function presentThroughout(x: ScenarioContext, k: Key, kind: 'valid' | 'revoked', ms: number, lockId?: string): Promise<void> {
   const end = performance.now() + ms;
   while (performance.now() < end) {
-    await x.w.present({ key: k, kind }).catch(() => {});
+    await x.w.present({ key: k, kind, ...(lockId !== undefined && { lockId }) }).catch(() => {});
     await sleep(300);
   }
 }
+
+/** Waits up to `ms` for `f` to hold, asking every 300 ms; whether it did. */
+async function until(f: () => boolean | Promise<boolean>, ms: number): Promise<boolean> {
+  const end = performance.now() + ms;
+  while (performance.now() < end) {
+    if (await f()) return true;
+    await sleep(300);
+  }
+  return false;
+}
+
+/** The allowed presents of key `keyId` in the history so far. */
+const allowedPresents = (x: ScenarioContext, keyId: string) =>
+  x.h.entries.filter((e) => e.what === 'present' && e.keyId === keyId && e.allowed === true).length;
 
 export const SCENARIOS: Record<string, Scenario> = {
   /**
@@ -198,6 +226,60 @@ export const SCENARIOS: Record<string, Scenario> = {
     x.h.add(gw.id, 'clock-set', { offsetMs: 0 });
     x.h.add('injector', 'fault-end', { kind: 'clock-ahead', target: gw.id, started: f.i, offsetMs: aheadMs });
   },
+  /**
+   * A restore from backup must not give a one-time key back: a backup of the gateway's store is taken while a
+   * delivered one-time key is still unused, the key is used once (allowed), the cloud records the use, and the
+   * backup is put back (the gateway killed, its store replaced, started). The key is then presented for the grace
+   * plus 8 s: it must never open again (I1 one-time once); the cloud's sequenced `key_used` revoke and the
+   * used key's tombstone in a snapshot are what keep it shut.
+   */
+  'restore-revives-one-time': async (x) => {
+    const gw = x.c.gateways[0];
+    if (gw === undefined) return;
+    const k = await deliveredKey(x, gw, { oneTime: true, hidden: true });
+    if (k === null) throw new Error('no one-time key was delivered to the gateway within 120 s');
+    // the gateway's own store holds it too (the backup must have it live and unused)
+    if (!(await until(() => activeOnGateway(gw, k.keyId), 30_000))) throw new Error(`one-time key ${k.keyId} never active on ${gw.id}`);
+    const f = x.h.add('injector', 'fault', { kind: 'restore', target: gw.id, scenario: 'restore-revives-one-time', keyId: k.keyId });
+    const b = await backupGateway(x.c, x.h, gw);
+    // one entry: presented until the gateway allows it once
+    const used = await until(async () => {
+      await x.w.present({ key: k, kind: 'valid' }).catch(() => {});
+      return allowedPresents(x, k.keyId) > 0;
+    }, 30_000);
+    if (!used) throw new Error(`one-time key ${k.keyId} was never allowed`);
+    // the cloud recorded the use (its uplink arrived): from now on the cloud holds what the backup lacks
+    const recorded = await until(async () => {
+      await x.w.pollKeys().catch(() => {});
+      return x.w.statusOf(k.keyId) === 'used';
+    }, 30_000);
+    x.h.add('runner', 'scenario-step', { step: 'use recorded', keyId: k.keyId, recorded });
+    await restoreGateway(x.c, x.h, gw, b);
+    await presentThroughout(x, k, 'valid', x.c.o.offlineGraceSeconds * 1000 + 8000);
+    x.h.add('injector', 'fault-end', { kind: 'restore', target: gw.id, started: f.i });
+  },
+  /**
+   * Privacy must survive a gateway restart: the gateway is killed, the guest turns privacy on while it is away
+   * (so only the lock's retained state, re-announced, carries it), and it starts again. A delivered staff key is
+   * presented at that door throughout, for the grace plus 5 s after the start: it must never open while the
+   * lock's privacy is on (I1 privacy).
+   */
+  'privacy-lost-on-restart': async (x) => {
+    const gw = x.c.gateways[0];
+    const lockId = gw?.locks[0];
+    if (gw === undefined || lockId === undefined) return;
+    const k = await deliveredKey(x, gw, { staff: true });
+    if (k === null) throw new Error('no staff key was delivered to the gateway within 120 s');
+    const f = x.h.add('injector', 'fault', { kind: 'privacy+kill-gateway', target: gw.id, scenario: 'privacy-lost-on-restart', lockId });
+    await presentThroughout(x, k, 'valid', 1000, lockId);
+    await gw.child.kill('SIGKILL');
+    await setPrivacy(x.c, x.h, gw, lockId, true);
+    const presenting = presentThroughout(x, k, 'valid', 20_000 + x.c.o.offlineGraceSeconds * 1000, lockId);
+    await x.c.startGateway(gw);
+    await presenting;
+    await setPrivacy(x.c, x.h, gw, lockId, false);
+    x.h.add('injector', 'fault-end', { kind: 'privacy+kill-gateway', target: gw.id, started: f.i, lockId });
+  },
 };
 
 /** The first heartbeat gateway `gw` logged after runner time `after`, waiting up to `ms`; null if none came. */
@@ -256,7 +338,7 @@ async function scenarioKey(
     if (performance.now() > deadline) throw new Error(`key ${keyId} was not delivered to the gateway within 60 s`);
     await sleep(300);
   }
-  return { keyId, pin, gw, validFrom: o.validFrom, validUntil, revoked: false };
+  return { keyId, pin, gw, validFrom: o.validFrom, validUntil, revoked: false, oneTime: false, staff: false };
 }
 
 /** Revokes a scenario's key, recorded as the workload records its revokes (the checker's proof of the commit). */

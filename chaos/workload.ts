@@ -13,6 +13,10 @@ export interface Key {
   readonly gw: GatewayNode;
   readonly validFrom: number;
   readonly validUntil: number;
+  /** a one-time key: its first entry uses it up (presented as valid again and again all the same) */
+  readonly oneTime: boolean;
+  /** a staff key: privacy at a door keeps it out */
+  readonly staff: boolean;
   /** a revoke was asked for: answered 2xx, or its answer was lost (it may have committed) */
   revoked: boolean;
 }
@@ -55,13 +59,25 @@ export class Workload {
     this.ops++;
     const x = this.r();
     const live = this.keys.filter((k) => !k.revoked);
-    if (x < 0.2 || this.keys.length < 3) return this.issue();
+    // one issue in five is a one-time key and one in five a staff key (from the same draw: the seeds of older runs
+    // draw the same faults and operations)
+    if (x < 0.2 || this.keys.length < 3)
+      return void (await this.issue(undefined, undefined, { oneTime: x < 0.04, staff: x >= 0.04 && x < 0.08 }));
     if (x < 0.3 && live.length > 0) return this.revoke(pick(this.r, live), x < 0.25);
     return this.present();
   }
 
-  /** `reissueOf`: a new PIN for the same person and doors after a revoke (credential_lost). */
-  async issue(gw = pick(this.r, this.c.gateways), shortLived = this.r() < 0.15): Promise<void> {
+  /**
+   * Issues a key for every door of `gw`; `kind.hidden`: not one the random workload presents (a targeted
+   * scenario's own). Resolves with the key the cloud accepted, or null.
+   */
+  async issue(
+    gw = pick(this.r, this.c.gateways),
+    shortLived = this.r() < 0.15,
+    kind: { readonly oneTime?: boolean; readonly staff?: boolean; readonly hidden?: boolean } = {},
+  ): Promise<Key | null> {
+    const oneTime = kind.oneTime === true;
+    const staff = kind.staff === true;
     const keyId = `k-${this.c.o.seed}-${++this.#n}`;
     const pin = this.#newPin();
     const now = Date.now();
@@ -76,15 +92,32 @@ export class Workload {
       credential: { type: 'pin', value: pin },
       validFrom,
       validUntil,
+      ...(oneTime && { oneTime: true }),
+      ...(staff && { staff: true }),
     };
     const tSend = this.h.now();
     try {
       const res = await this.c.api('POST', '/keys', body);
       const code = typeof res.body === 'object' && res.body !== null && 'code' in res.body ? res.body.code : null;
-      this.h.add('workload', 'issue', { keyId, pin, gatewayId: gw.id, validFrom, validUntil, tSend, status: res.status, code });
-      if (res.status === 202) this.keys.push({ keyId, pin, gw, validFrom, validUntil, revoked: false });
+      this.h.add('workload', 'issue', {
+        keyId,
+        pin,
+        gatewayId: gw.id,
+        validFrom,
+        validUntil,
+        oneTime,
+        staff,
+        tSend,
+        status: res.status,
+        code,
+      });
+      if (res.status !== 202) return null;
+      const k: Key = { keyId, pin, gw, validFrom, validUntil, oneTime, staff, revoked: false };
+      if (kind.hidden !== true) this.keys.push(k);
+      return k;
     } catch (e) {
-      this.h.add('workload', 'issue', { keyId, pin, gatewayId: gw.id, validUntil, tSend, status: 0, error: String(e) });
+      this.h.add('workload', 'issue', { keyId, pin, gatewayId: gw.id, validUntil, oneTime, staff, tSend, status: 0, error: String(e) });
+      return null;
     }
   }
 
@@ -100,7 +133,7 @@ export class Workload {
         this.keys.splice(this.keys.indexOf(k), 1);
         this.keys.push(k);
       }
-      if (reissue && k.revoked) await this.issue(k.gw, false);
+      if (reissue && k.revoked) await this.issue(k.gw, false, { oneTime: k.oneTime, staff: k.staff });
     } catch (e) {
       this.h.add('workload', 'revoke', { keyId: k.keyId, gatewayId: k.gw.id, tSend, status: 0, error: String(e) });
       // the answer was lost, not necessarily the revoke: from now on the key is presented as revoked
@@ -109,10 +142,11 @@ export class Workload {
     }
   }
 
-  /** A random present; `force`: this key, presented as this kind (a targeted scenario's). */
-  async present(force?: { readonly key: Key; readonly kind: 'valid' | 'revoked' }): Promise<void> {
+  /** A random present; `force`: this key, presented as this kind (a targeted scenario's), at `lockId` if given. */
+  async present(force?: { readonly key: Key; readonly kind: 'valid' | 'revoked'; readonly lockId?: string }): Promise<void> {
     const gw = force?.key.gw ?? pick(this.r, this.c.gateways);
-    const lockId = pick(this.r, gw.locks);
+    const drawn = pick(this.r, gw.locks);
+    const lockId = force?.lockId ?? drawn;
     const mine = this.keys.filter((k) => k.gw === gw);
     const x = this.r();
     const now = Date.now();

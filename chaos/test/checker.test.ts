@@ -309,4 +309,107 @@ describe('the checker', () => {
       expect(v.violations.map((x) => x.invariant)).toEqual(['heal']);
     });
   });
+
+  describe('one-time keys', () => {
+    const oneTime = (t: number) => ({ ...issue(t), oneTime: true });
+    it('reports a one-time key allowed for two requests, across a restore, from an answer and an access-log row', () => {
+      const v = check(
+        history(
+          oneTime(0),
+          hb(100),
+          allow(1000, { requestId: 'r1' }),
+          { t: 1500, who: 'gw', what: 'restore', gatewayId: 'gw', tBackup: 500 },
+          hb(3000),
+          { t: 30_000, who: 'collect', what: 'gw-access-log', gatewayId: 'gw', lockId: 'L2', requestId: 'r2', allowed: true, keyId: 'k1' },
+        ),
+        opts,
+      );
+      expect(v.violations.map((x) => [x.invariant, x.lines])).toEqual([['I1 one-time once', [1, 3, 6]]]);
+      expect(v.violations[0]?.message).toContain('2 requests');
+    });
+
+    it("counts a lock's retry of the same request once, and a refused second present not at all", () => {
+      const v = check(
+        history(
+          oneTime(0),
+          hb(100),
+          allow(1000, { requestId: 'r1' }),
+          allow(1200, { allowed: false, code: 'KEY_USED', commandId: null, requestId: 'r2' }),
+          { t: 30_000, who: 'collect', what: 'gw-access-log', gatewayId: 'gw', lockId: 'L1', requestId: 'r1', allowed: true, keyId: 'k1' },
+          { t: 30_001, who: 'collect', what: 'gw-access-log', gatewayId: 'gw', lockId: 'L1', requestId: 'r1', allowed: true, keyId: 'k1' },
+        ),
+        opts,
+      );
+      expect(v.violations).toEqual([]);
+      expect(v.checks['I1 one-time keys checked']).toBe(1);
+    });
+
+    it('does not ask a decision a restore lost (between the backup and the kill) to be in the access log', () => {
+      const restored = (tBackup: number) => ({ t: 1500, who: 'gw', what: 'restore', gatewayId: 'gw', tBackup });
+      const lost = history(issue(0), hb(100), allow(1000, { requestId: 'r1' }), restored(500), {
+        t: 20_000,
+        who: 'runner',
+        what: 'healed',
+        ok: true,
+      });
+      expect(check(lost, opts).violations).toEqual([]);
+      expect(check(lost, opts).checks['I2 decisions a restore lost']).toBe(1);
+      // a backup taken after the decision holds it: missing from the log is a violation
+      const kept = history(issue(0), hb(100), allow(1000, { requestId: 'r1' }), restored(1100), {
+        t: 20_000,
+        who: 'runner',
+        what: 'healed',
+        ok: true,
+      });
+      expect(check(kept, opts).violations.map((x) => x.invariant)).toEqual(['I2 decision logged']);
+    });
+  });
+
+  describe('privacy', () => {
+    const staff = (t: number) => ({ ...issue(t), staff: true });
+    const privacy = (t: number, on: boolean) => [
+      { t, who: 'gw-fleet', what: 'privacy-ask', gatewayId: 'gw', lockId: 'L1', active: on },
+      { t: t + 20, who: 'gw-fleet', what: 'privacy', gatewayId: 'gw', lockId: 'L1', active: on, privacy: on },
+    ];
+    it("reports a staff key allowed at a door after its lock had taken privacy on, with the lock's lines", () => {
+      const v = check(history(staff(0), hb(100), ...privacy(1000, true), allow(2000), ...privacy(5000, false)), opts);
+      expect(v.violations.map((x) => [x.invariant, x.lines])).toEqual([['I1 privacy', [4, 6, 1, 5]]]);
+    });
+
+    it('passes a staff key at another door, in flight when privacy went on, after it was asked off, or after the fleet restarted', () => {
+      const v = check(
+        history(
+          staff(0),
+          hb(100),
+          allow(1010, { tSend: 990 }), // sent before the lock had taken privacy on
+          ...privacy(1000, true),
+          allow(2000, { lockId: 'L2' }),
+          ...privacy(5000, false),
+          allow(5100, { tSend: 5010 }),
+          ...privacy(6000, true),
+          { t: 7000, who: 'injector', what: 'fault', kind: 'kill-fleet', target: 'gw-fleet' },
+          hb(7500),
+          allow(8000),
+        ),
+        opts,
+      );
+      expect(v.violations).toEqual([]);
+      expect(v.checks['I1 privacy-refused keys checked']).toBe(4);
+    });
+
+    it('reports a one-time key at a private door too, and passes an ordinary key there', () => {
+      const v = check(
+        history(
+          { ...issue(0), oneTime: true },
+          issue(0, 'k2'),
+          hb(100),
+          ...privacy(1000, true),
+          allow(2000),
+          allow(2100, { keyId: 'k2', commandId: 'c2' }),
+        ),
+        opts,
+      );
+      expect(v.violations.map((x) => x.invariant)).toEqual(['I1 privacy']);
+    });
+  });
 });
