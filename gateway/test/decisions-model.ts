@@ -108,6 +108,9 @@ export class Model {
   /** Starts of the gateway process so far (the first is 0), and whether this one has proven the time. */
   boot = 0;
   proven = false;
+  /** Resync requests of this process whose answer was stored (`boot:askedAt`), and when it last proved the time (real ms). */
+  private answeredAsks = new Set<string>();
+  private provenAt: number | null = null;
 
   constructor(
     readonly keys: readonly KeySpec[],
@@ -161,6 +164,7 @@ export class Model {
     this.real += downMs;
     this.boot++;
     this.proven = false;
+    this.provenAt = null;
     this.floorAnchor = null;
     this.cloudAnchor = null;
     this.now();
@@ -171,13 +175,23 @@ export class Model {
    * killed once it is stored (the next process applies it, as its own).
    */
   deliver(m: Sent, diesBeforeApply = false): Delivery {
-    // The verifier's expiry rule (jose): exp <= now - tolerance, in whole seconds.
-    if (m.iat + MESSAGE_TTL_SECONDS <= Math.floor(this.now() / 1000) - SKEW_SECONDS) {
+    // The verifier's expiry rule (jose): exp <= now - tolerance, in whole seconds. An answer to a request of
+    // this process still awaited (sent within the proof's round trip, not answered, no proof since) is fresh by
+    // that request and judged as of its own iat (downlink.ts), so trusted time pushed ahead cannot refuse it.
+    const ask = m.kind === 'answer' ? `${m.boot}:${m.askedAt}` : null;
+    const awaited =
+      m.kind === 'answer' &&
+      m.boot === this.boot &&
+      !this.answeredAsks.has(ask!) &&
+      (this.provenAt === null || m.askedAt > this.provenAt) &&
+      this.real - m.askedAt <= PROOF_MAX_ROUND_TRIP_MS;
+    if (!awaited && m.iat + MESSAGE_TTL_SECONDS <= Math.floor(this.now() / 1000) - SKEW_SECONDS) {
       this.rejectedAny = true;
       return 'rejected';
     }
     if (this.seen.has(m.jti)) return 'duplicate';
     this.seen.add(m.jti);
+    if (ask !== null && m.kind === 'answer' && m.boot === this.boot) this.answeredAsks.add(ask);
     this.stored.iatMs = Math.max(this.stored.iatMs, m.iat * 1000);
     // the apply runs at the trusted time after the store, and records it as acted on
     const applyAt = this.now();
@@ -185,6 +199,7 @@ export class Model {
     if (m.kind === 'answer') {
       if (m.boot === this.boot && !diesBeforeApply && this.real - m.askedAt <= PROOF_MAX_ROUND_TRIP_MS) {
         this.proven = true;
+        this.provenAt = this.real;
         // the latest real time it can be: signed after our request, so at most its iat plus the round trip
         const provenMs = m.iat * 1000 + (this.real - m.askedAt);
         this.cloudAnchor = { ms: provenMs, atReal: this.real };

@@ -107,6 +107,10 @@ describe.each(mqttBackends())('trusted time when the wall clock is wrong (broker
       // the clock is fixed: nothing of the skew stayed behind in the high-water mark
       s.f.clock.set(real);
       expect(s.gw.store.settings().highWaterMs).toBeLessThan(real + 100_000);
+      // nor in trusted time, not even the tolerance: a heartbeat now gives its whole grace (a mark kept at the
+      // ceiling would cut every lease by 30 s for good, and fail closed for good with a grace under that)
+      await s.cloud.heartbeat();
+      await waitFor(async () => ((await status(s.gw)).leaseRemainingSeconds > GRACE_MS / 1000 - 5 ? true : undefined), 'a whole lease');
       expect((await s.lock.present(soonPin)).code).toBe('KEY_NOT_YET_VALID');
       expect(((await status(s.gw)) as unknown as { clockSkew: unknown }).clockSkew).toBeNull();
       // real time reaches validFrom: it opens
@@ -135,16 +139,18 @@ describe.each(mqttBackends())('trusted time when the wall clock is wrong (broker
       await inSync(s);
       const real = s.f.clock.now();
       await s.gw.stop({ force: true });
-      // started with the clock two days ahead: nothing bounds it before the proof, so the high-water
-      // mark follows it past the exp of every message the cloud signs now (a day's lifetime)
-      s.f.clock.set(real + 2 * DAY);
-      const ahead = createGateway(s.f.config, { clock: s.f.clock, monotonic: mono, log: silentLog(), tickMs: 50 });
+      // started with its clock two days ahead (the cloud's is right) while the cloud does not answer: nothing
+      // bounds it before a proof, so the high-water mark follows it past the exp of every message the cloud
+      // signs now (a day's lifetime)
+      s.cloud.answerResync = false;
+      const aheadClock = new ManualClock(real + 2 * DAY);
+      const ahead = createGateway(s.f.config, { clock: aheadClock, monotonic: mono, log: silentLog(), tickMs: 50 });
       await ahead.start();
       await waitFor(() => ahead.store.settings().highWaterMs >= real + 2 * DAY, 'the high-water mark ahead');
       await ahead.stop({ force: true });
 
       // the clock is fixed; the restart's proof must not be refused as expired against the stored mark
-      s.f.clock.set(real);
+      s.cloud.answerResync = true;
       const gw = createGateway(s.f.config, { clock: s.f.clock, monotonic: mono, log: silentLog(), tickMs: 50 });
       extra.push(() => gw.stop({ force: true }));
       await gw.start();

@@ -1,5 +1,6 @@
 import type { Clock, Logger, MonotonicClock } from '@tobira/shared';
 import {
+  CLOCK_SKEW_TOLERANCE_MS,
   advanceCloudAnchor,
   advanceFloor,
   clockSkewMs,
@@ -146,8 +147,12 @@ export class TrustedTime {
     const mono = this.mono.now();
     if (this.#cloud !== null) this.#cloud = advanceCloudAnchor(this.#cloud, floor.maxIatMs, mono);
     const ceiling = this.#cloud === null ? null : timeCeiling(this.#cloud, mono);
-    // a high-water mark above the ceiling came from a wall clock that ran ahead: it counts only up to the ceiling
-    const a = advanceFloor(this.#anchor, ceiling === null ? floor : { ...floor, highWaterMs: Math.min(floor.highWaterMs, ceiling) }, mono);
+    // A high-water mark above the proven cloud time came from a wall clock that ran ahead: it counts only up to
+    // that time, not up to the ceiling (the proven time plus the tolerance). While the wall clock runs ahead,
+    // trusted time is the ceiling and the mark follows it; kept there, it would hold trusted time the tolerance
+    // ahead for good once the clock is fixed, and cut every lease by as much (a grace below it: failing closed).
+    const proven = ceiling === null ? null : ceiling - CLOCK_SKEW_TOLERANCE_MS;
+    const a = advanceFloor(this.#anchor, proven === null ? floor : { ...floor, highWaterMs: Math.min(floor.highWaterMs, proven) }, mono);
     this.#anchor = { floorMs: a.floorMs, monoMs: a.monoMs };
     const wall = this.wall.now();
     const t = trustedNow(wall, a.nowFloorMs, ceiling);
