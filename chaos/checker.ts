@@ -205,6 +205,18 @@ export function check(history: readonly Entry[], o: CheckOptions): Verdict {
         `${gw} opened for key ${keyId} ${Math.round(validFrom - wallHi)} ms before its window began (real time; tolerance ${CLOCK_TOLERANCE_MS} ms)${via}`,
         [iss.i, ...d.lines],
       );
+    // a scheduled key's one window (absolute ms, recorded at issue): the same tolerance early, none late
+    const windowFrom = num(iss.scheduleFrom);
+    const windowUntil = num(iss.scheduleUntil);
+    if (windowFrom !== null && windowUntil !== null && Number.isFinite(wallHi)) {
+      count('I1 scheduled keys checked');
+      if (wallHi < windowFrom - CLOCK_TOLERANCE_MS - slack || d.wallLo > windowUntil + slack)
+        fail(
+          'I1 outside schedule',
+          `${gw} opened for key ${keyId} outside its schedule: ${wallHi < windowFrom ? `${Math.round(windowFrom - wallHi)} ms before` : `${Math.round(d.wallLo - windowUntil)} ms after`} its window (real time; tolerance ${CLOCK_TOLERANCE_MS} ms early)${via}`,
+          [iss.i, ...d.lines],
+        );
+    }
     const validUntil = num(iss.validUntil);
     if (validUntil !== null && d.wallLo > validUntil + slack)
       fail('I1 expired', `${gw} opened for key ${keyId} ${d.wallLo - validUntil} ms after its window ended (real time)${via}`, [

@@ -32,6 +32,22 @@ export function revokedToPresent<K extends { readonly keyId: string; readonly re
   return keys.filter((k) => k.revoked && status.get(k.keyId) !== 'revoked');
 }
 
+/**
+ * A schedule of one window, in UTC, from the minute after the next one for two minutes: presented as valid
+ * throughout, such a key must open only inside it (in real time, the clock tolerance early at most), whatever
+ * the gateway's clock says. Daily windows: a run is shorter than the day until the window comes again.
+ */
+export function scheduleWindow(now: number): { schedule: unknown; from: number; until: number } {
+  const from = Math.floor(now / 60_000) * 60_000 + 120_000;
+  const until = from + 120_000;
+  const hhmm = (ms: number) => new Date(ms).toISOString().slice(11, 16);
+  return {
+    schedule: { timeZone: 'UTC', windows: [{ days: [0, 1, 2, 3, 4, 5, 6], start: hhmm(from), end: hhmm(until) }] },
+    from,
+    until,
+  };
+}
+
 export class Workload {
   readonly keys: Key[] = [];
   readonly #pins = new Set<string>();
@@ -62,7 +78,11 @@ export class Workload {
     // one issue in five is a one-time key and one in five a staff key (from the same draw: the seeds of older runs
     // draw the same faults and operations)
     if (x < 0.2 || this.keys.length < 3)
-      return void (await this.issue(undefined, undefined, { oneTime: x < 0.04, staff: x >= 0.04 && x < 0.08 }));
+      return void (await this.issue(undefined, undefined, {
+        oneTime: x < 0.04,
+        staff: x >= 0.04 && x < 0.08,
+        scheduled: x >= 0.08 && x < 0.12,
+      }));
     if (x < 0.3 && live.length > 0) return this.revoke(pick(this.r, live), x < 0.25);
     return this.present();
   }
@@ -74,10 +94,11 @@ export class Workload {
   async issue(
     gw = pick(this.r, this.c.gateways),
     shortLived = this.r() < 0.15,
-    kind: { readonly oneTime?: boolean; readonly staff?: boolean; readonly hidden?: boolean } = {},
+    kind: { readonly oneTime?: boolean; readonly staff?: boolean; readonly scheduled?: boolean; readonly hidden?: boolean } = {},
   ): Promise<Key | null> {
     const oneTime = kind.oneTime === true;
     const staff = kind.staff === true;
+    const window = kind.scheduled === true ? scheduleWindow(Date.now()) : null;
     const keyId = `k-${this.c.o.seed}-${++this.#n}`;
     const pin = this.#newPin();
     const now = Date.now();
@@ -94,6 +115,7 @@ export class Workload {
       validUntil,
       ...(oneTime && { oneTime: true }),
       ...(staff && { staff: true }),
+      ...(window !== null && { schedule: window.schedule }),
     };
     const tSend = this.h.now();
     try {
@@ -107,6 +129,7 @@ export class Workload {
         validUntil,
         oneTime,
         staff,
+        ...(window !== null && { scheduleFrom: window.from, scheduleUntil: window.until }),
         tSend,
         status: res.status,
         code,

@@ -97,6 +97,18 @@ describe('the checker', () => {
     expect(within.violations).toEqual([]);
   });
 
+  it("reports an unlock outside a scheduled key's window (the clock tolerance early allowed, nothing late), not one inside", () => {
+    const base = 1_800_000_000_000;
+    const scheduled = { ...issue(0), scheduleFrom: base + 60_000, scheduleUntil: base + 180_000 };
+    const early = check(history(scheduled, hb(20_000), allow(25_000)), opts);
+    expect(early.violations.map((x) => x.invariant)).toEqual(['I1 outside schedule']);
+    const late = check(history(scheduled, hb(182_000), allow(183_000)), opts);
+    expect(late.violations.map((x) => x.invariant)).toEqual(['I1 outside schedule']);
+    const inside = check(history(scheduled, hb(35_000), allow(40_000, { commandId: 'c2' }), hb(99_000), allow(100_000)), opts);
+    expect(inside.violations).toEqual([]);
+    expect(inside.checks['I1 scheduled keys checked']).toBe(2);
+  });
+
   describe('lease renewals', () => {
     const ignored = (t: number) => ({ t, who: 'gw', what: 'heartbeat', result: 'noop', code: 'REPORT_IGNORED', lastSeq: 5, appliedSeq: 4 });
     it('does not count a heartbeat answered REPORT_IGNORED as a renewal: the grace runs from the last one that gave a lease', () => {
