@@ -328,9 +328,12 @@ export function readResyncAnswerUnverified(input: unknown): { readonly requestId
   } catch {
     return null;
   }
-  const body = c.body as { requestId?: unknown } | null | undefined;
-  const requestId = typeof body === 'object' && body !== null ? body.requestId : undefined;
-  if (c.type !== 'resync.answer' || typeof requestId !== 'string' || !z.uuid().safeParse(requestId).success) return null;
-  if (!Number.isSafeInteger(c.iat)) return null;
-  return { requestId, iatMs: (c.iat as number) * 1000 };
+  const claims = ResyncAnswerClaims.safeParse(c);
+  return claims.success ? { requestId: claims.data.body.requestId, iatMs: claims.data.iat * 1000 } : null;
 }
+
+const ResyncAnswerClaims = z.object({
+  type: z.literal('resync.answer'),
+  iat: z.int().nonnegative(),
+  body: z.object({ requestId: z.uuid() }),
+});
