@@ -259,10 +259,15 @@ async function runEffects(c: EffectContext, effects: readonly StayEffect[]): Pro
  * retries and later requests alike, so no two refunds of ours ever share a key (nor a row id).
  */
 async function nextRefundAttempt(q: Queryable, paymentId: string): Promise<number> {
-  const used = (await listRefundsOfPayment(q, paymentId))
-    .filter((r) => r.source === 'tobira' && r.idempotencyKey.startsWith(`refund:${paymentId}:`))
-    .map((r) => Number(r.idempotencyKey.split(':').pop() ?? '0'));
+  const used = (await listRefundsOfPayment(q, paymentId)).map((r) => ourRefundAttempt(r, paymentId)).filter((n) => n !== null);
   return used.length === 0 ? 1 : Math.max(...used) + 1;
+}
+
+/** The number of our refund key (`refund:<paymentId>:<n>`) a refund of the payment was made under; null for one made in Stripe directly. */
+function ourRefundAttempt(r: Refund, paymentId: string): number | null {
+  return r.source === 'tobira' && r.idempotencyKey.startsWith(`refund:${paymentId}:`)
+    ? Number(r.idempotencyKey.split(':').pop() ?? '0')
+    : null;
 }
 
 async function queueRefunds(c: EffectContext, amounts: Record<Payment['purpose'], number>): Promise<void> {
@@ -818,8 +823,7 @@ async function giveBackAfterFailedRefunds(c: EffectContext, paymentId: string, f
     status: r.status,
     source: r.source,
     stripeRefundId: r.stripeRefundId,
-    attempt:
-      r.source === 'tobira' && r.idempotencyKey.startsWith(`refund:${paymentId}:`) ? Number(r.idempotencyKey.split(':').pop()) : null,
+    attempt: ourRefundAttempt(r, paymentId),
     createdAt: r.createdAt,
     updatedAt: r.updatedAt,
   });
