@@ -855,6 +855,73 @@ describe.each(pgBackends())('uplink inbox on %s', (pgBackend) => {
       }
     });
 
+    it("after a restore whose first new uplink overtook the others, the pointer restarts where the gateway's conflict resync says its store is unacknowledged, and the late ones guess no second restart", async () => {
+      const { s, gw } = await setup();
+      try {
+        const send = (seq: number, jti = newMessageId()) => gw.send({ type: 'access.event', seq, jti, body: accessEvent(s, clock.now()) });
+        const inbox = (jti: string) => async () =>
+          (await t.db.query('SELECT 1 FROM uplink_inbox WHERE jti = $1', [jti])).rowCount === 1 || undefined;
+        const ack = async () => (await heartbeatTo(gw, s.gatewayId)).body.uplinkAck;
+        const old: string[] = [];
+        for (const seq of [1, 2, 3, 4, 5, 6]) old.push((await send(seq)).jti);
+        await waitFor(async () => ((await ack())?.seq === 6 ? true : undefined), 'acknowledged up to 6');
+        // The backup held seqs 1-2, acknowledged; the restored store's new 3, 4 and 5 are on their way,
+        // and 5 overtakes the others: the restart is seen at 5, and the lost pointer is named.
+        const [n3, n4, n5] = [newMessageId(), newMessageId(), newMessageId()];
+        await send(5, n5);
+        await waitFor(inbox(n5), 'the overtaking 5 applied');
+        expect(await ack()).toEqual({ seq: 6, jti: old[5] });
+        // The gateway finds no 6 of its own, fails closed and resyncs, naming 3 as its lowest unacknowledged.
+        const req = await gw.send({
+          type: 'resync.request',
+          body: { requestId: newId(), lastAppliedSeq: 0, reason: 'conflict', uplinkUnackedFrom: 3 },
+        });
+        await waitFor(inbox(req.jti), 'the conflict resync handled');
+        // Acknowledged up to 2 (the store's own word), which names no message: nothing is claimed for 3-5 yet.
+        expect(await ack()).toBeUndefined();
+        // The late 3 and 4 are the next seqs, not another restart; the resent 5 walks the pointer on.
+        await send(3, n3);
+        await send(4, n4);
+        await send(5, n5);
+        await waitFor(async () => ((await ack())?.seq === 5 ? true : undefined), 'acknowledged up to the new 5');
+        expect(await ack()).toEqual({ seq: 5, jti: n5 });
+        const n6 = await send(6);
+        await waitFor(async () => ((await ack())?.seq === 6 ? true : undefined), 'the new 6');
+        expect(await ack()).toEqual({ seq: 6, jti: n6.jti });
+        const row = await t.db.query('SELECT lost_seq, lost_jti FROM uplink_seq WHERE gateway_id = $1', [s.gatewayId]);
+        expect(row.rows[0]).toEqual({ lost_seq: null, lost_jti: null });
+      } finally {
+        await gw.close();
+      }
+    });
+
+    it('a conflict resync names an unacknowledged seq past everything seen: the pointer stops at the highest seq seen', async () => {
+      const { s, gw } = await setup();
+      try {
+        const send = (seq: number, jti = newMessageId()) => gw.send({ type: 'access.event', seq, jti, body: accessEvent(s, clock.now()) });
+        const ack = async () => (await heartbeatTo(gw, s.gatewayId)).body.uplinkAck;
+        for (const seq of [1, 2, 3]) await send(seq);
+        await waitFor(async () => ((await ack())?.seq === 3 ? true : undefined), 'acknowledged up to 3');
+        const n1 = await send(1); // a restarted history
+        await waitFor(
+          async () => (await t.db.query('SELECT 1 FROM uplink_inbox WHERE jti = $1', [n1.jti])).rowCount === 1 || undefined,
+          'n1',
+        );
+        const req = await gw.send({
+          type: 'resync.request',
+          body: { requestId: newId(), lastAppliedSeq: 0, reason: 'conflict', uplinkUnackedFrom: 1000 },
+        });
+        await waitFor(
+          async () => (await t.db.query('SELECT 1 FROM uplink_inbox WHERE jti = $1', [req.jti])).rowCount === 1 || undefined,
+          'req',
+        );
+        const row = await t.db.query('SELECT acked_seq, acked_jti, lost_seq FROM uplink_seq WHERE gateway_id = $1', [s.gatewayId]);
+        expect(row.rows[0]).toEqual({ acked_seq: 3, acked_jti: null, lost_seq: null });
+      } finally {
+        await gw.close();
+      }
+    });
+
     it('heartbeats name the last seq handed out, with a row held in backoff or dead-lettered (the gateway stays behind, never fresh over it)', async () => {
       const { s, gw } = await setup();
       try {

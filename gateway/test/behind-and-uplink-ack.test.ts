@@ -4,6 +4,17 @@ import { PIN, STAFF_TOKEN, provision, runSite, waitFor, type Running } from './h
 
 const GRACE_MS = 300_000;
 
+// a message alone, or the items of an uplink.batch
+const claims = (t: string) => {
+  const c = JSON.parse(Buffer.from(t.split('.')[1]!, 'base64url').toString()) as {
+    jti: string;
+    seq: number;
+    type: string;
+    body: unknown;
+  };
+  return c.type === 'uplink.batch' ? (c.body as { items: { jti: string; seq: number }[] }).items : [c];
+};
+
 describe.each(mqttBackends())('a gateway behind the cloud, and uplinks the cloud has not acknowledged (broker: %s)', (backend) => {
   let broker: MqttTestBroker;
   let site: Running | undefined;
@@ -89,16 +100,6 @@ describe.each(mqttBackends())('a gateway behind the cloud, and uplinks the cloud
 
       s.f.clock.advance(6_000); // overdue
       await s.cloud.heartbeat(1, ackBefore);
-      // a message alone, or the items of an uplink.batch
-      const claims = (t: string) => {
-        const c = JSON.parse(Buffer.from(t.split('.')[1]!, 'base64url').toString()) as {
-          jti: string;
-          seq: number;
-          type: string;
-          body: unknown;
-        };
-        return c.type === 'uplink.batch' ? (c.body as { items: { jti: string; seq: number }[] }).items : [c];
-      };
       const resent = await waitFor(
         () =>
           s.cloud.rawUplink
@@ -131,6 +132,49 @@ describe.each(mqttBackends())('a gateway behind the cloud, and uplinks the cloud
       await waitFor(() => s.gw.store.settings().cloudLastSeq === 1 && s.gw.store.inboxDepth() === 0, 'heartbeat applied');
       expect(s.gw.store.outboxUnacked()).toBeGreaterThanOrEqual(unacked);
       expect(s.gw.store.settings().uplinkAckedSeq).toBe(0);
+    });
+
+    it('on an acknowledgement of another history (its own store restored), fails closed and asks for a conflict resync naming its lowest unacknowledged uplink seq', async () => {
+      const s = (site = await runSite(broker.url, broker.url, broker.unique));
+      await provision(s);
+      expect((await s.lock.present(PIN)).code).toBe('ALLOWED');
+      await waitFor(() => s.gw.store.outboxDepth() === 0, 'broker took everything');
+      // the cloud has really applied the rows up to the first one: that one is acknowledged
+      const first = s.gw.store.db.prepare('SELECT seq, jti FROM outbox ORDER BY seq LIMIT 1').get() as { seq: number; jti: string };
+      await s.cloud.heartbeat(1, first);
+      await waitFor(() => s.gw.store.settings().uplinkAckedSeq === first.seq, 'the first row acknowledged');
+      const lowest = (s.gw.store.db.prepare('SELECT min(seq) AS seq FROM outbox WHERE acked_at IS NULL').get() as { seq: number }).seq;
+      expect(lowest).toBeGreaterThan(first.seq);
+      const last = s.gw.store.db.prepare('SELECT seq FROM outbox ORDER BY seq DESC LIMIT 1').get() as { seq: number };
+      const n = s.cloud.uplink.length;
+      await s.cloud.heartbeat(1, { seq: last.seq + 5, jti: '01900000-0000-7000-8000-000000000000' });
+      const req = await waitFor(
+        () => s.cloud.uplink.slice(n).find((m) => m.type === 'resync.request' && m.body.reason === 'conflict'),
+        'the conflict resync request',
+      );
+      expect(req.type === 'resync.request' && req.body.uplinkUnackedFrom).toBe(lowest);
+      expect((await s.lock.present(PIN)).code).not.toBe('ALLOWED');
+    });
+
+    it('sends overdue rows again on a heartbeat that acknowledges nothing (a cloud whose pointer restarted names no message yet)', async () => {
+      const s = (site = await runSite(broker.url, broker.url, broker.unique, { overrides: { uplinkAckTimeoutMs: 5_000 } }));
+      await provision(s);
+      expect((await s.lock.present(PIN)).code).toBe('ALLOWED');
+      const event = await waitFor(() => s.cloud.ofType('access.event')[0], 'access event up');
+      await waitFor(() => s.gw.store.outboxDepth() === 0, 'broker took everything');
+      const n = s.cloud.rawUplink.length;
+      s.f.clock.advance(6_000); // overdue
+      await s.cloud.heartbeat(1);
+      const resent = await waitFor(
+        () =>
+          s.cloud.rawUplink
+            .slice(n)
+            .flatMap(claims)
+            .find((c) => c.jti === event.jti),
+        'the event sent again',
+      );
+      expect(resent.seq).toBe(event.seq);
+      expect(await s.gw.metrics.registry.getSingleMetricAsString('tobira_gateway_uplink_resent_total')).toMatch(/ [1-9]/);
     });
   });
 });

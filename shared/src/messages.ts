@@ -414,6 +414,9 @@ export type ResyncReason = z.infer<typeof ResyncReason>;
  * the cloud answers with a snapshot past both (docs/architecture.md).
  * `ahead`: a heartbeat named a last seq below the gateway's applied one (a
  * restored cloud database, or a heartbeat overtaken by a newer message).
+ * `uplinkUnackedFrom` (with `conflict`): the lowest uplink seq this store has
+ * not had acknowledged, or its next seq when it has none; after a restore
+ * the cloud acknowledges from just below it (docs/protocol.md).
  */
 export const ResyncRequestMessage = unsequenced(
   'resync.request',
@@ -421,6 +424,7 @@ export const ResyncRequestMessage = unsequenced(
     requestId: z.uuid(),
     lastAppliedSeq: z.int().nonnegative(),
     reason: ResyncReason,
+    uplinkUnackedFrom: z.int().positive().optional(),
   }),
 );
 

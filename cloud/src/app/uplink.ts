@@ -515,9 +515,9 @@ export class Uplink {
       case 'resync.request': {
         // The gateway saw the restore a heartbeat named (or another conflict) and fails closed until a
         // snapshot, whatever the rate limit does with this request: the lost history need not be named again.
-        if (m.body.reason === 'conflict' && (await clearLostUplinks(tx, gatewayId)))
+        if (m.body.reason === 'conflict' && (await clearLostUplinks(tx, gatewayId, m.body.uplinkUnackedFrom)))
           withCorrelation(this.#app.log, m.cid, { gatewayId }).info(
-            { code: 'UPLINK_LOST_HISTORY_CLEARED' },
+            { code: 'UPLINK_LOST_HISTORY_CLEARED', unackedFrom: m.body.uplinkUnackedFrom ?? null },
             'the gateway resyncs after its restore: heartbeats name its own acknowledgements again',
           );
         // A storm of signed requests (a compromised or looping gateway) is cut here, before any

@@ -279,7 +279,7 @@ function applyRow(deps: ApplyDeps, row: InboxRow, now: number): RowResult {
     }
     case 'heartbeat': {
       setCloudLastSeq(db, m.body.lastSeq);
-      const foreign = m.body.uplinkAck !== undefined && settleUplinks(deps, row, m.body.uplinkAck, now);
+      const foreign = settleUplinks(deps, row, m.body.uplinkAck, now);
       if (foreign) {
         // The cloud acknowledged uplinks this store does not hold: this gateway's own database was
         // restored from a backup (or reset). What it holds may predate revokes and one-time entries
@@ -382,16 +382,19 @@ function settleBehindHeartbeat(deps: ApplyDeps, cid: string): void {
 }
 
 /**
- * The heartbeat's uplink acknowledgement: rows up to its seq are done; rows
- * the broker took over `uplinkAckTimeoutMs` ago and still not acknowledged
- * go again (the broker lost them, or the cloud could not apply them). An
- * acknowledgement of another history (our store was reset or restored) is
- * ignored: our rows stay and are sent again, and the cloud restarts its count.
- * True for such an acknowledgement: the caller fails closed and resyncs in full.
+ * The heartbeat's uplink acknowledgement: rows up to its seq are done. On
+ * every heartbeat, with an acknowledgement or not, rows the broker took over
+ * `uplinkAckTimeoutMs` ago and still not acknowledged go again (the broker
+ * lost them, or the cloud could not apply them, or its pointer restarted
+ * after our restore and names no message yet: our resends are what move it
+ * on). An acknowledgement of another history (our store was reset or
+ * restored) is ignored: our rows stay and are sent again, and the cloud
+ * restarts its count. True for such an acknowledgement: the caller fails
+ * closed and resyncs in full.
  */
-function settleUplinks(deps: ApplyDeps, row: InboxRow, a: { seq: number; jti: string }, now: number): boolean {
-  const r = ackUplink(deps.store.db, a.seq, a.jti, now);
-  if ('foreign' in r) {
+function settleUplinks(deps: ApplyDeps, row: InboxRow, a: { seq: number; jti: string } | undefined, now: number): boolean {
+  const r = a === undefined ? { acked: 0 } : ackUplink(deps.store.db, a.seq, a.jti, now);
+  if (a !== undefined && 'foreign' in r) {
     withCorrelation(deps.log, row.cid).warn(
       { code: 'UPLINK_ACK_FOREIGN', ackSeq: a.seq, ackJti: a.jti, ourJti: r.ourJti },
       'the cloud acknowledged an uplink that is not ours at that seq; nothing dropped',
@@ -401,7 +404,7 @@ function settleUplinks(deps: ApplyDeps, row: InboxRow, a: { seq: number; jti: st
   if (again > 0) {
     deps.metrics.uplinkResent.inc(again);
     withCorrelation(deps.log, row.cid).warn(
-      { code: 'UPLINK_UNACKED', rows: again, ackedSeq: a.seq },
+      { code: 'UPLINK_UNACKED', rows: again, ackedSeq: a?.seq ?? null },
       'uplinks the cloud has not acknowledged are sent again',
     );
   }

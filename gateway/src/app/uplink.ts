@@ -10,7 +10,7 @@ import {
   type UplinkMessage,
 } from '@tobira/shared';
 import type { Link } from '../adapters/mqtt/links.js';
-import { markSent, pendingOutbox, type OutboxRow } from '../adapters/sqlite/outbox.js';
+import { markSent, pendingOutbox, unackedFrom, type OutboxRow } from '../adapters/sqlite/outbox.js';
 import type { ResyncReason } from './apply.js';
 import { nowOf, type AppContext } from './context.js';
 
@@ -157,7 +157,9 @@ export class UplinkSender {
 export function sendResyncRequest(deps: UplinkDeps, reason: ResyncReason, lastAppliedSeq: number, cid: string, requestId: string): void {
   const link = deps.link();
   if (link === null || !link.connected) return;
-  const draft = { type: 'resync.request', aud: deps.cloudIssuer, cid, body: { requestId, lastAppliedSeq, reason } };
+  // a conflict may be this store's restore: the cloud acknowledges our uplinks again from what we hold
+  const from = reason === 'conflict' ? { uplinkUnackedFrom: unackedFrom(deps.store.db) } : {};
+  const draft = { type: 'resync.request', aud: deps.cloudIssuer, cid, body: { requestId, lastAppliedSeq, reason, ...from } };
   deps
     .signingKey()
     .then((key) => signMessage<UplinkMessage>(key, deps.gatewayId, draft as never, { now: () => nowOf(deps) }))

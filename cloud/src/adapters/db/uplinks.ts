@@ -129,11 +129,22 @@ export function restartUplinkAck(row: UplinkSeqRow, seq: number): void {
   row.ackedJti = null;
 }
 
-/** The gateway asked for a resync because it saw its store lost acknowledged uplinks: heartbeats stop naming them. */
-export async function clearLostUplinks(q: Queryable, gatewayId: string): Promise<boolean> {
-  const r = await q.query('UPDATE uplink_seq SET lost_seq = NULL, lost_jti = NULL WHERE gateway_id = $1 AND lost_seq IS NOT NULL', [
-    gatewayId,
-  ]);
+/**
+ * The gateway asked for a resync because it saw its store lost acknowledged uplinks: heartbeats stop
+ * naming them. With `unackedFrom` (the lowest uplink seq its store has not had acknowledged, or its next
+ * seq), acknowledgement restarts just below that, from the gateway's own word instead of the guess made
+ * from the one message that showed the restart (which may have overtaken earlier ones): no jti until the
+ * pointer moves over the next message, and never past the highest seq seen. Only while a lost pointer is
+ * held, so a stale request cannot move a pointer the new history has walked since.
+ */
+export async function clearLostUplinks(q: Queryable, gatewayId: string, unackedFrom?: number): Promise<boolean> {
+  const r = await q.query(
+    `UPDATE uplink_seq SET lost_seq = NULL, lost_jti = NULL,
+       acked_seq = CASE WHEN $2::bigint IS NULL THEN acked_seq ELSE LEAST($2::bigint - 1, max_seq) END,
+       acked_jti = CASE WHEN $2::bigint IS NULL THEN acked_jti ELSE NULL END
+     WHERE gateway_id = $1 AND lost_seq IS NOT NULL`,
+    [gatewayId, unackedFrom ?? null],
+  );
   return (r.rowCount ?? 0) > 0;
 }
 

@@ -166,6 +166,16 @@ export function requeueUnacked(db: WritableDb, sentBefore: number): number {
     .changes;
 }
 
+/**
+ * The lowest uplink seq this store has not had acknowledged, or the next seq when every row was: what a
+ * resync request for a restore names, so the cloud acknowledges from this store's own history.
+ */
+export function unackedFrom(db: ReadableDb): number {
+  const r: unknown = prepared(db, 'SELECT min(seq) AS seq FROM outbox WHERE acked_at IS NULL').get();
+  const lowest = parseRow('outbox', z.object({ seq: z.int().nullable() }), r).seq;
+  return lowest ?? readSettings(db).nextUplinkSeq;
+}
+
 /** Only rows the cloud acknowledged are ever deleted. */
 export function purgeSentOutbox(db: WritableDb, olderThan: number): number {
   return prepared(db, 'DELETE FROM outbox WHERE acked_at IS NOT NULL AND acked_at < ?').run(olderThan).changes;
