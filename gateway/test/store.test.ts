@@ -193,11 +193,17 @@ describe('SQLite store', () => {
     });
 
     it('sends again what the cloud has not acknowledged in time, and an acknowledgement covers rows waiting to be sent again', () => {
-      expect(tx(() => store.requeueUnacked(T0))).toBe(0); // taken at T0: not overdue yet
-      expect(tx(() => store.requeueUnacked(T0 + 1))).toBe(4);
+      expect(tx(() => store.requeueUnacked(T0, T0 + 60_000))).toBe(0); // taken at T0: not overdue yet
+      expect(tx(() => store.requeueUnacked(T0 + 1, T0 + 60_001))).toBe(4);
       expect(store.pendingOutbox(10).map((r) => r.seq)).toEqual([1, 2, 3, 4]);
       expect(tx(() => store.ackUplink(3, jtiAt(3), T0 + 5))).toEqual({ acked: 3 });
       expect(store.pendingOutbox(10).map((r) => r.seq)).toEqual([4]);
+    });
+    it('sends again at once rows stamped after now (a clock that ran ahead, or a backup that kept its stamps), not after the clock passes the stamp', () => {
+      const DAYS_AHEAD = T0 + 3 * DAY;
+      store.db.prepare('UPDATE outbox SET sent_at = ? WHERE seq IN (3, 4)').run(DAYS_AHEAD);
+      expect(tx(() => store.requeueUnacked(T0 - 1, T0 + 10))).toBe(2);
+      expect(store.pendingOutbox(10).map((r) => r.seq)).toEqual([3, 4]);
     });
   });
 

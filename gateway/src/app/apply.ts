@@ -400,7 +400,7 @@ function settleUplinks(deps: ApplyDeps, row: InboxRow, a: { seq: number; jti: st
       'the cloud acknowledged an uplink that is not ours at that seq; nothing dropped',
     );
   }
-  const again = requeueUnacked(deps.store.db, now - deps.options.uplinkAckTimeoutMs);
+  const again = requeueUnacked(deps.store.db, now - deps.options.uplinkAckTimeoutMs, now);
   if (again > 0) {
     deps.metrics.uplinkResent.inc(again);
     withCorrelation(deps.log, row.cid).warn(

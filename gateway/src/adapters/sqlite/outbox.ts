@@ -156,14 +156,20 @@ export function ackUplink(db: WritableDb, seq: number, jti: string, now: number)
 }
 
 /**
- * Rows the broker took longer than `sentBefore` ago that the cloud still has
- * not acknowledged go back to pending, to be sent again with the same jti
- * and seq (the broker lost them, or the cloud could not apply them yet; the
- * cloud deduplicates). In the caller's transaction. Returns how many.
+ * Rows the broker took before `sentBefore` that the cloud still has not
+ * acknowledged go back to pending, to be sent again with the same jti and
+ * seq (the broker lost them, or the cloud could not apply them yet; the
+ * cloud deduplicates). So do rows stamped after `now`: a clock that ran
+ * ahead stamped them (or a store put back from a backup kept such a stamp),
+ * and waiting for trusted time to pass that stamp could hold them, and the
+ * cloud's acknowledgement pointer behind them, for as long as the clock was
+ * ahead. In the caller's transaction. Returns how many.
  */
-export function requeueUnacked(db: WritableDb, sentBefore: number): number {
-  return prepared(db, "UPDATE outbox SET status = 'pending' WHERE status = 'sent' AND acked_at IS NULL AND sent_at < ?").run(sentBefore)
-    .changes;
+export function requeueUnacked(db: WritableDb, sentBefore: number, now: number): number {
+  return prepared(
+    db,
+    "UPDATE outbox SET status = 'pending' WHERE status = 'sent' AND acked_at IS NULL AND (sent_at < ? OR sent_at > ?)",
+  ).run(sentBefore, now).changes;
 }
 
 /**

@@ -81,7 +81,7 @@ export class GatewayStore {
   outboxDepth = () => outbox.outboxDepth(this.db);
   outboxUnacked = () => outbox.outboxUnacked(this.db);
   ackUplink = (seq: number, jti: string, now: number) => outbox.ackUplink(this.db, seq, jti, now);
-  requeueUnacked = (sentBefore: number) => outbox.requeueUnacked(this.db, sentBefore);
+  requeueUnacked = (sentBefore: number, now: number) => outbox.requeueUnacked(this.db, sentBefore, now);
   purgeSentOutbox = (olderThan: number) => outbox.purgeSentOutbox(this.db, olderThan);
   recordRejected = (r: diag.RejectedDownlink, at: number) => diag.recordRejected(this.db, this.retention.rejectedMaxRows, r, at);
   purgeRejected = (now: number) => diag.purgeRejected(this.db, now, this.retention.rejectedMaxAgeMs);
