@@ -55,6 +55,7 @@ import { PKI_FILES, ensureSitePki, type SitePki } from './adapters/tls/site-pki.
 import { renewHttpsCertificate } from './http/tls.js';
 import { leaseRemainingSeconds } from './domain/freshness.js';
 import { buildApp, registeredRoutes, type RegisteredRoute } from './http/app.js';
+import type { ThrottleOptions } from './http/sign-in-throttle.js';
 import { evaluatePassage, type PassageChange, type PassageDeps } from './app/passage.js';
 import { setPassageLocally } from './app/modes.js';
 import { PasswordWork } from './app/password-work.js';
@@ -84,6 +85,8 @@ export interface GatewayDeps {
   readonly freeSpace?: FreeSpaceReader;
   /** The config file the daemon read (main.ts): held to 0600 like the other secrets at rest. */
   readonly configFile?: string | undefined;
+  /** Test seam: the sign-in throttle's bounds (default http/sign-in-throttle.ts DEFAULT_THROTTLE). */
+  readonly signInThrottle?: Partial<ThrottleOptions>;
 }
 
 export interface Gateway {
@@ -562,6 +565,7 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
           now: () => clock.now(),
           log,
           accounts: acc,
+          ...(deps.signInThrottle === undefined ? {} : { signInThrottle: deps.signInThrottle }),
           tls: httpUsesTls(config.http) && sitePki !== null ? { key: sitePki.https.keyPem, cert: sitePki.https.certPem } : undefined,
           secureCookies: config.http.secureCookies ?? httpUsesTls(config.http),
           setMode: (mode, reason, cid, actor) => {

@@ -365,7 +365,7 @@ describe('staff accounts, sessions, CSRF and sign-in throttling (real SQLite fil
       const waits: number[] = [];
       for (let i = 0; i < 7; i++) {
         t += th.waitFor('a', 'u');
-        th.failed('a', 'u');
+        th.attempt('a', 'u');
         waits.push(th.waitFor('a', 'u'));
       }
       expect(waits).toEqual([0, 1000, 2000, 4000, 8000, 8000, 8000]);
@@ -373,7 +373,7 @@ describe('staff accounts, sessions, CSRF and sign-in throttling (real SQLite fil
       expect(th.waitFor('a', 'v')).toBe(0);
       t += 60_000;
       expect(th.waitFor('a', 'u')).toBe(0);
-      th.failed('a', 'u');
+      th.attempt('a', 'u');
       expect(th.waitFor('a', 'u')).toBe(0);
     });
   });

@@ -2,7 +2,8 @@ import { request, type IncomingMessage } from 'node:http';
 import { encodeSecret, newId, newPairingSecret, type Schedule } from '@tobira/shared';
 import { startMqttBackend, type MqttTestBroker } from '@tobira/shared/testing';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { runSite, STAFF_TOKEN, waitFor, type Running } from './harness.js';
+import { createGateway } from '../src/gateway.js';
+import { runSite, silentLog, STAFF_TOKEN, waitFor, type Running } from './harness.js';
 import { makeAccounts, STAFF, SUPERVISOR } from './ui-browser.js';
 
 /**
@@ -167,6 +168,121 @@ describe('staff trust boundaries of a running gateway', () => {
       const ok = await send(url(), 'POST', '/staff/setup', { body: { code, ...SUPERVISOR } });
       expect(ok.status).toBe(200);
       expect(s!.gw.accounts.passwordWork.runs).toBe(1);
+    });
+  });
+
+  describe('the sign-in throttle against a guesser on many addresses', () => {
+    const wrong = (username: string, from: string, i = 0) =>
+      send(url(), 'POST', '/staff/session', { body: { username, password: `not the password ${i}` }, from });
+    /** `n` wrong passwords against `username`, three from each of the addresses 127.0.0.{first}, {first+1}, ... */
+    const spray = async (username: string, first: number, n: number) => {
+      const rs: Answer[] = [];
+      for (let i = 0; i < n; i++) rs.push(await wrong(username, `127.0.0.${first + Math.floor(i / 3)}`, i));
+      return tally(rs);
+    };
+    const right = (who: { username: string; password: string }, from: string) =>
+      send(url(), 'POST', '/staff/session', { body: { username: who.username, password: who.password }, from });
+    /** Stops the gateway and starts it again on the same data folder (the same SQLite file, nothing in memory kept). */
+    const restart = async () => {
+      const old = s!;
+      await old.gw.stop({ force: true });
+      const gw = createGateway(old.f.config, { clock: old.f.clock, log: silentLog(), tickMs: 50 });
+      await gw.start();
+      s = {
+        ...old,
+        gw,
+        async close() {
+          await gw.stop({ force: true });
+          await old.close();
+        },
+      };
+    };
+    const knownRows = () => s!.gw.store.db.prepare('SELECT ip FROM staff_known_addresses ORDER BY ip').all();
+
+    it('keeps the supervisor’s own address exempt from the per-name limit across a restart: guessers on many addresses hold her name back for every other address, not for the one she signed in from', async () => {
+      await start();
+      await signIn(SUPERVISOR, '127.0.0.1');
+      await restart();
+      const t = await spray(SUPERVISOR.username, 2, 24);
+      expect(t['401 BAD_CREDENTIALS']).toBe(20);
+      expect(t['429 SIGN_IN_THROTTLED']).toBe(4);
+      // her right password from an address she never used: held back like the guessers (the limit is real)
+      const elsewhere = await right(SUPERVISOR, '127.0.0.50');
+      expect([elsewhere.status, elsewhere.body.code]).toEqual([429, 'SIGN_IN_THROTTLED']);
+      // from her own address, after the restart: signed in at 3 a.m. all the same
+      await signIn(SUPERVISOR, '127.0.0.1');
+    });
+
+    it('forgets a known address 30 days after its last sign-in and keeps only the newest 10 per account', async () => {
+      await start();
+      for (let i = 1; i <= 11; i++) {
+        await signIn(SUPERVISOR, `127.0.0.${i}`);
+        s!.f.clock.advance(1000);
+      }
+      // the oldest of 11 (127.0.0.1) is gone; 10 are kept
+      expect(knownRows()).toHaveLength(10);
+      const t = await spray(SUPERVISOR.username, 20, 21);
+      expect(t['401 BAD_CREDENTIALS']).toBe(20);
+      expect((await right(SUPERVISOR, '127.0.0.1')).status).toBe(429);
+      expect((await right(SUPERVISOR, '127.0.0.11')).status).toBe(200);
+      // 30 days after its last sign-in an address is a stranger again (and the periodic purge deletes its row)
+      s!.f.clock.advance(30 * 24 * 3600_000);
+      await spray(SUPERVISOR.username, 30, 21);
+      expect((await right(SUPERVISOR, '127.0.0.11')).status).toBe(429);
+      s!.gw.accounts.purge();
+      expect(knownRows()).toEqual([]);
+    });
+
+    it('counts setup code guesses before any await per address and across addresses: of 300 wrong codes from 10 addresses at once at most 20 are evaluated, none hashes a password, and the right code is taken after the wait', async () => {
+      await start({}, false);
+      const code = s!.gw.setupCode!.code;
+      const guesses = await Promise.all(
+        Array.from({ length: 300 }, (_, i) =>
+          send(url(), 'POST', '/staff/setup', {
+            body: { code: `WRONG-${i}`, username: 'mallory', displayName: 'Mallory', password: 'a long enough password' },
+            from: `127.0.0.${2 + (i % 10)}`,
+          }),
+        ),
+      );
+      const t = tally(guesses);
+      expect(t['403 SETUP_CODE_INVALID']).toBeLessThanOrEqual(20);
+      expect(t['429 SIGN_IN_THROTTLED']).toBeGreaterThanOrEqual(280);
+      expect(s!.gw.accounts.passwordWork.runs).toBe(0);
+      // across addresses: a fresh address waits too, and the code is not looked at
+      const fresh = await send(url(), 'POST', '/staff/setup', { body: { code, ...SUPERVISOR }, from: '127.0.0.50' });
+      expect([fresh.status, fresh.body.code]).toEqual([429, 'SIGN_IN_THROTTLED']);
+      expect(s!.gw.accounts.setupRequired()).toBe(true);
+      s!.f.clock.advance(10_000);
+      const ok = await send(url(), 'POST', '/staff/setup', { body: { code, ...SUPERVISOR }, from: '127.0.0.50' });
+      expect(ok.status).toBe(200);
+      expect(s!.gw.accounts.passwordWork.runs).toBe(1);
+      // the address that made the first supervisor is known for her name
+      expect(knownRows()).toEqual([{ ip: '127.0.0.50' }]);
+    });
+
+    it('cannot be reset by flooding its tables with fresh names: the guessed supervisor’s name stays held back while the tables stay at their bound', async () => {
+      await start({ deps: { signInThrottle: { maxEntries: 8 } } });
+      await signIn(SUPERVISOR, '127.0.0.1');
+      expect((await spray(SUPERVISOR.username, 2, 21))['401 BAD_CREDENTIALS']).toBe(20);
+      // 40 fresh names, each evaluated (a wrong password for a name nobody has), from yet more addresses
+      for (let i = 0; i < 40; i++) expect((await wrong(`ghost-${i}`, `127.0.0.${10 + (i % 20)}`, i)).status).toBe(401);
+      // the supervisor's count was not the one dropped to make room
+      const elsewhere = await right(SUPERVISOR, '127.0.0.50');
+      expect([elsewhere.status, elsewhere.body.code]).toEqual([429, 'SIGN_IN_THROTTLED']);
+      await signIn(SUPERVISOR, '127.0.0.1');
+    });
+
+    it('refuses a new name with 429 SIGN_IN_THROTTLED, without looking at the password, while a full table holds only live penalties, and takes it again once they expire', async () => {
+      await start({ deps: { signInThrottle: { maxEntries: 4 } } });
+      // four (address, name) pairs, each past its free tries: the pairs table is full of penalties
+      for (let n = 0; n < 4; n++) for (let i = 0; i < 3; i++) expect((await wrong(`ghost-${n}`, '127.0.0.2', i)).status).toBe(401);
+      const runs = s!.gw.accounts.passwordWork.runs;
+      const refused = await right(STAFF, '127.0.0.3');
+      expect([refused.status, refused.body.code]).toEqual([429, 'SIGN_IN_THROTTLED']);
+      expect(Number(refused.headers['retry-after'])).toBeGreaterThan(0);
+      expect(s!.gw.accounts.passwordWork.runs).toBe(runs);
+      s!.f.clock.advance(15 * 60_000);
+      await signIn(STAFF, '127.0.0.3');
     });
   });
 

@@ -23,6 +23,7 @@ import {
   type StaffRole,
 } from '../adapters/sqlite/staff-accounts.js';
 import type { WritableDb } from '../adapters/sqlite/db.js';
+import { isKnownAddress, purgeKnownAddresses, rememberAddress } from '../adapters/sqlite/staff-known-addresses.js';
 import type { StaffActionKind } from '../adapters/sqlite/staff-actions.js';
 import {
   advanceTotpStep,
@@ -70,6 +71,20 @@ import {
  */
 
 export const SETUP_CODE_TTL_MS = 24 * 3600 * 1000;
+/** How long a successful sign-in keeps its address known for the account (exempt from the per-name throttle). */
+export const KNOWN_ADDRESS_TTL_MS = 30 * 24 * 3600 * 1000;
+/** Known addresses kept per account, the newest: the table grows only with real sign-ins, and no further. */
+export const KNOWN_ADDRESSES_PER_ACCOUNT = 10;
+
+/**
+ * The addresses that signed in as a name (http/sign-in-throttle.ts exempts
+ * them from its per-name limit). Kept in SQLite so a restart does not hand a
+ * guesser on many addresses the owner's exemption back to zero.
+ */
+export interface KnownAddresses {
+  isKnown(ip: string, username: string): boolean;
+  remember(ip: string, username: string): void;
+}
 export { PASSWORD_MAX, PASSWORD_MIN, passwordProblem } from './password-policy.js';
 const sha256 = (s: string): string => createHash('sha256').update(s).digest('hex');
 const CROCKFORD = '0123456789ABCDEFGHJKMNPQRSTVWXYZ';
@@ -227,6 +242,24 @@ export class StaffAccounts {
     this.#d = d;
     this.#work = d.work ?? new PasswordWork();
   }
+
+  /** Addresses that signed in as each account within KNOWN_ADDRESS_TTL_MS (the newest KNOWN_ADDRESSES_PER_ACCOUNT). */
+  readonly knownAddresses: KnownAddresses = {
+    isKnown: (ip, username) => {
+      const now = this.#d.now();
+      return isKnownAddress(this.#d.db, username, ip, now - KNOWN_ADDRESS_TTL_MS, now);
+    },
+    remember: (ip, username) => {
+      const now = this.#d.now();
+      const db = this.#d.db;
+      try {
+        db.transaction(() => rememberAddress(db, username, ip, now, now - KNOWN_ADDRESS_TTL_MS, KNOWN_ADDRESSES_PER_ACCOUNT)).immediate();
+      } catch (e) {
+        // The session is already started: a sign-in is not undone because its address could not be noted (disk full).
+        this.#d.log.error({ err: e, code: 'KNOWN_ADDRESS_NOT_SAVED', ip }, 'known sign-in address not saved');
+      }
+    },
+  };
 
   /** The Argon2 budget's counters (metrics, tests). */
   get passwordWork(): PasswordWork['stats'] {
@@ -679,10 +712,13 @@ export class StaffAccounts {
     withCorrelation(this.#d.log, cid).info({ accountId: s.account.accountId }, 'staff signed out');
   }
 
-  /** Deletes expired sessions (periodic). */
+  /** Deletes expired sessions and known addresses past their 30 days (periodic). */
   purge(): number {
     const now = this.#d.now();
-    return purgeSessions(this.#d.db, now - this.#d.idleMs, now - this.#d.absoluteMs);
+    return (
+      purgeSessions(this.#d.db, now - this.#d.idleMs, now - this.#d.absoluteMs) +
+      purgeKnownAddresses(this.#d.db, now - KNOWN_ADDRESS_TTL_MS)
+    );
   }
 
   list(): StaffAccount[] {

@@ -300,7 +300,7 @@ export function buildApp(deps: HttpDeps & { readonly signInThrottle?: Partial<Th
   // `__Host-`: sent only over HTTPS, for this host and path / only (no subdomain can set or read it).
   const cookie: SessionCookie =
     deps.secureCookies === true ? { name: '__Host-tobira_staff', secure: true } : { name: 'tobira_staff', secure: false };
-  const throttle = new SignInThrottle(deps.now ?? Date.now, deps.signInThrottle);
+  const throttle = new SignInThrottle(deps.now ?? Date.now, deps.signInThrottle, deps.accounts?.knownAddresses);
   void app.register(async (open) => openSessionRoutes(open, deps, cookie, throttle));
 
   void app.register(async (staff) => {

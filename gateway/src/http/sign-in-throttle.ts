@@ -1,3 +1,5 @@
+import type { KnownAddresses } from '../app/staff-accounts.js';
+
 /**
  * Sign-in throttling (docs/gateway.md "Sign-in throttling"). Three counters,
  * none of which can lock the account's owner out:
@@ -11,17 +13,27 @@
  *   names from one place). Only that address is affected.
  * - per username (any address): past `perAccountMax` wrong passwords in the
  *   window (a guesser using many addresses), addresses that have not signed
- *   in to that name successfully within `knownForMs` wait `perAccountDelayMs`
- *   between tries; an address the owner signed in from before is exempt.
+ *   in to that name successfully (`KnownAddresses`: 30 days, kept in SQLite
+ *   so a restart keeps them) wait `perAccountDelayMs` between tries; an
+ *   address the owner signed in from before is exempt.
  *
  * A try is counted when it starts (`attempt`, before the Argon2 await), not
  * when its answer is known: a burst sent at once would otherwise all pass
  * the check before the first failure counted. A try that turns out right
  * (`succeeded`), or was never evaluated (`refund`: the Argon2 queue shed it),
- * gives its count back. A refused try is answered before the password is
- * looked at (no Argon2 work is spent on it). In memory: a restart resets the
- * counters (the Argon2 cost per try is the floor). Bounded: at most
- * `maxEntries` per map, oldest first out.
+ * gives its count back, and a count back at zero is dropped (a shed try
+ * leaves no entry behind). A refused try is answered before the password is
+ * looked at (no Argon2 work is spent on it). The counters are in memory: a
+ * restart resets them (the Argon2 cost per try is the floor).
+ *
+ * Bounded: at most `maxEntries` per counter. A new key that finds its table
+ * full first clears the expired entries, then drops the live entry with the
+ * fewest failures that is still below its limit (the least recently touched
+ * of those). An entry at or over its limit is never dropped, so flooding the
+ * table with fresh names or addresses cannot wipe a throttled name's count;
+ * when every entry is over its limit, the new key's try is refused with the
+ * throttle's answer until the first of them expires. Not `lru-cache`: its
+ * eviction is by recency alone, and which entry may go is the point here.
  */
 export interface ThrottleOptions {
   readonly free: number;
@@ -31,7 +43,6 @@ export interface ThrottleOptions {
   readonly perAddressMax: number;
   readonly perAccountMax: number;
   readonly perAccountDelayMs: number;
-  readonly knownForMs: number;
   readonly maxEntries: number;
 }
 
@@ -43,31 +54,102 @@ export const DEFAULT_THROTTLE: ThrottleOptions = Object.freeze({
   perAddressMax: 50,
   perAccountMax: 20,
   perAccountDelayMs: 10_000,
-  knownForMs: 30 * 24 * 3600_000,
   maxEntries: 10_000,
 });
 
-interface Pair {
+/** Failures counted since `start`, the last at `lastAt`. */
+interface Count {
   failures: number;
+  readonly start: number;
   lastAt: number;
 }
-interface Window {
-  start: number;
-  failures: number;
-  lastAt: number;
+
+/** One counter's table: bounded, and never by dropping an entry at or over its limit. */
+class Counts {
+  readonly #m = new Map<string, Count>();
+  /** While the table is full of entries over their limit: when the first of them expires (no scan before). */
+  #fullUntil = 0;
+
+  constructor(
+    readonly max: number,
+    /** When an entry is forgotten. */
+    readonly expiresAt: (c: Count) => number,
+    /** Failures at which an entry holds a penalty (it is never dropped to make room). */
+    readonly limit: number,
+  ) {}
+
+  get(k: string, now: number): Count | undefined {
+    const c = this.#m.get(k);
+    if (c === undefined) return undefined;
+    if (now >= c.start && now < this.expiresAt(c)) return c;
+    this.#delete(k);
+    return undefined;
+  }
+
+  /** Room for `k`: 0 when it is there or a slot is free (made by dropping the least harmful entry); else the ms to wait. */
+  room(k: string, now: number): number {
+    if (this.#m.size < this.max || this.#m.has(k)) return 0;
+    if (now < this.#fullUntil) return this.#fullUntil - now;
+    let victim: string | undefined;
+    let fewest = Infinity;
+    let soonest = Infinity;
+    for (const [key, c] of this.#m) {
+      const end = this.expiresAt(c);
+      if (now < c.start || now >= end) this.#m.delete(key);
+      else if (c.failures < this.limit) {
+        if (c.failures < fewest) [victim, fewest] = [key, c.failures];
+      } else soonest = Math.min(soonest, end);
+    }
+    if (this.#m.size < this.max) return 0;
+    if (victim !== undefined) {
+      this.#m.delete(victim);
+      return 0;
+    }
+    this.#fullUntil = soonest;
+    return Math.max(1, soonest - now);
+  }
+
+  /** Stores `c` under `k` (after `room` said 0), as the most recently touched. */
+  put(k: string, c: Count): void {
+    this.#m.delete(k);
+    this.#m.set(k, c);
+  }
+
+  /** One failure given back; a count back at zero is dropped. */
+  giveBack(k: string, now: number): void {
+    const c = this.get(k, now);
+    if (c === undefined) return;
+    c.failures -= 1;
+    this.#fullUntil = 0;
+    if (c.failures <= 0) this.#delete(k);
+  }
+
+  delete(k: string): void {
+    this.#delete(k);
+  }
+
+  #delete(k: string): void {
+    if (this.#m.delete(k)) this.#fullUntil = 0;
+  }
 }
 
 export class SignInThrottle {
   readonly #o: ThrottleOptions;
   readonly #now: () => number;
-  readonly #pairs = new Map<string, Pair>();
-  readonly #addresses = new Map<string, Window>();
-  readonly #accounts = new Map<string, Window>();
-  readonly #known = new Map<string, number>();
+  readonly #known: KnownAddresses | undefined;
+  readonly #pairs: Counts;
+  readonly #addresses: Counts;
+  readonly #accounts: Counts;
 
-  constructor(now: () => number, o: Partial<ThrottleOptions> = {}) {
+  /** `known`: the addresses exempt from the per-name limit (undefined: none is). */
+  constructor(now: () => number, o: Partial<ThrottleOptions> = {}, known?: KnownAddresses) {
     this.#o = { ...DEFAULT_THROTTLE, ...o };
     this.#now = now;
+    this.#known = known;
+    const w = this.#o.windowMs;
+    this.#pairs = new Counts(this.#o.maxEntries, (c) => c.lastAt + w, this.#o.free);
+    this.#addresses = new Counts(this.#o.maxEntries, (c) => c.start + w, this.#o.perAddressMax);
+    this.#accounts = new Counts(this.#o.maxEntries, (c) => c.start + w, this.#o.perAccountMax);
   }
 
   /** Milliseconds this address must wait before trying `username` again; 0: it may try now. */
@@ -75,15 +157,15 @@ export class SignInThrottle {
     const now = this.#now();
     const name = username.toLowerCase();
     let wait = 0;
-    const p = this.#pair(`${ip}\n${name}`, now);
+    const p = this.#pairs.get(pairKey(ip, name), now);
     if (p !== undefined && p.failures >= this.#o.free) {
       const delay = Math.min(this.#o.maxDelayMs, this.#o.baseDelayMs * 2 ** (p.failures - this.#o.free));
       wait = Math.max(wait, p.lastAt + delay - now);
     }
-    const a = this.#live(this.#addresses, ip, now);
+    const a = this.#addresses.get(ip, now);
     if (a !== undefined && a.failures >= this.#o.perAddressMax) wait = Math.max(wait, a.start + this.#o.windowMs - now);
-    const acc = this.#live(this.#accounts, name, now);
-    if (acc !== undefined && acc.failures >= this.#o.perAccountMax && !this.#isKnown(ip, name, now))
+    const acc = this.#accounts.get(name, now);
+    if (acc !== undefined && acc.failures >= this.#o.perAccountMax && this.#known?.isKnown(ip, username) !== true)
       wait = Math.max(wait, acc.lastAt + this.#o.perAccountDelayMs - now);
     return Math.max(0, Math.ceil(wait));
   }
@@ -91,81 +173,52 @@ export class SignInThrottle {
   /**
    * Counts a try that is about to be evaluated, as a failure until it is
    * known to be right (call right after `waitFor` said 0, before any await).
+   * Returns 0 when counted; otherwise the try is refused (a table is full of
+   * entries over their limit and has no room for this one: nothing counted),
+   * and the milliseconds to wait.
    */
-  attempt(ip: string, username: string): void {
-    this.failed(ip, username);
+  attempt(ip: string, username: string): number {
+    const now = this.#now();
+    const name = username.toLowerCase();
+    const pk = pairKey(ip, name);
+    const full = Math.max(this.#pairs.room(pk, now), this.#addresses.room(ip, now), this.#accounts.room(name, now));
+    if (full > 0) return Math.ceil(full);
+    const p = this.#pairs.get(pk, now) ?? { failures: 0, start: now, lastAt: now };
+    p.failures += 1;
+    p.lastAt = now;
+    this.#pairs.put(pk, p);
+    for (const [t, k] of [
+      [this.#addresses, ip],
+      [this.#accounts, name],
+    ] as const) {
+      const w = t.get(k, now) ?? { failures: 0, start: now, lastAt: now };
+      w.failures += 1;
+      w.lastAt = now;
+      t.put(k, w);
+    }
+    return 0;
   }
 
-  /** Gives back the count of a try that was never evaluated (shed before any Argon2 work). */
+  /** Gives back the count of a try that was never evaluated (shed before any Argon2 work), or that was no guess. */
   refund(ip: string, username: string): void {
     const now = this.#now();
     const name = username.toLowerCase();
-    const p = this.#pair(`${ip}\n${name}`, now);
-    if (p !== undefined) p.failures = Math.max(0, p.failures - 1);
-    for (const [m, k] of [
-      [this.#addresses, ip],
-      [this.#accounts, name],
-    ] as const) {
-      const w = this.#live(m, k, now);
-      if (w !== undefined) w.failures = Math.max(0, w.failures - 1);
-    }
-  }
-
-  failed(ip: string, username: string): void {
-    const now = this.#now();
-    const name = username.toLowerCase();
-    const key = `${ip}\n${name}`;
-    const p = this.#pair(key, now) ?? { failures: 0, lastAt: now };
-    p.failures += 1;
-    p.lastAt = now;
-    this.#put(this.#pairs, key, p);
-    for (const [m, k] of [
-      [this.#addresses, ip],
-      [this.#accounts, name],
-    ] as const) {
-      const w = this.#live(m, k, now) ?? { start: now, failures: 0, lastAt: now };
-      w.failures += 1;
-      w.lastAt = now;
-      this.#put(m, k, w);
-    }
+    this.#pairs.giveBack(pairKey(ip, name), now);
+    this.#addresses.giveBack(ip, now);
+    this.#accounts.giveBack(name, now);
   }
 
   /** A right password: the try's count is given back, the pair's count reset, and the address known for the name. */
   succeeded(ip: string, username: string): void {
     this.refund(ip, username);
-    const name = username.toLowerCase();
-    this.#pairs.delete(`${ip}\n${name}`);
-    this.#put(this.#known, `${ip}\n${name}`, this.#now());
+    this.#pairs.delete(pairKey(ip, username.toLowerCase()));
+    this.remember(ip, username);
   }
 
-  /** A pair's count is forgotten a window after its last failure. */
-  #pair(key: string, now: number): Pair | undefined {
-    const p = this.#pairs.get(key);
-    if (p === undefined) return undefined;
-    if (now - p.lastAt < this.#o.windowMs && now >= p.lastAt) return p;
-    this.#pairs.delete(key);
-    return undefined;
-  }
-
-  #isKnown(ip: string, name: string, now: number): boolean {
-    const at = this.#known.get(`${ip}\n${name}`);
-    return at !== undefined && now - at < this.#o.knownForMs && now >= at;
-  }
-
-  #live(m: Map<string, Window>, k: string, now: number): Window | undefined {
-    const w = m.get(k);
-    if (w === undefined) return undefined;
-    if (now - w.start < this.#o.windowMs && now >= w.start) return w;
-    m.delete(k);
-    return undefined;
-  }
-
-  #put<V>(m: Map<string, V>, k: string, v: V): void {
-    m.delete(k);
-    if (m.size >= this.#o.maxEntries) {
-      const oldest = m.keys().next();
-      if (oldest.done !== true) m.delete(oldest.value);
-    }
-    m.set(k, v);
+  /** `ip` signed in as `username` (a session was started): from now on it is exempt from that name's per-name limit. */
+  remember(ip: string, username: string): void {
+    this.#known?.remember(ip, username);
   }
 }
+
+const pairKey = (ip: string, name: string) => `${ip}\n${name}`;

@@ -118,7 +118,8 @@ export async function openSessionRoutes(
     const body = SetupBody.safeParse(req.body);
     if (!body.success) return reply.status(422).send({ code: 'BAD_REQUEST', detail: issues(body.error) });
     // Counted before the await: a burst of guesses sent at once is throttled like one sent in turn.
-    throttle.attempt(req.ip, SETUP_KEY);
+    const full = throttle.attempt(req.ip, SETUP_KEY);
+    if (full > 0) return throttled(reply, req, full);
     const r = await accounts.setup(body.data, req.ip, req.id);
     if (r.status === 'refused') {
       if (r.code === 'SIGN_IN_BUSY') {
@@ -131,6 +132,7 @@ export async function openSessionRoutes(
       return reply.status(status).send(r.detail === undefined ? { code: r.code } : { code: r.code, detail: r.detail });
     }
     throttle.succeeded(req.ip, SETUP_KEY);
+    throttle.remember(req.ip, r.account.username);
     return startSession(req, reply, r);
   });
 
@@ -142,7 +144,8 @@ export async function openSessionRoutes(
     const wait = throttle.waitFor(req.ip, username);
     if (wait > 0) return throttled(reply, req, wait);
     // Counted before the await (in flight counts as failed until known right), per address and per name alike.
-    throttle.attempt(req.ip, username);
+    const full = throttle.attempt(req.ip, username);
+    if (full > 0) return throttled(reply, req, full);
     const r = await accounts.signIn(username, password, req.ip, req.id);
     if (r.status === 'refused') {
       if (r.code === 'SIGN_IN_BUSY') {
@@ -179,7 +182,8 @@ export async function openSessionRoutes(
     }
     const wait = throttle.waitFor(req.ip, name);
     if (wait > 0) return throttled(reply, req, wait);
-    throttle.attempt(req.ip, name);
+    const full = throttle.attempt(req.ip, name);
+    if (full > 0) return throttled(reply, req, full);
     const r = accounts.secondStep(body.data.challenge, body.data, req.ip, req.id);
     if (r.status === 'refused') {
       if (!WRONG_ANSWER.has(r.code)) throttle.refund(req.ip, name);
@@ -249,7 +253,8 @@ export async function sessionRoutes(
     const name = a.session.account.username;
     const wait = throttle.waitFor(req.ip, name);
     if (wait > 0) return throttled(reply, req, wait);
-    throttle.attempt(req.ip, name);
+    const full = throttle.attempt(req.ip, name);
+    if (full > 0) return throttled(reply, req, full);
     const r = await accounts.changeOwnPassword(a.session, body.data.currentPassword, body.data.newPassword, req.ip, req.id);
     if (r.status === 'refused') {
       if (r.code === 'SIGN_IN_BUSY') {

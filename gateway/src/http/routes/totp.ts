@@ -76,7 +76,8 @@ async function guarded(
   const name = s.account.username;
   const wait = throttle.waitFor(req.ip, name);
   if (wait > 0) return throttled(reply, req, wait);
-  throttle.attempt(req.ip, name);
+  const full = throttle.attempt(req.ip, name);
+  if (full > 0) return throttled(reply, req, full);
   const r = await run();
   if (r.status === 'refused') {
     if (r.code === 'SIGN_IN_BUSY') {
