@@ -2,13 +2,14 @@ import type { FastifyRequest } from 'fastify';
 import { z } from 'zod';
 import { listPaymentsOfStay, listRefundsOfPayment } from '../../adapters/db/payments.js';
 import { loadStay } from '../../adapters/db/stays.js';
+import { moneyOfEndedStay, type MoneyStatement } from '../../domain/payments.js';
 import type { Api, Ctx } from '../context.js';
 import { Id } from '../schemas.js';
 
 type Lang = 'ja' | 'en';
 type Shown = 'pending' | 'paid' | 'balance_due' | 'ended' | 'cancelled' | 'not_found';
-/** What happened to the money of a booking that ended: the ledger's words, never "nothing was charged" when something was. */
-type Money = 'none' | 'refunding' | 'refunded' | 'kept';
+/** What happened to the money of a booking that ended: the ledger's words, never "nothing was charged" unless it knows so. */
+type Money = MoneyStatement;
 
 interface Words extends Record<Shown, string> {
   readonly title: string;
@@ -28,6 +29,7 @@ const TEXT: Record<Lang, Words> = {
     balance: 'Balance due',
     money: {
       none: () => 'Nothing was charged.',
+      checking: () => 'We are still confirming with the payment provider whether anything was charged. This page will show the outcome.',
       refunding: (m) => `You paid ${m.paid}; ${m.refunding} is being refunded to you.`,
       refunded: (m) => `You paid ${m.paid}; ${m.refunded} was refunded to you.`,
       kept: (m) => `You paid ${m.paid}; ${m.kept} is kept under the cancellation policy and ${m.back} comes back to you.`,
@@ -44,6 +46,7 @@ const TEXT: Record<Lang, Words> = {
     balance: '残額',
     money: {
       none: () => '料金は請求されていません。',
+      checking: () => '請求の有無を決済代行会社に確認しています。結果はこのページに表示されます。',
       refunding: (m) => `お支払い ${m.paid} のうち ${m.refunding} を返金手続き中です。`,
       refunded: (m) => `お支払い ${m.paid} のうち ${m.refunded} を返金しました。`,
       kept: (m) => `お支払い ${m.paid} のうち ${m.kept} はキャンセル規定により返金されず、${m.back} を返金します。`,
@@ -114,21 +117,21 @@ export function payReturnRoutes(app: Api, ctx: Ctx): void {
       let extra = '';
       if (stay.status === 'cancelled' || stay.status === 'failed' || stay.status === 'expired') {
         shown = stay.status === 'cancelled' ? 'cancelled' : 'ended';
-        const refunded = payments.reduce((n, p) => n + p.amountRefunded, 0);
-        let refunding = 0;
-        for (const p of payments) {
-          const rows = await listRefundsOfPayment(ctx.db, p.id);
-          const attempt = (r: (typeof rows)[number]) => Number(r.idempotencyKey.split(':').pop() ?? '0');
-          for (const r of rows) {
-            if (r.status === 'pending') refunding += r.amount;
-            // a refund of ours Stripe failed is still owed (an operator retries it from the dead letters) until a
-            // later attempt of the payment's takes its place: it is not money the policy kept
-            else if (r.status === 'failed' && r.source === 'tobira' && !rows.some((x) => x.source === 'tobira' && attempt(x) > attempt(r)))
-              refunding += r.amount;
-          }
-        }
-        const kept = received - refunded - refunding;
-        const said: Money = received === 0 ? 'none' : kept > 0 ? 'kept' : refunding > 0 ? 'refunding' : 'refunded';
+        const m = moneyOfEndedStay(
+          await Promise.all(
+            payments.map(async (p) => ({
+              ...p,
+              refunds: (await listRefundsOfPayment(ctx.db, p.id)).map((r) => ({
+                amount: r.amount,
+                status: r.status,
+                source: r.source,
+                attempt: r.source === 'tobira' ? Number(r.idempotencyKey.split(':').pop() ?? '0') : null,
+              })),
+            })),
+          ),
+        );
+        const said = m.said;
+        const { refunded, refunding, kept } = m;
         const fmt = (n: number) => money(n, stay.currency, lang);
         const sentence = TEXT[lang].money[said]({
           paid: fmt(received),
