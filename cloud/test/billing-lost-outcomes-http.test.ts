@@ -88,7 +88,12 @@ describe.each(pgBackends())('outcomes whose webhook was lost, on %s', (backend) 
       // the cloud fails fast while Stripe is down: each pass is one attempt per job
       stripeOptions: { maxNetworkRetries: 0, timeout: 3_000 },
     });
-    const room = await h.app.inject({ method: 'POST', url: '/rooms', headers: auth(), payload: { siteId: h.siteId, name: '701', doors: [h.doors[0]] } });
+    const room = await h.app.inject({
+      method: 'POST',
+      url: '/rooms',
+      headers: auth(),
+      payload: { siteId: h.siteId, name: '701', doors: [h.doors[0]] },
+    });
     expect(room.statusCode).toBe(201);
     roomId = room.json<{ id: string }>().id;
   });
