@@ -9,3 +9,8 @@ CREATE INDEX refunds_pending_at_stripe ON refunds (checked_at NULLS FIRST, updat
 ALTER TABLE payments ADD COLUMN checked_at bigint;
 CREATE INDEX payments_open_intents ON payments (checked_at NULLS FIRST, updated_at)
   WHERE status IN ('requires_payment', 'processing') AND intent_id IS NOT NULL;
+
+-- A walk-in's refund by the desk (or the policy) the same way.
+ALTER TABLE walk_in_refunds ADD COLUMN checked_at bigint;
+CREATE INDEX walk_in_refunds_pending_at_stripe ON walk_in_refunds (checked_at NULLS FIRST, updated_at)
+  WHERE status = 'pending' AND stripe_refund_id IS NOT NULL;

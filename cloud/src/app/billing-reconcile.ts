@@ -1,8 +1,10 @@
 import { CorrelationId, withCorrelation, type Logger } from '@tobira/shared';
 import { claimOpenIntentsOfEndedStays, claimPendingRefundsToRecheck, loadPayment } from '../adapters/db/payments.js';
+import { claimPendingWalkInRefundsToRecheck } from '../adapters/db/walk-ins.js';
 import { cancelPaymentIntent } from '../adapters/stripe/payment-intents.js';
 import { listRefundsOfIntent, retrieveRefund } from '../adapters/stripe/refunds.js';
 import { BillingStepFailed, reconcileRefunds, settleFromObservation, type StayDeps } from './stays.js';
+import { reconcileWalkInRefunds } from './walk-ins.js';
 
 /**
  * Outcomes Stripe tells only by webhook, re-read from Stripe when the webhook never came (lost, or the
@@ -24,7 +26,7 @@ function skipped(log: Logger, e: unknown, what: string): void {
 }
 
 /**
- * Our refunds Stripe holds `pending`, unchanged for `intervalMs` (and not re-read for as long): each is
+ * Our refunds Stripe holds `pending` (a stay's, then a walk-in's), unchanged for `intervalMs` (and not re-read for as long): each is
  * re-read (`refunds.retrieve`); one that has ended (succeeded, failed, canceled) is recorded by
  * `reconcileRefunds` from the intent's refunds as Stripe lists them, exactly as `refund.updated` would,
  * under the refund's own correlation id (the request that asked for it). One still pending waits for the
@@ -60,7 +62,29 @@ export async function recheckPendingRefunds(deps: StayDeps, limit: number, inter
       skipped(log, e, 'pending refund');
     }
   }
-  return { checked: due.length, moved };
+  const walkIns = await claimPendingWalkInRefundsToRecheck(deps.db, { now: deps.clock.now(), minAgeMs: intervalMs, intervalMs, limit });
+  for (const r of walkIns) {
+    const log = withCorrelation(deps.log, r.cid, { part: 'refund-recheck', walkInId: r.walkInId, stripeRefundId: r.stripeRefundId });
+    try {
+      const one = await retrieveRefund(stripe, r.stripeRefundId);
+      if (!one.ok) throw new BillingStepFailed(one.failure.code, one.failure.kind === 'permanent', one.failure.message);
+      if (one.value.status === 'pending' || r.intentId === null) {
+        log.info({ code: 'REFUND_PENDING' }, 'walk-in refund still pending at Stripe');
+        continue;
+      }
+      const all = await listRefundsOfIntent(stripe, r.intentId);
+      if (!all.ok) throw new BillingStepFailed(all.failure.code, all.failure.kind === 'permanent', all.failure.message);
+      const code = await reconcileWalkInRefunds(deps, r.walkInId, all.value, r.cid);
+      moved += 1;
+      log.warn(
+        { code: 'REFUND_RECONCILED', outcome: one.value.status, walkInCode: code },
+        'a pending walk-in refund had ended at Stripe with no webhook: recorded from Stripe',
+      );
+    } catch (e) {
+      skipped(log, e, 'pending walk-in refund');
+    }
+  }
+  return { checked: due.length + walkIns.length, moved };
 }
 
 /**
