@@ -120,6 +120,7 @@ describe.each(pgBackends())('outcomes whose webhook was lost, on %s', (backend) 
       expect(en).toContain('data-money="checking"');
       expect(en).not.toContain('Nothing was charged');
       expect(en).toContain('We are still confirming with the payment provider whether anything was charged');
+      expect(en).toContain('<meta http-equiv="refresh" content="30">');
       const ja = await page(booked.stay.id, 'ja');
       expect(ja).toContain('data-money="checking"');
       expect(ja).not.toContain('請求されていません');
@@ -140,6 +141,7 @@ describe.each(pgBackends())('outcomes whose webhook was lost, on %s', (backend) 
       const after = await page(booked.stay.id, 'en');
       expect(after).toContain('data-money="refunded"');
       expect(after).toContain('¥30,000 was refunded');
+      expect(after).not.toContain('http-equiv="refresh"');
       expect(await page(booked.stay.id, 'ja')).toContain('返金しました');
       // the booking's correlation id carries the refund (its notice too)
       expect(await refundNotices(booked.stay.id)).toEqual([booked.cid]);

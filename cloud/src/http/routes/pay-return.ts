@@ -70,9 +70,14 @@ function money(minor: number, currency: string, lang: Lang): string {
   return f.format(minor / 10 ** (f.resolvedOptions().maximumFractionDigits ?? 0));
 }
 
-function page(lang: Lang, shown: Shown, extra: string): string {
+/**
+ * The page refreshes itself while the outcome is not known: every 5 s while a payment is awaited, every 30 s
+ * while the money of an ended booking is being checked with Stripe (a sweep of minutes, not seconds).
+ */
+function page(lang: Lang, shown: Shown, extra: string, checking = false): string {
   const t = TEXT[lang];
-  const refresh = shown === 'pending' ? '<meta http-equiv="refresh" content="5">' : '';
+  const every = shown === 'pending' ? 5 : checking ? 30 : 0;
+  const refresh = every > 0 ? `<meta http-equiv="refresh" content="${every}">` : '';
   return `<!doctype html><html lang="${lang}"><head><meta charset="utf-8">${refresh}<title>${escape(t.title)}</title></head>
 <body><h1>${escape(t.title)}</h1><p data-status="${shown}">${escape(t[shown])}</p>${extra}</body></html>`;
 }
@@ -115,6 +120,7 @@ export function payReturnRoutes(app: Api, ctx: Ctx): void {
       const received = payments.reduce((n, p) => n + p.amountReceived, 0);
       let shown: Shown;
       let extra = '';
+      let checking = false;
       if (stay.status === 'cancelled' || stay.status === 'failed' || stay.status === 'expired') {
         shown = stay.status === 'cancelled' ? 'cancelled' : 'ended';
         const m = moneyOfEndedStay(
@@ -131,6 +137,7 @@ export function payReturnRoutes(app: Api, ctx: Ctx): void {
           ),
         );
         const said = m.said;
+        checking = said === 'checking';
         const { refunded, refunding, kept } = m;
         const fmt = (n: number) => money(n, stay.currency, lang);
         const sentence = TEXT[lang].money[said]({
@@ -146,7 +153,7 @@ export function payReturnRoutes(app: Api, ctx: Ctx): void {
         shown = 'balance_due';
         extra = `<p data-balance="${stay.amount - received}">${escape(TEXT[lang].balance)}: ${escape(money(stay.amount - received, stay.currency, lang))}</p>`;
       } else shown = 'pending';
-      return reply.status(200).send(page(lang, shown, extra));
+      return reply.status(200).send(page(lang, shown, extra, checking));
     },
   );
 }
