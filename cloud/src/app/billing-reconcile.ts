@@ -26,11 +26,12 @@ function skipped(log: Logger, e: unknown, what: string): void {
 }
 
 /**
- * Our refunds Stripe holds `pending` (a stay's, then a walk-in's), unchanged for `intervalMs` (and not re-read for as long): each is
- * re-read (`refunds.retrieve`); one that has ended (succeeded, failed, canceled) is recorded by
- * `reconcileRefunds` from the intent's refunds as Stripe lists them, exactly as `refund.updated` would,
- * under the refund's own correlation id (the request that asked for it). One still pending waits for the
- * next interval.
+ * Refunds Stripe holds `pending` (a stay's, ours or one made in Stripe directly; then the desk's walk-in
+ * refunds), unchanged for `intervalMs` and not re-read for as long: each is re-read (`refunds.retrieve`);
+ * one that has ended (succeeded, failed, canceled) is recorded by `reconcileRefunds` (a walk-in's by
+ * `reconcileWalkInRefunds`) from the intent's refunds as Stripe lists them, exactly as `refund.updated`
+ * would, under the refund's own correlation id (the request that asked for it). One still pending waits
+ * for the next interval.
  */
 export async function recheckPendingRefunds(deps: StayDeps, limit: number, intervalMs: number): Promise<RecheckCount> {
   const stripe = deps.stripe;
