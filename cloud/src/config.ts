@@ -160,6 +160,11 @@ export const CloudConfigSchema = z.object({
    * paid first invoice whose webhooks were all lost activates within this, not at the deadline. 2 minutes.
    */
   MEMBERSHIP_CHECKOUT_RECHECK_MS: int(2 * 60_000, 1_000),
+  /**
+   * How long a refund may stay pending at Stripe (or an ended stay's intent open) before the billing worker
+   * re-reads it from Stripe, and how often after that (docs/payments.md): the bound on a lost webhook. 15 minutes.
+   */
+  BILLING_RECONCILE_MS: int(15 * 60_000, 1_000),
   /** Guest and member notifications (docs/notifications.md): the channel new messages are queued for. */
   NOTIFY_CHANNEL: z.enum(NOTIFICATION_CHANNELS).default('log'),
   /** SMTP server of the `smtp` channel (required with it), its port, the From address (required with it). */
@@ -256,6 +261,7 @@ export interface CloudConfig {
     readonly leaseMs: number;
     readonly checkoutDeadlineMs: number;
     readonly checkoutRecheckMs: number;
+    readonly reconcileMs: number;
   };
   /** Notifications (docs/notifications.md): the channel new messages use, its settings, the dispatcher's. */
   readonly notifications: {
@@ -451,6 +457,7 @@ export function parseConfig(env: Record<string, string | undefined> = process.en
       leaseMs: c.BILLING_LEASE_MS,
       checkoutDeadlineMs: c.MEMBERSHIP_CHECKOUT_DEADLINE_MS,
       checkoutRecheckMs: c.MEMBERSHIP_CHECKOUT_RECHECK_MS,
+      reconcileMs: c.BILLING_RECONCILE_MS,
     },
     notifications: {
       channel: c.NOTIFY_CHANNEL,

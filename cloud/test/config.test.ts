@@ -49,18 +49,23 @@ describe('parseConfig', () => {
       leaseMs: 60_000,
       checkoutDeadlineMs: 22 * 3_600_000,
       checkoutRecheckMs: 120_000,
+      reconcileMs: 15 * 60_000,
     });
     expect(parseConfig({ BILLING_POLL_MS: '500', BILLING_LEASE_MS: '1500' }).billing).toEqual({
       pollMs: 500,
       leaseMs: 1_500,
       checkoutDeadlineMs: 22 * 3_600_000,
       checkoutRecheckMs: 120_000,
+      reconcileMs: 15 * 60_000,
     });
     // an unpaid membership checkout ends at its deadline: at most Stripe's own 23 hours, at least a minute
     expect(parseConfig({ MEMBERSHIP_CHECKOUT_DEADLINE_MS: '3600000' }).billing.checkoutDeadlineMs).toBe(3_600_000);
     expect(parseConfig({}).billing.checkoutRecheckMs).toBe(120_000);
     expect(parseConfig({ MEMBERSHIP_CHECKOUT_RECHECK_MS: '5000' }).billing.checkoutRecheckMs).toBe(5_000);
     expect(() => parseConfig({ MEMBERSHIP_CHECKOUT_RECHECK_MS: '10' })).toThrow(/MEMBERSHIP_CHECKOUT_RECHECK_MS/);
+    // a refund pending at Stripe (or an ended stay's open intent) is re-read from Stripe after this
+    expect(parseConfig({ BILLING_RECONCILE_MS: '60000' }).billing.reconcileMs).toBe(60_000);
+    expect(() => parseConfig({ BILLING_RECONCILE_MS: '10' })).toThrow(/BILLING_RECONCILE_MS/);
     expect(() => parseConfig({ MEMBERSHIP_CHECKOUT_DEADLINE_MS: String(24 * 3_600_000) })).toThrow(/MEMBERSHIP_CHECKOUT_DEADLINE_MS/);
     expect(() => parseConfig({ MEMBERSHIP_CHECKOUT_DEADLINE_MS: '0' })).toThrow(/MEMBERSHIP_CHECKOUT_DEADLINE_MS/);
     expect(() => parseConfig({ BILLING_LEASE_MS: '0' })).toThrow(/BILLING_LEASE_MS/);

@@ -4,6 +4,8 @@ import { describe, expect, it } from 'vitest';
 import {
   INTENT_STATUSES,
   intentIdempotencyKey,
+  intentUnsettled,
+  moneyOfEndedStay,
   paymentEventOfCode,
   recordRefund,
   refundIdempotencyKey,
@@ -13,6 +15,7 @@ import {
   type IntentObservation,
   type IntentStatus,
   type Payment,
+  type PaymentMoney,
   type RefundView,
 } from '../src/domain/payments.js';
 import { PAYMENT_EVENTS, PAYMENT_STATUSES, type PaymentStatus } from '../src/domain/stay-states.js';
@@ -355,6 +358,138 @@ describe('refundOwedAfterFailedRefunds', () => {
           expect(Number.isSafeInteger(owed)).toBe(true);
         },
       ),
+    );
+  });
+});
+
+describe('moneyOfEndedStay', () => {
+  const money = (over: Partial<PaymentMoney> = {}): PaymentMoney => ({
+    status: 'failed',
+    intentId: 'pi_1',
+    amountReceived: 0,
+    amountRefunded: 0,
+    refunds: [],
+    ...over,
+  });
+  type R = PaymentMoney['refunds'][number];
+  const ours = (attempt: number, amount: number, status: R['status']): R => ({ amount, status, source: 'tobira', attempt });
+  const theirs = (amount: number, status: R['status']): R => ({ amount, status, source: 'stripe', attempt: null });
+
+  it('says nothing was charged when every intent is known unpaid: cancelled at Stripe, or never made', () => {
+    expect(moneyOfEndedStay([money(), money({ status: 'requires_payment', intentId: null })])).toEqual({
+      said: 'none',
+      received: 0,
+      refunded: 0,
+      refunding: 0,
+      kept: 0,
+    });
+    expect(moneyOfEndedStay([]).said).toBe('none');
+  });
+
+  it('is being checked while an intent shown to the guest is neither paid nor cancelled (its cancel or its webhook not in yet)', () => {
+    for (const status of ['requires_payment', 'processing'] as const) {
+      expect(moneyOfEndedStay([money({ status })]).said).toBe('checking');
+      // what else was paid and refunded does not make the sentence true: the open intent may have been paid too
+      const deposit = money({
+        status: 'refunded',
+        amountReceived: 10_000,
+        amountRefunded: 10_000,
+        refunds: [ours(1, 10_000, 'succeeded')],
+      });
+      expect(moneyOfEndedStay([deposit, money({ status })])).toMatchObject({ said: 'checking', received: 10_000, refunded: 10_000 });
+    }
+  });
+
+  it('refunded, being refunded, or kept by the policy, from the ledger', () => {
+    expect(moneyOfEndedStay([money({ status: 'refunded', amountReceived: 30_000, amountRefunded: 30_000 })])).toEqual({
+      said: 'refunded',
+      received: 30_000,
+      refunded: 30_000,
+      refunding: 0,
+      kept: 0,
+    });
+    expect(moneyOfEndedStay([money({ status: 'refund_pending', amountReceived: 30_000, refunds: [ours(1, 30_000, 'pending')] })])).toEqual({
+      said: 'refunding',
+      received: 30_000,
+      refunded: 0,
+      refunding: 30_000,
+      kept: 0,
+    });
+    expect(
+      moneyOfEndedStay([
+        money({ status: 'partially_refunded', amountReceived: 30_000, amountRefunded: 15_000, refunds: [ours(1, 15_000, 'succeeded')] }),
+      ]),
+    ).toEqual({ said: 'kept', received: 30_000, refunded: 15_000, refunding: 0, kept: 15_000 });
+  });
+
+  it('a refund of ours Stripe failed is still owed until a later attempt of ours replaces it; one made in Stripe directly that failed is not ours to owe', () => {
+    const failedOurs = money({ status: 'refund_pending', amountReceived: 30_000, refunds: [ours(1, 30_000, 'failed')] });
+    expect(moneyOfEndedStay([failedOurs])).toMatchObject({ said: 'refunding', refunding: 30_000, kept: 0 });
+    const replaced = money({
+      status: 'refunded',
+      amountReceived: 30_000,
+      amountRefunded: 30_000,
+      refunds: [ours(1, 30_000, 'failed'), ours(2, 30_000, 'succeeded')],
+    });
+    expect(moneyOfEndedStay([replaced])).toMatchObject({ said: 'refunded', refunding: 0, kept: 0 });
+    const retrying = money({
+      status: 'refund_pending',
+      amountReceived: 30_000,
+      refunds: [ours(1, 30_000, 'failed'), ours(2, 30_000, 'pending')],
+    });
+    expect(moneyOfEndedStay([retrying])).toMatchObject({ said: 'refunding', refunding: 30_000 });
+    // a later refund made in Stripe directly does not replace ours
+    const theirsLater = money({
+      status: 'refund_pending',
+      amountReceived: 30_000,
+      refunds: [ours(1, 20_000, 'failed'), theirs(10_000, 'succeeded')],
+      amountRefunded: 10_000,
+    });
+    expect(moneyOfEndedStay([theirsLater])).toMatchObject({ said: 'refunding', refunding: 20_000, kept: 0 });
+    const theirsFailed = money({ status: 'succeeded', amountReceived: 30_000, refunds: [theirs(30_000, 'failed')] });
+    expect(moneyOfEndedStay([theirsFailed])).toMatchObject({ said: 'kept', refunding: 0, kept: 30_000 });
+  });
+
+  it('intentUnsettled: only an intent shown to the guest and neither paid nor ended', () => {
+    for (const status of PAYMENT_STATUSES) {
+      expect(intentUnsettled({ status, intentId: null })).toBe(false);
+      expect(intentUnsettled({ status, intentId: 'pi_1' })).toBe(status === 'requires_payment' || status === 'processing');
+    }
+  });
+
+  it('never says nothing was charged when money was received or an intent is open, and kept is what is neither refunded nor being refunded', () => {
+    const refund = fc.record({
+      amount: fc.integer({ min: 1, max: 40_000 }),
+      status: fc.constantFrom<R['status']>('pending', 'succeeded', 'failed'),
+      source: fc.constantFrom<R['source']>('tobira', 'stripe'),
+      attempt: fc.option(fc.integer({ min: 1, max: 4 }), { nil: null }),
+    });
+    const pay = fc.record({
+      status: fc.constantFrom(...PAYMENT_STATUSES),
+      intentId: fc.option(fc.constant('pi_x'), { nil: null }),
+      amountReceived: fc.integer({ min: 0, max: 60_000 }),
+      amountRefunded: fc.integer({ min: 0, max: 60_000 }),
+      refunds: fc.array(refund, { maxLength: 4 }),
+    });
+    fc.assert(
+      fc.property(fc.array(pay, { maxLength: 3 }), (ps) => {
+        const m = moneyOfEndedStay(ps);
+        const open = ps.some((p) => p.intentId !== null && (p.status === 'requires_payment' || p.status === 'processing'));
+        expect(m.received).toBe(ps.reduce((n, p) => n + p.amountReceived, 0));
+        expect(m.refunded).toBe(ps.reduce((n, p) => n + p.amountRefunded, 0));
+        expect(m.kept).toBe(m.received - m.refunded - m.refunding);
+        expect(m.refunding).toBeGreaterThanOrEqual(
+          ps
+            .flatMap((p) => p.refunds)
+            .filter((r) => r.status === 'pending')
+            .reduce((n, r) => n + r.amount, 0),
+        );
+        if (m.said === 'none') expect(m.received === 0 && !open).toBe(true);
+        if (open) expect(m.said).toBe('checking');
+        if (!open && m.received > 0) expect(m.said).not.toBe('none');
+        if (m.said === 'kept') expect(m.kept).toBeGreaterThan(0);
+        if (m.said === 'refunding') expect(m.refunding).toBeGreaterThan(0);
+      }),
     );
   });
 });

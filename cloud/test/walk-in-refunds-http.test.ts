@@ -88,6 +88,7 @@ describe.each(pgBackends())('walk-in refunds on %s', (backend) => {
   afterAll(() => h?.close());
   afterEach(async () => {
     Object.assign(h.local.faults, { refundsPending: false, failNextRefunds: 0 });
+    h.local.webhooks.faults.drop = false;
     await h.local.webhooks.idle();
   });
 
@@ -157,6 +158,26 @@ describe.each(pgBackends())('walk-in refunds on %s', (backend) => {
       expect(h.local.settleRefund(re?.id ?? '', 'failed').status).toBe(200);
       await settle();
       expect(await walkIn(w.id)).toMatchObject({ refunds: [{ amount: 1500, status: 'failed', source: 'tobira' }] });
+    });
+
+    it('pending at Stripe with its webhooks lost: the billing worker re-reads it from Stripe after BILLING_RECONCILE_MS and records it once', async () => {
+      const w = await paidWalkIn();
+      h.local.faults.refundsPending = true;
+      expect((await post(`/walk-ins/${w.id}/cancel`, { reason: 'staff_cancelled' })).statusCode).toBe(200);
+      await settle();
+      const [re] = atStripe(w.intentId);
+      h.local.webhooks.faults.drop = true;
+      expect(h.local.settleRefund(re?.id ?? '', 'succeeded').status).toBe(200);
+      await settle();
+      expect(await walkIn(w.id)).toMatchObject({ refunds: [{ status: 'pending', source: 'tobira' }] });
+      h.cloud.clock.advance(15 * 60_000);
+      expect(await h.cloud.runBilling()).toMatchObject({ refundsRechecked: 1, refundsReconciled: 1 });
+      expect(await walkIn(w.id)).toMatchObject({
+        refunds: [{ amount: 1500, status: 'succeeded', source: 'tobira', stripeRefundId: re?.id }],
+      });
+      h.cloud.clock.advance(15 * 60_000);
+      expect(await h.cloud.runBilling()).toMatchObject({ refundsRechecked: 0 });
+      expect(atStripe(w.intentId)).toHaveLength(1);
     });
   });
 });

@@ -430,14 +430,21 @@ export class Ledger {
       id: this.ids.next('re'),
       object: 'refund',
       amount,
+      balance_transaction: null,
       charge: charge.id,
       created: this.seconds(),
       currency: charge.currency,
+      customer: null,
       metadata: p.metadata ?? {},
       payment_intent: charge.payment_intent,
+      payment_method: charge.payment_method,
+      ...(mode.pending ? { pending_reason: 'processing' as const } : {}),
       reason: p.reason ?? null,
+      receipt_number: null,
+      source_transfer_reversal: null,
       // test-mode card refunds settle at once; the refundsPending knob keeps them pending like slower methods
       status: mode.pending ? 'pending' : 'succeeded',
+      transfer_reversal: null,
     };
     this.refunds.set(refund.id, refund);
     // as on Stripe, the charge counts a pending refund as refunded until it fails
@@ -460,6 +467,8 @@ export class Ledger {
     if (refund.status !== 'pending')
       return fail(errorAnswer(400, { type: 'invalid_request_error', message: `Refund ${id} is ${refund.status}.` }));
     refund.status = outcome;
+    delete refund.pending_reason;
+    if (outcome === 'failed') refund.failure_reason = 'unknown';
     const events: EventDraft[] = [
       { type: 'refund.updated', object: snap(refund), previous_attributes: { status: 'pending' } },
       { type: 'charge.refund.updated', object: snap(refund), previous_attributes: { status: 'pending' } },

@@ -71,17 +71,29 @@ export interface Charge {
   status: 'succeeded' | 'pending' | 'failed';
 }
 
+/** Stripe's Refund (the SDK's `Stripe.Refund`): what `refunds.retrieve` and the refund events carry. */
 export interface Refund {
   id: string;
   object: 'refund';
   amount: number;
+  /** no balance transactions here */
+  balance_transaction: null;
   charge: string;
   created: number;
   currency: string;
+  customer: null;
+  /** set once a refund failed (Stripe's values; here always `unknown`) */
+  failure_reason?: 'unknown';
   metadata: Metadata;
   payment_intent: string;
+  payment_method: string;
+  /** set while the refund is pending */
+  pending_reason?: 'processing';
   reason: RefundReason | null;
+  receipt_number: null;
+  source_transfer_reversal: null;
   status: 'pending' | 'succeeded' | 'failed' | 'canceled';
+  transfer_reversal: null;
 }
 
 export type EventType =

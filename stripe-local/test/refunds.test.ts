@@ -121,6 +121,40 @@ describe('refunds that do not succeed at once', () => {
     expect((await t.stripe.refunds.retrieve(r2.id)).status).toBe('succeeded');
   });
 
+  it("refunds.retrieve answers Stripe's Refund object: pending with its pending_reason, then the status it settled on (failed with a failure_reason)", async () => {
+    t = await withLocal();
+    t.local.faults.refundsPending = true;
+    const pi = await paid(t, 9000);
+    const made = await t.stripe.refunds.create({ payment_intent: pi.id, amount: 3000, metadata: { refund_id: 'rf_1' } });
+    const fields = {
+      object: 'refund',
+      amount: 3000,
+      balance_transaction: null,
+      charge: pi.latest_charge,
+      currency: 'jpy',
+      customer: null,
+      metadata: { refund_id: 'rf_1' },
+      payment_intent: pi.id,
+      payment_method: 'pm_card_visa',
+      reason: null,
+      receipt_number: null,
+      source_transfer_reversal: null,
+      transfer_reversal: null,
+    };
+    const pending: Stripe.Refund = await t.stripe.refunds.retrieve(made.id);
+    expect(pending).toMatchObject({ ...fields, id: made.id, status: 'pending', pending_reason: 'processing' });
+    expect(pending.failure_reason).toBeUndefined();
+    expect(t.local.settleRefund(made.id, 'succeeded').status).toBe(200);
+    const succeeded = await t.stripe.refunds.retrieve(made.id);
+    expect(succeeded).toMatchObject({ ...fields, status: 'succeeded' });
+    expect(succeeded.pending_reason).toBeUndefined();
+    const other = await t.stripe.refunds.create({ payment_intent: pi.id, amount: 1000 });
+    expect(t.local.settleRefund(other.id, 'failed').status).toBe(200);
+    expect(await t.stripe.refunds.retrieve(other.id)).toMatchObject({ status: 'failed', failure_reason: 'unknown' });
+    // a settled refund does not settle again
+    expect(t.local.settleRefund(made.id, 'failed').status).toBe(400);
+  });
+
   it('the failNextRefunds knob refuses one with balance_insufficient, saved under its key: the same key gets it back, a new key runs', async () => {
     t = await withLocal();
     t.local.faults.failNextRefunds = 1;

@@ -12,6 +12,7 @@ import { classifyStripeError } from '../adapters/stripe/errors.js';
 import { cancelPaymentIntent, retrievePaymentIntent } from '../adapters/stripe/payment-intents.js';
 import { createRefund, listRefundsOfIntent } from '../adapters/stripe/refunds.js';
 import { SimulatedCrash } from './crash.js';
+import { recheckOpenIntents, recheckPendingRefunds } from './billing-reconcile.js';
 import {
   DEFAULT_CHECKOUT_DEADLINE_MS,
   DEFAULT_CHECKOUT_RECHECK_MS,
@@ -38,6 +39,9 @@ import {
   type StayDeps,
 } from './stays.js';
 
+/** 15 minutes: Stripe retries a webhook for days, so a refund pending longer than this without one is worth a read. */
+export const DEFAULT_RECONCILE_MS = 15 * 60_000;
+
 export interface BillingWorkerOptions extends BackoffPolicy {
   readonly pollMs: number;
   readonly leaseMs: number;
@@ -48,6 +52,11 @@ export interface BillingWorkerOptions extends BackoffPolicy {
   readonly checkoutDeadlineMs: number;
   /** How often an open checkout's subscription is re-read from Stripe (config MEMBERSHIP_CHECKOUT_RECHECK_MS). */
   readonly checkoutRecheckMs: number;
+  /**
+   * How long a refund may stay pending at Stripe, or an ended stay's intent open, before it is re-read from
+   * Stripe, and how often after that (config BILLING_RECONCILE_MS): the bound on a lost webhook.
+   */
+  readonly reconcileMs: number;
 }
 
 export const DEFAULT_BILLING_WORKER_OPTIONS: BillingWorkerOptions = Object.freeze({
@@ -57,6 +66,7 @@ export const DEFAULT_BILLING_WORKER_OPTIONS: BillingWorkerOptions = Object.freez
   holdSlackMs: 10 * 60_000,
   checkoutDeadlineMs: DEFAULT_CHECKOUT_DEADLINE_MS,
   checkoutRecheckMs: DEFAULT_CHECKOUT_RECHECK_MS,
+  reconcileMs: DEFAULT_RECONCILE_MS,
   baseMs: 2_000,
   maxMs: 10 * 60_000,
   maxAttempts: 12,
@@ -78,6 +88,12 @@ export interface BillingPass {
   readonly checkoutsExpired: number;
   /** open checkouts whose subscription was re-read from Stripe this pass (their webhooks late or lost) */
   readonly checkoutsRechecked: number;
+  /** refunds pending at Stripe re-read this pass (their webhook late or lost), and those found ended and recorded */
+  readonly refundsRechecked: number;
+  readonly refundsReconciled: number;
+  /** open intents of ended stays re-read (and cancelled) at Stripe this pass, and those whose payment moved */
+  readonly intentsRechecked: number;
+  readonly intentsReconciled: number;
 }
 
 const ID = z.string().min(1);
@@ -221,7 +237,23 @@ export class BillingWorker {
     const walkInsExpired = await expireWalkIns(this.#d, this.#o.batch);
     const checkoutsExpired = await expireUnpaidCheckouts(this.#d, this.#o.batch, this.#o.checkoutDeadlineMs);
     const checkoutsRechecked = await recheckOpenCheckouts(this.#d, this.#o.batch, this.#o.checkoutRecheckMs);
-    return { events, jobs, expired, ended, overdue, suspended, walkInsExpired, checkoutsExpired, checkoutsRechecked };
+    const refunds = await recheckPendingRefunds(this.#d, this.#o.batch, this.#o.reconcileMs);
+    const intents = await recheckOpenIntents(this.#d, this.#o.batch, this.#o.reconcileMs);
+    return {
+      events,
+      jobs,
+      expired,
+      ended,
+      overdue,
+      suspended,
+      walkInsExpired,
+      checkoutsExpired,
+      checkoutsRechecked,
+      refundsRechecked: refunds.checked,
+      refundsReconciled: refunds.moved,
+      intentsRechecked: intents.checked,
+      intentsReconciled: intents.moved,
+    };
   }
 
   // ------------------------------------------------------------ webhook inbox

@@ -228,3 +228,72 @@ export function refundOwedAfterFailedRefunds(
   const failedTotal = failed.reduce((n, r) => n + r.amount, 0);
   return Math.max(0, Math.min(failedTotal, cut.amount - after, amountReceived - given));
 }
+
+/**
+ * What the guest is told of the money of a booking that ended (the return page's `data-money`):
+ * - `checking`: an intent of the booking is still open in the ledger (`requires_payment` or `processing`
+ *   with an intent shown to the guest): it may have been paid with the webhook not in yet, or its
+ *   cancellation not yet reached Stripe. Nothing about the money is stated until Stripe has said.
+ * - `none`: nothing received and every intent known unpaid (cancelled at Stripe, or never made).
+ * - `kept`, `refunding`, `refunded`: what was received, what is being given back and what the policy keeps.
+ */
+export type MoneyStatement = 'none' | 'checking' | 'refunding' | 'refunded' | 'kept';
+
+/** One payment of an ended booking as the statement reads it: its ledger row and its refunds. */
+export interface PaymentMoney {
+  readonly status: PaymentStatus;
+  readonly intentId: string | null;
+  readonly amountReceived: number;
+  readonly amountRefunded: number;
+  readonly refunds: readonly Pick<RefundView, 'amount' | 'status' | 'source' | 'attempt'>[];
+}
+
+export interface MoneyOfEndedStay {
+  readonly said: MoneyStatement;
+  readonly received: number;
+  readonly refunded: number;
+  /** refunds pending at Stripe, and refunds of ours Stripe failed that no later attempt replaced (still owed) */
+  readonly refunding: number;
+  readonly kept: number;
+}
+
+/** A payment whose intent's outcome the ledger does not know yet: shown to the guest, neither paid nor cancelled. */
+export const intentUnsettled = (p: Pick<PaymentMoney, 'status' | 'intentId'>): boolean =>
+  p.intentId !== null && (p.status === 'requires_payment' || p.status === 'processing');
+
+/**
+ * The money of a booking that ended, from the ledger only. Invariant: `none` only when nothing was
+ * received and no intent is unsettled; `checking` whenever an intent is unsettled (whatever else was
+ * paid: the sentence would leave out money that may have landed); kept = received - refunded - refunding.
+ */
+export function moneyOfEndedStay(payments: readonly PaymentMoney[]): MoneyOfEndedStay {
+  let received = 0;
+  let refunded = 0;
+  let refunding = 0;
+  for (const p of payments) {
+    received += p.amountReceived;
+    refunded += p.amountRefunded;
+    for (const r of p.refunds) {
+      if (r.status === 'pending') refunding += r.amount;
+      // a refund of ours Stripe failed is still owed (an operator retries it from the dead letters) until a
+      // later attempt of the payment's takes its place: it is not money the policy kept
+      else if (
+        r.status === 'failed' &&
+        r.source === 'tobira' &&
+        !p.refunds.some((x) => x.source === 'tobira' && (x.attempt ?? 0) > (r.attempt ?? 0))
+      )
+        refunding += r.amount;
+    }
+  }
+  const kept = received - refunded - refunding;
+  const said: MoneyStatement = payments.some(intentUnsettled)
+    ? 'checking'
+    : received === 0
+      ? 'none'
+      : kept > 0
+        ? 'kept'
+        : refunding > 0
+          ? 'refunding'
+          : 'refunded';
+  return { said, received, refunded, refunding, kept };
+}

@@ -2,6 +2,7 @@ import type { Clock } from '@tobira/shared';
 import { Gauge, Histogram, Registry } from 'prom-client';
 import type { Queryable } from '../adapters/db/db.js';
 import { gatewayGauges, queueGauges, type GatewayGauges, type QueueGauge } from '../adapters/db/metrics.js';
+import { pendingRefundGauge } from '../adapters/db/payments.js';
 
 /** HTTP latency buckets (seconds). */
 const HTTP_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];
@@ -29,13 +30,18 @@ export interface CloudMetrics {
  */
 export function cloudMetrics(db: Queryable, clock: Clock, processRegistry?: Registry): CloudMetrics {
   const registry = new Registry();
-  let snapshot: Promise<{ gateways: GatewayGauges[]; queues: QueueGauge[]; now: number }> | null = null;
+  let snapshot: Promise<{
+    gateways: GatewayGauges[];
+    queues: QueueGauge[];
+    refunds: { count: number; oldestAt: number | null };
+    now: number;
+  }> | null = null;
   // one set of queries per scrape (metrics() starts it afresh), shared by the gauges
   const read = () =>
     (snapshot ??= (async () => {
       const now = clock.now();
-      const [gateways, queues] = await Promise.all([gatewayGauges(db, now), queueGauges(db)]);
-      return { gateways, queues, now };
+      const [gateways, queues, refunds] = await Promise.all([gatewayGauges(db, now), queueGauges(db), pendingRefundGauge(db)]);
+      return { gateways, queues, refunds, now };
     })());
   const perGateway = (name: string, help: string, value: (g: GatewayGauges, now: number) => number | null) =>
     new Gauge({
@@ -112,6 +118,23 @@ export function cloudMetrics(db: Queryable, clock: Clock, processRegistry?: Regi
     'Age of the oldest row of the webhook and notification queues in each status (0: none).',
     (q, now) => Math.max(0, now - q.oldestAt) / 1000,
   );
+  new Gauge({
+    name: 'tobira_cloud_refunds_pending',
+    help: 'Refunds of ours Stripe holds pending (made, not yet succeeded or failed); the page tells the guest they are being refunded.',
+    registers: [registry],
+    async collect() {
+      this.set((await read()).refunds.count);
+    },
+  });
+  new Gauge({
+    name: 'tobira_cloud_refunds_pending_oldest_age_seconds',
+    help: 'Time since the oldest pending refund last changed (0: none). Past BILLING_RECONCILE_MS the worker re-reads it from Stripe; one that keeps growing is a refund Stripe keeps pending.',
+    registers: [registry],
+    async collect() {
+      const { refunds, now } = await read();
+      this.set(refunds.oldestAt === null ? 0 : Math.max(0, now - refunds.oldestAt) / 1000);
+    },
+  });
   const http = new Histogram({
     name: 'tobira_cloud_http_request_duration_seconds',
     help: 'Admin API answers by route pattern, method and status code. Per process: with several replicas, sum over them.',

@@ -2,6 +2,7 @@ import { z } from 'zod';
 import { CorrelationId, parseRow } from '@tobira/shared';
 import type { Payment } from '../../domain/payments.js';
 import { PAYMENT_STATUSES } from '../../domain/stay-states.js';
+import { Int8 } from './columns.js';
 import type { Queryable } from './db.js';
 
 /**
@@ -270,4 +271,65 @@ export async function noteRefundError(q: Queryable, id: string, error: string, p
     [id, error.slice(0, 500), permanent, now],
   );
   return r.rowCount;
+}
+
+// ---------------------------------------------------------------- outcomes whose webhook was lost
+
+/**
+ * Our refunds Stripe holds `pending` (its id recorded) unchanged for `minAgeMs` and not re-read for
+ * `intervalMs`, the longest unread first; each is claimed by setting `checked_at` in the same statement, so
+ * replicas and passes spread the reads (a refund that stays pending for days is re-read every interval).
+ */
+export async function claimPendingRefundsToRecheck(
+  q: Queryable,
+  o: { readonly now: number; readonly minAgeMs: number; readonly intervalMs: number; readonly limit: number },
+): Promise<Refund[]> {
+  const r = await q.query(
+    `UPDATE refunds SET checked_at = $1
+      WHERE id IN (
+        SELECT id FROM refunds
+         WHERE status = 'pending' AND stripe_refund_id IS NOT NULL AND updated_at <= $2
+           AND (checked_at IS NULL OR checked_at <= $3)
+         ORDER BY checked_at NULLS FIRST, updated_at, id
+         LIMIT $4 FOR UPDATE SKIP LOCKED)
+      RETURNING *`,
+    [o.now, o.now - o.minAgeMs, o.now - o.intervalMs, o.limit],
+  );
+  return r.rows.map(refundOf);
+}
+
+/**
+ * Payments of stays that have ended (expired, failed, cancelled) whose intent the ledger still holds open
+ * (`requires_payment` or `processing`): their cancellation may never have reached Stripe, or the guest paid
+ * and the webhook was lost. Only once the stay has been over `minAgeMs` (its own `cancel_intent` job goes
+ * first); claimed like `claimPendingRefundsToRecheck`.
+ */
+export async function claimOpenIntentsOfEndedStays(
+  q: Queryable,
+  o: { readonly now: number; readonly minAgeMs: number; readonly intervalMs: number; readonly limit: number },
+): Promise<Payment[]> {
+  const r = await q.query(
+    `UPDATE payments SET checked_at = $1
+      WHERE id IN (
+        SELECT p.id FROM payments p JOIN stays s ON s.id = p.stay_id
+         WHERE p.status IN ('requires_payment', 'processing') AND p.intent_id IS NOT NULL
+           AND s.status IN ('expired', 'failed', 'cancelled') AND GREATEST(p.updated_at, s.updated_at) <= $2
+           AND (p.checked_at IS NULL OR p.checked_at <= $3)
+         ORDER BY p.checked_at NULLS FIRST, p.updated_at, p.id
+         LIMIT $4 FOR UPDATE OF p SKIP LOCKED)
+      RETURNING *`,
+    [o.now, o.now - o.minAgeMs, o.now - o.intervalMs, o.limit],
+  );
+  return r.rows.map(paymentOf);
+}
+
+const PendingGaugeRow = z.object({ n: Int8, oldest: Int8.nullable() });
+
+/** Refunds Stripe holds pending and when the oldest of them was last changed (GET /metrics). */
+export async function pendingRefundGauge(q: Queryable): Promise<{ readonly count: number; readonly oldestAt: number | null }> {
+  const r = await q.query(
+    `SELECT count(*) AS n, min(updated_at) AS oldest FROM refunds WHERE status = 'pending' AND stripe_refund_id IS NOT NULL`,
+  );
+  const row = parseRow('refunds', PendingGaugeRow, r.rows[0]);
+  return { count: row.n, oldestAt: row.oldest };
 }

@@ -445,3 +445,31 @@ export async function walkInIdOfIntent(q: Queryable, intentId: string): Promise<
   const r = await q.query<{ id: string }>('SELECT id FROM walk_ins WHERE intent_id = $1', [intentId]);
   return r.rows[0]?.id ?? null;
 }
+
+/**
+ * The desk's walk-in refunds Stripe holds `pending`, unchanged for `minAgeMs` and not re-read for
+ * `intervalMs`, with the walk-in's intent: claimed by setting `checked_at`, as the stays' refunds are
+ * (`claimPendingRefundsToRecheck`).
+ */
+export async function claimPendingWalkInRefundsToRecheck(
+  q: Queryable,
+  o: { readonly now: number; readonly minAgeMs: number; readonly intervalMs: number; readonly limit: number },
+): Promise<{ walkInId: string; stripeRefundId: string; intentId: string | null; cid: CorrelationId }[]> {
+  const r = await q.query(
+    `UPDATE walk_in_refunds r SET checked_at = $1
+       FROM walk_ins w
+      WHERE w.id = r.walk_in_id AND r.walk_in_id IN (
+        SELECT walk_in_id FROM walk_in_refunds
+         WHERE status = 'pending' AND stripe_refund_id IS NOT NULL AND updated_at <= $2
+           AND (checked_at IS NULL OR checked_at <= $3)
+         ORDER BY checked_at NULLS FIRST, updated_at, walk_in_id
+         LIMIT $4 FOR UPDATE SKIP LOCKED)
+      RETURNING r.walk_in_id, r.stripe_refund_id, w.intent_id, r.cid`,
+    [o.now, o.now - o.minAgeMs, o.now - o.intervalMs, o.limit],
+  );
+  const Row = z.object({ walk_in_id: z.string(), stripe_refund_id: z.string(), intent_id: z.string().nullable(), cid: CorrelationId });
+  return r.rows.map((raw) => {
+    const v = parseRow('walk_in_refunds', Row, raw);
+    return { walkInId: v.walk_in_id, stripeRefundId: v.stripe_refund_id, intentId: v.intent_id, cid: v.cid };
+  });
+}

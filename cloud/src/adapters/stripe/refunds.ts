@@ -67,3 +67,9 @@ export async function createRefund(stripe: Stripe, r: RefundRequest): Promise<Bi
     value: { stripeRefundId: res.value.id, status: res.value.status ?? 'unknown', amount: res.value.amount, currency: res.value.currency },
   };
 }
+
+/** One refund as Stripe holds it now (`requires_action` counts as pending, `canceled` as failed). */
+export async function retrieveRefund(stripe: Stripe, stripeRefundId: string): Promise<BillingResult<RefundObservation>> {
+  const res = await billingCall(() => stripe.refunds.retrieve(stripeRefundId));
+  return res.ok ? { ok: true, value: observeRefund(res.value) } : res;
+}

@@ -2,13 +2,14 @@ import type { FastifyRequest } from 'fastify';
 import { z } from 'zod';
 import { listPaymentsOfStay, listRefundsOfPayment } from '../../adapters/db/payments.js';
 import { loadStay } from '../../adapters/db/stays.js';
+import { moneyOfEndedStay, type MoneyStatement } from '../../domain/payments.js';
 import type { Api, Ctx } from '../context.js';
 import { Id } from '../schemas.js';
 
 type Lang = 'ja' | 'en';
 type Shown = 'pending' | 'paid' | 'balance_due' | 'ended' | 'cancelled' | 'not_found';
-/** What happened to the money of a booking that ended: the ledger's words, never "nothing was charged" when something was. */
-type Money = 'none' | 'refunding' | 'refunded' | 'kept';
+/** What happened to the money of a booking that ended: the ledger's words, never "nothing was charged" unless it knows so. */
+type Money = MoneyStatement;
 
 interface Words extends Record<Shown, string> {
   readonly title: string;
@@ -28,6 +29,7 @@ const TEXT: Record<Lang, Words> = {
     balance: 'Balance due',
     money: {
       none: () => 'Nothing was charged.',
+      checking: () => 'We are still confirming with the payment provider whether anything was charged. This page will show the outcome.',
       refunding: (m) => `You paid ${m.paid}; ${m.refunding} is being refunded to you.`,
       refunded: (m) => `You paid ${m.paid}; ${m.refunded} was refunded to you.`,
       kept: (m) => `You paid ${m.paid}; ${m.kept} is kept under the cancellation policy and ${m.back} comes back to you.`,
@@ -44,6 +46,7 @@ const TEXT: Record<Lang, Words> = {
     balance: '残額',
     money: {
       none: () => '料金は請求されていません。',
+      checking: () => '請求の有無を決済代行会社に確認しています。結果はこのページに表示されます。',
       refunding: (m) => `お支払い ${m.paid} のうち ${m.refunding} を返金手続き中です。`,
       refunded: (m) => `お支払い ${m.paid} のうち ${m.refunded} を返金しました。`,
       kept: (m) => `お支払い ${m.paid} のうち ${m.kept} はキャンセル規定により返金されず、${m.back} を返金します。`,
@@ -67,9 +70,14 @@ function money(minor: number, currency: string, lang: Lang): string {
   return f.format(minor / 10 ** (f.resolvedOptions().maximumFractionDigits ?? 0));
 }
 
-function page(lang: Lang, shown: Shown, extra: string): string {
+/**
+ * The page refreshes itself while the outcome is not known: every 5 s while a payment is awaited, every 30 s
+ * while the money of an ended booking is being checked with Stripe (a sweep of minutes, not seconds).
+ */
+function page(lang: Lang, shown: Shown, extra: string, checking = false): string {
   const t = TEXT[lang];
-  const refresh = shown === 'pending' ? '<meta http-equiv="refresh" content="5">' : '';
+  const every = shown === 'pending' ? 5 : checking ? 30 : 0;
+  const refresh = every > 0 ? `<meta http-equiv="refresh" content="${every}">` : '';
   return `<!doctype html><html lang="${lang}"><head><meta charset="utf-8">${refresh}<title>${escape(t.title)}</title></head>
 <body><h1>${escape(t.title)}</h1><p data-status="${shown}">${escape(t[shown])}</p>${extra}</body></html>`;
 }
@@ -112,23 +120,25 @@ export function payReturnRoutes(app: Api, ctx: Ctx): void {
       const received = payments.reduce((n, p) => n + p.amountReceived, 0);
       let shown: Shown;
       let extra = '';
+      let checking = false;
       if (stay.status === 'cancelled' || stay.status === 'failed' || stay.status === 'expired') {
         shown = stay.status === 'cancelled' ? 'cancelled' : 'ended';
-        const refunded = payments.reduce((n, p) => n + p.amountRefunded, 0);
-        let refunding = 0;
-        for (const p of payments) {
-          const rows = await listRefundsOfPayment(ctx.db, p.id);
-          const attempt = (r: (typeof rows)[number]) => Number(r.idempotencyKey.split(':').pop() ?? '0');
-          for (const r of rows) {
-            if (r.status === 'pending') refunding += r.amount;
-            // a refund of ours Stripe failed is still owed (an operator retries it from the dead letters) until a
-            // later attempt of the payment's takes its place: it is not money the policy kept
-            else if (r.status === 'failed' && r.source === 'tobira' && !rows.some((x) => x.source === 'tobira' && attempt(x) > attempt(r)))
-              refunding += r.amount;
-          }
-        }
-        const kept = received - refunded - refunding;
-        const said: Money = received === 0 ? 'none' : kept > 0 ? 'kept' : refunding > 0 ? 'refunding' : 'refunded';
+        const m = moneyOfEndedStay(
+          await Promise.all(
+            payments.map(async (p) => ({
+              ...p,
+              refunds: (await listRefundsOfPayment(ctx.db, p.id)).map((r) => ({
+                amount: r.amount,
+                status: r.status,
+                source: r.source,
+                attempt: r.source === 'tobira' ? Number(r.idempotencyKey.split(':').pop() ?? '0') : null,
+              })),
+            })),
+          ),
+        );
+        const said = m.said;
+        checking = said === 'checking';
+        const { refunded, refunding, kept } = m;
         const fmt = (n: number) => money(n, stay.currency, lang);
         const sentence = TEXT[lang].money[said]({
           paid: fmt(received),
@@ -143,7 +153,7 @@ export function payReturnRoutes(app: Api, ctx: Ctx): void {
         shown = 'balance_due';
         extra = `<p data-balance="${stay.amount - received}">${escape(TEXT[lang].balance)}: ${escape(money(stay.amount - received, stay.currency, lang))}</p>`;
       } else shown = 'pending';
-      return reply.status(200).send(page(lang, shown, extra));
+      return reply.status(200).send(page(lang, shown, extra, checking));
     },
   );
 }
