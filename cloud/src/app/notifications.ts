@@ -229,13 +229,19 @@ export async function savePersonContact(
     readonly email?: string | null | undefined;
     readonly locale?: NotificationLocale | null | undefined;
     readonly siteScope: SiteScope;
+    readonly cid?: CorrelationId;
   },
 ): Promise<Outcome<{ readonly personId: string }>> {
   return deps.db.transaction(async (tx) => {
     await lockPerson(tx, input.personId);
     const reach = await rowReach(tx, input.siteScope, 'person', input.personId);
     if (reach === 'absent' || reach === 'foreign') return refused('PERSON_NOT_FOUND');
-    if (reach === 'shared') return refused('PERSON_SHARED', 'the person also belongs to a site this token does not cover');
+    if (reach === 'shared') {
+      // a site's token reaching for what another site relies on: the operator sees who tried
+      if (input.cid)
+        withCorrelation(deps.log, input.cid).warn({ code: 'PERSON_SHARED', personId: input.personId }, 'contact write refused');
+      return refused('PERSON_SHARED', 'the person also belongs to a site this token does not cover');
+    }
     const n = await setPersonContact(tx, input.personId, { email: input.email, locale: input.locale });
     return n === 1 ? applied('NOTIFICATION_CONTACT_SAVED', { personId: input.personId }) : refused('PERSON_NOT_FOUND');
   });

@@ -137,9 +137,12 @@ export function notificationsRoutes(app: Api, ctx: Ctx): void {
     },
     (req, reply) =>
       idempotent(ctx, req, reply, async ({ db }) => {
-        const o = await ctx.cloud.savePersonContact(defined({ personId: req.params.personId, ...req.body, siteScope: who(req).sites }), {
-          db,
-        });
+        const o = await ctx.cloud.savePersonContact(
+          defined({ personId: req.params.personId, ...req.body, siteScope: who(req).sites, cid: cidOf(req) }),
+          {
+            db,
+          },
+        );
         return { statusCode: statusOf(o), body: o.status === 'refused' ? problem(o.code, o.detail) : { status: o.status, code: o.code } };
       }),
   );
