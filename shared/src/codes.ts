@@ -51,6 +51,8 @@ export const OUTCOME_CODES = table({
   DOOR_NOT_FOUND: 'A named door does not exist.',
   GATEWAY_NOT_FOUND: 'No such gateway.',
   PERSON_NOT_FOUND: 'No such person.',
+  PERSON_SHARED:
+    'The person also belongs to a site this token does not cover, which relies on the same contact and name: only a token covering every site of the person (or an admin of all sites) may change them; nothing changed.',
   SITE_NOT_FOUND: 'No such site.',
   DOORS_SPAN_GATEWAYS: 'A key names doors behind more than one gateway.',
   CREDENTIAL_IN_USE: 'Another live key at this gateway already has this credential.',

@@ -9,7 +9,9 @@ import {
   setPersonContact,
   setSiteLocale,
 } from '../adapters/db/notifications.js';
+import { lockPerson } from '../adapters/db/registry.js';
 import type { SiteScope } from '../adapters/db/scope.js';
+import { rowReach } from '../adapters/db/visibility.js';
 import type { Payment } from '../domain/payments.js';
 import type { Stay, StayNotice } from '../domain/stays.js';
 import {
@@ -213,19 +215,36 @@ export async function retryNotification(
 
 // ---------------------------------------------------------------- contact details (where and in which language)
 
-/** A person's e-mail and/or locale (undefined: unchanged, null: cleared); scoped like GET /people. */
+/**
+ * A person's e-mail and/or locale (undefined: unchanged, null: cleared). They
+ * are the person's, not a site's: every site the person belongs to sends its
+ * notices there. So a token must cover all of those sites to change them: a
+ * person it cannot see is PERSON_NOT_FOUND, one that another site shares is
+ * PERSON_SHARED (which names no site).
+ */
 export async function savePersonContact(
   deps: AppDeps,
   input: {
     readonly personId: string;
     readonly email?: string | null | undefined;
     readonly locale?: NotificationLocale | null | undefined;
-    readonly visible: boolean;
+    readonly siteScope: SiteScope;
+    readonly cid?: CorrelationId;
   },
 ): Promise<Outcome<{ readonly personId: string }>> {
-  if (!input.visible) return refused('PERSON_NOT_FOUND');
-  const n = await setPersonContact(deps.db, input.personId, { email: input.email, locale: input.locale });
-  return n === 1 ? applied('NOTIFICATION_CONTACT_SAVED', { personId: input.personId }) : refused('PERSON_NOT_FOUND');
+  return deps.db.transaction(async (tx) => {
+    await lockPerson(tx, input.personId);
+    const reach = await rowReach(tx, input.siteScope, 'person', input.personId);
+    if (reach === 'absent' || reach === 'foreign') return refused('PERSON_NOT_FOUND');
+    if (reach === 'shared') {
+      // a site's token reaching for what another site relies on: the operator sees who tried
+      if (input.cid)
+        withCorrelation(deps.log, input.cid).warn({ code: 'PERSON_SHARED', personId: input.personId }, 'contact write refused');
+      return refused('PERSON_SHARED', 'the person also belongs to a site this token does not cover');
+    }
+    const n = await setPersonContact(tx, input.personId, { email: input.email, locale: input.locale });
+    return n === 1 ? applied('NOTIFICATION_CONTACT_SAVED', { personId: input.personId }) : refused('PERSON_NOT_FOUND');
+  });
 }
 
 /** A site's locale, the fallback of its people with none. */

@@ -117,6 +117,8 @@ export function statusOf(o: OutcomeLike, appliedAs: 200 | 201 | 202 = 200): numb
       return 409;
     case 'refused':
       if (o.code.endsWith('_NOT_FOUND')) return 404;
+      // the token does not cover every site the row belongs to (which it does not name)
+      if (o.code === 'PERSON_SHARED') return 403;
       if (o.code === 'BILLING_UNAVAILABLE' || o.code === 'BROKER_UNAVAILABLE') return 503;
       return 422;
   }

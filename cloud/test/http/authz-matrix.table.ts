@@ -22,6 +22,13 @@
  * - `taken`: for a create that takes a caller-chosen id, a body of site B's
  *   own rows under the id of site A's row: 409 ID_UNAVAILABLE with nothing
  *   of that row.
+ * - `shared`: for a route naming a person, what site B's manager and site
+ *   B's admin get for the request built from site B's own fixtures but
+ *   naming the person both sites share (created for site A, a key at each
+ *   site): its answer, and nothing of site A in it (not site A, not the
+ *   person's key there). Reads show the person with site B's site only; a
+ *   write to what both sites rely on (the contact) is 403 `PERSON_SHARED`;
+ *   site B's block acts at site B only.
  * - `list`: for a list, the filters naming site A's rows that site B tries
  *   (answered with none of them), and whether it takes a cursor (site B
  *   sends one made from a site A row: still nothing of site A).
@@ -83,7 +90,18 @@ export interface Row {
   readonly own: readonly number[];
   readonly taken?: (t: SiteFixtures, me: SiteFixtures) => unknown;
   readonly list?: { readonly filters: (t: SiteFixtures) => Record<string, string>; readonly cursor: boolean };
+  readonly shared?: Shared;
 }
+
+/** `t` is site B's fixtures with `person` the shared one; `query` / `body` replace the row's when given. */
+export interface Shared {
+  readonly answer: Expect | readonly number[];
+  readonly query?: (t: SiteFixtures) => Record<string, string>;
+  readonly body?: (t: SiteFixtures) => unknown;
+}
+
+/** A list filtered by the shared person: site B's own rows of her, if any, and nothing of site A. */
+const SHARED_LIST: Shared = { answer: [200], query: (t) => ({ personId: t.person }) };
 
 const nf = (code: string): Expect => ({ status: 404, code });
 const EMPTY: Expect = { status: 200 };
@@ -146,18 +164,26 @@ export const MATRIX: Record<string, Row> = {
     list: { filters: (t) => ({ siteId: t.site, gatewayId: t.gateway }), cursor: false },
   },
   'GET /doors/:doorId': { access: 'read', params: (t) => ({ doorId: t.door }), foreign: nf('DOOR_NOT_FOUND'), own: [200] },
-  'GET /people': { access: 'read', foreign: EMPTY, own: [200], list: { filters: (t) => ({ siteId: t.site }), cursor: false } },
+  'GET /people': {
+    access: 'read',
+    foreign: EMPTY,
+    own: [200],
+    list: { filters: (t) => ({ siteId: t.site }), cursor: false },
+    shared: { answer: [200] },
+  },
   'GET /people/:personId': {
     access: 'read',
     params: (t) => ({ personId: t.person }),
     foreign: nf('PERSON_NOT_FOUND'),
     own: [200],
+    shared: { answer: [200] },
   },
   'GET /keys': {
     access: 'read',
     foreign: EMPTY,
     own: [200],
     list: { filters: (t) => ({ siteId: t.site, personId: t.person, gatewayId: t.gateway }), cursor: true },
+    shared: SHARED_LIST,
   },
   'GET /keys/:keyId': { access: 'read', params: (t) => ({ keyId: t.key }), foreign: nf('KEY_NOT_FOUND'), own: [200] },
   'GET /keys/:keyId/history': { access: 'read', params: (t) => ({ keyId: t.key }), foreign: nf('KEY_NOT_FOUND'), own: [200] },
@@ -166,6 +192,7 @@ export const MATRIX: Record<string, Row> = {
     foreign: EMPTY,
     own: [200],
     list: { filters: (t) => ({ siteId: t.site, gatewayId: t.gateway, doorId: t.door, personId: t.person, keyId: t.key }), cursor: true },
+    shared: SHARED_LIST,
   },
   'GET /staff-actions': {
     access: 'read',
@@ -230,6 +257,7 @@ export const MATRIX: Record<string, Row> = {
     foreign: EMPTY,
     own: [200],
     list: { filters: (t) => ({ siteId: t.site, personId: t.person }), cursor: true },
+    shared: SHARED_LIST,
   },
   'GET /notifications/:id': {
     access: 'read',
@@ -245,12 +273,14 @@ export const MATRIX: Record<string, Row> = {
     query: (t) => ({ personId: t.person }),
     foreign: nf('PLAN_NOT_FOUND'),
     own: [200],
+    shared: { answer: [200] },
   },
   'GET /memberships': {
     access: 'read',
     foreign: EMPTY,
     own: [200],
     list: { filters: (t) => ({ siteId: t.site, planId: t.plan, personId: t.person }), cursor: true },
+    shared: SHARED_LIST,
   },
   'GET /memberships/:membershipId': {
     access: 'read',
@@ -263,6 +293,7 @@ export const MATRIX: Record<string, Row> = {
     foreign: EMPTY,
     own: [200],
     list: { filters: (t) => ({ siteId: t.site, planId: t.plan, personId: t.person }), cursor: true },
+    shared: SHARED_LIST,
   },
   'GET /walk-ins/:walkInId': {
     access: 'read',
@@ -303,6 +334,7 @@ export const MATRIX: Record<string, Row> = {
     foreign: nf('SITE_NOT_FOUND'),
     own: [201],
     taken: (t, me) => ({ id: t.person, name: 'x', siteId: me.site }),
+    shared: { answer: { status: 422, code: 'ALREADY_EXISTS' }, body: (t) => ({ id: t.person, name: 'x', siteId: t.site }) },
   },
   'POST /keys': {
     access: 'write',
@@ -310,6 +342,7 @@ export const MATRIX: Record<string, Row> = {
     foreign: nf('PERSON_NOT_FOUND'),
     own: [202],
     taken: (t, me) => ({ keyId: t.key, personId: me.person, doors: [me.door], credential: pin(me), validFrom: T, validUntil: T + DAY }),
+    shared: { answer: [202] },
   },
   'POST /rooms': {
     access: 'write',
@@ -339,6 +372,7 @@ export const MATRIX: Record<string, Row> = {
     foreign: nf('PLAN_NOT_FOUND'),
     own: [201, 200],
     taken: (t, me) => ({ id: t.membership, planId: me.plan, personId: me.person }),
+    shared: { answer: [201, 200] },
   },
   'POST /walk-ins': {
     access: 'write',
@@ -346,6 +380,7 @@ export const MATRIX: Record<string, Row> = {
     foreign: nf('SITE_NOT_FOUND'),
     own: [202, 422],
     taken: (t, me) => ({ id: t.walkIn, siteId: me.site, planId: me.plan, personId: me.person, credential: pin(me) }),
+    shared: { answer: [202] },
   },
   'POST /stays': {
     access: 'write',
@@ -353,6 +388,7 @@ export const MATRIX: Record<string, Row> = {
     headers: (t) => ({ 'idempotency-key': `bk-${t.n()}` }),
     foreign: nf('ROOM_NOT_FOUND'),
     own: [202, 422],
+    shared: { answer: [202] },
   },
   'POST /webhooks': {
     access: 'write',
@@ -388,6 +424,7 @@ export const MATRIX: Record<string, Row> = {
     body: () => ({ email: 'guest@example.com', locale: 'ja' }),
     foreign: nf('PERSON_NOT_FOUND'),
     own: [200],
+    shared: { answer: { status: 403, code: 'PERSON_SHARED' } },
   },
   'POST /sites/:siteId/mode': {
     access: 'write',
@@ -447,12 +484,14 @@ export const MATRIX: Record<string, Row> = {
     body: () => ({ reason: 'matrix' }),
     foreign: nf('SITE_NOT_FOUND'),
     own: [200],
+    shared: { answer: [200] },
   },
   'DELETE /sites/:siteId/blocked-people/:personId': {
     access: 'write',
     params: (t) => ({ siteId: t.site, personId: t.person }),
     foreign: nf('SITE_NOT_FOUND'),
     own: [200],
+    shared: { answer: [200] },
   },
   'POST /stays/:stayId/check-in': {
     access: 'write',

@@ -50,6 +50,9 @@ describe('the cloud admin API authorization matrix', () => {
   const tokens = {} as Record<PrincipalName, string | null>;
   let A: SiteFixtures;
   let B: SiteFixtures;
+  /** Site B's fixtures but for the person both sites share (created for site A, a key at each site), and that person's key at site A. */
+  let S: SiteFixtures;
+  let sharedKeyA = '';
   let counter = 0;
   const n = () => String(1_000_000 + ++counter);
   const failures: string[] = [];
@@ -166,6 +169,30 @@ describe('the cloud admin API authorization matrix', () => {
     await made(call(tokens.admin, 'POST', '/doors', { id: doorB, gatewayId: gwB, name: 'B front' }), 201);
     A = await fixtures('A', siteA, h.gatewayId, h.doors[0] ?? '');
     B = await fixtures('B', siteB, gwB, doorB);
+    const shared = `person-S-${h.u}`;
+    await made(call(tokens.admin, 'POST', '/people', { id: shared, name: `Shared Name ${h.u}`, siteId: siteA }), 201);
+    sharedKeyA = `key-S-${h.u}`;
+    const validity = { validFrom: T0, validUntil: T0 + DAY_MS };
+    await made(
+      call(tokens.admin, 'POST', '/keys', {
+        keyId: sharedKeyA,
+        personId: shared,
+        doors: [A.door],
+        credential: { type: 'pin', value: `4${n().padStart(7, '0')}` },
+        ...validity,
+      }),
+      202,
+    );
+    await made(
+      call(tokens.admin, 'POST', '/keys', {
+        personId: shared,
+        doors: [B.door],
+        credential: { type: 'pin', value: `5${n().padStart(7, '0')}` },
+        ...validity,
+      }),
+      202,
+    );
+    S = { ...B, person: shared };
   }, 120_000);
   afterAll(() => h?.close());
 
@@ -211,6 +238,7 @@ describe('the cloud admin API authorization matrix', () => {
       A.modeRequest,
       A.alarm,
       A.token,
+      sharedKeyA,
     ].filter((v) => !sent.includes(v) && !sent.includes(encodeURIComponent(v)));
   const check = (what: string, r: Res, want: Expect | readonly number[]) => {
     const statuses = Array.isArray(want) ? want : [(want as Expect).status];
@@ -248,6 +276,18 @@ describe('the cloud admin API authorization matrix', () => {
     ).toEqual([]);
   });
 
+  it('has a `shared` answer for every route that names a person', () => {
+    const named = Object.entries(MATRIX).filter(([, row]) => {
+      if (row.access === 'public') return false;
+      const sent = JSON.stringify([row.params?.(A), row.query?.(A), row.body?.(A, B), row.list?.filters(A)]);
+      return sent.includes(A.person);
+    });
+    expect(
+      named.filter(([, row]) => row.shared === undefined).map(([route]) => route),
+      'routes naming a person without a `shared` answer in authz-matrix.table.ts',
+    ).toEqual([]);
+  });
+
   it('answers every principal as the table says, and no answer to site B shows anything of site A', async () => {
     const rows = Object.entries(MATRIX);
     // refusals and site B's attempts first: none of them may change site A's rows
@@ -267,6 +307,20 @@ describe('the cloud admin API authorization matrix', () => {
         const r = await rq.send();
         check(`managerB ${rq.method} ${rq.path} under site A's id`, r, { status: 409, code: 'ID_UNAVAILABLE' });
         checkNoLeak(`managerB ${rq.method} ${rq.path} under site A's id`, `${rq.path} ${JSON.stringify(rq.body)}`, r);
+      }
+      if (row.shared) {
+        const shared = row.shared;
+        for (const p of FOREIGN) {
+          if (ruleAnswer(p, row.access) !== null) continue;
+          const rq = request(p, route, row, S, B, {
+            ...(shared.query ? { query: shared.query(S) } : {}),
+            ...(shared.body ? { body: shared.body(S) } : {}),
+          });
+          const r = await rq.send();
+          const what = `${p} ${rq.method} ${rq.path} naming the shared person`;
+          check(what, r, shared.answer);
+          checkNoLeak(what, `${rq.path} ${JSON.stringify(rq.body ?? null)}`, r);
+        }
       }
       if (row.list) {
         const probes: Record<string, string>[] = [

@@ -105,8 +105,16 @@ const PersonRow = z
 const PERSON_VISIBLE = `($1::text[] IS NULL
    OR EXISTS (SELECT 1 FROM api_person_sites ps WHERE ps.person_id = p.id AND ps.site_id = ANY($1))
    OR EXISTS (SELECT 1 FROM keys k JOIN gateways g ON g.id = k.gateway_id WHERE k.person_id = p.id AND g.site_id = ANY($1)))`;
+/**
+ * The sites a person belongs to (created for, or holding a key at), only
+ * those of the scope ($1): a person two sites share shows each of them only
+ * its own, never which other site knows the person.
+ */
 const PERSON_COLS = `p.id, p.name, p.created_at,
-  ARRAY(SELECT ps.site_id FROM api_person_sites ps WHERE ps.person_id = p.id ORDER BY ps.site_id) AS sites`;
+  ARRAY(SELECT s.site_id FROM (
+          SELECT ps.site_id FROM api_person_sites ps WHERE ps.person_id = p.id
+          UNION SELECT g.site_id FROM keys k JOIN gateways g ON g.id = k.gateway_id WHERE k.person_id = p.id) s
+        WHERE $1::text[] IS NULL OR s.site_id = ANY($1) ORDER BY s.site_id) AS sites`;
 
 /** Inserts a person; false when the id is taken. */
 export async function insertPerson(q: Queryable, p: { id: string; name: string; createdAt: number }): Promise<boolean> {
@@ -125,13 +133,23 @@ export async function getPerson(q: Queryable, scope: SiteScope, id: string): Pro
 
 export async function listPeople(q: Queryable, scope: SiteScope, f: { siteId?: string | undefined }): Promise<PersonRecord[]> {
   const r = await q.query(
+    // the siteId filter counts only the scope's sites: naming another site lists none (not its people the caller shares)
     `SELECT ${PERSON_COLS} FROM people p WHERE ${PERSON_VISIBLE}
-      AND ($2::text IS NULL OR EXISTS (SELECT 1 FROM api_person_sites ps WHERE ps.person_id = p.id AND ps.site_id = $2)
-        OR EXISTS (SELECT 1 FROM keys k JOIN gateways g ON g.id = k.gateway_id WHERE k.person_id = p.id AND g.site_id = $2))
+      AND ($2::text IS NULL OR ($1::text[] IS NULL OR $2 = ANY($1)) AND (EXISTS (SELECT 1 FROM api_person_sites ps WHERE ps.person_id = p.id AND ps.site_id = $2)
+        OR EXISTS (SELECT 1 FROM keys k JOIN gateways g ON g.id = k.gateway_id WHERE k.person_id = p.id AND g.site_id = $2)))
       ORDER BY p.id LIMIT 1000`,
     [scopeParam(scope), f.siteId ?? null],
   );
   return parseRows('people', PersonRow, r.rows);
+}
+
+/**
+ * Holds a person's row for the rest of the transaction: a key being issued
+ * for the person (which holds it too, `loadBlock`) commits first, so the
+ * sites the person belongs to, read next, include its gateway's.
+ */
+export async function lockPerson(q: Queryable, personId: string): Promise<void> {
+  await q.query('SELECT 1 FROM people WHERE id = $1 FOR UPDATE', [personId]);
 }
 
 /** Records the site a person was created for (the admin API scopes people by it). */

@@ -33,9 +33,27 @@ const SITES_OF: Record<RowKind, string> = {
  * `absent`.
  */
 export async function rowStanding(q: Queryable, scope: SiteScope, kind: RowKind, id: string): Promise<'visible' | 'foreign' | 'absent'> {
+  const reach = await rowReach(q, scope, kind, id);
+  return reach === 'shared' ? 'visible' : reach;
+}
+
+/**
+ * As `rowStanding`, and `shared` for a visible row that also belongs to a
+ * site outside the scope (a person created for one site, holding a key at
+ * another): the caller sees it, but may not change what the other site
+ * relies on too (its contact, its name).
+ */
+export async function rowReach(
+  q: Queryable,
+  scope: SiteScope,
+  kind: RowKind,
+  id: string,
+): Promise<'visible' | 'shared' | 'foreign' | 'absent'> {
   const r = await q.query<{ site_id: string | null }>(SITES_OF[kind], [id]);
   if (r.rows.length === 0) return 'absent';
   const sites = scopeParam(scope);
   if (sites === null) return 'visible';
-  return r.rows.some((x) => x.site_id !== null && sites.includes(x.site_id)) ? 'visible' : 'foreign';
+  const held = r.rows.flatMap((x) => (x.site_id === null ? [] : [x.site_id]));
+  if (!held.some((s) => sites.includes(s))) return 'foreign';
+  return held.every((s) => sites.includes(s)) ? 'visible' : 'shared';
 }

@@ -1,5 +1,4 @@
 import { z } from 'zod';
-import { getPerson } from '../../adapters/db/registry.js';
 import { listNotifications, loadNotification, type Notification } from '../../adapters/db/notifications.js';
 import { NOTIFICATION_CHANNELS, NOTIFICATION_LOCALES, NOTIFICATION_STATUSES, NOTIFICATION_TEMPLATES } from '../../domain/notifications.js';
 import { cidOf, defined, idempotent, problem, statusOf, who, type Api, type Ctx } from '../context.js';
@@ -129,7 +128,8 @@ export function notificationsRoutes(app: Api, ctx: Ctx): void {
     {
       schema: {
         tags: ['notifications'],
-        summary: "Set where and in which language a person is told: e-mail (the smtp channel's address) and locale (null clears)",
+        summary:
+          "Set where and in which language a person is told: e-mail (the smtp channel's address) and locale (null clears); 403 PERSON_SHARED when the person also belongs to a site the token does not cover",
         params: z.strictObject({ personId: Id }),
         body: z.strictObject({ email: z.email().max(254).nullable().optional(), locale: Locale.optional() }),
         response: { ...errorResponses, 200: z.object({ status: OutcomeStatus, code: z.string() }) },
@@ -137,8 +137,12 @@ export function notificationsRoutes(app: Api, ctx: Ctx): void {
     },
     (req, reply) =>
       idempotent(ctx, req, reply, async ({ db }) => {
-        const visible = (await getPerson(db, who(req).sites, req.params.personId)) !== null;
-        const o = await ctx.cloud.savePersonContact(defined({ personId: req.params.personId, ...req.body, visible }), { db });
+        const o = await ctx.cloud.savePersonContact(
+          defined({ personId: req.params.personId, ...req.body, siteScope: who(req).sites, cid: cidOf(req) }),
+          {
+            db,
+          },
+        );
         return { statusCode: statusOf(o), body: o.status === 'refused' ? problem(o.code, o.detail) : { status: o.status, code: o.code } };
       }),
   );
