@@ -36,9 +36,8 @@ export type FaultKind = (typeof FAULT_KINDS)[number];
 /** `--faults kill,cut,clock`: group names expand to kinds. */
 export function parseFaults(spec: string): FaultKind[] {
   const groups: Record<string, readonly FaultKind[]> = {
-    // clock-ahead leaves a gateway failing closed for as long as the step (a day): opt-in, not in `all`; so is
-    // restore: repeated restores can still leave the cloud's uplink acknowledgement stuck (docs/reliability.md)
-    all: FAULT_KINDS.filter((k) => k !== 'clock-ahead' && k !== 'restore'),
+    // clock-ahead leaves a gateway failing closed for as long as the step (a day): opt-in, not in `all`
+    all: FAULT_KINDS.filter((k) => k !== 'clock-ahead'),
     kill: ['kill-cloud', 'kill-gateway', 'kill-fleet', 'kill-broker', 'crash-point'],
     link: ['cut', 'stall', 'slow', 'reset'],
     net: ['cut', 'stall', 'slow', 'reset', 'partition', 'dup'],
