@@ -167,6 +167,34 @@ describe.each(pgBackends())('walk-in routes on %s', (backend) => {
     });
   });
 
+  it('a key issued directly (POST /keys) to a person the site blocked is refused GUEST_BLOCKED, and none is made', async () => {
+    const now = h.cloud.clock.now();
+    const issue = (keyId: string) =>
+      post('/keys', {
+        keyId,
+        personId: h.personId,
+        doors: [h.doors[0]],
+        credential: { type: 'pin', value: String(10_000_000 + Math.floor(Math.random() * 89_999_999)) },
+        validFrom: now,
+        validUntil: now + 86_400_000,
+      });
+    await h.app.inject({
+      method: 'PUT',
+      url: `/sites/${h.siteId}/blocked-people/${h.personId}`,
+      headers: auth(h.admin),
+      payload: { reason: 'threatened staff' },
+    });
+    const keyId = `k-blocked-${h.u}`;
+    const refused = await issue(keyId);
+    expect(refused.statusCode).toBe(422);
+    expect(refused.json()).toMatchObject({ status: 'refused', code: 'GUEST_BLOCKED' });
+    expect((await get(`/keys/${keyId}`)).statusCode).toBe(404);
+    await h.app.inject({ method: 'DELETE', url: `/sites/${h.siteId}/blocked-people/${h.personId}`, headers: auth(h.admin) });
+    const issued = await issue(keyId);
+    expect(issued.statusCode).toBe(202);
+    expect(issued.json()).toMatchObject({ code: 'KEY_ISSUED' });
+  });
+
   it("a stay's check-in is refused GUEST_BLOCKED while the guest is blocked", async () => {
     const room = await post('/rooms', { siteId: h.siteId, name: `R${h.u}`, doors: [h.doors[1]] });
     expect(room.statusCode).toBe(201);

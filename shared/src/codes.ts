@@ -240,7 +240,7 @@ export const OUTCOME_CODES = table({
   UPLINK_KEY_ALREADY_ACTIVE: 'The gateway already signs with this key; nothing changed.',
   UPLINK_KEY_PROPOSED: 'The gateway made (or kept) a new uplink key for the rotation and queued its proposal.',
   // check-in gates, walk-ins and monthly quotas (docs/memberships.md "Check-in gates")
-  GUEST_BLOCKED: 'Check-in gate: the site has blocked this person; nothing changed.',
+  GUEST_BLOCKED: 'The site has blocked this person (a booking, walk-in, key issue or check-in there); nothing changed.',
   PLAN_NOT_IN_CONFIG: 'Check-in gate: the plan is not offered at this site (another site, or retired); nothing changed.',
   WALK_IN_NOT_ALLOWED: 'Check-in gate: the site sells no walk-ins, or the plan is not sold at the front desk; nothing changed.',
   MEMBERS_ONLY_PLAN:

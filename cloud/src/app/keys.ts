@@ -31,6 +31,7 @@ import {
   type HistoryRow,
 } from '../adapters/db/keys.js';
 import type { SiteScope } from '../adapters/db/scope.js';
+import { loadBlock } from '../adapters/db/walk-ins.js';
 import { enqueueAtCommit, type Queued } from '../adapters/outbox/enqueue.js';
 import * as domain from '../domain/keys.js';
 import type { EntryKey, KeyOutcome } from '../domain/keys.js';
@@ -59,6 +60,8 @@ async function transition(
   cid: CorrelationId,
   decide: (current: EntryKey | null, now: number) => KeyOutcome,
   tx?: Queryable,
+  /** For a key not yet issued: a refusal found in the verb's own transaction (a block the issue must not race). */
+  gate?: (q: Queryable) => Promise<KeyResult | null>,
 ): Promise<KeyResult> {
   const log = withCorrelation(deps.log, cid, { verb, keyId });
   let last: EntryKey | null = null;
@@ -70,6 +73,8 @@ async function transition(
       outerVerb ??= entered.outerVerb;
       const current = entered.key;
       last = current;
+      const barred = current === null && gate !== undefined ? await gate(q) : null;
+      if (barred !== null) return barred;
       const now = deps.clock.now();
       const out = decide(current, now);
       if (out.status !== 'applied') return { ...out, cid };
@@ -204,7 +209,13 @@ async function issueParsed(deps: AppDeps, input: ParsedIssueKeyInput, cid: Corre
     names: targets.names,
   };
   // a credential another live key holds is refused by the insert (CREDENTIAL_IN_USE, by rows affected): no read first
-  const o = await transition(deps, 'issueKey', keyId, cid, (current, now) => domain.issueKey(current, cmd, now));
+  // A person the site blocked gets no key there (a block revokes their live keys in its transaction, under
+  // the person's row lock, which loadBlock shares: the block either sees this key or this issue sees it).
+  const blocked = async (q: Queryable): Promise<KeyResult | null> =>
+    (await loadBlock(q, first.siteId, input.personId)) === null
+      ? null
+      : { ...refused('GUEST_BLOCKED', `blocked at site ${first.siteId}`), cid };
+  const o = await transition(deps, 'issueKey', keyId, cid, (current, now) => domain.issueKey(current, cmd, now), undefined, blocked);
   return o.status === 'applied' ? { ...o, gateway } : early(o);
 }
 
