@@ -56,6 +56,7 @@ describe('SQLite store', () => {
       { version: 14, name: 'lock_event_budget' },
       { version: 15, name: 'staff_totp' },
       { version: 16, name: 'privacy_order' },
+      { version: 17, name: 'staff_known_addresses' },
     ]);
   });
 
@@ -331,7 +332,7 @@ describe('SQLite store', () => {
       const sentGone = write(T0 - 40 * DAY);
       reachedCloud(before, [sentGone.seq], T0 - 39 * DAY);
       before.purgeSentOutbox(T0 - 7 * DAY);
-      expect(migrate(earlier)).toEqual([7, 8, 9, 10, 11, 12, 13, 14, 15, 16]);
+      expect(migrate(earlier)).toEqual([7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17]);
       expect(earlier.prepare('SELECT event_id, outbox_seq FROM access_log ORDER BY id').all()).toEqual([
         { event_id: unsent.eventId, outbox_seq: unsent.seq },
         { event_id: sentGone.eventId, outbox_seq: null },
