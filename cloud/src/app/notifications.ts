@@ -11,7 +11,7 @@ import {
 } from '../adapters/db/notifications.js';
 import { lockPerson } from '../adapters/db/registry.js';
 import type { SiteScope } from '../adapters/db/scope.js';
-import { rowReach } from '../adapters/db/visibility.js';
+import { personContactReach } from '../adapters/db/visibility.js';
 import type { Payment } from '../domain/payments.js';
 import type { Stay, StayNotice } from '../domain/stays.js';
 import {
@@ -234,7 +234,7 @@ export async function savePersonContact(
 ): Promise<Outcome<{ readonly personId: string }>> {
   return deps.db.transaction(async (tx) => {
     await lockPerson(tx, input.personId);
-    const reach = await rowReach(tx, input.siteScope, 'person', input.personId);
+    const reach = await personContactReach(tx, input.siteScope, input.personId);
     if (reach === 'absent' || reach === 'foreign') return refused('PERSON_NOT_FOUND');
     if (reach === 'shared') {
       // a site's token reaching for what another site relies on: the operator sees who tried

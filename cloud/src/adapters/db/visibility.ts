@@ -49,7 +49,33 @@ export async function rowReach(
   kind: RowKind,
   id: string,
 ): Promise<'visible' | 'shared' | 'foreign' | 'absent'> {
-  const r = await q.query<{ site_id: string | null }>(SITES_OF[kind], [id]);
+  return reachOf(await q.query<{ site_id: string | null }>(SITES_OF[kind], [id]), scope);
+}
+
+/**
+ * Every site that relies on a person's contact: those it belongs to (as `rowReach`), and those holding a
+ * stay, membership, walk-in or block of theirs. A site can book a person it could see through another
+ * site's token (an admin of both), before any key exists there; its notices (the stay's PIN among them)
+ * go to her contact, so another site may not re-point it then either.
+ */
+const SITES_RELYING_ON_PERSON = `${SITES_OF.person}
+           UNION SELECT site_id FROM stays WHERE person_id = $1
+           UNION SELECT site_id FROM memberships WHERE person_id = $1
+           UNION SELECT site_id FROM walk_ins WHERE person_id = $1
+           UNION SELECT site_id FROM blocked_people WHERE person_id = $1`;
+
+/** As `rowReach` for a person, `shared` also when a site outside the scope holds a stay, membership, walk-in or block of theirs. */
+export async function personContactReach(
+  q: Queryable,
+  scope: SiteScope,
+  personId: string,
+): Promise<'visible' | 'shared' | 'foreign' | 'absent'> {
+  const visible = await rowReach(q, scope, 'person', personId);
+  if (visible !== 'visible') return visible;
+  return reachOf(await q.query<{ site_id: string | null }>(SITES_RELYING_ON_PERSON, [personId]), scope);
+}
+
+function reachOf(r: { rows: readonly { site_id: string | null }[] }, scope: SiteScope): 'visible' | 'shared' | 'foreign' | 'absent' {
   if (r.rows.length === 0) return 'absent';
   const sites = scopeParam(scope);
   if (sites === null) return 'visible';
