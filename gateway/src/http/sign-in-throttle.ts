@@ -57,12 +57,11 @@ export const DEFAULT_THROTTLE: ThrottleOptions = Object.freeze({
   maxEntries: 10_000,
 });
 
-/** Failures counted since `start`, the last at `lastAt` (`before`: its value before the last try counted). */
+/** Failures counted since `start`, the last at `lastAt`. */
 interface Count {
   failures: number;
   readonly start: number;
   lastAt: number;
-  before?: number | undefined;
 }
 
 /** One counter's table: bounded, and never by dropping an entry at or over its limit. */
@@ -116,17 +115,11 @@ class Counts {
     this.#m.set(k, c);
   }
 
-  /**
-   * One failure given back, and its time: a shed try must not keep an entry alive or restart a wait (its
-   * expiry and the per-name delay run from `lastAt`), or shedding would hold a penalty for free. A count
-   * back at zero is dropped.
-   */
+  /** One failure given back; a count back at zero is dropped. */
   giveBack(k: string, now: number): void {
     const c = this.get(k, now);
     if (c === undefined) return;
     c.failures -= 1;
-    if (c.before !== undefined) c.lastAt = c.before;
-    c.before = undefined;
     this.#fullUntil = 0;
     if (c.failures <= 0) this.#delete(k);
   }
@@ -192,7 +185,6 @@ export class SignInThrottle {
     if (full > 0) return Math.ceil(full);
     const p = this.#pairs.get(pk, now) ?? { failures: 0, start: now, lastAt: now };
     p.failures += 1;
-    p.before = p.lastAt;
     p.lastAt = now;
     this.#pairs.put(pk, p);
     for (const [t, k] of [
@@ -201,7 +193,6 @@ export class SignInThrottle {
     ] as const) {
       const w = t.get(k, now) ?? { failures: 0, start: now, lastAt: now };
       w.failures += 1;
-      w.before = w.lastAt;
       w.lastAt = now;
       t.put(k, w);
     }
