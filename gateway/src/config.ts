@@ -171,7 +171,14 @@ export const GatewayConfig = z.strictObject({
       /** The staff UI is reached over HTTPS (TLS here or at a proxy): the session cookie is `__Host-tobira_staff`, Secure. Default: on when `tls` is. */
       secureCookies: z.boolean().optional(),
       /** Argon2 hashes/verifies the whole process runs at once, and how many may wait; beyond, 503 SIGN_IN_BUSY (app/password-work.ts). */
-      passwordWork: z.strictObject({ concurrency: z.int().min(1).max(16), queue: z.int().min(0).max(1000) }).optional(),
+      passwordWork: z
+        .strictObject({
+          concurrency: z.int().min(1).max(16),
+          queue: z.int().min(0).max(1000),
+          perSource: z.int().min(1).max(1000).optional(),
+          priorityQueue: z.int().min(0).max(1000).optional(),
+        })
+        .optional(),
       /** A staff session ends after this long without a request (default 1800 s) ... */
       sessionIdleSeconds: z.int().min(60).max(86_400).optional(),
       /** ... and this long after sign-in, whatever happens (default 43200 s = 12 h). */

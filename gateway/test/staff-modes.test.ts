@@ -66,10 +66,44 @@ describe('decidePassageSet and decideModeChange (domain/staff-modes.ts)', () => 
 
 describe('PasswordWork (the process Argon2 budget)', () => {
   it('runs at most `concurrency` at once, queues at most `queue`, and sheds the rest at once', async () => {
-    const work = new PasswordWork({ concurrency: 2, queue: 3 });
+    const work = new PasswordWork({ concurrency: 2, queue: 3, perSource: 3 });
     const all = await Promise.all(Array.from({ length: 10 }, () => work.verify(null, 'anything at all')));
     expect(all.filter((x) => x === false)).toHaveLength(5);
     expect(all.filter((x) => typeof x === 'object')).toHaveLength(5);
     expect(work.stats).toMatchObject({ runs: 5, shed: 5, highWater: 2, running: 0, waiting: 0 });
+  });
+
+  const flood = (work: PasswordWork, source: string, n: number) =>
+    Array.from({ length: n }, () => work.verify(null, 'wrong guess', { source, priority: false }));
+
+  it('one address flooding fills only its own share: a new address and a trusted sign-in still get a turn', async () => {
+    const work = new PasswordWork({ concurrency: 1, queue: 4, perSource: 2, priorityQueue: 1 });
+    const attacker = flood(work, '10.0.0.66', 20);
+    // The attacker holds the one slot and two places; the other seventeen are shed at once.
+    expect(work.stats).toMatchObject({ running: 1, waiting: 2, shed: 17 });
+    expect(work.admits({ source: '10.0.0.66', priority: false })).toBe(false);
+    expect(work.admits({ source: '10.0.0.7', priority: false })).toBe(true);
+    expect(work.admits({ source: '10.0.0.66', priority: true })).toBe(true);
+    const newcomer = work.verify(null, 'first try', { source: '10.0.0.7', priority: false });
+    const supervisor = work.verify(null, 'her password', { source: '10.0.0.5', priority: true });
+    expect(typeof (await newcomer)).toBe('boolean');
+    expect(typeof (await supervisor)).toBe('boolean');
+    const shed = (await Promise.all(attacker)).filter((x) => typeof x === 'object');
+    expect(shed).toHaveLength(17);
+    // The priority lane has its own bound: one place here, so a second trusted try while it is taken is shed.
+    const busy = flood(work, '10.0.0.66', 1);
+    const first = work.verify(null, 'a', { source: 'session', priority: true });
+    expect(work.admits({ source: 'session', priority: true })).toBe(false);
+    await Promise.all([...busy, first]);
+  });
+
+  it('serves the priority lane first, then the shared lane round robin over addresses', async () => {
+    const work = new PasswordWork({ concurrency: 1, queue: 16, perSource: 4 });
+    const order: string[] = [];
+    const ask = (label: string, source: string, priority = false) =>
+      work.verify(null, label, { source, priority }).then(() => order.push(label));
+    const jobs = [ask('a0', 'A'), ask('a1', 'A'), ask('a2', 'A'), ask('a3', 'A'), ask('b1', 'B'), ask('c1', 'C'), ask('p1', 'S', true)];
+    await Promise.all(jobs);
+    expect(order).toEqual(['a0', 'p1', 'a1', 'b1', 'c1', 'a2', 'a3']);
   });
 });

@@ -149,6 +149,29 @@ describe('staff trust boundaries of a running gateway', () => {
       expect(s!.gw.accounts.passwordWork.shed).toBe(t['503 SIGN_IN_BUSY']);
     });
 
+    it('a flood from one address fills only its share of the Argon2 queue: the supervisor from her known address and a new address still get their sign-in evaluated', async () => {
+      await start({ overrides: { http: { host: '127.0.0.1', port: 0, passwordWork: { concurrency: 1, queue: 4, perSource: 2 } } } });
+      await signIn(SUPERVISOR, '127.0.0.1');
+      const flood = Array.from({ length: 40 }, (_, i) =>
+        send(url(), 'POST', '/staff/session', { body: { username: `ghost-${i}`, password: 'whatever it is' }, from: '127.0.0.4' }),
+      );
+      // Wait until the flood is being shed: the queue is as full as that address can make it.
+      for (let i = 0; i < 400 && s!.gw.accounts.passwordWork.shed === 0; i++) await new Promise((r) => setTimeout(r, 5));
+      expect(s!.gw.accounts.passwordWork.shed).toBeGreaterThan(0);
+      const [supervisor, newcomer] = await Promise.all([
+        send(url(), 'POST', '/staff/session', {
+          body: { username: SUPERVISOR.username, password: SUPERVISOR.password },
+          from: '127.0.0.1',
+        }),
+        send(url(), 'POST', '/staff/session', { body: { username: 'someone-new', password: 'a first try' }, from: '127.0.0.9' }),
+      ]);
+      expect(supervisor.status, JSON.stringify(supervisor.body)).toBe(200);
+      expect([newcomer.status, newcomer.body]).toEqual([401, { code: 'BAD_CREDENTIALS' }]);
+      const t = tally(await Promise.all(flood));
+      expect(t['503 SIGN_IN_BUSY']).toBeGreaterThanOrEqual(30);
+      expect(s!.gw.accounts.passwordWork.highWater).toBe(1);
+    });
+
     it('checks the setup code before hashing: 300 wrong codes at once cost no Argon2 work, at most the free tries are evaluated, the rest 429', async () => {
       await start({}, false);
       const code = s!.gw.setupCode!.code;

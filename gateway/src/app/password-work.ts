@@ -4,16 +4,37 @@ import { hash, verify } from '@node-rs/argon2';
  * The Argon2 work the whole process does at once. Each hash or verify takes
  * 19 MiB and tens of milliseconds of one core; the gateway box also decides
  * at the doors, so a flood of sign-ins (to any name, known or not) must not
- * take every core. At most `concurrency` run at once, at most `queue` wait
- * for a turn; anything beyond is shed at once (`busy`), without any Argon2
- * work, and the caller answers 503 SIGN_IN_BUSY. The slot is taken
- * synchronously, so a burst that arrives in one tick is bounded too.
+ * take every core. At most `concurrency` run at once; anything that cannot
+ * wait is shed at once (`busy`), without any Argon2 work, and the caller
+ * answers 503 SIGN_IN_BUSY. The slot is taken synchronously, so a burst that
+ * arrives in one tick is bounded too.
+ *
+ * Waiting is in two lanes so that a flood cannot lock staff out:
+ * - the priority lane (at most `priorityQueue`, served first, in order):
+ *   someone already trusted — a signed-in session, the setup, or a sign-in
+ *   to an account from an address it signed in from before;
+ * - the shared lane (at most `queue` in all, at most `perSource` from one
+ *   address, served round robin over addresses): everyone else. One address
+ *   flooding fills only its own share; a new address still gets a turn.
  */
 export interface PasswordWorkLimits {
   readonly concurrency: number;
   readonly queue: number;
+  readonly perSource: number;
+  readonly priorityQueue: number;
 }
-export const DEFAULT_PASSWORD_WORK: PasswordWorkLimits = Object.freeze({ concurrency: 2, queue: 16 });
+export const DEFAULT_PASSWORD_WORK: PasswordWorkLimits = Object.freeze({ concurrency: 2, queue: 16, perSource: 2, priorityQueue: 8 });
+
+/** Who asks for the work: the address it came from, and whether it goes in the priority lane. */
+export interface Requester {
+  readonly source: string;
+  readonly priority: boolean;
+}
+/** Work nobody in particular asked for (tests, tools): one shared source. */
+export const NOBODY: Requester = Object.freeze({ source: '', priority: false });
+
+/** Limits as configured: any field left out (or undefined) takes its default. */
+export type PasswordWorkConfig = { readonly [K in keyof PasswordWorkLimits]?: number | undefined };
 
 // algorithm 2 = Argon2id (a const enum in the typings, which verbatimModuleSyntax cannot import; it is also the default)
 const ARGON2 = { algorithm: 2, memoryCost: 19_456, timeCost: 2, parallelism: 1 } as const;
@@ -32,23 +53,50 @@ const SHED: Shed = Object.freeze({ busy: true });
 export class PasswordWork {
   readonly #l: PasswordWorkLimits;
   #running = 0;
-  readonly #waiting: (() => void)[] = [];
+  readonly #priority: (() => void)[] = [];
+  /** Shared lane: each source's waiters; Map order is the round-robin order (a served source moves to the back). */
+  readonly #shared = new Map<string, (() => void)[]>();
+  #sharedWaiting = 0;
   #shed = 0;
   #runs = 0;
   #highWater = 0;
 
-  constructor(l: Partial<PasswordWorkLimits> = {}) {
-    this.#l = { ...DEFAULT_PASSWORD_WORK, ...l };
+  constructor(l: PasswordWorkConfig = {}) {
+    const d = DEFAULT_PASSWORD_WORK;
+    this.#l = {
+      concurrency: l.concurrency ?? d.concurrency,
+      queue: l.queue ?? d.queue,
+      perSource: l.perSource ?? d.perSource,
+      priorityQueue: l.priorityQueue ?? d.priorityQueue,
+    };
   }
 
   /** Argon2id PHC string of `password`, or shed. */
-  hash(password: string): Promise<string | Shed> {
-    return this.#run(() => hash(password, ARGON2));
+  hash(password: string, who: Requester = NOBODY): Promise<string | Shed> {
+    return this.#run(who, () => hash(password, ARGON2));
   }
 
   /** Whether `password` matches `phc` (null: an unknown account, verified against the dummy at the same cost); or shed. */
-  verify(phc: string | null, password: string): Promise<boolean | Shed> {
-    return this.#run(() => verify(phc ?? DUMMY_HASH, password).catch(() => false));
+  verify(phc: string | null, password: string, who: Requester = NOBODY): Promise<boolean | Shed> {
+    return this.#run(who, () => verify(phc ?? DUMMY_HASH, password).catch(() => false));
+  }
+
+  /**
+   * Whether work for `who` would run or wait now rather than be shed. The
+   * routes ask before they count a try, so a shed try touches no counter.
+   */
+  admits(who: Requester): boolean {
+    if (this.#running < this.#l.concurrency) return true;
+    if (who.priority) return this.#priority.length < this.#l.priorityQueue;
+    const mine = this.#shared.get(who.source)?.length ?? 0;
+    return this.#sharedWaiting < this.#l.queue && mine < Math.min(this.#l.perSource, this.#l.queue);
+  }
+
+  /** As `admits`, and a refusal counts as shed (the caller answers busy without asking for the work). */
+  admitOrShed(who: Requester): boolean {
+    if (this.admits(who)) return true;
+    this.#shed += 1;
+    return false;
   }
 
   /** Jobs run and shed so far, and the most that ever ran at once (tests; what a flood cost). */
@@ -59,11 +107,32 @@ export class PasswordWork {
     readonly running: number;
     readonly waiting: number;
   } {
-    return { runs: this.#runs, shed: this.#shed, highWater: this.#highWater, running: this.#running, waiting: this.#waiting.length };
+    return {
+      runs: this.#runs,
+      shed: this.#shed,
+      highWater: this.#highWater,
+      running: this.#running,
+      waiting: this.#priority.length + this.#sharedWaiting,
+    };
   }
 
-  #run<T>(work: () => Promise<T>): Promise<T | Shed> {
-    if (this.#running >= this.#l.concurrency && this.#waiting.length >= this.#l.queue) {
+  /** The next waiter: the priority lane first, then the shared lane's next source in turn. */
+  #next(): (() => void) | undefined {
+    const p = this.#priority.shift();
+    if (p !== undefined) return p;
+    for (const [source, q] of this.#shared) {
+      const w = q.shift();
+      this.#shared.delete(source);
+      if (w === undefined) continue;
+      this.#sharedWaiting -= 1;
+      if (q.length > 0) this.#shared.set(source, q);
+      return w;
+    }
+    return undefined;
+  }
+
+  #run<T>(who: Requester, work: () => Promise<T>): Promise<T | Shed> {
+    if (!this.admits(who)) {
       this.#shed += 1;
       return Promise.resolve(SHED);
     }
@@ -73,7 +142,7 @@ export class PasswordWork {
       try {
         return await work();
       } finally {
-        const next = this.#waiting.shift();
+        const next = this.#next();
         if (next === undefined) this.#running -= 1;
         else next();
       }
@@ -83,7 +152,15 @@ export class PasswordWork {
       this.#highWater = Math.max(this.#highWater, this.#running);
       return go();
     }
-    return new Promise<void>((resolve) => this.#waiting.push(resolve)).then(go);
+    return new Promise<void>((resolve) => {
+      if (who.priority) this.#priority.push(resolve);
+      else {
+        const q = this.#shared.get(who.source);
+        if (q === undefined) this.#shared.set(who.source, [resolve]);
+        else q.push(resolve);
+        this.#sharedWaiting += 1;
+      }
+    }).then(go);
   }
 }
 

@@ -36,7 +36,7 @@ import {
   useRecoveryCode,
 } from '../adapters/sqlite/staff-totp.js';
 import { passwordProblem } from './password-policy.js';
-import { PasswordWork, isShed } from './password-work.js';
+import { PasswordWork, isShed, type Requester } from './password-work.js';
 import {
   newRecoveryCodes,
   newTotpSecret,
@@ -86,6 +86,8 @@ export interface KnownAddresses {
   remember(ip: string, username: string): void;
 }
 export { PASSWORD_MAX, PASSWORD_MIN, passwordProblem } from './password-policy.js';
+/** Work a signed-in supervisor or person asks for (create, reset, turning off their own second step): the priority lane. */
+const SIGNED_IN: Requester = Object.freeze({ source: 'session', priority: true });
 const sha256 = (s: string): string => createHash('sha256').update(s).digest('hex');
 const CROCKFORD = '0123456789ABCDEFGHJKMNPQRSTVWXYZ';
 
@@ -266,6 +268,20 @@ export class StaffAccounts {
     return this.#work.stats;
   }
 
+  /**
+   * The Argon2 lane of a try from `ip`: `username` null is someone already
+   * trusted (a session, or the setup-code holder), who goes first; a sign-in
+   * goes first only from an address that account signed in from before.
+   */
+  #requester(ip: string, username: string | null): Requester {
+    return { source: ip, priority: username === null || this.knownAddresses.isKnown(ip, username) };
+  }
+
+  /** Whether a try from `ip` (to `username`; null: a trusted one) would get Argon2 work now; false counts it shed. */
+  admitsPasswordWork(ip: string, username: string | null): boolean {
+    return this.#work.admitOrShed(this.#requester(ip, username));
+  }
+
   /** True while no account exists (the page shows the setup form). */
   setupRequired(): boolean {
     return accountCount(this.#d.db) === 0;
@@ -310,7 +326,7 @@ export class StaffAccounts {
     }
     const weak = passwordProblem(i.password, i.username);
     if (weak !== null) return { status: 'refused', ...weak };
-    const passwordHash = await this.#work.hash(i.password);
+    const passwordHash = await this.#work.hash(i.password, this.#requester(ip, null));
     if (isShed(passwordHash)) return { status: 'refused', code: 'SIGN_IN_BUSY' };
     const now = this.#d.now();
     const accountId = newId();
@@ -350,7 +366,7 @@ export class StaffAccounts {
   /** Checks the password; a success starts a new session (a new id: no fixation). */
   async signIn(username: string, password: string, ip: string, cid: string): Promise<SignedIn | SecondStepDue | Refused> {
     const c = credentialsOf(this.#d.db, username);
-    const ok = await this.#work.verify(c?.passwordHash ?? null, password);
+    const ok = await this.#work.verify(c?.passwordHash ?? null, password, this.#requester(ip, username));
     const log = withCorrelation(this.#d.log, cid);
     if (isShed(ok)) {
       log.warn({ code: 'SIGN_IN_BUSY', ip }, 'staff sign-in refused');
@@ -588,7 +604,7 @@ export class StaffAccounts {
     const log = withCorrelation(this.#d.log, cid);
     const accountId = s.account.accountId;
     const c = credentialsOf(db, s.account.username);
-    const ok = await this.#work.verify(c?.passwordHash ?? null, i.password);
+    const ok = await this.#work.verify(c?.passwordHash ?? null, i.password, SIGNED_IN);
     if (isShed(ok)) return { status: 'refused', code: 'SIGN_IN_BUSY' };
     if (c === null || c.account.accountId !== accountId || !ok) {
       log.warn({ code: 'CURRENT_PASSWORD_WRONG', accountId }, 'staff TOTP disable refused');
@@ -733,7 +749,7 @@ export class StaffAccounts {
     if (actor.role !== 'supervisor') return { status: 'refused', code: 'NOT_SUPERVISOR' };
     const weak = passwordProblem(i.password, i.username);
     if (weak !== null) return { status: 'refused', ...weak };
-    const passwordHash = await this.#work.hash(i.password);
+    const passwordHash = await this.#work.hash(i.password, SIGNED_IN);
     if (isShed(passwordHash)) return { status: 'refused', code: 'SIGN_IN_BUSY' };
     const db = this.#d.db;
     const accountId = newId();
@@ -808,7 +824,7 @@ export class StaffAccounts {
     if (target === null) return { status: 'refused', code: 'ACCOUNT_NOT_FOUND' };
     const weak = passwordProblem(password, target.username);
     if (weak !== null) return { status: 'refused', ...weak };
-    const passwordHash = await this.#work.hash(password);
+    const passwordHash = await this.#work.hash(password, SIGNED_IN);
     if (isShed(passwordHash)) return { status: 'refused', code: 'SIGN_IN_BUSY' };
     const db = this.#d.db;
     const ok = db
@@ -846,7 +862,7 @@ export class StaffAccounts {
     const db = this.#d.db;
     const log = withCorrelation(this.#d.log, cid);
     const c = credentialsOf(db, s.account.username);
-    const ok = await this.#work.verify(c?.passwordHash ?? null, current);
+    const ok = await this.#work.verify(c?.passwordHash ?? null, current, this.#requester(ip, null));
     if (isShed(ok)) return { status: 'refused', code: 'SIGN_IN_BUSY' };
     if (c === null || c.account.accountId !== s.account.accountId || !ok) {
       log.warn({ code: 'CURRENT_PASSWORD_WRONG', accountId: s.account.accountId }, 'staff password change refused');
@@ -854,7 +870,7 @@ export class StaffAccounts {
     }
     const weak = passwordProblem(next, s.account.username);
     if (weak !== null) return { status: 'refused', ...weak };
-    const passwordHash = await this.#work.hash(next);
+    const passwordHash = await this.#work.hash(next, this.#requester(ip, null));
     if (isShed(passwordHash)) return { status: 'refused', code: 'SIGN_IN_BUSY' };
     const actor = actorOf(s.account);
     const changed = db

@@ -117,6 +117,8 @@ export async function openSessionRoutes(
     if (wait > 0) return throttled(reply, req, wait);
     const body = SetupBody.safeParse(req.body);
     if (!body.success) return reply.status(422).send({ code: 'BAD_REQUEST', detail: issues(body.error) });
+    // Shed before it is counted: a try that gets no Argon2 work guessed nothing and touches no counter.
+    if (!accounts.admitsPasswordWork(req.ip, null)) return busy(reply, req);
     // Counted before the await: a burst of guesses sent at once is throttled like one sent in turn.
     const full = throttle.attempt(req.ip, SETUP_KEY);
     if (full > 0) return throttled(reply, req, full);
@@ -143,6 +145,8 @@ export async function openSessionRoutes(
     const { username, password } = body.data;
     const wait = throttle.waitFor(req.ip, username);
     if (wait > 0) return throttled(reply, req, wait);
+    // Shed before it is counted: a flood that gets no Argon2 work cannot make the account's wait for everyone.
+    if (!accounts.admitsPasswordWork(req.ip, username)) return busy(reply, req);
     // Counted before the await (in flight counts as failed until known right), per address and per name alike.
     const full = throttle.attempt(req.ip, username);
     if (full > 0) return throttled(reply, req, full);
@@ -253,6 +257,7 @@ export async function sessionRoutes(
     const name = a.session.account.username;
     const wait = throttle.waitFor(req.ip, name);
     if (wait > 0) return throttled(reply, req, wait);
+    if (!accounts.admitsPasswordWork(req.ip, null)) return busy(reply, req);
     const full = throttle.attempt(req.ip, name);
     if (full > 0) return throttled(reply, req, full);
     const r = await accounts.changeOwnPassword(a.session, body.data.currentPassword, body.data.newPassword, req.ip, req.id);
