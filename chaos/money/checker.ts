@@ -1,5 +1,5 @@
 import type { Entry } from '../history.js';
-import type { CloudStay, CloudWalkIn, MoneyLedgers } from './ledgers.js';
+import type { CloudMembership, CloudStay, CloudWalkIn, MoneyLedgers, StripeInvoicePayment } from './ledgers.js';
 
 /**
  * The money checker: reads a money run's history and the three ledgers read after healing (the
@@ -25,6 +25,7 @@ export interface MoneyCheckOptions {
   /** What the site's policy keeps of a stay in its final state; by default the run's policy (below). */
   readonly keptOfStay?: (s: CloudStay) => number;
   readonly keptOfWalkIn?: (w: CloudWalkIn) => number;
+  readonly keptOfMembership?: typeof keptOfMembershipPolicy;
 }
 
 export interface MoneyViolation {
@@ -47,6 +48,28 @@ export interface MoneyVerdict {
 export const DELIVERED_STAY = new Set(['confirmed', 'checked_in', 'checked_out']);
 export const keptOfStayFullRefundPolicy = (s: CloudStay): number => (DELIVERED_STAY.has(s.status) ? s.amount : 0);
 export const keptOfWalkInFullRefundPolicy = (w: CloudWalkIn): number => (w.status === 'paid' ? w.amount : 0);
+
+/** What Stripe holds of one PaymentIntent: received, and refunded by refunds that succeeded. */
+export type MoneyOf = (intentId: string) => { readonly received: number; readonly refunded: number };
+
+/**
+ * A membership keeps what each of its invoices charged while it ran (a cancel, at once or at the period
+ * end, refunds nothing). A checkout that ended unpaid (`rejected`) keeps nothing: money that landed as its
+ * deadline cancelled the subscription is refunded. That payment may also have won the race locally: the
+ * membership was active for a moment and Stripe's cancel ended it (`ended`, `force_cancel`) with its first
+ * invoice refunded in full, the one refund a member's money may see (docs/memberships.md).
+ */
+export function keptOfMembershipPolicy(m: CloudMembership, paid: readonly StripeInvoicePayment[], money: MoneyOf): number {
+  const sum = (ps: readonly StripeInvoicePayment[]) => ps.reduce((s, p) => s + money(p.intentId).received, 0);
+  if (m.status === 'rejected') return 0;
+  const first = paid.filter((p) => p.first);
+  const checkoutRefunded =
+    m.status === 'ended' &&
+    m.endReason === 'force_cancel' &&
+    first.length > 0 &&
+    first.every((p) => money(p.intentId).refunded === money(p.intentId).received);
+  return sum(paid) - (checkoutRefunded ? sum(first) : 0);
+}
 
 /** The statuses docs/api.md documents for the calls the workload makes. */
 export const DOCUMENTED_STATUSES = new Set([200, 201, 202, 204, 400, 401, 403, 404, 409, 422, 429, 503]);
@@ -85,6 +108,7 @@ export function checkMoney(history: readonly Entry[], l: MoneyLedgers, o: MoneyC
   const deadlineSlack = o.deadlineSlackMs ?? 60_000;
   const keptOfStay = o.keptOfStay ?? keptOfStayFullRefundPolicy;
   const keptOfWalkIn = o.keptOfWalkIn ?? keptOfWalkInFullRefundPolicy;
+  const keptOfMembership = o.keptOfMembership ?? keptOfMembershipPolicy;
   const checks: Record<string, number> = {};
   const violations: MoneyViolation[] = [];
   const count = (name: string, n = 1) => (checks[name] = (checks[name] ?? 0) + n);
@@ -215,6 +239,19 @@ export function checkMoney(history: readonly Entry[], l: MoneyLedgers, o: MoneyC
     );
   }
   for (const w of l.cloud.walkIns) if (w.status !== 'pending') checkMoneyOf('walk-in', w.id, [w.intentId], keptOfWalkIn(w));
+  // a membership's money is Stripe's invoices alone (the cloud keeps no payment rows for it; M3 keeps the states in step)
+  const money: MoneyOf = (intentId) => ({ received: receivedAt(intentId), refunded: refundedAt(intentId) });
+  const subscriptionOf = new Map(l.stripe.subscriptions.map((x) => [x.id, x]));
+  for (const m of l.cloud.memberships) {
+    const paid = m.subscriptionId === null ? undefined : subscriptionOf.get(m.subscriptionId)?.paid;
+    if (paid === undefined) continue; // never billed (M3 says whether it should have been), or a run recorded before invoices were read
+    checkMoneyOf(
+      'membership',
+      m.id,
+      paid.map((p) => p.intentId),
+      keptOfMembership(m, paid, money),
+    );
+  }
   // the cloud's ledger says what Stripe says
   for (const p of l.cloud.payments) {
     count('M2 payments compared with Stripe');

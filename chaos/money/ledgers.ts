@@ -20,10 +20,20 @@ export interface StripeRefund {
   readonly metadata: Readonly<Record<string, string>>;
 }
 
+/** An invoice of a subscription paid through a PaymentIntent (Stripe's InvoicePayment, status `paid`). */
+export interface StripeInvoicePayment {
+  readonly invoice: string;
+  readonly intentId: string;
+  /** the subscription's first invoice (`billing_reason: subscription_create`): the checkout */
+  readonly first: boolean;
+}
+
 export interface StripeSubscription {
   readonly id: string;
   readonly status: string;
   readonly cancelAtPeriodEnd: boolean;
+  /** its paid invoices; absent in runs recorded before the ledger read them (their M2 skips memberships) */
+  readonly paid?: readonly StripeInvoicePayment[];
 }
 
 export interface CloudStay {
@@ -77,6 +87,8 @@ export interface CloudMembership {
   readonly cancelAtPeriodEnd: boolean;
   readonly suspended: boolean;
   readonly keyId: string | null;
+  /** why it ended (`memberships.end_reason`); absent in runs recorded before the ledger read it */
+  readonly endReason?: string | null;
 }
 
 export interface CloudKey {

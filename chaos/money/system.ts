@@ -126,9 +126,23 @@ export async function readLedgers(c: MoneyCluster): Promise<MoneyLedgers> {
     const pi = local.paymentIntent(id);
     if (pi) intents.push({ id, status: pi.status, amount: pi.amount, amountReceived: pi.amount_received, metadata: { ...pi.metadata } });
   }
+  // an invoice's PaymentIntent emits no events of its own (the invoice's stand for it): read them from its payments
+  const invoicePayments = local.invoicePayments().filter((p) => p.status === 'paid');
+  for (const p of invoicePayments) {
+    const id = p.payment.payment_intent;
+    const pi = local.paymentIntent(id);
+    if (pi && !intents.some((x) => x.id === id))
+      intents.push({ id, status: pi.status, amount: pi.amount, amountReceived: pi.amount_received, metadata: { ...pi.metadata } });
+  }
   const subscriptions = objectIds('customer.subscription.').flatMap((id) => {
     const sub = local.subscription(id);
-    return sub ? [{ id, status: sub.status, cancelAtPeriodEnd: sub.cancel_at_period_end }] : [];
+    if (!sub) return [];
+    const paid = invoicePayments.flatMap((p) => {
+      const inv = local.invoice(p.invoice);
+      if (inv?.parent.subscription_details.subscription !== id) return [];
+      return [{ invoice: p.invoice, intentId: p.payment.payment_intent, first: inv.billing_reason === 'subscription_create' }];
+    });
+    return [{ id, status: sub.status, cancelAtPeriodEnd: sub.cancel_at_period_end, paid }];
   });
   const refunds = local.refunds().map((r) => ({
     id: r.id,
@@ -201,7 +215,9 @@ export async function readLedgers(c: MoneyCluster): Promise<MoneyLedgers> {
         keyId: sn(r.key_id),
       })),
       memberships: (
-        await q('SELECT id, person_id, status, subscription_id, cancel_at_period_end, suspended, key_id FROM memberships ORDER BY id')
+        await q(
+          'SELECT id, person_id, status, subscription_id, cancel_at_period_end, suspended, key_id, end_reason FROM memberships ORDER BY id',
+        )
       ).map((r) => ({
         id: s(r.id),
         personId: s(r.person_id),
@@ -210,6 +226,7 @@ export async function readLedgers(c: MoneyCluster): Promise<MoneyLedgers> {
         cancelAtPeriodEnd: r.cancel_at_period_end === true,
         suspended: r.suspended === true,
         keyId: sn(r.key_id),
+        endReason: sn(r.end_reason),
       })),
       keys: (await q('SELECT id, status, cid FROM keys ORDER BY id')).map((r) => ({ id: s(r.id), status: s(r.status), cid: sn(r.cid) })),
       notifications: (await q('SELECT id, dedupe_key, status, created_at FROM notification_outbox ORDER BY id')).map((r) => ({

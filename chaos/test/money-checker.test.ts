@@ -62,12 +62,24 @@ function goodRun(): { h: Entry[]; l: MoneyLedgers } {
         { id: 'pi_c1', status: 'succeeded', amount: 2000, amountReceived: 2000, metadata: {} },
         { id: 'pi_c2', status: 'canceled', amount: 8000, amountReceived: 0, metadata: {} },
         { id: 'pi_w', status: 'succeeded', amount: 1500, amountReceived: 1500, metadata: {} },
+        { id: 'pi_m1', status: 'succeeded', amount: 5000, amountReceived: 5000, metadata: {} },
+        { id: 'pi_m2', status: 'succeeded', amount: 5000, amountReceived: 5000, metadata: {} },
       ],
       refunds: [
         { id: 're_b', paymentIntent: 'pi_b', amount: 10_000, status: 'succeeded', metadata: { refund_id: 'rf_pay_b_1' } },
         { id: 're_c', paymentIntent: 'pi_c1', amount: 2000, status: 'succeeded', metadata: { refund_id: 'rf_pay_c1_1' } },
       ],
-      subscriptions: [{ id: 'sub_1', status: 'active', cancelAtPeriodEnd: true }],
+      subscriptions: [
+        {
+          id: 'sub_1',
+          status: 'active',
+          cancelAtPeriodEnd: true,
+          paid: [
+            { invoice: 'in_1', intentId: 'pi_m1', first: true },
+            { invoice: 'in_2', intentId: 'pi_m2', first: false },
+          ],
+        },
+      ],
     },
     cloud: {
       stays: [
@@ -240,7 +252,7 @@ describe('the money checker', () => {
     expect(v.violations).toEqual([]);
     expect(v.checks).toMatchObject({
       'M1 door openings checked': 4,
-      'M2 subjects checked': 4,
+      'M2 subjects checked': 5,
       'M3 memberships checked': 1,
       'M5 answers checked': 8,
       'M5 calls without an answer': 1,
@@ -355,6 +367,52 @@ describe('the money checker', () => {
         l.stripe.refunds.push({ id: 're_dash', paymentIntent: 'pi_a2', amount: 7000, status: 'succeeded', metadata: {} });
       });
       expect(v.map((x) => x.message).join('\n')).toMatch(/re_dash .* is not in the cloud's ledger/);
+    });
+  });
+
+  describe('M2 for memberships: what its invoices charged is kept while it ran, nothing of a checkout that ended', () => {
+    const refund = (id: string, intent: string, amount: number) => ({
+      id,
+      paymentIntent: intent,
+      amount,
+      status: 'succeeded',
+      metadata: { membership_id: 'm1' },
+    });
+    const endedBy = (l: Mutable<MoneyLedgers>, status: string, endReason: string) => {
+      Object.assign(l.cloud.memberships[0]!, { status, endReason, cancelAtPeriodEnd: false });
+      Object.assign(l.stripe.subscriptions[0]!, { status: 'canceled', cancelAtPeriodEnd: false });
+    };
+    it('a running membership whose renewal was refunded', () => {
+      const v = broken('M2', (_h, l) => {
+        l.stripe.refunds.push(refund('re_m2', 'pi_m2', 5000));
+      });
+      expect(v[0]?.message).toBe('membership m1: received 10000 − refunded 5000 = 5000 at Stripe, its policy keeps 10000');
+    });
+    it('a checkout that ended (rejected) and kept the money that landed as it ended', () => {
+      const v = broken('M2', (_h, l) => {
+        endedBy(l, 'rejected', 'checkout_expired');
+        // a checkout never paid in time issued no key: no opening for it
+        l.gateways[0]!.accessLog = l.gateways[0]!.accessLog.filter((d) => d.keyId !== 'key_m1');
+      });
+      expect(v[0]?.message).toBe('membership m1: received 10000 − refunded 0 = 10000 at Stripe, its policy keeps 0');
+    });
+    it('the checkout that won the race: ended by Stripe with its first invoice refunded in full, and only that', () => {
+      const { h, l } = goodRun();
+      const m = clone(l) as Mutable<MoneyLedgers>;
+      endedBy(m, 'ended', 'force_cancel');
+      m.stripe.refunds.push(refund('re_m1', 'pi_m1', 5000));
+      expect(run(h, m as MoneyLedgers).violations).toEqual([]);
+      m.stripe.refunds.push(refund('re_m1b', 'pi_m1', 1));
+      expect(run(h, m as MoneyLedgers).violations.map((x) => x.message)).toEqual([
+        'membership m1: received 10000 − refunded 5001 = 4999 at Stripe, its policy keeps 10000',
+      ]);
+    });
+    it('an admin force-cancel refunds nothing', () => {
+      const v = broken('M2', (_h, l) => {
+        endedBy(l, 'ended', 'force_cancel');
+        l.stripe.refunds.push(refund('re_m1', 'pi_m1', 4000));
+      });
+      expect(v[0]?.message).toBe('membership m1: received 10000 − refunded 4000 = 6000 at Stripe, its policy keeps 10000');
     });
   });
 

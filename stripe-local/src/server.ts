@@ -12,7 +12,7 @@ import { noFaults, type ApiFaults } from './faults.js';
 import { IdempotencyStore } from './idempotency.js';
 import { BillingBook, type RenewalOutcome } from './subscriptions.js';
 import { Ids, Ledger, type Clock, type VerbResult } from './ledger.js';
-import type { PaymentIntent, Refund, Charge, StripeEvent, ApiAnswer, Subscription, Invoice, Customer } from './objects.js';
+import type { PaymentIntent, Refund, Charge, StripeEvent, ApiAnswer, Subscription, Invoice, InvoicePayment, Customer } from './objects.js';
 import {
   DEFAULT_WEBHOOK_RETRY,
   WebhookDispatcher,
@@ -72,6 +72,8 @@ export interface StripeLocal {
   customer(id: string): Customer | undefined;
   subscription(id: string): Subscription | undefined;
   invoice(id: string): Invoice | undefined;
+  /** every payment of an invoice (oldest first): the PaymentIntent each invoice was paid through */
+  invoicePayments(): InvoicePayment[];
   /** pays an open invoice with a test card (the member's browser), emitting its events */
   payInvoice(id: string, card?: string): ApiAnswer;
   /** the subscription's period boundary: renewal paid / failed, or its end when set to cancel at period end */
@@ -131,6 +133,7 @@ export async function startStripeLocal(options: StripeLocalOptions = {}): Promis
     customer: (id) => snap(billing.customers.get(id)),
     subscription: (id) => snap(billing.subscriptions.get(id)),
     invoice: (id) => snap(billing.invoices.get(id)),
+    invoicePayments: () => snap([...billing.invoicePayments.values()]),
     payInvoice: (id, card = 'pm_card_visa') => emitLocal(billing.payInvoice(id, { payment_method: card })),
     advanceSubscription: (id, outcome = 'paid') => emitLocal(billing.advance(id, outcome)),
     giveUpSubscription: (id) => emitLocal(billing.giveUp(id)),
