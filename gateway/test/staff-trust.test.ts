@@ -172,6 +172,59 @@ describe('staff trust boundaries of a running gateway', () => {
       expect(s!.gw.accounts.passwordWork.highWater).toBe(1);
     });
 
+    it('counts no shed try in the throttle: after 40 wrong passwords at once against her name, mostly shed 503, the supervisor still signs in from that address', async () => {
+      // the free tries are more than the queue can evaluate, fewer than the flood: a shed try that counted would hold her name back
+      await start({
+        overrides: { http: { host: '127.0.0.1', port: 0, passwordWork: { concurrency: 1, queue: 1, perSource: 1, priorityQueue: 1 } } },
+        deps: { signInThrottle: { free: 10 } },
+      });
+      const flood = await Promise.all(
+        Array.from({ length: 40 }, () =>
+          send(url(), 'POST', '/staff/session', {
+            body: { username: SUPERVISOR.username, password: 'not her password' },
+            from: '127.0.0.4',
+          }),
+        ),
+      );
+      const t = tally(flood);
+      expect(Object.keys(t).sort()).toEqual(['401 BAD_CREDENTIALS', '503 SIGN_IN_BUSY']);
+      expect(t['401 BAD_CREDENTIALS']).toBeLessThan(10);
+      expect(s!.gw.accounts.passwordWork.shed).toBe(t['503 SIGN_IN_BUSY']);
+      // neither her name (every address) nor this address and name together is held back by the shed ones
+      await signIn(SUPERVISOR, '127.0.0.4');
+      await signIn(SUPERVISOR, '127.0.0.5');
+    });
+
+    it('a shed try starts no wait: past her free tries and her wait, a try shed while another address floods leaves the right password taken at once', async () => {
+      await start({
+        overrides: { http: { host: '127.0.0.1', port: 0, passwordWork: { concurrency: 1, queue: 1, perSource: 1, priorityQueue: 1 } } },
+      });
+      const A = '127.0.0.6';
+      const wrong = () => send(url(), 'POST', '/staff/session', { body: { username: SUPERVISOR.username, password: 'not hers' }, from: A });
+      // her free tries from A used up (3), so the next one from A waits; then that wait passes
+      for (let i = 0; i < 3; i++) expect((await wrong()).status).toBe(401);
+      // another address keeps the one running verify and the one queued place busy until stopped
+      let pumping = true;
+      const pump = async () => {
+        for (let i = 0; pumping; i++)
+          await send(url(), 'POST', '/staff/session', { body: { username: `ghost-${i}`, password: 'x' }, from: '127.0.0.4' });
+      };
+      const pumps = [pump(), pump(), pump(), pump()];
+      // a try from A until one is shed; one that got evaluated counts (a wrong password), so each waits out the delay first
+      let shed = false;
+      for (let i = 0; i < 50 && !shed; i++) {
+        s!.f.clock.advance(60_000);
+        const r = await wrong();
+        expect([401, 503]).toContain(r.status);
+        shed = r.status === 503;
+      }
+      pumping = false;
+      await Promise.all(pumps);
+      expect(shed).toBe(true);
+      // no time has passed since the shed try: had it been counted (its time at least), her right password would wait
+      await signIn(SUPERVISOR, A);
+    });
+
     it('checks the setup code before hashing: 300 wrong codes at once cost no Argon2 work, at most the free tries are evaluated, the rest 429', async () => {
       await start({}, false);
       const code = s!.gw.setupCode!.code;
