@@ -131,6 +131,26 @@ describe.each(pgBackends())('walk-in refunds on %s', (backend) => {
       await settle();
       expect(await walkIn(w.id)).toMatchObject({ refunds: [{ status: 'succeeded', source: 'stripe' }] });
     });
+
+    it('pending at Stripe with its webhooks lost when Stripe settles it: the billing worker re-reads it after BILLING_RECONCILE_MS and records it once', async () => {
+      const w = await paidWalkIn();
+      h.local.faults.refundsPending = true;
+      const re = await h.stripe.refunds.create({ payment_intent: w.intentId });
+      await settle();
+      expect(await walkIn(w.id)).toMatchObject({ refunds: [{ status: 'pending', source: 'stripe' }] });
+      h.local.webhooks.faults.drop = true;
+      expect(h.local.settleRefund(re.id, 'succeeded').status).toBe(200);
+      await settle();
+      expect(await walkIn(w.id)).toMatchObject({ refunds: [{ status: 'pending', source: 'stripe' }] });
+      h.cloud.clock.advance(15 * 60_000);
+      expect(await h.cloud.runBilling()).toMatchObject({ refundsRechecked: 1, refundsReconciled: 1 });
+      expect(await walkIn(w.id)).toMatchObject({
+        refunds: [{ amount: 1500, status: 'succeeded', source: 'stripe', stripeRefundId: re.id }],
+      });
+      h.cloud.clock.advance(15 * 60_000);
+      expect(await h.cloud.runBilling()).toMatchObject({ refundsRechecked: 0 });
+      expect(atStripe(w.intentId)).toHaveLength(1);
+    });
   });
 
   describe("the desk's own refund", () => {

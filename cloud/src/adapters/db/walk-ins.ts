@@ -447,9 +447,9 @@ export async function walkInIdOfIntent(q: Queryable, intentId: string): Promise<
 }
 
 /**
- * The desk's walk-in refunds Stripe holds `pending`, unchanged for `minAgeMs` and not re-read for
- * `intervalMs`, with the walk-in's intent: claimed by setting `checked_at`, as the stays' refunds are
- * (`claimPendingRefundsToRecheck`).
+ * A walk-in's refunds Stripe holds `pending` — the desk's own and those made in Stripe directly —
+ * unchanged for `minAgeMs` and not re-read for `intervalMs`, with the walk-in's intent: claimed by
+ * setting `checked_at`, as the stays' refunds are (`claimPendingRefundsToRecheck`).
  */
 export async function claimPendingWalkInRefundsToRecheck(
   q: Queryable,
@@ -467,8 +467,19 @@ export async function claimPendingWalkInRefundsToRecheck(
       RETURNING r.walk_in_id, r.stripe_refund_id, w.intent_id, r.cid`,
     [o.now, o.now - o.minAgeMs, o.now - o.intervalMs, o.limit],
   );
+  const direct = await q.query(
+    `UPDATE walk_in_stripe_refunds r SET checked_at = $1
+       FROM walk_ins w
+      WHERE w.id = r.walk_in_id AND r.stripe_refund_id IN (
+        SELECT stripe_refund_id FROM walk_in_stripe_refunds
+         WHERE status = 'pending' AND updated_at <= $2 AND (checked_at IS NULL OR checked_at <= $3)
+         ORDER BY checked_at NULLS FIRST, updated_at, stripe_refund_id
+         LIMIT $4 FOR UPDATE SKIP LOCKED)
+      RETURNING r.walk_in_id, r.stripe_refund_id, w.intent_id, r.cid`,
+    [o.now, o.now - o.minAgeMs, o.now - o.intervalMs, Math.max(0, o.limit - r.rows.length)],
+  );
   const Row = z.object({ walk_in_id: z.string(), stripe_refund_id: z.string(), intent_id: z.string().nullable(), cid: CorrelationId });
-  return r.rows.map((raw) => {
+  return [...r.rows, ...direct.rows].map((raw) => {
     const v = parseRow('walk_in_refunds', Row, raw);
     return { walkInId: v.walk_in_id, stripeRefundId: v.stripe_refund_id, intentId: v.intent_id, cid: v.cid };
   });
