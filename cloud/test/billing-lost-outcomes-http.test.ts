@@ -72,6 +72,15 @@ describe.each(pgBackends())('outcomes whose webhook was lost, on %s', (backend) 
     );
     expect(Number(dead.rows[0]?.n)).toBeGreaterThanOrEqual(1);
   };
+  /** The dead billing jobs an operator is shown for this payment. */
+  const deadJobsOf = async (paymentId: string) => {
+    const r = await h.app.inject({ method: 'GET', url: '/billing/dead-letters?kind=billing-jobs&limit=200', headers: auth() });
+    expect(r.statusCode).toBe(200);
+    return r
+      .json<{ items: { kind: string; subjectId: string; code: string }[] }>()
+      .items.filter((j) => j.subjectId === paymentId)
+      .map((j) => `${j.kind} ${j.code}`);
+  };
   const refundNotices = async (stayId: string) =>
     (
       await h.t.db.query<{ cid: string }>(
@@ -130,6 +139,7 @@ describe.each(pgBackends())('outcomes whose webhook was lost, on %s', (backend) 
       await guestPays(intentId);
       await stripeDownUntilTheJobGivesUp();
       expect(await page(booked.stay.id, 'en')).toContain('data-money="checking"');
+      expect(await deadJobsOf(booked.payment.id)).toEqual(['cancel_intent BILLING_UNAVAILABLE']);
 
       h.local.faults.unavailable = false;
       h.cloud.clock.advance(RECONCILE_MS);
@@ -143,6 +153,8 @@ describe.each(pgBackends())('outcomes whose webhook was lost, on %s', (backend) 
       expect(after).toContain('¥30,000 was refunded');
       expect(after).not.toContain('http-equiv="refresh"');
       expect(await page(booked.stay.id, 'ja')).toContain('返金しました');
+      // the sweep did what the job gave up on: nothing is left for an operator to act on
+      expect(await deadJobsOf(booked.payment.id)).toEqual([]);
       // the booking's correlation id carries the refund (its notice too)
       expect(await refundNotices(booked.stay.id)).toEqual([booked.cid]);
 
@@ -173,6 +185,7 @@ describe.each(pgBackends())('outcomes whose webhook was lost, on %s', (backend) 
       expect(pass).toMatchObject({ intentsReconciled: 1 });
       expect((await h.stripe.paymentIntents.retrieve(intentId)).status).toBe('canceled');
       expect((await get(booked.stay.id)).payment.status).toBe('failed');
+      expect(await deadJobsOf(booked.payment.id)).toEqual([]);
       const en = await page(booked.stay.id, 'en');
       expect(en).toContain('data-money="none"');
       expect(en).toContain('Nothing was charged.');

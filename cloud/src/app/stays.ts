@@ -36,7 +36,7 @@ import {
   setRefundStatus,
   type Refund,
 } from '../adapters/db/payments.js';
-import { deadLetterRefundJob } from '../adapters/db/billing-jobs.js';
+import { deadLetterRefundJob, settleDeadJobs } from '../adapters/db/billing-jobs.js';
 import type { RefundObservation } from '../adapters/stripe/refunds.js';
 import type { SiteScope } from '../adapters/db/scope.js';
 import {
@@ -672,6 +672,9 @@ export async function settleFromObservation(
     }
     if (o.status !== 'applied' || !p || !stay) return { payment: o.code, stay: null };
     if ((await casPayment(tx, o.state, p.version)) !== 1) throw new Error(`payment ${p.id} changed under its lock`);
+    // the intent's outcome is known now (a webhook, a sweep, a re-read): its cancel job that gave up while Stripe
+    // could not be reached is no longer an operator's to act on
+    if (o.state.status === 'succeeded' || o.state.status === 'failed') await settleDeadJobs(tx, 'cancel_intent', p.id, o.code, now);
     if (o.state.status === 'succeeded') await notifyPaymentReceived(deps, tx, stay, o.state, cid, now);
     const payments = await listPaymentsOfStay(tx, stay.id);
     const settings = await loadStaySettings(tx, stay.siteId);

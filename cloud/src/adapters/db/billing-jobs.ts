@@ -159,7 +159,6 @@ export async function failBillingJob(
   return r.rowCount === 1 ? status : null;
 }
 
-/** Operator retry of a dead job: due at once, attempts counted afresh. */
 /**
  * A refund Stripe failed after its job was done (`refund.failed`): the job goes to the dead-letter list
  * with the code, so an operator sees it and retries it (a new attempt with a new key). A running job is
@@ -174,6 +173,20 @@ export async function deadLetterRefundJob(q: Queryable, refundId: string, code: 
   return r.rowCount;
 }
 
+/**
+ * Dead jobs of a subject whose outcome a sweep has since read from Stripe and settled (a `cancel_intent`
+ * that gave up while Stripe was unreachable): done, under the code that settled them, so the dead-letter
+ * list shows only what is still an operator's to act on.
+ */
+export async function settleDeadJobs(q: Queryable, kind: BillingJobKind, subjectId: string, code: string, now: number): Promise<number> {
+  const r = await q.query(
+    `UPDATE billing_jobs SET status = 'done', last_code = $3, done_at = $4 WHERE kind = $1 AND subject_id = $2 AND status = 'dead'`,
+    [kind, subjectId, code, now],
+  );
+  return r.rowCount;
+}
+
+/** Operator retry of a dead job: due at once, attempts counted afresh. */
 export async function retryDeadBillingJob(q: Queryable, id: number, now: number): Promise<number> {
   const r = await q.query(
     `UPDATE billing_jobs SET status = 'pending', attempts = 0, next_attempt_at = $2 WHERE id = $1 AND status = 'dead'`,
