@@ -11,7 +11,7 @@ import { BillingWorker } from '../src/app/billing-worker.js';
 import { SimulatedCrash, crashAt } from '../src/app/crash.js';
 import { getKey } from '../src/app/keys.js';
 import { createPerson } from '../src/app/registry.js';
-import { blockPerson } from '../src/app/walk-ins.js';
+import { blockPerson, unblockPerson } from '../src/app/walk-ins.js';
 import {
   applyMembership,
   approveMembership,
@@ -363,6 +363,53 @@ describe.each(pgBackends())('memberships on %s', (pgBackend) => {
       expect(await load(m.id)).toMatchObject({ status: 'active', suspended: false });
       const live = await t.db.query("SELECT id FROM keys WHERE person_id = $1 AND status IN ('issuing', 'active')", [personId]);
       expect(live.rows).toEqual([]);
+    });
+
+    it('lifting the block gives a member whose membership gives door access a fresh key with the same PIN, once; a suspended or ended one gets none', async () => {
+      const person = async () => {
+        const id = `person-${s.u}-unblocked-${++n}`;
+        expect(await createPerson(base, { id, name: 'Aoi' })).toMatchObject({ status: 'applied' });
+        return id;
+      };
+      const liveKeys = async (personId: string) =>
+        (
+          await t.db.query<{ id: string }>("SELECT id FROM keys WHERE person_id = $1 AND status IN ('issuing', 'active')", [personId])
+        ).rows.map((r) => r.id);
+      // paying on while blocked: active, no key
+      const paying = await person();
+      const m = await activeMember(paying);
+      expect(await blockPerson(md(), { siteId: s.siteId, personId: paying, reason: 'mistaken', actor: 'staff-1' })).toMatchObject({
+        state: { keysRevoked: 1 },
+      });
+      expect(await liveKeys(paying)).toEqual([]);
+      const u = await unblockPerson(md(), { siteId: s.siteId, personId: paying, actor: 'staff-1' });
+      expect(u).toMatchObject({ status: 'applied', code: 'PERSON_UNBLOCKED', state: { keysIssued: 1 } });
+      const back = await load(m.id);
+      expect(back).toMatchObject({ status: 'active', keyId: `key_${m.id}_2`, lastCode: 'MEMBERSHIP_ACCESS_RESTORED' });
+      expect(await liveKeys(paying)).toEqual([`key_${m.id}_2`]);
+      expect(await getKey(base, back.keyId ?? '')).toMatchObject({ credential: { digest: m.credential?.digest } });
+      // a repeat gives nothing more
+      expect(await unblockPerson(md(), { siteId: s.siteId, personId: paying, actor: 'staff-1' })).toMatchObject({
+        status: 'noop',
+        code: 'PERSON_NOT_BLOCKED',
+        state: { keysIssued: 0 },
+      });
+      expect(await liveKeys(paying)).toEqual([`key_${m.id}_2`]);
+
+      // suspended for an unpaid renewal while blocked: the money gives access back, not the unblock
+      const owing = await person();
+      const o = await activeMember(owing);
+      await blockPerson(md(), { siteId: s.siteId, personId: owing, reason: 'mistaken', actor: 'staff-1' });
+      local.advanceSubscription(o.subscriptionId ?? '', 'failed');
+      await settle();
+      base.clock.advance(2 * DAY + 1);
+      await worker().runOnce();
+      expect(await load(o.id)).toMatchObject({ status: 'past_due', suspended: true });
+      expect(await unblockPerson(md(), { siteId: s.siteId, personId: owing, actor: 'staff-1' })).toMatchObject({
+        status: 'applied',
+        state: { keysIssued: 0 },
+      });
+      expect(await liveKeys(owing)).toEqual([]);
     });
 
     it('Stripe giving up on a past-due renewal ends the membership (payment_failed_final) and revokes the key', async () => {

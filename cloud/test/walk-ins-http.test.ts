@@ -148,7 +148,7 @@ describe.each(pgBackends())('walk-in routes on %s', (backend) => {
     expect(blocked.json()).toMatchObject({ code: 'GUEST_BLOCKED' });
     expect((await get(`/sites/${h.siteId}/blocked-people`)).json()).toMatchObject({ items: [{ personId: h.personId }] });
     const del = () => h.app.inject({ method: 'DELETE', url: `/sites/${h.siteId}/blocked-people/${h.personId}`, headers: auth(h.admin) });
-    expect((await del()).json()).toMatchObject({ status: 'applied', code: 'PERSON_UNBLOCKED' });
+    expect((await del()).json()).toMatchObject({ status: 'applied', code: 'PERSON_UNBLOCKED', keysIssued: 0 });
     expect((await del()).json()).toMatchObject({ status: 'noop', code: 'PERSON_NOT_BLOCKED' });
     expect(await walkInRows()).toBe(before);
 

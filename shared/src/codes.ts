@@ -184,6 +184,10 @@ export const OUTCOME_CODES = table({
   MEMBERSHIP_LATE_PAYMENT_REFUNDED:
     'Money for an application that ended at its checkout deadline was refunded in full (one refund per payment, its key stored with Stripe).',
   MEMBERSHIP_ACCESS_SUSPENDED: 'The grace period of a past-due membership is over: its key is revoked until the invoice is paid.',
+  MEMBERSHIP_ACCESS_RESTORED:
+    'The site lifted the member’s block: the membership gives door access, so a fresh key with the same credential was issued.',
+  MEMBERSHIP_NO_DOOR_ACCESS: 'The membership gives no door access now (suspended, ended or not yet active): no key is given back.',
+  MEMBER_KEY_ALREADY_LIVE: 'The membership’s key is still live; nothing changed.',
   MEMBERSHIP_END_PENDING:
     "Stripe did not answer whether billing stopped: the end is recorded as pending and reconciled from Stripe's subscription.",
   MEMBERSHIP_END_NOT_MADE:
@@ -267,7 +271,8 @@ export const OUTCOME_CODES = table({
   PERSON_BLOCKED:
     "The person is blocked at the site: bookings, walk-ins and key issues there are refused with GUEST_BLOCKED, and the person's live keys at the site are revoked (person_blocked).",
   PERSON_ALREADY_BLOCKED: 'The person was already blocked at the site; nothing changed.',
-  PERSON_UNBLOCKED: 'The block on the person at the site was lifted.',
+  PERSON_UNBLOCKED:
+    'The block on the person at the site was lifted; each membership of theirs there that gives door access got a fresh key (keysIssued says how many).',
   PERSON_NOT_BLOCKED: 'The person is not blocked at the site; nothing changed.',
   // resync snapshots
   SNAPSHOT_APPLIED:

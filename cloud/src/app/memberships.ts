@@ -19,13 +19,14 @@ import {
 } from '@tobira/shared';
 import { z } from 'zod';
 import { pgErrorCode, type Tx } from '../adapters/db/db.js';
-import { credentialInUse, issueTargets } from '../adapters/db/keys.js';
+import { credentialInUse, issueTargets, liveKeysOfPersonAtSite } from '../adapters/db/keys.js';
 import {
   casMembership,
   endMembershipRow,
   insertMembership,
   claimCheckoutsToRecheck,
   listCheckoutsApprovedBefore,
+  listLivingMembershipsOfPerson,
   listLivingOfPlan,
   listMemberships as listMembershipRows,
   listPastDue,
@@ -837,6 +838,35 @@ export async function refundLateCheckout(deps: MembershipDeps, membershipId: str
     );
   }
   return 'MEMBERSHIP_LATE_PAYMENT_REFUNDED';
+}
+
+/**
+ * After a site lifted a person's block: each membership of theirs there that gives door access now and
+ * holds no live key gets a fresh one (`domain.restoreAccess`), each in its own verb's transaction. Returns
+ * how many keys were issued.
+ */
+export async function restoreAccessAfterUnblock(
+  deps: MembershipDeps,
+  input: { readonly siteId: string; readonly personId: string; readonly cid: CorrelationId },
+): Promise<number> {
+  const log = withCorrelation(deps.log, input.cid, { verb: 'restoreAccess', siteId: input.siteId, personId: input.personId });
+  let issued = 0;
+  for (const id of await listLivingMembershipsOfPerson(deps.db, input.siteId, input.personId)) {
+    const code = await inBilling(deps, 'restoreAccess', async (tx): Promise<OutcomeCode> => {
+      const m = await loadMembership(tx, id, null, true);
+      const plan = m ? await loadPlan(tx, m.planId) : null;
+      if (!m || !plan) return 'MEMBERSHIP_NOT_FOUND';
+      const live = m.keyId !== null && (await liveKeysOfPersonAtSite(tx, input.siteId, input.personId)).includes(m.keyId);
+      const o = domain.restoreAccess(m, { cid: input.cid, keyLive: live }, deps.clock.now());
+      if (o.status !== 'applied') return o.code;
+      if ((await casMembership(tx, o.state, m.version)) !== 1) throw new Error(`membership ${m.id} changed under its lock`);
+      await runEffects(deps, tx, o.state, plan, o.emits, input.cid);
+      return o.code;
+    });
+    log.info({ code, membershipId: id }, 'member access after the unblock');
+    if (code === 'MEMBERSHIP_ACCESS_RESTORED') issued += 1;
+  }
+  return issued;
 }
 
 /** The grace sweep: each past-due member past the plan's grace loses door access (key revoked through the key verb). */

@@ -57,6 +57,7 @@ import * as domain from '../domain/walk-ins.js';
 import { quotaMonthOf, type WalkIn, type WalkInEffect, type WalkInOutcome } from '../domain/walk-ins.js';
 import { gateFacts } from './check-in.js';
 import { issueKey, revokeKey } from './keys.js';
+import { restoreAccessAfterUnblock } from './memberships.js';
 import { BillingStepFailed, BookingRaced, inBilling, type StayDeps } from './stays.js';
 import { withdrawUnpaidWalkIn } from '../adapters/db/withdraw.js';
 
@@ -571,17 +572,32 @@ export async function blockPerson(
   return { ...o, cid };
 }
 
+/** A lifted block and how many member keys it gave back. */
+export interface UnblockView {
+  readonly siteId: string;
+  readonly personId: string;
+  readonly keysIssued: number;
+}
+
+/**
+ * Lift a person's block at a site. The keys the block revoked do not come back (a revoked key stays
+ * revoked), but a membership of theirs there that gives door access now gets a fresh key with the same
+ * credential (`restoreAccessAfterUnblock`): the member kept paying. A stay or walk-in is the desk's to
+ * decide again (a new key through `POST /keys`, or a cancellation that refunds it).
+ */
 export async function unblockPerson(
   deps: WalkInDeps,
   input: { siteId: string; personId: string; actor: string; siteScope?: SiteScope; cid?: CorrelationId },
-): Promise<Outcome<{ readonly siteId: string; readonly personId: string }> & { readonly cid: CorrelationId }> {
+): Promise<Outcome<UnblockView> & { readonly cid: CorrelationId }> {
   const cid = input.cid ?? newCorrelationId();
   if (!inScope(input.siteScope, input.siteId)) return { ...refused('SITE_NOT_FOUND'), cid };
   const n = await deleteBlock(deps.db, input.siteId, input.personId);
-  const state = { siteId: input.siteId, personId: input.personId };
-  const o: Outcome<typeof state> = n === 1 ? applied('PERSON_UNBLOCKED', state) : noop('PERSON_NOT_BLOCKED', state);
+  // only a block that was lifted gives keys back: a repeat, or a person never blocked, changes nothing
+  const keysIssued = n === 1 ? await restoreAccessAfterUnblock(deps, { siteId: input.siteId, personId: input.personId, cid }) : 0;
+  const state = { siteId: input.siteId, personId: input.personId, keysIssued };
+  const o: Outcome<UnblockView> = n === 1 ? applied('PERSON_UNBLOCKED', state) : noop('PERSON_NOT_BLOCKED', state);
   withCorrelation(deps.log, cid, { verb: 'unblockPerson', siteId: input.siteId, personId: input.personId }).info(
-    { status: o.status, code: o.code, actor: input.actor },
+    { status: o.status, code: o.code, actor: input.actor, keysIssued },
     'block verb done',
   );
   return { ...o, cid };

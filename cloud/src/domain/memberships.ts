@@ -1,5 +1,6 @@
 import { applied, conflict, noop, refused, type CorrelationId, type Outcome, type PersonId, type SiteId } from '@tobira/shared';
 import {
+  givesDoorAccess,
   isFinal,
   membershipNoopOf,
   membershipTransitionOf,
@@ -430,6 +431,28 @@ export function recordPendingStop(
 // ---------------------------------------------------------------- grace
 
 /** A past-due member past the plan's grace loses door access (the key revoked); the status stays `past_due`. */
+/**
+ * A member's key given back once the site lifted their block: blocking revoked it (`person_blocked`) and
+ * the membership ran on as billed, its key effects skipped. A membership that gives door access now (a
+ * living status, not suspended) and holds no live key gets a fresh one (the next `key_<id>_<n>`, the same
+ * credential); a suspended one waits for the money, as it would unblocked.
+ */
+export function restoreAccess(
+  m: Membership | null,
+  cmd: { readonly cid: CorrelationId; readonly keyLive: boolean },
+  now: number,
+): MembershipOutcome {
+  if (!m) return refused('MEMBERSHIP_NOT_FOUND');
+  if (!givesDoorAccess(m)) return noop('MEMBERSHIP_NO_DOOR_ACCESS', m);
+  if (cmd.keyLive) return noop('MEMBER_KEY_ALREADY_LIVE', m);
+  const seq = m.keySeq + 1;
+  const keyId = membershipKeyId(m.id, seq);
+  return applied('MEMBERSHIP_ACCESS_RESTORED', write(m, { keyId, keySeq: seq }, 'MEMBERSHIP_ACCESS_RESTORED', cmd.cid, now), [
+    { type: 'issue_key', keyId },
+    { type: 'notify', notice: 'access_restored', dedupeKey: `access_restored:${keyId}` },
+  ]);
+}
+
 export function suspendAccess(m: Membership | null, plan: Plan, cmd: { readonly cid: CorrelationId }, now: number): MembershipOutcome {
   if (!m) return refused('MEMBERSHIP_NOT_FOUND');
   if (m.status !== 'past_due' || m.pastDueSince === null) return noop('MEMBERSHIP_NOT_PAST_DUE', m);

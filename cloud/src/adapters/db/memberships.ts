@@ -235,6 +235,15 @@ export async function recordCustomer(q: Queryable, id: string, customerId: strin
 }
 
 /** Past-due memberships whose access is not suspended yet, oldest first (the grace sweep decides per plan). */
+/** A person's memberships at a site that may give door access (a living status), oldest first. */
+export async function listLivingMembershipsOfPerson(q: Queryable, siteId: string, personId: string): Promise<string[]> {
+  const r = await q.query<{ id: string }>(
+    `SELECT id FROM memberships WHERE site_id = $1 AND person_id = $2 AND status IN ('active', 'past_due', 'ending') ORDER BY created_at, id`,
+    [siteId, personId],
+  );
+  return r.rows.map((x) => x.id);
+}
+
 export async function listPastDue(q: Queryable, limit: number): Promise<string[]> {
   const r = await q.query<{ id: string }>(
     `SELECT id FROM memberships WHERE status = 'past_due' AND NOT suspended ORDER BY past_due_since LIMIT $1`,

@@ -301,11 +301,19 @@ export function walkInsRoutes(app: Api, ctx: Ctx): void {
     {
       schema: {
         tags: ['check-in'],
-        summary: 'Lift the block on a person at a site; 200 noop PERSON_NOT_BLOCKED when there was none',
+        summary:
+          'Lift the block on a person at a site: each membership of theirs there that gives door access gets a fresh key with the same credential (keysIssued says how many; stays and walk-ins are the desk’s to decide again); 200 noop PERSON_NOT_BLOCKED when there was none',
         params: z.strictObject({ siteId: Id, personId: Id }),
         response: {
           ...errorResponses,
-          200: z.object({ siteId: z.string(), personId: z.string(), status: OutcomeStatus, code: z.string(), cid: z.string() }),
+          200: z.object({
+            siteId: z.string(),
+            personId: z.string(),
+            keysIssued: z.number().int(),
+            status: OutcomeStatus,
+            code: z.string(),
+            cid: z.string(),
+          }),
         },
       },
     },
