@@ -1,6 +1,7 @@
 import { parseArgs } from 'node:util';
 import {
   isLoopbackHost,
+  parseBrokerUrl,
   isSlug,
   normalizeCaFingerprint,
   PresentedCredential,
@@ -133,9 +134,9 @@ export function parseCli(argv: readonly string[], env: Readonly<Record<string, s
   const siteCaFingerprint = values['site-ca-fingerprint'] ?? env.SITE_CA_FINGERPRINT ?? null;
   let u: URL;
   try {
-    u = new URL(mqttUrl);
-  } catch {
-    throw new CliError(`--mqtt: not a URL: ${mqttUrl}`);
+    u = parseBrokerUrl(mqttUrl);
+  } catch (e) {
+    throw new CliError(`--mqtt ${mqttUrl}: ${e instanceof Error ? e.message : String(e)}`);
   }
   if (u.protocol === 'mqtts:' && (siteCaFile === null || siteCaFingerprint === null))
     throw new CliError('--mqtt mqtts://: give --site-ca and --site-ca-fingerprint (the CA pinned at pairing)');

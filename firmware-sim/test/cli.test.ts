@@ -44,6 +44,8 @@ describe('CLI arguments', () => {
       parseCli(['-g', 'gw-1', '--mqtt', 'mqtts://192.0.2.10:8883', '--site-ca', 'ca.crt', '--site-ca-fingerprint', fp], {}),
     ).toMatchObject({ mqttUrl: 'mqtts://192.0.2.10:8883', siteCaFile: 'ca.crt', siteCaFingerprint: fp });
     expect(() => parseCli(['-g', 'gw-1', '--mqtt', 'mqtt://192.0.2.10:1883'], {})).toThrow(/plain MQTT only on loopback/);
+    // loopback to `new URL`, a LAN host to the MQTT client: the lock's login would cross the LAN in clear
+    expect(() => parseCli(['-g', 'gw-1', '--mqtt', 'mqtt://192.0.2.10:1883\\@127.0.0.1:1885'], {})).toThrow(/no userinfo, backslash/);
     expect(() => parseCli(['-g', 'gw-1', '--mqtt', 'mqtts://192.0.2.10:8883', '--site-ca', 'ca.crt'], {})).toThrow(/--site-ca-fingerprint/);
     expect(() =>
       parseCli(['-g', 'gw-1', '--mqtt', 'mqtts://192.0.2.10:8883', '--site-ca', 'ca.crt', '--site-ca-fingerprint', 'abc'], {}),

@@ -3,6 +3,7 @@ import { dirname, resolve } from 'node:path';
 import {
   DEFAULT_MAX_COMMAND_TTL_MS,
   isLoopbackHost,
+  parseBrokerUrl,
   DoorId,
   GatewayId,
   LockId,
@@ -28,8 +29,26 @@ const Secret = z.string().refine((s) => {
   }
 }, 'base64url secret of at least 16 bytes');
 
+/** The URL's host as the MQTT client will read it, or null when parsers disagree on it (`parseBrokerUrl`). */
+const brokerHost = (url: string): URL | null => {
+  try {
+    return parseBrokerUrl(url);
+  } catch {
+    return null;
+  }
+};
+const secureOrLoopback = (url: string): boolean => {
+  const u = brokerHost(url);
+  return u !== null && (u.protocol === 'mqtts:' || u.protocol === 'wss:' || isLoopbackHost(u.hostname));
+};
+
 const Broker = z.strictObject({
-  url: z.string().regex(/^(mqtts?|wss?|tcp):\/\//, 'mqtt:// URL'),
+  url: z
+    .string()
+    .regex(/^(mqtts?|wss?|tcp):\/\//, 'mqtt:// URL')
+    .refine((u) => brokerHost(u) !== null, {
+      message: 'BROKER_URL_AMBIGUOUS: a broker URL carries no userinfo, backslash or whitespace (the login goes in username/password)',
+    }),
   username: z.string().min(1).optional(),
   password: z.string().min(1).optional(),
   /** 4 (MQTT 3.1.1) works with every broker, the embedded aedes included. */
@@ -67,22 +86,24 @@ export const GatewayConfig = z.strictObject({
   gatewayId: GatewayId,
   /** JSON file with the gateway's Ed25519 key pair: `{ kid, privateJwk, publicJwk }` (shared generateSigningKeyPair). */
   keyPairFile: z.string().min(1),
+  /**
+   * The cloud's broker: its login and every downlink cross the internet, so mqtts:// (or wss://) unless the
+   * broker is on this box (the demo, tests).
+   */
   cloud: Broker.extend({
     issuer: z.string().min(1).max(128).default('tobira-cloud'),
     jwks: z.strictObject({ keys: z.array(Jwk).min(1) }),
+  }).refine((b) => secureOrLoopback(b.url), {
+    message: 'CLOUD_PLAINTEXT_NOT_LOOPBACK: the cloud broker is reached over mqtts:// (plain mqtt:// on loopback only)',
   }),
   /**
    * The locks' broker. mqtts:// (the default of a real install): the gateway
    * trusts only the site CA it made (`tls`). mqtt:// is refused unless the
    * host is a loopback address (the demo, tests, a broker on the same box).
    */
-  site: Broker.refine(
-    (b) => {
-      const u = new URL(b.url.replace(/^tcp:/, 'mqtt:'));
-      return u.protocol === 'mqtts:' || u.protocol === 'wss:' || isLoopbackHost(u.hostname);
-    },
-    { message: 'SITE_PLAINTEXT_NOT_LOOPBACK: the site broker on a LAN address is reached over mqtts:// (plain mqtt:// on loopback only)' },
-  ),
+  site: Broker.refine((b) => secureOrLoopback(b.url), {
+    message: 'SITE_PLAINTEXT_NOT_LOOPBACK: the site broker on a LAN address is reached over mqtts:// (plain mqtt:// on loopback only)',
+  }),
   /**
    * The site PKI (docs/gateway.md "Site TLS"): the site CA the locks pin and
    * the certificates of the site broker and the staff UI, made at the first

@@ -5,7 +5,7 @@ import { request as httpsRequest } from 'node:https';
 import type { TLSSocket } from 'node:tls';
 import Database from 'better-sqlite3';
 import { generateSync } from 'otplib';
-import { startEmbeddedBroker, type EmbeddedBroker } from '@tobira/shared';
+import { BrokerUrlError, connectMqtt, siteTlsOptions, startEmbeddedBroker, type EmbeddedBroker } from '@tobira/shared';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { FileModeError, enforceModes } from '../src/adapters/file-modes.js';
 import { PKI_FILES, RENEW_BEFORE_DAYS, SERVER_VALIDITY_DAYS, ensureSitePki } from '../src/adapters/tls/site-pki.js';
@@ -257,6 +257,24 @@ describe('the staff UI on a LAN address', () => {
     const input = { http: { host: '0.0.0.0', port: 8443, tls: false } };
     expect(() => parseConfig({ ...baseInput(), ...input })).toThrow(/HTTP_PLAINTEXT_NOT_LOOPBACK/);
     expect(() => parseConfig({ ...baseInput(), http: { host: '127.0.0.1', port: 8080, tls: false } })).not.toThrow();
+  });
+
+  it('a broker URL is read as the MQTT client reads it: plain MQTT off loopback is refused for the site and the cloud, and a URL parsers disagree on is refused outright', () => {
+    const site = (url: string) => () => parseConfig({ ...baseInput(), site: { url } });
+    const cloud = (url: string) => () => parseConfig({ ...baseInput(), cloud: { ...baseInput().cloud, url } });
+    expect(site('mqtt://127.0.0.1:1885')).not.toThrow();
+    expect(site('mqtt://10.0.0.2:1883')).toThrow(/SITE_PLAINTEXT_NOT_LOOPBACK/);
+    // `new URL` reads 127.0.0.1 (loopback), mqtt.js's url.parse a LAN host: the login would cross the LAN in clear
+    expect(site('mqtt://192.0.2.2:18830\\@127.0.0.1:1885')).toThrow(/BROKER_URL_AMBIGUOUS/);
+    expect(site('mqtts://user:secret@10.0.0.2:8883')).toThrow(/BROKER_URL_AMBIGUOUS/);
+    expect(cloud('mqtt://127.0.0.1:1884')).not.toThrow();
+    expect(cloud('mqtt://cloud.example.com:1883')).toThrow(/CLOUD_PLAINTEXT_NOT_LOOPBACK/);
+    expect(cloud('mqtt://cloud.example.com:1883\\@localhost:1884')).toThrow(/BROKER_URL_AMBIGUOUS/);
+  });
+
+  it('connectMqtt refuses a URL its client would read as another host than the checks did, before any connection', () => {
+    expect(() => connectMqtt('mqtt://192.0.2.2:18830\\@127.0.0.1:1885')).toThrow(BrokerUrlError);
+    expect(() => siteTlsOptions('mqtt://192.0.2.2:18830\\@127.0.0.1:1885', {})).toThrow(/no userinfo/);
   });
 });
 

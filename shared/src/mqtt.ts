@@ -1,5 +1,6 @@
 import type { Socket } from 'node:net';
 import mqtt, { type IClientOptions, type MqttClient } from 'mqtt';
+import { parseBrokerUrl } from './site-tls.js';
 
 /**
  * Connects an MQTT client with TCP no-delay on every (re)connection.
@@ -10,6 +11,8 @@ import mqtt, { type IClientOptions, type MqttClient } from 'mqtt';
  * ("Unacceptable protocol version"), and nothing here needs 5's features.
  */
 export function connectMqtt(url: string, options: IClientOptions = {}): MqttClient {
+  // refused unless every parser reads the same host: the host the checks read is the host connected to
+  parseBrokerUrl(url);
   const client = mqtt.connect(url, { protocolVersion: 4, reconnectPeriod: 1000, connectTimeout: 5000, ...options });
   const noDelay = () => {
     const stream = client.stream as Partial<Socket> | undefined;
