@@ -18,7 +18,7 @@ describe('config', () => {
     return {
       gatewayId: 'gw-1',
       keyPairFile: 'key.json',
-      cloud: { url: 'mqtt://cloud:1883', jwks: { keys: [cloud.publicJwk] } },
+      cloud: { url: 'mqtts://cloud:8883', jwks: { keys: [cloud.publicJwk] } },
       site: { url: 'mqtt://127.0.0.1:1883' },
       sqlitePath: 'gw.sqlite',
       credentialPepper: encodeSecret(newPairingSecret()),

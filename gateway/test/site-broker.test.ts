@@ -180,7 +180,7 @@ describe('site broker logins', () => {
       JSON.stringify({
         gatewayId: s.gatewayId,
         keyPairFile: 'key.json',
-        cloud: { url: 'mqtt://cloud:1883', jwks: { keys: [cloud.publicJwk] } },
+        cloud: { url: 'mqtts://cloud:8883', jwks: { keys: [cloud.publicJwk] } },
         site: { url: s.site.url },
         sqlitePath: 'gw.sqlite',
         locks: s.locks,

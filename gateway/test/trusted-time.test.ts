@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { ManualClock } from '@tobira/shared';
+import { ManualClock, asKeyId } from '@tobira/shared';
 import { mqttBackends, startMqttBackend, type MqttTestBroker } from '@tobira/shared/testing';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { createGateway, type Gateway } from '../src/gateway.js';
@@ -291,5 +291,41 @@ describe.each(mqttBackends())('trusted time when the wall clock is wrong (broker
     expect(st.leaseRemainingSeconds).toBeGreaterThan(90);
     restartedMono.advance(97_000);
     expect((await lock.present(PIN)).code).toBe('CLOUD_STALE');
+  });
+  it('after a restart, an answer that says the cloud is ahead proves the time but counts no lease until the gateway has caught up to its toSeq', async () => {
+    // a gateway restored from a backup: the backup's lease would otherwise open keys the cloud has since used or revoked
+    const s = await start();
+    await inSync(s);
+    await s.gw.stop({ force: true });
+    s.cloud.answerResync = false;
+    const restartedMono = new ManualClock(0);
+    const gw = createGateway(s.f.config, { clock: s.f.clock, monotonic: restartedMono, log: silentLog(), tickMs: 50 });
+    await gw.start();
+    extra.push(() => gw.stop({ force: true }));
+    const lock = new FakeLock(s.f.gatewayId, 'lock-1');
+    await lock.connect(broker.url);
+    extra.push(() => lock.close());
+    const req = await waitFor(
+      () =>
+        s.cloud
+          .ofType('resync.request')
+          .find((r) => r.body.reason === 'startup' && gw.store.settings().appliedSeq === r.body.lastAppliedSeq && r.iat * 1000 >= T0),
+      'startup request of the new process',
+    );
+    const applied = gw.store.settings().appliedSeq;
+    // the cloud handed out two seqs this store never applied; it answers, then replays them
+    await s.cloud.send({
+      type: 'resync.answer',
+      body: { requestId: req.body.requestId, mode: 'replay', fromSeq: applied + 1, toSeq: applied + 2, snapshotId: null },
+    });
+    await waitFor(() => gw.timeProven || undefined, 'time proven');
+    expect((await lock.present(PIN)).code).toBe('CLOUD_STALE');
+    expect(await status(gw)).toMatchObject({ failClosed: true, failClosedReason: 'BEHIND_CLOUD' });
+    await s.cloud.grant({ keyId: asKeyId('k-later'), credential: { type: 'pin', digest: s.f.digest('5678') } }, applied + 1);
+    expect((await lock.present(PIN)).code).toBe('CLOUD_STALE');
+    await s.cloud.grant({ keyId: asKeyId('k-later-2'), credential: { type: 'pin', digest: s.f.digest('5679') } }, applied + 2);
+    await waitFor(() => gw.store.settings().appliedSeq >= applied + 2 || undefined, 'caught up');
+    expect((await lock.present(PIN)).code).toBe('ALLOWED');
+    expect(await status(gw)).toMatchObject({ failClosed: false, failClosedReason: null });
   });
 });

@@ -335,6 +335,10 @@ function applyRow(deps: ApplyDeps, row: InboxRow, now: number): RowResult {
       const proof = deps.time.answered(m.body.requestId, m.iat * 1000);
       if (proof.kind === 'proven') {
         raiseTimeFloor(db, 0, proof.floorMs);
+        // the answer names the cloud's last seq: a store behind it (restored from a backup, or off while messages
+        // were sent) is behind until the replay or snapshot that follows is applied, whatever lease it holds
+        deps.time.catchUp(m.body.toSeq, settings.appliedSeq);
+        if (m.body.toSeq > settings.appliedSeq && (settings.cloudLastSeq ?? 0) < m.body.toSeq) setCloudLastSeq(db, m.body.toSeq);
         withCorrelation(deps.log, m.cid).info(
           { code: 'TIME_PROVEN', floorMs: proof.floorMs, roundTripMs: proof.roundTripMs },
           'the cloud answered our resync: trusted time proven',

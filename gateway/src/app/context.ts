@@ -70,6 +70,8 @@ export class TrustedTime {
   /** Resync requests this process sent and not yet answered: requestId → monotonic reading when sent. */
   readonly #asked = new Map<string, number>();
   #proven = false;
+  /** A proof's answer said the cloud had handed out seqs up to this one: no lease counts until they are applied. */
+  #catchUpTo: number | null = null;
   constructor(
     readonly wall: Clock,
     readonly mono: MonotonicClock,
@@ -86,9 +88,24 @@ export class TrustedTime {
     return this.#proven;
   }
 
-  /** The lease this process may act on: none until the restart is proven, then the persisted one. */
-  lease(settings: { readonly leaseExpiresAt: number | null }): number | null {
-    return this.#proven ? settings.leaseExpiresAt : null;
+  /**
+   * The lease this process may act on: none until the restart is proven, then the persisted one, once the
+   * store has applied every seq the proving answer named. A store restored from a backup holds the backup's
+   * lease: counted while the cloud's later messages (a one-time key used, a revoke, a lockdown) are still on
+   * their way, it would open on the backup's authority.
+   */
+  lease(settings: { readonly leaseExpiresAt: number | null; readonly appliedSeq: number }): number | null {
+    if (!this.#proven) return null;
+    if (this.#catchUpTo !== null) {
+      if (settings.appliedSeq < this.#catchUpTo) return null;
+      this.#catchUpTo = null;
+    }
+    return settings.leaseExpiresAt;
+  }
+
+  /** The proving answer's `toSeq` is past the store's applied seq: the lease waits until the gap is applied. */
+  catchUp(toSeq: number, appliedSeq: number): void {
+    this.#catchUpTo = toSeq > appliedSeq ? toSeq : null;
   }
 
   /** Records a resync request as it is sent (its answer is the proof). Keeps the newest 32. */
