@@ -364,6 +364,13 @@ export function check(history: readonly Entry[], o: CheckOptions): Verdict {
       ]);
   }
 
+  // no process dies by itself: a crash is a finding whatever the invariants say
+  for (const e of history)
+    if (e.what === 'exit') {
+      count('processes that exited by themselves');
+      fail('crash', `${e.who} exited by itself (code ${String(e.code)}, signal ${String(e.signal)}): ${firstLines(e.stderr)}`, [e.i]);
+    }
+
   // ---- after healing
   const healed = history.find((e) => e.what === 'healed');
   if (healed === undefined) {
@@ -458,4 +465,15 @@ export function check(history: readonly Entry[], o: CheckOptions): Verdict {
       );
   }
   return { checks, violations };
+}
+
+/** The head of a crash's stderr, enough to name it in a violation. */
+export function firstLines(stderr: unknown, n = 6): string {
+  return typeof stderr === 'string'
+    ? stderr
+        .split('\n')
+        .filter((l) => l.trim() !== '')
+        .slice(0, n)
+        .join(' | ')
+    : '';
 }

@@ -148,6 +148,7 @@ export class Cluster {
       (l) => this.#cloudLine(l),
       REPO,
     );
+    this.#recordExits(this.cloud);
     await this.startCloud();
 
     // 4. the site, its gateways, doors and one person
@@ -250,9 +251,21 @@ export class Cluster {
         REPO,
       ),
     };
+    this.#recordExits(node.child);
+    this.#recordExits(node.fleet);
     this.gateways.push(node);
     await this.startGateway(node);
     await this.startFleet(node);
+  }
+
+  /**
+   * A process that dies by itself (not the injector's SIGKILL, a crash point's or a stop's SIGTERM) is a
+   * finding: its exit and the end of its stderr go in the history as `exit`.
+   */
+  #recordExits(c: Child): void {
+    c.onExit = (code, signal, stderr) => {
+      if (signal !== 'SIGKILL' && signal !== 'SIGTERM' && code !== 0) this.h.add(c.name, 'exit', { code, signal, stderr });
+    };
   }
 
   async startGateway(g: GatewayNode, crashAt?: string): Promise<void> {

@@ -11,6 +11,8 @@ export class Child {
   #starts = 0;
   #waiters: { pred: (l: string) => boolean; resolve: () => void }[] = [];
   stderr = '';
+  /** Told of every exit, a kill of the injector's included (its signal says which), with the end of stderr. */
+  onExit: (code: number | null, signal: string | null, stderrTail: string) => void = () => {};
 
   constructor(
     readonly name: string,
@@ -45,7 +47,10 @@ export class Child {
     this.#proc = p;
     const orphan = () => p.kill('SIGKILL');
     process.once('exit', orphan);
-    p.once('exit', () => process.off('exit', orphan));
+    p.once('exit', (code, signal) => {
+      process.off('exit', orphan);
+      this.onExit(code, signal, this.stderr.slice(-1500));
+    });
     p.stderr?.on('data', (b: Buffer) => {
       this.stderr = (this.stderr + b.toString()).slice(-4000);
     });

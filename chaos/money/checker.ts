@@ -1,3 +1,4 @@
+import { firstLines } from '../checker.js';
 import type { Entry } from '../history.js';
 import type { CloudMembership, CloudStay, CloudWalkIn, MoneyLedgers, StripeInvoicePayment } from './ledgers.js';
 
@@ -29,7 +30,7 @@ export interface MoneyCheckOptions {
 }
 
 export interface MoneyViolation {
-  readonly invariant: 'M1' | 'M2' | 'M3' | 'M4' | 'M5' | 'M6';
+  readonly invariant: 'M1' | 'M2' | 'M3' | 'M4' | 'M5' | 'M6' | 'crash';
   readonly message: string;
   /** history line numbers (`i`) that prove it; none when the ledgers alone do */
   readonly lines: readonly number[];
@@ -114,6 +115,15 @@ export function checkMoney(history: readonly Entry[], l: MoneyLedgers, o: MoneyC
   const count = (name: string, n = 1) => (checks[name] = (checks[name] ?? 0) + n);
   const fail = (invariant: MoneyViolation['invariant'], message: string, lines: number[] = []) =>
     violations.push({ invariant, message, lines });
+
+  // no process dies by itself (the injector's kills are SIGKILLs, not recorded as `exit`)
+  for (const e of history)
+    if (e.what === 'exit') {
+      count('processes that exited by themselves');
+      fail('crash', `${String(e.who)} exited by itself (code ${String(e.code)}, signal ${String(e.signal)}): ${firstLines(e.stderr)}`, [
+        e.i,
+      ]);
+    }
 
   const api = history.filter((e) => e.what === 'api');
   const intents = new Map(l.stripe.intents.map((i) => [i.id, i]));

@@ -416,6 +416,23 @@ describe('the money checker', () => {
     });
   });
 
+  it('reports a process that exited by itself (an unhandled error), not the injector kills', () => {
+    const v = broken('crash', (h) => [
+      ...h,
+      {
+        i: 900,
+        t: 40_000,
+        wall: W + 40_000,
+        who: 'cloud',
+        what: 'exit',
+        code: 1,
+        signal: null,
+        stderr: "node:events:502\n throw er; // Unhandled 'error' event\n",
+      },
+    ]);
+    expect(v[0]?.message).toMatch(/^cloud exited by itself \(code 1, signal null\): node:events:502 \|/);
+  });
+
   describe('M3: a membership agrees with its subscription', () => {
     it('ending locally while Stripe will bill on', () => {
       const v = broken('M3', (_h, l) => {

@@ -88,6 +88,28 @@ describe.each(pgBackends())('entry-key verbs on %s', (backend) => {
           await unlisten();
         }
       });
+
+      it("a transaction's connection ended by the server while it awaits something else fails that transaction, never the process", async () => {
+        // a pooled client that errors while checked out emits 'error' with no pool listener: unhandled, it kills the cloud
+        const crashes: unknown[] = [];
+        const onCrash = (e: unknown) => crashes.push(e);
+        process.on('uncaughtException', onCrash);
+        try {
+          const tx = t.db.transaction(async (q) => {
+            const me = (await q.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows[0]!.pid;
+            await t.db.query('SELECT pg_terminate_backend($1)', [me]);
+            // the session is gone while this transaction is busy elsewhere (a Stripe call, say)
+            await new Promise((r) => setTimeout(r, 200));
+            await q.query('SELECT 1');
+          });
+          await expect(tx).rejects.toThrow();
+          expect(crashes).toEqual([]);
+          // the pool hands out a working connection afterwards
+          expect((await t.db.query<{ one: number }>('SELECT 1 AS one')).rows[0]?.one).toBe(1);
+        } finally {
+          process.off('uncaughtException', onCrash);
+        }
+      });
     });
   }
 

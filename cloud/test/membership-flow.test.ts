@@ -109,7 +109,7 @@ describe.each(pgBackends())('memberships on %s', (pgBackend) => {
   afterEach(async () => {
     await local.webhooks.idle();
     Object.assign(local.faults, { unavailable: false, unavailableRequests: 0, failAfterEffect: 0 });
-    Object.assign(local.webhooks.faults, { duplicates: 1, hold: false });
+    Object.assign(local.webhooks.faults, { duplicates: 1, hold: false, drop: false });
   });
 
   describe('when a member applies, is approved and pays the first invoice', () => {
@@ -204,6 +204,34 @@ describe.each(pgBackends())('memberships on %s', (pgBackend) => {
       expect(await getKey(base, m.keyId ?? '')).toMatchObject({ status: 'issuing', revokeReason: null });
       local.faults.unavailable = false;
       expect(local.subscription(m.subscriptionId ?? '')).toMatchObject({ status: 'active', cancel_at_period_end: false });
+    });
+  });
+
+  describe('a subscription Stripe changed while its webhooks were lost', () => {
+    it('is re-read every BILLING_RECONCILE_MS: cancelled in the dashboard, the membership ends and its key is revoked; a failed renewal makes it past due', async () => {
+      const m = await activeMember();
+      local.webhooks.faults.drop = true;
+      await stripe.subscriptions.cancel(m.subscriptionId ?? '');
+      await settle();
+      expect(await load(m.id)).toMatchObject({ status: 'active' });
+      base.clock.advance(16 * 60_000);
+      expect(await worker().runOnce()).toMatchObject({ membershipsRechecked: expect.any(Number) as number });
+      expect(await load(m.id)).toMatchObject({ status: 'ended' });
+      expect(await getKey(base, m.keyId ?? '')).toMatchObject({ status: 'revoking' });
+
+      local.webhooks.faults.drop = false;
+      const late = await activeMember();
+      local.webhooks.faults.drop = true;
+      local.advanceSubscription(late.subscriptionId ?? '', 'failed');
+      await settle();
+      expect(await load(late.id)).toMatchObject({ status: 'active' });
+      base.clock.advance(16 * 60_000);
+      await worker().runOnce();
+      expect(await load(late.id)).toMatchObject({ status: 'past_due' });
+      // re-read once per interval, not every pass
+      local.webhooks.faults.drop = false;
+      const again = await worker().runOnce();
+      expect(again).toMatchObject({ membershipsRechecked: 0 });
     });
   });
 

@@ -17,6 +17,7 @@ import {
   DEFAULT_CHECKOUT_DEADLINE_MS,
   DEFAULT_CHECKOUT_RECHECK_MS,
   expireUnpaidCheckouts,
+  recheckLivingMemberships,
   recheckOpenCheckouts,
   reconcilePendingStop,
   reconcileSubscription,
@@ -94,6 +95,8 @@ export interface BillingPass {
   /** open intents of ended stays re-read (and cancelled) at Stripe this pass, and those whose payment moved */
   readonly intentsRechecked: number;
   readonly intentsReconciled: number;
+  /** living memberships whose subscription was re-read from Stripe this pass (their webhooks may be lost) */
+  readonly membershipsRechecked: number;
 }
 
 const ID = z.string().min(1);
@@ -239,6 +242,7 @@ export class BillingWorker {
     const checkoutsRechecked = await recheckOpenCheckouts(this.#d, this.#o.batch, this.#o.checkoutRecheckMs);
     const refunds = await recheckPendingRefunds(this.#d, this.#o.batch, this.#o.reconcileMs);
     const intents = await recheckOpenIntents(this.#d, this.#o.batch, this.#o.reconcileMs);
+    const membershipsRechecked = await recheckLivingMemberships(this.#d, this.#o.batch, this.#o.reconcileMs);
     return {
       events,
       jobs,
@@ -253,6 +257,7 @@ export class BillingWorker {
       refundsReconciled: refunds.moved,
       intentsRechecked: intents.checked,
       intentsReconciled: intents.moved,
+      membershipsRechecked,
     };
   }
 

@@ -25,6 +25,7 @@ import {
   endMembershipRow,
   insertMembership,
   claimCheckoutsToRecheck,
+  claimLivingToRecheck,
   listCheckoutsApprovedBefore,
   listLivingMembershipsOfPerson,
   listLivingOfPlan,
@@ -783,6 +784,30 @@ export async function recheckOpenCheckouts(deps: MembershipDeps, limit: number, 
     } catch (e) {
       const code = e instanceof BillingStepFailed ? e.code : 'INTERNAL';
       log.warn({ code, err: String(e) }, 'open checkout not re-read on this pass');
+    }
+  }
+  return due.length;
+}
+
+/**
+ * Living memberships re-read from Stripe every `intervalMs` (BILLING_RECONCILE_MS): a subscription Stripe
+ * cancelled or moved (the dashboard, a renewal that failed, its retries given up) with every webhook lost
+ * would otherwise leave the member's key opening for ever (a member key runs until a verb revokes it).
+ * Each goes through `reconcileSubscription`, the verb its webhooks run. Returns how many were re-read.
+ */
+export async function recheckLivingMemberships(deps: MembershipDeps, limit: number, intervalMs: number): Promise<number> {
+  const due = await claimLivingToRecheck(deps.db, { now: deps.clock.now(), intervalMs, limit });
+  for (const c of due) {
+    const cid = newCorrelationId();
+    const log = withCorrelation(deps.log, cid, { part: 'membership-recheck', membershipId: c.id, subscriptionId: c.subscriptionId });
+    try {
+      const code = await reconcileSubscription(deps, c.subscriptionId, cid, c.id);
+      if (code === 'SUBSCRIPTION_STATUS_UNCHANGED' || code === 'MEMBERSHIP_ALREADY_ENDING')
+        log.info({ code }, 'membership re-read from Stripe');
+      else log.warn({ code }, 'a membership moved when re-read from Stripe (its webhooks were late or lost)');
+    } catch (e) {
+      const code = e instanceof BillingStepFailed ? e.code : 'INTERNAL';
+      log.warn({ code, err: String(e) }, 'membership not re-read on this pass');
     }
   }
   return due.length;

@@ -288,6 +288,29 @@ export async function claimCheckoutsToRecheck(
   return r.rows.map((x) => ({ id: x.id, subscriptionId: x.subscription_id }));
 }
 
+/**
+ * Living memberships (`active`, `past_due`, `ending`) whose subscription was not re-read for `intervalMs`,
+ * the longest unread first, claimed by setting `subscription_checked_at` in the same statement (replicas
+ * and passes spread the reads). One whose billing stop is pending is its reconcile job's.
+ */
+export async function claimLivingToRecheck(
+  q: Queryable,
+  o: { readonly now: number; readonly intervalMs: number; readonly limit: number },
+): Promise<{ id: string; subscriptionId: string }[]> {
+  const r = await q.query<{ id: string; subscription_id: string }>(
+    `UPDATE memberships SET subscription_checked_at = $1
+      WHERE id IN (
+        SELECT id FROM memberships
+         WHERE status IN ('active', 'past_due', 'ending') AND subscription_id IS NOT NULL AND billing_stop_pending IS NULL
+           AND updated_at <= $2 AND (subscription_checked_at IS NULL OR subscription_checked_at <= $2)
+         ORDER BY subscription_checked_at NULLS FIRST, id
+         LIMIT $3 FOR UPDATE SKIP LOCKED)
+      RETURNING id, subscription_id`,
+    [o.now, o.now - o.intervalMs, o.limit],
+  );
+  return r.rows.map((x) => ({ id: x.id, subscriptionId: x.subscription_id }));
+}
+
 /** The memberships of a plan that have not ended (a retired plan ends them). */
 export async function listLivingOfPlan(q: Queryable, planId: string): Promise<string[]> {
   const r = await q.query<{ id: string }>(

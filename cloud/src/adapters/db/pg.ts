@@ -35,16 +35,26 @@ export function openPgDb(url: string, log: Logger, opts: { max?: number } = {}):
     exec: base.exec,
     async transaction(fn) {
       const client = await pool.connect();
+      // The pool listens for errors on idle clients only: a checked-out one whose session the server ends (a
+      // restart, a cut link) while the transaction awaits something else would emit an unhandled 'error' and
+      // kill the process. Caught here, the transaction fails on its next query and the client is destroyed.
+      let broken: Error | undefined;
+      const onError = (e: Error) => {
+        broken = e;
+        log.warn({ err: e.message }, 'pg session ended during a transaction');
+      };
+      client.on('error', onError);
       try {
         await client.query('BEGIN');
         const result = await fn(withSavepoints(wrap(client)));
         await client.query('COMMIT');
         return result;
       } catch (e) {
-        await client.query('ROLLBACK').catch(() => {});
+        if (broken === undefined) await client.query('ROLLBACK').catch(() => {});
         throw e;
       } finally {
-        client.release();
+        client.off('error', onError);
+        client.release(broken);
       }
     },
     async listen(channel, onNotify) {
