@@ -372,7 +372,8 @@ export async function loadWalkInRefund(q: Queryable, walkInId: string, forUpdate
 
 /**
  * The walk-in's refund as a new attempt under the next key, for `amount`: pending, nothing at Stripe yet.
- * Only from the attempt named (`fromKey`), so two runs cannot both move it; 0 rows then.
+ * Only from the attempt named (`fromKey`) and only while Stripe holds no live refund of it (none made, or
+ * the one made failed), so two runs cannot both move it and a refund made is never forgotten; 0 rows then.
  */
 export async function nextWalkInRefundAttempt(
   q: Queryable,
@@ -381,7 +382,7 @@ export async function nextWalkInRefundAttempt(
   const res = await q.query(
     `UPDATE walk_in_refunds SET idempotency_key = $3, amount = $4, status = 'pending', stripe_refund_id = NULL, checked_at = NULL,
        updated_at = $5
-      WHERE walk_in_id = $1 AND idempotency_key = $2`,
+      WHERE walk_in_id = $1 AND idempotency_key = $2 AND (stripe_refund_id IS NULL OR status = 'failed')`,
     [r.walkInId, r.fromKey, walkInRefundKey(r.walkInId, r.attempt), r.amount, r.now],
   );
   return res.rowCount;
