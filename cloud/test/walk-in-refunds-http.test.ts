@@ -1,5 +1,6 @@
 import { pgBackends } from '@tobira/shared/testing';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { createApiToken } from '../src/adapters/db/tokens.js';
 import { openStaysApi, type StaysApi } from './stays-harness.js';
 
 /**
@@ -17,6 +18,13 @@ interface Refund {
   amount: number;
   status: string;
   source: string;
+}
+interface DeadJob {
+  id: number;
+  kind: string;
+  subjectId: string;
+  code: string | null;
+  siteId: string | null;
 }
 interface WalkInBody {
   id: string;
@@ -44,6 +52,15 @@ describe.each(pgBackends())('walk-in refunds on %s', (backend) => {
   const walkIn = async (id: string) => (await get(`/walk-ins/${id}`)).json<WalkInBody>();
   const keyStatus = async (keyId: string) => (await get(`/keys/${keyId}`)).json<{ key: { status: string } }>().key.status;
   const atStripe = (intentId: string) => h.local.refunds().filter((r) => r.payment_intent === intentId);
+  const given = (intentId: string) =>
+    atStripe(intentId)
+      .filter((r) => r.status !== 'failed')
+      .map((r) => r.amount);
+  const deadJobs = async (id: string, token = h.admin) =>
+    (await h.app.inject({ method: 'GET', url: '/billing/dead-letters?kind=billing-jobs', headers: { authorization: `Bearer ${token}` } }))
+      .json<{ items: DeadJob[] }>()
+      .items.filter((j) => j.subjectId === id);
+  const retry = (jobId: number) => post(`/billing/dead-letters/billing-jobs/${jobId}/retry`);
 
   /** Sold and paid at the desk: paid with its key. */
   async function paidWalkIn(): Promise<WalkInBody> {
@@ -180,6 +197,28 @@ describe.each(pgBackends())('walk-in refunds on %s', (backend) => {
       expect(await walkIn(w.id)).toMatchObject({ refunds: [{ amount: 1500, status: 'failed', source: 'tobira' }] });
     });
 
+    it('failed at Stripe after it was made: the job back on the dead-letter list with REFUND_FAILED, and its retry a new attempt refunded once', async () => {
+      const w = await paidWalkIn();
+      h.local.faults.refundsPending = true;
+      await post(`/walk-ins/${w.id}/cancel`, { reason: 'staff_cancelled' });
+      await settle();
+      const [re] = atStripe(w.intentId);
+      expect(h.local.settleRefund(re?.id ?? '', 'failed').status).toBe(200);
+      await settle();
+      const [dead] = await deadJobs(w.id);
+      expect(dead).toMatchObject({ kind: 'walk_in_refund', code: 'REFUND_FAILED', siteId: h.siteId });
+      h.local.faults.refundsPending = false;
+      expect((await retry(dead?.id ?? 0)).statusCode).toBe(200);
+      await settle();
+      expect(given(w.intentId)).toEqual([1500]);
+      expect(atStripe(w.intentId).map((r) => [r.status, r.metadata?.['refund_id']])).toEqual([
+        ['failed', `rf_${w.id}`],
+        ['succeeded', `rf_${w.id}_2`],
+      ]);
+      expect(await walkIn(w.id)).toMatchObject({ refunds: [{ amount: 1500, status: 'succeeded', source: 'tobira' }] });
+      expect(await deadJobs(w.id)).toEqual([]);
+    });
+
     it('pending at Stripe with its webhooks lost: the billing worker re-reads it from Stripe after BILLING_RECONCILE_MS and records it once', async () => {
       const w = await paidWalkIn();
       h.local.faults.refundsPending = true;
@@ -198,6 +237,97 @@ describe.each(pgBackends())('walk-in refunds on %s', (backend) => {
       h.cloud.clock.advance(15 * 60_000);
       expect(await h.cloud.runBilling()).toMatchObject({ refundsRechecked: 0 });
       expect(atStripe(w.intentId)).toHaveLength(1);
+    });
+    it('refused by Stripe once: failed and on the dead-letter list with its code and site; the operator retry is a new attempt under a new key, refunded once', async () => {
+      const w = await paidWalkIn();
+      h.local.faults.failNextRefunds = 1;
+      expect((await post(`/walk-ins/${w.id}/cancel`, { reason: 'staff_cancelled' })).statusCode).toBe(200);
+      await settle();
+      // the guest is owed the money: visible as failed, never pending for ever, and nothing made at Stripe
+      expect(await walkIn(w.id)).toMatchObject({
+        walkInStatus: 'cancelled',
+        refunds: [{ amount: 1500, status: 'failed', source: 'tobira', stripeRefundId: null }],
+      });
+      expect(given(w.intentId)).toEqual([]);
+      const [dead, ...more] = await deadJobs(w.id);
+      expect(more).toEqual([]);
+      expect(dead).toMatchObject({ kind: 'walk_in_refund', code: 'BILLING_REQUEST_INVALID', siteId: h.siteId });
+      // a site's own token sees its dead walk-in job; another site's does not
+      const mine = (await createApiToken(h.t.db, { name: `m-${w.id}`, role: 'manager', sites: [h.siteId] }, h.cloud.clock.now())).token;
+      expect((await deadJobs(w.id, mine)).map((j) => j.id)).toEqual([dead?.id]);
+      expect(await deadJobs(w.id, h.managerOther)).toEqual([]);
+
+      expect((await retry(dead?.id ?? 0)).statusCode).toBe(200);
+      await settle();
+      expect(await walkIn(w.id)).toMatchObject({
+        refunds: [{ amount: 1500, status: 'succeeded', source: 'tobira', stripeRefundId: expect.stringMatching(/^re_/) }],
+      });
+      // the retry was not the refused key's stored error replayed: a new attempt, made once
+      expect(atStripe(w.intentId).map((r) => [r.amount, r.metadata?.['refund_id']])).toEqual([[1500, `rf_${w.id}_2`]]);
+      expect(await deadJobs(w.id)).toEqual([]);
+      await settle();
+      expect(given(w.intentId)).toEqual([1500]);
+    });
+
+    it('after part was refunded in Stripe directly: only the rest is refunded, once', async () => {
+      const w = await paidWalkIn();
+      const re = await h.stripe.refunds.create({ payment_intent: w.intentId, amount: 500 });
+      await settle();
+      expect((await post(`/walk-ins/${w.id}/cancel`, { reason: 'staff_cancelled' })).statusCode).toBe(200);
+      await settle();
+      expect(given(w.intentId)).toEqual([500, 1000]);
+      expect(await walkIn(w.id)).toMatchObject({
+        walkInStatus: 'cancelled',
+        refunds: expect.arrayContaining([
+          expect.objectContaining({ stripeRefundId: re.id, amount: 500, status: 'succeeded', source: 'stripe' }),
+          expect.objectContaining({ amount: 1000, status: 'succeeded', source: 'tobira' }),
+        ]),
+      });
+      expect((await walkIn(w.id)).refunds).toHaveLength(2);
+      expect(await deadJobs(w.id)).toEqual([]);
+    });
+
+    it('after part was refunded in Stripe directly with its webhooks lost: the job re-reads Stripe and asks only for the rest, under a new key', async () => {
+      const w = await paidWalkIn();
+      h.local.webhooks.faults.drop = true;
+      await h.stripe.refunds.create({ payment_intent: w.intentId, amount: 500 });
+      await h.local.webhooks.idle();
+      h.local.webhooks.faults.drop = false;
+      expect((await post(`/walk-ins/${w.id}/cancel`, { reason: 'staff_cancelled' })).statusCode).toBe(200);
+      await settle();
+      expect(given(w.intentId)).toEqual([500, 1000]);
+      expect(atStripe(w.intentId)[1]?.metadata?.['refund_id']).toBe(`rf_${w.id}_2`);
+      const after = await walkIn(w.id);
+      expect(after.refunds.map((r) => [r.source, r.amount, r.status]).sort()).toEqual([
+        ['stripe', 500, 'succeeded'],
+        ['tobira', 1000, 'succeeded'],
+      ]);
+      expect(await deadJobs(w.id)).toEqual([]);
+    });
+
+    it('refused, then the rest refunded in Stripe directly (its webhooks lost): the retry re-reads Stripe, owes nothing and refunds nothing', async () => {
+      const w = await paidWalkIn();
+      await h.stripe.refunds.create({ payment_intent: w.intentId, amount: 500 });
+      await settle();
+      h.local.faults.failNextRefunds = 1;
+      expect((await post(`/walk-ins/${w.id}/cancel`, { reason: 'staff_cancelled' })).statusCode).toBe(200);
+      await settle();
+      const [dead] = await deadJobs(w.id);
+      expect(dead).toMatchObject({ kind: 'walk_in_refund', siteId: h.siteId });
+      expect(given(w.intentId)).toEqual([500]);
+      h.local.webhooks.faults.drop = true;
+      await h.stripe.refunds.create({ payment_intent: w.intentId, amount: 1000 });
+      await h.local.webhooks.idle();
+      h.local.webhooks.faults.drop = false;
+      expect((await retry(dead?.id ?? 0)).statusCode).toBe(200);
+      await settle();
+      expect(given(w.intentId)).toEqual([500, 1000]);
+      const after = await walkIn(w.id);
+      expect(after.refunds.map((r) => [r.source, r.amount, r.status])).toEqual([
+        ['stripe', 500, 'succeeded'],
+        ['stripe', 1000, 'succeeded'],
+      ]);
+      expect(await deadJobs(w.id)).toEqual([]);
     });
   });
 });

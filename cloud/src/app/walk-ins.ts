@@ -35,8 +35,13 @@ import {
   loadBlock,
   loadWalkIn,
   loadWalkInRefund,
+  dropWalkInRefund,
+  failWalkInRefundAttempt,
+  nextWalkInRefundAttempt,
   recordWalkInStripeRefund,
+  refundedInStripeDirectly,
   setWalkInRefundStatus,
+  type WalkInRefund,
   recordWalkInIntent,
   returnQuota,
   useQuota,
@@ -46,11 +51,11 @@ import {
 } from '../adapters/db/walk-ins.js';
 import type { BillingFailure } from '../adapters/stripe/errors.js';
 import { cancelPaymentIntent, createPaymentIntent, retrievePaymentIntent } from '../adapters/stripe/payment-intents.js';
-import { createRefund, type RefundObservation } from '../adapters/stripe/refunds.js';
+import { createRefund, listRefundsOfIntent, type RefundObservation } from '../adapters/stripe/refunds.js';
 import type { CancelReason } from '../domain/cancellation-policy.js';
 import { checkInGates, type GatePass } from '../domain/check-in-gates.js';
 import type { Checked } from '../domain/nights.js';
-import { enqueueBillingJob } from '../adapters/db/billing-jobs.js';
+import { deadLetterWalkInRefundJob, enqueueBillingJob } from '../adapters/db/billing-jobs.js';
 import type { IntentObservation } from '../domain/payments.js';
 import type { Plan } from '../domain/plans.js';
 import * as domain from '../domain/walk-ins.js';
@@ -124,9 +129,14 @@ async function runEffects(deps: WalkInDeps, tx: Tx, w: WalkIn, effects: readonly
   }
 }
 
-/** The refund row (its key `refund:walk_in:<id>:1` stored now) and the one job that calls Stripe with it. */
+/**
+ * The refund row (its key `refund:walk_in:<id>:1` stored now) and the one job that calls Stripe with it. What
+ * was already given back in Stripe directly counts toward it: only the rest is owed (none: nothing queued).
+ */
 async function queueWalkInRefund(tx: Tx, w: WalkIn, amount: number, cid: CorrelationId, now: number): Promise<void> {
-  if ((await insertWalkInRefund(tx, { walkInId: w.id, amount, currency: w.currency, cid, now })) !== 1) return;
+  const rest = amount - (await refundedInStripeDirectly(tx, w.id));
+  if (rest <= 0) return;
+  if ((await insertWalkInRefund(tx, { walkInId: w.id, amount: rest, currency: w.currency, cid, now })) !== 1) return;
   await enqueueBillingJob(tx, {
     kind: 'walk_in_refund',
     subjectId: w.id,
@@ -611,40 +621,108 @@ export function listBlockedPeople(deps: WalkInDeps, siteId: string, scope: SiteS
 // ---------------------------------------------------------------- refund (billing job)
 
 /**
- * The walk-in refund job: the call with the key stored before it (a retry gets the same refund), then
- * recorded as Stripe answered it: succeeded, pending (its refund event settles it later) or failed (an
- * operator alarm: the guest is owed the money).
+ * The walk-in refund job. The intent's refunds are re-read from Stripe and recorded first, and only what the
+ * charge still holds of ours is asked for: money given back in Stripe directly (the dashboard, support; its
+ * webhooks maybe lost) counts toward it, so the guest is never refunded twice. The call carries the attempt's
+ * key, stored before it (a retry after a lost answer gets the same refund). A refusal re-reads and records the
+ * intent's refunds again: nothing left owed → done; less owed than was asked → at once a new, smaller attempt
+ * under the next key; otherwise the attempt is failed and the job dead with Stripe's code, and the operator's
+ * retry is a new attempt under the next key (a refused key keeps answering its stored error). A refund Stripe
+ * fails later (`refund.failed`) puts the job back on the dead-letter list the same way.
  */
-export async function refundWalkIn(deps: WalkInDeps, walkInId: string, cid: CorrelationId): Promise<OutcomeCode> {
+export async function refundWalkIn(deps: WalkInDeps, walkInId: string, cid: CorrelationId, depth = 0): Promise<OutcomeCode> {
   const stripe = deps.stripe;
   if (!stripe) throw new BillingStepFailed('BILLING_NOT_CONFIGURED', false, 'no Stripe client');
-  const r = await loadWalkInRefund(deps.db, walkInId);
+  const log = withCorrelation(deps.log, cid, { verb: 'refundWalkIn', walkInId });
+  const first = await loadWalkInRefund(deps.db, walkInId);
   const w = await loadWalkIn(deps.db, walkInId);
-  if (!r || !w) return 'PAYMENT_NOT_FOUND';
-  if (r.status === 'succeeded') return 'REFUND_ALREADY_RECORDED';
-  if (r.status === 'failed') return 'REFUND_FAILED';
+  if (!first || !w) return 'PAYMENT_NOT_FOUND';
+  if (first.status === 'succeeded') return 'REFUND_ALREADY_RECORDED';
   if (w.intentId === null) throw new BillingStepFailed('PAYMENT_NOT_FOUND', true, 'the walk-in has no intent');
+  const intentId = w.intentId;
+  const settled = await settleAgainstStripe(deps, w, intentId, cid);
+  if (typeof settled === 'string') return settled;
+  const r = settled;
   const made = await createRefund(stripe, {
-    intentId: w.intentId,
+    intentId,
     amount: r.amount,
     idempotencyKey: r.idempotencyKey,
-    refundId: ourRefundId(walkInId),
+    refundId: ourRefundId(walkInId, r.attempt),
     reason: 'requested_by_customer',
   });
-  if (!made.ok) throw new BillingStepFailed(made.failure.code, made.failure.kind === 'permanent', made.failure.message);
+  if (!made.ok) {
+    if (made.failure.kind !== 'permanent') throw new BillingStepFailed(made.failure.code, false, made.failure.message);
+    log.warn(
+      { code: made.failure.code, stripeCode: made.failure.stripeCode, attempt: r.attempt, amount: r.amount },
+      'walk-in refund refused',
+    );
+    // a refusal may only mean Stripe already gave (some of) the money back: re-read before judging it
+    const again = await settleAgainstStripe(deps, w, intentId, cid);
+    if (typeof again === 'string') return again;
+    if (again.idempotencyKey !== r.idempotencyKey && depth < 2) return refundWalkIn(deps, walkInId, cid, depth + 1);
+    await inBilling(deps, 'failWalkInRefund', (tx) => failWalkInRefundAttempt(tx, walkInId, again.idempotencyKey, deps.clock.now()));
+    log.error(
+      { alarm: true, code: made.failure.code, stripeCode: made.failure.stripeCode, amount: again.amount },
+      'ALARM: Stripe refused a walk-in refund: the guest is owed the money (an operator retry is a new attempt)',
+    );
+    throw new BillingStepFailed(made.failure.code, true, made.failure.message);
+  }
   const status = refundStatusOf(made.value.status);
   await deps.db.transaction((tx) => setWalkInRefundStatus(tx, walkInId, status, made.value.stripeRefundId, deps.clock.now()));
-  const log = withCorrelation(deps.log, cid, { verb: 'refundWalkIn', walkInId });
-  const line = { amount: r.amount, stripeRefundId: made.value.stripeRefundId, refundStatus: status };
+  const line = { amount: r.amount, attempt: r.attempt, stripeRefundId: made.value.stripeRefundId, refundStatus: status };
   if (status === 'failed') {
     log.error({ ...line, alarm: true, code: 'REFUND_FAILED' }, 'ALARM: Stripe failed a walk-in refund');
-    return 'REFUND_FAILED';
+    throw new BillingStepFailed('REFUND_FAILED', true, `Stripe failed refund ${made.value.stripeRefundId}`);
   }
   log.info({ ...line, code: status === 'succeeded' ? 'PAYMENT_REFUNDED' : 'REFUND_PENDING' }, 'walk-in refund made');
   return status === 'succeeded' ? 'PAYMENT_REFUNDED' : 'REFUND_PENDING';
 }
 
-const ourRefundId = (walkInId: string): string => `rf_${walkInId}`;
+/**
+ * The walk-in's refund against the intent's refunds as Stripe holds them now (re-read and recorded): a code
+ * when there is nothing to call Stripe for (ours made, pending, or nothing left owed), else the attempt to
+ * make — the current one, or a new one under the next key when the amount owed changed or the current one
+ * failed (Stripe answers a used key with its first answer, whatever the amount).
+ */
+async function settleAgainstStripe(deps: WalkInDeps, w: WalkIn, intentId: string, cid: CorrelationId): Promise<WalkInRefund | OutcomeCode> {
+  const stripe = deps.stripe;
+  if (!stripe) throw new BillingStepFailed('BILLING_NOT_CONFIGURED', false, 'no Stripe client');
+  const all = await listRefundsOfIntent(stripe, intentId);
+  if (!all.ok) throw new BillingStepFailed(all.failure.code, all.failure.kind === 'permanent', all.failure.message);
+  await reconcileWalkInRefunds(deps, w.id, all.value, cid);
+  const r = await loadWalkInRefund(deps.db, w.id);
+  if (!r) return 'REFUND_ALREADY_RECORDED';
+  if (r.status === 'succeeded') return 'REFUND_ALREADY_RECORDED';
+  if (r.status === 'pending' && r.stripeRefundId !== null) return 'REFUND_PENDING';
+  // what the charge still holds: a pending refund has left it too (Stripe refuses to refund it again)
+  const given = all.value.filter((x) => x.status !== 'failed').reduce((n, x) => n + x.amount, 0);
+  const owed = Math.min(r.amount, Math.max(0, w.amountReceived - given));
+  const log = withCorrelation(deps.log, cid, { verb: 'refundWalkIn', walkInId: w.id });
+  if (owed === 0) {
+    await inBilling(deps, 'dropWalkInRefund', (tx) => dropWalkInRefund(tx, w.id, r.idempotencyKey));
+    log.info({ code: 'REFUND_ALREADY_RECORDED', amount: r.amount, refundedAtStripe: given }, 'Stripe had already given the money back');
+    return 'REFUND_ALREADY_RECORDED';
+  }
+  if (owed === r.amount && r.status === 'pending') return r;
+  const attempt = r.attempt + 1;
+  await inBilling(deps, 'retryWalkInRefund', (tx) =>
+    nextWalkInRefundAttempt(tx, { walkInId: w.id, fromKey: r.idempotencyKey, attempt, amount: owed, now: deps.clock.now() }),
+  );
+  log.info({ code: 'REFUND_QUEUED', attempt, amount: owed, was: r.amount }, 'walk-in refund as a new attempt');
+  const next = await loadWalkInRefund(deps.db, w.id);
+  if (next?.attempt !== attempt) throw new BillingStepFailed('BILLING_UNAVAILABLE', false, 'the walk-in refund moved under this run');
+  return next;
+}
+
+/** Our refund's `metadata.refund_id` for an attempt (the first keeps the id it always had). */
+const ourRefundId = (walkInId: string, attempt: number): string => (attempt === 1 ? `rf_${walkInId}` : `rf_${walkInId}_${attempt}`);
+/** The attempt of ours a refund of the walk-in's intent was made under; null for one made in Stripe directly. */
+const ourAttemptOf = (walkInId: string, refundId: string | null): number | null => {
+  if (refundId === null) return null;
+  if (refundId === `rf_${walkInId}`) return 1;
+  const tail = refundId.startsWith(`rf_${walkInId}_`) ? refundId.slice(`rf_${walkInId}_`.length) : '';
+  return /^[0-9]+$/.test(tail) ? Number(tail) : null;
+};
 const refundStatusOf = (s: string): 'pending' | 'succeeded' | 'failed' =>
   s === 'succeeded' ? 'succeeded' : s === 'failed' || s === 'canceled' ? 'failed' : 'pending';
 
@@ -662,17 +740,25 @@ export async function reconcileWalkInRefunds(
   cid: CorrelationId,
 ): Promise<OutcomeCode> {
   const log = withCorrelation(deps.log, cid, { verb: 'recordWalkInRefund', walkInId });
-  const outside = observed.filter((r) => r.refundId !== ourRefundId(walkInId));
+  const outside = observed.filter((r) => ourAttemptOf(walkInId, r.refundId) === null);
   const changed = await inBilling(deps, 'recordWalkInRefund', async (tx) => {
     const w = await loadWalkIn(tx, walkInId, null, true);
     if (!w) return null;
+    const ours = await loadWalkInRefund(tx, walkInId, true);
     const now = deps.clock.now();
     let n = 0;
     for (const r of observed) {
-      if (r.refundId === ourRefundId(walkInId)) {
-        n += await setWalkInRefundStatus(tx, walkInId, r.status, r.stripeRefundId, now);
-        if (r.status === 'failed')
+      const attempt = ourAttemptOf(walkInId, r.refundId);
+      if (attempt !== null) {
+        // an earlier attempt of ours at Stripe is one that failed there (a new one is made only then)
+        if (attempt !== ours?.attempt) continue;
+        const m = await setWalkInRefundStatus(tx, walkInId, r.status, r.stripeRefundId, now);
+        if (r.status === 'failed' && m === 1) {
+          // the guest is owed the money: the operator sees the job dead with the code, and its retry is a new attempt
+          await deadLetterWalkInRefundJob(tx, walkInId, 'REFUND_FAILED', `Stripe failed refund ${r.stripeRefundId}`, now);
           log.error({ alarm: true, code: 'REFUND_FAILED', stripeRefundId: r.stripeRefundId }, 'ALARM: Stripe failed a walk-in refund');
+        }
+        n += m;
       } else {
         const m = await recordWalkInStripeRefund(tx, { walkInId, ...r, cid, now });
         if (m === 1)

@@ -173,6 +173,16 @@ export async function deadLetterRefundJob(q: Queryable, refundId: string, code: 
   return r.rowCount;
 }
 
+/** A walk-in's refund Stripe failed after its job was done: its job dead with the code, as a stay's is. */
+export async function deadLetterWalkInRefundJob(q: Queryable, walkInId: string, code: string, error: string, now: number): Promise<number> {
+  const r = await q.query(
+    `UPDATE billing_jobs SET status = 'dead', last_code = $2, last_error = $3, done_at = $4
+      WHERE kind = 'walk_in_refund' AND dedupe_key = $1 AND status = 'done'`,
+    [`walk_in_refund:${walkInId}`, code, error.slice(0, 500), now],
+  );
+  return r.rowCount;
+}
+
 /**
  * Dead jobs of a subject whose outcome a sweep has since read from Stripe and settled (a `cancel_intent`
  * that gave up while Stripe was unreachable): done, under the code that settled them, so the dead-letter
@@ -198,12 +208,16 @@ export async function retryDeadBillingJob(q: Queryable, id: number, now: number)
 const DeadCursor = z.tuple([z.number().int()]);
 
 /** The dead-letter list, oldest first, keyset-paginated on id. */
-/** The site a job's subject (a stay, a payment or a refund: the ids do not overlap) belongs to; null for none. */
+/**
+ * The site a job's subject (a stay, a payment, a refund, a membership or a walk-in: the ids do not overlap)
+ * belongs to; null for none.
+ */
 const JOB_SITE = `(SELECT COALESCE(
     (SELECT s.site_id FROM stays s WHERE s.id = j.subject_id),
     (SELECT s.site_id FROM payments p JOIN stays s ON s.id = p.stay_id WHERE p.id = j.subject_id),
     (SELECT s.site_id FROM refunds r JOIN payments p ON p.id = r.payment_id JOIN stays s ON s.id = p.stay_id WHERE r.id = j.subject_id),
-    (SELECT m.site_id FROM memberships m WHERE m.id = j.subject_id)))`;
+    (SELECT m.site_id FROM memberships m WHERE m.id = j.subject_id),
+    (SELECT w.site_id FROM walk_ins w WHERE w.id = j.subject_id)))`;
 
 /**
  * Dead jobs, oldest first, each with the site of its subject. Scoped like every list: a caller limited to

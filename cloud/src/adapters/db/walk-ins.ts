@@ -316,7 +316,10 @@ export async function listWalkIns(q: Queryable, scope: SiteScope, f: WalkInFilte
   return pageOf(r.rows.map(walkInOf), f.limit, (w) => [w.createdAt, w.id]);
 }
 
-/** A walk-in's refund, its idempotency key stored before any call (one per walk-in); 0 rows: already queued. */
+/** Our refund's idempotency key for the walk-in's nth attempt: `refund:walk_in:<id>:<n>`. */
+export const walkInRefundKey = (walkInId: string, attempt: number): string => `refund:walk_in:${walkInId}:${attempt}`;
+
+/** A walk-in's refund, its idempotency key stored before any call (one row per walk-in); 0 rows: already queued. */
 export async function insertWalkInRefund(
   q: Queryable,
   r: { walkInId: string; amount: number; currency: string; cid: string; now: number },
@@ -324,7 +327,7 @@ export async function insertWalkInRefund(
   const res = await q.query(
     `INSERT INTO walk_in_refunds (walk_in_id, amount, currency, idempotency_key, cid, created_at, updated_at)
      VALUES ($1, $2, $3, $4, $5, $6, $6) ON CONFLICT (walk_in_id) DO NOTHING`,
-    [r.walkInId, r.amount, r.currency, `refund:walk_in:${r.walkInId}:1`, r.cid, r.now],
+    [r.walkInId, r.amount, r.currency, walkInRefundKey(r.walkInId, 1), r.cid, r.now],
   );
   return res.rowCount;
 }
@@ -335,11 +338,13 @@ export interface WalkInRefund {
   readonly currency: string;
   readonly status: RefundStatus;
   readonly idempotencyKey: string;
+  /** the attempt its key names (`refund:walk_in:<id>:<attempt>`) */
+  readonly attempt: number;
   readonly stripeRefundId: string | null;
 }
 
-export async function loadWalkInRefund(q: Queryable, walkInId: string): Promise<WalkInRefund | null> {
-  const r = await q.query('SELECT * FROM walk_in_refunds WHERE walk_in_id = $1', [walkInId]);
+export async function loadWalkInRefund(q: Queryable, walkInId: string, forUpdate = false): Promise<WalkInRefund | null> {
+  const r = await q.query(`SELECT * FROM walk_in_refunds WHERE walk_in_id = $1${forUpdate ? ' FOR UPDATE' : ''}`, [walkInId]);
   const row = r.rows[0];
   if (!row) return null;
   const v = parseRow(
@@ -360,8 +365,55 @@ export async function loadWalkInRefund(q: Queryable, walkInId: string): Promise<
     currency: v.currency,
     status: v.status,
     idempotencyKey: v.idempotency_key,
+    attempt: Number(v.idempotency_key.slice(v.idempotency_key.lastIndexOf(':') + 1)) || 1,
     stripeRefundId: v.stripe_refund_id,
   };
+}
+
+/**
+ * The walk-in's refund as a new attempt under the next key, for `amount`: pending, nothing at Stripe yet.
+ * Only from the attempt named (`fromKey`) and only while Stripe holds no live refund of it (none made, or
+ * the one made failed), so two runs cannot both move it and a refund made is never forgotten; 0 rows then.
+ */
+export async function nextWalkInRefundAttempt(
+  q: Queryable,
+  r: { walkInId: string; fromKey: string; attempt: number; amount: number; now: number },
+): Promise<number> {
+  const res = await q.query(
+    `UPDATE walk_in_refunds SET idempotency_key = $3, amount = $4, status = 'pending', stripe_refund_id = NULL, checked_at = NULL,
+       updated_at = $5
+      WHERE walk_in_id = $1 AND idempotency_key = $2 AND (stripe_refund_id IS NULL OR status = 'failed')`,
+    [r.walkInId, r.fromKey, walkInRefundKey(r.walkInId, r.attempt), r.amount, r.now],
+  );
+  return res.rowCount;
+}
+
+/** The attempt Stripe refused (it made no refund): failed, so the next run of its job makes a new attempt. */
+export async function failWalkInRefundAttempt(q: Queryable, walkInId: string, key: string, now: number): Promise<number> {
+  const res = await q.query(
+    `UPDATE walk_in_refunds SET status = 'failed', updated_at = $3
+      WHERE walk_in_id = $1 AND idempotency_key = $2 AND status = 'pending' AND stripe_refund_id IS NULL`,
+    [walkInId, key, now],
+  );
+  return res.rowCount;
+}
+
+/** Our refund when nothing is owed any more and Stripe holds no refund of it: it stood for money never sent. */
+export async function dropWalkInRefund(q: Queryable, walkInId: string, key: string): Promise<number> {
+  const res = await q.query(`DELETE FROM walk_in_refunds WHERE walk_in_id = $1 AND idempotency_key = $2 AND stripe_refund_id IS NULL`, [
+    walkInId,
+    key,
+  ]);
+  return res.rowCount;
+}
+
+/** What refunds made in Stripe directly have given back of the walk-in (pending or succeeded), as recorded. */
+export async function refundedInStripeDirectly(q: Queryable, walkInId: string): Promise<number> {
+  const r = await q.query<{ n: string | number | null }>(
+    `SELECT COALESCE(SUM(amount), 0) AS n FROM walk_in_stripe_refunds WHERE walk_in_id = $1 AND status <> 'failed'`,
+    [walkInId],
+  );
+  return Number(r.rows[0]?.n ?? 0);
 }
 
 export type RefundStatus = 'pending' | 'succeeded' | 'failed';
