@@ -246,7 +246,15 @@ export class Cluster {
         `${id}-fleet`,
         process.execPath,
         tsxArgs(join(REPO, 'chaos/fleet-child.ts')),
-        { CHAOS_FLEET: JSON.stringify({ url: `mqtt://127.0.0.1:${fleetLink.port}`, gatewayId: id, locks, secrets }) },
+        {
+          CHAOS_FLEET: JSON.stringify({
+            url: `mqtt://127.0.0.1:${fleetLink.port}`,
+            gatewayId: id,
+            locks,
+            secrets,
+            replayDir: join(gdir, 'lock-replay'),
+          }),
+        },
         (l) => this.#fleetLine(id, l),
         REPO,
       ),

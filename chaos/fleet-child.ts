@@ -17,6 +17,8 @@ const Config = z.object({
   gatewayId: z.string(),
   locks: z.array(z.string()),
   secrets: z.record(z.string(), z.string()),
+  /** each lock's replay window across a kill of this process, as real firmware keeps it */
+  replayDir: z.string().optional(),
 });
 const Command = z.discriminatedUnion('op', [
   z.object({ op: z.literal('present'), id: z.string(), lockId: z.string(), pin: z.string() }),
@@ -31,6 +33,7 @@ const fleet = new Fleet({
   gatewayId: cfg.gatewayId,
   locks: cfg.locks,
   secrets: cfg.secrets,
+  ...(cfg.replayDir !== undefined && { replayWindowDir: cfg.replayDir }),
   log: createLogger('firmware-sim', { level: 'silent' }),
   onActivity: (lockId, a) => {
     if (a.type === 'output' && a.output.kind === 'event' && a.output.event.kind === 'command_result')

@@ -328,6 +328,8 @@ async function main(): Promise<void> {
     locks: LOCKS.map((l) => l.lockId),
     secrets,
     siteLogin: brokerAccounts !== undefined,
+    // the locks' replay windows outlive a restart of the demo, as a real lock's non-volatile memory does
+    replayWindowDir: join(data, GATEWAY_ID, 'lock-replay'),
     log: root.child({ part: 'sim' }),
   });
   parts.push({ name: 'locks', stop: () => fleet.stop() });

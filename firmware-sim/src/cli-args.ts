@@ -1,3 +1,5 @@
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import {
   isLoopbackHost,
@@ -22,6 +24,8 @@ export interface CliConfig {
   readonly siteCaFile: string | null;
   readonly siteCaFingerprint: string | null;
   readonly secretsFile: string | null;
+  /** Where each lock keeps its replay window across a restart of this process (FleetOptions.replayWindowDir). */
+  readonly replayDir: string;
   readonly printSecrets: boolean;
   readonly doorAjarMs: number | null;
   readonly faults: Faults | null;
@@ -49,6 +53,9 @@ Starts simulated lock controllers for one gateway (firmware-sim).
                            lock logins expects; see docs/gateway.md)
   --secrets <file.json>    pairing secrets {"L1":"<base64url>",...}; missing locks get
                            generated secrets and the file is (re)written with mode 0600
+  --replay-dir <dir>       where each lock keeps the command ids it executed until they
+                           expire, so a restarted sim refuses a replay (default
+                           $SIM_REPLAY_DIR or <tmp>/tobira-sim-<gateway>)
   --print-secrets          print the pairing secrets (they are never printed otherwise)
   --door-ajar-ms <ms>      door-ajar alarm threshold (default 30000)
   --faults <json>          fault plan for every lock, e.g. '{"incoming":{"drop":0.1,"delayMs":50}}'
@@ -79,6 +86,7 @@ export function parseCli(argv: readonly string[], env: Readonly<Record<string, s
         'site-ca': { type: 'string' },
         'site-ca-fingerprint': { type: 'string' },
         secrets: { type: 'string' },
+        'replay-dir': { type: 'string' },
         'print-secrets': { type: 'boolean' },
         'door-ajar-ms': { type: 'string' },
         faults: { type: 'string' },
@@ -155,6 +163,7 @@ export function parseCli(argv: readonly string[], env: Readonly<Record<string, s
     mqttPassword: env.MQTT_PASSWORD ?? null,
     siteLogin,
     secretsFile: values.secrets ?? null,
+    replayDir: values['replay-dir'] ?? env.SIM_REPLAY_DIR ?? join(tmpdir(), `tobira-sim-${gatewayId}`),
     printSecrets: values['print-secrets'] ?? false,
     doorAjarMs: values['door-ajar-ms'] === undefined ? null : positiveInt(values['door-ajar-ms'], '--door-ajar-ms'),
     faults,

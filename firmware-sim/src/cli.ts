@@ -68,6 +68,7 @@ async function main(): Promise<number> {
     gatewayId: config.gatewayId,
     locks: config.lockIds,
     secrets: given,
+    replayWindowDir: config.replayDir,
     log: createLogger('firmware-sim', { level: process.env.LOG_LEVEL ?? 'warn' }),
     siteLogin: config.siteLogin,
     ...(config.siteCaFile !== null &&

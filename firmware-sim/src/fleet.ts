@@ -1,3 +1,5 @@
+import { mkdirSync } from 'node:fs';
+import { join } from 'node:path';
 import { createLogger, decodeSecret, encodeSecret, isSlug, newPairingSecret } from '@tobira/shared';
 import { SimLock, type SimActivity, type SimLockOptions } from './adapter.js';
 import type { Faults } from './faults.js';
@@ -24,6 +26,12 @@ export interface FleetOptions extends Pick<
   /** How many locks connect at once when the fleet starts. */
   readonly connectConcurrency?: number;
   readonly onActivity?: (lockId: string, a: SimActivity) => void;
+  /**
+   * A folder (made 0700) where each lock keeps its replay window (`<lockId>.replay.json`, SimLockOptions
+   * `replayWindowFile`), as a real lock keeps it in non-volatile memory: a fleet process restarted within a
+   * command's lifetime then refuses a command it executed before (COMMAND_REPLAYED). Absent: in memory only.
+   */
+  readonly replayWindowDir?: string;
 }
 
 export function lockIds(locks: number | readonly string[]): string[] {
@@ -52,6 +60,8 @@ export class Fleet {
     if (this.#started) throw new Error('fleet already started');
     this.#started = true;
     const log = this.#o.log ?? createLogger('firmware-sim');
+    const dir = this.#o.replayWindowDir;
+    if (dir !== undefined) mkdirSync(dir, { recursive: true, mode: 0o700 });
     for (const id of lockIds(this.#o.locks)) {
       const given = this.#o.secrets?.[id];
       const secret = given === undefined ? newPairingSecret() : typeof given === 'string' ? decodeSecret(given) : given;
@@ -73,6 +83,7 @@ export class Fleet {
         ...(this.#o.faults && { faults: this.#o.faults }),
         ...(this.#o.publishTimeoutMs !== undefined && { publishTimeoutMs: this.#o.publishTimeoutMs }),
         ...(this.#o.onActivity && { onActivity: (a: SimActivity) => this.#o.onActivity?.(id, a) }),
+        ...(dir !== undefined && { replayWindowFile: join(dir, `${id}.replay.json`) }),
       };
       this.#locks.set(id, new SimLock(opts));
     }

@@ -1,3 +1,6 @@
+import { mkdtempSync, readdirSync, rmSync, statSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { encodeSecret, ManualClock, newId, newPairingSecret } from '@tobira/shared';
 import { mqttBackends, startMqttBackend, type MqttTestBroker } from '@tobira/shared/testing';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
@@ -71,6 +74,41 @@ describe.each(mqttBackends())('a fleet of simulated locks (%s)', (backend) => {
 
     it('an unknown lock id is an error, not a silent no-op', () => {
       expect(() => fleet.lock('L9')).toThrow(/no lock/);
+    });
+  });
+
+  describe('a restart of the fleet process within a command lifetime', () => {
+    const replayAfterRestart = async (replayWindowDir: string | undefined) => {
+      const secrets = fleet.secrets();
+      await fleet.stop();
+      const opts = { url: broker.url, gatewayId, locks: 3, secrets, clock, timers: 'manual' as const, random: () => 0 };
+      fleet = await startFleet({ ...opts, ...(replayWindowDir !== undefined && { replayWindowDir }) });
+      expect((await fleet.lock('L1').present(PIN)).command).toMatchObject({ result: 'executed' });
+      // the process dies (its memory with it) and starts again; the command seen on the broker is sent again
+      await fleet.stop();
+      fleet = await startFleet({ ...opts, ...(replayWindowDir !== undefined && { replayWindowDir }) });
+      await gw.waitFor(isPresence('L1', true));
+      gw.mode = 'replay';
+      try {
+        return (await fleet.lock('L1').present(PIN)).command;
+      } finally {
+        gw.mode = 'valid';
+      }
+    };
+
+    it('refuses a command it executed before, with its replay window kept in replayWindowDir (0700)', async () => {
+      const dir = mkdtempSync(join(tmpdir(), 'sim-replay-'));
+      try {
+        expect(await replayAfterRestart(join(dir, 'w'))).toMatchObject({ result: 'refused', code: 'COMMAND_REPLAYED', bolt: 'locked' });
+        expect(statSync(join(dir, 'w')).mode & 0o777).toBe(0o700);
+        expect(readdirSync(join(dir, 'w')).sort()).toContain('L1.replay.json');
+      } finally {
+        rmSync(dir, { recursive: true, force: true });
+      }
+    });
+
+    it('without one, the window lives in the process and the replay runs again (why npm run sim and the demo keep one)', async () => {
+      expect(await replayAfterRestart(undefined)).toMatchObject({ result: 'executed' });
     });
   });
 
