@@ -267,12 +267,14 @@ export class Cluster {
   }
 
   /**
-   * A process that dies by itself (not the injector's SIGKILL, a crash point's or a stop's SIGTERM) is a
-   * finding: its exit and the end of its stderr go in the history as `exit`.
+   * A process that dies by itself once it said it was ready (not the injector's SIGKILL, a crash point's or a
+   * stop's SIGTERM) is a finding: its exit and the end of its stderr go in the history as `exit`. One that
+   * exits before it was ready is a start that failed (`start-failed`, its stderr too): noted, not a crash.
    */
   #recordExits(c: Child): void {
-    c.onExit = (code, signal, stderr) => {
-      if (signal !== 'SIGKILL' && signal !== 'SIGTERM' && code !== 0) this.h.add(c.name, 'exit', { code, signal, stderr });
+    c.onExit = (code, signal, stderr, afterReady) => {
+      if (signal === 'SIGKILL' || signal === 'SIGTERM' || code === 0) return;
+      this.h.add(c.name, afterReady ? 'exit' : 'start-failed', { code, signal, stderr });
     };
   }
 

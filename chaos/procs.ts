@@ -11,8 +11,11 @@ export class Child {
   #starts = 0;
   #waiters: { pred: (l: string) => boolean; resolve: () => void }[] = [];
   stderr = '';
-  /** Told of every exit, a kill of the injector's included (its signal says which), with the end of stderr. */
-  onExit: (code: number | null, signal: string | null, stderrTail: string) => void = () => {};
+  /**
+   * Told of every exit, a kill of the injector's included (its signal says which), with the end of stderr
+   * and whether the process had said it was ready (an exit before is a start that failed).
+   */
+  onExit: (code: number | null, signal: string | null, stderrTail: string, afterReady: boolean) => void = () => {};
 
   constructor(
     readonly name: string,
@@ -36,7 +39,7 @@ export class Child {
   }
 
   /** Starts it and waits for a stdout line matching `ready` (or `timeoutMs`). */
-  async start(ready: (l: string) => boolean, timeoutMs = 30_000): Promise<void> {
+  async start(isReady: (l: string) => boolean, timeoutMs = 30_000): Promise<void> {
     if (this.running) return;
     this.#starts++;
     const p = spawn(this.cmd, [...this.args], {
@@ -47,9 +50,10 @@ export class Child {
     this.#proc = p;
     const orphan = () => p.kill('SIGKILL');
     process.once('exit', orphan);
+    let ready = false;
     p.once('exit', (code, signal) => {
       process.off('exit', orphan);
-      this.onExit(code, signal, this.stderr.slice(-1500));
+      this.onExit(code, signal, this.stderr.slice(-1500), ready);
     });
     p.stderr?.on('data', (b: Buffer) => {
       this.stderr = (this.stderr + b.toString()).slice(-4000);
@@ -64,7 +68,8 @@ export class Child {
           w.resolve();
         }
     });
-    await this.waitLine(ready, timeoutMs, p);
+    await this.waitLine(isReady, timeoutMs, p);
+    ready = true;
   }
 
   waitLine(pred: (l: string) => boolean, timeoutMs: number, p = this.#proc): Promise<void> {

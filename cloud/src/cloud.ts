@@ -14,7 +14,7 @@ import {
   type CorrelationId,
   type Logger,
 } from '@tobira/shared';
-import type { Db } from './adapters/db/db.js';
+import { whenDatabaseAnswers, type Db } from './adapters/db/db.js';
 import { migrate } from './adapters/db/migrate.js';
 import { openDb } from './adapters/db/open.js';
 import { openMqttLinks, type MqttLinks } from './adapters/mqtt/link.js';
@@ -139,7 +139,8 @@ function coreOf(config: CloudConfig, cloudDeps: CloudDeps) {
       // before the database: a cloud without its KEK refuses to start (ConfigError KEK_REQUIRED), there is no default
       const box = loadSecretBox(config);
       db = cloudDeps.db ?? (await openDb(config, startLog));
-      await migrate(db, startLog, clock.now());
+      const started = db;
+      await whenDatabaseAnswers(() => migrate(started, startLog, clock.now()), startLog);
       // the rows' key ids must be in the ring and open with it (KEK_UNKNOWN, KEK_WRONG), then no secret stays in clear
       await checkKeyRing(db, box);
       const sealed = await resealSecrets(db, box, { onlyClear: true });

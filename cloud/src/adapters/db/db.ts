@@ -85,6 +85,53 @@ export function pgErrorCode(e: unknown): string | undefined {
   return undefined;
 }
 
+/** Codes and messages of a database that is not there for a moment (a restart, a cut link), not of a wrong query. */
+const UNAVAILABLE_CODES = new Set([
+  'ECONNRESET',
+  'ECONNREFUSED',
+  'ETIMEDOUT',
+  'EPIPE',
+  '57P01',
+  '57P02',
+  '57P03',
+  '08000',
+  '08001',
+  '08003',
+  '08006',
+]);
+export function isDatabaseUnavailable(e: unknown): boolean {
+  const code = pgErrorCode(e);
+  if (code !== undefined && UNAVAILABLE_CODES.has(code)) return true;
+  return e instanceof Error && /Connection terminated|connection timeout|Client has encountered a connection error/i.test(e.message);
+}
+
+/**
+ * Runs `f` (the start-up's first database work) until the database answers, at most `waitMs`: a cloud
+ * started while its database restarts or its link is cut waits for it (one `DATABASE_UNAVAILABLE` line a
+ * try) instead of exiting; any other error, or the wait used up, is thrown.
+ */
+export async function whenDatabaseAnswers<T>(
+  f: () => Promise<T>,
+  log: { warn: (o: object, msg: string) => void },
+  waitMs = 60_000,
+  sleep: (ms: number) => Promise<void> = (ms) => new Promise((r) => setTimeout(r, ms)),
+): Promise<T> {
+  const until = Date.now() + waitMs;
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await f();
+    } catch (e) {
+      if (!isDatabaseUnavailable(e) || Date.now() >= until) throw e;
+      const pauseMs = Math.min(10_000, 500 * 2 ** Math.min(attempt, 5));
+      log.warn(
+        { code: 'DATABASE_UNAVAILABLE', attempt, pauseMs, err: e instanceof Error ? e.message : String(e) },
+        'database not answering at start; trying again',
+      );
+      await sleep(pauseMs);
+    }
+  }
+}
+
 /**
  * Sets the transaction-local marker (`tobira.verb`) the verb guard checks:
  * each guarded column changes only in the moves its table gives this verb
