@@ -286,7 +286,11 @@ async function main(): Promise<void> {
   let locksUrl = cloudUrl;
   if (brokerAccounts) {
     const hooks = siteBrokerHooks(
-      parseGatewayConfig({ ...seed.gatewayConfig, site: { ...seed.gatewayConfig.site, url: 'mqtt://127.0.0.1:1' } }),
+      parseGatewayConfig({
+        ...seed.gatewayConfig,
+        cloud: { ...seed.gatewayConfig.cloud, url: cloudUrl },
+        site: { ...seed.gatewayConfig.site, url: 'mqtt://127.0.0.1:1' },
+      }),
       root.child({ part: 'site-broker' }),
     );
     // Plaintext, so loopback only (startEmbeddedBroker refuses another host): the demo's locks run in this
@@ -596,7 +600,7 @@ async function seedDemo(cloud: Cloud, data: string): Promise<Seed> {
       gatewayId: GATEWAY_ID,
       keyPairFile,
       cloud: {
-        url: 'mqtt://replaced-at-start',
+        url: 'mqtt://127.0.0.1:1', // replaced at start with the running broker's
         issuer: p.cloudIssuer,
         jwks: p.cloudJwks as GatewayConfigInput['cloud']['jwks'],
         ...(p.mqtt ?? {}),
