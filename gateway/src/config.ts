@@ -198,6 +198,7 @@ export const GatewayConfig = z.strictObject({
           queue: z.int().min(0).max(1000),
           perSource: z.int().min(1).max(1000).optional(),
           priorityQueue: z.int().min(0).max(1000).optional(),
+          priorityPerSource: z.int().min(1).max(1000).optional(),
         })
         .optional(),
       /** A staff session ends after this long without a request (default 1800 s) ... */
