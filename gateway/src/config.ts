@@ -198,6 +198,22 @@ export const GatewayConfig = z.strictObject({
           queue: z.int().min(0).max(1000),
           perSource: z.int().min(1).max(1000).optional(),
           priorityQueue: z.int().min(0).max(1000).optional(),
+          priorityPerSource: z.int().min(1).max(1000).optional(),
+        })
+        .optional(),
+      /**
+       * TCP connections of the HTTP server (http/connections.ts): open at once
+       * per client address (64) and in all (1024), the rest destroyed at
+       * accept; seconds to send a request head (10) and a whole request (10),
+       * and a kept-alive connection's idle time (10), then it is closed.
+       */
+      connections: z
+        .strictObject({
+          perAddress: z.int().min(1).max(10_000).optional(),
+          max: z.int().min(1).max(100_000).optional(),
+          headersTimeoutSeconds: z.int().min(1).max(300).optional(),
+          requestTimeoutSeconds: z.int().min(1).max(300).optional(),
+          keepAliveSeconds: z.int().min(1).max(300).optional(),
         })
         .optional(),
       /** A staff session ends after this long without a request (default 1800 s) ... */

@@ -562,6 +562,7 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
           listenHost: config.http.host,
           allowedHosts: config.http.allowedHosts,
           authFailures: config.http.authFailures,
+          connections: config.http.connections,
           now: () => clock.now(),
           log,
           accounts: acc,

@@ -8,7 +8,7 @@ import { openDatabase, type WritableDb } from '../src/adapters/sqlite/db.js';
 import { readSettings, setMode } from '../src/adapters/sqlite/settings.js';
 import { listStaffActions } from '../src/adapters/sqlite/staff-actions.js';
 import { staffLists } from '../src/adapters/sqlite/staff-queries.js';
-import { SETUP_CODE_TTL_MS, StaffAccounts, type StaffAudit } from '../src/app/staff-accounts.js';
+import { SESSIONS_PER_ACCOUNT, SETUP_CODE_TTL_MS, StaffAccounts, type StaffAudit } from '../src/app/staff-accounts.js';
 import { staffAudit } from '../src/app/staff-audit.js';
 import { buildApp } from '../src/http/app.js';
 import { SignInThrottle } from '../src/http/sign-in-throttle.js';
@@ -156,6 +156,22 @@ describe('staff accounts, sessions, CSRF and sign-in throttling (real SQLite fil
   });
 
   describe('sessions', () => {
+    it('keeps at most SESSIONS_PER_ACCOUNT live sessions per account: a further sign-in ends the oldest', async () => {
+      const sup = await setUp();
+      const mine: string[] = [];
+      for (let i = 0; i < SESSIONS_PER_ACCOUNT + 2; i++) {
+        const s = await signIn('aiko', SUP.password);
+        expect(s.r.statusCode).toBe(200);
+        mine.push(s.cookie);
+      }
+      // the setup session and the first sign-in are the oldest: ended
+      const alive = async (cookie: string) => (await req('GET', '/staff/session', { cookie })).statusCode;
+      expect(await alive(sup.cookie)).toBe(401);
+      expect(await alive(mine[0]!)).toBe(401);
+      for (const c of mine.slice(2)) expect(await alive(c)).toBe(200);
+      expect(db.prepare('SELECT count(*) AS n FROM staff_sessions').get()).toEqual({ n: SESSIONS_PER_ACCOUNT });
+    });
+
     it('sign-in sets an HttpOnly SameSite=Strict cookie with a new id each time; only its hash is stored', async () => {
       await setUp();
       const a = await signIn('AIKO', SUP.password);
@@ -357,6 +373,47 @@ describe('staff accounts, sessions, CSRF and sign-in throttling (real SQLite fil
       // and the slowed address may try again after the wait
       now += 60_000;
       expect((await signIn('aiko', SUP.password, '192.0.2.7')).r.statusCode).toBe(200);
+    });
+
+    it('holds one address and name to `free` tries in flight, right password or not: a success resets the settled failures, not the other tries in flight', () => {
+      const t = 0;
+      const th = new SignInThrottle(() => t, { free: 3 });
+      // three tries start at once (each counted until its answer is known); a fourth waits
+      for (let i = 0; i < 3; i++) {
+        expect(th.waitFor('a', 'ken')).toBe(0);
+        expect(th.attempt('a', 'ken')).toBe(0);
+      }
+      expect(th.waitFor('a', 'ken')).toBeGreaterThan(0);
+      // one is right: only its own place frees; the two still in flight stay counted
+      th.succeeded('a', 'ken');
+      expect(th.waitFor('a', 'ken')).toBe(0);
+      expect(th.attempt('a', 'ken')).toBe(0);
+      expect(th.waitFor('a', 'ken')).toBeGreaterThan(0);
+      // the rest are right too: nothing is left counted
+      for (let i = 0; i < 3; i++) th.succeeded('a', 'ken');
+      for (let i = 0; i < 3; i++) expect(th.attempt('a', 'ken')).toBe(0);
+      expect(th.waitFor('a', 'ken')).toBeGreaterThan(0);
+      for (let i = 0; i < 3; i++) th.succeeded('a', 'ken');
+
+      // wrong guesses settle as failures; a later right password resets them, but not a try still in flight
+      th.attempt('a', 'aiko');
+      th.failed('a', 'aiko');
+      th.attempt('a', 'aiko');
+      th.failed('a', 'aiko');
+      th.attempt('a', 'aiko'); // in flight
+      expect(th.waitFor('a', 'aiko')).toBeGreaterThan(0);
+      th.succeeded('a', 'aiko'); // that one was right: the two failures are forgotten
+      expect(th.waitFor('a', 'aiko')).toBe(0);
+      th.attempt('a', 'aiko');
+      th.attempt('a', 'aiko');
+      th.succeeded('a', 'aiko');
+      // one still in flight: two more may start, not three
+      expect(th.attempt('a', 'aiko')).toBe(0);
+      expect(th.attempt('a', 'aiko')).toBe(0);
+      expect(th.waitFor('a', 'aiko')).toBeGreaterThan(0);
+      // a shed try gives its place back
+      th.refund('a', 'aiko');
+      expect(th.waitFor('a', 'aiko')).toBe(0);
     });
 
     it('backs off exponentially per address and name, capped, and forgets after a window', () => {

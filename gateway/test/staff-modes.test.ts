@@ -97,6 +97,29 @@ describe('PasswordWork (the process Argon2 budget)', () => {
     await Promise.all([...busy, first]);
   });
 
+  it('bounds each requester in the priority lane and serves it round robin: a trusted flood of one account keeps no other trusted try out', async () => {
+    const work = new PasswordWork({ concurrency: 1, queue: 4, priorityQueue: 4, priorityPerSource: 2 });
+    const clerk = { source: 'account:ken', priority: true };
+    const boss = { source: 'account:aiko', priority: true };
+    const order: string[] = [];
+    const ask = (label: string, who: { source: string; priority: boolean }) =>
+      work.verify(null, label, who).then((x) => {
+        if (typeof x === 'boolean') order.push(label);
+        return x;
+      });
+    const flood = Array.from({ length: 20 }, (_, i) => ask(`k${i}`, clerk));
+    // one runs, two wait: her share; the other seventeen are shed at once
+    expect(work.stats).toMatchObject({ running: 1, waiting: 2, shed: 17 });
+    expect(work.admits(clerk)).toBe(false);
+    expect(work.admits(boss)).toBe(true);
+    const b1 = ask('a1', boss);
+    const b2 = ask('a2', boss);
+    expect(work.admits(boss)).toBe(false);
+    await Promise.all([...flood, b1, b2]);
+    // round robin: the supervisor is served after one more of the clerk's, not after all of them
+    expect(order).toEqual(['k0', 'k1', 'a1', 'k2', 'a2']);
+  });
+
   it('serves the priority lane first, then the shared lane round robin over addresses', async () => {
     const work = new PasswordWork({ concurrency: 1, queue: 16, perSource: 4 });
     const order: string[] = [];

@@ -172,6 +172,48 @@ describe('staff trust boundaries of a running gateway', () => {
       expect(s!.gw.accounts.passwordWork.highWater).toBe(1);
     });
 
+    it('a staff member flooding her own right password from her known address cannot keep a supervisor on hers out, and keeps no more than 10 sessions', async () => {
+      // one Argon2 at a time and four trusted places: twenty loops fill them all unless each requester is bounded
+      await start({ overrides: { http: { host: '127.0.0.1', port: 0, passwordWork: { concurrency: 1, queue: 4, priorityQueue: 4 } } } });
+      const CLERK_AT = '127.0.0.20';
+      const BOSS_AT = '127.0.0.21';
+      // both addresses known for their accounts: both sign-ins go in the priority lane
+      const first = await signIn(STAFF, CLERK_AT);
+      await signIn(SUPERVISOR, BOSS_AT);
+      let flooding = true;
+      const answers: Answer[] = [];
+      const loop = async () => {
+        while (flooding)
+          answers.push(
+            await send(url(), 'POST', '/staff/session', { body: { username: STAFF.username, password: STAFF.password }, from: CLERK_AT }),
+          );
+      };
+      const loops = Array.from({ length: 20 }, () => loop());
+      // the flood is at its bound once some of it is refused (shed or throttled)
+      for (let i = 0; i < 2000 && !answers.some((a) => a.status !== 200); i++) await new Promise((r) => setTimeout(r, 5));
+      expect(answers.some((a) => a.status !== 200)).toBe(true);
+      const boss: Answer[] = [];
+      for (let i = 0; i < 10; i++)
+        boss.push(
+          await send(url(), 'POST', '/staff/session', {
+            body: { username: SUPERVISOR.username, password: SUPERVISOR.password },
+            from: BOSS_AT,
+          }),
+        );
+      flooding = false;
+      await Promise.all(loops);
+      expect(tally(boss)).toEqual({ '200': 10 });
+      const t = tally(answers);
+      // right passwords are held to the free tries in flight like wrong ones, and to her share of the trusted places
+      expect(t['429 SIGN_IN_THROTTLED']).toBeGreaterThan(0);
+      expect(t['503 SIGN_IN_BUSY']).toBe(s!.gw.accounts.passwordWork.shed);
+      expect(s!.gw.accounts.passwordWork.highWater).toBe(1);
+      // her sign-ins made far more than 10 sessions; only the newest 10 live, so her first is ended
+      expect(t['200']).toBeGreaterThan(10);
+      const old = await send(url(), 'GET', '/staff/session', { headers: { cookie: first.cookie }, from: CLERK_AT });
+      expect([old.status, old.body.code]).toEqual([401, 'UNAUTHORIZED']);
+    });
+
     it('counts no shed try in the throttle: after 40 wrong passwords at once against her name, mostly shed 503, the supervisor still signs in from that address', async () => {
       // the free tries are more than the queue can evaluate, fewer than the flood: a shed try that counted would hold her name back
       await start({

@@ -10,9 +10,14 @@ import { hash, verify } from '@node-rs/argon2';
  * arrives in one tick is bounded too.
  *
  * Waiting is in two lanes so that a flood cannot lock staff out:
- * - the priority lane (at most `priorityQueue`, served first, in order):
- *   someone already trusted — a signed-in session, the setup, or a sign-in
- *   to an account from an address it signed in from before;
+ * - the priority lane (at most `priorityQueue` in all, at most
+ *   `priorityPerSource` for one requester, served first, round robin over
+ *   requesters): someone already trusted — a signed-in session, the setup,
+ *   or a sign-in to an account from an address it signed in from before. Its
+ *   requester is the account (a session's work, a known-address sign-in) or
+ *   the address (setup), so a trusted person flooding with their own right
+ *   password holds only their own share and cannot keep another account's
+ *   trusted sign-in out;
  * - the shared lane (at most `queue` in all, at most `perSource` from one
  *   address, served round robin over addresses): everyone else. One address
  *   flooding fills only its own share; a new address still gets a turn.
@@ -22,10 +27,21 @@ export interface PasswordWorkLimits {
   readonly queue: number;
   readonly perSource: number;
   readonly priorityQueue: number;
+  readonly priorityPerSource: number;
 }
-export const DEFAULT_PASSWORD_WORK: PasswordWorkLimits = Object.freeze({ concurrency: 2, queue: 16, perSource: 2, priorityQueue: 8 });
+export const DEFAULT_PASSWORD_WORK: PasswordWorkLimits = Object.freeze({
+  concurrency: 2,
+  queue: 16,
+  perSource: 2,
+  priorityQueue: 8,
+  priorityPerSource: 2,
+});
 
-/** Who asks for the work: the address it came from, and whether it goes in the priority lane. */
+/**
+ * Who asks for the work: whose share of its lane it takes (the address in
+ * the shared lane; the account or address in the priority lane), and
+ * whether it goes in the priority lane.
+ */
 export interface Requester {
   readonly source: string;
   readonly priority: boolean;
@@ -50,13 +66,50 @@ const DUMMY_HASH = '$argon2id$v=19$m=19456,t=2,p=1$34Way4ntlqSbRTFaXxIpAw$MWBvtu
 export type Shed = { readonly busy: true };
 const SHED: Shed = Object.freeze({ busy: true });
 
+/** One lane's waiters: each source's queue; Map order is the round-robin order (a served source moves to the back). */
+class Lane {
+  readonly #q = new Map<string, (() => void)[]>();
+  #waiting = 0;
+
+  constructor(
+    readonly max: number,
+    readonly perSource: number,
+  ) {}
+
+  get waiting(): number {
+    return this.#waiting;
+  }
+
+  admits(source: string): boolean {
+    return this.#waiting < this.max && (this.#q.get(source)?.length ?? 0) < Math.min(this.perSource, this.max);
+  }
+
+  push(source: string, w: () => void): void {
+    const q = this.#q.get(source);
+    if (q === undefined) this.#q.set(source, [w]);
+    else q.push(w);
+    this.#waiting += 1;
+  }
+
+  /** The next source's first waiter; that source goes to the back of the round. */
+  shift(): (() => void) | undefined {
+    for (const [source, q] of this.#q) {
+      const w = q.shift();
+      this.#q.delete(source);
+      if (w === undefined) continue;
+      this.#waiting -= 1;
+      if (q.length > 0) this.#q.set(source, q);
+      return w;
+    }
+    return undefined;
+  }
+}
+
 export class PasswordWork {
   readonly #l: PasswordWorkLimits;
   #running = 0;
-  readonly #priority: (() => void)[] = [];
-  /** Shared lane: each source's waiters; Map order is the round-robin order (a served source moves to the back). */
-  readonly #shared = new Map<string, (() => void)[]>();
-  #sharedWaiting = 0;
+  readonly #priority: Lane;
+  readonly #shared: Lane;
   #shed = 0;
   #runs = 0;
   #highWater = 0;
@@ -68,7 +121,10 @@ export class PasswordWork {
       queue: l.queue ?? d.queue,
       perSource: l.perSource ?? d.perSource,
       priorityQueue: l.priorityQueue ?? d.priorityQueue,
+      priorityPerSource: l.priorityPerSource ?? d.priorityPerSource,
     };
+    this.#priority = new Lane(this.#l.priorityQueue, this.#l.priorityPerSource);
+    this.#shared = new Lane(this.#l.queue, this.#l.perSource);
   }
 
   /** Argon2id PHC string of `password`, or shed. */
@@ -87,9 +143,7 @@ export class PasswordWork {
    */
   admits(who: Requester): boolean {
     if (this.#running < this.#l.concurrency) return true;
-    if (who.priority) return this.#priority.length < this.#l.priorityQueue;
-    const mine = this.#shared.get(who.source)?.length ?? 0;
-    return this.#sharedWaiting < this.#l.queue && mine < Math.min(this.#l.perSource, this.#l.queue);
+    return (who.priority ? this.#priority : this.#shared).admits(who.source);
   }
 
   /** As `admits`, and a refusal counts as shed (the caller answers busy without asking for the work). */
@@ -112,23 +166,13 @@ export class PasswordWork {
       shed: this.#shed,
       highWater: this.#highWater,
       running: this.#running,
-      waiting: this.#priority.length + this.#sharedWaiting,
+      waiting: this.#priority.waiting + this.#shared.waiting,
     };
   }
 
-  /** The next waiter: the priority lane first, then the shared lane's next source in turn. */
+  /** The next waiter: the priority lane's next source in turn, then the shared lane's. */
   #next(): (() => void) | undefined {
-    const p = this.#priority.shift();
-    if (p !== undefined) return p;
-    for (const [source, q] of this.#shared) {
-      const w = q.shift();
-      this.#shared.delete(source);
-      if (w === undefined) continue;
-      this.#sharedWaiting -= 1;
-      if (q.length > 0) this.#shared.set(source, q);
-      return w;
-    }
-    return undefined;
+    return this.#priority.shift() ?? this.#shared.shift();
   }
 
   #run<T>(who: Requester, work: () => Promise<T>): Promise<T | Shed> {
@@ -152,15 +196,7 @@ export class PasswordWork {
       this.#highWater = Math.max(this.#highWater, this.#running);
       return go();
     }
-    return new Promise<void>((resolve) => {
-      if (who.priority) this.#priority.push(resolve);
-      else {
-        const q = this.#shared.get(who.source);
-        if (q === undefined) this.#shared.set(who.source, [resolve]);
-        else q.push(resolve);
-        this.#sharedWaiting += 1;
-      }
-    }).then(go);
+    return new Promise<void>((resolve) => (who.priority ? this.#priority : this.#shared).push(who.source, resolve)).then(go);
   }
 }
 

@@ -19,6 +19,7 @@ import {
   setupCode,
   deleteSessionsOf,
   touchSession,
+  trimSessionsOf,
   type StaffAccount,
   type StaffRole,
 } from '../adapters/sqlite/staff-accounts.js';
@@ -65,7 +66,8 @@ import {
  *   and deleted by the transaction that creates the first supervisor with it.
  * - Sessions: 32 random bytes in the cookie, their SHA-256 in the table; a
  *   new id at every sign-in; ended by sign-out, by the idle or absolute
- *   timeout, by disabling the account or resetting its password.
+ *   timeout, by disabling the account or resetting its password; at most
+ *   SESSIONS_PER_ACCOUNT live per account (a further sign-in ends the oldest).
  * - CSRF: the synchronizer token of a session is HMAC-SHA256(session id,
  *   "tobira-csrf"): nothing more to store, unknowable without the cookie.
  */
@@ -86,8 +88,13 @@ export interface KnownAddresses {
   remember(ip: string, username: string): void;
 }
 export { PASSWORD_MAX, PASSWORD_MIN, passwordProblem } from './password-policy.js';
-/** Work a signed-in supervisor or person asks for (create, reset, turning off their own second step): the priority lane. */
-const SIGNED_IN: Requester = Object.freeze({ source: 'session', priority: true });
+/**
+ * Work for an account's own trusted requests (its sessions' work, its sign-ins from a known address): the
+ * priority lane, under one share per account however many addresses or sessions it uses.
+ */
+const trustedAccount = (username: string): Requester => ({ source: `account:${username.toLowerCase()}`, priority: true });
+/** Live sessions one account may hold; a further sign-in ends the oldest (a sign-in loop cannot fill the table). */
+export const SESSIONS_PER_ACCOUNT = 10;
 const sha256 = (s: string): string => createHash('sha256').update(s).digest('hex');
 const CROCKFORD = '0123456789ABCDEFGHJKMNPQRSTVWXYZ';
 
@@ -269,17 +276,24 @@ export class StaffAccounts {
   }
 
   /**
-   * The Argon2 lane of a try from `ip`: `username` null is someone already
-   * trusted (a session, or the setup-code holder), who goes first; a sign-in
-   * goes first only from an address that account signed in from before.
+   * The Argon2 lane of a try from `ip`: `username` null is the setup-code
+   * holder, who goes first under the address's share; a sign-in goes first,
+   * under its account's share, only from an address that account signed in
+   * from before; any other sign-in is in the shared lane under its address.
    */
   #requester(ip: string, username: string | null): Requester {
-    return { source: ip, priority: username === null || this.knownAddresses.isKnown(ip, username) };
+    if (username === null) return { source: ip, priority: true };
+    return this.knownAddresses.isKnown(ip, username) ? trustedAccount(username) : { source: ip, priority: false };
   }
 
-  /** Whether a try from `ip` (to `username`; null: a trusted one) would get Argon2 work now; false counts it shed. */
+  /** Whether a try from `ip` (to `username`; null: the setup) would get Argon2 work now; false counts it shed. */
   admitsPasswordWork(ip: string, username: string | null): boolean {
     return this.#work.admitOrShed(this.#requester(ip, username));
+  }
+
+  /** As `admitsPasswordWork`, for work a session asks for about its own account (its password change). */
+  admitsSessionWork(s: SessionInfo): boolean {
+    return this.#work.admitOrShed(trustedAccount(s.account.username));
   }
 
   /** True while no account exists (the page shows the setup form). */
@@ -604,7 +618,7 @@ export class StaffAccounts {
     const log = withCorrelation(this.#d.log, cid);
     const accountId = s.account.accountId;
     const c = credentialsOf(db, s.account.username);
-    const ok = await this.#work.verify(c?.passwordHash ?? null, i.password, SIGNED_IN);
+    const ok = await this.#work.verify(c?.passwordHash ?? null, i.password, trustedAccount(s.account.username));
     if (isShed(ok)) return { status: 'refused', code: 'SIGN_IN_BUSY' };
     if (c === null || c.account.accountId !== accountId || !ok) {
       log.warn({ code: 'CURRENT_PASSWORD_WRONG', accountId }, 'staff TOTP disable refused');
@@ -679,6 +693,12 @@ export class StaffAccounts {
         const a = accountById(db, accountId);
         if (a === null || a.disabledAt !== null) return null;
         insertSession(db, { sessionHash: sha256(sessionId), accountId, ip }, now);
+        const ended = trimSessionsOf(db, accountId, SESSIONS_PER_ACCOUNT);
+        if (ended > 0)
+          withCorrelation(this.#d.log, cid).warn(
+            { code: 'SESSIONS_PER_ACCOUNT_REACHED', accountId, ended, max: SESSIONS_PER_ACCOUNT },
+            'staff sign-in ended the oldest session of the account',
+          );
         if (action === 'sign_in')
           this.#d.audit({ actor: actorOf(a), action: 'sign_in', target: null, detail, result: 'applied', code: null, cid });
         return a;
@@ -749,7 +769,7 @@ export class StaffAccounts {
     if (actor.role !== 'supervisor') return { status: 'refused', code: 'NOT_SUPERVISOR' };
     const weak = passwordProblem(i.password, i.username);
     if (weak !== null) return { status: 'refused', ...weak };
-    const passwordHash = await this.#work.hash(i.password, SIGNED_IN);
+    const passwordHash = await this.#work.hash(i.password, trustedAccount(actor.username));
     if (isShed(passwordHash)) return { status: 'refused', code: 'SIGN_IN_BUSY' };
     const db = this.#d.db;
     const accountId = newId();
@@ -824,7 +844,7 @@ export class StaffAccounts {
     if (target === null) return { status: 'refused', code: 'ACCOUNT_NOT_FOUND' };
     const weak = passwordProblem(password, target.username);
     if (weak !== null) return { status: 'refused', ...weak };
-    const passwordHash = await this.#work.hash(password, SIGNED_IN);
+    const passwordHash = await this.#work.hash(password, trustedAccount(actor.username));
     if (isShed(passwordHash)) return { status: 'refused', code: 'SIGN_IN_BUSY' };
     const db = this.#d.db;
     const ok = db
@@ -862,7 +882,7 @@ export class StaffAccounts {
     const db = this.#d.db;
     const log = withCorrelation(this.#d.log, cid);
     const c = credentialsOf(db, s.account.username);
-    const ok = await this.#work.verify(c?.passwordHash ?? null, current, this.#requester(ip, null));
+    const ok = await this.#work.verify(c?.passwordHash ?? null, current, trustedAccount(s.account.username));
     if (isShed(ok)) return { status: 'refused', code: 'SIGN_IN_BUSY' };
     if (c === null || c.account.accountId !== s.account.accountId || !ok) {
       log.warn({ code: 'CURRENT_PASSWORD_WRONG', accountId: s.account.accountId }, 'staff password change refused');
@@ -870,7 +890,7 @@ export class StaffAccounts {
     }
     const weak = passwordProblem(next, s.account.username);
     if (weak !== null) return { status: 'refused', ...weak };
-    const passwordHash = await this.#work.hash(next, this.#requester(ip, null));
+    const passwordHash = await this.#work.hash(next, trustedAccount(s.account.username));
     if (isShed(passwordHash)) return { status: 'refused', code: 'SIGN_IN_BUSY' };
     const actor = actorOf(s.account);
     const changed = db

@@ -7,6 +7,7 @@ import { actorOf, sameSecret, tokenActor } from '../app/staff-accounts.js';
 import type { HttpDeps } from './context.js';
 import { defaultHostRules, hostAllowed, hostRules, type HostRule } from './hosts.js';
 import { BadQuery } from './query.js';
+import { boundConnections, SERVER_CONNECTION_OPTIONS, type ConnectionConfig } from './connections.js';
 import { accessRoutes } from './routes/access.js';
 import { accountsRoutes } from './routes/accounts.js';
 import { alarmsRoutes } from './routes/alarms.js';
@@ -173,7 +174,9 @@ function judgedPath(req: FastifyRequest): string {
 }
 const underPrefix = (path: string, prefix: string) => path === prefix || path.startsWith(`${prefix}/`);
 
-export function buildApp(deps: HttpDeps & { readonly signInThrottle?: Partial<ThrottleOptions> }): FastifyInstance {
+export function buildApp(
+  deps: HttpDeps & { readonly signInThrottle?: Partial<ThrottleOptions>; readonly connections?: ConnectionConfig | undefined },
+): FastifyInstance {
   const app = Fastify({
     loggerInstance: deps.log as FastifyBaseLogger,
     bodyLimit: 16 * 1024,
@@ -195,9 +198,12 @@ export function buildApp(deps: HttpDeps & { readonly signInThrottle?: Partial<Th
         .header('x-correlation-id', req.id)
         .send({ code: tooLong ? 'URI_TOO_LONG' : 'BAD_REQUEST', detail: tooLong ? 'a path segment is too long' : 'malformed URL' });
     },
+    http: { ...SERVER_CONNECTION_OPTIONS },
     ...httpsServerOptions(deps.tls),
   });
   addHsts(app, deps.tls);
+  // Before any route: the server's sockets are bounded per address and in all, and idle ones time out in seconds.
+  boundConnections(app.server, deps.connections, deps.log, deps.registry);
 
   app.setErrorHandler((err: { statusCode?: number; message?: string }, req, reply) => {
     if (err instanceof BadQuery) return reply.status(400).send({ code: 'BAD_REQUEST', detail: err.message });

@@ -19,12 +19,18 @@ import type { KnownAddresses } from '../app/staff-accounts.js';
  *
  * A try is counted when it starts (`attempt`, before the Argon2 await), not
  * when its answer is known: a burst sent at once would otherwise all pass
- * the check before the first failure counted. A try that turns out right
- * (`succeeded`), or was never evaluated (`refund`: the Argon2 queue shed it),
- * gives its count back, and a count back at zero is dropped (a shed try
- * leaves no entry behind). A refused try is answered before the password is
- * looked at (no Argon2 work is spent on it). The counters are in memory: a
- * restart resets them (the Argon2 cost per try is the floor).
+ * the check before the first failure counted. Until its answer is known it
+ * is in flight, and counts as a failure. Every counted try ends in exactly
+ * one of: `failed` (a wrong guess: its count stays), `refund` (never
+ * evaluated, the Argon2 queue shed it, or no guess: its count is given back)
+ * or `succeeded` (right: its count is given back and the pair's settled
+ * failures reset, but not the pair's other tries still in flight). So one
+ * address and name never has more than `free` tries in flight at once, right
+ * password or not: a flood of right passwords is held to the free tries like
+ * a flood of wrong ones. A count back at zero is dropped (a shed try leaves
+ * no entry behind). A refused try is answered before the password is looked
+ * at (no Argon2 work is spent on it). The counters are in memory: a restart
+ * resets them (the Argon2 cost per try is the floor).
  *
  * Bounded: at most `maxEntries` per counter. A new key that finds its table
  * full first clears the expired entries, then drops the live entry with the
@@ -57,9 +63,11 @@ export const DEFAULT_THROTTLE: ThrottleOptions = Object.freeze({
   maxEntries: 10_000,
 });
 
-/** Failures counted since `start`, the last at `lastAt`. */
+/** Failures counted since `start` (tries in flight included), the last at `lastAt`. */
 interface Count {
   failures: number;
+  /** Of `failures`, the tries whose answer is not known yet (pairs only). */
+  inFlight: number;
   readonly start: number;
   lastAt: number;
 }
@@ -120,12 +128,25 @@ class Counts {
     const c = this.get(k, now);
     if (c === undefined) return;
     c.failures -= 1;
+    c.inFlight = Math.min(c.inFlight, c.failures);
     this.#fullUntil = 0;
     if (c.failures <= 0) this.#delete(k);
   }
 
-  delete(k: string): void {
-    this.#delete(k);
+  /** A try's answer is known: it is no longer in flight (its failure stays counted). */
+  land(k: string, now: number): Count | undefined {
+    const c = this.get(k, now);
+    if (c !== undefined) c.inFlight = Math.max(0, c.inFlight - 1);
+    return c;
+  }
+
+  /** The settled failures forgotten, the tries still in flight kept; a count back at zero is dropped. */
+  settle(k: string, now: number): void {
+    const c = this.get(k, now);
+    if (c === undefined) return;
+    c.failures = c.inFlight;
+    this.#fullUntil = 0;
+    if (c.failures <= 0) this.#delete(k);
   }
 
   #delete(k: string): void {
@@ -183,15 +204,16 @@ export class SignInThrottle {
     const pk = pairKey(ip, name);
     const full = Math.max(this.#pairs.room(pk, now), this.#addresses.room(ip, now), this.#accounts.room(name, now));
     if (full > 0) return Math.ceil(full);
-    const p = this.#pairs.get(pk, now) ?? { failures: 0, start: now, lastAt: now };
+    const p = this.#pairs.get(pk, now) ?? { failures: 0, inFlight: 0, start: now, lastAt: now };
     p.failures += 1;
+    p.inFlight += 1;
     p.lastAt = now;
     this.#pairs.put(pk, p);
     for (const [t, k] of [
       [this.#addresses, ip],
       [this.#accounts, name],
     ] as const) {
-      const w = t.get(k, now) ?? { failures: 0, start: now, lastAt: now };
+      const w = t.get(k, now) ?? { failures: 0, inFlight: 0, start: now, lastAt: now };
       w.failures += 1;
       w.lastAt = now;
       t.put(k, w);
@@ -199,19 +221,30 @@ export class SignInThrottle {
     return 0;
   }
 
+  /** A counted try was a wrong guess: it is no longer in flight, and its count stays. */
+  failed(ip: string, username: string): void {
+    this.#pairs.land(pairKey(ip, username.toLowerCase()), this.#now());
+  }
+
   /** Gives back the count of a try that was never evaluated (shed before any Argon2 work), or that was no guess. */
   refund(ip: string, username: string): void {
     const now = this.#now();
     const name = username.toLowerCase();
-    this.#pairs.giveBack(pairKey(ip, name), now);
+    const pk = pairKey(ip, name);
+    this.#pairs.land(pk, now);
+    this.#pairs.giveBack(pk, now);
     this.#addresses.giveBack(ip, now);
     this.#accounts.giveBack(name, now);
   }
 
-  /** A right password: the try's count is given back, the pair's count reset, and the address known for the name. */
+  /**
+   * A right password: the try's count is given back, the pair's settled
+   * failures reset (its other tries still in flight stay counted), and the
+   * address known for the name.
+   */
   succeeded(ip: string, username: string): void {
     this.refund(ip, username);
-    this.#pairs.delete(pairKey(ip, username.toLowerCase()));
+    this.#pairs.settle(pairKey(ip, username.toLowerCase()), this.#now());
     this.remember(ip, username);
   }
 

@@ -1,5 +1,6 @@
 import { Server as HttpsServer, createServer } from 'node:https';
 import type { FastifyInstance, FastifyServerOptions } from 'fastify';
+import { SERVER_CONNECTION_OPTIONS } from './connections.js';
 
 /**
  * The staff UI over HTTPS (no secret in clear): Fastify's server made by Node's
@@ -21,7 +22,7 @@ export function httpsServerOptions(tls: StaffTls | undefined): Pick<FastifyServe
   if (tls === undefined) return {};
   return {
     serverFactory: (handler) =>
-      createServer({ key: tls.key, cert: tls.cert, minVersion: 'TLSv1.2' }, handler) as unknown as ReturnType<
+      createServer({ key: tls.key, cert: tls.cert, minVersion: 'TLSv1.2', ...SERVER_CONNECTION_OPTIONS }, handler) as unknown as ReturnType<
         NonNullable<FastifyServerOptions['serverFactory']>
       >,
   };

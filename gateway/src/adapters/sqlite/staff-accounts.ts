@@ -209,6 +209,18 @@ export function deleteSessionsOf(db: WritableDb, accountId: string): number {
   return prepared(db, 'DELETE FROM staff_sessions WHERE account_id = ?').run(accountId).changes;
 }
 
+/**
+ * Ends the account's sessions beyond its newest `keep` (the oldest sign-in first, insertion order among
+ * equal times); returns how many ended.
+ */
+export function trimSessionsOf(db: WritableDb, accountId: string, keep: number): number {
+  return prepared(
+    db,
+    `DELETE FROM staff_sessions WHERE account_id = ? AND rowid NOT IN
+       (SELECT rowid FROM staff_sessions WHERE account_id = ? ORDER BY created_at DESC, rowid DESC LIMIT ?)`,
+  ).run(accountId, accountId, keep).changes;
+}
+
 /** Deletes sessions idle since before `idleBefore` or created before `createdBefore`; returns how many. */
 export function purgeSessions(db: WritableDb, idleBefore: number, createdBefore: number): number {
   return prepared(db, 'DELETE FROM staff_sessions WHERE last_seen_at < ? OR created_at < ?').run(idleBefore, createdBefore).changes;

@@ -129,7 +129,8 @@ export async function openSessionRoutes(
         return busy(reply, req);
       }
       // Only a wrong code is a guess; a right code with a weak password guessed nothing.
-      if (r.code !== 'SETUP_CODE_INVALID') throttle.refund(req.ip, SETUP_KEY);
+      if (r.code === 'SETUP_CODE_INVALID') throttle.failed(req.ip, SETUP_KEY);
+      else throttle.refund(req.ip, SETUP_KEY);
       const status = r.code === 'SETUP_CODE_INVALID' ? 403 : r.code === 'SETUP_ALREADY_DONE' ? 409 : 422;
       return reply.status(status).send(r.detail === undefined ? { code: r.code } : { code: r.code, detail: r.detail });
     }
@@ -156,13 +157,17 @@ export async function openSessionRoutes(
         throttle.refund(req.ip, username);
         return busy(reply, req);
       }
-      if (r.code === 'BAD_CREDENTIALS') return reply.status(401).send({ code: r.code });
+      if (r.code === 'BAD_CREDENTIALS') {
+        throttle.failed(req.ip, username);
+        return reply.status(401).send({ code: r.code });
+      }
       if (r.code === 'TOTP_REQUIRED' || r.code === 'TOTP_ENROLMENT_REQUIRED') {
         // The password was right, but this is no sign-in yet: its count is given back, the pair's count is not
         // reset (a right password must not wipe the count of wrong codes) and the address is not yet known.
         throttle.refund(req.ip, username);
         return reply.status(401).send({ code: r.code, challenge: r.challenge, expiresAt: r.expiresAt });
       }
+      throttle.failed(req.ip, username);
       return reply.status(403).send({ code: r.code });
     }
     throttle.succeeded(req.ip, username);
@@ -190,7 +195,8 @@ export async function openSessionRoutes(
     if (full > 0) return throttled(reply, req, full);
     const r = accounts.secondStep(body.data.challenge, body.data, req.ip, req.id);
     if (r.status === 'refused') {
-      if (!WRONG_ANSWER.has(r.code)) throttle.refund(req.ip, name);
+      if (WRONG_ANSWER.has(r.code)) throttle.failed(req.ip, name);
+      else throttle.refund(req.ip, name);
       return reply.status(r.code === 'ACCOUNT_DISABLED' ? 403 : r.code === 'TOTP_NOT_ENROLLING' ? 409 : 401).send({ code: r.code });
     }
     throttle.succeeded(req.ip, name);
@@ -257,7 +263,7 @@ export async function sessionRoutes(
     const name = a.session.account.username;
     const wait = throttle.waitFor(req.ip, name);
     if (wait > 0) return throttled(reply, req, wait);
-    if (!accounts.admitsPasswordWork(req.ip, null)) return busy(reply, req);
+    if (!accounts.admitsSessionWork(a.session)) return busy(reply, req);
     const full = throttle.attempt(req.ip, name);
     if (full > 0) return throttled(reply, req, full);
     const r = await accounts.changeOwnPassword(a.session, body.data.currentPassword, body.data.newPassword, req.ip, req.id);
@@ -266,7 +272,10 @@ export async function sessionRoutes(
         throttle.refund(req.ip, name);
         return busy(reply, req);
       }
-      if (r.code === 'CURRENT_PASSWORD_WRONG') return reply.status(403).send({ code: r.code });
+      if (r.code === 'CURRENT_PASSWORD_WRONG') {
+        throttle.failed(req.ip, name);
+        return reply.status(403).send({ code: r.code });
+      }
       throttle.refund(req.ip, name);
       const status = r.code === 'SESSION_REQUIRED' ? 403 : 422;
       return reply.status(status).send(r.detail === undefined ? { code: r.code } : { code: r.code, detail: r.detail });

@@ -84,7 +84,8 @@ async function guarded(
       throttle.refund(req.ip, name);
       return busy(reply, req);
     }
-    if (!WRONG_ANSWER.has(r.code) && r.code !== 'CURRENT_PASSWORD_WRONG') throttle.refund(req.ip, name);
+    if (WRONG_ANSWER.has(r.code) || r.code === 'CURRENT_PASSWORD_WRONG') throttle.failed(req.ip, name);
+    else throttle.refund(req.ip, name);
     return refuse(reply, r);
   }
   throttle.refund(req.ip, name);
