@@ -187,6 +187,7 @@ export const OUTCOME_CODES = table({
   MEMBERSHIP_ACCESS_RESTORED:
     'The site lifted the member’s block: the membership gives door access, so a fresh key with the same credential was issued.',
   MEMBERSHIP_NO_DOOR_ACCESS: 'The membership gives no door access now (suspended, ended or not yet active): no key is given back.',
+  MEMBERSHIP_ACCESS_NOT_RESTORED: 'The unblock was done, but this membership could not be given its key back (logged for an operator).',
   MEMBER_KEY_ALREADY_LIVE: 'The membership’s key is still live; nothing changed.',
   MEMBERSHIP_END_PENDING:
     "Stripe did not answer whether billing stopped: the end is recorded as pending and reconciled from Stripe's subscription.",

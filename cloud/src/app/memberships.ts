@@ -877,6 +877,7 @@ export async function restoreAccessAfterUnblock(
   const log = withCorrelation(deps.log, input.cid, { verb: 'restoreAccess', siteId: input.siteId, personId: input.personId });
   let issued = 0;
   for (const id of await listLivingMembershipsOfPerson(deps.db, input.siteId, input.personId)) {
+    // the unblock is done whatever happens here: one membership that cannot be given its key is logged, not a 500
     const code = await inBilling(deps, 'restoreAccess', async (tx): Promise<OutcomeCode> => {
       const m = await loadMembership(tx, id, null, true);
       const plan = m ? await loadPlan(tx, m.planId) : null;
@@ -887,6 +888,12 @@ export async function restoreAccessAfterUnblock(
       if ((await casMembership(tx, o.state, m.version)) !== 1) throw new Error(`membership ${m.id} changed under its lock`);
       await runEffects(deps, tx, o.state, plan, o.emits, input.cid);
       return o.code;
+    }).catch((e: unknown): OutcomeCode => {
+      log.error(
+        { code: 'MEMBERSHIP_ACCESS_NOT_RESTORED', membershipId: id, err: String(e) },
+        'member key not given back after the unblock',
+      );
+      return 'MEMBERSHIP_ACCESS_NOT_RESTORED';
     });
     log.info({ code, membershipId: id }, 'member access after the unblock');
     if (code === 'MEMBERSHIP_ACCESS_RESTORED') issued += 1;

@@ -235,10 +235,14 @@ export async function recordCustomer(q: Queryable, id: string, customerId: strin
 }
 
 /** Past-due memberships whose access is not suspended yet, oldest first (the grace sweep decides per plan). */
-/** A person's memberships at a site that may give door access (a living status), oldest first. */
+/**
+ * A person's memberships at a site that may get their key back after an unblock, oldest first: `active`
+ * and `past_due`. An `ending` one is written by the ending verb alone (`casMembership` matches no such
+ * row), so it is not among them.
+ */
 export async function listLivingMembershipsOfPerson(q: Queryable, siteId: string, personId: string): Promise<string[]> {
   const r = await q.query<{ id: string }>(
-    `SELECT id FROM memberships WHERE site_id = $1 AND person_id = $2 AND status IN ('active', 'past_due', 'ending') ORDER BY created_at, id`,
+    `SELECT id FROM memberships WHERE site_id = $1 AND person_id = $2 AND status IN ('active', 'past_due') ORDER BY created_at, id`,
     [siteId, personId],
   );
   return r.rows.map((x) => x.id);
