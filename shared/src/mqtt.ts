@@ -1,6 +1,42 @@
 import type { Socket } from 'node:net';
-import mqtt, { type IClientOptions, type MqttClient } from 'mqtt';
+import mqtt, { Store, type IClientOptions, type MqttClient } from 'mqtt';
 import { parseBrokerUrl } from './site-tls.js';
+
+/**
+ * mqtt.js's in-memory packet store, safe to use after it is closed.
+ *
+ * `end()` on a link that is not connected (a reconnect under way) closes the stores at once, while the
+ * packets of the same TCP read are still handled on later ticks. An ack among them then reads the closed
+ * store and throws out of the event loop: the process dies while it stops. After close, this store
+ * answers every call through its callback with an error instead, so the publisher hears the link is gone
+ * (an outbox row stays unacknowledged and is sent again, which the receivers dedupe).
+ */
+class StoreSafeAfterClose extends Store {
+  #closed = false;
+
+  override put(...[packet, cb]: Parameters<Store['put']>): this {
+    if (!this.#closed) return super.put(packet, cb);
+    cb?.(new Error('MQTT store closed'));
+    return this;
+  }
+
+  override del(...[packet, cb]: Parameters<Store['del']>): this {
+    if (!this.#closed) return super.del(packet, cb);
+    cb?.(new Error('MQTT store closed'));
+    return this;
+  }
+
+  override get(...[packet, cb]: Parameters<Store['get']>): this {
+    if (!this.#closed) return super.get(packet, cb);
+    cb?.(new Error('MQTT store closed'));
+    return this;
+  }
+
+  override close(...[cb]: Parameters<Store['close']>): void {
+    this.#closed = true;
+    super.close(cb);
+  }
+}
 
 /**
  * Connects an MQTT client with TCP no-delay on every (re)connection.
@@ -13,7 +49,14 @@ import { parseBrokerUrl } from './site-tls.js';
 export function connectMqtt(url: string, options: IClientOptions = {}): MqttClient {
   // refused unless every parser reads the same host: the host the checks read is the host connected to
   parseBrokerUrl(url);
-  const client = mqtt.connect(url, { protocolVersion: 4, reconnectPeriod: 1000, connectTimeout: 5000, ...options });
+  const client = mqtt.connect(url, {
+    protocolVersion: 4,
+    reconnectPeriod: 1000,
+    connectTimeout: 5000,
+    incomingStore: new StoreSafeAfterClose(),
+    outgoingStore: new StoreSafeAfterClose(),
+    ...options,
+  });
   const noDelay = () => {
     const stream = client.stream as Partial<Socket> | undefined;
     stream?.setNoDelay?.(true);
