@@ -140,17 +140,20 @@ function coreOf(config: CloudConfig, cloudDeps: CloudDeps) {
       const box = loadSecretBox(config);
       db = cloudDeps.db ?? (await openDb(config, startLog));
       const started = db;
-      await whenDatabaseAnswers(() => migrate(started, startLog, clock.now()), startLog);
+      // each start-up step is idempotent: a link cut between two of them is waited out, not a failed start
+      const step = <T>(f: () => Promise<T>) => whenDatabaseAnswers(f, startLog);
+      await step(() => migrate(started, startLog, clock.now()));
       // the rows' key ids must be in the ring and open with it (KEK_UNKNOWN, KEK_WRONG), then no secret stays in clear
-      await checkKeyRing(db, box);
-      const sealed = await resealSecrets(db, box, { onlyClear: true });
+      await step(() => checkKeyRing(started, box));
+      const sealed = await step(() => resealSecrets(started, box, { onlyClear: true }));
       startLog.info(
         { kid: box.currentKid, kids: box.kids, sealedNow: sealed.rotated, notUnderCurrentKek: sealed.remaining },
         sealed.remaining > 0 ? 'secrets at rest: some are under an older KEK (run `secrets rotate`)' : 'secrets at rest sealed',
       );
       secrets = box;
       signer = await loadSigner(config.issuer, config.signingJwk, startLog);
-      await signer.attach(db, clock.now());
+      const attaching = signer;
+      await step(() => attaching.attach(started, clock.now()));
       const opts = {
         // persistent session: uplinks not yet acknowledged (PUBACK after commit) are redelivered after a restart
         clean: config.mqttCleanSession,

@@ -250,6 +250,8 @@ export const GatewayConfig = z.strictObject({
   timeZone: TimeZone.optional(),
   holdMs: z.int().min(0).max(60_000).default(5000),
   commandTtlMs: z.int().min(1000).max(DEFAULT_MAX_COMMAND_TTL_MS).default(10_000),
+  /** How old a lock's request may be when decided, and how far ahead a lock's clock may run (REQUEST_STALE, LOCK_CLOCK_AHEAD). */
+  requestMaxAgeMs: z.int().min(1000).max(60_000).default(10_000),
   /**
    * Passage mode (docs/gateway.md "Passage mode"): each unlock holds the bolt
    * for `holdMs` and is renewed after `renewAfterMs`, so a gateway that stops

@@ -105,6 +105,8 @@ export interface Gateway {
   passageNow(): PassageChange[];
   /** Runs the hourly purge now (tests); returns the rows deleted. */
   purgeNow(): number;
+  /** The time the gateway decides on now (trusted time; tests: what a lock whose clock the gateway keeps set reads). */
+  trustedNow(): number;
   /** Reads the data folder's free space now (tests; it also runs at start and every storage.checkIntervalMs). */
   checkStorageNow(): Promise<StorageStatus>;
   /** Resolves when the uplink sender has nothing more it can send now. */
@@ -252,6 +254,7 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
     applyNow,
     passageNow,
     purgeNow,
+    trustedNow: () => time.now(need(store).db),
     checkStorageNow: () => need(storage).check(),
     uplinkIdle: () => uplink?.idle() ?? Promise.resolve(),
     setMode,
@@ -377,6 +380,7 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
           requestRate: config.requestRate,
           holdMs: config.holdMs,
           commandTtlMs: config.commandTtlMs,
+          requestMaxAgeMs: config.requestMaxAgeMs,
           pairingSecrets: new Map(config.locks.map((l) => [l.lockId, decodeSecret(l.pairingSecret)])),
           offlineGraceSeconds: config.offlineGraceSeconds,
           // mobile tokens are checked with the same trusted cloud keys as the downlink

@@ -3,6 +3,7 @@ import { rmSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import Database from 'better-sqlite3';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { systemClock } from '@tobira/shared';
 import { mqttBackends, startMqttBackend, type MqttTestBroker } from '@tobira/shared/testing';
 import type { CrashPoint } from '../src/app/context.js';
 import { FakeCloud, FakeLock, PIN, siteFixture, waitFor, type SiteFixture } from './harness.js';
@@ -78,7 +79,7 @@ describe.each(mqttBackends())('kill -9 at each crash point and restart (broker: 
     f.clock.set(Date.now()); // the child runs on the system clock
     cloud = new FakeCloud(f);
     await cloud.connect(broker.url);
-    lock = new FakeLock(f.gatewayId);
+    lock = new FakeLock(f.gatewayId, 'lock-1', systemClock);
     await lock.connect(broker.url);
     daemon = new Daemon(f.configFile);
   });
@@ -123,7 +124,7 @@ describe.each(mqttBackends())('kill -9 at each crash point and restart (broker: 
     // the restarted process's time is proven by the answer to its own startup request
     await waitFor(() => answered() > before || undefined, 'startup resync answer applied');
     await waitFor(() => cloud.presence === true, 'presence online');
-    await lock.publish('request', { requestId: 'req-crash', credential: { type: 'pin', value: PIN }, at: 0 });
+    await lock.publish('request', { requestId: 'req-crash', credential: { type: 'pin', value: PIN }, at: Date.now() });
     expect((await daemon.exited()).signal).toBe('SIGKILL');
     await waitFor(() => cloud.presence === false, 'last will: offline after kill -9');
     expect(lock.decisions.get('req-crash')).toBeUndefined();

@@ -1,7 +1,7 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { connectMqtt, encodeSecret, newPairingSecret, topics, waitConnected } from '@tobira/shared';
 import { mqttBackends, startMqttBackend, type MqttTestBroker } from '@tobira/shared/testing';
-import { FakeLock, PIN, STAFF_PIN, STAFF_TOKEN, runSite, waitFor, type Running } from './harness.js';
+import { FakeLock, PIN, lockClockOf, STAFF_PIN, STAFF_TOKEN, runSite, waitFor, type Running } from './harness.js';
 import { capturingLog } from './staff-helpers.js';
 
 /**
@@ -40,7 +40,7 @@ describe.each(mqttBackends())('flood bounds against %s', (backend) => {
     return site;
   };
   const lockAt = async (s: Running, lockId: string) => {
-    const l = new FakeLock(s.f.gatewayId, lockId);
+    const l = new FakeLock(s.f.gatewayId, lockId, lockClockOf(s.gw));
     await l.connect(broker.url);
     extraLocks.push(l);
     return l;
@@ -73,7 +73,9 @@ describe.each(mqttBackends())('flood bounds against %s', (backend) => {
       await provision(s);
       const flood = Array.from({ length: 120 }, (_, i) => `flood-${i}`);
       // The manual clock stands still: no token comes back during the flood.
-      await Promise.all(flood.map((requestId) => s.lock.publish('request', { requestId, credential: { type: 'pin', value: PIN }, at: 0 })));
+      await Promise.all(
+        flood.map((requestId) => s.lock.publish('request', { requestId, credential: { type: 'pin', value: PIN }, at: s.gw.trustedNow() })),
+      );
       await waitFor(() => flood.every((id) => s.lock.decisions.has(id)), 'every flooded request answered');
       const codes = flood.map((id) => s.lock.decisions.get(id)!.code);
       expect(codes.filter((c) => c === 'ALLOWED')).toHaveLength(5);
@@ -120,7 +122,7 @@ describe.each(mqttBackends())('flood bounds against %s', (backend) => {
         Array.from({ length: 40 }, (_, i) =>
           client.publishAsync(
             topics.lock(s.f.gatewayId, `ghost-${i}`, 'request'),
-            JSON.stringify({ requestId: `g-${i}`, credential: { type: 'pin', value: PIN }, at: 0 }),
+            JSON.stringify({ requestId: `g-${i}`, credential: { type: 'pin', value: PIN }, at: s.gw.trustedNow() }),
             { qos: 1 },
           ),
         ),
@@ -158,7 +160,7 @@ describe.each(mqttBackends())('flood bounds against %s', (backend) => {
         cap.lines().filter((l) => l.msg === 'wrong credentials of one type across the site: that type is locked out at every lock'),
       ).toEqual([expect.objectContaining({ code: 'LOCKED_OUT', credentialType: 'pin', lockId: 'lock-3', cid: expect.any(String) })]);
       // Other credential types are not locked out (a wrong card is judged as usual).
-      await l2.publish('request', { requestId: 'card-1', credential: { type: 'card', value: 'abcd1234' }, at: 0 });
+      await l2.publish('request', { requestId: 'card-1', credential: { type: 'card', value: 'abcd1234' }, at: s.gw.trustedNow() });
       expect((await waitFor(() => l2.decisions.get('card-1'), 'card decision')).code).toBe('UNKNOWN_CREDENTIAL');
 
       s.f.clock.advance(300_000);

@@ -7,6 +7,7 @@ import {
   LockCommand,
   LockDecision,
   ManualClock,
+  type Clock,
   UplinkEnvelope,
   type UplinkMessage,
   checkUplinkBatch,
@@ -233,9 +234,11 @@ export class FakeLock {
   readonly commands: LockCommand[] = [];
   #client: MqttClient | null = null;
   #n = 0;
+  /** `clock`: the lock's own clock, which stamps its requests' `at` (the gateway refuses requests older than requestMaxAgeMs). */
   constructor(
     private readonly gatewayId: string,
     readonly lockId = 'lock-1',
+    readonly clock: Clock = new ManualClock(T0),
   ) {}
 
   async connect(url: string): Promise<void> {
@@ -270,7 +273,7 @@ export class FakeLock {
 
   /** Presents a PIN and waits for the decision. */
   async present(pin: string, requestId = `req-${this.lockId}-${++this.#n}-${counter++}`): Promise<LockDecision> {
-    await this.publish('request', { requestId, credential: { type: 'pin', value: pin }, at: 0 });
+    await this.publish('request', { requestId, credential: { type: 'pin', value: pin }, at: this.clock.now() });
     return waitFor(() => this.decisions.get(requestId), `decision for ${requestId}`);
   }
 
@@ -285,6 +288,11 @@ export interface Running {
   readonly cloud: FakeCloud;
   readonly lock: FakeLock;
   close(): Promise<void>;
+}
+
+/** The clock of a lock the gateway keeps set: it reads the gateway's trusted time, whatever the gateway's wall clock reads. */
+export function lockClockOf(gw: Gateway): Clock {
+  return { now: () => gw.trustedNow() };
 }
 
 /** A started gateway (in process, manual clock) with a fake cloud and a fake lock. */
@@ -302,7 +310,7 @@ export async function runSite(
   await waitFor(() => gw.cloudConnected && gw.siteConnected, 'gateway connected');
   // the fake cloud's answer to the startup resync request proves the time (TrustedTime.proven)
   if (cloud.answerResync) await waitFor(() => gw.timeProven, 'startup resync answered');
-  const lock = new FakeLock(f.gatewayId);
+  const lock = new FakeLock(f.gatewayId, 'lock-1', lockClockOf(gw));
   await lock.connect(siteUrl);
   return {
     f,

@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { encodeSecret, newPairingSecret } from '@tobira/shared';
 import { mqttBackends, startMqttBackend, type MqttTestBroker } from '@tobira/shared/testing';
-import { FakeLock, PIN, STAFF_TOKEN, provision, runSite, waitFor, type Running } from './harness.js';
+import { FakeLock, PIN, lockClockOf, STAFF_TOKEN, provision, runSite, waitFor, type Running } from './harness.js';
 import { capturingLog } from './staff-helpers.js';
 
 /**
@@ -52,7 +52,7 @@ describe.each(mqttBackends())('lock event budget against %s', (backend) => {
       deps: { log: cap.log },
     }));
     await provision(s, { doors: ['door-1', 'door-2'] as never });
-    const genuine = new FakeLock(s.f.gatewayId, 'lock-2');
+    const genuine = new FakeLock(s.f.gatewayId, 'lock-2', lockClockOf(s.gw));
     await genuine.connect(broker.url);
     extra.push(genuine);
 

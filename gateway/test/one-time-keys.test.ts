@@ -2,7 +2,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { asDoorId, encodeSecret, newPairingSecret } from '@tobira/shared';
 import { mqttBackends, startMqttBackend, type MqttTestBroker } from '@tobira/shared/testing';
 import { createGateway } from '../src/gateway.js';
-import { FakeLock, PIN, provision, runSite, silentLog, waitFor, type Running } from './harness.js';
+import { FakeLock, PIN, lockClockOf, provision, runSite, silentLog, waitFor, type Running } from './harness.js';
 
 /**
  * One-time keys: the first successful entry consumes the
@@ -23,7 +23,7 @@ describe.each(mqttBackends())('one-time keys against %s', (backend) => {
         ],
       },
     });
-    lock2 = new FakeLock(site.f.gatewayId, 'lock-2');
+    lock2 = new FakeLock(site.f.gatewayId, 'lock-2', lockClockOf(site.gw));
     await lock2.connect(broker.url);
     return site;
   };

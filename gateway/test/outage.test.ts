@@ -3,7 +3,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { startEmbeddedBroker, type EmbeddedBroker } from '@tobira/shared';
 import { mqttBackends, startMqttBackend, type MqttTestBroker } from '@tobira/shared/testing';
 import { createGateway, type Gateway } from '../src/gateway.js';
-import { FakeCloud, FakeLock, PIN, silentLog, siteFixture, waitFor } from './harness.js';
+import { FakeCloud, FakeLock, PIN, lockClockOf, silentLog, siteFixture, waitFor } from './harness.js';
 
 /**
  * The cloud broker goes away. It is an embedded broker here because stopping
@@ -28,7 +28,7 @@ describe.each(mqttBackends())('when the cloud broker is unreachable (site broker
     await cloud.connect(cloudBroker.url);
     const gw = createGateway(f.config, { clock: f.clock, log: silentLog(), tickMs: 50 });
     await gw.start();
-    const lock = new FakeLock(f.gatewayId);
+    const lock = new FakeLock(f.gatewayId, 'lock-1', lockClockOf(gw));
     await lock.connect(siteBroker.url);
     cleanups.push(async () => {
       await lock.close();
@@ -84,7 +84,7 @@ describe.each(mqttBackends())('when the cloud broker is unreachable (site broker
     const f = await siteFixture('mqtt://127.0.0.1:1', siteBroker.url, siteBroker.unique, { outboxMaxRows: 2 });
     const gw: Gateway = createGateway(f.config, { clock: f.clock, log: silentLog(), tickMs: 50 });
     await gw.start();
-    const lock = new FakeLock(f.gatewayId);
+    const lock = new FakeLock(f.gatewayId, 'lock-1', lockClockOf(gw));
     await lock.connect(siteBroker.url);
     cleanups.push(async () => {
       await lock.close();

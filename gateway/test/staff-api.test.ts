@@ -245,10 +245,10 @@ describe.each(mqttBackends())('staff read API of a running gateway against %s', 
       await s.lock.publish('state', '{"lockId": "lock-1", ');
       await s.lock.publish('state', { lockId: 'lock-2', bolt: 'locked', door: 'closed', battery: 50, at: T0, lastCommandId: null });
       await s.lock.publish('presence', { online: 'yes' });
-      await s.lock.publish('request', { requestId: 'req-short-pin', credential: { type: 'pin', value: '987' }, at: 0 });
+      await s.lock.publish('request', { requestId: 'req-short-pin', credential: { type: 'pin', value: '987' }, at: s.gw.trustedNow() });
       await waitFor(() => s.lock.decisions.get('req-short-pin'), 'BAD_REQUEST decision');
       await stranger.publish('presence', { online: true });
-      await stranger.publish('request', { requestId: 'req-stranger', credential: { type: 'pin', value: PIN }, at: 0 });
+      await stranger.publish('request', { requestId: 'req-stranger', credential: { type: 'pin', value: PIN }, at: s.gw.trustedNow() });
       await raw.publishAsync(`tobira/v1/site/${gw}/lock/bad.lock/event`, '{}', { qos: 1 });
 
       // The lock side of the HMAC: a lock checks the gateway's real command with lock-auth, as firmware does.

@@ -5,7 +5,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { createGateway, type Gateway } from '../src/gateway.js';
 import { parseConfig } from '../src/config.js';
 import { T0 } from './fixtures.js';
-import { FakeLock, PIN, STAFF_TOKEN, provision, runSite, silentLog, waitFor, type Running } from './harness.js';
+import { FakeLock, PIN, lockClockOf, STAFF_TOKEN, provision, runSite, silentLog, waitFor, type Running } from './harness.js';
 
 const DAY = 86_400_000;
 const GRACE_MS = 300_000; // the harness's offlineGraceSeconds
@@ -158,7 +158,7 @@ describe.each(mqttBackends())('trusted time when the wall clock is wrong (broker
       await waitFor(() => gw.store.settings().highWaterMs < real + 60_000, 'the high-water mark lowered');
       // the heartbeats count again: the lease runs and the door opens
       await s.cloud.heartbeat();
-      const lock = new FakeLock(s.f.gatewayId, 'lock-1');
+      const lock = new FakeLock(s.f.gatewayId, 'lock-1', lockClockOf(gw));
       await lock.connect(broker.url);
       extra.push(() => lock.close());
       await waitFor(async () => (await lock.present(PIN)).code === 'ALLOWED' || undefined, 'the door opens again');
@@ -230,7 +230,7 @@ describe.each(mqttBackends())('trusted time when the wall clock is wrong (broker
     await gw.start();
     extra.push(() => gw.stop({ force: true }));
     await waitFor(() => gw.siteConnected, 'site link after restart');
-    const lock = new FakeLock(s.f.gatewayId, 'lock-1');
+    const lock = new FakeLock(s.f.gatewayId, 'lock-1', lockClockOf(gw));
     await lock.connect(broker.url);
     extra.push(() => lock.close());
 
@@ -252,7 +252,7 @@ describe.each(mqttBackends())('trusted time when the wall clock is wrong (broker
     const gw = createGateway(s.f.config, { clock: s.f.clock, monotonic: restartedMono, log: silentLog(), tickMs: 50 });
     await gw.start();
     extra.push(() => gw.stop({ force: true }));
-    const lock = new FakeLock(s.f.gatewayId, 'lock-1');
+    const lock = new FakeLock(s.f.gatewayId, 'lock-1', lockClockOf(gw));
     await lock.connect(broker.url);
     extra.push(() => lock.close());
     const req = await waitFor(
@@ -302,7 +302,7 @@ describe.each(mqttBackends())('trusted time when the wall clock is wrong (broker
     const gw = createGateway(s.f.config, { clock: s.f.clock, monotonic: restartedMono, log: silentLog(), tickMs: 50 });
     await gw.start();
     extra.push(() => gw.stop({ force: true }));
-    const lock = new FakeLock(s.f.gatewayId, 'lock-1');
+    const lock = new FakeLock(s.f.gatewayId, 'lock-1', lockClockOf(gw));
     await lock.connect(broker.url);
     extra.push(() => lock.close());
     const req = await waitFor(

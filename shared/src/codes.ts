@@ -297,6 +297,10 @@ export const DECISION_CODES = table({
   CLOUD_STALE: 'The gateway cannot prove it is in sync with the cloud (freshness lease ran out); failing closed.',
   LOCKED_OUT: 'Too many wrong credentials at this lock, or of this credential type across the site; it is cooling down.',
   BAD_REQUEST: 'The access request was malformed.',
+  REQUEST_STALE:
+    "The request was older than the gateway's requestMaxAgeMs when it was decided (a stalled site link, or the lock's clock behind): refused, so no door opens for someone who has walked away; present the credential again.",
+  LOCK_CLOCK_AHEAD:
+    "The request's time was further ahead of the gateway's than requestMaxAgeMs: the lock's clock runs ahead, so the age of its requests cannot be told; refused until the lock's clock is set.",
   RATE_LIMITED: 'The lock sent more requests than its rate limit allows; refused before anything was decided or recorded.',
   STORAGE_FULL:
     'The gateway is below its free-disk headroom and cannot promise to record the decision; only offline-capable staff keys open.',

@@ -49,6 +49,8 @@ describe('code tables', () => {
         'CLOUD_STALE',
         'LOCKED_OUT',
         'BAD_REQUEST',
+        'REQUEST_STALE',
+        'LOCK_CLOCK_AHEAD',
         'RATE_LIMITED',
         'STORAGE_FULL',
         'REMOTE_UNLOCK',

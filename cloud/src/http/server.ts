@@ -3,6 +3,7 @@ import type { FastifyInstance } from 'fastify';
 import { buildApp } from './app.js';
 import type { ApiDeps } from './context.js';
 import { installApiToken } from '../adapters/db/tokens.js';
+import { whenDatabaseAnswers } from '../adapters/db/db.js';
 
 export interface ListenOptions extends ApiDeps {
   /** Default 127.0.0.1. */
@@ -30,8 +31,13 @@ export interface Listener {
  * cloud.ts). The cloud's database must be open first.
  */
 export async function listenAdminApi(opts: ListenOptions): Promise<Listener> {
-  if (opts.bootstrapAdminToken)
-    await installApiToken(opts.db, opts.bootstrapAdminToken, { name: 'bootstrap admin', role: 'admin' }, opts.clock.now());
+  const token = opts.bootstrapAdminToken;
+  // idempotent (ON CONFLICT DO NOTHING): a database link cut at start is waited out like the migrations
+  if (token)
+    await whenDatabaseAnswers(
+      () => installApiToken(opts.db, token, { name: 'bootstrap admin', role: 'admin' }, opts.clock.now()),
+      opts.log,
+    );
   const app = await buildApp(opts);
   await app.listen({ host: opts.host ?? '127.0.0.1', port: opts.port ?? 0 });
   const addr = app.server.address() as AddressInfo;

@@ -21,6 +21,7 @@ import {
   verifyMobileTokenSignature,
 } from '@tobira/shared';
 import { decide, decideMobileToken, lastFreshSyncAt } from '../domain/decide.js';
+import { CLOCK_SKEW_TOLERANCE_MS } from '../domain/freshness.js';
 import { noSiteLockout, recordAttempt, recordSiteAttempt, type LockoutPolicy, type SiteLockoutPolicy } from '../domain/lockout.js';
 import { fullBucket, takeToken, type Bucket, type RatePolicy } from '@tobira/shared';
 import { commitDecisions, findAccess, insertAccess, type StoredAccessEvent } from '../adapters/sqlite/access-log.js';
@@ -60,6 +61,13 @@ export interface AccessOptions {
   /** Command lifetime; locks refuse more than 30 s (DEFAULT_MAX_COMMAND_TTL_MS). */
   readonly commandTtlMs: number;
   readonly pairingSecrets: ReadonlyMap<string, Uint8Array>;
+  /**
+   * How old (by the gateway's trusted time against the lock's `at`) a request may be when it is decided,
+   * and how far ahead of the gateway a lock's clock may run. Older: refused REQUEST_STALE (a stalled
+   * site link must not open the door for someone who has walked away); further ahead: LOCK_CLOCK_AHEAD
+   * (the age of its requests cannot be told). Absent: not checked (the config always sets it).
+   */
+  readonly requestMaxAgeMs?: number;
   /** The lease length a fresh heartbeat grants (config offlineGraceSeconds), to read the last proven-fresh sync back from the lease. */
   readonly offlineGraceSeconds: number;
   /** The cloud's trusted keys and issuer, to check relayed mobile tokens with (absent: every token is MOBILE_TOKEN_UNKNOWN_SIGNER). */
@@ -203,7 +211,7 @@ export function handleLockRequests(deps: AccessDeps, items: readonly { lockId: s
         : c.type === 'mobile_token'
           ? { type: 'mobile', token: checkMobileToken(access, c.value) }
           : { type: c.type, digest: credentialDigest(access.pepper, c.type, c.value) };
-    return { lockId, secret, requestId, credential };
+    return { lockId, secret, requestId, credential, sentAt: parsed.ok ? parsed.value.at : null };
   });
 
   const decided = commitDecisions(store.db, (): (Decided | null)[] => {
@@ -211,16 +219,16 @@ export function handleLockRequests(deps: AccessDeps, items: readonly { lockId: s
     // decision's own writes (lockouts, uplink seq) are read per decision.
     const settings = readSettings(store.db);
     const now = deps.time.now(store.db, settings);
-    const batch = { settings, now, storageLow: deps.storageLow() };
+    const batch = { settings, now, storageLow: deps.storageLow(), aheadByUpTo: deps.time.skew === null ? 0 : CLOCK_SKEW_TOLERANCE_MS };
     const out = prepared.map((p): Decided | null => {
       if (p === null) return null;
       const earlier = findAccess(store.db, p.lockId, p.requestId);
       if (earlier !== null) {
-        const now = earlier.code === 'ALLOWED' ? judge(deps, batch, p.lockId, p.requestId, p.credential, true).d : null;
+        const now = earlier.code === 'ALLOWED' ? judge(deps, batch, p, true).d : null;
         if (now !== null && !now.allowed) return { row: earlier, command: null, replayed: true, withdrawn: now.code };
         return { row: earlier, command: recordedCommand(earlier, p.secret), replayed: true };
       }
-      return { ...decideOne(deps, batch, p.lockId, p.secret, p.requestId, p.credential), replayed: false };
+      return { ...decideOne(deps, batch, p), replayed: false };
     });
     if (out.some((d) => d !== null && !d.replayed)) raiseTimeFloor(store.db, 0, now);
     return out;
@@ -293,7 +301,41 @@ function checkMobileToken(access: AccessOptions, token: string): MobileTokenChec
   return verifyMobileTokenSignature(token, keys, access.mobileTokens.issuer);
 }
 
-type Batch = { readonly settings: Settings; readonly now: number; readonly storageLow: boolean };
+type Batch = {
+  readonly settings: Settings;
+  readonly now: number;
+  readonly storageLow: boolean;
+  /** How far `now` may be ahead of real time: while the wall clock runs ahead, trusted time is held at the cloud-proven ceiling. */
+  readonly aheadByUpTo: number;
+};
+
+/** A request ready to decide on; `sentAt` is the lock's own `at` (null: the request did not parse). */
+interface Prepared {
+  readonly lockId: string;
+  readonly secret: Uint8Array;
+  readonly requestId: string;
+  readonly credential: Presented | null;
+  readonly sentAt: number | null;
+}
+
+/**
+ * Why a request is too late (or from a lock whose clock runs ahead) to open a door now, or null.
+ * Judged again on a lock's retry of an allowed request, so a retry that comes late is withdrawn too.
+ * The age counts from the earliest real time `now` may stand for, so a gateway whose own wall clock
+ * runs ahead does not refuse every honest lock.
+ */
+function requestTimeRefusal(
+  access: AccessOptions,
+  sentAt: number | null,
+  now: number,
+  aheadByUpTo: number,
+): 'REQUEST_STALE' | 'LOCK_CLOCK_AHEAD' | null {
+  const max = access.requestMaxAgeMs;
+  if (max === undefined || sentAt === null) return null;
+  if (now - aheadByUpTo - sentAt > max) return 'REQUEST_STALE';
+  if (sentAt - now > max) return 'LOCK_CLOCK_AHEAD';
+  return null;
+}
 
 /**
  * What the rules say now about what a lock presented; reads only. `repeat`:
@@ -305,8 +347,9 @@ type Batch = { readonly settings: Settings; readonly now: number; readonly stora
  * command's expiry: answering the recorded ALLOWED without asking again would
  * open the door after a lockdown or a revoke.
  */
-function judge(deps: AccessDeps, batch: Batch, lockId: string, requestId: string, credential: Presented | null, repeat: boolean) {
+function judge(deps: AccessDeps, batch: Batch, request: Prepared, repeat: boolean) {
   const { access } = deps;
+  const { lockId, requestId, credential } = request;
   const { db } = deps.store;
   const { settings, now } = batch;
   // every read below is from memory (adapters/sqlite/memory.ts), the writes go to SQLite and memory
@@ -347,27 +390,30 @@ function judge(deps: AccessDeps, batch: Batch, lockId: string, requestId: string
           privacy: lock.privacySince !== null,
           privacyUnknown: deps.watch !== undefined && !deps.watch.privacyKnown(lockId),
         };
+  const late = requestTimeRefusal(access, request.sentAt, now, batch.aheadByUpTo);
   const d =
     credential === null
       ? ({ allowed: false, code: 'BAD_REQUEST' } as const)
-      : 'token' in credential
-        ? decideMobileToken(
-            credential.token.ok
-              ? {
-                  lockId: asLockId(lockId),
-                  claims: credential.token.claims,
-                  audience: deps.gatewayId,
-                  used: repeat
-                    ? mobileTokenUsedElsewhere(db, credential.token.claims.jti, lockId, requestId)
-                    : mobileTokenUsed(db, credential.token.claims.jti),
-                }
-              : { lockId: asLockId(lockId), refused: credential.token.code },
-            keySet,
-            lockView,
-            site,
-            now,
-          )
-        : decide({ lockId: asLockId(lockId), credentialType: credential.type, digest: credential.digest }, keySet, lockView, site, now);
+      : late !== null
+        ? ({ allowed: false, code: late } as const)
+        : 'token' in credential
+          ? decideMobileToken(
+              credential.token.ok
+                ? {
+                    lockId: asLockId(lockId),
+                    claims: credential.token.claims,
+                    audience: deps.gatewayId,
+                    used: repeat
+                      ? mobileTokenUsedElsewhere(db, credential.token.claims.jti, lockId, requestId)
+                      : mobileTokenUsed(db, credential.token.claims.jti),
+                  }
+                : { lockId: asLockId(lockId), refused: credential.token.code },
+              keySet,
+              lockView,
+              site,
+              now,
+            )
+          : decide({ lockId: asLockId(lockId), credentialType: credential.type, digest: credential.digest }, keySet, lockView, site, now);
   return { d, lock, siteLockout, keySet };
 }
 
@@ -375,15 +421,13 @@ function judge(deps: AccessDeps, batch: Batch, lockId: string, requestId: string
 function decideOne(
   deps: AccessDeps,
   batch: Batch,
-  lockId: string,
-  secret: Uint8Array,
-  requestId: string,
-  credential: Presented | null,
+  request: Prepared,
 ): { row: StoredAccessEvent; command: LockCommand | null; siteLockoutUntil?: number } {
   const { access } = deps;
   const { db } = deps.store;
   const { now } = batch;
-  const { d, lock, siteLockout, keySet } = judge(deps, batch, lockId, requestId, credential, false);
+  const { lockId, secret, requestId, credential } = request;
+  const { d, lock, siteLockout, keySet } = judge(deps, batch, request, false);
   if (lock !== null && d.code !== 'LOCKED_OUT') setLockout(db, lockId, recordAttempt(lock, d.code, now, access.lockout), now);
   let siteLockoutUntil: number | undefined;
   if (credential !== null && siteLockout !== null) {
