@@ -155,6 +155,27 @@ describe('re-authentication of the acting supervisor (a running gateway, real HT
       },
     },
     {
+      action: 'enabling a disabled supervisor account',
+      request: async (sup) => {
+        const made = await s.gw.accounts.create(
+          { accountId: null, username: 'setup', displayName: 'Test setup', role: 'supervisor', via: 'session' },
+          { ...SUP2, role: 'supervisor' },
+          'test-setup',
+        );
+        if (made.status !== 'applied') throw new Error(`account refused: ${made.code}`);
+        const off = await send('POST', `/staff/accounts/${made.account.accountId}/disable`, { who: sup });
+        expect(off.status).toBe(200);
+        return { method: 'POST', path: `/staff/accounts/${made.account.accountId}/enable`, body: {} };
+      },
+      applied: 200,
+      unchanged: async () => {
+        expect((await signInAnswer(SUP2)).body).toEqual({ code: 'ACCOUNT_DISABLED' });
+      },
+      changed: async () => {
+        expect((await signInAnswer(SUP2)).status).toBe(200);
+      },
+    },
+    {
       action: 'starting an enrolment of its own second factor',
       request: async () => ({ method: 'POST', path: '/staff/totp/enrolment', body: {} }),
       applied: 200,
@@ -248,7 +269,7 @@ describe('re-authentication of the acting supervisor (a running gateway, real HT
     expect(done.status, JSON.stringify(done.body)).toBe(200);
   });
 
-  it('asks nothing more for what moves no lasting authority: a staff account, disabling one, one’s own session', async () => {
+  it('asks nothing more for what moves no lasting authority: creating, disabling and enabling a staff account', async () => {
     const sup = await signIn(SUPERVISOR);
     const made = await send('POST', '/staff/accounts', {
       who: sup,
@@ -257,5 +278,7 @@ describe('re-authentication of the acting supervisor (a running gateway, real HT
     expect(made.status, JSON.stringify(made.body)).toBe(201);
     const yukiId = await idOf(sup, 'yuki');
     expect((await send('POST', `/staff/accounts/${yukiId}/disable`, { who: sup })).status).toBe(200);
+    expect((await send('POST', `/staff/accounts/${yukiId}/enable`, { who: sup })).status).toBe(200);
+    expect((await signInAnswer({ username: 'yuki', password: 'the night porter keeps the keys' })).status).toBe(200);
   });
 });

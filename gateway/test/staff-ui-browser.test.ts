@@ -97,7 +97,7 @@ describe('staff web UI in Chromium against a running gateway', () => {
       await shot(page, 'staff-accounts-en');
     });
 
-    it("asks the supervisor's own password in the dialog to create a supervisor or reset a password; a wrong one changes nothing", async () => {
+    it("asks the supervisor's own password in the dialog to create or enable a supervisor or reset a password; a wrong one changes nothing", async () => {
       const s = await start();
       const page = await open(s);
       await signIn(page);
@@ -127,6 +127,19 @@ describe('staff web UI in Chromium against a running gateway', () => {
       await page.locator('#confirm-ok').click();
       await page.locator('#staff-list [data-account="haru"]').waitFor();
       expect(s.gw.accounts.list().find((a) => a.username === 'haru')?.role).toBe('supervisor');
+      // disabling her asks nothing more; enabling her again asks for the password
+      await page.locator('#staff-list [data-account="haru"] [data-act="disable"]').click();
+      expect(await pw.isHidden()).toBe(true);
+      await page.locator('#confirm-ok').click();
+      await page.locator('#staff-list [data-account="haru"] [data-act="enable"]').click();
+      await pw.waitFor();
+      await page.locator('#confirm-ok').click();
+      await page.locator('#confirm-error').filter({ hasText: 'type your password' }).waitFor();
+      expect(s.gw.accounts.list().find((a) => a.username === 'haru')?.disabledAt).not.toBeNull();
+      await pw.fill(SUPERVISOR.password);
+      await page.locator('#confirm-ok').click();
+      await page.locator('#staff-list [data-account="haru"] [data-act="disable"]').waitFor();
+      expect(s.gw.accounts.list().find((a) => a.username === 'haru')?.disabledAt).toBeNull();
       // resetting ken's password: the new one in the text field, hers in the password field
       await page.locator('#staff-list [data-account="ken"] [data-act="password"]').click();
       await page.locator('#confirm-input').fill('a new evening shift phrase');

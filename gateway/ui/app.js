@@ -1650,16 +1650,22 @@ function accountRow(a) {
  * @param {'enable' | 'disable'} verb
  */
 function changeAccount(a, verb) {
+  // enabling a supervisor gives the site's authority back: the gateway asks for the acting supervisor's password
+  const reauth = verb === 'enable' && a.role === 'supervisor';
   confirmDialog({
     title: t(verb === 'disable' ? 'staff.disableTitle' : 'staff.enableTitle', { name: a.displayName }),
     text: t(verb === 'disable' ? 'staff.disableText' : 'staff.enableText'),
     inputLabel: t('staff.note'),
     required: false,
+    reauth,
     ok: t(verb === 'disable' ? 'staff.disable' : 'staff.enable'),
-    act: () =>
+    act: (_, currentPassword) =>
       write(async () => {
         /** @type {{ status: string }} */
-        const r = await api(`/staff/accounts/${encodeURIComponent(a.accountId)}/${verb}`, { method: 'POST' });
+        const r = await api(`/staff/accounts/${encodeURIComponent(a.accountId)}/${verb}`, {
+          method: 'POST',
+          ...(reauth ? { body: { currentPassword } } : {}),
+        });
         setText(
           $('staff-result'),
           r.status === 'applied'

@@ -763,6 +763,11 @@ export class StaffAccounts {
     return listAccounts(this.#d.db);
   }
 
+  /** One account by id (null: none), disabled ones included. */
+  account(accountId: string): StaffAccount | null {
+    return accountById(this.#d.db, accountId);
+  }
+
   async create(
     actor: StaffActor,
     i: { username: string; displayName: string; role: StaffRole; password: string },

@@ -10,6 +10,7 @@ import { DisplayName, Password, Reauth, Username, accountView, reauthenticated }
 const CreateBody = z.strictObject({ username: Username, displayName: DisplayName, role: StaffRole, password: Password, ...Reauth });
 const PasswordBody = z.strictObject({ password: Password, ...Reauth });
 const ResetTotpBody = z.strictObject({ reason: z.string().max(200), ...Reauth });
+const EnableBody = z.strictObject({ ...Reauth });
 const Params = z.strictObject({ accountId: z.string().min(1).max(128) });
 
 const STATUS: Record<Refused['code'], number> = {
@@ -54,8 +55,8 @@ const notSupervisor = (req: FastifyRequest, reply: FastifyReply) =>
  * Staff accounts, supervisors only (checked here and in the use case: a
  * staff member's hand-made request gets 403 NOT_SUPERVISOR): list, create,
  * disable (its sessions end at once), enable, reset the password. What
- * grants or moves lasting authority (a supervisor account, another
- * account's password or second factor) also asks for the acting
+ * grants or moves lasting authority (a supervisor account, enabling one,
+ * another account's password or second factor) also asks for the acting
  * supervisor's current password (`reauthenticated`).
  */
 export async function accountsRoutes(staff: FastifyInstance, deps: HttpDeps, throttle: SignInThrottle): Promise<void> {
@@ -95,6 +96,13 @@ export async function accountsRoutes(staff: FastifyInstance, deps: HttpDeps, thr
       if (refused !== null) return refused;
       const p = Params.safeParse(req.params);
       if (!p.success) return reply.status(400).send({ code: 'BAD_REQUEST', detail: issues(p.error) });
+      // Enabling a supervisor gives the site's authority back to whoever knows that account's password.
+      if (!disabled && accounts.account(p.data.accountId)?.role === 'supervisor') {
+        const body = EnableBody.safeParse(req.body ?? {});
+        if (!body.success) return reply.status(422).send({ code: 'BAD_REQUEST', detail: issues(body.error) });
+        const unproven = await reauthenticated(deps, throttle, req, reply, body.data.currentPassword);
+        if (unproven !== null) return unproven;
+      }
       const r = accounts.setDisabled(authOf(req).actor, p.data.accountId, disabled, req.id);
       if (r.status === 'refused') return refuse(reply, r);
       return reply.status(200).send({ status: r.status, account: accountView(r.account) });
