@@ -86,7 +86,7 @@ describe('secrets at rest', () => {
       });
       expect(setup.status).toBe(200);
       const session = { cookie: setup.cookie, csrf: String(setup.json.csrfToken) };
-      const start = await post('/staff/totp/enrolment', {}, session);
+      const start = await post('/staff/totp/enrolment', { currentPassword: 'a long enough password 1' }, session);
       expect(start.status).toBe(200);
       const secret = String(start.json.secret);
       const code = generateSync({ secret, epoch: Math.floor(f.clock.now() / 1000) });

@@ -317,7 +317,7 @@ describe('staff accounts, sessions, CSRF and sign-in throttling (real SQLite fil
       const reset = await req('POST', `/staff/accounts/${kenId}/password`, {
         cookie: sup.cookie,
         csrf: sup.csrf,
-        body: { password: 'a brand new password' },
+        body: { password: 'a brand new password', currentPassword: SUP.password },
       });
       expect(reset.statusCode).toBe(200);
       expect((await req('GET', '/staff/session', { cookie: again.cookie })).statusCode).toBe(401);
@@ -336,7 +336,7 @@ describe('staff accounts, sessions, CSRF and sign-in throttling (real SQLite fil
       const own = await req('POST', `/staff/accounts/${supId}/password`, {
         cookie: sup.cookie,
         csrf: sup.csrf,
-        body: { password: 'an attacker chosen password' },
+        body: { password: 'an attacker chosen password', currentPassword: SUP.password },
       });
       expect([own.statusCode, own.json()]).toEqual([409, { code: 'PASSWORD_RESET_OWN' }]);
       expect((await signIn('aiko', 'an attacker chosen password')).r.statusCode).toBe(401);

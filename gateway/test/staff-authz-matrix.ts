@@ -24,6 +24,14 @@
  * - metrics: the metrics token (good for /metrics only)
  */
 
+import { SUPERVISOR } from './ui-browser.js';
+
+/**
+ * The supervisor's own password, sent where a route asks the acting supervisor to re-authenticate: the
+ * supervisor's cell then shows the harmless refusal past it (staff-reauth.test.ts holds the re-authentication).
+ */
+const currentPassword = SUPERVISOR.password;
+
 export const PRINCIPALS = ['none', 'staff', 'supervisor', 'token', 'expired', 'revoked', 'metrics'] as const;
 export type Principal = (typeof PRINCIPALS)[number];
 export type Row = Readonly<Record<Principal, string>>;
@@ -100,6 +108,7 @@ export const MATRIX: Readonly<Record<string, Entry>> = {
   },
   'POST /staff/totp/enrolment': {
     path: '/staff/totp/enrolment',
+    body: { currentPassword },
     answers: { ...supervisorOnly('200'), token: '403 SESSION_REQUIRED' },
   },
   'POST /staff/totp/disable': {
@@ -150,12 +159,12 @@ export const MATRIX: Readonly<Record<string, Entry>> = {
   },
   'POST /staff/accounts/:accountId/totp/reset': {
     path: '/staff/accounts/no-such-account/totp/reset',
-    body: { reason: 'authorization matrix' },
+    body: { reason: 'authorization matrix', currentPassword },
     answers: supervisorOnly('404 ACCOUNT_NOT_FOUND'),
   },
   'POST /staff/accounts/:accountId/password': {
     path: '/staff/accounts/no-such-account/password',
-    body: { password: 'a long passphrase of words' },
+    body: { password: 'a long passphrase of words', currentPassword },
     answers: supervisorOnly('404 ACCOUNT_NOT_FOUND'),
   },
 };

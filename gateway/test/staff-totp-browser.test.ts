@@ -44,6 +44,22 @@ describe('staff TOTP in Chromium against a running gateway', () => {
     await page.locator('#tabbtn-staff').click();
     await page.locator('#mytotp-status').filter({ hasText: 'Not set up' }).waitFor();
     await page.locator('#mytotp-start').click();
+    // starting an enrolment asks for her own password in the dialog (a session alone is not enough)
+    const pw = page.locator('#confirm-password');
+    await pw.waitFor();
+    expect([await pw.getAttribute('type'), await pw.getAttribute('autocomplete')]).toEqual(['password', 'current-password']);
+    expect(await page.locator('#confirm-input').isHidden()).toBe(true);
+    await page.locator('#confirm-ok').click();
+    await page.locator('#confirm-error').filter({ hasText: 'type your password' }).waitFor();
+    await pw.fill('not her password at all');
+    await page.locator('#confirm-ok').click();
+    await page.locator('#confirm-error').filter({ hasText: 'not your password' }).waitFor();
+    expect(await pw.inputValue()).toBe('');
+    expect(await page.locator('#mytotp-enrol').isHidden()).toBe(true);
+    await pw.fill(SUPERVISOR.password);
+    await page.locator('#confirm-ok').click();
+    await page.locator('#confirm').waitFor({ state: 'hidden' });
+    expect(await pw.inputValue()).toBe('');
     const secretEl = page.locator('#mytotp-secret');
     await secretEl.filter({ hasText: /^[A-Z2-7]{32}$/ }).waitFor();
     const secret = (await secretEl.textContent())!;

@@ -117,8 +117,8 @@ describe('staff TOTP second factor (real SQLite file, the HTTP app)', () => {
   const password = (username: string, pw: string, ip = '10.0.0.1') =>
     req('POST', '/staff/session', { body: { username, password: pw }, ip });
   /** Enrols the session's supervisor; returns the secret and the recovery codes. */
-  const enrol = async (s: Session) => {
-    const start = await req('POST', '/staff/totp/enrolment', { s });
+  const enrol = async (s: Session, currentPassword: string = SUP.password) => {
+    const start = await req('POST', '/staff/totp/enrolment', { s, body: { currentPassword } });
     expect(start.statusCode, start.body).toBe(200);
     const { secret } = start.json<{ secret: string }>();
     const done = await req('POST', '/staff/totp/enrolment/confirm', { s, body: { code: codeAt(secret) } });
@@ -134,7 +134,7 @@ describe('staff TOTP second factor (real SQLite file, the HTTP app)', () => {
 
   it('enrolment: a secret shown once with its otpauth:// URI and QR image, confirmed by a current code, then 10 recovery codes', async () => {
     const s = await setUp();
-    const start = await req('POST', '/staff/totp/enrolment', { s });
+    const start = await req('POST', '/staff/totp/enrolment', { s, body: { currentPassword: SUP.password } });
     expect(start.statusCode).toBe(200);
     const { secret, uri, qr } = start.json<{ secret: string; uri: string; qr: { size: number; rows: string[] } }>();
     expect(secret).toMatch(/^[A-Z2-7]{32}$/);
@@ -157,7 +157,7 @@ describe('staff TOTP second factor (real SQLite file, the HTTP app)', () => {
     expect(new Set(codes).size).toBe(10);
     for (const c of codes) expect(c).toMatch(/^[0-9A-Z]{5}-[0-9A-Z]{5}$/);
 
-    const again = await req('POST', '/staff/totp/enrolment', { s });
+    const again = await req('POST', '/staff/totp/enrolment', { s, body: { currentPassword: SUP.password } });
     expect(answer(again)).toEqual([409, 'TOTP_ALREADY_ENROLLED']);
     const late = await req('POST', '/staff/totp/enrolment/confirm', { s, body: { code: codeAt(secret) } });
     expect(answer(late)).toEqual([409, 'TOTP_NOT_ENROLLING']);
@@ -340,7 +340,10 @@ describe('staff TOTP second factor (real SQLite file, the HTTP app)', () => {
     await rebuild('off');
     const r = await password(SUP.username, SUP.password);
     expect(r.statusCode).toBe(200);
-    expect(answer(await req('POST', '/staff/totp/enrolment', { s: sessionOf(r) }))).toEqual([409, 'TOTP_POLICY_OFF']);
+    expect(answer(await req('POST', '/staff/totp/enrolment', { s: sessionOf(r), body: { currentPassword: SUP.password } }))).toEqual([
+      409,
+      'TOTP_POLICY_OFF',
+    ]);
   });
 
   it('turning it off: the supervisor with password and a current code', async () => {
@@ -362,10 +365,10 @@ describe('staff TOTP second factor (real SQLite file, the HTTP app)', () => {
 
   it("resetting another supervisor's: with a reason, audited, their sessions end; not one's own, not by staff", async () => {
     const aiko = await setUp();
-    expect((await req('POST', '/staff/accounts', { s: aiko, body: SUP2 })).statusCode).toBe(201);
+    expect((await req('POST', '/staff/accounts', { s: aiko, body: { ...SUP2, currentPassword: SUP.password } })).statusCode).toBe(201);
     expect((await req('POST', '/staff/accounts', { s: aiko, body: STAFF })).statusCode).toBe(201);
     const haru = sessionOf(await password(SUP2.username, SUP2.password));
-    await enrol(haru);
+    await enrol(haru, SUP2.password);
     const list = (await req('GET', '/staff/accounts', { s: aiko })).json<{
       items: { accountId: string; username: string; totp: boolean }[];
     }>();
@@ -374,22 +377,30 @@ describe('staff TOTP second factor (real SQLite file, the HTTP app)', () => {
     const me = list.items.find((a) => a.username === 'aiko')!;
     const url = `/staff/accounts/${target.accountId}/totp/reset`;
 
-    expect(answer(await req('POST', url, { s: aiko, body: { reason: '   ' } }))).toEqual([422, 'REASON_REQUIRED']);
-    expect(answer(await req('POST', `/staff/accounts/${me.accountId}/totp/reset`, { s: aiko, body: { reason: 'mine' } }))).toEqual([
-      409,
-      'TOTP_RESET_OWN',
+    expect(answer(await req('POST', url, { s: aiko, body: { reason: '   ', currentPassword: SUP.password } }))).toEqual([
+      422,
+      'REASON_REQUIRED',
     ]);
+    expect(
+      answer(
+        await req('POST', `/staff/accounts/${me.accountId}/totp/reset`, {
+          s: aiko,
+          body: { reason: 'mine', currentPassword: SUP.password },
+        }),
+      ),
+    ).toEqual([409, 'TOTP_RESET_OWN']);
     const ken = sessionOf(await password(STAFF.username, STAFF.password));
     expect(answer(await req('POST', url, { s: ken, body: { reason: 'lost phone' } }))).toEqual([403, 'NOT_SUPERVISOR']);
-    expect(answer(await req('POST', '/staff/accounts/no-such/totp/reset', { s: aiko, body: { reason: 'x' } }))).toEqual([
-      404,
-      'ACCOUNT_NOT_FOUND',
-    ]);
+    expect(
+      answer(await req('POST', '/staff/accounts/no-such/totp/reset', { s: aiko, body: { reason: 'x', currentPassword: SUP.password } })),
+    ).toEqual([404, 'ACCOUNT_NOT_FOUND']);
 
-    const ok = await req('POST', url, { s: aiko, body: { reason: 'lost phone' } });
+    const ok = await req('POST', url, { s: aiko, body: { reason: 'lost phone', currentPassword: SUP.password } });
     expect(ok.json()).toEqual({ status: 'applied' });
     expect((await req('GET', '/staff/status', { s: haru })).statusCode).toBe(401);
-    expect((await req('POST', url, { s: aiko, body: { reason: 'lost phone' } })).json()).toEqual({ status: 'noop' });
+    expect((await req('POST', url, { s: aiko, body: { reason: 'lost phone', currentPassword: SUP.password } })).json()).toEqual({
+      status: 'noop',
+    });
     const row = listStaffActions(db, { limit: 50, cursor: null }).items.find((a) => a.action === 'account_totp_reset');
     expect(row).toMatchObject({ actorName: 'Aiko Tanaka', target: target.accountId, detail: 'haru: lost phone', result: 'applied' });
     expect((await password(SUP2.username, SUP2.password)).statusCode).toBe(200);

@@ -6,7 +6,7 @@ import { describe, expect, it } from 'vitest';
 import { T0 } from './fixtures.js';
 import { PIN, waitFor, type Running } from './harness.js';
 import { accessRow } from './staff-helpers.js';
-import { STAFF, browserSuite } from './ui-browser.js';
+import { STAFF, SUPERVISOR, browserSuite } from './ui-browser.js';
 
 /**
  * The staff web UI in a real Chromium (Debian's, never a downloaded build)
@@ -95,6 +95,64 @@ describe('staff web UI in Chromium against a running gateway', () => {
       await page.locator('#tabbtn-staff').click();
       await page.locator('#staff-list [data-account="ken"]').waitFor();
       await shot(page, 'staff-accounts-en');
+    });
+
+    it("asks the supervisor's own password in the dialog to create or enable a supervisor or reset a password; a wrong one changes nothing", async () => {
+      const s = await start();
+      const page = await open(s);
+      await signIn(page);
+      await page.locator('#tabbtn-staff').click();
+      await page.locator('#staff-list [data-account="ken"]').waitFor();
+      // a staff account asks nothing more
+      await page.locator('#new-username').fill('yuki');
+      await page.locator('#new-display').fill('Yuki Mori');
+      await page.locator('#new-password').fill('the night porter keeps the keys');
+      await page.locator('#staff-create button[type=submit]').click();
+      await page.locator('#staff-list [data-account="yuki"]').waitFor();
+      expect(await page.locator('#confirm').isHidden()).toBe(true);
+      // a supervisor account: the dialog asks for her password, a wrong one is refused in it
+      await page.locator('#new-username').fill('haru');
+      await page.locator('#new-display').fill('Haru Ito');
+      await page.locator('#new-role').selectOption('supervisor');
+      await page.locator('#new-password').fill('second supervisor phrase');
+      await page.locator('#staff-create button[type=submit]').click();
+      const pw = page.locator('#confirm-password');
+      await pw.waitFor();
+      expect([await pw.getAttribute('type'), await pw.getAttribute('autocomplete')]).toEqual(['password', 'current-password']);
+      await pw.fill('not her password');
+      await page.locator('#confirm-ok').click();
+      await page.locator('#confirm-error').filter({ hasText: 'REAUTH_FAILED' }).waitFor();
+      expect(s.gw.accounts.list().map((a) => a.username)).not.toContain('haru');
+      await pw.fill(SUPERVISOR.password);
+      await page.locator('#confirm-ok').click();
+      await page.locator('#staff-list [data-account="haru"]').waitFor();
+      expect(s.gw.accounts.list().find((a) => a.username === 'haru')?.role).toBe('supervisor');
+      // disabling her asks nothing more; enabling her again asks for the password
+      await page.locator('#staff-list [data-account="haru"] [data-act="disable"]').click();
+      expect(await pw.isHidden()).toBe(true);
+      await page.locator('#confirm-ok').click();
+      await page.locator('#staff-list [data-account="haru"] [data-act="enable"]').click();
+      await pw.waitFor();
+      await page.locator('#confirm-ok').click();
+      await page.locator('#confirm-error').filter({ hasText: 'type your password' }).waitFor();
+      expect(s.gw.accounts.list().find((a) => a.username === 'haru')?.disabledAt).not.toBeNull();
+      await pw.fill(SUPERVISOR.password);
+      await page.locator('#confirm-ok').click();
+      await page.locator('#staff-list [data-account="haru"] [data-act="disable"]').waitFor();
+      expect(s.gw.accounts.list().find((a) => a.username === 'haru')?.disabledAt).toBeNull();
+      // resetting ken's password: the new one in the text field, hers in the password field
+      await page.locator('#staff-list [data-account="ken"] [data-act="password"]').click();
+      await page.locator('#confirm-input').fill('a new evening shift phrase');
+      await pw.fill(SUPERVISOR.password);
+      await page.locator('#confirm-ok').click();
+      await page.locator('#staff-result').filter({ hasText: 'password set' }).waitFor();
+      expect(await pw.inputValue()).toBe('');
+      const kenNow = await fetch(`${s.gw.httpUrl!}/staff/session`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ username: STAFF.username, password: 'a new evening shift phrase' }),
+      });
+      expect(kenNow.status).toBe(200);
     });
 
     it('ends the session at once when a supervisor disables the account', async () => {

@@ -1242,21 +1242,36 @@ function stopLive() {
 // ---------------------------------------------------------------- actions
 
 /**
- * Asks for confirmation (and a text) in the dialog.
- * @param {{ title: string, text: string, inputLabel: string, required: boolean, ok: string, act: (input: string) => Promise<string | null> }} o
- *   `act` returns an error to show in the dialog, or null to close it.
+ * Asks for confirmation (and a text) in the dialog; with `reauth`, also for the
+ * signed-in person's own password, which the gateway asks before anything that
+ * grants or moves lasting authority (REAUTH_REQUIRED without it).
+ * @param {{ title: string, text: string, inputLabel: string | null, required: boolean, reauth?: boolean, ok: string, act: (input: string, currentPassword: string) => Promise<string | null> }} o
+ *   `inputLabel` null: no text is asked. `act` returns an error to show in the dialog, or null to close it.
  */
 function confirmDialog(o) {
   const dialog = /** @type {HTMLDialogElement} */ ($('confirm'));
   const input = /** @type {HTMLInputElement} */ ($('confirm-input'));
+  const password = /** @type {HTMLInputElement} */ ($('confirm-password'));
+  const reauth = o.reauth === true;
   setText($('confirm-title'), o.title);
   setText($('confirm-text'), o.text);
-  setText($('confirm-input-label'), o.inputLabel);
+  setText($('confirm-input-label'), o.inputLabel ?? '');
+  $('confirm-input-label').hidden = o.inputLabel === null;
+  input.hidden = o.inputLabel === null;
+  $('confirm-password-label').hidden = !reauth;
+  password.hidden = !reauth;
   setText($('confirm-ok'), o.ok);
   setText($('confirm-error'), '');
   input.value = '';
+  // the password never stays in the page after the dialog, whichever way it closed
+  password.value = '';
+  dialog.onclose = () => {
+    password.value = '';
+  };
   input.required = o.required;
+  password.required = reauth;
   input.oninput = () => setText($('confirm-error'), '');
+  password.oninput = () => setText($('confirm-error'), '');
   const form = /** @type {HTMLFormElement} */ ($('confirm-form'));
   form.onsubmit = (ev) => {
     ev.preventDefault();
@@ -1265,13 +1280,21 @@ function confirmDialog(o) {
       setText($('confirm-error'), t('dialog.reasonRequired'));
       return;
     }
+    if (reauth && password.value === '') {
+      setText($('confirm-error'), t('dialog.passwordRequired'));
+      return;
+    }
+    const currentPassword = password.value;
     const ok = /** @type {HTMLButtonElement} */ ($('confirm-ok'));
     ok.disabled = true;
     void o
-      .act(value)
+      .act(value, currentPassword)
       .then((err) => {
         if (err === null) dialog.close();
-        else setText($('confirm-error'), err);
+        else {
+          password.value = '';
+          setText($('confirm-error'), err);
+        }
       })
       .finally(() => {
         ok.disabled = false;
@@ -1279,7 +1302,7 @@ function confirmDialog(o) {
   };
   $('confirm-cancel').onclick = () => dialog.close();
   dialog.showModal();
-  input.focus();
+  (o.inputLabel === null && reauth ? password : input).focus();
 }
 
 /**
@@ -1537,18 +1560,26 @@ async function refreshMyTotp() {
   $('mytotp-off').hidden = !on;
 }
 
-async function startMyTotp() {
+function startMyTotp() {
   setText($('mytotp-message'), '');
-  try {
-    /** @type {Enrolment} */
-    const r = await api('/staff/totp/enrolment', { method: 'POST' });
-    drawEnrolment('mytotp', r);
-    $('mytotp-enrol').hidden = false;
-    $('mytotp-start').hidden = true;
-    /** @type {HTMLInputElement} */ ($('mytotp-code')).focus();
-  } catch (e) {
-    if (!handleAuthError(e)) setText($('mytotp-message'), signInError(e));
-  }
+  confirmDialog({
+    title: t('mytotp.startTitle'),
+    text: t('mytotp.startText'),
+    inputLabel: null,
+    required: false,
+    reauth: true,
+    ok: t('mytotp.start'),
+    act: (_, currentPassword) =>
+      write(async () => {
+        /** @type {Enrolment} */
+        const r = await api('/staff/totp/enrolment', { method: 'POST', body: { currentPassword } });
+        drawEnrolment('mytotp', r);
+        $('mytotp-enrol').hidden = false;
+        $('mytotp-start').hidden = true;
+        // after the dialog has closed (it gives the focus back to the button that opened it)
+        window.setTimeout(() => /** @type {HTMLInputElement} */ ($('mytotp-code')).focus(), 0);
+      }),
+  });
 }
 
 async function confirmMyTotp() {
@@ -1619,16 +1650,22 @@ function accountRow(a) {
  * @param {'enable' | 'disable'} verb
  */
 function changeAccount(a, verb) {
+  // enabling a supervisor gives the site's authority back: the gateway asks for the acting supervisor's password
+  const reauth = verb === 'enable' && a.role === 'supervisor';
   confirmDialog({
     title: t(verb === 'disable' ? 'staff.disableTitle' : 'staff.enableTitle', { name: a.displayName }),
     text: t(verb === 'disable' ? 'staff.disableText' : 'staff.enableText'),
     inputLabel: t('staff.note'),
     required: false,
+    reauth,
     ok: t(verb === 'disable' ? 'staff.disable' : 'staff.enable'),
-    act: () =>
+    act: (_, currentPassword) =>
       write(async () => {
         /** @type {{ status: string }} */
-        const r = await api(`/staff/accounts/${encodeURIComponent(a.accountId)}/${verb}`, { method: 'POST' });
+        const r = await api(`/staff/accounts/${encodeURIComponent(a.accountId)}/${verb}`, {
+          method: 'POST',
+          ...(reauth ? { body: { currentPassword } } : {}),
+        });
         setText(
           $('staff-result'),
           r.status === 'applied'
@@ -1647,10 +1684,11 @@ function resetPassword(a) {
     text: t('staff.passwordText'),
     inputLabel: t('staff.newPassword'),
     required: true,
+    reauth: true,
     ok: t('staff.setPassword'),
-    act: (password) =>
+    act: (password, currentPassword) =>
       write(async () => {
-        await api(`/staff/accounts/${encodeURIComponent(a.accountId)}/password`, { method: 'POST', body: { password } });
+        await api(`/staff/accounts/${encodeURIComponent(a.accountId)}/password`, { method: 'POST', body: { password, currentPassword } });
         setText($('staff-result'), t('staff.passwordDone', { name: a.displayName }));
       }),
   });
@@ -1663,10 +1701,11 @@ function resetTotp(a) {
     text: t('staff.totpResetText'),
     inputLabel: t('staff.reason'),
     required: true,
+    reauth: true,
     ok: t('staff.resetTotp'),
-    act: (reason) =>
+    act: (reason, currentPassword) =>
       write(async () => {
-        await api(`/staff/accounts/${encodeURIComponent(a.accountId)}/totp/reset`, { method: 'POST', body: { reason } });
+        await api(`/staff/accounts/${encodeURIComponent(a.accountId)}/totp/reset`, { method: 'POST', body: { reason, currentPassword } });
         setText($('staff-result'), t('staff.totpResetDone', { name: a.displayName }));
         await refresh();
       }),
@@ -1677,15 +1716,29 @@ async function createAccount() {
   /** @param {string} id */
   const v = (id) => /** @type {HTMLInputElement} */ ($(id)).value;
   setText($('staff-create-message'), '');
-  try {
-    /** @type {{ account: Account }} */
-    const r = await api('/staff/accounts', {
-      method: 'POST',
-      body: { username: v('new-username'), displayName: v('new-display'), role: v('new-role'), password: v('new-password') },
-    });
+  const body = { username: v('new-username'), displayName: v('new-display'), role: v('new-role'), password: v('new-password') };
+  /** @param {{ account: Account }} r */
+  const done = async (r) => {
     /** @type {HTMLFormElement} */ ($('staff-create')).reset();
     setText($('staff-result'), t('staff.createdDone', { name: r.account.displayName, username: r.account.username }));
     await refresh();
+  };
+  if (body.role === 'supervisor') {
+    // a supervisor account is the site's authority: the gateway asks for the creator's own password too
+    confirmDialog({
+      title: t('staff.createSupervisorTitle', { name: body.displayName }),
+      text: t('staff.createSupervisorText'),
+      inputLabel: null,
+      required: false,
+      reauth: true,
+      ok: t('staff.create'),
+      act: (_, currentPassword) =>
+        write(async () => done(await api('/staff/accounts', { method: 'POST', body: { ...body, currentPassword } }))),
+    });
+    return;
+  }
+  try {
+    await done(await api('/staff/accounts', { method: 'POST', body }));
   } catch (e) {
     if (handleAuthError(e)) return;
     setText($('staff-create-message'), signInError(e));
@@ -1793,7 +1846,7 @@ async function boot() {
     if (state.running) show('app');
     else enterApp();
   });
-  $('mytotp-start').addEventListener('click', () => void startMyTotp());
+  $('mytotp-start').addEventListener('click', () => startMyTotp());
   $('mytotp-enrol').addEventListener('submit', (ev) => {
     ev.preventDefault();
     void confirmMyTotp();

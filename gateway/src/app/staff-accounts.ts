@@ -161,7 +161,9 @@ export type AccountCode =
   | 'TOTP_NOT_ENROLLED'
   | 'TOTP_RESET_OWN'
   | 'PASSWORD_RESET_OWN'
-  | 'REASON_REQUIRED';
+  | 'REASON_REQUIRED'
+  | 'REAUTH_REQUIRED'
+  | 'REAUTH_FAILED';
 
 /** The password was right; a second step is due before there is a session (the challenge names it). */
 export type SecondStepDue = {
@@ -761,6 +763,11 @@ export class StaffAccounts {
     return listAccounts(this.#d.db);
   }
 
+  /** One account by id (null: none), disabled ones included. */
+  account(accountId: string): StaffAccount | null {
+    return accountById(this.#d.db, accountId);
+  }
+
   async create(
     actor: StaffActor,
     i: { username: string; displayName: string; role: StaffRole; password: string },
@@ -864,6 +871,28 @@ export class StaffAccounts {
       .immediate();
     if (!ok) return { status: 'refused', code: 'ACCOUNT_NOT_FOUND' };
     withCorrelation(this.#d.log, cid).warn({ by: actor.username, accountId }, 'staff password reset');
+    return { status: 'applied' };
+  }
+
+  /**
+   * Whether `password` is the current one of the session's own account: what
+   * a supervisor's session shows before it grants or moves lasting authority
+   * (a supervisor account, another account's password or second factor, its
+   * own enrolment), so a stolen or unattended session alone cannot take the
+   * site over. Verified under the one Argon2 budget, in the account's lane,
+   * like its password change; a wrong one is logged with the request's cid.
+   */
+  async reauthenticate(s: SessionInfo, password: string, ip: string, cid: string): Promise<{ status: 'applied' } | Refused> {
+    const c = credentialsOf(this.#d.db, s.account.username);
+    const ok = await this.#work.verify(c?.passwordHash ?? null, password, trustedAccount(s.account.username));
+    if (isShed(ok)) return { status: 'refused', code: 'SIGN_IN_BUSY' };
+    if (c === null || c.account.accountId !== s.account.accountId || !ok) {
+      withCorrelation(this.#d.log, cid).warn(
+        { code: 'REAUTH_FAILED', accountId: s.account.accountId, ip },
+        'staff re-authentication refused',
+      );
+      return { status: 'refused', code: 'REAUTH_FAILED' };
+    }
     return { status: 'applied' };
   }
 

@@ -111,6 +111,10 @@ export const GATEWAY_HTTP_CODES = Object.freeze({
   TOTP_NOT_ENROLLING: 'Confirming an enrolment that was not started (or was replaced or reset); 409.',
   TOTP_NOT_ENROLLED: 'Turning off a second factor that is not enrolled; 409.',
   TOTP_RESET_OWN: 'A supervisor resetting their own second factor: turn it off with password and code instead; 409.',
+  REAUTH_REQUIRED:
+    "Creating or enabling a supervisor account, resetting another account's password or second factor, or starting one's own enrolment, without the acting supervisor's currentPassword; 403, nothing changed.",
+  REAUTH_FAILED:
+    "The currentPassword given to confirm such an action is not the acting supervisor's; 403, nothing changed; counted in the sign-in throttle like a wrong password.",
   PASSWORD_RESET_OWN:
     "A supervisor setting their own password through the supervisors' reset: change it with POST /staff/session/password and the current one instead; 409, nothing changed.",
 });
@@ -342,7 +346,7 @@ export function buildApp(
     });
 
     await sessionRoutes(staff, deps, cookie, throttle);
-    await accountsRoutes(staff, deps);
+    await accountsRoutes(staff, deps, throttle);
     await totpRoutes(staff, deps, throttle);
     await statusRoutes(staff, deps);
     await modeRoutes(staff, deps);

@@ -4,11 +4,13 @@ import { StaffRole } from '../../adapters/sqlite/staff-accounts.js';
 import type { Refused } from '../../app/staff-accounts.js';
 import { authOf, type HttpDeps } from '../context.js';
 import { NoQuery, issues, query } from '../query.js';
-import { DisplayName, Password, Username, accountView } from './session.js';
+import type { SignInThrottle } from '../sign-in-throttle.js';
+import { DisplayName, Password, Reauth, Username, accountView, reauthenticated } from './session.js';
 
-const CreateBody = z.strictObject({ username: Username, displayName: DisplayName, role: StaffRole, password: Password });
-const PasswordBody = z.strictObject({ password: Password });
-const ResetTotpBody = z.strictObject({ reason: z.string().max(200) });
+const CreateBody = z.strictObject({ username: Username, displayName: DisplayName, role: StaffRole, password: Password, ...Reauth });
+const PasswordBody = z.strictObject({ password: Password, ...Reauth });
+const ResetTotpBody = z.strictObject({ reason: z.string().max(200), ...Reauth });
+const EnableBody = z.strictObject({ ...Reauth });
 const Params = z.strictObject({ accountId: z.string().min(1).max(128) });
 
 const STATUS: Record<Refused['code'], number> = {
@@ -38,6 +40,8 @@ const STATUS: Record<Refused['code'], number> = {
   ACCOUNT_DISABLED: 403,
   SETUP_CODE_INVALID: 403,
   SETUP_ALREADY_DONE: 409,
+  REAUTH_REQUIRED: 403,
+  REAUTH_FAILED: 403,
 };
 export const refuse = (reply: FastifyReply, r: Refused) => {
   if (r.code === 'SIGN_IN_BUSY') void reply.header('retry-after', '1');
@@ -50,9 +54,12 @@ const notSupervisor = (req: FastifyRequest, reply: FastifyReply) =>
 /**
  * Staff accounts, supervisors only (checked here and in the use case: a
  * staff member's hand-made request gets 403 NOT_SUPERVISOR): list, create,
- * disable (its sessions end at once), enable, reset the password.
+ * disable (its sessions end at once), enable, reset the password. What
+ * grants or moves lasting authority (a supervisor account, enabling one,
+ * another account's password or second factor) also asks for the acting
+ * supervisor's current password (`reauthenticated`).
  */
-export async function accountsRoutes(staff: FastifyInstance, deps: HttpDeps): Promise<void> {
+export async function accountsRoutes(staff: FastifyInstance, deps: HttpDeps, throttle: SignInThrottle): Promise<void> {
   const accounts = deps.accounts;
   if (accounts === undefined) return;
 
@@ -69,7 +76,13 @@ export async function accountsRoutes(staff: FastifyInstance, deps: HttpDeps): Pr
     if (refused !== null) return refused;
     const body = CreateBody.safeParse(req.body);
     if (!body.success) return reply.status(422).send({ code: 'BAD_REQUEST', detail: issues(body.error) });
-    const r = await accounts.create(authOf(req).actor, body.data, req.id);
+    const { currentPassword, ...input } = body.data;
+    // A staff account can reach no supervisor's authority; a supervisor account is the site's.
+    if (input.role === 'supervisor') {
+      const unproven = await reauthenticated(deps, throttle, req, reply, currentPassword);
+      if (unproven !== null) return unproven;
+    }
+    const r = await accounts.create(authOf(req).actor, input, req.id);
     if (r.status === 'refused') return refuse(reply, r);
     return reply.status(201).send({ status: 'applied', account: accountView(r.account) });
   });
@@ -83,6 +96,13 @@ export async function accountsRoutes(staff: FastifyInstance, deps: HttpDeps): Pr
       if (refused !== null) return refused;
       const p = Params.safeParse(req.params);
       if (!p.success) return reply.status(400).send({ code: 'BAD_REQUEST', detail: issues(p.error) });
+      // Enabling a supervisor gives the site's authority back to whoever knows that account's password.
+      if (!disabled && accounts.account(p.data.accountId)?.role === 'supervisor') {
+        const body = EnableBody.safeParse(req.body ?? {});
+        if (!body.success) return reply.status(422).send({ code: 'BAD_REQUEST', detail: issues(body.error) });
+        const unproven = await reauthenticated(deps, throttle, req, reply, body.data.currentPassword);
+        if (unproven !== null) return unproven;
+      }
       const r = accounts.setDisabled(authOf(req).actor, p.data.accountId, disabled, req.id);
       if (r.status === 'refused') return refuse(reply, r);
       return reply.status(200).send({ status: r.status, account: accountView(r.account) });
@@ -96,6 +116,8 @@ export async function accountsRoutes(staff: FastifyInstance, deps: HttpDeps): Pr
     if (!p.success) return reply.status(400).send({ code: 'BAD_REQUEST', detail: issues(p.error) });
     const body = PasswordBody.safeParse(req.body);
     if (!body.success) return reply.status(422).send({ code: 'BAD_REQUEST', detail: issues(body.error) });
+    const unproven = await reauthenticated(deps, throttle, req, reply, body.data.currentPassword);
+    if (unproven !== null) return unproven;
     const r = await accounts.resetPassword(authOf(req).actor, p.data.accountId, body.data.password, req.id);
     if (r.status === 'refused') return refuse(reply, r);
     return reply.status(200).send(r);
@@ -109,6 +131,8 @@ export async function accountsRoutes(staff: FastifyInstance, deps: HttpDeps): Pr
     if (!p.success) return reply.status(400).send({ code: 'BAD_REQUEST', detail: issues(p.error) });
     const body = ResetTotpBody.safeParse(req.body);
     if (!body.success) return reply.status(422).send({ code: 'BAD_REQUEST', detail: issues(body.error) });
+    const unproven = await reauthenticated(deps, throttle, req, reply, body.data.currentPassword);
+    if (unproven !== null) return unproven;
     const r = accounts.resetTotp(authOf(req).actor, p.data.accountId, body.data.reason, req.id);
     if (r.status === 'refused') {
       req.log.warn({ code: r.code, accountId: p.data.accountId }, 'staff TOTP reset refused');

@@ -77,6 +77,56 @@ export function throttled(reply: FastifyReply, req: FastifyRequest, waitMs: numb
 }
 
 /**
+ * The acting supervisor's current password in a request body. Optional in
+ * the schema so that leaving it out (or empty) is answered REAUTH_REQUIRED,
+ * not a bare BAD_REQUEST.
+ */
+export const Reauth = { currentPassword: z.string().max(4096).optional() };
+
+/**
+ * Asks the session for its own current password before an action that
+ * grants or moves lasting authority (docs/gateway.md "Re-authentication"):
+ * null when it was given and is right (the action goes on), else the
+ * refusal, sent. Throttled like a sign-in under the session's username and
+ * in the same counters: shed before it is counted, counted before the
+ * Argon2 await, a wrong one stays counted; so a stolen cookie is no faster
+ * a password oracle than the sign-in form.
+ */
+export async function reauthenticated(
+  deps: HttpDeps,
+  throttle: SignInThrottle,
+  req: FastifyRequest,
+  reply: FastifyReply,
+  currentPassword: string | undefined,
+): Promise<FastifyReply | null> {
+  const s = authOf(req).session;
+  const accounts = deps.accounts;
+  if (s === null || accounts === undefined) return reply.status(403).send({ code: 'SESSION_REQUIRED' });
+  if (currentPassword === undefined || currentPassword === '') {
+    req.log.warn({ code: 'REAUTH_REQUIRED', accountId: s.account.accountId, ip: req.ip }, 'staff re-authentication refused');
+    return reply.status(403).send({ code: 'REAUTH_REQUIRED' });
+  }
+  const name = s.account.username;
+  const wait = throttle.waitFor(req.ip, name);
+  if (wait > 0) return throttled(reply, req, wait);
+  if (!accounts.admitsSessionWork(s)) return busy(reply, req);
+  const full = throttle.attempt(req.ip, name);
+  if (full > 0) return throttled(reply, req, full);
+  const r = await accounts.reauthenticate(s, currentPassword, req.ip, req.id);
+  if (r.status === 'refused') {
+    if (r.code === 'SIGN_IN_BUSY') {
+      throttle.refund(req.ip, name);
+      return busy(reply, req);
+    }
+    throttle.failed(req.ip, name);
+    return reply.status(403).send({ code: 'REAUTH_FAILED' });
+  }
+  // Right: its count is given back; the pair's settled failures stay (a session is no sign-in).
+  throttle.refund(req.ip, name);
+  return null;
+}
+
+/**
  * Open routes (no session needed): GET /staff/setup (is the setup form
  * needed?), POST /staff/setup (the first supervisor, with the one-time
  * code), POST /staff/session (sign in). Each successful one sets a new

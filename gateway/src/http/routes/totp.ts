@@ -5,8 +5,9 @@ import { authOf, type HttpDeps } from '../context.js';
 import { issues } from '../query.js';
 import type { SignInThrottle } from '../sign-in-throttle.js';
 import { refuse } from './accounts.js';
-import { Password, SecondFactor, WRONG_ANSWER, busy, throttled } from './session.js';
+import { Password, Reauth, SecondFactor, WRONG_ANSWER, busy, reauthenticated, throttled } from './session.js';
 
+const EnrolBody = z.strictObject({ ...Reauth });
 const ConfirmBody = z.strictObject({ code: z.string().trim().min(1).max(16) });
 const DisableBody = z
   .strictObject({ password: Password, ...SecondFactor })
@@ -17,8 +18,9 @@ const DisableBody = z
  * (TOTP)"): start enrolment, confirm it with a code (the recovery codes come
  * back once), turn it off with password and code. A session only: the API
  * token has no second factor (403 SESSION_REQUIRED), a staff member none to
- * enrol (403 NOT_SUPERVISOR). Codes are throttled like passwords, under the
- * account's username.
+ * enrol (403 NOT_SUPERVISOR). Starting an enrolment asks for the current
+ * password (a second factor of the session's choosing would lock its owner
+ * out). Codes are throttled like passwords, under the account's username.
  */
 export async function totpRoutes(staff: FastifyInstance, deps: HttpDeps, throttle: SignInThrottle): Promise<void> {
   const accounts = deps.accounts;
@@ -40,6 +42,11 @@ export async function totpRoutes(staff: FastifyInstance, deps: HttpDeps, throttl
   staff.post('/staff/totp/enrolment', async (req, reply) => {
     const s = supervisorSession(req, reply);
     if (s === null) return reply;
+    const body = EnrolBody.safeParse(req.body ?? {});
+    if (!body.success) return reply.status(422).send({ code: 'BAD_REQUEST', detail: issues(body.error) });
+    // Before anything is written: a session without the password must not replace a pending enrolment either.
+    const unproven = await reauthenticated(deps, throttle, req, reply, body.data.currentPassword);
+    if (unproven !== null) return unproven;
     const r = accounts.startEnrolment({ session: s }, req.id);
     if (r.status === 'refused') {
       req.log.warn({ code: r.code, accountId: s.account.accountId }, 'staff TOTP enrolment refused');
