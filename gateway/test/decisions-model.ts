@@ -133,7 +133,9 @@ export class Model {
   /** The gateway's trusted time now. Reading it carries the floor forward, as the process does. */
   now(): number {
     const ceiling = this.ceiling();
-    const stored = Math.max(this.stored.iatMs, ceiling === null ? this.stored.actedMs : Math.min(this.stored.actedMs, ceiling));
+    // a time acted on above the proven cloud time came from a wall clock that ran ahead: it counts only up to that time
+    const proven = ceiling === null ? null : ceiling - CLOCK_SKEW_TOLERANCE_MS;
+    const stored = Math.max(this.stored.iatMs, proven === null ? this.stored.actedMs : Math.min(this.stored.actedMs, proven));
     const a = this.floorAnchor;
     const carried = a === null ? null : a.ms + (this.real - a.atReal);
     let floor: number;
