@@ -194,6 +194,34 @@ describe.each(pgBackends())('stay routes on %s', (backend) => {
     });
   });
 
+  describe('a guest blocked after paying', () => {
+    it('the return page says the booking is paid but entry is on hold (ask the desk), not that a key is coming; unblocked, it says the key again', async () => {
+      const r = await book(`bk-${newId()}`);
+      const { stay, payment } = r.json<{ stay: { id: string }; payment: { intentId: string } }>();
+      await fetch(`${local.url}/_local/pay/${payment.intentId}?card=pm_card_visa`);
+      await local.webhooks.idle();
+      await cloud.runBilling();
+      const blockUrl = `/sites/${siteId}/blocked-people/${personId}`;
+      const block = await app.inject({ method: 'PUT', url: blockUrl, headers: auth(admin), payload: { reason: 'unpaid damage' } });
+      expect(block.json()).toMatchObject({ code: 'PERSON_BLOCKED' });
+      try {
+        const en = await app.inject({ method: 'GET', url: `/pay/return?stay=${stay.id}&lang=en` });
+        expect(en.body).toContain('data-status="paid_on_hold"');
+        expect(en.body).not.toContain('your key will reach you');
+        expect(en.body).toContain('front desk');
+        const ja = await app.inject({ method: 'GET', url: `/pay/return?stay=${stay.id}&lang=ja` });
+        expect(ja.body).toContain('data-status="paid_on_hold"');
+        expect(ja.body).not.toContain('鍵はまもなくお届けします');
+        // the page says nothing of why: no reason, no word "blocked"
+        expect(en.body).not.toMatch(/unpaid damage|blocked/i);
+      } finally {
+        await app.inject({ method: 'DELETE', url: blockUrl, headers: auth(admin) });
+      }
+      const after = await app.inject({ method: 'GET', url: `/pay/return?stay=${stay.id}&lang=en` });
+      expect(after.body).toContain('data-status="paid"');
+    });
+  });
+
   describe('the Stripe webhook route', () => {
     const event = () => {
       const id = `evt_test_${newId()}`;

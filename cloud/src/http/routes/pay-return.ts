@@ -2,12 +2,13 @@ import type { FastifyRequest } from 'fastify';
 import { z } from 'zod';
 import { listPaymentsOfStay, listRefundsOfPayment } from '../../adapters/db/payments.js';
 import { loadStay } from '../../adapters/db/stays.js';
+import { loadBlock } from '../../adapters/db/walk-ins.js';
 import { moneyOfEndedStay, type MoneyStatement } from '../../domain/payments.js';
 import type { Api, Ctx } from '../context.js';
 import { Id } from '../schemas.js';
 
 type Lang = 'ja' | 'en';
-type Shown = 'pending' | 'paid' | 'balance_due' | 'ended' | 'cancelled' | 'not_found';
+type Shown = 'pending' | 'paid' | 'paid_on_hold' | 'balance_due' | 'ended' | 'cancelled' | 'not_found';
 /** What happened to the money of a booking that ended: the ledger's words, never "nothing was charged" unless it knows so. */
 type Money = MoneyStatement;
 
@@ -22,6 +23,7 @@ const TEXT: Record<Lang, Words> = {
     title: 'Your booking',
     pending: 'We are waiting for your payment to be confirmed. This page refreshes by itself.',
     paid: 'Paid. Your booking is confirmed; your key will reach you shortly.',
+    paid_on_hold: 'Paid. Your booking is confirmed, but entry is on hold: please contact the front desk.',
     balance_due: 'Part of the price is paid.',
     ended: 'This booking was not completed.',
     cancelled: 'This booking was cancelled.',
@@ -39,6 +41,7 @@ const TEXT: Record<Lang, Words> = {
     title: 'ご予約',
     pending: 'お支払いの確認をお待ちしています。このページは自動で更新されます。',
     paid: 'お支払い済みです。ご予約が確定しました。鍵はまもなくお届けします。',
+    paid_on_hold: 'お支払い済みです。ご予約は確定していますが、入館は保留中です。フロントにお問い合わせください。',
     balance_due: '料金の一部をお支払いいただきました。',
     ended: 'このご予約は完了しませんでした。',
     cancelled: 'このご予約はキャンセルされました。',
@@ -148,7 +151,10 @@ export function payReturnRoutes(app: Api, ctx: Ctx): void {
           back: fmt(refunded + refunding),
         });
         extra = `<p data-money="${said}" data-paid="${received}" data-refunded="${refunded}" data-refunding="${refunding}">${escape(sentence)}</p>`;
-      } else if (received >= stay.amount) shown = 'paid';
+      } else if (received >= stay.amount)
+        // a person blocked at the site gets no key (the block revoked it, and none is issued while it lasts):
+        // the page must not promise one, nor say why
+        shown = (await loadBlock(ctx.db, stay.siteId, stay.personId)) === null ? 'paid' : 'paid_on_hold';
       else if (received > 0) {
         shown = 'balance_due';
         extra = `<p data-balance="${stay.amount - received}">${escape(TEXT[lang].balance)}: ${escape(money(stay.amount - received, stay.currency, lang))}</p>`;
