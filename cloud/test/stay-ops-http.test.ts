@@ -128,6 +128,27 @@ describe.each(pgBackends())('stay operations on %s', (backend) => {
     expect((await app.inject({ method: 'GET', url: '/stays/no-such-stay/payments', headers: auth(admin) })).statusCode).toBe(404);
   });
 
+  it('a no-show before check-in time is refused NO_SHOW_BEFORE_CHECK_IN (the policy would keep the money of a guest who may still come); after it, the no-show cancels', async () => {
+    const { stay, payment, start } = await book();
+    await pay(payment.intentId);
+    const early = await post(`/stays/${stay.id}/cancel`, admin, `ns-${stay.id}`, { reason: 'no_show' });
+    expect(early.statusCode).toBe(422);
+    expect(early.json()).toMatchObject({ status: 'refused', code: 'NO_SHOW_BEFORE_CHECK_IN' });
+    const kept = await app.inject({ method: 'GET', url: `/stays/${stay.id}`, headers: auth(admin) });
+    expect(kept.json()).toMatchObject({ stay: { status: 'confirmed' }, payment: { status: 'succeeded' } });
+    expect(await hooks(stay.id)).not.toContainEqual(expect.objectContaining({ type: 'stay.cancelled' }));
+    // past the site's check-in time on the check-in day (then back: the local Stripe signs its webhooks in real time)
+    const was = cloud.clock.now();
+    cloud.clock.set(start + 16 * 3_600_000);
+    try {
+      const late = await post(`/stays/${stay.id}/cancel`, admin, `ns2-${stay.id}`, { reason: 'no_show' });
+      expect(late.statusCode).toBe(202);
+      expect(late.json()).toMatchObject({ code: 'STAY_CANCELLED', stay: { status: 'cancelled', cancelReason: 'no_show' } });
+    } finally {
+      cloud.clock.set(was);
+    }
+  });
+
   it('confirm, check in, check out: each webhook once per transition with the ids, site, status, code and cid; noops raise none', async () => {
     const { stay, payment, start } = await book();
     expect(await hooks(stay.id)).toEqual([]);

@@ -127,6 +127,8 @@ export const OUTCOME_CODES = table({
   STAY_PRICE_INVALID: 'The price or deposit is not a positive integer in minor units, or the deposit exceeds the price.',
   STAY_CURRENCY_MISMATCH: 'The currency is not the one the site charges in.',
   STAY_NOT_STARTED: 'The check-in date has not come yet.',
+  NO_SHOW_BEFORE_CHECK_IN:
+    'A stay is cancelled as a no-show only once its check-in time has passed and the guest has not checked in (the no-show rule may keep all the money of a guest who can still come).',
   INVALID_CANCELLATION_POLICY: 'The cancellation policy tiers are malformed or refund more as check-in nears.',
   PAYMENT_AFTER_STAY_ENDED: 'Money settled for a stay that already failed, expired or was cancelled; it must be refunded.',
   PAYMENT_NOT_FOUND: 'No such payment.',

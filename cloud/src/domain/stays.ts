@@ -372,7 +372,12 @@ export interface CancelStayCommand {
  */
 export function cancelStay(s: Stay | null, cmd: CancelStayCommand, now: number): StayOutcome {
   if (!s) return refused('STAY_NOT_FOUND');
-  const days = daysUntilCheckIn(stayWindow(s, cmd.settings).validFrom, now);
+  const checkInAt = stayWindow(s, cmd.settings).validFrom;
+  // a no-show keeps what the policy's no-show rule says (often everything): only a guest who did not come by
+  // the check-in time, and has not checked in, is one; before that the guest may still come
+  if (cmd.reason === 'no_show' && (now < checkInAt || s.status === 'checked_in'))
+    return refused('NO_SHOW_BEFORE_CHECK_IN', 'a guest is a no-show only once the check-in time passed without a check-in');
+  const days = daysUntilCheckIn(checkInAt, now);
   const split = refundFor(cmd.settings.cancellationPolicy, s.amount, cmd.paid, days, cmd.reason);
   return step(s, 'cancel', { cancelReason: cmd.reason }, cmd.cid, now, (next) => [
     ...(next.keyId === null ? [] : [{ type: 'revoke_key' as const, keyId: next.keyId, reason: 'stay_cancelled' as const }]),
