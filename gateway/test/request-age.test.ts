@@ -100,4 +100,28 @@ describe.each(mqttBackends())('the age of a lock request (broker: %s)', (backend
     extra.push(stalled);
     expect((await stalled.present(PIN)).code).toBe('REQUEST_STALE');
   });
+
+  // the wall clock off while the cloud is heard: 45 s ahead (trusted time held up to the tolerance above real
+  // time, with no skew flagged) must not refuse honest locks; 60 s behind must give a late request no slack
+  it.each([
+    ['45 s ahead', 45_000],
+    ['60 s behind', -60_000],
+  ])('with the wall clock %s, a lock on real time opens and a request 15 s old is refused', async (_name, offsetMs) => {
+    const mono = new ManualClock(1_000);
+    site = await runSite(broker.url, broker.url, broker.unique, { deps: { monotonic: mono } });
+    const s = site;
+    await provision(s);
+    const real = s.f.clock.now();
+    s.f.clock.set(real + offsetMs);
+    mono.advance(1_000);
+    const realNow = () => real + (mono.now() - 2_000);
+    const honest = new FakeLock(s.f.gatewayId, 'lock-1', { now: realNow });
+    await honest.connect(broker.url);
+    extra.push(honest);
+    expect((await honest.present(PIN)).code).toBe('ALLOWED');
+    const late = new FakeLock(s.f.gatewayId, 'lock-1', { now: () => realNow() - 15_000 });
+    await late.connect(broker.url);
+    extra.push(late);
+    expect((await late.present(PIN)).code).toBe('REQUEST_STALE');
+  });
 });

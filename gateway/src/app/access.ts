@@ -219,7 +219,9 @@ export function handleLockRequests(deps: AccessDeps, items: readonly { lockId: s
     // decision's own writes (lockouts, uplink seq) are read per decision.
     const settings = readSettings(store.db);
     const now = deps.time.now(store.db, settings);
-    const batch = { settings, now, storageLow: deps.storageLow(), aheadByUpTo: deps.time.skew === null ? 0 : CLOCK_SKEW_TOLERANCE_MS };
+    const ceiling = deps.time.ceiling();
+    const earliest = ceiling === null ? now : Math.min(now, ceiling - CLOCK_SKEW_TOLERANCE_MS);
+    const batch = { settings, now, storageLow: deps.storageLow(), earliest };
     const out = prepared.map((p): Decided | null => {
       if (p === null) return null;
       const earlier = findAccess(store.db, p.lockId, p.requestId);
@@ -305,8 +307,12 @@ type Batch = {
   readonly settings: Settings;
   readonly now: number;
   readonly storageLow: boolean;
-  /** How far `now` may be ahead of real time: while the wall clock runs ahead, trusted time is held at the cloud-proven ceiling. */
-  readonly aheadByUpTo: number;
+  /**
+   * The earliest real time `now` may stand for: the cloud-proven time carried by elapsed time (trusted time
+   * may sit up to the skew tolerance above it while the wall clock runs ahead, flagged or not), or `now`
+   * before a proof.
+   */
+  readonly earliest: number;
 };
 
 /** A request ready to decide on; `sentAt` is the lock's own `at` (null: the request did not parse). */
@@ -321,18 +327,18 @@ interface Prepared {
 /**
  * Why a request is too late (or from a lock whose clock runs ahead) to open a door now, or null.
  * Judged again on a lock's retry of an allowed request, so a retry that comes late is withdrawn too.
- * The age counts from the earliest real time `now` may stand for, so a gateway whose own wall clock
- * runs ahead does not refuse every honest lock.
+ * The age counts from `earliest`, the earliest real time `now` may stand for, so a gateway whose own
+ * wall clock runs ahead does not refuse every honest lock, and one whose clock is behind gives no slack.
  */
 function requestTimeRefusal(
   access: AccessOptions,
   sentAt: number | null,
   now: number,
-  aheadByUpTo: number,
+  earliest: number,
 ): 'REQUEST_STALE' | 'LOCK_CLOCK_AHEAD' | null {
   const max = access.requestMaxAgeMs;
   if (max === undefined || sentAt === null) return null;
-  if (now - aheadByUpTo - sentAt > max) return 'REQUEST_STALE';
+  if (earliest - sentAt > max) return 'REQUEST_STALE';
   if (sentAt - now > max) return 'LOCK_CLOCK_AHEAD';
   return null;
 }
@@ -390,7 +396,7 @@ function judge(deps: AccessDeps, batch: Batch, request: Prepared, repeat: boolea
           privacy: lock.privacySince !== null,
           privacyUnknown: deps.watch !== undefined && !deps.watch.privacyKnown(lockId),
         };
-  const late = requestTimeRefusal(access, request.sentAt, now, batch.aheadByUpTo);
+  const late = requestTimeRefusal(access, request.sentAt, now, batch.earliest);
   const d =
     credential === null
       ? ({ allowed: false, code: 'BAD_REQUEST' } as const)
