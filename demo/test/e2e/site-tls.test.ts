@@ -243,6 +243,8 @@ describe('a capture of the site LAN during door decisions', () => {
       secret: f.lockSecret,
       siteLogin: true,
       ...(siteCa && { siteCa }),
+      // the gateway runs on the fixture's clock: a lock on real time would be days ahead of it (LOCK_CLOCK_AHEAD)
+      clock: f.clock,
     });
     try {
       await lock.start();
