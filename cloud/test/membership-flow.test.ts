@@ -424,6 +424,24 @@ describe.each(pgBackends())('memberships on %s', (pgBackend) => {
       });
       expect(await liveKeys(paying)).toEqual([`key_${m.id}_2`]);
 
+      // self-cancelled (ending at the period's end, paid up to it) and blocked: the unblock gives the paid-for rest back
+      const leaving = await person();
+      const e = await activeMember(leaving);
+      expect(await selfCancelMembership(md(), { membershipId: e.id })).toMatchObject({ status: 'applied', code: 'MEMBERSHIP_ENDING' });
+      await blockPerson(md(), { siteId: s.siteId, personId: leaving, reason: 'mistaken', actor: 'staff-1' });
+      expect(await liveKeys(leaving)).toEqual([]);
+      expect(await unblockPerson(md(), { siteId: s.siteId, personId: leaving, actor: 'staff-1' })).toMatchObject({
+        status: 'applied',
+        state: { keysIssued: 1 },
+      });
+      expect(await load(e.id)).toMatchObject({ status: 'ending', keyId: `key_${e.id}_2`, lastCode: 'MEMBERSHIP_ACCESS_RESTORED' });
+      expect(await liveKeys(leaving)).toEqual([`key_${e.id}_2`]);
+      // the period's end still ends it and takes the new key back
+      expect(local.advanceSubscription(e.subscriptionId ?? '').status).toBe(200);
+      await settle();
+      expect(await load(e.id)).toMatchObject({ status: 'ended', endReason: 'self_cancel' });
+      expect(await getKey(base, `key_${e.id}_2`)).toMatchObject({ status: 'revoking', revokeReason: 'membership_ended' });
+
       // suspended for an unpaid renewal while blocked: the money gives access back, not the unblock
       const owing = await person();
       const o = await activeMember(owing);

@@ -22,6 +22,7 @@ import { pgErrorCode, type Tx } from '../adapters/db/db.js';
 import { credentialInUse, issueTargets, liveKeysOfPersonAtSite } from '../adapters/db/keys.js';
 import {
   casMembership,
+  casMembershipKey,
   endMembershipRow,
   insertMembership,
   claimCheckoutsToRecheck,
@@ -885,7 +886,7 @@ export async function restoreAccessAfterUnblock(
       const live = m.keyId !== null && (await liveKeysOfPersonAtSite(tx, input.siteId, input.personId)).includes(m.keyId);
       const o = domain.restoreAccess(m, { cid: input.cid, keyLive: live }, deps.clock.now());
       if (o.status !== 'applied') return o.code;
-      if ((await casMembership(tx, o.state, m.version)) !== 1) throw new Error(`membership ${m.id} changed under its lock`);
+      if ((await casMembershipKey(tx, o.state, m.version)) !== 1) throw new Error(`membership ${m.id} changed under its lock`);
       await runEffects(deps, tx, o.state, plan, o.emits, input.cid);
       return o.code;
     }).catch((e: unknown): OutcomeCode => {

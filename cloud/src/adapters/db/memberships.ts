@@ -125,6 +125,8 @@ export async function insertMembership(q: Queryable, m: Membership): Promise<num
 }
 
 const LIVING = ['applied', 'active', 'past_due'];
+/** The statuses whose member may hold a key. */
+const KEY_HOLDING = ['active', 'past_due', 'ending'];
 
 /**
  * Compare-and-set of every column a living membership changes (approval,
@@ -156,6 +158,21 @@ export async function casMembership(q: Queryable, m: Membership, expectedVersion
       m.updatedAt,
       LIVING,
     ],
+  );
+  return r.rowCount;
+}
+
+/**
+ * A member's key given back (restoreAccess): the key columns alone, with compare-and-set on the
+ * version, for a membership that gives door access in any status, `ending` too (a self-cancelled
+ * member keeps the paid-for rest of the period). The status is not written, so this cannot end or
+ * revive a membership. Rows affected: 0 is a lost race.
+ */
+export async function casMembershipKey(q: Queryable, m: Membership, expectedVersion: number): Promise<number> {
+  const r = await q.query(
+    `UPDATE memberships SET version = $3, key_id = $4, key_seq = $5, last_code = $6, cid = $7, updated_at = $8
+      WHERE id = $1 AND version = $2 AND status = $9 AND status = ANY($10::text[])`,
+    [m.id, expectedVersion, m.version, m.keyId, m.keySeq, m.lastCode, m.cid, m.updatedAt, m.status, KEY_HOLDING],
   );
   return r.rowCount;
 }
@@ -236,13 +253,12 @@ export async function recordCustomer(q: Queryable, id: string, customerId: strin
 
 /** Past-due memberships whose access is not suspended yet, oldest first (the grace sweep decides per plan). */
 /**
- * A person's memberships at a site that may get their key back after an unblock, oldest first: `active`
- * and `past_due`. An `ending` one is written by the ending verb alone (`casMembership` matches no such
- * row), so it is not among them.
+ * A person's memberships at a site that may get their key back after an unblock, oldest first: `active`,
+ * `past_due` and `ending` (a self-cancelled member's paid-for rest of the period).
  */
 export async function listLivingMembershipsOfPerson(q: Queryable, siteId: string, personId: string): Promise<string[]> {
   const r = await q.query<{ id: string }>(
-    `SELECT id FROM memberships WHERE site_id = $1 AND person_id = $2 AND status IN ('active', 'past_due') ORDER BY created_at, id`,
+    `SELECT id FROM memberships WHERE site_id = $1 AND person_id = $2 AND status IN ('active', 'past_due', 'ending') ORDER BY created_at, id`,
     [siteId, personId],
   );
   return r.rows.map((x) => x.id);
