@@ -69,6 +69,28 @@ describe('a relayed mobile token', () => {
     expect(judge(t, T0 + 59_999)).toBe('ALLOWED');
     expect(judge(t, T0 + 60_000)).toBe('MOBILE_TOKEN_EXPIRED');
   });
+  it('is refused once the gateway opened its store after the second the token was issued in (a restore forgets uses), not before', async () => {
+    const { token, trusted } = await setup();
+    const t = await token();
+    const v = verifyMobileTokenSignature(t, trusted, ISSUER);
+    if (!v.ok) throw new Error(v.code);
+    const iatMs = v.claims.iat * 1000;
+    const at = (storeOpenedAt: number) =>
+      decideMobileToken({ lockId: asLockId('lock-1'), claims: v.claims, audience: GW, storeOpenedAt }, keys(mobileKey), lock, site, T0)
+        .code;
+    expect(at(iatMs + 999)).toBe('ALLOWED');
+    expect(at(iatMs + 1000)).toBe('MOBILE_TOKEN_BEFORE_START');
+    expect(at(iatMs + 3_600_000)).toBe('MOBILE_TOKEN_BEFORE_START');
+    // a used one still reads as used
+    const used = decideMobileToken(
+      { lockId: asLockId('lock-1'), claims: v.claims, audience: GW, used: true, storeOpenedAt: iatMs + 5000 },
+      keys(mobileKey),
+      lock,
+      site,
+      T0,
+    ).code;
+    expect(used).toBe('MOBILE_TOKEN_REPLAYED');
+  });
   it('is refused when addressed to another gateway, or naming another person or a key that is not a mobile key', async () => {
     const { token, judge } = await setup();
     expect(judge(await token({ gatewayId: 'gw-2' }))).toBe('MOBILE_TOKEN_WRONG_SITE');

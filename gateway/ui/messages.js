@@ -163,6 +163,7 @@ const en = Object.freeze({
   'decision.MOBILE_TOKEN_WRONG_SITE': 'Phone key is for another site',
   'decision.MOBILE_TOKEN_MISMATCH': 'Phone key does not match a phone key of this person',
   'decision.MOBILE_TOKEN_REPLAYED': 'Phone key already used once: each one opens a single time',
+  'decision.MOBILE_TOKEN_BEFORE_START': 'Phone key from before the gateway restarted: the phone fetches a new one',
   'decision.unknown': 'Unrecognised code {code}',
 
   'alarm.door_ajar': 'Door left open',
@@ -594,6 +595,7 @@ const ja = Object.freeze({
   'decision.MOBILE_TOKEN_WRONG_SITE': '別の施設用のスマートフォンの鍵です',
   'decision.MOBILE_TOKEN_MISMATCH': 'この人のスマートフォンの鍵と一致しません',
   'decision.MOBILE_TOKEN_REPLAYED': 'このスマートフォンの鍵はすでに一度使われています（1回ごとに1度だけ開きます）',
+  'decision.MOBILE_TOKEN_BEFORE_START': 'ゲートウェイの再起動前に発行されたスマートフォンの鍵です（新しい鍵を取得してください）',
   'decision.unknown': '不明なコード {code}',
 
   'alarm.door_ajar': 'ドアが開いたままです',

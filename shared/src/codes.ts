@@ -314,6 +314,8 @@ export const DECISION_CODES = table({
   MOBILE_TOKEN_MISMATCH: 'The mobile token names a key that is not a mobile key of the person it names.',
   MOBILE_TOKEN_REPLAYED:
     'The mobile token has opened a door already: a token is single use (its jti is kept until it expires, across restarts).',
+  MOBILE_TOKEN_BEFORE_START:
+    'The mobile token was issued before the gateway opened its store (it restarted, or was restored from a backup that forgets which tokens were used): refused; the phone asks the cloud for a new one.',
   REMOTE_UNLOCK:
     "A supervisor opened the door remotely from the gateway's staff UI for one entry; the event's `by` names them and their reason.",
   SIGNER_RETIRED:

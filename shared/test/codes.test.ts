@@ -62,6 +62,7 @@ describe('code tables', () => {
         'MOBILE_TOKEN_WRONG_SITE',
         'MOBILE_TOKEN_MISMATCH',
         'MOBILE_TOKEN_REPLAYED',
+        'MOBILE_TOKEN_BEFORE_START',
         'PASSAGE_UNLOCK',
         'PASSAGE_RELOCK',
         'PRIVACY_ACTIVE',

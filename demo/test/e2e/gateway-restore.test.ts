@@ -24,6 +24,25 @@ describe.each(backends())('a gateway restored from a backup (%s brokers and data
     }
   };
 
+  /** The restored gateway is fresh again and holds every seq the cloud handed out. */
+  const freshAndCaughtUp = async (s: System) => {
+    const cloudLastSeq = async () =>
+      Number(
+        (await s.cloud.db.query<{ last_seq: string }>('SELECT last_seq FROM gateway_seq WHERE gateway_id = $1', [s.gatewayId])).rows[0]
+          ?.last_seq ?? 0,
+      );
+    await waitFor(async () => {
+      const st = s.gateway.store.settings();
+      return (
+        (s.gateway.timeProven &&
+          st.seqConflictAt === null &&
+          (st.leaseExpiresAt ?? 0) > s.clock.now() &&
+          st.appliedSeq >= (await cloudLastSeq())) ||
+        undefined
+      );
+    }, 'the restored gateway fresh and caught up');
+  };
+
   it('does not let a used one-time key in again: the consumption reaches it as a sequenced revoke, and the signs of the restore make it resync in full', async () => {
     const s = (sys = await new System(backend, { locks: ['L1'], gatewayOverrides: { uplinkBatchMax: 1 } }).start());
     const present = async (pin: string) => {
@@ -65,24 +84,54 @@ describe.each(backends())('a gateway restored from a backup (%s brokers and data
     await s.startGatewayOnly();
 
     // once it is fresh again and holds every seq the cloud handed out, the key stays out
-    const cloudLastSeq = async () =>
-      Number(
-        (await s.cloud.db.query<{ last_seq: string }>('SELECT last_seq FROM gateway_seq WHERE gateway_id = $1', [s.gatewayId])).rows[0]
-          ?.last_seq ?? 0,
-      );
-    await waitFor(async () => {
-      const st = s.gateway.store.settings();
-      return (
-        (s.gateway.timeProven &&
-          st.seqConflictAt === null &&
-          (st.leaseExpiresAt ?? 0) > s.clock.now() &&
-          st.appliedSeq >= (await cloudLastSeq())) ||
-        undefined
-      );
-    }, 'the restored gateway fresh and caught up');
+    await freshAndCaughtUp(s);
     const code = await present('975310');
     expect(code).not.toBe('ALLOWED');
     expect(['KEY_REVOKED', 'KEY_USED', 'UNKNOWN_CREDENTIAL']).toContain(code);
     // two restarts and a full resync (the restore is seen, whichever of its uplink and the cloud's heartbeat came first)
+  }, 120_000);
+
+  it('does not let a used mobile token in again: a token issued before the gateway opened its store is refused after any start', async () => {
+    const s = (sys = await new System(backend, { locks: ['L1'] }).start());
+    const present = async (token: string) => {
+      const r = await s.fleet.lock('L1').present({ type: 'mobile_token', value: token }, { timeoutMs: 10_000 });
+      expect(r.status).toBe('decided');
+      return r.decision!.code;
+    };
+    const now = s.clock.now();
+    const key = expectApplied(
+      await s.cloud.issueKey({
+        personId: s.personId,
+        doors: [s.doors.L1 as string],
+        credential: { type: 'mobile', value: 'phone-restore-0123456789' },
+        validFrom: now - 3_600_000,
+        validUntil: now + 86_400_000,
+      }),
+      'issue',
+    );
+    await s.waitKeyStatus(key.id, 'active');
+    const path = s.gatewayConfig.sqlitePath;
+    const backup = `${path}.bak`;
+    await s.gateway.stop();
+    copyDb(path, backup);
+    await s.startGateway();
+    await waitFor(() => s.gateway.timeProven || undefined, 'the restarted gateway proven');
+
+    const t = await s.cloud.issueMobileToken({ keyId: key.id, ttlSeconds: 600 });
+    if (t.status !== 'applied') throw new Error(`token: ${t.code}`);
+    expect(await present(t.token)).toBe('ALLOWED');
+    expect(await present(t.token)).toBe('MOBILE_TOKEN_REPLAYED');
+
+    // the site comes back on the backup, which has no record of the token's use (its uplink may never have left)
+    await s.gateway.stop();
+    s.clock.advance(2_000);
+    copyDb(backup, path);
+    await s.startGatewayOnly();
+    await freshAndCaughtUp(s);
+    expect(await present(t.token)).toBe('MOBILE_TOKEN_BEFORE_START');
+    // the phone asks for a new token, which opens
+    const t2 = await s.cloud.issueMobileToken({ keyId: key.id, ttlSeconds: 600 });
+    if (t2.status !== 'applied') throw new Error(`token: ${t2.code}`);
+    expect(await present(t2.token)).toBe('ALLOWED');
   }, 120_000);
 });

@@ -72,7 +72,12 @@ export interface AccessOptions {
   readonly offlineGraceSeconds: number;
   /** The cloud's trusted keys and issuer, to check relayed mobile tokens with (absent: every token is MOBILE_TOKEN_UNKNOWN_SIGNER). */
   /** The cloud keys mobile tokens are checked with: the trusted set as last loaded (null: none loaded yet), or a fixed set. */
-  readonly mobileTokens?: { readonly keys: KeySet | (() => KeySet | null); readonly issuer: string };
+  readonly mobileTokens?: {
+    readonly keys: KeySet | (() => KeySet | null);
+    readonly issuer: string;
+    /** Trusted time (ms) this gateway opened its store: tokens issued before it are refused (absent: none are). */
+    readonly storeOpenedAt?: number;
+  };
 }
 
 export interface AccessDeps extends AppContext {
@@ -412,6 +417,7 @@ function judge(deps: AccessDeps, batch: Batch, request: Prepared, repeat: boolea
                     used: repeat
                       ? mobileTokenUsedElsewhere(db, credential.token.claims.jti, lockId, requestId)
                       : mobileTokenUsed(db, credential.token.claims.jti),
+                    ...(access.mobileTokens?.storeOpenedAt === undefined ? {} : { storeOpenedAt: access.mobileTokens.storeOpenedAt }),
                   }
                 : { lockId: asLockId(lockId), refused: credential.token.code },
               keySet,
