@@ -154,7 +154,14 @@ describe.each(pgBackends())('billing reconciliation over HTTP on %s', (backend) 
   });
   afterAll(() => h?.close());
   afterEach(async () => {
-    Object.assign(h.local.faults, { delayMs: 0, unavailable: false, unavailableMode: 'error', refundsPending: false, failNextRefunds: 0 });
+    Object.assign(h.local.faults, {
+      delayMs: 0,
+      unavailable: false,
+      unavailableMode: 'error',
+      refundsPending: false,
+      refundsRequireAction: false,
+      failNextRefunds: 0,
+    });
     await h.local.webhooks.idle();
   });
 
@@ -331,6 +338,29 @@ describe.each(pgBackends())('billing reconciliation over HTTP on %s', (backend) 
       await settle();
       expect((await paymentsOf(s.stayId))[0]).toMatchObject({ amountRefunded: 20_000 });
       expect(h.local.settleRefund(re.id, 'failed').status).toBe(200);
+      await settle();
+      await settle();
+      const [p] = await paymentsOf(s.stayId);
+      expect(p).toMatchObject({ status: 'refunded', amountRefunded: 30_000 });
+      const atStripe = h.local.refunds().filter((r) => r.payment_intent === s.intentId && r.status === 'succeeded');
+      expect(atStripe.map((r) => r.amount).sort((a, b) => a - b)).toEqual([10_000, 20_000]);
+      expect(await page(s.stayId)).toBe('data-money="refunded"');
+    });
+
+    it('in part, waiting for the customer (requires_action), the stay then cancelled: once that refund is canceled, the cloud refunds what it had counted on it for', async () => {
+      const s = await paidStay();
+      h.local.faults.refundsRequireAction = true;
+      const re = await h.stripe.refunds.create({ payment_intent: s.intentId, amount: 10_000 });
+      h.local.faults.refundsRequireAction = false;
+      await settle();
+      expect((await paymentsOf(s.stayId))[0]?.refunds).toEqual([
+        expect.objectContaining({ source: 'stripe', status: 'pending', amount: 10_000 }),
+      ]);
+      expect((await post(`/stays/${s.stayId}/cancel`, { reason: 'staff_cancelled' })).statusCode).toBe(202);
+      await settle();
+      await settle();
+      expect((await paymentsOf(s.stayId))[0]).toMatchObject({ amountRefunded: 20_000 });
+      expect((await h.stripe.refunds.cancel(re.id)).status).toBe('canceled');
       await settle();
       await settle();
       const [p] = await paymentsOf(s.stayId);

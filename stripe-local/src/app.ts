@@ -17,6 +17,7 @@ import type { ConfirmMode, Ids, Ledger, VerbResult } from './ledger.js';
 import { errorAnswer, type ApiAnswer } from './objects.js';
 import {
   CancelPaymentIntentParams,
+  CancelRefundParams,
   ConfirmPaymentIntentParams,
   CreatePaymentIntentParams,
   CreateRefundParams,
@@ -270,12 +271,16 @@ export function buildApp(deps: AppDeps) {
     write(CreateRefundParams, (p) => {
       const refuse = faults.failNextRefunds > 0;
       if (refuse) faults.failNextRefunds -= 1;
-      return ledger.createRefund(p, { pending: faults.refundsPending, refuse });
+      return ledger.createRefund(p, { pending: faults.refundsPending, requireAction: faults.refundsRequireAction, refuse });
     }),
   );
   app.get(
     '/v1/refunds',
     read(ListRefundsParams, (p) => ledger.listRefunds(p)),
+  );
+  app.post(
+    '/v1/refunds/:id/cancel',
+    write(CancelRefundParams, (_p, id) => ledger.cancelRefund(id)),
   );
   app.get(
     '/v1/refunds/:id',
@@ -403,7 +408,7 @@ export function buildApp(deps: AppDeps) {
   });
 
   app.post<{ Params: { id: string } }>('/_local/refunds/:id/settle', async (req, reply) => {
-    const opts = body(z.strictObject({ outcome: z.enum(['succeeded', 'failed']) }), req, reply);
+    const opts = body(z.strictObject({ outcome: z.enum(['succeeded', 'failed', 'canceled']) }), req, reply);
     if (!opts) return reply;
     const result = ledger.settleRefund(req.params.id, opts.outcome);
     emit(result, req);

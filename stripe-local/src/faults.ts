@@ -31,6 +31,13 @@ export const ApiFaults = z.strictObject({
    */
   refundsPending: z.boolean(),
   /**
+   * refunds are created `requires_action` (Stripe asks the customer for the
+   * details to send the money to, as for bank-transfer payments) and stay so
+   * until the customer answers (`settleRefund(id, 'succeeded')`), the request
+   * runs out (`settleRefund(id, 'canceled')`) or `POST /v1/refunds/:id/cancel`
+   */
+  refundsRequireAction: z.boolean(),
+  /**
    * the next N refund creations are refused 400 `balance_insufficient` after
    * the endpoint ran, so the error is saved under the idempotency key and a
    * retry with the same key gets it back
@@ -50,6 +57,7 @@ export function noFaults(): ApiFaults {
     failAfterEffect: 0,
     failAfterEffectMode: '500',
     refundsPending: false,
+    refundsRequireAction: false,
     failNextRefunds: 0,
   };
 }

@@ -358,7 +358,10 @@ export class Ledger {
     return ok(snap(pi), [{ type: 'payment_intent.canceled', object: snap(pi) }]);
   }
 
-  createRefund(p: CreateRefundParams, mode: { pending: boolean; refuse: boolean } = { pending: false, refuse: false }): VerbResult {
+  createRefund(
+    p: CreateRefundParams,
+    mode: { pending: boolean; requireAction?: boolean; refuse: boolean } = { pending: false, refuse: false },
+  ): VerbResult {
     let charge: Charge | undefined;
     if (p.charge !== undefined) {
       charge = this.charges.get(p.charge);
@@ -438,12 +441,24 @@ export class Ledger {
       metadata: p.metadata ?? {},
       payment_intent: charge.payment_intent,
       payment_method: charge.payment_method,
-      ...(mode.pending ? { pending_reason: 'processing' as const } : {}),
+      ...(mode.requireAction === true
+        ? {
+            next_action: {
+              type: 'display_details' as const,
+              display_details: {
+                email_sent: { email_sent_at: this.seconds(), email_sent_to: 'customer@example.com' },
+                expires_at: this.seconds() + 45 * 24 * 3600,
+              },
+            },
+          }
+        : mode.pending
+          ? { pending_reason: 'processing' as const }
+          : {}),
       reason: p.reason ?? null,
       receipt_number: null,
       source_transfer_reversal: null,
       // test-mode card refunds settle at once; the refundsPending knob keeps them pending like slower methods
-      status: mode.pending ? 'pending' : 'succeeded',
+      status: mode.requireAction === true ? 'requires_action' : mode.pending ? 'pending' : 'succeeded',
       transfer_reversal: null,
     };
     this.refunds.set(refund.id, refund);
@@ -461,27 +476,44 @@ export class Ledger {
    * carry the refund); a failed one also `refund.failed`, and its amount goes
    * back off the charge's `amount_refunded`.
    */
-  settleRefund(id: string, outcome: 'succeeded' | 'failed'): VerbResult {
+  settleRefund(id: string, outcome: 'succeeded' | 'failed' | 'canceled'): VerbResult {
     const refund = this.refunds.get(id);
     if (!refund) return fail(noSuch('refund', id));
-    if (refund.status !== 'pending')
-      return fail(errorAnswer(400, { type: 'invalid_request_error', message: `Refund ${id} is ${refund.status}.` }));
+    const from = refund.status;
+    // a pending refund succeeds or fails; one waiting for the customer succeeds, or is canceled when its request runs out
+    const may = from === 'pending' ? outcome !== 'canceled' : from === 'requires_action' ? outcome !== 'failed' : false;
+    if (!may) return fail(errorAnswer(400, { type: 'invalid_request_error', message: `Refund ${id} is ${refund.status}.` }));
     refund.status = outcome;
     delete refund.pending_reason;
+    delete refund.next_action;
     if (outcome === 'failed') refund.failure_reason = 'unknown';
     const events: EventDraft[] = [
-      { type: 'refund.updated', object: snap(refund), previous_attributes: { status: 'pending' } },
-      { type: 'charge.refund.updated', object: snap(refund), previous_attributes: { status: 'pending' } },
+      { type: 'refund.updated', object: snap(refund), previous_attributes: { status: from } },
+      { type: 'charge.refund.updated', object: snap(refund), previous_attributes: { status: from } },
     ];
-    if (outcome === 'failed') {
+    if (outcome !== 'succeeded') {
       const charge = this.charges.get(refund.charge);
       if (charge) {
         charge.amount_refunded -= refund.amount;
         charge.refunded = charge.amount_refunded === charge.amount_captured;
       }
-      events.push({ type: 'refund.failed', object: snap(refund) });
+      if (outcome === 'failed') events.push({ type: 'refund.failed', object: snap(refund) });
     }
     return ok(snap(refund), events);
+  }
+
+  /** `POST /v1/refunds/:id/cancel`: only a refund waiting for the customer (`requires_action`) can be canceled. */
+  cancelRefund(id: string): VerbResult {
+    const refund = this.refunds.get(id);
+    if (!refund) return fail(noSuch('refund', id));
+    if (refund.status !== 'requires_action')
+      return fail(
+        errorAnswer(400, {
+          type: 'invalid_request_error',
+          message: `You can't cancel refund ${id} because it has a status of ${refund.status}. Only refunds with a status of requires_action can be canceled.`,
+        }),
+      );
+    return this.settleRefund(id, 'canceled');
   }
 
   /** Newest first, filtered by PaymentIntent or charge (`GET /v1/refunds`). */

@@ -89,10 +89,15 @@ export interface Refund {
   payment_method: string;
   /** set while the refund is pending */
   pending_reason?: 'processing';
+  /** set while the refund waits for the customer (`requires_action`): Stripe e-mailed them for their details */
+  next_action?: {
+    type: 'display_details';
+    display_details: { email_sent: { email_sent_at: number; email_sent_to: string }; expires_at: number };
+  };
   reason: RefundReason | null;
   receipt_number: null;
   source_transfer_reversal: null;
-  status: 'pending' | 'succeeded' | 'failed' | 'canceled';
+  status: 'pending' | 'requires_action' | 'succeeded' | 'failed' | 'canceled';
   transfer_reversal: null;
 }
 

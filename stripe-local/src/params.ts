@@ -48,6 +48,10 @@ export const CancelPaymentIntentParams = z.strictObject({
 });
 export type CancelPaymentIntentParams = z.infer<typeof CancelPaymentIntentParams>;
 
+/** `POST /v1/refunds/:id/cancel` takes nothing but `expand`. */
+export const CancelRefundParams = z.strictObject({ expand });
+export type CancelRefundParams = z.infer<typeof CancelRefundParams>;
+
 export const CreateRefundParams = z.strictObject({
   payment_intent: z.string().optional(),
   charge: z.string().optional(),

@@ -67,8 +67,8 @@ export interface StripeLocal {
   refunds(): Refund[];
   /** ends a `processing` PaymentIntent, emitting its events */
   settle(id: string, outcome: 'succeeded' | 'failed'): ApiAnswer;
-  /** ends a `pending` refund (the `refundsPending` knob), emitting its events */
-  settleRefund(id: string, outcome: 'succeeded' | 'failed'): ApiAnswer;
+  /** ends a `pending` refund (the `refundsPending` knob: succeeded or failed) or one that `requires_action` (succeeded or canceled), emitting its events */
+  settleRefund(id: string, outcome: 'succeeded' | 'failed' | 'canceled'): ApiAnswer;
   customer(id: string): Customer | undefined;
   subscription(id: string): Subscription | undefined;
   invoice(id: string): Invoice | undefined;

@@ -121,6 +121,40 @@ describe('refunds that do not succeed at once', () => {
     expect((await t.stripe.refunds.retrieve(r2.id)).status).toBe('succeeded');
   });
 
+  it('the refundsRequireAction knob makes them requires_action with a display_details next action; refunds.cancel cancels only those, taking the amount back off the charge', async () => {
+    t = await withLocal();
+    t.local.faults.refundsRequireAction = true;
+    const pi = await paid(t, 9000);
+    const r = await t.stripe.refunds.create({ payment_intent: pi.id, amount: 3000 });
+    expect(r.status).toBe('requires_action');
+    expect(r.next_action?.type).toBe('display_details');
+    expect(r.next_action?.display_details?.expires_at).toBeGreaterThan(r.created);
+    expect(t.local.charge(String(pi.latest_charge))?.amount_refunded).toBe(3000);
+    const c = await t.stripe.refunds.cancel(r.id);
+    expect(c).toMatchObject({ id: r.id, status: 'canceled' });
+    expect(c.next_action).toBeUndefined();
+    expect(t.local.charge(String(pi.latest_charge))?.amount_refunded).toBe(0);
+    expect(
+      t.local
+        .events()
+        .slice(-2)
+        .map((e) => [e.type, (e.data.previous_attributes as { status?: string } | undefined)?.status]),
+    ).toEqual([
+      ['refund.updated', 'requires_action'],
+      ['charge.refund.updated', 'requires_action'],
+    ]);
+    // a canceled (or any other) refund cannot be canceled: Stripe's invalid_request_error
+    await expect(t.stripe.refunds.cancel(r.id)).rejects.toMatchObject({ type: 'StripeInvalidRequestError', statusCode: 400 });
+    // the customer answers: it succeeds; it cannot fail from there (only pending ones fail)
+    const r2 = await t.stripe.refunds.create({ payment_intent: pi.id, amount: 3000 });
+    expect(t.local.settleRefund(r2.id, 'failed').status).toBe(400);
+    expect(t.local.settleRefund(r2.id, 'succeeded').status).toBe(200);
+    expect((await t.stripe.refunds.retrieve(r2.id)).status).toBe('succeeded');
+    t.local.faults.refundsRequireAction = false;
+    const r3 = await t.stripe.refunds.create({ payment_intent: pi.id, amount: 1000 });
+    await expect(t.stripe.refunds.cancel(r3.id)).rejects.toMatchObject({ statusCode: 400 });
+  });
+
   it("refunds.retrieve answers Stripe's Refund object: pending with its pending_reason, then the status it settled on (failed with a failure_reason)", async () => {
     t = await withLocal();
     t.local.faults.refundsPending = true;
