@@ -189,6 +189,9 @@ async function settle(c: MoneyCluster, w: MoneyWorkload, h: History, timeoutMs: 
       // the guest walks away: the desk cancels the pending walk-in (its intent cancelled at Stripe first; money
       // that landed with its webhook lost is refunded)
       for (const x of w.walkIns.filter((y) => y.status === 'pending')) await w.cancelWalkIn(x);
+      // an approval answered 503 or not at all may have made its subscription at Stripe: the desk repeats it, as
+      // docs/api.md asks of a 503 (the repeat finds the subscription under its idempotency key)
+      for (const m of w.memberships.filter((y) => y.status === 'applied' && y.approveUnsure === true)) await w.approve(m);
       cancelled = true;
     }
     const open = await c
@@ -211,6 +214,13 @@ async function settle(c: MoneyCluster, w: MoneyWorkload, h: History, timeoutMs: 
             `SELECT count(*) AS n FROM memberships WHERE status = 'applied' AND approved_at IS NOT NULL
                AND subscription_id IS NOT NULL AND billing_stop_pending IS NULL
                AND (checkout_checked_at IS NULL OR checkout_checked_at < ${healFrom})`,
+          ),
+          // every living membership's subscription re-read from Stripe at least once since the faults ended (a
+          // renewal, an end or a dashboard change with its webhooks lost converges only through that read)
+          subscriptions: await one(
+            `SELECT count(*) AS n FROM memberships WHERE status IN ('active', 'past_due', 'ending')
+               AND subscription_id IS NOT NULL AND billing_stop_pending IS NULL
+               AND (subscription_checked_at IS NULL OR subscription_checked_at < ${healFrom})`,
           ),
           keys: await one("SELECT count(*) AS n FROM keys WHERE status IN ('issuing', 'revoking')"),
         };

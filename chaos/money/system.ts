@@ -85,6 +85,8 @@ export class MoneyCluster extends Cluster {
       BILLING_LEASE_MS: '5000',
       // open checkouts re-read every 2 s: a paid first invoice whose webhooks were lost converges within the heal
       MEMBERSHIP_CHECKOUT_RECHECK_MS: '2000',
+      // living subscriptions, pending refunds and open intents re-read every 2 s, for the same reason
+      BILLING_RECONCILE_MS: '2000',
       NOTIFY_CHANNEL: 'webhook',
       NOTIFY_WEBHOOK_URL: `http://127.0.0.1:${this.receiver.port}/notify`,
       TOBIRA_WEBHOOK_ALLOW_PRIVATE: 'true',

@@ -44,6 +44,8 @@ interface Membership {
   subscriptionId: string | null;
   invoiceId: string | null;
   status: string;
+  /** an approval answered without an outcome (no answer, or 5xx): Stripe may hold its subscription */
+  approveUnsure?: boolean;
 }
 
 interface Json {
@@ -418,6 +420,18 @@ export class MoneyWorkload {
     }
   }
 
+  /** Approve an application; one answered without an outcome is marked for the desk to repeat. */
+  async approve(m: Membership): Promise<void> {
+    const res = await this.call('approve', 'POST', `/memberships/${m.id}/approve`, undefined, { membershipId: m.id });
+    const b = isObj(res.body) ? res.body : {};
+    m.approveUnsure = res.status === 0 || res.status >= 500;
+    if (res.status === 200 && typeof b.subscriptionId === 'string') {
+      m.subscriptionId = b.subscriptionId;
+      m.invoiceId = typeof b.firstInvoiceId === 'string' ? b.firstInvoiceId : null;
+      m.status = 'approved';
+    }
+  }
+
   // ---------------------------------------------------------------- walk-ins
 
   async cancelWalkIn(w: { id: string; status: string }): Promise<void> {
@@ -467,14 +481,7 @@ export class MoneyWorkload {
       return;
     }
     if (x < 0.4 && by('applied').length > 0) {
-      const m = pick(this.r, by('applied'));
-      const res = await this.call('approve', 'POST', `/memberships/${m.id}/approve`, undefined, { membershipId: m.id });
-      const b = isObj(res.body) ? res.body : {};
-      if (res.status === 200 && typeof b.subscriptionId === 'string') {
-        m.subscriptionId = b.subscriptionId;
-        m.invoiceId = typeof b.firstInvoiceId === 'string' ? b.firstInvoiceId : null;
-        m.status = 'approved';
-      }
+      await this.approve(pick(this.r, by('applied')));
       return;
     }
     if (x < 0.55 && by('approved').length > 0) {
