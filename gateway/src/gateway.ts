@@ -320,7 +320,6 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
       // Before the first request is decided: a gateway started on a full disk starts refusing.
       await guard.check();
       const now0 = clock.now();
-      const storeOpenedAt = time.now(s.db);
       for (const l of config.locks) upsertLock(s.db, l.lockId, l.doorId, now0);
       releaseAllClaims(s.db);
 
@@ -385,8 +384,13 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
           pairingSecrets: new Map(config.locks.map((l) => [l.lockId, decodeSecret(l.pairingSecret)])),
           offlineGraceSeconds: config.offlineGraceSeconds,
           // mobile tokens are checked with the same trusted cloud keys as the downlink; one issued before this
-          // start may have been used under a store that a restore replaced, so it is refused
-          mobileTokens: { keys: () => cloudKeys.loaded(), issuer: config.cloud.issuer, storeOpenedAt },
+          // start may have been used under a store that a restore replaced, so it is refused: the start on the
+          // cloud's clock, from the first proof (before it, every token is)
+          mobileTokens: {
+            keys: () => cloudKeys.loaded(),
+            issuer: config.cloud.issuer,
+            storeOpenedAt: () => time.startedAt() ?? Number.POSITIVE_INFINITY,
+          },
         },
         buckets: new Map(),
         storageLow: () => guard.low,

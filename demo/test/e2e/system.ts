@@ -351,9 +351,9 @@ export class System {
     await waitFor(() => (this.gateway.store.settings().leaseExpiresAt ?? 0) > this.clock.now(), "the gateway's first freshness lease");
   }
 
-  /** Starts the in-process gateway without waiting for its first lease (it fails closed until then). */
-  async startGatewayOnly(): Promise<void> {
-    const offset = this.opts.gatewayClockOffsetMs ?? 0;
+  /** Starts the in-process gateway without waiting for its first lease (it fails closed until then); its wall clock off by `clockOffsetMs` when given. */
+  async startGatewayOnly(clockOffsetMs?: number): Promise<void> {
+    const offset = clockOffsetMs ?? this.opts.gatewayClockOffsetMs ?? 0;
     const clock: Clock = offset === 0 ? this.clock : { now: () => this.clock.now() + offset };
     this.gateway = createGateway(parseGatewayConfig(this.gatewayConfig), { clock, log: this.log.child({ part: 'gateway' }) });
     await this.gateway.start();

@@ -75,8 +75,11 @@ export interface AccessOptions {
   readonly mobileTokens?: {
     readonly keys: KeySet | (() => KeySet | null);
     readonly issuer: string;
-    /** Trusted time (ms) this gateway opened its store: tokens issued before it are refused (absent: none are). */
-    readonly storeOpenedAt?: number;
+    /**
+     * When this gateway started, on the cloud's clock (ms; +Infinity before it is known): tokens issued
+     * before it are refused (absent: none are).
+     */
+    readonly storeOpenedAt?: number | (() => number);
   };
 }
 
@@ -299,6 +302,12 @@ export function handleLockRequests(deps: AccessDeps, items: readonly { lockId: s
  */
 type Presented = { readonly type: CredentialType; readonly digest: string } | { readonly type: 'mobile'; readonly token: MobileTokenCheck };
 
+/** The start a relayed mobile token must be issued after, as decide takes it (none when not configured). */
+function startedAtOf(access: AccessOptions): { storeOpenedAt?: number } {
+  const s = access.mobileTokens?.storeOpenedAt;
+  return s === undefined ? {} : { storeOpenedAt: typeof s === 'function' ? s() : s };
+}
+
 function checkMobileToken(access: AccessOptions, token: string): MobileTokenCheck {
   if (access.mobileTokens === undefined)
     return { ok: false, code: 'MOBILE_TOKEN_UNKNOWN_SIGNER', detail: 'this gateway trusts no cloud key for mobile tokens' };
@@ -417,7 +426,7 @@ function judge(deps: AccessDeps, batch: Batch, request: Prepared, repeat: boolea
                     used: repeat
                       ? mobileTokenUsedElsewhere(db, credential.token.claims.jti, lockId, requestId)
                       : mobileTokenUsed(db, credential.token.claims.jti),
-                    ...(access.mobileTokens?.storeOpenedAt === undefined ? {} : { storeOpenedAt: access.mobileTokens.storeOpenedAt }),
+                    ...startedAtOf(access),
                   }
                 : { lockId: asLockId(lockId), refused: credential.token.code },
               keySet,

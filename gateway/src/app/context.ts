@@ -72,10 +72,26 @@ export class TrustedTime {
   #proven = false;
   /** A proof's answer said the cloud had handed out seqs up to this one: no lease counts until they are applied. */
   #catchUpTo: number | null = null;
+  /** The monotonic reading when this process's time began (its store is opened after it). */
+  readonly #bornMono: number;
+  /** The latest cloud time this process can have started at, from its first proof (null until then). */
+  #startedAt: number | null = null;
   constructor(
     readonly wall: Clock,
     readonly mono: MonotonicClock,
-  ) {}
+  ) {
+    this.#bornMono = mono.now();
+  }
+
+  /**
+   * The latest time on the cloud's clock this process can have started at: its first proof's floor less
+   * the monotonic time elapsed since the start; null until that proof. Unlike the wall clock (which may be
+   * behind, or reset to 1970) or a restored store's floor, it cannot put the start before it was, so a
+   * mobile token issued (on the cloud's clock) before it was issued before this start.
+   */
+  startedAt(): number | null {
+    return this.#startedAt;
+  }
 
   /**
    * Whether this process has proven the time since it started. Across a
@@ -144,6 +160,7 @@ export class TrustedTime {
     this.#proven = true;
     const floorMs = iatMs + roundTripMs;
     this.#cloud = { cloudMs: floorMs, monoMs: this.mono.now() };
+    this.#startedAt ??= floorMs - Math.max(0, this.mono.now() - this.#bornMono);
     // the floor carried so far may hold a wall clock that ran ahead before the proof: start again from the store
     this.#anchor = null;
     return { kind: 'proven', floorMs, roundTripMs };

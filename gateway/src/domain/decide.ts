@@ -37,9 +37,9 @@ export type MobileTokenRequest =
       /** A token with this jti has opened a door already (absent: it has not). */
       readonly used?: boolean;
       /**
-       * Trusted time (ms) at which this gateway opened its store. A token whose issuing second ended
-       * before it may have opened a door under a store that is gone (a restore from a backup forgets
-       * uses), so it is refused; absent: no such bound.
+       * When this gateway started, on the cloud's clock (ms). A token whose issuing second ended before
+       * it may have opened a door under a store that is gone (a restore from a backup forgets uses), so it
+       * is refused; absent: no such bound.
        */
       readonly storeOpenedAt?: number;
     }
