@@ -852,13 +852,20 @@ describe('suspendAccess (the grace)', () => {
     expect(o.emits.map((e) => e.type)).toEqual(['notify']);
   });
 
-  it('only a past-due member with a failure on record is suspended', () => {
-    for (const s of MEMBERSHIP_STATUSES.filter((x) => x !== 'past_due')) {
+  it('only a member owing with a failure on record (past due, or ending after a self-cancel while past due) is suspended', () => {
+    for (const s of MEMBERSHIP_STATUSES.filter((x) => x !== 'past_due' && x !== 'ending')) {
       const m = member(s, { pastDueSince: NOW - 100 * HOUR });
       expect(suspend(m, NOW)).toEqual({ status: 'noop', code: 'MEMBERSHIP_NOT_PAST_DUE', state: m });
     }
     const unknownSince = member('past_due', { pastDueSince: null });
     expect(suspend(unknownSince, NOW)).toEqual({ status: 'noop', code: 'MEMBERSHIP_NOT_PAST_DUE', state: unknownSince });
+    const paidUp = member('ending', { pastDueSince: null });
+    expect(suspend(paidUp, NOW)).toEqual({ status: 'noop', code: 'MEMBERSHIP_NOT_PAST_DUE', state: paidUp });
+    expect(suspend(member('ending', { pastDueSince: NOW - 100 * HOUR }), NOW)).toMatchObject({
+      status: 'applied',
+      code: 'MEMBERSHIP_ACCESS_SUSPENDED',
+      state: { status: 'ending', suspended: true },
+    });
     expect(suspend(null, NOW)).toMatchObject({ status: 'refused', code: 'MEMBERSHIP_NOT_FOUND' });
   });
 });

@@ -345,6 +345,19 @@ describe.each(pgBackends())('memberships on %s', (pgBackend) => {
       expect(await getKey(base, m.keyId ?? '')).toMatchObject({ status: 'revoking', revokeReason: 'payment_failed' });
     });
 
+    it('a past-due member who self-cancels within the grace is still suspended when it ends (key revoked): ending is no way past the grace', async () => {
+      const m = await activeMember();
+      local.advanceSubscription(m.subscriptionId ?? '', 'failed');
+      await settle();
+      expect(await selfCancelMembership(md(), { membershipId: m.id })).toMatchObject({ status: 'applied', code: 'MEMBERSHIP_ENDING' });
+      await settle();
+      expect(await load(m.id)).toMatchObject({ status: 'ending', suspended: false });
+      base.clock.advance(2 * DAY + 1);
+      expect((await worker().runOnce()).suspended).toBeGreaterThanOrEqual(1);
+      expect(await load(m.id)).toMatchObject({ status: 'ending', suspended: true });
+      expect(await getKey(base, m.keyId ?? '')).toMatchObject({ status: 'revoking', revokeReason: 'payment_failed' });
+    });
+
     it('past due keeps access for the grace, is suspended after it (key revoked), and invoice.paid restores it with a fresh key and the same PIN', async () => {
       const m = await activeMember();
       local.advanceSubscription(m.subscriptionId ?? '', 'failed');

@@ -22,7 +22,7 @@ import { pgErrorCode, type Tx } from '../adapters/db/db.js';
 import { credentialInUse, issueTargets, liveKeysOfPersonAtSite } from '../adapters/db/keys.js';
 import {
   casMembership,
-  casMembershipKey,
+  casMembershipAccess,
   endMembershipRow,
   insertMembership,
   claimCheckoutsToRecheck,
@@ -886,7 +886,7 @@ export async function restoreAccessAfterUnblock(
       const live = m.keyId !== null && (await liveKeysOfPersonAtSite(tx, input.siteId, input.personId)).includes(m.keyId);
       const o = domain.restoreAccess(m, { cid: input.cid, keyLive: live }, deps.clock.now());
       if (o.status !== 'applied') return o.code;
-      if ((await casMembershipKey(tx, o.state, m.version)) !== 1) throw new Error(`membership ${m.id} changed under its lock`);
+      if ((await casMembershipAccess(tx, o.state, m.version)) !== 1) throw new Error(`membership ${m.id} changed under its lock`);
       await runEffects(deps, tx, o.state, plan, o.emits, input.cid);
       return o.code;
     }).catch((e: unknown): OutcomeCode => {
@@ -902,7 +902,7 @@ export async function restoreAccessAfterUnblock(
   return issued;
 }
 
-/** The grace sweep: each past-due member past the plan's grace loses door access (key revoked through the key verb). */
+/** The grace sweep: each member owing past the plan's grace (past due, or ending since) loses door access (key revoked through the key verb). */
 export async function suspendOverdueAccess(deps: MembershipDeps, limit: number): Promise<number> {
   const cid = newCorrelationId();
   const log = withCorrelation(deps.log, cid, { part: 'membership-grace' });
@@ -914,7 +914,7 @@ export async function suspendOverdueAccess(deps: MembershipDeps, limit: number):
       if (!m || !plan) return 'MEMBERSHIP_NOT_FOUND';
       const o = domain.suspendAccess(m, plan, { cid }, deps.clock.now());
       if (o.status !== 'applied') return o.code;
-      if ((await casMembership(tx, o.state, m.version)) !== 1) throw new Error(`membership ${m.id} changed under its lock`);
+      if ((await casMembershipAccess(tx, o.state, m.version)) !== 1) throw new Error(`membership ${m.id} changed under its lock`);
       await runEffects(deps, tx, o.state, plan, o.emits, cid);
       return o.code;
     });

@@ -430,7 +430,7 @@ export function recordPendingStop(
 
 // ---------------------------------------------------------------- grace
 
-/** A past-due member past the plan's grace loses door access (the key revoked); the status stays `past_due`. */
+/** A past-due member past the plan's grace loses door access (the key revoked); the status stays (`past_due`, or `ending` after a self-cancel while owing). */
 /**
  * A member's key given back once the site lifted their block: blocking revoked it (`person_blocked`) and
  * the membership ran on as billed, its key effects skipped. A membership that gives door access now (a
@@ -455,7 +455,8 @@ export function restoreAccess(
 
 export function suspendAccess(m: Membership | null, plan: Plan, cmd: { readonly cid: CorrelationId }, now: number): MembershipOutcome {
   if (!m) return refused('MEMBERSHIP_NOT_FOUND');
-  if (m.status !== 'past_due' || m.pastDueSince === null) return noop('MEMBERSHIP_NOT_PAST_DUE', m);
+  // a self-cancel while owing (ending, past due since) is no way past the grace: the period is not paid for
+  if ((m.status !== 'past_due' && m.status !== 'ending') || m.pastDueSince === null) return noop('MEMBERSHIP_NOT_PAST_DUE', m);
   if (m.suspended) return noop('MEMBERSHIP_ACCESS_ALREADY_SUSPENDED', m);
   if (m.pastDueSince + plan.graceSeconds * 1000 > now) return noop('MEMBERSHIP_GRACE_NOT_OVER', m);
   const effects: MembershipEffect[] = [

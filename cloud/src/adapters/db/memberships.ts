@@ -163,16 +163,17 @@ export async function casMembership(q: Queryable, m: Membership, expectedVersion
 }
 
 /**
- * A member's key given back (restoreAccess): the key columns alone, with compare-and-set on the
- * version, for a membership that gives door access in any status, `ending` too (a self-cancelled
- * member keeps the paid-for rest of the period). The status is not written, so this cannot end or
- * revive a membership. Rows affected: 0 is a lost race.
+ * A member's door access changed (restoreAccess gives a key back, the grace sweep suspends): the key
+ * columns and the suspension alone, with compare-and-set on the version, in any status a member may
+ * hold a key in, `ending` too (a self-cancelled member keeps the paid-for rest of the period, and one
+ * who left owing is still suspended when the grace ends). The status is not written, so this cannot
+ * end or revive a membership. Rows affected: 0 is a lost race.
  */
-export async function casMembershipKey(q: Queryable, m: Membership, expectedVersion: number): Promise<number> {
+export async function casMembershipAccess(q: Queryable, m: Membership, expectedVersion: number): Promise<number> {
   const r = await q.query(
-    `UPDATE memberships SET version = $3, key_id = $4, key_seq = $5, last_code = $6, cid = $7, updated_at = $8
+    `UPDATE memberships SET version = $3, key_id = $4, key_seq = $5, suspended = $11, last_code = $6, cid = $7, updated_at = $8
       WHERE id = $1 AND version = $2 AND status = $9 AND status = ANY($10::text[])`,
-    [m.id, expectedVersion, m.version, m.keyId, m.keySeq, m.lastCode, m.cid, m.updatedAt, m.status, KEY_HOLDING],
+    [m.id, expectedVersion, m.version, m.keyId, m.keySeq, m.lastCode, m.cid, m.updatedAt, m.status, KEY_HOLDING, m.suspended],
   );
   return r.rowCount;
 }
@@ -266,7 +267,8 @@ export async function listLivingMembershipsOfPerson(q: Queryable, siteId: string
 
 export async function listPastDue(q: Queryable, limit: number): Promise<string[]> {
   const r = await q.query<{ id: string }>(
-    `SELECT id FROM memberships WHERE status = 'past_due' AND NOT suspended ORDER BY past_due_since LIMIT $1`,
+    `SELECT id FROM memberships WHERE status IN ('past_due', 'ending') AND past_due_since IS NOT NULL AND NOT suspended
+      ORDER BY past_due_since LIMIT $1`,
     [limit],
   );
   return r.rows.map((x) => x.id);
