@@ -389,7 +389,7 @@ export function createGateway(config: GatewayConfig, deps: GatewayDeps = {}): Ga
           mobileTokens: {
             keys: () => cloudKeys.loaded(),
             issuer: config.cloud.issuer,
-            storeOpenedAt: () => time.startedAt() ?? Number.POSITIVE_INFINITY,
+            startedAt: () => time.startedAt() ?? Number.POSITIVE_INFINITY,
           },
         },
         buckets: new Map(),

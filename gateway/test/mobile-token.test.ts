@@ -75,15 +75,14 @@ describe('a relayed mobile token', () => {
     const v = verifyMobileTokenSignature(t, trusted, ISSUER);
     if (!v.ok) throw new Error(v.code);
     const iatMs = v.claims.iat * 1000;
-    const at = (storeOpenedAt: number) =>
-      decideMobileToken({ lockId: asLockId('lock-1'), claims: v.claims, audience: GW, storeOpenedAt }, keys(mobileKey), lock, site, T0)
-        .code;
+    const at = (startedAt: number) =>
+      decideMobileToken({ lockId: asLockId('lock-1'), claims: v.claims, audience: GW, startedAt }, keys(mobileKey), lock, site, T0).code;
     expect(at(iatMs + 999)).toBe('ALLOWED');
     expect(at(iatMs + 1000)).toBe('MOBILE_TOKEN_BEFORE_START');
     expect(at(iatMs + 3_600_000)).toBe('MOBILE_TOKEN_BEFORE_START');
     // a used one still reads as used
     const used = decideMobileToken(
-      { lockId: asLockId('lock-1'), claims: v.claims, audience: GW, used: true, storeOpenedAt: iatMs + 5000 },
+      { lockId: asLockId('lock-1'), claims: v.claims, audience: GW, used: true, startedAt: iatMs + 5000 },
       keys(mobileKey),
       lock,
       site,

@@ -24,6 +24,30 @@ describe.each(backends())('a gateway restored from a backup (%s brokers and data
     }
   };
 
+  /** What lock L1 was answered for a credential it relayed. */
+  const presentAtL1 = async (s: System, credential: { type: 'pin' | 'mobile_token'; value: string }) => {
+    const r = await s.fleet.lock('L1').present(credential, { timeoutMs: 10_000 });
+    expect(r.status).toBe('decided');
+    return r.decision!.code;
+  };
+  /** A key for L1's door, valid from an hour ago for a day, on the gateway. */
+  const activeKeyAtL1 = async (s: System, k: { credential: { type: 'pin' | 'mobile'; value: string }; oneTime?: boolean }) => {
+    const now = s.clock.now();
+    const key = expectApplied(
+      await s.cloud.issueKey({
+        personId: s.personId,
+        doors: [s.doors.L1 as string],
+        credential: k.credential,
+        validFrom: now - 3_600_000,
+        validUntil: now + 86_400_000,
+        ...(k.oneTime === true ? { oneTime: true } : {}),
+      }),
+      'issue',
+    );
+    await s.waitKeyStatus(key.id, 'active');
+    return key;
+  };
+
   /** The restored gateway is fresh again and holds every seq the cloud handed out. */
   const freshAndCaughtUp = async (s: System) => {
     const cloudLastSeq = async () =>
@@ -45,24 +69,8 @@ describe.each(backends())('a gateway restored from a backup (%s brokers and data
 
   it('does not let a used one-time key in again: the consumption reaches it as a sequenced revoke, and the signs of the restore make it resync in full', async () => {
     const s = (sys = await new System(backend, { locks: ['L1'], gatewayOverrides: { uplinkBatchMax: 1 } }).start());
-    const present = async (pin: string) => {
-      const r = await s.fleet.lock('L1').present({ type: 'pin', value: pin }, { timeoutMs: 10_000 });
-      expect(r.status).toBe('decided');
-      return r.decision!.code;
-    };
-    const now = s.clock.now();
-    const key = expectApplied(
-      await s.cloud.issueKey({
-        personId: s.personId,
-        doors: [s.doors.L1 as string],
-        credential: { type: 'pin', value: '975310' },
-        validFrom: now - 3_600_000,
-        validUntil: now + 86_400_000,
-        oneTime: true,
-      }),
-      'issue',
-    );
-    await s.waitKeyStatus(key.id, 'active');
+    const present = (pin: string) => presentAtL1(s, { type: 'pin', value: pin });
+    const key = await activeKeyAtL1(s, { credential: { type: 'pin', value: '975310' }, oneTime: true });
 
     // the backup, taken with the gateway stopped
     const path = s.gatewayConfig.sqlitePath;
@@ -93,23 +101,8 @@ describe.each(backends())('a gateway restored from a backup (%s brokers and data
 
   it('does not let a used mobile token in again: a token issued before the gateway opened its store is refused after any start', async () => {
     const s = (sys = await new System(backend, { locks: ['L1'] }).start());
-    const present = async (token: string) => {
-      const r = await s.fleet.lock('L1').present({ type: 'mobile_token', value: token }, { timeoutMs: 10_000 });
-      expect(r.status).toBe('decided');
-      return r.decision!.code;
-    };
-    const now = s.clock.now();
-    const key = expectApplied(
-      await s.cloud.issueKey({
-        personId: s.personId,
-        doors: [s.doors.L1 as string],
-        credential: { type: 'mobile', value: 'phone-restore-0123456789' },
-        validFrom: now - 3_600_000,
-        validUntil: now + 86_400_000,
-      }),
-      'issue',
-    );
-    await s.waitKeyStatus(key.id, 'active');
+    const present = (token: string) => presentAtL1(s, { type: 'mobile_token', value: token });
+    const key = await activeKeyAtL1(s, { credential: { type: 'mobile', value: 'phone-restore-0123456789' } });
     const path = s.gatewayConfig.sqlitePath;
     const backup = `${path}.bak`;
     await s.gateway.stop();

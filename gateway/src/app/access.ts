@@ -79,7 +79,7 @@ export interface AccessOptions {
      * When this gateway started, on the cloud's clock (ms; +Infinity before it is known): tokens issued
      * before it are refused (absent: none are).
      */
-    readonly storeOpenedAt?: number | (() => number);
+    readonly startedAt?: number | (() => number);
   };
 }
 
@@ -303,9 +303,9 @@ export function handleLockRequests(deps: AccessDeps, items: readonly { lockId: s
 type Presented = { readonly type: CredentialType; readonly digest: string } | { readonly type: 'mobile'; readonly token: MobileTokenCheck };
 
 /** The start a relayed mobile token must be issued after, as decide takes it (none when not configured). */
-function startedAtOf(access: AccessOptions): { storeOpenedAt?: number } {
-  const s = access.mobileTokens?.storeOpenedAt;
-  return s === undefined ? {} : { storeOpenedAt: typeof s === 'function' ? s() : s };
+function startedAtOf(access: AccessOptions): { startedAt?: number } {
+  const s = access.mobileTokens?.startedAt;
+  return s === undefined ? {} : { startedAt: typeof s === 'function' ? s() : s };
 }
 
 function checkMobileToken(access: AccessOptions, token: string): MobileTokenCheck {

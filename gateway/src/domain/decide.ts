@@ -41,7 +41,7 @@ export type MobileTokenRequest =
        * it may have opened a door under a store that is gone (a restore from a backup forgets uses), so it
        * is refused; absent: no such bound.
        */
-      readonly storeOpenedAt?: number;
+      readonly startedAt?: number;
     }
   | { readonly lockId: LockId; readonly refused: 'MOBILE_TOKEN_INVALID' | 'MOBILE_TOKEN_UNKNOWN_SIGNER' };
 
@@ -197,7 +197,7 @@ export function decideMobileToken(request: MobileTokenRequest, keySet: KeySetVie
   if (now >= c.exp * 1000) return { allowed: false, code: 'MOBILE_TOKEN_EXPIRED' };
   // single use: a token seen on the air (or replayed by a lock) opens nothing a second time
   if (request.used === true) return { allowed: false, code: 'MOBILE_TOKEN_REPLAYED' };
-  if (request.storeOpenedAt !== undefined && (c.iat + 1) * 1000 <= request.storeOpenedAt)
+  if (request.startedAt !== undefined && (c.iat + 1) * 1000 <= request.startedAt)
     return { allowed: false, code: 'MOBILE_TOKEN_BEFORE_START' };
   if (c.iat * 1000 > now + MOBILE_TOKEN_SKEW_SECONDS * 1000) return { allowed: false, code: 'MOBILE_TOKEN_INVALID' };
   const key = keySet.byKeyId?.(c.sub) ?? null;
